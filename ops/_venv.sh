@@ -1,0 +1,21 @@
+# Shared by ops/run and ops/test: create or refresh the project-local virtual environment.
+# Re-installs only when pyproject.toml changed since the last install (stamp file).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="${PYTHON:-python3}"
+EXTRAS="${1:-}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "ops: creating virtual environment in $VENV" >&2
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
+fi
+want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-$EXTRAS"
+stamp="$VENV/.installed"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "ops: installing the project${EXTRAS:+ with [$EXTRAS]} into $VENV" >&2
+  spec="$ROOT"
+  [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
+  "$VENV/bin/python" -m pip install --quiet -e "$spec" >&2
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,30 @@
+"""Shared fixtures: real processes on loopback ports, always stopped afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import DbHost, start_db_host
+
+
+@pytest.fixture
+def db_host(tmp_path: Path) -> Iterator[DbHost]:
+    """A memory-only database host for one test."""
+    host = start_db_host(tmp_path, memory=True)
+    try:
+        yield host
+    finally:
+        host.process.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_db_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
+    """One memory-only database host shared by a test module (use distinct ns/db per test)."""
+    host = start_db_host(tmp_path_factory.mktemp("dbhost"), memory=True)
+    try:
+        yield host
+    finally:
+        host.process.stop()

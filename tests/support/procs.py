@@ -1,0 +1,172 @@
+"""Start and stop the service's real processes for integration tests.
+
+Every process gets loopback ports chosen at random, writes its output to a log file under the
+test's tmp dir (shown when it fails to start), and is always stopped: SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    """GET url and return the status, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+@dataclass
+class ManagedProcess:
+    """A child process started for a test, with its log file."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def start(self) -> "ManagedProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            cwd=str(ROOT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() reaches grandchildren
+        )
+        log.close()
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_http(self, url: str, want: int = 200, timeout: float = 30.0) -> None:
+        """Wait until GET url answers `want`; fail with the process log otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode} before {url} answered:\n"
+                    + self.log_text()[-4000:]
+                )
+            if http_status(url, timeout=1.0) == want:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: {url} did not answer {want} in {timeout}s:\n"
+                           + self.log_text()[-4000:])
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        """SIGKILL the whole process group (a crash, not a shutdown)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait, then SIGKILL the group; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # Reap anything left in the group (a child that ignored the parent's shutdown).
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return self.proc.returncode
+
+
+def base_env(**overrides: str) -> dict[str, str]:
+    """The test runner's environment minus SVC_* leakage, plus overrides."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class DbHost:
+    """A running `svc-db` database host."""
+
+    process: ManagedProcess
+    port: int
+    path: Path | None
+    user: str
+    password: str
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/rpc"
+
+
+def start_db_host(
+    tmp: Path,
+    *,
+    memory: bool = True,
+    path: Path | None = None,
+    port: int | None = None,
+    user: str = "root",
+    password: str = "root-test-pass",
+    extra_env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
+    wait: bool = True,
+) -> DbHost:
+    """Start `python -m dbhost` on a free loopback port and wait for GET /health."""
+    port = port or free_port()
+    argv = [sys.executable, "-m", "dbhost", "--bind", f"127.0.0.1:{port}"]
+    if memory and path is None:
+        argv.append("--memory")
+    else:
+        path = path or (tmp / "dbdata")
+        argv += ["--path", str(path)]
+    argv += extra_args or []
+    env = base_env(SVC_DB_USER=user, SVC_DB_PASS=password, **(extra_env or {}))
+    mp = ManagedProcess("svc-db", argv, env, tmp / f"svc-db-{port}.log").start()
+    host = DbHost(mp, port, path, user, password)
+    if wait:
+        mp.wait_http(f"{host.http_url}/health")
+    return host
