@@ -16,6 +16,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "ops: installing the project${EXTRAS:+ with [$EXTRAS]} into $VENV" >&2
   spec="$ROOT"
   [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
-  "$VENV/bin/python" -m pip install --quiet -e "$spec" >&2
+  # pip's notes about this machine's local wheel folders are noise: keep real errors only.
+  "$VENV/bin/python" -m pip install --quiet -e "$spec" 2>&1 \
+    | grep -v -e "^WARNING: Location" -e "BuildBackendWarning" -e "return '" >&2 || true
+  "$VENV/bin/python" -c "import surrealdb_embedded, falcon, zmq, numpy, xxhash" \
+    || { echo "ops: installing the project failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
