@@ -1,0 +1,1 @@
+"""The local stack: starts the database host and the service processes, supervises them."""

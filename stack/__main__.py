@@ -1,0 +1,52 @@
+"""`ops/run`: the database host and the service processes, in the foreground, until Ctrl-C."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from stack.config import StackConfig, parse
+from stack.supervisor import Child, Supervisor
+
+
+def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
+    """The processes of the local stack, in start order."""
+    children: list[Child] = []
+    child_env = dict(env)
+    child_env.setdefault("SVC_DB_USER", cfg.db_user)
+    child_env.setdefault("SVC_DB_PASS", cfg.db_pass)
+    if cfg.starts_host:
+        argv = [sys.executable, "-m", "dbhost", "--bind", cfg.db_bind]
+        if cfg.data_dir is None:
+            argv.append("--memory")
+        else:
+            cfg.data_dir.mkdir(parents=True, exist_ok=True)
+            argv += ["--path", str(cfg.data_dir)]
+        children.append(Child("svc-db", argv, child_env, health_url=f"http://{cfg.db_bind}/health"))
+    return children
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ops/run %(levelname)s %(message)s")
+    env = dict(os.environ)
+    cfg = parse(sys.argv[1:] if argv is None else argv, env)
+    children = build_children(cfg, env)
+
+    def announce() -> None:
+        lines = ["", "service is up:"]
+        if cfg.starts_host:
+            where = "memory only" if cfg.data_dir is None else str(cfg.data_dir)
+            lines.append(f"  database host   http://{cfg.db_bind}  (SDK: ws://{cfg.db_bind}/rpc; data: {where})")
+        else:
+            lines.append(f"  database        {cfg.effective_db_url} (external, SVC_DB_URL)")
+        lines.append("Ctrl-C stops everything.")
+        print("\n".join(lines), flush=True)
+
+    if not children:
+        announce()
+    return Supervisor(children).run(on_ready=announce)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Settings of the local stack launcher, read once from argv and the environment."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """What `ops/run` starts and where."""
+
+    db_url: str | None  # SVC_DB_URL: use that database and start no host
+    db_bind: str  # host:port of the embedded database host
+    data_dir: Path | None  # None = memory-only
+    db_user: str
+    db_pass: str
+
+    @property
+    def starts_host(self) -> bool:
+        return self.db_url is None
+
+    @property
+    def effective_db_url(self) -> str:
+        return self.db_url or f"ws://{self.db_bind}/rpc"
+
+
+def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
+    """Build the config; argparse exits with code 2 and a message on bad arguments."""
+    p = argparse.ArgumentParser(
+        prog="ops/run",
+        description="Run the service locally on the embedded SurrealDB engine.",
+    )
+    p.add_argument("--memory", action="store_true", help="keep the database in memory only")
+    p.add_argument("--data", default="./data", help="database storage directory (default ./data)")
+    p.add_argument("--db-bind", default="127.0.0.1:8000", help="database host address")
+    a = p.parse_args(list(argv))
+    user = env.get("SVC_DB_USER", "root")
+    password = env.get("SVC_DB_PASS", "root")
+    return StackConfig(
+        db_url=env.get("SVC_DB_URL") or env.get("SVC_DB_WS") or None,
+        db_bind=a.db_bind,
+        data_dir=None if a.memory else Path(a.data).resolve(),
+        db_user=user,
+        db_pass=password,
+    )

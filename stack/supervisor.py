@@ -1,0 +1,125 @@
+"""Start child processes, relaunch the ones that ask for it, stop them all cleanly.
+
+The spec's exit-code contract: an SSP that exits with 2-6 wants to be relaunched (integrity
+failure, unknown to the scheduler, resync directive, registration timeout). Any other exit of a
+child is final for the stack: everything is stopped and ops/run exits non-zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("stack")
+
+RELAUNCH_CODES = frozenset({2, 3, 4, 5, 6})
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    health_url: str | None = None
+    relaunch_on: frozenset[int] = frozenset()
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    started_at: float = field(default=0.0)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True)
+        self.started_at = time.monotonic()
+        log.info("started %s (pid %d)", self.name, self.proc.pid)
+
+    def wait_healthy(self, timeout: float = 60.0) -> bool:
+        """Poll health_url until 200; False when the child died or time ran out."""
+        if not self.health_url:
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=1.0) as r:
+                    if r.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        return False
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class Supervisor:
+    """Runs children in start order; stops them in reverse order."""
+
+    def __init__(self, children: list[Child], *, poll: float = 0.2) -> None:
+        self.children = children
+        self.poll = poll
+        self._stopping = False
+
+    def request_stop(self, *_: object) -> None:
+        self._stopping = True
+
+    def run(self, on_ready: Callable[[], None] | None = None) -> int:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        try:
+            for c in self.children:
+                c.start()
+                if not c.wait_healthy():
+                    log.error("%s did not become healthy; stopping", c.name)
+                    return 1
+            if on_ready:
+                on_ready()
+            return self._watch()
+        finally:
+            self.stop_all()
+
+    def _watch(self) -> int:
+        while not self._stopping:
+            for c in self.children:
+                assert c.proc is not None
+                rc = c.proc.poll()
+                if rc is None:
+                    continue
+                if rc in c.relaunch_on:
+                    c.restarts += 1
+                    # Back off a little when a child keeps dying right after start.
+                    if time.monotonic() - c.started_at < 5:
+                        time.sleep(min(5.0, 0.5 * c.restarts))
+                    log.warning("%s exited with %d; relaunching (restart %d)", c.name, rc, c.restarts)
+                    c.start()
+                    continue
+                log.error("%s exited with %d; stopping the stack", c.name, rc)
+                return rc or 1
+            time.sleep(self.poll)
+        return 0
+
+    def stop_all(self, timeout: float = 20.0) -> None:
+        for c in reversed(self.children):
+            c.signal(signal.SIGTERM)
+            if c.proc is None:
+                continue
+            try:
+                c.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored SIGTERM for %.0fs; killing it", c.name, timeout)
+                c.signal(signal.SIGKILL)
+                c.proc.wait(timeout=10)
+            log.info("stopped %s (exit %s)", c.name, c.proc.returncode)

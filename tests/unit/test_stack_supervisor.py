@@ -1,0 +1,56 @@
+"""The supervisor relaunches a child on the spec's exit codes 2-6 and stops on any other."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+from stack.supervisor import RELAUNCH_CODES, Child, Supervisor
+
+
+def _script(tmp: Path, body: str) -> list[str]:
+    path = tmp / "child.py"
+    path.write_text(body)
+    return [sys.executable, str(path)]
+
+
+def test_child_exiting_with_a_relaunch_code_is_started_again(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    # Exits 4 (resync directive) twice, then 0 on the third run.
+    argv = _script(
+        tmp_path,
+        "import pathlib,sys\n"
+        f"p=pathlib.Path({str(counter)!r})\n"
+        "n=int(p.read_text()) if p.exists() else 0\n"
+        "p.write_text(str(n+1))\n"
+        "sys.exit(4 if n < 2 else 0)\n",
+    )
+    child = Child("ssp", argv, {}, relaunch_on=RELAUNCH_CODES)
+    rc = Supervisor([child], poll=0.02).run()
+    assert counter.read_text() == "3"
+    assert child.restarts == 2
+    # The third run exited 0, which is not a relaunch code: the stack stops.
+    assert rc == 1
+
+
+def test_child_exiting_with_another_code_stops_the_stack(tmp_path: Path) -> None:
+    argv = _script(tmp_path, "import sys; sys.exit(9)\n")
+    sleeper = Child("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], {})
+    crasher = Child("crasher", argv, {}, relaunch_on=RELAUNCH_CODES)
+    started = time.monotonic()
+    rc = Supervisor([sleeper, crasher], poll=0.02).run()
+    assert rc == 9
+    assert sleeper.proc is not None and sleeper.proc.returncode is not None
+    assert time.monotonic() - started < 30
+
+
+def test_stop_request_terminates_every_child(tmp_path: Path) -> None:
+    kids = [Child(f"k{i}", [sys.executable, "-c", "import time; time.sleep(60)"], {}) for i in range(3)]
+    sup = Supervisor(kids, poll=0.02)
+    threading.Timer(0.5, sup.request_stop).start()
+    # run() installs signal handlers, which only works in the main thread: that is where we are.
+    assert sup.run() == 0
+    for k in kids:
+        assert k.proc is not None and k.proc.poll() is not None
