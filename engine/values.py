@@ -1,0 +1,899 @@
+"""SurrealDB value semantics, reproduced exactly for the incremental engine.
+
+Every rule here was discovered empirically against SurrealDB core 3.2.4 (the embedded engine
+from ``surrealdb-embedded``) and is pinned by differential tests in ``tests/unit/test_values*.py``
+that ask SurrealDB for the answer and compare. Values are what the official SDK returns for a
+row: ``None`` is NULL, the :data:`NONE` sentinel (or an absent key) is NONE, ``surrealdb.RecordID``
+is a record link, ``datetime`` (tz-aware), ``Decimal``, ``surrealdb.Duration``, ``uuid.UUID``,
+``bytes``, int, float, str, bool, lists and dicts.
+
+Facts (3.2.4) this module encodes:
+
+* Total order used by ``ORDER BY`` and by ``< <= > >=`` across kinds, by kind rank::
+
+      NONE < NULL < bool < number < string < duration < datetime < uuid < array < object
+           < bytes < record id
+
+  Numbers compare by value whatever their storage (``1 = 1.0f = 1dec``). Strings compare by
+  code point (== UTF-8 byte order; ``'B' < 'a'``). Arrays compare element-wise, a prefix first.
+  Objects compare as their sorted ``(key, value)`` sequences. Record ids compare by table, then
+  key (number < string < uuid < array < object).
+* ``ORDER BY ... LIMIT`` breaks ties in scan order (record-id key order) in both ASC and DESC;
+  DESC is therefore *not* the exact reverse of ASC for ties. Without LIMIT the tie order is
+  unspecified (SurrealDB uses an unstable sort), which only matters for presentation.
+* ``<string> id`` prints escaped record-id parts with backticks in 3.x (``user:`a-b` ``), not
+  the ``⟨⟩`` of 2.x; :func:`parse_record_id` accepts both.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import msgpack
+from surrealdb import Duration, RecordID
+
+__all__ = [
+    "NONE",
+    "NoneType",
+    "RecordID",
+    "Duration",
+    "get_path",
+    "sort_key",
+    "compare",
+    "equals",
+    "not_equals",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "contains",
+    "contains_not",
+    "contains_any",
+    "contains_all",
+    "contains_none",
+    "inside",
+    "not_inside",
+    "all_inside",
+    "any_inside",
+    "none_inside",
+    "truthy",
+    "record_id_text",
+    "parse_record_id",
+    "parse_value",
+    "format_value",
+    "canonical_bytes",
+    "pack_value",
+    "unpack_value",
+    "kind_rank",
+    "ValueSyntaxError",
+]
+
+
+class NoneType:
+    """The type of :data:`NONE`, SurrealDB's "no value" (an absent field), distinct from NULL."""
+
+    _instance: NoneType | None = None
+
+    def __new__(cls) -> NoneType:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NONE"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        # Pickling (multiprocessing) must give back the singleton, so identity checks hold.
+        return "NONE"
+
+
+NONE: Any = NoneType()
+"""SurrealDB NONE (absent field). Python ``None`` is NULL."""
+
+
+class ValueSyntaxError(ValueError):
+    """A SurrealQL value literal (e.g. a record id text) could not be parsed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Kind ranks (the cross-kind total order) and sort keys
+# --------------------------------------------------------------------------------------------
+
+R_NONE = 0
+R_NULL = 1
+R_BOOL = 2
+R_NUMBER = 3
+R_STRING = 4
+R_DURATION = 5
+R_DATETIME = 6
+R_UUID = 7
+R_ARRAY = 8
+R_OBJECT = 9
+R_BYTES = 10
+R_RECORD = 11
+R_OTHER = 12
+
+# Record-id key kinds, in key order.
+_RID_NUMBER = 0
+_RID_STRING = 1
+_RID_UUID = 2
+_RID_ARRAY = 3
+_RID_OBJECT = 4
+
+def _number_key(v: Any) -> tuple[Any, ...]:
+    # NaN cannot sit inside a Python tuple comparison (every comparison is False), so it is
+    # given its own slot above +inf, like Rust's total order on f64 (NaN sorts last).
+    if v != v:  # NaN (float or Decimal)
+        return (R_NUMBER, 1, 0)
+    if type(v) is Decimal and v.is_infinite():
+        return (R_NUMBER, 0, math.inf if v > 0 else -math.inf)
+    return (R_NUMBER, 0, v)
+
+
+def _rid_key_key(k: Any) -> tuple[Any, ...]:
+    t = type(k)
+    if t is int:
+        return (_RID_NUMBER, k)
+    if t is str:
+        return (_RID_STRING, k)
+    if t is uuid.UUID:
+        return (_RID_UUID, k.bytes)
+    if t is list or t is tuple:
+        return (_RID_ARRAY, tuple(sort_key(x) for x in k))
+    if t is dict:
+        return (_RID_OBJECT, _object_key(k))
+    # Anything else (ranges, floats) is not a storable key; order it after everything.
+    return (9, repr(k))
+
+
+def _object_key(d: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple((k, sort_key(d[k])) for k in sorted(d))
+
+
+def _dt_key(v: datetime) -> tuple[Any, ...]:
+    if v.tzinfo is None:
+        # SurrealDB datetimes are UTC; a naive value is read as UTC rather than crashing.
+        v = v.replace(tzinfo=timezone.utc)
+    return (R_DATETIME, v)
+
+
+_SORT_DISPATCH: dict[type, Callable[[Any], Any]] = {
+    NoneType: lambda v: (R_NONE,),
+    type(None): lambda v: (R_NULL,),
+    bool: lambda v: (R_BOOL, v),
+    int: lambda v: (R_NUMBER, 0, v),
+    float: _number_key,
+    Decimal: _number_key,
+    str: lambda v: (R_STRING, v),
+    Duration: lambda v: (R_DURATION, v.elapsed),
+    datetime: _dt_key,
+    uuid.UUID: lambda v: (R_UUID, v.bytes),
+    list: lambda v: (R_ARRAY, tuple(sort_key(x) for x in v)),
+    tuple: lambda v: (R_ARRAY, tuple(sort_key(x) for x in v)),
+    dict: lambda v: (R_OBJECT, _object_key(v)),
+    bytes: lambda v: (R_BYTES, v),
+    RecordID: lambda v: (R_RECORD, v.table_name, _rid_key_key(v.id)),
+}
+
+
+def _sort_key_slow(v: Any) -> Any:
+    # Subclasses of the known types (rare): find the first matching base.
+    for t, f in _SORT_DISPATCH.items():
+        if isinstance(v, t) and t is not bool:
+            return f(v)
+    if isinstance(v, bool):
+        return (R_BOOL, v)
+    return (R_OTHER, type(v).__name__, repr(v))
+
+
+def sort_key(v: Any) -> Any:
+    """Return a key with ``sorted(values, key=sort_key)`` == SurrealDB's ``ORDER BY v ASC``.
+
+    Keys are tuples ``(kind_rank, payload...)`` and are comparable across every kind. Ties
+    between equal values (e.g. ``1`` and ``1.0``) give equal keys; break them by the record id's
+    key (:func:`sort_key` of the id) to reproduce SurrealDB's ``ORDER BY ... LIMIT`` order.
+    """
+    f = _SORT_DISPATCH.get(type(v))
+    if f is None:
+        return _sort_key_slow(v)
+    return f(v)
+
+
+def kind_rank(v: Any) -> int:
+    """The rank of ``v``'s kind in SurrealDB's cross-kind order (NONE=0 ... record id=11)."""
+    k = sort_key(v)
+    return int(k[0])
+
+
+def compare(a: Any, b: Any) -> int:
+    """Compare two values in SurrealDB's total order; returns -1, 0 or 1."""
+    ka = sort_key(a)
+    kb = sort_key(b)
+    if ka < kb:
+        return -1
+    if ka > kb:
+        return 1
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Operators
+# --------------------------------------------------------------------------------------------
+
+
+def equals(a: Any, b: Any) -> bool:
+    """SurrealDB ``=`` / ``==``: numbers by value across int/float/decimal, otherwise kind+value."""
+    ta = type(a)
+    if ta is type(b) and ta in _SIMPLE_EQ:
+        return bool(a == b)
+    return sort_key(a) == sort_key(b)
+
+
+_SIMPLE_EQ = frozenset({str, int, NoneType, type(None), bool})
+
+
+def not_equals(a: Any, b: Any) -> bool:
+    """SurrealDB ``!=``."""
+    return not equals(a, b)
+
+
+def less(a: Any, b: Any) -> bool:
+    """SurrealDB ``<`` (values of different kinds compare by kind rank)."""
+    return bool(sort_key(a) < sort_key(b))
+
+
+def less_equal(a: Any, b: Any) -> bool:
+    """SurrealDB ``<=``."""
+    return bool(sort_key(a) <= sort_key(b))
+
+
+def greater(a: Any, b: Any) -> bool:
+    """SurrealDB ``>``."""
+    return bool(sort_key(a) > sort_key(b))
+
+
+def greater_equal(a: Any, b: Any) -> bool:
+    """SurrealDB ``>=``."""
+    return bool(sort_key(a) >= sort_key(b))
+
+
+def contains(a: Any, b: Any) -> bool:
+    """SurrealDB ``a CONTAINS b``: array membership by :func:`equals`, substring for strings."""
+    ta = type(a)
+    if ta is list or ta is tuple:
+        return any(equals(x, b) for x in a)
+    if ta is str:
+        return type(b) is str and b in a
+    return False
+
+
+def contains_not(a: Any, b: Any) -> bool:
+    """SurrealDB ``a CONTAINSNOT b``."""
+    return not contains(a, b)
+
+
+def contains_any(a: Any, b: Any) -> bool:
+    """SurrealDB ``a CONTAINSANY b`` (``b`` an array: some element is contained in ``a``)."""
+    if type(b) is list or type(b) is tuple:
+        return any(contains(a, x) for x in b)
+    return False
+
+
+def contains_all(a: Any, b: Any) -> bool:
+    """SurrealDB ``a CONTAINSALL b`` (``b`` an array: every element is contained in ``a``)."""
+    if type(b) is list or type(b) is tuple:
+        return all(contains(a, x) for x in b)
+    return False
+
+
+def contains_none(a: Any, b: Any) -> bool:
+    """SurrealDB ``a CONTAINSNONE b``."""
+    if type(b) is list or type(b) is tuple:
+        return not any(contains(a, x) for x in b)
+    return False
+
+
+def inside(a: Any, b: Any) -> bool:
+    """SurrealDB ``a INSIDE b`` / ``a IN b`` (``b CONTAINS a``)."""
+    return contains(b, a)
+
+
+def not_inside(a: Any, b: Any) -> bool:
+    """SurrealDB ``a NOT IN b`` / ``a NOTINSIDE b``."""
+    return not inside(a, b)
+
+
+def all_inside(a: Any, b: Any) -> bool:
+    """SurrealDB ``a ALLINSIDE b``."""
+    return contains_all(b, a)
+
+
+def any_inside(a: Any, b: Any) -> bool:
+    """SurrealDB ``a ANYINSIDE b``."""
+    return contains_any(b, a)
+
+
+def none_inside(a: Any, b: Any) -> bool:
+    """SurrealDB ``a NONEINSIDE b``."""
+    return contains_none(b, a)
+
+
+def truthy(v: Any) -> bool:
+    """SurrealDB truthiness (what ``WHERE v`` keeps)."""
+    t = type(v)
+    if t is bool:
+        return v
+    if v is None or v is NONE:
+        return False
+    if t is int or t is float or t is Decimal:
+        return bool(v != 0) and v == v
+    if t is str or t is list or t is tuple or t is dict or t is bytes:
+        return len(v) > 0
+    if t is Duration:
+        return v.elapsed != 0
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Field paths
+# --------------------------------------------------------------------------------------------
+
+
+def get_path(
+    doc: Any,
+    path: tuple[str, ...],
+    resolve: Callable[[RecordID], Any] | None = None,
+) -> Any:
+    """Look up a field path in a document; NONE when missing.
+
+    A field of an array maps over its elements (``tags.name`` on ``[{name:'a'},{}]`` gives
+    ``['a', NONE]``). A field of a record id follows the link when ``resolve`` is given
+    (``resolve(rid)`` returns the linked row or NONE/None when it does not exist), else NONE.
+    """
+    cur = doc
+    n = len(path)
+    for i in range(n):
+        seg = path[i]
+        t = type(cur)
+        if t is dict:
+            cur = cur.get(seg, NONE)
+        elif t is list or t is tuple:
+            rest = path[i:]
+            return [get_path(x, rest, resolve) for x in cur]
+        elif t is RecordID and resolve is not None:
+            target = resolve(cur)
+            if type(target) is not dict:
+                return NONE
+            cur = target.get(seg, NONE)
+        else:
+            return NONE
+    return cur
+
+
+# --------------------------------------------------------------------------------------------
+# SurrealQL text: record ids and value literals
+# --------------------------------------------------------------------------------------------
+
+_PLAIN_IDENT = re.compile(r"[A-Za-z0-9_]+\Z")
+_DIGITS_UNDERSCORE = re.compile(r"[0-9_]+\Z")
+# Words 3.2.4 escapes even though they are made of plain characters, because its parser would
+# read them as numbers.
+_NUMBERLIKE_WORDS = frozenset({"NaN", "Infinity"})
+
+
+def _escape_part(s: str) -> str:
+    if (
+        not s
+        or not _PLAIN_IDENT.match(s)
+        or _DIGITS_UNDERSCORE.match(s)
+        or s in _NUMBERLIKE_WORDS
+    ):
+        return "`" + s.replace("\\", "\\\\").replace("`", "\\`") + "`"
+    return s
+
+
+def _escape_table(s: str) -> str:
+    if not s or not _PLAIN_IDENT.match(s):
+        return "`" + s.replace("\\", "\\\\").replace("`", "\\`") + "`"
+    return s
+
+
+def _escape_key(s: str) -> str:
+    # Object keys print bare when they are plain identifiers, else as quoted strings.
+    if s and _PLAIN_IDENT.match(s) and not _DIGITS_UNDERSCORE.match(s):
+        return s
+    return _quote_str(s)
+
+
+def _quote_str(s: str) -> str:
+    if "'" in s and '"' not in s:
+        return '"' + s.replace("\\", "\\\\") + '"'
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _format_float(f: float) -> str:
+    if f != f:
+        return "NaN"
+    if f == math.inf:
+        return "Infinity"
+    if f == -math.inf:
+        return "-Infinity"
+    if f == int(f) and abs(f) < 1e16:
+        return f"{int(f)}f"
+    return repr(f) + "f"
+
+
+def _format_duration(ns: int) -> str:
+    if ns == 0:
+        return "0ns"
+    units = (
+        ("y", 365 * 86400 * 10**9),
+        ("w", 7 * 86400 * 10**9),
+        ("d", 86400 * 10**9),
+        ("h", 3600 * 10**9),
+        ("m", 60 * 10**9),
+        ("s", 10**9),
+        ("ms", 10**6),
+        ("µs", 10**3),
+        ("ns", 1),
+    )
+    out = []
+    for name, size in units:
+        q, ns = divmod(ns, size)
+        if q:
+            out.append(f"{q}{name}")
+    return "".join(out)
+
+
+def _format_datetime(d: datetime) -> str:
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=timezone.utc)
+    d = d.astimezone(timezone.utc)
+    base = d.strftime("%Y-%m-%dT%H:%M:%S")
+    if d.microsecond:
+        frac = f"{d.microsecond:06d}".rstrip("0")
+        base += "." + frac
+    return base + "Z"
+
+
+def format_value(v: Any) -> str:
+    """Format a value as SurrealQL text, the way SurrealDB prints it inside ``<string>`` casts."""
+    t = type(v)
+    if v is NONE:
+        return "NONE"
+    if v is None:
+        return "NULL"
+    if t is bool:
+        return "true" if v else "false"
+    if t is int:
+        return str(v)
+    if t is float:
+        return _format_float(v)
+    if t is Decimal:
+        return f"{v}dec"
+    if t is str:
+        return _quote_str(v)
+    if t is Duration:
+        return _format_duration(v.elapsed)
+    if isinstance(v, datetime):
+        return "d'" + _format_datetime(v) + "'"
+    if t is uuid.UUID:
+        return f"u'{v}'"
+    if t is list or t is tuple:
+        return "[" + ", ".join(format_value(x) for x in v) + "]"
+    if t is dict:
+        if not v:
+            return "{  }"
+        return "{ " + ", ".join(f"{_escape_key(k)}: {format_value(v[k])}" for k in v) + " }"
+    if t is bytes:
+        return "b'" + v.hex().upper() + "'"
+    if t is RecordID:
+        return record_id_text(v)
+    return str(v)
+
+
+def record_id_text(rid: RecordID) -> str:
+    """Canonical ``<string> id`` text of a record id, exactly as SurrealDB 3.2.4 prints it.
+
+    ``user:1``, ``user:abc``, ``user:`a-b` ``, ``user:`123` `` (a string of digits),
+    ``user:u'0190...'``, ``user:[1, 'a']``, ``user:{ a: 1 }``.
+    """
+    table = _escape_table(rid.table_name)
+    k = rid.id
+    t = type(k)
+    if t is str:
+        return f"{table}:{_escape_part(k)}"
+    if t is int:
+        return f"{table}:{k}"
+    return f"{table}:{format_value(k)}"
+
+
+class _Parser:
+    """A small recursive-descent parser for SurrealQL value literals (record ids and values)."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+
+    def error(self, what: str) -> ValueSyntaxError:
+        return ValueSyntaxError(f"{what} at offset {self.i} in {self.s!r}")
+
+    def ws(self) -> None:
+        s = self.s
+        while self.i < len(s) and s[self.i].isspace():
+            self.i += 1
+
+    def peek(self) -> str:
+        return self.s[self.i] if self.i < len(self.s) else ""
+
+    def expect(self, ch: str) -> None:
+        self.ws()
+        if not self.s.startswith(ch, self.i):
+            raise self.error(f"expected {ch!r}")
+        self.i += len(ch)
+
+    def escaped(self, close: str) -> str:
+        # After an opening ` or ⟨: read until the matching close, honouring backslash escapes.
+        out = []
+        s = self.s
+        while True:
+            if self.i >= len(s):
+                raise self.error("unterminated escaped identifier")
+            c = s[self.i]
+            if c == "\\" and self.i + 1 < len(s):
+                out.append(s[self.i + 1])
+                self.i += 2
+                continue
+            if c == close:
+                self.i += 1
+                return "".join(out)
+            out.append(c)
+            self.i += 1
+
+    def ident(self) -> str:
+        s = self.s
+        c = self.peek()
+        if c == "`":
+            self.i += 1
+            return self.escaped("`")
+        if c == "⟨":
+            self.i += 1
+            return self.escaped("⟩")
+        start = self.i
+        while self.i < len(s) and (s[self.i].isalnum() or s[self.i] == "_") and s[self.i].isascii():
+            self.i += 1
+        if start == self.i:
+            raise self.error("expected an identifier")
+        return s[start : self.i]
+
+    def string(self) -> str:
+        q = self.s[self.i]
+        self.i += 1
+        out = []
+        s = self.s
+        while True:
+            if self.i >= len(s):
+                raise self.error("unterminated string")
+            c = s[self.i]
+            if c == "\\" and self.i + 1 < len(s):
+                e = s[self.i + 1]
+                out.append({"n": "\n", "t": "\t", "r": "\r", "0": "\0"}.get(e, e))
+                self.i += 2
+                continue
+            if c == q:
+                self.i += 1
+                return "".join(out)
+            out.append(c)
+            self.i += 1
+
+    def rid_key(self) -> Any:
+        self.ws()
+        c = self.peek()
+        if c == "[":
+            return self.array()
+        if c == "{":
+            return self.object()
+        if c in "`⟨":
+            return self.ident()
+        if c == "u" and self.s[self.i + 1 : self.i + 2] in ("'", '"'):
+            self.i += 1
+            return uuid.UUID(self.string())
+        m = re.compile(r"[+-]?[0-9]+(?![A-Za-z0-9_])").match(self.s, self.i)
+        if m:
+            self.i = m.end()
+            return int(m.group(0))
+        return self.ident()
+
+    def record(self) -> RecordID:
+        self.ws()
+        table = self.ident()
+        self.expect(":")
+        return RecordID(table, self.rid_key())
+
+    def array(self) -> list[Any]:
+        self.expect("[")
+        out: list[Any] = []
+        self.ws()
+        if self.peek() == "]":
+            self.i += 1
+            return out
+        while True:
+            out.append(self.value())
+            self.ws()
+            if self.peek() == ",":
+                self.i += 1
+                self.ws()
+                if self.peek() == "]":
+                    self.i += 1
+                    return out
+                continue
+            self.expect("]")
+            return out
+
+    def object(self) -> dict[str, Any]:
+        self.expect("{")
+        out: dict[str, Any] = {}
+        self.ws()
+        if self.peek() == "}":
+            self.i += 1
+            return out
+        while True:
+            self.ws()
+            c = self.peek()
+            key = self.string() if c in "'\"" else self.ident()
+            self.expect(":")
+            out[key] = self.value()
+            self.ws()
+            if self.peek() == ",":
+                self.i += 1
+                self.ws()
+                if self.peek() == "}":
+                    self.i += 1
+                    return out
+                continue
+            self.expect("}")
+            return out
+
+    _NUM = re.compile(
+        r"[+-]?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)(dec|f)?(?![A-Za-z0-9_])"
+    )
+    _DUR = re.compile(r"(?:[0-9]+(?:ns|us|µs|ms|s|m|h|d|w|y))+(?![A-Za-z0-9_])")
+
+    def value(self) -> Any:
+        self.ws()
+        c = self.peek()
+        s = self.s
+        if c == "[":
+            return self.array()
+        if c == "{":
+            return self.object()
+        if c in "'\"":
+            return self.string()
+        if c in "sdur" and s[self.i + 1 : self.i + 2] in ("'", '"'):
+            self.i += 1
+            body = self.string()
+            if c == "s":
+                return body
+            if c == "d":
+                return _parse_datetime(body)
+            if c == "u":
+                return uuid.UUID(body)
+            return _Parser(body).record_whole()
+        m = self._DUR.match(s, self.i)
+        if m:
+            self.i = m.end()
+            return Duration.parse(m.group(0).replace("µs", "us"))
+        m = self._NUM.match(s, self.i)
+        if m:
+            self.i = m.end()
+            text = m.group(0)
+            suffix = m.group(1)
+            if suffix == "dec":
+                return Decimal(text[:-3])
+            if suffix == "f":
+                return float(text[:-1])
+            if "." in text or "e" in text or "E" in text:
+                return float(text)
+            return int(text)
+        for word, val in (
+            ("NONE", NONE),
+            ("NULL", None),
+            ("true", True),
+            ("false", False),
+            ("NaN", math.nan),
+            ("-Infinity", -math.inf),
+            ("Infinity", math.inf),
+        ):
+            if s.startswith(word, self.i) and not (
+                s[self.i + len(word) : self.i + len(word) + 1].isalnum()
+            ):
+                lookahead = s[self.i + len(word) : self.i + len(word) + 1]
+                if lookahead != ":":
+                    self.i += len(word)
+                    return val
+        # A record id (table:key).
+        return self.record()
+
+    def record_whole(self) -> RecordID:
+        r = self.record()
+        self.ws()
+        if self.i != len(self.s):
+            raise self.error("unexpected trailing text")
+        return r
+
+    def value_whole(self) -> Any:
+        v = self.value()
+        self.ws()
+        if self.i != len(self.s):
+            raise self.error("unexpected trailing text")
+        return v
+
+
+def _parse_datetime(text: str) -> datetime:
+    t = text.strip()
+    if t.endswith("Z") or t.endswith("z"):
+        t = t[:-1] + "+00:00"
+    # Python keeps microseconds only; SurrealDB's extra nanosecond digits are truncated, as the
+    # SDK does when it decodes a datetime.
+    m = re.match(r"^(.*T\d\d:\d\d:\d\d)\.(\d+)(.*)$", t)
+    if m:
+        t = f"{m.group(1)}.{m.group(2)[:6].ljust(6, '0')}{m.group(3)}"
+    try:
+        d = datetime.fromisoformat(t)
+    except ValueError as e:
+        raise ValueSyntaxError(f"invalid datetime {text!r}: {e}") from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=timezone.utc)
+    return d.astimezone(timezone.utc)
+
+
+def parse_record_id(text: str) -> RecordID:
+    """Parse record-id text (``user:1``, ``user:`a-b` ``, ``user:⟨a-b⟩``, ``user:[1,'a']``...).
+
+    The inverse of :func:`record_id_text`. Raises :class:`ValueSyntaxError` on malformed text.
+    """
+    if type(text) is not str:
+        raise ValueSyntaxError(f"record id text must be a string, got {type(text).__name__}")
+    try:
+        return _Parser(text).record_whole()
+    except (IndexError, ValueError, InvalidOperation) as e:
+        if isinstance(e, ValueSyntaxError):
+            raise
+        raise ValueSyntaxError(f"invalid record id {text!r}: {e}") from None
+
+
+def parse_value(text: str) -> Any:
+    """Parse a SurrealQL value literal (numbers, strings, NONE/NULL, arrays, objects, ids...)."""
+    try:
+        return _Parser(text).value_whole()
+    except (IndexError, ValueError, InvalidOperation) as e:
+        if isinstance(e, ValueSyntaxError):
+            raise
+        raise ValueSyntaxError(f"invalid value {text!r}: {e}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical bytes (stored row bytes and the input of the table hash)
+# --------------------------------------------------------------------------------------------
+
+EXT_NONE = 1
+EXT_RECORD_ID = 2
+EXT_DATETIME = 3
+EXT_DECIMAL = 4
+EXT_DURATION = 5
+EXT_UUID = 6
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_DT_STRUCT = struct.Struct(">qI")
+_NATIVE = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def _ext_default(v: Any) -> msgpack.ExtType:
+    # Called by the msgpack packer for every value it cannot encode natively.
+    t = type(v)
+    if v is NONE:
+        return msgpack.ExtType(EXT_NONE, b"")
+    if t is RecordID:
+        return msgpack.ExtType(
+            EXT_RECORD_ID, _PACKER_FN([v.table_name, _canon(v.id)])
+        )
+    if isinstance(v, datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=timezone.utc)
+        delta = v - _EPOCH
+        return msgpack.ExtType(
+            EXT_DATETIME,
+            _DT_STRUCT.pack(delta.days * 86400 + delta.seconds, delta.microseconds * 1000),
+        )
+    if t is Decimal:
+        return msgpack.ExtType(EXT_DECIMAL, str(v).encode("ascii"))
+    if t is Duration:
+        return msgpack.ExtType(EXT_DURATION, _PACKER_FN(v.elapsed))
+    if t is uuid.UUID:
+        return msgpack.ExtType(EXT_UUID, v.bytes)
+    raise TypeError(f"cannot encode a value of type {t.__name__} in a row: {v!r:.80}")
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_ext_default, use_bin_type=True)
+
+
+_PACKER_FN: Callable[[Any], bytes] = _packb
+
+
+def _canon(v: Any) -> Any:
+    # Rebuild containers so every object's keys are sorted (msgpack keeps insertion order);
+    # leave scalars and ext-typed values for the packer and its default hook.
+    t = type(v)
+    if t is dict:
+        return {k: _canon(v[k]) for k in sorted(v) if v[k] is not NONE}
+    if t is list or t is tuple:
+        return [_canon(x) for x in v]
+    return v
+
+
+def canonical_bytes(row: Mapping[str, Any]) -> bytes:
+    """Deterministic, type-preserving bytes of a row (the stored form and the hash input).
+
+    Format (also what the scheduler computes over its replica): MessagePack (``use_bin_type``)
+    of the row where every object's keys are sorted by code point and keys whose value is NONE
+    are dropped (NONE is an absent field); NULL is ``nil``; bool, int (64-bit), float (always
+    float64), str, bytes (bin) are native; arrays are arrays. Other values are ext types:
+
+    ====  ==========  ========================================================
+    code  type        payload
+    ====  ==========  ========================================================
+    1     NONE        empty (only inside arrays)
+    2     RecordID    canonical msgpack of ``[table, key]``
+    3     datetime    ``>qI``: unix seconds (UTC), nanoseconds
+    4     Decimal     ASCII ``str(d)`` (so ``1.0dec`` and ``1dec`` differ)
+    5     Duration    msgpack int: nanoseconds
+    6     UUID        16 bytes
+    ====  ==========  ========================================================
+
+    Values SurrealDB treats as equal but stores differently (``1`` vs ``1.0f`` vs ``1dec``)
+    give different bytes on purpose: the hash detects any difference in stored content.
+    Raises ``TypeError`` (a clear message) for values outside SurrealDB's row types.
+    """
+    try:
+        return _packb({k: _canon(row[k]) for k in sorted(row) if row[k] is not NONE})
+    except OverflowError as e:
+        raise TypeError(f"integer out of 64-bit range in row: {e}") from None
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_NONE:
+        return NONE
+    if code == EXT_RECORD_ID:
+        table, key = unpack_value(data)
+        return RecordID(table, key)
+    if code == EXT_DATETIME:
+        sec, ns = _DT_STRUCT.unpack(data)
+        return _EPOCH + timedelta(seconds=sec, microseconds=ns // 1000)
+    if code == EXT_DECIMAL:
+        return Decimal(data.decode("ascii"))
+    if code == EXT_DURATION:
+        return Duration(unpack_value(data))
+    if code == EXT_UUID:
+        return uuid.UUID(bytes=data)
+    return msgpack.ExtType(code, data)
+
+
+def unpack_value(data: bytes) -> Any:
+    """Decode bytes produced by :func:`canonical_bytes` (or a packed value) back to values."""
+    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+
+
+def pack_value(v: Any) -> bytes:
+    """Encode a single value in the canonical format (objects sorted, NONE keys dropped)."""
+    return _packb(_canon(v))
