@@ -1,0 +1,95 @@
+"""`svc-db`: run the database host until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from dbhost.config import ConfigError, HostConfig, load_config
+from dbhost.engine import Engine, EngineError
+from dbhost.lock import DirectoryInUse, DirectoryLock
+from dbhost.server import DbHostServer
+
+log = logging.getLogger("dbhost")
+
+EXIT_CONFIG = 2
+EXIT_IN_USE = 3
+EXIT_ENGINE = 4
+
+
+async def serve(config: HostConfig) -> int:
+    """Open the engine, create the root user, serve until a stop signal; returns the exit code."""
+    engine = Engine(config.engine_url)
+    try:
+        await engine.start()
+    except Exception as exc:  # the engine raises its own types for storage problems
+        log.error("could not open the engine at %s: %s", config.engine_url, exc)
+        return EXIT_ENGINE
+    try:
+        await engine.ensure_root_user(config.user, config.password)
+    except EngineError as exc:
+        log.error("could not create the root user %r: %s", config.user, exc.message)
+        await engine.close()
+        return EXIT_ENGINE
+    server = DbHostServer(config, engine)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except OSError as exc:
+        log.error("could not listen on %s:%s: %s", config.host, config.port, exc)
+        await engine.close()
+        return EXIT_CONFIG
+    log.info("svc-db listening on %s:%s (engine %s, storage %s)", config.host, config.port,
+             engine.version, config.path or "memory")
+    await stop.wait()
+    log.info("svc-db shutting down")
+    await server.stop()
+    await engine.close()
+    log.info("svc-db stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point (`svc-db`); the only place that reads the environment."""
+    try:
+        config = load_config(sys.argv[1:] if argv is None else argv, os.environ)
+    except ConfigError as exc:
+        print(f"svc-db: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(
+        level=getattr(logging, config.log_level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if config.insecure_default_root:
+        log.warning("SVC_DB_USER/SVC_DB_PASS not set: using root/root because of "
+                    "--insecure-default-root. NEVER do this outside local development.")
+    lock: DirectoryLock | None = None
+    if config.path is not None:
+        lock = DirectoryLock(config.path)
+        try:
+            lock.acquire()
+        except DirectoryInUse as exc:
+            log.error("%s", exc)
+            return EXIT_IN_USE
+    try:
+        try:
+            import uvloop
+            uvloop.install()
+        except ImportError:
+            pass
+        return asyncio.run(serve(config))
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Typed configuration of the database host, built once from argv and the environment."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+DEFAULT_POLL_INTERVAL_MS = 50
+
+
+class ConfigError(ValueError):
+    """The command line or the environment does not describe a host we can start."""
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Everything the host needs to know, read once by the entry point."""
+
+    host: str
+    port: int
+    path: Path | None  # None means memory only
+    user: str
+    password: str
+    insecure_default_root: bool  # True when root/root was taken because nothing was set
+    max_frame_bytes: int
+    live_poll_interval_ms: int
+    log_level: str
+
+    @property
+    def engine_url(self) -> str:
+        """The embedded engine's storage URL."""
+        return "mem://" if self.path is None else f"surrealkv://{self.path}"
+
+    def __repr__(self) -> str:  # never show the password
+        return (f"HostConfig(host={self.host!r}, port={self.port}, path={self.path!r}, "
+                f"user={self.user!r}, max_frame_bytes={self.max_frame_bytes})")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="svc-db",
+        description="Database host: the SurrealDB 3.x engine in-process, served over SurrealDB's "
+                    "own RPC protocol (WebSocket /rpc with CBOR frames, HTTP POST /rpc).",
+        epilog="Environment: SVC_DB_USER and SVC_DB_PASS (root user created on first start; "
+               "required unless --insecure-default-root), SVC_DB_MAX_FRAME_BYTES, "
+               "SVC_DB_LIVE_POLL_MS, SVC_DB_LOG_LEVEL.",
+    )
+    p.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT to listen on")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--memory", action="store_true", help="keep data in memory only (default)")
+    where.add_argument("--path", type=Path, help="surrealkv data directory (durable)")
+    p.add_argument("--max-frame-bytes", type=int, default=None,
+                   help=f"largest accepted RPC frame (default {DEFAULT_MAX_FRAME_BYTES})")
+    p.add_argument("--live-poll-ms", type=int, default=None,
+                   help="changefeed poll interval for LIVE queries, a fallback for writes that "
+                        f"do not pass through this host (default {DEFAULT_POLL_INTERVAL_MS})")
+    p.add_argument("--insecure-default-root", action="store_true",
+                   help="development only: without SVC_DB_USER/SVC_DB_PASS use root/root")
+    p.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    return p
+
+
+def _positive_int(name: str, raw: str | int) -> int:
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return value
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """Split HOST:PORT (IPv6 as [::1]:PORT) into its parts."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"--bind must be HOST:PORT, got {bind!r}")
+    host = host.strip("[]")
+    p = _positive_int("--bind port", port)
+    if p > 65535:
+        raise ConfigError(f"--bind port out of range: {p}")
+    return host, p
+
+
+def load_config(argv: Sequence[str], env: Mapping[str, str]) -> HostConfig:
+    """Build the configuration from the command line and the environment."""
+    args = _parser().parse_args(list(argv))
+    host, port = parse_bind(args.bind)
+    user = env.get("SVC_DB_USER", "")
+    password = env.get("SVC_DB_PASS", "")
+    insecure = False
+    if not user and not password:
+        if not args.insecure_default_root:
+            raise ConfigError(
+                "SVC_DB_USER and SVC_DB_PASS must be set (the root user is created from them); "
+                "for local development only, pass --insecure-default-root to use root/root")
+        user, password, insecure = "root", "root", True
+    elif not user or not password:
+        raise ConfigError("set both SVC_DB_USER and SVC_DB_PASS, not only one")
+    max_frame = (args.max_frame_bytes if args.max_frame_bytes is not None
+                 else env.get("SVC_DB_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES))
+    poll = (args.live_poll_ms if args.live_poll_ms is not None
+            else env.get("SVC_DB_LIVE_POLL_MS", DEFAULT_POLL_INTERVAL_MS))
+    path = args.path.resolve() if args.path is not None else None
+    return HostConfig(
+        host=host,
+        port=port,
+        path=path,
+        user=user,
+        password=password,
+        insecure_default_root=insecure,
+        max_frame_bytes=_positive_int("max frame bytes", max_frame),
+        live_poll_interval_ms=_positive_int("live poll interval", poll),
+        log_level=(args.log_level or env.get("SVC_DB_LOG_LEVEL", "INFO")).upper(),
+    )

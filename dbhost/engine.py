@@ -1,0 +1,109 @@
+"""The embedded SurrealDB engine and the host's own calls into it."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from typing import Any
+
+from surrealdb.data.cbor import decode, encode
+from surrealdb_embedded import AsyncEmbeddedDB
+
+log = logging.getLogger("dbhost.engine")
+
+
+class EngineError(Exception):
+    """The engine answered an internal call with an error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class StatementError(EngineError):
+    """One statement of an internal query failed."""
+
+
+def quote_string(value: str) -> str:
+    """A SurrealQL single-quoted string literal (for the few places that take no parameter)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_ident(name: str) -> str:
+    """A SurrealQL identifier, backtick-quoted when it is not plain."""
+    if name and (name[0].isalpha() or name[0] == "_") and all(
+            c.isalnum() or c == "_" for c in name):
+        return name
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+class Engine:
+    """One embedded engine; the default (owner) session belongs to the host alone."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._db = AsyncEmbeddedDB(url)
+        self._ids = itertools.count(1)
+        self.version = "unknown"
+
+    async def start(self) -> None:
+        """Open the storage; raises when it cannot (for instance a locked directory)."""
+        await self._db.connect()
+        self.version = str(await self.call("version"))
+
+    async def close(self) -> None:
+        """Close the engine, flushing storage."""
+        await self._db.close()
+
+    async def execute(self, frame: bytes) -> bytes:
+        """Pass an encoded request through; the reply comes back encoded."""
+        result: bytes = await self._db.execute(frame)
+        return result
+
+    async def call(self, method: str, params: list[Any] | None = None,
+                   session: str | None = None) -> Any:
+        """Call one RPC method and return its result; raises EngineError on an error reply."""
+        req: dict[str, Any] = {"id": f"host-{next(self._ids)}", "method": method}
+        if params is not None:
+            req["params"] = params
+        if session is not None:
+            req["session"] = session
+        reply = decode(await self._db.execute(encode(req)))
+        err = reply.get("error")
+        if err is not None:
+            raise EngineError(int(err.get("code", -32000)), str(err.get("message", err)))
+        return reply.get("result")
+
+    async def query(self, text: str, variables: dict[str, Any] | None = None,
+                    session: str | None = None) -> list[Any]:
+        """Run a query and return each statement's result; raises on the first failed one."""
+        results = await self.call("query", [text, variables or {}], session)
+        out = []
+        for stmt in results:
+            if stmt.get("status") != "OK":
+                raise StatementError(-32000, str(stmt.get("result")))
+            out.append(stmt.get("result"))
+        return out
+
+    async def attach(self) -> str:
+        """A new isolated session (anonymous until it signs in)."""
+        sid = str(uuid.uuid4())
+        await self.call("attach", session=sid)
+        return sid
+
+    async def detach(self, sid: str) -> None:
+        """Drop a session made by attach; never called for the owner session."""
+        try:
+            await self.call("detach", session=sid)
+        except EngineError as exc:
+            log.warning("detach of a session failed: %s", exc.message)
+
+    async def ensure_root_user(self, user: str, password: str) -> None:
+        """Create the root owner on first start; an existing user keeps its password."""
+        # DEFINE USER takes no parameter for the password, so it is quoted as a literal; the
+        # statement is never logged.
+        await self.query(
+            f"DEFINE USER IF NOT EXISTS {quote_ident(user)} ON ROOT "
+            f"PASSWORD {quote_string(password)} ROLES OWNER")

@@ -1,0 +1,230 @@
+"""The HTTP/WebSocket listener: `/rpc` (WebSocket and POST), `/health`, `/version`.
+
+aiohttp serves both the WebSocket and the plain HTTP routes from one event loop, is already a
+dependency (the SDK uses it), and gives us the raw binary frames without re-framing, which is
+what a CBOR pass-through needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import weakref
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from dbhost.config import HostConfig
+from dbhost.connection import RpcConnection
+from dbhost.engine import Engine, EngineError
+from dbhost.frames import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    WRITE_METHODS,
+    RpcError,
+    error_frame,
+    parse_request,
+    restore_session,
+    with_session,
+)
+from dbhost.live import LiveHub
+
+log = logging.getLogger("dbhost.server")
+
+CBOR = "application/cbor"
+# Requests a single HTTP call cannot serve: they need a connection that stays open.
+HTTP_UNSUPPORTED = frozenset({"live", "kill", "attach", "detach", "begin", "commit", "cancel"})
+MAX_IN_FLIGHT_PER_CONNECTION = 64
+
+
+def hard_frame_cap(max_frame_bytes: int) -> int:
+    """Frames above the limit get an RPC error; above this cap the socket is closed (1009),
+    so a client cannot make the host buffer unbounded data."""
+    return max(4 * max_frame_bytes, max_frame_bytes + (1 << 20))
+
+
+class DbHostServer:
+    """The listener plus the engine and the LIVE hub it serves."""
+
+    def __init__(self, config: HostConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.live = LiveHub(engine, config.live_poll_interval_ms / 1000.0)
+        self.sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
+        self.connections = 0
+        self.app = web.Application(client_max_size=hard_frame_cap(config.max_frame_bytes))
+        self.app.router.add_get("/rpc", self.rpc_ws)
+        self.app.router.add_post("/rpc", self.rpc_http)
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/version", self.version)
+        self.runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Start the LIVE hub and listen."""
+        await self.live.start()
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.config.host, self.config.port)
+        await site.start()
+
+    async def stop(self) -> None:
+        """Close every client, stop the hub and the listener (the engine is closed by main)."""
+        for ws in list(self.sockets):
+            await ws.close(code=1001, message=b"server shutting down")
+        await self.live.stop()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    # -- plain HTTP ---------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        """GET /health: 200 while the engine answers."""
+        try:
+            await self.engine.call("version")
+        except EngineError as exc:
+            return web.json_response({"status": "error", "error": exc.message}, status=503)
+        return web.json_response({
+            "status": "ok",
+            "engine": self.engine.version,
+            "storage": "memory" if self.config.path is None else "surrealkv",
+            "connections": self.connections,
+            "live_queries": self.live.count(),
+        })
+
+    async def version(self, request: web.Request) -> web.Response:
+        """GET /version: the engine's version string."""
+        return web.json_response({"version": self.engine.version, "service": "svc-db"})
+
+    # -- WebSocket RPC ------------------------------------------------------------------
+
+    async def rpc_ws(self, request: web.Request) -> web.StreamResponse:
+        """GET /rpc upgraded to a WebSocket speaking CBOR RPC."""
+        ws = web.WebSocketResponse(protocols=("cbor",), compress=False,
+                                   max_msg_size=hard_frame_cap(self.config.max_frame_bytes))
+        await ws.prepare(request)
+        send_lock = asyncio.Lock()
+
+        async def send(frame: bytes) -> None:
+            async with send_lock:
+                await ws.send_bytes(frame)
+
+        peer = request.remote or "?"
+        conn = RpcConnection(self.engine, self.live, send, peer)
+        try:
+            await conn.open()
+        except EngineError as exc:
+            log.error("could not attach a session for %s: %s", peer, exc.message)
+            await ws.close(code=1011, message=b"engine unavailable")
+            return ws
+        self.sockets.add(ws)
+        self.connections += 1
+        log.info("connection open id=%s peer=%s", conn.conn_id, peer)
+        tasks: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT_PER_CONNECTION)
+
+        async def serve(data: bytes | str) -> None:
+            try:
+                try:
+                    req = parse_request(data, self.config.max_frame_bytes)
+                except RpcError as exc:
+                    log.warning("bad frame on connection %s: %s", conn.conn_id, exc.message)
+                    reply = error_frame(exc.req_id, exc.code, exc.message)
+                else:
+                    reply = await conn.handle(req)
+                if not ws.closed:
+                    await send(reply)
+            except (ConnectionError, RuntimeError) as exc:
+                log.debug("reply to closed connection %s dropped: %s", conn.conn_id, exc)
+            except Exception:
+                log.exception("request failed on connection %s", conn.conn_id)
+            finally:
+                slots.release()
+
+        try:
+            async for msg in ws:
+                if msg.type in (WSMsgType.BINARY, WSMsgType.TEXT):
+                    await slots.acquire()
+                    task = asyncio.create_task(serve(msg.data))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                elif msg.type == WSMsgType.ERROR:
+                    log.warning("connection %s error: %s", conn.conn_id, ws.exception())
+        finally:
+            for task in list(tasks):
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            await conn.close()
+            self.connections -= 1
+            log.info("connection close id=%s peer=%s code=%s", conn.conn_id, peer, ws.close_code)
+        return ws
+
+    # -- HTTP RPC -----------------------------------------------------------------------
+
+    async def rpc_http(self, request: web.Request) -> web.Response:
+        """POST /rpc: one CBOR request on a temporary session built from the headers."""
+        body = await request.read()
+        try:
+            req = parse_request(body, self.config.max_frame_bytes)
+            if req.method in HTTP_UNSUPPORTED:
+                raise RpcError(METHOD_NOT_FOUND,
+                               f"method {req.method} needs a WebSocket connection", req.id)
+        except RpcError as exc:
+            return web.Response(body=error_frame(exc.req_id, exc.code, exc.message),
+                                content_type=CBOR)
+        try:
+            sid = await self.engine.attach()
+        except EngineError as exc:
+            return web.Response(body=error_frame(req.id, INTERNAL_ERROR, exc.message),
+                                content_type=CBOR, status=503)
+        try:
+            failure = await self._prepare_http_session(request, sid)
+            if failure is not None:
+                return web.Response(body=error_frame(req.id, failure.code, failure.message),
+                                    content_type=CBOR)
+            if req.method == "query" and self.live.query_needs_host(req.params):
+                return web.Response(
+                    body=error_frame(req.id, METHOD_NOT_FOUND,
+                                     "LIVE and KILL need a WebSocket connection"),
+                    content_type=CBOR)
+            reply = await self.engine.execute(with_session(req, sid))
+            if req.method in WRITE_METHODS:
+                self.live.wake()
+            return web.Response(body=restore_session(reply, sid, req.session),
+                                content_type=CBOR)
+        finally:
+            await self.engine.detach(sid)
+
+    async def _prepare_http_session(self, request: web.Request, sid: str) -> EngineError | None:
+        auth = request.headers.get("Authorization", "")
+        try:
+            if auth.startswith("Bearer "):
+                await self.engine.call("authenticate", [auth[7:].strip()], sid)
+            elif auth.startswith("Basic "):
+                user, _, password = _basic_credentials(auth[6:])
+                await self.engine.call("signin", [{"user": user, "pass": password}], sid)
+            ns = request.headers.get("Surreal-NS") or request.headers.get("NS")
+            db = request.headers.get("Surreal-DB") or request.headers.get("DB")
+            if ns or db:
+                await self.engine.call("use", [ns, db], sid)
+        except EngineError as exc:
+            return exc
+        return None
+
+
+def _basic_credentials(encoded: str) -> tuple[str, str, str]:
+    try:
+        text = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return "", "", ""
+    return text.partition(":")
+
+
+def describe(value: Any) -> str:
+    """A short, secret-free description of a value for log lines."""
+    return type(value).__name__
+
+
+__all__ = ["DbHostServer", "INVALID_REQUEST"]
