@@ -1,0 +1,1 @@
+"""Differential tests of the view engine against the embedded SurrealDB engine."""

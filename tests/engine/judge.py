@@ -1,0 +1,175 @@
+"""The judge: the real SurrealDB engine (embedded, in-process) answering the same queries.
+
+Writes use full-row replacement (`UPSERT $id CONTENT $row` / `DELETE $id`), which is what the
+view engine sees on ingest. Values follow the engine's convention: Python ``None`` is NULL and an
+absent key is NONE. The official SDK's CBOR encoder writes ``None`` as NONE and cannot encode a
+``Duration`` for a 3.x server, so the judge encodes requests with its own small hook.
+
+``$auth`` is a protected variable in SurrealDB (it cannot be bound through ``query`` vars), so the
+judge rewrites ``$auth.id`` to a bound parameter ``$__judge_auth_id`` before running the query;
+the engine receives the query unchanged with ``params["auth"] = {"id": RecordID}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import timezone
+from typing import Any
+
+from surrealdb import Duration, RecordID
+from surrealdb.cbor import CBOREncoder, dumps
+from surrealdb.data import cbor as sdk_cbor
+from surrealdb_embedded import SyncEmbeddedDB
+
+_TAG_DURATION_COMPACT = 14
+_AUTH_ID = re.compile(r"\$auth\.id\b")
+TABLES = ("user", "thread", "comment")
+
+
+class JudgeError(RuntimeError):
+    """SurrealDB refused a statement the judge sent (a generator or harness bug)."""
+
+
+class _Null:
+    """Stands for NULL while encoding: the SDK's encoder hard-wires ``None`` to NONE."""
+
+
+_NULL = _Null()
+
+
+def _mark_nulls(value: Any) -> Any:
+    if value is None:
+        return _NULL
+    if isinstance(value, dict):
+        return {k: _mark_nulls(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mark_nulls(v) for v in value]
+    return value
+
+
+def _default(encoder: CBOREncoder, obj: Any) -> None:
+    """Encode NULL as CBOR null and Duration in the compact form a 3.x server reads."""
+    if isinstance(obj, _Null):
+        encoder.write(b"\xf6")
+        return
+    if isinstance(obj, Duration):
+        secs, nanos = obj.get_seconds_and_nano()
+        encoder.encode(sdk_cbor.CBORTag(_TAG_DURATION_COMPACT, [secs, nanos]))
+        return
+    sdk_cbor.default_encoder(encoder, obj)
+
+
+def encode(obj: Any) -> bytes:
+    """CBOR-encode an RPC request the way a 3.x server expects (NULL stays NULL)."""
+    return dumps(_mark_nulls(obj), default=_default, timezone=timezone.utc)
+
+
+def rewrite_auth(surql: str, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Replace `$auth.id` by a bound parameter, since `$auth` cannot be set through vars."""
+    out = {k: v for k, v in params.items() if k != "auth"}
+    if _AUTH_ID.search(surql):
+        auth = params.get("auth") or {}
+        out["__judge_auth_id"] = auth.get("id") if isinstance(auth, Mapping) else None
+        surql = _AUTH_ID.sub("$__judge_auth_id", surql)
+    return surql, out
+
+
+def iter_record_ids(tree: Any) -> Iterable[RecordID]:
+    """Every record id that is the `id` of a dict anywhere in a result tree (the membership)."""
+    if isinstance(tree, dict):
+        rid = tree.get("id")
+        if isinstance(rid, RecordID):
+            yield rid
+        for value in tree.values():
+            yield from iter_record_ids(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from iter_record_ids(value)
+
+
+class Judge:
+    """One isolated SurrealDB database in an embedded in-memory engine."""
+
+    _engine: SyncEmbeddedDB | None = None
+
+    def __init__(self, tables: Iterable[str] = TABLES) -> None:
+        if Judge._engine is None:
+            # One engine per process: each judge gets its own database inside it.
+            Judge._engine = SyncEmbeddedDB("mem://")
+            Judge._engine.connect()
+        self._db = Judge._engine
+        self._ids = itertools.count()
+        self._text_cache: dict[tuple[str, str, Any], str] = {}
+        self.database = "j" + uuid.uuid4().hex
+        self._rpc("use", ["judge", self.database])
+        for table in tables:
+            # Define every table up front: selecting a missing table is an error in 3.x.
+            self.run(f"DEFINE TABLE {table} SCHEMALESS")
+
+    def _rpc(self, method: str, params: list[Any]) -> Any:
+        raw = self._db.execute(encode({"id": next(self._ids), "method": method, "params": params}))
+        response = sdk_cbor.decode(raw)
+        if "error" in response:
+            raise JudgeError(f"{method} failed: {response['error']}")
+        return response["result"]
+
+    def run(self, surql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """Run one or more statements; return the result of the last, raising on any error."""
+        results = self._rpc("query", [surql, dict(params or {})])
+        for item in results:
+            if item["status"] != "OK":
+                raise JudgeError(f"{surql!r} with {params!r}: {item['result']}")
+        return results[-1]["result"]
+
+    def close(self) -> None:
+        """Drop this judge's database."""
+        try:
+            self._rpc("query", [f"REMOVE DATABASE {self.database}", {}])
+        except JudgeError:
+            pass
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def write(self, table: str, op: str, rid: RecordID, record: Mapping[str, Any] | None) -> None:
+        """Apply one event with full-row replacement semantics."""
+        if rid.table_name != table:
+            raise JudgeError(f"record {rid!r} is not in table {table}")
+        if op == "DELETE":
+            self.run("DELETE $id", {"id": rid})
+        elif op in ("CREATE", "UPDATE"):
+            row = {k: v for k, v in (record or {}).items() if k != "id"}
+            self.run("UPSERT $id CONTENT $row", {"id": rid, "row": row})
+        else:
+            raise JudgeError(f"unknown op {op!r}")
+
+    def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Insert rows (each with an `id` RecordID)."""
+        for row in rows:
+            self.write(table, "CREATE", row["id"], row)
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def query(self, surql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """The query's result rows, as SurrealDB returns them."""
+        text, bound = rewrite_auth(surql, params or {})
+        return self.run(text, bound)
+
+    def record_text(self, rid: RecordID) -> str:
+        """SurrealDB's own `<string>` text of a record id (cached)."""
+        key = (rid.table_name, type(rid.id).__name__, repr(rid.id))
+        text = self._text_cache.get(key)
+        if text is None:
+            text = self.run("RETURN <string> $r", {"r": rid})
+            self._text_cache[key] = text
+        return text
+
+    def members(self, surql: str, params: Mapping[str, Any] | None = None) -> set[str]:
+        """Membership: ids of every dict with a record-id `id` anywhere in the result tree."""
+        return {self.record_text(rid) for rid in iter_record_ids(self.query(surql, params))}
+
+    def table_ids(self, table: str) -> set[str]:
+        """Ids currently stored in a table."""
+        return {self.record_text(row["id"]) for row in self.run(f"SELECT id FROM {table}")}

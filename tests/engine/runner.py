@@ -1,0 +1,264 @@
+"""Replays a case against the view engine and the judge; reports the first disagreement.
+
+Checked after registration and after EVERY write, for every view:
+- ``members(view)`` equals the judge's membership for the same query over the same data;
+- the write's delta is exact: ``added`` = entered, ``removed`` = left, a view whose membership
+  changed is present, ``updated`` only names current members;
+and at the end of the sequence:
+- ``ingest_batch`` of the whole sequence on a fresh engine gives the same memberships, and its
+  merged delta per view is the net change (added = final - initial, removed = initial - final);
+- table counts match the judge, and table hashes are equal for equal contents whatever the
+  write order (a third engine loaded with the final rows in shuffled order).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from surrealdb import RecordID
+
+from tests.engine.codec import Case, Event, View
+from tests.engine.judge import TABLES, Judge
+
+
+@dataclass
+class Mismatch:
+    """The first disagreement found while replaying a case."""
+
+    step: str
+    view: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"at {self.step}, view {self.view!r}: {self.detail}"
+
+
+def engine_api() -> tuple[Any, Any]:
+    """Import the engine lazily (it is built in parallel with this suite)."""
+    from engine import QueryRejected, ViewEngine
+
+    return ViewEngine, QueryRejected
+
+
+def _ids(values: Iterable[Any] | None) -> set[str]:
+    return {str(v) for v in (values or ())}
+
+
+def _diff(expected: set[str], actual: set[str]) -> str:
+    return (f"expected {sorted(expected)}, got {sorted(actual)} "
+            f"(missing {sorted(expected - actual)}, extra {sorted(actual - expected)})")
+
+
+class Replay:
+    """One engine and one judge fed the same case."""
+
+    def __init__(self, case: Case) -> None:
+        view_engine, _ = engine_api()
+        self.case = case
+        self.judge = Judge()
+        self.engine = view_engine()
+        self.view_ids = [f"v{i}" for i in range(len(case.views))]
+
+    def text(self, rid: RecordID) -> str:
+        return self.judge.record_text(rid)
+
+    def engine_record(self, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return None if record is None else dict(record)
+
+    def load(self) -> None:
+        for table in TABLES:
+            rows = self.case.rows.get(table, [])
+            self.judge.load(table, rows)
+            self.engine.load(table, [dict(row) for row in rows])
+
+    def judge_members(self, view: View) -> set[str]:
+        return self.judge.members(view.surql, view.params)
+
+    def close(self) -> None:
+        self.judge.close()
+
+
+def run_case(case: Case, check_batch: bool = True) -> Mismatch | None:
+    """Replay ``case``; None when the engine agrees with SurrealDB everywhere."""
+    replay = Replay(case)
+    try:
+        return _run(replay, check_batch)
+    finally:
+        replay.close()
+
+
+def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
+    case, judge, eng = replay.case, replay.judge, replay.engine
+    _, query_rejected = engine_api()
+    replay.load()
+    current: dict[str, set[str]] = {}
+    for vid, view in zip(replay.view_ids, case.views):
+        expected = replay.judge_members(view)
+        try:
+            got = _ids(eng.register(vid, view.surql, dict(view.params)))
+        except query_rejected as exc:
+            return Mismatch("register", view.surql, f"rejected a supported query: {exc}")
+        if got != expected:
+            return Mismatch("register", view.surql, _diff(expected, got))
+        current[vid] = expected
+    initial = {vid: set(ms) for vid, ms in current.items()}
+
+    for n, (table, op, rid, record) in enumerate(case.writes):
+        step = f"write #{n} {op} {replay.text(rid)}"
+        judge.write(table, op, rid, record)
+        delta = eng.ingest(table, op, replay.text(rid), replay.engine_record(record)) or {}
+        for vid, view in zip(replay.view_ids, case.views):
+            expected = replay.judge_members(view)
+            got = _ids(eng.members(vid))
+            if got != expected:
+                return Mismatch(step, view.surql, "members " + _diff(expected, got))
+            bad = _check_delta(delta.get(vid), current[vid], expected)
+            if bad:
+                return Mismatch(step, view.surql, bad)
+            current[vid] = expected
+        unknown = set(delta) - set(replay.view_ids)
+        if unknown:
+            return Mismatch(step, "-", f"delta for unknown views {sorted(unknown)}")
+
+    for table in TABLES:
+        want = len(judge.table_ids(table))
+        if eng.table_count(table) != want:
+            return Mismatch("end", "-", f"table_count({table}) = {eng.table_count(table)}, "
+                                        f"judge has {want}")
+    if check_batch:
+        return _check_batch_and_hashes(replay, initial, current)
+    return None
+
+
+def _check_delta(delta: Any, before: set[str], after: set[str]) -> str | None:
+    entered, left = after - before, before - after
+    if delta is None:
+        if entered or left:
+            return f"no delta, but entered {sorted(entered)} left {sorted(left)}"
+        return None
+    added, removed, updated = _ids(delta.added), _ids(delta.removed), _ids(delta.updated)
+    if added != entered:
+        return "delta.added " + _diff(entered, added)
+    if removed != left:
+        return "delta.removed " + _diff(left, removed)
+    if not updated <= after:
+        return f"delta.updated names non-members {sorted(updated - after)}"
+    return None
+
+
+def final_rows(case: Case) -> dict[str, dict[Any, dict[str, Any]]]:
+    """Contents after the whole write sequence (a model of full-row replacement)."""
+    state = {t: {row["id"].id: row for row in case.rows.get(t, [])} for t in TABLES}
+    for table, op, rid, record in case.writes:
+        if op == "DELETE":
+            state[table].pop(rid.id, None)
+        else:
+            state[table][rid.id] = dict(record or {}, id=rid)
+    return state
+
+
+def _check_batch_and_hashes(replay: Replay, initial: dict[str, set[str]],
+                            final: dict[str, set[str]]) -> Mismatch | None:
+    view_engine, _ = engine_api()
+    case, eng = replay.case, replay.engine
+    batch = view_engine()
+    for table in TABLES:
+        batch.load(table, [dict(row) for row in case.rows.get(table, [])])
+    for vid, view in zip(replay.view_ids, case.views):
+        batch.register(vid, view.surql, dict(view.params))
+    events = [(t, op, replay.text(rid), replay.engine_record(rec))
+              for t, op, rid, rec in case.writes]
+    deltas = batch.ingest_batch(events) or {}
+    for vid, view in zip(replay.view_ids, case.views):
+        got = _ids(batch.members(vid))
+        if got != final[vid]:
+            return Mismatch("ingest_batch", view.surql, "members " + _diff(final[vid], got))
+        bad = _check_delta(deltas.get(vid), initial[vid], final[vid])
+        if bad:
+            return Mismatch("ingest_batch (merged delta)", view.surql, bad)
+
+    shuffled = view_engine()
+    rng = random.Random(len(case.writes))
+    for table, rows in final_rows(case).items():
+        ordered = list(rows.values())
+        rng.shuffle(ordered)
+        shuffled.load(table, ordered)
+    for table in TABLES:
+        hashes = {eng.table_hash(table), batch.table_hash(table), shuffled.table_hash(table)}
+        if len(hashes) != 1:
+            return Mismatch("end", "-", f"table_hash({table}) differs for equal contents: "
+                                        f"one-by-one {eng.table_hash(table)}, batch "
+                                        f"{batch.table_hash(table)}, loaded "
+                                        f"{shuffled.table_hash(table)}")
+    return None
+
+
+def shrink(case: Case, fails: Callable[[Case], bool] | None = None) -> Case:
+    """Greedy delta debugging: drop views, writes, rows and fields while the case still fails."""
+    def still_fails(candidate: Case) -> bool:
+        if fails is not None:
+            return fails(candidate)
+        try:
+            return run_case(candidate) is not None
+        except Exception:  # a crash is a failure too, keep shrinking toward it
+            return True
+
+    def without(seq: list[Any], i: int) -> list[Any]:
+        return seq[:i] + seq[i + 1:]
+
+    best = case
+    progress = True
+    while progress:
+        progress = False
+        for i in range(len(best.views) - 1, -1, -1):
+            if len(best.views) > 1:
+                cand = Case(best.rows, without(best.views, i), best.writes, best.note)
+                if still_fails(cand):
+                    best, progress = cand, True
+        for i in range(len(best.writes) - 1, -1, -1):
+            cand = Case(best.rows, best.views, _fix_ops(best.rows, _drop_write(best.writes, i)),
+                        best.note)
+            if still_fails(cand):
+                best, progress = cand, True
+        for table in list(best.rows):
+            for i in range(len(best.rows[table]) - 1, -1, -1):
+                rows = dict(best.rows)
+                rows[table] = without(rows[table], i)
+                cand = Case(rows, best.views, _fix_ops(rows, best.writes), best.note)
+                if still_fails(cand):
+                    best, progress = cand, True
+        for table in list(best.rows):
+            for i, row in enumerate(best.rows[table]):
+                for key in [k for k in row if k != "id"]:
+                    rows = dict(best.rows)
+                    rows[table] = list(rows[table])
+                    rows[table][i] = {k: v for k, v in row.items() if k != key}
+                    cand = Case(rows, best.views, best.writes, best.note)
+                    if still_fails(cand):
+                        best, progress = cand, True
+                        break
+    return best
+
+
+def _drop_write(writes: list[Event], i: int) -> list[Event]:
+    return writes[:i] + writes[i + 1:]
+
+
+def _fix_ops(rows: dict[str, list[dict[str, Any]]], writes: list[Event]) -> list[Event]:
+    """Keep ops consistent after removing rows: CREATE when absent, UPDATE when present."""
+    present = {(t, row["id"].id) for t, rs in rows.items() for row in rs}
+    out: list[Event] = []
+    for table, op, rid, record in writes:
+        key = (table, rid.id)
+        if op == "DELETE":
+            if key not in present:
+                continue
+            present.discard(key)
+        else:
+            op = "UPDATE" if key in present else "CREATE"
+            present.add(key)
+        out.append((table, op, rid, record))
+    return out
