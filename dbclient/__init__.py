@@ -1,1 +1,36 @@
+"""The database layer: one SurrealDB client (over the official SDK) for every component.
 
+Components reach the database only through this package and a URL (`SVC_DB_URL`), never by
+importing the database host, so code that works on the embedded host works on a real server.
+"""
+
+from dbclient.config import DbConfig, DbUrl, normalise_db_url
+from dbclient.database import Database, LiveSubscription
+from dbclient.errors import DbAuthError, DbConnectionError, DbError, DbQueryError, DbTimeout
+from dbclient.sql import (
+    build_transaction,
+    is_identifier,
+    rename_params,
+    require_identifier,
+    schema_fingerprint,
+    show_changes_sql,
+)
+
+__all__ = [
+    "Database",
+    "DbAuthError",
+    "DbConfig",
+    "DbConnectionError",
+    "DbError",
+    "DbQueryError",
+    "DbTimeout",
+    "DbUrl",
+    "LiveSubscription",
+    "build_transaction",
+    "is_identifier",
+    "normalise_db_url",
+    "rename_params",
+    "require_identifier",
+    "schema_fingerprint",
+    "show_changes_sql",
+]

@@ -1,0 +1,45 @@
+"""Typed failures of the database layer, one per thing a caller can act on.
+
+Messages carry the engine's own text and the statement index; they never carry bound
+parameter values or credentials (a value could be a secret or a user's private data).
+"""
+
+from __future__ import annotations
+
+
+class DbError(Exception):
+    """Base class: any failure talking to the database."""
+
+
+class DbConnectionError(DbError):
+    """The database could not be reached, or the connection died during a call."""
+
+
+class DbAuthError(DbError):
+    """Sign-in (or `use` of the namespace/database) was refused."""
+
+
+class DbTimeout(DbError):
+    """A call did not finish within the per-call timeout (`SVC_SSP_DB_TIMEOUT_SECS`)."""
+
+    def __init__(self, what: str, timeout_secs: float) -> None:
+        super().__init__(f"database call {what!r} timed out after {timeout_secs:g}s")
+        self.what = what
+        self.timeout_secs = timeout_secs
+
+
+class DbQueryError(DbError):
+    """The engine rejected a query, or one of its statements returned status ERR.
+
+    `statement_index` is the 0-based index of the failing statement in what the caller sent
+    (for `transaction`, the index into its list of statements), or None when the whole request
+    was refused (for example a parse error).
+    """
+
+    def __init__(self, message: str, statement_index: int | None = None,
+                 kind: str | None = None) -> None:
+        where = "query" if statement_index is None else f"statement {statement_index}"
+        super().__init__(f"{where} failed: {message}")
+        self.engine_message = message
+        self.statement_index = statement_index
+        self.kind = kind

@@ -1,0 +1,157 @@
+"""Pure helpers for building SurrealQL safely: identifiers, parameter renaming, batches.
+
+Values and record ids always travel as bound parameters. The few places where the engine
+only takes literals (`SHOW CHANGES ... SINCE <int> LIMIT <int>`, `INFO FOR TABLE <name>`,
+`DEFINE ... ON <name>`) go through `require_identifier` / `require_int` first, so nothing a
+caller passes can change the statement's meaning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import xxhash
+
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PARAM_CHARS = re.compile(r"[A-Za-z0-9_]")
+
+
+def is_identifier(name: object) -> bool:
+    """True when `name` is a plain SurrealQL identifier (letters, digits, `_`, not first digit)."""
+    return isinstance(name, str) and _IDENT_RE.match(name) is not None
+
+
+def require_identifier(name: object, what: str = "table") -> str:
+    """Return `name` if it is a plain identifier, else raise ValueError naming `what`."""
+    if not is_identifier(name):
+        raise ValueError(f"{what} name {name!r} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    assert isinstance(name, str)
+    return name
+
+
+def require_int(value: object, what: str, minimum: int = 0) -> int:
+    """Return `value` if it is an int (not bool) >= minimum, else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    return value
+
+
+def rename_params(sql: str, names: Sequence[str], prefix: str) -> str:
+    """Rewrite each `$name` (for `name` in `names`) in `sql` to `$<prefix><name>`.
+
+    Occurrences inside quoted strings, backtick/angle-quoted identifiers and comments are left
+    alone, and only whole parameter names are renamed (`$id` does not touch `$idx`), so engine
+    parameters the caller did not bind (`$auth`, `$before`, `$this`...) keep their meaning.
+    """
+    wanted = set(names)
+    for n in wanted:
+        require_identifier(n, "parameter")
+    out: list[str] = []
+    i, n_chars = 0, len(sql)
+    while i < n_chars:
+        c = sql[i]
+        if c in ("'", '"', "`"):
+            j = _skip_quoted(sql, i, c)
+            out.append(sql[i:j])
+            i = j
+        elif c == "⟨":
+            j = sql.find("⟩", i + 1)
+            j = n_chars if j < 0 else j + 1
+            out.append(sql[i:j])
+            i = j
+        elif c == "-" and sql.startswith("--", i) or c == "#" or (c == "/" and sql.startswith("//", i)):
+            j = sql.find("\n", i)
+            j = n_chars if j < 0 else j
+            out.append(sql[i:j])
+            i = j
+        elif c == "/" and sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            j = n_chars if j < 0 else j + 2
+            out.append(sql[i:j])
+            i = j
+        elif c == "$":
+            j = i + 1
+            while j < n_chars and _PARAM_CHARS.match(sql[j]):
+                j += 1
+            name = sql[i + 1:j]
+            out.append(f"${prefix}{name}" if name in wanted else sql[i:j])
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _skip_quoted(sql: str, start: int, quote: str) -> int:
+    """Index just past the string/identifier quoted by `quote` that starts at `start`."""
+    i = start + 1
+    while i < len(sql):
+        if sql[i] == "\\":
+            i += 2
+            continue
+        if sql[i] == quote:
+            return i + 1
+        i += 1
+    return len(sql)
+
+
+def build_transaction(
+    statements: Sequence[tuple[str, Mapping[str, Any] | None]],
+) -> tuple[str, dict[str, Any]]:
+    """Join statements into one `BEGIN; ...; COMMIT;` text with collision-free parameters.
+
+    Statement i's parameter `$name` becomes `$p<i>_name`, so two statements may both bind
+    `$id` to different values. Each entry must be exactly one statement (results are mapped
+    back by position). Returns (sql, vars).
+    """
+    if not statements:
+        raise ValueError("a transaction needs at least one statement")
+    parts = ["BEGIN TRANSACTION;"]
+    merged: dict[str, Any] = {}
+    for i, (sql, vars_) in enumerate(statements):
+        body = sql.strip().rstrip(";").strip()
+        if not body:
+            raise ValueError(f"statement {i} is empty")
+        vars_ = dict(vars_ or {})
+        prefix = f"p{i}_"
+        parts.append(rename_params(body, list(vars_), prefix) + ";")
+        for name, value in vars_.items():
+            merged[prefix + name] = value
+    parts.append("COMMIT TRANSACTION;")
+    return "\n".join(parts), merged
+
+
+def show_changes_sql(table: str, since: int, limit: int) -> str:
+    """`SHOW CHANGES FOR TABLE <table> SINCE <since> LIMIT <limit>` from validated parts.
+
+    The engine does not accept bound parameters here (and `SINCE d'...'` is broken in this
+    build), so the table must be a plain identifier and the numbers real ints before they are
+    formatted into the text.
+    """
+    require_identifier(table)
+    require_int(since, "since")
+    require_int(limit, "limit", minimum=1)
+    return f"SHOW CHANGES FOR TABLE {table} SINCE {since} LIMIT {limit}"
+
+
+def schema_fingerprint(table_definition: str, table_info: Mapping[str, Any]) -> str:
+    """A stable fingerprint of a table's schema (its DEFINE TABLE text plus INFO FOR TABLE).
+
+    Keys are sorted so the same schema always hashes the same; any change to a field, event,
+    index or permission moves it. Hex xxh3_64.
+    """
+    h = xxhash.xxh3_64()
+    h.update(table_definition.encode())
+    for section in sorted(table_info):
+        value = table_info[section]
+        h.update(b"\x00" + section.encode())
+        if isinstance(value, Mapping):
+            for key in sorted(value):
+                h.update(b"\x01" + str(key).encode() + b"\x02" + str(value[key]).encode())
+        else:
+            h.update(b"\x03" + str(value).encode())
+    return h.hexdigest()
