@@ -122,6 +122,8 @@ class Judge:
         for item in results:
             if item["status"] != "OK":
                 raise JudgeError(f"{surql!r} with {params!r}: {item['result']}")
+        if not results:
+            raise JudgeError(f"{surql!r} has no statement")
         return results[-1]["result"]
 
     def close(self) -> None:

@@ -1,0 +1,42 @@
+"""Reproduce a failing differential seed, shrink it and save it as a regression fixture.
+
+    python -m tests.engine.shrink SEED [SEED...]
+
+Writes ``tests/engine/fixtures/seed_<SEED>.json``; ``test_regressions.py`` replays it forever.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.engine.codec import dump_case
+from tests.engine.gen import make_case
+from tests.engine.runner import run_case, shrink
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def save_fixture(seed: int) -> Path | None:
+    """Shrink the case of ``seed`` if it fails; return the fixture path (None if it passes)."""
+    case = make_case(seed)
+    mismatch = run_case(case)
+    if mismatch is None:
+        return None
+    small = shrink(case)
+    small.note = f"seed {seed}: {run_case(small)}"
+    path = FIXTURES / f"seed_{seed}.json"
+    path.write_text(dump_case(small) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: one fixture per failing seed."""
+    for arg in argv:
+        path = save_fixture(int(arg))
+        print(f"seed {arg}: {'passes' if path is None else f'saved {path}'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,33 @@
+"""Differential test: random rows, views and writes; the engine must agree with SurrealDB.
+
+Each seed is one case (about 5 views x 25 writes, checked after every write, plus the batch and
+hash checks of ``runner.run_case``). A failure prints the shrunk case as JSON; keep it with
+``python -m tests.engine.shrink SEED`` so ``test_regressions.py`` replays it forever.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.codec import dump_case
+from tests.engine.gen import make_case
+from tests.engine.runner import run_case, shrink
+
+SEEDS = range(400)
+_SHRINK_BUDGET = [3]  # shrinking is slow: only the first few failures of a run are shrunk
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_engine_agrees_with_surrealdb_after_every_write(seed: int) -> None:
+    case = make_case(seed)
+    mismatch = run_case(case)
+    if mismatch is None:
+        return
+    detail = ""
+    if _SHRINK_BUDGET[0] > 0:
+        _SHRINK_BUDGET[0] -= 1
+        small = shrink(case)
+        detail = f"\nshrunk case ({run_case(small)}):\n{dump_case(small)}"
+    pytest.fail(f"seed {seed}: {mismatch}{detail}\n"
+                f"keep it: python -m tests.engine.shrink {seed}", pytrace=False)

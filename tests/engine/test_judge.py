@@ -1,0 +1,70 @@
+"""The judge and the generators, checked against SurrealDB alone (no view engine needed)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from surrealdb import Duration, RecordID
+
+from tests.engine.codec import case_from_json, case_to_json
+from tests.engine.gen import make_case
+from tests.engine.judge import Judge, rewrite_auth
+
+
+def test_judge_keeps_null_distinct_from_none() -> None:
+    judge = Judge()
+    judge.write("user", "CREATE", RecordID("user", 1), {"a": None, "d": Duration(3_600_000_000_000)})
+    assert judge.run("SELECT VALUE [type::of(a), type::of(b), type::of(d)] FROM user") == [
+        ["null", "none", "duration"]]
+    judge.close()
+
+
+def test_judge_rewrites_auth_id_to_a_bound_parameter() -> None:
+    text, params = rewrite_auth("SELECT * FROM thread WHERE author = $auth.id",
+                                {"auth": {"id": RecordID("user", 1)}, "x": 1})
+    assert text == "SELECT * FROM thread WHERE author = $__judge_auth_id"
+    assert params == {"x": 1, "__judge_auth_id": RecordID("user", 1)}
+
+
+def test_judge_membership_includes_subquery_and_fetched_rows_but_not_bare_links() -> None:
+    judge = Judge()
+    judge.write("user", "CREATE", RecordID("user", "a-b"), {"name": "x"})
+    judge.write("thread", "CREATE", RecordID("thread", 1), {"author": RecordID("user", "a-b")})
+    judge.write("comment", "CREATE", RecordID("comment", 1), {"thread": RecordID("thread", 1)})
+    assert judge.members("SELECT * FROM thread") == {"thread:1"}
+    assert judge.members("SELECT * FROM thread FETCH author") == {"thread:1", "user:`a-b`"}
+    assert judge.members("SELECT id, (SELECT id FROM comment WHERE thread = $parent.id) AS c "
+                         "FROM thread") == {"thread:1", "comment:1"}
+    assert judge.members("SELECT id, author.name AS n FROM thread") == {"thread:1"}
+    judge.close()
+
+
+def test_generated_queries_are_valid_surrealql_over_generated_data() -> None:
+    nonempty = 0
+    for seed in range(150):
+        case = make_case(seed)
+        judge = Judge()
+        for table, rows in case.rows.items():
+            judge.load(table, rows)
+        for view in case.views:
+            nonempty += bool(judge.members(view.surql, view.params))
+        for table, op, rid, record in case.writes:
+            judge.write(table, op, rid, record)
+        for view in case.views:
+            judge.members(view.surql, view.params)
+        judge.close()
+    # the generator must produce views that select something, or the suite proves little
+    assert nonempty > 150 * 5 // 2
+
+
+def test_case_json_round_trips_every_value_type() -> None:
+    row = {"id": RecordID("user", "a-b"), "n": None, "i": 1, "f": 1.0, "d": Decimal("2.5"),
+           "t": datetime(2024, 1, 1, tzinfo=timezone.utc), "du": Duration(5),
+           "l": [RecordID("thread", 1), {"x": "é"}]}
+    case = make_case(0)
+    case.rows["user"] = [row]
+    back = case_from_json(case_to_json(case))
+    assert back.rows["user"] == [row]
+    assert type(back.rows["user"][0]["f"]) is float and type(back.rows["user"][0]["i"]) is int
+    assert back.writes == case.writes and back.views == case.views
