@@ -40,6 +40,16 @@ class _Null:
 _NULL = _Null()
 
 
+class _NoneValue:
+    """Stands for NONE inside a value sent to SurrealDB (a test that needs NONE in an array)."""
+
+    def __repr__(self) -> str:
+        return "NONE"
+
+
+NONE_VALUE = _NoneValue()
+
+
 def _mark_nulls(value: Any) -> Any:
     if value is None:
         return _NULL
@@ -54,6 +64,9 @@ def _default(encoder: CBOREncoder, obj: Any) -> None:
     """Encode NULL as CBOR null and Duration in the compact form a 3.x server reads."""
     if isinstance(obj, _Null):
         encoder.write(b"\xf6")
+        return
+    if isinstance(obj, _NoneValue):
+        encoder.write(b"\xc6\xf6")
         return
     if isinstance(obj, Duration):
         secs, nanos = obj.get_seconds_and_nano()
