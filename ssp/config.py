@@ -1,0 +1,209 @@
+"""SSP settings: every variable of the spec's SSP environment table, read once, typed.
+
+Only `SspConfig.from_env` reads the environment; every other module receives this object.
+Variables the spec does not name but the process layout needs carry our own `SVC_SSP_` names
+and are marked "ours" below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dbclient.config import DbConfig
+
+REF_MODES = ("dedicated", "single")
+ALLOWLIST_MODES = ("off", "warn", "enforce")
+TRANSPORTS = ("http", "changefeed")
+
+
+class ConfigError(ValueError):
+    """A setting has a value we cannot use; the message names the variable."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name, "").strip().lower() or default
+    if raw not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
+def _addr(raw: str, name: str, default_port: int) -> tuple[str, int]:
+    text = raw.strip()
+    if not text:
+        return ("0.0.0.0", default_port)
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = text, str(default_port)
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"{name} must be host:port, got {raw!r}") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"{name} port must be 1-65535, got {port}")
+    return (host.strip("[]") or "0.0.0.0", port)
+
+
+def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
+
+
+@dataclass(frozen=True)
+class JobTable:
+    """One outbox job table from `SVC_JOB_CONFIG` (`auth_token` never printed)."""
+
+    key: str
+    name: str
+    base_url: str
+    auth_token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class SspConfig:
+    """Everything an SSP process needs to know, from the environment."""
+
+    listen_host: str
+    listen_port: int
+    advertise_addr: str | None
+    ssp_id: str
+    auth_secret: str | None = field(repr=False)
+    db: DbConfig
+    ref_mode: str
+    ingest_transport: str
+    ttl_cleanup_interval_secs: int
+    schema_poll_secs: int
+    job_tables: tuple[JobTable, ...]
+    snapshot_dir: Path | None
+    arena_dir: Path | None
+    checkpoint_interval_secs: int
+    arena_segment_mb: int
+    memory_limit_mb: int
+    register_max_wait_secs: int
+    view_metrics_flush_ms: int
+    anon_live_queries: bool
+    query_allowlist: str
+    query_update_throttle_ms: int
+    bootstrap_page_size: int
+    impersonation: bool
+    scheduler_url: str | None
+    heartbeat_interval_ms: int
+    backends: tuple[dict[str, Any], ...] = field(repr=False)
+    health_check_interval_secs: int
+    crdt_cache_size: int
+    crdt_fields: dict[str, list[str]]
+    # ours: process layout
+    shards: int
+    gateway_workers: int
+    run_dir: Path
+
+    @property
+    def standalone(self) -> bool:
+        return self.scheduler_url is None
+
+    @property
+    def hub_endpoint(self) -> str:
+        """ZeroMQ endpoint where the hub's ROUTER listens for gateway workers."""
+        return f"ipc://{self.run_dir}/hub.sock"
+
+    def shard_endpoint(self, index: int) -> str:
+        return f"ipc://{self.run_dir}/shard-{index}.sock"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "SspConfig":
+        """Read the SSP environment table; ConfigError names the first bad variable."""
+        host, port = _addr(env.get("SVC_SSP_LISTEN_ADDR", ""), "SVC_SSP_LISTEN_ADDR", 8667)
+        try:
+            db = DbConfig.from_env(env)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
+        if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
+            raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
+        jobs = []
+        for key, spec in jobs_raw.get("job_tables", {}).items():
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(
+                spec.get("base_url"), str
+            ):
+                raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key} needs string name and base_url")
+            jobs.append(JobTable(key, spec["name"], spec["base_url"], str(spec.get("auth_token", ""))))
+        backends = _json(env, "SVC_BACKENDS", None)
+        if backends is None:
+            backends = _json(env, "SVC_SCHEDULER_BACKENDS", [])
+        if not isinstance(backends, list) or not all(isinstance(b, dict) for b in backends):
+            raise ConfigError("SVC_BACKENDS must be a JSON array of objects")
+        crdt = _json(env, "SVC_CRDT_FIELDS", {})
+        if not isinstance(crdt, dict):
+            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...]")
+        snapshot_dir = env.get("SVC_SSP_SNAPSHOT_DIR", "").strip()
+        arena_dir = env.get("SVC_SSP_ARENA_DIR", "").strip()
+        ssp_id = env.get("SVC_SSP_ID", "").strip() or f"ssp-{uuid.uuid4()}"
+        run_dir = env.get("SVC_SSP_RUN_DIR", "").strip()  # ours: where the ipc sockets live
+        return cls(
+            listen_host=host,
+            listen_port=port,
+            advertise_addr=env.get("SVC_SSP_ADVERTISE_ADDR", "").strip() or None,
+            ssp_id=ssp_id,
+            auth_secret=env.get("SVC_AUTH_SECRET") or None,
+            db=db,
+            ref_mode=_choice(env, "SVC_SSP_REF_MODE", "dedicated", REF_MODES),
+            ingest_transport=_choice(env, "SVC_INGEST_TRANSPORT", "http", TRANSPORTS),
+            ttl_cleanup_interval_secs=_int(env, "TTL_CLEANUP_INTERVAL_SECS", 60, minimum=1),
+            schema_poll_secs=_int(env, "SVC_SCHEMA_POLL_SECS", 15),
+            job_tables=tuple(jobs),
+            snapshot_dir=Path(snapshot_dir) if snapshot_dir else None,
+            arena_dir=Path(arena_dir) if arena_dir else None,
+            checkpoint_interval_secs=_int(env, "SVC_SSP_CHECKPOINT_INTERVAL_SECS", 300, minimum=1),
+            arena_segment_mb=_int(env, "SVC_SSP_ARENA_SEGMENT_MB", 64, minimum=1),
+            memory_limit_mb=_int(env, "SVC_SSP_MEMORY_LIMIT_MB", 1024, minimum=1),
+            register_max_wait_secs=_int(env, "SVC_SSP_REGISTER_MAX_WAIT_SECS", 180, minimum=1),
+            view_metrics_flush_ms=_int(env, "SVC_SSP_VIEW_METRICS_FLUSH_MS", 2000, minimum=1),
+            anon_live_queries=_bool(env, "SVC_SSP_ANON_LIVE_QUERIES", False),
+            query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
+            query_update_throttle_ms=_int(env, "SVC_SSP_QUERY_UPDATE_THROTTLE_MS", 100),
+            bootstrap_page_size=_int(env, "SVC_SSP_BOOTSTRAP_PAGE_SIZE", 500, minimum=1),
+            impersonation=env.get("SVC_IMPERSONATION", "off").strip().lower() == "on",
+            scheduler_url=(env.get("SVC_SCHEDULER_URL", "").strip().rstrip("/") or None),
+            heartbeat_interval_ms=_int(env, "HEARTBEAT_INTERVAL_MS", 5000, minimum=1),
+            backends=tuple(backends),
+            health_check_interval_secs=_int(env, "SVC_HEALTH_CHECK_INTERVAL_SECS", 15, minimum=1),
+            crdt_cache_size=_int(env, "SVC_CRDT_CACHE_SIZE", 10000),
+            crdt_fields={str(k): list(v) for k, v in crdt.items()},
+            shards=_int(env, "SVC_SSP_SHARDS", os.cpu_count() or 1, minimum=1),  # ours
+            gateway_workers=_int(env, "SVC_SSP_GATEWAY_WORKERS", 1, minimum=1),  # ours
+            run_dir=Path(run_dir) if run_dir else Path(f"/tmp/svc-ssp-{ssp_id}"),
+        )
