@@ -142,11 +142,14 @@ def schema_fingerprint(table_definition: str, table_info: Mapping[str, Any]) -> 
     """A stable fingerprint of a table's schema (its DEFINE TABLE text plus INFO FOR TABLE).
 
     Keys are sorted so the same schema always hashes the same; any change to a field, event,
-    index or permission moves it. Hex xxh3_64.
+    index or permission moves it. The `lives` section (LIVE queries currently open on the
+    table) is not schema and is left out. Hex xxh3_64.
     """
     h = xxhash.xxh3_64()
     h.update(table_definition.encode())
     for section in sorted(table_info):
+        if section == "lives":
+            continue
         value = table_info[section]
         h.update(b"\x00" + section.encode())
         if isinstance(value, Mapping):

@@ -92,3 +92,5 @@ def test_fingerprint_is_stable_and_moves_with_any_change() -> None:
     changed = {**info, "fields": {**info["fields"], "a": "DEFINE FIELD a ON t TYPE string"}}
     assert schema_fingerprint("DEFINE TABLE t", changed) != base
     assert schema_fingerprint("DEFINE TABLE t SCHEMAFULL", info) != base
+    with_live = {**info, "lives": {"x": "LIVE SELECT * FROM t"}}
+    assert schema_fingerprint("DEFINE TABLE t", with_live) == base

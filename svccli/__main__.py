@@ -1,0 +1,101 @@
+"""`svc`: the operator command line. Subcommands: `svc schema apply`.
+
+Exit codes: 0 success, 2 bad configuration (flags, environment, project file, or a transport
+the database cannot support), 1 database errors. Messages say what is wrong and never print
+the database password or `SVC_AUTH_SECRET`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dbclient import Database, DbError
+
+from svccli.schema import apply_schema
+from svccli.settings import ConfigError, SchemaSettings, resolve_settings
+
+EXIT_OK = 0
+EXIT_DB_ERROR = 1
+EXIT_CONFIG = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree for every `svc` subcommand."""
+    parser = argparse.ArgumentParser(prog="svc", description="Incremental view service CLI.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    schema = sub.add_parser("schema", help="database schema of the service")
+    schema_sub = schema.add_subparsers(dest="action", required=True)
+    apply = schema_sub.add_parser(
+        "apply",
+        help="write meta tables and sync hooks (idempotent)",
+        description="Write the service's meta tables and hook every synced table into the "
+        "ingest transport. Database from SVC_DB_URL, SVC_DB_USER, SVC_DB_PASS, SVC_DB_NS, "
+        "SVC_DB_NAME. Transport: --transport, else SVC_INGEST_TRANSPORT, else sync.transport "
+        "in the project file, else http.",
+    )
+    apply.add_argument("--transport", choices=("http", "changefeed"),
+                       help="ingest transport (overrides SVC_INGEST_TRANSPORT and project file)")
+    apply.add_argument("--project", metavar="FILE",
+                       help="root project file (default: ./project.yml when present)")
+    apply.add_argument("--ingest-url", metavar="URL",
+                       help="the SSP's or scheduler's /ingest URL for transport http "
+                       "(default: SVC_INGEST_URL)")
+    apply.add_argument("--retention", metavar="DURATION",
+                       help="changefeed retention, e.g. 1h (default: SVC_CHANGEFEED_RETENTION "
+                       "or 1h)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `svc` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    if args.command == "schema" and args.action == "apply":
+        return _schema_apply(args)
+    raise AssertionError("argparse enforces the subcommands")
+
+
+def _schema_apply(args: argparse.Namespace) -> int:
+    try:
+        settings = resolve_settings(
+            os.environ,
+            transport_flag=args.transport,
+            project_flag=args.project,
+            ingest_url_flag=args.ingest_url,
+            retention_flag=args.retention,
+            cwd=Path.cwd(),
+        )
+    except ConfigError as e:
+        print(f"svc schema apply: configuration error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    return asyncio.run(_run_apply(settings))
+
+
+async def _run_apply(settings: SchemaSettings) -> int:
+    db = Database(settings.db)
+    try:
+        await db.connect()
+        report = await apply_schema(db, settings)
+    except ConfigError as e:
+        print(f"svc schema apply: configuration error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DbError as e:
+        print(f"svc schema apply: database error ({settings.db.ws_url}, "
+              f"{settings.db.namespace}/{settings.db.database}): {e}", file=sys.stderr)
+        return EXIT_DB_ERROR
+    finally:
+        await db.close()
+    print(f"svc schema apply: {settings.db.ws_url} {settings.db.namespace}/"
+          f"{settings.db.database} (transport from {settings.transport_source})")
+    for line in report.lines():
+        print("  " + line)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""`svc schema apply`: write the service's meta schema and per-table sync hooks, idempotently.
+
+What it writes
+- Meta tables (all SCHEMALESS; record users are refused unless stated):
+  `_00_query` (view rows; a record user may read, refresh `lastActiveAt` on, and delete only
+  its own rows: `auth_id = $auth.id`; only the service creates them and the other fields are
+  not writable by record users), `_00_version` (per-record content versions, id
+  `[table, record key]`), `_00_list_ref` (shared edge table for ref mode `single`,
+  `TYPE RELATION`, readable where `auth_id = $auth.id`, never writable by record users),
+  `_00_schema_state` (per synced table schema fingerprint, id = table name),
+  `_00_query_allowlist`, `_00_admin` (operator roster).
+- For every synced table (not `_00_*`, no `@nosync` in its comment, not a computed view):
+  field `_00_rv` = the row's content version, `($before ?? 0) + 1` on every write, computed by
+  the engine inside the writing transaction (a field VALUE, not an event writing the table back,
+  so there is no recursion and no second write); and an event that mirrors it into
+  `_00_version` (rv, deleted) in the same transaction. Events run without the writer's table
+  permissions, so record users' writes bump `_00_version` although they cannot read it.
+  - transport `changefeed`: `ALTER TABLE t CHANGEFEED <retention> INCLUDE ORIGINAL` (ALTER keeps
+    the table's type, schema mode, permissions, comment, fields and events) plus event
+    `_00_<t>_version`; meta tables `_00_query`, `_00_version` and `_00_list_ref` carry the same
+    changefeed (the scheduler reads `_00_query` deletes from it; the embedded host serves LIVE on
+    `_00_version`/`_00_list_ref` by tailing changefeeds).
+  - transport `http`: events `_00_<t>_mutation` and `_00_<t>_delete` that bump `_00_version` and
+    `http::post` `{table, op, id, record}` to the ingest URL with `Authorization: Bearer
+    <SVC_AUTH_SECRET>`, and `_00_dbsp_cleanup` on `_00_query` posting `{id}` to
+    `/view/unregister`. The URL and the secret live in database params `$_00_ingest_url`,
+    `$_00_unregister_url` and `$_00_ingest_secret` (PERMISSIONS NONE), bound as parameters
+    when defined, so the secret never appears in this command's output or in event text.
+- `_00_schema_state`: one row per synced table with its fingerprint (xxh3 of DEFINE TABLE +
+  INFO FOR TABLE), rewritten only when it moves; rows of tables no longer synced are removed.
+
+Re-running changes nothing: tables are (re)defined only when their definition differs (a table
+redefinition would add an entry to its changefeed), and fields, events and params are written
+with OVERWRITE, which leaves identical text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbclient import Database, DbQueryError, is_identifier, schema_fingerprint
+
+from svccli.settings import ConfigError, SchemaSettings, parse_duration_ns
+
+META_PREFIX = "_00_"
+NOSYNC_MARK = "@nosync"
+OWN_ROWS = "auth_id = $auth.id"
+
+
+class HttpTransportUnsupported(ConfigError):
+    """The database cannot run `http::*` functions, so transport http cannot work."""
+
+
+@dataclass(frozen=True)
+class MetaTable:
+    """One meta table: its kind, comment, record-user permissions, fields and feed."""
+
+    name: str
+    comment: str
+    select: str | None = None  # WHERE expression for record users; None = NONE
+    update: str | None = None
+    delete: str | None = None
+    relation: bool = False
+    fields: tuple[str, ...] = ()  # DEFINE FIELD tails: "<name> TYPE ..."
+    changefeed: bool = False  # carries the changefeed under transport `changefeed`
+
+
+_SERVICE_ONLY = "PERMISSIONS FOR select FULL, FOR create, update NONE"
+
+META_TABLES: tuple[MetaTable, ...] = (
+    MetaTable(
+        "_00_query",
+        "view rows: one per client session x query; deleting a row unregisters the view",
+        select=OWN_ROWS, update=OWN_ROWS, delete=OWN_ROWS, changefeed=True,
+        fields=(
+            f"surql TYPE option<string> {_SERVICE_ONLY}",
+            f"params TYPE any {_SERVICE_ONLY}",
+            f"clientId TYPE option<string> {_SERVICE_ONLY}",
+            f"auth_id TYPE any {_SERVICE_ONLY}",
+            "lastActiveAt TYPE option<datetime | string>",
+            f"ttl TYPE option<duration | string> {_SERVICE_ONLY}",
+            f"subscribers TYPE option<int> {_SERVICE_ONLY}",
+            f"rowCount TYPE option<int> {_SERVICE_ONLY}",
+            "state TYPE option<string> ASSERT $value = NONE OR $value IN "
+            f"['materializing', 'ready'] {_SERVICE_ONLY}",
+        ),
+    ),
+    MetaTable(
+        "_00_version",
+        "per-record content versions, id [table, record key]; rv mirrors _00_rv of the row",
+        changefeed=True,
+    ),
+    MetaTable(
+        "_00_list_ref",
+        "shared view-membership edges (ref mode single): in = view, out = row",
+        select=OWN_ROWS, relation=True, changefeed=True,
+    ),
+    MetaTable("_00_schema_state", "schema fingerprint per synced table, id = table name"),
+    MetaTable("_00_query_allowlist", "allowed query shapes, one row per <app>__<version>"),
+    MetaTable("_00_admin", "operator roster for the admin listener (managed by the CLI)"),
+)
+
+HTTP_PARAMS = ("_00_ingest_url", "_00_unregister_url", "_00_ingest_secret")
+
+
+# ---------------------------------------------------------------------- statement builders
+
+
+def meta_table_sql(t: MetaTable, retention: str | None) -> str:
+    """The DEFINE TABLE OVERWRITE statement for a meta table (retention None = no feed)."""
+    kind = "RELATION" if t.relation else "NORMAL"
+    assert "'" not in t.comment and "\\" not in t.comment, "comments are formatted as literals"
+    feed = f" CHANGEFEED {retention} INCLUDE ORIGINAL" if retention and t.changefeed else ""
+
+    def perm(expr: str | None) -> str:
+        return f"WHERE {expr}" if expr else "NONE"
+
+    return (
+        f"DEFINE TABLE OVERWRITE {t.name} TYPE {kind} SCHEMALESS{feed} COMMENT '{t.comment}' "
+        f"PERMISSIONS FOR select {perm(t.select)} FOR create NONE "
+        f"FOR update {perm(t.update)} FOR delete {perm(t.delete)}"
+    )
+
+
+def desired_meta_structure(t: MetaTable, retention_ns: int | None) -> dict[str, Any]:
+    """What `INFO FOR DB STRUCTURE` reports for `t` once defined (compared before redefining)."""
+    return {
+        "kind": "RELATION" if t.relation else "NORMAL",
+        "schemafull": False,
+        "comment": t.comment,
+        "permissions": {
+            "select": t.select or False,
+            "create": False,
+            "update": t.update or False,
+            "delete": t.delete or False,
+        },
+        "changefeed": (retention_ns, True) if retention_ns and t.changefeed else None,
+    }
+
+
+def current_structure(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Project an `INFO FOR DB STRUCTURE` table entry onto the keys we manage."""
+    feed = entry.get("changefeed")
+    kind = entry.get("kind") or {}
+    return {
+        "kind": kind.get("kind") if isinstance(kind, Mapping) else kind,
+        "schemafull": bool(entry.get("schemafull")),
+        "comment": entry.get("comment"),
+        "permissions": dict(entry.get("permissions") or {}),
+        "changefeed": _feed_tuple(feed),
+    }
+
+
+def _feed_tuple(feed: Any) -> tuple[int, bool] | None:
+    if not isinstance(feed, Mapping):
+        return None
+    expiry = feed.get("expiry")
+    elapsed = getattr(expiry, "elapsed", expiry)
+    return (int(elapsed) if elapsed is not None else 0, bool(feed.get("original")))
+
+
+def version_upsert(table: str, which: str, deleted: bool) -> str:
+    """UPSERT of the `_00_version` row of the record in `$before`/`$after` (`which`)."""
+    rv = f"(${which}._00_rv ?? 0) + 1" if deleted else f"${which}._00_rv"
+    return (f"UPSERT type::record('_00_version', ['{table}', record::id(${which}.id)]) "
+            f"SET rv = {rv}, deleted = {'true' if deleted else 'false'}")
+
+
+def synced_table_sql(table: str, transport: str, retention: str,
+                     current_feed: tuple[int, bool] | None) -> list[str]:
+    """Statements that hook one application table into the service (idempotent)."""
+    if not is_identifier(table):
+        raise ValueError(f"table {table!r} is not a plain identifier")
+    out: list[str] = []
+    if transport == "changefeed" and current_feed != (parse_duration_ns(retention), True):
+        out.append(f"ALTER TABLE {table} CHANGEFEED {retention} INCLUDE ORIGINAL")
+    # The engine computes the version from the field's own previous value ($before in a field
+    # VALUE), so writes by record users bump it too, and a client-supplied value is ignored.
+    out.append(f"DEFINE FIELD OVERWRITE _00_rv ON {table} TYPE int VALUE ($before ?? 0) + 1 "
+               "COMMENT 'row content version, bumped by every write (svc schema apply)'")
+    if transport == "changefeed":
+        out += [
+            f"REMOVE EVENT IF EXISTS _00_{table}_mutation ON {table}",
+            f"REMOVE EVENT IF EXISTS _00_{table}_delete ON {table}",
+            f"DEFINE EVENT OVERWRITE _00_{table}_version ON {table} WHEN true THEN {{ "
+            f"IF $event = 'DELETE' {{ {version_upsert(table, 'before', True)}; }} "
+            f"ELSE {{ {version_upsert(table, 'after', False)}; }}; }}",
+        ]
+    else:
+        headers = "{ Authorization: 'Bearer ' + $_00_ingest_secret }"
+        out += [
+            f"REMOVE EVENT IF EXISTS _00_{table}_version ON {table}",
+            f"DEFINE EVENT OVERWRITE _00_{table}_mutation ON {table} "
+            f"WHEN $event IN ['CREATE', 'UPDATE'] THEN {{ "
+            f"{version_upsert(table, 'after', False)}; "
+            f"http::post($_00_ingest_url, {{ table: '{table}', op: $event, "
+            f"id: <string> $after.id, record: $after }}, {headers}); }}",
+            f"DEFINE EVENT OVERWRITE _00_{table}_delete ON {table} WHEN $event = 'DELETE' THEN {{ "
+            f"{version_upsert(table, 'before', True)}; "
+            f"http::post($_00_ingest_url, {{ table: '{table}', op: 'DELETE', "
+            f"id: <string> $before.id, record: $before }}, {headers}); }}",
+        ]
+    return out
+
+
+def query_cleanup_sql(transport: str) -> str:
+    """`_00_dbsp_cleanup` on `_00_query` (http) or its removal (changefeed reads deletes)."""
+    if transport == "changefeed":
+        return "REMOVE EVENT IF EXISTS _00_dbsp_cleanup ON _00_query"
+    return ("DEFINE EVENT OVERWRITE _00_dbsp_cleanup ON _00_query WHEN $event = 'DELETE' THEN { "
+            "http::post($_00_unregister_url, { id: <string> record::id($before.id) }, "
+            "{ Authorization: 'Bearer ' + $_00_ingest_secret }); }")
+
+
+# ---------------------------------------------------------------------- apply
+
+
+@dataclass
+class ApplyReport:
+    """What `apply_schema` did, per object: created, updated or unchanged."""
+
+    transport: str
+    meta: dict[str, str] = field(default_factory=dict)
+    synced: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    removed_state: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """A short human summary (never contains the secret or the ingest URL's params)."""
+        out = [f"transport: {self.transport}"]
+        out += [f"meta   {name}: {status}" for name, status in self.meta.items()]
+        out += [f"synced {name}: {status}" for name, status in self.synced.items()]
+        out += [f"skip   {name}: {why}" for name, why in self.skipped.items()]
+        out += [f"schema state removed for {name}" for name in self.removed_state]
+        changed = sum(1 for s in [*self.meta.values(), *self.synced.values()] if s != "unchanged")
+        out.append(f"{changed} object(s) created or updated, "
+                   f"{len(self.meta) + len(self.synced) - changed} unchanged")
+        return out
+
+
+async def probe_http_functions(db: Database, url: str) -> None:
+    """Fail with HttpTransportUnsupported when the database cannot run `http::*` functions.
+
+    A network failure (the ingest service not up yet) proves the functions exist and passes.
+    """
+    try:
+        await db.query("RETURN http::head($u)", {"u": url})
+    except DbQueryError as e:
+        msg = e.engine_message
+        low = msg.lower()
+        if "not enabled" in low or "not allowed" in low or "capabilit" in low:
+            raise HttpTransportUnsupported(
+                "transport http needs the database to run http::post in events, but it "
+                f"refuses: {msg}. Use --transport changefeed (or sync.transport: changefeed), "
+                "or enable network functions on the database server.") from None
+
+
+async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
+    """Write the meta schema and sync hooks for `settings.transport`. Idempotent."""
+    transport = settings.transport
+    retention = settings.retention
+    retention_ns = parse_duration_ns(retention) if transport == "changefeed" else None
+    report = ApplyReport(transport)
+
+    if transport == "http":
+        assert settings.ingest_url is not None
+        await probe_http_functions(db, settings.ingest_url)
+
+    structure = await _structure(db)
+    definitions = await db.table_definitions()
+    before = {name: await _fingerprint(db, name, definitions) for name in definitions}
+
+    for t in META_TABLES:
+        statements: list[tuple[str, dict[str, Any] | None]] = []
+        cur = structure.get(t.name)
+        if cur is None or current_structure(cur) != desired_meta_structure(t, retention_ns):
+            statements.append((meta_table_sql(t, retention if retention_ns else None), None))
+        for f in t.fields:
+            statements.append((f"DEFINE FIELD OVERWRITE {f.split(' ', 1)[0]} ON {t.name} "
+                               f"{f.split(' ', 1)[1]}", None))
+        if t.name == "_00_query":
+            statements.append((query_cleanup_sql(transport), None))
+        if statements:
+            await db.transaction(statements)
+
+    if transport == "http":
+        assert settings.ingest_url is not None and settings.service_base_url is not None
+        await db.transaction([
+            ("DEFINE PARAM OVERWRITE $_00_ingest_url VALUE $v PERMISSIONS NONE",
+             {"v": settings.ingest_url}),
+            ("DEFINE PARAM OVERWRITE $_00_unregister_url VALUE $v PERMISSIONS NONE",
+             {"v": settings.service_base_url + "/view/unregister"}),
+            ("DEFINE PARAM OVERWRITE $_00_ingest_secret VALUE $v PERMISSIONS NONE",
+             {"v": settings.auth_secret}),
+        ])
+    else:
+        await db.transaction([(f"REMOVE PARAM IF EXISTS ${p}", None) for p in HTTP_PARAMS])
+
+    synced: list[str] = []
+    for name in sorted(structure):
+        entry = structure[name]
+        if name.startswith(META_PREFIX):
+            continue
+        if NOSYNC_MARK in str(entry.get("comment") or ""):
+            report.skipped[name] = "comment has @nosync"
+            continue
+        if entry.get("view"):
+            report.skipped[name] = "computed view table (DEFINE TABLE ... AS SELECT)"
+            continue
+        if not is_identifier(name):
+            raise ConfigError(
+                f"table {name!r} is not a plain identifier, so it cannot be synced; rename it "
+                f"or add {NOSYNC_MARK} to its comment")
+        feed = _feed_tuple(entry.get("changefeed"))
+        await db.transaction([(s, None) for s in synced_table_sql(name, transport, retention,
+                                                                  feed)])
+        synced.append(name)
+
+    definitions = await db.table_definitions()
+    after = {name: await _fingerprint(db, name, definitions) for name in definitions}
+    for t in META_TABLES:
+        report.meta[t.name] = _status(before.get(t.name), after.get(t.name))
+    for name in synced:
+        report.synced[name] = _status(before.get(name), after.get(name))
+        report.fingerprints[name] = after[name]
+
+    await _write_schema_state(db, report)
+    return report
+
+
+async def _structure(db: Database) -> dict[str, dict[str, Any]]:
+    info = await db.query_one("INFO FOR DB STRUCTURE", idempotent=True)
+    return {str(t["name"]): t for t in (info or {}).get("tables") or []}
+
+
+async def _fingerprint(db: Database, name: str, definitions: Mapping[str, str]) -> str | None:
+    if not is_identifier(name):
+        return None
+    return schema_fingerprint(definitions[name], await db.table_info(name))
+
+
+def _status(before: str | None, after: str | None) -> str:
+    if before is None:
+        return "created"
+    return "unchanged" if before == after else "updated"
+
+
+async def _write_schema_state(db: Database, report: ApplyReport) -> None:
+    rows = await db.query_one("SELECT id, fingerprint FROM _00_schema_state", idempotent=True)
+    existing = {str(r["id"].id): r.get("fingerprint") for r in rows or []}
+    statements: list[tuple[str, dict[str, Any] | None]] = []
+    for name, fp in report.fingerprints.items():
+        if existing.get(name) != fp:
+            statements.append((
+                "UPSERT type::record('_00_schema_state', $t) SET fingerprint = $fp, "
+                "transport = $tr, updated_at = time::now()",
+                {"t": name, "fp": fp, "tr": report.transport}))
+    for name in sorted(set(existing) - set(report.fingerprints)):
+        statements.append(("DELETE type::record('_00_schema_state', $t)", {"t": name}))
+        report.removed_state.append(name)
+    if statements:
+        await db.transaction(statements)

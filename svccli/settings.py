@@ -1,0 +1,154 @@
+"""Settings of `svc schema apply`, resolved once from flags, environment and project file.
+
+Precedence for the ingest transport: `--transport` flag, then `SVC_INGEST_TRANSPORT`, then
+`sync.transport` in the root project file, then the specification's default `http`. The
+environment overrides the file because the file is checked in and shared, while the
+environment describes this deployment (the same rule the scheduler applies to
+`SVC_INGEST_TRANSPORT`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from dbclient import DbConfig
+
+TRANSPORTS = ("http", "changefeed")
+DEFAULT_TRANSPORT = "http"
+DEFAULT_RETENTION = "1h"
+
+_DURATION_PART = re.compile(r"(\d+)(ns|us|µs|ms|s|m|h|d|w|y)")
+_UNIT_NS = {
+    "ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+    "m": 60_000_000_000, "h": 3_600_000_000_000, "d": 86_400_000_000_000,
+    "w": 7 * 86_400_000_000_000, "y": 365 * 86_400_000_000_000,
+}
+
+
+class ConfigError(ValueError):
+    """Bad configuration: the command exits 2 with this message."""
+
+
+def parse_duration_ns(text: str) -> int:
+    """Parse a SurrealQL duration literal such as `1h`, `90m` or `1h30m` into nanoseconds."""
+    t = text.strip()
+    pos, total = 0, 0
+    while pos < len(t):
+        m = _DURATION_PART.match(t, pos)
+        if m is None:
+            raise ConfigError(f"changefeed retention {text!r} is not a duration like 1h, 30m, 7d")
+        total += int(m.group(1)) * _UNIT_NS[m.group(2)]
+        pos = m.end()
+    if total <= 0:
+        raise ConfigError(f"changefeed retention {text!r} must be a positive duration")
+    return total
+
+
+@dataclass(frozen=True)
+class SchemaSettings:
+    """Everything `schema apply` needs, validated."""
+
+    db: DbConfig
+    transport: str
+    transport_source: str  # "flag", "env", "project file <path>", "default"
+    retention: str = DEFAULT_RETENTION
+    ingest_url: str | None = None  # full URL of the SSP's or scheduler's /ingest
+    auth_secret: str = field(default="", repr=False)  # never shown
+
+    @property
+    def service_base_url(self) -> str | None:
+        """The ingest URL without its trailing `/ingest` (for `/view/unregister`)."""
+        if self.ingest_url is None:
+            return None
+        url = self.ingest_url.rstrip("/")
+        return url[: -len("/ingest")] if url.endswith("/ingest") else url
+
+
+def read_project_transport(path: Path) -> str | None:
+    """`sync.transport` from a YAML project file (None when the key is absent)."""
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read project file {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"project file {path} is not valid YAML: {e}") from None
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ConfigError(f"project file {path} must be a mapping at the top level")
+    sync = data.get("sync")
+    if sync is None:
+        return None
+    if not isinstance(sync, dict):
+        raise ConfigError(f"project file {path}: `sync` must be a mapping")
+    transport = sync.get("transport")
+    if transport is None:
+        return None
+    if not isinstance(transport, str):
+        raise ConfigError(f"project file {path}: `sync.transport` must be a string")
+    return transport
+
+
+def resolve_settings(
+    env: Mapping[str, str],
+    *,
+    transport_flag: str | None,
+    project_flag: str | None,
+    ingest_url_flag: str | None,
+    retention_flag: str | None,
+    cwd: Path,
+) -> SchemaSettings:
+    """Build SchemaSettings from flags, env and the project file. Raises ConfigError."""
+    try:
+        db = DbConfig.from_env(env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+    project_path = Path(project_flag) if project_flag else cwd / "project.yml"
+    if project_flag and not project_path.is_file():
+        raise ConfigError(f"project file {project_path} does not exist")
+    file_transport = read_project_transport(project_path) if project_path.is_file() else None
+
+    env_transport = env.get("SVC_INGEST_TRANSPORT", "").strip() or None
+    if transport_flag:
+        transport, source = transport_flag, "flag --transport"
+    elif env_transport:
+        transport, source = env_transport, "SVC_INGEST_TRANSPORT"
+    elif file_transport:
+        transport, source = file_transport, f"project file {project_path}"
+    else:
+        transport, source = DEFAULT_TRANSPORT, "default"
+    transport = transport.strip().lower()
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"ingest transport {transport!r} (from {source}) must be one of "
+                          + ", ".join(TRANSPORTS))
+
+    retention = (retention_flag or env.get("SVC_CHANGEFEED_RETENTION", "").strip()
+                 or DEFAULT_RETENTION)
+    parse_duration_ns(retention)
+
+    ingest_url = (ingest_url_flag or env.get("SVC_INGEST_URL", "")).strip() or None
+    if ingest_url is not None:
+        parts = urlsplit(ingest_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"ingest URL {ingest_url!r} must be an http(s) URL with a host")
+        if parts.username or parts.password:
+            raise ConfigError("ingest URL must not contain credentials; use SVC_AUTH_SECRET")
+    if transport == "http" and ingest_url is None:
+        raise ConfigError("transport http needs the ingest URL: --ingest-url or SVC_INGEST_URL "
+                          "(the SSP's or scheduler's /ingest)")
+    return SchemaSettings(
+        db=db,
+        transport=transport,
+        transport_source=source,
+        retention=retention,
+        ingest_url=ingest_url,
+        auth_secret=env.get("SVC_AUTH_SECRET", ""),
+    )
