@@ -86,11 +86,11 @@ class RpcConnection:
             return await self._detach(req)
         sid = self.engine_session(req.session)
         if m == "live":
-            return self._reply(req, await self.live.rpc_live(self, sid, req.params))
+            return self._reply(req, await self.live.rpc_live(self, sid, req.params, req.session))
         if m == "kill":
             return self._reply(req, await self.live.rpc_kill(self, req.params))
         if m == "query" and self.live.query_needs_host(req.params):
-            return self._reply(req, await self.live.run_query(self, sid, req.params))
+            return self._reply(req, await self.live.run_query(self, sid, req.params, req.session))
         reply = await self.engine.execute(with_session(req, sid))
         if m in WRITE_METHODS:
             self.live.wake()

@@ -65,16 +65,22 @@ class Engine:
     async def call(self, method: str, params: list[Any] | None = None,
                    session: str | None = None) -> Any:
         """Call one RPC method and return its result; raises EngineError on an error reply."""
+        reply = await self.call_raw(method, params, session)
+        err = reply.get("error")
+        if err is not None:
+            raise EngineError(int(err.get("code", -32000)), str(err.get("message", err)))
+        return reply.get("result")
+
+    async def call_raw(self, method: str, params: list[Any] | None = None,
+                       session: str | None = None) -> dict[str, Any]:
+        """Call one RPC method and return the whole decoded reply (result or error)."""
         req: dict[str, Any] = {"id": f"host-{next(self._ids)}", "method": method}
         if params is not None:
             req["params"] = params
         if session is not None:
             req["session"] = session
-        reply = decode(await self._db.execute(encode(req)))
-        err = reply.get("error")
-        if err is not None:
-            raise EngineError(int(err.get("code", -32000)), str(err.get("message", err)))
-        return reply.get("result")
+        reply: dict[str, Any] = decode(await self._db.execute(encode(req)))
+        return reply
 
     async def query(self, text: str, variables: dict[str, Any] | None = None,
                     session: str | None = None) -> list[Any]:

@@ -1,54 +1,499 @@
-"""LIVE queries (placeholder until the changefeed tailer lands)."""
+"""LIVE queries served by the host, fed by tailing table changefeeds.
+
+The embedded engine has no live queries, so the host keeps them: `live`/`kill` RPC methods
+and `LIVE SELECT`/`KILL` statements register and drop subscriptions here; one feed per
+(namespace, database, table) reads `SHOW CHANGES ... SINCE <versionstamp>`, and each change is
+checked in the SUBSCRIBER's own engine session against the table's select permission (for
+record users) and the LIVE WHERE clause, using the row as it was after the change (or before
+it, for a DELETE). So a record user never receives a row its permissions hide.
+
+The feed is read right after any write that passes through the host (`wake`) and otherwise
+every poll interval, for writes from elsewhere.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dbhost.engine import Engine
-from dbhost.frames import LIVE_ERROR, RpcError
+from surrealdb.data.cbor import encode
+from surrealdb.data.types.table import Table
+
+from dbhost.engine import Engine, EngineError, quote_ident
+from dbhost.frames import INVALID_PARAMS, LIVE_ERROR, RpcError
+from dbhost.liveql import (
+    LiveSpec,
+    LiveSyntaxError,
+    as_uuid,
+    mentions_live,
+    parse_kill,
+    parse_live,
+    split_statements,
+    statement_kind,
+)
+from dbhost.patches import PatchError, apply_patch, make_diff
 
 if TYPE_CHECKING:
     from dbhost.connection import RpcConnection
 
+log = logging.getLogger("dbhost.live")
+
+FEED_BATCH = 1000
+# Re-read this much of the feed's recent past on each round, so that a transaction whose
+# versionstamp is older than one already read but which became visible later is not lost.
+OVERLAP_VS = 200 << 16
+EVAL_CHUNK = 200
+DEFAULT_CHANGEFEED = "1h"
+
+
+def now_versionstamp() -> int:
+    """The engine's versionstamp for the current instant: (unix ms << 16) | counter."""
+    return (time.time_ns() // 1_000_000) << 16
+
+
+@dataclass
+class Change:
+    """One row change read from a changefeed."""
+
+    vs: int
+    action: str  # CREATE, UPDATE, DELETE
+    record: Any
+    after: Any  # row after the change (None for DELETE)
+    reverse_patch: list[dict[str, Any]] | None = None  # turns `after` back into the row before
+    original: Any = None  # the row before a DELETE
+
+    def before(self) -> Any:
+        """The row before the change, when the feed lets us rebuild it."""
+        if self.action == "DELETE":
+            return self.original
+        if self.action == "CREATE" or self.reverse_patch is None:
+            return None
+        try:
+            return apply_patch(self.after, self.reverse_patch)
+        except PatchError as exc:
+            log.warning("could not rebuild the row before %s: %s", self.record, exc)
+            return None
+
+
+@dataclass
+class LiveQuery:
+    """One subscription."""
+
+    id: uuid.UUID
+    conn: RpcConnection
+    session: str  # engine session its changes are checked in
+    client_session: Any
+    ns: str
+    db: str
+    spec: LiveSpec
+    variables: dict[str, Any]
+    record_user: bool  # table permissions apply to it
+    start_vs: int
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.ns, self.db, self.spec.table)
+
+
+@dataclass
+class TableFeed:
+    """The changefeed reader of one table and the live queries it serves."""
+
+    ns: str
+    db: str
+    table: str
+    next_vs: int  # first versionstamp not yet read
+    floor_vs: int  # never read below this (the feed's creation)
+    seen: dict[int, None] = field(default_factory=dict)
+    queries: dict[uuid.UUID, LiveQuery] = field(default_factory=dict)
+
+
+def parse_changes(batches: list[dict[str, Any]]) -> list[Change]:
+    """Turn `SHOW CHANGES` output into row changes, in commit order."""
+    out: list[Change] = []
+    for batch in batches:
+        vs = int(batch.get("versionstamp", 0))
+        for entry in batch.get("changes", []):
+            if "delete" in entry:
+                d = entry["delete"] or {}
+                original = d.get("original")
+                rid = d.get("id")
+                if original is None:
+                    original = {"id": rid}
+                out.append(Change(vs, "DELETE", rid, None, original=original))
+            elif "current" in entry:
+                row = entry["current"]
+                patch = entry.get("update")
+                out.append(Change(vs, "UPDATE", _rid(row), row,
+                                  reverse_patch=patch if isinstance(patch, list) else None))
+            elif "update" in entry:
+                row = entry["update"]
+                out.append(Change(vs, "CREATE", _rid(row), row))
+            # define_table and other schema entries carry no row
+    return out
+
+
+def _rid(row: Any) -> Any:
+    return row.get("id") if isinstance(row, dict) else None
+
+
+def _stmt_result(result: Any, status: str = "OK") -> dict[str, Any]:
+    return {"status": status, "result": result, "time": "0ns", "type": None}
+
 
 class LiveHub:
-    """Registry of live queries."""
+    """All live queries of the host and the loop that feeds them."""
 
-    def __init__(self, engine: Engine, poll_interval: float) -> None:
+    def __init__(self, engine: Engine, poll_interval: float, root_user: str,
+                 root_password: str) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
+        self._root = {"user": root_user, "pass": root_password}
+        self.queries: dict[uuid.UUID, LiveQuery] = {}
+        self.feeds: dict[tuple[str, str, str], TableFeed] = {}
+        self._tail_sessions: dict[tuple[str, str], str] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._setup_lock = asyncio.Lock()
+        self.notifications_sent = 0
+        self.evaluation_errors = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the tailer."""
+        """Start the feed loop."""
+        self._task = asyncio.create_task(self._run(), name="live-feeds")
 
     async def stop(self) -> None:
-        """Stop the tailer."""
+        """Stop the feed loop and forget every subscription."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self.queries.clear()
+        self.feeds.clear()
+        for sid in self._tail_sessions.values():
+            await self.engine.detach(sid)
+        self._tail_sessions.clear()
 
     def wake(self) -> None:
-        """A write passed through the host."""
+        """A write passed through the host: read the feeds now instead of at the next poll."""
+        if self.feeds:
+            self._wake.set()
 
     def count(self) -> int:
-        """Number of live queries."""
-        return 0
+        """How many live queries are registered."""
+        return len(self.queries)
 
-    async def kill_connection(self, conn: RpcConnection) -> None:
-        """Kill a connection's live queries."""
-
-    async def kill_session(self, conn: RpcConnection, sid: str) -> None:
-        """Kill a session's live queries."""
+    # -- RPC entry points -----------------------------------------------------------------
 
     def query_needs_host(self, params: Any) -> bool:
-        """Whether a query holds LIVE or KILL statements."""
+        """Whether a `query` request holds LIVE or KILL statements the host must answer."""
+        return (isinstance(params, list) and bool(params) and isinstance(params[0], str)
+                and mentions_live(params[0]))
+
+    async def rpc_live(self, conn: RpcConnection, sid: str, params: Any,
+                       client_session: Any = None) -> uuid.UUID:
+        """The `live` method: params [table, diff?]."""
+        if not isinstance(params, list) or not params:
+            raise RpcError(INVALID_PARAMS, "live expects [table, diff?]")
+        target = params[0]
+        if isinstance(target, Table):
+            table = target.table_name
+        elif isinstance(target, str) and target:
+            table = target
+        else:
+            raise RpcError(INVALID_PARAMS, "live expects a table name")
+        diff = bool(params[1]) if len(params) > 1 else False
+        return await self.subscribe(conn, sid, LiveSpec(table, diff, "*", None), {},
+                                    client_session)
+
+    async def rpc_kill(self, conn: RpcConnection, params: Any) -> None:
+        """The `kill` method: params [uuid]."""
+        if not isinstance(params, list) or len(params) != 1:
+            raise RpcError(INVALID_PARAMS, "kill expects [uuid]")
+        try:
+            qid = as_uuid(params[0])
+        except LiveSyntaxError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from None
+        self.kill(conn, qid)
+
+    async def run_query(self, conn: RpcConnection, sid: str, params: list[Any],
+                        client_session: Any = None) -> list[dict[str, Any]]:
+        """A `query` holding LIVE/KILL statements: those run here, runs of other statements go
+        to the engine in order, and the results come back as one list."""
+        text = params[0]
+        variables = params[1] if len(params) > 1 and isinstance(params[1], dict) else {}
+        results: list[dict[str, Any]] = []
+        pending: list[str] = []
+
+        async def flush() -> None:
+            if not pending:
+                return
+            reply = await self.engine.call_raw("query", ["; ".join(pending), variables], sid)
+            pending.clear()
+            self.wake()
+            err = reply.get("error")
+            if err is not None:
+                raise RpcError(int(err.get("code", -32000)), str(err.get("message", err)))
+            results.extend(reply.get("result") or [])
+
+        for stmt in split_statements(text):
+            kind = statement_kind(stmt)
+            if kind is None:
+                pending.append(stmt)
+                continue
+            await flush()
+            try:
+                if kind == "live":
+                    spec = parse_live(stmt, variables)
+                    qid = await self.subscribe(conn, sid, spec, variables, client_session)
+                    results.append(_stmt_result(qid))
+                else:
+                    self.kill(conn, parse_kill(stmt, variables))
+                    results.append(_stmt_result(None))
+            except (LiveSyntaxError, RpcError) as exc:
+                results.append(_stmt_result(str(exc) if isinstance(exc, LiveSyntaxError)
+                                            else exc.message, "ERR"))
+        await flush()
+        return results
+
+    # -- subscriptions --------------------------------------------------------------------
+
+    async def subscribe(self, conn: RpcConnection, sid: str, spec: LiveSpec,
+                        variables: dict[str, Any], client_session: Any = None) -> uuid.UUID:
+        """Register a live query checked in session `sid`; returns its id."""
+        try:
+            who = (await self.engine.query(
+                "RETURN [$session.ns, $session.db, $session.rd]", session=sid))[0]
+        except EngineError as exc:
+            raise RpcError(LIVE_ERROR, exc.message) from None
+        ns, db, rd = who
+        if not ns or not db:
+            raise RpcError(LIVE_ERROR, "Specify a namespace and a database to use")
+        if spec.diff and spec.fields != "*":
+            raise RpcError(LIVE_ERROR, "LIVE SELECT DIFF takes no field list")
+        await self._ensure_changefeed(ns, db, spec.table)
+        # Let the engine judge the projection and the condition, in the subscriber's session.
+        where = f" WHERE {spec.where}" if spec.where else ""
+        try:
+            await self.engine.query(
+                f"SELECT {spec.fields} FROM {quote_ident(spec.table)}{where} LIMIT 0",
+                variables, session=sid)
+        except EngineError as exc:
+            raise RpcError(LIVE_ERROR, exc.message) from None
+        qid = uuid.uuid4()
+        lq = LiveQuery(qid, conn, sid, client_session, ns, db, spec, dict(variables),
+                       record_user=rd is not None, start_vs=now_versionstamp())
+        feed = self.feeds.get(lq.key)
+        if feed is None:
+            feed = TableFeed(ns, db, spec.table, next_vs=lq.start_vs, floor_vs=lq.start_vs)
+            self.feeds[lq.key] = feed
+        feed.queries[qid] = lq
+        self.queries[qid] = lq
+        log.info("live query %s on %s/%s/%s (connection %s)", qid, ns, db, spec.table,
+                 conn.conn_id)
+        return qid
+
+    def kill(self, conn: RpcConnection, qid: uuid.UUID) -> None:
+        """Drop one of the connection's live queries."""
+        lq = self.queries.get(qid)
+        if lq is None or lq.conn is not conn:
+            raise RpcError(LIVE_ERROR, f"Can not execute KILL statement using id '{qid}'")
+        self._drop(lq)
+
+    def _drop(self, lq: LiveQuery) -> None:
+        self.queries.pop(lq.id, None)
+        feed = self.feeds.get(lq.key)
+        if feed is not None:
+            feed.queries.pop(lq.id, None)
+            if not feed.queries:
+                del self.feeds[lq.key]
+
+    async def kill_connection(self, conn: RpcConnection) -> None:
+        """Drop every live query of a closing connection."""
+        for lq in [q for q in self.queries.values() if q.conn is conn]:
+            self._drop(lq)
+
+    async def kill_session(self, conn: RpcConnection, sid: str) -> None:
+        """Drop the live queries checked in a session that is being detached."""
+        for lq in [q for q in self.queries.values() if q.conn is conn and q.session == sid]:
+            self._drop(lq)
+
+    # -- the owner's side -----------------------------------------------------------------
+
+    async def _tail_session(self, ns: str, db: str) -> str:
+        sid = self._tail_sessions.get((ns, db))
+        if sid is None:
+            sid = await self.engine.attach()
+            await self.engine.call("signin", [dict(self._root)], sid)
+            await self.engine.call("use", [ns, db], sid)
+            self._tail_sessions[(ns, db)] = sid
+        return sid
+
+    async def _ensure_changefeed(self, ns: str, db: str, table: str) -> None:
+        """Give the table a changefeed that includes the original row, keeping the rest of
+        its definition (fields, permissions, schema mode, events): ALTER TABLE changes only
+        the changefeed clause."""
+        async with self._setup_lock:
+            try:
+                sid = await self._tail_session(ns, db)
+                info = (await self.engine.query("INFO FOR DB", session=sid))[0]
+                definition = (info.get("tables") or {}).get(table)
+                name = quote_ident(table)
+                if definition is None:
+                    await self.engine.query(
+                        f"DEFINE TABLE IF NOT EXISTS {name} "
+                        f"CHANGEFEED {DEFAULT_CHANGEFEED} INCLUDE ORIGINAL", session=sid)
+                elif "INCLUDE ORIGINAL" not in definition:
+                    m = re.search(r"CHANGEFEED (\S+)", definition)
+                    keep = m.group(1) if m else DEFAULT_CHANGEFEED
+                    await self.engine.query(
+                        f"ALTER TABLE {name} CHANGEFEED {keep} INCLUDE ORIGINAL", session=sid)
+                    log.info("enabled the changefeed of %s/%s/%s", ns, db, table)
+            except EngineError as exc:
+                self._tail_sessions.pop((ns, db), None)
+                raise RpcError(LIVE_ERROR, f"cannot follow table {table}: {exc.message}") \
+                    from None
+
+    # -- the feed loop --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            feeds = list(self.feeds.values())
+            if not feeds:
+                continue
+            results = await asyncio.gather(*(self._read_feed(f) for f in feeds),
+                                           return_exceptions=True)
+            for feed, res in zip(feeds, results):
+                if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
+                    log.error("reading the changefeed of %s/%s/%s failed: %r",
+                              feed.ns, feed.db, feed.table, res)
+
+    async def _read_feed(self, feed: TableFeed) -> None:
+        sid = await self._tail_session(feed.ns, feed.db)
+        since = max(feed.floor_vs, feed.next_vs - OVERLAP_VS)
+        while True:
+            try:
+                batches = (await self.engine.query(
+                    f"SHOW CHANGES FOR TABLE {quote_ident(feed.table)} "
+                    f"SINCE {since} LIMIT {FEED_BATCH}", session=sid))[0] or []
+            except EngineError:
+                self._tail_sessions.pop((feed.ns, feed.db), None)
+                raise
+            fresh = [b for b in batches if int(b.get("versionstamp", 0)) not in feed.seen]
+            for b in fresh:
+                vs = int(b.get("versionstamp", 0))
+                feed.seen[vs] = None
+                feed.next_vs = max(feed.next_vs, vs + 1)
+            # Forget versionstamps that the next round's overlap no longer covers.
+            low = feed.next_vs - 2 * OVERLAP_VS
+            for vs in [v for v in feed.seen if v < low]:
+                del feed.seen[vs]
+            changes = parse_changes(fresh)
+            if changes:
+                await self._deliver(feed, changes)
+            if len(batches) < FEED_BATCH:
+                return
+            since = int(batches[-1].get("versionstamp", since)) + 1
+
+    async def _deliver(self, feed: TableFeed, changes: list[Change]) -> None:
+        queries = list(feed.queries.values())
+        await asyncio.gather(*(self._deliver_one(lq, changes) for lq in queries))
+
+    async def _deliver_one(self, lq: LiveQuery, changes: list[Change]) -> None:
+        from dbhost.connection import notify
+
+        mine = [c for c in changes if c.vs >= lq.start_vs]
+        for i in range(0, len(mine), EVAL_CHUNK):
+            chunk = mine[i:i + EVAL_CHUNK]
+            try:
+                passed = await self._evaluate(lq, chunk)
+            except EngineError as exc:
+                if lq.id in self.queries:
+                    self.evaluation_errors += 1
+                    log.warning("live query %s: checking changes failed: %s", lq.id,
+                                exc.message)
+                return
+            for change, row in zip(chunk, passed):
+                if row is None or lq.id not in self.queries:
+                    continue
+                frame = encode({"result": {
+                    "id": lq.id,
+                    "action": change.action,
+                    "record": change.record,
+                    "result": self._payload(lq, change, row),
+                }})
+                await notify(lq.conn, frame)
+                self.notifications_sent += 1
+
+    def _payload(self, lq: LiveQuery, change: Change, row: Any) -> Any:
+        if not lq.spec.diff:
+            return row
+        if change.action == "CREATE":
+            return [{"op": "replace", "path": "/", "value": change.after}]
+        if change.action == "DELETE":
+            return [{"op": "remove", "path": "/"}]
+        before = change.before()
+        if before is None:
+            return [{"op": "replace", "path": "/", "value": change.after}]
+        return make_diff(before, change.after)
+
+    async def _evaluate(self, lq: LiveQuery, changes: list[Change]) -> list[Any]:
+        """For each change, the projected row if the subscriber may see it, else None."""
+        conds: list[str] = []
+        if lq.record_user:
+            perm = await self._select_permission(lq)
+            if perm is False:
+                return [None] * len(changes)
+            if isinstance(perm, str):
+                conds.append(f"({perm})")
+        if lq.spec.where:
+            conds.append(f"({lq.spec.where})")
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        fields = "id" if lq.spec.diff else lq.spec.fields
+        variables = dict(lq.variables)
+        stmts = []
+        for i, change in enumerate(changes):
+            name = f"__live_doc_{i}"
+            variables[name] = change.after if change.action != "DELETE" else change.original
+            stmts.append(f"SELECT {fields} FROM [${name}]{where}")
+        reply = await self.engine.call_raw("query", ["; ".join(stmts), variables], lq.session)
+        err = reply.get("error")
+        if err is not None:
+            raise EngineError(int(err.get("code", -32000)), str(err.get("message", err)))
+        out: list[Any] = []
+        for stmt in reply.get("result") or []:
+            if stmt.get("status") != "OK":
+                self.evaluation_errors += 1
+                log.warning("live query %s: a change was skipped: %s", lq.id,
+                            stmt.get("result"))
+                out.append(None)
+                continue
+            rows = stmt.get("result") or []
+            out.append(rows[0] if rows else None)
+        return out
+
+    async def _select_permission(self, lq: LiveQuery) -> bool | str:
+        """The table's select permission now: True (FULL), False (NONE) or an expression."""
+        sid = await self._tail_session(lq.ns, lq.db)
+        info = (await self.engine.query("INFO FOR DB STRUCTURE", session=sid))[0]
+        for t in info.get("tables") or []:
+            if t.get("name") == lq.spec.table:
+                perm = (t.get("permissions") or {}).get("select", False)
+                if isinstance(perm, str):
+                    return perm
+                return bool(perm)
         return False
-
-    async def rpc_live(self, conn: RpcConnection, sid: str, params: Any) -> Any:
-        """The live method."""
-        raise RpcError(LIVE_ERROR, "live queries are not available yet")
-
-    async def rpc_kill(self, conn: RpcConnection, params: Any) -> Any:
-        """The kill method."""
-        raise RpcError(LIVE_ERROR, "live queries are not available yet")
-
-    async def run_query(self, conn: RpcConnection, sid: str, params: Any) -> Any:
-        """A query with LIVE/KILL statements."""
-        raise RpcError(LIVE_ERROR, "live queries are not available yet")

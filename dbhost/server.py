@@ -11,8 +11,6 @@ import asyncio
 import base64
 import logging
 import weakref
-from typing import Any
-
 from aiohttp import WSMsgType, web
 
 from dbhost.config import HostConfig
@@ -20,7 +18,6 @@ from dbhost.connection import RpcConnection
 from dbhost.engine import Engine, EngineError
 from dbhost.frames import (
     INTERNAL_ERROR,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     WRITE_METHODS,
     RpcError,
@@ -51,7 +48,8 @@ class DbHostServer:
     def __init__(self, config: HostConfig, engine: Engine) -> None:
         self.config = config
         self.engine = engine
-        self.live = LiveHub(engine, config.live_poll_interval_ms / 1000.0)
+        self.live = LiveHub(engine, config.live_poll_interval_ms / 1000.0, config.user,
+                            config.password)
         self.sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
         self.connections = 0
         self.app = web.Application(client_max_size=hard_frame_cap(config.max_frame_bytes))
@@ -221,10 +219,3 @@ def _basic_credentials(encoded: str) -> tuple[str, str, str]:
         return "", "", ""
     return text.partition(":")
 
-
-def describe(value: Any) -> str:
-    """A short, secret-free description of a value for log lines."""
-    return type(value).__name__
-
-
-__all__ = ["DbHostServer", "INVALID_REQUEST"]
