@@ -268,12 +268,32 @@ def greater_equal(a: Any, b: Any) -> bool:
 
 
 def contains(a: Any, b: Any) -> bool:
-    """SurrealDB ``a CONTAINS b``: array membership by :func:`equals`, substring for strings."""
+    """SurrealDB ``a CONTAINS b``.
+
+    Array: some element :func:`equals` ``b``. String: ``b`` is a string and a substring. UUID:
+    ``b`` is a string and a substring of the UUID's text. Object: ``b`` is a string naming a
+    top-level key. Anything else contains nothing.
+    """
     ta = type(a)
     if ta is list or ta is tuple:
         return any(equals(x, b) for x in a)
     if ta is str:
         return type(b) is str and b in a
+    if ta is dict:
+        return type(b) is str and b in a
+    if ta is uuid.UUID:
+        return type(b) is str and b in str(a)
+    return False
+
+
+def _member(a: Any, x: Any) -> bool:
+    # The per-element test of CONTAINSALL/ANY/NONE: unlike CONTAINS it knows only arrays and
+    # strings (``{a:1} CONTAINSALL ['a']`` is false although ``{a:1} CONTAINS 'a'`` is true).
+    ta = type(a)
+    if ta is list or ta is tuple:
+        return any(equals(e, x) for e in a)
+    if ta is str:
+        return type(x) is str and x in a
     return False
 
 
@@ -283,24 +303,31 @@ def contains_not(a: Any, b: Any) -> bool:
 
 
 def contains_any(a: Any, b: Any) -> bool:
-    """SurrealDB ``a CONTAINSANY b`` (``b`` an array: some element is contained in ``a``)."""
-    if type(b) is list or type(b) is tuple:
-        return any(contains(a, x) for x in b)
+    """SurrealDB ``a CONTAINSANY b``: ``b`` an array with some element in ``a``, or substring."""
+    tb = type(b)
+    if tb is list or tb is tuple:
+        if type(a) is str and not all(type(x) is str for x in b):
+            # A string only answers an array of strings; one non-string makes it false.
+            return False
+        return any(_member(a, x) for x in b)
+    if tb is str:
+        return type(a) is str and b in a
     return False
 
 
 def contains_all(a: Any, b: Any) -> bool:
-    """SurrealDB ``a CONTAINSALL b`` (``b`` an array: every element is contained in ``a``)."""
-    if type(b) is list or type(b) is tuple:
-        return all(contains(a, x) for x in b)
+    """SurrealDB ``a CONTAINSALL b``: ``b`` an array all in ``a`` (true when empty), or substring."""
+    tb = type(b)
+    if tb is list or tb is tuple:
+        return all(_member(a, x) for x in b)
+    if tb is str:
+        return type(a) is str and b in a
     return False
 
 
 def contains_none(a: Any, b: Any) -> bool:
-    """SurrealDB ``a CONTAINSNONE b``."""
-    if type(b) is list or type(b) is tuple:
-        return not any(contains(a, x) for x in b)
-    return False
+    """SurrealDB ``a CONTAINSNONE b`` (the negation of CONTAINSANY)."""
+    return not contains_any(a, b)
 
 
 def inside(a: Any, b: Any) -> bool:
@@ -336,7 +363,7 @@ def truthy(v: Any) -> bool:
     if v is None or v is NONE:
         return False
     if t is int or t is float or t is Decimal:
-        return bool(v != 0) and v == v
+        return bool(v != 0)  # NaN is truthy (it is not zero)
     if t is str or t is list or t is tuple or t is dict or t is bytes:
         return len(v) > 0
     if t is Duration:
