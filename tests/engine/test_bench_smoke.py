@@ -1,0 +1,19 @@
+"""Keeps `loadtests/bench_engine.py --quick` working (no timing assertions)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_engine_quick_prints_its_table() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "bench_engine.py"), "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    for name in ("W1 ingest (one by one)", "W1 ingest_batch", "per-user views",
+                 "naive: SurrealDB", "pydbsp", "scaling: thread at", "register 1 view"):
+        assert any(name in line for line in lines), f"missing row {name!r}:\n{proc.stdout}"
