@@ -1,0 +1,148 @@
+"""svc-db speaks SurrealDB's RPC: the official SDK works unchanged over ws and http."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from surrealdb import AsyncSurreal
+
+from tests.integration.dbhost_helpers import SCHEMA, close, record_user, root_client, unique_db
+from tests.support.procs import DbHost, start_db_host
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
+    h = start_db_host(tmp_path_factory.mktemp("dbhost-rpc"), memory=True)
+    try:
+        yield h
+    finally:
+        h.process.stop()
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        assert r.status == 200
+        return json.loads(r.read())
+
+
+def test_health_and_version_report_the_engine(host: DbHost) -> None:
+    health = _get_json(f"{host.http_url}/health")
+    assert health["status"] == "ok"
+    assert health["engine"].startswith("surrealdb-3.")
+    assert _get_json(f"{host.http_url}/version")["version"] == health["engine"]
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+async def test_root_signin_use_and_query(host: DbHost, transport: str) -> None:
+    ns, db = unique_db()
+    url = host.ws_url if transport == "ws" else host.http_url
+    client = await root_client(host, ns, db, url)
+    try:
+        await client.query("CREATE item:1 SET v = 41")
+        await client.query("UPDATE item:1 SET v += 1")
+        assert await client.query("SELECT VALUE v FROM item") == [42]
+        assert (await client.version()).startswith("surrealdb-3.")
+    finally:
+        await close(client)
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+async def test_wrong_password_is_refused(host: DbHost, transport: str) -> None:
+    client = AsyncSurreal(host.ws_url if transport == "ws" else host.http_url)
+    try:
+        with pytest.raises(Exception) as info:
+            await client.signin({"username": host.user, "password": "not-the-password"})
+        assert "not-the-password" not in str(info.value)
+    finally:
+        await close(client)
+
+
+async def test_unauthenticated_connection_cannot_query(host: DbHost) -> None:
+    ns, db = unique_db()
+    client = AsyncSurreal(host.ws_url)
+    try:
+        await client.use(ns, db)
+        with pytest.raises(Exception, match="(?i)not allowed|permission"):
+            await client.query("CREATE item:1")
+    finally:
+        await close(client)
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+async def test_record_user_sees_only_rows_its_permissions_allow(host: DbHost,
+                                                                transport: str) -> None:
+    ns, db = unique_db()
+    url = host.ws_url if transport == "ws" else host.http_url
+    root = await root_client(host, ns, db)
+    try:
+        await root.query(SCHEMA)
+        alice = await record_user(host, ns, db, "alice", url=url)
+        bob = await record_user(host, ns, db, "bob", url=url)
+        # A second sign-in (not sign-up) works too.
+        alice2 = await record_user(host, ns, db, "alice", signup=False, url=url)
+        try:
+            [alice_id] = await root.query("SELECT VALUE id FROM user WHERE name = 'alice'")
+            [bob_id] = await root.query("SELECT VALUE id FROM user WHERE name = 'bob'")
+            await root.query("CREATE post SET owner = $o, title = 'a1'", {"o": alice_id})
+            await root.query("CREATE post SET owner = $o, title = 'a2'", {"o": alice_id})
+            await root.query("CREATE post SET owner = $o, title = 'b1'", {"o": bob_id})
+            assert sorted(await alice.query("SELECT VALUE title FROM post")) == ["a1", "a2"]
+            assert sorted(await alice2.query("SELECT VALUE title FROM post")) == ["a1", "a2"]
+            assert await bob.query("SELECT VALUE title FROM post") == ["b1"]
+            assert sorted(await root.query("SELECT VALUE title FROM post")) == ["a1", "a2", "b1"]
+        finally:
+            await close(alice, bob, alice2)
+    finally:
+        await root.close()
+
+
+async def test_sessions_of_two_connections_are_isolated(host: DbHost) -> None:
+    ns, db = unique_db()
+    root = await root_client(host, ns, db)
+    other = await root_client(host, ns, "elsewhere_" + db)
+    try:
+        await root.query("CREATE item:1")
+        # `other` uses another database: the table does not exist there.
+        with pytest.raises(Exception):
+            await other.query("SELECT * FROM item")
+        assert len(await root.query("SELECT * FROM item")) == 1
+    finally:
+        await root.close()
+        await other.close()
+
+
+async def test_sdk_extra_sessions_on_one_connection(host: DbHost) -> None:
+    ns, db = unique_db()
+    root = await root_client(host, ns, db)
+    try:
+        await root.query(SCHEMA)
+        session = await root.new_session()  # anonymous until it signs in
+        with pytest.raises(Exception):
+            await session.query("CREATE item:1")
+        await session.signin({"username": host.user, "password": host.password})
+        await session.use(ns, db)
+        await session.query("CREATE item:2")
+        assert len(await root.query("SELECT * FROM item")) == 1
+        await session.close_session()
+        with pytest.raises(Exception, match="(?i)session"):
+            await session.query("RETURN 1")
+        assert await root.query("RETURN 7") == 7
+    finally:
+        await root.close()
+
+
+async def test_host_refuses_to_start_without_credentials(tmp_path: Path) -> None:
+    from tests.support.procs import ManagedProcess, base_env, free_port
+    import sys
+
+    mp = ManagedProcess("svc-db", [sys.executable, "-m", "dbhost", "--bind",
+                                   f"127.0.0.1:{free_port()}", "--memory"],
+                        base_env(), tmp_path / "nocreds.log").start()
+    assert mp.proc is not None
+    code = mp.proc.wait(timeout=60)
+    assert code != 0
+    assert "SVC_DB_USER" in mp.log_text()
