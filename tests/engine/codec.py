@@ -99,8 +99,19 @@ def case_from_json(data: dict[str, Any]) -> Case:
 
 
 def dump_case(case: Case) -> str:
-    """Pretty JSON text of a case."""
-    return json.dumps(case_to_json(case), indent=1, ensure_ascii=False, sort_keys=False)
+    """JSON text of a case, one row / view / write per line (readable diffs)."""
+    data = case_to_json(case)
+
+    def one(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    def lines(items: list[Any], pad: str) -> str:
+        return "[\n" + ",\n".join(pad + one(item) for item in items) + "\n" + pad[:-1] + "]"
+
+    tables = ",\n".join(f"  {one(t)}: {lines(rows, '    ')}" for t, rows in data["rows"].items())
+    return (f'{{\n "note": {one(data["note"])},\n "rows": {{\n{tables}\n }},\n'
+            f' "views": {lines(data["views"], "  ")},\n'
+            f' "writes": {lines(data["writes"], "  ")}\n}}')
 
 
 def load_case(path: Path) -> Case:
