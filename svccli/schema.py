@@ -226,6 +226,7 @@ class ApplyReport:
     synced: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    updated_state: list[str] = field(default_factory=list)
     removed_state: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -234,6 +235,7 @@ class ApplyReport:
         out += [f"meta   {name}: {status}" for name, status in self.meta.items()]
         out += [f"synced {name}: {status}" for name, status in self.synced.items()]
         out += [f"skip   {name}: {why}" for name, why in self.skipped.items()]
+        out += [f"schema state written for {name}" for name in self.updated_state]
         out += [f"schema state removed for {name}" for name in self.removed_state]
         changed = sum(1 for s in [*self.meta.values(), *self.synced.values()] if s != "unchanged")
         out.append(f"{changed} object(s) created or updated, "
@@ -358,6 +360,7 @@ async def _write_schema_state(db: Database, report: ApplyReport) -> None:
                 "UPSERT type::record('_00_schema_state', $t) SET fingerprint = $fp, "
                 "transport = $tr, updated_at = time::now()",
                 {"t": name, "fp": fp, "tr": report.transport}))
+            report.updated_state.append(name)
     for name in sorted(set(existing) - set(report.fingerprints)):
         statements.append(("DELETE type::record('_00_schema_state', $t)", {"t": name}))
         report.removed_state.append(name)
