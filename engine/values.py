@@ -418,6 +418,21 @@ _DIGITS_UNDERSCORE = re.compile(r"[0-9_]+\Z")
 _NUMBERLIKE_WORDS = frozenset({"NaN", "Infinity"})
 
 
+_CTRL_ESCAPES = {"\r": "\\r", "\0": "\\0", "\b": "\\u{8}", "\f": "\\f", "\t": "\\t", "\n": "\\n"}
+_NEEDS_ESCAPE = re.compile("[\\\\\r\0\b\f\t\n]")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _escape_body(s: str, quote: str) -> str:
+    # 3.2.4 escapes backslash, the quote character and six control characters; every other
+    # character (other controls, unicode) is printed as is.
+    if _NEEDS_ESCAPE.search(s):
+        s = s.replace("\\", "\\\\")
+        for raw, esc in _CTRL_ESCAPES.items():
+            s = s.replace(raw, esc)
+    return s.replace(quote, "\\" + quote)
+
+
 def _escape_part(s: str) -> str:
     if (
         not s
@@ -425,27 +440,36 @@ def _escape_part(s: str) -> str:
         or _DIGITS_UNDERSCORE.match(s)
         or s in _NUMBERLIKE_WORDS
     ):
-        return "`" + s.replace("\\", "\\\\").replace("`", "\\`") + "`"
+        return "`" + _escape_body(s, "`") + "`"
     return s
 
 
 def _escape_table(s: str) -> str:
     if not s or not _PLAIN_IDENT.match(s):
-        return "`" + s.replace("\\", "\\\\").replace("`", "\\`") + "`"
+        return "`" + _escape_body(s, "`") + "`"
     return s
 
 
 def _escape_key(s: str) -> str:
-    # Object keys print bare when they are plain identifiers, else as quoted strings.
-    if s and _PLAIN_IDENT.match(s) and not _DIGITS_UNDERSCORE.match(s):
+    # Object keys print bare when they are identifiers (not starting with a digit), else in
+    # double quotes.
+    if _IDENT.match(s):
         return s
-    return _quote_str(s)
+    return '"' + _escape_body(s, '"') + '"'
 
 
 def _quote_str(s: str) -> str:
-    if "'" in s and '"' not in s:
-        return '"' + s.replace("\\", "\\\\") + '"'
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if "'" in s:
+        return '"' + _escape_body(s, '"') + '"'
+    return "'" + _escape_body(s, "'") + "'"
+
+
+def _plain_decimal_text(d: Decimal) -> str:
+    # Positional notation, no exponent, no trailing fractional zeros (Rust's Display).
+    text = format(d, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 
 def _format_float(f: float) -> str:
@@ -455,9 +479,20 @@ def _format_float(f: float) -> str:
         return "Infinity"
     if f == -math.inf:
         return "-Infinity"
-    if f == int(f) and abs(f) < 1e16:
-        return f"{int(f)}f"
-    return repr(f) + "f"
+    # The shortest round-tripping digits (repr), written out without an exponent.
+    text = _plain_decimal_text(Decimal(repr(f)))
+    if text == "0" and math.copysign(1.0, f) < 0:
+        text = "-0"
+    return text + "f"
+
+
+def _format_decimal(d: Decimal) -> str:
+    if not d.is_finite():
+        return {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}.get(str(d), str(d))
+    text = _plain_decimal_text(d)
+    if text == "-0":
+        text = "0"
+    return text + "dec"
 
 
 def _format_duration(ns: int) -> str:
@@ -486,7 +521,7 @@ def _format_datetime(d: datetime) -> str:
     if d.tzinfo is None:
         d = d.replace(tzinfo=timezone.utc)
     d = d.astimezone(timezone.utc)
-    base = d.strftime("%Y-%m-%dT%H:%M:%S")
+    base = f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
     if d.microsecond:
         frac = f"{d.microsecond:06d}".rstrip("0")
         base += "." + frac
@@ -507,7 +542,7 @@ def format_value(v: Any) -> str:
     if t is float:
         return _format_float(v)
     if t is Decimal:
-        return f"{v}dec"
+        return _format_decimal(v)
     if t is str:
         return _quote_str(v)
     if t is Duration:
@@ -521,9 +556,9 @@ def format_value(v: Any) -> str:
     if t is dict:
         if not v:
             return "{  }"
-        return "{ " + ", ".join(f"{_escape_key(k)}: {format_value(v[k])}" for k in v) + " }"
+        return "{ " + ", ".join(f"{_escape_key(k)}: {format_value(v[k])}" for k in sorted(v)) + " }"
     if t is bytes:
-        return "b'" + v.hex().upper() + "'"
+        return 'b"' + v.hex().upper() + '"'
     if t is RecordID:
         return record_id_text(v)
     return str(v)
@@ -543,6 +578,9 @@ def record_id_text(rid: RecordID) -> str:
     if t is int:
         return f"{table}:{k}"
     return f"{table}:{format_value(k)}"
+
+
+_UNESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "f": "\f", "b": "\b"}
 
 
 class _Parser:
@@ -578,7 +616,15 @@ class _Parser:
                 raise self.error("unterminated escaped identifier")
             c = s[self.i]
             if c == "\\" and self.i + 1 < len(s):
-                out.append(s[self.i + 1])
+                e = s[self.i + 1]
+                if e == "u" and s.startswith("{", self.i + 2):
+                    end = s.find("}", self.i + 3)
+                    if end < 0:
+                        raise self.error("unterminated \\u{...} escape")
+                    out.append(chr(int(s[self.i + 3 : end], 16)))
+                    self.i = end + 1
+                    continue
+                out.append(_UNESCAPES.get(e, e))
                 self.i += 2
                 continue
             if c == close:
@@ -614,7 +660,14 @@ class _Parser:
             c = s[self.i]
             if c == "\\" and self.i + 1 < len(s):
                 e = s[self.i + 1]
-                out.append({"n": "\n", "t": "\t", "r": "\r", "0": "\0"}.get(e, e))
+                if e == "u" and s.startswith("{", self.i + 2):
+                    close = s.find("}", self.i + 3)
+                    if close < 0:
+                        raise self.error("unterminated \\u{...} escape")
+                    out.append(chr(int(s[self.i + 3 : close], 16)))
+                    self.i = close + 1
+                    continue
+                out.append(_UNESCAPES.get(e, e))
                 self.i += 2
                 continue
             if c == q:
@@ -706,11 +759,13 @@ class _Parser:
             return self.object()
         if c in "'\"":
             return self.string()
-        if c in "sdur" and s[self.i + 1 : self.i + 2] in ("'", '"'):
+        if c in "sdurb" and s[self.i + 1 : self.i + 2] in ("'", '"'):
             self.i += 1
             body = self.string()
             if c == "s":
                 return body
+            if c == "b":
+                return bytes.fromhex(body)
             if c == "d":
                 return _parse_datetime(body)
             if c == "u":

@@ -112,7 +112,7 @@ def oracle() -> Iterator[Oracle]:
 
 # A small alphabet makes ties, prefixes and case differences likely; a few unicode letters
 # check code-point order beyond ASCII.
-_ALPHABET = "abAB01 -_é⟩`'ß中😀"
+_ALPHABET = "abAB01 -_é⟩`'\"\\\n\t\b\x07ß中😀"
 
 small_ints = st.integers(min_value=-3, max_value=3)
 ints = st.one_of(small_ints, st.integers(min_value=-(2**63), max_value=2**63 - 1))
@@ -139,16 +139,21 @@ uuids = st.one_of(
 byte_strings = st.binary(max_size=3)
 tables = st.sampled_from(["a", "user", "b"])
 id_texts = st.one_of(
-    st.text(alphabet=string.ascii_letters + string.digits + "_-. é⟩`\\", min_size=1, max_size=5),
+    st.text(alphabet=string.ascii_letters + string.digits + "_-. é⟩`\\\n\0\x7f", min_size=1, max_size=5),
     st.sampled_from(["1", "123", "1_000", "NaN", "Infinity", "inf", "1e3", "true", "NONE", "_"]),
 )
+_key_parts = st.one_of(
+    small_ints, texts, st.just(NONE), st.just(None), st.booleans(), floats, decimals,
+    durations, datetimes, uuids, byte_strings,
+)
+_plain_record_ids = st.builds(RecordID, tables, st.one_of(small_ints, id_texts))
 record_keys = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     small_ints,
     id_texts,
     uuids,
-    st.lists(st.one_of(small_ints, texts), max_size=2),
-    st.dictionaries(st.sampled_from(["a", "b"]), small_ints, max_size=2),
+    st.lists(st.one_of(_key_parts, _plain_record_ids), max_size=3),
+    st.dictionaries(st.sampled_from(["a", "b", "x y", "1"]), _key_parts, max_size=2),
 )
 record_ids = st.builds(RecordID, tables, record_keys)
 
