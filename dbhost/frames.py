@@ -9,11 +9,14 @@ slow, decode-and-encode path, which is always correct.
 
 from __future__ import annotations
 
+import io
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from surrealdb.data.cbor import decode, encode
+from surrealdb.cbor import CBORDecoder
+from surrealdb.cbor._types import break_marker
+from surrealdb.data.cbor import decode, encode, tag_decoder
 
 # JSON-RPC style error codes, as SurrealDB uses them.
 PARSE_ERROR = -32700
@@ -113,10 +116,7 @@ def parse_request(data: bytes | str, max_bytes: int) -> Request:
         raise RpcError(INVALID_REQUEST,
                        f"frame of {len(data)} bytes exceeds the limit of {max_bytes} bytes",
                        peek_id(data))
-    try:
-        msg = decode(data)
-    except Exception as exc:  # the CBOR decoder raises many types on garbage
-        raise RpcError(PARSE_ERROR, f"malformed CBOR frame: {type(exc).__name__}") from None
+    msg = decode_strict(data)
     if not isinstance(msg, dict):
         raise RpcError(INVALID_REQUEST,
                        f"a request must be a CBOR map, got {type(msg).__name__}")
@@ -128,6 +128,21 @@ def parse_request(data: bytes | str, max_bytes: int) -> Request:
     if method not in KNOWN_METHODS:
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method[:64]}", req_id)
     return Request(req_id, method, msg.get("params"), msg.get("session"), msg, bytes(data))
+
+
+def decode_strict(data: bytes) -> Any:
+    """Decode exactly one CBOR item filling the whole frame; raises RpcError(PARSE_ERROR)."""
+    stream = io.BytesIO(data)
+    try:
+        msg = CBORDecoder(stream, tag_hook=tag_decoder).decode()
+    except Exception as exc:  # the CBOR decoder raises many types on garbage
+        raise RpcError(PARSE_ERROR, f"malformed CBOR frame: {type(exc).__name__}") from None
+    if msg is break_marker:
+        raise RpcError(PARSE_ERROR, "malformed CBOR frame: stray break byte")
+    if stream.tell() != len(data):
+        raise RpcError(PARSE_ERROR,
+                       f"malformed CBOR frame: {len(data) - stream.tell()} trailing bytes")
+    return msg
 
 
 def _text_head(n: int) -> bytes:

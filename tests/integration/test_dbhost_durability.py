@@ -1,0 +1,88 @@
+"""With --path, committed data survives a graceful restart and kill -9; one host per directory."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tests.integration.dbhost_helpers import close, root_client
+from tests.support.procs import start_db_host
+
+NS, DB = "test", "durable"
+
+
+async def _write(host, rows: range) -> None:  # type: ignore[no-untyped-def]
+    c = await root_client(host, NS, DB)
+    try:
+        for i in rows:
+            await c.query("CREATE item SET n = $n", {"n": i})
+    finally:
+        await close(c)
+
+
+async def _count(host) -> int:  # type: ignore[no-untyped-def]
+    c = await root_client(host, NS, DB)
+    try:
+        return int(await c.query("RETURN count(SELECT * FROM item)"))
+    finally:
+        await close(c)
+
+
+async def test_data_survives_a_graceful_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    host = start_db_host(tmp_path, memory=False, path=data)
+    try:
+        await _write(host, range(25))
+    finally:
+        assert host.process.stop() == 0  # SIGTERM: a clean exit
+    assert "svc-db stopped" in host.process.log_text()
+    again = start_db_host(tmp_path, memory=False, path=data)
+    try:
+        assert await _count(again) == 25
+    finally:
+        again.process.stop()
+
+
+async def test_data_survives_kill_9(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    host = start_db_host(tmp_path, memory=False, path=data)
+    try:
+        await _write(host, range(30))
+        host.process.kill9()
+    finally:
+        host.process.stop()
+    again = start_db_host(tmp_path, memory=False, path=data)
+    try:
+        assert await _count(again) == 30
+        # The root user made on the first start still signs in; writes still work.
+        await _write(again, range(30, 31))
+        assert await _count(again) == 31
+    finally:
+        again.process.stop()
+
+
+async def test_second_host_on_the_same_directory_fails_at_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_db_host(tmp_path, memory=False, path=data)
+    try:
+        await _write(first, range(3))
+        second = start_db_host(tmp_path, memory=False, path=data, wait=False)
+        assert second.process.proc is not None
+        code = await asyncio.to_thread(second.process.proc.wait, 60)
+        assert code != 0
+        log = second.process.log_text()
+        assert "in use" in log and str(data) in log
+        assert await _count(first) == 3  # the first host is unharmed
+    finally:
+        first.process.stop()
+
+
+async def test_sigterm_with_open_connections_exits_zero(tmp_path: Path) -> None:
+    host = start_db_host(tmp_path, memory=True)
+    c = await root_client(host, NS, DB)
+    try:
+        await c.live("item")
+        assert host.process.stop() == 0
+    finally:
+        await close(c)
+    assert "connection close" in host.process.log_text()
