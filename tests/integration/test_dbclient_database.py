@@ -261,3 +261,54 @@ async def test_a_read_cut_off_by_a_dropped_connection_is_retried_once(tmp_path: 
     finally:
         await db.close()
         host.process.stop()
+
+
+async def test_live_delivers_notifications_to_a_queue_until_killed(db: Database) -> None:
+    await db.query("DEFINE TABLE bell CHANGEFEED 1h INCLUDE ORIGINAL")
+    inbox: asyncio.Queue[dict[str, object]] = asyncio.Queue()
+    sub = await db.live("bell", inbox)
+    await db.query("CREATE bell:1 SET n = 1")
+    note = await asyncio.wait_for(inbox.get(), 30)  # hang guard, not a timing assertion
+    assert note["action"] == "CREATE"
+    assert note["result"]["id"] == RecordID("bell", 1)  # type: ignore[index]
+    await sub.kill()
+    await db.query("CREATE bell:2 SET n = 2")
+    await db.query_one("RETURN 1")
+    marker = await db.live("bell", inbox)  # a second subscription proves delivery still works
+    await db.query("CREATE bell:3")
+    note = await asyncio.wait_for(inbox.get(), 30)
+    assert note["result"]["id"] == RecordID("bell", 3)  # type: ignore[index]
+    await marker.kill()
+
+
+async def test_live_is_resubscribed_after_a_reconnect(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "data"
+    host = start_db_host(tmp_path, memory=False, path=data, port=port)
+    db = Database(config_for(host, timeout=5.0))
+    seen: list[dict[str, object]] = []
+    got = asyncio.Event()
+
+    async def on_note(note: dict[str, object]) -> None:
+        seen.append(note)
+        got.set()
+
+    try:
+        await db.connect()
+        await db.query("DEFINE TABLE bell CHANGEFEED 1h INCLUDE ORIGINAL")
+        await db.live("bell", on_note)
+        host.process.stop()
+        host = start_db_host(tmp_path, memory=False, path=data, port=port)
+        # The first call reconnects and re-subscribes (a read, so it is retried if it was sent
+        # on the old socket before the client noticed the close).
+        assert await db.query_one("RETURN 1", idempotent=True) == 1
+        await db.query("CREATE bell:after")
+        while not any(n.get("action") == "CREATE" for n in seen):
+            got.clear()
+            await asyncio.wait_for(got.wait(), 30)  # hang guard
+        actions = [n["action"] for n in seen]
+        assert actions[0] == "RECONNECTED"
+        assert seen[-1]["result"]["id"] == RecordID("bell", "after")  # type: ignore[index]
+    finally:
+        await db.close()
+        host.process.stop()
