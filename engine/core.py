@@ -1,0 +1,698 @@
+"""The incremental view engine: shapes, materialisations, dependency indexes, deltas.
+
+Structure (see ``engine/README.md``):
+
+- A **shape** (:class:`Circuit`) is a normalised query with its compiled :class:`Plan`. Views
+  whose queries differ only in constants share it.
+- A **materialisation** (:class:`Mat`) is a shape plus slot values; view ids with the same
+  shape and the same values share one (``views``). It keeps the qualifying set of the
+  top-level table (ordered when a LIMIT/START window needs it), the visible window, each
+  visible row's output and the Z-set of members (record id -> weight, a record embedded in
+  several places weighs more than 1).
+- A change to table T reaches: materialisations of shapes over T whose equality slot matches
+  the old or new row (``Circuit.index``), materialisations whose predicate/sort read the
+  record through a link (``qual_watch``), visible rows whose projection read the record
+  (``proj_watch``) and visible rows whose subqueries scanned T with a matching correlation
+  key (``sub_watch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sortedcontainers import SortedList
+from surrealdb import RecordID
+
+from engine.errors import QueryRejected
+from engine.parser import parse
+from engine.plan import Cx, Plan, tree_members
+from engine.shape import normalise
+from engine.store import Store, TableStore, ikey, rid_text
+from engine.values import NONE, Duration, parse_record_id, record_id_text
+
+OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
+
+
+@dataclass(frozen=True)
+class ViewDelta:
+    """What one view's membership did: records that entered, left, or changed content."""
+
+    added: frozenset[str]
+    removed: frozenset[str]
+    updated: frozenset[str]
+
+
+class _NoLinks:
+    """Context for predicates that never follow links (nothing to record)."""
+
+    __slots__ = ()
+
+    def fetch(self, rid: RecordID) -> None:  # pragma: no cover - never called
+        raise AssertionError("a link-free predicate followed a link")
+
+
+_NOLINKS = _NoLinks()
+
+
+def _exact_key(v: Any) -> Any:
+    """A hashable key that distinguishes every value (types included): identical params."""
+    t = type(v)
+    if t is list or t is tuple:
+        return ("a", tuple(_exact_key(x) for x in v))
+    if t is dict:
+        return ("o", tuple(sorted((k, _exact_key(x)) for k, x in v.items())))
+    if t is RecordID:
+        return ("r", v.table_name, _exact_key(v.id))
+    if t is Duration:
+        return ("d", v.elapsed)
+    try:
+        hash(v)
+    except TypeError:
+        return ("x", t.__name__, repr(v))
+    return (t.__name__, v)
+
+
+class Circuit:
+    """One shape: its plan and its materialisations, indexed by the equality slot's value."""
+
+    def __init__(self, shape: Any) -> None:
+        self.shape = shape
+        self.plan = Plan(shape)
+        self.table = self.plan.table
+        self.mats: dict[Any, Mat] = {}
+        eq = self.plan.eq
+        # The top-level equality conjunct `field = $slot` indexes materialisations by value.
+        self.eq_field: str | None = eq[0] if eq is not None and eq[1][0] == "slot" else None
+        self.eq_slot: int | None = eq[1][1] if self.eq_field is not None else None
+        self.index: dict[Any, set[Mat]] = {}
+        self.unindexed: set[Mat] = set()
+
+    def add(self, mat: "Mat") -> None:
+        if self.eq_slot is None:
+            self.unindexed.add(mat)
+        else:
+            self.index.setdefault(ikey(mat.S[self.eq_slot]), set()).add(mat)
+
+    def remove(self, mat: "Mat") -> None:
+        if self.eq_slot is None:
+            self.unindexed.discard(mat)
+        else:
+            k = ikey(mat.S[self.eq_slot])
+            s = self.index.get(k)
+            if s is not None:
+                s.discard(mat)
+                if not s:
+                    del self.index[k]
+
+    def affected(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list["Mat"]:
+        """Materialisations a change of one row of this table can affect."""
+        if self.eq_field is None:
+            return list(self.unindexed)
+        f = self.eq_field
+        out: list[Mat] = []
+        ko = kn = None
+        if old is not None:
+            ko = ikey(old.get(f, NONE))
+            s = self.index.get(ko)
+            if s:
+                out.extend(s)
+        if new is not None:
+            kn = ikey(new.get(f, NONE))
+            if kn != ko or old is None:
+                s = self.index.get(kn)
+                if s:
+                    out.extend(s)
+        return out
+
+
+class Mat:
+    """One materialised result (a shape with slot values), shared by identical views."""
+
+    __slots__ = (
+        "circuit", "plan", "S", "key", "views", "entries", "ordered", "lo", "hi", "visible",
+        "vis_list", "outs", "trees", "zs", "qdeps", "pdeps", "dirty", "touched", "upd",
+        "__weakref__",
+    )
+
+    def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
+        self.circuit = circuit
+        self.plan = circuit.plan
+        self.S = S
+        self.key = key
+        self.views: set[str] = set()
+        self.entries: dict[str, Any] = {}
+        self.ordered: SortedList | None = SortedList() if self.plan.ordered else None
+        self.lo, self.hi = self.plan.window(S)
+        self.visible: set[str] = set()
+        self.vis_list: list[str] = []
+        self.outs: dict[str, Any] = {}
+        # member id -> content, per visible row; None when the row's only member is itself
+        self.trees: dict[str, dict[str, Any] | None] = {}
+        self.zs: dict[str, int] = {}
+        self.qdeps: dict[str, set[str]] = {}
+        self.pdeps: dict[str, tuple[set[str], list[Any]]] = {}
+        self.dirty: set[str] = set()
+        self.touched: dict[str, bool] = {}
+        self.upd: set[str] = set()
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+class ViewEngine:
+    """Incremental materialised views over SurrealDB rows (see the package docstring)."""
+
+    def __init__(self, arena_dir: str | None = None, segment_mb: int = 64) -> None:
+        self.arena_dir = arena_dir
+        self.segment_mb = segment_mb
+        self.store = Store()
+        self.circuits: dict[Any, Circuit] = {}
+        self.by_table: dict[str, list[Circuit]] = {}
+        self.views: dict[str, Mat] = {}
+        # record id text -> {mat: row ids whose predicate/sort read it}
+        self.qual_watch: dict[str, dict[Mat, set[str]]] = {}
+        # record id text -> {mat: visible row ids whose projection read it}
+        self.proj_watch: dict[str, dict[Mat, set[str]]] = {}
+        # table -> field -> key -> {mat: visible row ids}; field None: the whole table
+        self.sub_watch: dict[str, dict[str | None, dict[Any, dict[Mat, set[str]]]]] = {}
+        self._pending: set[Mat] = set()
+
+    # ------------------------------------------------------------------ public API
+    def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Bulk bootstrap: store rows (dicts with ``id``) without reporting deltas."""
+        if self.by_table.get(table) or self._watched(table):
+            events = []
+            for row in rows:
+                rid = row.get("id")
+                text = rid_text(rid) if type(rid) is RecordID else _canon_text(str(rid))
+                events.append((table, "CREATE", text, row))
+            self.ingest_batch(events)
+            return
+        ts = self.store.table(table)
+        for row in rows:
+            text, new = self._prepare(table, None, row)
+            ts.put(text, new)
+
+    def register(self, view_id: str, surql: str, params: Mapping[str, Any] | None = None) -> set[str]:
+        """Register (or replace) a view; returns its members. Raises QueryRejected."""
+        if not isinstance(view_id, str) or not view_id:
+            raise QueryRejected("the view id must be a non-empty string")
+        q = parse(surql)
+        shape, S = normalise(q, params)
+        if view_id in self.views:
+            self.unregister(view_id)
+        circuit = self.circuits.get(shape)
+        if circuit is None:
+            circuit = Circuit(shape)
+            self.circuits[shape] = circuit
+            self.by_table.setdefault(circuit.table, []).append(circuit)
+        key = _exact_key(S)
+        mat = circuit.mats.get(key)
+        if mat is None:
+            mat = Mat(circuit, S, key)
+            circuit.mats[key] = mat
+            circuit.add(mat)
+            self._build(mat)
+        mat.views.add(view_id)
+        self.views[view_id] = mat
+        return set(mat.zs)
+
+    def unregister(self, view_id: str) -> None:
+        """Forget a view (unknown ids are ignored)."""
+        mat = self.views.pop(view_id, None)
+        if mat is None:
+            return
+        mat.views.discard(view_id)
+        if mat.views:
+            return
+        self._teardown(mat)
+
+    def members(self, view_id: str) -> set[str]:
+        """Record ids currently in the view's result tree."""
+        mat = self.views.get(view_id)
+        if mat is None:
+            raise KeyError(view_id)
+        return set(mat.zs)
+
+    def result(self, view_id: str) -> list[Any]:
+        """The view's current result rows, in order (for debugging and tests)."""
+        mat = self.views.get(view_id)
+        if mat is None:
+            raise KeyError(view_id)
+        if mat.plan.bounded:
+            ids = mat.vis_list
+        else:
+            rows = self.store.table(mat.plan.table).rows
+            cx = Cx(self.store)
+            ids = sorted(mat.visible, key=lambda r: mat.plan.entry(rows[r], r, cx))
+        return [mat.outs[r] for r in ids]
+
+    def table_count(self, table: str) -> int:
+        """Rows currently stored for ``table``."""
+        t = self.store.tables.get(table)
+        return 0 if t is None else t.count()
+
+    def table_hash(self, table: str) -> int:
+        """XOR of row_hash over the table's rows (0 for an empty table)."""
+        t = self.store.tables.get(table)
+        return 0 if t is None else t.hash()
+
+    def view_ids(self) -> list[str]:
+        """Registered view ids."""
+        return list(self.views)
+
+    def ingest(
+        self, table: str, op: str, id: str, record: Mapping[str, Any] | None = None
+    ) -> dict[str, ViewDelta]:
+        """Apply one row change; returns the deltas of the views that changed."""
+        return self.ingest_batch(((table, op, id, record),))
+
+    def ingest_batch(
+        self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
+    ) -> dict[str, ViewDelta]:
+        """Apply many changes in order; returns the net delta per view."""
+        for table, op, rid, record in events:
+            self._apply(table, op, rid, record)
+        return self._flush()
+
+    # ------------------------------------------------------------------ ingest
+    def _watched(self, table: str) -> bool:
+        if table in self.sub_watch:
+            return True
+        prefix = _table_prefix(table)
+        return any(k.startswith(prefix) for k in self.qual_watch) or any(
+            k.startswith(prefix) for k in self.proj_watch
+        )
+
+    def _prepare(
+        self, table: str, rid: str | None, record: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        row = dict(record)
+        ident = row.get("id")
+        if type(ident) is not RecordID:
+            if ident is None or ident is NONE:
+                if rid is None:
+                    raise ValueError("a row without an id")
+                ident = parse_record_id(rid)
+            else:
+                ident = parse_record_id(str(ident))
+            row["id"] = ident
+        if ident.table_name != table:
+            raise ValueError(f"record {record_id_text(ident)} is not in table {table}")
+        return rid_text(ident), row
+
+    def _apply(self, table: str, op: str, rid: str, record: Mapping[str, Any] | None) -> None:
+        if op not in OPS:
+            raise ValueError(f"unknown op {op!r} (expected CREATE, UPDATE or DELETE)")
+        ts = self.store.table(table)
+        if type(rid) is RecordID:
+            text = rid_text(rid)
+        else:
+            text = _canon_text(rid)
+        old = ts.rows.get(text)
+        if record is not None and old is not None and _stale(record, old):
+            return
+        if op == "DELETE":
+            if old is None:
+                return
+            ts.delete(text)
+            new = None
+        else:
+            if record is None:
+                raise ValueError(f"{op} needs a record")
+            text2, new = self._prepare(table, text, record)
+            if text2 != text:
+                raise ValueError(f"record id {text2} does not match event id {text}")
+            ts.put(text, new)
+        self._propagate(ts, text, old, new)
+
+    def _propagate(
+        self, ts: TableStore, text: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        table = ts.name
+        pending = self._pending
+        for circuit in self.by_table.get(table, ()):
+            for mat in circuit.affected(old, new):
+                self._requalify(mat, text, new)
+        w = self.qual_watch.get(text)
+        if w:
+            for mat, ids in list(w.items()):
+                rows = self.store.table(mat.plan.table).rows
+                for r in list(ids):
+                    self._requalify(mat, r, rows.get(r))
+        w = self.proj_watch.get(text)
+        if w:
+            for mat, ids in w.items():
+                mat.dirty.update(ids)
+                pending.add(mat)
+        sw = self.sub_watch.get(table)
+        if sw:
+            for field, keyed in sw.items():
+                if field is None:
+                    hits = [keyed.get(None)]
+                else:
+                    ko = ikey(old.get(field, NONE)) if old is not None else None
+                    kn = ikey(new.get(field, NONE)) if new is not None else None
+                    if field == "id":
+                        ko = kn = ikey((old or new or {}).get("id"))
+                    hits = [keyed.get(ko)]
+                    if kn != ko:
+                        hits.append(keyed.get(kn))
+                for h in hits:
+                    if h:
+                        for mat, ids in h.items():
+                            mat.dirty.update(ids)
+                            pending.add(mat)
+
+    # ------------------------------------------------------------------ operators
+    def _requalify(self, mat: Mat, rid: str, row: dict[str, Any] | None) -> None:
+        """Re-evaluate one top-level row of a materialisation (filter + order + window)."""
+        plan = mat.plan
+        old_e = mat.entries.get(rid)
+        new_e = None
+        if row is not None:
+            if plan.qlinks:
+                cx = Cx(self.store)
+                if plan.pred(row, mat.S, NONE, cx):
+                    new_e = plan.entry(row, rid, cx) if plan.ordered else 1
+                self._set_qdeps(mat, rid, cx.reads)
+            else:
+                if plan.pred(row, mat.S, NONE, _NOLINKS):
+                    new_e = plan.entry(row, rid, _NOLINKS) if plan.ordered else 1
+        elif plan.qlinks:
+            self._set_qdeps(mat, rid, set())
+        if old_e is None and new_e is None:
+            return
+        self._pending.add(mat)
+        if not plan.ordered:
+            if new_e is None:
+                del mat.entries[rid]
+                mat.visible.discard(rid)
+                self._drop_row(mat, rid)
+            else:
+                if old_e is None:
+                    mat.entries[rid] = new_e
+                    mat.visible.add(rid)
+                mat.dirty.add(rid)
+            return
+        if old_e == new_e:
+            if rid in mat.visible:
+                mat.dirty.add(rid)
+            return
+        ordered = mat.ordered
+        assert ordered is not None
+        first = None
+        if old_e is not None:
+            first = ordered.bisect_left(old_e)
+            ordered.remove(old_e)
+            del mat.entries[rid]
+        if new_e is not None:
+            ordered.add(new_e)
+            mat.entries[rid] = new_e
+            p = ordered.bisect_left(new_e)
+            first = p if first is None or p < first else first
+        if mat.hi is not None and first is not None and first >= mat.hi:
+            return
+        self._rewindow(mat)
+        if rid in mat.visible:
+            mat.dirty.add(rid)
+
+    def _rewindow(self, mat: Mat) -> None:
+        ordered = mat.ordered
+        assert ordered is not None
+        new_list = [e[-1] for e in ordered.islice(mat.lo, mat.hi)]
+        new_set = set(new_list)
+        old_set = mat.visible
+        for r in old_set - new_set:
+            self._drop_row(mat, r)
+        for r in new_set - old_set:
+            mat.dirty.add(r)
+        mat.visible = new_set
+        mat.vis_list = new_list
+
+    def _set_qdeps(self, mat: Mat, rid: str, reads: set[str]) -> None:
+        old = mat.qdeps.get(rid)
+        if old == reads:
+            return
+        qw = self.qual_watch
+        if old:
+            for t in old - reads:
+                w = qw.get(t)
+                if w is not None:
+                    s = w.get(mat)
+                    if s is not None:
+                        s.discard(rid)
+                        if not s:
+                            del w[mat]
+                            if not w:
+                                del qw[t]
+        if reads:
+            for t in reads if not old else reads - old:
+                qw.setdefault(t, {}).setdefault(mat, set()).add(rid)
+            mat.qdeps[rid] = reads
+        else:
+            mat.qdeps.pop(rid, None)
+
+    def _zs(self, mat: Mat, member: str, w: int) -> None:
+        zs = mat.zs
+        c = zs.get(member, 0)
+        if member not in mat.touched:
+            mat.touched[member] = c > 0
+        c += w
+        if c:
+            zs[member] = c
+        else:
+            del zs[member]
+
+    def _drop_row(self, mat: Mat, rid: str) -> None:
+        """A row left the visible window: retract its members and dependencies."""
+        mat.dirty.discard(rid)
+        if rid not in mat.outs:
+            return
+        out = mat.outs.pop(rid)
+        tree = mat.trees.pop(rid)
+        if tree is None:
+            if type(out) is dict and type(out.get("id")) is RecordID:
+                self._zs(mat, rid, -1)
+        else:
+            for m in tree:
+                self._zs(mat, m, -1)
+        self._set_pdeps(mat, rid, None)
+
+    def _project_row(self, mat: Mat, rid: str) -> None:
+        plan = mat.plan
+        row = self.store.table(plan.table).rows[rid]
+        if plan.simple:
+            out = plan.project(self.store, mat.S, row, _NOLINKS)  # type: ignore[arg-type]
+            nested = _has_nested(out)
+            tree: dict[str, Any] | None = None
+            if nested:
+                tree = {}
+                tree_members(out, tree)
+            reads = None
+        else:
+            cx = Cx(self.store)
+            out = plan.project(self.store, mat.S, row, cx)
+            tree = {}
+            tree_members(out, tree)
+            reads = cx
+        old_out = mat.outs.get(rid)
+        had = rid in mat.outs
+        old_tree = mat.trees.get(rid) if had else {}
+        if had and old_tree is None:
+            old_tree = {rid: old_out} if type(old_out.get("id")) is RecordID else {}
+        new_tree = tree
+        if new_tree is None:
+            new_tree = {rid: out} if type(out.get("id")) is RecordID else {}
+        assert old_tree is not None
+        for m in old_tree:
+            if m not in new_tree:
+                self._zs(mat, m, -1)
+        for m, content in new_tree.items():
+            if m not in old_tree:
+                self._zs(mat, m, 1)
+            else:
+                oc = old_tree[m]
+                if oc is not content and oc != content:
+                    mat.upd.add(m)
+        mat.outs[rid] = out
+        mat.trees[rid] = tree
+        if reads is not None:
+            self._set_pdeps(mat, rid, (reads.reads, reads.subs))
+        elif had:
+            self._set_pdeps(mat, rid, None)
+
+    def _set_pdeps(self, mat: Mat, rid: str, deps: tuple[set[str], list[Any]] | None) -> None:
+        old = mat.pdeps.pop(rid, None)
+        if old is not None:
+            for t in old[0]:
+                w = self.proj_watch.get(t)
+                if w is not None:
+                    s = w.get(mat)
+                    if s is not None:
+                        s.discard(rid)
+                        if not s:
+                            del w[mat]
+                            if not w:
+                                del self.proj_watch[t]
+            for table, field, key in old[1]:
+                tw = self.sub_watch.get(table)
+                if tw is None:
+                    continue
+                fw = tw.get(field)
+                if fw is None:
+                    continue
+                kw = fw.get(key)
+                if kw is None:
+                    continue
+                s = kw.get(mat)
+                if s is not None:
+                    s.discard(rid)
+                    if not s:
+                        del kw[mat]
+                        if not kw:
+                            del fw[key]
+                            if not fw:
+                                del tw[field]
+                                if not tw:
+                                    del self.sub_watch[table]
+        if deps is None:
+            return
+        reads, subs = deps
+        if not reads and not subs:
+            return
+        for t in reads:
+            self.proj_watch.setdefault(t, {}).setdefault(mat, set()).add(rid)
+        for table, field, key in subs:
+            self.sub_watch.setdefault(table, {}).setdefault(field, {}).setdefault(
+                key, {}
+            ).setdefault(mat, set()).add(rid)
+        mat.pdeps[rid] = deps
+
+    def _settle(self, mat: Mat) -> ViewDelta | None:
+        """Project dirty visible rows and turn the Z-set changes into a delta."""
+        if mat.dirty:
+            visible = mat.visible
+            for rid in list(mat.dirty):
+                if rid in visible:
+                    self._project_row(mat, rid)
+            mat.dirty.clear()
+        zs = mat.zs
+        added = frozenset(m for m, was in mat.touched.items() if not was and m in zs)
+        removed = frozenset(m for m, was in mat.touched.items() if was and m not in zs)
+        updated = frozenset(m for m in mat.upd if m in zs and m not in added)
+        mat.touched.clear()
+        mat.upd.clear()
+        if added or removed or updated:
+            return ViewDelta(added, removed, updated)
+        return None
+
+    def _flush(self) -> dict[str, ViewDelta]:
+        out: dict[str, ViewDelta] = {}
+        pending = self._pending
+        self._pending = set()
+        for mat in pending:
+            d = self._settle(mat)
+            if d is not None:
+                for v in mat.views:
+                    out[v] = d
+        return out
+
+    # ------------------------------------------------------------------ build / teardown
+    def _build(self, mat: Mat) -> None:
+        plan = mat.plan
+        ts = self.store.table(plan.table)
+        rows = ts.rows
+        cx = Cx(self.store)
+        cands: Iterable[str]
+        if mat.circuit.eq_field is not None:
+            cands = list(plan.candidates(self.store, mat.S, NONE, cx))
+        else:
+            cands = rows.keys()
+        pred = plan.pred
+        S = mat.S
+        entries = mat.entries
+        if plan.qlinks:
+            for rid in cands:
+                row = rows[rid]
+                cx = Cx(self.store)
+                if pred(row, S, NONE, cx):
+                    entries[rid] = plan.entry(row, rid, cx) if plan.ordered else 1
+                self._set_qdeps(mat, rid, cx.reads)
+        else:
+            ordered = plan.ordered
+            for rid in cands:
+                row = rows[rid]
+                if pred(row, S, NONE, _NOLINKS):
+                    entries[rid] = plan.entry(row, rid, _NOLINKS) if ordered else 1
+        if plan.ordered:
+            assert mat.ordered is not None
+            mat.ordered.update(entries.values())
+            self._rewindow(mat)
+        else:
+            mat.visible = set(entries)
+            mat.dirty.update(entries)
+        self._settle(mat)
+
+    def _teardown(self, mat: Mat) -> None:
+        circuit = mat.circuit
+        circuit.mats.pop(mat.key, None)
+        circuit.remove(mat)
+        for rid in list(mat.qdeps):
+            self._set_qdeps(mat, rid, set())
+        for rid in list(mat.pdeps):
+            self._set_pdeps(mat, rid, None)
+        self._pending.discard(mat)
+        if not circuit.mats:
+            del self.circuits[circuit.shape]
+            lst = self.by_table.get(circuit.table, [])
+            if circuit in lst:
+                lst.remove(circuit)
+            if not lst:
+                self.by_table.pop(circuit.table, None)
+
+
+def _has_nested(out: Any) -> bool:
+    for v in out.values():
+        t = type(v)
+        if t is dict or t is list:
+            return True
+    return False
+
+
+def _table_prefix(table: str) -> str:
+    return record_id_text(RecordID(table, "x"))[:-1]
+
+
+_CANON: dict[str, str] = {}
+
+
+def _canon_text(text: str) -> str:
+    """Canonical record-id text of an event id (``user:⟨a-b⟩`` -> ``user:`a-b```)."""
+    c = _CANON.get(text)
+    if c is None:
+        if len(_CANON) > 1_000_000:
+            _CANON.clear()
+        try:
+            c = rid_text(parse_record_id(text))
+        except ValueError as exc:
+            raise ValueError(f"invalid record id {text!r}") from exc
+        _CANON[text] = c
+    return c
+
+
+def _stale(record: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """True when the event's ``_00_rv`` is older than the stored row's."""
+    new_rv = record.get("_00_rv", NONE)
+    old_rv = old.get("_00_rv", NONE)
+    if new_rv is NONE or new_rv is None or old_rv is NONE or old_rv is None:
+        return False
+    try:
+        return bool(new_rv < old_rv)
+    except TypeError:
+        return False

@@ -1,0 +1,169 @@
+"""Decoded row storage for the engine: rows per table, equality indexes and the table hash.
+
+Rows are kept decoded (Python dicts holding SurrealDB-typed values) because every operator
+reads them; the table hash is the XOR of :func:`engine.hashing.row_hash` over the rows, kept
+incrementally and settled lazily (a row rewritten many times between two hash reads is hashed
+once), so the hot ingest path never serialises a row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from surrealdb import Duration, RecordID
+
+from engine.hashing import row_hash
+from engine.values import NONE, NoneType, record_id_text
+
+_PLAIN_KEY_TYPES = frozenset(
+    {str, int, float, Decimal, bool, type(None), NoneType, datetime, uuid.UUID, bytes}
+)
+
+_RID_TEXT: dict[tuple[str, Any], str] = {}
+
+
+def rid_text(rid: RecordID) -> str:
+    """Canonical text of a record id, cached for the common int/str keys."""
+    k = rid.id
+    t = type(k)
+    if t is int or t is str:
+        key = (rid.table_name, k)
+        text = _RID_TEXT.get(key)
+        if text is None:
+            if len(_RID_TEXT) > 2_000_000:
+                _RID_TEXT.clear()
+            text = record_id_text(rid)
+            _RID_TEXT[key] = text
+        return text
+    return record_id_text(rid)
+
+
+def ikey(v: Any) -> Any:
+    """A hashable key such that SurrealDB-equal values get equal keys (collisions are allowed).
+
+    Used by equality indexes as a pre-filter: the full predicate is always evaluated afterwards,
+    so only the "equal implies same key" direction matters (1, 1.0 and 1dec share a key because
+    Python already hashes them alike).
+    """
+    t = type(v)
+    if t in _PLAIN_KEY_TYPES:
+        return v
+    if t is RecordID:
+        return ("\0r", v.table_name, ikey(v.id))
+    if t is list or t is tuple:
+        return ("\0a", tuple(ikey(x) for x in v))
+    if t is dict:
+        return ("\0o", tuple(sorted((k, ikey(x)) for k, x in v.items())))
+    if t is Duration:
+        return ("\0d", v.elapsed)
+    return ("\0x", type(v).__name__, repr(v))
+
+
+class TableStore:
+    """The rows of one table keyed by record-id text, with on-demand equality indexes."""
+
+    __slots__ = ("name", "rows", "_hashes", "_dirty", "_xor", "indexes")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.rows: dict[str, dict[str, Any]] = {}
+        self._hashes: dict[str, int] = {}
+        self._dirty: set[str] = set()
+        self._xor = 0
+        self.indexes: dict[str, dict[Any, set[str]]] = {}
+
+    def _unhash(self, rid: str) -> None:
+        h = self._hashes.pop(rid, None)
+        if h is not None:
+            self._xor ^= h
+
+    def put(self, rid: str, row: dict[str, Any]) -> dict[str, Any] | None:
+        """Store ``row`` under ``rid``; returns the previous row (or None)."""
+        old = self.rows.get(rid)
+        self.rows[rid] = row
+        if old is not None:
+            self._unhash(rid)
+        self._dirty.add(rid)
+        for field, idx in self.indexes.items():
+            if old is not None:
+                ok = ikey(old.get(field, NONE))
+                nk = ikey(row.get(field, NONE))
+                if ok == nk:
+                    continue
+                s = idx.get(ok)
+                if s is not None:
+                    s.discard(rid)
+                    if not s:
+                        del idx[ok]
+            else:
+                nk = ikey(row.get(field, NONE))
+            idx.setdefault(nk, set()).add(rid)
+        return old
+
+    def delete(self, rid: str) -> dict[str, Any] | None:
+        """Remove ``rid``; returns the removed row (or None when absent)."""
+        old = self.rows.pop(rid, None)
+        if old is None:
+            return None
+        self._unhash(rid)
+        self._dirty.discard(rid)
+        for field, idx in self.indexes.items():
+            ok = ikey(old.get(field, NONE))
+            s = idx.get(ok)
+            if s is not None:
+                s.discard(rid)
+                if not s:
+                    del idx[ok]
+        return old
+
+    def index(self, field: str) -> dict[Any, set[str]]:
+        """The equality index of ``field`` (built on first use, then maintained by put/delete)."""
+        idx = self.indexes.get(field)
+        if idx is None:
+            idx = {}
+            for rid, row in self.rows.items():
+                idx.setdefault(ikey(row.get(field, NONE)), set()).add(rid)
+            self.indexes[field] = idx
+        return idx
+
+    def count(self) -> int:
+        """Number of rows."""
+        return len(self.rows)
+
+    def hash(self) -> int:
+        """XOR of row_hash over the rows (settles rows written since the last call)."""
+        if self._dirty:
+            rows = self.rows
+            hashes = self._hashes
+            x = self._xor
+            for rid in self._dirty:
+                h = row_hash(rows[rid])
+                hashes[rid] = h
+                x ^= h
+            self._xor = x
+            self._dirty.clear()
+        return self._xor
+
+
+class Store:
+    """All tables."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, TableStore] = {}
+
+    def table(self, name: str) -> TableStore:
+        """The table ``name`` (created empty on first use)."""
+        t = self.tables.get(name)
+        if t is None:
+            t = self.tables[name] = TableStore(name)
+        return t
+
+    def get(self, table: str, rid: str) -> dict[str, Any] | None:
+        """The row ``rid`` of ``table`` or None."""
+        t = self.tables.get(table)
+        if t is None:
+            return None
+        return t.rows.get(rid)
