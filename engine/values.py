@@ -523,8 +523,9 @@ def _format_datetime(d: datetime) -> str:
     d = d.astimezone(timezone.utc)
     base = f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
     if d.microsecond:
-        frac = f"{d.microsecond:06d}".rstrip("0")
-        base += "." + frac
+        # chrono prints 3, 6 or 9 fractional digits, whichever is the shortest exact one.
+        us = d.microsecond
+        base += f".{us // 1000:03d}" if us % 1000 == 0 else f".{us:06d}"
     return base + "Z"
 
 
