@@ -32,7 +32,9 @@ async def serve(config: HostConfig) -> int:
     try:
         await engine.ensure_root_user(config.user, config.password)
     except EngineError as exc:
-        log.error("could not create the root user %r: %s", config.user, exc.message)
+        # An engine parse error quotes the statement, which holds the password: redact it.
+        log.error("could not create the root user %r: %s", config.user,
+                  exc.message.replace(config.password, "***"))
         await engine.close()
         return EXIT_ENGINE
     server = DbHostServer(config, engine)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
-DEFAULT_POLL_INTERVAL_MS = 50
+DEFAULT_POLL_INTERVAL_MS = 100
 
 
 class ConfigError(ValueError):

@@ -46,7 +46,7 @@ log = logging.getLogger("dbhost.live")
 FEED_BATCH = 1000
 # Re-read this much of the feed's recent past on each round, so that a transaction whose
 # versionstamp is older than one already read but which became visible later is not lost.
-OVERLAP_VS = 200 << 16
+OVERLAP_VS = 50 << 16
 EVAL_CHUNK = 200
 DEFAULT_CHANGEFEED = "1h"
 
@@ -411,16 +411,21 @@ class LiveHub:
 
     async def _deliver(self, feed: TableFeed, changes: list[Change]) -> None:
         queries = list(feed.queries.values())
-        await asyncio.gather(*(self._deliver_one(lq, changes) for lq in queries))
+        # Read the select permission once per round, and only when a record user listens:
+        # it is evaluated as it stands now, like SurrealDB does for its own live queries.
+        perm: bool | str = True
+        if any(q.record_user for q in queries):
+            perm = await self._select_permission(feed.ns, feed.db, feed.table)
+        await asyncio.gather(*(self._deliver_one(lq, changes, perm) for lq in queries))
 
-    async def _deliver_one(self, lq: LiveQuery, changes: list[Change]) -> None:
+    async def _deliver_one(self, lq: LiveQuery, changes: list[Change], perm: bool | str) -> None:
         from dbhost.connection import notify
 
         mine = [c for c in changes if c.vs >= lq.start_vs]
         for i in range(0, len(mine), EVAL_CHUNK):
             chunk = mine[i:i + EVAL_CHUNK]
             try:
-                passed = await self._evaluate(lq, chunk)
+                passed = await self._evaluate(lq, chunk, perm)
             except EngineError as exc:
                 if lq.id in self.queries:
                     self.evaluation_errors += 1
@@ -451,11 +456,11 @@ class LiveHub:
             return [{"op": "replace", "path": "/", "value": change.after}]
         return make_diff(before, change.after)
 
-    async def _evaluate(self, lq: LiveQuery, changes: list[Change]) -> list[Any]:
+    async def _evaluate(self, lq: LiveQuery, changes: list[Change],
+                        perm: bool | str) -> list[Any]:
         """For each change, the projected row if the subscriber may see it, else None."""
         conds: list[str] = []
         if lq.record_user:
-            perm = await self._select_permission(lq)
             if perm is False:
                 return [None] * len(changes)
             if isinstance(perm, str):
@@ -486,12 +491,12 @@ class LiveHub:
             out.append(rows[0] if rows else None)
         return out
 
-    async def _select_permission(self, lq: LiveQuery) -> bool | str:
+    async def _select_permission(self, ns: str, db: str, table: str) -> bool | str:
         """The table's select permission now: True (FULL), False (NONE) or an expression."""
-        sid = await self._tail_session(lq.ns, lq.db)
+        sid = await self._tail_session(ns, db)
         info = (await self.engine.query("INFO FOR DB STRUCTURE", session=sid))[0]
         for t in info.get("tables") or []:
-            if t.get("name") == lq.spec.table:
+            if t.get("name") == table:
                 perm = (t.get("permissions") or {}).get("select", False)
                 if isinstance(perm, str):
                     return perm

@@ -39,7 +39,7 @@ def apply_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
     try:
         for op in ops:
             kind, path = op.get("op"), op.get("path", "")
-            if path in ("", "/") and kind in ("add", "replace"):
+            if path == "" and kind in ("add", "replace"):
                 out = copy.deepcopy(op.get("value"))
                 continue
             if kind in ("move", "copy"):
@@ -94,7 +94,7 @@ def make_diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
         return ops
     if _same(before, after):
         return []
-    return [{"op": "replace", "path": path or "/", "value": after}]
+    return [{"op": "replace", "path": path, "value": after}]
 
 
 def _same(a: Any, b: Any) -> bool:
