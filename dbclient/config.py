@@ -107,7 +107,7 @@ class DbConfig:
         return self.url.http_base
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "DbConfig":
+    def from_env(cls, env: Mapping[str, str]) -> DbConfig:
         """Read `SVC_DB_URL` (legacy `SVC_DB_WS`), `SVC_DB_USER`, `SVC_DB_PASS`, `SVC_DB_NS`,
         `SVC_DB_NAME` and `SVC_SSP_DB_TIMEOUT_SECS`. Raises ValueError on bad values."""
         raw_url = env.get("SVC_DB_URL") or env.get("SVC_DB_WS") or ""

@@ -22,7 +22,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from uuid import UUID
 
 from surrealdb import AsyncWsSurrealConnection, RecordID, ServerError, SurrealError
@@ -81,7 +81,7 @@ class Database:
         return (f"Database(url={c.ws_url!r}, ns={c.namespace!r}, db={c.database!r}, "
                 f"user={c.user!r}, connected={self.connected})")
 
-    async def __aenter__(self) -> "Database":
+    async def __aenter__(self) -> Self:
         await self.connect()
         return self
 
@@ -166,7 +166,7 @@ class Database:
         remaining = max(0.05, deadline - time.monotonic())
         try:
             await asyncio.wait_for(conn.connect(), remaining)
-        except (OSError, WebSocketException, asyncio.TimeoutError, SurrealError) as e:
+        except (TimeoutError, OSError, WebSocketException, SurrealError) as e:
             await _close_quietly(conn)
             raise DbConnectionError(f"connect to {cfg.ws_url} failed: {_describe(e)}") from None
         try:
@@ -181,8 +181,7 @@ class Database:
             raise DbAuthError(
                 f"sign-in as {cfg.user!r} to {cfg.namespace}/{cfg.database} refused: {e}"
             ) from None
-        except (OSError, WebSocketException, asyncio.TimeoutError, asyncio.CancelledError,
-                SurrealError) as e:
+        except (TimeoutError, OSError, WebSocketException, asyncio.CancelledError, SurrealError) as e:
             await _close_quietly(conn)
             if isinstance(e, asyncio.CancelledError) and _being_cancelled():
                 raise
@@ -216,7 +215,7 @@ class Database:
             try:
                 result = await asyncio.wait_for(
                     _guard(conn, op(conn)), max(0.001, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.consecutive_timeouts += 1
                 log.warning("database call %s timed out (%d in a row)", what,
                             self.consecutive_timeouts)
@@ -364,7 +363,7 @@ class Database:
 
     # ------------------------------------------------------------------ live
 
-    async def live(self, table: str, sink: LiveSink) -> "LiveSubscription":
+    async def live(self, table: str, sink: LiveSink) -> LiveSubscription:
         """Subscribe to LIVE changes of `table` (WebSocket only).
 
         Each notification `{action, id, result, record...}` is put on `sink` (an asyncio.Queue)
@@ -395,7 +394,7 @@ class LiveSubscription:
         timeout = self.db.config.timeout_secs
         try:
             live_id = await asyncio.wait_for(_guard(conn, conn.live(self.table)), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise DbTimeout(f"live {self.table}", timeout) from None
         except _ConnectionLost as e:
             raise DbConnectionError(f"connection lost subscribing to {self.table}: {e}") from None
@@ -449,7 +448,7 @@ class LiveSubscription:
             try:
                 await asyncio.wait_for(_guard(conn, conn.kill(live_id)),
                                        self.db.config.timeout_secs)
-            except (asyncio.TimeoutError, _ConnectionLost, SurrealError) as e:
+            except (TimeoutError, _ConnectionLost, SurrealError) as e:
                 log.info("KILL of live query on %s failed: %s", self.table, _describe(e))
 
 
@@ -494,7 +493,7 @@ async def _guard(conn: AsyncWsSurrealConnection, aw: Awaitable[T]) -> T:
 async def _close_quietly(conn: AsyncWsSurrealConnection) -> None:
     try:
         await asyncio.wait_for(conn.close(), 2.0)
-    except (asyncio.TimeoutError, OSError, WebSocketException, SurrealError) as e:
+    except (TimeoutError, OSError, WebSocketException, SurrealError) as e:
         log.debug("closing database socket: %s", _describe(e))
 
 

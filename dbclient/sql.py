@@ -34,7 +34,8 @@ def require_identifier(name: object, what: str = "table") -> str:
 def require_int(value: object, what: str, minimum: int = 0) -> int:
     """Return `value` if it is an int (not bool) >= minimum, else raise ValueError."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be an integer, got {type(value).__name__}")
+        # ValueError, not TypeError: callers handle every bad literal with one except clause.
+        raise ValueError(f"{what} must be an integer, got {type(value).__name__}")  # noqa: TRY004
     if value < minimum:
         raise ValueError(f"{what} must be >= {minimum}, got {value}")
     return value

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dbclient import Database, DbError
-
 from svccli.schema import apply_schema
 from svccli.settings import ConfigError, SchemaSettings, resolve_settings
 

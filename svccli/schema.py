@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbclient import Database, DbQueryError, is_identifier, schema_fingerprint
-
 from svccli.settings import ConfigError, SchemaSettings, parse_duration_ns
 
 META_PREFIX = "_00_"
@@ -83,8 +82,8 @@ META_TABLES: tuple[MetaTable, ...] = (
             f"ttl TYPE option<duration | string> {_SERVICE_ONLY}",
             f"subscribers TYPE option<int> {_SERVICE_ONLY}",
             f"rowCount TYPE option<int> {_SERVICE_ONLY}",
-            "state TYPE option<string> ASSERT $value = NONE OR $value IN "
-            f"['materializing', 'ready'] {_SERVICE_ONLY}",
+            ("state TYPE option<string> ASSERT $value = NONE OR $value IN "
+             f"['materializing', 'ready'] {_SERVICE_ONLY}"),
         ),
     ),
     MetaTable(
@@ -184,23 +183,23 @@ def synced_table_sql(table: str, transport: str, retention: str,
         out += [
             f"REMOVE EVENT IF EXISTS _00_{table}_mutation ON {table}",
             f"REMOVE EVENT IF EXISTS _00_{table}_delete ON {table}",
-            f"DEFINE EVENT OVERWRITE _00_{table}_version ON {table} WHEN true THEN {{ "
-            f"IF $event = 'DELETE' {{ {version_upsert(table, 'before', True)}; }} "
-            f"ELSE {{ {version_upsert(table, 'after', False)}; }}; }}",
+            (f"DEFINE EVENT OVERWRITE _00_{table}_version ON {table} WHEN true THEN {{ "
+             f"IF $event = 'DELETE' {{ {version_upsert(table, 'before', True)}; }} "
+             f"ELSE {{ {version_upsert(table, 'after', False)}; }}; }}"),
         ]
     else:
         headers = "{ Authorization: 'Bearer ' + $_00_ingest_secret }"
         out += [
             f"REMOVE EVENT IF EXISTS _00_{table}_version ON {table}",
-            f"DEFINE EVENT OVERWRITE _00_{table}_mutation ON {table} "
-            f"WHEN $event IN ['CREATE', 'UPDATE'] THEN {{ "
-            f"{version_upsert(table, 'after', False)}; "
-            f"http::post($_00_ingest_url, {{ table: '{table}', op: $event, "
-            f"id: <string> $after.id, record: $after }}, {headers}); }}",
-            f"DEFINE EVENT OVERWRITE _00_{table}_delete ON {table} WHEN $event = 'DELETE' THEN {{ "
-            f"{version_upsert(table, 'before', True)}; "
-            f"http::post($_00_ingest_url, {{ table: '{table}', op: 'DELETE', "
-            f"id: <string> $before.id, record: $before }}, {headers}); }}",
+            (f"DEFINE EVENT OVERWRITE _00_{table}_mutation ON {table} "
+             f"WHEN $event IN ['CREATE', 'UPDATE'] THEN {{ "
+             f"{version_upsert(table, 'after', False)}; "
+             f"http::post($_00_ingest_url, {{ table: '{table}', op: $event, "
+             f"id: <string> $after.id, record: $after }}, {headers}); }}"),
+            (f"DEFINE EVENT OVERWRITE _00_{table}_delete ON {table} WHEN $event = 'DELETE' "
+             f"THEN {{ {version_upsert(table, 'before', True)}; "
+             f"http::post($_00_ingest_url, {{ table: '{table}', op: 'DELETE', "
+             f"id: <string> $before.id, record: $before }}, {headers}); }}"),
         ]
     return out
 
@@ -281,8 +280,8 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
         if cur is None or current_structure(cur) != desired_meta_structure(t, retention_ns):
             statements.append((meta_table_sql(t, retention if retention_ns else None), None))
         for f in t.fields:
-            statements.append((f"DEFINE FIELD OVERWRITE {f.split(' ', 1)[0]} ON {t.name} "
-                               f"{f.split(' ', 1)[1]}", None))
+            fname, rest = f.split(" ", 1)
+            statements.append((f"DEFINE FIELD OVERWRITE {fname} ON {t.name} {rest}", None))
         if t.name == "_00_query":
             statements.append((query_cleanup_sql(transport), None))
         if statements:
@@ -327,7 +326,9 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
         report.meta[t.name] = _status(before.get(t.name), after.get(t.name))
     for name in synced:
         report.synced[name] = _status(before.get(name), after.get(name))
-        report.fingerprints[name] = after[name]
+        fingerprint = after[name]
+        assert fingerprint is not None  # synced tables are plain identifiers
+        report.fingerprints[name] = fingerprint
 
     await _write_schema_state(db, report)
     return report
@@ -357,8 +358,8 @@ async def _write_schema_state(db: Database, report: ApplyReport) -> None:
     for name, fp in report.fingerprints.items():
         if existing.get(name) != fp:
             statements.append((
-                "UPSERT type::record('_00_schema_state', $t) SET fingerprint = $fp, "
-                "transport = $tr, updated_at = time::now()",
+                ("UPSERT type::record('_00_schema_state', $t) SET fingerprint = $fp, "
+                 "transport = $tr, updated_at = time::now()"),
                 {"t": name, "fp": fp, "tr": report.transport}))
             report.updated_state.append(name)
     for name in sorted(set(existing) - set(report.fingerprints)):

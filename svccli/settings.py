@@ -68,7 +68,7 @@ class SchemaSettings:
         if self.ingest_url is None:
             return None
         url = self.ingest_url.rstrip("/")
-        return url[: -len("/ingest")] if url.endswith("/ingest") else url
+        return url.removesuffix("/ingest")
 
 
 def read_project_transport(path: Path) -> str | None:

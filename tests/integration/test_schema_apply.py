@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -14,7 +13,7 @@ import pytest
 from surrealdb import AsyncSurreal, RecordID
 
 from dbclient import Database, DbConfig
-from svccli.schema import ApplyReport, apply_schema, query_cleanup_sql, synced_table_sql
+from svccli.schema import apply_schema, query_cleanup_sql, synced_table_sql
 from svccli.settings import SchemaSettings, resolve_settings
 from tests.support.procs import ROOT, DbHost, base_env
 
@@ -264,6 +263,7 @@ async def test_http_transport_on_a_database_without_http_functions_fails_clearly
 def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "svccli", *args],
+        check=False,
         env=base_env(PYTHONPATH=str(ROOT), **env),
         cwd=str(cwd), capture_output=True, text=True, timeout=120,
     )
