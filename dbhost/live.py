@@ -138,6 +138,19 @@ def parse_changes(batches: list[dict[str, Any]]) -> list[Change]:
     return out
 
 
+def loses_original(batches: list[dict[str, Any]]) -> bool:
+    """Whether the feed shows the table redefined without INCLUDE ORIGINAL (someone ran
+    DEFINE TABLE OVERWRITE); then updates look like creates and deletes lose their row."""
+    for batch in batches:
+        for entry in batch.get("changes", []):
+            d = entry.get("define_table")
+            if isinstance(d, dict):
+                cf = d.get("changefeed")
+                if not isinstance(cf, dict) or not cf.get("original"):
+                    return True
+    return False
+
+
 def _rid(row: Any) -> Any:
     return row.get("id") if isinstance(row, dict) else None
 
@@ -402,6 +415,10 @@ class LiveHub:
             low = feed.next_vs - 2 * OVERLAP_VS
             for vs in [v for v in feed.seen if v < low]:
                 del feed.seen[vs]
+            if loses_original(fresh):
+                log.warning("table %s/%s/%s was redefined without INCLUDE ORIGINAL; "
+                            "restoring it", feed.ns, feed.db, feed.table)
+                await self._ensure_changefeed(feed.ns, feed.db, feed.table)
             changes = parse_changes(fresh)
             if changes:
                 await self._deliver(feed, changes)
