@@ -113,9 +113,10 @@ _TOKEN_RE = re.compile(
   | (?P<us>u(?P<uq>['"])(?P<usv>.*?)(?P=uq))
   | (?P<str>s?'(?:[^'\\]|\\.)*'|s?"(?:[^"\\]|\\.)*")
   | (?P<num>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?:dec|f)?(?![A-Za-z_]))
+  | (?P<dur>\d+[A-Za-z_µ][A-Za-z0-9_µ]*)
   | (?P<param>\$[A-Za-z_][A-Za-z0-9_]*)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`(?:[^`\\]|\\.)*`|⟨(?:[^⟩\\]|\\.)*⟩)
-  | (?P<op>\|\||&&|==|!=|<=|>=|\?=|\*=|!~|\?~|\*~|\*\*|\?\?|\?:|->|<->|<-|\+=|-=|@@|[=<>!~+\-*/%(),.\[\]{}:;∋∌⊇⊃⊅∈∉⊆⊂⊄×÷])
+  | (?P<op>::|\|\||&&|==|!=|<=|>=|\?=|\*=|!~|\?~|\*~|\*\*|\?\?|\?:|->|<->|<-|\+=|-=|@@|[=<>!~+\-*/%(),.\[\]{}:;∋∌⊇⊃⊅∈∉⊆⊂⊄×÷])
     """,
     re.VERBOSE | re.DOTALL,
 )
@@ -157,7 +158,11 @@ def tokenize(text: str) -> list[Tok]:
     while pos < n:
         m = _TOKEN_RE.match(text, pos)
         if m is None:
-            raise QueryRejected(f"unexpected character {text[pos]!r} at position {pos}")
+            # Let the parser report it in context (it names the clause it was reading).
+            toks.append(Tok("op", text[pos], pos, text[pos], glued=not prev_ws))
+            prev_ws = False
+            pos += 1
+            continue
         kind = m.lastgroup
         raw = m.group(0)
         if m.group("ws") is not None:
@@ -173,6 +178,8 @@ def tokenize(text: str) -> list[Tok]:
         elif m.group("str") is not None:
             body = raw[1:] if raw[0] == "s" else raw
             toks.append(Tok("str", _unescape(body[1:-1]), pos, raw))
+        elif m.group("dur") is not None:
+            toks.append(Tok("dur", raw, pos, raw))
         elif m.group("num") is not None:
             toks.append(Tok("num", raw, pos, raw))
         elif m.group("param") is not None:
@@ -279,6 +286,8 @@ class _Parser:
         q = self.select()
         while self.is_op(";"):
             self.advance()
+            if self.tok.kind != "eof":
+                raise QueryRejected("multiple statements are not supported (one SELECT per view)")
         if self.tok.kind != "eof":
             self._reject_trailing()
         return q
@@ -430,7 +439,9 @@ class _Parser:
             if self.is_kw("SELECT", tok=self.peek()):
                 self.advance()
                 sub = self.select()
-                self.expect_op(")")
+                if not self.is_op(")"):
+                    self._reject_trailing()
+                self.advance()
                 index = None
                 if self.is_op("["):
                     self.advance()
@@ -447,11 +458,16 @@ class _Parser:
                 return Item("sub", (), alias, sub, index)
             raise QueryRejected("only subqueries may be parenthesised in the projection")
         t = self.tok
+        if self.is_op("->", "<-", "<->"):
+            raise QueryRejected("graph traversal is not supported")
         if t.kind == "param":
             raise QueryRejected("parameters in the projection are not supported")
         if t.kind != "ident":
             raise QueryRejected(f"unsupported projection item {self._desc()}")
-        if self.is_op("(", tok=self.peek()) or self.is_op(":", tok=self.peek()) and self.peek(2).kind == "op" and self.peek(2).value == ":":
+        if self.is_op("::", tok=self.peek()):
+            self.advance()
+            self._reject_function(t)
+        if self.is_op("(", tok=self.peek()):
             raise QueryRejected(f"function {t.value}() is not supported")
         if self.is_op("->", "<-", "<->", tok=self.peek()):
             raise QueryRejected("graph traversal is not supported")
@@ -576,6 +592,8 @@ class _Parser:
 
     def primary(self) -> Expr:
         t = self.tok
+        if t.kind == "dur":
+            raise QueryRejected(f"duration literal {t.text} is not supported")
         if t.kind == "num":
             self.advance()
             if self.tok.kind == "ident" and self.tok.glued:
@@ -655,8 +673,8 @@ class _Parser:
             if w == "NULL":
                 return ("lit", None)
         # Function call: name(...) or name::name(...)
-        if self.is_op(":") and self.peek().kind == "op" and self.peek().value == ":":
-            raise QueryRejected(f"functions are not supported ({t.value}::...)")
+        if self.is_op("::"):
+            self._reject_function(t)
         if self.is_op("(") and not t.quoted:
             raise QueryRejected(f"function {t.value}() is not supported")
         # Record id literal: table:id (no whitespace around ':').
@@ -688,6 +706,16 @@ class _Parser:
         if self.is_op("->", "<-", "<->"):
             raise QueryRejected("graph traversal is not supported")
         return ("field", tuple(parts))
+
+    def _reject_function(self, first: Tok) -> None:
+        """Called on the `::` after ``first``: name the whole function and refuse it."""
+        parts = [first.value]
+        while self.is_op("::"):
+            self.advance()
+            if self.tok.kind != "ident":
+                break
+            parts.append(self.advance().value)
+        raise QueryRejected(f"function {'::'.join(parts)}() is not supported")
 
     def param(self) -> Expr:
         t = self.advance()

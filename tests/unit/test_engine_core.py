@@ -1,0 +1,160 @@
+"""Incremental behaviour of the engine core: windows, links, subqueries, staleness, batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from surrealdb import RecordID
+
+from engine import ViewEngine
+from engine.worker import ShardWorker
+
+
+def _t(i: int, **kw: Any) -> dict[str, Any]:
+    return {"id": RecordID("thread", i), **kw}
+
+
+def _engine() -> ViewEngine:
+    e = ViewEngine()
+    e.load("user", [{"id": RecordID("user", 1), "name": "ann"},
+                    {"id": RecordID("user", 2), "name": "bob"}])
+    e.load("thread", [_t(i, score=i, author=RecordID("user", 1 + i % 2)) for i in range(1, 11)])
+    e.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", 1 + i % 3),
+                        "n": i} for i in range(1, 10)])
+    return e
+
+
+def test_top_k_refills_from_below_when_a_member_leaves() -> None:
+    e = _engine()
+    assert e.register("v", "SELECT * FROM thread ORDER BY score DESC LIMIT 3", {}) == {
+        "thread:10", "thread:9", "thread:8"}
+    d = e.ingest("thread", "DELETE", "thread:9", None)["v"]
+    assert d.removed == {"thread:9"} and d.added == {"thread:7"}
+    d = e.ingest("thread", "UPDATE", "thread:10", _t(10, score=0))["v"]
+    assert d.removed == {"thread:10"} and d.added == {"thread:6"}
+    assert [r["id"].id for r in e.result("v")] == [8, 7, 6]
+
+
+def test_update_that_stops_matching_moves_the_row_out_and_delete_leaves_filtered_view() -> None:
+    e = _engine()
+    e.register("v", "SELECT * FROM thread WHERE score > 8", {})
+    assert e.ingest("thread", "UPDATE", "thread:9", _t(9, score=1))["v"].removed == {"thread:9"}
+    assert e.ingest("thread", "DELETE", "thread:10", None)["v"].removed == {"thread:10"}
+    assert e.members("v") == set()
+
+
+def test_desc_ties_break_by_record_id_ascending() -> None:
+    e = ViewEngine()
+    e.load("thread", [_t(i, s="x") for i in range(1, 6)])
+    e.register("v", "SELECT * FROM thread ORDER BY s DESC LIMIT 2", {})
+    assert e.members("v") == {"thread:1", "thread:2"}
+
+
+def test_record_link_change_moves_rows_in_and_out() -> None:
+    e = _engine()
+    e.register("v", "SELECT * FROM thread WHERE author.name = 'ann'", {})
+    assert len(e.members("v")) == 5
+    d = e.ingest("user", "UPDATE", "user:2", {"id": RecordID("user", 2), "name": "ann"})["v"]
+    assert len(d.added) == 5 and not d.removed
+    d = e.ingest("user", "DELETE", "user:1", None)["v"]
+    assert len(d.removed) == 5
+
+
+def test_lateral_subquery_follows_comment_changes_and_author_lookup() -> None:
+    e = _engine()
+    e.register("v", "SELECT *, (SELECT * FROM comment WHERE thread = $parent.id ORDER BY n DESC "
+                    "LIMIT 2) AS cs, (SELECT * FROM user WHERE id = $parent.author LIMIT 1)[0] "
+                    "AS au FROM thread WHERE id = thread:1", {})
+    assert e.members("v") == {"thread:1", "comment:9", "comment:6", "user:2"}
+    d = e.ingest("comment", "CREATE", "comment:20",
+                 {"id": RecordID("comment", 20), "thread": RecordID("thread", 1), "n": 20})["v"]
+    assert d.added == {"comment:20"} and d.removed == {"comment:6"} and "thread:1" in d.updated
+    d = e.ingest("comment", "DELETE", "comment:20", None)["v"]
+    assert d.added == {"comment:6"} and d.removed == {"comment:20"}
+    d = e.ingest("user", "UPDATE", "user:2", {"id": RecordID("user", 2), "name": "B"})["v"]
+    assert d.updated == {"user:2", "thread:1"} and not d.added
+    assert e.ingest("comment", "UPDATE", "comment:2",
+                    {"id": RecordID("comment", 2), "thread": RecordID("thread", 2), "n": 0}) == {}
+
+
+def test_fetch_and_link_star_make_members_but_link_field_does_not() -> None:
+    e = _engine()
+    e.register("f", "SELECT id, author FROM thread WHERE id = thread:1 FETCH author", {})
+    e.register("s", "SELECT id, author.* AS a FROM thread WHERE id = thread:1", {})
+    e.register("n", "SELECT id, author.name AS a FROM thread WHERE id = thread:1", {})
+    assert e.members("f") == e.members("s") == {"thread:1", "user:2"}
+    assert e.members("n") == {"thread:1"}
+    d = e.ingest("user", "UPDATE", "user:2", {"id": RecordID("user", 2), "name": "zed"})
+    assert d["n"].updated == {"thread:1"} and d["f"].updated == {"user:2", "thread:1"}
+
+
+def test_stale_rv_is_ignored_and_create_of_existing_replaces() -> None:
+    e = ViewEngine()
+    e.register("v", "SELECT * FROM thread WHERE ok = true", {})
+    e.ingest("thread", "CREATE", "thread:1", _t(1, ok=True, _00_rv=5))
+    assert e.ingest("thread", "UPDATE", "thread:1", _t(1, ok=False, _00_rv=4)) == {}
+    assert e.members("v") == {"thread:1"}
+    d = e.ingest("thread", "CREATE", "thread:1", _t(1, ok=False, _00_rv=6))
+    assert d["v"].removed == {"thread:1"}
+    e.ingest("thread", "UPDATE", "thread:2", _t(2, ok=True))
+    assert e.members("v") == {"thread:2"}
+
+
+def test_ingest_batch_equals_one_by_one_net() -> None:
+    events = [("thread", "UPDATE", "thread:3", _t(3, score=100, author=RecordID("user", 1))),
+              ("thread", "DELETE", "thread:10", None),
+              ("thread", "CREATE", "thread:11", _t(11, score=50)),
+              ("thread", "DELETE", "thread:11", None),
+              ("comment", "CREATE", "comment:50",
+               {"id": RecordID("comment", 50), "thread": RecordID("thread", 3), "n": 1})]
+    q = ("SELECT *, (SELECT * FROM comment WHERE thread = $parent.id) AS cs FROM thread "
+         "ORDER BY score DESC LIMIT 3")
+    a, b = _engine(), _engine()
+    before = a.register("v", q, {})
+    b.register("v", q, {})
+    for ev in events:
+        a.ingest(*ev)
+    d = b.ingest_batch(events)["v"]
+    assert a.members("v") == b.members("v")
+    assert d.added == a.members("v") - before and d.removed == before - a.members("v")
+    assert a.table_hash("thread") == b.table_hash("thread")
+
+
+def test_identical_views_share_a_materialisation_and_eq_index_limits_work() -> None:
+    e = _engine()
+    for i in range(100):
+        e.register(f"v{i}", "SELECT * FROM thread WHERE author = $auth.id",
+                   {"auth": {"id": RecordID("user", 1 + i % 2)}})
+    assert len(e.circuits) == 1
+    (circuit,) = e.circuits.values()
+    assert len(circuit.mats) == 2
+    d = e.ingest("thread", "UPDATE", "thread:1", _t(1, author=RecordID("user", 1)))
+    assert set(d) == {f"v{i}" for i in range(100)}
+    e.unregister("v0")
+    assert "v0" not in e.ingest("thread", "DELETE", "thread:1", None)
+
+
+def test_table_hash_is_order_independent() -> None:
+    a, b = ViewEngine(), ViewEngine()
+    rows = [_t(i, x=i) for i in range(20)]
+    a.load("thread", rows)
+    b.load("thread", list(reversed(rows)))
+    assert a.table_hash("thread") == b.table_hash("thread") != 0
+    b.ingest("thread", "UPDATE", "thread:3", _t(3, x=99))
+    assert a.table_hash("thread") != b.table_hash("thread")
+    b.ingest("thread", "UPDATE", "thread:3", _t(3, x=3))
+    assert a.table_hash("thread") == b.table_hash("thread")
+
+
+def test_shard_worker_round_trip_and_bad_messages() -> None:
+    w = ShardWorker()
+    assert w.handle({"kind": "load", "table": "thread", "rows": [_t(1, a=1)]})["count"] == 1
+    r = w.handle({"kind": "register", "view_id": "v", "surql": "SELECT * FROM thread", "params": {}})
+    assert r == {"ok": True, "members": ["thread:1"]}
+    r = w.handle({"kind": "ingest", "events": [["thread", "CREATE", "thread:2", _t(2)]]})
+    assert r["deltas"]["v"]["added"] == ["thread:2"]
+    assert w.handle({"kind": "register", "view_id": "x", "surql": "SELECT count() FROM t"})[
+        "error"] == "rejected"
+    assert w.handle({"kind": "ingest", "events": [["thread", "BOGUS", "thread:2", None]]})[
+        "error"] == "bad_message"
+    assert w.handle({"kind": "nope"})["ok"] is False

@@ -1,0 +1,74 @@
+"""Parser and shape normalisation of the view language."""
+
+from __future__ import annotations
+
+import pytest
+from surrealdb import RecordID
+
+from engine.errors import QueryRejected
+from engine.parser import parse
+from engine.shape import normalise
+from engine.values import NONE
+
+
+def test_parser_accepts_projection_subqueries_fetch_order_limit_start() -> None:
+    q = parse(
+        "SELECT *, author.name AS who, author.*, (SELECT * FROM comment WHERE thread = $parent.id "
+        "ORDER BY created_at DESC LIMIT 10) AS comments, (SELECT * FROM user WHERE id = "
+        "$parent.author LIMIT 1)[0] AS au FROM thread WHERE score >= -2 AND !(title = 'x') "
+        "ORDER BY score DESC, id LIMIT 5 START 2 FETCH author"
+    )
+    kinds = [it.kind for it in q.items]
+    assert kinds == ["all", "field", "linkall", "sub", "sub"]
+    assert q.items[1].path == ("author", "name") and q.items[1].out == ("who",)
+    assert q.items[4].index == 0
+    assert q.order == ((("score",), True), (("id",), False))
+    assert q.fetch == (("author",),)
+
+
+def test_literals_parse_to_surrealdb_types() -> None:
+    q = parse("SELECT * FROM t WHERE a IN [1, 2.5, -3, 'x', true, NONE, NULL, user:⟨a-b⟩, "
+              "d'2024-01-01T00:00:00Z', 2.5dec, {x: 1}]")
+    assert q.where is not None
+    items = [e[1] for e in q.where[3][1][:8]]
+    assert items[:5] == [1, 2.5, -3, "x", True]
+    assert items[5] is NONE and items[6] is None
+    assert items[7] == RecordID("user", "a-b")
+
+
+@pytest.mark.parametrize(
+    ("surql", "named"),
+    [
+        ("SELECT count() FROM thread GROUP BY author", "count"),
+        ("SELECT * FROM thread GROUP BY author", "GROUP BY"),
+        ("SELECT * FROM thread SPLIT tags", "SPLIT"),
+        ("SELECT VALUE id FROM thread", "VALUE"),
+        ("SELECT * FROM thread WHERE string::len(title) > 1", "string::len"),
+        ("SELECT ->likes->user FROM thread", "graph"),
+        ("SELECT * FROM thread TIMEOUT 1s", "TIMEOUT"),
+        ("SELECT * FROM thread PARALLEL", "PARALLEL"),
+        ("SELECT * OMIT title FROM thread", "OMIT"),
+        ("SELECT * FROM thread WHERE a + 1 = 2", "+"),
+        ("SELECT title FROM thread ORDER BY score", "ORDER BY score"),
+        ("DELETE thread", "DELETE"),
+        ("SELECT * FROM thread; SELECT * FROM user", "multiple statements"),
+    ],
+)
+def test_unsupported_constructs_are_rejected_by_name(surql: str, named: str) -> None:
+    with pytest.raises(QueryRejected, match=named.replace("+", r"\+").replace("(", r"\(")):
+        shape, _ = normalise(parse(surql), {})
+
+
+def test_views_differing_only_in_constants_share_a_shape() -> None:
+    a, sa = normalise(parse("SELECT * FROM thread WHERE author = $auth.id LIMIT 5"),
+                      {"auth": {"id": RecordID("user", 1)}})
+    b, sb = normalise(parse("SELECT * FROM thread WHERE author = user:2 LIMIT 7"), {})
+    assert a == b and hash(a) == hash(b)
+    assert sa == (RecordID("user", 1), 5) and sb == (RecordID("user", 2), 7)
+    c, _ = normalise(parse("SELECT * FROM thread WHERE author != user:2 LIMIT 7"), {})
+    assert c != a
+
+
+def test_missing_parameter_is_none() -> None:
+    _, s = normalise(parse("SELECT * FROM t WHERE a = $nope"), {})
+    assert s == (NONE,)
