@@ -26,7 +26,7 @@ async def serve(config: HostConfig) -> int:
     engine = Engine(config.engine_url)
     try:
         await engine.start()
-    except Exception as exc:  # the engine raises its own types for storage problems
+    except Exception as exc:  # noqa: BLE001 - the engine raises its own types for storage
         log.error("could not open the engine at %s: %s", config.engine_url, exc)
         return EXIT_ENGINE
     try:

@@ -88,7 +88,8 @@ class RpcConnection:
         if m == "live":
             return self._reply(req, await self.live.rpc_live(self, sid, req.params, req.session))
         if m == "kill":
-            return self._reply(req, await self.live.rpc_kill(self, req.params))
+            await self.live.rpc_kill(self, req.params)
+            return self._reply(req, None)
         if m == "query" and self.live.query_needs_host(req.params):
             return self._reply(req, await self.live.run_query(self, sid, req.params, req.session))
         reply = await self.engine.execute(with_session(req, sid))

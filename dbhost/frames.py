@@ -135,7 +135,7 @@ def decode_strict(data: bytes) -> Any:
     stream = io.BytesIO(data)
     try:
         msg = CBORDecoder(stream, tag_hook=tag_decoder).decode()
-    except Exception as exc:  # the CBOR decoder raises many types on garbage
+    except Exception as exc:  # noqa: BLE001 - the CBOR decoder raises many types on garbage
         raise RpcError(PARSE_ERROR, f"malformed CBOR frame: {type(exc).__name__}") from None
     if msg is break_marker:
         raise RpcError(PARSE_ERROR, "malformed CBOR frame: stray break byte")

@@ -382,7 +382,7 @@ class LiveHub:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             feeds = list(self.feeds.values())

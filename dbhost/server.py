@@ -11,6 +11,7 @@ import asyncio
 import base64
 import logging
 import weakref
+
 from aiohttp import WSMsgType, web
 
 from dbhost.config import HostConfig

@@ -24,11 +24,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from surrealdb import AsyncSurreal  # noqa: E402
-from surrealdb.data.cbor import decode, encode  # noqa: E402
-from surrealdb_embedded import AsyncEmbeddedDB  # noqa: E402
+from surrealdb import AsyncSurreal
+from surrealdb.data.cbor import decode, encode
+from surrealdb_embedded import AsyncEmbeddedDB
 
-from tests.support.procs import start_db_host  # noqa: E402
+from tests.support.procs import start_db_host
 
 RELATES = 1000
 

@@ -7,9 +7,13 @@ later marker change has arrived, an earlier hidden one can no longer come.
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from surrealdb.errors import SurrealError
 
 from tests.integration.dbhost_helpers import (
     SCHEMA,
@@ -22,6 +26,11 @@ from tests.integration.dbhost_helpers import (
     unique_db,
 )
 from tests.support.procs import DbHost, start_db_host
+
+
+def _health(host: DbHost) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{host.http_url}/health", timeout=5) as r:
+        return dict(json.loads(r.read()))
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +241,7 @@ async def test_enabling_the_changefeed_keeps_the_table_definition(host: DbHost) 
         assert after_table["fields"] == before_table["fields"]
         assert after_table["events"] == before_table["events"]
         # And they still act: schemafull rejects unknown types, permissions hide rows.
-        with pytest.raises(Exception):
+        with pytest.raises(SurrealError):
             await root.query("CREATE post SET owner = 'nope', title = 1")
         [alice_id] = await root.query("SELECT VALUE id FROM user WHERE name = 'alice'")
         await root.query("CREATE post SET owner = $o, title = 't'", {"o": alice_id})
@@ -262,13 +271,9 @@ async def test_closing_a_connection_kills_its_live_queries(host: DbHost) -> None
     await c.close()
     other = await root_client(host, ns, db)
     try:
-        import json
-        import urllib.request
-
         for _ in range(200):  # the host notices the close asynchronously
-            with urllib.request.urlopen(f"{host.http_url}/health", timeout=5) as r:
-                if json.loads(r.read())["live_queries"] == 0:
-                    break
+            if (await asyncio.to_thread(_health, host))["live_queries"] == 0:
+                break
             await asyncio.sleep(0.05)
         else:
             pytest.fail("live query still registered after its connection closed")

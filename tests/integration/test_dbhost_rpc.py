@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from surrealdb import AsyncSurreal
+from surrealdb.errors import NotAllowedError, NotFoundError
 
 from tests.integration.dbhost_helpers import SCHEMA, close, record_user, root_client, unique_db
 from tests.support.procs import DbHost, start_db_host
@@ -107,7 +108,7 @@ async def test_sessions_of_two_connections_are_isolated(host: DbHost) -> None:
     try:
         await root.query("CREATE item:1")
         # `other` uses another database: the table does not exist there.
-        with pytest.raises(Exception):
+        with pytest.raises(NotFoundError):
             await other.query("SELECT * FROM item")
         assert len(await root.query("SELECT * FROM item")) == 1
     finally:
@@ -121,7 +122,7 @@ async def test_sdk_extra_sessions_on_one_connection(host: DbHost) -> None:
     try:
         await root.query(SCHEMA)
         session = await root.new_session()  # anonymous until it signs in
-        with pytest.raises(Exception):
+        with pytest.raises(NotAllowedError):
             await session.query("CREATE item:1")
         await session.signin({"username": host.user, "password": host.password})
         await session.use(ns, db)
@@ -136,8 +137,9 @@ async def test_sdk_extra_sessions_on_one_connection(host: DbHost) -> None:
 
 
 async def test_host_refuses_to_start_without_credentials(tmp_path: Path) -> None:
-    from tests.support.procs import ManagedProcess, base_env, free_port
     import sys
+
+    from tests.support.procs import ManagedProcess, base_env, free_port
 
     mp = ManagedProcess("svc-db", [sys.executable, "-m", "dbhost", "--bind",
                                    f"127.0.0.1:{free_port()}", "--memory"],
