@@ -904,6 +904,8 @@ def _ext_default(v: Any) -> msgpack.ExtType:
         return msgpack.ExtType(EXT_DURATION, _PACKER_FN(v.elapsed))
     if t is uuid.UUID:
         return msgpack.ExtType(EXT_UUID, v.bytes)
+    if t is int:
+        raise TypeError(f"integer out of 64-bit range in a row: {v}")
     raise TypeError(f"cannot encode a value of type {t.__name__} in a row: {v!r:.80}")
 
 
