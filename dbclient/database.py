@@ -119,45 +119,67 @@ class Database:
         conn = self._conn
         if conn is not None and _alive(conn):
             return conn
-        async with self._connect_lock:
-            conn = self._conn
-            if conn is not None and _alive(conn):
-                return conn
-            if conn is not None:
-                self._conn = None
-                await _close_quietly(conn)
-            while True:
-                if self._closed:
-                    raise DbConnectionError("database client is closed")
-                wait = self._next_attempt_at - time.monotonic()
-                if wait > 0:
-                    if time.monotonic() + wait > deadline:
-                        raise DbConnectionError(
-                            f"cannot reach the database at {self.config.ws_url} "
-                            f"({self._failed_attempts} failed attempts, backing off)")
-                    await asyncio.sleep(wait)
-                try:
-                    conn = await self._open(deadline)
-                except DbConnectionError as e:
-                    self._failed_attempts += 1
-                    delay = min(self._backoff_cap,
-                                self._backoff_base * (2 ** min(self._failed_attempts - 1, 16)))
-                    # Full jitter: many clients restarting together do not retry in lockstep.
-                    self._next_attempt_at = time.monotonic() + random.uniform(delay / 2, delay)
-                    if time.monotonic() >= deadline:
-                        raise DbConnectionError(
-                            f"cannot reach the database at {self.config.ws_url}: {e}") from None
-                    continue
-                self._failed_attempts = 0
-                self._next_attempt_at = 0.0
-                if self._ever_connected:
-                    self.reconnects += 1
-                    log.info("database connection re-established (%s)", self.config.ws_url)
-                self._ever_connected = True
-                self._conn = conn
-                for sub in list(self._lives):
-                    await sub._resubscribe(conn)
-                return conn
+        # Only one caller reconnects; the others wait for it, but never past their own deadline.
+        try:
+            await asyncio.wait_for(self._connect_lock.acquire(),
+                                   max(0.001, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise DbConnectionError(
+                f"cannot reach the database at {self.config.ws_url} (reconnect in progress)"
+            ) from None
+        try:
+            return await self._reconnect_locked(deadline)
+        finally:
+            self._connect_lock.release()
+
+    async def _reconnect_locked(self, deadline: float) -> AsyncWsSurrealConnection:
+        conn = self._conn
+        if conn is not None and _alive(conn):
+            return conn
+        if conn is not None:
+            self._conn = None
+            await _close_quietly(conn)
+        while True:
+            if self._closed:
+                raise DbConnectionError("database client is closed")
+            wait = self._next_attempt_at - time.monotonic()
+            if wait > 0:
+                if time.monotonic() + wait > deadline:
+                    raise DbConnectionError(
+                        f"cannot reach the database at {self.config.ws_url} "
+                        f"({self._failed_attempts} failed attempts, backing off)")
+                await asyncio.sleep(wait)
+            try:
+                conn = await self._open(deadline)
+            except DbAuthError:
+                # Refused credentials are not retried within a call, but the next call waits
+                # out the backoff too, so a wrong password does not hammer the server.
+                self._note_failed_attempt()
+                raise
+            except DbConnectionError as e:
+                self._note_failed_attempt()
+                if time.monotonic() >= deadline:
+                    raise DbConnectionError(
+                        f"cannot reach the database at {self.config.ws_url}: {e}") from None
+                continue
+            self._failed_attempts = 0
+            self._next_attempt_at = 0.0
+            if self._ever_connected:
+                self.reconnects += 1
+                log.info("database connection re-established (%s)", self.config.ws_url)
+            self._ever_connected = True
+            self._conn = conn
+            for sub in list(self._lives):
+                await sub._resubscribe(conn)
+            return conn
+
+    def _note_failed_attempt(self) -> None:
+        self._failed_attempts += 1
+        delay = min(self._backoff_cap,
+                    self._backoff_base * (2 ** min(self._failed_attempts - 1, 16)))
+        # Jittered ("equal jitter"): clients that lost the server together do not retry in
+        # lockstep, and each still waits at least half the exponential delay.
+        self._next_attempt_at = time.monotonic() + random.uniform(delay / 2, delay)
 
     async def _open(self, deadline: float) -> AsyncWsSurrealConnection:
         """One connection attempt: socket, signin, use. Closes the socket on any failure."""

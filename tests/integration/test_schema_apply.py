@@ -316,3 +316,21 @@ async def test_cli_exit_codes_for_configuration_and_database_errors(
     r = run_cli(["schema", "apply", "--transport", "changefeed"], bad_pass, tmp_path)
     assert r.returncode == 1
     assert "database error" in r.stderr and "not-the-password-77" not in r.stderr
+
+
+async def test_changing_the_retention_updates_every_feed_and_nothing_else(
+    db: Database, env: dict[str, str]
+) -> None:
+    await db.query(APP_SCHEMA)
+    await apply_schema(db, settings_for(env))
+    before = await info_snapshot(db)
+    report = await apply_schema(db, settings_for({**env, "SVC_CHANGEFEED_RETENTION": "2h"}))
+    after = await info_snapshot(db)
+    assert report.synced == {"post": "updated", "user": "updated"}
+    assert report.meta["_00_query"] == "updated" and report.meta["_00_admin"] == "unchanged"
+    for name, text in before["db"]["tables"].items():
+        expected = text.replace("CHANGEFEED 1h", "CHANGEFEED 2h")
+        assert after["db"]["tables"][name] == expected
+    for name in before:
+        if name != "db":
+            assert after[name] == before[name]
