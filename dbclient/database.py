@@ -123,7 +123,7 @@ class Database:
         try:
             await asyncio.wait_for(self._connect_lock.acquire(),
                                    max(0.001, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise DbConnectionError(
                 f"cannot reach the database at {self.config.ws_url} (reconnect in progress)"
             ) from None
