@@ -294,6 +294,8 @@ class ViewEngine:
     ) -> tuple[str, dict[str, Any]]:
         row = dict(record)
         ident = row.get("id")
+        if type(ident) is RecordID and ident.table_name == table:
+            return rid_text(ident), row
         if type(ident) is not RecordID:
             if ident is None or ident is NONE:
                 if rid is None:
@@ -310,11 +312,18 @@ class ViewEngine:
         if op not in OPS:
             raise ValueError(f"unknown op {op!r} (expected CREATE, UPDATE or DELETE)")
         ts = self.store.table(table)
+        rows = ts.rows
         if type(rid) is RecordID:
             text = rid_text(rid)
+        elif rid in rows:
+            text = rid  # stored keys are canonical, so a known id is already canonical
         else:
-            text = _canon_text(rid)
-        old = ts.rows.get(text)
+            ident = record.get("id") if record is not None else None
+            if type(ident) is RecordID and rid_text(ident) == rid:
+                text = rid
+            else:
+                text = _canon_text(rid)
+        old = rows.get(text)
         if record is not None and old is not None and _stale(record, old):
             return
         if op == "DELETE":
@@ -576,6 +585,8 @@ class ViewEngine:
 
     def _settle(self, mat: Mat) -> ViewDelta | None:
         """Project dirty visible rows and turn the Z-set changes into a delta."""
+        if not mat.dirty and not mat.touched and not mat.upd:
+            return None
         if mat.dirty:
             visible = mat.visible
             for rid in list(mat.dirty):

@@ -47,6 +47,24 @@ class Desc:
         return 0
 
 
+_R_NUMBER = sort_key(0)[0]
+
+
+def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Reverse a :func:`sort_key` for ORDER BY ... DESC.
+
+    Numbers (the common case) are negated so entries stay plain tuples (fast comparisons);
+    other kinds wrap their payload in :class:`Desc`. Ranks are negated so the cross-kind order
+    reverses too; a rank never mixes numeric and wrapped payloads.
+    """
+    r = k[0]
+    if r == _R_NUMBER:
+        return (-r, -k[1], -k[2]) if k[1] == 0 else (-r, -1, 0)
+    if len(k) == 1:
+        return (-r,)
+    return (-r, Desc(k[1:]))
+
+
 class Cx:
     """Evaluation context: follows record links through the store and records what it read."""
 
@@ -187,7 +205,7 @@ class Plan:
         keys = []
         for getter, desc in self.order:
             k = sort_key(getter(row, cx))
-            keys.append(Desc(k) if desc else k)
+            keys.append(desc_key(k) if desc else k)
         keys.append(sort_key(row.get("id", NONE)))
         keys.append(rid)
         return tuple(keys)
