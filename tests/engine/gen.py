@@ -20,8 +20,9 @@ USER_IDS = [RecordID("user", i) for i in range(1, 6)] + [
     RecordID("user", "alice"),
     RecordID("user", "a-b"),
 ]
-THREAD_IDS = [RecordID("thread", i) for i in range(1, 9)]
-COMMENT_IDS = [RecordID("comment", i) for i in range(1, 15)]
+# mixed id kinds: the table scan order (ties, LIMIT without ORDER BY) follows the id key order
+THREAD_IDS = [RecordID("thread", i) for i in range(1, 9)] + [RecordID("thread", "x")]
+COMMENT_IDS = [RecordID("comment", i) for i in range(1, 15)] + [RecordID("comment", "z9")]
 IDS = {"user": USER_IDS, "thread": THREAD_IDS, "comment": COMMENT_IDS}
 # Links to records that never exist: a view must treat them like a missing row.
 DANGLING = {"user": RecordID("user", 99), "thread": RecordID("thread", 99)}
@@ -209,6 +210,10 @@ class QueryBuilder:
             return f"{neg}({self.condition(table, depth + 1)})"
         if depth < 2 and roll < 0.25:
             return f"{self.condition(table, depth + 1)} AND {self.condition(table, depth + 1)}"
+        if roll < 0.3:
+            ids = [literal(rid) for rid in r.sample(IDS[table], 3)]
+            return r.choice([f"id = {ids[0]}", f"id != {ids[0]}", f"id IN [{', '.join(ids)}]",
+                             f"id > {ids[1]}", f"id <= {ids[2]}"])
         path, kind = r.choice(list(FIELDS[table].items()))
         if kind.startswith("link:") and r.random() < 0.45:
             target = kind.split(":", 1)[1]
@@ -298,6 +303,8 @@ class QueryBuilder:
             text += f" LIMIT {r.randint(1, 6)}"
             if r.random() < 0.3:
                 text += f" START {r.randint(0, 3)}"
+        elif r.random() < 0.05:
+            text += f" START {r.randint(1, 3)}"
         return text + fetch
 
     def subqueries(self, table: str, depth: int) -> list[str]:
