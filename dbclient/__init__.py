@@ -9,6 +9,7 @@ from dbclient.database import Database, LiveSubscription
 from dbclient.errors import DbAuthError, DbConnectionError, DbError, DbQueryError, DbTimeout
 from dbclient.sql import (
     build_transaction,
+    check_params,
     is_identifier,
     rename_params,
     require_identifier,
@@ -27,6 +28,7 @@ __all__ = [
     "DbUrl",
     "LiveSubscription",
     "build_transaction",
+    "check_params",
     "is_identifier",
     "normalise_db_url",
     "rename_params",

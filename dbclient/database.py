@@ -30,7 +30,13 @@ from websockets.exceptions import WebSocketException
 
 from dbclient.config import DbConfig
 from dbclient.errors import DbAuthError, DbConnectionError, DbError, DbQueryError, DbTimeout
-from dbclient.sql import build_transaction, require_identifier, require_int, show_changes_sql
+from dbclient.sql import (
+    build_transaction,
+    check_params,
+    require_identifier,
+    require_int,
+    show_changes_sql,
+)
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +282,10 @@ class Database:
 
         Raises DbQueryError (with the failing statement's index and the engine's message) when
         any statement has status ERR. Pass `idempotent=True` for reads so a call cut off by a
-        dropped connection is retried once on a fresh one.
+        dropped connection is retried once on a fresh one. Parameter values the engine cannot
+        take (sets, ints beyond 64 bits, arbitrary objects) raise ValueError before sending.
         """
+        check_params(vars or {})
         async def op(conn: AsyncWsSurrealConnection) -> list[Any]:
             statements = await self._query_raw(conn, sql, vars)
             out: list[Any] = []
@@ -306,6 +314,7 @@ class Database:
         and the engine's message. Never retried (see module docstring).
         """
         sql, merged = build_transaction(statements)
+        check_params(merged)
         count = len(statements)
 
         async def op(conn: AsyncWsSurrealConnection) -> list[Any]:

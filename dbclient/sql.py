@@ -8,7 +8,10 @@ caller passes can change the statement's meaning.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -159,3 +162,46 @@ def schema_fingerprint(table_definition: str, table_info: Mapping[str, Any]) -> 
         else:
             h.update(b"\x03" + str(value).encode())
     return h.hexdigest()
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_SCALARS = (type(None), bool, int, float, str, bytes, bytearray, datetime.datetime,
+            datetime.date, uuid.UUID, decimal.Decimal)
+
+
+def check_params(vars_: Mapping[str, Any]) -> None:
+    """Refuse parameter values the engine cannot decode, before they are sent.
+
+    Names must be plain identifiers; values may be scalars, lists/tuples, str-keyed dicts and
+    the SDK's own types (RecordID, Duration, Table...). Sets, ints outside 64 bits and other
+    Python objects raise ValueError naming the parameter (never its value, which may be
+    private); sending them would make the server fail the frame instead of answering.
+    """
+    for name, value in vars_.items():
+        require_identifier(name, "parameter")
+        _check_value(value, f"${name}")
+
+
+def _check_value(value: Any, path: str) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not _I64_MIN <= value <= _I64_MAX:
+            raise ValueError(f"parameter {path} is an integer outside the 64-bit range")
+        return
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_value(item, f"{path}[{i}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"parameter {path} has a non-string key of type "
+                                 f"{type(key).__name__}")
+            _check_value(item, f"{path}.{key}")
+        return
+    if type(value).__module__.startswith("surrealdb"):
+        return
+    raise ValueError(f"parameter {path} has unsupported type {type(value).__name__}")

@@ -312,3 +312,27 @@ async def test_live_is_resubscribed_after_a_reconnect(tmp_path: Path) -> None:
     finally:
         await db.close()
         host.process.stop()
+
+
+async def test_unencodable_parameters_fail_fast_and_the_connection_stays_usable(
+    db: Database,
+) -> None:
+    with pytest.raises(ValueError, match=r"\$x"):
+        await db.query("RETURN $x", {"x": {1, 2}})
+    with pytest.raises(ValueError, match=r"\$p0_x"):
+        await db.transaction([("RETURN $x", {"x": 2**70})])
+    assert await db.query_one("RETURN $x", {"x": [1, "a"]}) == [1, "a"]
+    assert db.consecutive_timeouts == 0
+
+
+async def test_every_concurrent_caller_gets_a_connection_error_while_nothing_listens() -> None:
+    cfg = DbConfig.from_env({"SVC_DB_URL": f"127.0.0.1:{free_port()}", "SVC_DB_PASS": "x",
+                             "SVC_SSP_DB_TIMEOUT_SECS": "0.5"})
+    db = Database(cfg)
+    results = await asyncio.gather(*(db.query("RETURN 1", idempotent=True) for _ in range(8)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, DbConnectionError) for r in results), results
+    with pytest.raises(DbConnectionError):
+        async with Database(cfg):
+            pass
+    await db.close()

@@ -94,3 +94,40 @@ def test_fingerprint_is_stable_and_moves_with_any_change() -> None:
     assert schema_fingerprint("DEFINE TABLE t SCHEMAFULL", info) != base
     with_live = {**info, "lives": {"x": "LIVE SELECT * FROM t"}}
     assert schema_fingerprint("DEFINE TABLE t", with_live) == base
+
+
+def test_params_the_engine_can_take_pass() -> None:
+    import datetime
+    import decimal
+    import uuid
+
+    from surrealdb import Duration, RecordID
+
+    from dbclient import check_params
+
+    check_params({
+        "a": None, "b": True, "c": 2**63 - 1, "d": -(2**63), "e": 1.5, "f": "s", "g": b"x",
+        "h": [1, (2, 3)], "i": {"k": {"n": [RecordID("t", [1, "x"])]}},
+        "j": datetime.datetime.now(datetime.UTC), "k": uuid.uuid4(),
+        "l": decimal.Decimal("1.5"), "m": Duration(5),
+    })
+
+
+@pytest.mark.parametrize(
+    ("vars_", "fragment"),
+    [
+        ({"x": {1, 2}}, r"\$x has unsupported type set"),
+        ({"x": 2**64}, r"\$x is an integer outside"),
+        ({"x": [0, -(2**63) - 1]}, r"\$x\[1\] is an integer outside"),
+        ({"x": {"a": {1: "v"}}}, r"\$x.a has a non-string key"),
+        ({"x": object()}, "unsupported type object"),
+        ({"bad-name": 1}, "parameter name"),
+    ],
+)
+def test_params_the_engine_cannot_take_are_refused_before_sending(
+    vars_: dict[str, object], fragment: str
+) -> None:
+    from dbclient import check_params
+
+    with pytest.raises(ValueError, match=fragment):
+        check_params(vars_)
