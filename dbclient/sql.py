@@ -198,8 +198,8 @@ def _check_value(value: Any, path: str) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ValueError(f"parameter {path} has a non-string key of type "
-                                 f"{type(key).__name__}")
+                raise ValueError(  # noqa: TRY004 (one exception type for all bad params)
+                    f"parameter {path} has a non-string key of type {type(key).__name__}")
             _check_value(item, f"{path}.{key}")
         return
     if type(value).__module__.startswith("surrealdb"):
