@@ -3,7 +3,8 @@ the embedded engine in-process, with the ratio, in one run.
 
     python loadtests/bench_dbhost.py [--seconds N]
 
-Cases: (a) `RETURN 1`, (b) a select by id, (c) one transaction of 1,000 RELATE statements.
+Cases: (a) `RETURN 1`, (b) a select by id, (c) one transaction of 1,000 RELATE statements,
+(d) a CREATE and its LIVE notification on another connection (host only).
 Each case runs N seconds (default 4) sequentially on one connection; the in-process baseline
 pays the same CBOR encode/decode the SDK does, so the ratio is the cost of the host itself
 (WebSocket, framing, session routing) on top of the engine.
@@ -112,6 +113,23 @@ async def run(seconds: float) -> list[tuple[str, float, float]]:
             host_rate, _ = await rate(through_host, seconds)
             local_rate, _ = await rate(in_process, seconds)
             rows.append((name, host_rate, local_rate))
+
+        # LIVE exists only through the host: a write, then its notification on another
+        # connection (the engine alone has no live queries, so no ratio).
+        watcher = AsyncSurreal(host.ws_url)
+        await watcher.signin({"username": host.user, "password": host.password})
+        await watcher.use("bench", "host")
+        notes: asyncio.Queue[Any] = asyncio.Queue()
+        watcher.live_queues[str(await watcher.live("feed"))] = [notes]
+        counter = iter(range(10**9))
+
+        async def write_and_see() -> None:
+            await sdk.query(f"CREATE feed:{next(counter)}")
+            await notes.get()
+
+        live_rate, _ = await rate(write_and_see, seconds)
+        rows.append(("CREATE -> LIVE notification", live_rate, float("nan")))
+        await watcher.close()
         await sdk.close()
         await local.db.close()
     finally:
@@ -125,9 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=4.0, help="seconds per measurement")
     args = p.parse_args(argv)
     rows = asyncio.run(run(args.seconds))
-    print(f"{'case':<26} {'host (SDK ws) /s':>17} {'in-process /s':>14} {'host/in-proc':>13}")
+    print(f"{'case':<28} {'host (SDK ws) /s':>17} {'in-process /s':>14} {'host/in-proc':>13}")
     for name, h, loc in rows:
-        print(f"{name:<26} {h:>17.1f} {loc:>14.1f} {h / loc:>13.2f}")
+        if loc != loc:  # NaN: no in-process equivalent
+            print(f"{name:<28} {h:>17.1f} {'n/a':>14} {'n/a':>13}")
+        else:
+            print(f"{name:<28} {h:>17.1f} {loc:>14.1f} {h / loc:>13.2f}")
     return 0
 
 
