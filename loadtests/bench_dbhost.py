@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import tempfile
 import time
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = asyncio.run(run(args.seconds))
     print(f"{'case':<28} {'host (SDK ws) /s':>17} {'in-process /s':>14} {'host/in-proc':>13}")
     for name, h, loc in rows:
-        if loc != loc:  # NaN: no in-process equivalent
+        if math.isnan(loc):  # no in-process equivalent
             print(f"{name:<28} {h:>17.1f} {'n/a':>14} {'n/a':>13}")
         else:
             print(f"{name:<28} {h:>17.1f} {loc:>14.1f} {h / loc:>13.2f}")
