@@ -229,6 +229,17 @@ async def test_record_users_see_only_their_own_list_ref_edges_and_no_meta(
         await client.query("RELATE _00_query:v1->_00_list_ref->post:z SET auth_id = $auth.id")
         assert len(await db.query_one("SELECT * FROM _00_list_ref")) == 2
 
+        # A client refreshes lastActiveAt on its own view row, and nothing else.
+        await client.query("UPDATE _00_query:v1 SET lastActiveAt = $t, surql = 'x', "
+                           "auth_id = user:someone_else", {"t": "2030-01-01T00:00:00Z"})
+        await client.query("UPDATE _00_query:v2 SET lastActiveAt = $t", {"t": "2030"})
+        rows = {r["id"].id: r for r in await db.query_one("SELECT * FROM _00_query")}
+        assert rows["v1"]["lastActiveAt"] == "2030-01-01T00:00:00Z"
+        assert rows["v1"]["surql"] == "SELECT * FROM post" and rows["v1"]["auth_id"] == me
+        assert "lastActiveAt" not in rows["v2"]
+        await client.query("DELETE _00_query:v2; DELETE _00_query:v1")
+        assert [r["id"].id for r in await db.query_one("SELECT id FROM _00_query")] == ["v2"]
+
         # A record user's write bumps _00_rv and _00_version (events run as the schema owner).
         for title in ("a", "b", "c"):
             await client.query("UPSERT post:mine SET title = $t, author = $auth.id", {"t": title})
