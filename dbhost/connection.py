@@ -92,6 +92,9 @@ class RpcConnection:
             return self._reply(req, None)
         if m == "query" and self.live.query_needs_host(req.params):
             return self._reply(req, await self.live.run_query(self, sid, req.params, req.session))
+        if m == "reset":
+            # SurrealDB's reset also ends the session's live queries.
+            await self.live.kill_session(self, sid)
         reply = await self.engine.execute(with_session(req, sid))
         if m in WRITE_METHODS:
             self.live.wake()

@@ -131,12 +131,18 @@ class DbHostServer:
                     log.warning("bad frame on connection %s: %s", conn.conn_id, exc.message)
                     reply = error_frame(exc.req_id, exc.code, exc.message)
                 else:
-                    reply = await conn.handle(req)
+                    try:
+                        reply = await conn.handle(req)
+                    except (EngineError, OSError, RuntimeError) as exc:
+                        # The engine itself failed (not an error reply): answer, stay up.
+                        log.error("%s request failed on connection %s: %s", req.method,
+                                  conn.conn_id, exc)
+                        reply = error_frame(req.id, INTERNAL_ERROR, "internal error")
                 if not ws.closed:
                     await send(reply)
             except (ConnectionError, RuntimeError) as exc:
                 log.debug("reply to closed connection %s dropped: %s", conn.conn_id, exc)
-            except Exception:
+            except Exception:  # the last guard of a client's request task
                 log.exception("request failed on connection %s", conn.conn_id)
             finally:
                 slots.release()

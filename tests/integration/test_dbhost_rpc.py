@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from surrealdb import AsyncSurreal
-from surrealdb.errors import NotAllowedError, NotFoundError
+from surrealdb.errors import NotAllowedError, NotFoundError, SurrealError
 
 from tests.integration.dbhost_helpers import SCHEMA, close, record_user, root_client, unique_db
 from tests.support.procs import DbHost, start_db_host
@@ -148,3 +148,11 @@ async def test_host_refuses_to_start_without_credentials(tmp_path: Path) -> None
     code = mp.proc.wait(timeout=60)
     assert code != 0
     assert "SVC_DB_USER" in mp.log_text()
+
+
+async def test_live_over_http_is_refused_clearly(host: DbHost) -> None:
+    ns, db = unique_db()
+    client = await root_client(host, ns, db, host.http_url)
+    with pytest.raises(SurrealError, match="WebSocket"):
+        await client.query("LIVE SELECT * FROM item")
+    assert await client.query("RETURN 2") == 2
