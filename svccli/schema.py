@@ -36,6 +36,7 @@ with OVERWRITE, which leaves identical text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,11 +108,20 @@ HTTP_PARAMS = ("_00_ingest_url", "_00_unregister_url", "_00_ingest_secret")
 # ---------------------------------------------------------------------- statement builders
 
 
-def meta_table_sql(t: MetaTable, retention: str | None) -> str:
-    """The DEFINE TABLE OVERWRITE statement for a meta table (retention None = no feed)."""
+def meta_table_sql(t: MetaTable, retention: str | None, keep_feed: str | None = None) -> str:
+    """The DEFINE TABLE OVERWRITE statement for a meta table.
+
+    `retention` (transport changefeed) gives the tables that carry a feed `CHANGEFEED
+    <retention> INCLUDE ORIGINAL`; otherwise `keep_feed` (an existing `CHANGEFEED` clause's
+    arguments, e.g. `1h INCLUDE ORIGINAL`) is kept as it is: we never remove a feed someone
+    else relies on (the embedded host adds feeds to tables it serves LIVE on).
+    """
     kind = "RELATION" if t.relation else "NORMAL"
     assert "'" not in t.comment and "\\" not in t.comment, "comments are formatted as literals"
-    feed = f" CHANGEFEED {retention} INCLUDE ORIGINAL" if retention and t.changefeed else ""
+    if retention and t.changefeed:
+        feed = f" CHANGEFEED {retention} INCLUDE ORIGINAL"
+    else:
+        feed = f" CHANGEFEED {keep_feed}" if keep_feed else ""
 
     def perm(expr: str | None) -> str:
         return f"WHERE {expr}" if expr else "NONE"
@@ -277,8 +287,15 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
     for t in META_TABLES:
         statements: list[tuple[str, dict[str, Any] | None]] = []
         cur = structure.get(t.name)
-        if cur is None or current_structure(cur) != desired_meta_structure(t, retention_ns):
-            statements.append((meta_table_sql(t, retention if retention_ns else None), None))
+        desired = desired_meta_structure(t, retention_ns)
+        keep_feed: str | None = None
+        if cur is not None and desired["changefeed"] is None:
+            # Not ours to have a feed here, but not ours to remove one either.
+            desired["changefeed"] = _feed_tuple(cur.get("changefeed"))
+            keep_feed = _feed_clause(definitions.get(t.name, ""))
+        if cur is None or current_structure(cur) != desired:
+            statements.append(
+                (meta_table_sql(t, retention if retention_ns else None, keep_feed), None))
         for f in t.fields:
             fname, rest = f.split(" ", 1)
             statements.append((f"DEFINE FIELD OVERWRITE {fname} ON {t.name} {rest}", None))
@@ -343,6 +360,12 @@ async def _fingerprint(db: Database, name: str, definitions: Mapping[str, str]) 
     if not is_identifier(name):
         return None
     return schema_fingerprint(definitions[name], await db.table_info(name))
+
+
+def _feed_clause(definition: str) -> str | None:
+    """The arguments of the `CHANGEFEED` clause in a DEFINE TABLE text, if any."""
+    m = re.search(r"\bCHANGEFEED (\S+)( INCLUDE ORIGINAL)?", definition)
+    return None if m is None else m.group(1) + (m.group(2) or "")
 
 
 def _status(before: str | None, after: str | None) -> str:

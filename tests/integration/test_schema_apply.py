@@ -345,3 +345,14 @@ async def test_changing_the_retention_updates_every_feed_and_nothing_else(
     for name in before:
         if name != "db":
             assert after[name] == before[name]
+
+
+async def test_a_feed_added_by_someone_else_on_a_meta_table_is_kept(
+    db: Database, env: dict[str, str]
+) -> None:
+    await apply_schema(db, settings_for(env))
+    # e.g. the embedded host adds a feed to a table it serves LIVE on.
+    await db.query("ALTER TABLE _00_admin CHANGEFEED 3h INCLUDE ORIGINAL")
+    report = await apply_schema(db, settings_for(env))
+    assert report.meta["_00_admin"] == "unchanged"
+    assert "CHANGEFEED 3h INCLUDE ORIGINAL" in (await db.table_definitions())["_00_admin"]

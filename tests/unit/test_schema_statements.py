@@ -61,3 +61,15 @@ def test_meta_table_sql_matches_its_desired_structure() -> None:
     assert current_structure(engine_view) == desired_meta_structure(q, 3_600 * 10**9)
     assert current_structure(engine_view) != desired_meta_structure(q, 7_200 * 10**9)
     assert current_structure(engine_view) != desired_meta_structure(q, None)
+
+
+def test_a_redefined_meta_table_keeps_an_existing_feed() -> None:
+    from svccli.schema import _feed_clause
+
+    admin = {t.name: t for t in META_TABLES}["_00_admin"]
+    text = "DEFINE TABLE _00_admin TYPE NORMAL SCHEMALESS CHANGEFEED 3h INCLUDE ORIGINAL"
+    assert _feed_clause(text) == "3h INCLUDE ORIGINAL"
+    assert _feed_clause("DEFINE TABLE x CHANGEFEED 1d PERMISSIONS NONE") == "1d"
+    assert _feed_clause("DEFINE TABLE x PERMISSIONS NONE") is None
+    assert "CHANGEFEED 3h INCLUDE ORIGINAL" in meta_table_sql(admin, None, "3h INCLUDE ORIGINAL")
+    assert "CHANGEFEED" not in meta_table_sql(admin, None, None)
