@@ -31,6 +31,8 @@ from surrealdb.cbor import CBOREncoder, dumps
 from surrealdb.data import cbor as sdk_cbor
 from surrealdb_embedded import SyncEmbeddedDB
 
+from tests.engine.cbor_none import decode_keeping_none
+
 _TAG_DURATION_COMPACT = 14
 _AUTH_ID = re.compile(r"\$auth\.id\b")
 TABLES = ("user", "thread", "comment")
@@ -214,16 +216,19 @@ class Judge:
             # Define every table up front: selecting a missing table is an error in 3.x.
             self.run(f"DEFINE TABLE {table} SCHEMALESS")
 
-    def _rpc(self, method: str, params: list[Any]) -> Any:
+    def _rpc(self, method: str, params: list[Any], keep_none: bool = False) -> Any:
         raw = self._db.execute(encode({"id": next(self._ids), "method": method, "params": params}))
-        response = sdk_cbor.decode(raw)
+        response = decode_keeping_none(raw, NONE_VALUE) if keep_none else sdk_cbor.decode(raw)
         if "error" in response:
             raise JudgeError(f"{method} failed: {response['error']}")
         return response["result"]
 
-    def run(self, surql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
-        """Run one or more statements; return the result of the last, raising on any error."""
-        results = self._rpc("query", [surql, dict(params or {})])
+    def run(self, surql: str, params: Mapping[str, Any] | None = None,
+            keep_none: bool = False) -> list[Any]:
+        """Run one or more statements; return the result of the last, raising on any error.
+
+        With ``keep_none`` a NONE in the answer decodes as :data:`NONE_VALUE` (not ``None``)."""
+        results = self._rpc("query", [surql, dict(params or {})], keep_none)
         for item in results:
             if item["status"] != "OK":
                 raise JudgeError(f"{surql!r} with {params!r}: {item['result']}")
@@ -259,10 +264,11 @@ class Judge:
 
     # -- queries --------------------------------------------------------------------------------
 
-    def query(self, surql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+    def query(self, surql: str, params: Mapping[str, Any] | None = None,
+              keep_none: bool = False) -> list[Any]:
         """The query's result rows, as SurrealDB returns them."""
         text, bound = rewrite_auth(surql, params or {})
-        return self.run(avoid_subquery_limit_bug(text), bound)
+        return self.run(avoid_subquery_limit_bug(text), bound, keep_none)
 
     def query_unpatched(self, surql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         """The query exactly as written (shows SurrealDB's subquery ORDER BY + LIMIT bug)."""

@@ -16,12 +16,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from surrealdb import RecordID
 
 from tests.engine.codec import Case, Event, View
-from tests.engine.judge import TABLES, Judge
+from tests.engine.judge import NONE_VALUE, TABLES, Judge
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Replay:
         self.judge = Judge()
         self.engine = view_engine()
         self.view_ids = [f"v{i}" for i in range(len(case.views))]
+        self.check_results = True
 
     def text(self, rid: RecordID) -> str:
         return self.judge.record_text(rid)
@@ -77,13 +79,33 @@ class Replay:
     def judge_members(self, view: View) -> set[str]:
         return self.judge.members(view.surql, view.params)
 
+    def result_mismatch(self, vid: str, view: View) -> str | None:
+        """Compare the engine's result rows with SurrealDB's (None when equal)."""
+        if not self.check_results:
+            return None
+        want = strict(self.judge.query(view.surql, view.params, keep_none=True))
+        got = strict(self.engine.result(vid))
+        if want == got:
+            return None
+        if len(want) != len(got):
+            return f"result has {len(got)} rows, SurrealDB {len(want)}: {got!r} vs {want!r}"
+        for i, (w, g) in enumerate(zip(want, got)):
+            if w != g:
+                return f"result row {i} differs: engine {g!r}, SurrealDB {w!r}"
+        return "result differs"
+
     def close(self) -> None:
         self.judge.close()
 
 
-def run_case(case: Case, check_batch: bool = True) -> Mismatch | None:
-    """Replay ``case``; None when the engine agrees with SurrealDB everywhere."""
+def run_case(case: Case, check_batch: bool = True, check_results: bool = True
+             ) -> Mismatch | None:
+    """Replay ``case``; None when the engine agrees with SurrealDB everywhere.
+
+    With ``check_results`` the engine's ``result(view)`` rows must also equal SurrealDB's answer:
+    same rows in the same order, same values and types (a key holding NONE counts as absent)."""
     replay = Replay(case)
+    replay.check_results = check_results
     try:
         return _run(replay, check_batch)
     finally:
@@ -103,6 +125,9 @@ def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
             return Mismatch("register", view.surql, f"rejected a supported query: {exc}")
         if got != expected:
             return Mismatch("register", view.surql, _diff(expected, got))
+        bad = replay.result_mismatch(vid, view)
+        if bad:
+            return Mismatch("register", view.surql, bad)
         current[vid] = expected
     initial = {vid: set(ms) for vid, ms in current.items()}
 
@@ -115,7 +140,8 @@ def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
             got = _ids(eng.members(vid))
             if got != expected:
                 return Mismatch(step, view.surql, "members " + _diff(expected, got))
-            bad = _check_delta(delta.get(vid), current[vid], expected)
+            bad = _check_delta(delta.get(vid), current[vid], expected) or \
+                replay.result_mismatch(vid, view)
             if bad:
                 return Mismatch(step, view.surql, bad)
             current[vid] = expected
@@ -131,6 +157,32 @@ def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
     if check_batch:
         return _check_batch_and_hashes(replay, initial, current)
     return None
+
+
+def strict(value: Any) -> Any:
+    """A form of a value where == also compares types (1 vs 1.0 vs true vs 1dec) and where
+    NONE (engine or judge marker) is one token; object keys holding NONE are dropped."""
+    from engine.values import NONE
+
+    if value is NONE or value is NONE_VALUE:
+        return "<NONE>"
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, float):
+        return ("float", value)
+    if isinstance(value, Decimal):
+        return ("dec", value)
+    if isinstance(value, str):
+        return ("str", value)
+    if isinstance(value, RecordID):
+        return ("rid", value.table_name, strict(value.id))
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items() if v is not NONE and v is not NONE_VALUE}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return (type(value).__name__, value)
 
 
 def _check_delta(delta: Any, before: set[str], after: set[str]) -> str | None:
