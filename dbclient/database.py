@@ -333,7 +333,8 @@ class Database:
             if first_knock_on is not None:
                 raise DbQueryError(first_knock_on[1], first_knock_on[0])
             if len(results) == count + 2 and results[-1].get("status") != "OK":
-                raise DbQueryError(str(results[-1].get("result")), count - 1)
+                # COMMIT itself failed (e.g. a write conflict): no single statement is to blame.
+                raise DbQueryError(f"COMMIT failed: {results[-1].get('result')}", None)
             return [st.get("result") for st in body]
 
         return await self._call("transaction", op, retry_on_drop=False)
