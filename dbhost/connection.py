@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -136,7 +135,5 @@ async def notify(conn: RpcConnection, frame: bytes) -> None:
         return
     try:
         await conn.send(frame)
-    except (ConnectionError, RuntimeError, asyncio.CancelledError) as exc:
-        if isinstance(exc, asyncio.CancelledError):
-            raise
+    except (ConnectionError, RuntimeError):
         log.debug("notification to closed connection %s dropped", conn.conn_id)

@@ -35,6 +35,7 @@ CBOR = "application/cbor"
 # Requests a single HTTP call cannot serve: they need a connection that stays open.
 HTTP_UNSUPPORTED = frozenset({"live", "kill", "attach", "detach", "begin", "commit", "cancel"})
 MAX_IN_FLIGHT_PER_CONNECTION = 64
+MAX_OUTBOX_FRAMES = 100_000
 
 
 def hard_frame_cap(max_frame_bytes: int) -> int:
@@ -103,11 +104,31 @@ class DbHostServer:
         ws = web.WebSocketResponse(protocols=("cbor",), compress=False,
                                    max_msg_size=hard_frame_cap(self.config.max_frame_bytes))
         await ws.prepare(request)
-        send_lock = asyncio.Lock()
+        # Every outgoing frame (replies and notifications) goes through one queue and one
+        # writer task: order is kept, and a slow client never stalls the LIVE feed loop that
+        # serves everyone. A client that lets the queue grow past the cap is disconnected
+        # (a notification is never dropped while the connection lives).
+        outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def writer() -> None:
+            while (frame := await outbox.get()) is not None:
+                try:
+                    await ws.send_bytes(frame)
+                except (ConnectionError, RuntimeError):
+                    return
 
         async def send(frame: bytes) -> None:
-            async with send_lock:
-                await ws.send_bytes(frame)
+            if ws.closed:
+                raise ConnectionError("connection closed")
+            if outbox.qsize() >= MAX_OUTBOX_FRAMES:
+                log.warning("connection %s is not reading (%d frames queued): closing it",
+                            conn.conn_id, outbox.qsize())
+                asyncio.get_running_loop().create_task(
+                    ws.close(code=1008, message=b"client too slow"))
+                raise ConnectionError("client too slow")
+            outbox.put_nowait(frame)
+
+        writer_task = asyncio.create_task(writer())
 
         peer = request.remote or "?"
         conn = RpcConnection(self.engine, self.live, send, peer)
@@ -138,8 +159,7 @@ class DbHostServer:
                         log.error("%s request failed on connection %s: %s", req.method,
                                   conn.conn_id, exc)
                         reply = error_frame(req.id, INTERNAL_ERROR, "internal error")
-                if not ws.closed:
-                    await send(reply)
+                await send(reply)
             except (ConnectionError, RuntimeError) as exc:
                 log.debug("reply to closed connection %s dropped: %s", conn.conn_id, exc)
             except Exception:  # the last guard of a client's request task
@@ -162,6 +182,8 @@ class DbHostServer:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
             await conn.close()
+            outbox.put_nowait(None)
+            await writer_task
             self.connections -= 1
             log.info("connection close id=%s peer=%s code=%s", conn.conn_id, peer, ws.close_code)
         return ws
