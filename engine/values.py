@@ -27,6 +27,7 @@ Facts (3.2.4) this module encodes:
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 import struct
@@ -130,14 +131,91 @@ _RID_UUID = 2
 _RID_ARRAY = 3
 _RID_OBJECT = 4
 
-def _number_key(v: Any) -> tuple[Any, ...]:
-    # NaN cannot sit inside a Python tuple comparison (every comparison is False), so it is
-    # given its own slot above +inf, like Rust's total order on f64 (NaN sorts last).
-    if v != v:  # NaN (float or Decimal)
-        return (R_NUMBER, 1, 0)
-    if type(v) is Decimal and v.is_infinite():
-        return (R_NUMBER, 0, math.inf if v > 0 else -math.inf)
-    return (R_NUMBER, 0, v)
+_WIDE = decimal.Context(prec=200)
+_RUST_DEC = decimal.Context(prec=28, rounding=decimal.ROUND_HALF_EVEN)
+_EXACT_FLOAT_INTS = 2**53
+_SAFE_MULTIPLIER = 9_007_199_254_740_000
+_I128_MAX = 2**127 - 1
+_I128_MIN = -(2**127)
+_I64_MAX = 2**63 - 1
+_I64_MIN = -(2**63)
+
+
+def _float_vs_decimal(f: float, d: Decimal) -> int:
+    """SurrealDB 3.2.4's comparison of a float with a decimal, step by step (-1, 0, 1).
+
+    It compares the integer parts, then walks the fractions by repeatedly multiplying both by
+    9_007_199_254_740_000 (in f64 for the float, in decimal for the decimal) and comparing the
+    integer parts. The f64 products round, so ``0.1f = 0.1dec`` but ``1.1f > 1.1dec``.
+    """
+    if f != f or f in (math.inf, -math.inf):
+        return 1 if math.copysign(1.0, f) > 0 else -1
+    li = max(_I128_MIN, min(_I128_MAX, int(f)))
+    ri = int(d)
+    if li != ri:
+        return -1 if li < ri else 1
+    lf = math.fmod(f, 1.0)
+    rf = d - ri
+    mult = float(_SAFE_MULTIPLIER)
+    dmult = Decimal(_SAFE_MULTIPLIER)
+    for _ in range(12):
+        lf *= mult
+        rf = _RUST_DEC.multiply(rf, dmult)
+        lw = max(_I64_MIN, min(_I64_MAX, int(lf)))
+        rw = int(rf)
+        if lw != rw:
+            return -1 if lw < rw else 1
+        lf = math.fmod(lf, 1.0)
+        rf = rf - rw
+        lz = lf == 0.0
+        rz = rf == 0
+        if lz and rz:
+            return 0
+        if lz:
+            return -1 if rf > 0 else 1
+        if rz:
+            return 1 if lf > 0 else -1
+    return 0
+
+
+def _anchor(f: float) -> Decimal:
+    # The decimal a float "is" inside its group of equal primaries: its shortest text, or the
+    # exact integer for integral floats (exact where SurrealDB compares integers exactly).
+    if f.is_integer():
+        return Decimal(int(f))
+    return Decimal(repr(f))
+
+
+def _float_key(v: float) -> tuple[Any, ...]:
+    # NaN cannot sit inside a Python tuple comparison (every comparison is False), so it gets
+    # its own slot above +inf, which is where SurrealDB sorts it.
+    if v != v:
+        return (R_NUMBER, 1, 0, 0, 0)
+    return (R_NUMBER, 0, v, 0, 0)
+
+
+def _decimal_key(v: Decimal) -> tuple[Any, ...]:
+    # Numbers of different storage compare by value, except float against decimal, which
+    # SurrealDB compares with the approximate walk of _float_vs_decimal. The key is the nearest
+    # float, then how SurrealDB orders the decimal against that float, then the exact distance
+    # to the float's anchor (which keeps decimals exactly ordered among themselves).
+    if not v.is_finite():
+        if v.is_nan():
+            return (R_NUMBER, 1, 0, 0, 0)
+        return (R_NUMBER, 0, math.inf if v > 0 else -math.inf, 0, 0)
+    f = float(v)
+    side = -_float_vs_decimal(f, v)
+    return (R_NUMBER, 0, f, side, _WIDE.subtract(v, _anchor(f)))
+
+
+def _int_key(v: int) -> tuple[Any, ...]:
+    if -_EXACT_FLOAT_INTS <= v <= _EXACT_FLOAT_INTS:
+        return (R_NUMBER, 0, v, 0, 0)
+    # Beyond 2**53 an int and its nearest float differ: SurrealDB compares ints with floats and
+    # decimals exactly, so order it against its nearest (integral) float exactly.
+    f = float(v)
+    fi = int(f)
+    return (R_NUMBER, 0, f, (v > fi) - (v < fi), Decimal(v - fi))
 
 
 def _rid_key_key(k: Any) -> tuple[Any, ...]:
@@ -171,9 +249,9 @@ _SORT_DISPATCH: dict[type, Callable[[Any], Any]] = {
     NoneType: lambda v: (R_NONE,),
     type(None): lambda v: (R_NULL,),
     bool: lambda v: (R_BOOL, v),
-    int: lambda v: (R_NUMBER, 0, v),
-    float: _number_key,
-    Decimal: _number_key,
+    int: _int_key,
+    float: _float_key,
+    Decimal: _decimal_key,
     str: lambda v: (R_STRING, v),
     Duration: lambda v: (R_DURATION, v.elapsed),
     datetime: _dt_key,
@@ -881,39 +959,59 @@ _DT_STRUCT = struct.Struct(">qI")
 _NATIVE = frozenset({str, int, float, bool, type(None), bytes})
 
 
+_ExtType = msgpack.ExtType
+_new_tuple = tuple.__new__
+
+
+def _ext(code: int, data: bytes) -> msgpack.ExtType:
+    # ExtType's validating constructor costs more than the packing itself; our codes and
+    # payloads are always valid, so build the named tuple directly.
+    return _new_tuple(_ExtType, (code, data))  # type: ignore[no-any-return]
+
+
 def _ext_default(v: Any) -> msgpack.ExtType:
     # Called by the msgpack packer for every value it cannot encode natively.
     t = type(v)
-    if v is NONE:
-        return msgpack.ExtType(EXT_NONE, b"")
     if t is RecordID:
-        return msgpack.ExtType(
-            EXT_RECORD_ID, _PACKER_FN([v.table_name, _canon(v.id)])
-        )
+        return _ext(EXT_RECORD_ID, _packb([v.table_name, _canon(v.id)]))
+    if v is NONE:
+        return _ext(EXT_NONE, b"")
     if isinstance(v, datetime):
         if v.tzinfo is None:
             v = v.replace(tzinfo=timezone.utc)
-        delta = v - _EPOCH
-        return msgpack.ExtType(
-            EXT_DATETIME,
-            _DT_STRUCT.pack(delta.days * 86400 + delta.seconds, delta.microseconds * 1000),
-        )
+        us = v.microsecond
+        # timestamp() is exact to well under a microsecond for any realistic year, so removing
+        # the microseconds and rounding gives the exact whole seconds.
+        return _ext(EXT_DATETIME, _DT_STRUCT.pack(round(v.timestamp() - us * 1e-6), us * 1000))
     if t is Decimal:
-        return msgpack.ExtType(EXT_DECIMAL, str(v).encode("ascii"))
+        return _ext(EXT_DECIMAL, str(v).encode("ascii"))
     if t is Duration:
-        return msgpack.ExtType(EXT_DURATION, _PACKER_FN(v.elapsed))
+        return _ext(EXT_DURATION, _packb(v.elapsed))
     if t is uuid.UUID:
-        return msgpack.ExtType(EXT_UUID, v.bytes)
+        return _ext(EXT_UUID, v.bytes)
     if t is int:
         raise TypeError(f"integer out of 64-bit range in a row: {v}")
     raise TypeError(f"cannot encode a value of type {t.__name__} in a row: {v!r:.80}")
 
 
+# Packers are reused (building one per call costs more than packing a row); the default hook
+# packs nested payloads (a record id's key) while the outer packer is busy, so each call takes
+# a packer from this pool and gives it back. list.pop/append are atomic, so threads are safe.
+_PACKERS: list[msgpack.Packer] = []
+
+
 def _packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_ext_default, use_bin_type=True)
-
-
-_PACKER_FN: Callable[[Any], bytes] = _packb
+    try:
+        packer = _PACKERS.pop()
+    except IndexError:
+        packer = msgpack.Packer(default=_ext_default, use_bin_type=True, autoreset=True)
+    try:
+        return packer.pack(obj)  # type: ignore[no-any-return]
+    except BaseException:
+        packer.reset()
+        raise
+    finally:
+        _PACKERS.append(packer)
 
 
 def _canon(v: Any) -> Any:
@@ -951,7 +1049,15 @@ def canonical_bytes(row: Mapping[str, Any]) -> bytes:
     Raises ``TypeError`` (a clear message) for values outside SurrealDB's row types.
     """
     try:
-        return _packb({k: _canon(row[k]) for k in sorted(row) if row[k] is not NONE})
+        out = {}
+        for k in sorted(row):
+            v = row[k]
+            t = type(v)
+            if t is dict or t is list or t is tuple:
+                out[k] = _canon(v)
+            elif v is not NONE:
+                out[k] = v
+        return _packb(out)
     except OverflowError as e:
         raise TypeError(f"integer out of 64-bit range in row: {e}") from None
 

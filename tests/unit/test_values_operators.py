@@ -102,3 +102,49 @@ def test_where_keeps_exactly_the_truthy_rows(oracle: Oracle, rows: list[Any]) ->
     )
     kept = {r["id"].id for r in oracle.value(f"SELECT id FROM {table} WHERE v")}
     assert kept == {i for i, v in enumerate(rows) if V.truthy(v)}
+
+
+def _valid_decimal(d: Decimal) -> bool:
+    # What SurrealDB's 96-bit decimal holds: at most 28 digits and 28 decimal places.
+    t = d.as_tuple()
+    return len(t.digits) <= 28 and -28 <= int(t.exponent) and abs(d) < Decimal("7e28")
+
+
+def _near_decimals(f: float) -> st.SearchStrategy[Decimal]:
+    text = Decimal(repr(f))
+    exact = Decimal(f)
+    tiny = Decimal("1e-20")
+    return st.sampled_from([text, exact, text + tiny, text - tiny]).filter(_valid_decimal)
+
+
+_numbers = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.integers(min_value=2**53 - 3, max_value=2**53 + 3),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-1e20, max_value=1e20),
+    st.sampled_from([0.1, 0.3, 2.0**53, 2.0**53 + 2, 1e16, 1.5]),
+    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False).flatmap(_near_decimals),
+    st.decimals(allow_nan=False, allow_infinity=False, places=20, min_value=-10, max_value=10),
+)
+
+
+# SurrealDB compares float with decimal through the float's shortest text and everything else
+# exactly; these pairs sit right at the boundaries where the two rules differ.
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), a=_numbers)
+def test_numbers_compare_like_surrealdb_across_int_float_decimal(
+    oracle: Oracle, data: st.DataObject, a: Any
+) -> None:
+    b = data.draw(st.one_of(_numbers, _related_numbers(a)))
+    _check_pair(oracle, a, b)
+
+
+def _related_numbers(a: Any) -> st.SearchStrategy[Any]:
+    options: list[Any] = [a]
+    try:
+        f = float(a)
+        options += [f] + [d for d in (Decimal(repr(f)),) if _valid_decimal(d)]
+        if f == int(f) and abs(f) < 2**63:
+            options.append(int(f))
+    except (OverflowError, ValueError):
+        pass
+    return st.sampled_from(options)
