@@ -14,8 +14,8 @@ def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
     """The processes of the local stack, in start order."""
     children: list[Child] = []
     child_env = dict(env)
-    child_env.setdefault("SVC_DB_USER", cfg.db_user)
-    child_env.setdefault("SVC_DB_PASS", cfg.db_pass)
+    child_env["SVC_DB_USER"] = cfg.db_user
+    child_env["SVC_DB_PASS"] = cfg.db_pass
     if cfg.starts_host:
         argv = [sys.executable, "-m", "dbhost", "--bind", cfg.db_bind]
         if cfg.data_dir is None:
@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     cfg = parse(sys.argv[1:] if argv is None else argv, env)
     children = build_children(cfg, env)
+    if cfg.dev_credentials and cfg.starts_host:
+        logging.warning("SVC_DB_USER/SVC_DB_PASS not set: the database root user is root/root "
+                        "(local development only)")
 
     def announce() -> None:
         lines = ["", "service is up:"]

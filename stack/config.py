@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -16,7 +16,8 @@ class StackConfig:
     db_bind: str  # host:port of the embedded database host
     data_dir: Path | None  # None = memory-only
     db_user: str
-    db_pass: str
+    db_pass: str = field(repr=False)
+    dev_credentials: bool = False  # root/root because SVC_DB_USER/SVC_DB_PASS were not set
 
     @property
     def starts_host(self) -> bool:
@@ -37,12 +38,16 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
     p.add_argument("--data", default="./data", help="database storage directory (default ./data)")
     p.add_argument("--db-bind", default="127.0.0.1:8000", help="database host address")
     a = p.parse_args(list(argv))
-    user = env.get("SVC_DB_USER", "root")
-    password = env.get("SVC_DB_PASS", "root")
+    user = env.get("SVC_DB_USER", "")
+    password = env.get("SVC_DB_PASS", "")
+    dev = not user and not password
+    if dev:  # local development only; the host itself refuses to start without credentials
+        user, password = "root", "root"
     return StackConfig(
         db_url=env.get("SVC_DB_URL") or env.get("SVC_DB_WS") or None,
         db_bind=a.db_bind,
         data_dir=None if a.memory else Path(a.data).resolve(),
         db_user=user,
         db_pass=password,
+        dev_credentials=dev,
     )
