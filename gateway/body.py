@@ -1,0 +1,120 @@
+"""Reading a POST body: size limit, content type, JSON syntax, values the hub can receive.
+
+The shape of each route's body is checked by `ipc.messages.normalize_body`; this module gets
+the bytes to a parsed JSON value or a precise 400/413.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import falcon.asgi
+import msgpack
+
+from ipc.messages import ErrorCode, finite_float
+
+from .errors import GatewayError, bad_request
+
+#: Default body limit; an ingest event or a registration is a few KiB.
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+_JSON_TYPES = ("application/json",)
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {limit} bytes")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def check_content_type(content_type: str | None) -> None:
+    """Accept no Content-Type, `application/json` or any `application/*+json`; else 400."""
+    if content_type is None:
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if not media or media in _JSON_TYPES or (media.startswith("application/") and media.endswith("+json")):
+        return
+    raise bad_request(f"Content-Type must be application/json, got {media[:80]!r}")
+
+
+async def read_bytes(req: falcon.asgi.Request, limit: int) -> bytes:
+    """The whole body, or 413 as soon as it is known to exceed `limit` bytes."""
+    length = req.content_length
+    if length is not None and length > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in req.stream:
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json(data: bytes) -> Any:
+    """Parse JSON text (UTF-8/16/32); None for an empty body; 400 naming the syntax error."""
+    if not data.strip():
+        return None
+    try:
+        # bytes: json detects UTF-8/16/32 itself
+        value = json.loads(data, parse_constant=_reject_constant, parse_float=finite_float)
+    except UnicodeDecodeError:
+        raise bad_request("request body is not valid UTF-8 JSON") from None
+    except json.JSONDecodeError as e:
+        raise bad_request(f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise bad_request("request body is nested too deeply") from None
+    except ValueError as e:  # NaN/Infinity, numbers out of range, too many digits
+        raise bad_request(f"request body is not valid JSON: {e}") from None
+    check_forwardable(value)
+    return value
+
+
+def check_forwardable(value: Any) -> None:
+    """400 when a parsed value cannot travel to the hub (msgpack limits), naming where."""
+    try:
+        msgpack.packb(value, use_bin_type=True)
+        return
+    except (ValueError, OverflowError, TypeError):
+        pass
+    path, why = _find_unforwardable(value, "body", 0)
+    raise bad_request(f"{path}: {why}")
+
+
+def _find_unforwardable(value: Any, path: str, depth: int) -> tuple[str, str]:
+    if depth > 100:
+        return path, "nested too deeply (more than 100 levels)"
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return "", ""
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            return path, "integer out of the 64-bit range"
+        return "", ""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path, "string contains an unpaired surrogate (\\ud800-\\udfff)"
+        return "", ""
+    items: list[tuple[str, Any]]
+    if isinstance(value, dict):
+        for key in value:
+            found = _find_unforwardable(key, f"{path} key", depth + 1)
+            if found[0]:
+                return found
+        items = [(f"{path}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return path, f"unsupported value of type {type(value).__name__}"
+    for sub_path, sub in items:
+        found = _find_unforwardable(sub, sub_path, depth + 1)
+        if found[0]:
+            return found
+    return "", ""

@@ -1,0 +1,292 @@
+"""The SSP's HTTP listener: a Falcon ASGI app that validates, authenticates and forwards.
+
+gunicorn runs it in each worker (`gunicorn -k asgi 'gateway.ssp_app:create_app()'`). Every
+route of the spec's SSP table handled by this issue is forwarded to the hub per the contract in
+`ipc.messages`; the gateway itself answers only what needs no state:
+
+- 401 `unauthorized`: bearer check (`gateway.auth`), except the public GET routes;
+- 400 `invalid`: wrong Content-Type, malformed JSON, a body of the wrong shape (the message
+  names the field and what it must be), bad `/logs` query values;
+- 413 `payload_too_large`: a body over 1 MiB; 404/405 for unknown routes and methods;
+- 503 `SSP_NOT_READY`: the hub did not answer within the route's timeout (on `/health` the body
+  also says `status: bootstrapping`, what a starting SSP reports);
+- 500 `internal`: a bug in the gateway or an unusable hub reply (logged, generic body).
+
+Everything else is the hub's reply, status and body unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import falcon
+import falcon.asgi
+import zmq.asyncio
+
+from ipc.messages import (
+    BODY_ROUTES,
+    BodyError,
+    ErrorCode,
+    check_reply,
+    is_identifier,
+    logs_poll,
+    normalize_body,
+    request,
+    route_timeout,
+)
+from ssp.config import SspConfig
+
+from .auth import BearerAuth
+from .body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
+from .errors import GatewayError, bad_request, serialize_error
+from .hub import HubLink, HubUnavailable
+from .sse import LogStream, check_logs_body, parse_backfill, parse_last_event_id, parse_tail
+
+log = logging.getLogger("gateway.ssp")
+
+
+
+def _internal() -> GatewayError:
+    return GatewayError(500, ErrorCode.INTERNAL, "internal error in the gateway (logged)")
+
+
+class GatewayApp(falcon.asgi.App):
+    """The Falcon app plus its hub link (closed by the lifespan hook, used by tests)."""
+
+    hub: HubLink
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """What the gateway needs: the bearer secret and where the hub listens."""
+
+    auth_secret: str | None
+    hub_endpoint: str
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    logs_poll_interval: float = 0.25
+    logs_keepalive: float = 5.0
+
+    @classmethod
+    def from_config(cls, cfg: SspConfig) -> "GatewaySettings":
+        """The gateway's part of the SSP configuration."""
+        return cls(auth_secret=cfg.auth_secret, hub_endpoint=cfg.hub_endpoint)
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"GatewaySettings(hub_endpoint={self.hub_endpoint!r}, auth={'on' if self.auth_secret else 'any bearer'})"
+
+
+def _flat_query(req: falcon.asgi.Request) -> dict[str, str]:
+    """Query string as str -> str; a repeated key keeps its last value."""
+    out: dict[str, str] = {}
+    for key, value in req.params.items():
+        out[key] = value[-1] if isinstance(value, list) else value
+    return out
+
+
+def _dump(body: Any) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+class Forwarder:
+    """Sends one request to the hub and turns its reply into the HTTP response."""
+
+    def __init__(self, hub: HubLink) -> None:
+        self.hub = hub
+
+    async def call(self, route: str, msg: dict[str, Any]) -> dict[str, Any]:
+        """The hub's validated reply to `msg`; 503 when it does not answer, 500 when unusable."""
+        try:
+            reply = await self.hub.call(msg, route_timeout(route))
+        except HubUnavailable as e:
+            body: dict[str, Any] = {"error": ErrorCode.NOT_READY, "message": str(e)}
+            if route == "GET /health":
+                body["status"] = "bootstrapping"
+            return {"status": 503, "body": body}
+        problem = check_reply(reply)
+        if problem is not None:
+            log.error("%s: unusable hub reply: %s", route, problem)
+            raise _internal()
+        return reply  # type: ignore[no-any-return]
+
+    @staticmethod
+    def respond(route: str, resp: falcon.asgi.Response, reply: dict[str, Any]) -> None:
+        """Write a checked hub reply into `resp` (JSON body, or text/plain `text`)."""
+        resp.status = reply["status"]
+        headers = reply.get("headers")
+        if headers:
+            for name, value in headers.items():
+                resp.set_header(name, value)
+        text = reply.get("text")
+        if text is not None:
+            resp.content_type = falcon.MEDIA_TEXT
+            resp.text = text
+            return
+        body = reply.get("body")
+        if body is None:
+            return
+        try:
+            resp.data = _dump(body)
+        except (TypeError, ValueError) as e:
+            log.error("%s: hub reply body is not JSON-able: %s", route, e)
+            raise _internal() from None
+        resp.content_type = falcon.MEDIA_JSON
+
+    async def forward(
+        self,
+        route: str,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+    ) -> None:
+        """Forward one request and answer with the hub's reply."""
+        msg = request(route, body, query=_flat_query(req), params=params)
+        self.respond(route, resp, await self.call(route, msg))
+
+
+class GetRoute:
+    """A GET route forwarded as is (path parameters in `params`)."""
+
+    def __init__(self, fwd: Forwarder, route: str, *, public: bool = False) -> None:
+        self.fwd = fwd
+        self.route = route
+        self.public = public
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, **params: str) -> None:
+        """Forward the GET to the hub."""
+        if "table" in params and not is_identifier(params["table"]):
+            raise bad_request(f"table must be a table name ([A-Za-z_][A-Za-z0-9_]*), got {params['table'][:80]!r}")
+        await self.fwd.forward(self.route, req, resp, params=params or None)
+
+
+class PostRoute:
+    """A POST route: read, parse and shape-check the body, then forward its normalised form."""
+
+    public = False
+
+    def __init__(self, fwd: Forwarder, route: str, max_body_bytes: int) -> None:
+        self.fwd = fwd
+        self.route = route
+        self.max_body_bytes = max_body_bytes
+        self.needs_body = route in BODY_ROUTES
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        """Validate the body and forward it."""
+        check_content_type(req.content_type)
+        raw = await read_bytes(req, self.max_body_bytes)
+        body = parse_json(raw)
+        if body is None and self.needs_body:
+            raise bad_request("request body is empty: a JSON object is required")
+        try:
+            normalized = normalize_body(self.route, body)
+        except BodyError as e:
+            raise bad_request(str(e)) from None
+        await self.fwd.forward(self.route, req, resp, body=normalized)
+
+
+class LogsRoute:
+    """`GET /logs`: the hub's log lines as server-sent events (see `gateway.sse`)."""
+
+    public = False
+
+    def __init__(self, fwd: Forwarder, settings: GatewaySettings) -> None:
+        self.fwd = fwd
+        self.settings = settings
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        """Check the query, fetch the backfill (errors answered as JSON), then stream."""
+        tail = parse_tail(req.get_param("tail"))
+        backfill = parse_backfill(req.get_param("backfill"))
+        resume = parse_last_event_id(req.get_header("Last-Event-ID"))
+        first = logs_poll(cursor=resume) if resume is not None else logs_poll(backfill=backfill)
+        reply = await self.fwd.call("GET /logs", first)
+        if reply["status"] != 200:
+            self.fwd.respond("GET /logs", resp, reply)
+            return
+        problem = check_logs_body(reply.get("body"))
+        if problem is not None:
+            log.error("GET /logs: unusable hub reply: %s", problem)
+            raise _internal()
+        stream = LogStream(
+            self.fwd.hub,
+            reply["body"],
+            tail=tail,
+            poll_interval=self.settings.logs_poll_interval,
+            keepalive=self.settings.logs_keepalive,
+        )
+        resp.set_header("Cache-Control", "no-cache")
+        resp.set_header("X-Accel-Buffering", "no")  # proxies must not buffer the stream
+        resp.sse = stream.events()
+
+
+class Lifespan:
+    """Closes the hub socket when the worker shuts down."""
+
+    def __init__(self, hub: HubLink) -> None:
+        self.hub = hub
+
+    async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
+        """ASGI lifespan shutdown hook."""
+        self.hub.close()
+
+
+async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
+    """Any exception that is not an HTTP error: log it with the route, answer a generic 500."""
+    if isinstance(ex, falcon.HTTPError):
+        raise ex
+    log.exception("unexpected error in %s %s", req.method, req.path)
+    raise _internal()
+
+
+GET_ROUTES: tuple[tuple[str, str, bool], ...] = (
+    # (path, route, public)
+    ("/health", "GET /health", True),
+    ("/version", "GET /version", True),
+    ("/info", "GET /info", True),
+    ("/info/text", "GET /info/text", True),
+    ("/debug/view/{view_id}", "GET /debug/view/{view_id}", False),
+    ("/debug/deps", "GET /debug/deps", False),
+    ("/debug/memory", "GET /debug/memory", False),
+    ("/debug/catchup-rows/{table}", "GET /debug/catchup-rows/{table}", False),
+    ("/debug/heartbeat", "GET /debug/heartbeat", False),
+)
+
+POST_ROUTES: tuple[str, ...] = (
+    "/ingest",
+    "/view/register",
+    "/view/unregister",
+    "/reset",
+    "/admin/reload",
+    "/log",
+)
+
+
+def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = None) -> GatewayApp:
+    """The gateway app for `settings` (tests pass their own ZeroMQ context)."""
+    hub = HubLink(settings.hub_endpoint, ctx=ctx)
+    fwd = Forwarder(hub)
+    app = GatewayApp(
+        middleware=[BearerAuth(settings.auth_secret), Lifespan(hub)],
+        cors_enable=False,
+    )
+    app.req_options.strip_url_path_trailing_slash = True
+    app.set_error_serializer(serialize_error)
+    app.add_error_handler(Exception, _unexpected)
+    for path, route, public in GET_ROUTES:
+        app.add_route(path, GetRoute(fwd, route, public=public))
+    for path in POST_ROUTES:
+        app.add_route(path, PostRoute(fwd, f"POST {path}", settings.max_body_bytes))
+    app.add_route("/logs", LogsRoute(fwd, settings))
+    app.hub = hub
+    return app
+
+
+def create_app() -> GatewayApp:
+    """gunicorn's entry point: read the SSP configuration once per worker and build the app."""
+    cfg = SspConfig.from_env(os.environ)
+    return build_app(GatewaySettings.from_config(cfg))

@@ -1,0 +1,142 @@
+"""A stand-in hub for testing and benchmarking the gateway without the real SSP.
+
+`FakeHub` serves the gateway<->hub contract (`ipc.messages`) on a ZeroMQ endpoint: it records
+every request, answers canned replies per route (set `replies[route]` to a reply dict or to an
+async function of the request) and otherwise a plain 200, and keeps a numbered log buffer with
+the `GET /logs` polling semantics (POST /log appends to it). Run it as a process for
+real-process tests and the benchmark::
+
+    python -m gateway.testing --endpoint ipc:///tmp/hub.sock [--ready-file PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import zmq.asyncio
+
+from ipc.messages import logs_reply, reply
+from ipc.rpc import RpcServer
+
+Canned = dict[str, Any] | Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class LogBuffer:
+    """Numbered log lines in a bounded buffer, answering `GET /logs` polls per the contract."""
+
+    def __init__(self, capacity: int = 1000) -> None:
+        self.capacity = capacity
+        self.lines: collections.deque[tuple[int, Any]] = collections.deque(maxlen=capacity)
+        self.last = 0
+
+    def append(self, line: Any) -> int:
+        """Add a line; returns its number."""
+        self.last += 1
+        self.lines.append((self.last, line))
+        return self.last
+
+    def poll(self, query: dict[str, str], page: int = 500) -> dict[str, Any]:
+        """The reply to a poll with `cursor` (lines after it) or `backfill` (the last N)."""
+        if "cursor" in query:
+            cursor = int(query["cursor"])
+            first_kept = self.lines[0][0] if self.lines else self.last + 1
+            if cursor > self.last:  # we restarted: start over, flagged as a gap
+                picked = list(self.lines)[:page]
+                return logs_reply([ln for _, ln in picked], picked[-1][0] if picked else self.last, True)
+            gap = cursor + 1 < first_kept
+            picked = [(n, ln) for n, ln in self.lines if n > cursor][:page]
+            return logs_reply([ln for _, ln in picked], picked[-1][0] if picked else cursor, gap)
+        backfill = int(query.get("backfill", "100"))
+        picked = list(self.lines)[-backfill:] if backfill else []
+        return logs_reply([ln for _, ln in picked], self.last, False)
+
+
+class FakeHub:
+    """An in-process hub: records requests, answers canned replies, serves a log buffer."""
+
+    def __init__(self, endpoint: str, *, ctx: zmq.asyncio.Context | None = None) -> None:
+        self.endpoint = endpoint
+        self.requests: list[dict[str, Any]] = []
+        self.replies: dict[str, Canned] = {}
+        self.log = LogBuffer()
+        self.record = True
+        self._server = RpcServer(endpoint, self.handle, ctx=ctx)
+        self._task: asyncio.Task[None] | None = None
+
+    async def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Answer one gateway request."""
+        if self.record:
+            self.requests.append(msg)
+        route = msg.get("route", "")
+        canned = self.replies.get(route)
+        if canned is not None:
+            return canned if isinstance(canned, dict) else await canned(msg)
+        if route == "GET /logs":
+            return self.log.poll(msg.get("query") or {})
+        if route == "POST /log":
+            body = msg["body"]
+            self.log.append(f"{body['level']} {body['message']}")
+            return reply(200, {"ok": True})
+        if route == "GET /health":
+            return reply(200, {"status": "ready"})
+        if route == "POST /ingest":
+            return reply(200, {"accepted": True})
+        return reply(200, {"route": route})
+
+    def start(self) -> None:
+        """Start serving on the running loop."""
+        self._task = asyncio.get_running_loop().create_task(self._server.serve())
+
+    async def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._server.close()
+
+    def last(self, route: str) -> dict[str, Any]:
+        """The most recent recorded request for `route` (AssertionError when none)."""
+        for msg in reversed(self.requests):
+            if msg.get("route") == route:
+                return msg
+        raise AssertionError(f"the hub saw no {route} request; saw {[m.get('route') for m in self.requests]}")
+
+
+async def _serve(endpoint: str, ready_file: Path | None) -> None:
+    hub = FakeHub(endpoint)
+    hub.record = False  # a long-running process must not grow without bound
+    hub.start()
+    hub.log.append("fake hub started")
+    if ready_file is not None:
+        ready_file.write_text(json.dumps({"endpoint": endpoint}))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await hub.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gateway.testing --endpoint ipc://...`: serve a fake hub until SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoint", required=True, help="ZeroMQ endpoint to bind, e.g. ipc:///tmp/hub.sock")
+    parser.add_argument("--ready-file", type=Path, help="written once the socket is bound")
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(args.endpoint, args.ready_file))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
