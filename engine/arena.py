@@ -44,7 +44,7 @@ import numpy as np
 from engine.hashing import bytes_hash
 from engine.values import canonical_bytes, unpack_value
 
-__all__ = ["Arena", "ArenaReader", "ArenaError", "RowStore", "FORMAT_VERSION"]
+__all__ = ["FORMAT_VERSION", "Arena", "ArenaError", "ArenaReader", "RowStore"]
 
 FORMAT_VERSION = 1
 _META = "arena.json"
@@ -82,7 +82,9 @@ class Arena:
     starts empty: opening a directory removes the previous arena's segment files in it.
     """
 
-    def __init__(self, arena_dir: str | os.PathLike[str] | None = None, segment_mb: int = 64) -> None:
+    def __init__(
+        self, arena_dir: str | os.PathLike[str] | None = None, segment_mb: int = 64
+    ) -> None:
         if not isinstance(segment_mb, int) or segment_mb < 1:
             raise ValueError(f"segment_mb must be a positive integer, got {segment_mb!r}")
         self.segment_bytes = segment_mb * 1024 * 1024
@@ -100,7 +102,11 @@ class Arena:
             for p in self.dir.iterdir():
                 if _SEG_RE.match(p.name):
                     p.unlink()
-            meta = {"format": "svc-arena", "version": FORMAT_VERSION, "segment_bytes": self.segment_bytes}
+            meta = {
+                "format": "svc-arena",
+                "version": FORMAT_VERSION,
+                "segment_bytes": self.segment_bytes,
+            }
             tmp = self.dir / (_META + ".tmp")
             tmp.write_text(json.dumps(meta))
             os.replace(tmp, self.dir / _META)
@@ -114,9 +120,11 @@ class Arena:
         if self.dir is None:
             arr = np.zeros(size, dtype=np.uint8)
         else:
-            arr = np.memmap(self.dir / _SEG_NAME.format(idx), dtype=np.uint8, mode="w+", shape=(size,))
+            arr = np.memmap(
+                self.dir / _SEG_NAME.format(idx), dtype=np.uint8, mode="w+", shape=(size,)
+            )
         self._arrays.append(arr)
-        self._views.append(memoryview(arr).cast("B"))
+        self._views.append(arr.data)
         self._top = 0
 
     @property
@@ -250,7 +258,7 @@ class ArenaReader:
             except (OSError, ValueError) as e:
                 raise ArenaError(f"arena segment {seg} is not readable: {e}") from None
             self._arrays[seg] = arr
-            view = memoryview(arr).cast("B")
+            view = arr.data
             self._views[seg] = view
         return view
 

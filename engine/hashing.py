@@ -18,7 +18,7 @@ import xxhash
 
 from engine.values import canonical_bytes
 
-__all__ = ["row_hash", "bytes_hash", "table_hash"]
+__all__ = ["bytes_hash", "row_hash", "table_hash"]
 
 _xxh3 = xxhash.xxh3_64_intdigest
 

@@ -32,48 +32,48 @@ import math
 import re
 import struct
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Self
 
 import msgpack
 from surrealdb import Duration, RecordID
 
 __all__ = [
     "NONE",
+    "Duration",
     "NoneType",
     "RecordID",
-    "Duration",
-    "get_path",
-    "sort_key",
-    "compare",
-    "equals",
-    "not_equals",
-    "less",
-    "less_equal",
-    "greater",
-    "greater_equal",
-    "contains",
-    "contains_not",
-    "contains_any",
-    "contains_all",
-    "contains_none",
-    "inside",
-    "not_inside",
+    "ValueSyntaxError",
     "all_inside",
     "any_inside",
+    "canonical_bytes",
+    "compare",
+    "contains",
+    "contains_all",
+    "contains_any",
+    "contains_none",
+    "contains_not",
+    "equals",
+    "format_value",
+    "get_path",
+    "greater",
+    "greater_equal",
+    "inside",
+    "kind_rank",
+    "less",
+    "less_equal",
     "none_inside",
-    "truthy",
-    "record_id_text",
+    "not_equals",
+    "not_inside",
+    "pack_value",
     "parse_record_id",
     "parse_value",
-    "format_value",
-    "canonical_bytes",
-    "pack_value",
+    "record_id_text",
+    "sort_key",
+    "truthy",
     "unpack_value",
-    "kind_rank",
-    "ValueSyntaxError",
 ]
 
 
@@ -82,10 +82,10 @@ class NoneType:
 
     _instance: NoneType | None = None
 
-    def __new__(cls) -> NoneType:
+    def __new__(cls) -> Self:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
-        return cls._instance
+        return cls._instance  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return "NONE"
@@ -148,7 +148,7 @@ def _float_vs_decimal(f: float, d: Decimal) -> int:
     9_007_199_254_740_000 (in f64 for the float, in decimal for the decimal) and comparing the
     integer parts. The f64 products round, so ``0.1f = 0.1dec`` but ``1.1f > 1.1dec``.
     """
-    if f != f or f in (math.inf, -math.inf):
+    if not math.isfinite(f):
         return 1 if math.copysign(1.0, f) > 0 else -1
     li = max(_I128_MIN, min(_I128_MAX, int(f)))
     ri = int(d)
@@ -189,7 +189,7 @@ def _anchor(f: float) -> Decimal:
 def _float_key(v: float) -> tuple[Any, ...]:
     # NaN cannot sit inside a Python tuple comparison (every comparison is False), so it gets
     # its own slot above +inf, which is where SurrealDB sorts it.
-    if v != v:
+    if math.isnan(v):
         return (R_NUMBER, 1, 0, 0, 0)
     return (R_NUMBER, 0, v, 0, 0)
 
@@ -241,7 +241,7 @@ def _object_key(d: Mapping[str, Any]) -> tuple[Any, ...]:
 def _dt_key(v: datetime) -> tuple[Any, ...]:
     if v.tzinfo is None:
         # SurrealDB datetimes are UTC; a naive value is read as UTC rather than crashing.
-        v = v.replace(tzinfo=timezone.utc)
+        v = v.replace(tzinfo=UTC)
     return (R_DATETIME, v)
 
 
@@ -512,12 +512,7 @@ def _escape_body(s: str, quote: str) -> str:
 
 
 def _escape_part(s: str) -> str:
-    if (
-        not s
-        or not _PLAIN_IDENT.match(s)
-        or _DIGITS_UNDERSCORE.match(s)
-        or s in _NUMBERLIKE_WORDS
-    ):
+    if not s or not _PLAIN_IDENT.match(s) or _DIGITS_UNDERSCORE.match(s) or s in _NUMBERLIKE_WORDS:
         return "`" + _escape_body(s, "`") + "`"
     return s
 
@@ -551,7 +546,7 @@ def _plain_decimal_text(d: Decimal) -> str:
 
 
 def _format_float(f: float) -> str:
-    if f != f:
+    if math.isnan(f):
         return "NaN"
     if f == math.inf:
         return "Infinity"
@@ -597,8 +592,8 @@ def _format_duration(ns: int) -> str:
 
 def _format_datetime(d: datetime) -> str:
     if d.tzinfo is None:
-        d = d.replace(tzinfo=timezone.utc)
-    d = d.astimezone(timezone.utc)
+        d = d.replace(tzinfo=UTC)
+    d = d.astimezone(UTC)
     base = f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
     if d.microsecond:
         # chrono prints 3, 6 or 9 fractional digits, whichever is the shortest exact one.
@@ -650,7 +645,7 @@ def record_id_text(rid: RecordID) -> str:
     ``user:u'0190...'``, ``user:[1, 'a']``, ``user:{ a: 1 }``.
     """
     table = _escape_table(rid.table_name)
-    k = rid.id
+    k: Any = rid.id
     t = type(k)
     if t is str:
         return f"{table}:{_escape_part(k)}"
@@ -823,9 +818,7 @@ class _Parser:
             self.expect("}")
             return out
 
-    _NUM = re.compile(
-        r"[+-]?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)(dec|f)?(?![A-Za-z0-9_])"
-    )
+    _NUM = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)(dec|f)?(?![A-Za-z0-9_])")
     _DUR = re.compile(r"(?:[0-9]+(?:ns|us|µs|ms|s|m|h|d|w|y))+(?![A-Za-z0-9_])")
 
     def value(self) -> Any:
@@ -902,7 +895,7 @@ class _Parser:
 
 def _parse_datetime(text: str) -> datetime:
     t = text.strip()
-    if t.endswith("Z") or t.endswith("z"):
+    if t.endswith(("Z", "z")):
         t = t[:-1] + "+00:00"
     # Python keeps microseconds only; SurrealDB's extra nanosecond digits are truncated, as the
     # SDK does when it decodes a datetime.
@@ -914,8 +907,8 @@ def _parse_datetime(text: str) -> datetime:
     except ValueError as e:
         raise ValueSyntaxError(f"invalid datetime {text!r}: {e}") from None
     if d.tzinfo is None:
-        d = d.replace(tzinfo=timezone.utc)
-    return d.astimezone(timezone.utc)
+        d = d.replace(tzinfo=UTC)
+    return d.astimezone(UTC)
 
 
 def parse_record_id(text: str) -> RecordID:
@@ -954,7 +947,7 @@ EXT_DECIMAL = 4
 EXT_DURATION = 5
 EXT_UUID = 6
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DT_STRUCT = struct.Struct(">qI")
 _NATIVE = frozenset({str, int, float, bool, type(None), bytes})
 
@@ -978,7 +971,7 @@ def _ext_default(v: Any) -> msgpack.ExtType:
         return _ext(EXT_NONE, b"")
     if isinstance(v, datetime):
         if v.tzinfo is None:
-            v = v.replace(tzinfo=timezone.utc)
+            v = v.replace(tzinfo=UTC)
         us = v.microsecond
         # timestamp() is exact to well under a microsecond for any realistic year, so removing
         # the microseconds and rounding gives the exact whole seconds.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,7 @@ def _reader_main(arena_dir: str, conn: Any) -> None:
         handles = conn.recv()
         if handles is None:
             break
-        out = []
+        out: list[bytes | str] = []
         for h in handles:
             try:
                 out.append(reader.get(h))
@@ -158,7 +158,7 @@ EVERY_TYPE = {
     "dec": Decimal("1.50"),
     "str": "héllo ⟨x⟩",
     "dur": Duration(90 * 10**9 + 5),
-    "when": datetime(1999, 12, 31, 23, 59, 59, 123456, tzinfo=timezone.utc),
+    "when": datetime(1999, 12, 31, 23, 59, 59, 123456, tzinfo=UTC),
     "uuid": uuid.UUID("0190d8a2-7a2a-7000-8000-000000000000"),
     "bytes": b"\x00\xff",
     "link": RecordID("user", [1, "x", {"k": uuid.UUID(int=3)}]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +18,9 @@ from engine.hashing import bytes_hash, row_hash, table_hash
 from engine.values import NONE, canonical_bytes, unpack_value
 from tests.unit.test_values_support import stored_values
 
-rows = st.dictionaries(st.sampled_from(["id", "a", "b", "c", "name", "x y"]), stored_values, max_size=6)
+rows = st.dictionaries(
+    st.sampled_from(["id", "a", "b", "c", "name", "x y"]), stored_values, max_size=6
+)
 
 
 def _shuffled(d: Any, rnd: random.Random) -> Any:
@@ -49,8 +51,8 @@ def test_canonical_bytes_decode_to_the_same_values(row: dict[str, Any]) -> None:
     ("a", "b"),
     [
         (1, 1.0),
-        (1, Decimal("1")),
-        (Decimal("1"), Decimal("1.0")),
+        (1, Decimal(1)),
+        (Decimal(1), Decimal("1.0")),
         (RecordID("user", 1), "user:1"),
         (RecordID("user", 1), RecordID("user", "1")),
         (None, False),
@@ -58,7 +60,7 @@ def test_canonical_bytes_decode_to_the_same_values(row: dict[str, Any]) -> None:
         (b"a", "a"),
         (uuid.UUID(int=1), str(uuid.UUID(int=1))),
         (Duration(1), 1),
-        (datetime(2020, 1, 1, tzinfo=timezone.utc), "2020-01-01T00:00:00Z"),
+        (datetime(2020, 1, 1, tzinfo=UTC), "2020-01-01T00:00:00Z"),
     ],
 )
 def test_values_stored_differently_hash_differently(a: Any, b: Any) -> None:
@@ -79,7 +81,7 @@ def test_byte_format_is_pinned() -> None:
         "title": "hi",
         "n": 2,
         "f": 0.5,
-        "when": datetime(2020, 1, 1, 0, 0, 1, 500, tzinfo=timezone.utc),
+        "when": datetime(2020, 1, 1, 0, 0, 1, 500, tzinfo=UTC),
         "tags": ["a", NONE, None],
         "price": Decimal("1.50"),
         "u": uuid.UUID(int=1),
@@ -94,16 +96,26 @@ def _golden() -> bytes:
     # Written out by hand from the documented format (engine.values.canonical_bytes).
     parts = [
         b"\x89",  # map of 9 entries, keys sorted by code point
-        b"\xa1d", b"\xd4\x05\x07",  # Duration: ext 5 (fixext1), msgpack int 7
-        b"\xa1f", b"\xcb" + bytes.fromhex("3fe0000000000000"),  # float64 0.5
-        b"\xa2id", b"\xc7\x09\x02" + b"\x92\xa6thread\x01",  # RecordID: ext 2, [table, key]
-        b"\xa1n", b"\x02",
-        b"\xa5price", b"\xd6\x04" + b"1.50",  # Decimal: ext 4 (fixext4), str(d)
-        b"\xa4tags", b"\x93\xa1a\xc7\x00\x01\xc0",  # ["a", NONE (ext 1, empty), NULL (nil)]
-        b"\xa5title", b"\xa2hi",
-        b"\xa1u", b"\xd8\x06" + uuid.UUID(int=1).bytes,  # UUID: ext 6 (fixext16)
+        b"\xa1d",
+        b"\xd4\x05\x07",  # Duration: ext 5 (fixext1), msgpack int 7
+        b"\xa1f",
+        b"\xcb" + bytes.fromhex("3fe0000000000000"),  # float64 0.5
+        b"\xa2id",
+        b"\xc7\x09\x02" + b"\x92\xa6thread\x01",  # RecordID: ext 2, [table, key]
+        b"\xa1n",
+        b"\x02",
+        b"\xa5price",
+        b"\xd6\x04" + b"1.50",  # Decimal: ext 4 (fixext4), str(d)
+        b"\xa4tags",
+        b"\x93\xa1a\xc7\x00\x01\xc0",  # ["a", NONE (ext 1, empty), NULL (nil)]
+        b"\xa5title",
+        b"\xa2hi",
+        b"\xa1u",
+        b"\xd8\x06" + uuid.UUID(int=1).bytes,  # UUID: ext 6 (fixext16)
         b"\xa4when",
-        b"\xc7\x0c\x03" + bytes.fromhex("000000005e0be101") + bytes.fromhex("0007a120"),  # >qI s, ns
+        b"\xc7\x0c\x03"
+        + bytes.fromhex("000000005e0be101")
+        + bytes.fromhex("0007a120"),  # >qI s, ns
     ]
     return b"".join(parts)
 

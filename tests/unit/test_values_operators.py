@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from surrealdb import RecordID
 
 from engine import values as V
 from engine.values import NONE
-from tests.unit.test_values_support import Oracle, oracle, stored_values, values  # noqa: F401
+from tests.unit.test_values_support import Oracle, stored_values, values
+
+
+@pytest.fixture(scope="module")
+def oracle() -> Iterator[Oracle]:
+    """One in-process SurrealDB for the module."""
+    yield Oracle()
+
 
 OPERATORS: list[tuple[str, Any]] = [
     ("=", V.equals),
@@ -48,16 +57,22 @@ def _check_pair(oracle: Oracle, a: Any, b: Any) -> None:
     assert not mismatches, f"a={a!r} b={b!r}: (op, surrealdb, ours) {mismatches}"
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(a=values, b=values)
 def test_operators_match_surrealdb_on_random_pairs(oracle: Oracle, a: Any, b: Any) -> None:
     _check_pair(oracle, a, b)
 
 
 # Containers built from the other operand make membership true often enough to matter.
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data(), items=st.lists(values, min_size=1, max_size=4))
-def test_membership_operators_match_surrealdb(oracle: Oracle, data: st.DataObject, items: list[Any]) -> None:
+def test_membership_operators_match_surrealdb(
+    oracle: Oracle, data: st.DataObject, items: list[Any]
+) -> None:
     needle = data.draw(st.sampled_from(items))
     probe = data.draw(st.one_of(st.just(needle), st.lists(st.sampled_from(items), max_size=3)))
     _check_pair(oracle, items, probe)
@@ -86,13 +101,17 @@ def test_operator_examples_from_the_contract(oracle: Oracle) -> None:
         _check_pair(oracle, b, a)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(v=values)
 def test_truthiness_matches_surrealdb(oracle: Oracle, v: Any) -> None:
     assert V.truthy(v) == oracle.value("RETURN !!$v", {"v": v}), repr(v)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(rows=st.lists(stored_values, min_size=1, max_size=6))
 def test_where_keeps_exactly_the_truthy_rows(oracle: Oracle, rows: list[Any]) -> None:
     table = oracle.fresh_table()
@@ -129,7 +148,9 @@ _numbers = st.one_of(
 
 # SurrealDB compares float with decimal through the float's shortest text and everything else
 # exactly; these pairs sit right at the boundaries where the two rules differ.
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data(), a=_numbers)
 def test_numbers_compare_like_surrealdb_across_int_float_decimal(
     oracle: Oracle, data: st.DataObject, a: Any

@@ -12,12 +12,10 @@ import itertools
 import math
 import string
 import uuid
-from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-import pytest
 from hypothesis import strategies as st
 from surrealdb import Duration, RecordID
 from surrealdb.cbor import CBORTag, undefined
@@ -50,7 +48,7 @@ def to_wire(v: Any) -> Any:
     if t is RecordID:
         return RecordID(v.table_name, to_wire(v.id))
     if t is datetime:
-        delta = v - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        delta = v - datetime(1970, 1, 1, tzinfo=UTC)
         sec = delta.days * 86400 + delta.seconds
         return CBORTag(constants.TAG_DATETIME_COMPACT, [sec, delta.microseconds * 1000])
     if t is uuid.UUID:
@@ -76,7 +74,9 @@ class Oracle:
 
     def call(self, method: str, params: list[Any]) -> Any:
         """Send one RPC request and return its result (raises OracleError on an error)."""
-        reply = decode(self.db.execute(encode({"id": next(self._ids), "method": method, "params": params})))
+        reply = decode(
+            self.db.execute(encode({"id": next(self._ids), "method": method, "params": params}))
+        )
         if "error" in reply:
             raise OracleError(str(reply["error"]))
         return reply["result"]
@@ -100,12 +100,6 @@ class Oracle:
         return f"t{next(self._tables)}"
 
 
-@pytest.fixture(scope="module")
-def oracle() -> Iterator[Oracle]:
-    """One in-process SurrealDB per test module."""
-    yield Oracle()
-
-
 # ---------------------------------------------------------------------------------------------
 # Strategies
 # ---------------------------------------------------------------------------------------------
@@ -121,7 +115,7 @@ floats = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False, width=64),
 )
 decimals = st.one_of(
-    st.sampled_from([Decimal("0"), Decimal("1"), Decimal("1.0"), Decimal("-1.5"), Decimal("2.50")]),
+    st.sampled_from([Decimal(0), Decimal(1), Decimal("1.0"), Decimal("-1.5"), Decimal("2.50")]),
     st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-1000, max_value=1000),
 )
 texts = st.text(alphabet=_ALPHABET, max_size=4)
@@ -130,7 +124,7 @@ durations = st.builds(
     st.one_of(st.sampled_from([0, 1, 1000, 10**9, 3600 * 10**9]), st.integers(0, 10**18)),
 )
 datetimes = st.datetimes(
-    min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(timezone.utc)
+    min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
 ).map(lambda d: d.replace(microsecond=d.microsecond - d.microsecond % 1000))
 uuids = st.one_of(
     st.sampled_from([uuid.UUID(int=0), uuid.UUID(int=1), uuid.UUID(int=2**127)]),
@@ -139,12 +133,23 @@ uuids = st.one_of(
 byte_strings = st.binary(max_size=3)
 tables = st.sampled_from(["a", "user", "b"])
 id_texts = st.one_of(
-    st.text(alphabet=string.ascii_letters + string.digits + "_-. é⟩`\\\n\0\x7f", min_size=1, max_size=5),
+    st.text(
+        alphabet=string.ascii_letters + string.digits + "_-. é⟩`\\\n\0\x7f", min_size=1, max_size=5
+    ),
     st.sampled_from(["1", "123", "1_000", "NaN", "Infinity", "inf", "1e3", "true", "NONE", "_"]),
 )
 _key_parts = st.one_of(
-    small_ints, texts, st.just(NONE), st.just(None), st.booleans(), floats, decimals,
-    durations, datetimes, uuids, byte_strings,
+    small_ints,
+    texts,
+    st.just(NONE),
+    st.just(None),
+    st.booleans(),
+    floats,
+    decimals,
+    durations,
+    datetimes,
+    uuids,
+    byte_strings,
 )
 _plain_record_ids = st.builds(RecordID, tables, st.one_of(small_ints, id_texts))
 record_keys = st.one_of(
@@ -166,7 +171,9 @@ storable_record_keys = st.one_of(
     id_texts,
     uuids,
     st.lists(st.one_of(small_ints, texts, st.booleans(), uuids, _plain_record_ids), max_size=3),
-    st.dictionaries(st.sampled_from(["a", "b", "x y", "1"]), st.one_of(small_ints, texts), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["a", "b", "x y", "1"]), st.one_of(small_ints, texts), max_size=2
+    ),
 )
 
 scalars = st.one_of(
@@ -206,11 +213,3 @@ def _drop_none_fields(v: Any) -> Any:
     if type(v) is list:
         return [_drop_none_fields(x) for x in v]
     return v
-
-
-def utc(*args: int) -> datetime:
-    """A UTC datetime."""
-    return datetime(*args, tzinfo=timezone.utc)  # type: ignore[misc]
-
-
-ONE_DAY = timedelta(days=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +20,14 @@ from engine.values import (
     record_id_text,
     sort_key,
 )
-from tests.unit.test_values_support import Oracle, oracle, record_ids, stored_values  # noqa: F401
+from tests.unit.test_values_support import Oracle, record_ids, stored_values
+
+
+@pytest.fixture(scope="module")
+def oracle() -> Iterator[Oracle]:
+    """One in-process SurrealDB for the module."""
+    yield Oracle()
+
 
 SLOW = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -34,7 +42,9 @@ def test_record_id_text_is_what_string_cast_prints(oracle: Oracle, rid: RecordID
 
 @SLOW
 @given(rid=record_ids)
-def test_parse_record_id_inverts_the_text_and_surrealdb_agrees(oracle: Oracle, rid: RecordID) -> None:
+def test_parse_record_id_inverts_the_text_and_surrealdb_agrees(
+    oracle: Oracle, rid: RecordID
+) -> None:
     text = record_id_text(rid)
     parsed = parse_record_id(text)
     assert sort_key(parsed) == sort_key(rid)
@@ -93,7 +103,9 @@ _docs = st.recursive(
 
 @SLOW
 @given(doc=_docs, path=st.lists(_keys, min_size=1, max_size=3))
-def test_field_paths_resolve_like_surrealdb(oracle: Oracle, doc: dict[str, Any], path: list[str]) -> None:
+def test_field_paths_resolve_like_surrealdb(
+    oracle: Oracle, doc: dict[str, Any], path: list[str]
+) -> None:
     expected = oracle.value(f"RETURN $d.{'.'.join(path)} IS NONE", {"d": doc})
     got = get_path(doc, tuple(path))
     assert (got is NONE) == expected, (doc, path, got)
