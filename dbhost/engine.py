@@ -10,6 +10,8 @@ from typing import Any
 from surrealdb.data.cbor import decode, encode
 from surrealdb_embedded import AsyncEmbeddedDB
 
+from dbhost.frames import INVALID_PARAMS, RpcError
+
 log = logging.getLogger("dbhost.engine")
 
 
@@ -58,8 +60,16 @@ class Engine:
         await self._db.close()
 
     async def execute(self, frame: bytes) -> bytes:
-        """Pass an encoded request through; the reply comes back encoded."""
-        result: bytes = await self._db.execute(frame)
+        """Pass an encoded request through; the reply comes back encoded.
+
+        The engine raises (instead of answering) when it cannot decode a request's values,
+        e.g. an integer beyond 64 bits or an unknown CBOR tag: that becomes an RPC error
+        reply, so the client is answered rather than left waiting for its timeout.
+        """
+        try:
+            result: bytes = await self._db.execute(frame)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"the engine could not decode the request: {exc}") from None
         return result
 
     async def call(self, method: str, params: list[Any] | None = None,

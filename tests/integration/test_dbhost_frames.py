@@ -127,3 +127,14 @@ async def test_other_clients_are_unaffected_by_bad_frames(host: DbHost, raw: Any
 async def test_replies_carry_no_host_session_id(raw: Any) -> None:
     reply = await call(raw, {"id": 14, "method": "query", "params": ["RETURN 1", {}]})
     assert "session" not in reply
+
+
+async def test_values_the_engine_cannot_decode_get_an_error_not_silence(raw: Any) -> None:
+    # An integer beyond 64 bits is a CBOR bignum, which the engine refuses to decode: the host
+    # must still answer this request (with an error) and keep serving the connection.
+    reply = await call(raw, {"id": "big", "method": "query",
+                             "params": ["RETURN $a", {"a": 2**70}]})
+    assert reply["id"] == "big"
+    assert reply["error"]["code"] == -32602
+    assert "decode" in reply["error"]["message"]
+    await still_answers(raw)
