@@ -18,7 +18,7 @@ from typing import Any
 
 from falcon.asgi import SSEvent
 
-from ipc.messages import ErrorCode, logs_poll, route_timeout
+from ipc.messages import ErrorCode, logs_poll
 
 from .errors import bad_request
 from .hub import HubLink, HubUnavailable
@@ -127,12 +127,14 @@ class LogStream:
         first: dict[str, Any],
         *,
         tail: bool,
+        timeout: float = 5.0,
         poll_interval: float = 0.25,
         keepalive: float = 5.0,
     ) -> None:
         self._hub = hub
         self._first = first
         self._tail = tail
+        self._timeout = timeout
         self._poll_interval = poll_interval
         self._keepalive = keepalive
 
@@ -168,7 +170,7 @@ class LogStream:
 
     async def _poll(self, cursor: int) -> dict[str, Any] | None:
         try:
-            reply = await self._hub.call(logs_poll(cursor=cursor), route_timeout("GET /logs"))
+            reply = await self._hub.call(logs_poll(cursor=cursor, timeout_secs=self._timeout), self._timeout)
         except HubUnavailable:
             return None
         body = reply.get("body") if isinstance(reply, dict) else None

@@ -70,6 +70,8 @@ class GatewaySettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     logs_poll_interval: float = 0.25
     logs_keepalive: float = 5.0
+    #: None: the per-route waits of `ipc.messages.ROUTE_TIMEOUT_SECS`; a number overrides all
+    hub_timeout_secs: float | None = None
 
     @classmethod
     def from_config(cls, cfg: SspConfig) -> "GatewaySettings":
@@ -95,13 +97,18 @@ def _dump(body: Any) -> bytes:
 class Forwarder:
     """Sends one request to the hub and turns its reply into the HTTP response."""
 
-    def __init__(self, hub: HubLink) -> None:
+    def __init__(self, hub: HubLink, timeout_override: float | None = None) -> None:
         self.hub = hub
+        self.timeout_override = timeout_override
+
+    def timeout(self, route: str) -> float:
+        """Seconds to wait for the hub on `route`."""
+        return route_timeout(route) if self.timeout_override is None else self.timeout_override
 
     async def call(self, route: str, msg: dict[str, Any]) -> dict[str, Any]:
         """The hub's validated reply to `msg`; 503 when it does not answer, 500 when unusable."""
         try:
-            reply = await self.hub.call(msg, route_timeout(route))
+            reply = await self.hub.call(msg, self.timeout(route))
         except HubUnavailable as e:
             body: dict[str, Any] = {"error": ErrorCode.NOT_READY, "message": str(e)}
             if route == "GET /health":
@@ -145,7 +152,7 @@ class Forwarder:
         params: dict[str, str] | None = None,
     ) -> None:
         """Forward one request and answer with the hub's reply."""
-        msg = request(route, body, query=_flat_query(req), params=params)
+        msg = request(route, body, query=_flat_query(req), params=params, timeout_secs=self.timeout(route))
         self.respond(route, resp, await self.call(route, msg))
 
 
@@ -203,7 +210,11 @@ class LogsRoute:
         tail = parse_tail(req.get_param("tail"))
         backfill = parse_backfill(req.get_param("backfill"))
         resume = parse_last_event_id(req.get_header("Last-Event-ID"))
-        first = logs_poll(cursor=resume) if resume is not None else logs_poll(backfill=backfill)
+        wait = self.fwd.timeout("GET /logs")
+        if resume is not None:
+            first = logs_poll(cursor=resume, timeout_secs=wait)
+        else:
+            first = logs_poll(backfill=backfill, timeout_secs=wait)
         reply = await self.fwd.call("GET /logs", first)
         if reply["status"] != 200:
             self.fwd.respond("GET /logs", resp, reply)
@@ -216,6 +227,7 @@ class LogsRoute:
             self.fwd.hub,
             reply["body"],
             tail=tail,
+            timeout=wait,
             poll_interval=self.settings.logs_poll_interval,
             keepalive=self.settings.logs_keepalive,
         )
@@ -269,7 +281,7 @@ POST_ROUTES: tuple[str, ...] = (
 def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = None) -> GatewayApp:
     """The gateway app for `settings` (tests pass their own ZeroMQ context)."""
     hub = HubLink(settings.hub_endpoint, ctx=ctx)
-    fwd = Forwarder(hub)
+    fwd = Forwarder(hub, settings.hub_timeout_secs)
     app = GatewayApp(
         middleware=[BearerAuth(settings.auth_secret), Lifespan(hub)],
         cors_enable=False,

@@ -140,3 +140,43 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+class GatewayUnderTest:
+    """A gateway app wired to a FakeHub in the same process, driven by Falcon's ASGI conductor.
+
+    Use as `async with GatewayUnderTest(secret="s3cret") as gw:` then `gw.client.simulate_*`
+    and `gw.hub`. The ipc socket lives in a short private temp dir (unix socket paths are
+    limited to ~100 bytes, pytest's tmp paths are often longer).
+    """
+
+    def __init__(self, secret: str | None = None, **settings: Any) -> None:
+        import tempfile
+
+        from falcon import testing
+
+        from .ssp_app import GatewaySettings, build_app
+
+        self._dir = Path(tempfile.mkdtemp(prefix="gw-"))
+        endpoint = f"ipc://{self._dir}/hub.sock"
+        self.ctx = zmq.asyncio.Context()
+        self.settings = GatewaySettings(auth_secret=secret, hub_endpoint=endpoint, **settings)
+        self.app = build_app(self.settings, ctx=self.ctx)
+        self.hub = FakeHub(endpoint, ctx=self.ctx)
+        self.client = testing.ASGIConductor(self.app)
+
+    async def __aenter__(self) -> "GatewayUnderTest":
+        self.hub.start()
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        import shutil
+
+        try:
+            await self.client.__aexit__(None, None, None)
+        finally:
+            self.app.hub.close()
+            await self.hub.stop()
+            self.ctx.term()
+            shutil.rmtree(self._dir, ignore_errors=True)

@@ -57,8 +57,10 @@ Unknown extra fields of a body are accepted and forwarded untouched (forward com
 and the hub answers `{"status": 200, "body": {"lines": [...], "cursor": m, "gap": bool}}`:
 `lines` in order (each a string or a JSON object), `cursor` the number of the last line
 returned (n unchanged when none; 0 when nothing was ever logged), `gap` true when lines after
-n were already dropped from the hub's buffer (the viewer fell behind). A hub may cap the lines
-of one reply; the gateway polls again at once when it got any.
+n were already dropped from the hub's buffer (the viewer fell behind). A cursor beyond the
+hub's last line (the hub restarted and numbers from 1 again) gets the buffer from its start with
+`gap` true. The first poll's reply carries the whole backfill (at most 10,000 lines); later
+replies may be capped, and the gateway polls again at once when it got any lines.
 """
 
 from __future__ import annotations
@@ -531,14 +533,16 @@ def normalize_body(route: str, body: Any) -> Any:
 BODY_ROUTES: Final = frozenset({"POST /ingest", "POST /view/register", "POST /view/unregister", "POST /log"})
 
 
-def logs_poll(*, cursor: int | None = None, backfill: int | None = None) -> dict[str, Any]:
+def logs_poll(
+    *, cursor: int | None = None, backfill: int | None = None, timeout_secs: float | None = None
+) -> dict[str, Any]:
     """A `GET /logs` poll: the first one with `backfill`, the following with `cursor`."""
     query: dict[str, str] = {}
     if cursor is not None:
         query["cursor"] = str(cursor)
     if backfill is not None:
         query["backfill"] = str(backfill)
-    return request("GET /logs", query=query)
+    return request("GET /logs", query=query, timeout_secs=timeout_secs)
 
 
 def logs_reply(lines: list[Any], cursor: int, gap: bool) -> dict[str, Any]:
