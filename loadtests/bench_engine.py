@@ -66,7 +66,7 @@ class Sizes:
 
 
 FULL = Sizes(users=1_000, threads=20_000, comments=200_000, views=1_000, writes=100_000,
-             w2_views=100_000, w2_writes=20_000, naive_writes=20, naive_views_per_write=25,
+             w2_views=100_000, w2_writes=20_000, naive_writes=12, naive_views_per_write=15,
              scale_small=10_000, scale_large=1_000_000, scale_writes=20_000,
              register_rows=10_000)
 QUICK = Sizes(users=50, threads=500, comments=2_000, views=60, writes=1_000, w2_views=1_000,

@@ -72,6 +72,9 @@ def mixed(r: random.Random, depth: int = 0) -> Any:
     if roll < 0.92 and depth == 0:
         return [v for v in (mixed(r, 1) for _ in range(r.randint(0, 3))) if v is not NONE]
     if roll < 0.96 and depth == 0:
+        if r.random() < 0.3:
+            # an object holding a record id under `id` is a member wherever it shows up
+            return {"id": r.choice(USER_IDS), "x": r.choice(NUMBERS)}
         return {"x": r.choice(NUMBERS)}
     return r.choice(USER_IDS + [DANGLING["user"]])
 
@@ -94,6 +97,8 @@ def typed(r: random.Random, kind: str) -> Any:
         table = kind.split(":", 1)[1]
         if r.random() < 0.1:
             return DANGLING[table]
+        if r.random() < 0.04:
+            return r.sample(IDS[table], 2)  # an array of links
         return r.choice(IDS[table])
     raise ValueError(kind)
 
