@@ -55,6 +55,7 @@ __all__ = [
     "contains_any",
     "contains_none",
     "contains_not",
+    "eq_key",
     "equals",
     "format_value",
     "get_path",
@@ -280,6 +281,18 @@ def sort_key(v: Any) -> Any:
     Keys are tuples ``(kind_rank, payload...)`` and are comparable across every kind. Ties
     between equal values (e.g. ``1`` and ``1.0``) give equal keys; break them by the record id's
     key (:func:`sort_key` of the id) to reproduce SurrealDB's ``ORDER BY ... LIMIT`` order.
+    """
+    f = _SORT_DISPATCH.get(type(v))
+    if f is None:
+        return _sort_key_slow(v)
+    return f(v)
+
+
+def eq_key(v: Any) -> Any:
+    """A hashable key with ``eq_key(a) == eq_key(b)`` exactly when SurrealDB says ``a = b``.
+
+    For equality indexes: ``0.1f``, ``0.1dec`` share a key (SurrealDB calls them equal) while
+    Python's own ``hash``/``==`` keep them apart. It is :func:`sort_key` (tuples all the way).
     """
     f = _SORT_DISPATCH.get(type(v))
     if f is None:

@@ -55,6 +55,10 @@ def _check_pair(oracle: Oracle, a: Any, b: Any) -> None:
         if exp != mine
     ]
     assert not mismatches, f"a={a!r} b={b!r}: (op, surrealdb, ours) {mismatches}"
+    # Equality indexes rely on eq_key agreeing with "=" (and on equal keys hashing alike).
+    assert (V.eq_key(a) == V.eq_key(b)) is expected[0], (a, b)
+    if expected[0]:
+        assert hash(V.eq_key(a)) == hash(V.eq_key(b))
 
 
 @settings(

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from surrealdb import RecordID
 
-from engine.values import NONE, compare, sort_key
+from engine.values import NONE, compare, eq_key, equals, sort_key
 from tests.unit.test_values_support import (
     Oracle,
     storable_record_keys,
@@ -114,7 +114,9 @@ def test_ties_come_out_in_record_id_key_order(oracle: Oracle, keys: list[Any]) -
 def test_compare_is_consistent_with_sort_key(a: Any, b: Any) -> None:
     c = compare(a, b)
     assert c == -compare(b, a)
-    assert (c == 0) == (sort_key(a) == sort_key(b))
+    assert (c == 0) == (sort_key(a) == sort_key(b)) == equals(a, b) == (eq_key(a) == eq_key(b))
+    if c == 0:
+        assert hash(eq_key(a)) == hash(eq_key(b))
 
 
 def test_kind_order_across_every_kind(oracle: Oracle) -> None:
