@@ -186,9 +186,12 @@ class PostRoute:
         """Validate the body and forward it."""
         check_content_type(req.content_type)
         raw = await read_bytes(req, self.max_body_bytes)
-        body = parse_json(raw)
-        if body is None and self.needs_body:
-            raise bad_request("request body is empty: a JSON object is required")
+        if not raw.strip():
+            if self.needs_body:
+                raise bad_request("request body is empty: a JSON object is required")
+            body = None
+        else:
+            body = parse_json(raw)
         try:
             normalized = normalize_body(self.route, body)
         except BodyError as e:
