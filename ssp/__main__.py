@@ -1,0 +1,131 @@
+"""`python -m ssp` (console script `svc-ssp`): the SSP hub process.
+
+Starts, in order: the hub's ZeroMQ ROUTER (so `/health` answers `bootstrapping` at once), the
+shard workers (`python -m ssp.shard`), the bootstrap, and gunicorn with the Falcon ASGI
+gateway (`gateway.ssp_app:create_app()`, `-k asgi`). It supervises them: a shard that dies is
+restarted and its views rebuilt from the hub's registry (or the SSP reports `failed`); a
+gateway that dies is restarted. SIGTERM/SIGINT: stop gunicorn (no new requests), flush the
+pending edges, write the snapshot, stop the shards, exit 0.
+
+Exit codes: 0 after a graceful shutdown, 2 on a configuration error, 1 when startup fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+
+from dbclient import DbError
+from ipc.rpc import RpcServer
+from ssp.config import ConfigError, SspConfig
+from ssp.hub import Hub
+
+log = logging.getLogger("ssp")
+
+
+def gateway_argv(cfg: SspConfig) -> list[str] | None:
+    """The gunicorn command line, or None when the gateway module is not installed."""
+    if importlib.util.find_spec("gateway.ssp_app") is None:
+        return None
+    return [sys.executable, "-m", "gunicorn", "-k", "asgi", "-w", str(cfg.gateway_workers),
+            "-b", f"{cfg.listen_host}:{cfg.listen_port}", "--graceful-timeout", "5",
+            "gateway.ssp_app:create_app()"]
+
+
+class Supervisor:
+    """Runs the hub and its child processes until a stop signal."""
+
+    def __init__(self, cfg: SspConfig) -> None:
+        self.cfg = cfg
+        self.hub = Hub(cfg)
+        self.server: RpcServer | None = None
+        self.gateway: asyncio.subprocess.Process | None = None
+        self.stopping = False
+        self._stop = asyncio.Event()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        self.cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        self.server = RpcServer(self.cfg.hub_endpoint, self.hub.handle)
+        serve = loop.create_task(self.server.serve(), name="hub-rpc")
+        gw = loop.create_task(self._run_gateway(), name="gateway")
+        start = loop.create_task(self.hub.start(), name="bootstrap")
+        stop_wait = loop.create_task(self._stop.wait())
+        done, _ = await asyncio.wait({start, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        if start in done and start.exception() is not None:
+            e = start.exception()
+            log.error("SSP startup failed: %s", e)
+            self.hub.status = "failed"
+            code = 1
+        elif start in done:
+            await stop_wait
+        else:
+            start.cancel()
+        self.stopping = True
+        await self._stop_gateway()
+        gw.cancel()
+        try:
+            await self.hub.shutdown()
+        except (DbError, OSError) as e:
+            log.error("shutdown incomplete: %s", e)
+        serve.cancel()
+        self.server.close()
+        log.info("SSP stopped")
+        return code
+
+    async def _run_gateway(self) -> None:
+        argv = gateway_argv(self.cfg)
+        if argv is None:
+            log.warning("gateway.ssp_app is not available: no HTTP listener (hub only)")
+            return
+        env = dict(os.environ)
+        env["SVC_SSP_RUN_DIR"] = str(self.cfg.run_dir)
+        env["SVC_SSP_ID"] = self.cfg.ssp_id
+        while not self.stopping:
+            self.gateway = await asyncio.create_subprocess_exec(*argv, env=env)
+            code = await self.gateway.wait()
+            if self.stopping:
+                return
+            log.error("gateway exited with %s; restarting", code)
+            await asyncio.sleep(1.0)
+
+    async def _stop_gateway(self) -> None:
+        gw = self.gateway
+        if gw is None or gw.returncode is not None:
+            return
+        gw.terminate()
+        try:
+            await asyncio.wait_for(gw.wait(), 15)
+        except TimeoutError:
+            gw.kill()
+            await gw.wait()
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Entry point of `svc-ssp`."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        cfg = SspConfig.from_env(os.environ if env is None else env)
+    except ConfigError as e:
+        print(f"svc-ssp: configuration error: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(Supervisor(cfg).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

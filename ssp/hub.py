@@ -1,0 +1,1222 @@
+"""The SSP hub: request dispatcher, sequencer, registry, bootstrap, changefeed tail, sweeps.
+
+Data flow (one way): gateway request -> `Hub.handle` -> sequencer (`_apply`) -> every shard
+(`ingest`) -> per-view deltas -> `Publisher` -> database.
+
+Decisions documented here:
+- Rows: the hub keeps every synced row as canonical bytes (`engine.values.canonical_bytes`),
+  the source for circuit hashes, `/debug/catchup-rows`, the snapshot and the rebuild of a
+  restarted shard; every shard stores and ingests every row too (see `ssp.shard`).
+- View identity (`auth_id`): the existing `_00_query` row's `auth_id` wins; else the
+  registration's `params.auth_id`, else `params.auth.id` (text such as `user:alice`).
+  `/view/register` is bearer-protected, so the caller is trusted to name the identity. A view
+  id already held (or whose row exists) under another identity answers 409 `auth_mismatch`.
+  `$auth.id` in the view resolves to that identity: the engine gets param `auth = {id}`.
+  Without any identity the view is refused (400) unless `SVC_SSP_ANON_LIVE_QUERIES` is on;
+  anonymous views publish into `_00_list_ref` with `auth_id` NONE.
+- Types over http: a JSON ingest body carries record links and datetimes as strings. Fields
+  whose definition (`INFO FOR TABLE`) has a `record` or `datetime` type get them back; a
+  SCHEMALESS field has no definition, so a link written there arrives as a plain string (a
+  view comparing it with a record id will not match). The changefeed transport keeps types.
+- Serialisation: one `asyncio.Lock` (`_apply_lock`) orders ingest batches, registrations and
+  shard rebuilds, so a view's initial members and the deltas that follow are consistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import zmq.asyncio
+from surrealdb import RecordID
+from surrealdb.data.types.duration import Duration
+
+from dbclient import Database, DbError, DbTimeout
+from engine.hashing import bytes_hash
+from engine.values import canonical_bytes, parse_record_id, record_id_text, unpack_value
+from ipc.messages import (
+    ErrorCode,
+    error_reply,
+    logs_reply,
+    normalize_view_id,
+    not_ready,
+    parse_duration_ms,
+    parse_timestamp,
+    reply,
+    request_expired,
+)
+from ssp.config import SspConfig
+from ssp.naming import (
+    EDGE_PREFIX,
+    QUERY_TABLE,
+    SINGLE_TABLE,
+    auth_record,
+    edge_table,
+    view_id_of,
+    view_record,
+)
+from ssp.publisher import Publisher, PubView, Teardown
+from ssp.shards import ShardDown, ShardError, ShardHandle, shard_of
+
+log = logging.getLogger("ssp.hub")
+
+VERSION = "0.1.0"
+PUBLICATION_SLOTS = 256
+BATCH_MAX = 2000  # events per shard round trip
+LOAD_CHUNK = 2000  # rows per load message
+FEED_LIMIT = 1000
+FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits are not lost
+FEED_POLL_SECS = 2.0
+CURSOR_MARGIN_MS = 5000  # cold start: tail from a little before the bootstrap read
+LOG_RING = 10_000
+# Tables the SSP never loads (its own output and bookkeeping).
+_SKIP_META = ("_00_query", "_00_version", "_00_list_ref", "_00_schema_state",
+              "_00_query_allowlist", "_00_admin")
+_LOADED_META = ("_00_app_release", "_00_user_feature")
+
+
+def now_ms() -> int:
+    """Unix time in milliseconds."""
+    return int(time.time() * 1000)
+
+
+@dataclass(eq=False)
+class ViewState(PubView):
+    """A registered view as the hub keeps it."""
+
+    surql: str = ""
+    params: dict[str, Any] | None = None
+    client_ids: set[str] = field(default_factory=set)
+    client_id: str = ""
+    ttl: str = "10m"
+    ttl_ms: int = 600_000
+    last_active_ms: int = 0
+    shard: int = 0
+    format: str | None = None
+    registered_ms: int = 0
+
+
+class LogRing(logging.Handler):
+    """The SSP's own log lines, numbered 1, 2, 3..., for `GET /logs`."""
+
+    def __init__(self, size: int = LOG_RING) -> None:
+        super().__init__(logging.INFO)
+        self.lines: deque[tuple[int, Any]] = deque(maxlen=size)
+        self.count = 0
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.add(self.format(record))
+        except Exception:  # logging must never raise into the caller
+            self.handleError(record)
+
+    def add(self, line: Any) -> None:
+        """Append one line (a string or a JSON object)."""
+        self.count += 1
+        self.lines.append((self.count, line))
+
+    def poll(self, cursor: int | None, backfill: int | None, cap: int = 500) -> dict[str, Any]:
+        """Lines after `cursor` (or the last `backfill`), per the `/logs` contract."""
+        if cursor is None:
+            n = max(0, min(backfill or 0, len(self.lines)))
+            picked = list(self.lines)[len(self.lines) - n:] if n else []
+            return logs_reply([ln for _, ln in picked[-cap:]], self.count if not picked
+                              else picked[-cap:][-1][0], False)
+        first = self.lines[0][0] if self.lines else self.count + 1
+        gap = cursor + 1 < first and cursor < self.count
+        picked = [(i, ln) for i, ln in self.lines if i > cursor][:cap]
+        return logs_reply([ln for _, ln in picked], picked[-1][0] if picked else cursor, gap)
+
+
+def to_json(v: Any) -> Any:
+    """SurrealDB-typed values -> JSON-able (record ids and datetimes as SurrealDB text)."""
+    if isinstance(v, dict):
+        return {str(k): to_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [to_json(x) for x in v]
+    if isinstance(v, RecordID):
+        return record_id_text(v)
+    if isinstance(v, datetime):
+        return v.isoformat().replace("+00:00", "Z")
+    if isinstance(v, (Decimal, UUID)):
+        return str(v)
+    if isinstance(v, Duration):
+        return f"{v.elapsed}ns"
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+class Hub:
+    """All SSP state and every route of the gateway <-> hub contract."""
+
+    def __init__(self, cfg: SspConfig, *, ctx: zmq.asyncio.Context | None = None) -> None:
+        self.cfg = cfg
+        self.ctx = ctx or zmq.asyncio.Context.instance()
+        self.db = Database(cfg.db)
+        self.pub_db = Database(cfg.db)
+        self.status = "bootstrapping"
+        self.started = time.monotonic()
+        self.views: dict[str, ViewState] = {}
+        self.rows: dict[str, dict[str, bytes]] = {}
+        self.rv: dict[str, Any] = {}
+        self.hashes: dict[str, int] = {}
+        self.field_types: dict[str, dict[str, str]] = {}
+        self.bootstrap_warnings: list[str] = []
+        self.cursors: dict[str, int] = {}
+        self._seen: dict[str, set[int]] = {}
+        self.shards = [ShardHandle(i, cfg.shard_endpoint(i), self.ctx, self._shard_exited)
+                       for i in range(cfg.shards)]
+        self.publisher = Publisher(self.pub_db, ref_mode=cfg.ref_mode,
+                                   throttle_ms=cfg.query_update_throttle_ms,
+                                   view_lookup=self.views.get, rv_lookup=self.rv.get)
+        self.logs = LogRing()
+        self.slots = 0
+        self.seq = 0
+        self.generation = 0
+        self.overload_rejections = 0
+        self.ingested = 0
+        self._queue: asyncio.Queue[tuple[tuple[str, str, str, Any], asyncio.Future[None]]] = (
+            asyncio.Queue())
+        self._apply_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._feed_wake = asyncio.Event()
+        self._edge_tables: set[str] = set()
+        self._missing: dict[str, int] = {}
+        self._live: Any = None
+
+    # ================================================================== lifecycle
+
+    async def start(self) -> None:
+        """Spawn the shards, connect, bootstrap, then start the background loops."""
+        logging.getLogger().addHandler(self.logs)
+        for s in self.shards:
+            await s.start()
+        await self.db.connect()
+        await self.pub_db.connect()
+        self.publisher.start()
+        self._spawn(self._sequencer(), "sequencer")
+        await self.bootstrap()
+        if self.cfg.ingest_transport == "changefeed":
+            self._spawn(self._tail(), "changefeed")
+        self._spawn(self._ttl_sweep(), "ttl-sweep")
+        if self.cfg.schema_poll_secs > 0:
+            self._spawn(self._schema_poll(), "schema-poll")
+        if self.cfg.snapshot_dir is not None:
+            self._spawn(self._checkpoints(), "checkpoint")
+        self.status = "ready"
+        log.info("SSP %s ready: %d views, %d tables, %d shards", self.cfg.ssp_id,
+                 len(self.views), len(self.rows), len(self.shards))
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
+
+    async def shutdown(self) -> None:
+        """Flush pending edges, write the snapshot, stop loops, shards and connections."""
+        for t in self._tasks:
+            if t.get_name() != "sequencer":
+                t.cancel()
+        if self._live is not None:
+            try:
+                await self._live.kill()
+            except Exception as e:  # best effort: the socket closes next anyway
+                log.info("killing the _00_version subscription failed: %s", e)
+        drained = await self.publisher.drain(timeout=30.0)
+        if not drained:
+            log.error("shutdown: %d pending edge operations could not be written",
+                      self.publisher.pending_ops)
+        await self.publisher.stop()
+        self.write_snapshot()
+        for t in self._tasks:
+            t.cancel()
+        for s in self.shards:
+            await s.stop()
+        await self.db.close()
+        await self.pub_db.close()
+        logging.getLogger().removeHandler(self.logs)
+
+    # ================================================================== bootstrap
+
+    async def bootstrap(self) -> None:
+        """Load every synced table, then re-register the views whose rows are still live."""
+        self.status = "bootstrapping"
+        cursor0 = (now_ms() - CURSOR_MARGIN_MS) << 16
+        warm = self._read_snapshot()
+        tables = await self._synced_tables()
+        self.bootstrap_warnings = []
+        if warm is not None:
+            await self._load_snapshot_rows(warm, tables)
+        else:
+            for t in tables:
+                await self._load_table(t)
+                self.cursors[t] = cursor0
+        self.cursors.setdefault(QUERY_TABLE, cursor0)
+        if warm is not None:
+            # Catch up from the snapshot's feed position before views come back.
+            await self._catch_up()
+        await self._restore_views()
+
+    async def _synced_tables(self) -> list[str]:
+        defs = await self.db.table_definitions()
+        out = []
+        for name, text in defs.items():
+            if name.startswith("_00_") and name not in _LOADED_META:
+                continue
+            if " AS SELECT" in text.upper():
+                continue  # computed view tables have no changefeed and no rows of their own
+            out.append(name)
+        return sorted(out)
+
+    async def _load_table(self, table: str) -> None:
+        store = self.rows.setdefault(table, {})
+        h = self.hashes.get(table, 0)
+        loaded = 0
+        await self._field_types(table)
+        async for page in self.db.keyset_pages(table, self.cfg.bootstrap_page_size):
+            batch = []
+            for row in page:
+                rid = record_id_text(row["id"])
+                b = canonical_bytes(row)
+                old = store.get(rid)
+                if old is not None:
+                    h ^= bytes_hash(old)
+                store[rid] = b
+                h ^= bytes_hash(b)
+                self.rv[rid] = row.get("_00_rv")
+                batch.append(row)
+            loaded += len(batch)
+            await self._broadcast("load_many", {"tables": {table: batch}})
+        self.hashes[table] = h
+        if loaded == 0:
+            upstream = await self.db.query_one(
+                f"SELECT count() AS n FROM {table} GROUP ALL", idempotent=True)
+            n = upstream[0]["n"] if upstream else 0
+            if n:
+                msg = f"table {table} loaded 0 rows but has {n} upstream"
+                self.bootstrap_warnings.append(msg)
+                log.warning("bootstrap: %s", msg)
+
+    async def _field_types(self, table: str) -> None:
+        try:
+            info = await self.db.table_info(table)
+        except (DbError, ValueError) as e:
+            log.info("INFO FOR TABLE %s failed: %s", table, e)
+            return
+        types: dict[str, str] = {}
+        for name, text in (info.get("fields") or {}).items():
+            up = str(text).upper()
+            if " TYPE " not in up:
+                continue
+            tail = up.split(" TYPE ", 1)[1]
+            if tail.startswith(("RECORD", "OPTION<RECORD")):
+                types[str(name)] = "record"
+            elif tail.startswith(("DATETIME", "OPTION<DATETIME")):
+                types[str(name)] = "datetime"
+        self.field_types[table] = types
+
+    async def _restore_views(self) -> None:
+        rows = await self.db.query_one(f"SELECT * FROM {QUERY_TABLE}", idempotent=True) or []
+        now = now_ms()
+        for row in rows:
+            try:
+                vid = view_id_of(row["id"])
+                ttl = str(row.get("ttl") or "10m")
+                ttl_ms = _ttl_ms(row.get("ttl"))
+                last = _ms(row.get("lastActiveAt"))
+                if last is None or last + ttl_ms <= now:
+                    continue
+                auth = row.get("auth_id")
+                auth = auth if isinstance(auth, RecordID) else None
+                params = row.get("params") if isinstance(row.get("params"), dict) else None
+                view = self._new_view(vid, str(row.get("surql") or ""), params, auth,
+                                      str(row.get("clientId") or ""), ttl, ttl_ms, last, None)
+                async with self._apply_lock:
+                    await self._register_on_shard(view)
+                self.views[vid] = view
+                self.publisher.materialise(view)
+            except (ShardError, KeyError, ValueError, TypeError) as e:
+                log.warning("bootstrap: view %s not restored: %s", row.get("id"), e)
+
+    # ================================================================== dispatcher
+
+    async def handle(self, req: Any) -> dict[str, Any]:
+        """Answer one gateway request (the contract in `ipc.messages`)."""
+        if not isinstance(req, dict) or not isinstance(req.get("route"), str):
+            return error_reply(400, ErrorCode.INVALID, "malformed hub request")
+        route = req["route"]
+        handler = _ROUTES.get(route)
+        if handler is None:
+            return error_reply(404, ErrorCode.NOT_FOUND, f"no route {route}")
+        try:
+            return await handler(self, req)
+        except DbTimeout as e:
+            return not_ready(f"database call timed out: {e}")
+        except DbError as e:
+            log.warning("%s failed on the database: %s", route, e)
+            return error_reply(500, ErrorCode.INTERNAL, f"database error: {e}")
+
+    def _stalled(self) -> bool:
+        return max(self.db.consecutive_timeouts, self.pub_db.consecutive_timeouts) > 0
+
+    # ------------------------------------------------------------------ public routes
+
+    async def r_health(self, req: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"status": self.status}
+        timeouts = max(self.db.consecutive_timeouts, self.pub_db.consecutive_timeouts)
+        if timeouts:
+            body["db"] = {"status": "stalled", "consecutive_timeouts": timeouts}
+        return reply(200 if self.status == "ready" else 503, body)
+
+    async def r_version(self, req: dict[str, Any]) -> dict[str, Any]:
+        return reply(200, {"version": VERSION,
+                           "mode": "standalone" if self.cfg.standalone else "scheduler"})
+
+    def info_record(self) -> dict[str, Any]:
+        """This SSP's entity record for `/info`."""
+        return {
+            "entity": "ssp",
+            "id": self.cfg.ssp_id,
+            "status": self.status,
+            "views": len(self.views),
+            "ref_mode": self.cfg.ref_mode,
+            "version": VERSION,
+            "uptime_seconds": int(time.monotonic() - self.started),
+            "circuit_tables": {t: len(r) for t, r in sorted(self.rows.items())},
+            "circuit_hashes": {t: str(self.hashes.get(t, 0)) for t in sorted(self.rows)},
+            "bootstrap_warnings": list(self.bootstrap_warnings),
+            "query_allowlist": {
+                "mode": self.cfg.query_allowlist, "loaded_at_epoch_ms": 0, "entries": 0,
+                "sources": [], "skipped": [],
+                "counters": {"checked": 0, "allowed_static": 0, "allowed_any": 0,
+                             "allowed_builtin": 0, "warned": 0, "refused": 0},
+                "last_refused": [],
+            },
+        }
+
+    async def r_info(self, req: dict[str, Any]) -> dict[str, Any]:
+        return reply(200, [self.info_record()])
+
+    async def r_info_text(self, req: dict[str, Any]) -> dict[str, Any]:
+        rec = self.info_record()
+        lines = []
+        for k, v in rec.items():
+            if isinstance(v, dict):
+                lines.append(f"{k}:")
+                lines += [f"  {kk}: {json.dumps(vv)}" for kk, vv in v.items()]
+            elif isinstance(v, list):
+                lines.append(f"{k}: {', '.join(map(str, v)) if v else '-'}")
+            else:
+                lines.append(f"{k}: {v}")
+        return reply(200, None, text="\n".join(lines) + "\n")
+
+    # ------------------------------------------------------------------ ingest
+
+    async def r_ingest(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.status != "ready":
+            return not_ready(f"SSP is {self.status}")
+        if self._stalled():
+            return not_ready("database calls are timing out")
+        if self.slots >= PUBLICATION_SLOTS:
+            self.overload_rejections += 1
+            return not_ready("all 256 publication slots are in use")
+        if self.publisher.overloaded():
+            self.overload_rejections += 1
+            return not_ready("too many edge operations are pending publication")
+        if request_expired(req):
+            return not_ready("request expired before the hub reached it")
+        self.slots += 1  # reserved before any side effect
+        try:
+            body = req.get("body") or {}
+            table, op, rid = body["table"], str(body["op"]).upper(), body["id"]
+            record = body.get("record") or {}
+            try:
+                record = self.restore_types(table, rid, record)
+            except ValueError as e:
+                return error_reply(400, ErrorCode.INVALID, str(e))
+            await self.submit([(table, op, record_id_text(record["id"]), record)])
+            return reply(200, {"status": "ok", "seq": self.seq})
+        finally:
+            self.slots -= 1
+
+    def restore_types(self, table: str, rid: str, record: dict[str, Any]) -> dict[str, Any]:
+        """A JSON ingest record with its record links and datetimes typed again."""
+        out = dict(record)
+        try:
+            ident = parse_record_id(rid) if ":" in rid else RecordID(table, rid)
+        except ValueError:
+            raise ValueError(f"id {rid[:80]!r} is not a record id") from None
+        if ident.table_name != table:
+            raise ValueError(f"id {rid[:80]!r} is not in table {table}")
+        out["id"] = ident
+        for name, kind in self.field_types.get(table, {}).items():
+            v = out.get(name)
+            if not isinstance(v, str):
+                continue
+            try:
+                out[name] = parse_record_id(v) if kind == "record" else parse_timestamp(v)
+            except ValueError:
+                pass  # keep the text: the engine compares it as SurrealDB would a string
+        return out
+
+    async def submit(self, events: list[tuple[str, str, str, Any]]) -> None:
+        """Sequence events and wait until the shards applied them (the in-memory step)."""
+        loop = asyncio.get_running_loop()
+        futs = []
+        for ev in events:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._queue.put_nowait((ev, fut))
+            futs.append(fut)
+        await asyncio.gather(*futs)
+
+    async def _sequencer(self) -> None:
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            while len(batch) < BATCH_MAX and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                async with self._apply_lock:
+                    await self._apply([ev for ev, _ in batch])
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
+            except Exception as e:
+                log.exception("applying %d events failed", len(batch))
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+
+    async def _apply(self, events: list[tuple[str, str, str, Any]]) -> None:
+        """Store rows, run every shard's circuits, hand the deltas to the publisher."""
+        kept: list[tuple[str, str, str, Any]] = []
+        for table, op, rid, record in events:
+            if op not in ("CREATE", "UPDATE", "DELETE"):
+                continue
+            self.seq += 1
+            store = self.rows.setdefault(table, {})
+            old = store.get(rid)
+            if op == "DELETE":
+                if old is not None:
+                    self.hashes[table] = self.hashes.get(table, 0) ^ bytes_hash(old)
+                    del store[rid]
+                self.rv.pop(rid, None)
+            else:
+                rv_new = record.get("_00_rv")
+                rv_old = self.rv.get(rid)
+                if (isinstance(rv_new, int) and isinstance(rv_old, int) and old is not None
+                        and rv_new < rv_old):
+                    continue  # stale: a newer version of the row is already applied
+                b = canonical_bytes(record)
+                h = self.hashes.get(table, 0)
+                if old is not None:
+                    h ^= bytes_hash(old)
+                self.hashes[table] = h ^ bytes_hash(b)
+                store[rid] = b
+                self.rv[rid] = rv_new
+            kept.append((table, op, rid, record))
+            if table == "user" and op in ("CREATE", "DELETE"):
+                self._spawn_user_table(op, rid)
+        if not kept:
+            return
+        self.ingested += len(kept)
+        replies = await self._broadcast("ingest", {"events": [list(e) for e in kept]})
+        for r in replies:
+            for vid, d in (r.get("deltas") or {}).items():
+                view = self.views.get(vid)
+                if view is None:
+                    continue
+                view.members.difference_update(d["removed"])
+                view.members.update(d["added"])
+                self.publisher.mark(vid, [*d["added"], *d["removed"], *d["updated"]])
+
+    async def _broadcast(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """Send one request to every running shard; a dead shard is rebuilt later, so skip it."""
+        from ssp.shard import encode_request
+
+        msg = encode_request(kind, payload)
+        results = await asyncio.gather(*(s.send(msg) for s in self.shards if s.up),
+                                       return_exceptions=True)
+        out = []
+        for r in results:
+            if isinstance(r, ShardDown):
+                continue
+            if isinstance(r, BaseException):
+                log.error("shard %s failed: %s", kind, r)
+                continue
+            out.append(r)
+        return out
+
+    def _spawn_user_table(self, op: str, rid: str) -> None:
+        if self.cfg.ref_mode == "single":
+            return
+        try:
+            auth = parse_record_id(rid)
+        except ValueError:
+            return
+        table = edge_table(auth, self.cfg.ref_mode)
+        if op == "CREATE":
+            self._spawn(self._ensure_edge_table(table, auth), f"edge-table-{table}")
+        else:
+            self._edge_tables.discard(table)
+            self._spawn(self._drop_edge_table(table), f"drop-{table}")
+
+    async def _ensure_edge_table(self, table: str, auth: RecordID | None) -> None:
+        """Define the user's edge table (select permission fixed to that user)."""
+        if table in self._edge_tables or table == SINGLE_TABLE:
+            return
+        if auth is None:
+            return
+        perm = f"$auth.id = {record_id_text(auth)}"
+        try:
+            await self.pub_db.query(
+                f"DEFINE TABLE IF NOT EXISTS {table} TYPE RELATION SCHEMALESS "
+                f"CHANGEFEED 1h INCLUDE ORIGINAL PERMISSIONS FOR select WHERE {perm} "
+                "FOR create, update, delete NONE")
+            self._edge_tables.add(table)
+        except DbError as e:
+            log.warning("defining edge table %s failed: %s", table, e)
+
+    async def _drop_edge_table(self, table: str) -> None:
+        try:
+            await self.pub_db.query(f"REMOVE TABLE IF EXISTS {table}")
+        except DbError as e:
+            log.warning("removing edge table %s failed: %s", table, e)
+
+    # ------------------------------------------------------------------ views
+
+    def _new_view(self, vid: str, surql: str, params: dict[str, Any] | None,
+                  auth: RecordID | None, client_id: str, ttl: str, ttl_ms: int,
+                  last_ms: int, fmt: str | None) -> ViewState:
+        self.generation += 1
+        return ViewState(
+            view_id=vid, record=view_record(vid), edge_table=edge_table(auth, self.cfg.ref_mode),
+            auth=auth, members=set(), generation=self.generation, surql=surql, params=params,
+            client_ids={client_id}, client_id=client_id, ttl=ttl, ttl_ms=ttl_ms,
+            last_active_ms=last_ms, shard=shard_of(vid, len(self.shards)), format=fmt,
+            registered_ms=now_ms())
+
+    def _engine_params(self, view: ViewState) -> dict[str, Any]:
+        params = {k: v for k, v in (view.params or {}).items() if k != "auth_id"}
+        if view.auth is not None:
+            auth = params.get("auth") if isinstance(params.get("auth"), dict) else {}
+            params["auth"] = {**auth, "id": view.auth}
+        return params
+
+    async def _register_on_shard(self, view: ViewState) -> None:
+        """Register on the owning shard (caller holds the apply lock); fills `members`."""
+        shard = self.shards[view.shard]
+        r = await shard.call("register", {"view_id": view.view_id, "surql": view.surql,
+                                          "params": self._engine_params(view)})
+        view.members = set(r["members"])
+
+    async def r_register(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.status != "ready":
+            return not_ready(f"SSP is {self.status}")
+        if self._stalled():
+            return not_ready("database calls are timing out")
+        body = req.get("body") or {}
+        vid = body["id"]
+        surql = body["surql"]
+        params = body.get("params") if isinstance(body.get("params"), dict) else None
+        client_id = str(body.get("clientId") or "")
+        ttl = str(body.get("ttl") or "10m")
+        try:
+            ttl_ms = parse_duration_ms(ttl)
+            last = body.get("lastActiveAt")
+            last_ms = (int(parse_timestamp(last).timestamp() * 1000) if isinstance(last, str)
+                       else now_ms())
+            claimed = _claimed_auth(params)
+        except ValueError as e:
+            return error_reply(400, ErrorCode.INVALID, str(e))
+        rec = view_record(vid)
+        row = await self.db.query_one("SELECT * FROM ONLY $q", {"q": rec}, idempotent=True)
+        row_auth = row.get("auth_id") if isinstance(row, dict) else None
+        row_auth = row_auth if isinstance(row_auth, RecordID) else None
+        auth = row_auth or claimed
+        held = self.views.get(vid)
+        for other in (row_auth, held.auth if held else None):
+            if other is not None and claimed is not None and other != claimed:
+                return error_reply(409, ErrorCode.AUTH_MISMATCH,
+                                   f"view {vid} is registered under another identity")
+        if auth is None and not self.cfg.anon_live_queries:
+            return error_reply(400, ErrorCode.INVALID,
+                               "the registration names no identity (params.auth_id or "
+                               "params.auth.id) and anonymous views are off")
+        if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
+            return await self._refresh(held, row, client_id, ttl, ttl_ms, last_ms)
+        view = self._new_view(vid, surql, params, auth, client_id, ttl, ttl_ms, last_ms,
+                              body.get("format"))
+        try:
+            async with self._apply_lock:
+                if held is not None:
+                    await self.shards[held.shard].call("unregister", {"view_id": vid})
+                    self.views.pop(vid, None)
+                await self._register_on_shard(view)
+                self.views[vid] = view
+        except ShardError as e:
+            if e.code == "rejected":
+                return error_reply(400, ErrorCode.REJECTED, e.message)
+            return error_reply(400, ErrorCode.INVALID, e.message)
+        except ShardDown as e:
+            return not_ready(f"the view's shard is restarting: {e}")
+        await self._ensure_edge_table(view.edge_table, view.auth)
+        try:
+            await self._write_row(view, new=True)
+        except DbError:
+            async with self._apply_lock:
+                self.views.pop(vid, None)
+                try:
+                    await self.shards[view.shard].call("unregister", {"view_id": vid})
+                except (ShardDown, ShardError):
+                    pass
+            raise
+        result = await self._result(view)
+        state = "materializing" if view.members else "ready"
+        return reply(200, {"id": vid, "state": state, "rowCount": len(view.members),
+                           "records": sorted(view.members), "result": result})
+
+    async def _result(self, view: ViewState) -> list[Any]:
+        try:
+            r = await self.shards[view.shard].call("result", {"view_id": view.view_id})
+        except (ShardDown, ShardError):
+            return []
+        return to_json(unpack_value(r["data"]))  # type: ignore[no-any-return]
+
+    def _row_content(self, view: ViewState, state: str) -> dict[str, Any]:
+        return {
+            "surql": view.surql, "params": view.params, "clientId": view.client_id,
+            "auth_id": view.auth, "lastActiveAt": datetime.fromtimestamp(
+                view.last_active_ms / 1000, tz=timezone.utc),
+            "ttl": view.ttl, "subscribers": len(view.client_ids),
+            "rowCount": len(view.members), "state": state,
+        }
+
+    async def _write_row(self, view: ViewState, *, new: bool) -> None:
+        """Write the `_00_query` row: `ready` at once when empty, else `materializing` and
+        the initial edges queued (the flush that commits them sets `ready`)."""
+        async with self.publisher.lock:
+            self.publisher.teardowns.pop(view.view_id, None)
+            if view.members:
+                await self.pub_db.query("UPSERT $q CONTENT $c",
+                                        {"q": view.record,
+                                         "c": self._row_content(view, "materializing")})
+                self.publisher.materialise(view)
+            else:
+                await self.pub_db.transaction([
+                    (f"DELETE {view.edge_table} WHERE in = $q", {"q": view.record}),
+                    ("UPSERT $q CONTENT $c", {"q": view.record,
+                                              "c": self._row_content(view, "ready")}),
+                ])
+
+    async def _refresh(self, view: ViewState, row: Any, client_id: str, ttl: str, ttl_ms: int,
+                       last_ms: int) -> dict[str, Any]:
+        view.client_ids.add(client_id)
+        view.client_id, view.ttl, view.ttl_ms, view.last_active_ms = client_id, ttl, ttl_ms, last_ms
+        republish = not isinstance(row, dict)
+        if not republish and view.members and view.view_id not in self.publisher.initial:
+            n = await self.db.query_one(
+                f"SELECT count() AS n FROM {view.edge_table} WHERE in = $q GROUP ALL",
+                {"q": view.record}, idempotent=True)
+            have = n[0]["n"] if n else 0
+            republish = have < len(view.members) and view.view_id not in self.publisher.dirty
+        if republish:
+            await self._write_row(view, new=False)
+        else:
+            await self.pub_db.query("UPDATE $q MERGE $d", {"q": view.record, "d": {
+                "clientId": client_id, "ttl": ttl, "subscribers": len(view.client_ids),
+                "lastActiveAt": datetime.fromtimestamp(last_ms / 1000, tz=timezone.utc)}})
+        state = "ready"
+        if view.view_id in self.publisher.initial:
+            state = "materializing"
+        return reply(200, {"id": view.view_id, "state": state, "rowCount": len(view.members),
+                           "records": sorted(view.members), "result": await self._result(view)})
+
+    async def r_unregister(self, req: dict[str, Any]) -> dict[str, Any]:
+        vid = normalize_view_id(str((req.get("body") or {}).get("id", "")))
+        await self.unregister(vid)
+        return reply(200, {"status": "ok", "id": vid})
+
+    async def unregister(self, vid: str) -> None:
+        """Forget the view now; its edges and row go at the next flush (unless re-registered)."""
+        view = self.views.get(vid)
+        if view is not None:
+            async with self._apply_lock:
+                self.views.pop(vid, None)
+                try:
+                    await self.shards[view.shard].call("unregister", {"view_id": vid})
+                except ShardDown:
+                    pass  # the rebuild only re-registers views still in the registry
+            table = view.edge_table
+        else:
+            row = await self.db.query_one("SELECT auth_id FROM ONLY $q",
+                                          {"q": view_record(vid)}, idempotent=True)
+            auth = row.get("auth_id") if isinstance(row, dict) else None
+            table = edge_table(auth if isinstance(auth, RecordID) else None, self.cfg.ref_mode)
+        self.generation += 1
+        self.publisher.teardown(Teardown(vid, view_record(vid), table, self.generation))
+
+    # ------------------------------------------------------------------ admin and debug
+
+    async def r_reset(self, req: dict[str, Any]) -> dict[str, Any]:
+        async with self._apply_lock:
+            self.views.clear()
+            self.rows.clear()
+            self.rv.clear()
+            self.hashes.clear()
+            self.publisher.dirty.clear()
+            self.publisher.initial.clear()
+            self.publisher.pending_ops = 0
+            for s in self.shards:
+                if s.up:
+                    await s.stop()
+                    s.stopping = False
+                    await s.start()
+        return reply(200, {"status": "ok"})
+
+    async def r_reload(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.status = "bootstrapping"  # gates /ingest and /view/register
+        try:
+            async with self._apply_lock:
+                views = list(self.views.values())
+                self.rows.clear()
+                self.rv.clear()
+                self.hashes.clear()
+                for s in self.shards:
+                    await s.stop()
+                    s.stopping = False
+                    await s.start()
+                for t in await self._synced_tables():
+                    await self._load_table(t)
+                for v in views:
+                    await self._register_on_shard(v)
+                    self.publisher.materialise(v)
+            self.status = "ready"
+            return reply(200, {"status": "ready"})
+        except Exception as e:
+            self.status = "failed"
+            log.error("reload failed: %s", e)
+            return reply(500, {"code": "reload_failed", "error": "reload_failed",
+                               "message": f"{type(e).__name__}: {e}"})
+
+    async def r_log(self, req: dict[str, Any]) -> dict[str, Any]:
+        body = req.get("body") or {}
+        self.logs.add({"at": now_ms(), "level": body.get("level", "info"),
+                       "message": body.get("message", ""), "data": body.get("data"),
+                       "source": "client"})
+        return reply(200, {"status": "ok"})
+
+    async def r_logs(self, req: dict[str, Any]) -> dict[str, Any]:
+        q = req.get("query") or {}
+        try:
+            cursor = int(q["cursor"]) if "cursor" in q else None
+            backfill = int(q.get("backfill", "0") or 0)
+        except ValueError:
+            return error_reply(400, ErrorCode.INVALID, "cursor and backfill must be integers")
+        return self.logs.poll(cursor, backfill)
+
+    async def r_debug_view(self, req: dict[str, Any]) -> dict[str, Any]:
+        vid = normalize_view_id(str((req.get("params") or {}).get("view_id", "")))
+        view = self.views.get(vid)
+        if view is None:
+            return error_reply(404, ErrorCode.NOT_FOUND, f"no view {vid}")
+        members = sorted(view.members)
+        tables = sorted({m.split(":", 1)[0] for m in members})
+        return reply(200, {
+            "view_id": vid, "cache_size": len(members), "last_hash": str(hash(tuple(members))),
+            "format": view.format, "cache": members, "subquery_tables": [],
+            "referenced_tables": tables, "content_generation": view.generation,
+            "subquery_cache": {}, "shard": view.shard, "auth_id": to_json(view.auth),
+            "edge_table": view.edge_table, "surql": view.surql,
+        })
+
+    async def r_debug_deps(self, req: dict[str, Any]) -> dict[str, Any]:
+        deps: dict[str, list[str]] = {}
+        for v in self.views.values():
+            for t in {m.split(":", 1)[0] for m in v.members}:
+                deps.setdefault(t, []).append(v.view_id)
+        return reply(200, {"dependency_map": deps, "tables_in_store": sorted(self.rows),
+                           "view_count": len(self.views)})
+
+    async def r_debug_memory(self, req: dict[str, Any]) -> dict[str, Any]:
+        shards = []
+        for s in self.shards:
+            try:
+                st = await s.call("stats", {}, timeout=5.0) if s.up else {"up": False}
+            except (ShardDown, ShardError) as e:
+                st = {"up": False, "error": str(e)}
+            st.pop("ok", None)
+            shards.append({"index": s.index, "pid": s.pid, **st})
+        lat = sorted(self.publisher.stats.latencies_ms)
+        return reply(200, {
+            "rows": sum(len(r) for r in self.rows.values()),
+            "row_bytes": sum(sum(map(len, r.values())) for r in self.rows.values()),
+            "views": len(self.views), "shards": shards,
+            "publication": {
+                "pending_operations": self.publisher.pending_ops,
+                "oldest_age_ms": self.publisher.oldest_age_ms(),
+                "flushes": self.publisher.stats.flushes,
+                "operations": self.publisher.stats.operations,
+                "failures": self.publisher.stats.failures,
+                "last_success_epoch_ms": self.publisher.stats.last_success_ms,
+                "overload_rejections": self.overload_rejections,
+                "latency_p50_ms": lat[len(lat) // 2] if lat else None,
+                "latency_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
+            },
+            "ingested": self.ingested,
+        })
+
+    async def r_debug_catchup(self, req: dict[str, Any]) -> dict[str, Any]:
+        table = str((req.get("params") or {}).get("table", ""))
+        return reply(200, {"table": table, "rows": len(self.rows.get(table, {})),
+                           "cursor": self.cursors.get(table)})
+
+    async def r_debug_heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
+        return reply(200, {"last_heartbeat_seq": None, "mode": "standalone"})
+
+    # ================================================================== shard supervision
+
+    async def _shard_exited(self, shard: ShardHandle, code: int) -> None:
+        """A shard died: restart it and rebuild its views, or report `failed`."""
+        if not shard.may_restart():
+            self.status = "failed"
+            log.error("shard %d keeps dying; SSP failed", shard.index)
+            return
+        try:
+            await shard.start()
+            async with self._apply_lock:
+                await self._rebuild(shard)
+            log.info("shard %d rebuilt", shard.index)
+        except Exception as e:
+            self.status = "failed"
+            log.error("rebuilding shard %d failed: %s", shard.index, e)
+
+    async def _rebuild(self, shard: ShardHandle) -> None:
+        tables = {}
+        for table, store in self.rows.items():
+            rows = [unpack_value(b) for b in store.values()]
+            for i in range(0, len(rows), LOAD_CHUNK):
+                tables = {table: rows[i:i + LOAD_CHUNK]}
+                await shard.call("load_many", {"tables": tables})
+        for view in [v for v in self.views.values() if v.shard == shard.index]:
+            before = set(view.members)
+            try:
+                await self._register_on_shard(view)
+            except ShardError as e:
+                log.error("view %s could not be rebuilt: %s", view.view_id, e)
+                self.views.pop(view.view_id, None)
+                self.publisher.teardown(Teardown(view.view_id, view.record, view.edge_table,
+                                                 view.generation))
+                continue
+            changed = before ^ view.members
+            if changed:
+                self.publisher.mark(view.view_id, changed)
+
+    # ================================================================== changefeed
+
+    async def _tail(self) -> None:
+        """Follow the synced tables' changefeeds, in versionstamp order, from the cursors."""
+        try:
+            self._live = await self.db.live("_00_version", lambda _n: self._feed_wake.set())
+        except DbError as e:
+            log.warning("LIVE on _00_version unavailable (%s); polling every %.0fs", e,
+                        FEED_POLL_SECS)
+        while True:
+            try:
+                await self._catch_up()
+            except DbError as e:
+                log.warning("changefeed read failed: %s", e)
+            except Exception:
+                log.exception("changefeed round failed")
+            try:
+                await asyncio.wait_for(self._feed_wake.wait(), FEED_POLL_SECS)
+            except TimeoutError:
+                pass
+            self._feed_wake.clear()
+
+    async def _catch_up(self) -> None:
+        """Read every feed until nothing new is left."""
+        while await self._feed_round():
+            pass
+
+    async def _feed_round(self) -> bool:
+        sets: list[tuple[int, str, dict[str, Any]]] = []
+        horizon: int | None = None
+        for table in list(self.cursors):
+            since = max(0, self.cursors[table] - FEED_OVERLAP_VS)
+            try:
+                got = await self.db.changes(table, since, FEED_LIMIT)
+            except DbError as e:
+                if "does not exist" in str(e) or "not found" in str(e).lower():
+                    continue
+                raise
+            seen = self._seen.setdefault(table, set())
+            for s in got:
+                vs = int(s["versionstamp"])
+                if vs not in seen:
+                    sets.append((vs, table, s))
+            if len(got) >= FEED_LIMIT:
+                last = int(got[-1]["versionstamp"])
+                horizon = last if horizon is None else min(horizon, last)
+        if not sets:
+            return False
+        sets.sort(key=lambda x: x[0])
+        events: list[tuple[str, str, str, Any]] = []
+        deletes: list[tuple[str, int]] = []
+        applied = 0
+        for vs, table, s in sets:
+            if horizon is not None and vs > horizon:
+                break
+            applied += 1
+            self._seen[table].add(vs)
+            self.cursors[table] = max(self.cursors[table], vs)
+            for ch in s.get("changes") or []:
+                ev = _feed_event(table, ch)
+                if ev is None:
+                    continue
+                if table == QUERY_TABLE:
+                    if ev[1] == "DELETE":
+                        deletes.append((view_id_of(parse_record_id(ev[2])), vs >> 16))
+                    continue
+                events.append(ev)
+        for table, seen in self._seen.items():
+            floor = self.cursors.get(table, 0) - FEED_OVERLAP_VS
+            if len(seen) > 5000:
+                self._seen[table] = {v for v in seen if v >= floor}
+        if events:
+            await self.submit(events)
+        for vid, at_ms in deletes:
+            view = self.views.get(vid)
+            if view is not None and view.registered_ms <= at_ms:
+                await self.unregister(vid)
+        return applied > 0 and horizon is not None
+
+    # ================================================================== sweeps
+
+    async def _ttl_sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.ttl_cleanup_interval_secs)
+            try:
+                await self.sweep_once()
+            except DbError as e:
+                log.warning("TTL sweep failed: %s", e)
+
+    async def sweep_once(self) -> int:
+        """Unregister views whose `lastActiveAt + ttl <= now` (row values win: clients refresh
+        `lastActiveAt` in the database directly)."""
+        rows = await self.db.query_one(f"SELECT id, lastActiveAt, ttl FROM {QUERY_TABLE}",
+                                       idempotent=True) or []
+        by_id = {view_id_of(r["id"]): r for r in rows}
+        now = now_ms()
+        expired = []
+        for vid, view in list(self.views.items()):
+            r = by_id.get(vid)
+            last = _ms(r.get("lastActiveAt")) if r else None
+            ttl = _ttl_ms(r.get("ttl")) if r else view.ttl_ms
+            last = max(last or 0, view.last_active_ms)
+            if last + ttl <= now:
+                expired.append(vid)
+        for vid in expired:
+            log.info("TTL expired: %s", vid)
+            await self.unregister(vid)
+        return len(expired)
+
+    async def _schema_poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.schema_poll_secs)
+            try:
+                await self.poll_schema_once()
+            except DbError as e:
+                log.warning("schema poll failed: %s", e)
+
+    async def poll_schema_once(self) -> None:
+        """Load new tables; drop a table after two consecutive probes miss it."""
+        current = set(await self._synced_tables())
+        for t in sorted(current - set(self.rows)):
+            log.info("schema: new table %s", t)
+            self.cursors[t] = (now_ms() - CURSOR_MARGIN_MS) << 16
+            async with self._apply_lock:
+                await self._load_table(t)
+        for t in current:
+            self._missing.pop(t, None)
+            await self._field_types(t)
+        for t in sorted(set(self.rows) - current):
+            self._missing[t] = self._missing.get(t, 0) + 1
+            if self._missing[t] >= 2:
+                log.info("schema: table %s removed; retracting its rows", t)
+                events = [(t, "DELETE", rid, None) for rid in list(self.rows.get(t, {}))]
+                if events:
+                    await self.submit(events)
+                self.rows.pop(t, None)
+                self.hashes.pop(t, None)
+                self.cursors.pop(t, None)
+                self._missing.pop(t, None)
+
+    # ================================================================== snapshot
+
+    def _snapshot_path(self) -> Any:
+        return self.cfg.snapshot_dir / "snapshot.json" if self.cfg.snapshot_dir else None
+
+    async def _checkpoints(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.checkpoint_interval_secs)
+            self.write_snapshot()
+
+    def write_snapshot(self) -> bool:
+        """Write `snapshot.json` (rows, feed cursors); False when there is no usable dir."""
+        path = self._snapshot_path()
+        if path is None:
+            return False
+        data = {
+            "version": 1, "ssp_id": self.cfg.ssp_id, "written_at_ms": now_ms(),
+            "cursors": self.cursors,
+            "rows": {t: [base64.b64encode(b).decode() for b in store.values()]
+                     for t, store in self.rows.items()},
+        }
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, path)
+            log.info("snapshot written: %d tables", len(self.rows))
+            return True
+        except OSError as e:
+            log.warning("snapshot not written (%s): running memory-only", e)
+            return False
+
+    def _read_snapshot(self) -> dict[str, Any] | None:
+        path = self._snapshot_path()
+        if path is None or not path.exists() or self.cfg.ingest_transport != "changefeed":
+            # Over http the SSP cannot replay what it missed while down: bootstrap cold.
+            return None
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") != 1:
+                return None
+            return data  # type: ignore[no-any-return]
+        except (OSError, ValueError) as e:
+            log.warning("snapshot unreadable (%s): cold bootstrap", e)
+            return None
+
+    async def _load_snapshot_rows(self, snap: dict[str, Any], tables: list[str]) -> None:
+        cursor_now = (now_ms() - CURSOR_MARGIN_MS) << 16
+        for t in tables:
+            encoded = snap.get("rows", {}).get(t)
+            cur = snap.get("cursors", {}).get(t)
+            if encoded is None or cur is None:
+                await self._load_table(t)
+                self.cursors[t] = cursor_now
+                continue
+            await self._field_types(t)
+            store = self.rows.setdefault(t, {})
+            h = 0
+            rows = []
+            for e in encoded:
+                b = base64.b64decode(e)
+                row = unpack_value(b)
+                rid = record_id_text(row["id"])
+                store[rid] = b
+                h ^= bytes_hash(b)
+                self.rv[rid] = row.get("_00_rv")
+                rows.append(row)
+            self.hashes[t] = h
+            for i in range(0, len(rows), LOAD_CHUNK):
+                await self._broadcast("load_many", {"tables": {t: rows[i:i + LOAD_CHUNK]}})
+            self.cursors[t] = int(cur)
+        qc = snap.get("cursors", {}).get(QUERY_TABLE)
+        if qc is not None:
+            self.cursors[QUERY_TABLE] = int(qc)
+
+
+def _feed_event(table: str, ch: dict[str, Any]) -> tuple[str, str, str, Any] | None:
+    """One changefeed change -> (table, op, id text, row) or None for schema entries."""
+    if "delete" in ch:
+        d = ch["delete"]
+        rid = d.get("id") if isinstance(d, dict) else None
+        if not isinstance(rid, RecordID):
+            return None
+        return (table, "DELETE", record_id_text(rid), d.get("original"))
+    if "current" in ch:
+        row = ch["current"]
+        op = "UPDATE"
+    elif "update" in ch and isinstance(ch["update"], dict):
+        row = ch["update"]
+        op = "CREATE"
+    else:
+        return None
+    if not isinstance(row, dict) or not isinstance(row.get("id"), RecordID):
+        return None
+    return (table, op, record_id_text(row["id"]), row)
+
+
+def _claimed_auth(params: dict[str, Any] | None) -> RecordID | None:
+    if not params:
+        return None
+    raw = params.get("auth_id")
+    if raw is None and isinstance(params.get("auth"), dict):
+        raw = params["auth"].get("id")
+    if raw is None:
+        return None
+    if isinstance(raw, RecordID):
+        return raw
+    if not isinstance(raw, str):
+        raise ValueError("params.auth_id must be a record id text such as user:alice")
+    try:
+        return auth_record(raw)
+    except ValueError:
+        raise ValueError(f"params.auth_id {raw[:80]!r} is not a record id") from None
+
+
+def _ttl_ms(v: Any) -> int:
+    if isinstance(v, Duration):
+        return max(1, v.elapsed // 1_000_000)
+    if isinstance(v, str):
+        try:
+            return parse_duration_ms(v)
+        except ValueError:
+            return 600_000
+    return 600_000
+
+
+def _ms(v: Any) -> int | None:
+    if isinstance(v, datetime):
+        return int(v.timestamp() * 1000)
+    if isinstance(v, str):
+        try:
+            return int(parse_timestamp(v).timestamp() * 1000)
+        except ValueError:
+            return None
+    return None
+
+
+_ROUTES = {
+    "GET /health": Hub.r_health,
+    "GET /version": Hub.r_version,
+    "GET /info": Hub.r_info,
+    "GET /info/text": Hub.r_info_text,
+    "POST /ingest": Hub.r_ingest,
+    "POST /view/register": Hub.r_register,
+    "POST /view/unregister": Hub.r_unregister,
+    "POST /reset": Hub.r_reset,
+    "POST /admin/reload": Hub.r_reload,
+    "POST /log": Hub.r_log,
+    "GET /logs": Hub.r_logs,
+    "GET /debug/view/{view_id}": Hub.r_debug_view,
+    "GET /debug/deps": Hub.r_debug_deps,
+    "GET /debug/memory": Hub.r_debug_memory,
+    "GET /debug/catchup-rows/{table}": Hub.r_debug_catchup,
+    "GET /debug/heartbeat": Hub.r_debug_heartbeat,
+}
+__all__ = ["Hub", "ViewState", "EDGE_PREFIX"]

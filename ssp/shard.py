@@ -1,0 +1,119 @@
+"""A shard worker process: one `ViewEngine` behind a ZeroMQ ROUTER (`python -m ssp.shard`).
+
+The hub owns the registry and the rows; a shard owns the circuits of the views whose id hashes
+to it. Rows reach every shard: the hub sends each table's rows (`load`) and every event
+(`ingest`) to all shards, so a view on any shard sees the tables it reads, its subqueries and
+record links included. Memory cost: each shard keeps its own copy of every synced row (N shards
+= N copies, plus the hub's packed copy used to rebuild a restarted shard); the shared row arena
+(written by the hub, mapped by shards) is the planned optimisation.
+
+Wire format (over `ipc.rpc`, msgpack): `{"kind": str, "data": bytes}` where `data` is
+`engine.values.pack_value(payload)` so SurrealDB types (record ids, datetimes, decimals,
+durations) cross the process boundary intact. The payload is the `engine.worker` message minus
+`kind`. Replies are the worker's plain dicts (record ids as text); `result` replies carry
+`data` bytes of the packed result rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from engine.values import pack_value, unpack_value
+from engine.worker import ShardWorker
+from ipc.rpc import RpcServer
+
+log = logging.getLogger("ssp.shard")
+
+
+def encode_request(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A hub -> shard request: `kind` plus the SurrealDB-typed payload packed as bytes."""
+    return {"kind": kind, "data": pack_value(payload)}
+
+
+class Shard:
+    """Decodes requests and runs them on the worker; never raises to the transport."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.worker = ShardWorker()
+
+    async def handle(self, msg: Any) -> dict[str, Any]:
+        """Answer one request (the engine work is synchronous, so requests run in order)."""
+        if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
+            return {"ok": False, "error": "bad_message", "message": "expected {kind, data}"}
+        kind = msg["kind"]
+        if kind == "ping":
+            return {"ok": True, "index": self.index, "pid": os.getpid()}
+        try:
+            payload = unpack_value(msg["data"]) if msg.get("data") is not None else {}
+        except (ValueError, TypeError, KeyError) as e:
+            return {"ok": False, "error": "bad_message", "message": f"undecodable payload: {e}"}
+        if not isinstance(payload, dict):
+            return {"ok": False, "error": "bad_message", "message": "payload must be a map"}
+        if kind == "result":
+            return self._result(payload)
+        if kind == "stats":
+            eng = self.worker.engine
+            return {"ok": True, "views": len(eng.views), "circuits": len(eng.circuits),
+                    "tables": {t: eng.table_count(t) for t in eng.store.tables},
+                    "events_applied": self.worker.events_applied}
+        if kind == "load_many":
+            # Several tables' rows in one round trip (bootstrap and shard rebuild).
+            for table, rows in payload.get("tables", {}).items():
+                out = self.worker.handle({"kind": "load", "table": table, "rows": rows})
+                if not out.get("ok"):
+                    return out
+            return {"ok": True}
+        payload["kind"] = kind
+        return self.worker.handle(payload)
+
+    def _result(self, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            rows = self.worker.engine.result(payload["view_id"])
+        except KeyError:
+            return {"ok": False, "error": "not_found", "message": "no such view on this shard"}
+        return {"ok": True, "data": pack_value(rows)}
+
+
+async def serve(index: int, endpoint: str) -> None:
+    """Serve shard `index` on `endpoint` until SIGTERM/SIGINT."""
+    shard = Shard(index)
+    server = RpcServer(endpoint, shard.handle)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    task = loop.create_task(server.serve())
+    log.info("shard %d serving on %s (pid %d)", index, endpoint, os.getpid())
+    await stop.wait()
+    task.cancel()
+    server.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: `python -m ssp.shard --index I --endpoint ipc://...`."""
+    p = argparse.ArgumentParser(prog="ssp.shard", description="SSP shard worker")
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--endpoint", required=True)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s shard-{args.index} %(levelname)s %(message)s")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # uvloop is a dependency; plain asyncio still works without it
+        pass
+    asyncio.run(serve(args.index, args.endpoint))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The SSP end to end (changefeed transport): database host + `python -m ssp`, views
+registered through the hub contract, edges read back through the database and through a
+record user's LIVE subscription on its own edge table."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from surrealdb import RecordID
+
+from dbclient import Database
+from engine.values import record_id_text
+from tests.integration.test_ssp_support import (
+    APP_SCHEMA,
+    Ssp,
+    apply_schema,
+    edges,
+    live_stream,
+    record_user,
+    root_db,
+    start_ssp,
+    unique_db,
+    wait_for,
+)
+from tests.support.procs import DbHost, start_db_host
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
+    h = start_db_host(tmp_path_factory.mktemp("ssp-dbhost"), memory=True)
+    try:
+        yield h
+    finally:
+        h.process.stop()
+
+
+class Stack:
+    def __init__(self, host: DbHost, ns: str, db: str, ssp: Ssp, root: Database) -> None:
+        self.host, self.ns, self.dbname, self.ssp, self.root = host, ns, db, ssp, root
+
+
+@pytest.fixture
+async def stack(host: DbHost, tmp_path: Path) -> AsyncIterator[Stack]:
+    ns, db = unique_db()
+    root = await root_db(host, ns, db)
+    await root.query(APP_SCHEMA)
+    apply_schema(host, ns, db)
+    ssp = start_ssp(tmp_path, host, ns, db)
+    try:
+        await ssp.wait_ready()
+        yield Stack(host, ns, db, ssp, root)
+    finally:
+        code = ssp.stop()
+        await root.close()
+        assert code == 0, ssp.process.log_text()[-3000:]
+
+
+async def user_id(root: Database, name: str) -> RecordID:
+    [rid] = await root.query_one("SELECT VALUE id FROM user WHERE name = $n", {"n": name})
+    assert isinstance(rid, RecordID)
+    return rid
+
+
+def register_body(key: str, surql: str, auth: RecordID | None, **extra: Any) -> dict[str, Any]:
+    params = {"auth_id": record_id_text(auth)} if auth is not None else {}
+    params.update(extra.pop("params", {}))
+    return {"id": f"query:{key}", "surql": surql, "clientId": "c1", "ttl": "10m",
+            "params": params, **extra}
+
+
+async def test_record_user_sees_edges_appear_and_disappear(stack: Stack) -> None:
+    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
+    try:
+        alice_id = await user_id(stack.root, "alice")
+        r = await stack.ssp.call("POST /view/register", register_body(
+            "a1", "SELECT * FROM post WHERE owner = $auth.id", alice_id))
+        assert r["status"] == 200, r
+        assert r["body"]["state"] == "ready" and r["body"]["rowCount"] == 0
+        table = f"_00_list_ref_user_{alice_id.id}"
+        q = live_stream(alice, await alice.live(table))
+        await stack.root.query("CREATE post:p1 SET owner = $o, title = 'hello'", {"o": alice_id})
+        note = await asyncio.wait_for(q.get(), 30)
+        assert note["action"] == "CREATE"
+        assert note["result"]["out"] == RecordID("post", "p1")
+        assert note["result"]["in"] == RecordID("_00_query", "a1")
+        await stack.root.query("UPDATE post:p1 SET title = 'changed'")
+        note = await asyncio.wait_for(q.get(), 30)
+        assert note["action"] == "UPDATE" and note["result"]["out"] == RecordID("post", "p1")
+        await stack.root.query("DELETE post:p1")
+        note = await asyncio.wait_for(q.get(), 30)
+        assert note["action"] == "DELETE"
+        assert await edges(stack.root, table, "a1") == set()
+    finally:
+        await alice.close()
+
+
+async def test_initial_members_are_published_and_the_row_becomes_ready(stack: Stack) -> None:
+    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
+    await alice.close()
+    alice_id = await user_id(stack.root, "alice")
+    for i in range(5):
+        await stack.root.query("CREATE type::record('post', $k) SET owner = $o, title = 't'",
+                               {"k": f"x{i}", "o": alice_id})
+    await wait_for(lambda: _info_count(stack, "post", 5), what="posts loaded")
+    r = await stack.ssp.call("POST /view/register", register_body(
+        "init", "SELECT * FROM post WHERE owner = $auth.id ORDER BY id LIMIT 3", alice_id))
+    assert r["status"] == 200, r
+    assert r["body"]["state"] == "materializing" and r["body"]["rowCount"] == 3
+    table = f"_00_list_ref_user_{alice_id.id}"
+    async def ready() -> Any:
+        row = await stack.root.query_one("SELECT * FROM ONLY _00_query:init")
+        return row if row and row.get("state") == "ready" else None
+    row = await wait_for(ready, what="state ready")
+    assert row["rowCount"] == 3 and row["auth_id"] == alice_id
+    assert await edges(stack.root, table, "init") == {"post:x0", "post:x1", "post:x2"}
+    await stack.root.query("DELETE post:x1")
+    async def refilled() -> Any:
+        return await edges(stack.root, table, "init") == {"post:x0", "post:x2", "post:x3"}
+    await wait_for(refilled, what="window refilled from below")
+
+
+async def _info_count(stack: Stack, table: str, n: int) -> bool:
+    r = await stack.ssp.call("GET /info")
+    return bool(r["body"][0]["circuit_tables"].get(table) == n)

@@ -1,0 +1,161 @@
+"""Helpers for the SSP's integration tests: start `python -m ssp` beside a database host,
+talk to its hub over ZeroMQ (the gateway<->hub contract), read edges back. No tests here."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from surrealdb import AsyncSurreal
+
+from dbclient import Database, DbConfig
+from ipc.messages import request
+from ipc.rpc import RpcClient, RpcTimeout
+from tests.support.procs import ROOT, DbHost, ManagedProcess, base_env, free_port
+
+APP_SCHEMA = """
+DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select WHERE id = $auth.id;
+DEFINE FIELD name ON user TYPE string;
+DEFINE FIELD pass ON user TYPE string;
+DEFINE ACCESS account ON DATABASE TYPE RECORD
+    SIGNUP (CREATE user SET name = $name, pass = crypto::argon2::generate($pass))
+    SIGNIN (SELECT * FROM user WHERE name = $name AND crypto::argon2::compare(pass, $pass))
+    DURATION FOR SESSION 1h;
+DEFINE TABLE post SCHEMAFULL PERMISSIONS FULL;
+DEFINE FIELD owner ON post TYPE record<user>;
+DEFINE FIELD title ON post TYPE string;
+DEFINE FIELD n ON post TYPE int DEFAULT 0;
+DEFINE FIELD at ON post TYPE option<datetime>;
+"""
+
+
+def db_env(host: DbHost, ns: str, db: str) -> dict[str, str]:
+    """The SVC_DB_* variables for `ns`/`db` on `host`."""
+    return {"SVC_DB_URL": host.ws_url, "SVC_DB_USER": host.user,
+            "SVC_DB_PASS": host.password, "SVC_DB_NS": ns, "SVC_DB_NAME": db}
+
+
+def unique_db() -> tuple[str, str]:
+    """A namespace/database pair no other test uses."""
+    return "ssp", "db_" + uuid.uuid4().hex[:10]
+
+
+def apply_schema(host: DbHost, ns: str, db: str, transport: str = "changefeed") -> None:
+    """Run `svc schema apply` as a real command."""
+    r = subprocess.run([sys.executable, "-m", "svccli", "schema", "apply", "--transport",
+                        transport], env=base_env(**db_env(host, ns, db)), cwd=str(ROOT),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr + r.stdout
+
+
+@dataclass
+class Ssp:
+    """A running `python -m ssp` and a client of its hub."""
+
+    process: ManagedProcess
+    run_dir: Path
+    port: int
+    client: RpcClient | None = None
+
+    @property
+    def hub_endpoint(self) -> str:
+        return f"ipc://{self.run_dir}/hub.sock"
+
+    async def call(self, route: str, body: Any = None, *, params: dict[str, str] | None = None,
+                   query: dict[str, str] | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        """One contract request to the hub; the reply {status, body}."""
+        if self.client is None:
+            self.client = RpcClient(self.hub_endpoint)
+        return dict(await self.client.call(request(route, body, params=params, query=query,
+                                                   timeout_secs=timeout), timeout=timeout))
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until GET /health answers 200 (fails with the process log otherwise)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if not self.process.alive():
+                raise AssertionError("ssp exited:\n" + self.process.log_text()[-4000:])
+            try:
+                r = await self.call("GET /health", timeout=2.0)
+                if r["status"] == 200:
+                    return
+            except RpcTimeout:
+                self.close_client()
+            await asyncio.sleep(0.1)
+        raise AssertionError("ssp not ready:\n" + self.process.log_text()[-4000:])
+
+    def close_client(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def stop(self) -> int | None:
+        self.close_client()
+        return self.process.stop(timeout=40)
+
+
+def start_ssp(tmp: Path, host: DbHost, ns: str, db: str, **extra: str) -> Ssp:
+    """Start `python -m ssp` (changefeed transport, 2 shards unless overridden)."""
+    port = free_port()
+    run_dir = tmp / f"ssp-run-{uuid.uuid4().hex[:6]}"
+    env = base_env(**db_env(host, ns, db), SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}",
+                   SVC_SSP_RUN_DIR=str(run_dir), SVC_SSP_SHARDS="2",
+                   SVC_INGEST_TRANSPORT="changefeed", SVC_SSP_QUERY_UPDATE_THROTTLE_MS="20",
+                   SVC_SCHEMA_POLL_SECS="1")
+    env.update(extra)
+    mp = ManagedProcess("svc-ssp", [sys.executable, "-m", "ssp"], env,
+                        tmp / f"svc-ssp-{port}.log").start()
+    return Ssp(mp, run_dir, port)
+
+
+async def root_db(host: DbHost, ns: str, db: str) -> Database:
+    """The project's database client signed in as root."""
+    d = Database(DbConfig.from_env(db_env(host, ns, db)))
+    await d.connect()
+    return d
+
+
+async def record_user(host: DbHost, ns: str, db: str, name: str) -> Any:
+    """An SDK client signed up as record user `name` through the `account` access."""
+    client = AsyncSurreal(host.ws_url)
+    await client.signup({"namespace": ns, "database": db, "access": "account",
+                         "variables": {"name": name, "pass": f"{name}-secret"}})
+    await client.use(ns, db)
+    return client
+
+
+def live_stream(client: Any, qid: Any) -> asyncio.Queue[dict[str, Any]]:
+    """Every notification of live query `qid`."""
+    q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    client.live_queues.setdefault(str(qid), []).append(q)
+    return q
+
+
+async def wait_for(pred: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll the async predicate until it returns a truthy value (timeout only stops a hang)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = None
+    while loop.time() < deadline:
+        last = await pred()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} not reached; last value {last!r}")
+
+
+async def edges(db: Database, table: str, view_key: str) -> set[str]:
+    """Record-id texts of the `out` of every edge of view `_00_query:<view_key>` in `table`."""
+    from surrealdb import RecordID
+
+    from engine.values import record_id_text
+
+    rows = await db.query_one(f"SELECT out FROM {table} WHERE in = $q",
+                              {"q": RecordID("_00_query", view_key)})
+    return {record_id_text(r["out"]) for r in rows or []}
