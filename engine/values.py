@@ -21,8 +21,30 @@ Facts (3.2.4) this module encodes:
 * ``ORDER BY ... LIMIT`` breaks ties in scan order (record-id key order) in both ASC and DESC;
   DESC is therefore *not* the exact reverse of ASC for ties. Without LIMIT the tie order is
   unspecified (SurrealDB uses an unstable sort), which only matters for presentation.
+* Numbers: int/int, int/float, int/decimal compare exactly; float/decimal goes through
+  SurrealDB's own fraction walk (:func:`_float_vs_decimal`), so ``0.1f = 0.1dec`` but
+  ``1.1f > 1.1dec``. NaN equals NaN and sorts above +inf. ``-0.0 = 0``.
+* ``=``/``==`` is equality in that order (``'1' != 1``, ``NULL != NONE``, a record id never
+  equals its text). ``<`` etc. compare across kinds by rank (``NONE < 1``).
+* ``CONTAINS``: array membership by ``=``; string substring (string operand only); object has
+  the key; uuid text substring. ``CONTAINSALL/ANY/NONE`` with an array operand test each
+  element against arrays (membership) and strings (substring, and a string only answers an
+  array of strings), nothing else; with a string operand they are substring tests on a string.
+  ``CONTAINSALL []`` is true for anything, ``CONTAINSANY []`` false. ``INSIDE``/``IN`` and the
+  ``*INSIDE`` forms are the mirrored operators.
+* Truthiness (``WHERE v``): NONE, NULL, false, 0 (any number type), '' , [], {} and a zero
+  duration are false; NaN, datetimes, uuids, bytes (non-empty) and record ids are true.
+* Field paths: a missing field or a field of a non-object is NONE; a field of an array maps over
+  its elements (``tags.name`` gives ``['a', NONE]``).
 * ``<string> id`` prints escaped record-id parts with backticks in 3.x (``user:`a-b` ``), not
-  the ``⟨⟩`` of 2.x; :func:`parse_record_id` accepts both.
+  the ``⟨⟩`` of 2.x; :func:`parse_record_id` accepts both. A string key is escaped when it is
+  empty, has a character outside ``[A-Za-z0-9_]``, is only digits/underscores, or is ``NaN`` /
+  ``Infinity``. Values print as SurrealQL (``1.5f``, ``1.5dec``, ``d'...'``, ``u'...'``,
+  ``b"HEX"``, objects with sorted keys).
+
+Known limits: the SDK decodes datetimes to microseconds, so two datetimes that differ only in
+their nanoseconds compare equal here. Geometry and range values are ordered after every other
+kind but their internal order is not verified.
 """
 
 from __future__ import annotations
