@@ -1,0 +1,43 @@
+"""How the SSP hub starts the gateway: the gunicorn command line for an `SspConfig`.
+
+`gunicorn -k asgi` is gunicorn's native ASGI worker (uvloop when installed); each worker
+imports `gateway.ssp_app:create_app()` after the fork, so ZeroMQ sockets are per worker.
+
+- `--no-control-socket`: gunicorn >= 25 otherwise binds `$HOME/.gunicorn/gunicorn.ctl` (or
+  `$XDG_RUNTIME_DIR/gunicorn.ctl`), one path shared by every gunicorn of the user, so two SSPs
+  (or parallel tests) on a machine would fight over it.
+- `--graceful-timeout 5`: on SIGTERM workers finish in-flight requests; open `GET /logs`
+  streams never finish by themselves, so they are cut after 5 s rather than holding the
+  SSP's shutdown for gunicorn's default 30 s.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ssp.config import SspConfig
+
+APP_SPEC = "gateway.ssp_app:create_app()"
+
+
+def bind_address(host: str, port: int) -> str:
+    """gunicorn's `-b` value; IPv6 hosts in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def gunicorn_argv(
+    cfg: SspConfig, *, python: str = sys.executable, graceful_timeout_secs: int = 5, access_log: bool = False
+) -> list[str]:
+    """The argv that runs the gateway for `cfg` (environment: the SSP's own, unchanged)."""
+    argv = [
+        python, "-m", "gunicorn",
+        "-k", "asgi",
+        "-w", str(cfg.gateway_workers),
+        "-b", bind_address(cfg.listen_host, cfg.listen_port),
+        "--no-control-socket",
+        "--graceful-timeout", str(graceful_timeout_secs),
+    ]
+    if access_log:
+        argv += ["--access-logfile", "-"]
+    argv.append(APP_SPEC)
+    return argv

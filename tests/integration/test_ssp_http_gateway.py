@@ -1,0 +1,157 @@
+"""The real path: gunicorn -k asgi running the gateway, forwarding over ZeroMQ to a hub process.
+
+The hub here is `gateway.testing`'s fake hub run as its own process (the contract of
+`ipc.messages`); the gateway and gunicorn are exactly what `svc-ssp` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.serve import gunicorn_argv
+from ssp.config import SspConfig
+from tests.support.procs import ManagedProcess, base_env, free_port
+
+SECRET = "it-s3cret"
+AUTH = {"Authorization": f"Bearer {SECRET}"}
+INGEST = {"table": "post", "op": "create", "id": "post:1", "record": {"id": "post:1", "n": 1}}
+
+
+@dataclass
+class Gateway:
+    url: str
+    gunicorn: ManagedProcess
+    hub: ManagedProcess
+
+
+def _wait_file(path: Path, proc: ManagedProcess, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.log_text()[-4000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{proc.name} not ready in {timeout}s:\n{proc.log_text()[-4000:]}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
+def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    workers = request.param
+    logs = tmp_path_factory.mktemp("gateway")
+    run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))  # short: unix socket paths are limited
+    endpoint = f"ipc://{run_dir}/hub.sock"
+    hub = ManagedProcess(
+        "fake-hub",
+        [sys.executable, "-m", "gateway.testing", "--endpoint", endpoint, "--ready-file", str(run_dir / "ready")],
+        base_env(),
+        logs / "hub.log",
+    ).start()
+    port = free_port()
+    env = base_env(
+        SVC_AUTH_SECRET=SECRET,
+        SVC_SSP_RUN_DIR=str(run_dir),
+        SVC_DB_URL="ws://127.0.0.1:9",  # the gateway never talks to the database
+    )
+    cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}",
+                              "SVC_SSP_GATEWAY_WORKERS": str(workers)})
+    gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, logs / "gunicorn.log")
+    try:
+        _wait_file(run_dir / "ready", hub)
+        gunicorn.start()
+        gunicorn.wait_http(f"http://127.0.0.1:{port}/health")
+        yield Gateway(f"http://127.0.0.1:{port}", gunicorn, hub)
+    finally:
+        gunicorn.stop()
+        hub.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_public_health_is_answered_by_the_hub(gateway: Gateway) -> None:
+    r = httpx.get(f"{gateway.url}/health")
+    assert (r.status_code, r.json()) == (200, {"status": "ready"})
+
+
+def test_private_route_needs_the_bearer(gateway: Gateway) -> None:
+    r = httpx.post(f"{gateway.url}/ingest", json=INGEST)
+    assert r.status_code == 401
+    assert r.json()["error"] == "unauthorized"
+    r = httpx.post(f"{gateway.url}/ingest", json=INGEST, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401
+
+
+def test_ingest_is_forwarded_and_answered(gateway: Gateway) -> None:
+    with httpx.Client(base_url=gateway.url, headers=AUTH) as client:
+        # several requests so both workers (when there are two) take some
+        for _ in range(20):
+            r = client.post("/ingest", json=INGEST)
+            assert (r.status_code, r.json()) == (200, {"accepted": True})
+
+
+def test_malformed_body_is_400_through_gunicorn(gateway: Gateway) -> None:
+    r = httpx.post(f"{gateway.url}/ingest", content=b'{"table": "post", "op": "MERGE"}',
+                   headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert r.json()["error"] == "invalid" and "op" in r.json()["message"]
+
+
+def test_oversized_body_is_413_through_gunicorn(gateway: Gateway) -> None:
+    big = {**INGEST, "record": {"x": "y" * (2 * 1024 * 1024)}}
+    r = httpx.post(f"{gateway.url}/ingest", json=big, headers=AUTH)
+    assert r.status_code == 413
+
+
+def test_get_with_path_params_is_forwarded(gateway: Gateway) -> None:
+    r = httpx.get(f"{gateway.url}/debug/view/query:abc", headers=AUTH)
+    assert (r.status_code, r.json()) == (200, {"route": "GET /debug/view/{view_id}"})
+    assert httpx.get(f"{gateway.url}/nope", headers=AUTH).status_code == 404
+
+
+def test_logs_backfill_without_tail_closes(gateway: Gateway) -> None:
+    httpx.post(f"{gateway.url}/log", json={"message": "backfilled line"}, headers=AUTH).raise_for_status()
+    r = httpx.get(f"{gateway.url}/logs", params={"tail": "false", "backfill": "1000"}, headers=AUTH, timeout=10)
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert "data: info backfilled line\n" in r.text
+
+
+def test_logs_tail_streams_a_line_logged_after_connecting(gateway: Gateway) -> None:
+    marker = f"streamed-{time.monotonic_ns()}"
+    with httpx.Client(base_url=gateway.url, headers=AUTH, timeout=10) as client:
+        with client.stream("GET", "/logs", params={"backfill": "0"}) as stream:
+            assert stream.status_code == 200
+            # the headers arrived: the stream is open, now log through the gateway
+            client.post("/log", json={"message": marker, "level": "warn"}).raise_for_status()
+            seen = ""
+            for chunk in stream.iter_text():
+                seen += chunk
+                if marker in seen:
+                    break
+    assert f"data: warn {marker}\n" in seen
+
+
+def test_gunicorn_without_a_hub_says_bootstrapping_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))
+    port = free_port()
+    env = base_env(SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9")
+    cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
+    proc = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log").start()
+    try:
+        proc.wait_http(f"http://127.0.0.1:{port}/no-such-route", want=404, timeout=60)
+        # no hub: /health waits for its timeout and answers 503 bootstrapping
+        r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
+        assert r.status_code == 503 and r.json()["status"] == "bootstrapping"
+    finally:
+        code = proc.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+    assert code == 0, proc.log_text()[-3000:]
+    assert "Traceback" not in proc.log_text()
