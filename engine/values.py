@@ -18,9 +18,10 @@ Facts (3.2.4) this module encodes:
   code point (== UTF-8 byte order; ``'B' < 'a'``). Arrays compare element-wise, a prefix first.
   Objects compare as their sorted ``(key, value)`` sequences. Record ids compare by table, then
   key (number < string < uuid < array < object).
-* ``ORDER BY ... LIMIT`` breaks ties in scan order (record-id key order) in both ASC and DESC;
-  DESC is therefore *not* the exact reverse of ASC for ties. Without LIMIT the tie order is
-  unspecified (SurrealDB uses an unstable sort), which only matters for presentation.
+* ``ORDER BY ... LIMIT n START s`` with ``s + n <= 1000`` breaks ties in scan order (record-id
+  key order, :func:`sort_key` of the id) in both ASC and DESC; DESC is therefore *not* the
+  exact reverse of ASC for ties. Without LIMIT, or when ``s + n > 1000``, SurrealDB sorts with
+  an unstable sort and the order of ties (so membership at a tied LIMIT cut) is unspecified.
 * Numbers: int/int, int/float, int/decimal compare exactly; float/decimal goes through
   SurrealDB's own fraction walk (:func:`_float_vs_decimal`), so ``0.1f = 0.1dec`` but
   ``1.1f > 1.1dec``. NaN equals NaN and sorts above +inf. ``-0.0 = 0``.

@@ -8,6 +8,7 @@ compared with a LIMIT).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from datetime import UTC
 from typing import Any
@@ -152,3 +153,24 @@ def test_kind_order_across_every_kind(oracle: Oracle) -> None:
     table = _load(oracle, rows)
     got = _ids(oracle, f"SELECT id, v FROM {table} ORDER BY v LIMIT 100")
     assert got == list(range(len(ladder)))
+
+
+def test_limited_ties_follow_record_id_order_up_to_a_window_of_1000(oracle: Oracle) -> None:
+    # SurrealDB keeps ORDER BY ... LIMIT n START s in a stable top-k while s + n <= 1000; beyond
+    # that it sorts everything with an unstable sort and ties at the cut are arbitrary (not
+    # asserted here, since it is unspecified).
+    n = 1500
+    keys = list(range(n))
+    random.Random(7).shuffle(keys)
+    table = _load(oracle, [{"v": k % 3} for k in keys], keys)
+    ordered = sorted(range(n), key=lambda k: (k % 3, k))
+    for limit, start in [(1000, 0), (10, 990), (500, 500), (999, 1)]:
+        for direction, seq in (
+            ("ASC", ordered),
+            ("DESC", sorted(range(n), key=lambda k: (-(k % 3), k))),
+        ):
+            got = _ids(
+                oracle,
+                f"SELECT id, v FROM {table} ORDER BY v {direction} LIMIT {limit} START {start}",
+            )
+            assert got == seq[start : start + limit], (limit, start, direction)
