@@ -131,3 +131,32 @@ def test_field_path_follows_links_with_a_resolver() -> None:
     assert get_path(doc, ("author", "name"), resolve) == "ann"
     assert get_path(doc, ("ghost", "name"), resolve) is NONE
     assert get_path(doc, ("author", "name")) is NONE
+
+
+def test_link_paths_resolve_like_surrealdb(oracle: Oracle) -> None:
+    oracle.query(
+        "CREATE lu:1 SET name = 'ann', org = lo:1; CREATE lu:2 SET name = 'bob';"
+        "CREATE lo:1 SET name = 'acme';"
+    )
+    rows = {
+        "lu:1": {"id": RecordID("lu", 1), "name": "ann", "org": RecordID("lo", 1)},
+        "lu:2": {"id": RecordID("lu", 2), "name": "bob"},
+        "lo:1": {"id": RecordID("lo", 1), "name": "acme"},
+    }
+
+    def resolve(rid: RecordID) -> Any:
+        return rows.get(record_id_text(rid), NONE)
+
+    docs = [
+        {"a": RecordID("lu", 1)},
+        {"a": RecordID("lu", 9)},
+        {"a": [RecordID("lu", 1), RecordID("lu", 2), RecordID("lu", 9)]},
+        {"a": {"b": RecordID("lu", 2)}},
+    ]
+    paths = [("a", "name"), ("a", "org", "name"), ("a", "b", "name"), ("a", "missing")]
+    for doc in docs:
+        for path in paths:
+            got = get_path(doc, path, resolve)
+            text = "$d." + ".".join(path)
+            assert oracle.value(f"RETURN {text} == $g", {"d": doc, "g": got}) is True, (doc, path)
+            assert oracle.value(f"RETURN {text} IS NONE", {"d": doc}) is (got is NONE), (doc, path)
