@@ -126,3 +126,110 @@ async def test_initial_members_are_published_and_the_row_becomes_ready(stack: St
 async def _info_count(stack: Stack, table: str, n: int) -> bool:
     r = await stack.ssp.call("GET /info")
     return bool(r["body"][0]["circuit_tables"].get(table) == n)
+
+
+async def test_another_user_never_sees_the_edges(stack: Stack) -> None:
+    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
+    bob = await record_user(stack.host, stack.ns, stack.dbname, "bob")
+    try:
+        alice_id = await user_id(stack.root, "alice")
+        bob_id = await user_id(stack.root, "bob")
+        for key, who in (("va", alice_id), ("vb", bob_id)):
+            r = await stack.ssp.call("POST /view/register", register_body(
+                key, "SELECT * FROM post WHERE owner = $auth.id", who))
+            assert r["status"] == 200, r
+        a_table = f"_00_list_ref_user_{alice_id.id}"
+        b_table = f"_00_list_ref_user_{bob_id.id}"
+        qa = live_stream(alice, await alice.live(a_table))
+        await stack.root.query("CREATE post:secret SET owner = $o, title = 'alice only'",
+                               {"o": alice_id})
+        await stack.root.query("CREATE post:bobs SET owner = $o, title = 'bob'", {"o": bob_id})
+        note = await asyncio.wait_for(qa.get(), 30)
+        assert note["result"]["out"] == RecordID("post", "secret")
+        # Bob cannot read alice's edge table, nor subscribe to anything in it.
+        assert await bob.query(f"SELECT * FROM {a_table}") == []
+        assert await edges(stack.root, b_table, "vb") == {"post:bobs"}
+        rows = await bob.query(f"SELECT * FROM {b_table}")
+        assert [r["out"] for r in rows] == [RecordID("post", "bobs")]
+        # Alice's stream got nothing of bob's: a later change of hers arrives next.
+        await stack.root.query("UPDATE post:secret SET n = 2")
+        note = await asyncio.wait_for(qa.get(), 30)
+        assert note["result"]["out"] == RecordID("post", "secret")
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+async def test_re_registration_under_another_identity_is_409(stack: Stack) -> None:
+    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
+    await (await record_user(stack.host, stack.ns, stack.dbname, "bob")).close()
+    alice_id = await user_id(stack.root, "alice")
+    bob_id = await user_id(stack.root, "bob")
+    body = register_body("mine", "SELECT * FROM post WHERE owner = $auth.id", alice_id)
+    assert (await stack.ssp.call("POST /view/register", body))["status"] == 200
+    r = await stack.ssp.call("POST /view/register", register_body(
+        "mine", "SELECT * FROM post WHERE owner = $auth.id", bob_id))
+    assert r["status"] == 409 and r["body"]["error"] == "auth_mismatch", r
+    row = await stack.root.query_one("SELECT * FROM ONLY _00_query:mine")
+    assert row["auth_id"] == alice_id
+
+
+async def test_refused_query_is_400_rejected_before_any_write(stack: Stack) -> None:
+    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
+    alice_id = await user_id(stack.root, "alice")
+    r = await stack.ssp.call("POST /view/register", register_body(
+        "bad", "SELECT * FROM post WHERE owner = $auth.id SPLIT title", alice_id))
+    assert r["status"] == 400 and r["body"]["error"] == "rejected", r
+    assert "SPLIT" in r["body"]["message"].upper()
+    assert await stack.root.query_one("SELECT * FROM ONLY _00_query:bad") is None
+
+
+async def test_unregister_removes_edges_and_row(stack: Stack) -> None:
+    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
+    alice_id = await user_id(stack.root, "alice")
+    await stack.root.query("CREATE post:u1 SET owner = $o, title = 't'", {"o": alice_id})
+    await wait_for(lambda: _info_count(stack, "post", 1), what="post loaded")
+    r = await stack.ssp.call("POST /view/register", register_body(
+        "gone", "SELECT * FROM post WHERE owner = $auth.id", alice_id))
+    assert r["status"] == 200
+    table = f"_00_list_ref_user_{alice_id.id}"
+    await wait_for(lambda: _has_edges(stack, table, "gone", {"post:u1"}), what="edge")
+    r = await stack.ssp.call("POST /view/unregister", {"id": "query:gone"})
+    assert r["status"] == 200
+    async def cleared() -> bool:
+        row = await stack.root.query_one("SELECT * FROM ONLY _00_query:gone")
+        return row is None and await edges(stack.root, table, "gone") == set()
+    await wait_for(cleared, what="edges and row removed")
+    assert (await stack.ssp.call("GET /debug/view/{view_id}",
+                                 params={"view_id": "query:gone"}))["status"] == 404
+
+
+async def test_deleting_the_query_row_unregisters_the_view(stack: Stack) -> None:
+    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
+    alice_id = await user_id(stack.root, "alice")
+    await stack.root.query("CREATE post:d1 SET owner = $o, title = 't'", {"o": alice_id})
+    await wait_for(lambda: _info_count(stack, "post", 1), what="post loaded")
+    assert (await stack.ssp.call("POST /view/register", register_body(
+        "rowdel", "SELECT * FROM post WHERE owner = $auth.id", alice_id)))["status"] == 200
+    table = f"_00_list_ref_user_{alice_id.id}"
+    await wait_for(lambda: _has_edges(stack, table, "rowdel", {"post:d1"}), what="edge")
+    await stack.root.query("DELETE _00_query:rowdel")
+    async def gone() -> bool:
+        r = await stack.ssp.call("GET /debug/view/{view_id}", params={"view_id": "query:rowdel"})
+        return r["status"] == 404 and await edges(stack.root, table, "rowdel") == set()
+    await wait_for(gone, what="view unregistered from the feed")
+
+
+async def test_user_create_and_delete_manage_the_edge_table(stack: Stack) -> None:
+    await stack.root.query("CREATE user:carol SET name = 'carol', pass = 'x'")
+    async def defined() -> bool:
+        return "_00_list_ref_user_carol" in await stack.root.tables()
+    await wait_for(defined, what="edge table created")
+    await stack.root.query("DELETE user:carol")
+    async def dropped() -> bool:
+        return "_00_list_ref_user_carol" not in await stack.root.tables()
+    await wait_for(dropped, what="edge table dropped")
+
+
+async def _has_edges(stack: Stack, table: str, key: str, want: set[str]) -> bool:
+    return await edges(stack.root, table, key) == want
