@@ -90,8 +90,11 @@ def _flat_query(req: falcon.asgi.Request) -> dict[str, str]:
     return out
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def _dump(body: Any) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODE(body).encode()
 
 
 class Forwarder:
