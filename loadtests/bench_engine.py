@@ -380,7 +380,8 @@ def run_naive(s: Sizes, seed: int, data: Data, views: list[tuple[str, dict[str, 
     cost = per_change / len(sample)
     return Result("naive: SurrealDB re-runs affected views", len(sample), 0.0,
                   per_change_s=cost,
-                  note=f"{len(sample)} writes x {s.naive_views_per_write} sampled views, "
+                  note=f"{cost:.3f} s/change; {len(sample)} writes x "
+                       f"{s.naive_views_per_write} sampled views, "
                        f"extrapolated to all affected views; write itself "
                        f"{write_s / len(sample) * 1e6:.0f} us")
 
@@ -452,7 +453,9 @@ def print_table(results: list[Result], naive_cost: float) -> None:
     print(header)
     print("-" * len(header))
     for res in results:
-        rate = f"{1 / res.cost:,.0f}" if res.cost > 0 else "-"
+        rate = "-"
+        if res.cost > 0:
+            rate = f"{1 / res.cost:,.0f}" if res.cost < 0.1 else f"{1 / res.cost:.4f}"
         ratio = res.ratio
         # the naive baseline ran the W1 writes and views: only W1 rows compare with it
         if not ratio and res.cost > 0 and naive_cost > 0 and res.name.startswith("W1"):

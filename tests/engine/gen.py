@@ -7,12 +7,13 @@ purpose so equalities, ties, links and boundary moves actually happen.
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from surrealdb import RecordID
+from surrealdb import Duration, RecordID
 
 from tests.engine.codec import Case, Event, View
 
@@ -37,6 +38,8 @@ DATES = [
     datetime(2024, 6, 15, 12, 30, tzinfo=timezone.utc),
 ]
 TAGS = ["a", "b", "c", "A"]
+DURATIONS = [Duration(1_000_000_000), Duration(90_000_000_000), Duration(3_600_000_000_000)]
+UUIDS = [uuid.UUID(int=1), uuid.UUID(int=2 << 100)]
 STATUSES = ["open", "closed", "Open"]
 
 # kind of each queryable field path, per table
@@ -44,7 +47,8 @@ FIELDS: dict[str, dict[str, str]] = {
     "user": {"name": "str", "age": "num", "active": "bool", "tags": "arr",
              "profile.city": "str", "profile.score": "num", "created_at": "date"},
     "thread": {"title": "str", "author": "link:user", "score": "num", "created_at": "date",
-               "tags": "arr", "meta.pri": "num", "meta.flag": "bool", "status": "str"},
+               "tags": "arr", "meta.pri": "num", "meta.flag": "bool", "status": "str",
+               "items": "objarr"},
     "comment": {"thread": "link:thread", "author": "link:user", "body": "str",
                 "created_at": "date", "votes": "num"},
 }
@@ -67,8 +71,10 @@ def mixed(r: random.Random, depth: int = 0) -> Any:
         return None
     if roll < 0.76:
         return NONE
-    if roll < 0.84:
+    if roll < 0.81:
         return r.choice(DATES)
+    if roll < 0.84:
+        return r.choice(DURATIONS + UUIDS)
     if roll < 0.92 and depth == 0:
         return [v for v in (mixed(r, 1) for _ in range(r.randint(0, 3))) if v is not NONE]
     if roll < 0.96 and depth == 0:
@@ -93,6 +99,12 @@ def typed(r: random.Random, kind: str) -> Any:
         return r.choice(DATES)
     if kind == "arr":
         return r.sample(TAGS, r.randint(0, 3))
+    if kind == "objarr":
+        # an array of objects: `items.x` maps over the elements
+        return [{"x": r.choice(NUMBERS[:6])} if r.random() < 0.85 else {}
+                for _ in range(r.randint(0, 3))]
+    if kind == "numarr":
+        return r.choice([[], [0], [1], [0, 1], [1, 0], [2, -1]])
     if kind.startswith("link:"):
         table = kind.split(":", 1)[1]
         if r.random() < 0.1:
@@ -177,11 +189,25 @@ def literal(value: Any) -> str:
         if isinstance(ident, int) or (isinstance(ident, str) and ident.isidentifier()):
             return f"{value.table_name}:{ident}"
         return f"{value.table_name}:⟨{ident}⟩"
+    if isinstance(value, Duration):
+        return f"{value.elapsed // 1_000_000_000}s"
+    if isinstance(value, uuid.UUID):
+        return f"u'{value}'"
     if isinstance(value, list):
         return "[" + ", ".join(literal(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {literal(v)}" for k, v in value.items()) + "}"
     raise ValueError(value)
+
+
+def _has_duration_or_uuid(value: Any) -> bool:
+    if isinstance(value, (Duration, uuid.UUID)):
+        return True
+    if isinstance(value, list):
+        return any(_has_duration_or_uuid(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_duration_or_uuid(v) for v in value.values())
+    return False
 
 
 @dataclass
@@ -193,6 +219,9 @@ class QueryBuilder:
 
     def value_for(self, kind: str) -> Any:
         v = typed(self.r, kind)
+        while _has_duration_or_uuid(v):
+            # duration and uuid literals are not in the view language (they stay in row data)
+            v = typed(self.r, kind)
         return None if v is NONE else v
 
     def operand(self, kind: str) -> str:
@@ -220,6 +249,8 @@ class QueryBuilder:
             return r.choice([f"id = {ids[0]}", f"id != {ids[0]}", f"id IN [{', '.join(ids)}]",
                              f"id > {ids[1]}", f"id <= {ids[2]}"])
         path, kind = r.choice(list(FIELDS[table].items()))
+        if kind == "objarr" and r.random() < 0.6:
+            path, kind = "items.x", "numarr"
         if kind.startswith("link:") and r.random() < 0.45:
             target = kind.split(":", 1)[1]
             if target == "user" and r.random() < 0.4:
@@ -249,11 +280,12 @@ class QueryBuilder:
             op = r.choice(["IN", "INSIDE", "NOT IN"])
             items = [self.value_for(kind) for _ in range(r.randint(0, 3))]
             return f"{path} {op} {literal(items)}"
-        if kind == "arr":
+        if kind in ("arr", "numarr"):
+            pool = TAGS if kind == "arr" else NUMBERS[:6]
             op = r.choice(["CONTAINS", "CONTAINSNOT", "CONTAINSANY", "CONTAINSALL"])
             if op in ("CONTAINS", "CONTAINSNOT"):
-                return f"{path} {op} {literal(r.choice(TAGS))}"
-            return f"{path} {op} {literal(r.sample(TAGS, r.randint(1, 3)))}"
+                return f"{path} {op} {literal(r.choice(pool))}"
+            return f"{path} {op} {literal(r.sample(pool, r.randint(1, 3)))}"
         if kind == "str":
             op = r.choice(["CONTAINS", "CONTAINSNOT"])
             return f"{path} {op} {literal(r.choice(['a', 'A', 'e', 'ph', '']))}"
