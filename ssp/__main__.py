@@ -32,9 +32,9 @@ def gateway_argv(cfg: SspConfig) -> list[str] | None:
     """The gunicorn command line, or None when the gateway module is not installed."""
     if importlib.util.find_spec("gateway.ssp_app") is None:
         return None
-    return [sys.executable, "-m", "gunicorn", "-k", "asgi", "-w", str(cfg.gateway_workers),
-            "-b", f"{cfg.listen_host}:{cfg.listen_port}", "--graceful-timeout", "5",
-            "gateway.ssp_app:create_app()"]
+    from gateway.serve import gunicorn_argv
+
+    return gunicorn_argv(cfg)
 
 
 class Supervisor:

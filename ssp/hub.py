@@ -79,6 +79,8 @@ FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits ar
 FEED_POLL_SECS = 2.0
 CURSOR_MARGIN_MS = 5000  # cold start: tail from a little before the bootstrap read
 LOG_RING = 10_000
+VISIBILITY_PROBES = 16  # source-commit visibility probes at once (spec, Limits)
+VISIBILITY_DEADLINE_SECS = 5.0
 # Tables the SSP never loads (its own output and bookkeeping).
 _SKIP_META = ("_00_query", "_00_version", "_00_list_ref", "_00_schema_state",
               "_00_query_allowlist", "_00_admin")
@@ -189,8 +191,11 @@ class Hub:
         self.generation = 0
         self.overload_rejections = 0
         self.ingested = 0
-        self._queue: asyncio.Queue[tuple[tuple[str, str, str, Any], asyncio.Future[None]]] = (
-            asyncio.Queue())
+        self._queue: asyncio.Queue[tuple[tuple[str, str, str, Any], asyncio.Future[None], bool]]
+        self._queue = asyncio.Queue()
+        self._probe_slots = asyncio.Semaphore(VISIBILITY_PROBES)
+        self._deferred: set[asyncio.Task[None]] = set()
+        self.visibility_fallbacks = 0
         self._apply_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
         self._feed_wake = asyncio.Event()
@@ -234,6 +239,8 @@ class Hub:
                 await self._live.kill()
             except Exception as e:  # best effort: the socket closes next anyway
                 log.info("killing the _00_version subscription failed: %s", e)
+        if self._deferred:
+            await asyncio.wait(list(self._deferred), timeout=VISIBILITY_DEADLINE_SECS + 1)
         drained = await self.publisher.drain(timeout=30.0)
         if not drained:
             log.error("shutdown: %d pending edge operations could not be written",
@@ -446,7 +453,8 @@ class Hub:
                 record = self.restore_types(table, rid, record)
             except ValueError as e:
                 return error_reply(400, ErrorCode.INVALID, str(e))
-            await self.submit([(table, op, record_id_text(record["id"]), record)])
+            await self.submit([(table, op, record_id_text(record["id"]), record)],
+                              defer=self.cfg.ingest_transport == "http")
             return reply(200, {"status": "ok", "seq": self.seq})
         finally:
             self.slots -= 1
@@ -471,13 +479,17 @@ class Hub:
                 pass  # keep the text: the engine compares it as SurrealDB would a string
         return out
 
-    async def submit(self, events: list[tuple[str, str, str, Any]]) -> None:
-        """Sequence events and wait until the shards applied them (the in-memory step)."""
+    async def submit(self, events: list[tuple[str, str, str, Any]], *, defer: bool = False
+                     ) -> None:
+        """Sequence events and wait until the shards applied them (the in-memory step).
+
+        `defer`: the events come from inside their writing transaction (transport http), so
+        their edges wait for the commit to be visible (`_publish_when_visible`)."""
         loop = asyncio.get_running_loop()
         futs = []
         for ev in events:
             fut: asyncio.Future[None] = loop.create_future()
-            self._queue.put_nowait((ev, fut))
+            self._queue.put_nowait((ev, fut, defer))
             futs.append(fut)
         await asyncio.gather(*futs)
 
@@ -485,21 +497,23 @@ class Hub:
         while True:
             first = await self._queue.get()
             batch = [first]
-            while len(batch) < BATCH_MAX and not self._queue.empty():
+            # Batch what queued up, keeping events of one kind (deferred or not) together.
+            while (len(batch) < BATCH_MAX and not self._queue.empty()
+                   and self._queue._queue[0][2] == first[2]):  # type: ignore[attr-defined]
                 batch.append(self._queue.get_nowait())
             try:
                 async with self._apply_lock:
-                    await self._apply([ev for ev, _ in batch])
-                for _, fut in batch:
+                    await self._apply([ev for ev, _, _ in batch], defer=first[2])
+                for _, fut, _ in batch:
                     if not fut.done():
                         fut.set_result(None)
             except Exception as e:
                 log.exception("applying %d events failed", len(batch))
-                for _, fut in batch:
+                for _, fut, _ in batch:
                     if not fut.done():
                         fut.set_exception(e)
 
-    async def _apply(self, events: list[tuple[str, str, str, Any]]) -> None:
+    async def _apply(self, events: list[tuple[str, str, str, Any]], defer: bool = False) -> None:
         """Store rows, run every shard's circuits, hand the deltas to the publisher."""
         kept: list[tuple[str, str, str, Any]] = []
         for table, op, rid, record in events:
@@ -533,6 +547,7 @@ class Hub:
             return
         self.ingested += len(kept)
         replies = await self._broadcast("ingest", {"events": [list(e) for e in kept]})
+        marks: list[tuple[str, list[str]]] = []
         for r in replies:
             for vid, d in (r.get("deltas") or {}).items():
                 view = self.views.get(vid)
@@ -540,7 +555,58 @@ class Hub:
                     continue
                 view.members.difference_update(d["removed"])
                 view.members.update(d["added"])
-                self.publisher.mark(vid, [*d["added"], *d["removed"], *d["updated"]])
+                marks.append((vid, [*d["added"], *d["removed"], *d["updated"]]))
+        if not marks:
+            return
+        probes = self._visibility_probes(kept) if defer else []
+        if probes:
+            self._spawn_tracked(self._publish_when_visible(probes, marks))
+        else:
+            for vid, members in marks:
+                self.publisher.mark(vid, members)
+
+    def _visibility_probes(self, events: list[tuple[str, str, str, Any]]
+                           ) -> list[tuple[RecordID, int]]:
+        """(the `_00_version` record, the rv it must reach) of each event that carries one."""
+        out = []
+        for table, op, rid, record in events:
+            rv = record.get("_00_rv") if isinstance(record, dict) else None
+            if not isinstance(rv, int) or isinstance(rv, bool):
+                continue
+            key = parse_record_id(rid).id
+            out.append((RecordID("_00_version", [table, key]), rv + 1 if op == "DELETE" else rv))
+        return out
+
+    async def _publish_when_visible(self, probes: list[tuple[RecordID, int]],
+                                    marks: list[tuple[str, list[str]]]) -> None:
+        """Transport http: the event arrived inside the writing transaction. Publish its
+        edges once the row's `_00_version` is readable on our own connection (committed), at
+        most 16 probes at once, 5 s in all; after that publish anyway (the fallback)."""
+        deadline = time.monotonic() + VISIBILITY_DEADLINE_SECS
+        try:
+            for rec, want in probes:
+                while time.monotonic() < deadline:
+                    async with self._probe_slots:
+                        row = await self.db.query_one("SELECT rv FROM ONLY $v", {"v": rec})
+                    rv = row.get("rv") if isinstance(row, dict) else None
+                    if isinstance(rv, int) and rv >= want:
+                        break
+                    await asyncio.sleep(0.01)
+                else:
+                    self.visibility_fallbacks += 1
+                    log.info("commit of %s not visible within %.0fs: publishing anyway", rec,
+                             VISIBILITY_DEADLINE_SECS)
+                    break
+        except DbError as e:
+            log.warning("visibility probe failed (%s): publishing anyway", e)
+        for vid, members in marks:
+            if vid in self.views:
+                self.publisher.mark(vid, members)
+
+    def _spawn_tracked(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._deferred.add(task)
+        task.add_done_callback(self._deferred.discard)
 
     async def _broadcast(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
         """Send one request to every running shard; a dead shard is rebuilt later, so skip it."""
