@@ -6,7 +6,7 @@ shard. Without an ``arena_dir`` the arena lives in anonymous memory (one process
 
 On-disk layout (version 1) of ``arena_dir``::
 
-    arena.json             {"format": "svc-arena", "version": 1, "segment_bytes": N}
+    arena.json             {"format": "svc-arena", "version": 1, "segment_bytes": N, "epoch": E}
     seg-000000.bin         segment 0: N bytes (a file grows the arena; it is never resized)
     seg-000001.bin         segment 1 ...
     seg-000007.bin         an oversize segment (one block larger than N) may be bigger than N
@@ -16,6 +16,10 @@ A block starts at an 8-byte aligned offset of a segment with an 8-byte header, l
 payload; a freed block has length ``0xFFFFFFFF``. A handle is ``segment << 32 | offset`` (so ``segment_bytes`` < 4 GiB). Blocks are
 allocated by bumping a pointer in the newest segment; freed blocks go to a free list per size
 class and are reused by later puts of that class; growth adds a segment and never moves rows.
+
+``epoch`` is a random token written by each new writer: opening an arena directory discards the
+previous arena, so a reader compares :attr:`ArenaReader.epoch` with the writer's
+:attr:`Arena.epoch` (e.g. sent along with handles) and reopens when they differ.
 
 Concurrency contract: one writer. A reader may read a handle once the writer has published it
 (e.g. in an IPC message sent after :meth:`Arena.put` returned). A block freed by the writer can
@@ -35,6 +39,7 @@ import json
 import os
 import re
 import struct
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -91,6 +96,7 @@ class Arena:
         if self.segment_bytes > _MAX_SEGMENT_BYTES:
             raise ValueError(f"segment_mb must be below 4096, got {segment_mb}")
         self.dir: Path | None = Path(arena_dir) if arena_dir is not None else None
+        self.epoch = uuid.uuid4().hex
         self._arrays: list[np.ndarray] = []
         self._views: list[memoryview] = []
         self._top = 0  # bump pointer in the newest segment
@@ -106,6 +112,7 @@ class Arena:
                 "format": "svc-arena",
                 "version": FORMAT_VERSION,
                 "segment_bytes": self.segment_bytes,
+                "epoch": self.epoch,
             }
             tmp = self.dir / (_META + ".tmp")
             tmp.write_text(json.dumps(meta))
@@ -243,6 +250,7 @@ class ArenaReader:
         if meta.get("format") != "svc-arena" or meta.get("version") != FORMAT_VERSION:
             raise ArenaError(f"{self.dir}: unsupported arena format {meta!r}")
         self.segment_bytes = int(meta["segment_bytes"])
+        self.epoch = str(meta.get("epoch", ""))
         self._arrays: list[np.ndarray | None] = []
         self._views: list[memoryview | None] = []
 

@@ -82,24 +82,30 @@ class Circuit:
         self.plan = Plan(shape)
         self.table = self.plan.table
         self.mats: dict[Any, Mat] = {}
-        eq = self.plan.eq
-        # The top-level equality conjunct `field = $slot` indexes materialisations by value.
-        self.eq_field: str | None = eq[0] if eq is not None and eq[1][0] == "slot" else None
-        self.eq_slot: int | None = eq[1][1] if self.eq_field is not None else None
+        # Every top-level conjunct `field = $slot` indexes materialisations by value, so a
+        # row change reaches only the materialisations whose constants match the row.
+        eqs = _eq_conjuncts(shape.where)
+        self.eq_fields: tuple[str, ...] = tuple(f for f, _ in eqs)
+        self.eq_slots: tuple[int, ...] = tuple(i for _, i in eqs)
+        self.eq_field: str | None = self.eq_fields[0] if eqs else None
         self.index: dict[Any, set[Mat]] = {}
         self.unindexed: set[Mat] = set()
 
+    def _mat_key(self, mat: "Mat") -> Any:
+        S = mat.S
+        return tuple(ikey(S[i]) for i in self.eq_slots)
+
     def add(self, mat: "Mat") -> None:
-        if self.eq_slot is None:
+        if not self.eq_slots:
             self.unindexed.add(mat)
         else:
-            self.index.setdefault(ikey(mat.S[self.eq_slot]), set()).add(mat)
+            self.index.setdefault(self._mat_key(mat), set()).add(mat)
 
     def remove(self, mat: "Mat") -> None:
-        if self.eq_slot is None:
+        if not self.eq_slots:
             self.unindexed.discard(mat)
         else:
-            k = ikey(mat.S[self.eq_slot])
+            k = self._mat_key(mat)
             s = self.index.get(k)
             if s is not None:
                 s.discard(mat)
@@ -108,23 +114,43 @@ class Circuit:
 
     def affected(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list["Mat"]:
         """Materialisations a change of one row of this table can affect."""
-        if self.eq_field is None:
+        fields = self.eq_fields
+        if not fields:
             return list(self.unindexed)
-        f = self.eq_field
         out: list[Mat] = []
-        ko = kn = None
+        ko = None
+        index = self.index
         if old is not None:
-            ko = ikey(old.get(f, NONE))
-            s = self.index.get(ko)
+            ko = tuple([ikey(old.get(f, NONE)) for f in fields])
+            s = index.get(ko)
             if s:
                 out.extend(s)
         if new is not None:
-            kn = ikey(new.get(f, NONE))
-            if kn != ko or old is None:
-                s = self.index.get(kn)
+            kn = tuple([ikey(new.get(f, NONE)) for f in fields])
+            if kn != ko:
+                s = index.get(kn)
                 if s:
                     out.extend(s)
         return out
+
+
+def _eq_conjuncts(where: Any) -> list[tuple[str, int]]:
+    """Top-level conjuncts ``field = $slot`` (single-segment field) of a WHERE clause."""
+    out: list[tuple[str, int]] = []
+    stack = [where] if where is not None else []
+    while stack:
+        e = stack.pop()
+        if e[0] == "and":
+            stack.append(e[2])
+            stack.append(e[1])
+        elif e[0] == "cmp" and e[1] == "=":
+            a, b = e[2], e[3]
+            for f, other in ((a, b), (b, a)):
+                if f[0] == "field" and len(f[1]) == 1 and other[0] == "slot":
+                    if all(f[1][0] != x for x, _ in out):
+                        out.append((f[1][0], other[1]))
+                    break
+    return out
 
 
 class Mat:
@@ -157,12 +183,6 @@ class Mat:
         self.touched: dict[str, bool] = {}
         self.upd: set[str] = set()
 
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
 
 class ViewEngine:
     """Incremental materialised views over SurrealDB rows (see the package docstring)."""
@@ -181,6 +201,8 @@ class ViewEngine:
         # table -> field -> key -> {mat: visible row ids}; field None: the whole table
         self.sub_watch: dict[str, dict[str | None, dict[Any, dict[Mat, set[str]]]]] = {}
         self._pending: set[Mat] = set()
+        # Parsed queries by text: many views share a text (per-user views), parsing is pure.
+        self._parsed: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ public API
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -202,7 +224,12 @@ class ViewEngine:
         """Register (or replace) a view; returns its members. Raises QueryRejected."""
         if not isinstance(view_id, str) or not view_id:
             raise QueryRejected("the view id must be a non-empty string")
-        q = parse(surql)
+        q = self._parsed.get(surql) if isinstance(surql, str) else None
+        if q is None:
+            q = parse(surql)
+            if len(self._parsed) > 10_000:
+                self._parsed.clear()
+            self._parsed[surql] = q
         shape, S = normalise(q, params)
         if view_id in self.views:
             self.unregister(view_id)
@@ -324,7 +351,7 @@ class ViewEngine:
             else:
                 text = _canon_text(rid)
         old = rows.get(text)
-        if record is not None and old is not None and _stale(record, old):
+        if old is not None and record is not None and "_00_rv" in record and _stale(record, old):
             return
         if op == "DELETE":
             if old is None:
@@ -345,20 +372,25 @@ class ViewEngine:
     ) -> None:
         table = ts.name
         pending = self._pending
-        for circuit in self.by_table.get(table, ()):
-            for mat in circuit.affected(old, new):
-                self._requalify(mat, text, new)
-        w = self.qual_watch.get(text)
-        if w:
-            for mat, ids in list(w.items()):
-                rows = self.store.table(mat.plan.table).rows
-                for r in list(ids):
-                    self._requalify(mat, r, rows.get(r))
-        w = self.proj_watch.get(text)
-        if w:
-            for mat, ids in w.items():
-                mat.dirty.update(ids)
-                pending.add(mat)
+        circuits = self.by_table.get(table)
+        if circuits:
+            requalify = self._requalify
+            for circuit in circuits:
+                for mat in circuit.affected(old, new):
+                    requalify(mat, text, new)
+        if self.qual_watch:
+            w = self.qual_watch.get(text)
+            if w:
+                for mat, ids in list(w.items()):
+                    rows = self.store.table(mat.plan.table).rows
+                    for r in list(ids):
+                        self._requalify(mat, r, rows.get(r))
+        if self.proj_watch:
+            w = self.proj_watch.get(text)
+            if w:
+                for mat, ids in w.items():
+                    mat.dirty.update(ids)
+                    pending.add(mat)
         sw = self.sub_watch.get(table)
         if sw:
             for field, keyed in sw.items():
@@ -382,6 +414,21 @@ class ViewEngine:
     def _requalify(self, mat: Mat, rid: str, row: dict[str, Any] | None) -> None:
         """Re-evaluate one top-level row of a materialisation (filter + order + window)."""
         plan = mat.plan
+        if plan.fast_filter:
+            # Unordered, link-free predicate: membership of the row is all that can change.
+            entries = mat.entries
+            if row is not None and plan.pred(row, mat.S, NONE, _NOLINKS):
+                if rid not in entries:
+                    entries[rid] = 1
+                    mat.visible.add(rid)
+                mat.dirty.add(rid)
+                self._pending.add(mat)
+            elif rid in entries:
+                del entries[rid]
+                mat.visible.discard(rid)
+                self._drop_row(mat, rid)
+                self._pending.add(mat)
+            return
         old_e = mat.entries.get(rid)
         new_e = None
         if row is not None:
@@ -496,6 +543,26 @@ class ViewEngine:
     def _project_row(self, mat: Mat, rid: str) -> None:
         plan = mat.plan
         row = self.store.table(plan.table).rows[rid]
+        if plan.star_only and not _has_nested(row):
+            # SELECT * of a flat row: the row is its own output and its only member.
+            outs = mat.outs
+            old_out = outs.get(rid)
+            if old_out is None:
+                if rid in mat.trees:
+                    mat.trees.pop(rid)
+                if type(row.get("id")) is RecordID:
+                    self._zs(mat, rid, 1)
+            else:
+                old_tree = mat.trees.get(rid)
+                if old_tree is not None:
+                    for m in old_tree:
+                        if m != rid:
+                            self._zs(mat, m, -1)
+                if old_out is not row and old_out != row:
+                    mat.upd.add(rid)
+            outs[rid] = row
+            mat.trees[rid] = None
+            return
         if plan.simple:
             out = plan.project(self.store, mat.S, row, _NOLINKS)  # type: ignore[arg-type]
             nested = _has_nested(out)
@@ -621,7 +688,7 @@ class ViewEngine:
         rows = ts.rows
         cx = Cx(self.store)
         cands: Iterable[str]
-        if mat.circuit.eq_field is not None:
+        if plan.eq is not None:
             cands = list(plan.candidates(self.store, mat.S, NONE, cx))
         else:
             cands = rows.keys()

@@ -108,7 +108,7 @@ def _eq_candidate(where: Expr | None) -> tuple[str, Expr] | None:
 
 
 def deref(v: Any, cx: Cx) -> Any:
-    """``link.*``/FETCH of a value: a record id becomes its row (NONE when missing)."""
+    """FETCH of a value: a record id becomes its row (NONE when missing); others unchanged."""
     t = type(v)
     if t is RecordID:
         row = cx.fetch(v)
@@ -116,6 +116,20 @@ def deref(v: Any, cx: Cx) -> Any:
     if t is list:
         return [deref(x, cx) for x in v]
     return v
+
+
+def link_all(v: Any, cx: Cx) -> Any:
+    """``path.*``: a record id becomes its row, an object stays, anything else is NONE."""
+    t = type(v)
+    if t is RecordID:
+        row = cx.fetch(v)
+        return NONE if row is None else row
+    if t is list:
+        # Inside an array only record ids are followed; other elements stay as they are.
+        return [deref(x, cx) for x in v]
+    if t is dict:
+        return v
+    return NONE
 
 
 def _fetch_at(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
@@ -191,6 +205,7 @@ class Plan:
         self.star_only = star_only and not self.fetch
         # A simple projection reads nothing beyond the row: no link, subquery or FETCH.
         self.simple = simple and not self.fetch
+        self.fast_filter = not self.ordered and not self.qlinks
 
     # -- rows ---------------------------------------------------------------------------
     def window(self, S: tuple[Any, ...]) -> tuple[int, int | None]:
@@ -268,7 +283,7 @@ class Plan:
                 else:
                     _set_path(out, out_path, v)
             elif kind == "linkall":
-                v = deref(item[1](row, cx), cx)
+                v = link_all(item[1](row, cx), cx)
                 _set_path(out, item[2], v)
             else:
                 sub: Plan = item[1]
