@@ -141,6 +141,8 @@ def test_reopening_an_arena_dir_starts_empty(tmp_path: Path) -> None:
     a.close()
     b = Arena(tmp_path, segment_mb=1)
     assert b.segments == 1
+    assert b.epoch != a.epoch
+    assert ArenaReader(tmp_path).epoch == b.epoch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["arena.json", "seg-000000.bin"]
 
 
