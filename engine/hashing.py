@@ -18,7 +18,12 @@ import xxhash
 
 from engine.values import canonical_bytes
 
-__all__ = ["bytes_hash", "row_hash", "table_hash"]
+__all__ = [
+    "bytes_hash",
+    "hash_text",
+    "row_hash",
+    "table_hash",
+]
 
 _xxh3 = xxhash.xxh3_64_intdigest
 
@@ -31,6 +36,12 @@ def bytes_hash(data: bytes) -> int:
 def row_hash(row: Mapping[str, Any]) -> int:
     """xxh3_64 of the row's canonical bytes, an unsigned 64-bit int."""
     return _xxh3(canonical_bytes(row))
+
+
+def hash_text(h: int) -> str:
+    """A 64-bit hash as its wire text (``circuit_hashes``, ``/health/snapshot``): 16 lowercase
+    hex digits, zero-padded, so the SSP and the scheduler print equal hashes identically."""
+    return f"{h & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def table_hash(rows: Iterable[Mapping[str, Any]]) -> int:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from surrealdb import Duration, RecordID
 
-from engine.hashing import bytes_hash, row_hash, table_hash
+from engine.hashing import bytes_hash, hash_text, row_hash, table_hash
 from engine.values import NONE, canonical_bytes, unpack_value
 from tests.unit.test_values_support import stored_values
 
@@ -142,3 +142,9 @@ def test_rows_outside_surrealdb_types_are_refused_clearly() -> None:
         canonical_bytes({"v": object()})
     with pytest.raises(TypeError, match="64-bit"):
         canonical_bytes({"v": 2**70})
+
+
+def test_hash_text_is_sixteen_hex_digits() -> None:
+    assert hash_text(0) == "0" * 16
+    assert hash_text(0xABC) == "0000000000000abc"
+    assert hash_text(2**64 - 1) == "f" * 16
