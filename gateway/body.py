@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import falcon.asgi
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 
 from ipc.messages import ErrorCode, finite_float
 

@@ -38,7 +38,7 @@ class GatewayError(falcon.HTTPError):
         self, status: int, code: str, message: str, headers: dict[str, str] | None = None
     ) -> None:
         super().__init__(status, title=code, description=message, headers=headers)
-        self.code = code
+        self.error = code  # not `code`: falcon.HTTPError uses that name for an int
         self.message = message
 
 
@@ -50,9 +50,9 @@ def bad_request(message: str) -> GatewayError:
 def error_body_for(exc: falcon.HTTPError) -> dict[str, Any]:
     """The `{error, message}` body for any HTTPError (ours or one Falcon raised)."""
     if isinstance(exc, GatewayError):
-        return {"error": exc.code, "message": exc.message}
+        return {"error": exc.error, "message": exc.message}
     status = exc.status_code
-    code = _CODES.get(status, "http_%d" % status)
+    code = _CODES.get(status, f"http_{status}")
     message = exc.description or _DEFAULT_MESSAGES.get(status) or str(exc.title or code)
     return {"error": code, "message": message}
 

@@ -41,7 +41,7 @@ class RawEvent(SSEvent):
     def __bool__(self) -> bool:
         return True
 
-    def serialize(self, handler: Any = None) -> bytes:  # noqa: ARG002 - Falcon's signature
+    def serialize(self, handler: Any = None) -> bytes:
         return self.raw
 
 

@@ -55,7 +55,7 @@ def _internal() -> GatewayError:
     return GatewayError(500, ErrorCode.INTERNAL, "internal error in the gateway (logged)")
 
 
-class GatewayApp(falcon.asgi.App):
+class GatewayApp(falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response]):
     """The Falcon app plus its hub link (closed by the lifespan hook, used by tests)."""
 
     hub: HubLink
@@ -74,7 +74,7 @@ class GatewaySettings:
     hub_timeout_secs: float | None = None
 
     @classmethod
-    def from_config(cls, cfg: SspConfig) -> "GatewaySettings":
+    def from_config(cls, cfg: SspConfig) -> GatewaySettings:
         """The gateway's part of the SSP configuration."""
         return cls(auth_secret=cfg.auth_secret, hub_endpoint=cfg.hub_endpoint)
 

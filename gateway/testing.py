@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import zmq.asyncio
 
@@ -78,7 +79,10 @@ class FakeHub:
         route = msg.get("route", "")
         canned = self.replies.get(route)
         if canned is not None:
-            return canned if isinstance(canned, dict) else await canned(msg)
+            if isinstance(canned, dict):
+                return canned
+            answer: dict[str, Any] = await canned(msg)
+            return answer
         if route == "GET /logs":
             return self.log.poll(msg.get("query") or {})
         if route == "POST /log":
@@ -99,17 +103,15 @@ class FakeHub:
         """Stop serving and close the socket."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
         self._server.close()
 
     def last(self, route: str) -> dict[str, Any]:
         """The most recent recorded request for `route` (AssertionError when none)."""
-        for msg in reversed(self.requests):
-            if msg.get("route") == route:
-                return msg
+        for found in reversed(self.requests):
+            if found.get("route") == route:
+                return dict(found)
         raise AssertionError(f"the hub saw no {route} request; saw {[m.get('route') for m in self.requests]}")
 
 
@@ -165,7 +167,7 @@ class GatewayUnderTest:
         self.hub = FakeHub(endpoint, ctx=self.ctx)
         self.client = testing.ASGIConductor(self.app)
 
-    async def __aenter__(self) -> "GatewayUnderTest":
+    async def __aenter__(self) -> Self:
         self.hub.start()
         await self.client.__aenter__()
         return self

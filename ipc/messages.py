@@ -69,7 +69,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Final
 
 # ---------------------------------------------------------------------------- routes
@@ -343,8 +343,8 @@ def parse_timestamp(text: str) -> datetime:
     except ValueError:
         raise ValueError(f"is not a valid date-time: {text!r}") from None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def normalize_view_id(text: str) -> str:
@@ -382,7 +382,7 @@ class RowChange:
     record: dict[str, Any]
 
     @classmethod
-    def from_body(cls, body: Any) -> "RowChange":
+    def from_body(cls, body: Any) -> RowChange:
         """Validate an ingest body; BodyError names the first bad field."""
         obj = _obj(body)
         table = _required_str(obj, "table")
@@ -423,7 +423,7 @@ class ViewRegistration:
     format: str | None
 
     @classmethod
-    def from_body(cls, body: Any) -> "ViewRegistration":
+    def from_body(cls, body: Any) -> ViewRegistration:
         """Validate a registration body; BodyError names the first bad field."""
         obj = _obj(body)
         view_id = _view_id(obj, bare_ok=False)
@@ -461,7 +461,7 @@ class ViewUnregistration:
     id: str
 
     @classmethod
-    def from_body(cls, body: Any) -> "ViewUnregistration":
+    def from_body(cls, body: Any) -> ViewUnregistration:
         """Validate an unregister body; BodyError names the first bad field."""
         return cls(_view_id(_obj(body), bare_ok=True))
 
@@ -481,7 +481,7 @@ class LogEntry:
     data: dict[str, Any] | None
 
     @classmethod
-    def from_body(cls, body: Any) -> "LogEntry":
+    def from_body(cls, body: Any) -> LogEntry:
         """Validate a log body; BodyError names the first bad field."""
         obj = _obj(body)
         message = _required_str(obj, "message", non_empty=False)
@@ -508,7 +508,6 @@ def _no_body(body: Any) -> None:
     """Routes without a request body accept nothing, or a JSON object (ignored)."""
     if body is not None and not isinstance(body, dict):
         raise BodyError(None, f"this route takes no body (or an empty JSON object), got {_json_type(body)}")
-    return None
 
 
 def normalize_body(route: str, body: Any) -> Any:

@@ -35,12 +35,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import uvloop  # noqa: E402
+import uvloop
 
-from gateway.serve import gunicorn_argv  # noqa: E402
-from gateway.ssp_app import GatewaySettings, build_app  # noqa: E402
-from ipc.messages import reply  # noqa: E402
-from ssp.config import SspConfig  # noqa: E402
+from gateway.serve import gunicorn_argv
+from gateway.ssp_app import GatewaySettings, build_app
+from ipc.messages import reply
+from ssp.config import SspConfig
 
 SECRET = "bench-secret"
 BODY = json.dumps(
@@ -169,7 +169,6 @@ async def run_http(port: int, seconds: float, connections: int) -> dict[str, flo
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    import socket
     import urllib.request
 
     deadline = time.monotonic() + timeout
@@ -180,7 +179,7 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) 
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                 if r.status == 200:
                     return
-        except (OSError, socket.timeout):
+        except (TimeoutError, OSError):
             pass
         time.sleep(0.1)
     raise RuntimeError("gunicorn did not come up")
@@ -244,7 +243,7 @@ def main() -> None:
     base = rows[0][1]["rps"]
     print(f"\nPOST /ingest, {args.connections} concurrent, {args.seconds:g}s per row, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}\n")
-    print(f"| path | req/s | ratio vs in-process stub | p50 ms | p99 ms | non-200 |")
+    print("| path | req/s | ratio vs in-process stub | p50 ms | p99 ms | non-200 |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, r in rows:
         print(f"| {name} | {r['rps']:,.0f} | {r['rps'] / base:.3f} | {r['p50_ms']:.2f} | "

@@ -42,7 +42,7 @@ def _check(response: object) -> None:
         return
     try:
         code = response.json().get("error", "")  # type: ignore[attr-defined]
-    except Exception:
+    except (ValueError, AttributeError):  # not a JSON object: the status alone names it
         code = ""
     response.failure(f"{status} {code}".strip())  # type: ignore[attr-defined]
 

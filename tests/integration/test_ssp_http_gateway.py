@@ -6,7 +6,6 @@ The hub here is `gateway.testing`'s fake hub run as its own process (the contrac
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import tempfile
@@ -126,16 +125,18 @@ def test_logs_backfill_without_tail_closes(gateway: Gateway) -> None:
 
 def test_logs_tail_streams_a_line_logged_after_connecting(gateway: Gateway) -> None:
     marker = f"streamed-{time.monotonic_ns()}"
-    with httpx.Client(base_url=gateway.url, headers=AUTH, timeout=10) as client:
-        with client.stream("GET", "/logs", params={"backfill": "0"}) as stream:
-            assert stream.status_code == 200
-            # the headers arrived: the stream is open, now log through the gateway
-            client.post("/log", json={"message": marker, "level": "warn"}).raise_for_status()
-            seen = ""
-            for chunk in stream.iter_text():
-                seen += chunk
-                if marker in seen:
-                    break
+    with (
+        httpx.Client(base_url=gateway.url, headers=AUTH, timeout=10) as client,
+        client.stream("GET", "/logs", params={"backfill": "0"}) as stream,
+    ):
+        assert stream.status_code == 200
+        # the headers arrived: the stream is open, now log through the gateway
+        client.post("/log", json={"message": marker, "level": "warn"}).raise_for_status()
+        seen = ""
+        for chunk in stream.iter_text():
+            seen += chunk
+            if marker in seen:
+                break
     assert f"data: warn {marker}\n" in seen
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgpack
 import pytest
@@ -55,10 +55,10 @@ def test_duration_parts_add_up(parts: list[tuple[int, str]]) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("2025-01-31T12:00:00Z", datetime(2025, 1, 31, 12, tzinfo=timezone.utc)),
-        ("2025-01-31T14:00:00+02:00", datetime(2025, 1, 31, 12, tzinfo=timezone.utc)),
-        ("2025-01-31T12:00:00.123456789Z", datetime(2025, 1, 31, 12, 0, 0, 123456, tzinfo=timezone.utc)),
-        ("2025-01-31T12:00", datetime(2025, 1, 31, 12, tzinfo=timezone.utc)),
+        ("2025-01-31T12:00:00Z", datetime(2025, 1, 31, 12, tzinfo=UTC)),
+        ("2025-01-31T14:00:00+02:00", datetime(2025, 1, 31, 12, tzinfo=UTC)),
+        ("2025-01-31T12:00:00.123456789Z", datetime(2025, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)),
+        ("2025-01-31T12:00", datetime(2025, 1, 31, 12, tzinfo=UTC)),
     ],
 )
 def test_parse_timestamp(text: str, expected: datetime) -> None:
@@ -85,7 +85,7 @@ def test_typed_bodies_round_trip_what_the_gateway_forwards() -> None:
                                                  "lastActiveAt": "2025-01-31T12:00:00Z"})
     typed = ViewRegistration.from_body(reg)
     assert typed.ttl_ms == 5_400_000 and typed.params is None and typed.format is None
-    assert typed.last_active_at == datetime(2025, 1, 31, 12, tzinfo=timezone.utc)
+    assert typed.last_active_at == datetime(2025, 1, 31, 12, tzinfo=UTC)
     assert LogEntry.from_body(normalize_body("POST /log", {"message": "m", "level": "ERROR"})) == LogEntry(
         "m", "error", None)
 
