@@ -25,6 +25,7 @@ from typing import Any
 from sortedcontainers import SortedList
 from surrealdb import RecordID
 
+from engine.arena import Arena, RowStore
 from engine.errors import QueryRejected
 from engine.parser import parse
 from engine.plan import Cx, Plan, tree_members
@@ -191,6 +192,13 @@ class ViewEngine:
         self.arena_dir = arena_dir
         self.segment_mb = segment_mb
         self.store = Store()
+        # With an arena directory the rows are also written as canonical msgpack bytes into
+        # file-backed memmap segments, so another process (a shard) can map and read them.
+        # Evaluation always reads the decoded rows above: decoding bytes per read would cost
+        # more than the whole incremental update.
+        self.row_store: RowStore | None = (
+            RowStore(Arena(arena_dir, segment_mb)) if arena_dir is not None else None
+        )
         self.circuits: dict[Any, Circuit] = {}
         self.by_table: dict[str, list[Circuit]] = {}
         self.views: dict[str, Mat] = {}
@@ -216,9 +224,12 @@ class ViewEngine:
             self.ingest_batch(events)
             return
         ts = self.store.table(table)
+        arena = self.row_store
         for row in rows:
             text, new = self._prepare(table, None, row)
             ts.put(text, new)
+            if arena is not None:
+                arena.put(table, text, new)
 
     def register(self, view_id: str, surql: str, params: Mapping[str, Any] | None = None) -> set[str]:
         """Register (or replace) a view; returns its members. Raises QueryRejected."""
@@ -358,6 +369,8 @@ class ViewEngine:
                 return
             ts.delete(text)
             new = None
+            if self.row_store is not None:
+                self.row_store.delete(table, text)
         else:
             if record is None:
                 raise ValueError(f"{op} needs a record")
@@ -365,6 +378,8 @@ class ViewEngine:
             if text2 != text:
                 raise ValueError(f"record id {text2} does not match event id {text}")
             ts.put(text, new)
+            if self.row_store is not None:
+                self.row_store.put(table, text, new)
         self._propagate(ts, text, old, new)
 
     def _propagate(
