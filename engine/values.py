@@ -230,6 +230,9 @@ def _float_key(v: float) -> tuple[Any, ...]:
     return (R_NUMBER, 0, v, 0, 0)
 
 
+_DEC_KEYS: dict[Decimal, tuple[Any, ...]] = {}
+
+
 def _decimal_key(v: Decimal) -> tuple[Any, ...]:
     # Numbers of different storage compare by value, except float against decimal, which
     # SurrealDB compares with the approximate walk of _float_vs_decimal. The key is the nearest
@@ -239,9 +242,16 @@ def _decimal_key(v: Decimal) -> tuple[Any, ...]:
         if v.is_nan():
             return (R_NUMBER, 1, 0, 0, 0)
         return (R_NUMBER, 0, math.inf if v > 0 else -math.inf, 0, 0)
-    f = float(v)
-    side = -_float_vs_decimal(f, v)
-    return (R_NUMBER, 0, f, side, _WIDE.subtract(v, _anchor(f)))
+    # Decimal equality ignores trailing zeros and so does the key: cache by value.
+    key = _DEC_KEYS.get(v)
+    if key is None:
+        f = float(v)
+        side = -_float_vs_decimal(f, v)
+        key = (R_NUMBER, 0, f, side, _WIDE.subtract(v, _anchor(f)))
+        if len(_DEC_KEYS) >= 100_000:
+            _DEC_KEYS.clear()
+        _DEC_KEYS[v] = key
+    return key
 
 
 def _int_key(v: int) -> tuple[Any, ...]:
@@ -271,7 +281,17 @@ def _rid_key_key(k: Any) -> tuple[Any, ...]:
 
 
 def _object_key(d: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple((k, sort_key(d[k])) for k in sorted(d))
+    return tuple([(k, sort_key(d[k])) for k in sorted(d)])
+
+
+def _record_key(v: RecordID) -> tuple[Any, ...]:
+    k = v.id
+    t = type(k)
+    if t is int:
+        return (R_RECORD, v.table_name, (_RID_NUMBER, k))
+    if t is str:
+        return (R_RECORD, v.table_name, (_RID_STRING, k))
+    return (R_RECORD, v.table_name, _rid_key_key(k))
 
 
 def _dt_key(v: datetime) -> tuple[Any, ...]:
@@ -292,11 +312,11 @@ _SORT_DISPATCH: dict[type, Callable[[Any], Any]] = {
     Duration: lambda v: (R_DURATION, v.elapsed),
     datetime: _dt_key,
     uuid.UUID: lambda v: (R_UUID, v.bytes),
-    list: lambda v: (R_ARRAY, tuple(sort_key(x) for x in v)),
-    tuple: lambda v: (R_ARRAY, tuple(sort_key(x) for x in v)),
+    list: lambda v: (R_ARRAY, tuple([sort_key(x) for x in v])),
+    tuple: lambda v: (R_ARRAY, tuple([sort_key(x) for x in v])),
     dict: lambda v: (R_OBJECT, _object_key(v)),
     bytes: lambda v: (R_BYTES, v),
-    RecordID: lambda v: (R_RECORD, v.table_name, _rid_key_key(v.id)),
+    RecordID: _record_key,
 }
 
 
