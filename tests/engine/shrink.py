@@ -1,6 +1,8 @@
 """Reproduce a failing differential seed, shrink it and save it as a regression fixture.
 
-    python -m tests.engine.shrink SEED [SEED...]
+    python -m tests.engine.shrink SEED [SEED...] [--long]
+
+(``--long``: the long-sequence cases of ``test_engine_agrees_with_surrealdb_over_long_write_sequences``)
 
 Writes ``tests/engine/fixtures/seed_<SEED>.json``; ``test_regressions.py`` replays it forever.
 """
@@ -17,9 +19,9 @@ from tests.engine.runner import run_case, shrink
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def save_fixture(seed: int) -> Path | None:
+def save_fixture(seed: int, long: bool = False) -> Path | None:
     """Shrink the case of ``seed`` if it fails; return the fixture path (None if it passes)."""
-    case = make_case(seed)
+    case = make_case(seed, views=6, writes=90) if long else make_case(seed)
     mismatch = run_case(case)
     if mismatch is None:
         return None
@@ -32,8 +34,9 @@ def save_fixture(seed: int) -> Path | None:
 
 def main(argv: list[str]) -> int:
     """Entry point: one fixture per failing seed."""
-    for arg in argv:
-        path = save_fixture(int(arg))
+    long = "--long" in argv
+    for arg in (a for a in argv if a != "--long"):
+        path = save_fixture(int(arg), long)
         print(f"seed {arg}: {'passes' if path is None else f'saved {path}'}")
     return 0
 

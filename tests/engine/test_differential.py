@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.codec import dump_case
+from tests.engine.codec import Case, dump_case
 from tests.engine.gen import make_case
 from tests.engine.runner import run_case, shrink
 
 SEEDS = range(400)
+LONG_SEEDS = range(10_000, 10_050)  # fewer cases, long write sequences (state drifts further)
 _SHRINK_BUDGET = [3]  # shrinking is slow: only the first few failures of a run are shrunk
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_engine_agrees_with_surrealdb_after_every_write(seed: int) -> None:
-    case = make_case(seed)
+    _check(seed, make_case(seed))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", LONG_SEEDS)
+def test_engine_agrees_with_surrealdb_over_long_write_sequences(seed: int) -> None:
+    _check(seed, make_case(seed, views=6, writes=90))
+
+
+def _check(seed: int, case: Case) -> None:
     mismatch = run_case(case)
     if mismatch is None:
         return
@@ -30,4 +40,5 @@ def test_engine_agrees_with_surrealdb_after_every_write(seed: int) -> None:
         small = shrink(case)
         detail = f"\nshrunk case ({run_case(small)}):\n{dump_case(small)}"
     pytest.fail(f"seed {seed}: {mismatch}{detail}\n"
-                f"keep it: python -m tests.engine.shrink {seed}", pytrace=False)
+                f"keep it: python -m tests.engine.shrink {seed}"
+                f"{' --long' if len(case.writes) > 25 else ''}", pytrace=False)
