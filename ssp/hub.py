@@ -55,6 +55,7 @@ from ipc.messages import (
     reply,
     request_expired,
 )
+from ssp.allowlist import Allowlist
 from ssp.config import SspConfig
 from ssp.naming import (
     EDGE_PREFIX,
@@ -186,6 +187,7 @@ class Hub:
                                    throttle_ms=cfg.query_update_throttle_ms,
                                    view_lookup=self.views.get, rv_lookup=self.rv.get)
         self.logs = LogRing()
+        self.allowlist = Allowlist(cfg.query_allowlist)
         self.slots = 0
         self.seq = 0
         self.generation = 0
@@ -215,9 +217,11 @@ class Hub:
         self.publisher.start()
         self._spawn(self._sequencer(), "sequencer")
         await self.bootstrap()
+        await self.allowlist.load(self.db)
         if self.cfg.ingest_transport == "changefeed":
             self._spawn(self._tail(), "changefeed")
         self._spawn(self._ttl_sweep(), "ttl-sweep")
+        self._spawn(self._db_watch(), "db-watch")
         if self.cfg.schema_poll_secs > 0:
             self._spawn(self._schema_poll(), "schema-poll")
         if self.cfg.snapshot_dir is not None:
@@ -265,6 +269,7 @@ class Hub:
         tables = await self._synced_tables()
         self.bootstrap_warnings = []
         if warm is not None:
+            log.info("warm start from snapshot written at %s", warm.get("written_at_ms"))
             await self._load_snapshot_rows(warm, tables)
         else:
             for t in tables:
@@ -404,13 +409,7 @@ class Hub:
             "circuit_tables": {t: len(r) for t, r in sorted(self.rows.items())},
             "circuit_hashes": {t: str(self.hashes.get(t, 0)) for t in sorted(self.rows)},
             "bootstrap_warnings": list(self.bootstrap_warnings),
-            "query_allowlist": {
-                "mode": self.cfg.query_allowlist, "loaded_at_epoch_ms": 0, "entries": 0,
-                "sources": [], "skipped": [],
-                "counters": {"checked": 0, "allowed_static": 0, "allowed_any": 0,
-                             "allowed_builtin": 0, "warned": 0, "refused": 0},
-                "last_refused": [],
-            },
+            "query_allowlist": self.allowlist.info(),
         }
 
     async def r_info(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -721,6 +720,9 @@ class Hub:
             return error_reply(400, ErrorCode.INVALID,
                                "the registration names no identity (params.auth_id or "
                                "params.auth.id) and anonymous views are off")
+        verdict = await self.allowlist.check(self.db, surql)
+        if not verdict.allowed:
+            return error_reply(403, ErrorCode.NOT_ALLOWLISTED, verdict.reason)
         if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
             return await self._refresh(held, row, client_id, ttl, ttl_ms, last_ms)
         view = self._new_view(vid, surql, params, auth, client_id, ttl, ttl_ms, last_ms,
@@ -1070,6 +1072,19 @@ class Hub:
         return applied > 0 and horizon is not None
 
     # ================================================================== sweeps
+
+    async def _db_watch(self) -> None:
+        """While a connection is stalled, probe it so the count resets on recovery (nothing
+        else may call it: /ingest and /view/register fail fast meanwhile)."""
+        while True:
+            await asyncio.sleep(1.0)
+            for db in (self.db, self.pub_db):
+                if db.consecutive_timeouts:
+                    try:
+                        await db.query("RETURN 1", idempotent=True)
+                        log.info("database answers again")
+                    except DbError:
+                        pass
 
     async def _ttl_sweep(self) -> None:
         while True:

@@ -4,9 +4,11 @@ talk to its hub over ZeroMQ (the gateway<->hub contract), read edges back. No te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,3 +161,39 @@ async def edges(db: Database, table: str, view_key: str) -> set[str]:
     rows = await db.query_one(f"SELECT out FROM {table} WHERE in = $q",
                               {"q": RecordID("_00_query", view_key)})
     return {record_id_text(r["out"]) for r in rows or []}
+
+
+class Stack:
+    """A database (ns/db) with the app schema applied, a running SSP and a root client."""
+
+    def __init__(self, host: DbHost, ns: str, db: str, ssp: Ssp, root: Database) -> None:
+        self.host, self.ns, self.dbname, self.ssp, self.root = host, ns, db, ssp, root
+
+
+@contextlib.asynccontextmanager
+async def open_stack(host: DbHost, tmp: Path, *, before_start: Any = None,
+                     **env: str) -> AsyncIterator[Stack]:
+    """Schema + SSP (changefeed unless `env` says otherwise); stops it and checks exit 0."""
+    ns, db = unique_db()
+    root = await root_db(host, ns, db)
+    await root.query(APP_SCHEMA)
+    apply_schema(host, ns, db)
+    if before_start is not None:
+        await before_start(root)
+    stack = Stack(host, ns, db, start_ssp(tmp, host, ns, db, **env), root)
+    try:
+        await stack.ssp.wait_ready()
+        yield stack
+    finally:
+        # The test may have replaced the SSP (a restart): stop the one running now.
+        code = stack.ssp.stop()
+        await root.close()
+        assert code == 0, stack.ssp.process.log_text()[-3000:]
+
+
+def view_body(key: str, surql: str, auth: str | None = "user:alice", **extra: Any
+              ) -> dict[str, Any]:
+    """A `/view/register` body for view `query:<key>` of identity `auth`."""
+    params = {"auth_id": auth} if auth is not None else {}
+    return {"id": f"query:{key}", "surql": surql, "clientId": "c1", "ttl": "10m",
+            "params": params, **extra}

@@ -1,0 +1,184 @@
+"""SSP lifecycle with real processes: allowlist, TTL sweep, snapshot warm start, schema
+changes without restart, database stalls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from surrealdb import RecordID
+
+from dbclient import Database
+from tests.integration.test_ssp_support import edges, open_stack, view_body, wait_for
+from tests.support.procs import DbHost, start_db_host
+
+OWN = "SELECT * FROM post WHERE owner = $auth.id"
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
+    h = start_db_host(tmp_path_factory.mktemp("ssp-life"), memory=True)
+    try:
+        yield h
+    finally:
+        h.process.stop()
+
+
+async def alice(root: Database) -> None:
+    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
+
+
+async def test_allowlist_enforce_refuses_unlisted_shapes_with_403(host: DbHost,
+                                                                  tmp_path: Path) -> None:
+    async def setup(root: Database) -> None:
+        await alice(root)
+        await root.query("CREATE _00_query_allowlist:`blog__1` SET app = 'blog', "
+                         "version = '1', queries = [$q]", {"q": OWN + " AND n > 3"})
+
+    async with open_stack(host, tmp_path, before_start=setup,
+                          SVC_SSP_QUERY_ALLOWLIST="enforce") as st:
+        r = await st.ssp.call("POST /view/register", view_body("no", OWN))
+        assert r["status"] == 403 and r["body"]["error"] == "not_allowlisted", r
+        assert await st.root.query_one("SELECT * FROM ONLY _00_query:no") is None
+        # Same shape as the listed query, other constants: admitted.
+        r = await st.ssp.call("POST /view/register", view_body("yes", OWN + " AND n > 7"))
+        assert r["status"] == 200, r
+        r = await st.ssp.call("POST /view/register",
+                              view_body("b", "SELECT * FROM _00_app_release"))
+        assert r["status"] == 200, r
+        info = (await st.ssp.call("GET /info"))["body"][0]["query_allowlist"]
+        assert info["mode"] == "enforce" and info["entries"] == 1
+        assert info["counters"]["refused"] == 1 and info["counters"]["allowed_static"] == 1
+        assert info["counters"]["allowed_builtin"] == 1
+        assert info["sources"][0]["app"] == "blog"
+        assert info["last_refused"][0]["table"] == "post"
+
+
+async def test_allowlist_warn_admits_and_counts(host: DbHost, tmp_path: Path) -> None:
+    async with open_stack(host, tmp_path, before_start=alice,
+                          SVC_SSP_QUERY_ALLOWLIST="warn") as st:
+        r = await st.ssp.call("POST /view/register", view_body("w", OWN))
+        assert r["status"] == 200
+        info = (await st.ssp.call("GET /info"))["body"][0]["query_allowlist"]
+        assert info["counters"]["warned"] == 1
+
+
+async def test_ttl_sweep_unregisters_expired_views(host: DbHost, tmp_path: Path) -> None:
+    async with open_stack(host, tmp_path, before_start=alice,
+                          TTL_CLEANUP_INTERVAL_SECS="1") as st:
+        await st.root.query("CREATE post:t SET owner = user:alice, title = 't'")
+        r = await st.ssp.call("POST /view/register", dict(view_body("short", OWN), ttl="2s"))
+        assert r["status"] == 200
+        r = await st.ssp.call("POST /view/register", view_body("long", OWN))
+        assert r["status"] == 200
+
+        async def swept() -> bool:
+            row = await st.root.query_one("SELECT * FROM ONLY _00_query:short")
+            return row is None and await edges(st.root, "_00_list_ref_user_alice",
+                                               "short") == set()
+        await wait_for(swept, what="expired view swept")
+        assert await st.root.query_one("SELECT * FROM ONLY _00_query:long") is not None
+        assert await edges(st.root, "_00_list_ref_user_alice", "long") == {"post:t"}
+
+
+async def test_re_registration_refreshes_and_republishes_missing_edges(
+        host: DbHost, tmp_path: Path) -> None:
+    async with open_stack(host, tmp_path, before_start=alice) as st:
+        await st.root.query("CREATE post:r SET owner = user:alice, title = 't'")
+        await wait_for(lambda: _count(st, "post", 1), what="loaded")
+        assert (await st.ssp.call("POST /view/register", view_body("re", OWN)))["status"] == 200
+        await wait_for(lambda: _edges_are(st.root, "re", {"post:r"}), what="edge")
+        await st.root.query("DELETE _00_list_ref_user_alice WHERE in = _00_query:re")
+        r = await st.ssp.call("POST /view/register", dict(view_body("re", OWN), clientId="c2"))
+        assert r["status"] == 200
+        await wait_for(lambda: _edges_are(st.root, "re", {"post:r"}), what="edge republished")
+        row = await st.root.query_one("SELECT * FROM ONLY _00_query:re")
+        assert row["clientId"] == "c2" and row["subscribers"] == 2 and row["state"] == "ready"
+
+
+async def test_warm_start_from_snapshot_catches_up_to_the_same_state(
+        host: DbHost, tmp_path: Path) -> None:
+    snap = tmp_path / "snap"
+    async with open_stack(host, tmp_path, before_start=alice,
+                          SVC_SSP_SNAPSHOT_DIR=str(snap)) as st:
+        await st.root.query("CREATE post:s1 SET owner = user:alice, title = 'a'")
+        assert (await st.ssp.call("POST /view/register", view_body("snap", OWN)))["status"] == 200
+        await wait_for(lambda: _edges_are(st.root, "snap", {"post:s1"}), what="edge")
+        info_before = (await st.ssp.call("GET /info"))["body"][0]
+        st.ssp.stop()
+        data = json.loads((snap / "snapshot.json").read_text())
+        assert "post" in data["rows"] and data["cursors"]["post"] > 0
+        # Written while the SSP is down: the warm start must catch up from the feed.
+        await st.root.query("CREATE post:s2 SET owner = user:alice, title = 'b'")
+        await st.root.query("DELETE post:s1")
+        from tests.integration.test_ssp_support import start_ssp
+        st.ssp = start_ssp(tmp_path, host, st.ns, st.dbname, SVC_SSP_SNAPSHOT_DIR=str(snap))
+        await st.ssp.wait_ready()
+        await wait_for(lambda: _edges_are(st.root, "snap", {"post:s2"}), what="caught up")
+        info = (await st.ssp.call("GET /info"))["body"][0]
+        assert info["circuit_tables"]["post"] == 1
+        assert info["circuit_tables"]["user"] == info_before["circuit_tables"]["user"]
+        assert "warm start from snapshot" in st.ssp.process.log_text()
+
+
+async def test_new_and_removed_tables_apply_without_restart(host: DbHost, tmp_path: Path) -> None:
+    async with open_stack(host, tmp_path, before_start=alice) as st:
+        await st.root.query("DEFINE TABLE note SCHEMALESS; CREATE note:1 SET owner = user:alice")
+        r = None
+        async def loaded() -> bool:
+            nonlocal r
+            r = await st.ssp.call("GET /info")
+            return bool(r["body"][0]["circuit_tables"].get("note") == 1)
+        await wait_for(loaded, what="new table loaded")
+        v = await st.ssp.call("POST /view/register",
+                              view_body("notes", "SELECT * FROM note WHERE owner = $auth.id"))
+        assert v["status"] == 200 and v["body"]["rowCount"] == 1
+        await wait_for(lambda: _edges_are(st.root, "notes", {"note:1"}), what="note edge")
+        await st.root.query("REMOVE TABLE note")
+        await wait_for(lambda: _edges_are(st.root, "notes", set()), what="rows retracted")
+        info = (await st.ssp.call("GET /info"))["body"][0]
+        assert "note" not in info["circuit_tables"]
+
+
+async def test_stalled_database_is_reported_and_ingest_fails_fast(tmp_path: Path) -> None:
+    own_host = start_db_host(tmp_path / "stall", memory=True)
+    try:
+        async with open_stack(own_host, tmp_path, before_start=alice,
+                              SVC_SSP_DB_TIMEOUT_SECS="0.5",
+                              SVC_INGEST_TRANSPORT="http") as st:
+            os.kill(own_host.process.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+            try:
+                r = await st.ssp.call("POST /view/register", view_body("st", OWN))
+                assert r["status"] == 503
+                h = await st.ssp.call("GET /health")
+                assert h["status"] == 200 and h["body"]["status"] == "ready"
+                assert h["body"]["db"]["status"] == "stalled"
+                assert h["body"]["db"]["consecutive_timeouts"] >= 1
+                r = await st.ssp.call("POST /ingest", {"table": "post", "op": "CREATE",
+                                                       "id": "post:z", "record": {}})
+                assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
+            finally:
+                os.kill(own_host.process.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+            async def recovered() -> bool:
+                r = await st.ssp.call("POST /view/register", view_body("st", OWN))
+                h = await st.ssp.call("GET /health")
+                return r["status"] == 200 and "db" not in h["body"]
+            await wait_for(recovered, what="recovery")
+    finally:
+        own_host.process.stop()
+
+
+async def _count(st, table: str, n: int) -> bool:  # type: ignore[no-untyped-def]
+    r = await st.ssp.call("GET /info")
+    return bool(r["body"][0]["circuit_tables"].get(table) == n)
+
+
+async def _edges_are(root: Database, key: str, want: set[str]) -> bool:
+    return await edges(root, "_00_list_ref_user_alice", key) == want
+
+
+_ = RecordID
