@@ -156,3 +156,39 @@ def test_gunicorn_without_a_hub_says_bootstrapping_and_stops_cleanly_on_sigterm(
         shutil.rmtree(run_dir, ignore_errors=True)
     assert code == 0, proc.log_text()[-3000:]
     assert "Traceback" not in proc.log_text()
+
+
+def test_a_hub_crash_gives_503_and_the_gateway_recovers_when_it_is_back(tmp_path: Path) -> None:
+    run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))
+    endpoint = f"ipc://{run_dir}/hub.sock"
+    port = free_port()
+    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9")
+
+    def start_hub(n: int) -> ManagedProcess:
+        ready = run_dir / f"ready-{n}"
+        hub = ManagedProcess("fake-hub", [sys.executable, "-m", "gateway.testing", "--endpoint", endpoint,
+                                          "--ready-file", str(ready)], base_env(), tmp_path / f"hub{n}.log")
+        hub.start()
+        _wait_file(ready, hub)
+        return hub
+
+    cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
+    gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log")
+    hub = start_hub(1)
+    try:
+        gunicorn.start()
+        gunicorn.wait_http(f"http://127.0.0.1:{port}/health")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=30) as client:
+            assert client.post("/ingest", json=INGEST).status_code == 200
+            hub.kill9()
+            r = client.get("/health")
+            assert r.status_code == 503 and r.json()["error"] == "SSP_NOT_READY"
+            hub = start_hub(2)
+            # ZeroMQ reconnects the gateway's socket to the new hub by itself
+            gunicorn.wait_http(f"http://127.0.0.1:{port}/health", timeout=30)
+            r = client.post("/ingest", json=INGEST)
+            assert (r.status_code, r.json()) == (200, {"accepted": True})
+    finally:
+        gunicorn.stop()
+        hub.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
