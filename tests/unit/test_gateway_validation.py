@@ -217,3 +217,24 @@ async def test_fuzzed_post_bodies_never_give_a_500(path: str, body: bytes, auth:
         assert set(result.json) == {"error", "message"} or result.status_code == 200
         if result.status_code != 200:
             assert gw.hub.requests == []
+
+
+path_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    prefix=st.sampled_from(["/debug/view/", "/debug/catchup-rows/", "/logs", "/health", "/debug/deps", "/"]),
+    segment=path_text,
+    query=st.dictionaries(st.sampled_from(["tail", "backfill", "x", ""]), path_text, max_size=3),
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
+)
+async def test_fuzzed_paths_and_queries_never_give_a_500(
+    prefix: str, segment: str, query: dict[str, str], method: str
+) -> None:
+    async with GatewayUnderTest(SECRET, logs_poll_interval=0.01) as gw:
+        params = dict(query)
+        if prefix == "/logs":
+            params["tail"] = "false"  # a tailing stream would never end
+        result = await gw.client.simulate_request(method, prefix + segment, params=params, headers=AUTH)
+        assert result.status_code in {200, 400, 404, 405}, (result.status_code, result.text)
