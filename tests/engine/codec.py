@@ -36,6 +36,7 @@ class Case:
     views: list[View]
     writes: list[Event]
     note: str = ""
+    check_updated: bool = False  # also hold delta.updated to the rule (runner.run_case)
 
 
 def to_json(value: Any) -> Any:
@@ -82,6 +83,7 @@ def case_to_json(case: Case) -> dict[str, Any]:
     """A JSON-ready dict for one case."""
     return {
         "note": case.note,
+        "check_updated": case.check_updated,
         "rows": to_json(case.rows),
         "views": [{"surql": v.surql, "params": to_json(v.params)} for v in case.views],
         "writes": [[t, op, to_json(rid), to_json(rec)] for t, op, rid, rec in case.writes],
@@ -95,6 +97,7 @@ def case_from_json(data: dict[str, Any]) -> Case:
         views=[View(v["surql"], from_json(v.get("params", {}))) for v in data["views"]],
         writes=[(t, op, from_json(rid), from_json(rec)) for t, op, rid, rec in data["writes"]],
         note=data.get("note", ""),
+        check_updated=bool(data.get("check_updated", False)),
     )
 
 
@@ -109,7 +112,8 @@ def dump_case(case: Case) -> str:
         return "[\n" + ",\n".join(pad + one(item) for item in items) + "\n" + pad[:-1] + "]"
 
     tables = ",\n".join(f"  {one(t)}: {lines(rows, '    ')}" for t, rows in data["rows"].items())
-    return (f'{{\n "note": {one(data["note"])},\n "rows": {{\n{tables}\n }},\n'
+    return (f'{{\n "note": {one(data["note"])},\n'
+            f' "check_updated": {one(data["check_updated"])},\n "rows": {{\n{tables}\n }},\n'
             f' "views": {lines(data["views"], "  ")},\n'
             f' "writes": {lines(data["writes"], "  ")}\n}}')
 

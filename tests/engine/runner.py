@@ -22,7 +22,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from tests.engine.codec import Case, Event, View
-from tests.engine.judge import NONE_VALUE, TABLES, Judge
+from tests.engine.judge import NONE_VALUE, TABLES, Judge, iter_record_ids
 
 
 @dataclass
@@ -63,6 +63,8 @@ class Replay:
         self.engine = view_engine()
         self.view_ids = [f"v{i}" for i in range(len(case.views))]
         self.check_results = True
+        self.check_updated = False
+        self.last: dict[str, Any] = {}  # view id -> SurrealDB's previous answer
 
     def text(self, rid: RecordID) -> str:
         return self.judge.record_text(rid)
@@ -78,6 +80,26 @@ class Replay:
 
     def judge_members(self, view: View) -> set[str]:
         return self.judge.members(view.surql, view.params)
+
+    def updated_mismatch(self, vid: str, view: View, delta: Any) -> str | None:
+        """Members whose own content changed but that ``delta.updated`` does not name."""
+        if not self.check_updated:
+            return None
+        now = self.judge.query(view.surql, view.params, keep_none=True)
+        before, after = self.last.get(vid), now
+        self.last[vid] = now
+        if before is None:
+            return None
+        old, new = own_contents(self, before), own_contents(self, after)
+        changed = {rid for rid in old.keys() & new.keys()
+                   if len(old[rid]) == 1 and len(new[rid]) == 1 and old[rid] != new[rid]}
+        reported = _ids(delta.updated) if delta is not None else set()
+        missed = changed - reported
+        if missed:
+            rid = sorted(missed)[0]
+            return (f"delta.updated misses {sorted(missed)}: {rid} was {sorted(old[rid])[0]} "
+                    f"and is now {sorted(new[rid])[0]}")
+        return None
 
     def result_mismatch(self, vid: str, view: View) -> str | None:
         """Compare the engine's result rows with SurrealDB's (None when equal)."""
@@ -98,14 +120,17 @@ class Replay:
         self.judge.close()
 
 
-def run_case(case: Case, check_batch: bool = True, check_results: bool = True
-             ) -> Mismatch | None:
+def run_case(case: Case, check_batch: bool = True, check_results: bool = True,
+             check_updated: bool = False) -> Mismatch | None:
     """Replay ``case``; None when the engine agrees with SurrealDB everywhere.
 
     With ``check_results`` the engine's ``result(view)`` rows must also equal SurrealDB's answer:
-    same rows in the same order, same values and types (a key holding NONE counts as absent)."""
+    same rows in the same order, same values and types (a key holding NONE counts as absent).
+    With ``check_updated`` every member whose own content changed (its fields, not the members
+    nested in it; type-exact, so 1 -> 1.0 is a change) must be in ``delta.updated``."""
     replay = Replay(case)
     replay.check_results = check_results
+    replay.check_updated = check_updated
     try:
         return _run(replay, check_batch)
     finally:
@@ -129,6 +154,7 @@ def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
         if bad:
             return Mismatch("register", view.surql, bad)
         current[vid] = expected
+        replay.updated_mismatch(vid, view, None)  # remembers the first answer
     initial = {vid: set(ms) for vid, ms in current.items()}
 
     for n, (table, op, rid, record) in enumerate(case.writes):
@@ -141,7 +167,8 @@ def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
             if got != expected:
                 return Mismatch(step, view.surql, "members " + _diff(expected, got))
             bad = _check_delta(delta.get(vid), current[vid], expected) or \
-                replay.result_mismatch(vid, view)
+                replay.result_mismatch(vid, view) or \
+                replay.updated_mismatch(vid, view, delta.get(vid))
             if bad:
                 return Mismatch(step, view.surql, bad)
             current[vid] = expected
@@ -157,6 +184,27 @@ def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
     if check_batch:
         return _check_batch_and_hashes(replay, initial, current)
     return None
+
+
+def own_contents(replay: Replay, tree: Any) -> dict[str, set[str]]:
+    """Record id text -> the distinct contents of the dicts with that id in a result tree,
+    without the fields that hold other members (a subquery array, a fetched record)."""
+    out: dict[str, set[str]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            rid = node.get("id")
+            if isinstance(rid, RecordID):
+                own = {k: v for k, v in node.items() if not any(True for _ in iter_record_ids(v))}
+                out.setdefault(replay.text(rid), set()).add(repr(strict(own)))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(tree)
+    return out
 
 
 def strict(value: Any) -> Any:
@@ -254,9 +302,12 @@ def shrink(case: Case, fails: Callable[[Case], bool] | None = None) -> Case:
         if fails is not None:
             return fails(candidate)
         try:
-            return run_case(candidate) is not None
+            return run_case(candidate, check_updated=candidate.check_updated) is not None
         except Exception:  # a crash is a failure too, keep shrinking toward it
             return True
+
+    def mk(rows: Any, views: Any, writes: Any) -> Case:
+        return Case(rows, views, writes, best.note, case.check_updated)
 
     def without(seq: list[Any], i: int) -> list[Any]:
         return seq[:i] + seq[i + 1:]
@@ -267,19 +318,18 @@ def shrink(case: Case, fails: Callable[[Case], bool] | None = None) -> Case:
         progress = False
         for i in range(len(best.views) - 1, -1, -1):
             if len(best.views) > 1:
-                cand = Case(best.rows, without(best.views, i), best.writes, best.note)
+                cand = mk(best.rows, without(best.views, i), best.writes)
                 if still_fails(cand):
                     best, progress = cand, True
         for i in range(len(best.writes) - 1, -1, -1):
-            cand = Case(best.rows, best.views, _fix_ops(best.rows, _drop_write(best.writes, i)),
-                        best.note)
+            cand = mk(best.rows, best.views, _fix_ops(best.rows, _drop_write(best.writes, i)))
             if still_fails(cand):
                 best, progress = cand, True
         for table in list(best.rows):
             for i in range(len(best.rows[table]) - 1, -1, -1):
                 rows = dict(best.rows)
                 rows[table] = without(rows[table], i)
-                cand = Case(rows, best.views, _fix_ops(rows, best.writes), best.note)
+                cand = mk(rows, best.views, _fix_ops(rows, best.writes))
                 if still_fails(cand):
                     best, progress = cand, True
         for table in list(best.rows):
@@ -288,7 +338,7 @@ def shrink(case: Case, fails: Callable[[Case], bool] | None = None) -> Case:
                     rows = dict(best.rows)
                     rows[table] = list(rows[table])
                     rows[table][i] = {k: v for k, v in row.items() if k != key}
-                    cand = Case(rows, best.views, best.writes, best.note)
+                    cand = mk(rows, best.views, best.writes)
                     if still_fails(cand):
                         best, progress = cand, True
                         break

@@ -1,8 +1,9 @@
 """Reproduce a failing differential seed, shrink it and save it as a regression fixture.
 
-    python -m tests.engine.shrink SEED [SEED...] [--long]
+    python -m tests.engine.shrink SEED [SEED...] [--long | --updated]
 
-(``--long``: the long-sequence cases of ``test_engine_agrees_with_surrealdb_over_long_write_sequences``)
+(``--long``: the long-sequence cases of test_differential; ``--updated``: the cases of
+test_updated, shrunk and replayed with the ``delta.updated`` check on)
 
 Writes ``tests/engine/fixtures/seed_<SEED>.json``; ``test_regressions.py`` replays it forever.
 """
@@ -19,14 +20,15 @@ from tests.engine.runner import run_case, shrink
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def save_fixture(seed: int, long: bool = False) -> Path | None:
+def save_fixture(seed: int, long: bool = False, updated: bool = False) -> Path | None:
     """Shrink the case of ``seed`` if it fails; return the fixture path (None if it passes)."""
     case = make_case(seed, views=6, writes=90) if long else make_case(seed)
-    mismatch = run_case(case)
+    case.check_updated = updated
+    mismatch = run_case(case, check_updated=updated)
     if mismatch is None:
         return None
     small = shrink(case)
-    small.note = f"seed {seed}: {run_case(small)}"
+    small.note = f"seed {seed}: {run_case(small, check_updated=updated)}"
     path = FIXTURES / f"seed_{seed}.json"
     path.write_text(dump_case(small) + "\n", encoding="utf-8")
     return path
@@ -34,9 +36,9 @@ def save_fixture(seed: int, long: bool = False) -> Path | None:
 
 def main(argv: list[str]) -> int:
     """Entry point: one fixture per failing seed."""
-    long = "--long" in argv
-    for arg in (a for a in argv if a != "--long"):
-        path = save_fixture(int(arg), long)
+    long, updated = "--long" in argv, "--updated" in argv
+    for arg in (a for a in argv if not a.startswith("--")):
+        path = save_fixture(int(arg), long, updated)
         print(f"seed {arg}: {'passes' if path is None else f'saved {path}'}")
     return 0
 

@@ -15,7 +15,7 @@ FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*.json"))
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
 def test_regression_fixture_agrees_with_surrealdb(path: Path) -> None:
     case = load_case(path)
-    mismatch = run_case(case)
+    mismatch = run_case(case, check_updated=case.check_updated)
     assert mismatch is None, f"{path.name} ({case.note}): {mismatch}"
 
 
