@@ -160,6 +160,7 @@ class Mat:
     __slots__ = (
         "circuit", "plan", "S", "key", "views", "entries", "ordered", "lo", "hi", "visible",
         "vis_list", "outs", "trees", "zs", "qdeps", "pdeps", "dirty", "touched", "upd",
+        "before", "after",
         "__weakref__",
     )
 
@@ -183,6 +184,8 @@ class Mat:
         self.dirty: set[str] = set()
         self.touched: dict[str, bool] = {}
         self.upd: set[str] = set()
+        self.before: dict[str, Any] = {}
+        self.after: dict[str, Any] = {}
 
 
 class ViewEngine:
@@ -529,11 +532,18 @@ class ViewEngine:
         else:
             mat.qdeps.pop(rid, None)
 
-    def _zs(self, mat: Mat, member: str, w: int) -> None:
+    def _zs(self, mat: Mat, member: str, w: int, content: Any) -> None:
+        """Add weight ``w`` to a member; remembers contents so a member that moves between
+        rows (left one place, appeared in another) is still seen as updated."""
         zs = mat.zs
         c = zs.get(member, 0)
         if member not in mat.touched:
             mat.touched[member] = c > 0
+        if w < 0:
+            if member not in mat.before:
+                mat.before[member] = content
+        else:
+            mat.after[member] = content
         c += w
         if c:
             zs[member] = c
@@ -549,10 +559,10 @@ class ViewEngine:
         tree = mat.trees.pop(rid)
         if tree is None:
             if type(out) is dict and type(out.get("id")) is RecordID:
-                self._zs(mat, rid, -1)
+                self._zs(mat, rid, -1, out)
         else:
-            for m in tree:
-                self._zs(mat, m, -1)
+            for m, content in tree.items():
+                self._zs(mat, m, -1, content)
         self._set_pdeps(mat, rid, None)
 
     def _project_row(self, mat: Mat, rid: str) -> None:
@@ -566,14 +576,14 @@ class ViewEngine:
                 if rid in mat.trees:
                     mat.trees.pop(rid)
                 if type(row.get("id")) is RecordID:
-                    self._zs(mat, rid, 1)
+                    self._zs(mat, rid, 1, row)
             else:
                 old_tree = mat.trees.get(rid)
                 if old_tree is not None:
-                    for m in old_tree:
+                    for m, content in old_tree.items():
                         if m != rid:
-                            self._zs(mat, m, -1)
-                if old_out is not row and old_out != row:
+                            self._zs(mat, m, -1, content)
+                if not same(old_out, row):
                     mat.upd.add(rid)
             outs[rid] = row
             mat.trees[rid] = None
@@ -601,16 +611,14 @@ class ViewEngine:
         if new_tree is None:
             new_tree = {rid: out} if type(out.get("id")) is RecordID else {}
         assert old_tree is not None
-        for m in old_tree:
+        for m, content in old_tree.items():
             if m not in new_tree:
-                self._zs(mat, m, -1)
+                self._zs(mat, m, -1, content)
         for m, content in new_tree.items():
             if m not in old_tree:
-                self._zs(mat, m, 1)
-            else:
-                oc = old_tree[m]
-                if oc is not content and oc != content:
-                    mat.upd.add(m)
+                self._zs(mat, m, 1, content)
+            elif not same(old_tree[m], content):
+                mat.upd.add(m)
         mat.outs[rid] = out
         mat.trees[rid] = tree
         if reads is not None:
@@ -676,6 +684,14 @@ class ViewEngine:
                     self._project_row(mat, rid)
             mat.dirty.clear()
         zs = mat.zs
+        if mat.before:
+            touched = mat.touched
+            after = mat.after
+            for m, content in mat.before.items():
+                if touched.get(m) and m in zs and m in after and not same(content, after[m]):
+                    mat.upd.add(m)
+            mat.before.clear()
+        mat.after.clear()
         added = frozenset(m for m, was in mat.touched.items() if not was and m in zs)
         removed = frozenset(m for m, was in mat.touched.items() if was and m not in zs)
         updated = frozenset(m for m in mat.upd if m in zs and m not in added)
@@ -748,6 +764,27 @@ class ViewEngine:
                 lst.remove(circuit)
             if not lst:
                 self.by_table.pop(circuit.table, None)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Type-exact equality of result values (1 and 1.0 differ, as a client sees them)."""
+    if a is b:
+        return True
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is dict:
+        if len(a) != len(b):
+            return False
+        for k, v in a.items():
+            if k not in b or not same(v, b[k]):
+                return False
+        return True
+    if ta is list or ta is tuple:
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if ta is RecordID:
+        return bool(a.table_name == b.table_name) and same(a.id, b.id)
+    return bool(a == b)
 
 
 def _has_nested(out: Any) -> bool:

@@ -15,6 +15,7 @@ exactly the rows that read it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from surrealdb import RecordID
@@ -48,6 +49,9 @@ class Desc:
 
 
 _R_NUMBER = sort_key(0)[0]
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_R_DATETIME = sort_key(_EPOCH)[0]
+_MICRO = timedelta(microseconds=1)
 
 
 def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -60,6 +64,9 @@ def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
     r = k[0]
     if r == _R_NUMBER:
         return (-r, -k[1], -k[2]) if k[1] == 0 else (-r, -1, 0)
+    if r == _R_DATETIME:
+        # Exact: whole microseconds since the epoch, negated.
+        return (-r, -((k[1] - _EPOCH) // _MICRO))
     if len(k) == 1:
         return (-r,)
     return (-r, Desc(k[1:]))
