@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ from .auth import BearerAuth
 from .body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from .errors import GatewayError, bad_request, serialize_error
 from .hub import HubLink, HubUnavailable
+from .hublog import HubLogHandler
 from .sse import LogStream, check_logs_body, parse_backfill, parse_last_event_id, parse_tail
 
 log = logging.getLogger("gateway.ssp")
@@ -70,13 +72,15 @@ class GatewaySettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     logs_poll_interval: float = 0.25
     logs_keepalive: float = 5.0
+    #: copy the gateway's warnings and errors to the hub's log (`GET /logs`); gunicorn only
+    copy_logs_to_hub: bool = False
     #: None: the per-route waits of `ipc.messages.ROUTE_TIMEOUT_SECS`; a number overrides all
     hub_timeout_secs: float | None = None
 
     @classmethod
     def from_config(cls, cfg: SspConfig) -> GatewaySettings:
         """The gateway's part of the SSP configuration."""
-        return cls(auth_secret=cfg.auth_secret, hub_endpoint=cfg.hub_endpoint)
+        return cls(auth_secret=cfg.auth_secret, hub_endpoint=cfg.hub_endpoint, copy_logs_to_hub=True)
 
     def __repr__(self) -> str:  # never print the secret
         return f"GatewaySettings(hub_endpoint={self.hub_endpoint!r}, auth={'on' if self.auth_secret else 'any bearer'})"
@@ -243,13 +247,16 @@ class LogsRoute:
 
 
 class Lifespan:
-    """Closes the hub socket when the worker shuts down."""
+    """Closes the hub socket (and stops copying logs to it) when the worker shuts down."""
 
-    def __init__(self, hub: HubLink) -> None:
+    def __init__(self, hub: HubLink, log_handler: logging.Handler | None) -> None:
         self.hub = hub
+        self.log_handler = log_handler
 
     async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         """ASGI lifespan shutdown hook."""
+        if self.log_handler is not None:
+            logging.getLogger("gateway").removeHandler(self.log_handler)
         self.hub.close()
 
 
@@ -287,9 +294,16 @@ POST_ROUTES: tuple[str, ...] = (
 def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = None) -> GatewayApp:
     """The gateway app for `settings` (tests pass their own ZeroMQ context)."""
     hub = HubLink(settings.hub_endpoint, ctx=ctx)
+    handler: HubLogHandler | None = None
+    if settings.copy_logs_to_hub:
+        handler = HubLogHandler(hub)
+        gateway_log = logging.getLogger("gateway")
+        gateway_log.addHandler(handler)
+        if gateway_log.getEffectiveLevel() > logging.WARNING:
+            gateway_log.setLevel(logging.WARNING)
     fwd = Forwarder(hub, settings.hub_timeout_secs)
     app = GatewayApp(
-        middleware=[BearerAuth(settings.auth_secret), Lifespan(hub)],
+        middleware=[BearerAuth(settings.auth_secret), Lifespan(hub, handler)],
         cors_enable=False,
     )
     app.req_options.strip_url_path_trailing_slash = True
@@ -306,5 +320,9 @@ def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = No
 
 def create_app() -> GatewayApp:
     """gunicorn's entry point: read the SSP configuration once per worker and build the app."""
+    # gunicorn configures only its own loggers: without this, a handler on "gateway" (the hub
+    # copy) would silence Python's last-resort stderr output. No-op if logging is set up.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
     cfg = SspConfig.from_env(os.environ)
     return build_app(GatewaySettings.from_config(cfg))

@@ -247,3 +247,22 @@ async def test_an_unexpected_gateway_failure_is_a_logged_generic_500(caplog: pyt
         assert "boom" not in result.text
         assert any("boom with details" in r.getMessage() or (r.exc_info and "boom" in str(r.exc_info[1]))
                    for r in caplog.records)
+
+
+async def test_gateway_errors_are_copied_to_the_hub_log_when_enabled() -> None:
+    async with GatewayUnderTest(SECRET, copy_logs_to_hub=True) as gw:
+        gw.hub.replies["GET /debug/deps"] = {"status": "bad"}
+        result = await gw.client.simulate_get("/debug/deps", headers=AUTH)
+        assert result.status_code == 500
+        while not any(m["route"] == "POST /log" for m in gw.hub.requests):
+            await asyncio.sleep(0.01)  # the copy is sent in the background
+        copy = gw.hub.last("POST /log")["body"]
+        assert copy["level"] == "error"
+        assert "unusable hub reply" in copy["message"]
+        assert copy["data"]["source"] == "gateway"
+    # the handler is gone with the app: a later app does not copy to this hub
+    import logging
+
+    from gateway.hublog import HubLogHandler
+
+    assert not any(isinstance(h, HubLogHandler) for h in logging.getLogger("gateway").handlers)
