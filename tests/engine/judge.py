@@ -11,6 +11,9 @@ evaluations; plain LIMIT, ORDER BY alone and ORDER BY id are right). The judge t
 ``(SELECT ... ORDER BY k LIMIT n START s)`` inside a query as
 ``array::slice((SELECT ... ORDER BY k), s, s + n)``, which is the same query by definition and
 which SurrealDB answers correctly (``test_judge.py`` keeps a canary on the upstream bug).
+Caveat: the full sort is unstable past ~20 rows, so a subquery with more rows than that per
+parent and ties at its LIMIT cut would be judged on an arbitrary tie order; the generators keep
+subqueries far below that size.
 
 ``$auth`` is a protected variable in SurrealDB (it cannot be bound through ``query`` vars), so the
 judge rewrites ``$auth.id`` to a bound parameter ``$__judge_auth_id`` before running the query;
