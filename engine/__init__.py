@@ -30,4 +30,4 @@ Public API (stable; used by the SSP shards, the tests and the benchmarks)::
 from engine.core import ViewDelta, ViewEngine
 from engine.errors import QueryRejected
 
-__all__ = ["ViewEngine", "ViewDelta", "QueryRejected"]
+__all__ = ["QueryRejected", "ViewDelta", "ViewEngine"]

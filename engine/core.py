@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
 from surrealdb import RecordID
 
 from engine.arena import Arena, RowStore
@@ -92,17 +92,17 @@ class Circuit:
         self.index: dict[Any, set[Mat]] = {}
         self.unindexed: set[Mat] = set()
 
-    def _mat_key(self, mat: "Mat") -> Any:
+    def _mat_key(self, mat: Mat) -> Any:
         S = mat.S
         return tuple(ikey(S[i]) for i in self.eq_slots)
 
-    def add(self, mat: "Mat") -> None:
+    def add(self, mat: Mat) -> None:
         if not self.eq_slots:
             self.unindexed.add(mat)
         else:
             self.index.setdefault(self._mat_key(mat), set()).add(mat)
 
-    def remove(self, mat: "Mat") -> None:
+    def remove(self, mat: Mat) -> None:
         if not self.eq_slots:
             self.unindexed.discard(mat)
         else:
@@ -113,7 +113,7 @@ class Circuit:
                 if not s:
                     del self.index[k]
 
-    def affected(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list["Mat"]:
+    def affected(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[Mat]:
         """Materialisations a change of one row of this table can affect."""
         fields = self.eq_fields
         if not fields:
@@ -158,10 +158,28 @@ class Mat:
     """One materialised result (a shape with slot values), shared by identical views."""
 
     __slots__ = (
-        "circuit", "plan", "S", "key", "views", "entries", "ordered", "lo", "hi", "visible",
-        "vis_list", "outs", "trees", "zs", "qdeps", "pdeps", "dirty", "touched", "upd",
-        "before", "after",
+        "S",
         "__weakref__",
+        "after",
+        "before",
+        "circuit",
+        "dirty",
+        "entries",
+        "hi",
+        "key",
+        "lo",
+        "ordered",
+        "outs",
+        "pdeps",
+        "plan",
+        "qdeps",
+        "touched",
+        "trees",
+        "upd",
+        "views",
+        "vis_list",
+        "visible",
+        "zs",
     )
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
@@ -354,7 +372,7 @@ class ViewEngine:
             raise ValueError(f"unknown op {op!r} (expected CREATE, UPDATE or DELETE)")
         ts = self.store.table(table)
         rows = ts.rows
-        if type(rid) is RecordID:
+        if isinstance(rid, RecordID):  # tolerated: callers may pass the RecordID itself
             text = rid_text(rid)
         elif rid in rows:
             text = rid  # stored keys are canonical, so a known id is already canonical
@@ -606,6 +624,7 @@ class ViewEngine:
         had = rid in mat.outs
         old_tree = mat.trees.get(rid) if had else {}
         if had and old_tree is None:
+            assert old_out is not None
             old_tree = {rid: old_out} if type(old_out.get("id")) is RecordID else {}
         new_tree = tree
         if new_tree is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -85,7 +85,7 @@ class Item:
     kind: str
     path: Path = ()
     out: Path = ()
-    sub: "Query | None" = None
+    sub: Query | None = None
     index: int | None = None
 
 
@@ -206,7 +206,7 @@ def tokenize(text: str) -> list[Tok]:
 def parse_datetime(text: str) -> datetime:
     """Parse a SurrealDB datetime literal body into a tz-aware datetime (UTC when unqualified)."""
     s = text.strip()
-    if s.endswith("Z") or s.endswith("z"):
+    if s.endswith(("Z", "z")):
         s = s[:-1] + "+00:00"
     # Python keeps microseconds: truncate extra fractional digits (SurrealDB keeps nanoseconds).
     m = re.match(r"^(.*?\.\d{6})\d+(.*)$", s)
@@ -217,7 +217,7 @@ def parse_datetime(text: str) -> datetime:
     except ValueError as exc:
         raise QueryRejected(f"invalid datetime literal d'{text}'") from exc
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt
 
 
@@ -372,7 +372,7 @@ class _Parser:
             raise QueryRejected("selecting FROM a record id is not supported")
         if self.is_op("->", "<-", "<->"):
             raise QueryRejected("graph traversal is not supported")
-        return t.value
+        return str(t.value)
 
     def count_expr(self, clause: str) -> Expr:
         t = self.tok

@@ -15,7 +15,7 @@ exactly the rows that read it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from surrealdb import RecordID
@@ -35,10 +35,10 @@ class Desc:
     def __init__(self, k: Any) -> None:
         self.k = k
 
-    def __lt__(self, other: "Desc") -> bool:
+    def __lt__(self, other: Desc) -> bool:
         return bool(other.k < self.k)
 
-    def __gt__(self, other: "Desc") -> bool:
+    def __gt__(self, other: Desc) -> bool:
         return bool(other.k > self.k)
 
     def __eq__(self, other: object) -> bool:
@@ -49,7 +49,7 @@ class Desc:
 
 
 _R_NUMBER = sort_key(0)[0]
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _R_DATETIME = sort_key(_EPOCH)[0]
 _MICRO = timedelta(microseconds=1)
 
@@ -75,7 +75,7 @@ def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
 class Cx:
     """Evaluation context: follows record links through the store and records what it read."""
 
-    __slots__ = ("store", "reads", "subs")
+    __slots__ = ("reads", "store", "subs")
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -108,9 +108,9 @@ def _eq_candidate(where: Expr | None) -> tuple[str, Expr] | None:
             continue
         a, b = c[2], c[3]
         for f, other in ((a, b), (b, a)):
-            if f[0] == "field" and len(f[1]) == 1 and other[0] in ("slot", "parent"):
-                if best is None or f[1][0] == "id":
-                    best = (f[1][0], other)
+            if (f[0] == "field" and len(f[1]) == 1 and other[0] in ("slot", "parent")
+                    and (best is None or f[1][0] == "id")):
+                best = (f[1][0], other)
     return best
 
 

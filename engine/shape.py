@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.errors import QueryRejected
-from engine.parser import Expr, Item, Query
+from engine.parser import Expr, Query
 from engine.values import NONE, get_path
 
 

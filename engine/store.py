@@ -65,7 +65,7 @@ def ikey(v: Any) -> Any:
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("name", "rows", "_hashes", "_dirty", "_xor", "indexes")
+    __slots__ = ("_dirty", "_hashes", "_xor", "indexes", "name", "rows")
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -74,11 +74,12 @@ class ShardWorker:
         return {"ok": True}
 
     def _ingest(self, msg: Mapping[str, Any]) -> dict[str, Any]:
-        events = [tuple(e) for e in msg.get("events") or []]
-        for e in events:
+        events: list[tuple[str, str, str, Any]] = []
+        for e in msg.get("events") or []:
             if len(e) != 4:
                 raise ValueError("an event is [table, op, id, record]")
-        deltas = self.engine.ingest_batch(events)  # type: ignore[arg-type]
+            events.append((e[0], e[1], e[2], e[3]))
+        deltas = self.engine.ingest_batch(events)
         self.events_applied += len(events)
         return {"ok": True, "deltas": {v: delta_to_wire(d) for v, d in deltas.items()}}
 

@@ -56,7 +56,7 @@ def test_literals_parse_to_surrealdb_types() -> None:
 )
 def test_unsupported_constructs_are_rejected_by_name(surql: str, named: str) -> None:
     with pytest.raises(QueryRejected, match=named.replace("+", r"\+").replace("(", r"\(")):
-        shape, _ = normalise(parse(surql), {})
+        _shape, _ = normalise(parse(surql), {})
 
 
 def test_views_differing_only_in_constants_share_a_shape() -> None:
