@@ -56,11 +56,11 @@ def _diff(expected: set[str], actual: set[str]) -> str:
 class Replay:
     """One engine and one judge fed the same case."""
 
-    def __init__(self, case: Case) -> None:
+    def __init__(self, case: Case, engine_kwargs: Mapping[str, Any] | None = None) -> None:
         view_engine, _ = engine_api()
         self.case = case
         self.judge = Judge()
-        self.engine = view_engine()
+        self.engine = view_engine(**dict(engine_kwargs or {}))
         self.view_ids = [f"v{i}" for i in range(len(case.views))]
         self.check_results = True
         self.check_updated = False
@@ -121,14 +121,16 @@ class Replay:
 
 
 def run_case(case: Case, check_batch: bool = True, check_results: bool = True,
-             check_updated: bool = False) -> Mismatch | None:
+             check_updated: bool = False,
+             engine_kwargs: Mapping[str, Any] | None = None) -> Mismatch | None:
     """Replay ``case``; None when the engine agrees with SurrealDB everywhere.
 
     With ``check_results`` the engine's ``result(view)`` rows must also equal SurrealDB's answer:
     same rows in the same order, same values and types (a key holding NONE counts as absent).
     With ``check_updated`` every member whose own content changed (its fields, not the members
-    nested in it; type-exact, so 1 -> 1.0 is a change) must be in ``delta.updated``."""
-    replay = Replay(case)
+    nested in it; type-exact, so 1 -> 1.0 is a change) must be in ``delta.updated``.
+    ``engine_kwargs`` go to the ``ViewEngine`` under test (e.g. a file-backed ``arena_dir``)."""
+    replay = Replay(case, engine_kwargs)
     replay.check_results = check_results
     replay.check_updated = check_updated
     try:
