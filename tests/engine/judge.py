@@ -96,8 +96,10 @@ def rewrite_auth(surql: str, params: Mapping[str, Any]) -> tuple[str, dict[str, 
     """Replace `$auth.id` by a bound parameter, since `$auth` cannot be set through vars."""
     out = {k: v for k, v in params.items() if k != "auth"}
     if _AUTH_ID.search(surql):
-        auth = params.get("auth") or {}
-        out["__judge_auth_id"] = auth.get("id") if isinstance(auth, Mapping) else None
+        # an absent $auth (or one without an id) makes $auth.id NONE, not NULL
+        auth = params.get("auth")
+        out["__judge_auth_id"] = (auth.get("id", NONE_VALUE) if isinstance(auth, Mapping)
+                                  else NONE_VALUE)
         surql = _AUTH_ID.sub("$__judge_auth_id", surql)
     return surql, out
 

@@ -85,6 +85,12 @@ CASES: dict[str, tuple[str, dict[str, Any], list[Event], set[str]]] = {
         "SELECT * FROM thread WHERE author = $auth.id", {"auth": {"id": u(2)}},
         [upd(th(1), score=1, author=u(2)), upd(th(6), score=6, author=u(1))],
         {"thread:1", "thread:4", "thread:5"}),
+    "per_user_view_without_auth_matches_rows_without_author": (
+        "SELECT * FROM thread WHERE author = $auth.id", {},
+        [upd(th(1), score=1), upd(th(2), score=2, author=None)], {"thread:1"}),
+    "unbound_parameter_is_none": (
+        "SELECT * FROM thread WHERE author = $nobody OR score = $p", {"p": 6},
+        [upd(th(3), score=3)], {"thread:3", "thread:6"}),
     "subquery_order_limit_pushes_older_comment_out": (
         "SELECT id, (SELECT id, created_at FROM comment WHERE thread = $parent.id "
         "ORDER BY created_at DESC LIMIT 2) AS comments FROM thread WHERE id = thread:2", {},
