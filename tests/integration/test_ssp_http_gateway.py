@@ -6,6 +6,7 @@ The hub here is `gateway.testing`'s fake hub run as its own process (the contrac
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -188,6 +189,38 @@ def test_a_hub_crash_gives_503_and_the_gateway_recovers_when_it_is_back(tmp_path
             gunicorn.wait_http(f"http://127.0.0.1:{port}/health", timeout=30)
             r = client.post("/ingest", json=INGEST)
             assert (r.status_code, r.json()) == (200, {"accepted": True})
+    finally:
+        gunicorn.stop()
+        hub.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_sigterm_with_an_open_log_stream_still_stops_gunicorn(tmp_path: Path) -> None:
+    run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))
+    endpoint = f"ipc://{run_dir}/hub.sock"
+    hub = ManagedProcess("fake-hub", [sys.executable, "-m", "gateway.testing", "--endpoint", endpoint,
+                                      "--ready-file", str(run_dir / "ready")], base_env(), tmp_path / "hub.log")
+    port = free_port()
+    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9")
+    cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
+    gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log")
+    try:
+        hub.start()
+        _wait_file(run_dir / "ready", hub)
+        gunicorn.start()
+        gunicorn.wait_http(f"http://127.0.0.1:{port}/health")
+        with (
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=30) as client,
+            client.stream("GET", "/logs") as stream,
+        ):
+            assert stream.status_code == 200
+            # graceful timeout 5 s: the worker is stopped even though the stream never ends
+            code = gunicorn.stop(timeout=30)
+            # the stream is over (cut or closed): reading it returns instead of blocking
+            with contextlib.suppress(httpx.HTTPError):
+                for _ in stream.iter_bytes():
+                    pass
+        assert code == 0, gunicorn.log_text()[-3000:]
     finally:
         gunicorn.stop()
         hub.stop()
