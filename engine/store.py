@@ -50,6 +50,8 @@ def ikey(v: Any) -> Any:
     """
     t = type(v)
     if t in _PLAIN_KEY_TYPES:
+        if v != v:  # NaN never equals itself in Python, but SurrealDB's NaN = NaN holds
+            return "\0nan"
         return v
     if t is RecordID:
         return ("\0r", v.table_name, ikey(v.id))

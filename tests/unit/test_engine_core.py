@@ -158,3 +158,29 @@ def test_shard_worker_round_trip_and_bad_messages() -> None:
     assert w.handle({"kind": "ingest", "events": [["thread", "BOGUS", "thread:2", None]]})[
         "error"] == "bad_message"
     assert w.handle({"kind": "nope"})["ok"] is False
+
+
+def test_arena_dir_mirrors_rows_for_other_processes(tmp_path: Any) -> None:
+    from engine.arena import ArenaReader
+
+    e = ViewEngine(arena_dir=str(tmp_path), segment_mb=1)
+    e.load("thread", [_t(i, x=i) for i in range(50)])
+    e.ingest("thread", "UPDATE", "thread:5", _t(5, x="five"))
+    e.ingest("thread", "DELETE", "thread:6", None)
+    assert e.row_store is not None
+    assert e.row_store.count("thread") == e.table_count("thread") == 49
+    assert e.row_store.hash("thread") == e.table_hash("thread")
+    handle = e.row_store.handle("thread", "thread:5")
+    assert handle is not None
+    reader = ArenaReader(str(tmp_path))
+    try:
+        assert reader.get_row(handle)["x"] == "five"
+    finally:
+        reader.close()
+
+
+def test_nan_equality_reaches_indexed_views() -> None:
+    e = ViewEngine()
+    e.register("v", "SELECT * FROM thread WHERE score = $s", {"s": float("nan")})
+    d = e.ingest("thread", "CREATE", "thread:1", _t(1, score=float("nan")))
+    assert d["v"].added == {"thread:1"}
