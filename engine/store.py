@@ -50,7 +50,7 @@ def ikey(v: Any) -> Any:
     """
     t = type(v)
     if t in _PLAIN_KEY_TYPES:
-        if v != v:  # NaN never equals itself in Python, but SurrealDB's NaN = NaN holds
+        if v != v:  # noqa: PLR0124 - NaN never equals itself; SurrealDB NaN = NaN holds
             return "\0nan"
         return v
     if t is RecordID:
