@@ -12,7 +12,8 @@ accepts). Tune the mix and the data with environment variables:
 - `SSP_LOAD_TABLE` (default `post`): the table the ingest events write;
 - `SSP_LOAD_ROWS` (default 10000): ids are `<table>:<n>` for n below this, so events mix
   CREATE of new rows, UPDATE of known ones and an occasional DELETE;
-- `SSP_LOAD_USERS` (default 100): the `author` values, and the users views are registered for;
+- `SSP_LOAD_USERS` (default 100): the `author` values, and the users views are registered for
+  (`params.auth_id`; each view is `... WHERE author = $auth.id ORDER BY score DESC LIMIT 20`);
 - `SSP_LOAD_REGISTER_WEIGHT` (default 1) against ingest's 20: how often a user registers a view.
 
 Every answer that is not 200 counts as a failure, with the status and error code in its name,
@@ -85,10 +86,11 @@ class SspUser(FastHttpUser):
         user = random.randrange(USERS)
         body = {
             "id": f"query:load_{self.client_id}_{user}",
-            "surql": f"SELECT * FROM {TABLE} WHERE author = user:{user} ORDER BY score DESC LIMIT 20",
+            "surql": f"SELECT * FROM {TABLE} WHERE author = $auth.id ORDER BY score DESC LIMIT 20",
             "clientId": self.client_id,
             "ttl": "10m",
-            "params": None,
+            # the identity the view runs as ($auth.id), as the SSP reads it from the params
+            "params": {"auth_id": f"user:{user}"},
         }
         with self.client.post("/view/register", json=body, headers=self.headers, name="/view/register",
                               catch_response=True) as response:
