@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from falcon import testing
+
 from gateway.serve import APP_SPEC, bind_address, gunicorn_argv
+from gateway.ssp_app import create_app
+from gateway.testing import FakeHub
 from ssp.config import SspConfig
 
 ENV = {"SVC_DB_URL": "ws://127.0.0.1:9", "SVC_SSP_RUN_DIR": "/tmp/x"}
@@ -28,3 +37,26 @@ def test_default_listen_address_is_all_interfaces_on_8667() -> None:
 def test_ipv6_hosts_are_bracketed() -> None:
     assert bind_address("::1", 8667) == "[::1]:8667"
     assert bind_address("127.0.0.1", 1) == "127.0.0.1:1"
+
+
+async def test_create_app_reads_the_secret_and_the_hub_endpoint_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_dir = Path(tempfile.mkdtemp(prefix="gw-env-"))
+    monkeypatch.setenv("SVC_AUTH_SECRET", "from-env")
+    monkeypatch.setenv("SVC_SSP_RUN_DIR", str(run_dir))
+    monkeypatch.setenv("SVC_DB_URL", "ws://127.0.0.1:9")
+    hub = FakeHub(f"ipc://{run_dir}/hub.sock")
+    hub.start()
+    app = create_app()
+    try:
+        async with testing.ASGIConductor(app) as client:
+            denied = await client.simulate_get("/debug/deps", headers={"Authorization": "Bearer other"})
+            assert denied.status_code == 401
+            ok = await client.simulate_get("/debug/deps", headers={"Authorization": "Bearer from-env"})
+            assert ok.status_code == 200
+            hub.last("GET /debug/deps")
+    finally:
+        app.hub.close()
+        await hub.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
