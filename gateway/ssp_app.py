@@ -13,6 +13,16 @@ route of the spec's SSP table handled by this issue is forwarded to the hub per 
 - 500 `internal`: a bug in the gateway or an unusable hub reply (logged, generic body).
 
 Everything else is the hub's reply, status and body unchanged.
+
+Decisions (where the spec leaves room):
+
+- Without `SVC_AUTH_SECRET` any bearer token is accepted, but a request with no
+  `Authorization: Bearer <token>` at all is still 401 (`gateway.auth`).
+- Content-Type: absent, `application/json` (any parameters) or `application/*+json`; anything
+  else is 400, so `curl -d` (form-encoded) needs `-H 'Content-Type: application/json'`.
+- `op` is accepted in any letter case and forwarded upper-case; unknown body fields are kept;
+  the unregister id may be bare (`abc`, as the cleanup event sends it) and becomes `query:abc`.
+- Unknown paths are 404 before authentication; a wrong method is 405 (with `Allow`).
 """
 
 from __future__ import annotations
