@@ -41,7 +41,7 @@ import zmq.asyncio
 from surrealdb import RecordID
 from surrealdb.data.types.duration import Duration
 
-from dbclient import Database, DbError, DbTimeout
+from dbclient import Database, DbAuthError, DbError, DbTimeout
 from engine.hashing import bytes_hash
 from engine.values import canonical_bytes, parse_record_id, record_id_text, unpack_value
 from ipc.messages import (
@@ -180,6 +180,8 @@ class Hub:
         self.field_types: dict[str, dict[str, str]] = {}
         self.bootstrap_warnings: list[str] = []
         self.cursors: dict[str, int] = {}
+        self.tables: set[str] = set()  # synced tables known (kept by /reset: not reloaded)
+        self.fingerprints: dict[str, Any] = {}
         self._seen: dict[str, set[int]] = {}
         self.shards = [ShardHandle(i, cfg.shard_endpoint(i), self.ctx, self._shard_exited)
                        for i in range(cfg.shards)]
@@ -212,11 +214,24 @@ class Hub:
         logging.getLogger().addHandler(self.logs)
         for s in self.shards:
             await s.start()
-        await self.db.connect()
-        await self.pub_db.connect()
         self.publisher.start()
         self._spawn(self._sequencer(), "sequencer")
-        await self.bootstrap()
+        backoff = 0.5
+        while True:
+            try:
+                await self.db.connect()
+                await self.pub_db.connect()
+                await self.bootstrap()
+                break
+            except DbAuthError:
+                raise  # wrong credentials do not heal by waiting
+            except DbError as e:
+                # The database is down or slow: stay `bootstrapping` and start over.
+                log.warning("bootstrap failed (%s); retrying in %.1fs", e, backoff)
+                await self._clear_state()
+                self.tables.clear()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
         await self.allowlist.load(self.db)
         if self.cfg.ingest_transport == "changefeed":
             self._spawn(self._tail(), "changefeed")
@@ -293,6 +308,7 @@ class Hub:
         return sorted(out)
 
     async def _load_table(self, table: str) -> None:
+        self.tables.add(table)
         store = self.rows.setdefault(table, {})
         h = self.hashes.get(table, 0)
         loaded = 0
@@ -447,11 +463,16 @@ class Hub:
         try:
             body = req.get("body") or {}
             table, op, rid = body["table"], str(body["op"]).upper(), body["id"]
-            record = body.get("record") or {}
+            record = body.get("record")
+            if not isinstance(record, dict) or not isinstance(rid, str):
+                return error_reply(400, ErrorCode.INVALID, "record must be an object, id a string")
+            if op not in ("CREATE", "UPDATE", "DELETE"):
+                return error_reply(400, ErrorCode.INVALID, f"unknown op {op[:20]!r}")
             try:
                 record = self.restore_types(table, rid, record)
-            except ValueError as e:
-                return error_reply(400, ErrorCode.INVALID, str(e))
+                canonical_bytes(record)  # refuse what cannot be stored, before sequencing
+            except (ValueError, TypeError, OverflowError) as e:
+                return error_reply(400, ErrorCode.INVALID, f"record: {e}")
             await self.submit([(table, op, record_id_text(record["id"]), record)],
                               defer=self.cfg.ingest_transport == "http")
             return reply(200, {"status": "ok", "seq": self.seq})
@@ -612,14 +633,18 @@ class Hub:
         from ssp.shard import encode_request
 
         msg = encode_request(kind, payload)
-        results = await asyncio.gather(*(s.send(msg) for s in self.shards if s.up),
-                                       return_exceptions=True)
+        live = [s for s in self.shards if s.up]
+        results = await asyncio.gather(*(s.send(msg) for s in live), return_exceptions=True)
         out = []
-        for r in results:
+        for shard, r in zip(live, results):
             if isinstance(r, ShardDown):
-                continue
+                continue  # its exit handler restarts and rebuilds it from the hub's rows
             if isinstance(r, BaseException):
-                log.error("shard %s failed: %s", kind, r)
+                # The shard may have applied part of the batch: its views can no longer be
+                # trusted. Restart it; the rebuild recomputes them and publishes the diff.
+                log.error("shard %d failed %s (%s): restarting it to rebuild", shard.index,
+                          kind, r)
+                shard.kill()
                 continue
             out.append(r)
         return out
@@ -838,20 +863,24 @@ class Hub:
 
     # ------------------------------------------------------------------ admin and debug
 
+    async def _clear_state(self) -> None:
+        """Forget every view and row, in the hub and in fresh shard processes."""
+        self.views.clear()
+        self.rows.clear()
+        self.rv.clear()
+        self.hashes.clear()
+        self.publisher.dirty.clear()
+        self.publisher.initial.clear()
+        self.publisher.pending_ops = 0
+        for s in self.shards:
+            await s.stop()
+            s.stopping = False
+            await s.start()
+
     async def r_reset(self, req: dict[str, Any]) -> dict[str, Any]:
         async with self._apply_lock:
-            self.views.clear()
-            self.rows.clear()
-            self.rv.clear()
-            self.hashes.clear()
-            self.publisher.dirty.clear()
-            self.publisher.initial.clear()
-            self.publisher.pending_ops = 0
-            for s in self.shards:
-                if s.up:
-                    await s.stop()
-                    s.stopping = False
-                    await s.start()
+            await self._clear_state()
+        log.info("reset: all views and data cleared")
         return reply(200, {"status": "ok"})
 
     async def r_reload(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -859,6 +888,7 @@ class Hub:
         try:
             async with self._apply_lock:
                 views = list(self.views.values())
+                self.tables.clear()
                 self.rows.clear()
                 self.rv.clear()
                 self.hashes.clear()
@@ -1123,23 +1153,37 @@ class Hub:
                 log.warning("schema poll failed: %s", e)
 
     async def poll_schema_once(self) -> None:
-        """Load new tables; drop a table after two consecutive probes miss it."""
+        """Load new tables; re-read field types when a table's `_00_schema_state` fingerprint
+        moves; drop a table after two consecutive probes miss it (its rows are retracted)."""
+        if self.status != "ready":
+            return  # a reload or reset rebuilds tables itself
         current = set(await self._synced_tables())
-        for t in sorted(current - set(self.rows)):
+        for t in sorted(current - self.tables):
             log.info("schema: new table %s", t)
             self.cursors[t] = (now_ms() - CURSOR_MARGIN_MS) << 16
             async with self._apply_lock:
                 await self._load_table(t)
         for t in current:
             self._missing.pop(t, None)
-            await self._field_types(t)
-        for t in sorted(set(self.rows) - current):
+        try:
+            states = await self.db.query_one("SELECT id, fingerprint FROM _00_schema_state",
+                                             idempotent=True) or []
+        except DbError:
+            states = []  # no schema state table (schema not applied): types stay as read
+        for row in states:
+            name = str(getattr(row.get("id"), "id", ""))
+            fp = row.get("fingerprint")
+            if name in current and self.fingerprints.get(name) != fp:
+                self.fingerprints[name] = fp
+                await self._field_types(name)
+        for t in sorted(self.tables - current):
             self._missing[t] = self._missing.get(t, 0) + 1
             if self._missing[t] >= 2:
                 log.info("schema: table %s removed; retracting its rows", t)
                 events = [(t, "DELETE", rid, None) for rid in list(self.rows.get(t, {}))]
                 if events:
                     await self.submit(events)
+                self.tables.discard(t)
                 self.rows.pop(t, None)
                 self.hashes.pop(t, None)
                 self.cursors.pop(t, None)
@@ -1201,6 +1245,7 @@ class Hub:
                 self.cursors[t] = cursor_now
                 continue
             await self._field_types(t)
+            self.tables.add(t)
             store = self.rows.setdefault(t, {})
             h = 0
             rows = []

@@ -8,8 +8,9 @@ nothing but a delete of an edge that may not exist, and a failed flush only has 
 marks back to be retried (a delta is never lost).
 
 One flush = ONE database transaction (bound parameters only; table names are generated
-identifiers, see `ssp.naming`) holding, in order: prior-edge deletes of views being
-(re)materialised, teardowns of unregistered views, edge deletes, edge upserts, and the
+identifiers, see `ssp.naming`) holding, in order: deletes of the prior edges of views being
+(re)materialised that are not members now (members are upserted, which leaves the same final
+state as "delete all, insert members" without a delete+create pair per unchanged edge), teardowns of unregistered views, edge deletes, edge upserts, and the
 `_00_query` `state='ready'`/`rowCount` updates of views whose initial edges it commits.
 A flush takes at most `max_ops` operations; the rest stays queued for the next one at once.
 """
@@ -248,7 +249,12 @@ class Publisher:
             taken_initial[vid] = self.initial.pop(vid)
             if view is None or view.generation != gen:
                 continue
-            stmts.append((f"DELETE {view.edge_table} WHERE in = $q", {"q": view.record}))
+            # Prior edges that are not members go; members are upserted. (Deleting all and
+            # re-inserting in one transaction loses the re-inserted ids in SurrealDB 3.2.4:
+            # INSERT ... ON DUPLICATE KEY UPDATE treats the deleted record as present.)
+            outs = [parse_record_id(m) for m in view.members]
+            stmts.append((f"DELETE {view.edge_table} WHERE in = $q AND out NOTINSIDE $outs",
+                          {"q": view.record, "outs": outs}))
             rows = inserts.setdefault(view.edge_table, [])
             for m in view.members:
                 rows.append(self._edge_row(view, m, seq))

@@ -91,8 +91,20 @@ async def serve(index: int, endpoint: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     task = loop.create_task(server.serve())
+    parent = os.getppid()
+
+    async def orphan_watch() -> None:
+        # The shard runs in its own session (a signal to the SSP's process group is the hub's
+        # to handle); if the hub dies without stopping it, exit instead of lingering.
+        while os.getppid() == parent:
+            await asyncio.sleep(1.0)
+        log.warning("shard %d: the hub is gone; exiting", index)
+        stop.set()
+
+    watch = loop.create_task(orphan_watch())
     log.info("shard %d serving on %s (pid %d)", index, endpoint, os.getpid())
     await stop.wait()
+    watch.cancel()
     task.cancel()
     server.close()
 

@@ -67,7 +67,10 @@ class ShardHandle:
         self._died = asyncio.Event()
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ssp.shard", "--index", str(self.index),
-            "--endpoint", self.endpoint)
+            "--endpoint", self.endpoint,
+            # Its own session: SIGTERM to the SSP's process group reaches the hub, which
+            # flushes and then stops the shards itself (a shard gone first is not a crash).
+            start_new_session=True)
         if self.client is not None:
             self.client.close()
         self.client = RpcClient(self.endpoint, ctx=self._ctx)
@@ -89,6 +92,8 @@ class ShardHandle:
 
     async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()
+        if proc is not self.proc:
+            return  # an older generation, replaced on purpose
         self.up = False
         self._died.set()
         if not self.stopping:
@@ -124,6 +129,12 @@ class ShardHandle:
             raise ShardError(code, message)
         return reply
 
+    def kill(self) -> None:
+        """SIGKILL the worker; its exit handler restarts and rebuilds it."""
+        self.up = False
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+
     def may_restart(self) -> bool:
         """Record a restart; False when it crashed too often to try again."""
         now = time.monotonic()
@@ -134,6 +145,8 @@ class ShardHandle:
         """SIGTERM the worker and wait (SIGKILL after `timeout`)."""
         self.stopping = True
         self.up = False
+        if self._watch is not None:
+            self._watch.cancel()  # a deliberate stop is not a crash
         proc = self.proc
         if proc is not None and proc.returncode is None:
             proc.terminate()

@@ -182,3 +182,87 @@ async def _edges_are(root: Database, key: str, want: set[str]) -> bool:
 
 
 _ = RecordID
+
+
+async def test_bootstrapping_answers_503_until_the_database_answers(tmp_path: Path) -> None:
+    from tests.integration.test_ssp_support import (
+        APP_SCHEMA,
+        apply_schema,
+        root_db,
+        start_ssp,
+        unique_db,
+    )
+
+    own_host = start_db_host(tmp_path / "boot", memory=True)
+    pid = own_host.process.proc.pid  # type: ignore[union-attr]
+    ssp = None
+    try:
+        ns, db = unique_db()
+        root = await root_db(own_host, ns, db)
+        await root.query(APP_SCHEMA)
+        apply_schema(own_host, ns, db)
+        await root.close()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            ssp = start_ssp(tmp_path, own_host, ns, db, SVC_SSP_DB_TIMEOUT_SECS="0.5")
+
+            async def bootstrapping() -> bool:
+                try:
+                    r = await ssp.call("GET /health", timeout=2)  # type: ignore[union-attr]
+                except Exception:  # noqa: BLE001 - the hub socket may not be bound yet
+                    ssp.close_client()  # type: ignore[union-attr]
+                    return False
+                return r["status"] == 503 and r["body"]["status"] == "bootstrapping"
+            await wait_for(bootstrapping, what="503 bootstrapping")
+            r = await ssp.call("POST /ingest", {"table": "post", "op": "CREATE",
+                                                "id": "post:1", "record": {}})
+            assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
+            r = await ssp.call("POST /view/register", view_body("x", OWN))
+            assert r["status"] == 503
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await ssp.wait_ready()
+    finally:
+        if ssp is not None:
+            assert ssp.stop() == 0, ssp.process.log_text()[-3000:]
+        own_host.process.stop()
+
+
+async def test_reload_rebuilds_and_reset_clears(host: DbHost, tmp_path: Path) -> None:
+    async with open_stack(host, tmp_path, before_start=alice) as st:
+        await st.root.query("CREATE post:a SET owner = user:alice, title = 't'")
+        await wait_for(lambda: _count(st, "post", 1), what="loaded")
+        assert (await st.ssp.call("POST /view/register", view_body("rl", OWN)))["status"] == 200
+        r = await st.ssp.call("POST /admin/reload")
+        assert r == {"status": 200, "body": {"status": "ready"}} or (
+            r["status"] == 200 and r["body"] == {"status": "ready"}), r
+        await st.root.query("CREATE post:b SET owner = user:alice, title = 't'")
+        await wait_for(lambda: _edges_are(st.root, "rl", {"post:a", "post:b"}), what="after reload")
+        r = await st.ssp.call("POST /reset")
+        assert r["status"] == 200
+        info = (await st.ssp.call("GET /info"))["body"][0]
+        assert info["views"] == 0
+        assert all(n == 0 for n in info["circuit_tables"].values()), info
+        assert (await st.ssp.call("GET /debug/view/{view_id}",
+                                  params={"view_id": "query:rl"}))["status"] == 404
+
+
+async def test_reload_failure_is_500_reload_failed(tmp_path: Path) -> None:
+    own_host = start_db_host(tmp_path / "rl", memory=True)
+    pid = own_host.process.proc.pid  # type: ignore[union-attr]
+    try:
+        async with open_stack(own_host, tmp_path, SVC_SSP_DB_TIMEOUT_SECS="0.5",
+                              SVC_INGEST_TRANSPORT="http") as st:
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                r = await st.ssp.call("POST /admin/reload")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert r["status"] == 500 and r["body"]["code"] == "reload_failed", r
+            assert r["body"]["message"]
+            h = await st.ssp.call("GET /health")
+            assert h["status"] == 503 and h["body"]["status"] == "failed"
+            r = await st.ssp.call("POST /admin/reload")
+            assert r["status"] == 200 and r["body"] == {"status": "ready"}
+    finally:
+        own_host.process.stop()
