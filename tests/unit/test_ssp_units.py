@@ -1,0 +1,251 @@
+"""Unit tests of the SSP's pure parts: naming, log ring, changefeed decoding, type restoration,
+admission (slots, pending operations) and the publisher's coalescing and retry rules."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from surrealdb import RecordID
+
+from dbclient import DbQueryError
+from ssp.config import SspConfig
+from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, _claimed_auth, _feed_event
+from ssp.naming import edge_suffix, edge_table, view_record
+from ssp.publisher import MAX_PENDING_OPS, Publisher, PubView, Teardown
+from ssp.shards import shard_of
+
+
+def test_plain_user_ids_name_their_table_directly() -> None:
+    assert edge_table(RecordID("user", "alice"), "dedicated") == "_00_list_ref_user_alice"
+    assert edge_table(RecordID("user", 42), "dedicated") == "_00_list_ref_user_42"
+
+
+def test_edge_table_suffixes_are_collision_free_and_identifiers() -> None:
+    ids = [RecordID("user", "42"), RecordID("user", 42), RecordID("user", "a-b"),
+           RecordID("user", "a_b"), RecordID("account", "alice"), RecordID("user", "alice"),
+           RecordID("user", "é"), RecordID("user", "_61")]
+    suffixes = [edge_suffix(r) for r in ids]
+    assert len(set(suffixes)) == len(ids)
+    for s in suffixes:
+        assert s.replace("_", "").isalnum() and s.isascii()
+
+
+def test_single_mode_and_anonymous_views_use_the_shared_table() -> None:
+    assert edge_table(RecordID("user", "alice"), "single") == "_00_list_ref"
+    assert edge_table(None, "dedicated") == "_00_list_ref"
+
+
+def test_view_record_strips_the_query_prefix() -> None:
+    assert view_record("query:abc") == RecordID("_00_query", "abc")
+
+
+def test_shard_of_is_stable_and_in_range() -> None:
+    assert shard_of("query:x", 4) == shard_of("query:x", 4)
+    assert {shard_of(f"query:{i}", 3) for i in range(100)} == {0, 1, 2}
+
+
+def test_claimed_auth_from_params() -> None:
+    assert _claimed_auth({"auth_id": "user:alice"}) == RecordID("user", "alice")
+    assert _claimed_auth({"auth": {"id": "user:⟨a-b⟩"}}) == RecordID("user", "a-b")
+    assert _claimed_auth({}) is None and _claimed_auth(None) is None
+    with pytest.raises(ValueError, match="auth_id"):
+        _claimed_auth({"auth_id": 3})
+    with pytest.raises(ValueError, match="not a record id"):
+        _claimed_auth({"auth_id": "no colon here"})
+
+
+def test_log_ring_cursor_backfill_and_gap() -> None:
+    ring = LogRing(size=3)
+    assert ring.poll(None, 10)["body"] == {"lines": [], "cursor": 0, "gap": False}
+    for i in range(5):
+        ring.add(f"l{i}")
+    assert ring.poll(None, 2)["body"] == {"lines": ["l3", "l4"], "cursor": 5, "gap": False}
+    assert ring.poll(4, None)["body"] == {"lines": ["l4"], "cursor": 5, "gap": False}
+    assert ring.poll(5, None)["body"] == {"lines": [], "cursor": 5, "gap": False}
+    behind = ring.poll(0, None)["body"]
+    assert behind["gap"] is True and behind["lines"] == ["l2", "l3", "l4"]
+
+
+def test_feed_changes_become_events() -> None:
+    row = {"id": RecordID("post", 1), "n": 1}
+    assert _feed_event("post", {"update": row}) == ("post", "CREATE", "post:1", row)
+    assert _feed_event("post", {"current": row, "update": [{"op": "replace"}]}) == (
+        "post", "UPDATE", "post:1", row)
+    assert _feed_event("post", {"delete": {"id": RecordID("post", 1), "original": row}}) == (
+        "post", "DELETE", "post:1", row)
+    assert _feed_event("post", {"define_table": {"name": "post"}}) is None
+
+
+def make_hub(**env: str) -> Hub:
+    return Hub(SspConfig.from_env({"SVC_DB_URL": "ws://127.0.0.1:1", "SVC_SSP_SHARDS": "1",
+                                   "SVC_SSP_RUN_DIR": "/tmp/ssp-unit", **env}))
+
+
+def test_json_records_get_links_and_datetimes_back_from_field_types() -> None:
+    hub = make_hub()
+    hub.field_types["post"] = {"owner": "record", "at": "datetime"}
+    out = hub.restore_types("post", "post:1", {"owner": "user:alice",
+                                               "at": "2025-01-31T12:00:00Z", "free": "user:bob"})
+    assert out["id"] == RecordID("post", 1)
+    assert out["owner"] == RecordID("user", "alice")
+    assert out["at"] == datetime(2025, 1, 31, 12, tzinfo=timezone.utc)
+    assert out["free"] == "user:bob"  # schemaless: no definition, stays a string
+    with pytest.raises(ValueError, match="not in table"):
+        hub.restore_types("post", "user:1", {})
+
+
+async def test_ingest_is_refused_when_slots_are_full_and_nothing_is_applied() -> None:
+    hub = make_hub()
+    hub.status = "ready"
+    hub.slots = PUBLICATION_SLOTS
+    body = {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 1}}
+    r = await hub.handle({"route": "POST /ingest", "body": body})
+    assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
+    assert hub.rows == {} and hub.seq == 0 and hub.overload_rejections == 1
+
+
+async def test_ingest_is_refused_when_pending_operations_are_over_the_threshold() -> None:
+    hub = make_hub()
+    hub.status = "ready"
+    hub.publisher.pending_ops = MAX_PENDING_OPS
+    r = await hub.handle({"route": "POST /ingest", "body": {
+        "table": "post", "op": "CREATE", "id": "post:1", "record": {}}})
+    assert r["status"] == 503 and hub.rows == {}
+
+
+async def test_ingest_before_ready_is_503_and_bad_records_are_400() -> None:
+    hub = make_hub()
+    r = await hub.handle({"route": "POST /ingest", "body": {
+        "table": "post", "op": "CREATE", "id": "post:1", "record": {}}})
+    assert r["status"] == 503
+    hub.status = "ready"
+    for body in ({"table": "post", "op": "CREATE", "id": "post:1", "record": [1]},
+                 {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 2**70}},
+                 {"table": "post", "op": "NOPE", "id": "post:1", "record": {}},
+                 {"table": "post", "op": "CREATE", "id": "::", "record": {}}):
+        r = await hub.handle({"route": "POST /ingest", "body": body})
+        assert r["status"] == 400 and r["body"]["message"], body
+    assert hub.rows == {}
+
+
+async def test_health_and_unknown_routes() -> None:
+    hub = make_hub()
+    r = await hub.handle({"route": "GET /health"})
+    assert r == {"status": 503, "body": {"status": "bootstrapping"}}
+    hub.db.consecutive_timeouts = 3
+    hub.status = "ready"
+    r = await hub.handle({"route": "GET /health"})
+    assert r["status"] == 200
+    assert r["body"]["db"] == {"status": "stalled", "consecutive_timeouts": 3}
+    assert (await hub.handle({"route": "GET /nope"}))["status"] == 404
+    assert (await hub.handle("junk"))["status"] == 400
+
+
+class FakeDb:
+    """Records transactions; fails the next `fail` calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[str, Any]]] = []
+        self.fail = 0
+
+    async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+        if self.fail:
+            self.fail -= 1
+            raise DbQueryError("boom")
+        self.calls.append(list(stmts))
+        return [None] * len(stmts)
+
+
+def make_pub(views: dict[str, PubView], db: FakeDb) -> Publisher:
+    return Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
+                     view_lookup=views.get, rv_lookup=lambda rid: 7)
+
+
+def view(members: set[str]) -> PubView:
+    return PubView("query:v", RecordID("_00_query", "v"), "_00_list_ref_user_alice",
+                   RecordID("user", "alice"), members)
+
+
+async def test_flush_writes_members_as_upserts_and_others_as_deletes_in_one_transaction() -> None:
+    db = FakeDb()
+    v = view({"post:1"})
+    pub = make_pub({"query:v": v}, db)
+    pub.mark("query:v", ["post:1", "post:2"])
+    await pub.flush()
+    [tx] = db.calls
+    assert [s for s, _ in tx] == ["DELETE $ids", "INSERT RELATION INTO _00_list_ref_user_alice "
+                                  "$rows ON DUPLICATE KEY UPDATE rv = $input.rv, seq = $input.seq"]
+    assert tx[0][1]["ids"] == [RecordID("_00_list_ref_user_alice",
+                                        [v.record, RecordID("post", 2)])]
+    [row] = tx[1][1]["rows"]
+    assert row["in"] == v.record and row["out"] == RecordID("post", 1) and row["rv"] == 7
+    assert not pub.pending
+
+
+async def test_add_then_remove_within_a_window_coalesces_to_the_current_state() -> None:
+    db = FakeDb()
+    v = view(set())
+    pub = make_pub({"query:v": v}, db)
+    pub.mark("query:v", ["post:1"])
+    pub.mark("query:v", ["post:1"])  # added, then removed: member set no longer has it
+    await pub.flush()
+    [tx] = db.calls
+    assert [s for s, _ in tx] == ["DELETE $ids"]
+
+
+async def test_a_failed_flush_is_retried_with_nothing_lost() -> None:
+    db = FakeDb()
+    db.fail = 1
+    v = view({"post:1"})
+    pub = make_pub({"query:v": v}, db)
+    pub.mark("query:v", ["post:1"])
+    with pytest.raises(DbQueryError):
+        await pub.flush()
+    assert pub.pending
+    await pub.flush()
+    assert len(db.calls) == 1 and "INSERT RELATION" in db.calls[0][0][0]
+
+
+async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registration() -> None:
+    db = FakeDb()
+    v = view({"post:1", "post:2"})
+    views = {"query:v": v}
+    pub = make_pub(views, db)
+    pub.materialise(v)
+    await pub.flush()
+    [tx] = db.calls
+    assert tx[0][0].startswith("DELETE _00_list_ref_user_alice WHERE in = $q AND out NOTINSIDE")
+    assert tx[-1] == ("UPDATE $q MERGE $d", {"q": v.record,
+                                             "d": {"state": "ready", "rowCount": 2}})
+    pub.teardown(Teardown("query:v", v.record, v.edge_table, 99))
+    await pub.flush()  # still registered: the teardown is dropped
+    assert len(db.calls) == 1
+    views.clear()
+    pub.teardown(Teardown("query:v", v.record, v.edge_table, 100))
+    await pub.flush()
+    assert [s for s, _ in db.calls[1]] == ["DELETE _00_list_ref_user_alice WHERE in = $q",
+                                           "DELETE $q"]
+
+
+async def test_flush_loop_with_throttle_coalesces_many_marks_into_one_transaction() -> None:
+    db = FakeDb()
+    v = view({f"post:{i}" for i in range(50)})
+    pub = Publisher(db, ref_mode="dedicated", throttle_ms=50,  # type: ignore[arg-type]
+                    view_lookup={"query:v": v}.get, rv_lookup=lambda rid: 1)
+    pub.start()
+    try:
+        for i in range(50):
+            pub.mark("query:v", [f"post:{i}"])
+        assert await pub.drain(5.0)
+    finally:
+        await pub.stop()
+    assert len(db.calls) == 1
+    inserted = [r for c in db.calls for _, p in c for r in (p or {}).get("rows", [])]
+    assert sorted(str(r["out"]) for r in inserted) == sorted(
+        str(RecordID("post", i)) for i in range(50))
+
+
+_ = asyncio
