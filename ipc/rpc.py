@@ -54,11 +54,12 @@ class RpcClient:
     async def call(self, body: Any, timeout: float = 30.0) -> Any:
         """Send one request and wait for its reply; RpcTimeout after `timeout` seconds."""
         self._ensure_reader()
+        frame = msgpack.packb(body, use_bin_type=True)  # raises before anything is registered
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        await self._sock.send_multipart([_ID.pack(rid), msgpack.packb(body, use_bin_type=True)])
         try:
+            await self._sock.send_multipart([_ID.pack(rid), frame])
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError as e:
             raise RpcTimeout(f"no reply within {timeout}s") from e

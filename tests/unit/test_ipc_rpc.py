@@ -65,3 +65,15 @@ async def test_call_times_out_when_nobody_answers(tmp_path: Path) -> None:
     finally:
         client.close()
         ctx.term()
+
+
+async def test_a_body_msgpack_cannot_carry_raises_and_leaves_nothing_pending(tmp_path: Path) -> None:
+    ctx = zmq.asyncio.Context()
+    client = RpcClient(f"ipc://{tmp_path}/x.sock", ctx=ctx)
+    try:
+        with pytest.raises(TypeError):
+            await client.call({"x": object()}, timeout=0.2)
+        assert client._pending == {}
+    finally:
+        client.close()
+        ctx.term()
