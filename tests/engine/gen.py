@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -216,6 +216,8 @@ class QueryBuilder:
 
     r: random.Random
     params: dict[str, Any]
+    param_rate: float = 0.2  # how often an operand is a bound parameter instead of a literal
+    param_kinds: dict[str, str] = field(default_factory=dict)
 
     def value_for(self, kind: str) -> Any:
         v = typed(self.r, kind)
@@ -227,9 +229,10 @@ class QueryBuilder:
     def operand(self, kind: str) -> str:
         """A literal or a bound parameter."""
         value = self.value_for(kind)
-        if self.r.random() < 0.2:
+        if self.r.random() < self.param_rate:
             name = f"p{len(self.params)}"
             self.params[name] = value
+            self.param_kinds[name] = kind
             return f"${name}"
         return literal(value)
 
@@ -349,6 +352,13 @@ class QueryBuilder:
         out: list[str] = []
         if table == "thread" and r.random() < 0.35:
             out.append(f"({self.select('comment', depth + 1, 'thread = $parent.id')}) AS comments")
+        if table == "thread" and r.random() < 0.08:
+            # correlated on a non-id field of the parent: the parent's own change moves it
+            sub = self.select("comment", depth + 1, "author = $parent.author")
+            out.append(f"({sub}) AS same_author")
+        if table == "thread" and r.random() < 0.05:
+            sub = self.select("thread", depth + 1, "score > $parent.score")
+            out.append(f"({sub}) AS higher")
         if table in ("thread", "comment") and r.random() < 0.25:
             sub = self.select("user", depth + 1, "id = $parent.author", single=True)
             out.append(f"({sub})[0] AS author_row")
@@ -389,6 +399,28 @@ def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int)
             events.append((table, "UPDATE", rid, row))
             state[table][rid.id] = row
     return events
+
+
+def make_family_case(seed: int, views: int = 6, writes: int = 30) -> Case:
+    """Many views of ONE shape with different parameter values (the engine shares circuits
+    between them and dispatches changes by parameter value: that path must be exact too)."""
+    r = random.Random(seed)
+    rows = make_rows(r)
+    builder = QueryBuilder(r, {}, param_rate=1.0)
+    while True:
+        builder.params.clear()
+        builder.param_kinds.clear()
+        surql = builder.select(r.choice(["user", "thread", "thread", "comment"]))
+        if builder.params:
+            break
+    family = []
+    for _ in range(views):
+        params = {name: builder.value_for(kind) for name, kind in builder.param_kinds.items()}
+        if "auth" in builder.params:
+            params["auth"] = {"id": r.choice(USER_IDS)}
+        family.append(View(surql, params))
+    return Case(rows=rows, views=family, writes=make_writes(r, rows, writes),
+                note=f"family seed {seed}")
 
 
 def make_case(seed: int, views: int = 5, writes: int = 25) -> Case:

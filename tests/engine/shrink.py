@@ -1,8 +1,8 @@
 """Reproduce a failing differential seed, shrink it and save it as a regression fixture.
 
-    python -m tests.engine.shrink SEED [SEED...] [--long | --updated]
+    python -m tests.engine.shrink SEED [SEED...] [--long | --family | --updated]
 
-(``--long``: the long-sequence cases of test_differential; ``--updated``: the cases of
+(``--long`` / ``--family``: the long-sequence / one-shape cases of test_differential; ``--updated``: the cases of
 test_updated, shrunk and replayed with the ``delta.updated`` check on)
 
 Writes ``tests/engine/fixtures/seed_<SEED>.json``; ``test_regressions.py`` replays it forever.
@@ -14,15 +14,19 @@ import sys
 from pathlib import Path
 
 from tests.engine.codec import dump_case
-from tests.engine.gen import make_case
+from tests.engine.gen import make_case, make_family_case
 from tests.engine.runner import run_case, shrink
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def save_fixture(seed: int, long: bool = False, updated: bool = False) -> Path | None:
+def save_fixture(seed: int, long: bool = False, updated: bool = False,
+                 family: bool = False) -> Path | None:
     """Shrink the case of ``seed`` if it fails; return the fixture path (None if it passes)."""
-    case = make_case(seed, views=6, writes=90) if long else make_case(seed)
+    if family:
+        case = make_family_case(seed)
+    else:
+        case = make_case(seed, views=6, writes=90) if long else make_case(seed)
     case.check_updated = updated
     mismatch = run_case(case, check_updated=updated)
     if mismatch is None:
@@ -36,9 +40,9 @@ def save_fixture(seed: int, long: bool = False, updated: bool = False) -> Path |
 
 def main(argv: list[str]) -> int:
     """Entry point: one fixture per failing seed."""
-    long, updated = "--long" in argv, "--updated" in argv
+    long, updated, family = "--long" in argv, "--updated" in argv, "--family" in argv
     for arg in (a for a in argv if not a.startswith("--")):
-        path = save_fixture(int(arg), long, updated)
+        path = save_fixture(int(arg), long, updated, family)
         print(f"seed {arg}: {'passes' if path is None else f'saved {path}'}")
     return 0
 

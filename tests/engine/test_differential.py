@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 
 from tests.engine.codec import Case, dump_case
-from tests.engine.gen import make_case
+from tests.engine.gen import make_case, make_family_case
 from tests.engine.runner import run_case, shrink
 
 SEEDS = range(400)
 LONG_SEEDS = range(10_000, 10_050)  # fewer cases, long write sequences (state drifts further)
+FAMILY_SEEDS = range(50_000, 50_150)  # many views of one shape, different parameters
 _SHRINK_BUDGET = [3]  # shrinking is slow: only the first few failures of a run are shrunk
 
 
@@ -30,6 +31,12 @@ def test_engine_agrees_with_surrealdb_over_long_write_sequences(seed: int) -> No
     _check(seed, make_case(seed, views=6, writes=90))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", FAMILY_SEEDS)
+def test_views_sharing_one_shape_agree_with_surrealdb(seed: int) -> None:
+    _check(seed, make_family_case(seed))
+
+
 def _check(seed: int, case: Case) -> None:
     mismatch = run_case(case)
     if mismatch is None:
@@ -41,4 +48,5 @@ def _check(seed: int, case: Case) -> None:
         detail = f"\nshrunk case ({run_case(small)}):\n{dump_case(small)}"
     pytest.fail(f"seed {seed}: {mismatch}{detail}\n"
                 f"keep it: python -m tests.engine.shrink {seed}"
-                f"{' --long' if len(case.writes) > 25 else ''}", pytrace=False)
+                f"{' --long' if len(case.writes) > 30 else ''}"
+                f"{' --family' if case.note.startswith('family') else ''}", pytrace=False)
