@@ -4,6 +4,8 @@ Checked after registration and after EVERY write, for every view:
 - ``members(view)`` equals the judge's membership for the same query over the same data;
 - the write's delta is exact: ``added`` = entered, ``removed`` = left, a view whose membership
   changed is present, ``updated`` only names current members;
+- ``result(view)`` equals SurrealDB's answer row for row (order, values, types);
+- optionally (``check_updated``) ``updated`` names every member whose own content changed;
 and at the end of the sequence:
 - ``ingest_batch`` of the whole sequence on a fresh engine gives the same memberships, and its
   merged delta per view is the net change (added = final - initial, removed = initial - final);
