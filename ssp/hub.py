@@ -18,19 +18,22 @@ Decisions documented here:
   whose definition (`INFO FOR TABLE`) has a `record` or `datetime` type get them back; a
   SCHEMALESS field has no definition, so a link written there arrives as a plain string (a
   view comparing it with a record id will not match). The changefeed transport keeps types.
-- Serialisation: one `asyncio.Lock` (`_apply_lock`) orders ingest batches, registrations and
-  shard rebuilds, so a view's initial members and the deltas that follow are consistent.
+- Serialisation: one `asyncio.Lock` (`_apply_lock`) orders ingest batches; registrations,
+  unregistrations, shard rebuilds and reloads also wait for the batches in flight
+  (`_exclusive`), so a view's initial members and the deltas that follow are consistent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -67,6 +70,7 @@ from ssp.naming import (
     view_record,
 )
 from ssp.publisher import Publisher, PubView, Teardown
+from ssp.shard import encode_request
 from ssp.shards import ShardDown, ShardError, ShardHandle, shard_of
 
 log = logging.getLogger("ssp.hub")
@@ -74,6 +78,7 @@ log = logging.getLogger("ssp.hub")
 VERSION = "0.1.0"
 PUBLICATION_SLOTS = 256
 BATCH_MAX = 2000  # events per shard round trip
+PIPELINE_DEPTH = 4  # ingest batches sent to the shards before the first reply is handled
 LOAD_CHUNK = 2000  # rows per load message
 FEED_LIMIT = 1000
 FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits are not lost
@@ -195,12 +200,15 @@ class Hub:
         self.generation = 0
         self.overload_rejections = 0
         self.ingested = 0
-        self._queue: asyncio.Queue[tuple[tuple[str, str, str, Any], asyncio.Future[None], bool]]
+        # (event, its future, deferred?, monotonic arrival time)
+        self._queue: asyncio.Queue[tuple[tuple[str, str, str, Any], asyncio.Future[None], bool,
+                                         float]]
         self._queue = asyncio.Queue()
         self._probe_slots = asyncio.Semaphore(VISIBILITY_PROBES)
         self._deferred: set[asyncio.Task[None]] = set()
         self.visibility_fallbacks = 0
         self._apply_lock = asyncio.Lock()
+        self._inflight: asyncio.Queue[Any] = asyncio.Queue(maxsize=PIPELINE_DEPTH)
         self._tasks: list[asyncio.Task[Any]] = []
         self._feed_wake = asyncio.Event()
         self._edge_tables: set[str] = set()
@@ -216,6 +224,7 @@ class Hub:
             await s.start()
         self.publisher.start()
         self._spawn(self._sequencer(), "sequencer")
+        self._spawn(self._collector(), "collector")
         backoff = 0.5
         while True:
             try:
@@ -251,7 +260,7 @@ class Hub:
     async def shutdown(self) -> None:
         """Flush pending edges, write the snapshot, stop loops, shards and connections."""
         for t in self._tasks:
-            if t.get_name() != "sequencer":
+            if t.get_name() not in ("sequencer", "collector"):
                 t.cancel()
         if self._live is not None:
             try:
@@ -371,7 +380,7 @@ class Hub:
                 params = row.get("params") if isinstance(row.get("params"), dict) else None
                 view = self._new_view(vid, str(row.get("surql") or ""), params, auth,
                                       str(row.get("clientId") or ""), ttl, ttl_ms, last, None)
-                async with self._apply_lock:
+                async with self._exclusive():
                     await self._register_on_shard(view)
                 self.views[vid] = view
                 self.publisher.materialise(view)
@@ -507,13 +516,17 @@ class Hub:
         their edges wait for the commit to be visible (`_publish_when_visible`)."""
         loop = asyncio.get_running_loop()
         futs = []
+        arrived = time.monotonic()
         for ev in events:
             fut: asyncio.Future[None] = loop.create_future()
-            self._queue.put_nowait((ev, fut, defer))
+            self._queue.put_nowait((ev, fut, defer, arrived))
             futs.append(fut)
         await asyncio.gather(*futs)
 
     async def _sequencer(self) -> None:
+        """Order events into batches and send each to the shards without waiting for the
+        previous batch's replies (up to PIPELINE_DEPTH in flight): a shard answers in the
+        order it received, and `_collector` handles replies in the same order."""
         while True:
             first = await self._queue.get()
             batch = [first]
@@ -523,18 +536,44 @@ class Hub:
                 batch.append(self._queue.get_nowait())
             try:
                 async with self._apply_lock:
-                    await self._apply([ev for ev, _, _ in batch], defer=first[2])
-                for _, fut, _ in batch:
-                    if not fut.done():
-                        fut.set_result(None)
+                    kept = self._store([b[0] for b in batch])
+                    sends = self._send("ingest", {"events": [list(e) for e in kept]}) if kept \
+                        else []
+                    # Queued under the lock, so `_exclusive()` sees every batch already sent.
+                    await self._inflight.put((batch, kept, sends, first[2], first[3]))
             except Exception as e:
-                log.exception("applying %d events failed", len(batch))
-                for _, fut, _ in batch:
+                log.exception("sequencing %d events failed", len(batch))
+                for _, fut, _, _ in batch:
                     if not fut.done():
                         fut.set_exception(e)
 
-    async def _apply(self, events: list[tuple[str, str, str, Any]], defer: bool = False) -> None:
-        """Store rows, run every shard's circuits, hand the deltas to the publisher."""
+    async def _collector(self) -> None:
+        while True:
+            batch, kept, sends, defer, arrived = await self._inflight.get()
+            try:
+                replies = await self._collect("ingest", sends)
+                self._deliver(kept, replies, defer, arrived)
+                for b in batch:
+                    if not b[1].done():
+                        b[1].set_result(None)
+            except Exception as e:
+                log.exception("applying %d events failed", len(batch))
+                for _, fut, _, _ in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+            finally:
+                self._inflight.task_done()
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """Hold the sequencer and wait for every batch in flight: registrations, rebuilds and
+        reloads see the shards and the hub's member sets in one consistent state."""
+        async with self._apply_lock:
+            await self._inflight.join()
+            yield
+
+    def _store(self, events: list[tuple[str, str, str, Any]]) -> list[tuple[str, str, str, Any]]:
+        """Apply events to the hub's rows (stale versions skipped); returns the kept ones."""
         kept: list[tuple[str, str, str, Any]] = []
         for table, op, rid, record in events:
             if op not in ("CREATE", "UPDATE", "DELETE"):
@@ -563,10 +602,13 @@ class Hub:
             kept.append((table, op, rid, record))
             if table == "user" and op in ("CREATE", "DELETE"):
                 self._spawn_user_table(op, rid)
-        if not kept:
-            return
         self.ingested += len(kept)
-        replies = await self._broadcast("ingest", {"events": [list(e) for e in kept]})
+        return kept
+
+    def _deliver(self, kept: list[tuple[str, str, str, Any]], replies: list[dict[str, Any]],
+                 defer: bool, arrived: float | None) -> None:
+        """Per-view deltas -> member sets -> publisher marks (deferred until commit-visible
+        for transport http)."""
         marks: list[tuple[str, list[str]]] = []
         for r in replies:
             for vid, d in (r.get("deltas") or {}).items():
@@ -580,10 +622,10 @@ class Hub:
             return
         probes = self._visibility_probes(kept) if defer else []
         if probes:
-            self._spawn_tracked(self._publish_when_visible(probes, marks))
+            self._spawn_tracked(self._publish_when_visible(probes, marks, arrived))
         else:
             for vid, members in marks:
-                self.publisher.mark(vid, members)
+                self.publisher.mark(vid, members, at=arrived)
 
     def _visibility_probes(self, events: list[tuple[str, str, str, Any]]
                            ) -> list[tuple[RecordID, int]]:
@@ -598,7 +640,8 @@ class Hub:
         return out
 
     async def _publish_when_visible(self, probes: list[tuple[RecordID, int]],
-                                    marks: list[tuple[str, list[str]]]) -> None:
+                                    marks: list[tuple[str, list[str]]],
+                                    arrived: float | None = None) -> None:
         """Transport http: the event arrived inside the writing transaction. Publish its
         edges once the row's `_00_version` is readable on our own connection (committed), at
         most 16 probes at once, 5 s in all; after that publish anyway (the fallback)."""
@@ -621,7 +664,7 @@ class Hub:
             log.warning("visibility probe failed (%s): publishing anyway", e)
         for vid, members in marks:
             if vid in self.views:
-                self.publisher.mark(vid, members)
+                self.publisher.mark(vid, members, at=arrived)
 
     def _spawn_tracked(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -629,14 +672,22 @@ class Hub:
         task.add_done_callback(self._deferred.discard)
 
     async def _broadcast(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        """Send one request to every running shard; a dead shard is rebuilt later, so skip it."""
-        from ssp.shard import encode_request
+        """Send one request to every running shard and wait for the replies."""
+        return await self._collect(kind, self._send(kind, payload))
 
+    def _send(self, kind: str, payload: dict[str, Any]
+              ) -> list[tuple[ShardHandle, asyncio.Future[dict[str, Any]]]]:
+        """Start sending one request (encoded once) to every running shard."""
         msg = encode_request(kind, payload)
-        live = [s for s in self.shards if s.up]
-        results = await asyncio.gather(*(s.send(msg) for s in live), return_exceptions=True)
+        return [(s, asyncio.ensure_future(s.send(msg))) for s in self.shards if s.up]
+
+    async def _collect(self, kind: str,
+                       sends: list[tuple[ShardHandle, asyncio.Future[dict[str, Any]]]]
+                       ) -> list[dict[str, Any]]:
+        """The replies of `_send`; a dead shard is skipped (its exit handler rebuilds it)."""
+        results = await asyncio.gather(*(f for _, f in sends), return_exceptions=True)
         out = []
-        for shard, r in zip(live, results):
+        for (shard, _), r in zip(sends, results):
             if isinstance(r, ShardDown):
                 continue  # its exit handler restarts and rebuilds it from the hub's rows
             if isinstance(r, BaseException):
@@ -753,7 +804,7 @@ class Hub:
         view = self._new_view(vid, surql, params, auth, client_id, ttl, ttl_ms, last_ms,
                               body.get("format"))
         try:
-            async with self._apply_lock:
+            async with self._exclusive():
                 if held is not None:
                     await self.shards[held.shard].call("unregister", {"view_id": vid})
                     self.views.pop(vid, None)
@@ -769,7 +820,7 @@ class Hub:
         try:
             await self._write_row(view, new=True)
         except DbError:
-            async with self._apply_lock:
+            async with self._exclusive():
                 self.views.pop(vid, None)
                 try:
                     await self.shards[view.shard].call("unregister", {"view_id": vid})
@@ -846,7 +897,7 @@ class Hub:
         """Forget the view now; its edges and row go at the next flush (unless re-registered)."""
         view = self.views.get(vid)
         if view is not None:
-            async with self._apply_lock:
+            async with self._exclusive():
                 self.views.pop(vid, None)
                 try:
                     await self.shards[view.shard].call("unregister", {"view_id": vid})
@@ -878,7 +929,7 @@ class Hub:
             await s.start()
 
     async def r_reset(self, req: dict[str, Any]) -> dict[str, Any]:
-        async with self._apply_lock:
+        async with self._exclusive():
             await self._clear_state()
         log.info("reset: all views and data cleared")
         return reply(200, {"status": "ok"})
@@ -886,7 +937,7 @@ class Hub:
     async def r_reload(self, req: dict[str, Any]) -> dict[str, Any]:
         self.status = "bootstrapping"  # gates /ingest and /view/register
         try:
-            async with self._apply_lock:
+            async with self._exclusive():
                 views = list(self.views.values())
                 self.tables.clear()
                 self.rows.clear()
@@ -949,6 +1000,8 @@ class Hub:
                            "view_count": len(self.views)})
 
     async def r_debug_memory(self, req: dict[str, Any]) -> dict[str, Any]:
+        if (req.get("query") or {}).get("reset_latency") in ("1", "true"):
+            self.publisher.stats.latencies_ms.clear()  # benchmarks measure one phase
         shards = []
         for s in self.shards:
             try:
@@ -994,7 +1047,7 @@ class Hub:
             return
         try:
             await shard.start()
-            async with self._apply_lock:
+            async with self._exclusive():
                 await self._rebuild(shard)
             log.info("shard %d rebuilt", shard.index)
         except Exception as e:
@@ -1161,7 +1214,7 @@ class Hub:
         for t in sorted(current - self.tables):
             log.info("schema: new table %s", t)
             self.cursors[t] = (now_ms() - CURSOR_MARGIN_MS) << 16
-            async with self._apply_lock:
+            async with self._exclusive():
                 await self._load_table(t)
         for t in current:
             self._missing.pop(t, None)

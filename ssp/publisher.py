@@ -112,12 +112,13 @@ class Publisher:
         return (self.pending_ops >= MAX_PENDING_OPS
                 or self.pending_ops * _OP_BYTES >= MAX_PENDING_BYTES)
 
-    def mark(self, view_id: str, members: Iterable[str]) -> None:
-        """Members of `view_id` whose edge must be brought up to date."""
+    def mark(self, view_id: str, members: Iterable[str], at: float | None = None) -> None:
+        """Members of `view_id` whose edge must be brought up to date; `at` is when the
+        change arrived (monotonic), the start of the ingest-to-commit latency."""
         s = self.dirty.get(view_id)
         if s is None:
             s = self.dirty[view_id] = set()
-            self._since.setdefault(view_id, time.monotonic())
+            self._since.setdefault(view_id, time.monotonic() if at is None else at)
         before = len(s)
         s.update(members)
         self.pending_ops += len(s) - before

@@ -1,0 +1,272 @@
+"""SSP benchmark: sustained ingest events/s and ingest-to-edge-committed latency, with 10,000
+views over 1,000 users, next to the naive baseline, for 1 and 2 shards, in one run.
+
+    .venv/bin/python loadtests/bench_ssp.py [--users 1000] [--views-per-user 10]
+        [--seconds 15] [--shards 1,2] [--throttle-ms 100] [--concurrency 64]
+
+What runs: a database host (`python -m dbhost --memory`) and, per shard count, a fresh
+database and a real `python -m ssp` (hub + shard processes, transport http so the benchmark
+drives the events). Views: user u has 10 views `SELECT * FROM post WHERE owner = $auth.id AND
+cat = $cat` (cat 0..9; odd cats add `ORDER BY n DESC LIMIT 5`), so a post change affects the
+one view of its (owner, cat). Events are JSON-shaped `POST /ingest` requests sent straight to
+the hub over ZeroMQ (the gateway's hop is measured by the gateway's own benchmark), 70 %
+UPDATE of an existing post, 20 % CREATE, 10 % DELETE, without `_00_rv` (no commit-visibility
+probe: the source rows are not written, the SSP path alone is measured).
+
+- events/s: accepted (200) ingests per second over the run, `concurrency` requests in flight.
+- latency: per view and flush, time from the arrival of the oldest change of that view at the
+  hub to the commit of the transaction holding its edges (`/debug/memory` publication
+  p50/p99), so it includes the throttle window.
+- naive baseline: for each event, write the source row, then re-run the affected view's query
+  in SurrealDB and rewrite its edges (delete all, insert all) in one transaction; events/s and
+  per-event latency of the re-run + rewrite, same concurrency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from surrealdb import RecordID  # noqa: E402
+
+from dbclient import Database, DbConfig, DbError  # noqa: E402
+from ipc.messages import request  # noqa: E402
+from ipc.rpc import RpcClient  # noqa: E402
+from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp  # noqa: E402
+from tests.support.procs import start_db_host  # noqa: E402
+
+SCHEMA = """
+DEFINE TABLE user SCHEMALESS;
+DEFINE TABLE post SCHEMAFULL;
+DEFINE FIELD owner ON post TYPE record<user>;
+DEFINE FIELD cat ON post TYPE int;
+DEFINE FIELD n ON post TYPE int;
+DEFINE INDEX post_owner_cat ON post FIELDS owner, cat;
+"""
+PLAIN = "SELECT * FROM post WHERE owner = $auth.id AND cat = $cat"
+TOP = PLAIN + " ORDER BY n DESC LIMIT 5"
+POSTS_PER_USER = 5
+
+
+def surql_for(cat: int) -> str:
+    return TOP if cat % 2 else PLAIN
+
+
+def pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * p))]
+
+
+async def seed(db: Database, users: int) -> list[tuple[str, int, int]]:
+    """Users and initial posts; returns (post key, owner index, cat)."""
+    await db.query(SCHEMA)
+    for i in range(0, users, 500):
+        await db.query("INSERT INTO user $rows",
+                       {"rows": [{"id": RecordID("user", f"u{j}"), "name": f"u{j}"}
+                                 for j in range(i, min(users, i + 500))]})
+    posts = []
+    rng = random.Random(1)
+    rows = []
+    for u in range(users):
+        for k in range(POSTS_PER_USER):
+            key = f"p{u}_{k}"
+            cat = rng.randrange(10)
+            posts.append((key, u, cat))
+            rows.append({"id": RecordID("post", key), "owner": RecordID("user", f"u{u}"),
+                         "cat": cat, "n": rng.randrange(100)})
+    for i in range(0, len(rows), 1000):
+        await db.query("INSERT INTO post $rows", {"rows": rows[i:i + 1000]})
+    return posts
+
+
+async def hub_call(client: RpcClient, route: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+    return dict(await client.call(request(route, body, **kw), timeout=120))
+
+
+async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace) -> dict[str, Any]:
+    ns, dbn = "bench", f"s{shards}_{uuid.uuid4().hex[:6]}"
+    db = Database(DbConfig.from_env(db_env(host, ns, dbn)))
+    await db.connect()
+    posts = await seed(db, args.users)
+    apply_schema(host, ns, dbn, "changefeed")
+    ssp = start_ssp(tmp, host, ns, dbn, SVC_SSP_SHARDS=str(shards), SVC_INGEST_TRANSPORT="http",
+                    SVC_SSP_QUERY_UPDATE_THROTTLE_MS=str(args.throttle_ms),
+                    SVC_SCHEMA_POLL_SECS="0")
+    client: RpcClient | None = None
+    try:
+        await ssp.wait_ready(timeout=600)
+        client = RpcClient(ssp.hub_endpoint)
+        # Register the views, `concurrency` at a time.
+        t0 = time.perf_counter()
+        todo = [(u, c) for u in range(args.users) for c in range(args.views_per_user)]
+        sem = asyncio.Semaphore(32)
+
+        async def reg(u: int, c: int) -> None:
+            async with sem:
+                r = await hub_call(client, "POST /view/register", {  # type: ignore[arg-type]
+                    "id": f"query:u{u}c{c}", "surql": surql_for(c), "clientId": "bench",
+                    "ttl": "1h", "params": {"auth_id": f"user:u{u}", "cat": c}})
+                assert r["status"] == 200, r
+        await asyncio.gather(*(reg(u, c) for u, c in todo))
+        reg_secs = time.perf_counter() - t0
+        await drained(client)
+        await hub_call(client, "GET /debug/memory", query={"reset_latency": "1"})
+        # Sustained ingest.
+        rng = random.Random(shards)
+        live = list(posts)
+        seq = [0]
+        ok = [0]
+        busy = [0]
+        stop_at = time.perf_counter() + args.seconds
+
+        def event() -> dict[str, Any]:
+            roll = rng.random()
+            if roll < 0.2 or len(live) < 10:
+                seq[0] += 1
+                key, u, cat = f"n{shards}_{seq[0]}", rng.randrange(args.users), rng.randrange(10)
+                live.append((key, u, cat))
+                op = "CREATE"
+            elif roll < 0.3:
+                key, u, cat = live.pop(rng.randrange(len(live)))
+                op = "DELETE"
+            else:
+                key, u, cat = live[rng.randrange(len(live))]
+                op = "UPDATE"
+            return {"table": "post", "op": op, "id": f"post:{key}",
+                    "record": {"id": f"post:{key}", "owner": f"user:u{u}", "cat": cat,
+                               "n": rng.randrange(100)}}
+
+        async def sender() -> None:
+            c = RpcClient(ssp.hub_endpoint)
+            try:
+                while time.perf_counter() < stop_at:
+                    r = await hub_call(c, "POST /ingest", event())
+                    if r["status"] == 200:
+                        ok[0] += 1
+                    else:
+                        busy[0] += 1
+                        await asyncio.sleep(0.01)
+            finally:
+                c.close()
+        t1 = time.perf_counter()
+        await asyncio.gather(*(sender() for _ in range(args.concurrency)))
+        elapsed = time.perf_counter() - t1
+        await drained(client)
+        mem = (await hub_call(client, "GET /debug/memory"))["body"]
+        pub = mem["publication"]
+        return {"shards": shards, "views": len(todo), "register_per_s": len(todo) / reg_secs,
+                "events_per_s": ok[0] / elapsed, "rejected_503": busy[0],
+                "p50_ms": pub["latency_p50_ms"], "p99_ms": pub["latency_p99_ms"],
+                "flushes": pub["flushes"], "failures": pub["failures"]}
+    finally:
+        if client is not None:
+            client.close()
+        ssp.stop()
+        await db.close()
+
+
+async def drained(client: RpcClient, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pub = (await hub_call(client, "GET /debug/memory"))["body"]["publication"]
+        if pub["pending_operations"] == 0:
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError("publication did not drain")
+
+
+async def run_naive(host: Any, args: argparse.Namespace) -> dict[str, Any]:
+    ns, dbn = "bench", f"naive_{uuid.uuid4().hex[:6]}"
+    db = Database(DbConfig.from_env(db_env(host, ns, dbn)))
+    await db.connect()
+    try:
+        posts = await seed(db, args.users)
+        await db.query("DEFINE TABLE naive_edge TYPE RELATION SCHEMALESS")
+        rng = random.Random(99)
+        live = list(posts)
+        lat: list[float] = []
+        stop_at = time.perf_counter() + args.seconds
+        done = [0]
+        errors = [0]
+
+        async def worker() -> None:
+            while time.perf_counter() < stop_at:
+                key, u, cat = live[rng.randrange(len(live))]
+                owner = RecordID("user", f"u{u}")
+                await db.query("UPDATE type::record('post', $k) SET n = $n",
+                               {"k": key, "n": rng.randrange(100)})
+                t = time.perf_counter()
+                q = RecordID("_00_query", f"u{u}c{cat}")
+                ids = await db.query_one(surql_for(cat).replace("$auth.id", "$o"),
+                                         {"o": owner, "cat": cat})
+                rows = [{"id": [q, r["id"]], "in": q, "out": r["id"]} for r in ids]
+                stmts: list[tuple[str, dict[str, Any] | None]] = [
+                    ("DELETE naive_edge WHERE in = $q AND out NOTINSIDE $outs",
+                     {"q": q, "outs": [r["id"] for r in ids]})]
+                if rows:
+                    stmts.append(("INSERT RELATION INTO naive_edge $rows ON DUPLICATE KEY "
+                                  "UPDATE out = $input.out", {"rows": rows}))
+                try:
+                    await db.transaction(stmts)
+                except DbError:
+                    errors[0] += 1  # two workers rewrote one view at once
+                    continue
+                lat.append((time.perf_counter() - t) * 1000)
+                done[0] += 1
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(min(args.concurrency, 16))))
+        elapsed = time.perf_counter() - t0
+        return {"events_per_s": done[0] / elapsed, "p50_ms": pct(lat, 0.5),
+                "p99_ms": pct(lat, 0.99), "mean_ms": statistics.fmean(lat) if lat else 0}
+    finally:
+        await db.close()
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--users", type=int, default=1000)
+    p.add_argument("--views-per-user", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=15)
+    p.add_argument("--shards", default="1,2")
+    p.add_argument("--throttle-ms", type=int, default=100)
+    p.add_argument("--concurrency", type=int, default=64)
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ssp-"))
+    host = start_db_host(tmp, memory=True)
+    try:
+        results = [await run_ssp(host, tmp, int(s), args) for s in args.shards.split(",")]
+        naive = await run_naive(host, args)
+    finally:
+        host.process.stop()
+    views = args.users * args.views_per_user
+    print(f"\nSSP benchmark: {views} views over {args.users} users, throttle "
+          f"{args.throttle_ms} ms, {args.seconds:.0f} s per run, concurrency {args.concurrency}")
+    print(f"{'run':<10} {'events/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'503s':>7} "
+          f"{'reg/s':>8} {'x naive':>8}")
+    for r in results:
+        print(f"{'ssp ' + str(r['shards']) + ' sh':<10} {r['events_per_s']:>10.0f} "
+              f"{r['p50_ms'] or 0:>9.1f} {r['p99_ms'] or 0:>9.1f} {r['rejected_503']:>7} "
+              f"{r['register_per_s']:>8.0f} {r['events_per_s'] / naive['events_per_s']:>8.1f}")
+    print(f"{'naive':<10} {naive['events_per_s']:>10.0f} {naive['p50_ms']:>9.1f} "
+          f"{naive['p99_ms']:>9.1f} {'-':>7} {'-':>8} {1.0:>8.1f}")
+    if len(results) == 2:
+        print(f"2 shards / 1 shard events/s: "
+              f"{results[1]['events_per_s'] / results[0]['events_per_s']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
