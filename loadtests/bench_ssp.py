@@ -38,13 +38,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from surrealdb import RecordID  # noqa: E402
+from surrealdb import RecordID
 
-from dbclient import Database, DbConfig, DbError  # noqa: E402
-from ipc.messages import request  # noqa: E402
-from ipc.rpc import RpcClient  # noqa: E402
-from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp  # noqa: E402
-from tests.support.procs import start_db_host  # noqa: E402
+from dbclient import Database, DbConfig, DbError
+from ipc.messages import request
+from ipc.rpc import RpcClient
+from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
+from tests.support.procs import start_db_host
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;
@@ -217,8 +217,8 @@ async def run_naive(host: Any, args: argparse.Namespace) -> dict[str, Any]:
                     ("DELETE naive_edge WHERE in = $q AND out NOTINSIDE $outs",
                      {"q": q, "outs": [r["id"] for r in ids]})]
                 if rows:
-                    stmts.append(("INSERT RELATION INTO naive_edge $rows ON DUPLICATE KEY "
-                                  "UPDATE out = $input.out", {"rows": rows}))
+                    stmts.append((("INSERT RELATION INTO naive_edge $rows ON DUPLICATE KEY "
+                                   "UPDATE out = $input.out"), {"rows": rows}))
                 try:
                     await db.transaction(stmts)
                 except DbError:

@@ -19,6 +19,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from dbclient import Database
@@ -84,10 +85,11 @@ class Allowlist:
                 except (QueryRejected, ValueError) as e:
                     skipped.append([f"{name}[{i}]", str(e)[:200]])
             released = row.get("released_at")
+            if isinstance(released, datetime):
+                released = released.isoformat()
             sources.append({"app": str(row.get("app", name.split("__")[0])),
                             "version": str(row.get("version", name.split("__")[-1])),
-                            "released_at": released.isoformat() if hasattr(released, "isoformat")
-                            else released, "entries": count})
+                            "released_at": released, "entries": count})
         self.shapes = shapes
         self.sources = sources
         self.skipped = skipped

@@ -29,7 +29,7 @@ _PLAIN = re.compile(r"user:([A-Za-z0-9]+)")
 
 def view_record(view_id: str) -> RecordID:
     """`query:abc` (or a bare `abc`) -> the record `_00_query:abc`."""
-    key = view_id[len("query:"):] if view_id.startswith("query:") else view_id
+    key = view_id.removeprefix("query:")
     return RecordID(QUERY_TABLE, key)
 
 

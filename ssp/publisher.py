@@ -282,8 +282,8 @@ class Publisher:
         for table, rows in inserts.items():
             for i in range(0, len(rows), 1000):
                 stmts.append((
-                    f"INSERT RELATION INTO {table} $rows ON DUPLICATE KEY UPDATE "
-                    "rv = $input.rv, seq = $input.seq",
+                    (f"INSERT RELATION INTO {table} $rows ON DUPLICATE KEY UPDATE "
+                     "rv = $input.rv, seq = $input.seq"),
                     {"rows": rows[i:i + 1000]},
                 ))
         for rec, count in ready_updates:

@@ -44,7 +44,7 @@ class ShardHandle:
     """One shard worker process and the hub's client socket to it."""
 
     def __init__(self, index: int, endpoint: str, ctx: zmq.asyncio.Context,
-                 on_exit: Callable[["ShardHandle", int], Awaitable[None]]) -> None:
+                 on_exit: Callable[[ShardHandle, int], Awaitable[None]]) -> None:
         self.index = index
         self.endpoint = endpoint
         self._ctx = ctx

@@ -4,7 +4,7 @@ admission (slots, pending operations) and the publisher's coalescing and retry r
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -91,7 +91,7 @@ def test_json_records_get_links_and_datetimes_back_from_field_types() -> None:
                                                "at": "2025-01-31T12:00:00Z", "free": "user:bob"})
     assert out["id"] == RecordID("post", 1)
     assert out["owner"] == RecordID("user", "alice")
-    assert out["at"] == datetime(2025, 1, 31, 12, tzinfo=timezone.utc)
+    assert out["at"] == datetime(2025, 1, 31, 12, tzinfo=UTC)
     assert out["free"] == "user:bob"  # schemaless: no definition, stays a string
     with pytest.raises(ValueError, match="not in table"):
         hub.restore_types("post", "user:1", {})
@@ -176,8 +176,9 @@ async def test_flush_writes_members_as_upserts_and_others_as_deletes_in_one_tran
     pub.mark("query:v", ["post:1", "post:2"])
     await pub.flush()
     [tx] = db.calls
-    assert [s for s, _ in tx] == ["DELETE $ids", "INSERT RELATION INTO _00_list_ref_user_alice "
-                                  "$rows ON DUPLICATE KEY UPDATE rv = $input.rv, seq = $input.seq"]
+    upsert = ("INSERT RELATION INTO _00_list_ref_user_alice $rows ON DUPLICATE KEY UPDATE "
+              "rv = $input.rv, seq = $input.seq")
+    assert [s for s, _ in tx] == ["DELETE $ids", upsert]
     assert tx[0][1]["ids"] == [RecordID("_00_list_ref_user_alice",
                                         [v.record, RecordID("post", 2)])]
     [row] = tx[1][1]["rows"]
