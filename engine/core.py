@@ -334,9 +334,20 @@ class ViewEngine:
     def ingest_batch(
         self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
     ) -> dict[str, ViewDelta]:
-        """Apply many changes in order; returns the net delta per view."""
-        for table, op, rid, record in events:
-            self._apply(table, op, rid, record)
+        """Apply many changes in order; returns the net delta per view.
+
+        Raises ValueError for a malformed event; the events before it stay applied (and
+        their effect on the views is settled), the malformed one and those after it are not.
+        """
+        try:
+            for event in events:
+                if len(event) != 4:
+                    raise ValueError("an event is (table, op, id, record)")
+                table, op, rid, record = event
+                self._apply(table, op, rid, record)
+        except BaseException:
+            self._flush()
+            raise
         return self._flush()
 
     # ------------------------------------------------------------------ ingest
@@ -370,6 +381,12 @@ class ViewEngine:
     def _apply(self, table: str, op: str, rid: str, record: Mapping[str, Any] | None) -> None:
         if op not in OPS:
             raise ValueError(f"unknown op {op!r} (expected CREATE, UPDATE or DELETE)")
+        if not isinstance(table, str) or not table:
+            raise ValueError(f"the table must be a non-empty string, got {table!r}")
+        if record is not None and not isinstance(record, Mapping):
+            raise ValueError(f"a record must be an object, got {type(record).__name__}")
+        if not isinstance(rid, (str, RecordID)) or not rid:
+            raise ValueError(f"the record id must be a non-empty string, got {rid!r}")
         ts = self.store.table(table)
         rows = ts.rows
         if isinstance(rid, RecordID):  # tolerated: callers may pass the RecordID itself
@@ -457,6 +474,15 @@ class ViewEngine:
                 if rid not in entries:
                     entries[rid] = 1
                     mat.visible.add(rid)
+                elif plan.star_only and mat.trees.get(rid, 0) is None and not _has_nested(row):
+                    # A flat SELECT * row that stays: its new content is the row itself.
+                    old_out = mat.outs.get(rid)
+                    if old_out is not None:
+                        if not same(old_out, row):
+                            mat.upd.add(rid)
+                        mat.outs[rid] = row
+                        self._pending.add(mat)
+                        return
                 mat.dirty.add(rid)
                 self._pending.add(mat)
             elif rid in entries:
