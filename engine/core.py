@@ -19,8 +19,7 @@ Structure (see ``engine/README.md``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 from surrealdb import RecordID
@@ -36,8 +35,7 @@ from engine.values import NONE, Duration, parse_record_id, record_id_text
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 
 
-@dataclass(frozen=True)
-class ViewDelta:
+class ViewDelta(NamedTuple):
     """What one view's membership did: records that entered, left, or changed content."""
 
     added: frozenset[str]
@@ -790,7 +788,19 @@ class ViewEngine:
             self._rewindow(mat)
         else:
             mat.visible = set(entries)
-            mat.dirty.update(entries)
+            if plan.star_only:
+                # Bulk path for SELECT * of flat rows: each row is its own output and member.
+                outs, trees, zs, dirty = mat.outs, mat.trees, mat.zs, mat.dirty
+                for rid in entries:
+                    row = rows[rid]
+                    if type(row.get("id")) is RecordID and not _has_nested(row):
+                        outs[rid] = row
+                        trees[rid] = None
+                        zs[rid] = 1
+                    else:
+                        dirty.add(rid)
+            else:
+                mat.dirty.update(entries)
         self._settle(mat)
 
     def _teardown(self, mat: Mat) -> None:
