@@ -7,7 +7,7 @@ import os
 import sys
 
 from stack.config import StackConfig, parse
-from stack.supervisor import Child, Supervisor
+from stack.supervisor import RELAUNCH_CODES, Child, Supervisor
 
 
 def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
@@ -24,6 +24,20 @@ def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
             cfg.data_dir.mkdir(parents=True, exist_ok=True)
             argv += ["--path", str(cfg.data_dir)]
         children.append(Child("svc-db", argv, child_env, health_url=f"http://{cfg.db_bind}/health"))
+        child_env["SVC_DB_URL"] = cfg.effective_db_url
+        # The embedded engine has no http::* functions: its ingest transport is the changefeed.
+        child_env["SVC_INGEST_TRANSPORT"] = "changefeed"
+    if cfg.start_ssp:
+        children.append(Child("svc schema apply",
+                              [sys.executable, "-m", "svccli", "schema", "apply"],
+                              child_env, oneshot=True))
+        ssp_env = dict(child_env)
+        ssp_env.setdefault("SVC_SSP_LISTEN_ADDR", cfg.ssp_bind)
+        if cfg.data_dir is not None:
+            ssp_env.setdefault("SVC_SSP_SNAPSHOT_DIR", str(cfg.data_dir / "ssp"))
+        children.append(Child("svc-ssp", [sys.executable, "-m", "ssp"], ssp_env,
+                              health_url=f"http://{cfg.ssp_bind}/health",
+                              relaunch_on=RELAUNCH_CODES))
     return children
 
 
@@ -43,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"  database host   http://{cfg.db_bind}  (SDK: ws://{cfg.db_bind}/rpc; data: {where})")
         else:
             lines.append(f"  database        {cfg.effective_db_url} (external, SVC_DB_URL)")
+        if cfg.start_ssp:
+            lines.append(f"  SSP             http://{cfg.ssp_bind}  (GET /health, /info; POST /view/register)")
         lines.append("Ctrl-C stops everything.")
         print("\n".join(lines), flush=True)
 

@@ -15,6 +15,8 @@ class StackConfig:
     db_url: str | None  # SVC_DB_URL: use that database and start no host
     db_bind: str  # host:port of the embedded database host
     data_dir: Path | None  # None = memory-only
+    ssp_bind: str
+    start_ssp: bool
     db_user: str
     db_pass: str = field(repr=False)
     dev_credentials: bool = False  # root/root because SVC_DB_USER/SVC_DB_PASS were not set
@@ -37,6 +39,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
     p.add_argument("--memory", action="store_true", help="keep the database in memory only")
     p.add_argument("--data", default="./data", help="database storage directory (default ./data)")
     p.add_argument("--db-bind", default="127.0.0.1:8000", help="database host address")
+    p.add_argument("--ssp-bind", default="127.0.0.1:8667", help="SSP listen address")
+    p.add_argument("--no-ssp", action="store_true", help="start only the database host")
     a = p.parse_args(list(argv))
     user = env.get("SVC_DB_USER", "")
     password = env.get("SVC_DB_PASS", "")
@@ -46,6 +50,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
     return StackConfig(
         db_url=env.get("SVC_DB_URL") or env.get("SVC_DB_WS") or None,
         db_bind=a.db_bind,
+        ssp_bind=a.ssp_bind,
+        start_ssp=not a.no_ssp,
         data_dir=None if a.memory else Path(a.data).resolve(),
         db_user=user,
         db_pass=password,

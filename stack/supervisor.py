@@ -31,6 +31,7 @@ class Child:
     env: dict[str, str]
     health_url: str | None = None
     relaunch_on: frozenset[int] = frozenset()
+    oneshot: bool = False  # a set-up step: must exit 0 before the next child starts
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     started_at: float = field(default=0.0)
@@ -40,7 +41,7 @@ class Child:
         self.started_at = time.monotonic()
         log.info("started %s (pid %d)", self.name, self.proc.pid)
 
-    def wait_healthy(self, timeout: float = 60.0) -> bool:
+    def wait_healthy(self, timeout: float = 180.0) -> bool:
         """Poll health_url until 200; False when the child died or time ran out."""
         if not self.health_url:
             return True
@@ -81,7 +82,16 @@ class Supervisor:
         signal.signal(signal.SIGINT, self.request_stop)
         try:
             for c in self.children:
+                if self._stopping:
+                    return 0
                 c.start()
+                if c.oneshot:
+                    assert c.proc is not None
+                    rc = c.proc.wait()
+                    if rc != 0:
+                        log.error("%s failed with exit code %d; stopping", c.name, rc)
+                        return rc
+                    continue
                 if not c.wait_healthy():
                     log.error("%s did not become healthy; stopping", c.name)
                     return 1
@@ -94,6 +104,8 @@ class Supervisor:
     def _watch(self) -> int:
         while not self._stopping:
             for c in self.children:
+                if c.oneshot:
+                    continue
                 assert c.proc is not None
                 rc = c.proc.poll()
                 if rc is None:
