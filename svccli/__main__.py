@@ -1,4 +1,4 @@
-"""`svc`: the operator command line. Subcommands: `svc schema apply`.
+"""`svc`: the operator command line: `svc schema apply`, `svc sql`, `svc view watch`.
 
 Exit codes: 0 success, 2 bad configuration (flags, environment, project file, or a transport
 the database cannot support), 1 database errors. Messages say what is wrong and never print
@@ -48,6 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--retention", metavar="DURATION",
                        help="changefeed retention, e.g. 1h (default: SVC_CHANGEFEED_RETENTION "
                        "or 1h)")
+    sql = sub.add_parser("sql", help="run SurrealQL and print each statement's result as JSON",
+                         description="Database from SVC_DB_URL, SVC_DB_USER, SVC_DB_PASS, "
+                         "SVC_DB_NS, SVC_DB_NAME.")
+    sql.add_argument("query", help="one or more SurrealQL statements")
+
+    view = sub.add_parser("view", help="registered views")
+    view_sub = view.add_subparsers(dest="action", required=True)
+    watch = view_sub.add_parser("watch", help="print a view's state and its edges as they change")
+    watch.add_argument("view_id", help="the view id, e.g. query:top")
+    watch.add_argument("--ref-mode", choices=("dedicated", "single"), default="dedicated")
+    watch.add_argument("--seconds", type=float, default=None, help="stop after this long")
     return parser
 
 
@@ -56,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "schema" and args.action == "apply":
         return _schema_apply(args)
+    if args.command in ("sql", "view"):
+        return _tool(args)
     raise AssertionError("argparse enforces the subcommands")
 
 
@@ -73,6 +86,28 @@ def _schema_apply(args: argparse.Namespace) -> int:
         print(f"svc schema apply: configuration error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     return asyncio.run(_run_apply(settings))
+
+
+def _tool(args: argparse.Namespace) -> int:
+    from dbclient import DbConfig
+    from svccli.tools import run_sql, watch_view
+
+    try:
+        cfg = DbConfig.from_env(os.environ)
+    except ValueError as e:
+        print(f"svc {args.command}: configuration error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        if args.command == "sql":
+            asyncio.run(run_sql(cfg, args.query))
+        else:
+            asyncio.run(watch_view(cfg, args.view_id, ref_mode=args.ref_mode, seconds=args.seconds))
+    except DbError as e:
+        print(f"svc {args.command}: database error: {e}", file=sys.stderr)
+        return EXIT_DB_ERROR
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
 
 
 async def _run_apply(settings: SchemaSettings) -> int:
