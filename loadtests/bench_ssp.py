@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -268,5 +269,10 @@ async def main() -> int:
     return 0
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # so the `finally` blocks stop the processes we started
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)
     sys.exit(asyncio.run(main()))

@@ -18,6 +18,7 @@ A flush takes at most `max_ops` operations; the rest stays queued for the next o
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -27,7 +28,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import Database, DbError
+from dbclient import Database, DbError, DbTimeout
 from engine.values import parse_record_id
 from ssp.naming import SINGLE_TABLE, edge_id
 
@@ -37,6 +38,10 @@ log = logging.getLogger("ssp.publisher")
 MAX_PENDING_OPS = 100_000
 MAX_PENDING_BYTES = 64 * 1024 * 1024
 _OP_BYTES = 160  # estimated bytes per pending operation (ids + bookkeeping)
+# A (re)materialisation costs a DELETE ... WHERE scan of the view's prior edges besides its
+# upserts: count it as this many operations against a flush's budget.
+INITIAL_COST = 10
+MIN_OPS = 50
 
 
 @dataclass(eq=False)
@@ -90,6 +95,7 @@ class Publisher:
         self.ref_mode = ref_mode
         self.throttle = throttle_ms / 1000.0
         self.max_ops = max_ops
+        self.budget = max_ops  # shrinks after a timed-out flush, grows back on success
         self._view = view_lookup
         self._rv = rv_lookup
         self.dirty: dict[str, set[str]] = {}
@@ -221,7 +227,7 @@ class Publisher:
     async def _flush_locked(self) -> int:
         if not self.pending:
             return 0
-        budget = self.max_ops
+        budget = self.budget
         stmts: list[tuple[str, dict[str, Any] | None]] = []
         taken_dirty: dict[str, set[str]] = {}
         taken_initial: dict[str, int] = {}
@@ -260,14 +266,22 @@ class Publisher:
             for m in view.members:
                 rows.append(self._edge_row(view, m, seq))
             ready_updates.append((view.record, len(view.members)))
-            budget -= len(view.members) + 1
+            budget -= len(view.members) + INITIAL_COST
             started.append(self._since.pop(vid, time.monotonic()))
         for vid in list(self.dirty):
             if budget <= 0:
                 break
-            members = self.dirty.pop(vid)
+            members = self.dirty[vid]
+            if len(members) > budget:
+                # A big view is split across flushes; the rest stays marked.
+                part = set(itertools.islice(members, budget))
+                members.difference_update(part)
+                members = part
+                started.append(self._since.get(vid, time.monotonic()))
+            else:
+                del self.dirty[vid]
+                started.append(self._since.pop(vid, time.monotonic()))
             taken_dirty[vid] = members
-            started.append(self._since.pop(vid, time.monotonic()))
             view = self._view(vid)
             if view is None:
                 continue
@@ -294,9 +308,13 @@ class Publisher:
             t0 = time.monotonic()
             try:
                 await self.db.transaction(stmts)
-            except BaseException:
+            except BaseException as e:
                 self._restore(taken_dirty, taken_initial, taken_teardown)
+                if isinstance(e, DbTimeout):
+                    # Too big for the database's time limit: retry smaller, never the same.
+                    self.budget = max(MIN_OPS, self.budget // 2)
                 raise
+            self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
             now = time.monotonic()
             self.stats.latencies_ms.extend((now - s) * 1000 for s in started)
             log.debug("flushed %d statements in %.1f ms", len(stmts), (now - t0) * 1000)

@@ -151,3 +151,35 @@ async def test_killed_shard_is_rebuilt_and_views_stay_right(env: tuple[Ssp, Data
     assert health["status"] == 200 and health["body"]["status"] == "ready"
     await random_writes(root, rng, 30)
     await assert_converges(ssp, root, views)
+
+
+async def test_a_shard_that_keeps_dying_makes_the_ssp_report_failed(
+        env: tuple[Ssp, Database]) -> None:
+    ssp, root = env
+    await register_all(ssp)
+    killed: set[int] = set()
+
+    async def shard0_pid() -> int | None:
+        m = (await ssp.call("GET /debug/memory"))["body"]
+        pid = m["shards"][0].get("pid")
+        return pid if pid and pid not in killed else None
+
+    for _ in range(6):  # more restarts than the supervisor allows within its window
+        try:
+            pid = await wait_for(shard0_pid, what="shard 0 running again")
+        except AssertionError:
+            break  # it was given up on: no new process
+        killed.add(pid)
+        os.kill(pid, signal.SIGKILL)
+
+    async def failed() -> bool:
+        h = await ssp.call("GET /health")
+        return h["status"] == 503 and h["body"]["status"] == "failed"
+    await wait_for(failed, what="health failed")
+    r = await ssp.call("POST /ingest", {"table": "post", "op": "CREATE", "id": "post:x",
+                                        "record": {"n": 1}})
+    assert r["status"] == 503
+    r = await ssp.call("POST /view/register", {
+        "id": "query:late", "surql": VIEWS[0], "clientId": "c", "ttl": "10m",
+        "params": {"auth_id": "user:u1"}})
+    assert r["status"] == 503

@@ -250,3 +250,28 @@ async def test_flush_loop_with_throttle_coalesces_many_marks_into_one_transactio
 
 
 _ = asyncio
+
+
+async def test_a_timed_out_flush_is_retried_smaller() -> None:
+    from dbclient import DbTimeout
+
+    class SlowDb(FakeDb):
+        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+            if sum(len((p or {}).get("rows", [])) for _, p in stmts) > 100:
+                raise DbTimeout("transaction", 10)
+            return await super().transaction(stmts)
+
+    db = SlowDb()
+    v = view({f"post:{i}" for i in range(400)})
+    pub = make_pub({"query:v": v}, db)
+    pub.mark("query:v", sorted(v.members))
+    for _ in range(100):  # the budget halves per timeout, then grows back by a quarter
+        if not pub.pending:
+            break
+        try:
+            await pub.flush()
+        except DbTimeout:
+            pass
+    assert not pub.pending
+    written = sorted(str(r["out"]) for c in db.calls for _, p in c for r in (p or {}).get("rows", []))
+    assert written == sorted(str(RecordID("post", i)) for i in range(400))
