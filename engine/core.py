@@ -164,10 +164,12 @@ class Mat:
         "dirty",
         "entries",
         "hi",
+        "istate",
         "key",
         "lo",
         "ordered",
         "outs",
+        "partial",
         "pdeps",
         "plan",
         "qdeps",
@@ -201,6 +203,10 @@ class Mat:
         self.touched: dict[str, bool] = {}
         self.upd: set[str] = set()
         self.before: dict[str, Any] = {}
+        # row id -> what changed elsewhere (linked record texts, subquery scan keys)
+        self.partial: dict[str, set[Any]] = {}
+        # row id -> (per-item values, per-item (reads, subs)) for item-wise re-projection
+        self.istate: dict[str, tuple[list[Any], list[Any]]] = {}
         self.after: dict[str, Any] = {}
 
 
@@ -440,26 +446,44 @@ class ViewEngine:
             w = self.proj_watch.get(text)
             if w:
                 for mat, ids in w.items():
-                    mat.dirty.update(ids)
+                    part = mat.partial
+                    for r in ids:
+                        toks = part.get(r)
+                        if toks is None:
+                            part[r] = {text}
+                        else:
+                            toks.add(text)
                     pending.add(mat)
         sw = self.sub_watch.get(table)
         if sw:
             for field, keyed in sw.items():
+                keys: list[Any]
                 if field is None:
-                    hits = [keyed.get(None)]
+                    keys = [None]
+                elif field == "id":
+                    keys = [ikey((old if old is not None else new or {}).get("id"))]
                 else:
-                    ko = ikey(old.get(field, NONE)) if old is not None else None
-                    kn = ikey(new.get(field, NONE)) if new is not None else None
-                    if field == "id":
-                        ko = kn = ikey((old or new or {}).get("id"))
-                    hits = [keyed.get(ko)]
-                    if kn != ko:
-                        hits.append(keyed.get(kn))
-                for h in hits:
-                    if h:
-                        for mat, ids in h.items():
-                            mat.dirty.update(ids)
-                            pending.add(mat)
+                    keys = []
+                    if old is not None:
+                        keys.append(ikey(old.get(field, NONE)))
+                    if new is not None:
+                        kn = ikey(new.get(field, NONE))
+                        if not keys or kn != keys[0]:
+                            keys.append(kn)
+                for key in keys:
+                    h = keyed.get(key)
+                    if not h:
+                        continue
+                    token = (table, field, key)
+                    for mat, ids in h.items():
+                        part = mat.partial
+                        for r in ids:
+                            toks = part.get(r)
+                            if toks is None:
+                                part[r] = {token}
+                            else:
+                                toks.add(token)
+                        pending.add(mat)
 
     # ------------------------------------------------------------------ operators
     def _requalify(self, mat: Mat, rid: str, row: dict[str, Any] | None) -> None:
@@ -595,6 +619,8 @@ class ViewEngine:
     def _drop_row(self, mat: Mat, rid: str) -> None:
         """A row left the visible window: retract its members and dependencies."""
         mat.dirty.discard(rid)
+        mat.partial.pop(rid, None)
+        mat.istate.pop(rid, None)
         if rid not in mat.outs:
             return
         out = mat.outs.pop(rid)
@@ -607,7 +633,49 @@ class ViewEngine:
                 self._zs(mat, m, -1, content)
         self._set_pdeps(mat, rid, None)
 
-    def _project_row(self, mat: Mat, rid: str) -> None:
+    def _project_items(
+        self, mat: Mat, rid: str, row: dict[str, Any], tokens: set[Any] | None
+    ) -> tuple[dict[str, Any], tuple[set[str], list[Any]]]:
+        """Project item by item; with ``tokens`` (what changed elsewhere) only the items that
+        read one of them are recomputed (a lateral join re-runs only its own subquery)."""
+        plan = mat.plan
+        store = self.store
+        S = mat.S
+        state = mat.istate.get(rid) if tokens is not None else None
+        if state is None:
+            vals: list[Any] = []
+            ideps: list[tuple[set[str], list[Any]] | None] = []
+            for item in plan.items:
+                if item[0] == "all":
+                    vals.append(None)
+                    ideps.append(None)
+                    continue
+                icx = Cx(store)
+                vals.append(plan.item_value(item, store, S, row, icx))
+                ideps.append((icx.reads, icx.subs))
+        else:
+            assert tokens is not None
+            vals = list(state[0])
+            ideps = list(state[1])
+            for i, item in enumerate(plan.items):
+                d = ideps[i]
+                if d is None:
+                    continue
+                if tokens.isdisjoint(d[0]) and not any(k in tokens for k in d[1]):
+                    continue
+                icx = Cx(store)
+                vals[i] = plan.item_value(item, store, S, row, icx)
+                ideps[i] = (icx.reads, icx.subs)
+        mat.istate[rid] = (vals, ideps)
+        reads: set[str] = set()
+        subs: list[Any] = []
+        for d in ideps:
+            if d is not None:
+                reads |= d[0]
+                subs.extend(d[1])
+        return plan.assemble(row, vals), (reads, subs)
+
+    def _project_row(self, mat: Mat, rid: str, tokens: set[Any] | None = None) -> None:
         plan = mat.plan
         row = self.store.table(plan.table).rows[rid]
         if plan.star_only and not _has_nested(row):
@@ -638,12 +706,16 @@ class ViewEngine:
                 tree = {}
                 tree_members(out, tree)
             reads = None
-        else:
+        elif plan.fetch:
             cx = Cx(self.store)
             out = plan.project(self.store, mat.S, row, cx)
             tree = {}
             tree_members(out, tree)
-            reads = cx
+            reads = (cx.reads, cx.subs)
+        else:
+            out, reads = self._project_items(mat, rid, row, tokens)
+            tree = {}
+            tree_members(out, tree)
         old_out = mat.outs.get(rid)
         had = rid in mat.outs
         old_tree = mat.trees.get(rid) if had else {}
@@ -665,7 +737,7 @@ class ViewEngine:
         mat.outs[rid] = out
         mat.trees[rid] = tree
         if reads is not None:
-            self._set_pdeps(mat, rid, (reads.reads, reads.subs))
+            self._set_pdeps(mat, rid, reads)
         elif had:
             self._set_pdeps(mat, rid, None)
 
@@ -718,14 +790,19 @@ class ViewEngine:
 
     def _settle(self, mat: Mat) -> ViewDelta | None:
         """Project dirty visible rows and turn the Z-set changes into a delta."""
-        if not mat.dirty and not mat.touched and not mat.upd:
+        if not mat.dirty and not mat.partial and not mat.touched and not mat.upd:
             return None
-        if mat.dirty:
+        if mat.dirty or mat.partial:
             visible = mat.visible
-            for rid in list(mat.dirty):
+            dirty = mat.dirty
+            for rid in list(dirty):
                 if rid in visible:
                     self._project_row(mat, rid)
-            mat.dirty.clear()
+            for rid, toks in list(mat.partial.items()):
+                if rid in visible and rid not in dirty:
+                    self._project_row(mat, rid, toks)
+            dirty.clear()
+            mat.partial.clear()
         zs = mat.zs
         if mat.before:
             touched = mat.touched

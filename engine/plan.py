@@ -303,6 +303,37 @@ class Plan:
         return out
 
 
+    def item_value(
+        self, item: tuple[Any, ...], store: Store, S: tuple[Any, ...], row: dict[str, Any],
+        cx: Cx,
+    ) -> Any:
+        """The value one projection item (not ``*``) puts into the output of ``row``."""
+        kind = item[0]
+        if kind == "field":
+            return item[1](row, cx)
+        if kind == "linkall":
+            return link_all(item[1](row, cx), cx)
+        sub: Plan = item[1]
+        res: Any = sub.run(store, S, row, cx)
+        if item[2] is not None:
+            res = res[item[2]] if item[2] < len(res) else NONE
+        return res
+
+    def assemble(self, row: dict[str, Any], values: list[Any]) -> dict[str, Any]:
+        """Build the output from per-item values (``*`` items take the row; no FETCH)."""
+        out: dict[str, Any] = {}
+        for item, v in zip(self.items, values):
+            if item[0] == "all":
+                out.update(row)
+            else:
+                out_path = item[-1]
+                if len(out_path) == 1:
+                    out[out_path[0]] = v
+                else:
+                    _set_path(out, out_path, v)
+        return out
+
+
 def tree_members(out: Any, acc: dict[str, Any]) -> None:
     """Every dict with a record-id ``id`` in an output tree: id text -> that dict."""
     t = type(out)
