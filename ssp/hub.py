@@ -212,6 +212,7 @@ class Hub:
         self._tasks: list[asyncio.Task[Any]] = []
         self._feed_wake = asyncio.Event()
         self._edge_tables: set[str] = set()
+        self._define_lock = asyncio.Lock()
         self._missing: dict[str, int] = {}
         self._live: Any = None
 
@@ -709,10 +710,10 @@ class Hub:
             return
         table = edge_table(auth, self.cfg.ref_mode)
         if op == "CREATE":
-            self._spawn(self._ensure_edge_table(table, auth), f"edge-table-{table}")
+            self._spawn_tracked(self._define_quietly(table, auth))
         else:
             self._edge_tables.discard(table)
-            self._spawn(self._drop_edge_table(table), f"drop-{table}")
+            self._spawn_tracked(self._drop_edge_table(table))
 
     async def _ensure_edge_table(self, table: str, auth: RecordID | None) -> None:
         """Define the user's edge table (select permission fixed to that user)."""
@@ -721,14 +722,30 @@ class Hub:
         if auth is None:
             return
         perm = f"$auth.id = {record_id_text(auth)}"
+        # Schema writes conflict with each other under concurrency: one at a time, retried.
+        async with self._define_lock:
+            for attempt in range(5):
+                if table in self._edge_tables:
+                    return
+                try:
+                    await self.pub_db.query(
+                        f"DEFINE TABLE IF NOT EXISTS {table} TYPE RELATION SCHEMALESS "
+                        f"CHANGEFEED 1h INCLUDE ORIGINAL PERMISSIONS FOR select WHERE {perm} "
+                        "FOR create, update, delete NONE")
+                    self._edge_tables.add(table)
+                    return
+                except DbError as e:
+                    log.warning("defining edge table %s failed (attempt %d): %s", table,
+                                attempt + 1, e)
+                    if attempt == 4:
+                        raise
+                    await asyncio.sleep(0.05 * 2 ** attempt)
+
+    async def _define_quietly(self, table: str, auth: RecordID) -> None:
         try:
-            await self.pub_db.query(
-                f"DEFINE TABLE IF NOT EXISTS {table} TYPE RELATION SCHEMALESS "
-                f"CHANGEFEED 1h INCLUDE ORIGINAL PERMISSIONS FOR select WHERE {perm} "
-                "FOR create, update, delete NONE")
-            self._edge_tables.add(table)
-        except DbError as e:
-            log.warning("defining edge table %s failed: %s", table, e)
+            await self._ensure_edge_table(table, auth)
+        except DbError as e:  # registration defines it again before any edge is written
+            log.error("edge table %s not defined: %s", table, e)
 
     async def _drop_edge_table(self, table: str) -> None:
         try:
@@ -817,8 +834,8 @@ class Hub:
             return error_reply(400, ErrorCode.INVALID, e.message)
         except ShardDown as e:
             return not_ready(f"the view's shard is restarting: {e}")
-        await self._ensure_edge_table(view.edge_table, view.auth)
         try:
+            await self._ensure_edge_table(view.edge_table, view.auth)
             await self._write_row(view, new=True)
         except DbError:
             async with self._exclusive():

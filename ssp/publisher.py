@@ -41,6 +41,10 @@ _OP_BYTES = 160  # estimated bytes per pending operation (ids + bookkeeping)
 # A (re)materialisation costs a DELETE ... WHERE scan of the view's prior edges besides its
 # upserts: count it as this many operations against a flush's budget.
 INITIAL_COST = 10
+UPSERT_EDGES = ("INSERT RELATION $rows ON DUPLICATE KEY UPDATE rv = $input.rv, "
+                "seq = $input.seq")
+# UPDATE (never UPSERT): a view unregistered meanwhile must not get its row back.
+MARK_READY = "FOR $u IN $ups { UPDATE $u.q MERGE { state: 'ready', rowCount: $u.n } }"
 MIN_OPS = 50
 
 
@@ -293,15 +297,14 @@ class Publisher:
             budget -= len(members)
         if deletes:
             stmts.append(("DELETE $ids", {"ids": deletes}))
-        for table, rows in inserts.items():
-            for i in range(0, len(rows), 1000):
-                stmts.append((
-                    (f"INSERT RELATION INTO {table} $rows ON DUPLICATE KEY UPDATE "
-                     "rv = $input.rv, seq = $input.seq"),
-                    {"rows": rows[i:i + 1000]},
-                ))
-        for rec, count in ready_updates:
-            stmts.append(("UPDATE $q MERGE $d", {"q": rec, "d": {"state": "ready", "rowCount": count}}))
+        # Every edge row carries its full id (table included), so one INSERT covers all the
+        # per-user tables of the flush: statements per flush stay constant, not per user.
+        rows = [r for table_rows in inserts.values() for r in table_rows]
+        for i in range(0, len(rows), 1000):
+            stmts.append((UPSERT_EDGES, {"rows": rows[i:i + 1000]}))
+        if ready_updates:
+            stmts.append((MARK_READY, {"ups": [{"q": rec, "n": count}
+                                               for rec, count in ready_updates]}))
         ops = sum(len(v) for v in taken_dirty.values()) + len(taken_teardown) + sum(
             1 + len(v.members) for v in (self._view(k) for k in taken_initial) if v is not None)
         if stmts:
@@ -347,7 +350,7 @@ class Publisher:
     def _edge_row(self, view: PubView, member: str, seq: int) -> dict[str, Any]:
         out = parse_record_id(member)
         row: dict[str, Any] = {
-            "id": [view.record, out],
+            "id": edge_id(view.edge_table, view.record, out),
             "in": view.record,
             "out": out,
             "rv": self._rv(member),

@@ -14,7 +14,14 @@ from dbclient import DbQueryError
 from ssp.config import SspConfig
 from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, _claimed_auth, _feed_event
 from ssp.naming import edge_suffix, edge_table, view_record
-from ssp.publisher import MAX_PENDING_OPS, Publisher, PubView, Teardown
+from ssp.publisher import (
+    MARK_READY,
+    MAX_PENDING_OPS,
+    UPSERT_EDGES,
+    Publisher,
+    PubView,
+    Teardown,
+)
 from ssp.shards import shard_of
 
 
@@ -176,9 +183,7 @@ async def test_flush_writes_members_as_upserts_and_others_as_deletes_in_one_tran
     pub.mark("query:v", ["post:1", "post:2"])
     await pub.flush()
     [tx] = db.calls
-    upsert = ("INSERT RELATION INTO _00_list_ref_user_alice $rows ON DUPLICATE KEY UPDATE "
-              "rv = $input.rv, seq = $input.seq")
-    assert [s for s, _ in tx] == ["DELETE $ids", upsert]
+    assert [s for s, _ in tx] == ["DELETE $ids", UPSERT_EDGES]
     assert tx[0][1]["ids"] == [RecordID("_00_list_ref_user_alice",
                                         [v.record, RecordID("post", 2)])]
     [row] = tx[1][1]["rows"]
@@ -219,8 +224,7 @@ async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registra
     await pub.flush()
     [tx] = db.calls
     assert tx[0][0].startswith("DELETE _00_list_ref_user_alice WHERE in = $q AND out NOTINSIDE")
-    assert tx[-1] == ("UPDATE $q MERGE $d", {"q": v.record,
-                                             "d": {"state": "ready", "rowCount": 2}})
+    assert tx[-1] == (MARK_READY, {"ups": [{"q": v.record, "n": 2}]})
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 99))
     await pub.flush()  # still registered: the teardown is dropped
     assert len(db.calls) == 1
