@@ -333,7 +333,12 @@ class ViewEngine:
         self, table: str, op: str, id: str, record: Mapping[str, Any] | None = None
     ) -> dict[str, ViewDelta]:
         """Apply one row change; returns the deltas of the views that changed."""
-        return self.ingest_batch(((table, op, id, record),))
+        try:
+            self._apply(table, op, id, record)
+        except BaseException:
+            self._flush()
+            raise
+        return self._flush()
 
     def ingest_batch(
         self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
