@@ -869,8 +869,7 @@ class Hub:
     async def _write_row(self, view: ViewState, *, new: bool) -> None:
         """Write the `_00_query` row: `ready` at once when empty, else `materializing` and
         the initial edges queued (the flush that commits them sets `ready`)."""
-        async with self.publisher.lock:
-            self.publisher.teardowns.pop(view.view_id, None)
+        async with self.publisher.hold(view.view_id):
             if view.members:
                 await self.pub_db.query("UPSERT $q CONTENT $c",
                                         {"q": view.record,

@@ -12,17 +12,21 @@ identifiers, see `ssp.naming`) holding, in order: deletes of the prior edges of 
 (re)materialised that are not members now (members are upserted, which leaves the same final
 state as "delete all, insert members" without a delete+create pair per unchanged edge), teardowns of unregistered views, edge deletes, edge upserts, and the
 `_00_query` `state='ready'`/`rowCount` updates of views whose initial edges it commits.
-A flush takes at most `max_ops` operations; the rest stays queued for the next one at once.
+A flush takes at most `max_ops` operations (halved after a transaction that timed out); the
+rest stays queued for the next one at once. Up to `flushers` flushes run concurrently, each on
+views no other flush holds, so per-view order is kept while the database works on several
+transactions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +75,19 @@ class Teardown:
 
 
 @dataclass
+class _Batch:
+    """What one flush took: its statements and what to put back if it fails."""
+
+    stmts: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    views: set[str] = field(default_factory=set)
+    dirty: dict[str, set[str]] = field(default_factory=dict)
+    initial: dict[str, int] = field(default_factory=dict)
+    teardown: dict[str, Teardown] = field(default_factory=dict)
+    started: list[float] = field(default_factory=list)
+    ops: int = 0
+
+
+@dataclass
 class PublisherStats:
     """Counters reported by /debug/memory and /info."""
 
@@ -93,7 +110,8 @@ class Publisher:
         throttle_ms: int,
         view_lookup: Callable[[str], PubView | None],
         rv_lookup: Callable[[str], Any],
-        max_ops: int = 4000,
+        max_ops: int = 2000,
+        flushers: int = 3,
     ) -> None:
         self.db = db
         self.ref_mode = ref_mode
@@ -107,11 +125,11 @@ class Publisher:
         self.teardowns: dict[str, Teardown] = {}
         self._since: dict[str, float] = {}  # view id -> monotonic time of its oldest mark
         self.pending_ops = 0
-        self.lock = asyncio.Lock()  # held by a flush and by direct row writes of the hub
+        self.flushers = flushers
+        self._inflight: set[str] = set()  # views held by a running flush or by `hold`
+        self._changed = asyncio.Condition()
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.stats = PublisherStats()
         self._seq = 0
 
@@ -153,7 +171,6 @@ class Publisher:
         self._kick()
 
     def _kick(self) -> None:
-        self._idle.clear()
         self._wake.set()
 
     @property
@@ -170,28 +187,48 @@ class Publisher:
     # ------------------------------------------------------------------ running
 
     def start(self) -> None:
-        """Run the flush loop in the background."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="publisher")
+        """Run the flush loops in the background (`flushers` transactions at once)."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name=f"publisher-{i}")
+                       for i in range(self.flushers)]
 
     async def stop(self) -> None:
-        """Stop the loop (call `drain` first to flush what is pending)."""
-        if self._task is not None:
-            self._task.cancel()
+        """Stop the loops (call `drain` first to flush what is pending)."""
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
             try:
-                await self._task
+                await t
             except asyncio.CancelledError:
                 pass
-            self._task = None
+        self._tasks = []
 
     async def drain(self, timeout: float = 30.0) -> bool:
         """Flush until nothing is pending (shutdown, tests); False when it did not finish."""
         deadline = time.monotonic() + timeout
-        while self.pending and time.monotonic() < deadline:
+        while (self.pending or self._inflight) and time.monotonic() < deadline:
             try:
-                await self.flush()
+                if not await self.flush():
+                    await asyncio.sleep(0.01)  # the rest is in another flush's hands
             except DbError:
                 await asyncio.sleep(0.2)
-        return not self.pending
+        return not self.pending and not self._inflight
+
+    @contextlib.asynccontextmanager
+    async def hold(self, view_id: str) -> AsyncIterator[None]:
+        """Keep flushes away from `view_id` (waiting for one in flight) while the hub writes
+        its `_00_query` row directly; a pending teardown of it is dropped."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: view_id not in self._inflight)
+            self._inflight.add(view_id)
+        try:
+            self.teardowns.pop(view_id, None)
+            yield
+        finally:
+            async with self._changed:
+                self._inflight.discard(view_id)
+                self._changed.notify_all()
+            self._kick()
 
     async def _run(self) -> None:
         backoff = 0.1
@@ -220,115 +257,132 @@ class Publisher:
                 self._wake.set()
             if self.pending:
                 self._wake.set()
-            else:
-                self._idle.set()
 
     async def flush(self) -> int:
-        """Write one batch of pending work in one transaction; returns operations written."""
-        async with self.lock:
-            return await self._flush_locked()
+        """Write one batch of pending work in one transaction; returns operations written.
 
-    async def _flush_locked(self) -> int:
-        if not self.pending:
+        Several flushes may run at once: each takes only views no other flush holds, so the
+        writes of one view are always committed in the order they were taken."""
+        batch = self._take()
+        if batch is None:
             return 0
+        try:
+            return await self._commit(batch)
+        finally:
+            async with self._changed:
+                self._inflight.difference_update(batch.views)
+                self._changed.notify_all()
+            self._recount()
+
+    def _take(self) -> _Batch | None:
+        if not self.pending:
+            return None
         budget = self.budget
-        stmts: list[tuple[str, dict[str, Any] | None]] = []
-        taken_dirty: dict[str, set[str]] = {}
-        taken_initial: dict[str, int] = {}
-        taken_teardown: dict[str, Teardown] = {}
-        ready_updates: list[tuple[RecordID, int]] = []
-        inserts: dict[str, list[dict[str, Any]]] = {}
-        deletes: list[RecordID] = []
-        started: list[float] = []
+        b = _Batch()
         self._seq += 1
         seq = self._seq
-
-        for vid, td in list(self.teardowns.items()):
+        inserts: list[dict[str, Any]] = []
+        ready_updates: list[dict[str, Any]] = []
+        deletes: list[RecordID] = []
+        busy = self._inflight
+        for vid in list(self.teardowns):
             if budget <= 0:
                 break
-            taken_teardown[vid] = self.teardowns.pop(vid)
-            cur = self._view(vid)
-            if cur is not None:
+            if vid in busy:
+                continue
+            td = b.teardown[vid] = self.teardowns.pop(vid)
+            b.views.add(vid)
+            if self._view(vid) is not None:
                 continue  # registered again since: the teardown is dropped
-            stmts.append((f"DELETE {td.edge_table} WHERE in = $q", {"q": td.record}))
-            stmts.append(("DELETE $q", {"q": td.record}))
-            budget -= 1
-        for vid, gen in list(self.initial.items()):
+            b.stmts.append((f"DELETE {td.edge_table} WHERE in = $q", {"q": td.record}))
+            b.stmts.append(("DELETE $q", {"q": td.record}))
+            budget -= INITIAL_COST
+        for vid in list(self.initial):
             if budget <= 0:
                 break
+            if vid in busy or vid in b.views:
+                continue
             view = self._view(vid)
-            taken_initial[vid] = self.initial.pop(vid)
-            if view is None or view.generation != gen:
+            b.initial[vid] = self.initial.pop(vid)
+            b.views.add(vid)
+            if view is None or view.generation != b.initial[vid]:
                 continue
             # Prior edges that are not members go; members are upserted. (Deleting all and
             # re-inserting in one transaction loses the re-inserted ids in SurrealDB 3.2.4:
             # INSERT ... ON DUPLICATE KEY UPDATE treats the deleted record as present.)
             outs = [parse_record_id(m) for m in view.members]
-            stmts.append((f"DELETE {view.edge_table} WHERE in = $q AND out NOTINSIDE $outs",
-                          {"q": view.record, "outs": outs}))
-            rows = inserts.setdefault(view.edge_table, [])
-            for m in view.members:
-                rows.append(self._edge_row(view, m, seq))
-            ready_updates.append((view.record, len(view.members)))
+            b.stmts.append((f"DELETE {view.edge_table} WHERE in = $q AND out NOTINSIDE $outs",
+                            {"q": view.record, "outs": outs}))
+            inserts.extend(self._edge_row(view, m, seq) for m in view.members)
+            ready_updates.append({"q": view.record, "n": len(view.members)})
             budget -= len(view.members) + INITIAL_COST
-            started.append(self._since.pop(vid, time.monotonic()))
+            b.started.append(self._since.pop(vid, time.monotonic()))
+            b.ops += len(view.members) + 1
         for vid in list(self.dirty):
             if budget <= 0:
                 break
+            if vid in busy or vid in b.views:
+                continue
             members = self.dirty[vid]
             if len(members) > budget:
                 # A big view is split across flushes; the rest stays marked.
                 part = set(itertools.islice(members, budget))
                 members.difference_update(part)
                 members = part
-                started.append(self._since.get(vid, time.monotonic()))
+                b.started.append(self._since.get(vid, time.monotonic()))
             else:
                 del self.dirty[vid]
-                started.append(self._since.pop(vid, time.monotonic()))
-            taken_dirty[vid] = members
+                b.started.append(self._since.pop(vid, time.monotonic()))
+            b.dirty[vid] = members
+            b.views.add(vid)
+            b.ops += len(members)
             view = self._view(vid)
             if view is None:
                 continue
             for m in members:
                 if m in view.members:
-                    inserts.setdefault(view.edge_table, []).append(self._edge_row(view, m, seq))
+                    inserts.append(self._edge_row(view, m, seq))
                 else:
                     deletes.append(edge_id(view.edge_table, view.record, parse_record_id(m)))
             budget -= len(members)
+        if not b.views:
+            return None
+        busy.update(b.views)
         if deletes:
-            stmts.append(("DELETE $ids", {"ids": deletes}))
+            b.stmts.append(("DELETE $ids", {"ids": deletes}))
         # Every edge row carries its full id (table included), so one INSERT covers all the
         # per-user tables of the flush: statements per flush stay constant, not per user.
-        rows = [r for table_rows in inserts.values() for r in table_rows]
-        for i in range(0, len(rows), 1000):
-            stmts.append((UPSERT_EDGES, {"rows": rows[i:i + 1000]}))
+        for i in range(0, len(inserts), 1000):
+            b.stmts.append((UPSERT_EDGES, {"rows": inserts[i:i + 1000]}))
         if ready_updates:
-            stmts.append((MARK_READY, {"ups": [{"q": rec, "n": count}
-                                               for rec, count in ready_updates]}))
-        ops = sum(len(v) for v in taken_dirty.values()) + len(taken_teardown) + sum(
-            1 + len(v.members) for v in (self._view(k) for k in taken_initial) if v is not None)
-        if stmts:
-            t0 = time.monotonic()
+            b.stmts.append((MARK_READY, {"ups": ready_updates}))
+        return b
+
+    async def _commit(self, b: _Batch) -> int:
+        if b.stmts:
             try:
-                await self.db.transaction(stmts)
+                await self.db.transaction(b.stmts)
             except BaseException as e:
-                self._restore(taken_dirty, taken_initial, taken_teardown)
+                self._restore(b.dirty, b.initial, b.teardown)
                 if isinstance(e, DbTimeout):
                     # Too big for the database's time limit: retry smaller, never the same.
                     self.budget = max(MIN_OPS, self.budget // 2)
                 raise
             self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
             now = time.monotonic()
-            self.stats.latencies_ms.extend((now - s) * 1000 for s in started)
-            log.debug("flushed %d statements in %.1f ms", len(stmts), (now - t0) * 1000)
-        for vid in list(self._since):
-            if vid not in self.dirty and vid not in self.initial:
-                self._since.pop(vid, None)
-        self.pending_ops = max(0, self.pending_ops - ops)
+            self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)
         self.stats.flushes += 1
-        self.stats.operations += ops
+        self.stats.operations += b.ops
         self.stats.last_success_ms = int(time.time() * 1000)
-        return ops
+        return b.ops or len(b.views)
+
+    def _recount(self) -> None:
+        # Exact pending count after each flush (between flushes `mark` adds estimates).
+        self.pending_ops = (sum(len(s) for s in self.dirty.values()) + len(self.teardowns)
+                            + sum(1 + len(v.members) for v in map(self._view, self.initial)
+                                  if v is not None))
+        for vid in [v for v in self._since if v not in self.dirty and v not in self.initial]:
+            self._since.pop(vid, None)
 
     def _restore(self, dirty: dict[str, set[str]], initial: dict[str, int],
                  teardown: dict[str, Teardown]) -> None:

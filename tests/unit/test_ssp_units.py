@@ -279,3 +279,39 @@ async def test_a_timed_out_flush_is_retried_smaller() -> None:
     assert not pub.pending
     written = sorted(str(r["out"]) for c in db.calls for _, p in c for r in (p or {}).get("rows", []))
     assert written == sorted(str(RecordID("post", i)) for i in range(400))
+
+
+async def test_concurrent_flushes_never_share_a_view_and_hold_waits_for_them() -> None:
+    gate = asyncio.Event()
+
+    class GatedDb(FakeDb):
+        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+            await gate.wait()
+            return await super().transaction(stmts)
+
+    db = GatedDb()
+    a = PubView("query:a", RecordID("_00_query", "a"), "_00_list_ref_user_x",
+                RecordID("user", "x"), {"post:1"})
+    b = PubView("query:b", RecordID("_00_query", "b"), "_00_list_ref_user_x",
+                RecordID("user", "x"), {"post:2"})
+    pub = make_pub({"query:a": a, "query:b": b}, db)
+    pub.budget = 1  # one view per flush
+    pub.mark("query:a", ["post:1"])
+    first = asyncio.create_task(pub.flush())
+    await asyncio.sleep(0)
+    pub.mark("query:a", ["post:1"])  # a is in flight: a second flush must leave it alone
+    pub.mark("query:b", ["post:2"])
+    second = asyncio.create_task(pub.flush())
+    held = asyncio.create_task(_hold(pub, "query:a"))
+    await asyncio.sleep(0.01)
+    assert not held.done()  # waits for the flush holding a
+    gate.set()
+    await asyncio.gather(first, second, held)
+    rows = [[str(r["out"]) for _, p in c for r in (p or {}).get("rows", [])] for c in db.calls]
+    assert sorted(rows) == [["post:1"], ["post:2"]]
+    assert pub.dirty == {"query:a": {"post:1"}}  # still pending for the next flush
+
+
+async def _hold(pub: Publisher, vid: str) -> None:
+    async with pub.hold(vid):
+        pass
