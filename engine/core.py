@@ -28,7 +28,7 @@ from engine.arena import Arena, RowStore
 from engine.errors import QueryRejected
 from engine.parser import parse
 from engine.plan import Cx, Plan, tree_members
-from engine.shape import normalise
+from engine.shape import normalise, order_source
 from engine.store import Store, TableStore, ikey, rid_text
 from engine.values import NONE, Duration, parse_record_id, record_id_text
 
@@ -88,6 +88,9 @@ class Circuit:
         self.eq_slots: tuple[int, ...] = tuple(i for _, i in eqs)
         self.eq_field: str | None = self.eq_fields[0] if eqs else None
         self.index: dict[Any, set[Mat]] = {}
+        # Top-level fields the whole view reads (None: all, e.g. SELECT *); an UPDATE that
+        # changes none of them cannot change the view.
+        self.fields: frozenset[str] | None = _read_fields(shape)
         self.unindexed: set[Mat] = set()
 
     def _mat_key(self, mat: Mat) -> Any:
@@ -131,6 +134,59 @@ class Circuit:
                 if s:
                     out.extend(s)
         return out
+
+
+def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
+    """Top-level keys whose value differs (type-exact) between two versions of a row."""
+    out = {k for k, v in new.items() if k not in old or not same(old[k], v)}
+    out.update(k for k in old if k not in new)
+    return out
+
+
+def _expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
+    """Collect first segments of field paths (or of $parent paths when ``parent``);
+    False when the whole row is read."""
+    k = e[0]
+    if k == "field" and not parent:
+        acc.add(e[1][0])
+    elif k == "parent" and parent:
+        if not e[1]:
+            return False
+        acc.add(e[1][0])
+    elif k in ("and", "or"):
+        return _expr_fields(e[1], acc, parent) and _expr_fields(e[2], acc, parent)
+    elif k == "not":
+        return _expr_fields(e[1], acc, parent)
+    elif k == "cmp":
+        return _expr_fields(e[2], acc, parent) and _expr_fields(e[3], acc, parent)
+    elif k == "array":
+        return all(_expr_fields(x, acc, parent) for x in e[1])
+    elif k == "object":
+        return all(_expr_fields(x, acc, parent) for x in e[2])
+    return True
+
+
+def _read_fields(q: Any) -> frozenset[str] | None:
+    """The top-level fields of a row that a view reads (None when it reads the whole row)."""
+    acc: set[str] = {"id"}
+    for it in q.items:
+        if it.kind == "all":
+            return None
+        if it.kind in ("field", "linkall"):
+            acc.add(it.path[0])
+        elif it.kind == "sub":
+            sub = it.sub
+            if sub.where is not None and not _expr_fields(sub.where, acc, True):
+                return None
+    if q.where is not None and not _expr_fields(q.where, acc, False):
+        return None
+    for path, _desc in q.order:
+        acc.add(path[0])
+        src = order_source(q, path)
+        acc.add(src[0])
+    for path in q.fetch:
+        acc.add(path[0])
+    return frozenset(acc)
 
 
 def _eq_conjuncts(where: Any) -> list[tuple[str, int]]:
@@ -437,7 +493,14 @@ class ViewEngine:
         circuits = self.by_table.get(table)
         if circuits:
             requalify = self._requalify
+            changed: set[str] | None = None
             for circuit in circuits:
+                fields = circuit.fields
+                if fields is not None and old is not None and new is not None:
+                    if changed is None:
+                        changed = _changed_fields(old, new)
+                    if changed.isdisjoint(fields):
+                        continue
                 for mat in circuit.affected(old, new):
                     requalify(mat, text, new)
         if self.qual_watch:
