@@ -16,7 +16,7 @@ from typing import Any
 from surrealdb import Duration, RecordID
 
 from engine.hashing import row_hash
-from engine.values import NONE, NoneType, record_id_text
+from engine.values import NONE, NoneType, eq_key, record_id_text
 
 _PLAIN_KEY_TYPES = frozenset(
     {str, int, float, Decimal, bool, type(None), NoneType, datetime, uuid.UUID, bytes}
@@ -41,17 +41,31 @@ def rid_text(rid: RecordID) -> str:
     return record_id_text(rid)
 
 
+_EXACT = 2**53
+
+
 def ikey(v: Any) -> Any:
     """A hashable key such that SurrealDB-equal values get equal keys (collisions are allowed).
 
     Used by equality indexes as a pre-filter: the full predicate is always evaluated afterwards,
-    so only the "equal implies same key" direction matters (1, 1.0 and 1dec share a key because
-    Python already hashes them alike).
+    so only the "equal implies same key" direction matters (1, 1.0 and 1dec share the int key;
+    non-integral floats and decimals share SurrealDB's equality key).
     """
     t = type(v)
-    if t in _PLAIN_KEY_TYPES:
+    if t is int:
+        # Exact ints share keys with equal floats/decimals only in the range where both are exact.
+        return v if -_EXACT < v < _EXACT else ("\0n", eq_key(v))
+    if t is float or t is Decimal:
+        # Python keeps 0.1 and Decimal('0.1') apart (different hash, not ==) while SurrealDB
+        # calls them equal: floats and decimals take SurrealDB's own equality key, except
+        # integral values in the exact range, which meet the int key (1 = 1.0 = 1dec).
         if v != v:  # noqa: PLR0124 - NaN never equals itself; SurrealDB NaN = NaN holds
             return "\0nan"
+        if v.is_integer() if t is float else v == v.to_integral_value():
+            if -_EXACT < v < _EXACT:
+                return int(v)
+        return ("\0n", eq_key(v))
+    if t in _PLAIN_KEY_TYPES:
         return v
     if t is RecordID:
         return ("\0r", v.table_name, ikey(v.id))

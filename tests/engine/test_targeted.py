@@ -7,6 +7,7 @@ also pins SurrealDB's final answer literally, so the case keeps exercising the m
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -172,3 +173,17 @@ def test_engine_record_id_text_is_surrealdbs() -> None:
         back = parse_record_id(text)
         assert (back.table_name, back.id) == (rid.table_name, rid.id)
     judge.close()
+
+
+@pytest.mark.parametrize("param", [Decimal("0.1"), 0.1, Decimal("1"), 1.0, 1])
+def test_equality_index_matches_numbers_surrealdb_calls_equal(param: Any) -> None:
+    """`x = $v` reaches rows through an equality index: its keys must meet across int, float
+    and decimal exactly where SurrealDB's `=` does (0.1f = 0.1dec, 1 = 1.0 = 1dec)."""
+    rows = [{"id": th(i), "x": x} for i, x in
+            enumerate([0.1, Decimal("0.1"), 1, 1.0, Decimal("1.00"), 1.1, Decimal("1.1"), "0.1"])]
+    writes: list[Event] = [new(th(20), x=0.1), new(th(21), x=Decimal("1")),
+                           upd(th(0), x=2), delete(th(3))]
+    case = Case(rows={"thread": rows}, views=[View("SELECT * FROM thread WHERE x = $v", {"v": param})],
+                writes=writes, note=f"eq index {param!r}")
+    mismatch = run_case(case)
+    assert mismatch is None, str(mismatch)
