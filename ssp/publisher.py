@@ -241,7 +241,10 @@ class Publisher:
                     await asyncio.sleep(wait)
             self._wake.clear()
             try:
-                await self.flush()
+                if not await self.flush() and self.pending:
+                    # Everything pending belongs to views another flush holds: wait for it
+                    # rather than spin (an Event that is set never suspends the loop).
+                    await asyncio.sleep(0.005)
                 backoff = 0.1
             except DbError as e:
                 self.stats.failures += 1

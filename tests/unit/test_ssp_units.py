@@ -315,3 +315,29 @@ async def test_concurrent_flushes_never_share_a_view_and_hold_waits_for_them() -
 async def _hold(pub: Publisher, vid: str) -> None:
     async with pub.hold(vid):
         pass
+
+
+@pytest.mark.timeout(20)
+async def test_flush_loops_wait_instead_of_spinning_while_views_are_held() -> None:
+    gate = asyncio.Event()
+
+    class GatedDb(FakeDb):
+        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+            await gate.wait()
+            return await super().transaction(stmts)
+
+    db = GatedDb()
+    v = view({"post:1"})
+    pub = Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup={"query:v": v}.get, rv_lookup=lambda rid: 1, flushers=3)
+    pub.start()
+    try:
+        pub.mark("query:v", ["post:1"])
+        await asyncio.sleep(0.02)  # one loop holds v inside its transaction
+        pub.mark("query:v", ["post:1"])  # pending, but only for the held view
+        await asyncio.sleep(0.05)  # returns only if the other loops yield
+        gate.set()
+        assert await pub.drain(5.0)
+    finally:
+        await pub.stop()
+    assert len(db.calls) == 2
