@@ -1,0 +1,502 @@
+"""Scheduler configuration: the YAML file plus the environment overrides, read once.
+
+The entry point calls ``SchedulerConfig.load(path, os.environ)`` and passes the frozen result
+down; nothing else reads the environment. The YAML keys and the environment variables are the
+ones the specification lists ("Scheduler configuration", "Admin configuration", "Limits"):
+
+* YAML only: ``db`` {url, namespace, database, username, password}, ``load_balance``,
+  ``heartbeat_interval_ms``, ``heartbeat_timeout_ms``, ``bootstrap_chunk_size``,
+  ``bootstrap_timeout_secs``, ``replica_db_path``, ``wal_path``, ``ingest_host``,
+  ``ingest_port``, ``ssp_poll_interval_ms``, ``max_buffer_per_ssp``,
+  ``snapshot_update_interval_secs``, ``job_tables``.
+* Environment overrides win over the YAML (``SVC_DB_*``, ``SVC_SNAPSHOT_UPDATE_INTERVAL_SECS``);
+  the rest of the ``SVC_*`` settings exist only in the environment.
+
+Unknown YAML keys and values of the wrong type are rejected with :class:`ConfigError` naming
+the key's path (``db.usernme``). Relative ``replica_db_path``/``wal_path`` are resolved against
+the YAML file's directory (the working directory without a file), so a config file moves with
+its data. Secrets (database password, auth secret, admin password, object-store secret key,
+backend environments) never appear in ``repr`` or in error messages.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dbclient.config import DbConfig
+
+__all__ = [
+    "AdminConfig",
+    "BackendSpec",
+    "ConfigError",
+    "DriftConfig",
+    "IngestTransport",
+    "LoadBalance",
+    "ObjectStoreConfig",
+    "SchedulerConfig",
+]
+
+
+class ConfigError(ValueError):
+    """The configuration file or an environment variable is invalid (message says which)."""
+
+
+class LoadBalance(str, Enum):
+    """How a new view is assigned to an SSP."""
+
+    ROUND_ROBIN = "round_robin"
+    LEAST_QUERIES = "least_queries"
+    LEAST_LOAD = "least_load"
+
+
+class IngestTransport(str, Enum):
+    """How row changes reach the scheduler: database events over http, or the changefeed tail."""
+
+    HTTP = "http"
+    CHANGEFEED = "changefeed"
+
+
+@dataclass(frozen=True)
+class DriftConfig:
+    """Drift detection and repair (the ``SVC_DRIFT_*`` variables)."""
+
+    check: bool = True
+    auto_reclone: bool = True  # False: report drift only
+    confirm_ticks: int = 2
+    reclone_cooldown_secs: int = 3600
+    repair_max_rows: int = 2000
+    repair_timeout_secs: int = 300
+    check_timeout_secs: int = 120
+
+
+@dataclass(frozen=True)
+class ObjectStoreConfig:
+    """Backup object storage (``OBJSTORE_*``, no ``SVC_`` prefix); ``None`` fields fall back to
+    local defaults chosen by the backup plane."""
+
+    endpoint: str | None = None
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
+    bucket: str | None = None
+    region: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """The backup plane switches on when any of endpoint, keys or bucket is present."""
+        return any(
+            v is not None for v in (self.endpoint, self.access_key, self.secret_key, self.bucket)
+        )
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """The admin listener (``SVC_ADMIN_*``, ``SVC_CLOUD_*``, ``SVC_PROJECT_SLUG``)."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"
+    port: int = 9668
+    dir: Path | None = None
+    password: str | None = field(default=None, repr=False)  # break-glass; None = disabled
+    access: str | None = None
+    session_ttl_secs: int = 28800
+    presence_interval_secs: int = 15
+    slow_view_ms: int = 250
+    large_view_rows: int = 1000
+    presence_max_rows: int = 20000
+    job_interval_secs: int = 15  # 0: job sampler off
+    job_live_interval_secs: int = 2  # clamped to no slower than job_interval_secs
+    cloud_api_url: str | None = None
+    cloud_project: str | None = None
+    project_slug: str = "default"
+    objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One element of ``SVC_BACKENDS``: a name, an environment (masked), an optional pool."""
+
+    name: str
+    environment: Mapping[str, str] = field(default_factory=dict, repr=False)
+    run_on_pool: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Everything the scheduler process is configured with (see the module docstring)."""
+
+    scheduler_id: str
+    db: DbConfig
+    load_balance: LoadBalance = LoadBalance.LEAST_QUERIES
+    heartbeat_interval_ms: int = 5000
+    heartbeat_timeout_ms: int = 15000
+    bootstrap_chunk_size: int = 1000
+    bootstrap_timeout_secs: int = 120
+    replica_db_path: Path = Path("scheduler-data/replica.sqlite3")
+    wal_path: Path = Path("scheduler-data/wal")
+    ingest_host: str = "0.0.0.0"
+    ingest_port: int = 9667
+    ssp_poll_interval_ms: int = 3000
+    max_buffer_per_ssp: int = 10000
+    snapshot_update_interval_secs: int = 300
+    job_tables: tuple[str, ...] = ()
+    impersonation: bool = False
+    drift: DriftConfig = field(default_factory=DriftConfig)
+    backends: tuple[BackendSpec, ...] = ()
+    bootstrap_page_size: int = 500
+    clear_views_on_start: bool = True
+    auth_secret: str | None = field(default=None, repr=False)
+    ingest_transport: IngestTransport = IngestTransport.CHANGEFEED
+    pool_port: int = 9669
+    admin: AdminConfig = field(default_factory=AdminConfig)
+
+    @classmethod
+    def load(cls, path: Path | None, env: Mapping[str, str]) -> SchedulerConfig:
+        """Read the YAML at ``path`` (None: no file, defaults only), then apply ``env``.
+
+        Raises :class:`ConfigError` naming the key path or the variable on any unknown key,
+        wrong type, out-of-range value or unreadable file.
+        """
+        doc: Mapping[str, Any] = {}
+        base = Path.cwd()
+        if path is not None:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as e:
+                raise ConfigError(f"cannot read config file {str(path)!r}: {e.strerror}") from None
+            try:
+                loaded = yaml.safe_load(text)
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f" at line {mark.line + 1}" if mark is not None else ""
+                raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}") from None
+            if loaded is None:
+                loaded = {}
+            if not isinstance(loaded, Mapping):
+                raise ConfigError(
+                    f"config file {str(path)!r} must be a mapping of keys, got "
+                    f"{_kind(loaded)}"
+                )
+            doc = loaded
+            base = Path(path).resolve().parent
+        return _build(doc, base, env)
+
+
+# ----------------------------------------------------------------------------- YAML reading
+
+_TOP_KEYS = frozenset({
+    "db", "load_balance", "heartbeat_interval_ms", "heartbeat_timeout_ms",
+    "bootstrap_chunk_size", "bootstrap_timeout_secs", "replica_db_path", "wal_path",
+    "ingest_host", "ingest_port", "ssp_poll_interval_ms", "max_buffer_per_ssp",
+    "snapshot_update_interval_secs", "job_tables",
+})
+_DB_KEYS = frozenset({"url", "namespace", "database", "username", "password"})
+_SECRET_PATHS = frozenset({"db.password"})
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, Mapping):
+        return "a mapping"
+    return type(v).__name__
+
+
+def _check_keys(doc: Mapping[Any, Any], allowed: frozenset[str], prefix: str) -> None:
+    for key in doc:
+        if not isinstance(key, str) or key not in allowed:
+            path = f"{prefix}{key}"
+            known = ", ".join(sorted(allowed))
+            raise ConfigError(f"unknown config key {path!r} (known keys here: {known})")
+
+
+def _yaml_str(doc: Mapping[str, Any], key: str, prefix: str = "") -> str | None:
+    if key not in doc:
+        return None
+    v = doc[key]
+    if not isinstance(v, str):
+        path = prefix + key
+        shown = "" if path in _SECRET_PATHS else f" ({v!r:.40})"
+        raise ConfigError(f"config key {path!r} must be a string, got {_kind(v)}{shown}")
+    return v
+
+
+def _yaml_int(doc: Mapping[str, Any], key: str, default: int, *, minimum: int = 1,
+              maximum: int | None = None) -> int:
+    if key not in doc:
+        return default
+    v = doc[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"config key {key!r} must be an integer, got {_kind(v)} ({v!r:.40})")
+    _range(v, f"config key {key!r}", minimum, maximum)
+    return v
+
+
+def _range(v: int, what: str, minimum: int, maximum: int | None) -> None:
+    if v < minimum or (maximum is not None and v > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ConfigError(f"{what} must be {bound}, got {v}")
+
+
+def _yaml_path(doc: Mapping[str, Any], key: str, default: Path, base: Path) -> Path:
+    text = _yaml_str(doc, key)
+    if text is None:
+        p = default
+    else:
+        if not text.strip():
+            raise ConfigError(f"config key {key!r} must not be empty")
+        p = Path(text).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+# ----------------------------------------------------------------------------- env reading
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be true or false (also 1/0, yes/no, on/off), got {raw!r}")
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1,
+             maximum: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    _range(v, name, minimum, maximum)
+    return v
+
+
+def _env_str(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return None
+    return raw.strip()
+
+
+def _env_secret(env: Mapping[str, str], name: str) -> str | None:
+    # Secrets are taken verbatim (a password may start or end with a space); empty means unset.
+    raw = env.get(name)
+    return raw if raw else None
+
+
+def _parse_backends(raw: str, name: str) -> tuple[BackendSpec, ...]:
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as e:
+        # The value may carry credentials in its environment maps: never echo it.
+        raise ConfigError(f"{name} is not valid JSON (line {e.lineno}, column {e.colno})") from None
+    if not isinstance(doc, list):
+        raise ConfigError(f"{name} must be a JSON array of backends, got {_kind(doc)}")
+    out = []
+    for i, item in enumerate(doc):
+        where = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where} must be an object, got {_kind(item)}")
+        bname = item.get("name")
+        if not isinstance(bname, str) or not bname.strip():
+            raise ConfigError(f"{where}.name must be a non-empty string")
+        envmap = item.get("environment", item.get("env", {}))
+        if envmap is None:
+            envmap = {}
+        if not isinstance(envmap, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in envmap.items()
+        ):
+            raise ConfigError(f"{where}.environment must be an object of strings")
+        pool = None
+        run_on = item.get("run_on")
+        if run_on is not None:
+            if not isinstance(run_on, dict) or not isinstance(run_on.get("pool"), str):
+                raise ConfigError(f"{where}.run_on must be {{\"pool\": <name>}}")
+            pool = run_on["pool"]
+        out.append(BackendSpec(name=bname, environment=dict(envmap), run_on_pool=pool, raw=item))
+    return tuple(out)
+
+
+def _db_config(yaml_db: Mapping[str, Any], env: Mapping[str, str]) -> DbConfig:
+    merged: dict[str, str] = {}
+    pairs = (("url", "SVC_DB_URL"), ("namespace", "SVC_DB_NS"), ("database", "SVC_DB_NAME"),
+             ("username", "SVC_DB_USER"), ("password", "SVC_DB_PASS"))
+    for key, var in pairs:
+        v = _yaml_str(yaml_db, key, "db.")
+        if v is not None:
+            merged[var] = v
+    # The environment wins; SVC_DB_WS is the legacy spelling of SVC_DB_URL.
+    if env.get("SVC_DB_URL", "").strip():
+        merged["SVC_DB_URL"] = env["SVC_DB_URL"]
+    elif env.get("SVC_DB_WS", "").strip():
+        merged["SVC_DB_URL"] = env["SVC_DB_WS"]
+    for var in ("SVC_DB_NS", "SVC_DB_NAME", "SVC_DB_USER", "SVC_SSP_DB_TIMEOUT_SECS"):
+        if env.get(var, "").strip():
+            merged[var] = env[var]
+    if env.get("SVC_DB_PASS"):
+        merged["SVC_DB_PASS"] = env["SVC_DB_PASS"]
+    if not merged.get("SVC_DB_URL", "").strip():
+        raise ConfigError("the database URL is not set: give db.url in the YAML or SVC_DB_URL")
+    try:
+        return DbConfig.from_env(merged)
+    except ValueError as e:
+        # DbConfig's messages name the problem without the password.
+        raise ConfigError(f"database settings: {e}") from None
+
+
+def _admin_config(env: Mapping[str, str]) -> AdminConfig:
+    job_interval = _env_int(env, "SVC_ADMIN_JOB_INTERVAL_SECS", 15, minimum=0)
+    live = _env_int(env, "SVC_ADMIN_JOB_LIVE_INTERVAL_SECS", 2)
+    if job_interval > 0:
+        live = min(live, job_interval)  # the live interval is never slower than the idle one
+    admin_dir = _env_str(env, "SVC_ADMIN_DIR")
+    return AdminConfig(
+        enabled=_env_bool(env, "SVC_ADMIN_ENABLED", True),
+        host=_env_str(env, "SVC_ADMIN_HOST") or "0.0.0.0",
+        port=_env_int(env, "SVC_ADMIN_PORT", 9668, maximum=65535),
+        dir=Path(admin_dir) if admin_dir else None,
+        password=_env_secret(env, "SVC_ADMIN_PASSWORD"),
+        access=_env_str(env, "SVC_ADMIN_ACCESS"),
+        session_ttl_secs=_env_int(env, "SVC_ADMIN_SESSION_TTL_SECS", 28800),
+        presence_interval_secs=_env_int(env, "SVC_ADMIN_PRESENCE_INTERVAL_SECS", 15),
+        slow_view_ms=_env_int(env, "SVC_ADMIN_SLOW_VIEW_MS", 250),
+        large_view_rows=_env_int(env, "SVC_ADMIN_LARGE_VIEW_ROWS", 1000),
+        presence_max_rows=_env_int(env, "SVC_ADMIN_PRESENCE_MAX_ROWS", 20000),
+        job_interval_secs=job_interval,
+        job_live_interval_secs=live,
+        cloud_api_url=_env_str(env, "SVC_CLOUD_API_URL"),
+        cloud_project=_env_str(env, "SVC_CLOUD_PROJECT"),
+        project_slug=_env_str(env, "SVC_PROJECT_SLUG") or "default",
+        objstore=ObjectStoreConfig(
+            endpoint=_env_str(env, "OBJSTORE_ENDPOINT"),
+            access_key=_env_secret(env, "OBJSTORE_ACCESS_KEY"),
+            secret_key=_env_secret(env, "OBJSTORE_SECRET_KEY"),
+            bucket=_env_str(env, "OBJSTORE_BUCKET"),
+            region=_env_str(env, "OBJSTORE_REGION"),
+        ),
+    )
+
+
+def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> SchedulerConfig:
+    _check_keys(doc, _TOP_KEYS, "")
+    yaml_db = doc.get("db", {})
+    if yaml_db is None:
+        yaml_db = {}
+    if not isinstance(yaml_db, Mapping):
+        raise ConfigError(f"config key 'db' must be a mapping, got {_kind(yaml_db)}")
+    _check_keys(yaml_db, _DB_KEYS, "db.")
+
+    lb_text = _yaml_str(doc, "load_balance")
+    if lb_text is None:
+        lb = LoadBalance.LEAST_QUERIES
+    else:
+        try:
+            lb = LoadBalance(lb_text)
+        except ValueError:
+            choices = ", ".join(m.value for m in LoadBalance)
+            raise ConfigError(
+                f"config key 'load_balance' must be one of {choices}, got {lb_text!r}"
+            ) from None
+
+    job_tables_raw = doc.get("job_tables", [])
+    if job_tables_raw is None:
+        job_tables_raw = []
+    if not isinstance(job_tables_raw, list):
+        raise ConfigError(f"config key 'job_tables' must be a list of strings, got "
+                          f"{_kind(job_tables_raw)}")
+    for i, t in enumerate(job_tables_raw):
+        if not isinstance(t, str) or not t:
+            raise ConfigError(f"config key 'job_tables[{i}]' must be a non-empty string, got "
+                              f"{_kind(t)}")
+
+    ingest_host = _yaml_str(doc, "ingest_host")
+    if ingest_host is not None and not ingest_host.strip():
+        raise ConfigError("config key 'ingest_host' must not be empty")
+
+    snapshot_interval = _yaml_int(doc, "snapshot_update_interval_secs", 300)
+    snapshot_interval = _env_int(env, "SVC_SNAPSHOT_UPDATE_INTERVAL_SECS", snapshot_interval)
+
+    backends_raw = env.get("SVC_BACKENDS") or env.get("SVC_SCHEDULER_BACKENDS")
+    backends_var = "SVC_BACKENDS" if env.get("SVC_BACKENDS") else "SVC_SCHEDULER_BACKENDS"
+    backends = _parse_backends(backends_raw, backends_var) if backends_raw else ()
+
+    transport_text = (_env_str(env, "SVC_INGEST_TRANSPORT") or "changefeed").lower()
+    try:
+        transport = IngestTransport(transport_text)
+    except ValueError:
+        raise ConfigError(
+            f"SVC_INGEST_TRANSPORT must be http or changefeed, got {transport_text!r}"
+        ) from None
+
+    heartbeat_interval = _yaml_int(doc, "heartbeat_interval_ms", 5000)
+    heartbeat_timeout = _yaml_int(doc, "heartbeat_timeout_ms", 15000)
+    if heartbeat_timeout <= heartbeat_interval:
+        # An SSP would be declared dead between two of its own heartbeats.
+        raise ConfigError(
+            f"config key 'heartbeat_timeout_ms' ({heartbeat_timeout}) must be greater than "
+            f"'heartbeat_interval_ms' ({heartbeat_interval})"
+        )
+
+    return SchedulerConfig(
+        scheduler_id=_env_str(env, "SVC_SCHEDULER_ID") or f"scheduler-{uuid.uuid4()}",
+        db=_db_config(yaml_db, env),
+        load_balance=lb,
+        heartbeat_interval_ms=heartbeat_interval,
+        heartbeat_timeout_ms=heartbeat_timeout,
+        bootstrap_chunk_size=_yaml_int(doc, "bootstrap_chunk_size", 1000),
+        bootstrap_timeout_secs=_yaml_int(doc, "bootstrap_timeout_secs", 120),
+        replica_db_path=_yaml_path(doc, "replica_db_path",
+                                   Path("scheduler-data/replica.sqlite3"), base),
+        wal_path=_yaml_path(doc, "wal_path", Path("scheduler-data/wal"), base),
+        ingest_host=ingest_host.strip() if ingest_host is not None else "0.0.0.0",
+        ingest_port=_yaml_int(doc, "ingest_port", 9667, maximum=65535),
+        ssp_poll_interval_ms=_yaml_int(doc, "ssp_poll_interval_ms", 3000),
+        max_buffer_per_ssp=_yaml_int(doc, "max_buffer_per_ssp", 10000),
+        snapshot_update_interval_secs=snapshot_interval,
+        job_tables=tuple(job_tables_raw),
+        impersonation=_env_bool(env, "SVC_IMPERSONATION", False),
+        drift=DriftConfig(
+            check=_env_bool(env, "SVC_DRIFT_CHECK", True),
+            auto_reclone=_env_bool(env, "SVC_DRIFT_AUTO_RECLONE", True),
+            confirm_ticks=_env_int(env, "SVC_DRIFT_CONFIRM_TICKS", 2),
+            reclone_cooldown_secs=_env_int(env, "SVC_DRIFT_RECLONE_COOLDOWN_SECS", 3600,
+                                           minimum=0),
+            repair_max_rows=_env_int(env, "SVC_DRIFT_REPAIR_MAX_ROWS", 2000, minimum=0),
+            repair_timeout_secs=_env_int(env, "SVC_DRIFT_REPAIR_TIMEOUT_SECS", 300),
+            check_timeout_secs=_env_int(env, "SVC_DRIFT_CHECK_TIMEOUT_SECS", 120),
+        ),
+        backends=backends,
+        bootstrap_page_size=_env_int(env, "SVC_BOOTSTRAP_PAGE_SIZE", 500),
+        clear_views_on_start=_env_bool(env, "SVC_CLEAR_VIEWS_ON_START", True),
+        auth_secret=_env_secret(env, "SVC_AUTH_SECRET"),
+        ingest_transport=transport,
+        pool_port=_env_int(env, "SVC_POOL_PORT", 9669, maximum=65535),
+        admin=_admin_config(env),
+    )
