@@ -1,0 +1,388 @@
+"""The scheduler's write-ahead log: every accepted row-change event, durable before the 200.
+
+Durability policy: :meth:`Wal.append` and :meth:`Wal.append_many` return only after the bytes
+are written and ``fsync``'ed (plus the directory, when a new segment file was created). An event
+whose append returned survives ``kill -9`` and power loss (as far as the disk honours fsync).
+One fsync costs far more than the write (see ``loadtests/bench_scheduler_wal.py``), so
+:meth:`Wal.append_many` writes a batch with one fsync (group commit) and
+:class:`GroupCommitter` gathers the appends of concurrent async callers (HTTP handlers) into such
+batches: while one fsync runs, the next callers queue and share the following one.
+
+On disk: a directory of segment files ``<first seq, 20 digits>.wal``. A record is a header
+``>IQQ`` (payload length, sequence number, xxh3_64 of length + seq + payload) followed by the
+payload, the MessagePack of ``{table, op, id, record}`` in the canonical value encoding of
+:mod:`engine.values` (record ids, datetimes, decimals, durations, uuids, NONE keep their types).
+On open, the last segment is scanned; a torn tail (short header, short payload, bad checksum,
+sequence out of order: a process killed mid-write, or garbage) is cut off, never misread; since
+a batch is acknowledged only after its fsync, nothing acknowledged is ever in a torn tail.
+Damage inside an older segment is not a torn write and raises :class:`WalCorrupt`.
+
+:meth:`Wal.truncate_through` deletes whole segments once the replica has absorbed their events
+(cheap: no rewriting); the active segment is rotated first when it is wholly absorbed. The
+sequence never restarts: the next number is one past the last record, or the first number of
+the newest segment when all records were truncated.
+
+Thread safety: appends, replay and truncation take one lock; replay reads a snapshot of the
+files' lengths, so it never sees a half-written record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from engine.values import RecordID, pack_value, unpack_value
+
+__all__ = ["GroupCommitter", "OPS", "Wal", "WalCorrupt", "encode_event", "validate_event"]
+
+OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
+_HEADER = struct.Struct(">IQQ")
+_LENSEQ = struct.Struct(">IQ")
+_SUFFIX = ".wal"
+_MAX_RECORD = 64 * 1024 * 1024  # a larger length field can only be garbage
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+class WalCorrupt(Exception):
+    """A WAL segment other than the last one is damaged (not a torn tail): operator action."""
+
+
+def validate_event(event: Any) -> dict[str, Any]:
+    """Check a row-change event ``{table, op, id, record}`` and return it as a plain dict.
+
+    Raises ValueError with a clear message: the table must be a non-empty string, the op one
+    of CREATE/UPDATE/DELETE, the id a non-empty string or a RecordID, the record an object
+    (or null/absent for DELETE).
+    """
+    if not isinstance(event, Mapping):
+        raise ValueError(f"an event must be an object, got {type(event).__name__}")
+    table = event.get("table")
+    if not isinstance(table, str) or not table:
+        raise ValueError("event.table must be a non-empty string")
+    op = event.get("op")
+    if op not in OPS:
+        raise ValueError(f"event.op must be CREATE, UPDATE or DELETE, got {op!r:.40}")
+    rid = event.get("id")
+    if not (isinstance(rid, str) and rid) and not isinstance(rid, RecordID):
+        raise ValueError("event.id must be a non-empty record id string")
+    record = event.get("record")
+    if record is None:
+        if op != "DELETE":
+            raise ValueError(f"event.record is required for {op}")
+    elif not isinstance(record, Mapping):
+        raise ValueError(f"event.record must be an object, got {type(record).__name__}")
+    return {"table": table, "op": op, "id": rid, "record": record}
+
+
+def encode_event(event: Mapping[str, Any]) -> bytes:
+    """Validate and encode an event as a WAL payload (ValueError when it cannot be)."""
+    try:
+        return pack_value(validate_event(event))
+    except (TypeError, OverflowError) as e:
+        raise ValueError(f"event cannot be encoded: {e}") from None
+
+
+def _record_bytes(seq: int, payload: bytes) -> bytes:
+    lenseq = _LENSEQ.pack(len(payload), seq)
+    check = xxhash.xxh3_64_intdigest(lenseq + payload)
+    return lenseq + struct.pack(">Q", check) + payload
+
+
+def _scan(data: bytes, expect_first: int | None) -> tuple[list[tuple[int, int, int]], int]:
+    """Valid records of a segment's bytes: [(seq, payload start, payload end)], valid end."""
+    out: list[tuple[int, int, int]] = []
+    pos = 0
+    prev = None
+    n = len(data)
+    while pos + _HEADER.size <= n:
+        length, seq, check = _HEADER.unpack_from(data, pos)
+        start = pos + _HEADER.size
+        end = start + length
+        if length > _MAX_RECORD or end > n:
+            break
+        if xxhash.xxh3_64_intdigest(data[pos:pos + _LENSEQ.size] + data[start:end]) != check:
+            break
+        if prev is not None and seq != prev + 1:
+            break
+        if prev is None and expect_first is not None and seq < expect_first:
+            break
+        out.append((seq, start, end))
+        prev = seq
+        pos = end
+    return out, pos
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Wal:
+    """A segmented, checksummed, fsync'ed log of row-change events (see the module docstring).
+
+    Use :meth:`open`; call :meth:`close` when done (or use it as a context manager).
+    """
+
+    def __init__(self, path: Path, segment_bytes: int) -> None:
+        self.path = path
+        self.segment_bytes = segment_bytes
+        self._lock = threading.Lock()
+        self._segments: list[int] = []  # first seq of each segment file, ascending
+        self._fd = -1
+        self._size = 0  # bytes of valid records in the active (last) segment
+        self._next = 1
+        self._last_fsync_batch = 0
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: Path | str, *, min_next_seq: int = 1,
+             segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Wal:
+        """Open (or create) the WAL directory, cutting off a torn tail of the last segment.
+
+        ``min_next_seq``: the next sequence number is at least this (e.g. one past the
+        replica's ``applied_seq`` when the log was removed). Raises :class:`WalCorrupt` when an
+        older segment is damaged, OSError when the directory cannot be used.
+        """
+        if min_next_seq < 1:
+            raise ValueError("min_next_seq must be >= 1")
+        if segment_bytes < 1:
+            raise ValueError("segment_bytes must be >= 1")
+        p = Path(path)
+        p.mkdir(parents=True, exist_ok=True)
+        wal = cls(p, segment_bytes)
+        wal._load(min_next_seq)
+        return wal
+
+    def _seg_path(self, first: int) -> Path:
+        return self.path / f"{first:020d}{_SUFFIX}"
+
+    def _load(self, min_next_seq: int) -> None:
+        firsts = []
+        for f in self.path.iterdir():
+            if f.name.endswith(_SUFFIX) and f.name[: -len(_SUFFIX)].isdigit():
+                firsts.append(int(f.name[: -len(_SUFFIX)]))
+        firsts.sort()
+        next_seq = min_next_seq
+        for i, first in enumerate(firsts):
+            last_seg = i == len(firsts) - 1
+            data = self._seg_path(first).read_bytes()
+            records, end = _scan(data, first)
+            if records and records[0][0] != first:
+                records, end = [], 0
+            if not last_seg and end != len(data):
+                raise WalCorrupt(
+                    f"WAL segment {self._seg_path(first).name} is damaged at byte {end} of "
+                    f"{len(data)} (not the last segment, so not a torn write)"
+                )
+            if last_seg and end != len(data):
+                # A torn tail: drop it now so new appends follow the last good record.
+                with open(self._seg_path(first), "r+b") as fh:
+                    fh.truncate(end)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            if records:
+                next_seq = max(next_seq, records[-1][0] + 1)
+            else:
+                next_seq = max(next_seq, first)
+            if last_seg:
+                self._size = end
+        self._segments = firsts
+        self._next = next_seq
+        if firsts and self._size > 0:
+            self._fd = os.open(self._seg_path(firsts[-1]), os.O_WRONLY | os.O_APPEND)
+        elif firsts:
+            # An empty last segment is reused only when its name matches the next number.
+            if firsts[-1] == next_seq:
+                self._fd = os.open(self._seg_path(firsts[-1]), os.O_WRONLY | os.O_APPEND)
+            else:
+                os.unlink(self._seg_path(firsts[-1]))
+                self._segments.pop()
+                self._new_segment()
+        else:
+            self._new_segment()
+
+    def _new_segment(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        first = self._next
+        self._fd = os.open(self._seg_path(first), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._segments.append(first)
+        self._size = 0
+        _fsync_dir(self.path)  # the new file's name must survive a crash too
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next appended event gets."""
+        return self._next
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence number appended (``next_seq - 1``; 0 before any event)."""
+        return self._next - 1
+
+    @property
+    def first_seq(self) -> int:
+        """The oldest sequence number still in the log (``next_seq`` when it is empty)."""
+        return self._segments[0] if self._segments else self._next
+
+    # ------------------------------------------------------------------ appending
+    def append(self, event: Mapping[str, Any]) -> int:
+        """Append one event; returns its sequence number after the bytes are fsync'ed.
+
+        Raises ValueError (nothing written) for an invalid or unencodable event.
+        """
+        return self.append_many([event])[0]
+
+    def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append a batch with a single write and a single fsync (group commit).
+
+        Every event is validated and encoded first, so a bad event rejects the whole batch with
+        ValueError and nothing is written. Returns the sequence numbers, in order.
+        """
+        return self.append_encoded([encode_event(e) for e in events])
+
+    def append_encoded(self, payloads: list[bytes]) -> list[int]:
+        """Append payloads already produced by :func:`encode_event` (one write, one fsync)."""
+        if not payloads:
+            return []
+        with self._lock:
+            if self._fd < 0:
+                raise ValueError("the WAL is closed")
+            if self._size >= self.segment_bytes:
+                self._new_segment()
+            first = self._next
+            buf = b"".join(_record_bytes(first + i, p) for i, p in enumerate(payloads))
+            view = memoryview(buf)
+            written = 0
+            while written < len(buf):
+                written += os.write(self._fd, view[written:])
+            os.fsync(self._fd)
+            self._size += len(buf)
+            self._next = first + len(payloads)
+            return list(range(first, self._next))
+
+    # ------------------------------------------------------------------ reading
+    def replay(self, after_seq: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Yield ``(seq, event)`` for every event with ``seq > after_seq``, in order.
+
+        Reads what was appended when iteration reaches each segment; events appended later
+        are picked up by the next call.
+        """
+        with self._lock:
+            segments = list(self._segments)
+            active_size = self._size
+        for i, first in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            if nxt is not None and nxt <= after_seq + 1:
+                continue  # every record of this segment is <= after_seq
+            try:
+                with open(self._seg_path(first), "rb") as fh:
+                    data = fh.read(active_size if nxt is None else -1)
+            except FileNotFoundError:
+                continue  # truncated meanwhile: those events were absorbed already
+            records, _ = _scan(data, first)
+            for seq, start, end in records:
+                if seq > after_seq:
+                    yield seq, unpack_value(data[start:end])
+
+    # ------------------------------------------------------------------ truncation
+    def truncate_through(self, seq: int) -> int:
+        """Delete the segments whose events all have ``seq <= seq``; returns files removed.
+
+        Call after the replica committed those events. The active segment is rotated first
+        when everything in it is absorbed, so the log may become empty but keeps counting.
+        """
+        removed = 0
+        with self._lock:
+            if self._fd >= 0 and self._size > 0 and seq >= self._next - 1:
+                self._new_segment()
+            while len(self._segments) > 1 and self._segments[1] <= seq + 1:
+                first = self._segments.pop(0)
+                try:
+                    os.unlink(self._seg_path(first))
+                except FileNotFoundError:
+                    pass
+                removed += 1
+            if removed:
+                _fsync_dir(self.path)
+        return removed
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Close the active segment (appends afterwards raise ValueError)."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> Wal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class GroupCommitter:
+    """Batches concurrent async appends into one :meth:`Wal.append_many` (one fsync).
+
+    ``seq = await committer.submit(event)`` returns once the event is durable. While a batch's
+    fsync runs in a worker thread, newly submitted events queue and go out together in the next
+    batch (at most ``max_batch`` per fsync). A bad event fails only its own caller
+    (ValueError); the rest of its batch is written.
+    """
+
+    def __init__(self, wal: Wal, max_batch: int = 1000) -> None:
+        self.wal = wal
+        self.max_batch = max_batch
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[int]]] = []
+        self._running = False
+        self.batches = 0  # fsync'ed batches so far (for metrics and tests)
+
+    async def submit(self, event: Mapping[str, Any]) -> int:
+        """Append ``event`` durably; returns its sequence number."""
+        checked = validate_event(event)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append((checked, fut))
+        if not self._running:
+            self._running = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch = self._queue[: self.max_batch]
+                del self._queue[: len(batch)]
+                good: list[tuple[bytes, asyncio.Future[int]]] = []
+                for ev, fut in batch:
+                    try:
+                        good.append((encode_event(ev), fut))
+                    except ValueError as e:
+                        if not fut.done():
+                            fut.set_exception(e)
+                if not good:
+                    continue
+                try:
+                    seqs = await asyncio.to_thread(self.wal.append_encoded, [p for p, _ in good])
+                except Exception as e:  # disk full, closed WAL: every waiter learns it
+                    for _, fut in good:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    continue
+                self.batches += 1
+                for (_, fut), seq in zip(good, seqs, strict=True):
+                    if not fut.done():
+                        fut.set_result(seq)
+        finally:
+            self._running = False
