@@ -150,10 +150,19 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace) -
                     "record": {"id": f"post:{key}", "owner": f"user:u{u}", "cat": cat,
                                "n": rng.randrange(100)}}
 
+        # Open-loop pacing when --rate is given: each sender sends every concurrency/rate s.
+        interval = args.concurrency / args.rate if args.rate > 0 else 0.0
+
         async def sender() -> None:
             c = RpcClient(ssp.hub_endpoint)
+            next_at = time.perf_counter() + rng.random() * interval
             try:
                 while time.perf_counter() < stop_at:
+                    if interval:
+                        delay = next_at - time.perf_counter()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                        next_at += interval
                     r = await hub_call(c, "POST /ingest", event())
                     if r["status"] == 200:
                         ok[0] += 1
@@ -165,13 +174,15 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace) -
         t1 = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(args.concurrency)))
         elapsed = time.perf_counter() - t1
+        t2 = time.perf_counter()
         await drained(client)
+        drain_s = time.perf_counter() - t2
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
         pub = mem["publication"]
         return {"shards": shards, "views": len(todo), "register_per_s": len(todo) / reg_secs,
                 "events_per_s": ok[0] / elapsed, "rejected_503": busy[0],
                 "p50_ms": pub["latency_p50_ms"], "p99_ms": pub["latency_p99_ms"],
-                "flushes": pub["flushes"], "failures": pub["failures"]}
+                "flushes": pub["flushes"], "failures": pub["failures"], "drain_s": drain_s}
     finally:
         if client is not None:
             client.close()
@@ -244,6 +255,8 @@ async def main() -> int:
     p.add_argument("--shards", default="1,2")
     p.add_argument("--throttle-ms", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--rate", type=float, default=0,
+                   help="target ingest events/s (0: as fast as the SSP accepts)")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-ssp-"))
     host = start_db_host(tmp, memory=True)
@@ -253,14 +266,17 @@ async def main() -> int:
     finally:
         host.process.stop()
     views = args.users * args.views_per_user
+    rate = f"target {args.rate:.0f}/s" if args.rate else "unpaced"
     print(f"\nSSP benchmark: {views} views over {args.users} users, throttle "
-          f"{args.throttle_ms} ms, {args.seconds:.0f} s per run, concurrency {args.concurrency}")
+          f"{args.throttle_ms} ms, {args.seconds:.0f} s per run, concurrency {args.concurrency}, "
+          f"{rate}")
     print(f"{'run':<10} {'events/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'503s':>7} "
-          f"{'reg/s':>8} {'x naive':>8}")
+          f"{'reg/s':>8} {'x naive':>8} {'drain s':>8}")
     for r in results:
         print(f"{'ssp ' + str(r['shards']) + ' sh':<10} {r['events_per_s']:>10.0f} "
               f"{r['p50_ms'] or 0:>9.1f} {r['p99_ms'] or 0:>9.1f} {r['rejected_503']:>7} "
-              f"{r['register_per_s']:>8.0f} {r['events_per_s'] / naive['events_per_s']:>8.1f}")
+              f"{r['register_per_s']:>8.0f} {r['events_per_s'] / naive['events_per_s']:>8.1f} "
+              f"{r['drain_s']:>8.1f}")
     print(f"{'naive':<10} {naive['events_per_s']:>10.0f} {naive['p50_ms']:>9.1f} "
           f"{naive['p99_ms']:>9.1f} {'-':>7} {'-':>8} {1.0:>8.1f}")
     if len(results) == 2:
