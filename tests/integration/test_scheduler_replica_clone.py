@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from surrealdb import RecordID
+from surrealdb import Duration, RecordID
 
 from dbclient import Database, DbConfig, DbQueryError
 from engine import ViewEngine
@@ -50,9 +50,6 @@ def mixed_ids() -> list[Any]:
 
 
 def value(rng: random.Random, i: int) -> dict[str, Any]:
-    # No durations: over the WebSocket the SDK (2.0.0) and the engine disagree on the
-    # duration CBOR tag both ways (a bound Duration is refused; reading one drops the
-    # connection). The WAL and replica unit tests cover Duration values.
     return {
         "n": i,
         "f": rng.uniform(-1000, 1000),
@@ -74,6 +71,9 @@ async def load_tables(db: Database) -> dict[str, int]:
         batch = [{"id": RecordID("item", k), **value(rng, start + j)}
                  for j, k in enumerate(ids[start:start + 500])]
         await db.query("INSERT INTO item $rows", {"rows": batch})
+    # Durations are set in SurrealQL: the engine refuses the SDK's CBOR for a bound Duration.
+    # Never zero: reading a zero duration drops the SDK's WebSocket (reported upstream).
+    await db.query("UPDATE item SET dur = duration::from_millis(n + 1) RETURN NONE")
     users = [{"id": RecordID("user", i), "name": f"u{i}"} for i in range(50)]
     await db.query("INSERT INTO user $rows", {"rows": users})
     await db.query("DEFINE TABLE empty SCHEMALESS")
@@ -108,6 +108,7 @@ async def test_clone_matches_an_engine_loaded_by_keyset_pages(db: Database,
         sample = rep.get("item", "item:5")
         assert sample is not None
         assert isinstance(sample["dec"], Decimal) and isinstance(sample["u"], uuid.UUID)
+        assert isinstance(sample["dur"], Duration)
 
 
 async def test_events_after_the_clone_keep_hashes_equal(db: Database, tmp_path: Path) -> None:
