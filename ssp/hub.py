@@ -871,14 +871,14 @@ class Hub:
         the initial edges queued (the flush that commits them sets `ready`)."""
         async with self.publisher.hold(view.view_id):
             if view.members:
-                await self.pub_db.query("UPSERT $q CONTENT $c",
+                await self.pub_db.query("UPSERT $q CONTENT $c RETURN NONE",
                                         {"q": view.record,
                                          "c": self._row_content(view, "materializing")})
                 self.publisher.materialise(view)
             else:
                 await self.pub_db.transaction([
                     (f"DELETE {view.edge_table} WHERE in = $q", {"q": view.record}),
-                    ("UPSERT $q CONTENT $c", {"q": view.record,
+                    ("UPSERT $q CONTENT $c RETURN NONE", {"q": view.record,
                                               "c": self._row_content(view, "ready")}),
                 ])
 

@@ -45,8 +45,9 @@ _OP_BYTES = 160  # estimated bytes per pending operation (ids + bookkeeping)
 # A (re)materialisation costs a DELETE ... WHERE scan of the view's prior edges besides its
 # upserts: count it as this many operations against a flush's budget.
 INITIAL_COST = 10
+# RETURN NONE: the written rows would otherwise travel back and be decoded for nothing.
 UPSERT_EDGES = ("INSERT RELATION $rows ON DUPLICATE KEY UPDATE rv = $input.rv, "
-                "seq = $input.seq")
+                "seq = $input.seq RETURN NONE")
 # UPDATE (never UPSERT): a view unregistered meanwhile must not get its row back.
 MARK_READY = "FOR $u IN $ups { UPDATE $u.q MERGE { state: 'ready', rowCount: $u.n } }"
 MIN_OPS = 50
