@@ -45,7 +45,9 @@ from surrealdb import RecordID
 from surrealdb.data.types.duration import Duration
 
 from dbclient import Database, DbAuthError, DbError, DbTimeout
+from engine.errors import QueryRejected
 from engine.hashing import bytes_hash
+from engine.parser import parse
 from engine.values import canonical_bytes, parse_record_id, record_id_text, unpack_value
 from ipc.messages import (
     ErrorCode,
@@ -336,7 +338,8 @@ class Hub:
                 self.rv[rid] = row.get("_00_rv")
                 batch.append(row)
             loaded += len(batch)
-            await self._broadcast("load_many", {"tables": {table: batch}})
+            replies = await self._broadcast("load_many", {"tables": {table: batch}})
+            self._deliver([], replies, False, time.monotonic())
         self.hashes[table] = h
         if loaded == 0:
             upstream = await self.db.query_one(
@@ -755,6 +758,16 @@ class Hub:
 
     # ------------------------------------------------------------------ views
 
+    async def _know_tables_of(self, surql: str) -> None:
+        """A view on a table created since the last schema probe: probe now, so the table's
+        rows are loaded before the view's initial set is computed."""
+        try:
+            table = parse(surql).table
+        except (QueryRejected, ValueError):
+            return  # the shard refuses it with the engine's message
+        if table not in self.tables:
+            await self.poll_schema_once()
+
     def _new_view(self, vid: str, surql: str, params: dict[str, Any] | None,
                   auth: RecordID | None, client_id: str, ttl: str, ttl_ms: int,
                   last_ms: int, fmt: str | None) -> ViewState:
@@ -814,6 +827,7 @@ class Hub:
             return error_reply(400, ErrorCode.INVALID,
                                "the registration names no identity (params.auth_id or "
                                "params.auth.id) and anonymous views are off")
+        await self._know_tables_of(surql)
         verdict = await self.allowlist.check(self.db, surql)
         if not verdict.allowed:
             return error_reply(403, ErrorCode.NOT_ALLOWLISTED, verdict.reason)

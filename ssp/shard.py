@@ -25,8 +25,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from engine.values import pack_value, unpack_value
-from engine.worker import ShardWorker
+from engine.values import pack_value, record_id_text, unpack_value
+from engine.worker import ShardWorker, delta_to_wire
 from ipc.rpc import RpcServer
 
 log = logging.getLogger("ssp.shard")
@@ -65,14 +65,32 @@ class Shard:
                     "tables": {t: eng.table_count(t) for t in eng.store.tables},
                     "events_applied": self.worker.events_applied}
         if kind == "load_many":
-            # Several tables' rows in one round trip (bootstrap and shard rebuild).
-            for table, rows in payload.get("tables", {}).items():
+            return self._load_many(payload)
+        payload["kind"] = kind
+        return self.worker.handle(payload)
+
+    def _load_many(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Several tables' rows in one round trip (bootstrap, new tables, shard rebuild).
+
+        With views registered, rows go through `ingest_batch` so the views that read a
+        table loaded late (found by the schema poll) get their deltas instead of silently
+        missing the rows."""
+        eng = self.worker.engine
+        deltas: dict[str, dict[str, list[str]]] = {}
+        for table, rows in payload.get("tables", {}).items():
+            if not eng.views:
                 out = self.worker.handle({"kind": "load", "table": table, "rows": rows})
                 if not out.get("ok"):
                     return out
-            return {"ok": True}
-        payload["kind"] = kind
-        return self.worker.handle(payload)
+                continue
+            try:
+                got = eng.ingest_batch(
+                    [(table, "CREATE", record_id_text(r["id"]), r) for r in rows])
+            except (KeyError, TypeError, ValueError) as e:
+                return {"ok": False, "error": "bad_message", "message": str(e)}
+            for vid, d in got.items():
+                deltas[vid] = delta_to_wire(d)
+        return {"ok": True, "deltas": deltas}
 
     def _result(self, payload: dict[str, Any]) -> dict[str, Any]:
         try:

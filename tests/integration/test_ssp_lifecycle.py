@@ -266,3 +266,22 @@ async def test_reload_failure_is_500_reload_failed(tmp_path: Path) -> None:
             assert r["status"] == 200 and r["body"] == {"status": "ready"}
     finally:
         own_host.process.stop()
+
+
+async def test_view_on_a_table_created_after_start_sees_its_rows(host: DbHost,
+                                                                 tmp_path: Path) -> None:
+    from tests.integration.test_ssp_support import apply_schema
+
+    # The schema poll is off: registering must find the new table by itself.
+    async with open_stack(host, tmp_path, before_start=alice, SVC_SCHEMA_POLL_SECS="0") as st:
+        await st.root.query("DEFINE TABLE thread SCHEMALESS; "
+                            "CREATE thread:1 SET title = 'hello', score = 5; "
+                            "CREATE thread:2 SET title = 'low', score = 1")
+        apply_schema(st.host, st.ns, st.dbname)
+        r = await st.ssp.call("POST /view/register", view_body(
+            "top", "SELECT * FROM thread WHERE score > 3 ORDER BY score DESC LIMIT 10"))
+        assert r["status"] == 200 and r["body"]["rowCount"] == 1, r
+        await wait_for(lambda: _edges_are(st.root, "top", {"thread:1"}), what="edge")
+        await st.root.query("CREATE thread:3 SET title = 'new', score = 9; "
+                            "UPDATE thread:1 SET score = 0")
+        await wait_for(lambda: _edges_are(st.root, "top", {"thread:3"}), what="changes")
