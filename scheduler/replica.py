@@ -37,12 +37,12 @@ import math
 import sqlite3
 import struct
 import threading
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from engine.hashing import bytes_hash
 from engine.values import (
@@ -275,7 +275,7 @@ class Replica:
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> Replica:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -430,9 +430,9 @@ class Replica:
         key = id_order_key(rid)
         c = self._conn
         old = c.execute("SELECT data, h FROM rows WHERE tbl=? AND k=?", (table, key)).fetchone()
-        if old is not None and record is not None and "_00_rv" in record:
-            if _stale(record, unpack_value(old[0])):
-                return False
+        if (old is not None and record is not None and "_00_rv" in record
+                and _stale(record, unpack_value(old[0]))):
+            return False
         t = totals.setdefault(table, [0, 0])
         if op == "DELETE":
             if old is None:
@@ -476,7 +476,7 @@ class Replica:
                       "rid TEXT NOT NULL, data BLOB NOT NULL, h INTEGER NOT NULL, "
                       "PRIMARY KEY (tbl, k)) WITHOUT ROWID")
 
-    def _clone_page(self, table: str, rows: list[Mapping[str, Any]]) -> None:
+    def _clone_page(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         batch = []
         for r in rows:
             rid = _resolve_id(table, None, r)

@@ -34,13 +34,13 @@ import struct
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import xxhash
 
 from engine.values import RecordID, pack_value, unpack_value
 
-__all__ = ["GroupCommitter", "OPS", "Wal", "WalCorrupt", "encode_event", "validate_event"]
+__all__ = ["OPS", "GroupCommitter", "Wal", "WalCorrupt", "encode_event", "validate_event"]
 
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 _HEADER = struct.Struct(">IQQ")
@@ -62,7 +62,9 @@ def validate_event(event: Any) -> dict[str, Any]:
     (or null/absent for DELETE).
     """
     if not isinstance(event, Mapping):
-        raise ValueError(f"an event must be an object, got {type(event).__name__}")
+        # ValueError, not TypeError: every bad-input case is one type the listener maps to 400.
+        raise ValueError(  # noqa: TRY004
+            f"an event must be an object, got {type(event).__name__}")
     table = event.get("table")
     if not isinstance(table, str) or not table:
         raise ValueError("event.table must be a non-empty string")
@@ -326,7 +328,7 @@ class Wal:
                 os.close(self._fd)
                 self._fd = -1
 
-    def __enter__(self) -> Wal:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -375,7 +377,7 @@ class GroupCommitter:
                     continue
                 try:
                     seqs = await asyncio.to_thread(self.wal.append_encoded, [p for p, _ in good])
-                except Exception as e:  # disk full, closed WAL: every waiter learns it
+                except (OSError, ValueError) as e:  # disk full, closed WAL: all waiters learn it
                     for _, fut in good:
                         if not fut.done():
                             fut.set_exception(e)

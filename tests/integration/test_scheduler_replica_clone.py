@@ -120,7 +120,7 @@ async def test_events_after_the_clone_keep_hashes_equal(db: Database, tmp_path: 
     eng.load("user", rows)
     with Replica.open(tmp_path / "replica.db") as rep, Wal.open(tmp_path / "wal") as wal:
         await rep.clone_from(db, page_size=100, tables=["user"], applied_seq=wal.last_seq)
-        events = [
+        events: list[dict[str, Any]] = [
             {"table": "user", "op": "UPDATE", "id": "user:3",
              "record": {"id": RecordID("user", 3), "name": "renamed"}},
             {"table": "user", "op": "DELETE", "id": "user:4", "record": None},

@@ -3,6 +3,7 @@ keyset paging in SurrealDB's own ORDER BY id order, freeze."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -224,7 +225,7 @@ def test_page_order_equals_surrealdb_order_by_id(tmp_path: Path) -> None:
 def test_order_key_is_a_total_order_consistent_with_sort_key() -> None:
     ids = [RecordID("t", k) for k in MIXED_KEYS]
     by_bytes = sorted(ids, key=id_order_key)
-    for a, b in zip(by_bytes, by_bytes[1:]):
+    for a, b in itertools.pairwise(by_bytes):
         assert id_order_key(a) < id_order_key(b)
 
 

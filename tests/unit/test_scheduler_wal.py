@@ -48,10 +48,10 @@ def test_round_trip_of_every_value_type(tmp_path: Path) -> None:
         "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
         "link": RecordID("user", ["x", 1]),
         "arr": [1, "a", None, NONE, {"k": RecordID("u", {"a": 1})}],
-        "obj": {"z": 1, "a": {"b": [Decimal("2")]}},
+        "obj": {"z": 1, "a": {"b": [Decimal(2)]}},
         "gone": NONE,
     }
-    events = [
+    events: list[dict[str, Any]] = [
         {"table": "t", "op": "CREATE", "id": "t:`a-b`", "record": record},
         {"table": "t", "op": "DELETE", "id": RecordID("t", 7), "record": None},
     ]
@@ -249,8 +249,8 @@ def test_kill_9_loses_no_acknowledged_event(tmp_path: Path) -> None:
         while len(acked) < 600:
             line = proc.stdout.readline()
             assert line, "the child exited early"
-            s, n = line.split()
-            acked[int(s)] = int(n)
+            s_text, n_text = line.split()
+            acked[int(s_text)] = int(n_text)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         # Lines printed before the kill but not read yet were acknowledged too.
@@ -266,7 +266,7 @@ def test_kill_9_loses_no_acknowledged_event(tmp_path: Path) -> None:
         replayed = {s: e["record"]["n"] for s, e in wal.replay(0)}
         assert len(segments(wal_dir)) > 1  # the run crossed segment boundaries
         assert sorted(replayed) == list(range(1, len(replayed) + 1))
-        for s, n in acked.items():
-            assert replayed.get(s) == n
+        for seq, n in acked.items():
+            assert replayed.get(seq) == n
         nxt = wal.append(ev(0))
         assert nxt == len(replayed) + 1
