@@ -10,10 +10,11 @@ Foundations only, each usable on its own:
 """
 
 from scheduler.config import ConfigError, SchedulerConfig
-from scheduler.replica import Replica, ReplicaFrozen
+from scheduler.replica import CloneInProgress, Replica, ReplicaFrozen
 from scheduler.wal import GroupCommitter, Wal, WalCorrupt
 
 __all__ = [
+    "CloneInProgress",
     "ConfigError",
     "GroupCommitter",
     "Replica",

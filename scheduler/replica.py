@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SYNCED_META_TABLES",
     "ApplyResult",
+    "CloneInProgress",
     "CloneProgress",
     "Replica",
     "ReplicaFrozen",
@@ -77,6 +78,10 @@ _MASK = 0xFFFFFFFFFFFFFFFF
 
 class ReplicaFrozen(RuntimeError):
     """The replica is frozen for an SSP bootstrap; events must stay in the WAL meanwhile."""
+
+
+class CloneInProgress(RuntimeError):
+    """A clone is already running (the spec's 'reclone already running', a 409)."""
 
 
 # ----------------------------------------------------------------------------- ordered keys
@@ -258,6 +263,7 @@ class Replica:
         self.path = path
         self._lock = threading.RLock()
         self._frozen = 0
+        self._cloning = False
 
     @classmethod
     def open(cls, path: Path | str) -> Replica:
@@ -461,15 +467,26 @@ class Replica:
                     applied_seq: int) -> None:
         """Replace the whole contents with ``tables`` (name -> rows) in one transaction."""
         self._begin_clone()
-        for name, rows in tables.items():
-            self._clone_page(name, list(rows))
-        self._finish_clone(list(tables), applied_seq)
+        try:
+            for name, rows in tables.items():
+                self._clone_page(name, list(rows))
+            self._finish_clone(list(tables), applied_seq)
+        finally:
+            self._cloning = False
 
     # ------------------------------------------------------------------ cloning
+    @property
+    def cloning(self) -> bool:
+        """True while :meth:`clone_from` or :meth:`replace_all` runs."""
+        return self._cloning
+
     def _begin_clone(self) -> None:
         with self._lock:
             if self._frozen:
                 raise ReplicaFrozen("the replica is frozen for an SSP bootstrap")
+            if self._cloning:
+                raise CloneInProgress("a clone of the replica is already running")
+            self._cloning = True
             c = self._conn
             c.execute("DROP TABLE IF EXISTS clone_rows")
             c.execute("CREATE TABLE clone_rows (tbl TEXT NOT NULL, k BLOB NOT NULL, "
@@ -532,27 +549,31 @@ class Replica:
         reflects: events after it are replayed on top, their ``_00_rv`` guarding against
         going backwards). ``progress`` (sync or async) is called after every page. Returns
         table -> rows cloned. Database errors propagate (``dbclient`` error types); the
-        replica is then unchanged.
+        replica is then unchanged. Raises :class:`CloneInProgress` when a clone already runs,
+        :class:`ReplicaFrozen` while frozen.
         """
         if tables is None:
             names = [t for t in await db.tables()
                      if not t.startswith("_00_") or t in SYNCED_META_TABLES]
         else:
             names = list(tables)
-        await asyncio.to_thread(self._begin_clone)
+        self._begin_clone()
         counts: dict[str, int] = {}
         total = 0
-        for i, name in enumerate(names):
-            counts[name] = 0
-            async for page in db.keyset_pages(name, page_size):
-                await asyncio.to_thread(self._clone_page, name, page)
-                counts[name] += len(page)
-                total += len(page)
-                if progress is not None:
-                    r = progress(CloneProgress(name, counts[name], total, i, len(names)))
-                    if r is not None:
-                        await r
-        await asyncio.to_thread(self._finish_clone, names, applied_seq)
+        try:
+            for i, name in enumerate(names):
+                counts[name] = 0
+                async for page in db.keyset_pages(name, page_size):
+                    await asyncio.to_thread(self._clone_page, name, page)
+                    counts[name] += len(page)
+                    total += len(page)
+                    if progress is not None:
+                        r = progress(CloneProgress(name, counts[name], total, i, len(names)))
+                        if r is not None:
+                            await r
+            await asyncio.to_thread(self._finish_clone, names, applied_seq)
+        finally:
+            self._cloning = False
         if progress is not None:
             r = progress(CloneProgress(names[-1] if names else "", counts.get(
                 names[-1], 0) if names else 0, total, len(names), len(names)))

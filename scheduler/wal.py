@@ -16,6 +16,9 @@ On open, the last segment is scanned; a torn tail (short header, short payload, 
 sequence out of order: a process killed mid-write, or garbage) is cut off, never misread; since
 a batch is acknowledged only after its fsync, nothing acknowledged is ever in a torn tail.
 Damage inside an older segment is not a torn write and raises :class:`WalCorrupt`.
+The converse also holds: a batch whose process died after ``write`` but before its fsync
+returned may survive whole although nobody was acknowledged; replay delivers it (the database
+write it came from may have failed), which drift repair reconciles.
 
 :meth:`Wal.truncate_through` deletes whole segments once the replica has absorbed their events
 (cheap: no rewriting); the active segment is rotated first when it is wholly absorbed. The
@@ -341,7 +344,8 @@ class GroupCommitter:
     ``seq = await committer.submit(event)`` returns once the event is durable. While a batch's
     fsync runs in a worker thread, newly submitted events queue and go out together in the next
     batch (at most ``max_batch`` per fsync). A bad event fails only its own caller
-    (ValueError); the rest of its batch is written.
+    (ValueError); the rest of its batch is written. A caller cancelled while waiting may still
+    have its event written (it was already in a batch); it just never learns the number.
     """
 
     def __init__(self, wal: Wal, max_batch: int = 1000) -> None:
@@ -349,6 +353,7 @@ class GroupCommitter:
         self.max_batch = max_batch
         self._queue: list[tuple[dict[str, Any], asyncio.Future[int]]] = []
         self._running = False
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only weak refs
         self.batches = 0  # fsync'ed batches so far (for metrics and tests)
 
     async def submit(self, event: Mapping[str, Any]) -> int:
@@ -358,7 +363,7 @@ class GroupCommitter:
         self._queue.append((checked, fut))
         if not self._running:
             self._running = True
-            asyncio.get_running_loop().create_task(self._drain())
+            self._task = asyncio.get_running_loop().create_task(self._drain())
         return await fut
 
     async def _drain(self) -> None:

@@ -17,7 +17,7 @@ from surrealdb import Duration, RecordID
 
 from dbclient import Database, DbConfig, DbQueryError
 from engine import ViewEngine
-from scheduler.replica import CloneProgress, Replica
+from scheduler.replica import CloneInProgress, CloneProgress, Replica
 from scheduler.wal import Wal
 from tests.support.procs import DbHost
 
@@ -143,3 +143,23 @@ async def test_a_failed_clone_leaves_the_replica_unchanged(db: Database, tmp_pat
         with pytest.raises(DbQueryError):
             await rep.clone_from(db, page_size=100, tables=["user", "no_such_table"])
         assert (rep.count("user"), rep.hash("user"), rep.applied_seq) == (*before, 7)
+
+
+async def test_a_second_clone_while_one_runs_is_refused(db: Database, tmp_path: Path) -> None:
+    await load_tables(db)
+    refused: list[Exception] = []
+
+    with Replica.open(tmp_path / "replica.db") as rep:
+        async def on_page(p: CloneProgress) -> None:
+            if not refused:
+                assert rep.cloning
+                try:
+                    await rep.clone_from(db, tables=["user"])
+                except CloneInProgress as e:
+                    refused.append(e)
+
+        counts = await rep.clone_from(db, page_size=10, tables=["user"], progress=on_page)
+        assert refused and "already running" in str(refused[0])
+        assert counts == {"user": 50} and rep.count("user") == 50
+        assert not rep.cloning
+        await rep.clone_from(db, page_size=10, tables=["user"])  # allowed again afterwards
