@@ -13,8 +13,12 @@ the caller truncates the scheduler's own WAL):
 * ``rows(tbl, k, rid, data, h)``, primary key ``(tbl, k)``, ``WITHOUT ROWID``: ``k`` is an
   order-preserving byte encoding of the record id's key (:func:`id_order_key`, built from
   :func:`engine.values.sort_key`, so ``ORDER BY k`` equals SurrealDB's ``ORDER BY id`` for
-  mixed key kinds: numbers < strings < uuids < arrays < objects); ``rid`` is the canonical id
-  text; ``h`` the row's xxh3 hash (as a signed 64-bit int).
+  mixed key kinds: numbers < strings < uuids < arrays < objects, verified against the embedded
+  engine); ``rid`` is the canonical id text; ``h`` the row's xxh3 hash (signed 64-bit).
+  One known divergence, on purpose: for a datetime inside an array/object key, SurrealDB
+  3.2.4's ``ORDER BY id`` follows its storage order (``00:00:00.000001`` before ``00:00:00``)
+  while ``id > $last`` compares by time, so SurrealDB's own keyset paging can skip such rows.
+  The replica orders them by time for both, so its paging is gap-free.
 * ``tbls(tbl, n, h)``: row count and XOR of row hashes, maintained incrementally, so
   :meth:`Replica.count` and :meth:`Replica.hash` are O(1) and equal
   ``engine.ViewEngine.table_count``/``table_hash`` for the same contents.
