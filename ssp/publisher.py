@@ -112,7 +112,7 @@ class Publisher:
         view_lookup: Callable[[str], PubView | None],
         rv_lookup: Callable[[str], Any],
         max_ops: int = 2000,
-        flushers: int = 3,
+        flushers: int = 1,
     ) -> None:
         self.db = db
         self.ref_mode = ref_mode
