@@ -227,10 +227,28 @@ def _stale(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
         return False
 
 
+def _same_id(event_id: Any, rid: RecordID) -> bool:
+    if isinstance(event_id, RecordID):
+        return record_id_text(event_id) == record_id_text(rid)
+    if not isinstance(event_id, str):
+        return False
+    text = record_id_text(rid)
+    if event_id == text:
+        return True
+    try:  # other spellings of the same id (2.x brackets, quotes)
+        return record_id_text(parse_record_id(event_id)) == text
+    except ValueError:
+        return False
+
+
 def _resolve_id(table: str, event_id: Any, record: Mapping[str, Any] | None) -> RecordID:
     ident = record.get("id") if record is not None else None
     if type(ident) is RecordID:
         rid = ident
+        if event_id is not None and not _same_id(event_id, rid):
+            # The engine refuses this too: which of the two ids is meant is unknowable.
+            raise ValueError(f"record id {record_id_text(rid)} does not match event id "
+                             f"{event_id!s:.80}")
     elif isinstance(event_id, RecordID):
         rid = event_id
     elif isinstance(event_id, str) and event_id:

@@ -193,11 +193,14 @@ def test_invalid_events_are_reported_not_applied(tmp_path: Path) -> None:
             {"table": "t", "op": "CREATE", "id": "t:(", "record": {}},
             {"table": "t", "op": "CREATE", "id": "t:3", "record": {"x": 2**70}},
             {"table": "t", "op": "UPDATE", "id": "t:4", "record": None},
+            {"table": "t", "op": "UPDATE", "id": "t:5", "record": {"id": RecordID("t", 6)}},
+            {"table": "t", "op": "UPDATE", "id": "t:⟨a-b⟩", "record": {"id": RecordID("t", "a-b")}},
         ]))
-        assert res.applied == 1
-        assert [s for s, _ in res.rejected] == [2, 3, 4, 5, 6]
+        assert res.applied == 2  # the 2.x bracket spelling of the same id is accepted
+        assert [s for s, _ in res.rejected] == [2, 3, 4, 5, 6, 7]
+        assert "does not match" in res.rejected[-1][1]
         assert "not in table" in res.rejected[0][1]
-        assert rep.applied_seq == 6  # the log moves past them
+        assert rep.applied_seq == 8  # the log moves past them
         assert rep.get("t", "t:1") == row("t", 1, x=1)
 
 
