@@ -278,7 +278,7 @@ def test_replace_all_swaps_contents_and_sets_applied_seq(tmp_path: Path) -> None
         assert [r["id"].id for r in rep.rows("t", 16)] == list(range(50))
 
 
-DT_KEYS = [["x", datetime(2024, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)]
+DT_KEYS: list[list[Any]] = [["x", datetime(2024, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)]
            for us in (0, 1, 500_000, 1_000_000, -60_000_000)]
 
 
