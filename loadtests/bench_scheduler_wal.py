@@ -5,7 +5,7 @@
 
 Every case appends the same realistic row-change event (a dozen typed fields, ~300 bytes) to a
 fresh WAL in a temporary directory (``--dir`` to measure another disk) for N seconds (default
-3). The ratio column is against the fsync-per-append baseline. Also printed: the replica's
+3, split over interleaved rounds, median shown). The ratio column is against the fsync-per-append baseline. Also printed: the replica's
 apply rate for the events of one drain (one SQLite transaction per 1,000 events).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 import time
@@ -25,10 +26,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from surrealdb import RecordID  # noqa: E402
+from surrealdb import RecordID
 
-from scheduler.replica import Replica  # noqa: E402
-from scheduler.wal import GroupCommitter, Wal  # noqa: E402
+from scheduler.replica import Replica
+from scheduler.wal import GroupCommitter, Wal
 
 
 def event(i: int) -> dict[str, Any]:
@@ -97,23 +98,33 @@ def replica_apply_rate(tmp: Path, n: int = 20_000) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=3.0, help="per case, over all rounds")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="cases run interleaved this many times; the median is shown")
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
+    each = args.seconds / args.rounds
+    names = ["fsync per append", "group commit of 10", "group commit of 100",
+             "GroupCommitter, 10 callers", "GroupCommitter, 100 callers"]
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    per_fsync: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         tmp = Path(d)
-        rows: list[tuple[str, float, str]] = []
-        base = run_batches(tmp / "b1", 1, args.seconds)
-        rows.append(("fsync per append", base, ""))
-        for b in (10, 100):
-            rate = run_batches(tmp / f"b{b}", b, args.seconds)
-            rows.append((f"group commit of {b}", rate, ""))
-        for callers in (10, 100):
-            rate, per = asyncio.run(run_committer(tmp / f"gc{callers}", callers, args.seconds))
-            rows.append((f"GroupCommitter, {callers} callers", rate, f"{per:.1f} events/fsync"))
+        # Interleaved rounds: a shared machine's disk speed drifts; every case sees the drift.
+        for r in range(args.rounds):
+            rates[names[0]].append(run_batches(tmp / f"b1-{r}", 1, each))
+            for b, name in ((10, names[1]), (100, names[2])):
+                rates[name].append(run_batches(tmp / f"b{b}-{r}", b, each))
+            for callers, name in ((10, names[3]), (100, names[4])):
+                rate, per = asyncio.run(run_committer(tmp / f"gc{callers}-{r}", callers, each))
+                rates[name].append(rate)
+                per_fsync[name].append(per)
         apply_rate = replica_apply_rate(tmp)
-    print(f"{'case':<34}{'appends/s':>12}{'ratio':>9}  note")
-    for name, rate, note in rows:
+    base = statistics.median(rates[names[0]])
+    print(f"{'case':<34}{'appends/s':>12}{'ratio':>9}  note (median of {args.rounds} rounds)")
+    for name in names:
+        rate = statistics.median(rates[name])
+        note = f"{statistics.median(per_fsync[name]):.1f} events/fsync" if per_fsync[name] else ""
         print(f"{name:<34}{rate:>12,.0f}{rate / base:>8.1f}x  {note}")
     print(f"{'replica apply (1,000/txn)':<34}{apply_rate:>12,.0f}{'':>9}  events/s into SQLite")
 
