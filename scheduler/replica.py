@@ -10,7 +10,7 @@ crash applies each event exactly once; (3) no pickle (rows are the canonical Mes
 Schema (one file, WAL journal mode, ``synchronous=FULL`` so a committed drain is durable before
 the caller truncates the scheduler's own WAL):
 
-* ``rows(tbl, k, rid, data, h)``, primary key ``(tbl, k)``, ``WITHOUT ROWID``: ``k`` is an
+* ``rows(tbl, k, rid, data, h, rv)``, primary key ``(tbl, k)``, ``WITHOUT ROWID``: ``k`` is an
   order-preserving byte encoding of the record id's key (:func:`id_order_key`, built from
   :func:`engine.values.sort_key`, so ``ORDER BY k`` equals SurrealDB's ``ORDER BY id`` for
   mixed key kinds: numbers < strings < uuids < arrays < objects, verified against the embedded
@@ -18,7 +18,8 @@ the caller truncates the scheduler's own WAL):
   One known divergence, on purpose: for a datetime inside an array/object key, SurrealDB
   3.2.4's ``ORDER BY id`` follows its storage order (``00:00:00.000001`` before ``00:00:00``)
   while ``id > $last`` compares by time, so SurrealDB's own keyset paging can skip such rows.
-  The replica orders them by time for both, so its paging is gap-free.
+  The replica orders them by time for both, so its paging is gap-free. ``rv`` is the packed
+  ``_00_rv`` (the staleness check reads it without decoding the row).
 * ``tbls(tbl, n, h)``: row count and XOR of row hashes, maintained incrementally, so
   :meth:`Replica.count` and :meth:`Replica.hash` are O(1) and equal
   ``engine.ViewEngine.table_count``/``table_hash`` for the same contents.
@@ -53,6 +54,7 @@ from engine.values import (
     NONE,
     RecordID,
     canonical_bytes,
+    pack_value,
     parse_record_id,
     record_id_text,
     sort_key,
@@ -172,12 +174,29 @@ def _enc(v: Any, out: bytearray) -> None:
         raise TypeError(f"cannot order-encode {t.__name__}")
 
 
+_KEY_CACHE: dict[tuple[type, Any], bytes] = {}
+_KEY_CACHE_MAX = 200_000
+
+
 def id_order_key(rid: RecordID) -> bytes:
     """Bytes whose order equals SurrealDB's ``ORDER BY id`` order within one table.
 
     It is an order-preserving encoding of :func:`engine.values.sort_key` of the id's key
     (the table is the same for every row of a table and is left out).
     """
+    k = rid.id
+    tk = type(k)
+    if tk is int or tk is str:
+        # Hot rows repeat across a drain: cache the common key kinds (bounded).
+        ck = (tk, k)
+        b = _KEY_CACHE.get(ck)
+        if b is None:
+            out = bytearray()
+            _enc(sort_key(rid)[2], out)
+            if len(_KEY_CACHE) >= _KEY_CACHE_MAX:
+                _KEY_CACHE.clear()
+            b = _KEY_CACHE[ck] = bytes(out)
+        return b
     out = bytearray()
     _enc(sort_key(rid)[2], out)
     return bytes(out)
@@ -227,6 +246,12 @@ def _stale(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
         return False
 
 
+def _rv_bytes(row: Mapping[str, Any]) -> bytes | None:
+    # The stored row's _00_rv, kept apart so the staleness check never decodes the whole row.
+    rv = row.get("_00_rv", NONE)
+    return None if rv is NONE or rv is None else pack_value(rv)
+
+
 def _same_id(event_id: Any, rid: RecordID) -> bool:
     if isinstance(event_id, RecordID):
         return record_id_text(event_id) == record_id_text(rid)
@@ -266,7 +291,7 @@ def _resolve_id(table: str, event_id: Any, record: Mapping[str, Any] | None) -> 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (
     tbl TEXT NOT NULL, k BLOB NOT NULL, rid TEXT NOT NULL, data BLOB NOT NULL,
-    h INTEGER NOT NULL, PRIMARY KEY (tbl, k)) WITHOUT ROWID;
+    h INTEGER NOT NULL, rv BLOB, PRIMARY KEY (tbl, k)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tbls (tbl TEXT PRIMARY KEY, n INTEGER NOT NULL, h INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v);
 """
@@ -457,9 +482,9 @@ class Replica:
         rid = _resolve_id(table, ev.get("id"), record)
         key = id_order_key(rid)
         c = self._conn
-        old = c.execute("SELECT data, h FROM rows WHERE tbl=? AND k=?", (table, key)).fetchone()
-        if (old is not None and record is not None and "_00_rv" in record
-                and _stale(record, unpack_value(old[0]))):
+        old = c.execute("SELECT rv, h FROM rows WHERE tbl=? AND k=?", (table, key)).fetchone()
+        if (old is not None and old[0] is not None and record is not None
+                and "_00_rv" in record and _stale(record, {"_00_rv": unpack_value(old[0])})):
             return False
         t = totals.setdefault(table, [0, 0])
         if op == "DELETE":
@@ -475,9 +500,10 @@ class Replica:
         row["id"] = rid
         data = canonical_bytes(row)
         h = bytes_hash(data)
-        c.execute("INSERT INTO rows(tbl, k, rid, data, h) VALUES (?, ?, ?, ?, ?) "
-                  "ON CONFLICT(tbl, k) DO UPDATE SET data=excluded.data, h=excluded.h",
-                  (table, key, record_id_text(rid), data, _signed(h)))
+        c.execute("INSERT INTO rows(tbl, k, rid, data, h, rv) VALUES (?, ?, ?, ?, ?, ?) "
+                  "ON CONFLICT(tbl, k) DO UPDATE SET data=excluded.data, h=excluded.h, "
+                  "rv=excluded.rv", (table, key, record_id_text(rid), data, _signed(h),
+                                     _rv_bytes(row)))
         if old is None:
             t[0] += 1
         else:
@@ -512,7 +538,7 @@ class Replica:
             c = self._conn
             c.execute("DROP TABLE IF EXISTS clone_rows")
             c.execute("CREATE TABLE clone_rows (tbl TEXT NOT NULL, k BLOB NOT NULL, "
-                      "rid TEXT NOT NULL, data BLOB NOT NULL, h INTEGER NOT NULL, "
+                      "rid TEXT NOT NULL, data BLOB NOT NULL, h INTEGER NOT NULL, rv BLOB, "
                       "PRIMARY KEY (tbl, k)) WITHOUT ROWID")
 
     def _clone_page(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -522,12 +548,12 @@ class Replica:
             row = dict(r)
             data = canonical_bytes(row)
             batch.append((table, id_order_key(rid), record_id_text(rid), data,
-                          _signed(bytes_hash(data))))
+                          _signed(bytes_hash(data)), _rv_bytes(row)))
         with self._lock:
             c = self._conn
             c.execute("BEGIN")
             try:
-                c.executemany("INSERT OR REPLACE INTO clone_rows VALUES (?, ?, ?, ?, ?)", batch)
+                c.executemany("INSERT OR REPLACE INTO clone_rows VALUES (?, ?, ?, ?, ?, ?)", batch)
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
@@ -542,7 +568,8 @@ class Replica:
             try:
                 c.execute("DELETE FROM rows")
                 c.execute("DELETE FROM tbls")
-                c.execute("INSERT INTO rows SELECT * FROM clone_rows")
+                c.execute("INSERT INTO rows(tbl, k, rid, data, h, rv) "
+                          "SELECT tbl, k, rid, data, h, rv FROM clone_rows")
                 for t in tables:
                     n = 0
                     h = 0

@@ -306,3 +306,14 @@ def test_replica_pages_datetime_keys_in_time_order_without_gaps(tmp_path: Path) 
         rep.apply(numbered([event("CREATE", "mix", k) for k in DT_KEYS]))
         got = [r["id"].id[1] for r in rep.rows("mix", page_size=2)]
         assert got == sorted(k[1] for k in DT_KEYS)
+
+
+def test_a_cloned_row_keeps_its_rv_against_older_events(tmp_path: Path) -> None:
+    with Replica.open(tmp_path / "r.db") as rep:
+        rep.replace_all({"t": [row("t", 1, _00_rv=10, v="cloned")]}, 5)
+        res = rep.apply(numbered([event("UPDATE", "t", 1, _00_rv=9, v="older"),
+                                  event("DELETE", "t", 1, _00_rv=8)], 6))
+        assert res.stale == 2
+        assert rep.get("t", "t:1") == row("t", 1, _00_rv=10, v="cloned")
+        rep.apply(numbered([event("UPDATE", "t", 1, _00_rv=11, v="newer")], 8))
+        assert rep.get("t", "t:1") == row("t", 1, _00_rv=11, v="newer")
