@@ -31,6 +31,7 @@ from engine.plan import Cx, Plan, tree_members
 from engine.shape import normalise, order_source
 from engine.store import Store, TableStore, ikey, rid_text
 from engine.values import NONE, Duration, parse_record_id, record_id_text
+from engine.versions import is_stale
 
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 
@@ -465,7 +466,7 @@ class ViewEngine:
             else:
                 text = _canon_text(rid)
         old = rows.get(text)
-        if old is not None and record is not None and "_00_rv" in record and _stale(record, old):
+        if old is not None and record is not None and "_00_rv" in record and is_stale(record, old):
             return
         if op == "DELETE":
             if old is None:
@@ -1016,13 +1017,3 @@ def _canon_text(text: str) -> str:
     return c
 
 
-def _stale(record: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """True when the event's ``_00_rv`` is older than the stored row's."""
-    new_rv = record.get("_00_rv", NONE)
-    old_rv = old.get("_00_rv", NONE)
-    if new_rv is NONE or new_rv is None or old_rv is NONE or old_rv is None:
-        return False
-    try:
-        return bool(new_rv < old_rv)
-    except TypeError:
-        return False

@@ -49,6 +49,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from engine.versions import is_stale
 from engine.hashing import bytes_hash
 from engine.values import (
     NONE,
@@ -232,18 +233,6 @@ class CloneProgress:
 
 
 ProgressCallback = Callable[[CloneProgress], Awaitable[None] | None]
-
-
-def _stale(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    # The engine's rule (engine.core._stale): older _00_rv loses; missing or null never does.
-    new_rv = new.get("_00_rv", NONE)
-    old_rv = old.get("_00_rv", NONE)
-    if new_rv is NONE or new_rv is None or old_rv is NONE or old_rv is None:
-        return False
-    try:
-        return bool(new_rv < old_rv)
-    except TypeError:
-        return False
 
 
 def _rv_bytes(row: Mapping[str, Any]) -> bytes | None:
@@ -484,7 +473,7 @@ class Replica:
         c = self._conn
         old = c.execute("SELECT rv, h FROM rows WHERE tbl=? AND k=?", (table, key)).fetchone()
         if (old is not None and old[0] is not None and record is not None
-                and "_00_rv" in record and _stale(record, {"_00_rv": unpack_value(old[0])})):
+                and "_00_rv" in record and is_stale(record, {"_00_rv": unpack_value(old[0])})):
             return False
         t = totals.setdefault(table, [0, 0])
         if op == "DELETE":
