@@ -1015,5 +1015,3 @@ def _canon_text(text: str) -> str:
             raise ValueError(f"invalid record id {text!r}") from exc
         _CANON[text] = c
     return c
-
-
