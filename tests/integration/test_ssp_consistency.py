@@ -155,7 +155,7 @@ async def test_killed_shard_is_rebuilt_and_views_stay_right(env: tuple[Ssp, Data
 
 async def test_a_shard_that_keeps_dying_makes_the_ssp_report_failed(
         env: tuple[Ssp, Database]) -> None:
-    ssp, root = env
+    ssp, _root = env
     await register_all(ssp)
     killed: set[int] = set()
 
