@@ -144,7 +144,7 @@ class SspConfig:
         return f"ipc://{self.run_dir}/shard-{index}.sock"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "SspConfig":
+    def from_env(cls, env: Mapping[str, str]) -> SspConfig:
         """Read the SSP environment table; ConfigError names the first bad variable."""
         host, port = _addr(env.get("SVC_SSP_LISTEN_ADDR", ""), "SVC_SSP_LISTEN_ADDR", 8667)
         try:
