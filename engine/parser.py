@@ -752,6 +752,8 @@ def _record_from_text(text: str) -> RecordID:
 
 def parse(text: str) -> Query:
     """Parse one SELECT statement of the supported subset or raise :class:`QueryRejected`."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise QueryRejected(f"the query must be a string, got {type(text).__name__}")
+    if not text.strip():
         raise QueryRejected("the query is empty")
     return _Parser(text).statement()

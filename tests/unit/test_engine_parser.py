@@ -72,3 +72,10 @@ def test_views_differing_only_in_constants_share_a_shape() -> None:
 def test_missing_parameter_is_none() -> None:
     _, s = normalise(parse("SELECT * FROM t WHERE a = $nope"), {})
     assert s == (NONE,)
+
+
+def test_a_query_that_is_not_a_string_is_rejected_saying_so() -> None:
+    with pytest.raises(QueryRejected, match="must be a string, got int"):
+        parse(5)  # type: ignore[arg-type]
+    with pytest.raises(QueryRejected, match="empty"):
+        parse("   ")
