@@ -79,3 +79,9 @@ def test_a_query_that_is_not_a_string_is_rejected_saying_so() -> None:
         parse(5)  # type: ignore[arg-type]
     with pytest.raises(QueryRejected, match="empty"):
         parse("   ")
+
+
+@pytest.mark.parametrize("literal", ["90s", "1h30m", "1.5s", "10ms"])
+def test_duration_literals_are_rejected_naming_the_whole_literal(literal: str) -> None:
+    with pytest.raises(QueryRejected, match=f"duration literal {literal} is not supported"):
+        parse(f"SELECT * FROM thread WHERE wait = {literal}")
