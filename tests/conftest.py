@@ -28,3 +28,9 @@ def shared_db_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]
         yield host
     finally:
         host.process.stop()
+
+
+@pytest.fixture(scope="module")
+def host(shared_db_host: DbHost) -> DbHost:
+    """The module's database host (the shared one); a module may override it with its own."""
+    return shared_db_host

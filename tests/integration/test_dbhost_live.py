@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,21 +24,12 @@ from tests.integration.dbhost_helpers import (
     take,
     unique_db,
 )
-from tests.support.procs import DbHost, start_db_host
+from tests.support.procs import DbHost
 
 
 def _health(host: DbHost) -> dict[str, Any]:
     with urllib.request.urlopen(f"{host.http_url}/health", timeout=5) as r:
         return dict(json.loads(r.read()))
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    h = start_db_host(tmp_path_factory.mktemp("dbhost-live"), memory=True)
-    try:
-        yield h
-    finally:
-        h.process.stop()
 
 
 async def test_subscriber_gets_create_update_delete_in_order(host: DbHost) -> None:

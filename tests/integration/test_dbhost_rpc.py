@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,7 @@ from surrealdb import AsyncSurreal
 from surrealdb.errors import NotAllowedError, NotFoundError, SurrealError
 
 from tests.integration.dbhost_helpers import SCHEMA, close, record_user, root_client, unique_db
-from tests.support.procs import DbHost, start_db_host
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    h = start_db_host(tmp_path_factory.mktemp("dbhost-rpc"), memory=True)
-    try:
-        yield h
-    finally:
-        h.process.stop()
+from tests.support.procs import DbHost
 
 
 def _get_json(url: str) -> dict:

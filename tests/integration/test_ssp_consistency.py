@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost, start_db_host
+from tests.support.procs import DbHost
 
 VIEWS = (
     "SELECT * FROM post WHERE owner = $auth.id",
@@ -34,15 +34,6 @@ VIEWS = (
     "SELECT id, title, n FROM post WHERE n >= 5 ORDER BY n LIMIT 4",
 )
 USERS = ("u1", "u2", "u3")
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    h = start_db_host(tmp_path_factory.mktemp("ssp-consistency"), memory=True)
-    try:
-        yield h
-    finally:
-        h.process.stop()
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ record user's LIVE subscription on its own edge table."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +26,7 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost, start_db_host
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    h = start_db_host(tmp_path_factory.mktemp("ssp-dbhost"), memory=True)
-    try:
-        yield h
-    finally:
-        h.process.stop()
+from tests.support.procs import DbHost
 
 
 class Stack:

@@ -5,7 +5,7 @@ and malformed bodies that must stop at the gateway."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -19,18 +19,9 @@ from tests.integration.test_ssp_support import (
     start_ssp,
     unique_db,
 )
-from tests.support.procs import DbHost, start_db_host
+from tests.support.procs import DbHost
 
 SECRET = "gw-real-hub-test-bearer"
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    h = start_db_host(tmp_path_factory.mktemp("gw-real"), memory=True)
-    try:
-        yield h
-    finally:
-        h.process.stop()
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ and datetimes come as strings and are typed again from the table's field definit
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +27,9 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost, start_db_host
+from tests.support.procs import DbHost
 
 SECRET = "test-bearer-not-a-real-secret"
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    h = start_db_host(tmp_path_factory.mktemp("ssp-http"), memory=True)
-    try:
-        yield h
-    finally:
-        h.process.stop()
 
 
 class HttpStack:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from surrealdb import RecordID
 
 from dbclient import Database
@@ -17,15 +15,6 @@ from tests.integration.test_ssp_support import edges, open_stack, view_body, wai
 from tests.support.procs import DbHost, start_db_host
 
 OWN = "SELECT * FROM post WHERE owner = $auth.id"
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    h = start_db_host(tmp_path_factory.mktemp("ssp-life"), memory=True)
-    try:
-        yield h
-    finally:
-        h.process.stop()
 
 
 async def alice(root: Database) -> None:

@@ -18,6 +18,7 @@ from surrealdb import AsyncSurreal
 from dbclient import Database, DbConfig
 from ipc.messages import request
 from ipc.rpc import RpcClient, RpcTimeout
+from tests.integration.dbhost_helpers import stream as live_stream  # noqa: F401 - re-exported to the SSP tests
 from tests.support.procs import ROOT, DbHost, ManagedProcess, base_env, free_port
 
 APP_SCHEMA = """
@@ -130,13 +131,6 @@ async def record_user(host: DbHost, ns: str, db: str, name: str) -> Any:
                          "variables": {"name": name, "pass": f"{name}-secret"}})
     await client.use(ns, db)
     return client
-
-
-def live_stream(client: Any, qid: Any) -> asyncio.Queue[dict[str, Any]]:
-    """Every notification of live query `qid`."""
-    q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    client.live_queues.setdefault(str(qid), []).append(q)
-    return q
 
 
 async def wait_for(pred: Any, timeout: float = 30.0, what: str = "condition") -> Any:
