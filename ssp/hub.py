@@ -137,12 +137,22 @@ class LogRing(logging.Handler):
         self.lines.append((self.count, line))
 
     def poll(self, cursor: int | None, backfill: int | None, cap: int = 500) -> dict[str, Any]:
-        """Lines after `cursor` (or the last `backfill`), per the `/logs` contract."""
+        """Lines after `cursor` (or the last `backfill`), per the `/logs` contract.
+
+        The first poll (no cursor) returns the whole backfill asked for: the gateway has
+        already bounded it (0..10,000, the ring's size). A follow-up poll returns at most
+        `cap` lines. `gap` is true when lines the viewer never saw are gone: the cursor fell
+        behind the ring, or it is ahead of the last line (the SSP restarted and numbering began
+        again), in which case the viewer gets everything still held.
+        """
         if cursor is None:
             n = max(0, min(backfill or 0, len(self.lines)))
             picked = list(self.lines)[len(self.lines) - n:] if n else []
-            return logs_reply([ln for _, ln in picked[-cap:]], self.count if not picked
-                              else picked[-cap:][-1][0], False)
+            return logs_reply([ln for _, ln in picked], picked[-1][0] if picked else self.count,
+                              False)
+        if cursor > self.count:
+            picked = list(self.lines)[-cap:]
+            return logs_reply([ln for _, ln in picked], self.count, True)
         first = self.lines[0][0] if self.lines else self.count + 1
         gap = cursor + 1 < first and cursor < self.count
         picked = [(i, ln) for i, ln in self.lines if i > cursor][:cap]

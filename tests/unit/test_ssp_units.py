@@ -76,6 +76,27 @@ def test_log_ring_cursor_backfill_and_gap() -> None:
     assert behind["gap"] is True and behind["lines"] == ["l2", "l3", "l4"]
 
 
+def test_log_ring_cursor_from_a_previous_process_reports_a_gap() -> None:
+    ring = LogRing(size=10)
+    for i in range(3):
+        ring.add(f"l{i}")
+    # a viewer reconnecting with Last-Event-ID 40 from before a restart
+    ahead = ring.poll(40, None)["body"]
+    assert ahead == {"lines": ["l0", "l1", "l2"], "cursor": 3, "gap": True}
+    ring.add("l3")
+    assert ring.poll(ahead["cursor"], None)["body"] == {"lines": ["l3"], "cursor": 4,
+                                                        "gap": False}
+
+
+def test_log_ring_backfill_is_not_cut_to_the_follow_up_cap() -> None:
+    ring = LogRing(size=2000)
+    for i in range(1500):
+        ring.add(i)
+    body = ring.poll(None, 1200, cap=500)["body"]
+    assert body["lines"] == list(range(300, 1500)) and body["cursor"] == 1500
+    assert len(ring.poll(0, None, cap=500)["body"]["lines"]) == 500
+
+
 def test_feed_changes_become_events() -> None:
     row = {"id": RecordID("post", 1), "n": 1}
     assert _feed_event("post", {"update": row}) == ("post", "CREATE", "post:1", row)
