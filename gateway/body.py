@@ -24,7 +24,7 @@ _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 
 
-def _too_large(limit: int) -> GatewayError:
+def too_large(limit: int) -> GatewayError:
     return GatewayError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {limit} bytes")
 
 
@@ -58,13 +58,13 @@ async def read_bytes(req: falcon.asgi.Request, limit: int) -> bytes:
     """The whole body, or 413 as soon as it is known to exceed `limit` bytes."""
     length = req.content_length
     if length is not None and length > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in req.stream:
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 

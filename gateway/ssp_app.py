@@ -7,7 +7,7 @@ route of the spec's SSP table handled by this issue is forwarded to the hub per 
 - 401 `unauthorized`: bearer check (`gateway.auth`), except the public GET routes;
 - 400 `invalid`: wrong Content-Type, malformed JSON, a body of the wrong shape (the message
   names the field and what it must be), bad `/logs` query values;
-- 413 `payload_too_large`: a body over 1 MiB; 404/405 for unknown routes and methods;
+- 413 `payload_too_large`: a body over 1 MiB (a batched `/ingest` array: 32 MiB); 404/405 for unknown routes and methods;
 - 503 `SSP_NOT_READY`: the hub did not answer within the route's timeout (on `/health` the body
   also says `status: bootstrapping`, what a starting SSP reports);
 - 500 `internal`: a bug in the gateway or an unusable hub reply (logged, generic body).
@@ -53,7 +53,7 @@ from ipc.messages import (
 from ssp.config import SspConfig
 
 from .auth import BearerAuth
-from .body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
+from .body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes, too_large
 from .errors import GatewayError, bad_request, serialize_error
 from .hub import HubLink, HubUnavailable
 from .hublog import HubLogHandler
@@ -61,6 +61,9 @@ from .sse import LogStream, check_logs_body, parse_backfill, parse_last_event_id
 
 log = logging.getLogger("gateway.ssp")
 
+#: A batched `POST /ingest` (a JSON array of up to 1000 events, from the scheduler) may be
+#: larger than one event's 1 MiB; a single-event body keeps the 1 MiB limit.
+INGEST_BATCH_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def _internal() -> GatewayError:
@@ -202,7 +205,11 @@ class PostRoute:
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         """Validate the body and forward it."""
         check_content_type(req.content_type)
-        raw = await read_bytes(req, self.max_body_bytes)
+        batchable = self.route == "POST /ingest"
+        limit = max(self.max_body_bytes, INGEST_BATCH_MAX_BODY_BYTES) if batchable else self.max_body_bytes
+        raw = await read_bytes(req, limit)
+        if batchable and len(raw) > self.max_body_bytes and not raw.lstrip().startswith(b"["):
+            raise too_large(self.max_body_bytes)  # a single event keeps the 1 MiB limit
         if not raw.strip():
             if self.needs_body:
                 raise bad_request("request body is empty: a JSON object is required")

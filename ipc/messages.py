@@ -36,6 +36,9 @@ which never raises on a body the gateway forwarded):
   and forwarded UPPER-case (SurrealDB's `$event` is upper-case; other producers differ).
   `table` is an identifier (`[A-Za-z_][A-Za-z0-9_]*`); `id` a non-empty string (the database
   events send `<string> $after.id`, e.g. `user:abc`); `record` an object.
+  Batched form (the scheduler's deliveries): a JSON array of 1 to 1000 such events, each with
+  an optional integer `seq` (the scheduler's WAL sequence); forwarded as the list of
+  normalised events. An error names the index (`[3].op: ...`).
 - `POST /view/register` (`ViewRegistration`): `{id, surql, clientId, ttl, params,
   lastActiveAt, format}` with `params` and `format` present (None when absent), `ttl` as sent
   (duration text; `parse_duration_ms` gives milliseconds) and `lastActiveAt` as sent or None.
@@ -510,12 +513,51 @@ def _no_body(body: Any) -> None:
         raise BodyError(None, f"this route takes no body (or an empty JSON object), got {_json_type(body)}")
 
 
+#: Events in one batched `POST /ingest` (a JSON array body, sent by the scheduler).
+INGEST_BATCH_MAX: Final = 1000
+
+
+def _ingest_seq(obj: dict[str, Any], where: str) -> None:
+    seq = obj.get("seq")
+    if seq is None:
+        return
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise BodyError(f"{where}seq", f"must be a non-negative integer, got {_json_type(seq)}")
+
+
+def normalize_ingest_batch(body: list[Any]) -> list[dict[str, Any]]:
+    """Validate a batched ingest body: 1 to INGEST_BATCH_MAX events, each like a single
+    event plus an optional integer `seq`; BodyError names the index and the field
+    (`[3].op: ...`)."""
+    if not body:
+        raise BodyError(None, "an array body must hold at least one event")
+    if len(body) > INGEST_BATCH_MAX:
+        raise BodyError(None, f"an array body holds at most {INGEST_BATCH_MAX} events, "
+                              f"got {len(body)}")
+    out = []
+    for i, ev in enumerate(body):
+        if not isinstance(ev, dict):
+            raise BodyError(f"[{i}]", "each event of an array body must be a JSON object, "
+                                      f"got {_json_type(ev)}")
+        try:
+            normalized = RowChange.from_body(ev).to_body(ev)
+            _ingest_seq(ev, "")
+        except BodyError as e:
+            raise BodyError(f"[{i}].{e.field}" if e.field else f"[{i}]", e.expectation) from None
+        out.append(normalized)
+    return out
+
+
 def normalize_body(route: str, body: Any) -> Any:
     """Validate the parsed JSON `body` of a POST `route` and return what the hub receives.
 
     `body` is None when the request had no body. BodyError names what is wrong.
+    `POST /ingest` also takes a JSON array of events (see `normalize_ingest_batch`); the hub
+    then receives the list.
     """
     if route == "POST /ingest":
+        if isinstance(body, list):
+            return normalize_ingest_batch(body)
         return RowChange.from_body(body).to_body(body)
     if route == "POST /view/register":
         return ViewRegistration.from_body(body).to_body(body)
