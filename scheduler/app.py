@@ -1,0 +1,284 @@
+"""The scheduler's ingest listener: a Falcon ASGI app over one :class:`scheduler.core.Scheduler`.
+
+Served by uvicorn in the scheduler's own process (the state lives there). Every error the
+listener decides is ``{"error": code, "message": text}`` (``gateway.errors``): malformed JSON,
+a body of the wrong shape or a field of the wrong type is 400 ``invalid`` naming the field,
+never a 500. Unknown routes are 404, wrong methods 405. The listener is unauthenticated except
+``/proxy/*`` when ``SVC_AUTH_SECRET`` is set (spec, Authentication 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import falcon
+import falcon.asgi
+from surrealdb.data.cbor import decode as cbor_decode
+
+from dbclient import DbError
+from gateway.auth import BearerAuth
+from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
+from gateway.errors import GatewayError, bad_request, serialize_error
+from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
+from scheduler.core import Reply, Scheduler, SchedulerBusy
+from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("scheduler.http")
+_MAX_BATCH_BODY = 64 * 1024 * 1024
+
+
+def _send(resp: falcon.asgi.Response, reply: Reply) -> None:
+    resp.status = reply.status
+    if reply.raw is not None:
+        resp.data = reply.raw
+        resp.content_type = reply.content_type
+    else:
+        resp.media = reply.body
+
+
+async def _json_body(req: falcon.asgi.Request, limit: int = DEFAULT_MAX_BODY_BYTES) -> Any:
+    check_content_type(req.content_type)
+    return parse_json(await read_bytes(req, limit))
+
+
+def _obj(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        kind = "null" if body is None else type(body).__name__
+        raise bad_request(f"the body must be a JSON object, got {kind}")
+    return body
+
+
+def _str_field(body: dict[str, Any], key: str, *, required: bool = True) -> str | None:
+    if key not in body or body[key] is None:
+        if required:
+            raise bad_request(f"{key}: is required (a string)")
+        return None
+    v = body[key]
+    if not isinstance(v, str):
+        raise bad_request(f"{key}: must be a string")
+    return v
+
+
+def _num_field(body: dict[str, Any], key: str, *, required: bool,
+               integer: bool = False) -> None:
+    if key not in body or body[key] is None:
+        if required:
+            raise bad_request(f"{key}: is required (a number)")
+        return
+    v = body[key]
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or (isinstance(v, float) and not math.isfinite(v)):
+        raise bad_request(f"{key}: must be {'an integer' if integer else 'a number'}")
+
+
+def _busy(e: SchedulerBusy) -> GatewayError:
+    return GatewayError(503, "cloning", str(e))
+
+
+class Ingest:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _json_body(req)
+        try:
+            event = RowChange.from_body(body)
+        except BodyError as e:
+            raise bad_request(str(e)) from None
+        ev = {"table": event.table, "op": event.op, "id": event.id, "record": event.record}
+        try:
+            seq = await self.s.ingest(ev)
+        except SchedulerBusy as e:
+            raise _busy(e) from None
+        except ValueError as e:
+            raise bad_request(str(e)) from None
+        except OSError:
+            log.exception("WAL append failed")
+            raise GatewayError(500, ErrorCode.INTERNAL, "the event could not be written to "
+                               "the WAL (logged)") from None
+        resp.media = {"seq": seq}
+
+
+class ProxyQuery:
+    def __init__(self, s: Scheduler, auth: BearerAuth | None) -> None:
+        self.s = s
+        self.auth = auth
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        if self.auth is not None:
+            self.auth.check(req.get_header("Authorization"))
+        ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
+        if ctype == "application/cbor":
+            data = await read_bytes(req, DEFAULT_MAX_BODY_BYTES)
+            try:
+                body = cbor_decode(data)
+            except Exception:  # the CBOR decoder raises many types on garbage
+                raise bad_request("request body is not valid CBOR") from None
+        else:
+            body = await _json_body(req)
+        body = _obj(body)
+        try:
+            st = parse_statement(body.get("query"), body.get("vars"))
+        except ProxyInvalid as e:
+            raise bad_request(str(e)) from None
+
+        async def upstream(text: str) -> Any:
+            return await self.s.db.query_one(text, idempotent=True)
+
+        try:
+            result = await run_statement(st, self.s.replica, upstream)
+        except ProxyInvalid as e:
+            raise bad_request(str(e)) from None
+        except DbError as e:
+            raise GatewayError(500, ErrorCode.INTERNAL, f"upstream database: {e}") from None
+        except Exception:
+            log.exception("proxy query failed on the replica")
+            raise GatewayError(500, ErrorCode.INTERNAL, "the replica failed (logged)") from None
+        if "application/cbor" in (req.get_header("Accept") or ""):
+            resp.data = encode_cbor(result)
+            resp.content_type = "application/cbor"
+        else:
+            resp.data = encode_json(result)
+            resp.content_type = falcon.MEDIA_JSON
+
+
+class ProxyNoop:
+    def __init__(self, auth: BearerAuth | None) -> None:
+        self.auth = auth
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        if self.auth is not None:
+            self.auth.check(req.get_header("Authorization"))
+        resp.media = {}
+
+
+class ViewRegister:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _json_body(req)
+        try:
+            reg = ViewRegistration.from_body(body)
+        except BodyError as e:
+            raise bad_request(str(e)) from None
+        _send(resp, await self.s.register_view(reg.id, body))
+
+
+class ViewUnregister:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _json_body(req)
+        try:
+            un = ViewUnregistration.from_body(body)
+        except BodyError as e:
+            raise bad_request(str(e)) from None
+        self.s.unregister_view(un.id)
+        resp.media = {"ok": True, "id": un.id}
+
+
+class SspRegister:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = _obj(await _json_body(req))
+        ssp_id = _str_field(body, "ssp_id")
+        url = _str_field(body, "url")
+        assert ssp_id is not None and url is not None
+        if not ssp_id.strip():
+            raise bad_request("ssp_id: must not be empty")
+        if not (url.startswith("http://") or url.startswith("https://")) or len(url) < 9:
+            raise bad_request("url: must start with http:// or https://")
+        _send(resp, await self.s.register_ssp(ssp_id, url))
+
+
+class SspHeartbeat:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = _obj(await _json_body(req))
+        _str_field(body, "ssp_id")
+        _num_field(body, "timestamp", required=True)
+        _num_field(body, "views", required=True)
+        _num_field(body, "cpu_usage", required=False)
+        _num_field(body, "memory_usage", required=False)
+        _num_field(body, "last_seq", required=False, integer=True)
+        _str_field(body, "version", required=False)
+        pub = body.get("publication")
+        if pub is not None and not isinstance(pub, dict):
+            raise bad_request("publication: must be an object")
+        _send(resp, self.s.heartbeat(body))
+
+
+class SspProgress:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _json_body(req)
+        if isinstance(body, dict):
+            self.s.bootstrap_progress(body)
+        resp.media = {"ok": True}
+
+
+class AdminResync:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _json_body(req)
+        reason = "operator resync"
+        if isinstance(body, dict) and isinstance(body.get("reason"), str):
+            reason = body["reason"][:200]
+        _send(resp, self.s.start_reclone(reason))
+
+
+class Getter:
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        out = self.fn()
+        if isinstance(out, Reply):
+            _send(resp, out)
+        else:
+            resp.media = out
+
+
+async def _handle_unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                             ex: Exception, params: dict[str, Any]) -> None:
+    if isinstance(ex, falcon.HTTPError):
+        raise ex
+    log.exception("unhandled error on %s %s", req.method, req.path)
+    raise GatewayError(500, ErrorCode.INTERNAL, "internal error in the scheduler (logged)")
+
+
+def create_app(s: Scheduler) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response]:
+    """The ingest listener's routes bound to ``s``."""
+    app: falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response] = falcon.asgi.App()
+    app.set_error_serializer(serialize_error)
+    app.add_error_handler(Exception, _handle_unexpected)
+    auth = BearerAuth(s.cfg.auth_secret) if s.cfg.auth_secret else None
+    app.add_route("/ingest", Ingest(s))
+    app.add_route("/proxy/query", ProxyQuery(s, auth))
+    app.add_route("/proxy/signin", ProxyNoop(auth))
+    app.add_route("/proxy/use", ProxyNoop(auth))
+    app.add_route("/view/register", ViewRegister(s))
+    app.add_route("/view/unregister", ViewUnregister(s))
+    app.add_route("/ssp/register", SspRegister(s))
+    app.add_route("/ssp/heartbeat", SspHeartbeat(s))
+    app.add_route("/ssp/bootstrap-progress", SspProgress(s))
+    app.add_route("/admin/resync", AdminResync(s))
+    app.add_route("/metrics", Getter(s.metrics))
+    app.add_route("/health", Getter(s.health))
+    app.add_route("/health/snapshot", Getter(s.snapshot))
+    app.add_route("/info", Getter(s.info))
+    return app

@@ -1,0 +1,730 @@
+"""The coordinator's state: WAL, replica, SSP registry and state machine, views, broadcast.
+
+One :class:`Scheduler` per process, driven by one asyncio loop; the HTTP listener
+(:mod:`scheduler.app`) only parses bodies and maps the answers below to statuses.
+
+Event pipeline: an event is appended to the WAL (fsync before the caller learns its ``seq``),
+then handed to every SSP entry's outbound queue *in seq order* (a small reorder buffer keyed by
+seq: concurrent appends resolve in order, but their callers resume in any order). One sender
+task per SSP posts batches of up to 1000 events (``seq`` added) to the SSP's ``/ingest`` and
+retries a batch on 503 or a connection error with capped backoff, so per-SSP order holds. The
+commit-and-publish step is shielded from the caller's cancellation: an event that reached the
+WAL always reaches the queues.
+
+SSP entries follow the spec's states (see ``SspState``): register -> Bootstrapping (replica
+frozen at ``snapshot_seq``, events buffered) -> health poll says ready -> Replaying (freeze
+released, buffer sent) -> Ready (buffer empty; its tracked views re-sent). A flagged entry
+(buffer overflow, bootstrap timeout, reclone, :meth:`Scheduler.flag_ssp`) gets nothing more,
+answers its next heartbeat with 409 ``{reason, clean}`` and is removed then. An entry without
+heartbeat for ``heartbeat_timeout_ms`` (counted from Replaying on) is removed and its views are
+placed on the other ready SSPs (or kept unplaced until one is ready).
+
+Hooks for other modules (the changefeed tail, drift, the admin plane):
+
+* ``await ingest_many(events) -> list[int]``: WAL + broadcast, accepted in any state
+  (events read from the database while a clone runs are replayed on top of it, guarded by
+  ``_00_rv``); ValueError for an invalid event (nothing written).
+* ``await reclone(reason)``: state ``cloning``, every SSP flagged clean, replica re-cloned.
+* ``flag_ssp(ssp_id, reason, clean) -> bool``.
+* ``extra_health[name]`` / ``extra_snapshot[name]``: callables returning a dict merged into
+  ``/health`` / ``/health/snapshot`` under ``name`` (``changefeed``, ``drift``).
+* ``after_drain``: async callables run after each drain that left nothing buffered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import aiohttp
+
+from dbclient import Database, DbError
+from engine.values import RecordID, parse_record_id
+from scheduler.config import SchedulerConfig
+from scheduler.proxy import json_default
+from scheduler.replica import CloneInProgress, Replica
+from scheduler.views import Candidate, ViewTracker, rank_candidates
+from scheduler.wal import GroupCommitter, Wal, validate_event
+
+__all__ = ["Reply", "Scheduler", "SchedulerBusy", "SspEntry", "SspState"]
+
+log = logging.getLogger("scheduler")
+
+BATCH_MAX = 1000
+_BACKOFF_MIN = 0.05
+_BACKOFF_MAX = 2.0
+VERSION = "0.1.0"
+
+
+class SspState(str, Enum):
+    """Scheduler-side SSP states."""
+
+    BOOTSTRAPPING = "bootstrapping"
+    REPLAYING = "replaying"
+    READY = "ready"
+
+
+class SchedulerBusy(Exception):
+    """The scheduler cannot take this now (state cloning): a 503 with ``message``."""
+
+
+@dataclass
+class Reply:
+    """An HTTP answer decided by the core: status and JSON body, or raw bytes relayed."""
+
+    status: int
+    body: Any = None
+    raw: bytes | None = None
+    content_type: str = "application/json"
+
+
+@dataclass(eq=False)
+class SspEntry:
+    """One registered SSP."""
+
+    ssp_id: str
+    url: str
+    snapshot_seq: int
+    registered_at: float = field(default_factory=time.monotonic)
+    state: SspState = SspState.BOOTSTRAPPING
+    holds_freeze: bool = True
+    last_heartbeat: float | None = None  # monotonic; None until Replaying
+    queue: deque[dict[str, Any]] = field(default_factory=deque)
+    flagged: tuple[str, bool] | None = None  # (reason, clean)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    sent_seq: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sender: asyncio.Task[None] | None = None
+    send_failures: int = 0
+
+    def cpu(self) -> float:
+        v = self.metrics.get("cpu_usage")
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
+    def mem(self) -> float:
+        v = self.metrics.get("memory_usage")
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _query_view_id(event_id: Any) -> str | None:
+    """The view id of a deleted ``_00_query`` record (``_00_query:abc`` -> ``query:abc``)."""
+    try:
+        rid = event_id if isinstance(event_id, RecordID) else parse_record_id(str(event_id))
+    except ValueError:
+        return None
+    return f"query:{rid.id}"
+
+
+class Scheduler:
+    """See the module docstring. ``open`` (sync, files) then ``start`` (async, tasks)."""
+
+    def __init__(self, cfg: SchedulerConfig, *, db: Database | None = None) -> None:
+        self.cfg = cfg
+        self.state = "cloning"
+        self.started = time.monotonic()
+        self.db = db if db is not None else Database(cfg.db)
+        self.replica = Replica.open(cfg.replica_db_path)
+        self.wal = Wal.open(cfg.wal_path, min_next_seq=self.replica.applied_seq + 1)
+        self.committer = GroupCommitter(self.wal)
+        self.tracker = ViewTracker(cfg.replica_db_path.parent / "views.sqlite",
+                                   clear=cfg.clear_views_on_start)
+        self.entries: dict[str, SspEntry] = {}
+        self.progress: dict[str, dict[str, Any]] = {}
+        self.extra_health: dict[str, Callable[[], dict[str, Any]]] = {}
+        self.extra_snapshot: dict[str, Callable[[], dict[str, Any]]] = {}
+        self.after_drain: list[Callable[[], Awaitable[None]]] = []
+        self.ingested = 0
+        self.dropped_batches = 0
+        self.last_clone: dict[str, Any] | None = None
+        self._next_pub = self.wal.last_seq + 1
+        self._pending: dict[int, dict[str, Any]] = {}
+        self._drain_lock = asyncio.Lock()
+        self._rr_turn = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._clone_task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        self._auth = {"Authorization": f"Bearer {cfg.auth_secret or 'scheduler'}"}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Replay the WAL, start the loops, connect upstream, clone if needed, then ready."""
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=60, sock_connect=5))
+        res = await asyncio.to_thread(
+            self.replica.apply, self.wal.replay(self.replica.applied_seq))
+        if res.applied or res.rejected:
+            log.info("replayed %d WAL events into the replica (%d rejected), applied_seq=%d",
+                     res.applied, len(res.rejected), self.replica.applied_seq)
+        for loop in (self._poll_loop, self._reaper_loop, self._drain_loop):
+            self._loops.append(asyncio.create_task(loop(), name=loop.__name__))
+        await self._connect_upstream()
+        if self.cfg.clear_views_on_start:
+            await self._delete_query_rows()
+        if self.replica.applied_seq == 0 and not self.replica.tables():
+            await self._clone("startup")
+        self.state = "ready"
+        log.info("scheduler ready: applied_seq=%d latest_seq=%d",
+                 self.replica.applied_seq, self.wal.last_seq)
+
+    async def _connect_upstream(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self.db.connect()
+                return
+            except DbError as e:
+                log.warning("database not reachable yet (%s); retrying in %.1fs", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _delete_query_rows(self) -> None:
+        # Clients re-register when their _00_query row disappears; deleting a record also
+        # deletes the graph edges that point at it (tests/integration checks this holds).
+        try:
+            if "_00_query" in await self.db.tables():
+                await self.db.query("DELETE _00_query RETURN NONE")
+        except DbError as e:
+            log.warning("could not delete the _00_query rows at start: %s", e)
+
+    async def close(self) -> None:
+        """Stop the loops and senders, flush the committer, close files and connections."""
+        if self._closed:
+            return
+        self._closed = True
+        for t in self._loops:
+            t.cancel()
+        if self._clone_task is not None:
+            self._clone_task.cancel()
+        for e in self.entries.values():
+            if e.sender is not None:
+                e.sender.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        pending = [*self._loops, *self._tasks,
+                   *(e.sender for e in self.entries.values() if e.sender is not None)]
+        if self._clone_task is not None:
+            pending.append(self._clone_task)
+        await asyncio.gather(*pending, return_exceptions=True)
+        task = self.committer._task
+        if task is not None and not task.done():
+            await asyncio.gather(task, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+        with contextlib.suppress(Exception):
+            await self.db.close()
+        self.wal.close()
+        self.tracker.close()
+        self.replica.close()
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    # ------------------------------------------------------------------ ingest
+    async def ingest(self, event: Mapping[str, Any]) -> int:
+        """One event from ``POST /ingest``: SchedulerBusy while cloning, ValueError when
+        invalid, OSError when the WAL cannot take it; else its durable ``seq``."""
+        if self.state != "ready":
+            raise SchedulerBusy("the scheduler is cloning its replica")
+        checked = validate_event(event)
+        return await asyncio.shield(self._commit_one(checked))
+
+    async def _commit_one(self, event: dict[str, Any]) -> int:
+        seq = await self.committer.submit(event)
+        self._publish(seq, event)
+        return seq
+
+    async def ingest_many(self, events: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append ``events`` to the WAL in one fsync and broadcast them (any state).
+
+        ValueError (nothing written) when one is invalid."""
+        checked = [validate_event(e) for e in events]
+        if not checked:
+            return []
+        return await asyncio.shield(self._commit_many(checked))
+
+    async def _commit_many(self, events: list[dict[str, Any]]) -> list[int]:
+        seqs = await asyncio.to_thread(self.wal.append_many, events)
+        for seq, ev in zip(seqs, events, strict=True):
+            self._publish(seq, ev)
+        return seqs
+
+    def _publish(self, seq: int, event: dict[str, Any]) -> None:
+        self.ingested += 1
+        self._pending[seq] = event
+        while self._next_pub in self._pending:
+            s = self._next_pub
+            self._deliver(s, self._pending.pop(s))
+            self._next_pub += 1
+
+    def _deliver(self, seq: int, event: dict[str, Any]) -> None:
+        out = {**event, "seq": seq}
+        for e in list(self.entries.values()):
+            if e.flagged is not None or seq <= e.snapshot_seq:
+                continue
+            e.queue.append(out)
+            if len(e.queue) > self.cfg.max_buffer_per_ssp:
+                self.flag_ssp(e.ssp_id, f"buffer overflow: more than "
+                              f"{self.cfg.max_buffer_per_ssp} events queued", True)
+            elif e.state is not SspState.BOOTSTRAPPING:
+                e.wake.set()
+        if event["table"] == "_00_query" and event["op"] == "DELETE":
+            view_id = _query_view_id(event["id"])
+            if view_id is not None:
+                self.unregister_view(view_id)
+
+    # ------------------------------------------------------------------ replica drain
+    async def drain(self) -> bool:
+        """Apply the WAL to the replica and truncate it; False when frozen or cloning."""
+        async with self._drain_lock:
+            if self.replica.frozen or self.replica.cloning:
+                return False
+            await asyncio.to_thread(self._drain_sync)
+        if not any(e.queue for e in self.entries.values()) and not self.replica.frozen:
+            for hook in list(self.after_drain):
+                try:
+                    await hook()
+                except Exception:
+                    log.exception("after-drain hook failed")
+        return True
+
+    def _drain_sync(self) -> None:
+        res = self.replica.apply(self.wal.replay(self.replica.applied_seq))
+        for seq, why in res.rejected[:20]:
+            log.warning("replica rejected WAL event %d: %s", seq, why)
+        self.wal.truncate_through(self.replica.applied_seq)
+
+    async def _drain_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.snapshot_update_interval_secs)
+            if self.state == "ready":
+                try:
+                    await self.drain()
+                except Exception:
+                    log.exception("replica drain failed")
+
+    # ------------------------------------------------------------------ cloning
+    @property
+    def cloning(self) -> bool:
+        return self.state == "cloning"
+
+    def start_reclone(self, reason: str) -> Reply:
+        """``POST /admin/resync``: 202 and the clone in the background; 409 when one runs."""
+        if self._clone_task is not None and not self._clone_task.done():
+            return Reply(409, {"error": "reclone_running",
+                               "message": "a reclone is already running"})
+        if self.cloning:
+            return Reply(503, {"error": "cloning",
+                               "message": "the scheduler is cloning its replica"})
+        self._clone_task = asyncio.create_task(self.reclone(reason), name="reclone")
+        return Reply(202, {"status": "cloning"})
+
+    async def reclone(self, reason: str) -> None:
+        """Re-clone the replica from the database and flag every SSP clean (re-bootstrap).
+
+        Raises CloneInProgress when a clone already runs."""
+        if self.replica.cloning:
+            raise CloneInProgress("a clone of the replica is already running")
+        self.state = "cloning"
+        try:
+            for ssp_id in list(self.entries):
+                self.flag_ssp(ssp_id, f"replica re-cloned: {reason}", True)
+            await self._clone(reason)
+        finally:
+            self.state = "ready"
+
+    async def _clone(self, reason: str) -> None:
+        self.state = "cloning"
+        async with self._drain_lock:
+            started = time.time()
+            seq = self.wal.last_seq
+            log.info("cloning the replica from the database (%s)", reason)
+            delay = 0.2
+            while True:
+                try:
+                    counts = await self.replica.clone_from(
+                        self.db, self.cfg.bootstrap_page_size, applied_seq=seq)
+                    break
+                except DbError as e:
+                    log.warning("clone failed (%s); retrying in %.1fs", e, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+            await asyncio.to_thread(self._drain_sync)
+        self.last_clone = {"reason": reason, "at": started, "secs": time.time() - started,
+                           "rows": sum(counts.values())}
+        log.info("replica cloned: %d rows in %d tables", sum(counts.values()), len(counts))
+
+    # ------------------------------------------------------------------ SSP registry
+    async def register_ssp(self, ssp_id: str, url: str) -> Reply:
+        """``POST /ssp/register`` (body already validated): 202 ``{snapshot_seq}``."""
+        if self.cloning:
+            return Reply(503, {"error": "cloning",
+                               "message": "the scheduler is cloning its replica; retry"})
+        old = self.entries.get(ssp_id)
+        if old is not None:
+            self._drop_entry(old)
+        async with self._drain_lock:
+            if not self.replica.frozen and not self.replica.cloning:
+                await asyncio.to_thread(self._drain_sync)
+            # No await from here on: the backfill and the entry appear atomically w.r.t.
+            # publication, so every seq > snapshot_seq reaches the queue exactly once.
+            snapshot_seq = self.replica.freeze()
+            entry = SspEntry(ssp_id, url.rstrip("/"), snapshot_seq)
+            for seq, ev in self.wal.replay(snapshot_seq):
+                if seq >= self._next_pub:
+                    break
+                entry.queue.append({**ev, "seq": seq})
+            self.entries[ssp_id] = entry
+        entry.sender = asyncio.create_task(self._sender(entry), name=f"sender-{ssp_id}")
+        if len(entry.queue) > self.cfg.max_buffer_per_ssp:
+            self.flag_ssp(ssp_id, "buffer overflow at registration", True)
+        log.info("SSP %s registered at %s (snapshot_seq=%d)", ssp_id, entry.url, snapshot_seq)
+        return Reply(202, {"snapshot_seq": snapshot_seq})
+
+    def _release_freeze(self, e: SspEntry) -> None:
+        if e.holds_freeze:
+            e.holds_freeze = False
+            self.replica.unfreeze()
+
+    def _drop_entry(self, e: SspEntry) -> None:
+        self._release_freeze(e)
+        if e.sender is not None:
+            e.sender.cancel()
+        e.queue.clear()
+        if self.entries.get(e.ssp_id) is e:
+            del self.entries[e.ssp_id]
+
+    def flag_ssp(self, ssp_id: str, reason: str, clean: bool) -> bool:
+        """Mark an SSP for re-bootstrap: next heartbeat answers 409 ``{reason, clean}``.
+        Its buffer is cleared and its freeze released. False when unknown."""
+        e = self.entries.get(ssp_id)
+        if e is None:
+            return False
+        if e.flagged is None:
+            log.warning("SSP %s flagged for re-bootstrap: %s", ssp_id, reason)
+            e.flagged = (reason, clean)
+            if e.last_heartbeat is None:
+                e.last_heartbeat = time.monotonic()
+        e.queue.clear()
+        self._release_freeze(e)
+        if e.sender is not None:
+            e.sender.cancel()
+        return True
+
+    def remove_ssp(self, ssp_id: str, reason: str) -> None:
+        """Remove an SSP and move its views to the ready ones."""
+        e = self.entries.get(ssp_id)
+        if e is None:
+            return
+        log.warning("SSP %s removed: %s", ssp_id, reason)
+        self._drop_entry(e)
+        moved = self.tracker.unassign(ssp_id)
+        if moved:
+            self._spawn(self._place_unassigned(), f"reassign-{ssp_id}")
+
+    def heartbeat(self, body: Mapping[str, Any]) -> Reply:
+        """``POST /ssp/heartbeat`` (body validated)."""
+        ssp_id = body["ssp_id"]
+        e = self.entries.get(ssp_id)
+        if e is None:
+            return Reply(404, {"error": "not_found",
+                               "message": f"SSP {ssp_id} is not registered; register again"})
+        if e.flagged is not None:
+            reason, clean = e.flagged
+            self.remove_ssp(ssp_id, f"answered 409 ({reason})")
+            return Reply(409, {"reason": reason, "clean": clean})
+        e.last_heartbeat = time.monotonic()
+        for k in ("timestamp", "views", "cpu_usage", "memory_usage", "version",
+                  "publication", "last_seq"):
+            if k in body:
+                e.metrics[k] = body[k]
+        return Reply(200, {"ok": True})
+
+    def bootstrap_progress(self, body: Mapping[str, Any]) -> None:
+        ssp_id = body.get("ssp_id")
+        if isinstance(ssp_id, str):
+            self.progress[ssp_id] = {**body, "received_at": time.time()}
+
+    async def _poll_loop(self) -> None:
+        interval = self.cfg.ssp_poll_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            booting = [e for e in self.entries.values()
+                       if e.state is SspState.BOOTSTRAPPING and e.flagged is None]
+            if booting:
+                await asyncio.gather(*(self._poll_one(e) for e in booting))
+
+    async def _poll_one(self, e: SspEntry) -> None:
+        assert self._session is not None
+        try:
+            async with self._session.get(f"{e.url}/health",
+                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
+                body = await r.json(content_type=None)
+            ready = isinstance(body, dict) and body.get("status") == "ready"
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            ready = False
+        if self.entries.get(e.ssp_id) is not e or e.flagged is not None:
+            return
+        if ready:
+            log.info("SSP %s bootstrapped; replaying %d buffered events", e.ssp_id, len(e.queue))
+            self._release_freeze(e)
+            e.state = SspState.REPLAYING
+            e.last_heartbeat = time.monotonic()
+            e.wake.set()
+        elif time.monotonic() - e.registered_at > self.cfg.bootstrap_timeout_secs:
+            self.flag_ssp(e.ssp_id, f"bootstrap not finished within "
+                          f"{self.cfg.bootstrap_timeout_secs}s", True)
+
+    async def _reaper_loop(self) -> None:
+        timeout = self.cfg.heartbeat_timeout_ms / 1000
+        while True:
+            await asyncio.sleep(min(timeout / 4, 1.0))
+            now = time.monotonic()
+            for e in list(self.entries.values()):
+                if e.last_heartbeat is not None and now - e.last_heartbeat > timeout:
+                    self.remove_ssp(e.ssp_id, f"no heartbeat for {now - e.last_heartbeat:.1f}s")
+
+    # ------------------------------------------------------------------ sending
+    async def _sender(self, e: SspEntry) -> None:
+        backoff = _BACKOFF_MIN
+        while True:
+            await e.wake.wait()
+            e.wake.clear()
+            while e.queue and e.state is not SspState.BOOTSTRAPPING and e.flagged is None:
+                batch = [e.queue[i] for i in range(min(BATCH_MAX, len(e.queue)))]
+                status = await self._post_batch(e, batch)
+                if status == 200 or status == 400:
+                    if status == 400:
+                        self.dropped_batches += 1
+                    for _ in batch:
+                        e.queue.popleft()
+                    e.sent_seq = batch[-1]["seq"]
+                    e.send_failures = 0
+                    backoff = _BACKOFF_MIN
+                else:
+                    e.send_failures += 1
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
+            if e.state is SspState.REPLAYING and not e.queue and e.flagged is None:
+                e.state = SspState.READY
+                log.info("SSP %s ready (sent through seq %d)", e.ssp_id, e.sent_seq)
+                self._spawn(self._resend_views(e), f"views-{e.ssp_id}")
+
+    async def _post_batch(self, e: SspEntry, batch: list[dict[str, Any]]) -> int:
+        assert self._session is not None
+        data = json.dumps(batch, default=json_default, separators=(",", ":")).encode()
+        try:
+            async with self._session.post(
+                    f"{e.url}/ingest", data=data,
+                    headers={**self._auth, "Content-Type": "application/json"}) as r:
+                text = await r.text()
+                if r.status == 400:
+                    log.error("SSP %s refused a batch of %d events (seq %d-%d) as malformed, "
+                              "dropped: %.300s", e.ssp_id, len(batch), batch[0]["seq"],
+                              batch[-1]["seq"], text)
+                elif r.status != 200:
+                    log.info("SSP %s answered %d to a batch; retrying", e.ssp_id, r.status)
+                return r.status
+        except (aiohttp.ClientError, TimeoutError) as err:
+            log.info("SSP %s unreachable for ingest (%s); retrying", e.ssp_id,
+                     type(err).__name__)
+            return 0
+
+    # ------------------------------------------------------------------ views
+    def ready_ids(self) -> list[str]:
+        return [i for i, e in self.entries.items()
+                if e.state is SspState.READY and e.flagged is None]
+
+    def _ranked(self, exclude: Iterable[str] = ()) -> list[str]:
+        skip = set(exclude)
+        counts = self.tracker.counts()
+        cands = [Candidate(i, counts.get(i, 0), self.entries[i].cpu(), self.entries[i].mem())
+                 for i in self.ready_ids() if i not in skip]
+        order = rank_candidates(self.cfg.load_balance, cands, self._rr_turn)
+        self._rr_turn += 1
+        return order
+
+    async def _forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
+                       ) -> tuple[int, bytes, str] | None:
+        """POST to an SSP; (status, body, content type) or None when unreachable."""
+        e = self.entries.get(ssp_id)
+        if e is None or self._session is None:
+            return None
+        try:
+            async with self._session.post(
+                    f"{e.url}{path}", data=json.dumps(body, default=json_default).encode(),
+                    headers={**self._auth, "Content-Type": "application/json"}) as r:
+                return r.status, await r.read(), r.headers.get("Content-Type",
+                                                                "application/json")
+        except (aiohttp.ClientError, TimeoutError) as err:
+            log.warning("SSP %s unreachable for %s (%s)", ssp_id, path, type(err).__name__)
+            return None
+
+    async def register_view(self, view_id: str, body: Mapping[str, Any]) -> Reply:
+        """``POST /view/register`` (body validated; ``view_id`` normalised)."""
+        if not self.ready_ids():
+            return Reply(503, {"error": "no_ssp", "message": "no SSP is ready"})
+        order = self._ranked()
+        tracked = self.tracker.get(view_id)
+        if tracked is not None and tracked["ssp_id"] in order:
+            order.remove(tracked["ssp_id"])
+            order.insert(0, tracked["ssp_id"])
+        for ssp_id in order:
+            res = await self._forward(ssp_id, "/view/register", body)
+            if res is None or res[0] >= 500:
+                continue
+            status, raw, ctype = res
+            if status == 200:
+                entry = self.tracker.set(view_id, ssp_id, body)
+                return Reply(200, {"query_id": view_id, "ssp_id": ssp_id,
+                                   "assigned_at": entry["assigned_at"]})
+            return Reply(status, raw=raw, content_type=ctype)
+        return Reply(503, {"error": "no_ssp", "message": "no SSP accepted the view"})
+
+    def unregister_view(self, view_id: str) -> None:
+        """Forget a view now; tell its SSP in the background."""
+        entry = self.tracker.pop(view_id)
+        if entry is not None and entry["ssp_id"] in self.entries:
+            self._spawn(self._forward(entry["ssp_id"], "/view/unregister", {"id": view_id}),
+                        f"unregister-{view_id}")
+
+    async def _resend_views(self, e: SspEntry) -> None:
+        for view_id in self.tracker.of_ssp(e.ssp_id):
+            entry = self.tracker.get(view_id)
+            if entry is None:
+                continue
+            res = await self._forward(e.ssp_id, "/view/register", entry["body"])
+            if res is not None and 400 <= res[0] < 500:
+                log.warning("SSP %s refused tracked view %s (%d); dropped", e.ssp_id,
+                            view_id, res[0])
+                self.tracker.pop(view_id)
+        await self._place_unassigned()
+
+    async def _place_unassigned(self) -> None:
+        for view_id in self.tracker.of_ssp(None):
+            entry = self.tracker.get(view_id)
+            if entry is None or entry["ssp_id"] is not None:
+                continue
+            for ssp_id in self._ranked():
+                res = await self._forward(ssp_id, "/view/register", entry["body"])
+                if res is None or res[0] >= 500:
+                    continue
+                if res[0] == 200:
+                    self.tracker.set(view_id, ssp_id, entry["body"])
+                    log.info("view %s placed on SSP %s", view_id, ssp_id)
+                else:
+                    log.warning("SSP %s refused view %s on reassignment (%d); dropped",
+                                ssp_id, view_id, res[0])
+                    self.tracker.pop(view_id)
+                break
+
+    # ------------------------------------------------------------------ status
+    def health(self) -> Reply:
+        ready = self.ready_ids()
+        now = time.monotonic()
+        body: dict[str, Any] = {
+            "status": "healthy" if ready else "unavailable",
+            "scheduler": {
+                "id": self.cfg.scheduler_id,
+                "state": self.state,
+                "replica_lag": self.wal.last_seq - self.replica.applied_seq,
+                "applied_seq": self.replica.applied_seq,
+                "latest_seq": self.wal.last_seq,
+                "ready_ssps": len(ready),
+                "total_ssps": len(self.entries),
+            },
+            "heartbeat": {
+                "timeout_ms": self.cfg.heartbeat_timeout_ms,
+                "last_heartbeat_seconds_ago": {
+                    i: round(now - e.last_heartbeat, 3)
+                    for i, e in self.entries.items() if e.last_heartbeat is not None},
+            },
+            "changefeed": {"enabled": False},
+        }
+        for name, provider in self.extra_health.items():
+            body[name] = provider()
+        return Reply(200 if ready else 503, body)
+
+    def snapshot(self) -> dict[str, Any]:
+        tables = {t: self.replica.count(t) for t in self.replica.tables()}
+        # The same text as the SSP's /info circuit_hashes (ssp.hub.info_record: str(int)).
+        hashes = {t: str(self.replica.hash(t)) for t in tables}
+        applied = self.replica.applied_seq
+        body: dict[str, Any] = {
+            "tables": tables,
+            "hashes": hashes,
+            "total_records": sum(tables.values()),
+            "snapshot_seq": applied,
+            "latest_seq": self.wal.last_seq,
+            "lag": self.wal.last_seq - applied,
+            "frozen": self.replica.frozen,
+            "drift": {"enabled": False},
+        }
+        for name, provider in self.extra_snapshot.items():
+            body[name] = provider()
+        return body
+
+    def metrics(self) -> dict[str, Any]:
+        now = time.monotonic()
+        counts = self.tracker.counts()
+        ssps = []
+        for i, e in self.entries.items():
+            ssps.append({
+                "id": i, "url": e.url, "state": e.state.value,
+                "flagged": e.flagged[0] if e.flagged else None,
+                "query_count": counts.get(i, 0),
+                "views": e.metrics.get("views", 0),
+                "cpu_usage": e.metrics.get("cpu_usage"),
+                "memory_usage": e.metrics.get("memory_usage"),
+                "version": e.metrics.get("version"),
+                "last_seq": e.metrics.get("last_seq"),
+                "last_heartbeat_seconds_ago": (round(now - e.last_heartbeat, 3)
+                                               if e.last_heartbeat is not None else None),
+                "queued": len(e.queue), "sent_seq": e.sent_seq,
+                "send_failures": e.send_failures,
+                "bootstrap_progress": self.progress.get(i),
+            })
+        return {
+            "scheduler": {
+                "total_ssps": len(self.entries),
+                "ready_ssps": len(self.ready_ids()),
+                "total_queries": len(self.tracker),
+                "running_jobs": 0,
+                "uptime_seconds": int(now - self.started),
+                "state": self.state,
+                "ingested": self.ingested,
+                "dropped_batches": self.dropped_batches,
+                "wal_batches": self.committer.batches,
+                "applied_seq": self.replica.applied_seq,
+                "latest_seq": self.wal.last_seq,
+                "last_clone": self.last_clone,
+            },
+            "ssps": ssps,
+        }
+
+    def info(self) -> list[dict[str, Any]]:
+        out = [{"entity": "scheduler", "id": self.cfg.scheduler_id, "status": self.state,
+                "views": len(self.tracker), "version": VERSION}]
+        counts = self.tracker.counts()
+        for i, e in self.entries.items():
+            out.append({"entity": "ssp", "id": i,
+                        "status": "flagged" if e.flagged else e.state.value,
+                        "views": e.metrics.get("views", counts.get(i, 0))})
+        return out
