@@ -1,0 +1,349 @@
+"""The scheduler's changefeed transport: tail the synced tables' change streams into ingest.
+
+`ChangefeedTail` reads every synced table's changefeed (`SHOW CHANGES`, post-commit) in
+versionstamp order across tables (:mod:`dbclient.feed`, shared with the SSP), turns each change
+into a row-change event `{table, op, id, record}` (SurrealDB types kept: RecordID, datetime...)
+and hands each round's events, in order, to `submit` (the scheduler's `ingest_many`: WAL append,
+broadcast). Only after `submit` returned is the cursor advanced and written to `state_path`
+(write to a temporary file, fsync, rename), so a crash replays at most the last round:
+at-least-once, and the replica's `_00_rv` guard plus the SSPs' `seq` skip make a repeat harmless.
+
+Cursor state (JSON): `base` (the versionstamp a table without its own cursor is read from: the
+clone time), `cursors` (table -> last versionstamp absorbed), `seen` (versionstamps inside the
+re-read window, so a restart does not repeat them), `synced_ms` (local wall-clock time at the
+start of the last catch-up that reached the end of every feed).
+
+Waking: a LIVE subscription on `_00_version` (bumped in every synced write transaction) rings
+the doorbell; a poll every 2 s is the fallback (LIVE unavailable, or writes that do not touch
+`_00_version`). A reconnect of the subscription is counted and triggers a read.
+
+Gap: the feed keeps `retention` (the `CHANGEFEED <duration>` of the tables; the shortest one
+counts). When the last complete catch-up (`synced_ms`) is older than that, changes may have
+expired unread: `gap` is set, reading stops and `on_gap()` is awaited (the scheduler re-clones
+and then calls :meth:`ChangefeedTail.reset` with the clone's start time). An idle database is
+not a gap: `synced_ms` moves with every successful poll, not with the last change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from dbclient import Database, DbError, LiveSubscription
+from dbclient.feed import feed_change, feed_retention_ms, read_round, trim_seen
+from engine.values import parse_record_id
+
+log = logging.getLogger("scheduler.feed")
+
+__all__ = ["ChangefeedTail", "disabled_status"]
+
+FEED_LIMIT = 1000  # change sets per table per read
+FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s: a commit visible late is not lost
+POLL_SECS = 2.0
+CURSOR_MARGIN_MS = 5000  # no saved cursor: start a little before now (clone time)
+TABLES_REFRESH_SECS = 5.0
+RETENTION_REFRESH_SECS = 60.0
+DOORBELL_TABLE = "_00_version"
+DOORBELL_RETRY_SECS = 30.0
+SYNCED_PERSIST_SECS = 60.0  # an idle tail still records that it is in sync, this often
+STALLED_AFTER_SECS = 30.0
+GAP_RETRY_SECS = 30.0
+
+Event = dict[str, Any]
+Submit = Callable[[list[Event]], Awaitable[list[int]]]
+
+
+def now_ms() -> int:
+    """Unix time in milliseconds."""
+    return int(time.time() * 1000)
+
+
+def disabled_status() -> dict[str, Any]:
+    """The `changefeed` object under `SVC_INGEST_TRANSPORT=http`."""
+    return {"enabled": False, "cursor_ms": None, "lag_ms": None, "records_1m": 0,
+            "doorbell": "off", "doorbell_reconnects": 0, "gap": False, "stalled": False,
+            "last_error": None}
+
+
+class ChangefeedTail:
+    """Tails the synced tables' changefeeds into `submit` (see the module docstring)."""
+
+    def __init__(self, db: Database, submit: Submit, state_path: Path,
+                 tables: Callable[[], Awaitable[list[str]]], *,
+                 on_gap: Callable[[], Awaitable[None]] | None = None,
+                 poll_secs: float = POLL_SECS,
+                 doorbell_table: str | None = DOORBELL_TABLE,
+                 doorbell_retry_secs: float = DOORBELL_RETRY_SECS,
+                 stalled_after_secs: float = STALLED_AFTER_SECS) -> None:
+        self.db = db
+        self._submit = submit
+        self.state_path = Path(state_path)
+        self._tables_fn = tables
+        self._on_gap = on_gap
+        self.poll_secs = poll_secs
+        self.doorbell_table = doorbell_table
+        self.doorbell_retry_secs = doorbell_retry_secs
+        self.stalled_after_secs = stalled_after_secs
+        self.base = (now_ms() - CURSOR_MARGIN_MS) << 16
+        self.cursors: dict[str, int] = {}
+        self.seen: dict[str, set[int]] = {}
+        self.synced_ms: int = now_ms() - CURSOR_MARGIN_MS
+        self.gap = False
+        self.last_error: str | None = None
+        self.doorbell = "off" if doorbell_table is None else "connecting"
+        self.doorbell_reconnects = 0
+        self.rounds = 0  # complete catch-ups
+        self._records: deque[tuple[float, int]] = deque()
+        self._live: LiveSubscription | None = None
+        self._doorbell_tried = float("-inf")
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._tables: list[str] = []
+        self._tables_at = float("-inf")
+        self._retention_ms: int | None = None
+        self._retention_at = float("-inf")
+        self._persisted_synced = float("-inf")
+        self._last_ok = time.monotonic()
+        self._gap_called_at = float("-inf")
+        self._gap_handled = False
+        self._lock = asyncio.Lock()
+        self._load()
+
+    # ------------------------------------------------------------------ state file
+
+    def _load(self) -> None:
+        try:
+            raw = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            # A torn file cannot happen (atomic rename); anything else is an operator's edit.
+            raise ValueError(f"changefeed cursor file {self.state_path} is unreadable: {e}") \
+                from None
+        self.base = int(raw["base"])
+        self.cursors = {str(k): int(v) for k, v in raw.get("cursors", {}).items()}
+        self.seen = {str(k): {int(x) for x in v} for k, v in raw.get("seen", {}).items()}
+        self.synced_ms = int(raw.get("synced_ms", self.base >> 16))
+
+    def _state_text(self) -> str:
+        return json.dumps({"version": 1, "base": self.base, "cursors": self.cursors,
+                           "seen": {t: sorted(v) for t, v in self.seen.items() if v},
+                           "synced_ms": self.synced_ms}, sort_keys=True)
+
+    async def _persist(self) -> None:
+        text = self._state_text()
+        await asyncio.to_thread(_atomic_write, self.state_path, text)
+        self._persisted_synced = time.monotonic()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the tail loop (it subscribes the doorbell itself)."""
+        if self._task is None or self._task.done():
+            self._last_ok = time.monotonic()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="changefeed")
+
+    async def stop(self) -> None:
+        """Stop the loop and the doorbell; the cursor file keeps the position."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        live, self._live = self._live, None
+        if live is not None:
+            try:
+                await live.kill()
+            except DbError as e:  # best effort: the socket may be gone already
+                log.info("killing the doorbell subscription failed: %s", e)
+        if self.doorbell_table is not None:
+            self.doorbell = "connecting"
+
+    def wake(self) -> None:
+        """Read the feeds now (instead of at the next poll)."""
+        self._wake.set()
+
+    async def reset(self, since_ms: int) -> None:
+        """Restart every cursor at `since_ms` (the start of a re-clone) and clear the gap."""
+        async with self._lock:
+            self.base = since_ms << 16
+            self.cursors = {}
+            self.seen = {}
+            self.synced_ms = since_ms
+            self.gap = False
+            self._gap_handled = False
+            self._last_ok = time.monotonic()
+            await self._persist()
+        self._wake.set()
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """The spec's `changefeed` object."""
+        now = now_ms()
+        cutoff = time.monotonic() - 60.0
+        while self._records and self._records[0][0] < cutoff:
+            self._records.popleft()
+        running = self._task is not None and not self._task.done()
+        return {
+            "enabled": True,
+            "cursor_ms": self.synced_ms,
+            "lag_ms": max(0, now - self.synced_ms),
+            "records_1m": sum(n for _, n in self._records),
+            "doorbell": self.doorbell,
+            "doorbell_reconnects": self.doorbell_reconnects,
+            "gap": self.gap,
+            "stalled": running and not self.gap
+                       and time.monotonic() - self._last_ok > self.stalled_after_secs,
+            "last_error": self.last_error,
+        }
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        while True:
+            await self._ensure_doorbell()
+            if self.gap:
+                await self._handle_gap()
+            else:
+                try:
+                    await self.catch_up()
+                except DbError as e:
+                    self.last_error = f"changefeed read failed: {e}"
+                    log.warning("%s", self.last_error)
+                except Exception as e:  # a submit failure: retried from the same cursor
+                    self.last_error = f"changefeed round failed: {type(e).__name__}: {e}"
+                    log.exception("changefeed round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_secs)
+            self._wake.clear()
+
+    async def _ensure_doorbell(self) -> None:
+        if self.doorbell_table is None or self._live is not None:
+            return
+        if time.monotonic() - self._doorbell_tried < self.doorbell_retry_secs:
+            return
+        self._doorbell_tried = time.monotonic()
+        try:
+            self._live = await self.db.live(self.doorbell_table, self._ring)
+            self.doorbell = "connected"
+        except DbError as e:
+            self.doorbell = "unavailable"
+            log.warning("LIVE on %s unavailable (%s); polling every %.0fs",
+                        self.doorbell_table, e, self.poll_secs)
+
+    def _ring(self, note: dict[str, Any]) -> None:
+        if note.get("action") == "RECONNECTED":
+            self.doorbell_reconnects += 1
+            self.doorbell = "connected"
+        self._wake.set()
+
+    async def _handle_gap(self) -> None:
+        if self._on_gap is None or self._gap_handled:
+            return
+        if time.monotonic() - self._gap_called_at < GAP_RETRY_SECS:
+            return
+        self._gap_called_at = time.monotonic()
+        try:
+            await self._on_gap()
+            self._gap_handled = True
+        except Exception as e:
+            self.last_error = f"re-clone after a changefeed gap failed: {type(e).__name__}: {e}"
+            log.exception("re-clone after a changefeed gap failed")
+
+    async def catch_up(self) -> int:
+        """Read every feed until nothing new is left; returns the events submitted.
+
+        Sets `gap` (and reads nothing) when the last complete catch-up is older than the
+        feeds' retention."""
+        async with self._lock:
+            if self.gap:
+                return 0
+            started = now_ms()
+            tables = await self._current_tables()
+            retention = await self._retention()
+            if retention is not None and started - self.synced_ms > retention:
+                self.gap = True
+                self.last_error = (f"changefeed cursor fell out of retention: last read "
+                                   f"{started - self.synced_ms} ms ago, retention {retention} ms")
+                log.error("%s; the replica must be re-cloned", self.last_error)
+                self._wake.set()
+                return 0
+            total = 0
+            while True:
+                more, n = await self._round(tables)
+                total += n
+                if not more:
+                    break
+            self.synced_ms = started
+            self.rounds += 1
+            self._last_ok = time.monotonic()
+            self.last_error = None
+            if total or time.monotonic() - self._persisted_synced > SYNCED_PERSIST_SECS:
+                await self._persist()
+            return total
+
+    async def _round(self, tables: list[str]) -> tuple[bool, int]:
+        cursors = {t: self.cursors.get(t, self.base) for t in tables}
+        rnd = await read_round(self.db, cursors, self.seen, limit=FEED_LIMIT,
+                               overlap_vs=FEED_OVERLAP_VS)
+        events: list[Event] = []
+        for _vs, table, s in rnd.sets:
+            for ch in s.get("changes") or []:
+                ev = feed_change(table, ch)
+                if ev is not None:
+                    events.append(_event(*ev))
+        if events:
+            await self._submit(events)
+            self._records.append((time.monotonic(), len(events)))
+        for vs, table, _s in rnd.sets:
+            self.seen.setdefault(table, set()).add(vs)
+            self.cursors[table] = max(self.cursors.get(table, self.base), vs)
+        trim_seen(self.seen, self.cursors, FEED_OVERLAP_VS)
+        if rnd.sets:
+            await self._persist()
+        return rnd.more, len(events)
+
+    async def _current_tables(self) -> list[str]:
+        if time.monotonic() - self._tables_at >= TABLES_REFRESH_SECS:
+            self._tables = list(await self._tables_fn())
+            self._tables_at = time.monotonic()
+        return self._tables
+
+    async def _retention(self) -> int | None:
+        if time.monotonic() - self._retention_at >= RETENTION_REFRESH_SECS:
+            defs = await self.db.table_definitions()
+            found = [feed_retention_ms(defs[t]) for t in self._tables if t in defs]
+            kept = [r for r in found if r is not None]
+            self._retention_ms = min(kept) if kept else None
+            self._retention_at = time.monotonic()
+        return self._retention_ms
+
+
+def _event(table: str, op: str, rid: str, row: Any) -> Event:
+    """A row-change event; a DELETE without the original row carries just the id."""
+    record = dict(row) if isinstance(row, dict) else {"id": parse_record_id(rid)}
+    return {"table": table, "op": op, "id": rid, "record": record}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
