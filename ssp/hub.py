@@ -74,6 +74,7 @@ from ssp.naming import (
 from ssp.publisher import Publisher, PubView, Teardown
 from ssp.shard import encode_request
 from ssp.shards import ShardDown, ShardError, ShardHandle, shard_of
+from ssp.viewmetrics import ViewMetrics
 
 log = logging.getLogger("ssp.hub")
 
@@ -204,7 +205,9 @@ class Hub:
                        for i in range(cfg.shards)]
         self.publisher = Publisher(self.pub_db, ref_mode=cfg.ref_mode,
                                    throttle_ms=cfg.query_update_throttle_ms,
-                                   view_lookup=self.views.get, rv_lookup=self.rv.get)
+                                   view_lookup=self.views.get, rv_lookup=self.rv.get,
+                                   metrics=ViewMetrics(cfg.ssp_id, cfg.view_metrics_flush_ms,
+                                                       self._view_size))
         self.logs = LogRing()
         self.allowlist = Allowlist(cfg.query_allowlist)
         self.slots = 0
@@ -266,6 +269,10 @@ class Hub:
         self.status = "ready"
         log.info("SSP %s ready: %d views, %d tables, %d shards", self.cfg.ssp_id,
                  len(self.views), len(self.rows), len(self.shards))
+
+    def _view_size(self, view_id: str) -> tuple[RecordID, int] | None:
+        view = self.views.get(view_id)
+        return None if view is None else (view.record, len(view.members))
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))

@@ -35,6 +35,7 @@ from surrealdb import RecordID
 from dbclient import Database, DbError, DbTimeout
 from engine.values import parse_record_id
 from ssp.naming import SINGLE_TABLE, edge_id
+from ssp.viewmetrics import ViewMetrics
 
 log = logging.getLogger("ssp.publisher")
 
@@ -85,6 +86,8 @@ class _Batch:
     initial: dict[str, int] = field(default_factory=dict)
     teardown: dict[str, Teardown] = field(default_factory=dict)
     started: list[float] = field(default_factory=list)
+    # per view: (view id, when its oldest change arrived, operations, initial edges?)
+    per_view: list[tuple[str, float, int, bool]] = field(default_factory=list)
     ops: int = 0
 
 
@@ -113,6 +116,7 @@ class Publisher:
         rv_lookup: Callable[[str], Any],
         max_ops: int = 2000,
         flushers: int = 1,
+        metrics: ViewMetrics | None = None,
     ) -> None:
         self.db = db
         self.ref_mode = ref_mode
@@ -132,6 +136,7 @@ class Publisher:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = PublisherStats()
+        self.metrics = metrics
         self._seq = 0
 
     # ------------------------------------------------------------------ queueing
@@ -192,6 +197,8 @@ class Publisher:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run(), name=f"publisher-{i}")
                        for i in range(self.flushers)]
+        if self.metrics is not None:
+            self._tasks.append(loop.create_task(self.metrics.run(self.db), name="view-metrics"))
 
     async def stop(self) -> None:
         """Stop the loops (call `drain` first to flush what is pending)."""
@@ -203,6 +210,8 @@ class Publisher:
             except asyncio.CancelledError:
                 pass
         self._tasks = []
+        if self.metrics is not None:
+            await self.metrics.write(self.db)  # the last figures (errors are logged, not raised)
 
     async def drain(self, timeout: float = 30.0) -> bool:
         """Flush until nothing is pending (shutdown, tests); False when it did not finish."""
@@ -321,6 +330,7 @@ class Publisher:
             ready_updates.append({"q": view.record, "n": len(view.members)})
             budget -= len(view.members) + INITIAL_COST
             b.started.append(self._since.pop(vid, time.monotonic()))
+            b.per_view.append((vid, b.started[-1], len(view.members), True))
             b.ops += len(view.members) + 1
         for vid in list(self.dirty):
             if budget <= 0:
@@ -340,6 +350,7 @@ class Publisher:
             b.dirty[vid] = members
             b.views.add(vid)
             b.ops += len(members)
+            b.per_view.append((vid, b.started[-1], len(members), False))
             view = self._view(vid)
             if view is None:
                 continue
@@ -375,6 +386,9 @@ class Publisher:
             self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
             now = time.monotonic()
             self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)
+            if self.metrics is not None:
+                for vid, since, ops, initial in b.per_view:
+                    self.metrics.observe(vid, (now - since) * 1000, ops, initial)
         self.stats.flushes += 1
         self.stats.operations += b.ops
         self.stats.last_success_ms = int(time.time() * 1000)

@@ -1,0 +1,55 @@
+"""ssp.viewmetrics: which rows a metrics tick writes, and that a failed write is retried."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from surrealdb import RecordID
+
+from dbclient import DbError
+from ssp.viewmetrics import ViewMetrics
+
+
+class FakeDb:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.fail = False
+
+    async def query(self, sql: str, vars: Any = None) -> list[Any]:
+        if self.fail:
+            raise DbError("down")
+        self.calls.append((sql, vars))
+        return []
+
+
+async def test_only_changed_views_are_written_and_unregistered_rows_deleted() -> None:
+    views = {"query:a": (RecordID("_00_query", "a"), 3), "query:b": (RecordID("_00_query", "b"), 1)}
+    m = ViewMetrics("ssp-1", 100, views.get)
+    db = FakeDb()
+    assert await m.write(db) == 0 and db.calls == []  # nothing observed: nothing written
+    m.observe("query:a", 10.0, 3, True)
+    m.observe("query:a", 30.0, 1, False)
+    m.observe("query:b", 5.0, 1, False)
+    assert await m.write(db) == 2
+    rows = db.calls[-1][1]["rows"]
+    a = next(r for r in rows if r["view_id"] == "query:a")
+    assert a["id"] == RecordID("_00_view_metrics", "a") and a["rows"] == 3
+    assert a["updates"] == 2 and a["edge_ops"] == 4 and a["materialize_ms"] == 10.0
+    assert a["publish_ms"] == {"p50": 10.0, "p99": 30.0, "max": 30.0, "samples": 2}
+    calls = len(db.calls)
+    assert await m.write(db) == 0 and len(db.calls) == calls  # quiet: no write
+    del views["query:b"]
+    assert await m.write(db) == 0
+    assert db.calls[-1][1]["gone"] == [RecordID("_00_view_metrics", "b")]
+
+
+async def test_a_failed_write_is_retried_at_the_next_tick() -> None:
+    views = {"query:a": (RecordID("_00_query", "a"), 1)}
+    m = ViewMetrics("ssp-1", 100, views.get)
+    db = FakeDb()
+    m.observe("query:a", 1.0, 1, False)
+    db.fail = True
+    assert await m.write(db) == 0 and m.last_error
+    db.fail = False
+    assert await m.write(db) == 1
+    assert db.calls[-1][1]["rows"][0]["updates"] == 1
