@@ -557,9 +557,7 @@ class Scheduler:
         counts = self.tracker.counts()
         cands = [Candidate(i, counts.get(i, 0), self.entries[i].cpu(), self.entries[i].mem())
                  for i in self.ready_ids() if i not in skip]
-        order = rank_candidates(self.cfg.load_balance, cands, self._rr_turn)
-        self._rr_turn += 1
-        return order
+        return rank_candidates(self.cfg.load_balance, cands, self._rr_turn)
 
     async def _forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
                        ) -> tuple[int, bytes, str] | None:
@@ -592,6 +590,8 @@ class Scheduler:
                 continue
             status, raw, ctype = res
             if status == 200:
+                if tracked is None or tracked["ssp_id"] != ssp_id:
+                    self._rr_turn += 1  # round robin advances on a new placement only
                 entry = self.tracker.set(view_id, ssp_id, body)
                 return Reply(200, {"query_id": view_id, "ssp_id": ssp_id,
                                    "assigned_at": entry["assigned_at"]})
@@ -627,6 +627,7 @@ class Scheduler:
                 if res is None or res[0] >= 500:
                     continue
                 if res[0] == 200:
+                    self._rr_turn += 1
                     self.tracker.set(view_id, ssp_id, entry["body"])
                     log.info("view %s placed on SSP %s", view_id, ssp_id)
                 else:

@@ -1,0 +1,422 @@
+"""The scheduler's SSP state machine, broadcast and view assignment, driven through
+`scheduler.core.Scheduler` with fake SSPs (aiohttp servers on loopback, real HTTP) and a real
+database host."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.config import LoadBalance, SchedulerConfig
+from scheduler.core import Scheduler, SspState
+from tests.support.procs import DbHost
+from tests.support.scheduler_fakes import FakeSsp, wait_for
+
+_ns = itertools.count()
+
+MakeScheduler = Callable[..., Awaitable[Scheduler]]
+
+
+def config(tmp: Path, host: DbHost, **overrides: Any) -> SchedulerConfig:
+    n = next(_ns)
+    cfg = SchedulerConfig.load(None, {
+        "SVC_DB_URL": host.ws_url, "SVC_DB_USER": host.user, "SVC_DB_PASS": host.password,
+        "SVC_DB_NS": f"sch{n}", "SVC_DB_NAME": f"sch{n}", "SVC_INGEST_TRANSPORT": "http",
+    })
+    base = {
+        "replica_db_path": tmp / "data" / "replica.sqlite3",
+        "wal_path": tmp / "data" / "wal",
+        "ssp_poll_interval_ms": 20,
+        "heartbeat_interval_ms": 100,
+        "heartbeat_timeout_ms": 600_000,  # tests of the timeout lower it
+        "snapshot_update_interval_secs": 3600,
+    }
+    base.update(overrides)
+    return dataclasses.replace(cfg, **base)
+
+
+@pytest.fixture
+async def make_scheduler(tmp_path: Path, shared_db_host: DbHost
+                         ) -> AsyncIterator[MakeScheduler]:
+    made: list[Scheduler] = []
+
+    async def make(**overrides: Any) -> Scheduler:
+        s = Scheduler(config(tmp_path / f"s{len(made)}", shared_db_host, **overrides))
+        made.append(s)
+        await s.start()
+        return s
+
+    yield make
+    for s in made:
+        await s.close()
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[Callable[[str], Awaitable[FakeSsp]]]:
+    started: list[FakeSsp] = []
+
+    async def make(name: str) -> FakeSsp:
+        f = await FakeSsp(name).start()
+        started.append(f)
+        return f
+
+    yield make
+    for f in started:
+        await f.stop()
+
+
+def ev(i: int, table: str = "item") -> dict[str, Any]:
+    return {"table": table, "op": "CREATE", "id": f"{table}:{i}", "record": {"n": i}}
+
+
+def hb(ssp_id: str, **extra: Any) -> dict[str, Any]:
+    return {"ssp_id": ssp_id, "timestamp": 1.0, "views": 0, **extra}
+
+
+async def bring_up(s: Scheduler, f: FakeSsp) -> None:
+    reply = await s.register_ssp(f.name, f.url)
+    assert reply.status == 202
+    f.ready = True
+    await wait_for(lambda: s.entries[f.name].state is SspState.READY, f"{f.name} ready")
+
+
+async def test_register_freezes_snapshot_and_buffers_until_ready(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    for i in range(3):
+        await s.ingest(ev(i))
+    f = await fakes("a")
+    reply = await s.register_ssp("a", f.url)
+    assert reply.status == 202
+    # The WAL was drained into the replica first: the snapshot holds the three events.
+    assert reply.body == {"snapshot_seq": 3}
+    assert s.replica.frozen and s.replica.count("item") == 3
+    for i in range(3, 8):
+        await s.ingest(ev(i))
+    await asyncio.sleep(0.1)  # several health polls: still bootstrapping, nothing sent
+    assert f.batches == [] and s.entries["a"].state is SspState.BOOTSTRAPPING
+    assert len(s.entries["a"].queue) == 5
+    f.ready = True
+    await wait_for(lambda: s.entries["a"].state is SspState.READY, "ready")
+    assert not s.replica.frozen
+    assert [e["seq"] for e in f.events] == [4, 5, 6, 7, 8]
+    assert [e["id"] for e in f.events] == [f"item:{i}" for i in range(3, 8)]
+    await s.ingest(ev(8))
+    await wait_for(lambda: len(f.events) == 6, "live event")
+    assert f.events[-1]["seq"] == 9
+
+
+async def test_events_during_registration_are_neither_lost_nor_doubled(make_scheduler,
+                                                                       fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("a")
+    f.ready = True
+
+    async def writer() -> None:
+        for i in range(300):
+            await s.ingest(ev(i))
+
+    async def many() -> None:
+        for i in range(300, 600, 10):
+            await s.ingest_many([ev(j) for j in range(i, i + 10)])
+
+    tasks = [asyncio.create_task(writer()), asyncio.create_task(many())]
+    await asyncio.sleep(0.01)
+    reply = await s.register_ssp("a", f.url)
+    await asyncio.gather(*tasks)
+    snap = reply.body["snapshot_seq"]
+    await wait_for(lambda: f.events and f.events[-1]["seq"] == s.wal.last_seq, "all sent")
+    seqs = [e["seq"] for e in f.events]
+    assert seqs == list(range(snap + 1, s.wal.last_seq + 1))
+
+
+async def test_ssp_503_is_retried_in_order(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("a")
+    await bring_up(s, f)
+    f.ingest_script.extend([503, 503, 503])
+    for i in range(20):
+        await s.ingest(ev(i))
+    await wait_for(lambda: len(f.events) == 20, "all delivered")
+    assert [e["seq"] for e in f.events] == list(range(1, 21))
+    assert f.ingest_attempts >= 4
+    assert all(h and h.startswith("Bearer ") for h in f.auth_headers)
+
+
+async def test_unreachable_ssp_gets_its_events_once_it_is_back(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("a")
+    await bring_up(s, f)
+    port = f.port
+    await f.stop()
+    for i in range(5):
+        await s.ingest(ev(i))
+    await wait_for(lambda: s.entries["a"].send_failures >= 2, "failed sends")
+    # Heartbeats keep it registered while it is away.
+    assert s.heartbeat(hb("a")).status == 200
+    g = FakeSsp("a")
+    g.ready = True
+    from aiohttp import web  # same port again: the sender retries the same URL
+    app = web.Application()
+    app.router.add_post("/ingest", g._ingest)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await wait_for(lambda: len(g.events) == 5, "redelivered")
+        assert [e["seq"] for e in g.events] == [1, 2, 3, 4, 5]
+    finally:
+        await runner.cleanup()
+
+
+async def test_heartbeat_unknown_404_known_200_metrics_kept(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    assert s.heartbeat(hb("nobody")).status == 404
+    f = await fakes("a")
+    await bring_up(s, f)
+    r = s.heartbeat(hb("a", cpu_usage=12.5, memory_usage=300, version="0.1.0", last_seq=0))
+    assert (r.status, r.body) == (200, {"ok": True})
+    m = s.metrics()["ssps"][0]
+    assert (m["cpu_usage"], m["memory_usage"], m["version"]) == (12.5, 300, "0.1.0")
+
+
+async def test_buffer_overflow_answers_409_clean_then_404(make_scheduler, fakes) -> None:
+    s = await make_scheduler(max_buffer_per_ssp=10)
+    f = await fakes("a")
+    assert (await s.register_ssp("a", f.url)).status == 202
+    assert s.replica.frozen
+    await s.ingest_many([ev(i) for i in range(11)])
+    e = s.entries["a"]
+    assert e.flagged is not None and not e.queue
+    assert not s.replica.frozen  # the freeze was released
+    r = s.heartbeat(hb("a"))
+    assert r.status == 409
+    assert r.body["clean"] is True and "overflow" in r.body["reason"]
+    assert s.heartbeat(hb("a")).status == 404  # removed after answering 409
+    # A re-registration starts over.
+    assert (await s.register_ssp("a", f.url)).status == 202
+
+
+async def test_ready_queue_that_cannot_drain_overflows(make_scheduler, fakes) -> None:
+    s = await make_scheduler(max_buffer_per_ssp=5)
+    f = await fakes("a")
+    await bring_up(s, f)
+    f.ingest_script.extend([503] * 10_000)
+    await s.ingest_many([ev(i) for i in range(20)])
+    r = s.heartbeat(hb("a"))
+    assert r.status == 409 and r.body["clean"] is True
+
+
+async def test_bootstrap_timeout_flags_the_ssp(make_scheduler, fakes) -> None:
+    s = await make_scheduler(bootstrap_timeout_secs=1)
+    f = await fakes("a")  # never reports ready
+    await s.register_ssp("a", f.url)
+    await wait_for(lambda: s.entries["a"].flagged is not None, "flagged")
+    assert not s.replica.frozen
+    r = s.heartbeat(hb("a"))
+    assert r.status == 409 and r.body["clean"] is True
+
+
+async def test_reregister_replaces_entry_and_releases_old_freeze(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("a")
+    await s.register_ssp("a", f.url)
+    await s.register_ssp("a", f.url)
+    assert s.replica.frozen
+    f.ready = True
+    await wait_for(lambda: s.entries["a"].state is SspState.READY, "ready")
+    assert not s.replica.frozen
+
+
+VIEW = {"id": "query:v1", "surql": "SELECT * FROM item", "clientId": "c1", "ttl": "30s"}
+
+
+async def test_view_register_no_ssp_503(make_scheduler) -> None:
+    s = await make_scheduler()
+    r = await s.register_view("query:v1", VIEW)
+    assert r.status == 503 and r.body["error"] == "no_ssp"
+
+
+async def test_view_register_relays_ssp_verdict_verbatim(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("a")
+    await bring_up(s, f)
+    verdict = {"error": "not_allowlisted", "message": "shape not in the allowlist"}
+    f.view_reply = (403, verdict)
+    r = await s.register_view("query:v1", VIEW)
+    assert r.status == 403 and json.loads(r.raw or b"") == verdict
+    assert s.tracker.get("query:v1") is None
+
+
+async def test_view_register_tracks_and_sticks_to_its_ssp(make_scheduler, fakes) -> None:
+    s = await make_scheduler(load_balance=LoadBalance.ROUND_ROBIN)
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    await bring_up(s, b)
+    r = await s.register_view("query:v1", VIEW)
+    assert r.status == 200 and r.body["query_id"] == "query:v1"
+    first = r.body["ssp_id"]
+    assert isinstance(r.body["assigned_at"], float)
+    for _ in range(3):
+        again = await s.register_view("query:v1", VIEW)
+        assert again.body["ssp_id"] == first
+    r2 = await s.register_view("query:v2", dict(VIEW, id="query:v2"))
+    assert r2.body["ssp_id"] != first  # round robin moves on
+
+
+async def test_least_queries_spreads_views(make_scheduler, fakes) -> None:
+    s = await make_scheduler(load_balance=LoadBalance.LEAST_QUERIES)
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    await bring_up(s, b)
+    for i in range(6):
+        r = await s.register_view(f"query:v{i}", dict(VIEW, id=f"query:v{i}"))
+        assert r.status == 200
+    assert len(a.views) == 3 and len(b.views) == 3
+
+
+async def test_unreachable_ssp_falls_back_to_next(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    await bring_up(s, b)
+    await a.stop()
+    for i in range(3):
+        r = await s.register_view(f"query:v{i}", dict(VIEW, id=f"query:v{i}"))
+        assert r.status == 200 and r.body["ssp_id"] == "b"
+
+
+async def test_unregister_clears_tracker_and_tells_ssp(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("a")
+    await bring_up(s, f)
+    await s.register_view("query:v1", VIEW)
+    s.unregister_view("query:v1")
+    assert s.tracker.get("query:v1") is None
+    await wait_for(lambda: f.unregistered == ["query:v1"], "unregister sent")
+    s.unregister_view("query:unknown")  # unknown: nothing to do, no error
+
+
+async def test_query_row_delete_event_unregisters_the_view(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("a")
+    await bring_up(s, f)
+    await s.register_view("query:v1", VIEW)
+    await s.ingest({"table": "_00_query", "op": "DELETE", "id": "_00_query:v1",
+                    "record": {}})
+    assert s.tracker.get("query:v1") is None
+    await wait_for(lambda: f.unregistered == ["query:v1"], "unregister sent")
+
+
+def beat(s: Scheduler, ssp_id: str) -> asyncio.Task[None]:
+    async def loop() -> None:
+        while True:
+            s.heartbeat(hb(ssp_id))
+            await asyncio.sleep(0.05)
+
+    return asyncio.create_task(loop())
+
+
+async def test_heartbeat_timeout_reassigns_views(make_scheduler, fakes) -> None:
+    s = await make_scheduler(load_balance=LoadBalance.ROUND_ROBIN, heartbeat_timeout_ms=400)
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    await bring_up(s, b)
+    for i in range(4):
+        assert (await s.register_view(f"query:v{i}", dict(VIEW, id=f"query:v{i}"))).status == 200
+    on_a = set(a.views)
+    assert on_a and len(on_a) < 4
+    beating = beat(s, "b")
+    try:
+        await wait_for(lambda: "a" not in s.entries, "a removed")
+        await wait_for(lambda: set(b.views) == {f"query:v{i}" for i in range(4)}, "moved")
+        assert all(e["ssp_id"] == "b" for _, e in s.tracker.items())
+        assert b.views["query:v0"] == dict(VIEW, id="query:v0")  # the stored body, verbatim
+    finally:
+        beating.cancel()
+
+
+async def test_orphaned_views_placed_when_an_ssp_becomes_ready(make_scheduler, fakes) -> None:
+    s = await make_scheduler(heartbeat_timeout_ms=400)
+    a = await fakes("a")
+    await bring_up(s, a)
+    await s.register_view("query:v1", VIEW)
+    await wait_for(lambda: "a" not in s.entries, "a removed (no heartbeat)")
+    assert s.tracker.get("query:v1")["ssp_id"] is None
+    b = await fakes("b")
+    await s.register_ssp("b", b.url)
+    beating = beat(s, "b")
+    try:
+        b.ready = True
+        await wait_for(lambda: "query:v1" in b.views, "placed on b")
+        assert s.tracker.get("query:v1")["ssp_id"] == "b"
+    finally:
+        beating.cancel()
+
+
+async def test_flag_ssp_hook_and_reclone_flag_everyone(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    await bring_up(s, b)
+    assert s.flag_ssp("a", "integrity drift", False)
+    assert not s.flag_ssp("zz", "x", True)
+    assert s.heartbeat(hb("a")).body == {"reason": "integrity drift", "clean": False}
+    await s.ingest(ev(1))
+    await s.reclone("test")
+    r = s.heartbeat(hb("b"))
+    assert r.status == 409 and r.body["clean"] is True
+    assert s.state == "ready"
+
+
+async def test_ingest_503_while_cloning_and_start_reclone_409(make_scheduler) -> None:
+    from scheduler.core import SchedulerBusy
+
+    s = await make_scheduler()
+    s.state = "cloning"
+    with pytest.raises(SchedulerBusy):
+        await s.ingest(ev(1))
+    assert s.start_reclone("x").status == 503
+    s.state = "ready"
+    assert s.start_reclone("x").body == {"status": "cloning"}
+    assert s.start_reclone("x").status == 409
+    await wait_for(lambda: s.state == "ready" and s._clone_task.done(), "clone done")
+
+
+async def test_drain_applies_wal_and_truncates(make_scheduler) -> None:
+    s = await make_scheduler()
+    await s.ingest_many([ev(i) for i in range(10)])
+    assert s.replica.count("item") == 0
+    called = []
+
+    async def hook() -> None:
+        called.append(s.replica.applied_seq)
+
+    s.after_drain.append(hook)
+    assert await s.drain()
+    assert s.replica.count("item") == 10 and called == [10]
+    snap = s.snapshot()
+    assert snap["tables"] == {"item": 10} and snap["lag"] == 0
+    assert snap["hashes"]["item"] == str(s.replica.hash("item"))
+
+
+async def test_health_and_extra_providers(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    r = s.health()
+    assert r.status == 503 and r.body["status"] == "unavailable"
+    assert r.body["changefeed"] == {"enabled": False}
+    s.extra_health["changefeed"] = lambda: {"enabled": True, "lag_ms": 5}
+    s.extra_snapshot["drift"] = lambda: {"enabled": True, "mismatched": []}
+    f = await fakes("a")
+    await bring_up(s, f)
+    r = s.health()
+    assert r.status == 200 and r.body["status"] == "healthy"
+    assert r.body["changefeed"] == {"enabled": True, "lag_ms": 5}
+    assert r.body["scheduler"]["state"] == "ready"
+    assert s.snapshot()["drift"] == {"enabled": True, "mismatched": []}

@@ -1,0 +1,123 @@
+"""`/proxy/query` statements on the replica, the view tracker and the balancing strategies."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from surrealdb import RecordID
+from surrealdb.data.cbor import decode
+
+from scheduler.config import LoadBalance
+from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
+from scheduler.replica import Replica
+from scheduler.views import Candidate, ViewTracker, rank_candidates
+
+
+@pytest.mark.parametrize("text,kind,table,limit", [
+    ("SELECT * FROM user ORDER BY id LIMIT 500", "first", "user", 500),
+    ("select * from user order by id asc limit 3;", "first", "user", 3),
+    ("SELECT * FROM _00_query WHERE id > $last ORDER BY id LIMIT 10", "after", "_00_query", 10),
+    ("SELECT count() AS n FROM user GROUP ALL", "count", "user", None),
+    ("INFO FOR DB", "info_db", None, None),
+    ("info for table user", "info_table", "user", None),
+    ("TABLES", "tables", None, None),
+])
+def test_served_statements_parse(text: str, kind: str, table: str | None,
+                                 limit: int | None) -> None:
+    st = parse_statement(text, {"last": "user:1"})
+    assert (st.kind, st.table, st.limit) == (kind, table, limit)
+
+
+def test_limit_may_be_a_variable() -> None:
+    assert parse_statement("SELECT * FROM t ORDER BY id LIMIT $n", {"n": 7}).limit == 7
+    with pytest.raises(ProxyInvalid, match="vars.n"):
+        parse_statement("SELECT * FROM t ORDER BY id LIMIT $n", {"n": "7"})
+
+
+@pytest.mark.parametrize("text", [
+    "DELETE user", "SELECT * FROM user", "SELECT * FROM user ORDER BY name LIMIT 5",
+    "SELECT * FROM `user` ORDER BY id LIMIT 5", "SELECT * FROM user ORDER BY id LIMIT 0",
+    "SELECT * FROM user ORDER BY id LIMIT 5; DELETE user", "",
+])
+def test_other_statements_are_refused(text: str) -> None:
+    with pytest.raises(ProxyInvalid, match="the replica serves only|LIMIT must"):
+        parse_statement(text, {})
+
+
+def test_bad_query_and_vars_types() -> None:
+    with pytest.raises(ProxyInvalid, match="query must be a string"):
+        parse_statement(5, {})
+    with pytest.raises(ProxyInvalid, match="vars must be an object"):
+        parse_statement("TABLES", [1])
+    with pytest.raises(ProxyInvalid, match="vars.last"):
+        parse_statement("SELECT * FROM t WHERE id > $last ORDER BY id LIMIT 1", {})
+
+
+async def test_statements_run_on_the_replica(tmp_path: Path) -> None:
+    rep = Replica.open(tmp_path / "r.sqlite3")
+    rows = [{"id": RecordID("user", i), "n": i,
+             "at": datetime(2024, 1, 1, tzinfo=UTC), "d": Decimal("1.5")} for i in range(5)]
+    rep.replace_all({"user": rows}, 0)
+
+    async def upstream(text: str) -> str:
+        return f"upstream:{text}"
+
+    first = await run_statement(parse_statement("SELECT * FROM user ORDER BY id LIMIT 2", {}),
+                                rep, upstream)
+    assert [r["n"] for r in first] == [0, 1]
+    after = await run_statement(parse_statement(
+        "SELECT * FROM user WHERE id > $last ORDER BY id LIMIT 10",
+        {"last": RecordID("user", 1)}), rep, upstream)
+    assert [r["n"] for r in after] == [2, 3, 4]
+    text_last = await run_statement(parse_statement(
+        "SELECT * FROM user WHERE id > $last ORDER BY id LIMIT 10", {"last": "user:3"}),
+        rep, upstream)
+    assert [r["n"] for r in text_last] == [4]
+    with pytest.raises(ProxyInvalid):
+        await run_statement(parse_statement(
+            "SELECT * FROM user WHERE id > $last ORDER BY id LIMIT 1", {"last": "other:1"}),
+            rep, upstream)
+    count = parse_statement("SELECT count() AS n FROM user GROUP ALL", {})
+    assert await run_statement(count, rep, upstream) == [{"n": 5}]
+    empty = parse_statement("SELECT count() AS n FROM nothing GROUP ALL", {})
+    assert await run_statement(empty, rep, upstream) == []
+    assert await run_statement(parse_statement("TABLES", {}), rep, upstream) == ["user"]
+    assert await run_statement(parse_statement("INFO FOR DB", {}), rep, upstream) == \
+        "upstream:INFO FOR DB"
+    cbor = decode(encode_cbor(first))
+    assert cbor[0]["status"] == "OK" and cbor[0]["result"][0]["id"] == RecordID("user", 0)
+    assert cbor[0]["result"][0]["d"] == Decimal("1.5")
+    js = json.loads(encode_json(first))
+    assert js[0]["result"][0]["id"] == "user:0"
+    assert js[0]["result"][0]["at"] == "2024-01-01T00:00:00Z"
+    rep.close()
+
+
+def test_tracker_persists_unless_cleared(tmp_path: Path) -> None:
+    path = tmp_path / "views.sqlite"
+    t = ViewTracker(path, clear=False)
+    t.set("query:a", "s1", {"id": "query:a"})
+    t.set("query:b", "s2", {"id": "query:b"})
+    assert t.unassign("s1") == ["query:a"]
+    t.close()
+    t = ViewTracker(path, clear=False)
+    assert t.get("query:a")["ssp_id"] is None and t.get("query:b")["ssp_id"] == "s2"
+    assert t.counts() == {None: 1, "s2": 1}
+    t.close()
+    t = ViewTracker(path, clear=True)
+    assert len(t) == 0
+    t.close()
+
+
+def test_rank_candidates() -> None:
+    c = [Candidate("b", 5, 10.0, 100.0), Candidate("a", 1, 50.0, 10.0),
+         Candidate("c", 3, 10.0, 50.0)]
+    assert rank_candidates(LoadBalance.LEAST_QUERIES, c, 0) == ["a", "c", "b"]
+    assert rank_candidates(LoadBalance.LEAST_LOAD, c, 0) == ["c", "b", "a"]
+    assert rank_candidates(LoadBalance.ROUND_ROBIN, c, 0) == ["a", "b", "c"]
+    assert rank_candidates(LoadBalance.ROUND_ROBIN, c, 4) == ["b", "c", "a"]
+    assert rank_candidates(LoadBalance.ROUND_ROBIN, [], 3) == []
