@@ -29,6 +29,7 @@ def config(tmp: Path, host: DbHost, **overrides: Any) -> SchedulerConfig:
     cfg = SchedulerConfig.load(None, {
         "SVC_DB_URL": host.ws_url, "SVC_DB_USER": host.user, "SVC_DB_PASS": host.password,
         "SVC_DB_NS": f"sch{n}", "SVC_DB_NAME": f"sch{n}", "SVC_INGEST_TRANSPORT": "http",
+        "SVC_DRIFT_CHECK": "false",
     })
     base = {
         "replica_db_path": tmp / "data" / "replica.sqlite3",
@@ -410,7 +411,7 @@ async def test_health_and_extra_providers(make_scheduler, fakes) -> None:
     s = await make_scheduler()
     r = s.health()
     assert r.status == 503 and r.body["status"] == "unavailable"
-    assert r.body["changefeed"] == {"enabled": False}
+    assert r.body["changefeed"]["enabled"] is False  # SVC_INGEST_TRANSPORT=http
     s.extra_health["changefeed"] = lambda: {"enabled": True, "lag_ms": 5}
     s.extra_snapshot["drift"] = lambda: {"enabled": True, "mismatched": []}
     f = await fakes("a")
