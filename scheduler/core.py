@@ -47,6 +47,7 @@ from typing import Any
 import aiohttp
 
 from dbclient import Database, DbError
+from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
 from scheduler.config import SchedulerConfig
 from scheduler.proxy import json_default
@@ -665,8 +666,8 @@ class Scheduler:
 
     def snapshot(self) -> dict[str, Any]:
         tables = {t: self.replica.count(t) for t in self.replica.tables()}
-        # The same text as the SSP's /info circuit_hashes (ssp.hub.info_record: str(int)).
-        hashes = {t: str(self.replica.hash(t)) for t in tables}
+        # The same wire text as the SSP's circuit_hashes (16 hex digits).
+        hashes = {t: hash_text(self.replica.hash(t)) for t in tables}
         applied = self.replica.applied_seq
         body: dict[str, Any] = {
             "tables": tables,

@@ -404,7 +404,7 @@ async def test_drain_applies_wal_and_truncates(make_scheduler) -> None:
     assert s.replica.count("item") == 10 and called == [10]
     snap = s.snapshot()
     assert snap["tables"] == {"item": 10} and snap["lag"] == 0
-    assert snap["hashes"]["item"] == str(s.replica.hash("item"))
+    assert snap["hashes"]["item"] == f"{s.replica.hash('item'):016x}"
 
 
 async def test_health_and_extra_providers(make_scheduler, fakes) -> None:
