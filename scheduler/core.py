@@ -585,9 +585,12 @@ class Scheduler:
         if tracked is not None and tracked["ssp_id"] in order:
             order.remove(tracked["ssp_id"])
             order.insert(0, tracked["ssp_id"])
+        failures: list[str] = []
         for ssp_id in order:
             res = await self._forward(ssp_id, "/view/register", body)
             if res is None or res[0] >= 500:
+                failures.append(f"{ssp_id}: " + ("unreachable" if res is None else
+                                f"{res[0]} {res[1][:200].decode(errors='replace')}"))
                 continue
             status, raw, ctype = res
             if status == 200:
@@ -597,7 +600,9 @@ class Scheduler:
                 return Reply(200, {"query_id": view_id, "ssp_id": ssp_id,
                                    "assigned_at": entry["assigned_at"]})
             return Reply(status, raw=raw, content_type=ctype)
-        return Reply(503, {"error": "no_ssp", "message": "no SSP accepted the view"})
+        log.warning("view %s: no SSP accepted it (%s)", view_id, "; ".join(failures))
+        return Reply(503, {"error": "no_ssp",
+                           "message": "no SSP accepted the view: " + "; ".join(failures)})
 
     def unregister_view(self, view_id: str) -> None:
         """Forget a view now; tell its SSP in the background."""

@@ -1,0 +1,103 @@
+"""`svc-scheduler` with two real SSPs in scheduler mode (`svc-ssp`, `SVC_SCHEDULER_URL`):
+they register, bootstrap through the proxy, receive events from the scheduler, and the views
+the scheduler spreads over them materialise edges equal to SurrealDB's own answer.
+
+Transport `http` with events posted to the scheduler by the test (the embedded host has no
+`http::*` functions): every row is written to the database and its event sent to `/ingest`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+import aiohttp
+
+from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
+from tests.integration.test_ssp_support import (
+    APP_SCHEMA,
+    apply_schema,
+    edges,
+    root_db,
+    start_ssp,
+    wait_for,
+)
+from tests.support.procs import DbHost, free_port
+
+
+async def _ready_ssps(http: aiohttp.ClientSession, s: SchedulerProc) -> set[str]:
+    async with http.get(s.url + "/metrics") as r:
+        m = await r.json()
+    return {x["id"] for x in m["ssps"] if x["state"] == "ready"}
+
+
+async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
+        tmp_path: Path, shared_db_host: DbHost) -> None:
+    name = "e2e_" + uuid.uuid4().hex[:8]
+    host = shared_db_host
+    root = await root_db(host, name, name)
+    await root.query(APP_SCHEMA)
+    apply_schema(host, name, name)  # changefeed schema: no http:: events on the embedded host
+    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
+    for i in range(10):
+        await root.query("CREATE type::record('post', $k) SET owner = user:alice, title = 't', "
+                         "n = $n", {"k": f"p{i}", "n": i})
+    port = free_port()
+    s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100,
+                                      load_balance="least_queries"), port, name)
+    ssps = [start_ssp(tmp_path, host, name, name, SVC_SCHEDULER_URL=s.url,
+                      SVC_SSP_ID=f"ssp-{k}", SVC_INGEST_TRANSPORT="http", SVC_SSP_SHARDS="1",
+                      HEARTBEAT_INTERVAL_MS="200") for k in range(2)]
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            async def both_ready() -> bool:
+                return await _ready_ssps(http, s) == {"ssp-0", "ssp-1"}
+
+            await wait_for(both_ready, timeout=60, what="both SSPs ready")
+            placed: dict[str, str] = {}
+            for k in range(4):
+                body = {"id": f"query:v{k}", "surql": f"SELECT * FROM post WHERE n >= {k * 3}",
+                        "clientId": "c1", "ttl": "10m", "params": {"auth_id": "user:alice"}}
+                async with http.post(s.url + "/view/register", json=body) as r:
+                    reply = await r.json()
+                    assert r.status == 200, reply
+                placed[f"v{k}"] = reply["ssp_id"]
+            assert sorted(placed.values()) == ["ssp-0", "ssp-0", "ssp-1", "ssp-1"]
+
+            # Writes: each row to the database and its event to the scheduler.
+            for i in range(10, 30):
+                rec = {"id": f"post:p{i}", "owner": "user:alice", "title": "t", "n": i}
+                await root.query("CREATE type::record('post', $k) SET owner = user:alice, "
+                                 "title = 't', n = $n", {"k": f"p{i}", "n": i})
+                async with http.post(s.url + "/ingest", json={
+                        "table": "post", "op": "CREATE", "id": rec["id"], "record": rec}) as r:
+                    assert r.status == 200
+            await root.query("DELETE post:p5")
+            async with http.post(s.url + "/ingest", json={
+                    "table": "post", "op": "DELETE", "id": "post:p5", "record": {}}) as r:
+                assert r.status == 200
+
+            async def converged() -> bool:
+                for k in range(4):
+                    rows = await root.query_one("SELECT id FROM post WHERE n >= $m",
+                                                {"m": k * 3})
+                    want = {f"post:{r['id'].id}" for r in rows}
+                    if await edges(root, "_00_list_ref_user_alice", f"v{k}") != want:
+                        return False
+                return True
+
+            await wait_for(converged, timeout=60, what="edges equal SurrealDB's answer")
+            async with http.get(s.url + "/health") as r:
+                health = await r.json()
+                assert r.status == 200 and health["status"] == "healthy"
+
+            async def acknowledged() -> bool:  # heartbeats report the last applied seq
+                async with http.get(s.url + "/metrics") as r:
+                    m = await r.json()
+                return all(x["last_seq"] == 21 for x in m["ssps"])
+
+            await wait_for(acknowledged, what="both SSPs report last_seq 21")
+    finally:
+        codes = [x.stop() for x in ssps]
+        s.process.stop()
+        await root.close()
+    assert codes == [0, 0]
