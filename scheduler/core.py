@@ -49,7 +49,9 @@ import aiohttp
 from dbclient import Database, DbError
 from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
-from scheduler.config import SchedulerConfig
+from scheduler.config import IngestTransport, SchedulerConfig
+from scheduler.drift import DriftChecker, default_tables
+from scheduler.feed import CURSOR_MARGIN_MS, ChangefeedTail, disabled_status
 from scheduler.proxy import json_default
 from scheduler.replica import CloneInProgress, Replica
 from scheduler.views import Candidate, ViewTracker, rank_candidates
@@ -155,6 +157,20 @@ class Scheduler:
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._auth = {"Authorization": f"Bearer {cfg.auth_secret or 'scheduler'}"}
+        # Changefeed transport and drift (scheduler.feed, scheduler.drift) through the hooks.
+        self.feed: ChangefeedTail | None = None
+        if cfg.ingest_transport is IngestTransport.CHANGEFEED:
+            self.feed = ChangefeedTail(
+                self.db, self.ingest_many, cfg.replica_db_path.parent / "changefeed.json",
+                lambda: default_tables(self.db),
+                on_gap=lambda: self.reclone("changefeed cursor older than the retention"))
+            self.extra_health["changefeed"] = self.feed.status
+        else:
+            self.extra_health["changefeed"] = disabled_status
+        self.drift = DriftChecker(self.replica, self.db, self.ingest_many, self.reclone,
+                                  cfg.drift, self._undrained)
+        self.extra_snapshot["drift"] = self.drift.status
+        self.after_drain.append(self._check_drift)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -176,6 +192,17 @@ class Scheduler:
         self.state = "ready"
         log.info("scheduler ready: applied_seq=%d latest_seq=%d",
                  self.replica.applied_seq, self.wal.last_seq)
+        if self.feed is not None:
+            await self.feed.start()
+        self._spawn(self._check_drift(), "drift-startup")
+
+    async def _check_drift(self) -> None:
+        await self.drift.check_once()
+
+    def _undrained(self) -> bool:
+        """Events the replica has not absorbed yet (drift compares only without them)."""
+        return (self.wal.last_seq > self.replica.applied_seq or self.replica.frozen
+                or any(e.queue for e in self.entries.values()))
 
     async def _connect_upstream(self) -> None:
         delay = 0.1
@@ -202,6 +229,8 @@ class Scheduler:
         if self._closed:
             return
         self._closed = True
+        if self.feed is not None:
+            await self.feed.stop()
         for t in self._loops:
             t.cancel()
         if self._clone_task is not None:
@@ -370,6 +399,9 @@ class Scheduler:
             await asyncio.to_thread(self._drain_sync)
         self.last_clone = {"reason": reason, "at": started, "secs": time.time() - started,
                            "rows": sum(counts.values())}
+        self.drift.note_recloned()
+        if self.feed is not None:  # the feed restarts from the clone (re-reads are harmless)
+            await self.feed.reset(int(started * 1000) - CURSOR_MARGIN_MS)
         log.info("replica cloned: %d rows in %d tables", sum(counts.values()), len(counts))
 
     # ------------------------------------------------------------------ SSP registry
@@ -394,6 +426,7 @@ class Scheduler:
                 entry.queue.append({**ev, "seq": seq})
             self.entries[ssp_id] = entry
         entry.sender = asyncio.create_task(self._sender(entry), name=f"sender-{ssp_id}")
+        entry.sender.add_done_callback(self._task_done)
         if len(entry.queue) > self.cfg.max_buffer_per_ssp:
             self.flag_ssp(ssp_id, "buffer overflow at registration", True)
         log.info("SSP %s registered at %s (snapshot_seq=%d)", ssp_id, entry.url, snapshot_seq)
@@ -530,7 +563,12 @@ class Scheduler:
 
     async def _post_batch(self, e: SspEntry, batch: list[dict[str, Any]]) -> int:
         assert self._session is not None
-        data = json.dumps(batch, default=json_default, separators=(",", ":")).encode()
+        try:
+            data = json.dumps(batch, default=json_default, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as err:  # a value JSON cannot carry: it never will
+            log.error("a batch for SSP %s (seq %d-%d) cannot be encoded, dropped: %s",
+                      e.ssp_id, batch[0]["seq"], batch[-1]["seq"], err)
+            return 400
         try:
             async with self._session.post(
                     f"{e.url}/ingest", data=data,
