@@ -56,8 +56,18 @@ class _Unrepairable(Exception):
 
 
 async def default_tables(db: Database) -> list[str]:
-    """The tables a clone copies: every table but the service's own bookkeeping."""
-    return [t for t in await db.tables() if not t.startswith("_00_") or t in SYNCED_META_TABLES]
+    """The synced tables: every table but the service's own bookkeeping (`_00_` except
+    :data:`SYNCED_META_TABLES`), computed view tables (`AS SELECT`: no feed, no rows of their
+    own) and tables marked `@nosync` in their comment (the schema hooks leave them alone)."""
+    out = []
+    for name, text in (await db.table_definitions()).items():
+        if name.startswith("_00_") and name not in SYNCED_META_TABLES:
+            continue
+        upper = text.upper()
+        if " AS SELECT " in upper or "@NOSYNC" in upper:
+            continue
+        out.append(name)
+    return sorted(out)
 
 
 def _rv(row: Mapping[str, Any]) -> Any:
@@ -175,9 +185,6 @@ class DriftChecker:
             rn, rh = self.replica.count(t), self.replica.hash(t)
             out[t] = (n, h, rn, rh)
             self.tables[t] = {"upstream": n, "replica": rn}
-        for t in self.replica.tables():
-            if t not in self.tables:
-                self.tables[t] = {"upstream": None, "replica": self.replica.count(t)}
         self.checked_at = time.time()
         self.checks += 1
         self.last_error = f"unreadable upstream: {'; '.join(errors)}" if errors else None

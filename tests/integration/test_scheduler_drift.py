@@ -19,7 +19,7 @@ from surrealdb import RecordID
 
 from dbclient import Database, DbConfig
 from scheduler.config import DriftConfig
-from scheduler.drift import DriftChecker
+from scheduler.drift import DriftChecker, default_tables
 from scheduler.feed import ChangefeedTail
 from scheduler.replica import Replica
 from tests.support.procs import DbHost
@@ -244,3 +244,10 @@ async def test_rows_that_came_through_the_changefeed_hash_like_the_database_rows
     st = h.checker.status()
     assert st["mismatched"] == [] and st["tables"]["post"] == {"upstream": 9, "replica": 9}
     assert h.reclones == [] and st["auto_repairs"] == 0
+
+
+async def test_view_tables_nosync_tables_and_bookkeeping_are_not_synced(db: Database) -> None:
+    await db.query("DEFINE TABLE post SCHEMALESS; DEFINE TABLE audit COMMENT 'log @nosync'; "
+                   "DEFINE TABLE post_count AS SELECT count() AS n FROM post GROUP ALL; "
+                   "DEFINE TABLE _00_version; DEFINE TABLE _00_query")
+    assert await default_tables(db) == ["_00_query", "post"]
