@@ -460,3 +460,22 @@ def test_bad_input_is_never_a_500(fuzz_scheduler: SchedulerProc, route: str,
         if status == 400:
             assert reply["error"] == "invalid" and reply["message"]
     assert status < 500 or status == 503, (route, body, status)
+
+
+async def test_views_kept_across_restart_without_clear(start_scheduler, http, fakes,
+                                                       tmp_path: Path) -> None:
+    s = start_scheduler(env={"SVC_CLEAR_VIEWS_ON_START": "false"})
+    f = await fakes("a")
+    await bring_up(http, s, f)
+    view = {"id": "query:keep", "surql": "SELECT * FROM item", "clientId": "c", "ttl": "30s"}
+    assert (await post(http, s.url + "/view/register", view))[0] == 200
+    assert s.process.stop() == 0
+    restarted = launch(tmp_path, s.config, s.port, s.ns, SVC_CLEAR_VIEWS_ON_START="false")
+    try:
+        _, m = await get(http, restarted.url + "/metrics")
+        assert m["scheduler"]["total_queries"] == 1
+        f.views.clear()
+        await bring_up(http, restarted, f)  # the same SSP id registers again
+        await wait_for(lambda: f.views.get("query:keep") == view, "view re-sent")
+    finally:
+        assert restarted.process.stop() == 0
