@@ -223,6 +223,19 @@ class PostRoute:
         await self.fwd.forward(self.route, req, resp, body=normalized)
 
 
+class PutRoute:
+    """A PUT route (`PUT /backends`): the same body checks and forwarding as a POST."""
+
+    public = False
+
+    def __init__(self, fwd: Forwarder, route: str, max_body_bytes: int) -> None:
+        self.post = PostRoute(fwd, route, max_body_bytes)
+
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        """Validate the body and forward it."""
+        await self.post.on_post(req, resp)
+
+
 class LogsRoute:
     """`GET /logs`: the hub's log lines as server-sent events (see `gateway.sse`)."""
 
@@ -305,6 +318,9 @@ POST_ROUTES: tuple[str, ...] = (
     "/reset",
     "/admin/reload",
     "/log",
+    "/job/kill",
+    "/job/retry",
+    "/job/recover",
 )
 
 
@@ -331,6 +347,7 @@ def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = No
     for path in POST_ROUTES:
         app.add_route(path, PostRoute(fwd, f"POST {path}", settings.max_body_bytes))
     app.add_route("/logs", LogsRoute(fwd, settings))
+    app.add_route("/backends", PutRoute(fwd, "PUT /backends", settings.max_body_bytes))
     app.hub = hub
     return app
 

@@ -94,6 +94,10 @@ ROUTES: Final = (
     "GET /debug/catchup-rows/{table}",
     "GET /debug/heartbeat",
     "GET /logs",
+    "POST /job/kill",
+    "POST /job/retry",
+    "POST /job/recover",
+    "PUT /backends",
 )
 
 #: Routes served without the bearer token (spec, Authentication 1).
@@ -567,11 +571,58 @@ def normalize_body(route: str, body: Any) -> Any:
         return LogEntry.from_body(body).to_body(body)
     if route in ("POST /reset", "POST /admin/reload"):
         return _no_body(body)
+    if route in ("POST /job/kill", "POST /job/retry"):
+        return JobRef.from_body(body).to_body(body)
+    if route == "POST /job/recover":
+        return _recover_body(body)
+    if route == "PUT /backends":
+        return _backend_list(body)
     raise KeyError(route)
 
 
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """`POST /job/kill`, `POST /job/retry`: `{id}`, the job row's record id (`<table>:<key>`)."""
+
+    id: str
+
+    @classmethod
+    def from_body(cls, body: Any) -> JobRef:
+        """Validate a job reference body; BodyError names the first bad field."""
+        value = _required_str(_obj(body), "id")
+        table, sep, key = value.partition(":")
+        if not sep or not is_identifier(table) or not key or len(value) > _MAX_VIEW_ID:
+            raise BodyError("id", f"must be a job record id <table>:<key>, got {value[:80]!r}")
+        return cls(value)
+
+    def to_body(self, original: dict[str, Any]) -> dict[str, Any]:
+        """The normalised body forwarded to the hub."""
+        return {**original, "id": self.id}
+
+
+def _recover_body(body: Any) -> dict[str, Any]:
+    """`POST /job/recover`: no body, or `{table?, id?}` narrowing it to one job table."""
+    _no_body(body)
+    obj = body or {}
+    table = _optional(obj, "table", str, "a string")
+    if table is not None and not is_identifier(table):
+        raise BodyError("table", f"must be a table name, got {table[:80]!r}")
+    if obj.get("id") is not None:
+        JobRef.from_body(obj)
+    return obj  # type: ignore[no-any-return]
+
+
+def _backend_list(body: Any) -> list[Any]:
+    """`PUT /backends`: a JSON array of objects (the hub checks each element's fields)."""
+    if not isinstance(body, list) or not all(isinstance(b, dict) for b in body):
+        raise BodyError(None, f"the body must be a JSON array of backend objects, got "
+                        f"{_json_type(body)}")
+    return body
+
+
 #: POST routes whose body is required (a missing body is a 400 naming the shape).
-BODY_ROUTES: Final = frozenset({"POST /ingest", "POST /view/register", "POST /view/unregister", "POST /log"})
+BODY_ROUTES: Final = frozenset({"POST /ingest", "POST /view/register", "POST /view/unregister", "POST /log",
+                                "POST /job/kill", "POST /job/retry", "PUT /backends"})
 
 
 def logs_poll(

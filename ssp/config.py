@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient.config import DbConfig
+from ssp.backends import BackendListError, parse_backends
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
@@ -83,6 +85,24 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
         raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
 
 
+def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The optional numeric keys of one `SVC_JOB_CONFIG` entry, checked."""
+    out: dict[str, Any] = {}
+    for name, kind, minimum in (("concurrency", int, 1), ("timeout_secs", float, 0.001),
+                                ("lease_secs", float, 0.1), ("backoff_ms", int, 0)):
+        if name not in spec:
+            continue
+        v = spec[name]
+        wrong_kind = kind is int and not isinstance(v, int)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or wrong_kind or v < minimum:
+            raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.{name} must be "
+                              f"{'an integer' if kind is int else 'a number'} >= {minimum}")
+        out[name] = kind(v)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", spec["name"]):  # it is put into queries
+        raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.name must be a table name")
+    return out
+
+
 @dataclass(frozen=True)
 class JobTable:
     """One outbox job table from `SVC_JOB_CONFIG` (`auth_token` never printed)."""
@@ -91,6 +111,11 @@ class JobTable:
     name: str
     base_url: str
     auth_token: str = field(repr=False)
+    # optional keys of the entry: the app's `method.concurrency` and `deploy.timeout`, ours
+    concurrency: int = 1
+    timeout_secs: float = 10.0
+    lease_secs: float = 30.0  # ours: how long a claim holds without renewal
+    backoff_ms: int = 1000  # ours: first retry wait, doubled per attempt (cap 30 s)
 
 
 @dataclass(frozen=True)
@@ -124,6 +149,8 @@ class SspConfig:
     heartbeat_interval_ms: int
     backends: tuple[dict[str, Any], ...] = field(repr=False)
     health_check_interval_secs: int
+    job_sweep_secs: float  # ours (SVC_SSP_JOB_SWEEP_SECS): the spec's 30 s recovery sweep
+    backend_down_after_secs: int  # ours (SVC_BACKEND_DOWN_AFTER_SECS): the spec's one minute
     crdt_cache_size: int
     crdt_fields: dict[str, list[str]]
     # ours: process layout
@@ -160,12 +187,17 @@ class SspConfig:
                 spec.get("base_url"), str
             ):
                 raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key} needs string name and base_url")
-            jobs.append(JobTable(key, spec["name"], spec["base_url"], str(spec.get("auth_token", ""))))
+            jobs.append(JobTable(key, spec["name"], spec["base_url"], str(spec.get("auth_token", "")),
+                                 **_job_limits(key, spec)))
         backends = _json(env, "SVC_BACKENDS", None)
         if backends is None:
             backends = _json(env, "SVC_SCHEDULER_BACKENDS", [])
         if not isinstance(backends, list) or not all(isinstance(b, dict) for b in backends):
             raise ConfigError("SVC_BACKENDS must be a JSON array of objects")
+        try:
+            parse_backends(backends)
+        except BackendListError as e:
+            raise ConfigError(f"SVC_BACKENDS: {e}") from None
         crdt = _json(env, "SVC_CRDT_FIELDS", {})
         if not isinstance(crdt, dict):
             raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...]")
@@ -201,6 +233,8 @@ class SspConfig:
             heartbeat_interval_ms=_int(env, "HEARTBEAT_INTERVAL_MS", 5000, minimum=1),
             backends=tuple(backends),
             health_check_interval_secs=_int(env, "SVC_HEALTH_CHECK_INTERVAL_SECS", 15, minimum=1),
+            job_sweep_secs=_int(env, "SVC_SSP_JOB_SWEEP_SECS", 30, minimum=1),
+            backend_down_after_secs=_int(env, "SVC_BACKEND_DOWN_AFTER_SECS", 60, minimum=1),
             crdt_cache_size=_int(env, "SVC_CRDT_CACHE_SIZE", 10000),
             crdt_fields={str(k): list(v) for k, v in crdt.items()},
             shards=_int(env, "SVC_SSP_SHARDS", os.cpu_count() or 1, minimum=1),  # ours

@@ -61,7 +61,9 @@ from ipc.messages import (
     request_expired,
 )
 from ssp.allowlist import Allowlist
+from ssp.backends import BackendMonitor, backend_routes, parse_backends
 from ssp.config import SspConfig
+from ssp.jobs import JobRunner, job_routes
 from ssp.naming import (
     EDGE_PREFIX,
     QUERY_TABLE,
@@ -230,6 +232,13 @@ class Hub:
         self._define_lock = asyncio.Lock()
         self._missing: dict[str, int] = {}
         self._live: Any = None
+        # Outbox jobs and backend health (ssp.jobs, ssp.backends): own connection, own loops.
+        self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
+                              sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone)
+        self.backend_health = BackendMonitor(
+            parse_backends(list(cfg.backends)), interval_secs=cfg.health_check_interval_secs,
+            down_after_secs=cfg.backend_down_after_secs, incidents_dir=cfg.snapshot_dir,
+            component=cfg.ssp_id)
 
     # ================================================================== lifecycle
 
@@ -266,6 +275,8 @@ class Hub:
             self._spawn(self._schema_poll(), "schema-poll")
         if self.cfg.snapshot_dir is not None:
             self._spawn(self._checkpoints(), "checkpoint")
+        await self.jobs.start()
+        await self.backend_health.start()
         self.status = "ready"
         log.info("SSP %s ready: %d views, %d tables, %d shards", self.cfg.ssp_id,
                  len(self.views), len(self.rows), len(self.shards))
@@ -294,6 +305,8 @@ class Hub:
             log.error("shutdown: %d pending edge operations could not be written",
                       self.publisher.pending_ops)
         await self.publisher.stop()
+        await self.jobs.stop()
+        await self.backend_health.stop()
         self.write_snapshot()
         for t in self._tasks:
             t.cancel()
@@ -436,6 +449,8 @@ class Hub:
         timeouts = max(self.db.consecutive_timeouts, self.pub_db.consecutive_timeouts)
         if timeouts:
             body["db"] = {"status": "stalled", "consecutive_timeouts": timeouts}
+        if self.backend_health.configured:
+            body["backends"] = self.backend_health.summary()
         return reply(200 if self.status == "ready" else 503, body)
 
     async def r_version(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -621,6 +636,8 @@ class Hub:
                 store[rid] = b
                 self.rv[rid] = rv_new
             kept.append((table, op, rid, record))
+            if op != "DELETE" and record.get("status") == "pending":
+                self.jobs.hint(table)  # a no-op unless `table` is a job table
             if table == "user" and op in ("CREATE", "DELETE"):
                 self._spawn_user_table(op, rid)
         self.ingested += len(kept)
@@ -1446,5 +1463,7 @@ _ROUTES = {
     "GET /debug/memory": Hub.r_debug_memory,
     "GET /debug/catchup-rows/{table}": Hub.r_debug_catchup,
     "GET /debug/heartbeat": Hub.r_debug_heartbeat,
+    **job_routes(lambda hub: hub.jobs, Hub._stalled),
+    **backend_routes(lambda hub: hub.backend_health),
 }
 __all__ = ["EDGE_PREFIX", "Hub", "ViewState"]

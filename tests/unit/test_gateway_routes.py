@@ -38,6 +38,10 @@ CASES: list[tuple[str, str, Any, str, dict[str, str]]] = [
     ("GET", "/debug/memory", None, "GET /debug/memory", {}),
     ("GET", "/debug/catchup-rows/post", None, "GET /debug/catchup-rows/{table}", {"table": "post"}),
     ("GET", "/debug/heartbeat", None, "GET /debug/heartbeat", {}),
+    ("POST", "/job/kill", {"id": "job:1"}, "POST /job/kill", {}),
+    ("POST", "/job/retry", {"id": "job:1"}, "POST /job/retry", {}),
+    ("POST", "/job/recover", None, "POST /job/recover", {}),
+    ("PUT", "/backends", [{"name": "api", "url": "http://127.0.0.1:1/health"}], "PUT /backends", {}),
 ]
 
 

@@ -1,0 +1,128 @@
+"""Outbox jobs on a real SSP process: a pending row is claimed, the backend (a real HTTP server
+the test runs) is called, the outcome is written to the row (spec "Job records", issue 6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.test_jobs_support import SECRET, TOKEN, job_stack
+from tests.integration.test_ssp_support import wait_for
+from tests.support.procs import DbHost
+
+
+async def test_pending_row_is_called_with_bearer_and_completes_with_result(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path) as st:
+        rid = await st.add_job("job", "a1", "/ok", max_retries=2)
+        row = await st.wait_status(rid, "completed")
+        assert row["result"] == {"ok": True, "echo": {"key": "a1"}}
+        assert row.get("errors") in (None, [])
+        assert row["assignee"] and row["attempts"] == 1
+        calls = st.backend.calls_of("job:a1")
+        assert len(calls) == 1
+        assert calls[0].auth == f"Bearer {TOKEN}" and calls[0].body == {"key": "a1"}
+
+
+async def test_failure_is_retried_until_the_budget_is_spent_with_every_attempt_in_errors(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path) as st:
+        rid = await st.add_job("job", "f1", "/fail", max_retries=2)
+        row = await st.wait_status(rid, "failed")
+        assert len(st.backend.calls_of("job:f1")) == 3  # the first call + 2 retries
+        assert [e["status"] for e in row["errors"]] == [500, 500, 500]
+        assert all("boom" in e["error"] and e["at"] for e in row["errors"])
+        assert row["attempts"] == 3
+        dflt = await st.add_job("job", "f2", "/fail")  # no max_retries: default 3
+        row = await st.wait_status(dflt, "failed")
+        assert len(row["errors"]) == 4 and len(st.backend.calls_of("job:f2")) == 4
+
+
+async def test_backend_timeout_is_a_failed_attempt(host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path, tables={"main": {"timeout_secs": 0.5}}) as st:
+        rid = await st.add_job("job", "t1", "/hang", max_retries=1)
+        row = await st.wait_status(rid, "failed")
+        assert [e["error"] for e in row["errors"]] == ["backend timed out after 0.5s"] * 2
+        assert "status" not in row["errors"][0]  # no HTTP answer
+
+
+async def test_backend_down_then_up_completes_after_failed_attempts(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path, backend_up=False,
+                         tables={"main": {"backoff_ms": 200}}) as st:
+        rid = await st.add_job("job", "d1", "/ok", max_retries=50)
+
+        async def failed_once() -> bool:
+            return bool((await st.row(rid)).get("errors"))
+        await wait_for(failed_once, 60.0, "a failed attempt while the backend is down")
+        await st.backend.start()
+        row = await st.wait_status(rid, "completed")
+        assert row["result"]["ok"] is True
+        assert row["errors"] and all("unreachable" in e["error"] for e in row["errors"])
+
+
+async def test_kill_in_flight_cancels_the_call_and_fails_the_job(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path) as st:
+        rid = await st.add_job("job", "k1", "/hang")
+        await st.wait_calls("job:k1")
+        status, body = await st.post("/job/kill", {"id": "job:k1"})
+        assert status == 200 and body == {"id": "job:k1", "action": "cancelled",
+                                          "status": "failed"}
+        row = await st.row(rid)
+        assert row["status"] == "failed" and row["errors"][-1]["error"] == "killed"
+
+        async def backend_saw_disconnect() -> bool:
+            return st.backend.inflight == 0
+        await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")
+
+
+async def test_kill_before_dequeue_fails_the_job_without_calling_the_backend(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path) as st:
+        blocker = await st.add_job("job_one", "b1", "/hang")
+        await st.wait_calls("job_one:b1")
+        queued = await st.add_job("job_one", "q1", "/ok")
+        status, body = await st.post("/job/kill", {"id": "job_one:q1"})
+        assert status == 200 and body["action"] == "flagged" and body["status"] == "pending"
+        assert (await st.row(queued))["status"] == "pending"  # the slot is still taken
+        await st.post("/job/kill", {"id": "job_one:b1"})
+        await st.wait_status(blocker, "failed")
+        row = await st.wait_status(queued, "failed")
+        assert row["errors"][-1]["error"] == "killed"
+        assert st.backend.calls_of("job_one:q1") == []
+
+
+async def test_retry_of_a_failed_job_resets_it_to_pending_and_it_runs_again(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path) as st:
+        rid = await st.add_job("job", "r1", "/toggle", max_retries=0)
+        failed = await st.wait_status(rid, "failed")
+        assert len(failed["errors"]) == 1
+        st.backend.toggle_ok = True
+        status, body = await st.post("/job/retry", {"id": "job:r1"})
+        assert status == 200 and body == {"id": "job:r1", "status": "pending"}
+        row = await st.wait_status(rid, "completed")
+        assert len(row["errors"]) == 1  # the earlier failure is kept
+        assert row["result"] == {"ok": True, "path": "/toggle"}
+
+
+async def test_retry_answers_409_while_running_404_unknown_400_malformed(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path) as st:
+        await st.add_job("job", "h1", "/hang")
+        await st.wait_calls("job:h1")
+        status, body = await st.post("/job/retry", {"id": "job:h1"})
+        assert status == 409 and body["error"] == "not_terminal"
+        assert (await st.post("/job/retry", {"id": "job:nope"}))[0] == 404
+        assert (await st.post("/job/retry", {"id": "post:1"}))[0] == 404  # not a job table
+        assert (await st.post("/job/kill", {"id": "job:nope"}))[0] == 404
+        for bad in ({}, {"id": 3}, {"id": "no-colon"}, [1]):
+            assert (await st.post("/job/retry", bad))[0] == 400
+            assert (await st.post("/job/kill", bad))[0] == 400
+        assert (await st.post("/job/recover", {"table": "1x"}))[0] == 400
+        status, body = await st.post("/job/recover", {})
+        assert status == 200 and body["reclaimed"] == 0, body
+        async with st.http.post(st.base + "/job/kill", json={"id": "job:h1"}) as r:
+            assert r.status == 401  # bearer like the other routes
+        await st.post("/job/kill", {"id": "job:h1"})
+        assert SECRET not in "".join(st.bodies)
