@@ -8,6 +8,10 @@ gateway that dies is restarted. SIGTERM/SIGINT: stop gunicorn (no new requests),
 pending edges, write the snapshot, stop the shards, exit 0.
 
 Exit codes: 0 after a graceful shutdown, 2 on a configuration error, 1 when startup fails.
+Scheduler mode (`ssp.link`) adds the spec's codes, each after the same graceful stop: 2 the
+post-bootstrap integrity check kept failing, 3 the scheduler does not know this SSP (heartbeat
+404), 4 resync directive (heartbeat 409), 5 scheduler unreachable / 6 registration refused
+within `SVC_SSP_REGISTER_MAX_WAIT_SECS`. All ask the supervisor to relaunch the SSP.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dbclient import DbError
 from ipc.rpc import RpcServer
 from ssp.config import ConfigError, SspConfig
 from ssp.hub import Hub
+from ssp.link import SchedulerExit
 
 log = logging.getLogger("ssp")
 
@@ -58,17 +63,28 @@ class Supervisor:
         gw = loop.create_task(self._run_gateway(), name="gateway")
         start = loop.create_task(self.hub.start(), name="bootstrap")
         stop_wait = loop.create_task(self._stop.wait())
-        done, _ = await asyncio.wait({start, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        exit_wait = loop.create_task(self.hub.exit_event.wait())
+        done, _ = await asyncio.wait({start, stop_wait, exit_wait},
+                                     return_when=asyncio.FIRST_COMPLETED)
         code = 0
-        if start in done and start.exception() is not None:
+        if start in done and isinstance(start.exception(), SchedulerExit):
+            e = start.exception()
+            log.error("SSP exits: %s", e)
+            code = e.code  # type: ignore[union-attr]
+        elif start in done and start.exception() is not None:
             e = start.exception()
             log.error("SSP startup failed: %s", e)
             self.hub.status = "failed"
             code = 1
         elif start in done:
-            await stop_wait
+            await asyncio.wait({stop_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED)
         else:
             start.cancel()
+        if exit_wait.done() and self.hub.exit_code is not None:
+            code = self.hub.exit_code
+            log.warning("SSP exits with code %d (the supervisor should relaunch it)", code)
+        stop_wait.cancel()
+        exit_wait.cancel()
         self.stopping = True
         await self._stop_gateway()
         gw.cancel()

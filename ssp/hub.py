@@ -61,9 +61,8 @@ from ipc.messages import (
     request_expired,
 )
 from ssp.allowlist import Allowlist
-from ssp.backends import BackendMonitor, backend_routes, parse_backends
 from ssp.config import SspConfig
-from ssp.jobs import JobRunner, job_routes
+from ssp.link import ProxySource, SchedulerLink
 from ssp.naming import (
     EDGE_PREFIX,
     QUERY_TABLE,
@@ -216,6 +215,8 @@ class Hub:
         self.seq = 0
         self.generation = 0
         self.overload_rejections = 0
+        self.last_seq = 0  # highest scheduler `seq` applied (batched ingest dedup)
+        self._batch_lock = asyncio.Lock()
         self.ingested = 0
         # (event, its future, deferred?, monotonic arrival time)
         self._queue: asyncio.Queue[tuple[tuple[str, str, str, Any], asyncio.Future[None], bool,
@@ -232,13 +233,13 @@ class Hub:
         self._define_lock = asyncio.Lock()
         self._missing: dict[str, int] = {}
         self._live: Any = None
-        # Outbox jobs and backend health (ssp.jobs, ssp.backends): own connection, own loops.
-        self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
-                              sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone)
-        self.backend_health = BackendMonitor(
-            parse_backends(list(cfg.backends)), interval_secs=cfg.health_check_interval_secs,
-            down_after_secs=cfg.backend_down_after_secs, incidents_dir=cfg.snapshot_dir,
-            component=cfg.ssp_id)
+        # Scheduler mode (ssp.link): bootstrap reads come from the scheduler's proxy; every
+        # other read (schema poll, reload, registration) stays on the database.
+        self.link = None if cfg.standalone else SchedulerLink(self)
+        self.source: Database | ProxySource = self.db
+        self.exit_code: int | None = None
+        self.exit_event = asyncio.Event()
+        self.wiped = False  # clean resync: local state deleted, write no snapshot on the way out
 
     # ================================================================== lifecycle
 
@@ -255,7 +256,10 @@ class Hub:
             try:
                 await self.db.connect()
                 await self.pub_db.connect()
-                await self.bootstrap()
+                if self.link is not None:
+                    await self.link.bootstrap()  # SchedulerExit propagates (exit 2, 5, 6)
+                else:
+                    await self.bootstrap()
                 break
             except DbAuthError:
                 raise  # wrong credentials do not heal by waiting
@@ -267,19 +271,25 @@ class Hub:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
         await self.allowlist.load(self.db)
-        if self.cfg.ingest_transport == "changefeed":
-            self._spawn(self._tail(), "changefeed")
+        if self.cfg.ingest_transport == "changefeed" and self.link is None:
+            self._spawn(self._tail(), "changefeed")  # the scheduler feeds a linked SSP
         self._spawn(self._ttl_sweep(), "ttl-sweep")
         self._spawn(self._db_watch(), "db-watch")
         if self.cfg.schema_poll_secs > 0:
             self._spawn(self._schema_poll(), "schema-poll")
         if self.cfg.snapshot_dir is not None:
             self._spawn(self._checkpoints(), "checkpoint")
-        await self.jobs.start()
-        await self.backend_health.start()
         self.status = "ready"
+        if self.link is not None:
+            self._spawn(self.link.heartbeats(), "heartbeat")
         log.info("SSP %s ready: %d views, %d tables, %d shards", self.cfg.ssp_id,
                  len(self.views), len(self.rows), len(self.shards))
+
+    def request_exit(self, code: int) -> None:
+        """End the whole SSP with exit `code` (the supervisor stops everything gracefully)."""
+        if self.exit_code is None:
+            self.exit_code = code
+        self.exit_event.set()
 
     def _view_size(self, view_id: str) -> tuple[RecordID, int] | None:
         view = self.views.get(view_id)
@@ -305,15 +315,16 @@ class Hub:
             log.error("shutdown: %d pending edge operations could not be written",
                       self.publisher.pending_ops)
         await self.publisher.stop()
-        await self.jobs.stop()
-        await self.backend_health.stop()
-        self.write_snapshot()
+        if not self.wiped:
+            self.write_snapshot()
         for t in self._tasks:
             t.cancel()
         for s in self.shards:
             await s.stop()
         await self.db.close()
         await self.pub_db.close()
+        if self.link is not None:
+            await self.link.close()
         logging.getLogger().removeHandler(self.logs)
 
     # ================================================================== bootstrap
@@ -338,16 +349,39 @@ class Hub:
             await self._catch_up()
         await self._restore_views()
 
+    async def bootstrap_from(self, source: ProxySource,
+                             progress: Any = None) -> None:
+        """Scheduler mode: load every synced table from `source` (the proxy), no snapshot,
+        no feed cursors, no view restore; `progress(done, total, rows, table)` per table."""
+        self.status = "bootstrapping"
+        self.source = source
+        try:
+            tables = await self._synced_tables()
+            self.bootstrap_warnings = []
+            for i, t in enumerate(tables):
+                await self._load_table(t)
+                if progress is not None:
+                    await progress(i + 1, len(tables), sum(len(r) for r in self.rows.values()),
+                                   t)
+        finally:
+            self.source = self.db
+
+    async def forget_rows(self) -> None:
+        """Drop every row (hub and shards) before a reload; views are kept by nobody yet."""
+        async with self._exclusive():
+            await self._clear_state()
+        self.tables.clear()
+
+    @staticmethod
+    def syncs_table(name: str, definition: str = "") -> bool:
+        """True for a table the SSP loads (not our bookkeeping, not a computed view)."""
+        if name.startswith("_00_") and name not in _LOADED_META:
+            return False
+        return " AS SELECT" not in definition.upper()
+
     async def _synced_tables(self) -> list[str]:
-        defs = await self.db.table_definitions()
-        out = []
-        for name, text in defs.items():
-            if name.startswith("_00_") and name not in _LOADED_META:
-                continue
-            if " AS SELECT" in text.upper():
-                continue  # computed view tables have no changefeed and no rows of their own
-            out.append(name)
-        return sorted(out)
+        defs = await self.source.table_definitions()
+        return sorted(name for name, text in defs.items() if self.syncs_table(name, text))
 
     async def _load_table(self, table: str) -> None:
         self.tables.add(table)
@@ -355,7 +389,7 @@ class Hub:
         h = self.hashes.get(table, 0)
         loaded = 0
         await self._field_types(table)
-        async for page in self.db.keyset_pages(table, self.cfg.bootstrap_page_size):
+        async for page in self.source.keyset_pages(table, self.cfg.bootstrap_page_size):
             batch = []
             for row in page:
                 rid = record_id_text(row["id"])
@@ -372,7 +406,7 @@ class Hub:
             self._deliver([], replies, False, time.monotonic())
         self.hashes[table] = h
         if loaded == 0:
-            upstream = await self.db.query_one(
+            upstream = await self.source.query_one(
                 f"SELECT count() AS n FROM {table} GROUP ALL", idempotent=True)
             n = upstream[0]["n"] if upstream else 0
             if n:
@@ -382,7 +416,7 @@ class Hub:
 
     async def _field_types(self, table: str) -> None:
         try:
-            info = await self.db.table_info(table)
+            info = await self.source.table_info(table)
         except (DbError, ValueError) as e:
             log.info("INFO FOR TABLE %s failed: %s", table, e)
             return
@@ -449,8 +483,6 @@ class Hub:
         timeouts = max(self.db.consecutive_timeouts, self.pub_db.consecutive_timeouts)
         if timeouts:
             body["db"] = {"status": "stalled", "consecutive_timeouts": timeouts}
-        if self.backend_health.configured:
-            body["backends"] = self.backend_health.summary()
         return reply(200 if self.status == "ready" else 503, body)
 
     async def r_version(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -506,6 +538,8 @@ class Hub:
             return not_ready("request expired before the hub reached it")
         self.slots += 1  # reserved before any side effect
         try:
+            if isinstance(req.get("body"), list):
+                return await self._ingest_batch(req["body"])
             body = req.get("body") or {}
             table, op, rid = body["table"], str(body["op"]).upper(), body["id"]
             record = body.get("record")
@@ -523,6 +557,40 @@ class Hub:
             return reply(200, {"status": "ok", "seq": self.seq})
         finally:
             self.slots -= 1
+
+    async def _ingest_batch(self, body: list[dict[str, Any]]) -> dict[str, Any]:
+        """A batched ingest (the scheduler's delivery). One admission unit: the whole batch
+        holds one publication slot (a batch is one request, and the scheduler sends one batch
+        at a time per SSP); the publisher's pending-work threshold still gates it as a whole.
+        Every event is checked before any is applied (400 names the index, nothing applied).
+        Events with `seq <= last_seq` were applied before (a redelivery) and are skipped;
+        events without `seq` are always applied."""
+        async with self._batch_lock:
+            events = []
+            top = self.last_seq
+            for i, ev in enumerate(body):
+                seq = ev.get("seq")
+                has_seq = isinstance(seq, int) and not isinstance(seq, bool)
+                if has_seq and seq <= top:
+                    continue
+                try:
+                    table, op, rid = ev["table"], str(ev["op"]).upper(), ev["id"]
+                    record = ev.get("record")
+                    if not isinstance(record, dict) or not isinstance(rid, str):
+                        raise ValueError("record must be an object, id a string")
+                    if op not in ("CREATE", "UPDATE", "DELETE"):
+                        raise ValueError(f"unknown op {op[:20]!r}")
+                    record = self.restore_types(table, rid, record)
+                    canonical_bytes(record)
+                except (KeyError, ValueError, TypeError, OverflowError) as e:
+                    return error_reply(400, ErrorCode.INVALID, f"[{i}]: {e}")
+                if has_seq:
+                    top = seq
+                events.append((table, op, record_id_text(record["id"]), record))
+            if events:
+                await self.submit(events, defer=self.cfg.ingest_transport == "http")
+            self.last_seq = top
+            return reply(200, {"accepted": len(events)})
 
     def restore_types(self, table: str, rid: str, record: dict[str, Any]) -> dict[str, Any]:
         """A JSON ingest record with its record links and datetimes typed again."""
@@ -636,8 +704,6 @@ class Hub:
                 store[rid] = b
                 self.rv[rid] = rv_new
             kept.append((table, op, rid, record))
-            if op != "DELETE" and record.get("status") == "pending":
-                self.jobs.hint(table)  # a no-op unless `table` is a job table
             if table == "user" and op in ("CREATE", "DELETE"):
                 self._spawn_user_table(op, rid)
         self.ingested += len(kept)
@@ -1100,7 +1166,10 @@ class Hub:
                            "cursor": self.cursors.get(table)})
 
     async def r_debug_heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
-        return reply(200, {"last_heartbeat_seq": None, "mode": "standalone"})
+        if self.link is not None:
+            return reply(200, self.link.debug())
+        return reply(200, {"last_heartbeat_seq": None, "mode": "standalone",
+                           "last_seq": self.last_seq})
 
     # ================================================================== shard supervision
 
@@ -1278,6 +1347,12 @@ class Hub:
         current = set(await self._synced_tables())
         for t in sorted(current - self.tables):
             log.info("schema: new table %s", t)
+            if self.link is not None:
+                # Linked: every row of a table created after the bootstrap reaches us as an
+                # event from the scheduler (its replica lags, so loading from it could go back).
+                self.tables.add(t)
+                await self._field_types(t)
+                continue
             self.cursors[t] = (now_ms() - CURSOR_MARGIN_MS) << 16
             async with self._exclusive():
                 await self._load_table(t)
@@ -1341,7 +1416,8 @@ class Hub:
 
     def _read_snapshot(self) -> dict[str, Any] | None:
         path = self._snapshot_path()
-        if path is None or not path.exists() or self.cfg.ingest_transport != "changefeed":
+        if (path is None or not path.exists() or self.cfg.ingest_transport != "changefeed"
+                or self.link is not None):  # a linked SSP bootstraps from the scheduler
             # Over http the SSP cannot replay what it missed while down: bootstrap cold.
             return None
         try:
@@ -1463,7 +1539,5 @@ _ROUTES = {
     "GET /debug/memory": Hub.r_debug_memory,
     "GET /debug/catchup-rows/{table}": Hub.r_debug_catchup,
     "GET /debug/heartbeat": Hub.r_debug_heartbeat,
-    **job_routes(lambda hub: hub.jobs, Hub._stalled),
-    **backend_routes(lambda hub: hub.backend_health),
 }
 __all__ = ["EDGE_PREFIX", "Hub", "ViewState"]
