@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -187,7 +188,9 @@ class Scheduler:
         await self._connect_upstream()
         if self.cfg.clear_views_on_start:
             await self._delete_query_rows()
-        if self.replica.applied_seq == 0 and not self.replica.tables():
+        if not self._clone_marker.exists():
+            # A new replica, or a clone that a crash interrupted (events replayed from the
+            # WAL on top of a partial clone would otherwise pass for a complete replica).
             await self._clone("startup")
         self.state = "ready"
         log.info("scheduler ready: applied_seq=%d latest_seq=%d",
@@ -380,9 +383,16 @@ class Scheduler:
         finally:
             self.state = "ready"
 
+    @property
+    def _clone_marker(self) -> Path:
+        """Present while the replica holds a complete clone (removed when one starts)."""
+        p = self.cfg.replica_db_path
+        return p.with_name(p.name + ".cloned")
+
     async def _clone(self, reason: str) -> None:
         self.state = "cloning"
         async with self._drain_lock:
+            self._clone_marker.unlink(missing_ok=True)
             started = time.time()
             seq = self.wal.last_seq
             log.info("cloning the replica from the database (%s)", reason)
@@ -397,6 +407,7 @@ class Scheduler:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
             await asyncio.to_thread(self._drain_sync)
+            self._clone_marker.write_text(json.dumps({"reason": reason, "at": started}))
         self.last_clone = {"reason": reason, "at": started, "secs": time.time() - started,
                            "rows": sum(counts.values())}
         self.drift.note_recloned()

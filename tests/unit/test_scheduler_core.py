@@ -421,3 +421,26 @@ async def test_health_and_extra_providers(make_scheduler, fakes) -> None:
     assert r.body["changefeed"] == {"enabled": True, "lag_ms": 5}
     assert r.body["scheduler"]["state"] == "ready"
     assert s.snapshot()["drift"] == {"enabled": True, "mismatched": []}
+
+
+async def test_restart_reclones_when_the_last_clone_did_not_finish(
+        tmp_path: Path, shared_db_host: DbHost) -> None:
+    cfg = config(tmp_path, shared_db_host)
+    s = Scheduler(cfg)
+    await s.start()
+    await s.db.query("CREATE thing:1 SET n = 1")
+    await s.ingest_many([ev(1)])
+    await s.close()
+    # Restart with a complete clone: WAL replayed, no clone (thing is not fetched).
+    s = Scheduler(cfg)
+    await s.start()
+    assert s.replica.tables() == ["item"]
+    await s.close()
+    # A clone cut off by a crash leaves no marker: the next start clones again.
+    cfg.replica_db_path.with_name(cfg.replica_db_path.name + ".cloned").unlink()
+    s = Scheduler(cfg)
+    await s.start()
+    try:
+        assert s.replica.count("thing") == 1
+    finally:
+        await s.close()
