@@ -61,7 +61,9 @@ from ipc.messages import (
     request_expired,
 )
 from ssp.allowlist import Allowlist
+from ssp.backends import BackendMonitor, backend_routes, parse_backends
 from ssp.config import SspConfig
+from ssp.jobs import JobRunner, job_routes
 from ssp.link import ProxySource, SchedulerLink
 from ssp.naming import (
     EDGE_PREFIX,
@@ -233,6 +235,13 @@ class Hub:
         self._define_lock = asyncio.Lock()
         self._missing: dict[str, int] = {}
         self._live: Any = None
+        # Outbox jobs and backend health (ssp.jobs, ssp.backends): own connection, own loops.
+        self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
+                              sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone)
+        self.backend_health = BackendMonitor(
+            parse_backends(list(cfg.backends)), interval_secs=cfg.health_check_interval_secs,
+            down_after_secs=cfg.backend_down_after_secs, incidents_dir=cfg.snapshot_dir,
+            component=cfg.ssp_id)
         # Scheduler mode (ssp.link): bootstrap reads come from the scheduler's proxy; every
         # other read (schema poll, reload, registration) stays on the database.
         self.link = None if cfg.standalone else SchedulerLink(self)
@@ -279,6 +288,8 @@ class Hub:
             self._spawn(self._schema_poll(), "schema-poll")
         if self.cfg.snapshot_dir is not None:
             self._spawn(self._checkpoints(), "checkpoint")
+        await self.jobs.start()
+        await self.backend_health.start()
         self.status = "ready"
         if self.link is not None:
             self._spawn(self.link.heartbeats(), "heartbeat")
@@ -315,6 +326,8 @@ class Hub:
             log.error("shutdown: %d pending edge operations could not be written",
                       self.publisher.pending_ops)
         await self.publisher.stop()
+        await self.jobs.stop()
+        await self.backend_health.stop()
         if not self.wiped:
             self.write_snapshot()
         for t in self._tasks:
@@ -483,6 +496,8 @@ class Hub:
         timeouts = max(self.db.consecutive_timeouts, self.pub_db.consecutive_timeouts)
         if timeouts:
             body["db"] = {"status": "stalled", "consecutive_timeouts": timeouts}
+        if self.backend_health.configured:
+            body["backends"] = self.backend_health.summary()
         return reply(200 if self.status == "ready" else 503, body)
 
     async def r_version(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -704,6 +719,8 @@ class Hub:
                 store[rid] = b
                 self.rv[rid] = rv_new
             kept.append((table, op, rid, record))
+            if op != "DELETE" and record.get("status") == "pending":
+                self.jobs.hint(table)  # a no-op unless `table` is a job table
             if table == "user" and op in ("CREATE", "DELETE"):
                 self._spawn_user_table(op, rid)
         self.ingested += len(kept)
@@ -1539,5 +1556,7 @@ _ROUTES = {
     "GET /debug/memory": Hub.r_debug_memory,
     "GET /debug/catchup-rows/{table}": Hub.r_debug_catchup,
     "GET /debug/heartbeat": Hub.r_debug_heartbeat,
+    **job_routes(lambda hub: hub.jobs, Hub._stalled),
+    **backend_routes(lambda hub: hub.backend_health),
 }
 __all__ = ["EDGE_PREFIX", "Hub", "ViewState"]
