@@ -1,6 +1,7 @@
 """`svc-scheduler` with two real SSPs in scheduler mode (`svc-ssp`, `SVC_SCHEDULER_URL`):
 they register, bootstrap through the proxy, receive events from the scheduler, and the views
-the scheduler spreads over them materialise edges equal to SurrealDB's own answer.
+the scheduler spreads over them materialise edges equal to SurrealDB's own answer; after a
+`kill -9` of one SSP while writes flow, its views move to the other and converge again.
 
 Transport `http` with events posted to the scheduler by the test (the embedded host has no
 `http::*` functions): every row is written to the database and its event sent to `/ingest`.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 import aiohttp
 
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
@@ -30,6 +32,16 @@ async def _ready_ssps(http: aiohttp.ClientSession, s: SchedulerProc) -> set[str]
     return {x["id"] for x in m["ssps"] if x["state"] == "ready"}
 
 
+async def write_post(root: Any, http: aiohttp.ClientSession, s: SchedulerProc, i: int) -> None:
+    """A row written to the database and its event sent to the scheduler."""
+    rec = {"id": f"post:p{i}", "owner": "user:alice", "title": "t", "n": i}
+    await root.query("CREATE type::record('post', $k) SET owner = user:alice, title = 't', "
+                     "n = $n", {"k": f"p{i}", "n": i})
+    async with http.post(s.url + "/ingest", json={
+            "table": "post", "op": "CREATE", "id": rec["id"], "record": rec}) as r:
+        assert r.status == 200
+
+
 async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
         tmp_path: Path, shared_db_host: DbHost) -> None:
     name = "e2e_" + uuid.uuid4().hex[:8]
@@ -43,7 +55,7 @@ async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
                          "n = $n", {"k": f"p{i}", "n": i})
     port = free_port()
     s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100,
-                                      load_balance="least_queries"), port, name)
+                                      load_balance="least_queries", heartbeat_timeout_ms=2000), port, name)
     ssps = [start_ssp(tmp_path, host, name, name, SVC_SCHEDULER_URL=s.url,
                       SVC_SSP_ID=f"ssp-{k}", SVC_INGEST_TRANSPORT="http", SVC_SSP_SHARDS="1",
                       HEARTBEAT_INTERVAL_MS="200") for k in range(2)]
@@ -65,12 +77,7 @@ async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
 
             # Writes: each row to the database and its event to the scheduler.
             for i in range(10, 30):
-                rec = {"id": f"post:p{i}", "owner": "user:alice", "title": "t", "n": i}
-                await root.query("CREATE type::record('post', $k) SET owner = user:alice, "
-                                 "title = 't', n = $n", {"k": f"p{i}", "n": i})
-                async with http.post(s.url + "/ingest", json={
-                        "table": "post", "op": "CREATE", "id": rec["id"], "record": rec}) as r:
-                    assert r.status == 200
+                await write_post(root, http, s, i)
             await root.query("DELETE post:p5")
             async with http.post(s.url + "/ingest", json={
                     "table": "post", "op": "DELETE", "id": "post:p5", "record": {}}) as r:
@@ -96,8 +103,21 @@ async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
                 return all(x["last_seq"] == 21 for x in m["ssps"])
 
             await wait_for(acknowledged, what="both SSPs report last_seq 21")
+
+            # kill -9 one SSP while writes flow: its views move to the other one.
+            ssps[0].process.kill9()
+            for i in range(30, 40):
+                await write_post(root, http, s, i)
+
+            async def moved() -> bool:
+                async with http.get(s.url + "/metrics") as r:
+                    m = await r.json()
+                return [(x["id"], x["query_count"]) for x in m["ssps"]] == [("ssp-1", 4)]
+
+            await wait_for(moved, timeout=60, what="views moved to ssp-1")
+            await wait_for(converged, timeout=60, what="edges equal SurrealDB's answer again")
     finally:
         codes = [x.stop() for x in ssps]
         s.process.stop()
         await root.close()
-    assert codes == [0, 0]
+    assert codes[1] == 0
