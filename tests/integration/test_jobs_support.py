@@ -52,7 +52,8 @@ class Backend:
     """A backend the tests control. Paths:
 
     `/ok` 200 `{ok, echo}`; `/fail` 500; `/hang` never answers (until the caller gives up);
-    `/hang-once` hangs on the first call of a job, answers 200 afterwards; `/work` answers 200
+    `/hang-once` hangs on the first call of a job, answers 200 afterwards; `/hold` hangs until
+    `release.set()`, then answers 200; `/work` answers 200
     after a short pause (concurrency counting); `/toggle` 503 until `toggle_ok`; `/health` 200.
     """
 
@@ -62,6 +63,7 @@ class Backend:
     max_inflight: int = 0
     toggle_ok: bool = False
     work_secs: float = 0.02
+    release: asyncio.Event = field(default_factory=asyncio.Event)
     _runner: web.AppRunner | None = None
 
     @property
@@ -101,6 +103,8 @@ class Backend:
                 return web.Response(status=500, text="boom")
             if path == "/hang" or (path == "/hang-once" and seen_before == 0):
                 await asyncio.Event().wait()
+            if path == "/hold":
+                await self.release.wait()
             if path == "/work":
                 await asyncio.sleep(self.work_secs)
             if path == "/toggle" and not self.toggle_ok:
