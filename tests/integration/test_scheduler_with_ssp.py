@@ -9,6 +9,7 @@ Transport `http` with events posted to the scheduler by the test (the embedded h
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,62 @@ async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
         s.process.stop()
         await root.close()
     assert codes[1] == 0
+
+
+async def test_ssp_registering_while_events_flow_converges(tmp_path: Path,
+                                                           shared_db_host: DbHost) -> None:
+    name = "e2e_" + uuid.uuid4().hex[:8]
+    host = shared_db_host
+    root = await root_db(host, name, name)
+    await root.query(APP_SCHEMA)
+    apply_schema(host, name, name)
+    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
+    port = free_port()
+    s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100),
+               port, name)
+    ssp = None
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            stop = asyncio.Event()
+            written: list[int] = []
+
+            async def writer() -> None:
+                i = 0
+                while not stop.is_set():
+                    await write_post(root, http, s, i)
+                    written.append(i)
+                    i += 1
+
+            task = asyncio.create_task(writer())
+            await wait_for(lambda: _at_least(written, 50), what="writes before the SSP")
+            ssp = start_ssp(tmp_path, host, name, name, SVC_SCHEDULER_URL=s.url,
+                            SVC_SSP_ID="late", SVC_INGEST_TRANSPORT="http",
+                            SVC_SSP_SHARDS="1", HEARTBEAT_INTERVAL_MS="200")
+
+            async def ready() -> bool:
+                return await _ready_ssps(http, s) == {"late"}
+
+            await wait_for(ready, timeout=60, what="the SSP ready while writes flow")
+            body = {"id": "query:all", "surql": "SELECT * FROM post WHERE n >= 0",
+                    "clientId": "c1", "ttl": "10m", "params": {"auth_id": "user:alice"}}
+            async with http.post(s.url + "/view/register", json=body) as r:
+                assert r.status == 200, await r.text()
+            target = len(written) + 30
+            await wait_for(lambda: _at_least(written, target), what="more writes")
+            stop.set()
+            await task
+
+            async def converged() -> bool:
+                want = {f"post:p{i}" for i in written}
+                return await edges(root, "_00_list_ref_user_alice", "all") == want
+
+            await wait_for(converged, timeout=60, what="edges equal every written row")
+    finally:
+        code = ssp.stop() if ssp is not None else 0
+        s.process.stop()
+        await root.close()
+    assert code == 0
+
+
+async def _at_least(items: list[int], n: int) -> bool:
+    return len(items) >= n
