@@ -1,0 +1,114 @@
+"""Pure parts of the job runner and the backend health list: configuration, URLs, backoff,
+body shapes, the health aggregate and the `backend_down` incident rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ipc.messages import BodyError, normalize_body
+from ssp.backends import BackendListError, BackendMonitor, parse_backends, shown_url
+from ssp.config import ConfigError, SspConfig
+from ssp.jobs import backoff_secs, job_url
+
+BASE_ENV = {"SVC_DB_URL": "ws://127.0.0.1:1/rpc", "SVC_DB_USER": "u", "SVC_DB_PASS": "p",
+            "SVC_DB_NS": "n", "SVC_DB_NAME": "d"}
+
+
+def cfg(**env: str) -> SspConfig:
+    return SspConfig.from_env({**BASE_ENV, **env})
+
+
+def test_job_config_is_read_with_defaults_and_the_token_is_not_in_repr() -> None:
+    c = cfg(SVC_JOB_CONFIG=json.dumps({"job_tables": {"mail": {
+        "name": "mail_job", "base_url": "http://b", "auth_token": "tok-secret"}}}))
+    (t,) = c.job_tables
+    assert (t.name, t.concurrency, t.timeout_secs, t.lease_secs) == ("mail_job", 1, 10.0, 30.0)
+    assert "tok-secret" not in repr(c) and "tok-secret" not in repr(t)
+    assert c.job_sweep_secs == 30 and c.backend_down_after_secs == 60
+
+
+def test_invalid_job_config_json_is_a_clear_startup_error_without_the_value() -> None:
+    with pytest.raises(ConfigError, match="SVC_JOB_CONFIG is not valid JSON") as e:
+        cfg(SVC_JOB_CONFIG='{"job_tables": {"a": {"auth_token": "tok-secret"')
+    assert "tok-secret" not in str(e.value)
+
+
+@pytest.mark.parametrize("entry", [
+    {"name": "j", "base_url": "http://b", "concurrency": 0},
+    {"name": "j", "base_url": "http://b", "concurrency": 1.5},
+    {"name": "j", "base_url": "http://b", "concurrency": True},
+    {"name": "j; DELETE x", "base_url": "http://b"},
+    {"name": "j"},
+])
+def test_bad_job_table_entries_are_refused(entry: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="SVC_JOB_CONFIG job_tables.k"):
+        cfg(SVC_JOB_CONFIG=json.dumps({"job_tables": {"k": entry}}))
+
+
+def test_job_url_joins_base_and_path_with_one_slash() -> None:
+    assert job_url("http://b/api/", "/run") == "http://b/api/run"
+    assert job_url("http://b/api", "run") == "http://b/api/run"
+    assert job_url("http://b/api", None) == "http://b/api"
+
+
+def test_backoff_doubles_per_attempt_and_is_capped() -> None:
+    assert [backoff_secs(500, n) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+    assert backoff_secs(500, 20) == 30.0
+
+
+def test_job_bodies_need_a_record_id_of_a_table() -> None:
+    assert normalize_body("POST /job/kill", {"id": "job:1"}) == {"id": "job:1"}
+    for bad in ({}, {"id": ""}, {"id": "nocolon"}, {"id": "1x:2"}, {"id": "job:"}, []):
+        with pytest.raises(BodyError):
+            normalize_body("POST /job/retry", bad)
+    assert normalize_body("POST /job/recover", None) == {}
+    with pytest.raises(BodyError):
+        normalize_body("PUT /backends", {"name": "a"})
+
+
+def test_backend_list_shape_is_checked_and_legacy_variable_read() -> None:
+    assert [b.name for b in parse_backends([{"name": "a", "environment": {"K": "v"}}])] == ["a"]
+    for bad in ([1], [{"name": ""}], [{"name": "a", "url": "ftp://h"}],
+                [{"name": "a", "run_on": {"pool": 1}}], [{"name": "a", "what": 1}]):
+        with pytest.raises(BackendListError):
+            parse_backends(bad)
+    c = cfg(SVC_SCHEDULER_BACKENDS='[{"name": "legacy"}]')
+    assert [b["name"] for b in c.backends] == ["legacy"]
+    with pytest.raises(ConfigError, match="SVC_BACKENDS"):
+        cfg(SVC_BACKENDS='[{"name": "a", "env": {"K": 2}}]')
+
+
+def test_shown_url_drops_user_info() -> None:
+    assert shown_url("http://user:pw@h:8080/health?x=1") == "http://h:8080/health?x=1"
+
+
+def test_aggregate_and_backend_down_after_the_threshold(tmp_path: Path) -> None:
+    now = [0]
+    mon = BackendMonitor(parse_backends([{"name": "a", "url": "http://a/h", "env": {"K": "sv"}},
+                                         {"name": "b", "url": "http://b/h"}]),
+                         down_after_secs=60, incidents_dir=tmp_path, clock=lambda: now[0])
+    assert mon.summary()["status"] == "degraded"  # nothing checked yet: unknown
+    mon.observe("a", True, None)
+    mon.observe("b", False, "health check answered HTTP 503")
+    s = mon.summary()
+    assert s["status"] == "degraded" and s["counts"] == {"healthy": 1, "unhealthy": 1,
+                                                         "unknown": 0}
+    assert s["list"][0]["env"] == {"K": "***"}
+    now[0] = 60_000
+    mon.observe("b", False, "down")
+    assert mon.incidents == []  # exactly one minute is not more than one minute
+    now[0] = 60_001
+    mon.observe("b", False, "down")
+    assert [i["state"] for i in mon.incidents] == ["open"]
+    mon.observe("a", False, "down")
+    assert mon.summary()["status"] == "unavailable"
+    now[0] = 70_000
+    mon.observe("b", True, None)
+    lines = [json.loads(x) for x in (tmp_path / "incidents.jsonl").read_text().splitlines()]
+    assert [(x["kind"], x["component"], x["state"]) for x in lines] == [
+        ("backend_down", "b", "open"), ("backend_down", "b", "recovered")]
+    assert lines[0]["id"] == lines[1]["id"] and lines[1]["ended_at"] == 70_000
+    assert "sv" not in (tmp_path / "incidents.jsonl").read_text()
