@@ -40,6 +40,7 @@ import asyncio
 import base64
 import contextlib
 import json
+from collections import deque
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ NOT_TERMINAL = "not_terminal"  # the 409 error code of a retry while the job run
 ERROR_TEXT_MAX = 500
 RESULT_TEXT_MAX = 65_536
 HINT_REWAKES = (0.2, 1.0)  # transport http: the row commits after the ingest call returns
+PREFETCH = 64  # pending ids read per admission query beyond the free slots
 
 
 class JobNotFound(LookupError):
@@ -116,6 +118,16 @@ class _Table:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     running: int = 0
     max_running: int = 0  # highest `running` seen (diagnostics)
+    # Pending ids read by the last admission query, oldest first. A finished job takes the
+    # next one without reading again; anything that may add an older pending row (ingest,
+    # retry, recovery) sets `refresh`, so the order stays oldest first.
+    candidates: deque[RecordID] = field(default_factory=deque)
+    refresh: bool = True
+    rewake_scheduled: bool = False
+
+    def poke(self, *, refresh: bool) -> None:
+        self.refresh = self.refresh or refresh
+        self.wake.set()
 
 
 @dataclass
@@ -153,7 +165,7 @@ class JobRunner:
         loop = asyncio.get_running_loop()
         for t in self.tables.values():
             self._tasks.append(loop.create_task(self._admit_loop(t), name=f"jobs-{t.spec.name}"))
-            t.wake.set()  # bootstrap scan: pending rows already in the table
+            t.poke(refresh=True)  # bootstrap scan: pending rows already in the table
         if self.standalone:
             self._tasks.append(loop.create_task(self._sweep_loop(), name="jobs-sweep"))
         log.info("job runner: tables %s", ", ".join(
@@ -191,17 +203,21 @@ class JobRunner:
         t = self.tables.get(table)
         if t is None:
             return
-        t.wake.set()
-        loop = asyncio.get_running_loop()
-        for delay in HINT_REWAKES:
-            timer = loop.create_task(self._wake_later(t, delay))
+        t.poke(refresh=True)
+        if not t.rewake_scheduled:  # one pair of timers per table, however many hints
+            t.rewake_scheduled = True
+            timer = asyncio.get_running_loop().create_task(self._wake_later(t))
             self._timers.add(timer)
             timer.add_done_callback(self._timers.discard)
 
     @staticmethod
-    async def _wake_later(t: _Table, delay: float) -> None:
-        await asyncio.sleep(delay)
-        t.wake.set()
+    async def _wake_later(t: _Table) -> None:
+        try:
+            for delay in HINT_REWAKES:
+                await asyncio.sleep(delay)
+                t.poke(refresh=True)
+        finally:
+            t.rewake_scheduled = False
 
     def info(self) -> dict[str, Any]:
         """In-flight counts and outcome counters (for `/debug/memory`)."""
@@ -221,24 +237,29 @@ class JobRunner:
             except DbError as e:
                 log.warning("job admission on %s failed: %s; retrying in 1s", t.spec.name, e)
                 await asyncio.sleep(1.0)
-                t.wake.set()
+                t.poke(refresh=True)
 
     async def _admit(self, t: _Table) -> None:
         """Claim the oldest pending rows until the table's slots are full or none is left."""
+        limit = t.spec.concurrency + PREFETCH
+        read_all = False  # the last read returned every pending row
         while t.running < t.spec.concurrency:
-            free = t.spec.concurrency - t.running
-            rows = await self.db.query_one(
-                f"SELECT id, created_at FROM {t.spec.name} WHERE status = 'pending' "
-                f"ORDER BY created_at, id LIMIT {free}", idempotent=True) or []
-            if not rows:
-                return
-            for r in rows:
-                if t.running >= t.spec.concurrency:
+            if t.refresh or not t.candidates:
+                if read_all and not t.refresh:
+                    return  # every pending row was tried since the read
+                t.refresh = False
+                rows = await self.db.query_one(
+                    f"SELECT id, created_at FROM {t.spec.name} WHERE status = 'pending' "
+                    f"ORDER BY created_at, id LIMIT {limit}", idempotent=True) or []
+                read_all = len(rows) < limit
+                t.candidates = deque(r["id"] for r in rows)
+                if not t.candidates:
                     return
-                row = await self._claim(t, r["id"])
-                if row is not None:
-                    self._launch(t, row)
-            # Rows another SSP claimed first are no longer pending: the next read moves on.
+            # A candidate another SSP (or a kill) took since the read fails the conditional
+            # claim and is skipped.
+            row = await self._claim(t, t.candidates.popleft())
+            if row is not None:
+                self._launch(t, row)
 
     async def _claim(self, t: _Table, rid: RecordID) -> dict[str, Any] | None:
         got = await self.db.query_one(
@@ -306,7 +327,7 @@ class JobRunner:
             renew.cancel()
             self.inflight.pop(key, None)
             t.running -= 1
-            t.wake.set()
+            t.poke(refresh=False)
 
     async def _call(self, t: _Table, row: dict[str, Any], key: str
                     ) -> tuple[bool, dict[str, Any]]:
@@ -410,7 +431,7 @@ class JobRunner:
             {"id": rid})
         if not got:
             raise NotTerminal(await self._status(rid))
-        t.wake.set()
+        t.poke(refresh=True)
         log.info("job %s reset to pending for retry", record_id_text(rid))
         return {"id": record_id_text(rid), "status": "pending"}
 
@@ -427,7 +448,7 @@ class JobRunner:
             for row in got or []:
                 log.info("job %s: lease expired, back to pending", record_id_text(row["id"]))
             reclaimed += len(got or [])
-            t.wake.set()
+            t.poke(refresh=True)
         self.stats["reclaimed"] += reclaimed
         return {"ssp_id": self.ssp_id, "reclaimed": reclaimed}
 
