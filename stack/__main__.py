@@ -1,10 +1,22 @@
-"""`ops/run`: the database host and the service processes, in the foreground, until Ctrl-C."""
+"""`ops/run`: the database host and the service processes, in the foreground, until Ctrl-C.
+
+Standalone (default): database host, `svc schema apply`, one SSP. Cluster mode (`--ssps N`,
+N >= 1): database host, `svc schema apply`, `svc-scheduler` (config written to
+`<data>/scheduler/scheduler.yml`, listening on `--scheduler-bind`, default 127.0.0.1:9667) and N
+SSPs in scheduler mode on consecutive ports from the `--ssp-bind` port (default 8667), ids
+`ssp-<port>`; an SSP that exits with 2-6 (integrity, unknown to the scheduler, resync,
+registration timeout) is relaunched, as the spec asks of a supervisor."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import tempfile
+from pathlib import Path
+
+import yaml
 
 from stack.config import StackConfig, parse
 from stack.supervisor import RELAUNCH_CODES, Child, Supervisor
@@ -27,7 +39,14 @@ def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
         child_env["SVC_DB_URL"] = cfg.effective_db_url
         # The embedded engine has no http::* functions: its ingest transport is the changefeed.
         child_env["SVC_INGEST_TRANSPORT"] = "changefeed"
-    if cfg.start_ssp:
+    if cfg.cluster:
+        children.append(Child("svc schema apply",
+                              [sys.executable, "-m", "svccli", "schema", "apply"],
+                              child_env, oneshot=True))
+        children.append(scheduler_child(cfg, child_env))
+        for i, bind in enumerate(cfg.ssp_binds()):
+            children.append(cluster_ssp_child(cfg, child_env, i, bind))
+    elif cfg.start_ssp:
         children.append(Child("svc schema apply",
                               [sys.executable, "-m", "svccli", "schema", "apply"],
                               child_env, oneshot=True))
@@ -39,6 +58,50 @@ def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
                               health_url=f"http://{cfg.ssp_bind}/health",
                               relaunch_on=RELAUNCH_CODES))
     return children
+
+
+def scheduler_dir(cfg: StackConfig) -> Path:
+    """Where the scheduler's config, replica and WAL live: `<data>/scheduler`, or a fresh
+    temporary directory with --memory."""
+    if cfg.data_dir is None:
+        return Path(tempfile.mkdtemp(prefix="svc-scheduler-"))
+    return cfg.data_dir / "scheduler"
+
+
+def _scheduler_ready(status: int, body: bytes) -> bool:
+    """The scheduler's /health is 503 until an SSP is ready: wait for its own state."""
+    try:
+        return bool(json.loads(body).get("scheduler", {}).get("state") == "ready")
+    except (ValueError, AttributeError):
+        return False
+
+
+def scheduler_child(cfg: StackConfig, env: dict[str, str]) -> Child:
+    """`svc-scheduler` with a config written next to its data. Database credentials are not
+    written to the file: the scheduler reads them from SVC_DB_* (env overrides win)."""
+    where = scheduler_dir(cfg)
+    where.mkdir(parents=True, exist_ok=True)
+    host, _, port = cfg.scheduler_bind.rpartition(":")
+    doc = {"ingest_host": host, "ingest_port": int(port),
+           "replica_db_path": str(where / "replica.sqlite3"), "wal_path": str(where / "wal")}
+    path = where / "scheduler.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return Child("svc-scheduler", [sys.executable, "-m", "scheduler", "--config", str(path)],
+                 dict(env), health_url=f"http://{cfg.scheduler_bind}/health",
+                 ready=_scheduler_ready)
+
+
+def cluster_ssp_child(cfg: StackConfig, env: dict[str, str], index: int, bind: str) -> Child:
+    """SSP number `index` in scheduler mode; relaunched when it exits with 2-6."""
+    ssp_env = dict(env)
+    ssp_env["SVC_SCHEDULER_URL"] = f"http://{cfg.scheduler_bind}"
+    ssp_env["SVC_SSP_LISTEN_ADDR"] = bind
+    port = bind.rpartition(":")[2]
+    ssp_env["SVC_SSP_ID"] = f"ssp-{port}"  # stable across relaunches: the scheduler replaces it
+    if cfg.data_dir is not None:
+        ssp_env["SVC_SSP_SNAPSHOT_DIR"] = str(cfg.data_dir / f"ssp-{port}")
+    return Child(f"svc-ssp {index + 1}", [sys.executable, "-m", "ssp"], ssp_env,
+                 health_url=f"http://{bind}/health", relaunch_on=RELAUNCH_CODES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"  database host   http://{cfg.db_bind}  (SDK: ws://{cfg.db_bind}/rpc; data: {where})")
         else:
             lines.append(f"  database        {cfg.effective_db_url} (external, SVC_DB_URL)")
-        if cfg.start_ssp:
+        if cfg.cluster:
+            lines.append(f"  scheduler       http://{cfg.scheduler_bind}  (POST /ingest, /view/register; "
+                         "GET /health, /metrics)")
+            for i, bind in enumerate(cfg.ssp_binds()):
+                lines.append(f"  SSP {i + 1:<11} http://{bind}  (GET /health, /info)")
+        elif cfg.start_ssp:
             lines.append(f"  SSP             http://{cfg.ssp_bind}  (GET /health, /info; POST /view/register)")
         lines.append("Ctrl-C stops everything.")
         print("\n".join(lines), flush=True)

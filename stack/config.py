@@ -20,6 +20,8 @@ class StackConfig:
     db_user: str
     db_pass: str = field(repr=False)
     dev_credentials: bool = False  # root/root because SVC_DB_USER/SVC_DB_PASS were not set
+    ssps: int = 0  # cluster mode: svc-scheduler + this many SSPs (0 = one standalone SSP)
+    scheduler_bind: str = "127.0.0.1:9667"
 
     @property
     def starts_host(self) -> bool:
@@ -28,6 +30,18 @@ class StackConfig:
     @property
     def effective_db_url(self) -> str:
         return self.db_url or f"ws://{self.db_bind}/rpc"
+
+    @property
+    def cluster(self) -> bool:
+        return self.start_ssp and self.ssps >= 1
+
+    def ssp_binds(self) -> list[str]:
+        """Listen addresses of the SSPs: `--ssp-bind` in standalone mode; in cluster mode
+        consecutive ports from the `--ssp-bind` port (default 8667)."""
+        if not self.cluster:
+            return [self.ssp_bind] if self.start_ssp else []
+        host, _, port = self.ssp_bind.rpartition(":")
+        return [f"{host}:{int(port) + i}" for i in range(self.ssps)]
 
 
 def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
@@ -41,7 +55,21 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
     p.add_argument("--db-bind", default="127.0.0.1:8000", help="database host address")
     p.add_argument("--ssp-bind", default="127.0.0.1:8667", help="SSP listen address")
     p.add_argument("--no-ssp", action="store_true", help="start only the database host")
+    p.add_argument("--ssps", type=int, default=0, metavar="N",
+                   help="cluster mode: start svc-scheduler and N SSPs in scheduler mode on "
+                        "consecutive ports from the --ssp-bind port (0, the default: one "
+                        "standalone SSP)")
+    p.add_argument("--scheduler-bind", default="127.0.0.1:9667",
+                   help="scheduler ingest listener address in cluster mode")
     a = p.parse_args(list(argv))
+    if a.ssps < 0:
+        p.error("--ssps must be 0 or more")
+    if a.ssps and a.no_ssp:
+        p.error("--ssps and --no-ssp exclude each other")
+    for name, bind in (("--ssp-bind", a.ssp_bind), ("--scheduler-bind", a.scheduler_bind)):
+        _, sep, port = bind.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            p.error(f"{name} must be host:port, got {bind!r}")
     user = env.get("SVC_DB_USER", "")
     password = env.get("SVC_DB_PASS", "")
     dev = not user and not password
@@ -56,4 +84,6 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
         db_user=user,
         db_pass=password,
         dev_credentials=dev,
+        ssps=a.ssps,
+        scheduler_bind=a.scheduler_bind,
     )

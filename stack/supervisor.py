@@ -32,6 +32,8 @@ class Child:
     health_url: str | None = None
     relaunch_on: frozenset[int] = frozenset()
     oneshot: bool = False  # a set-up step: must exit 0 before the next child starts
+    #: healthy when this returns True for (status, body) of health_url; default: status 200
+    ready: Callable[[int, bytes], bool] | None = None
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     started_at: float = field(default=0.0)
@@ -49,14 +51,23 @@ class Child:
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 return False
-            try:
-                with urllib.request.urlopen(self.health_url, timeout=1.0) as r:
-                    if r.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
+            if self._probe():
+                return True
             time.sleep(0.1)
         return False
+
+    def _probe(self) -> bool:
+        assert self.health_url is not None
+        try:
+            with urllib.request.urlopen(self.health_url, timeout=1.0) as r:
+                status, body = int(r.status), r.read()
+        except urllib.error.HTTPError as e:
+            status, body = int(e.code), e.read()
+        except (urllib.error.URLError, OSError):
+            return False
+        if self.ready is None:
+            return status == 200
+        return self.ready(status, body)
 
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
