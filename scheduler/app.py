@@ -23,6 +23,7 @@ from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json,
 from gateway.errors import GatewayError, bad_request, serialize_error
 from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
 from scheduler.core import Reply, Scheduler, SchedulerBusy
+from scheduler.jobs import add_job_routes
 from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
 
 __all__ = ["create_app"]
@@ -281,4 +282,5 @@ def create_app(s: Scheduler) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi
     app.add_route("/health", Getter(s.health))
     app.add_route("/health/snapshot", Getter(s.snapshot))
     app.add_route("/info", Getter(s.info))
+    add_job_routes(app, s)
     return app

@@ -151,6 +151,9 @@ class SchedulerConfig:
     impersonation: bool = False
     drift: DriftConfig = field(default_factory=DriftConfig)
     backends: tuple[BackendSpec, ...] = ()
+    health_check_interval_secs: int = 15  # SVC_HEALTH_CHECK_INTERVAL_SECS
+    job_sweep_secs: int = 30  # ours, SVC_JOB_SWEEP_SECS: the spec's 30 s job recovery sweep
+    backend_down_after_secs: int = 60  # ours, SVC_BACKEND_DOWN_AFTER_SECS: "one minute"
     bootstrap_page_size: int = 500
     clear_views_on_start: bool = True
     auth_secret: str | None = field(default=None, repr=False)
@@ -493,6 +496,9 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
             check_timeout_secs=_env_int(env, "SVC_DRIFT_CHECK_TIMEOUT_SECS", 120),
         ),
         backends=backends,
+        health_check_interval_secs=_env_int(env, "SVC_HEALTH_CHECK_INTERVAL_SECS", 15),
+        job_sweep_secs=_env_int(env, "SVC_JOB_SWEEP_SECS", 30),
+        backend_down_after_secs=_env_int(env, "SVC_BACKEND_DOWN_AFTER_SECS", 60),
         bootstrap_page_size=_env_int(env, "SVC_BOOTSTRAP_PAGE_SIZE", 500),
         clear_views_on_start=_env_bool(env, "SVC_CLEAR_VIEWS_ON_START", True),
         auth_secret=_env_secret(env, "SVC_AUTH_SECRET"),

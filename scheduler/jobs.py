@@ -1,0 +1,308 @@
+"""The scheduler's job routes and backend health (spec: scheduler endpoint table, job rows).
+
+Jobs live in the database (outbox rows, see `ssp.jobs`); the SSPs run them. The scheduler
+only routes operations to its Ready SSPs:
+
+- `POST /job/dispatch {job_id, table, payload}`: picks one Ready SSP (round robin) and asks it
+  to admit that table now (`POST /job/recover {table}` on the SSP); 200 with the SSP id as a
+  JSON string; 503 `no_ssp` when none is Ready or none answered.
+- `POST /job/result {job_id, status, result?, error?}`: 200; the latest status per job is
+  kept in memory (bounded) for `/metrics` `running_jobs`.
+- `POST /job/kill {id}`: sent to every Ready SSP (the owner cancels, the others flag the row);
+  200 `{id, dispatched, ssps}` (`dispatched`: how many SSPs answered 200, `ssps`: their ids);
+  503 `no_ssp` when none is Ready.
+- `POST /job/retry {id}`: forwarded to one Ready SSP; 200 `{id, status: 'pending',
+  assigned_to}`; the SSP's 404 / 409 relayed verbatim; an unreachable SSP or a 5xx moves on
+  to the next; 503 `no_ssp` when none answered.
+- every `job_sweep_secs` (30) `POST /job/recover` on one Ready SSP (rotating): processing rows
+  whose lease expired go back to pending and are admitted.
+
+`PUT /backends` and `backends` in `GET /health`: the same `ssp.backends.BackendMonitor` as the
+standalone SSP, started with `SVC_BACKENDS`; incidents go to `incidents.jsonl` in the
+scheduler's data dir (next to the replica).
+
+Wiring: `add_job_routes(app, scheduler)` adds the routes and a lifespan hook that starts and
+stops the sweep and the health checks with the listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import falcon
+import falcon.asgi
+
+from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
+from gateway.errors import bad_request
+from ipc.messages import BodyError, JobRef
+from ssp.backends import Backend, BackendListError, BackendMonitor, parse_backends
+
+log = logging.getLogger("scheduler.jobs")
+
+RESULT_STATUSES = ("pending", "running", "completed", "failed")
+RESULTS_KEPT = 10_000
+
+
+class SchedulerLike(Protocol):
+    """What the job plane needs from `scheduler.core.Scheduler`."""
+
+    cfg: Any
+    extra_health: dict[str, Any]
+
+    def ready_ids(self) -> list[str]: ...
+
+    async def _forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
+                       ) -> tuple[int, bytes, str] | None: ...
+
+
+def _no_ssp(message: str) -> tuple[int, dict[str, Any]]:
+    return 503, {"error": "no_ssp", "message": message}
+
+
+def _backends_of(cfg: Any) -> list[Backend]:
+    """`SchedulerConfig.backends` (already shape-checked there) as health-check entries."""
+    out = []
+    for spec in cfg.backends:
+        raw = dict(spec.raw)
+        url = raw.get("url")
+        ok = isinstance(url, str) and url.startswith(("http://", "https://"))
+        out.append(Backend(spec.name, url if ok else None, dict(spec.environment),
+                           {"pool": spec.run_on_pool} if spec.run_on_pool else None))
+    return out
+
+
+class JobPlane:
+    """Job routing and backend health of one scheduler (see the module docstring)."""
+
+    def __init__(self, s: SchedulerLike) -> None:
+        self.s = s
+        self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._turn = 0
+        self._sweep: asyncio.Task[None] | None = None
+        data_dir = s.cfg.replica_db_path.parent
+        self.backends = BackendMonitor(
+            _backends_of(s.cfg), interval_secs=s.cfg.health_check_interval_secs,
+            down_after_secs=s.cfg.backend_down_after_secs, incidents_dir=data_dir,
+            component=s.cfg.scheduler_id)
+        s.extra_health["backends"] = self._health
+
+    def _health(self) -> dict[str, Any] | None:
+        return self.backends.summary() if self.backends.configured else None
+
+    async def start(self) -> None:
+        await self.backends.start()
+        self._sweep = asyncio.get_running_loop().create_task(self._sweep_loop(),
+                                                             name="job-sweep")
+
+    async def stop(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            await asyncio.gather(self._sweep, return_exceptions=True)
+        await self.backends.stop()
+
+    def _rotation(self) -> list[str]:
+        ready = self.s.ready_ids()
+        if not ready:
+            return []
+        k = self._turn % len(ready)
+        self._turn += 1
+        return ready[k:] + ready[:k]
+
+    def running_jobs(self) -> int:
+        return sum(1 for r in self.results.values() if r["status"] in ("pending", "running"))
+
+    # ------------------------------------------------------------------ operations
+
+    async def dispatch(self, job_id: str, table: str) -> tuple[int, Any]:
+        failures = []
+        for ssp_id in self._rotation():
+            res = await self.s._forward(ssp_id, "/job/recover", {"table": table})
+            if res is not None and res[0] == 200:
+                self.results[job_id] = {"status": "pending", "ssp_id": ssp_id}
+                self._trim()
+                return 200, ssp_id
+            failures.append(f"{ssp_id}: {'unreachable' if res is None else res[0]}")
+        return _no_ssp("no SSP took the job" + (": " + "; ".join(failures) if failures
+                                                 else " (none is ready)"))
+
+    def result(self, body: dict[str, Any]) -> None:
+        entry = {k: body.get(k) for k in ("status", "result", "error")}
+        self.results[str(body["job_id"])] = entry
+        self.results.move_to_end(str(body["job_id"]))
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self.results) > RESULTS_KEPT:
+            self.results.popitem(last=False)
+
+    async def kill(self, job_id: str) -> tuple[int, Any]:
+        ready = self.s.ready_ids()
+        if not ready:
+            return _no_ssp("no SSP is ready")
+        answers = await asyncio.gather(*(self.s._forward(i, "/job/kill", {"id": job_id})
+                                         for i in ready))
+        ok = [i for i, a in zip(ready, answers) if a is not None and a[0] == 200]
+        return 200, {"id": job_id, "dispatched": len(ok), "ssps": ok}
+
+    async def retry(self, job_id: str) -> tuple[int, Any] | tuple[int, bytes, str]:
+        failures = []
+        for ssp_id in self._rotation():
+            res = await self.s._forward(ssp_id, "/job/retry", {"id": job_id})
+            if res is None or res[0] >= 500:
+                failures.append(f"{ssp_id}: {'unreachable' if res is None else res[0]}")
+                continue
+            if res[0] == 200:
+                return 200, {"id": job_id, "status": "pending", "assigned_to": ssp_id}
+            return res  # the SSP's verdict (404 unknown job, 409 not_terminal) verbatim
+        return _no_ssp("no SSP took the retry" + (": " + "; ".join(failures) if failures
+                                                   else " (none is ready)"))
+
+    async def sweep_once(self) -> str | None:
+        """`/job/recover` on one Ready SSP; the id of the SSP that answered 200."""
+        for ssp_id in self._rotation():
+            res = await self.s._forward(ssp_id, "/job/recover", {})
+            if res is not None and res[0] == 200:
+                return ssp_id
+            log.info("job recovery on %s failed (%s)", ssp_id,
+                     "unreachable" if res is None else res[0])
+        return None
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.s.cfg.job_sweep_secs)
+            try:
+                await self.sweep_once()
+            except Exception:  # noqa: BLE001 - the sweep must keep running; logged
+                log.exception("job recovery sweep failed")
+
+
+# ---------------------------------------------------------------------------- HTTP
+
+
+async def _body(req: falcon.asgi.Request) -> Any:
+    check_content_type(req.content_type)
+    return parse_json(await read_bytes(req, DEFAULT_MAX_BODY_BYTES))
+
+
+def _answer(resp: falcon.asgi.Response, out: tuple[Any, ...]) -> None:
+    resp.status = out[0]
+    if len(out) == 3:
+        resp.data, resp.content_type = out[1], out[2]
+    else:
+        resp.media = out[1]
+
+
+def _job_ref(body: Any) -> str:
+    try:
+        return JobRef.from_body(body).id
+    except BodyError as e:
+        raise bad_request(str(e)) from None
+
+
+class _Dispatch:
+    def __init__(self, p: JobPlane) -> None:
+        self.p = p
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _body(req)
+        if not isinstance(body, dict):
+            raise bad_request("the body must be a JSON object {job_id, table, payload}")
+        for key in ("job_id", "table"):
+            if not isinstance(body.get(key), str) or not body[key].strip():
+                raise bad_request(f"{key}: is required (a non-empty string)")
+        if "payload" in body and not isinstance(body["payload"], dict):
+            raise bad_request("payload: must be an object")
+        _answer(resp, await self.p.dispatch(body["job_id"], body["table"]))
+
+
+class _Result:
+    def __init__(self, p: JobPlane) -> None:
+        self.p = p
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _body(req)
+        if not isinstance(body, dict):
+            raise bad_request("the body must be a JSON object {job_id, status, result, error}")
+        if not isinstance(body.get("job_id"), str) or not body["job_id"]:
+            raise bad_request("job_id: is required (a non-empty string)")
+        if body.get("status") not in RESULT_STATUSES:
+            raise bad_request(f"status: must be one of {', '.join(RESULT_STATUSES)}")
+        if body.get("result") is not None and not isinstance(body["result"], dict):
+            raise bad_request("result: must be an object")
+        if body.get("error") is not None and not isinstance(body["error"], str):
+            raise bad_request("error: must be a string")
+        self.p.result(body)
+        resp.media = {"ok": True, "job_id": body["job_id"]}
+
+
+class _Kill:
+    def __init__(self, p: JobPlane) -> None:
+        self.p = p
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        _answer(resp, await self.p.kill(_job_ref(await _body(req))))
+
+
+class _Retry:
+    def __init__(self, p: JobPlane) -> None:
+        self.p = p
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        _answer(resp, await self.p.retry(_job_ref(await _body(req))))
+
+
+class _Recover:
+    def __init__(self, p: JobPlane) -> None:
+        self.p = p
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        ssp_id = await self.p.sweep_once()
+        if ssp_id is None:
+            _answer(resp, _no_ssp("no SSP ran the recovery"))
+        else:
+            resp.media = {"ssp_id": ssp_id}
+
+
+class _Backends:
+    def __init__(self, p: JobPlane) -> None:
+        self.p = p
+
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        try:
+            backends = parse_backends(await _body(req))
+        except BackendListError as e:
+            raise bad_request(str(e)) from None
+        self.p.backends.replace(backends)
+        resp.media = {"count": len(backends),
+                      "backends": [self.p.backends.entry(b) for b in backends]}
+
+
+class _Lifespan:
+    def __init__(self, p: JobPlane) -> None:
+        self.p = p
+
+    async def process_startup(self, scope: Any, event: Any) -> None:
+        await self.p.start()
+
+    async def process_shutdown(self, scope: Any, event: Any) -> None:
+        await self.p.stop()
+
+
+def add_job_routes(app: falcon.asgi.App, s: SchedulerLike) -> JobPlane:  # type: ignore[type-arg]
+    """Add the job routes and `PUT /backends` to the scheduler's listener."""
+    p = JobPlane(s)
+    app.add_route("/job/dispatch", _Dispatch(p))
+    app.add_route("/job/result", _Result(p))
+    app.add_route("/job/kill", _Kill(p))
+    app.add_route("/job/retry", _Retry(p))
+    app.add_route("/job/recover", _Recover(p))
+    app.add_route("/backends", _Backends(p))
+    app.add_middleware(_Lifespan(p))
+    return p
+
+
+__all__ = ["JobPlane", "add_job_routes"]

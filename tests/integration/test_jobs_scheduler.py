@@ -1,0 +1,163 @@
+"""Job routes of a real `svc-scheduler` over two real SSPs in scheduler mode: dispatch,
+result, kill broadcast, retry forwarded to one SSP (404 / 409 relayed), the recovery sweep
+after an SSP is killed mid-job, 503 `no_ssp`, and the backend health list."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from surrealdb import RecordID
+
+from tests.integration.test_jobs_support import SECRET, TOKEN, Backend, JOB_SCHEMA, job_config
+from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
+from tests.integration.test_ssp_support import APP_SCHEMA, apply_schema, root_db, start_ssp, wait_for
+from tests.support.procs import DbHost, free_port
+
+ENV_SECRET = "scheduler-backend-env-value-77aa"
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, Any]:
+    async with http.post(url, json=body) as r:
+        text = await r.text()
+        return r.status, json.loads(text) if text else None
+
+
+async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_host: DbHost) -> None:
+    host = shared_db_host
+    name = "jobs_" + uuid.uuid4().hex[:8]
+    root = await root_db(host, name, name)
+    await root.query(APP_SCHEMA + JOB_SCHEMA)
+    apply_schema(host, name, name)
+    backend = Backend()
+    await backend.start()
+    port = free_port()
+    backends = [{"name": "api", "url": f"{backend.url}/health", "env": {"KEY": ENV_SECRET}}]
+    s: SchedulerProc = launch(tmp_path, write_config(tmp_path, host, name, port,
+                                                     heartbeat_timeout_ms=600_000), port, name,
+                              SVC_JOB_SWEEP_SECS="1", SVC_AUTH_SECRET=SECRET,
+                              SVC_BACKENDS=json.dumps(backends),
+                              SVC_HEALTH_CHECK_INTERVAL_SECS="1")
+    ssps = []
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            status, body = await _post(http, s.url + "/job/kill", {"id": "job:x"})
+            assert status == 503 and body["error"] == "no_ssp"
+            status, body = await _post(http, s.url + "/job/dispatch",
+                                       {"job_id": "job:x", "table": "job", "payload": {}})
+            assert status == 503 and body["error"] == "no_ssp"
+            assert (await _post(http, s.url + "/job/retry", {"id": "job:x"}))[0] == 503
+
+            env = {"SVC_JOB_CONFIG": job_config(backend.url, main={"lease_secs": 2}),
+                   "SVC_AUTH_SECRET": SECRET, "SVC_SCHEDULER_URL": s.url,
+                   "SVC_INGEST_TRANSPORT": "http", "SVC_SSP_SHARDS": "1",
+                   "HEARTBEAT_INTERVAL_MS": "200"}
+            ssps = [start_ssp(tmp_path, host, name, name, SVC_SSP_ID=f"ssp-{k}", **env)
+                    for k in range(2)]
+
+            async def both_ready() -> bool:
+                async with http.get(s.url + "/metrics") as r:
+                    m = await r.json()
+                return {x["id"] for x in m["ssps"] if x["state"] == "ready"} == {"ssp-0",
+                                                                                   "ssp-1"}
+            await wait_for(both_ready, 60.0, "both SSPs ready")
+
+            async def add(key: str, path: str, **fields: Any) -> RecordID:
+                rec = {"status": "pending", "path": path, "payload": {"key": key}, **fields}
+                await root.query("CREATE $id CONTENT $c", {"id": RecordID("job", key), "c": rec})
+                status, _ = await _post(http, s.url + "/ingest", {
+                    "table": "job", "op": "CREATE", "id": f"job:{key}",
+                    "record": {"id": f"job:{key}", **rec}})
+                assert status == 200
+                return RecordID("job", key)
+
+            async def row_in(rid: RecordID, *states: str) -> dict[str, Any]:
+                async def reached() -> Any:
+                    row = await root.query_one("SELECT * FROM ONLY $id", {"id": rid})
+                    return row if row and row.get("status") in states else None
+                return await wait_for(reached, 60.0, f"{rid} in {states}")  # type: ignore[no-any-return]
+
+            # An ingested pending row is run by exactly one SSP.
+            ok = await add("s1", "/ok")
+            row = await row_in(ok, "completed")
+            assert row["assignee"] in ("ssp-0", "ssp-1")
+            assert len(backend.calls_of("job:s1")) == 1
+            assert backend.calls_of("job:s1")[0].auth == f"Bearer {TOKEN}"
+
+            # Dispatch names the SSP that admits the table now; a row written without an
+            # ingest event is found that way.
+            await root.query("CREATE job:s2 SET status = 'pending', path = '/ok'")
+            status, body = await _post(http, s.url + "/job/dispatch",
+                                       {"job_id": "job:s2", "table": "job", "payload": {}})
+            assert status == 200 and body in ("ssp-0", "ssp-1")
+            await row_in(RecordID("job", "s2"), "completed")
+            assert (await _post(http, s.url + "/job/dispatch", {"table": "job"}))[0] == 400
+
+            status, body = await _post(http, s.url + "/job/result",
+                                       {"job_id": "job:s2", "status": "completed",
+                                        "result": {"n": 1}})
+            assert status == 200
+            assert (await _post(http, s.url + "/job/result",
+                                {"job_id": "job:s2", "status": "done"}))[0] == 400
+
+            # Kill is broadcast; the owner cancels the call.
+            hung = await add("k1", "/hang")
+            await wait_for(_called(backend, "job:k1"), 60.0, "the call of job:k1")
+            status, body = await _post(http, s.url + "/job/kill", {"id": "job:k1"})
+            assert status == 200 and body["dispatched"] == 2
+            assert sorted(body["ssps"]) == ["ssp-0", "ssp-1"] and body["id"] == "job:k1"
+            row = await row_in(hung, "failed")
+            assert row["errors"][-1]["error"] == "killed"
+
+            # Retry goes to one SSP; its 409 and 404 are relayed.
+            status, body = await _post(http, s.url + "/job/retry", {"id": "job:k1"})
+            assert status == 200 and body["status"] == "pending"
+            assert body["assigned_to"] in ("ssp-0", "ssp-1") and body["id"] == "job:k1"
+            await wait_for(_called(backend, "job:k1", 2), 60.0, "job:k1 called again")
+            status, body = await _post(http, s.url + "/job/retry", {"id": "job:k1"})
+            assert status == 409 and body["error"] == "not_terminal"
+            status, body = await _post(http, s.url + "/job/retry", {"id": "job:missing"})
+            assert status == 404
+            assert (await _post(http, s.url + "/job/retry", {"id": "nocolon"}))[0] == 400
+            await _post(http, s.url + "/job/kill", {"id": "job:k1"})
+            await row_in(hung, "failed")
+
+            # An SSP killed mid-job: the scheduler's sweep has the other one reclaim it.
+            held = await add("h1", "/hold")
+            await wait_for(_called(backend, "job:h1"), 60.0, "the call of job:h1")
+            owner = (await root.query_one("SELECT assignee FROM ONLY job:h1"))["assignee"]
+            victim = ssps[int(owner.rsplit("-", 1)[1])]
+            victim.close_client()
+            victim.process.kill9()
+            backend.release.set()
+            row = await row_in(held, "completed")
+            assert row["assignee"] != owner
+            assert len(backend.calls_of("job:h1")) == 2  # at-least-once: called again
+
+            # Backend health on the scheduler, env masked.
+            async with http.get(s.url + "/health") as r:
+                health = await r.json()
+            listed = health["backends"]["list"]
+            assert listed[0]["env"] == {"KEY": "***"}
+            async with http.put(s.url + "/backends", json=[{"name": "x", "url": 3}]) as r:
+                assert r.status == 400
+            async with http.put(s.url + "/backends", json=[]) as r:
+                assert r.status == 200
+            logs = s.process.log_text() + "".join(p.process.log_text() for p in ssps)
+            for secret in (ENV_SECRET, TOKEN, SECRET):
+                assert secret not in logs and secret not in json.dumps(health)
+    finally:
+        for p in ssps:
+            p.stop()
+        s.process.stop()
+        await backend.stop()
+        await root.close()
+
+
+def _called(backend: Backend, job: str, n: int = 1) -> Any:
+    async def pred() -> bool:
+        return len(backend.calls_of(job)) >= n
+    return pred
