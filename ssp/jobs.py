@@ -255,22 +255,25 @@ class JobRunner:
                 t.candidates = deque(r["id"] for r in rows)
                 if not t.candidates:
                     return
-            # A candidate another SSP (or a kill) took since the read fails the conditional
-            # claim and is skipped.
-            row = await self._claim(t, t.candidates.popleft())
-            if row is not None:
+            # One round trip claims as many candidates as there are free slots; a candidate
+            # another SSP (or a kill) took since the read fails the conditional claim and is
+            # skipped. Claimed rows start oldest first.
+            free = t.spec.concurrency - t.running
+            batch = [t.candidates.popleft() for _ in range(min(free, len(t.candidates)))]
+            for row in await self._claim(t, batch):
                 self._launch(t, row)
 
-    async def _claim(self, t: _Table, rid: RecordID) -> dict[str, Any] | None:
+    async def _claim(self, t: _Table, rids: list[RecordID]) -> list[dict[str, Any]]:
+        """Claim `rids` in one conditional UPDATE; returns the rows won, in `rids` order."""
         got = await self.db.query_one(
-            "UPDATE $id SET status = 'processing', assignee = $me, "
+            "UPDATE $ids SET status = 'processing', assignee = $me, "
             f"lease_until = time::now() + {int(t.spec.lease_secs * 1000)}ms, "
             "started_at = time::now(), attempts = attempts OR 0 "
-            "WHERE status = 'pending' RETURN AFTER", {"id": rid, "me": self.ssp_id})
-        if not got:
-            return None
-        self.stats["claimed"] += 1
-        return got[0]  # type: ignore[no-any-return]
+            "WHERE status = 'pending' RETURN AFTER", {"ids": rids, "me": self.ssp_id}) or []
+        won = {record_id_text(r["id"]): r for r in got}
+        rows = [won[k] for k in map(record_id_text, rids) if k in won]
+        self.stats["claimed"] += len(rows)
+        return rows
 
     def _launch(self, t: _Table, row: dict[str, Any]) -> None:
         key = record_id_text(row["id"])
