@@ -143,6 +143,8 @@ class Scheduler:
         self.entries: dict[str, SspEntry] = {}
         self.progress: dict[str, dict[str, Any]] = {}
         self.extra_health: dict[str, Callable[[], dict[str, Any]]] = {}
+        # Jobs dispatched and not finished (the job plane replaces it when wired).
+        self.running_jobs: Callable[[], int] = lambda: 0
         self.extra_snapshot: dict[str, Callable[[], dict[str, Any]]] = {}
         self.after_drain: list[Callable[[], Awaitable[None]]] = []
         self.ingested = 0
@@ -716,6 +718,10 @@ class Scheduler:
         }
         for name, provider in self.extra_health.items():
             body[name] = provider()
+        feed = body.get("changefeed") or {}
+        if ready and (feed.get("gap") or feed.get("stalled")):
+            # Events stopped flowing from the database: SSPs serve, but go stale.
+            body["status"] = "degraded"
         return Reply(200 if ready else 503, body)
 
     def snapshot(self) -> dict[str, Any]:
@@ -762,7 +768,7 @@ class Scheduler:
                 "total_ssps": len(self.entries),
                 "ready_ssps": len(self.ready_ids()),
                 "total_queries": len(self.tracker),
-                "running_jobs": 0,
+                "running_jobs": self.running_jobs(),
                 "uptime_seconds": int(now - self.started),
                 "state": self.state,
                 "ingested": self.ingested,

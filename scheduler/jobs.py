@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import falcon
@@ -52,6 +52,7 @@ class SchedulerLike(Protocol):
 
     cfg: Any
     extra_health: dict[str, Any]
+    running_jobs: Callable[[], int]
 
     def ready_ids(self) -> list[str]: ...
 
@@ -295,6 +296,7 @@ class _Lifespan:
 def add_job_routes(app: falcon.asgi.App, s: SchedulerLike) -> JobPlane:  # type: ignore[type-arg]
     """Add the job routes and `PUT /backends` to the scheduler's listener."""
     p = JobPlane(s)
+    s.running_jobs = p.running_jobs
     app.add_route("/job/dispatch", _Dispatch(p))
     app.add_route("/job/result", _Result(p))
     app.add_route("/job/kill", _Kill(p))

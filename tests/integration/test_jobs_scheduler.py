@@ -93,6 +93,8 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             status, body = await _post(http, s.url + "/job/dispatch",
                                        {"job_id": "job:s2", "table": "job", "payload": {}})
             assert status == 200 and body in ("ssp-0", "ssp-1")
+            async with http.get(s.url + "/metrics") as r:  # dispatched, no result yet
+                assert (await r.json())["scheduler"]["running_jobs"] == 1
             await row_in(RecordID("job", "s2"), "completed")
             assert (await _post(http, s.url + "/job/dispatch", {"table": "job"}))[0] == 400
 
@@ -100,6 +102,8 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
                                        {"job_id": "job:s2", "status": "completed",
                                         "result": {"n": 1}})
             assert status == 200
+            async with http.get(s.url + "/metrics") as r:  # the result closed it
+                assert (await r.json())["scheduler"]["running_jobs"] == 0
             assert (await _post(http, s.url + "/job/result",
                                 {"job_id": "job:s2", "status": "done"}))[0] == 400
 

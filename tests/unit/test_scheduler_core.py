@@ -421,6 +421,11 @@ async def test_health_and_extra_providers(make_scheduler, fakes) -> None:
     assert r.body["changefeed"] == {"enabled": True, "lag_ms": 5}
     assert r.body["scheduler"]["state"] == "ready"
     assert s.snapshot()["drift"] == {"enabled": True, "mismatched": []}
+    # a changefeed that fell out of retention or stalled: still serving, but degraded
+    for flag in ("gap", "stalled"):
+        s.extra_health["changefeed"] = lambda flag=flag: {"enabled": True, flag: True}
+        r = s.health()
+        assert r.status == 200 and r.body["status"] == "degraded"
 
 
 async def test_restart_reclones_when_the_last_clone_did_not_finish(
