@@ -249,6 +249,7 @@ class Hub:
         self.exit_code: int | None = None
         self.exit_event = asyncio.Event()
         self.wiped = False  # clean resync: local state deleted, write no snapshot on the way out
+        self.wire_hashes: dict[str, int] = {}  # table -> hash of the rows as the proxy sent them
 
     # ================================================================== lifecycle
 
@@ -368,6 +369,7 @@ class Hub:
         no feed cursors, no view restore; `progress(done, total, rows, table)` per table."""
         self.status = "bootstrapping"
         self.source = source
+        self.wire_hashes = {}
         try:
             tables = await self._synced_tables()
             self.bootstrap_warnings = []
@@ -402,11 +404,25 @@ class Hub:
         h = self.hashes.get(table, 0)
         loaded = 0
         await self._field_types(table)
+        # Through the scheduler's proxy: the replica keeps http events as they arrived (record
+        # links and datetimes as text), so rows are typed again like an ingest; the integrity
+        # check compares the hash of the rows as the replica sent them (`wire_hashes`).
+        linked = self.source is not self.db
+        typed = linked and bool(self.field_types.get(table))
+        wire = 0
         async for page in self.source.keyset_pages(table, self.cfg.bootstrap_page_size):
             batch = []
             for row in page:
                 rid = record_id_text(row["id"])
                 b = canonical_bytes(row)
+                if linked:
+                    wire ^= bytes_hash(b)
+                if typed:
+                    try:
+                        row = self.restore_types(table, rid, row)
+                        b = canonical_bytes(row)
+                    except (ValueError, TypeError):
+                        pass  # keep the row as sent
                 old = store.get(rid)
                 if old is not None:
                     h ^= bytes_hash(old)
@@ -418,6 +434,8 @@ class Hub:
             replies = await self._broadcast("load_many", {"tables": {table: batch}})
             self._deliver([], replies, False, time.monotonic())
         self.hashes[table] = h
+        if linked:
+            self.wire_hashes[table] = wire
         if loaded == 0:
             upstream = await self.source.query_one(
                 f"SELECT count() AS n FROM {table} GROUP ALL", idempotent=True)
@@ -439,6 +457,9 @@ class Hub:
             if " TYPE " not in up:
                 continue
             tail = up.split(" TYPE ", 1)[1]
+            # SurrealDB 3 prints option<T> as `none | T`: the first non-none alternative.
+            alts = [a.strip() for a in tail.split("|")]
+            tail = next((a for a in alts if not a.startswith(("NONE", "NULL"))), "")
             if tail.startswith(("RECORD", "OPTION<RECORD")):
                 types[str(name)] = "record"
             elif tail.startswith(("DATETIME", "OPTION<DATETIME")):

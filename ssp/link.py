@@ -317,7 +317,7 @@ class SchedulerLink:
         problems = []
         for t in sorted(names):
             mine_n = len(self.hub.rows.get(t, {}))
-            mine_h = hash_text(self.hub.hashes.get(t, 0))
+            mine_h = hash_text(self.hub.wire_hashes.get(t, self.hub.hashes.get(t, 0)))
             theirs_n = int(counts.get(t, 0) or 0)
             theirs_h = str(hashes.get(t, hash_text(0))).lower()
             if mine_n != theirs_n or mine_h != theirs_h:
