@@ -46,7 +46,7 @@ from surrealdb.data.types.duration import Duration
 
 from dbclient import Database, DbAuthError, DbError, DbTimeout
 from engine.errors import QueryRejected
-from engine.hashing import bytes_hash
+from engine.hashing import bytes_hash, hash_text
 from engine.parser import parse
 from engine.values import canonical_bytes, parse_record_id, record_id_text, unpack_value
 from ipc.messages import (
@@ -536,7 +536,7 @@ class Hub:
             "version": VERSION,
             "uptime_seconds": int(time.monotonic() - self.started),
             "circuit_tables": {t: len(r) for t, r in sorted(self.rows.items())},
-            "circuit_hashes": {t: str(self.hashes.get(t, 0)) for t in sorted(self.rows)},
+            "circuit_hashes": {t: hash_text(self.hashes.get(t, 0)) for t in sorted(self.rows)},
             "bootstrap_warnings": list(self.bootstrap_warnings),
             "query_allowlist": self.allowlist.info(),
         }

@@ -5,6 +5,7 @@ and datetimes come as strings and are typed again from the table's field definit
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,9 @@ async def test_public_routes_and_bearer(stack: HttpStack) -> None:
                     "circuit_tables", "circuit_hashes", "bootstrap_warnings", "query_allowlist"):
             assert key in info
         assert info["entity"] == "ssp" and info["ref_mode"] == "dedicated"
-        assert all(isinstance(h, str) for h in info["circuit_hashes"].values())
+        # The scheduler's /health/snapshot wire text (engine.hashing.hash_text): 16 hex digits.
+        assert info["circuit_hashes"] and all(
+            re.fullmatch(r"[0-9a-f]{16}", h) for h in info["circuit_hashes"].values())
         assert "ref_mode: dedicated" in (await anon.get("/info/text")).text
         assert (await anon.post("/ingest", json={})).status_code == 401
         assert (await anon.get("/debug/deps")).status_code == 401
