@@ -29,6 +29,7 @@ from ipc.rpc import RpcServer
 from ssp.config import ConfigError, SspConfig
 from ssp.hub import Hub
 from ssp.link import SchedulerExit
+from ssp.telemetry import attach, setup_meter
 
 log = logging.getLogger("ssp")
 
@@ -48,6 +49,11 @@ class Supervisor:
     def __init__(self, cfg: SspConfig) -> None:
         self.cfg = cfg
         self.hub = Hub(cfg)
+        # The spec's ssp_edge_* instruments; exported only when OTEL_* asks (ssp.telemetry).
+        meter, self.meter_provider = setup_meter(
+            cfg.metrics_exporters, interval_ms=cfg.metrics_export_interval_ms,
+            service_name="svc-ssp", instance_id=cfg.ssp_id)
+        attach(self.hub, meter)
         self.server: RpcServer | None = None
         self.gateway: asyncio.subprocess.Process | None = None
         self.stopping = False
@@ -94,6 +100,9 @@ class Supervisor:
             log.error("shutdown incomplete: %s", e)
         serve.cancel()
         self.server.close()
+        if self.meter_provider is not None:
+            # The last figures (a final export); bounded so a dead collector cannot hang us.
+            await asyncio.to_thread(self.meter_provider.shutdown, 5_000)
         log.info("SSP stopped")
         return code
 

@@ -103,6 +103,36 @@ def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+METRICS_EXPORTERS = ("otlp", "console")
+
+
+def _metrics_exporters(env: Mapping[str, str]) -> tuple[str, ...]:
+    """`OTEL_METRICS_EXPORTER` (comma list of `otlp`, `console`, or `none`); unset: `otlp`
+    when an OTLP endpoint is set, else no export. Only OTLP over HTTP/protobuf is installed."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return ()
+    raw = env.get("OTEL_METRICS_EXPORTER", "").strip().lower()
+    if raw:
+        names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+        if names == ("none",):
+            return ()
+        bad = [n for n in names if n not in METRICS_EXPORTERS]
+        if bad:
+            raise ConfigError(f"OTEL_METRICS_EXPORTER: {', '.join(bad)[:100]} is not available "
+                              f"(installed: {', '.join(METRICS_EXPORTERS)}, or none)")
+    elif env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip() or env.get(
+            "OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        names = ("otlp",)
+    else:
+        return ()
+    protocol = (env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "").strip()
+                or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() or "http/protobuf")
+    if "otlp" in names and protocol != "http/protobuf":
+        raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol[:40]!r} is not installed; "
+                          "the SSP exports OTLP metrics over http/protobuf only")
+    return names
+
+
 @dataclass(frozen=True)
 class JobTable:
     """One outbox job table from `SVC_JOB_CONFIG` (`auth_token` never printed)."""
@@ -157,6 +187,9 @@ class SspConfig:
     shards: int
     gateway_workers: int
     run_dir: Path
+    # OpenTelemetry (standard OTEL_* names, `ssp.telemetry`): exporters to run, `()` = none
+    metrics_exporters: tuple[str, ...] = ()
+    metrics_export_interval_ms: int = 60_000
 
     @property
     def standalone(self) -> bool:
@@ -240,4 +273,7 @@ class SspConfig:
             shards=_int(env, "SVC_SSP_SHARDS", os.cpu_count() or 1, minimum=1),  # ours
             gateway_workers=_int(env, "SVC_SSP_GATEWAY_WORKERS", 1, minimum=1),  # ours
             run_dir=Path(run_dir) if run_dir else Path(f"/tmp/svc-ssp-{ssp_id}"),
+            metrics_exporters=_metrics_exporters(env),
+            metrics_export_interval_ms=_int(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000,
+                                            minimum=1),
         )

@@ -35,6 +35,7 @@ from surrealdb import RecordID
 from dbclient import Database, DbError, DbTimeout
 from engine.values import parse_record_id
 from ssp.naming import SINGLE_TABLE, edge_id
+from ssp.telemetry import NO_TELEMETRY, EdgeHooks
 from ssp.viewmetrics import ViewMetrics
 
 log = logging.getLogger("ssp.publisher")
@@ -143,6 +144,7 @@ class Publisher:
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = PublisherStats()
         self.metrics = metrics
+        self.telemetry: EdgeHooks = NO_TELEMETRY  # ssp.telemetry.attach: OpenTelemetry
         self._seq = 0
 
     # ------------------------------------------------------------------ queueing
@@ -234,9 +236,11 @@ class Publisher:
     async def hold(self, view_id: str) -> AsyncIterator[None]:
         """Keep flushes away from `view_id` (waiting for one in flight) while the hub writes
         its `_00_query` row directly; a pending teardown of it is dropped."""
+        asked = time.monotonic()
         async with self._changed:
             await self._changed.wait_for(lambda: view_id not in self._inflight)
             self._inflight.add(view_id)
+        held = self.telemetry.lock_wait(asked)
         try:
             self.teardowns.pop(view_id, None)
             yield
@@ -245,6 +249,7 @@ class Publisher:
                 self._inflight.discard(view_id)
                 self._changed.notify_all()
             self._kick()
+            self.telemetry.lock_hold(held)
 
     async def _run(self) -> None:
         backoff = 0.1
@@ -285,6 +290,7 @@ class Publisher:
         batch = self._take()
         if batch is None:
             return 0
+        held = time.monotonic()
         try:
             return await self._commit(batch)
         finally:
@@ -292,6 +298,7 @@ class Publisher:
                 self._inflight.difference_update(batch.views)
                 self._changed.notify_all()
             self._recount()
+            self.telemetry.lock_hold(held)
 
     def _take(self) -> _Batch | None:
         if not self.pending:
@@ -382,9 +389,11 @@ class Publisher:
 
     async def _commit(self, b: _Batch) -> int:
         if b.stmts:
+            began = time.monotonic()
             try:
                 await self.db.transaction(b.stmts)
             except BaseException as e:
+                self.telemetry.transaction(began, ok=False)
                 self._restore(b.dirty, b.initial, b.teardown)
                 if isinstance(e, DbTimeout):
                     # Too big for the database's time limit: retry smaller, never the same.
@@ -392,7 +401,9 @@ class Publisher:
                 raise
             self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
             now = time.monotonic()
+            self.telemetry.transaction(began)
             self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)
+            self.telemetry.published(b.started, now)
             if self.metrics is not None:
                 for vid, since, ops, initial in b.per_view:
                     self.metrics.observe(vid, (now - since) * 1000, ops, initial)
