@@ -9,12 +9,28 @@ database is the queue and the lock; this process only holds what is in flight:
   `processing`, `assignee` = this SSP, `lease_until`), so two SSPs never both claim a row.
   At most `concurrency` jobs per table run in this process (exact); the rest stay `pending`.
 - a job: POST `base_url + path` with `payload` as the JSON body and `Authorization: Bearer
-  <auth_token>`, bounded by `timeout_secs`. 2xx -> `completed` with `result` (the JSON reply,
-  or `{"text": ...}`). Anything else (non-2xx, timeout, connection failure) is appended to
-  `errors` as `{at, error, status}` (`status` only when the backend answered) and retried
-  after a backoff while `attempts <= max_retries` (row field, default 3), then `failed`.
-  Every write after the claim is conditional on `assignee` = this SSP and status
-  `processing`: an SSP that lost its lease never overwrites the new owner's outcome.
+  <auth_token>`, bounded by `timeout_secs`; redirects are not followed (the token goes to
+  `base_url` and nowhere else). 2xx -> `completed` with `result` (the JSON reply, or
+  `{"text": ...}`). Every failed attempt is appended to `errors` as one shape,
+  `{at, attempt, kind, status, error}`: `status` is the HTTP status, or null when the backend
+  gave no answer; `kind` says which failure it was:
+
+  | kind | status | retried? |
+  |---|---|---|
+  | `http` | 5xx, 408, 425 or 429 | yes, while the budget lasts |
+  | `rejected` | any other non-2xx (3xx, 4xx) | no: the job fails at once |
+  | `timeout` | null | yes |
+  | `unreachable` | null (connection refused, DNS, reset) | yes |
+  | `killed` | null | no |
+
+  The spec does not say which failures are retried; a 4xx other than 408/425/429 says the
+  request itself is wrong (bad path, payload, token) and the same call will get the same
+  answer, so it is not allowed to burn the retry budget (or the backend's time) on repeats.
+  A retried failure waits `backoff_ms` x 2^(n-1) (cap 30 s), or the backend's
+  `Retry-After` seconds when longer (cap 300 s), while `attempts <= max_retries` (row field,
+  default 3); then `failed`. Error texts never hold the `auth_token` or a URL password (both
+  replaced by `***`). Every write after the claim is conditional on `assignee` = this SSP and
+  status `processing`: an SSP that lost its lease never overwrites the new owner's outcome.
 - lease: renewed every third of `lease_secs` while the job runs; a renewal that finds the row
   no longer ours cancels the call.
 - kill: in flight here -> the call is cancelled and the row `failed` with error `killed`;
@@ -24,6 +40,12 @@ database is the queue and the lock; this process only holds what is in flight:
 - recovery (`recover_once`): processing rows whose lease expired (their SSP died or hung) go
   back to `pending` and are admitted like any other. Standalone SSPs run it every
   `SVC_SSP_JOB_SWEEP_SECS` (30); with a scheduler, the scheduler calls `POST /job/recover`.
+- results (scheduler mode): each status change is reported to the scheduler's
+  `POST /job/result` as `{job_id, status, result?, error?}` (`running` when claimed,
+  `completed` with the result object, `failed` with the last error text, `pending` when a
+  retry, a hand-back or a recovery resets it). Best effort and never in a job's way: one
+  sender per SSP, the latest status per job coalesced, one post per job at a time (so a job's
+  statuses arrive in order), at most `REPORTS_QUEUED` jobs waiting (the oldest dropped first).
 
 Delivery guarantee: at-least-once. A job is never lost (the row stays `pending` or
 `processing` until an outcome is written, and a processing row whose owner died is reclaimed
@@ -40,13 +62,15 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections import deque
 import logging
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
 import aiohttp
@@ -66,6 +90,16 @@ ERROR_TEXT_MAX = 500
 RESULT_TEXT_MAX = 65_536
 HINT_REWAKES = (0.2, 1.0)  # transport http: the row commits after the ingest call returns
 PREFETCH = 64  # pending ids read per admission query beyond the free slots
+RETRIED_4XX = frozenset({408, 425, 429})  # request timeout, too early, too many requests
+RETRY_AFTER_MAX_SECS = 300.0
+REPORTS_QUEUED = 10_000
+REPORT_SENDERS = 4
+REPORT_TIMEOUT_SECS = 5.0
+MASK = "***"
+# One `errors` entry, always the same keys: a Python None travels as NONE, which would drop
+# `status` from the object, so a missing status is written as NULL.
+ERROR_ENTRY = ("{ at: $e.at, attempt: $e.attempt, kind: $e.kind, status: $e.status ?? NULL, "
+               "error: $e.error }")
 
 
 class JobNotFound(LookupError):
@@ -104,6 +138,47 @@ def backoff_secs(base_ms: int, attempt: int) -> float:
     return min(base_ms * 2 ** max(0, attempt - 1), 30_000) / 1000
 
 
+def retried(status: int) -> bool:
+    """Whether a non-2xx answer is worth another attempt: 5xx, 408, 425, 429 (see above)."""
+    return status >= 500 or status in RETRIED_4XX
+
+
+def retry_after_secs(value: str | None, now: datetime | None = None) -> float | None:
+    """A `Retry-After` header (delta-seconds or an HTTP date) in seconds, capped; None when
+    absent or unreadable."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    try:
+        secs = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        secs = (when - (now or datetime.now(UTC))).total_seconds()
+    if secs != secs:  # NaN
+        return None
+    return min(max(secs, 0.0), RETRY_AFTER_MAX_SECS)
+
+
+def secrets_of(spec: JobTable) -> tuple[str, ...]:
+    """What error texts must never show: the token and a password in `base_url`."""
+    out = [spec.auth_token] if spec.auth_token else []
+    password = urlsplit(spec.base_url).password
+    if password:
+        out += [password, unquote(password)]
+    return tuple(sorted({x for x in out if x}, key=len, reverse=True))
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return text
+
+
 def job_url(base_url: str, path: Any) -> str:
     """`base_url` + the row's `path` (one slash between them)."""
     p = str(path or "")
@@ -115,6 +190,7 @@ def job_url(base_url: str, path: Any) -> str:
 @dataclass
 class _Table:
     spec: JobTable
+    secrets: tuple[str, ...] = ()
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     running: int = 0
     max_running: int = 0  # highest `running` seen (diagnostics)
@@ -131,6 +207,17 @@ class _Table:
 
 
 @dataclass
+class _Attempt:
+    """One backend call: `result` (2xx) or `error` (an `errors` entry); `retry`: worth
+    another attempt; `wait`: the backend's Retry-After in seconds."""
+
+    result: Any = None
+    error: dict[str, Any] | None = None
+    retry: bool = True
+    wait: float | None = None
+
+
+@dataclass
 class _Running:
     table: _Table
     rid: RecordID
@@ -138,16 +225,97 @@ class _Running:
     killing: bool = False
 
 
+class ResultReporter:
+    """Scheduler mode: job status changes -> the scheduler's `POST /job/result`.
+
+    The latest status per job waits in `queued` (a newer one replaces it); `REPORT_SENDERS`
+    tasks post them, never two of one job at once, so a job's statuses arrive in order."""
+
+    def __init__(self, url: str, auth_secret: str | None) -> None:
+        self.url = url.rstrip("/") + "/job/result"
+        self.headers = {"Authorization": f"Bearer {auth_secret}"} if auth_secret else {}
+        self.queued: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.sending: set[str] = set()
+        self.ready = asyncio.Event()
+        self.stats = {"sent": 0, "failed": 0, "dropped": 0}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def report(self, job_id: str, status: str, *, result: Any = None,
+               error: str | None = None) -> None:
+        body: dict[str, Any] = {"job_id": job_id, "status": status}
+        if result is not None:
+            body["result"] = result if isinstance(result, dict) else {"value": result}
+        if error is not None:
+            body["error"] = error
+        self.queued[job_id] = body
+        self.queued.move_to_end(job_id)
+        while len(self.queued) > REPORTS_QUEUED:
+            self.queued.popitem(last=False)
+            self.stats["dropped"] += 1
+        self.ready.set()
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._sender(session), name=f"job-results-{i}")
+                       for i in range(REPORT_SENDERS)]
+
+    async def stop(self, session: aiohttp.ClientSession, timeout: float = 2.0) -> None:
+        """Send what is queued (bounded by `timeout`), then stop the senders."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self.queued or self.sending:
+                    await asyncio.sleep(0.02)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _next(self) -> dict[str, Any] | None:
+        for job_id in self.queued:
+            if job_id not in self.sending:
+                self.sending.add(job_id)
+                return self.queued.pop(job_id)
+        return None
+
+    async def _sender(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            body = self._next()
+            if body is None:
+                self.ready.clear()
+                await self.ready.wait()
+                continue
+            try:
+                async with session.post(self.url, json=jsonable(body), headers=self.headers,
+                                        timeout=aiohttp.ClientTimeout(total=REPORT_TIMEOUT_SECS)
+                                        ) as resp:
+                    await resp.read()
+                    ok = resp.status == 200
+                if not ok:
+                    log.warning("job result %s for %s: the scheduler answered %d",
+                                body["status"], body["job_id"], resp.status)
+            except (aiohttp.ClientError, TimeoutError) as e:
+                ok = False
+                log.warning("job result %s for %s not delivered: %s", body["status"],
+                            body["job_id"], type(e).__name__)
+            finally:
+                self.sending.discard(body["job_id"])
+                if self.queued:
+                    self.ready.set()  # this job's newer status may be waiting
+            self.stats["sent" if ok else "failed"] += 1
+
+
 class JobRunner:
     """Runs the outbox jobs of one SSP process (see the module docstring)."""
 
     def __init__(self, db: Database, tables: tuple[JobTable, ...], ssp_id: str, *,
-                 sweep_secs: float = 30.0, standalone: bool = True) -> None:
+                 sweep_secs: float = 30.0, standalone: bool = True,
+                 scheduler_url: str | None = None, auth_secret: str | None = None) -> None:
         self.db = db
         self.ssp_id = ssp_id
         self.sweep_secs = sweep_secs
         self.standalone = standalone
-        self.tables = {t.name: _Table(t) for t in tables}
+        self.reporter = (ResultReporter(scheduler_url, auth_secret)
+                         if scheduler_url and tables else None)
+        self.tables = {t.name: _Table(t, secrets_of(t)) for t in tables}
         self.inflight: dict[str, _Running] = {}
         self.session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -162,6 +330,8 @@ class JobRunner:
         if not self.tables:
             return
         self.session = aiohttp.ClientSession()
+        if self.reporter is not None:
+            self.reporter.start(self.session)
         loop = asyncio.get_running_loop()
         for t in self.tables.values():
             self._tasks.append(loop.create_task(self._admit_loop(t), name=f"jobs-{t.spec.name}"))
@@ -184,11 +354,15 @@ class JobRunner:
             await asyncio.gather(*(r.task for r in running), return_exceptions=True)
             for r in running:
                 with contextlib.suppress(DbError):
-                    await self.db.query(
+                    got = await self.db.query_one(
                         "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE "
-                        "WHERE status = 'processing' AND assignee = $me RETURN NONE",
+                        "WHERE status = 'processing' AND assignee = $me RETURN id",
                         {"id": r.rid, "me": self.ssp_id})
+                    if got:
+                        self._report(r.rid, "pending")
             log.info("job runner stopped: %d jobs in flight handed back", len(running))
+        if self.reporter is not None and self.session is not None:
+            await self.reporter.stop(self.session)
         if self.session is not None:
             await self.session.close()
             self.session = None
@@ -221,10 +395,18 @@ class JobRunner:
 
     def info(self) -> dict[str, Any]:
         """In-flight counts and outcome counters (for `/debug/memory`)."""
-        return {"tables": {name: {"running": t.running, "concurrency": t.spec.concurrency,
-                                  "max_running": t.max_running}
-                           for name, t in self.tables.items()},
-                "inflight": sorted(self.inflight), **self.stats}
+        out = {"tables": {name: {"running": t.running, "concurrency": t.spec.concurrency,
+                                 "max_running": t.max_running}
+                          for name, t in self.tables.items()},
+               "inflight": sorted(self.inflight), **self.stats}
+        if self.reporter is not None:
+            out["results"] = {**self.reporter.stats, "queued": len(self.reporter.queued)}
+        return out
+
+    def _report(self, rid: RecordID, status: str, *, result: Any = None,
+                error: str | None = None) -> None:
+        if self.reporter is not None:
+            self.reporter.report(record_id_text(rid), status, result=result, error=error)
 
     # ------------------------------------------------------------------ admission
 
@@ -273,6 +455,8 @@ class JobRunner:
         won = {record_id_text(r["id"]): r for r in got}
         rows = [won[k] for k in map(record_id_text, rids) if k in won]
         self.stats["claimed"] += len(rows)
+        for row in rows:
+            self._report(row["id"], "running")
         return rows
 
     def _launch(self, t: _Table, row: dict[str, Any]) -> None:
@@ -288,39 +472,45 @@ class JobRunner:
         rid: RecordID = row["id"]
         key = record_id_text(rid)
         renew = asyncio.get_running_loop().create_task(self._renew(t, rid, key))
+        attempts = int(row.get("attempts") or 0)
         try:
             if row.get("kill_requested"):
                 self.stats["killed"] += 1
-                await self._finish_failed(rid, _error("killed"), attempts=None)
+                await self._finish_failed(rid, _error("killed", "killed", attempt=attempts),
+                                          attempts=attempts)
                 log.info("job %s killed before it ran", key)
                 return
-            attempts = int(row.get("attempts") or 0)
             max_retries = _max_retries(row.get("max_retries"))
             while True:
                 attempts += 1
                 self.stats["attempts"] += 1
-                ok, outcome = await self._call(t, row, key)
-                if ok:
-                    await self._write(rid, "status = 'completed', result = $r, attempts = $n, "
-                                      "finished_at = time::now(), lease_until = NONE",
-                                      {"r": outcome, "n": attempts})
+                a = await self._call(t, row, key, attempts)
+                if a.error is None:
+                    if await self._write(rid, "status = 'completed', result = $r, attempts = $n, "
+                                         "finished_at = time::now(), lease_until = NONE",
+                                         {"r": a.result, "n": attempts}):
+                        self._report(rid, "completed", result=a.result)
                     self.stats["completed"] += 1
                     return
-                if attempts > max_retries:
-                    await self._finish_failed(rid, outcome, attempts=attempts)
+                if not a.retry or attempts > max_retries:
+                    await self._finish_failed(rid, a.error, attempts=attempts)
                     self.stats["failed"] += 1
-                    log.info("job %s failed after %d attempts: %s", key, attempts,
-                             outcome["error"])
+                    log.info("job %s failed after %d attempts%s: %s", key, attempts,
+                             "" if a.retry else " (not retried)", a.error["error"])
                     return
-                await self._write(rid, "errors += $e, attempts = $n", {"e": outcome,
-                                                                       "n": attempts})
-                await asyncio.sleep(backoff_secs(t.spec.backoff_ms, attempts))
+                if not await self._write(rid, f"errors += {ERROR_ENTRY}, attempts = $n",
+                                         {"e": a.error, "n": attempts}):
+                    log.warning("job %s is no longer ours: no further attempt", key)
+                    return
+                wait = backoff_secs(t.spec.backoff_ms, attempts)
+                await asyncio.sleep(wait if a.wait is None else max(wait, a.wait))
         except asyncio.CancelledError:
             r = self.inflight.get(key)
             if r is None or not r.killing:
                 raise  # shutdown or lost lease: the row is handed back or already not ours
             self.stats["killed"] += 1
-            await self._finish_failed(rid, _error("killed"), attempts=None)
+            await self._finish_failed(rid, _error("killed", "killed", attempt=attempts),
+                                      attempts=attempts)
             log.info("job %s killed in flight", key)
         except DbError as e:
             # The outcome could not be written: the row stays processing, its lease expires
@@ -332,9 +522,8 @@ class JobRunner:
             t.running -= 1
             t.poke(refresh=False)
 
-    async def _call(self, t: _Table, row: dict[str, Any], key: str
-                    ) -> tuple[bool, dict[str, Any]]:
-        """One backend call: (True, result) or (False, the error entry)."""
+    async def _call(self, t: _Table, row: dict[str, Any], key: str, attempt: int) -> _Attempt:
+        """One backend call, classified (see the module docstring)."""
         assert self.session is not None
         url = job_url(t.spec.base_url, row.get("path"))
         headers = {"X-Job-Id": key}
@@ -343,17 +532,26 @@ class JobRunner:
         try:
             async with self.session.post(
                     url, json=jsonable(row.get("payload")), headers=headers,
+                    allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=t.spec.timeout_secs)) as resp:
                 text = await resp.text(errors="replace")
                 if 200 <= resp.status < 300:
-                    return True, _result(text)
-                return False, _error(f"backend answered {resp.status}: "
-                                     f"{text[:ERROR_TEXT_MAX]}", resp.status)
+                    return _Attempt(result=_result(text))
+                again = retried(resp.status)
+                message = redact(f"backend answered {resp.status}: {text}",
+                                 t.secrets)[:ERROR_TEXT_MAX]
+                return _Attempt(
+                    error=_error("http" if again else "rejected", message, attempt=attempt,
+                                 status=resp.status),
+                    retry=again,
+                    wait=retry_after_secs(resp.headers.get("Retry-After")) if again else None)
         except TimeoutError:
-            return False, _error(f"backend timed out after {t.spec.timeout_secs:g}s")
+            return _Attempt(error=_error(
+                "timeout", f"backend timed out after {t.spec.timeout_secs:g}s", attempt=attempt))
         except aiohttp.ClientError as e:
-            return False, _error(f"backend unreachable: {type(e).__name__}: "
-                                 f"{str(e)[:ERROR_TEXT_MAX]}")
+            message = redact(f"backend unreachable: {type(e).__name__}: {e}", t.secrets)
+            return _Attempt(error=_error("unreachable", message[:ERROR_TEXT_MAX],
+                                         attempt=attempt))
 
     async def _renew(self, t: _Table, rid: RecordID, key: str) -> None:
         every = max(0.05, t.spec.lease_secs / 3)
@@ -374,18 +572,19 @@ class JobRunner:
                     r.task.cancel()
                 return
 
-    async def _write(self, rid: RecordID, sets: str, params: dict[str, Any]) -> None:
-        await self.db.query(f"UPDATE $id SET {sets} WHERE status = 'processing' AND "
-                            "assignee = $me RETURN NONE", {"id": rid, "me": self.ssp_id, **params})
+    async def _write(self, rid: RecordID, sets: str, params: dict[str, Any]) -> bool:
+        """Update our processing row; False when it is no longer ours (nothing written)."""
+        got = await self.db.query_one(
+            f"UPDATE $id SET {sets} WHERE status = 'processing' AND assignee = $me RETURN id",
+            {"id": rid, "me": self.ssp_id, **params})
+        return bool(got)
 
-    async def _finish_failed(self, rid: RecordID, err: dict[str, Any], *, attempts: int | None
+    async def _finish_failed(self, rid: RecordID, err: dict[str, Any], *, attempts: int
                              ) -> None:
-        sets = "status = 'failed', errors += $e, finished_at = time::now(), lease_until = NONE"
-        params: dict[str, Any] = {"e": err}
-        if attempts is not None:
-            sets += ", attempts = $n"
-            params["n"] = attempts
-        await self._write(rid, sets, params)
+        if await self._write(rid, f"status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
+                             "finished_at = time::now(), lease_until = NONE",
+                             {"e": err, "n": attempts}):
+            self._report(rid, "failed", error=str(err["error"]))
 
     # ------------------------------------------------------------------ operations
 
@@ -434,6 +633,7 @@ class JobRunner:
             {"id": rid})
         if not got:
             raise NotTerminal(await self._status(rid))
+        self._report(rid, "pending")
         t.poke(refresh=True)
         log.info("job %s reset to pending for retry", record_id_text(rid))
         return {"id": record_id_text(rid), "status": "pending"}
@@ -450,6 +650,7 @@ class JobRunner:
                 "lease_until < time::now() RETURN id")
             for row in got or []:
                 log.info("job %s: lease expired, back to pending", record_id_text(row["id"]))
+                self._report(row["id"], "pending")
             reclaimed += len(got or [])
             t.poke(refresh=True)
         self.stats["reclaimed"] += reclaimed
@@ -470,11 +671,11 @@ def _max_retries(v: Any) -> int:
     return DEFAULT_MAX_RETRIES
 
 
-def _error(message: str, status: int | None = None) -> dict[str, Any]:
-    e: dict[str, Any] = {"at": datetime.now(UTC), "error": message}
-    if status is not None:
-        e["status"] = status
-    return e
+def _error(kind: str, message: str, *, attempt: int, status: int | None = None
+           ) -> dict[str, Any]:
+    """One `errors` entry; written with `ERROR_ENTRY`, which stores a missing status as null."""
+    return {"at": datetime.now(UTC), "attempt": attempt, "kind": kind, "status": status,
+            "error": message}
 
 
 def _result(text: str) -> Any:

@@ -9,6 +9,8 @@ from tests.integration.test_jobs_support import SECRET, TOKEN, job_stack
 from tests.integration.test_ssp_support import wait_for
 from tests.support.procs import DbHost
 
+ERROR_KEYS = {"at", "attempt", "kind", "status", "error"}  # every `errors` entry
+
 
 async def test_pending_row_is_called_with_bearer_and_completes_with_result(
         host: DbHost, tmp_path: Path) -> None:
@@ -29,7 +31,9 @@ async def test_failure_is_retried_until_the_budget_is_spent_with_every_attempt_i
         rid = await st.add_job("job", "f1", "/fail", max_retries=2)
         row = await st.wait_status(rid, "failed")
         assert len(st.backend.calls_of("job:f1")) == 3  # the first call + 2 retries
-        assert [e["status"] for e in row["errors"]] == [500, 500, 500]
+        assert [(e["attempt"], e["kind"], e["status"]) for e in row["errors"]] == [
+            (1, "http", 500), (2, "http", 500), (3, "http", 500)]
+        assert all(set(e) == ERROR_KEYS for e in row["errors"])
         assert all("boom" in e["error"] and e["at"] for e in row["errors"])
         assert row["attempts"] == 3
         dflt = await st.add_job("job", "f2", "/fail")  # no max_retries: default 3
@@ -42,7 +46,9 @@ async def test_backend_timeout_is_a_failed_attempt(host: DbHost, tmp_path: Path)
         rid = await st.add_job("job", "t1", "/hang", max_retries=1)
         row = await st.wait_status(rid, "failed")
         assert [e["error"] for e in row["errors"]] == ["backend timed out after 0.5s"] * 2
-        assert "status" not in row["errors"][0]  # no HTTP answer
+        # No HTTP answer: the same keys as any entry, status null.
+        assert all(set(e) == ERROR_KEYS for e in row["errors"])
+        assert [(e["kind"], e["status"]) for e in row["errors"]] == [("timeout", None)] * 2
 
 
 async def test_backend_down_then_up_completes_after_failed_attempts(
@@ -58,6 +64,36 @@ async def test_backend_down_then_up_completes_after_failed_attempts(
         row = await st.wait_status(rid, "completed")
         assert row["result"]["ok"] is True
         assert row["errors"] and all("unreachable" in e["error"] for e in row["errors"])
+        assert {(e["kind"], e["status"]) for e in row["errors"]} == {("unreachable", None)}
+        assert all(set(e) == ERROR_KEYS for e in row["errors"])
+
+
+async def test_4xx_other_than_408_425_429_and_redirects_fail_at_once_without_retries(
+        host: DbHost, tmp_path: Path) -> None:
+    async with job_stack(host, tmp_path) as st:
+        rid = await st.add_job("job", "x1", "/reject", max_retries=5)
+        row = await st.wait_status(rid, "failed")
+        assert len(st.backend.calls_of("job:x1")) == 1  # the budget is not spent on repeats
+        [err] = row["errors"]
+        assert (err["attempt"], err["kind"], err["status"]) == (1, "rejected", 400)
+        assert row["attempts"] == 1
+        # The backend echoed the bearer; the stored text shows it masked.
+        assert TOKEN not in err["error"] and "Bearer ***" in err["error"]
+
+        moved = await st.add_job("job", "m1", "/redirect", max_retries=5)
+        row = await st.wait_status(moved, "failed")
+        assert [(e["kind"], e["status"]) for e in row["errors"]] == [("rejected", 307)]
+        assert [c.path for c in st.backend.calls] == ["/reject", "/redirect"]  # not followed
+
+
+async def test_429_is_retried_after_the_backends_retry_after(host: DbHost, tmp_path: Path
+                                                              ) -> None:
+    async with job_stack(host, tmp_path) as st:  # backoff_ms 50: Retry-After (1 s) is longer
+        rid = await st.add_job("job", "b1", "/busy-once", max_retries=1)
+        row = await st.wait_status(rid, "completed")
+        assert [(e["kind"], e["status"]) for e in row["errors"]] == [("http", 429)]
+        first, second = (c.at for c in st.backend.calls_of("job:b1"))
+        assert second - first >= 0.95
 
 
 async def test_kill_in_flight_cancels_the_call_and_fails_the_job(
@@ -70,6 +106,7 @@ async def test_kill_in_flight_cancels_the_call_and_fails_the_job(
                                           "status": "failed"}
         row = await st.row(rid)
         assert row["status"] == "failed" and row["errors"][-1]["error"] == "killed"
+        assert row["errors"][-1]["kind"] == "killed" and row["errors"][-1]["status"] is None
 
         async def backend_saw_disconnect() -> bool:
             return st.backend.inflight == 0

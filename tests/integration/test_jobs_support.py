@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ class Call:
     job: str | None
     auth: str | None
     body: Any
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -54,7 +56,9 @@ class Backend:
     `/ok` 200 `{ok, echo}`; `/fail` 500; `/hang` never answers (until the caller gives up);
     `/hang-once` hangs on the first call of a job, answers 200 afterwards; `/hold` hangs until
     `release.set()`, then answers 200; `/work` answers 200
-    after a short pause (concurrency counting); `/toggle` 503 until `toggle_ok`; `/health` 200.
+    after a short pause (concurrency counting); `/toggle` 503 until `toggle_ok`; `/health` 200;
+    `/reject` 400 echoing the Authorization header it got; `/busy-once` 429 with
+    `Retry-After: 1` on the first call of a job, 200 afterwards; `/redirect` 307 to `/ok`.
     """
 
     port: int = field(default_factory=free_port)
@@ -101,6 +105,12 @@ class Backend:
                 return web.json_response({"ok": True, "echo": call.body})
             if path == "/fail":
                 return web.Response(status=500, text="boom")
+            if path == "/reject":
+                return web.Response(status=400, text=f"bad request; you sent {call.auth}")
+            if path == "/busy-once" and seen_before == 0:
+                return web.Response(status=429, text="slow down", headers={"Retry-After": "1"})
+            if path == "/redirect":
+                return web.Response(status=307, headers={"Location": "/ok"})
             if path == "/hang" or (path == "/hang-once" and seen_before == 0):
                 await asyncio.Event().wait()
             if path == "/hold":
