@@ -4,6 +4,10 @@ Components reach the database only through this package and a URL (`SVC_DB_URL`)
 importing the database host, so code that works on the embedded host works on a real server.
 """
 
+from dbclient import cbor as _cbor
+
+_cbor.install()  # the SDK's wire codec through cbor2's C extension (see dbclient.cbor)
+
 from dbclient.config import DbConfig, DbUrl, normalise_db_url
 from dbclient.database import Database, LiveSubscription
 from dbclient.errors import DbAuthError, DbConnectionError, DbError, DbQueryError, DbTimeout

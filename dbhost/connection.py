@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from surrealdb.data.cbor import decode, encode
+from dbclient.cbor import decode, encode
 
 from dbhost.engine import Engine
 from dbhost.frames import (

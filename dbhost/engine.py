@@ -7,7 +7,7 @@ import logging
 import uuid
 from typing import Any
 
-from surrealdb.data.cbor import decode, encode
+from dbclient.cbor import decode, encode
 from surrealdb_embedded import AsyncEmbeddedDB
 
 from dbhost.frames import INVALID_PARAMS, RpcError

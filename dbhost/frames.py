@@ -9,14 +9,11 @@ slow, decode-and-encode path, which is always correct.
 
 from __future__ import annotations
 
-import io
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from surrealdb.cbor import CBORDecoder
-from surrealdb.cbor._types import break_marker
-from surrealdb.data.cbor import decode, encode, tag_decoder
+from dbclient.cbor import decode, decode_whole, encode
 
 # JSON-RPC style error codes, as SurrealDB uses them.
 PARSE_ERROR = -32700
@@ -132,16 +129,13 @@ def parse_request(data: bytes | str, max_bytes: int) -> Request:
 
 def decode_strict(data: bytes) -> Any:
     """Decode exactly one CBOR item filling the whole frame; raises RpcError(PARSE_ERROR)."""
-    stream = io.BytesIO(data)
     try:
-        msg = CBORDecoder(stream, tag_hook=tag_decoder).decode()
+        msg, used = decode_whole(data)
     except Exception as exc:  # noqa: BLE001 - the CBOR decoder raises many types on garbage
+        # (a stray break byte included: the C decoder refuses it where an item is expected)
         raise RpcError(PARSE_ERROR, f"malformed CBOR frame: {type(exc).__name__}") from None
-    if msg is break_marker:
-        raise RpcError(PARSE_ERROR, "malformed CBOR frame: stray break byte")
-    if stream.tell() != len(data):
-        raise RpcError(PARSE_ERROR,
-                       f"malformed CBOR frame: {len(data) - stream.tell()} trailing bytes")
+    if used != len(data):
+        raise RpcError(PARSE_ERROR, f"malformed CBOR frame: {len(data) - used} trailing bytes")
     return msg
 
 

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from surrealdb.data.cbor import encode
+from dbclient.cbor import encode
 from surrealdb.data.types.table import Table
 
 from dbhost.engine import Engine, EngineError, quote_ident

@@ -1,0 +1,140 @@
+"""SurrealDB's CBOR dialect, encoded and decoded by the `cbor2` C extension.
+
+The official SDK (2.0.0) ships a pure-Python copy of cbor2 for its wire format. Every call
+pays for it on both sides of the socket: encoding the parameters of one 1,000-edge
+transaction took ~60 ms and decoding it in the database host ~50 ms, more than the engine
+spent executing it (measured on the 2-core VM, `loadtests/bench_ssp.py` profile). This module
+produces the same bytes with the C codec (a test compares them byte for byte over generated
+values) and `install()` points the SDK's own call sites at it, so the SDK keeps doing the
+protocol and only the codec changes.
+
+What the dialect adds to plain CBOR, and how it is kept:
+- Python `None` is NONE: tag 6 wrapping null (`\\xc6\\xf6`), as the SDK writes it.
+- `Decimal` is tag 10 with its text (the SDK's form), not CBOR's tag 4.
+- `RecordID` is tag 8 `[table, id]`; the other SDK types (Table, Duration, Range, geometry,
+  Datetime) go through the SDK's own `default_encoder`.
+- Decoding: the SDK's `tag_decoder` builds the SDK types. cbor2 hands a tag's content over
+  frozen (tuples, frozendict) so it could be a map key; it is thawed back into lists and dicts,
+  which is what the SDK's decoder returns.
+"""
+
+from __future__ import annotations
+
+import decimal
+import io
+from datetime import timezone
+from typing import Any
+
+import cbor2
+from surrealdb.cbor import CBORTag as SdkTag
+from surrealdb.data import cbor as sdk_cbor
+from surrealdb.data.types.record_id import RecordID
+
+_CBORTag = cbor2.CBORTag
+_FrozenDict = getattr(cbor2, "FrozenDict", None) or type(cbor2.loads(
+    cbor2.dumps(_CBORTag(99, {"k": 1})), tag_hook=lambda t, *_: t.value))
+
+# The SDK's own codec, kept for the equivalence tests (install() replaces the module attributes).
+sdk_encode = sdk_cbor.encode
+sdk_decode = sdk_cbor.decode
+
+TAG_NONE = 6
+TAG_DECIMAL_STRING = 10
+TAG_RECORD_ID = 8
+
+
+def _encode_none(enc: Any, value: None) -> None:
+    enc.write(b"\xc6\xf6")
+
+
+def _encode_decimal(enc: Any, value: decimal.Decimal) -> None:
+    enc.encode(_CBORTag(TAG_DECIMAL_STRING, str(value)))
+
+
+def _encode_record_id(enc: Any, value: RecordID) -> None:
+    enc.encode(_CBORTag(TAG_RECORD_ID, [value.table_name, value.id]))
+
+
+def _encode_sdk_tag(enc: Any, value: Any) -> None:
+    enc.encode(_CBORTag(value.tag, value.value))
+
+
+_ENCODERS = {
+    SdkTag: _encode_sdk_tag,
+    type(None): _encode_none,
+    decimal.Decimal: _encode_decimal,
+    RecordID: _encode_record_id,
+}
+
+
+# The SDK's hook without its value-sharing wrapper (cbor2's C encoder has no encode_shared;
+# value sharing is off in the SDK's own calls anyway).
+_sdk_default = getattr(sdk_cbor.default_encoder, "__wrapped__", sdk_cbor.default_encoder)
+
+
+def _default(enc: Any, value: Any) -> None:
+    _sdk_default(enc, value)
+
+
+def encode(obj: Any) -> bytes:
+    """`obj` in SurrealDB's CBOR dialect (the same bytes as the SDK's encoder)."""
+    return cbor2.dumps(obj, default=_default, timezone=timezone.utc, encoders=_ENCODERS)
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    if _FrozenDict is not None and isinstance(value, _FrozenDict):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
+
+
+def _tag_hook(*args: Any) -> Any:
+    # cbor2 >= 6 calls hook(tag, immutable); older releases hook(decoder, tag).
+    tag = args[0] if isinstance(args[0], _CBORTag) else args[1]
+    if isinstance(tag.value, (tuple, _FrozenDict)):
+        tag = _CBORTag(tag.tag, _thaw(tag.value))
+    return sdk_cbor.tag_decoder(None, tag)  # type: ignore[arg-type]
+
+
+def decode(data: bytes) -> Any:
+    """One value in SurrealDB's CBOR dialect (what the SDK's decoder returns)."""
+    return cbor2.loads(data, tag_hook=_tag_hook)
+
+
+def decode_whole(data: bytes) -> tuple[Any, int]:
+    """Decode the first item of `data`; returns it and how many bytes it took."""
+    stream = io.BytesIO(data)
+    value = cbor2.CBORDecoder(stream, tag_hook=_tag_hook).decode()
+    return value, stream.tell()
+
+
+_installed = False
+
+
+def install() -> None:
+    """Point the SDK's encode/decode call sites at this codec (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    import importlib
+
+    sdk_cbor.encode = encode  # type: ignore[assignment]
+    sdk_cbor.decode = decode  # type: ignore[assignment]
+    for name, attrs in (
+        ("surrealdb.request_message.descriptors.cbor_ws", ("encode",)),
+        ("surrealdb.connections.async_ws", ("decode",)),
+        ("surrealdb.connections.async_embedded", ("decode",)),
+        ("surrealdb.connections.async_http", ("decode",)),
+        ("surrealdb.connections.blocking_ws", ("decode",)),
+        ("surrealdb.connections.blocking_embedded", ("decode",)),
+        ("surrealdb.connections.blocking_http", ("decode",)),
+    ):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:  # an SDK release without this transport
+            continue
+        for attr in attrs:
+            if hasattr(mod, attr):
+                setattr(mod, attr, encode if attr == "encode" else decode)
+    _installed = True

@@ -1,0 +1,116 @@
+"""dbclient.cbor: the C codec writes the SDK's exact bytes and reads back the SDK's values."""
+
+from __future__ import annotations
+
+import decimal
+import math
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from surrealdb import RecordID
+from surrealdb.data.types.duration import Duration
+from surrealdb.data.types.table import Table
+
+from dbclient import cbor
+
+keys = st.text(min_size=0, max_size=8)
+record_keys = st.one_of(
+    st.text(min_size=1, max_size=10),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.lists(st.one_of(st.integers(-5, 5), st.text(max_size=4)), max_size=3),
+    st.dictionaries(st.text(min_size=1, max_size=4), st.integers(-5, 5), max_size=3),
+)
+record_ids = st.builds(RecordID, st.sampled_from(["user", "post", "_00_query", "a-b"]),
+                       record_keys)
+nested_record_ids = st.builds(lambda t, a, b: RecordID(t, [a, b]),
+                              st.sampled_from(["_00_list_ref_user_u1", "e"]), record_ids,
+                              record_ids)
+datetimes = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
+                         timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=2)),
+                                                    timezone(timedelta(hours=-5, minutes=-30))]))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.binary(max_size=16),
+    st.decimals(allow_nan=False, allow_infinity=False, places=None).filter(
+        lambda d: abs(d.adjusted()) < 30),
+    datetimes,
+    st.uuids(),
+    record_ids,
+    nested_record_ids,
+    st.builds(Table, st.sampled_from(["user", "post"])),
+    st.builds(Duration, st.integers(min_value=1, max_value=2**62)),
+)
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.dictionaries(keys, inner, max_size=5)), max_leaves=30)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal values of identical types, NaN equal to NaN, all the way down."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, RecordID):
+        return a.table_name == b.table_name and same(a.id, b.id)
+    if isinstance(a, Duration):
+        return a.elapsed == b.elapsed
+    if isinstance(a, Table):
+        return a.table_name == b.table_name
+    return bool(a == b)
+
+
+@settings(max_examples=600, deadline=None)
+@given(values)
+def test_encode_writes_the_sdk_bytes(value: Any) -> None:
+    assert cbor.encode(value) == cbor.sdk_encode(value)
+
+
+@settings(max_examples=600, deadline=None)
+@given(values)
+def test_decode_reads_what_the_sdk_reads(value: Any) -> None:
+    data = cbor.sdk_encode(value)
+    assert same(cbor.decode(data), cbor.sdk_decode(data))
+
+
+def test_rpc_request_of_edge_rows_round_trips() -> None:
+    q = RecordID("_00_query", "u1c2")
+    rows = [{"id": RecordID("_00_list_ref_user_u1", [q, RecordID("post", f"p{i}")]), "in": q,
+             "out": RecordID("post", f"p{i}"), "rv": i, "seq": 7,
+             "at": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
+             "n": decimal.Decimal("1.50"), "u": uuid.UUID(int=i), "gone": None}
+            for i in range(50)]
+    req = {"id": 3, "method": "query", "params": ["FOR $r IN $rows {}", {"rows": rows}]}
+    data = cbor.encode(req)
+    assert data == cbor.sdk_encode(req)
+    back, used = cbor.decode_whole(data + b"\x00")
+    assert used == len(data)
+    assert same(back, cbor.sdk_decode(data))
+    # A record id inside a record id decodes to lists, never frozen tuples.
+    assert isinstance(back["params"][1]["rows"][0]["id"].id, list)
+
+
+def test_none_is_surrealdb_none_and_decimal_its_string_tag() -> None:
+    assert cbor.encode(None) == b"\xc6\xf6"
+    assert cbor.encode(decimal.Decimal("2.5")) == b"\xca" + bytes([0x63]) + b"2.5"
+
+
+def test_install_routes_the_sdk_call_sites_to_the_c_codec() -> None:
+    from surrealdb.connections import async_ws
+    from surrealdb.data import cbor as sdk_cbor
+    from surrealdb.request_message.descriptors import cbor_ws
+
+    cbor.install()
+    assert cbor_ws.encode is cbor.encode
+    assert async_ws.decode is cbor.decode
+    assert sdk_cbor.encode is cbor.encode and sdk_cbor.decode is cbor.decode
