@@ -5,9 +5,13 @@ only routes operations to its Ready SSPs:
 
 - `POST /job/dispatch {job_id, table, payload}`: picks one Ready SSP (round robin) and asks it
   to admit that table now (`POST /job/recover {table}` on the SSP); 200 with the SSP id as a
-  JSON string; 503 `no_ssp` when none is Ready or none answered.
+  JSON string; an SSP's 4xx (404: not a job table there) relayed verbatim; 503 `no_ssp` when
+  none is Ready or none answered. The job row in the database is the job (outbox): dispatch
+  wakes admission, it does not write the row, and `payload` is only shape-checked.
 - `POST /job/result {job_id, status, result?, error?}`: 200; the latest status per job is
-  kept in memory (bounded) for `/metrics` `running_jobs`.
+  kept in memory (bounded) for `/metrics` `running_jobs` (jobs whose latest status is
+  `pending` or `running`). The SSPs post one for every status change of a job they run
+  (`ssp.jobs.ResultReporter`); anyone else may post too.
 - `POST /job/kill {id}`: sent to every Ready SSP (the owner cancels, the others flag the row);
   200 `{id, dispatched, ssps}` (`dispatched`: how many SSPs answered 200, `ssps`: their ids);
   503 `no_ssp` when none is Ready.
@@ -19,7 +23,8 @@ only routes operations to its Ready SSPs:
 
 `PUT /backends` and `backends` in `GET /health`: the same `ssp.backends.BackendMonitor` as the
 standalone SSP, started with `SVC_BACKENDS`; incidents go to `incidents.jsonl` in the
-scheduler's data dir (next to the replica).
+scheduler's data dir (next to the replica). Like the SSP's, `/health` has `backends` only
+while the list is non-empty ("with a backend list"); `PUT /backends []` removes it.
 
 Wiring: `add_job_routes(app, scheduler)` adds the routes and a lifespan hook that starts and
 stops the sweep and the health checks with the listener.
@@ -89,10 +94,19 @@ class JobPlane:
             _backends_of(s.cfg), interval_secs=s.cfg.health_check_interval_secs,
             down_after_secs=s.cfg.backend_down_after_secs, incidents_dir=data_dir,
             component=s.cfg.scheduler_id)
-        s.extra_health["backends"] = self._health
+        self._show_backends()
 
-    def _health(self) -> dict[str, Any] | None:
-        return self.backends.summary() if self.backends.configured else None
+    def _show_backends(self) -> None:
+        """`backends` in `/health` with a backend list only (spec: "With a backend list")."""
+        if self.backends.configured:
+            self.s.extra_health["backends"] = self.backends.summary
+        else:
+            self.s.extra_health.pop("backends", None)
+
+    def replace_backends(self, backends: list[Backend]) -> None:
+        """`PUT /backends`."""
+        self.backends.replace(backends)
+        self._show_backends()
 
     async def start(self) -> None:
         await self.backends.start()
@@ -118,14 +132,20 @@ class JobPlane:
 
     # ------------------------------------------------------------------ operations
 
-    async def dispatch(self, job_id: str, table: str) -> tuple[int, Any]:
+    async def dispatch(self, job_id: str, table: str
+                       ) -> tuple[int, Any] | tuple[int, bytes, str]:
         failures = []
+        before = self.results.get(job_id)
         for ssp_id in self._rotation():
             res = await self.s._forward(ssp_id, "/job/recover", {"table": table})
             if res is not None and res[0] == 200:
-                self.results[job_id] = {"status": "pending", "ssp_id": ssp_id}
-                self._trim()
+                if self.results.get(job_id) is before:  # else the SSP has reported since
+                    self.results[job_id] = {"status": "pending", "ssp_id": ssp_id}
+                    self.results.move_to_end(job_id)
+                    self._trim()
                 return 200, ssp_id
+            if res is not None and 400 <= res[0] < 500:
+                return res  # the SSP's verdict (404: not a job table) verbatim
             failures.append(f"{ssp_id}: {'unreachable' if res is None else res[0]}")
         return _no_ssp("no SSP took the job" + (": " + "; ".join(failures) if failures
                                                  else " (none is ready)"))
@@ -277,7 +297,7 @@ class _Backends:
             backends = parse_backends(await _body(req))
         except BackendListError as e:
             raise bad_request(str(e)) from None
-        self.p.backends.replace(backends)
+        self.p.replace_backends(backends)
         resp.media = {"count": len(backends),
                       "backends": [self.p.backends.entry(b) for b in backends]}
 

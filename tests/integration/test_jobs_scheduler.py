@@ -93,17 +93,24 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             status, body = await _post(http, s.url + "/job/dispatch",
                                        {"job_id": "job:s2", "table": "job", "payload": {}})
             assert status == 200 and body in ("ssp-0", "ssp-1")
-            async with http.get(s.url + "/metrics") as r:  # dispatched, no result yet
-                assert (await r.json())["scheduler"]["running_jobs"] == 1
             await row_in(RecordID("job", "s2"), "completed")
+            # The SSPs post each status change to /job/result: nothing is left running.
+            await wait_for(_running_jobs(http, s.url, 0), 30.0, "running_jobs back to 0")
             assert (await _post(http, s.url + "/job/dispatch", {"table": "job"}))[0] == 400
+            status, body = await _post(http, s.url + "/job/dispatch",
+                                       {"job_id": "post:1", "table": "post", "payload": {}})
+            assert status == 404 and body["error"] == "not_found"  # the SSP's verdict
 
+            # Anyone may report a result; the latest status per job counts.
             status, body = await _post(http, s.url + "/job/result",
-                                       {"job_id": "job:s2", "status": "completed",
+                                       {"job_id": "ext:1", "status": "running"})
+            assert status == 200
+            await wait_for(_running_jobs(http, s.url, 1), 5.0, "an external running job")
+            status, body = await _post(http, s.url + "/job/result",
+                                       {"job_id": "ext:1", "status": "completed",
                                         "result": {"n": 1}})
             assert status == 200
-            async with http.get(s.url + "/metrics") as r:  # the result closed it
-                assert (await r.json())["scheduler"]["running_jobs"] == 0
+            await wait_for(_running_jobs(http, s.url, 0), 5.0, "the result closed it")
             assert (await _post(http, s.url + "/job/result",
                                 {"job_id": "job:s2", "status": "done"}))[0] == 400
 
@@ -140,6 +147,7 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             row = await row_in(held, "completed")
             assert row["assignee"] != owner
             assert len(backend.calls_of("job:h1")) == 2  # at-least-once: called again
+            await wait_for(_running_jobs(http, s.url, 0), 30.0, "no job left running")
 
             # Backend health on the scheduler, env masked.
             async with http.get(s.url + "/health") as r:
@@ -150,6 +158,8 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
                 assert r.status == 400
             async with http.put(s.url + "/backends", json=[]) as r:
                 assert r.status == 200
+            async with http.get(s.url + "/health") as r:  # no list, no `backends`
+                assert "backends" not in await r.json()
             logs = s.process.log_text() + "".join(p.process.log_text() for p in ssps)
             for secret in (ENV_SECRET, TOKEN, SECRET):
                 assert secret not in logs and secret not in json.dumps(health)
@@ -159,6 +169,13 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
         s.process.stop()
         await backend.stop()
         await root.close()
+
+
+def _running_jobs(http: aiohttp.ClientSession, url: str, n: int) -> Any:
+    async def pred() -> bool:
+        async with http.get(url + "/metrics") as r:
+            return bool((await r.json())["scheduler"]["running_jobs"] == n)
+    return pred
 
 
 def _called(backend: Backend, job: str, n: int = 1) -> Any:

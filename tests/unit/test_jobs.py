@@ -3,15 +3,31 @@ body shapes, the health aggregate and the `backend_down` incident rule."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
 
 import pytest
 
 from ipc.messages import BodyError, normalize_body
 from ssp.backends import BackendListError, BackendMonitor, parse_backends, shown_url
 from ssp.config import ConfigError, SspConfig
-from ssp.jobs import backoff_secs, job_url
+from ssp.config import JobTable
+from ssp.jobs import (
+    MASK,
+    ResultReporter,
+    backoff_secs,
+    job_url,
+    redact,
+    retried,
+    retry_after_secs,
+    secrets_of,
+)
 
 BASE_ENV = {"SVC_DB_URL": "ws://127.0.0.1:1/rpc", "SVC_DB_USER": "u", "SVC_DB_PASS": "p",
             "SVC_DB_NS": "n", "SVC_DB_NAME": "d"}
@@ -112,3 +128,67 @@ def test_aggregate_and_backend_down_after_the_threshold(tmp_path: Path) -> None:
         ("backend_down", "b", "open"), ("backend_down", "b", "recovered")]
     assert lines[0]["id"] == lines[1]["id"] and lines[1]["ended_at"] == 70_000
     assert "sv" not in (tmp_path / "incidents.jsonl").read_text()
+
+
+def test_only_5xx_408_425_429_answers_are_retried() -> None:
+    assert [code for code in (301, 307, 400, 401, 403, 404, 408, 409, 422, 425, 429, 500, 502,
+                              503, 504) if retried(code)] == [408, 425, 429, 500, 502, 503, 504]
+
+
+def test_retry_after_reads_seconds_and_http_dates_and_is_capped() -> None:
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_secs("2") == 2.0
+    assert retry_after_secs("Thu, 01 Jan 2026 12:00:30 GMT", now) == 30.0
+    assert retry_after_secs("Thu, 01 Jan 2026 11:00:00 GMT", now) == 0.0  # in the past
+    assert retry_after_secs("86400") == 300.0
+    assert retry_after_secs(None) is None and retry_after_secs("soon") is None
+    assert retry_after_secs("nan") is None
+
+
+def test_error_texts_mask_the_token_and_a_base_url_password() -> None:
+    spec = JobTable("k", "job", "http://svc:p%40ss@b:8080/api", "tok-9f8e")
+    secrets = secrets_of(spec)
+    text = redact("got Bearer tok-9f8e from http://svc:p%40ss@b:8080 (p@ss)", secrets)
+    assert "tok-9f8e" not in text and "p%40ss" not in text and "p@ss" not in text
+    assert text.count(MASK) == 3
+    assert secrets_of(JobTable("k", "job", "http://b", "")) == ()
+
+
+async def test_result_reporter_coalesces_per_job_and_keeps_each_jobs_order() -> None:
+    got: list[dict[str, Any]] = []
+    gate = asyncio.Event()
+
+    async def result(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["job_id"] == "job:a" and body["status"] == "running":
+            await gate.wait()  # job:a's first post is slow
+        got.append({**body, "auth": request.headers.get("Authorization")})
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/job/result", result)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    rep = ResultReporter(f"http://127.0.0.1:{port}/", "sec")
+    async with aiohttp.ClientSession() as session:
+        rep.start(session)
+        rep.report("job:a", "running")
+        await asyncio.sleep(0.1)  # job:a's post is in flight
+        rep.report("job:a", "pending")  # replaced by the next one before it is sent
+        rep.report("job:b", "running")
+        rep.report("job:a", "completed", result=[1, 2])
+        rep.report("job:b", "failed", error="backend answered 500: boom")
+        await asyncio.sleep(0.2)
+        assert [(g["job_id"], g["status"]) for g in got] == [("job:b", "failed")]
+        gate.set()
+        await rep.stop(session)
+    await runner.cleanup()
+    assert [(g["job_id"], g["status"]) for g in got] == [
+        ("job:b", "failed"), ("job:a", "running"), ("job:a", "completed")]
+    assert got[2]["result"] == {"value": [1, 2]}  # the scheduler takes objects only
+    assert got[0]["error"] == "backend answered 500: boom"
+    assert all(g["auth"] == "Bearer sec" for g in got)
+    assert rep.stats == {"sent": 3, "failed": 0, "dropped": 0}
