@@ -384,11 +384,19 @@ class Database:
         info = await self.query_one(f"INFO FOR TABLE {table}", idempotent=True)
         return dict(info or {})
 
-    async def changes(self, table: str, since: int, limit: int = 1000) -> list[dict[str, Any]]:
-        """The changefeed of `table` from versionstamp `since` (inclusive), at most `limit` sets.
+    async def changes(self, table: str | None, since: int,
+                      limit: int = 1000) -> list[dict[str, Any]]:
+        """The changefeed of `table` (None: of the whole database) from versionstamp `since`
+        (inclusive).
 
         Returns the engine's list of `{versionstamp, changes: [...]}`. The table and numbers are
         validated and formatted as literals (the engine takes no parameters here).
+
+        `limit` is NOT a number of sets of `table`: the engine scans at most min(limit, 1000)
+        entries of the database's feed (one per table per transaction, in versionstamp order)
+        and drops other tables' entries afterwards, so a short or empty answer does not mean
+        the feed ended. A database read merges one transaction's entries into one set, and a
+        page may end inside a transaction. Page with :func:`dbclient.feed.read_round`.
         """
         sql = show_changes_sql(table, since, limit)
         return list(await self.query_one(sql, idempotent=True) or [])

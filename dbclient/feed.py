@@ -8,15 +8,17 @@ the scheduler's changefeed transport), so it lives here:
 * :func:`feed_change` turns one change into `(table, op, id text, row)`, keeping only the row
   (`current`, `update` when it is the created row, the `original` of a delete) and dropping the
   opaque parts of the feed (JSON patches of `update`, schema entries);
-* :func:`read_round` reads every table from its cursor minus an overlap (a commit with an older
-  versionstamp can become visible after a newer one was read), leaves out what was already seen,
-  and returns the sets in versionstamp order, cut at the lowest "page was full" horizon so that
-  no table's later sets run ahead of another table's unread ones;
+* :func:`read_round` reads the database's feed (`SHOW CHANGES FOR DATABASE`) in pages from the
+  lowest cursor minus an overlap (a commit with an older versionstamp can become visible after a
+  newer one was read), keeps the tables asked for, leaves out what was already seen, and returns
+  the sets in commit order. Per-table reads cannot be paged: the engine's LIMIT counts every
+  table's entries and caps at 1000 (see :meth:`dbclient.Database.changes`);
 * :func:`feed_retention_ms` reads a table's retention from its `DEFINE TABLE` text.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -24,17 +26,24 @@ from typing import TYPE_CHECKING, Any
 
 from surrealdb import RecordID
 
-from dbclient.errors import DbError
 from engine.values import record_id_text
 
 if TYPE_CHECKING:
     from dbclient.database import Database
 
+log = logging.getLogger("dbclient.feed")
+
+# The engine scans at most this many feed entries per SHOW CHANGES, whatever LIMIT says.
+ENGINE_PAGE_MAX = 1000
+
 __all__ = [
+    "ENGINE_PAGE_MAX",
     "FeedRound",
+    "change_table",
     "feed_change",
     "feed_retention_ms",
     "read_round",
+    "split_by_table",
     "trim_seen",
 ]
 
@@ -74,42 +83,94 @@ class FeedRound:
     """What one :func:`read_round` found."""
 
     sets: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
-    # True when some table returned a full page: more sets are waiting beyond `sets`.
+    # True when it stopped at `limit` new sets: more are waiting beyond `horizon`.
     more: bool = False
+    # The last versionstamp the scan reached (None: the feed was empty from the start).
+    # Every table's entries below it were read; those AT it may be cut off (re-read them).
+    horizon: int | None = None
+    # Versionstamps skipped because one transaction held more feed entries than a page.
+    oversized: list[int] = field(default_factory=list)
+
+
+def change_table(ch: Mapping[str, Any]) -> str | None:
+    """The table a change belongs to (its record id's, or the defined table's name)."""
+    for kind in ("delete", "current", "update"):
+        body = ch.get(kind)
+        if isinstance(body, Mapping):
+            rid = body.get("id")
+            if isinstance(rid, RecordID):
+                return str(rid.table_name)
+    d = ch.get("define_table")
+    if isinstance(d, Mapping) and isinstance(d.get("name"), str):
+        return str(d["name"])
+    return None
+
+
+def split_by_table(changes: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """A database-wide change set's changes by table; each table is one feed entry.
+
+    A change whose table cannot be told is kept under "" (it still counts as an entry)."""
+    out: dict[str, list[Any]] = {}
+    for ch in changes:
+        out.setdefault(change_table(ch) or "", []).append(ch)
+    return out
 
 
 async def read_round(db: Database, cursors: Mapping[str, int],
                      seen: Mapping[str, Iterable[int] | set[int]], *, limit: int,
-                     overlap_vs: int) -> FeedRound:
-    """Read each table's feed from `cursors[t] - overlap_vs`; return the unseen sets in order.
+                     overlap_vs: int, page: int = ENGINE_PAGE_MAX) -> FeedRound:
+    """Read the database's feed from the lowest `cursors[t] - overlap_vs`; return the sets of
+    the tables in `cursors` not read before, in commit order (versionstamp, then table).
 
-    A table that does not exist (or has no feed) yields nothing. When a table's page is full,
-    sets beyond its last versionstamp are held back (`more`): another table may still have
-    older ones unread.
+    One scan of the whole database's feed (`SHOW CHANGES FOR DATABASE`), paged: a table read
+    would scan the same entries anyway (the engine applies LIMIT before the table filter), and
+    only the database read tells where a page ended. A page that may have ended inside a
+    transaction is continued from that transaction's versionstamp (SINCE is inclusive); what was
+    taken already is not taken twice. Stops at the end of the feed or, with `more`, once
+    `limit` new sets were found. A set of table t is new when its versionstamp is at least
+    `cursors[t] - overlap_vs` and not in `seen[t]`.
     """
-    found: list[tuple[int, str, dict[str, Any]]] = []
-    horizon: int | None = None
-    for table, cursor in cursors.items():
-        since = max(0, cursor - overlap_vs)
-        try:
-            got = await db.changes(table, since, limit)
-        except DbError as e:
-            text = str(e).lower()
-            if "does not exist" in text or "not found" in text:
-                continue
-            raise
-        done = seen.get(table) or ()
+    page = max(1, min(page, ENGINE_PAGE_MAX))
+    out = FeedRound()
+    if not cursors:
+        return out
+    floors = {t: max(0, c - overlap_vs) for t, c in cursors.items()}
+    since = min(floors.values())
+    taken: set[tuple[int, str]] = set()
+    while True:
+        got = await db.changes(None, since, page)
+        entries = 0
+        last: int | None = None
         for s in got:
             vs = int(s["versionstamp"])
-            if vs not in done:
-                found.append((vs, table, s))
-        if len(got) >= limit:
-            last = int(got[-1]["versionstamp"])
-            horizon = last if horizon is None else min(horizon, last)
-    found.sort(key=lambda x: (x[0], x[1]))
-    if horizon is not None:
-        found = [f for f in found if f[0] <= horizon]
-    return FeedRound(found, horizon is not None)
+            last = vs
+            by_table = split_by_table(s.get("changes") or [])
+            entries += len(by_table)
+            for table, changes in by_table.items():
+                floor = floors.get(table)
+                if floor is None or vs < floor or (vs, table) in taken:
+                    continue
+                if vs in (seen.get(table) or ()):
+                    continue
+                taken.add((vs, table))
+                out.sets.append((vs, table, {"versionstamp": vs, "changes": changes}))
+        if last is not None:
+            out.horizon = last
+        if last is None or entries < page:
+            return out  # the scan reached the end of the feed
+        if last == since:
+            # One transaction with at least a page of entries: SHOW CHANGES cannot page inside
+            # a versionstamp, so the entries past the page are out of reach. Skip it loudly.
+            out.oversized.append(since)
+            log.error("changefeed: the transaction at versionstamp %d holds %d or more feed "
+                      "entries (one per table); entries past the first %d cannot be read",
+                      since, entries, page)
+            since += 1
+            continue
+        if len(out.sets) >= limit:
+            out.more = True
+            return out
+        since = last
 
 
 def trim_seen(seen: MutableMapping[str, set[int]], cursors: Mapping[str, int],

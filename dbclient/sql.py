@@ -129,17 +129,20 @@ def build_transaction(
     return "\n".join(parts), merged
 
 
-def show_changes_sql(table: str, since: int, limit: int) -> str:
-    """`SHOW CHANGES FOR TABLE <table> SINCE <since> LIMIT <limit>` from validated parts.
+def show_changes_sql(table: str | None, since: int, limit: int) -> str:
+    """`SHOW CHANGES FOR TABLE <table> SINCE <since> LIMIT <limit>` from validated parts
+    (`FOR DATABASE` when `table` is None).
 
     The engine does not accept bound parameters here (and `SINCE d'...'` is broken in this
     build), so the table must be a plain identifier and the numbers real ints before they are
     formatted into the text.
     """
-    require_identifier(table)
+    if table is not None:
+        require_identifier(table)
     require_int(since, "since")
     require_int(limit, "limit", minimum=1)
-    return f"SHOW CHANGES FOR TABLE {table} SINCE {since} LIMIT {limit}"
+    target = "DATABASE" if table is None else f"TABLE {table}"
+    return f"SHOW CHANGES FOR {target} SINCE {since} LIMIT {limit}"
 
 
 def schema_fingerprint(table_definition: str, table_info: Mapping[str, Any]) -> str:

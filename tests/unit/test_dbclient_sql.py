@@ -70,6 +70,7 @@ def test_transaction_refuses_empty_input() -> None:
 
 def test_show_changes_validates_before_formatting() -> None:
     assert show_changes_sql("post", 123, 10) == "SHOW CHANGES FOR TABLE post SINCE 123 LIMIT 10"
+    assert show_changes_sql(None, 7, 1000) == "SHOW CHANGES FOR DATABASE SINCE 7 LIMIT 1000"
     with pytest.raises(ValueError):
         show_changes_sql("post; REMOVE TABLE x", 1, 1)
     with pytest.raises(ValueError):
