@@ -162,4 +162,8 @@ async def test_retry_answers_409_while_running_404_unknown_400_malformed(
         async with st.http.post(st.base + "/job/kill", json={"id": "job:h1"}) as r:
             assert r.status == 401  # bearer like the other routes
         await st.post("/job/kill", {"id": "job:h1"})
-        assert SECRET not in "".join(st.bodies)
+        status, _ = await st.request("GET", "/debug/memory")  # jobs.info() is in there
+        assert status == 200
+        for secret in (SECRET, TOKEN):
+            assert secret not in "".join(st.bodies)
+            assert secret not in st.ssp.process.log_text()
