@@ -63,6 +63,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -159,7 +160,7 @@ def retry_after_secs(value: str | None, now: datetime | None = None) -> float | 
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         secs = (when - (now or datetime.now(UTC))).total_seconds()
-    if secs != secs:  # NaN
+    if math.isnan(secs):
         return None
     return min(max(secs, 0.0), RETRY_AFTER_MAX_SECS)
 
@@ -607,7 +608,7 @@ class JobRunner:
 
     async def kill(self, job_id: str) -> dict[str, Any]:
         """Cancel the job if it runs here, else flag a pending row to fail at dequeue."""
-        t, rid = self._job_id(job_id)
+        _, rid = self._job_id(job_id)
         key = record_id_text(rid)
         r = self.inflight.get(key)
         if r is not None:

@@ -10,14 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
-
 import pytest
+from aiohttp import web
 
 from ipc.messages import BodyError, normalize_body
 from ssp.backends import BackendListError, BackendMonitor, parse_backends, shown_url
-from ssp.config import ConfigError, SspConfig
-from ssp.config import JobTable
+from ssp.config import ConfigError, JobTable, SspConfig
 from ssp.jobs import (
     MASK,
     ResultReporter,

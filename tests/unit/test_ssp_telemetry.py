@@ -94,7 +94,7 @@ def test_the_instrument_list_is_exactly_the_specs() -> None:
     assert set(INSTRUMENTS) == SPEC_NAMES and len(INSTRUMENTS) == len(SPEC_NAMES)
     assert OP_BYTES == publisher_mod._OP_BYTES  # the heartbeat's byte estimate
     pub = Publisher(FakeDb(), ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
-                    view_lookup={}.get, rv_lookup=lambda rid: 7)
+                    view_lookup=dict[str, PubView]().get, rv_lookup=lambda rid: 7)
     assert pub.telemetry is NO_TELEMETRY  # no instruments until ssp.telemetry.attach
 
 
