@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp
 
 from dbclient import Database, DbError
+from dbclient.fieldtypes import FieldTypes
 from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
 from scheduler.config import IngestTransport, SchedulerConfig
@@ -136,6 +137,7 @@ class Scheduler:
         self.started = time.monotonic()
         self.db = db if db is not None else Database(cfg.db)
         self.replica = Replica.open(cfg.replica_db_path)
+        self.field_types = FieldTypes(self.db)  # for rows that arrive as JSON (/ingest)
         self.wal = Wal.open(cfg.wal_path, min_next_seq=self.replica.applied_seq + 1)
         self.committer = GroupCommitter(self.wal)
         self.tracker = ViewTracker(cfg.replica_db_path.parent / "views.sqlite",
@@ -275,10 +277,17 @@ class Scheduler:
     # ------------------------------------------------------------------ ingest
     async def ingest(self, event: Mapping[str, Any]) -> int:
         """One event from ``POST /ingest``: SchedulerBusy while cloning, ValueError when
-        invalid, OSError when the WAL cannot take it; else its durable ``seq``."""
+        invalid, OSError when the WAL cannot take it; else its durable ``seq``.
+
+        The row arrived as JSON: its record links and datetimes are typed again from the
+        table's field definitions before the WAL, so the replica (and its hash) holds what the
+        database holds, like rows read from the changefeed or cloned."""
         if self.state != "ready":
             raise SchedulerBusy("the scheduler is cloning its replica")
         checked = validate_event(event)
+        if isinstance(checked["id"], str) and checked["record"] is not None:
+            checked["record"] = await self.field_types.restore(
+                checked["table"], checked["id"], checked["record"])
         return await asyncio.shield(self._commit_one(checked))
 
     async def _commit_one(self, event: dict[str, Any]) -> int:

@@ -45,6 +45,7 @@ from surrealdb import RecordID
 from surrealdb.data.types.duration import Duration
 
 from dbclient import Database, DbAuthError, DbError, DbTimeout
+from dbclient.fieldtypes import field_kinds, restore_types
 from engine.errors import QueryRejected
 from engine.hashing import bytes_hash, hash_text
 from engine.parser import parse
@@ -405,9 +406,10 @@ class Hub:
         h = self.hashes.get(table, 0)
         loaded = 0
         await self._field_types(table)
-        # Through the scheduler's proxy: the replica keeps http events as they arrived (record
-        # links and datetimes as text), so rows are typed again like an ingest; the integrity
-        # check compares the hash of the rows as the replica sent them (`wire_hashes`).
+        # Through the scheduler's proxy: the scheduler types http events from the field
+        # definitions it read when they arrived, so a row can still hold text (a field typed
+        # since); rows are typed again like an ingest (a no-op on typed values) and the
+        # integrity check compares the hash of the rows as the replica sent them (`wire_hashes`).
         linked = self.source is not self.db
         typed = linked and bool(self.field_types.get(table))
         wire = 0
@@ -452,20 +454,7 @@ class Hub:
         except (DbError, ValueError) as e:
             log.info("INFO FOR TABLE %s failed: %s", table, e)
             return
-        types: dict[str, str] = {}
-        for name, text in (info.get("fields") or {}).items():
-            up = str(text).upper()
-            if " TYPE " not in up:
-                continue
-            tail = up.split(" TYPE ", 1)[1]
-            # SurrealDB 3 prints option<T> as `none | T`: the first non-none alternative.
-            alts = [a.strip() for a in tail.split("|")]
-            tail = next((a for a in alts if not a.startswith(("NONE", "NULL"))), "")
-            if tail.startswith(("RECORD", "OPTION<RECORD")):
-                types[str(name)] = "record"
-            elif tail.startswith(("DATETIME", "OPTION<DATETIME")):
-                types[str(name)] = "datetime"
-        self.field_types[table] = types
+        self.field_types[table] = field_kinds(info)
 
     async def _restore_views(self) -> None:
         rows = await self.db.query_one(f"SELECT * FROM {QUERY_TABLE}", idempotent=True) or []
@@ -631,23 +620,7 @@ class Hub:
 
     def restore_types(self, table: str, rid: str, record: dict[str, Any]) -> dict[str, Any]:
         """A JSON ingest record with its record links and datetimes typed again."""
-        out = dict(record)
-        try:
-            ident = parse_record_id(rid) if ":" in rid else RecordID(table, rid)
-        except ValueError:
-            raise ValueError(f"id {rid[:80]!r} is not a record id") from None
-        if ident.table_name != table:
-            raise ValueError(f"id {rid[:80]!r} is not in table {table}")
-        out["id"] = ident
-        for name, kind in self.field_types.get(table, {}).items():
-            v = out.get(name)
-            if not isinstance(v, str):
-                continue
-            try:
-                out[name] = parse_record_id(v) if kind == "record" else parse_timestamp(v)
-            except ValueError:
-                pass  # keep the text: the engine compares it as SurrealDB would a string
-        return out
+        return restore_types(table, rid, record, self.field_types.get(table, {}))
 
     async def submit(self, events: list[tuple[str, str, str, Any]], *, defer: bool = False
                      ) -> None:

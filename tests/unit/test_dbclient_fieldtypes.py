@@ -1,0 +1,71 @@
+"""Field kinds from `INFO FOR TABLE` and the per-table cache the scheduler types JSON rows with."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from surrealdb import RecordID
+
+from dbclient.errors import DbError
+from dbclient.fieldtypes import FieldTypes, field_kinds, restore_types
+
+INFO = {"fields": {
+    "owner": "DEFINE FIELD owner ON post TYPE record<user> PERMISSIONS FULL",
+    "editor": "DEFINE FIELD editor ON post TYPE none | record<user> PERMISSIONS FULL",
+    "at": "DEFINE FIELD at ON post TYPE datetime PERMISSIONS FULL",
+    "seen": "DEFINE FIELD seen ON post TYPE option<datetime> PERMISSIONS FULL",
+    "title": "DEFINE FIELD title ON post TYPE string PERMISSIONS FULL",
+    "free": "DEFINE FIELD free ON post PERMISSIONS FULL",
+}}
+
+
+def test_links_and_datetimes_are_found_whatever_the_option_spelling() -> None:
+    assert field_kinds(INFO) == {"owner": "record", "editor": "record", "at": "datetime",
+                                 "seen": "datetime"}
+    assert field_kinds({}) == {}
+
+
+def test_a_json_row_gets_its_types_back_and_untyped_fields_stay_text() -> None:
+    out = restore_types("post", "post:1", {"owner": "user:alice", "at": "2025-01-31T12:00:00Z",
+                                           "title": "user:bob", "seen": "not a date"},
+                        field_kinds(INFO))
+    assert out == {"id": RecordID("post", 1), "owner": RecordID("user", "alice"),
+                   "at": datetime(2025, 1, 31, 12, tzinfo=UTC), "title": "user:bob",
+                   "seen": "not a date"}
+    with pytest.raises(ValueError, match="not in table"):
+        restore_types("post", "user:1", {}, {})
+
+
+class FakeDb:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail = False
+
+    async def table_info(self, table: str) -> dict[str, Any]:
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        if self.fail:
+            raise DbError("unreachable")
+        return INFO
+
+
+async def test_kinds_are_read_once_per_refresh_and_kept_when_a_read_fails() -> None:
+    db = FakeDb()
+    ft = FieldTypes(db, refresh_secs=3600)  # type: ignore[arg-type]
+    got = await asyncio.gather(*(ft.kinds("post") for _ in range(5)))
+    assert all(g == field_kinds(INFO) for g in got) and db.calls == 1
+    ft.forget("post")
+    db.fail = True
+    assert await ft.kinds("post") == {}  # nothing before it: the row stays as sent
+    assert ft.failures == 1
+    db.fail = False
+    ft.forget()
+    assert await ft.kinds("post") == field_kinds(INFO)
+    ft.refresh_secs = 0
+    db.fail = True
+    assert await ft.kinds("post") == field_kinds(INFO)  # the previous answer is kept
+    assert (await ft.restore("post", "post:1", {"owner": "user:a"}))["owner"] == RecordID(
+        "user", "a")
