@@ -18,7 +18,10 @@ a batch is acknowledged only after its fsync, nothing acknowledged is ever in a 
 Damage inside an older segment is not a torn write and raises :class:`WalCorrupt`.
 The converse also holds: a batch whose process died after ``write`` but before its fsync
 returned may survive whole although nobody was acknowledged; replay delivers it (the database
-write it came from may have failed), which drift repair reconciles.
+write it came from may have failed), which drift repair reconciles. A ``write`` or ``fsync``
+that FAILS in a running process is different: the file is cut back to the last acknowledged
+record at once (retried before every later append until it works), so the next batch never
+follows a torn record or repeats a sequence number, and the failed batch's numbers are reused.
 
 :meth:`Wal.truncate_through` deletes whole segments once the replica has absorbed their events
 (cheap: no rewriting); the active segment is rotated first when it is wholly absorbed. The
@@ -32,6 +35,7 @@ files' lengths, so it never sees a half-written record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
 import threading
@@ -43,7 +47,8 @@ import xxhash
 
 from engine.values import RecordID, pack_value, unpack_value
 
-__all__ = ["OPS", "GroupCommitter", "Wal", "WalCorrupt", "encode_event", "validate_event"]
+__all__ = ["OPS", "GroupCommitter", "SegmentIo", "Wal", "WalCorrupt", "encode_event",
+           "validate_event"]
 
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 _HEADER = struct.Struct(">IQQ")
@@ -124,6 +129,19 @@ def _scan(data: bytes, expect_first: int | None) -> tuple[list[tuple[int, int, i
     return out, pos
 
 
+class SegmentIo:
+    """The calls the WAL makes on its active segment's descriptor (tests inject faults here)."""
+
+    def write(self, fd: int, data: memoryview) -> int:
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -147,6 +165,9 @@ class Wal:
         self._size = 0  # bytes of valid records in the active (last) segment
         self._next = 1
         self._last_fsync_batch = 0
+        self.io = SegmentIo()
+        # Bytes past `_size` may be in the file: a failed append not cut back yet.
+        self._dirty = False
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -217,12 +238,15 @@ class Wal:
             self._new_segment()
 
     def _new_segment(self) -> None:
+        first = self._next
+        # Open the new file before closing the old one: a failure leaves the old one active.
+        fd = os.open(self._seg_path(first), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         if self._fd >= 0:
             os.close(self._fd)
-        first = self._next
-        self._fd = os.open(self._seg_path(first), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = fd
         self._segments.append(first)
         self._size = 0
+        self._dirty = False
         _fsync_dir(self.path)  # the new file's name must survive a crash too
 
     # ------------------------------------------------------------------ properties
@@ -264,18 +288,38 @@ class Wal:
         with self._lock:
             if self._fd < 0:
                 raise ValueError("the WAL is closed")
+            if self._dirty:
+                self._cut_back()  # OSError while the file still cannot be repaired
             if self._size >= self.segment_bytes:
                 self._new_segment()
             first = self._next
             buf = b"".join(_record_bytes(first + i, p) for i, p in enumerate(payloads))
             view = memoryview(buf)
-            written = 0
-            while written < len(buf):
-                written += os.write(self._fd, view[written:])
-            os.fsync(self._fd)
+            try:
+                written = 0
+                while written < len(buf):
+                    written += self.io.write(self._fd, view[written:])
+                self.io.fsync(self._fd)
+            except OSError:
+                # Part of the batch (or all of it, unsynced) may be in the file although nobody
+                # is acknowledged. Left there, the next batch would follow a torn record, or
+                # repeat its sequence numbers, and replay (and the torn-tail cut on open) would
+                # stop there, losing the acknowledged records after it. Cut the file back to the
+                # last acknowledged byte now; when even that fails, every later append retries
+                # it first and fails until it succeeds.
+                self._dirty = True
+                with contextlib.suppress(OSError):
+                    self._cut_back()
+                raise
             self._size += len(buf)
             self._next = first + len(payloads)
             return list(range(first, self._next))
+
+    def _cut_back(self) -> None:
+        """Truncate the active segment to its acknowledged records (`_size`) and fsync."""
+        self.io.truncate(self._fd, self._size)
+        self.io.fsync(self._fd)
+        self._dirty = False
 
     # ------------------------------------------------------------------ reading
     def replay(self, after_seq: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:

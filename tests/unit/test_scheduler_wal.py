@@ -17,7 +17,7 @@ import pytest
 from surrealdb import Duration, RecordID
 
 from engine.values import NONE
-from scheduler.wal import GroupCommitter, Wal, WalCorrupt
+from scheduler.wal import GroupCommitter, SegmentIo, Wal, WalCorrupt
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -270,3 +270,118 @@ def test_kill_9_loses_no_acknowledged_event(tmp_path: Path) -> None:
             assert replayed.get(seq) == n
         nxt = wal.append(ev(0))
         assert nxt == len(replayed) + 1
+
+
+# ----------------------------------------------------------------- failed writes and fsyncs
+
+
+class FaultyIo(SegmentIo):
+    """The segment calls, with the next write, fsync or truncate failing on demand."""
+
+    def __init__(self) -> None:
+        self.write_fails: bool = False  # write half of the data, then fail (ENOSPC)
+        self.fsync_fails = 0  # how many fsyncs fail next (EIO)
+        self.truncate_fails = 0
+
+    def write(self, fd: int, data: memoryview) -> int:
+        if self.write_fails:
+            self.write_fails = False
+            os.write(fd, data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+        return super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if self.fsync_fails:
+            self.fsync_fails -= 1
+            raise OSError(5, "Input/output error")
+        super().fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        if self.truncate_fails:
+            self.truncate_fails -= 1
+            raise OSError(5, "Input/output error")
+        super().truncate(fd, size)
+
+
+def faulty(wal: Wal) -> FaultyIo:
+    io = FaultyIo()
+    wal.io = io
+    return io
+
+
+def assert_log(path: Path, want: list[tuple[int, str]]) -> None:
+    """What replay yields now, and after a reopen (which would cut a torn tail)."""
+    with Wal.open(path) as again:
+        assert [(s, e["id"]) for s, e in again.replay()] == want
+        assert again.next_seq == want[-1][0] + 1
+
+
+def test_a_partial_write_that_fails_is_cut_back_and_later_records_survive(
+        tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path)
+    io = faulty(wal)
+    assert wal.append(ev(1)) == 1
+    io.write_fails = True
+    with pytest.raises(OSError, match="No space"):
+        wal.append_many([ev(2), ev(3)])
+    # Nobody got 2 or 3: the numbers are reused, the file holds only acknowledged records.
+    assert wal.append(ev(4)) == 2
+    assert [(s, e["id"]) for s, e in wal.replay()] == [(1, "t:1"), (2, "t:4")]
+    wal.close()
+    assert_log(tmp_path, [(1, "t:1"), (2, "t:4")])
+
+
+def test_a_complete_write_whose_fsync_fails_is_cut_back_not_repeated(tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path)
+    io = faulty(wal)
+    assert wal.append(ev(1)) == 1
+    io.fsync_fails = 1
+    with pytest.raises(OSError, match="Input/output"):
+        wal.append(ev(2))
+    assert wal.append(ev(3)) == 2
+    assert [(s, e["id"]) for s, e in wal.replay()] == [(1, "t:1"), (2, "t:3")]
+    wal.close()
+    assert_log(tmp_path, [(1, "t:1"), (2, "t:3")])
+
+
+def test_when_the_cut_fails_too_appends_fail_until_it_works(tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path)
+    io = faulty(wal)
+    assert wal.append(ev(1)) == 1
+    io.write_fails = True
+    io.truncate_fails = 2  # the cut right after the failure, and the next append's retry
+    with pytest.raises(OSError, match="No space"):
+        wal.append(ev(2))
+    with pytest.raises(OSError, match="Input/output"):
+        wal.append(ev(3))  # refused: it would follow the torn record
+    assert [(s, e["id"]) for s, e in wal.replay()] == [(1, "t:1")]
+    assert wal.append(ev(4)) == 2  # the retried cut worked
+    wal.close()
+    assert_log(tmp_path, [(1, "t:1"), (2, "t:4")])
+
+
+def test_a_torn_record_left_by_a_crash_during_the_cut_is_dropped_on_open(
+        tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path)
+    io = faulty(wal)
+    wal.append(ev(1))
+    io.write_fails = True
+    io.truncate_fails = 1
+    with pytest.raises(OSError):
+        wal.append(ev(2))
+    wal.close()  # the process dies with the torn record in the file
+    assert_log(tmp_path, [(1, "t:1")])
+
+
+async def test_the_group_committer_reuses_the_numbers_of_a_failed_batch(
+        tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path)
+    io = faulty(wal)
+    committer = GroupCommitter(wal)
+    assert await committer.submit(ev(1)) == 1
+    io.fsync_fails = 1
+    with pytest.raises(OSError):
+        await committer.submit(ev(2))
+    assert await asyncio.gather(*(committer.submit(ev(i)) for i in (3, 4))) == [2, 3]
+    assert [e["id"] for _, e in wal.replay()] == ["t:1", "t:3", "t:4"]
+    wal.close()
