@@ -65,7 +65,7 @@ from ssp.allowlist import Allowlist
 from ssp.backends import BackendMonitor, backend_routes, parse_backends
 from ssp.config import SspConfig
 from ssp.jobs import JobRunner, job_routes
-from ssp.link import ProxySource, SchedulerLink
+from ssp.link import ProxySource, SchedulerExit, SchedulerLink
 from ssp.naming import (
     EDGE_PREFIX,
     QUERY_TABLE,
@@ -1082,16 +1082,17 @@ class Hub:
         try:
             async with self._exclusive():
                 views = list(self.views.values())
-                self.tables.clear()
-                self.rows.clear()
-                self.rv.clear()
-                self.hashes.clear()
-                for s in self.shards:
-                    await s.stop()
-                    s.stopping = False
-                    await s.start()
-                for t in await self._synced_tables():
-                    await self._load_table(t)
+                await self._drop_rows()
+                if self.link is not None:
+                    # Scheduler mode: rebuilt from the scheduler's snapshot like the bootstrap
+                    # (register again: replica frozen at a snapshot_seq, later events buffered
+                    # and replayed once we are ready). A database read is at no position of
+                    # the event stream: events after last_seq could take rows back, and an
+                    # http event applied before its transaction committed would be lost.
+                    await self.link.bootstrap(forget=self._drop_rows)
+                else:
+                    for t in await self._synced_tables():
+                        await self._load_table(t)
                 for v in views:
                     await self._register_on_shard(v)
                     self.publisher.materialise(v)
@@ -1100,8 +1101,22 @@ class Hub:
         except Exception as e:  # noqa: BLE001 - any failure here means `failed`
             self.status = "failed"
             log.error("reload failed: %s", e)
+            if isinstance(e, SchedulerExit):
+                self.request_exit(e.code)  # as at start-up: the supervisor relaunches us
             return reply(500, {"code": "reload_failed", "error": "reload_failed",
                                "message": f"{type(e).__name__}: {e}"})
+
+    async def _drop_rows(self) -> None:
+        """Every row gone (hub and fresh shard processes); views stay registered here.
+        The caller holds the exclusive section."""
+        self.tables.clear()
+        self.rows.clear()
+        self.rv.clear()
+        self.hashes.clear()
+        for s in self.shards:
+            await s.stop()
+            s.stopping = False
+            await s.start()
 
     async def r_log(self, req: dict[str, Any]) -> dict[str, Any]:
         body = req.get("body") or {}

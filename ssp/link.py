@@ -277,8 +277,11 @@ class SchedulerLink:
         except (aiohttp.ClientError, TimeoutError) as e:
             log.info("bootstrap progress not delivered: %s", e)
 
-    async def bootstrap(self) -> None:
-        """Register, load through the proxy, check integrity (3 attempts, then exit 2)."""
+    async def bootstrap(self, forget: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Register, load through the proxy, check integrity (3 attempts, then exit 2).
+
+        `forget` drops the loaded rows before another attempt (default `hub.forget_rows`;
+        a caller already holding the hub's exclusive section passes its own)."""
         seq = await self.register()
         for attempt in range(1, INTEGRITY_ATTEMPTS + 1):
             await self.hub.bootstrap_from(self.source(), self.progress)
@@ -291,7 +294,7 @@ class SchedulerLink:
             log.error("integrity check %d/%d failed: %s", attempt, INTEGRITY_ATTEMPTS,
                       "; ".join(problems[:10]))
             if attempt < INTEGRITY_ATTEMPTS:
-                await self.hub.forget_rows()
+                await (forget or self.hub.forget_rows)()
         raise SchedulerExit(EXIT_INTEGRITY, "the bootstrap never matched the scheduler's "
                                             "snapshot")
 
