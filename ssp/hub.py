@@ -45,6 +45,7 @@ from surrealdb import RecordID
 from surrealdb.data.types.duration import Duration
 
 from dbclient import Database, DbAuthError, DbError, DbTimeout
+from dbclient.feed import read_round
 from dbclient.fieldtypes import field_kinds, restore_types
 from engine.errors import QueryRejected
 from engine.hashing import bytes_hash, hash_text
@@ -87,7 +88,7 @@ PUBLICATION_SLOTS = 256
 BATCH_MAX = 2000  # events per shard round trip
 PIPELINE_DEPTH = 4  # ingest batches sent to the shards before the first reply is handled
 LOAD_CHUNK = 2000  # rows per load message
-FEED_LIMIT = 1000
+FEED_LIMIT = 1000  # new change sets per feed round (the engine pages 1000 entries per read)
 FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits are not lost
 FEED_POLL_SECS = 2.0
 CURSOR_MARGIN_MS = 5000  # cold start: tail from a little before the bootstrap read
@@ -205,6 +206,7 @@ class Hub:
         self.tables: set[str] = set()  # synced tables known (kept by /reset: not reloaded)
         self.fingerprints: dict[str, Any] = {}
         self._seen: dict[str, set[int]] = {}
+        self.feed_oversized = 0  # transactions with more feed entries than one read returns
         self.shards = [ShardHandle(i, cfg.shard_endpoint(i), self.ctx, self._shard_exited)
                        for i in range(cfg.shards)]
         self.publisher = Publisher(self.pub_db, ref_mode=cfg.ref_mode,
@@ -1264,35 +1266,14 @@ class Hub:
             pass
 
     async def _feed_round(self) -> bool:
-        sets: list[tuple[int, str, dict[str, Any]]] = []
-        horizon: int | None = None
-        for table in list(self.cursors):
-            since = max(0, self.cursors[table] - FEED_OVERLAP_VS)
-            try:
-                got = await self.db.changes(table, since, FEED_LIMIT)
-            except DbError as e:
-                if "does not exist" in str(e) or "not found" in str(e).lower():
-                    continue
-                raise
-            seen = self._seen.setdefault(table, set())
-            for s in got:
-                vs = int(s["versionstamp"])
-                if vs not in seen:
-                    sets.append((vs, table, s))
-            if len(got) >= FEED_LIMIT:
-                last = int(got[-1]["versionstamp"])
-                horizon = last if horizon is None else min(horizon, last)
-        if not sets:
-            return False
-        sets.sort(key=lambda x: x[0])
+        """One round of the database's feed (:func:`dbclient.feed.read_round`: paged, commit
+        order, late-visible commits re-read); True when more is waiting."""
+        rnd = await read_round(self.db, self.cursors, self._seen, limit=FEED_LIMIT,
+                               overlap_vs=FEED_OVERLAP_VS)
         events: list[tuple[str, str, str, Any]] = []
         deletes: list[tuple[str, int]] = []
-        applied = 0
-        for vs, table, s in sets:
-            if horizon is not None and vs > horizon:
-                break
-            applied += 1
-            self._seen[table].add(vs)
+        for vs, table, s in rnd.sets:
+            self._seen.setdefault(table, set()).add(vs)
             self.cursors[table] = max(self.cursors[table], vs)
             for ch in s.get("changes") or []:
                 ev = _feed_event(table, ch)
@@ -1303,6 +1284,12 @@ class Hub:
                         deletes.append((view_id_of(parse_record_id(ev[2])), vs >> 16))
                     continue
                 events.append(ev)
+        if rnd.horizon is not None:
+            # Every table was read up to the horizon, quiet ones included.
+            for table in self.cursors:
+                self.cursors[table] = max(self.cursors[table], rnd.horizon)
+        if rnd.oversized:
+            self.feed_oversized += len(rnd.oversized)
         for table, seen in self._seen.items():
             floor = self.cursors.get(table, 0) - FEED_OVERLAP_VS
             if len(seen) > 5000:
@@ -1313,7 +1300,7 @@ class Hub:
             view = self.views.get(vid)
             if view is not None and view.registered_ms <= at_ms:
                 await self.unregister(vid)
-        return applied > 0 and horizon is not None
+        return rnd.more
 
     # ================================================================== sweeps
 
