@@ -2,7 +2,8 @@
 
 The embedded engine has no live queries, so the host keeps them: `live`/`kill` RPC methods
 and `LIVE SELECT`/`KILL` statements register and drop subscriptions here; one feed per
-(namespace, database, table) reads `SHOW CHANGES ... SINCE <versionstamp>`, and each change is
+(namespace, database, table), all of a database's feeds served by one paged
+`SHOW CHANGES FOR DATABASE SINCE <versionstamp>` read, and each change is
 checked in the SUBSCRIBER's own engine session against the table's select permission (for
 record users) and the LIVE WHERE clause, using the row as it was after the change (or before
 it, for a DELETE). So a record user never receives a row its permissions hide.
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dbclient.cbor import encode
 from surrealdb.data.types.table import Table
 
-from dbhost.engine import Engine, EngineError, quote_ident
+from dbhost.engine import Engine, EngineError, StatementError, quote_ident
 from dbhost.frames import INVALID_PARAMS, LIVE_ERROR, RpcError
 from dbhost.liveql import (
     LiveSpec,
@@ -48,7 +49,6 @@ FEED_BATCH = 1000
 # versionstamp is older than one already read but which became visible later is not lost.
 OVERLAP_VS = 50 << 16
 EVAL_CHUNK = 200
-GROUP_TABLES = 100  # tables read per engine call
 DEFAULT_CHANGEFEED = "1h"
 
 
@@ -154,6 +154,29 @@ def loses_original(batches: list[dict[str, Any]]) -> bool:
 
 def _rid(row: Any) -> Any:
     return row.get("id") if isinstance(row, dict) else None
+
+
+def change_table(entry: dict[str, Any]) -> str:
+    """The table one change of a database-wide feed read belongs to ("" when unknown)."""
+    for kind in ("delete", "current", "update"):
+        body = entry.get(kind)
+        if isinstance(body, dict):
+            rid = body.get("id")
+            name = getattr(rid, "table_name", None)
+            if isinstance(name, str):
+                return name
+    d = entry.get("define_table")
+    if isinstance(d, dict) and isinstance(d.get("name"), str):
+        return str(d["name"])
+    return ""
+
+
+def split_by_table(changes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """A database-wide change set's changes by table (each table is one feed entry)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for entry in changes:
+        out.setdefault(change_table(entry), []).append(entry)
+    return out
 
 
 def _stmt_result(result: Any, status: str = "OK") -> dict[str, Any]:
@@ -391,58 +414,78 @@ class LiveHub:
                 groups.setdefault((feed.ns, feed.db), []).append(feed)
             if not groups:
                 continue
-            jobs = [self._read_group(key, feeds[i:i + GROUP_TABLES])
-                    for key, feeds in groups.items()
-                    for i in range(0, len(feeds), GROUP_TABLES)]
+            jobs = [self._read_group(key, feeds) for key, feeds in groups.items()]
             for res in await asyncio.gather(*jobs, return_exceptions=True):
                 if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
                     log.error("reading changefeeds failed: %r", res)
 
     async def _read_group(self, key: tuple[str, str], feeds: list[TableFeed]) -> None:
-        """Read the feeds of one database in one engine call (one statement per table)."""
-        sid = await self._tail_session(*key)
-        stmts = [f"SHOW CHANGES FOR TABLE {quote_ident(f.table)} "
-                 f"SINCE {max(f.floor_vs, f.next_vs - OVERLAP_VS)} LIMIT {FEED_BATCH}"
-                 for f in feeds]
-        reply = await self.engine.call_raw("query", ["; ".join(stmts), {}], sid)
-        err = reply.get("error")
-        if err is not None:
-            self._tail_sessions.pop(key, None)
-            raise EngineError(int(err.get("code", -32000)), str(err.get("message", err)))
-        jobs = []
-        for feed, stmt in zip(feeds, reply.get("result") or []):
-            if stmt.get("status") != "OK":
-                log.error("reading the changefeed of %s/%s/%s failed: %s", feed.ns, feed.db,
-                          feed.table, stmt.get("result"))
-                continue
-            jobs.append(self._absorb(feed, stmt.get("result") or [], sid))
-        await asyncio.gather(*jobs)
+        """Read one database's feed (`SHOW CHANGES FOR DATABASE`) for all its followed tables.
 
-    async def _absorb(self, feed: TableFeed, batches: list[dict[str, Any]], sid: str) -> None:
-        """Deliver one read of a feed, and keep reading while reads come back full."""
+        Not table by table: the engine's LIMIT counts every table's entries (one per table per
+        transaction, at most 1000 a read) and drops other tables' afterwards, so a table read
+        can come back empty while the table's changes wait behind other tables' entries, and
+        only the database read tells where a page ended. A page that may end inside a
+        transaction is read on from that versionstamp (SINCE is inclusive)."""
+        sid = await self._tail_session(*key)
+        by_table = {f.table: f for f in feeds}
+        starts = {f.table: max(f.floor_vs, f.next_vs - OVERLAP_VS) for f in feeds}
+        since = min(starts.values())
         while True:
-            fresh = [b for b in batches if int(b.get("versionstamp", 0)) not in feed.seen]
-            for b in fresh:
-                vs = int(b.get("versionstamp", 0))
-                feed.seen[vs] = None
-                feed.next_vs = max(feed.next_vs, vs + 1)
-            # Forget versionstamps that the next round's overlap no longer covers.
-            low = feed.next_vs - 2 * OVERLAP_VS
-            for vs in [v for v in feed.seen if v < low]:
-                del feed.seen[vs]
-            if loses_original(fresh):
-                log.warning("table %s/%s/%s was redefined without INCLUDE ORIGINAL; "
-                            "restoring it", feed.ns, feed.db, feed.table)
-                await self._ensure_changefeed(feed.ns, feed.db, feed.table)
-            changes = parse_changes(fresh)
-            if changes:
-                await self._deliver(feed, changes)
-            if len(batches) < FEED_BATCH:
+            reply = await self.engine.call_raw(
+                "query", [f"SHOW CHANGES FOR DATABASE SINCE {since} LIMIT {FEED_BATCH}", {}],
+                sid)
+            err = reply.get("error")
+            if err is not None:
+                self._tail_sessions.pop(key, None)
+                raise EngineError(int(err.get("code", -32000)), str(err.get("message", err)))
+            stmt = (reply.get("result") or [{}])[0]
+            if stmt.get("status") != "OK":
+                raise StatementError(-32000, str(stmt.get("result")))
+            entries = 0
+            last: int | None = None
+            found: dict[str, list[dict[str, Any]]] = {}
+            for batch in stmt.get("result") or []:
+                vs = int(batch.get("versionstamp", 0))
+                last = vs
+                groups = split_by_table(batch.get("changes") or [])
+                entries += len(groups)
+                for table, changes in groups.items():
+                    if table in by_table and vs >= starts[table]:
+                        found.setdefault(table, []).append(
+                            {"versionstamp": vs, "changes": changes})
+            await asyncio.gather(*(self._absorb(by_table[t], b) for t, b in found.items()))
+            if last is None or entries < FEED_BATCH:
+                if last is not None:
+                    for f in feeds:  # read up to `last`, quiet tables included
+                        f.next_vs = max(f.next_vs, last)
                 return
-            since = int(batches[-1].get("versionstamp", 0)) + 1
-            batches = (await self.engine.query(
-                f"SHOW CHANGES FOR TABLE {quote_ident(feed.table)} "
-                f"SINCE {since} LIMIT {FEED_BATCH}", session=sid))[0] or []
+            if last == since:
+                log.error("a transaction at versionstamp %d holds %d or more changefeed "
+                          "entries; live queries miss the ones past the first %d", since,
+                          entries, FEED_BATCH)
+                since += 1
+            else:
+                since = last
+
+    async def _absorb(self, feed: TableFeed, batches: list[dict[str, Any]]) -> None:
+        """Deliver the sets of one table not delivered before."""
+        fresh = [b for b in batches if int(b.get("versionstamp", 0)) not in feed.seen]
+        for b in fresh:
+            vs = int(b.get("versionstamp", 0))
+            feed.seen[vs] = None
+            feed.next_vs = max(feed.next_vs, vs + 1)
+        # Forget versionstamps that the next round's overlap no longer covers.
+        low = feed.next_vs - 2 * OVERLAP_VS
+        for vs in [v for v in feed.seen if v < low]:
+            del feed.seen[vs]
+        if loses_original(fresh):
+            log.warning("table %s/%s/%s was redefined without INCLUDE ORIGINAL; "
+                        "restoring it", feed.ns, feed.db, feed.table)
+            await self._ensure_changefeed(feed.ns, feed.db, feed.table)
+        changes = parse_changes(fresh)
+        if changes:
+            await self._deliver(feed, changes)
 
     async def _deliver(self, feed: TableFeed, changes: list[Change]) -> None:
         queries = list(feed.queries.values())

@@ -340,3 +340,22 @@ async def test_redefining_the_table_later_does_not_break_the_stream(host: DbHost
         assert "INCLUDE ORIGINAL" in info["tables"]["item"]
     finally:
         await close(c)
+
+
+async def test_a_change_behind_a_page_of_other_tables_entries_is_delivered(
+        host: DbHost) -> None:
+    # SHOW CHANGES' LIMIT counts every table's feed entries (tests/engine/
+    # test_changefeed_pages.py): a per-table read saw only the other table's 1,000 entries.
+    ns, db = unique_db()
+    sub = await root_client(host, ns, db)
+    writer = await root_client(host, ns, db)
+    try:
+        await writer.query("DEFINE TABLE noise CHANGEFEED 1h")
+        q = stream(sub, await sub.live("item"))
+        await writer.query("; ".join(f"CREATE noise:{i}" for i in range(1100)))
+        await writer.query("CREATE item:behind SET v = 1")
+        assert actions(await take(q, 1)) == [("CREATE", "item:behind")]
+        await writer.query("CREATE item:next SET v = 2")
+        assert actions(await take(q, 1)) == [("CREATE", "item:next")]
+    finally:
+        await close(sub, writer)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from surrealdb.data.types.record_id import RecordID
 
-from dbhost.live import loses_original, parse_changes
+from dbhost.live import loses_original, parse_changes, split_by_table
 
 R1 = RecordID("t", 1)
 FEED = [
@@ -38,3 +38,11 @@ def test_redefinition_without_original_is_noticed() -> None:
     assert loses_original([{"versionstamp": 1, "changes": [{"define_table": {
         "name": "t", "changefeed": {"original": False}}}]}])
     assert loses_original([{"versionstamp": 1, "changes": [{"define_table": {"name": "t"}}]}])
+
+
+def test_a_database_wide_set_is_split_into_its_tables_entries() -> None:
+    r2 = RecordID("u", 2)
+    changes = [{"update": {"id": R1}}, {"current": {"id": R1}, "update": []},
+               {"delete": {"id": r2}}, {"define_table": {"name": "v"}}, {"odd": {}}]
+    assert split_by_table(changes) == {"t": changes[:2], "u": [changes[2]], "v": [changes[3]],
+                                       "": [changes[4]]}
