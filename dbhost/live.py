@@ -22,9 +22,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dbclient.cbor import encode
 from surrealdb.data.types.table import Table
 
+from dbclient.cbor import encode
 from dbhost.engine import Engine, EngineError, StatementError, quote_ident
 from dbhost.frames import INVALID_PARAMS, LIVE_ERROR, RpcError
 from dbhost.liveql import (

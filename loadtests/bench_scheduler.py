@@ -43,18 +43,18 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from surrealdb import RecordID  # noqa: E402
+from surrealdb import RecordID
 
-from dbclient import Database, DbConfig, DbQueryError  # noqa: E402
-from dbclient.feed import read_round  # noqa: E402
-from tests.integration.test_scheduler_process import (  # noqa: E402
+from dbclient import Database, DbConfig, DbQueryError
+from dbclient.feed import read_round
+from tests.integration.test_scheduler_process import (
     SCRIPT,
     SchedulerProc,
     wait_ready,
     write_config,
 )
-from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp  # noqa: E402
-from tests.support.procs import ManagedProcess, base_env, free_port, start_db_host  # noqa: E402
+from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
+from tests.support.procs import ManagedProcess, base_env, free_port, start_db_host
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;

@@ -12,7 +12,13 @@ from pathlib import Path
 import aiohttp
 
 from tests.integration.test_scheduler_process import SCRIPT, SchedulerProc, wait_ready, write_config
-from tests.integration.test_ssp_support import APP_SCHEMA, apply_schema, root_db, start_ssp, wait_for
+from tests.integration.test_ssp_support import (
+    APP_SCHEMA,
+    apply_schema,
+    root_db,
+    start_ssp,
+    wait_for,
+)
 from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
 
 
