@@ -59,6 +59,12 @@ UPSERT_EDGES_SINGLE = ("FOR $r IN $rows { RELATE ($r.in)->($r.id)->($r.out) "
 # UPDATE (never UPSERT): a view unregistered meanwhile must not get its row back.
 MARK_READY = "FOR $u IN $ups { UPDATE $u.q MERGE { state: 'ready', rowCount: $u.n } }"
 MIN_OPS = 50
+# Distinct edge tables one flush may write. SurrealDB writes one changefeed entry per table per
+# transaction, and `SHOW CHANGES` cannot page past the first 1,000 entries of one transaction
+# (scheduler/README.md, "changefeed paging"): a flush spanning more users' tables would hide
+# part of its edges from every changefeed reader (LIVE subscribers included). With
+# `_00_query` and the metrics table this stays well under that.
+MAX_TABLES_PER_FLUSH = 400
 
 
 @dataclass(eq=False)
@@ -311,10 +317,19 @@ class Publisher:
         ready_updates: list[dict[str, Any]] = []
         deletes: list[RecordID] = []
         busy = self._inflight
+        tables: set[str] = set()
+
+        def room(table: str) -> bool:
+            # True when the flush may write `table` (it writes it already, or has room).
+            if table in tables or len(tables) < MAX_TABLES_PER_FLUSH:
+                tables.add(table)
+                return True
+            return False
+
         for vid in list(self.teardowns):
             if budget <= 0:
                 break
-            if vid in busy:
+            if vid in busy or not room(self.teardowns[vid].edge_table):
                 continue
             td = b.teardown[vid] = self.teardowns.pop(vid)
             b.views.add(vid)
@@ -329,6 +344,8 @@ class Publisher:
             if vid in busy or vid in b.views:
                 continue
             view = self._view(vid)
+            if view is not None and not room(view.edge_table):
+                continue
             b.initial[vid] = self.initial.pop(vid)
             b.views.add(vid)
             if view is None or view.generation != b.initial[vid]:
@@ -350,6 +367,9 @@ class Publisher:
                 break
             if vid in busy or vid in b.views:
                 continue
+            view = self._view(vid)
+            if view is not None and not room(view.edge_table):
+                continue
             members = self.dirty[vid]
             if len(members) > budget:
                 # A big view is split across flushes; the rest stays marked.
@@ -364,7 +384,6 @@ class Publisher:
             b.views.add(vid)
             b.ops += len(members)
             b.per_view.append((vid, b.started[-1], len(members), False))
-            view = self._view(vid)
             if view is None:
                 continue
             for m in members:

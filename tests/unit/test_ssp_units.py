@@ -362,3 +362,31 @@ async def test_flush_loops_wait_instead_of_spinning_while_views_are_held() -> No
     finally:
         await pub.stop()
     assert len(db.calls) == 2
+
+
+async def test_a_flush_writes_at_most_max_tables_edge_tables_and_the_rest_follows() -> None:
+    """SHOW CHANGES cannot page past 1,000 entries of one transaction (one per table), so one
+    flush spanning every user's table would hide edges from changefeed readers."""
+    from ssp.publisher import MAX_TABLES_PER_FLUSH
+
+    db = FakeDb()
+    users = MAX_TABLES_PER_FLUSH + 150
+    views = {f"query:v{u}": PubView(f"query:v{u}", RecordID("_00_query", f"v{u}"),
+                                    f"_00_list_ref_user_u{u}", RecordID("user", f"u{u}"),
+                                    {f"post:{u}", f"post:x{u}"})
+             for u in range(users)}
+    pub = Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup=views.get, rv_lookup=lambda rid: 1, max_ops=100_000)
+    for vid in views:
+        pub.mark(vid, ["post:" + vid.removeprefix("query:v"), "post:gone" + vid.removeprefix("query:v")])
+    written: list[set[str]] = []
+    while pub.pending:
+        before = len(db.calls)
+        assert await pub.flush()
+        stmts = db.calls[before]
+        rows = [r for _, p in stmts for r in (p or {}).get("rows", [])]
+        ids = [i for _, p in stmts for i in (p or {}).get("ids", [])]
+        written.append({r["id"].table_name for r in rows} | {i.table_name for i in ids})
+    assert len(written) == 2
+    assert all(len(t) <= MAX_TABLES_PER_FLUSH for t in written)
+    assert set().union(*written) == {v.edge_table for v in views.values()}
