@@ -65,6 +65,7 @@ class MetaTable:
     relation: bool = False
     fields: tuple[str, ...] = ()  # DEFINE FIELD tails: "<name> TYPE ..."
     changefeed: bool = False  # carries the changefeed under transport `changefeed`
+    indexes: tuple[str, ...] = ()  # DEFINE INDEX tails: "<name> FIELDS ..."
 
 
 _SERVICE_ONLY = "PERMISSIONS FOR select FULL, FOR create, update NONE"
@@ -96,6 +97,9 @@ META_TABLES: tuple[MetaTable, ...] = (
         "_00_list_ref",
         "shared view-membership edges (ref mode single): in = view, out = row",
         select=OWN_ROWS, relation=True, changefeed=True,
+        # (Re)materialising a view deletes its prior edges `WHERE in = $q`: without the index
+        # that scans every user's edges (25,000 edges: 183 ms per view; indexed: 1.3 ms).
+        indexes=("_00_list_ref_in FIELDS in",),
     ),
     MetaTable("_00_schema_state", "schema fingerprint per synced table, id = table name"),
     MetaTable("_00_query_allowlist", "allowed query shapes, one row per <app>__<version>"),
@@ -299,6 +303,9 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
         for f in t.fields:
             fname, rest = f.split(" ", 1)
             statements.append((f"DEFINE FIELD OVERWRITE {fname} ON {t.name} {rest}", None))
+        for ix in t.indexes:
+            iname, rest = ix.split(" ", 1)
+            statements.append((f"DEFINE INDEX IF NOT EXISTS {iname} ON {t.name} {rest}", None))
         if t.name == "_00_query":
             statements.append((query_cleanup_sql(transport), None))
         if statements:

@@ -109,6 +109,11 @@ async def test_meta_tables_are_created_with_their_permissions(db: Database,
         assert defs[name].endswith("PERMISSIONS NONE"), defs[name]
     for name in ("_00_query", "_00_version", "_00_list_ref"):
         assert "CHANGEFEED 1h INCLUDE ORIGINAL" in defs[name]
+    # The shared edge table is indexed on `in` (a view's prior edges are found by it).
+    info = (await db.query("INFO FOR TABLE _00_list_ref"))[0]
+    assert "_00_list_ref_in" in info["indexes"], info["indexes"]
+    plan = (await db.query("SELECT * FROM _00_list_ref WHERE in = _00_query:x EXPLAIN"))[0]
+    assert "_00_list_ref_in" in str(plan), plan
 
 
 async def test_existing_table_definitions_survive(db: Database, env: dict[str, str]) -> None:
