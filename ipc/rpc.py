@@ -46,7 +46,12 @@ class RpcClient:
 
     async def _read_loop(self) -> None:
         while True:
-            rid_b, body = await self._sock.recv_multipart(copy=True)
+            try:
+                rid_b, body = await self._sock.recv_multipart(copy=True)
+            except zmq.ZMQError:
+                if self._sock.closed:
+                    return  # closed under the reader (close() races the cancellation)
+                raise
             fut = self._pending.pop(_ID.unpack(rid_b)[0], None)
             if fut is not None and not fut.done():
                 fut.set_result(msgpack.unpackb(body, raw=False, strict_map_key=False))
