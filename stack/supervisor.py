@@ -103,9 +103,16 @@ class Supervisor:
                         log.error("%s failed with exit code %d; stopping", c.name, rc)
                         return rc
                     continue
-                if not c.wait_healthy():
-                    log.error("%s did not become healthy; stopping", c.name)
-                    return 1
+                while not c.wait_healthy():
+                    # An SSP told to resync (or not registered in time) before it ever
+                    # answered healthy asks for a relaunch like any later exit does.
+                    rc = c.proc.poll() if c.proc is not None else None
+                    if self._stopping:
+                        return 0
+                    if rc is None or rc not in c.relaunch_on:
+                        log.error("%s did not become healthy; stopping", c.name)
+                        return 1
+                    self._relaunch(c, rc)
             if on_ready:
                 on_ready()
             return self._watch()
@@ -122,17 +129,20 @@ class Supervisor:
                 if rc is None:
                     continue
                 if rc in c.relaunch_on:
-                    c.restarts += 1
-                    # Back off a little when a child keeps dying right after start.
-                    if time.monotonic() - c.started_at < 5:
-                        time.sleep(min(5.0, 0.5 * c.restarts))
-                    log.warning("%s exited with %d; relaunching (restart %d)", c.name, rc, c.restarts)
-                    c.start()
+                    self._relaunch(c, rc)
                     continue
                 log.error("%s exited with %d; stopping the stack", c.name, rc)
                 return rc or 1
             time.sleep(self.poll)
         return 0
+
+    def _relaunch(self, c: Child, rc: int) -> None:
+        c.restarts += 1
+        # Back off a little when a child keeps dying right after start.
+        if time.monotonic() - c.started_at < 5:
+            time.sleep(min(5.0, 0.5 * c.restarts))
+        log.warning("%s exited with %d; relaunching (restart %d)", c.name, rc, c.restarts)
+        c.start()
 
     def stop_all(self, timeout: float = 20.0) -> None:
         for c in reversed(self.children):

@@ -54,3 +54,37 @@ def test_stop_request_terminates_every_child(tmp_path: Path) -> None:
     assert sup.run() == 0
     for k in kids:
         assert k.proc is not None and k.proc.poll() is not None
+
+
+def test_child_exiting_with_a_relaunch_code_before_it_was_healthy_is_started_again(
+        tmp_path: Path) -> None:
+    # An SSP flagged while it bootstraps exits 4 before its /health ever answered 200: the
+    # start-up wait must relaunch it, not stop the stack.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    counter = tmp_path / "runs"
+    argv = _script(
+        tmp_path,
+        "import http.server,pathlib,sys,threading\n"
+        f"p=pathlib.Path({str(counter)!r})\n"
+        "n=int(p.read_text()) if p.exists() else 0\n"
+        "p.write_text(str(n+1))\n"
+        "if n == 0: sys.exit(4)\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers()\n"
+        "        threading.Thread(target=srv.shutdown).start()\n"
+        "    def log_message(self, *a): pass\n"
+        f"srv=http.server.HTTPServer(('127.0.0.1', {port}), H)\n"
+        "srv.serve_forever()\n"
+        "sys.exit(9)\n",
+    )
+    child = Child("ssp", argv, {}, health_url=f"http://127.0.0.1:{port}/health",
+                  relaunch_on=RELAUNCH_CODES)
+    rc = Supervisor([child], poll=0.02).run()
+    assert counter.read_text() == "2"
+    assert child.restarts == 1
+    assert rc == 9  # the second run answered healthy, then exited 9: the stack stops
