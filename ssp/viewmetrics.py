@@ -11,7 +11,12 @@ written. The metrics loop writes, for each view that changed since the last writ
 * ``materialize_ms``: registration (or re-materialisation) to its initial edges committed;
 * ``last_publish_at`` and ``flushed_at`` (datetimes).
 
-Views with nothing new are not written (a quiet SSP writes nothing). The table is defined with
+Views with nothing new are not written (a quiet SSP writes nothing). One write takes at most
+`MAX_ROWS_PER_WRITE` rows, the views written longest ago first; the rest stay marked for the next
+tick. Metrics must not compete with edges for the database: with 10,000 views under 3,000
+events/s, ~2,600 views change every 2 s, and writing all of them took about as much engine time
+as the edges themselves (bench_ssp, `single`: 2,997 events/s with p99 211 ms without metrics,
+2,522 events/s with p99 400 ms with every changed row written). The table is defined with
 ``PERMISSIONS NONE``: record users never read operator metrics. A view that is unregistered has
 its metrics row deleted at the next write. Nothing here is on the ingest path: observing is a
 dict update per view per flush.
@@ -36,6 +41,7 @@ log = logging.getLogger("ssp.viewmetrics")
 
 TABLE = "_00_view_metrics"
 WINDOW = 256
+MAX_ROWS_PER_WRITE = 500
 DEFINE = f"DEFINE TABLE IF NOT EXISTS {TABLE} SCHEMALESS PERMISSIONS NONE"
 WRITE = f"FOR $m IN $rows {{ UPSERT $m.id CONTENT $m RETURN NONE }}; DELETE $gone RETURN NONE"
 
@@ -49,6 +55,7 @@ class _Entry:
     last_publish: float = 0.0  # wall clock seconds
     dirty: bool = False
     key: Any = None  # the `_00_query` record's key, once known
+    written: float = 0.0  # monotonic time of its last row write (0: never)
 
 
 def _pct(sorted_values: list[float], q: float) -> float:
@@ -109,14 +116,21 @@ class ViewMetrics:
         """Rows for the views that changed since the last call, and ids of rows to delete."""
         rows: list[dict[str, Any]] = []
         now = datetime.now(timezone.utc)
+        due: list[tuple[float, str, _Entry, tuple[RecordID, int]]] = []
         for vid, e in list(self.entries.items()):
             found = self._view_of(vid)
             if found is None:
                 self.forget(vid)  # unregistered: its row goes
                 continue
-            if not e.dirty:
-                continue
+            if e.dirty:
+                due.append((e.written, vid, e, found))
+        if len(due) > MAX_ROWS_PER_WRITE:
+            due.sort(key=lambda d: d[0])  # written longest ago (or never) first
+            del due[MAX_ROWS_PER_WRITE:]
+        stamp = time.monotonic()
+        for _, vid, e, found in due:
             record, n = found
+            e.written = stamp
             e.key = record.id
             e.dirty = False
             body = self.snapshot(vid) or {}

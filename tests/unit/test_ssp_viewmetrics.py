@@ -53,3 +53,25 @@ async def test_a_failed_write_is_retried_at_the_next_tick() -> None:
     db.fail = False
     assert await m.write(db) == 1
     assert db.calls[-1][1]["rows"][0]["updates"] == 1
+
+
+async def test_a_write_takes_at_most_the_cap_and_the_longest_waiting_views_go_first() -> None:
+    from ssp.viewmetrics import MAX_ROWS_PER_WRITE
+
+    n = MAX_ROWS_PER_WRITE * 2 + 100
+    views = {f"query:v{i}": (RecordID("_00_query", f"v{i}"), 1) for i in range(n)}
+    m = ViewMetrics("ssp-1", 100, views.get)
+    db = FakeDb()
+    for vid in views:
+        m.observe(vid, 1.0, 1, False)
+    seen: list[set[str]] = []
+    for _ in range(3):
+        assert await m.write(db) <= MAX_ROWS_PER_WRITE
+        seen.append({r["view_id"] for r in db.calls[-1][1]["rows"]})
+    assert [len(s) for s in seen] == [MAX_ROWS_PER_WRITE, MAX_ROWS_PER_WRITE, 100]
+    assert set().union(*seen) == set(views)  # every view written once, none twice
+    # Every view changes again: the ones written longest ago go first.
+    for vid in reversed(list(views)):
+        m.observe(vid, 2.0, 1, False)
+    assert await m.write(db) == MAX_ROWS_PER_WRITE
+    assert {r["view_id"] for r in db.calls[-1][1]["rows"]} == seen[0]
