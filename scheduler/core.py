@@ -75,6 +75,13 @@ class SspState(str, Enum):
     BOOTSTRAPPING = "bootstrapping"
     REPLAYING = "replaying"
     READY = "ready"
+    LAGGING = "lagging"  # Ready, but more than max_buffer_per_ssp events wait to be sent
+
+
+# A Lagging SSP keeps its queue (the spec forces a re-bootstrap only for Bootstrapping and
+# Replaying SSPs); past this many times the buffer limit it is re-bootstrapped anyway, so one
+# SSP that heartbeats but never takes events cannot grow the scheduler's memory without end.
+LAGGING_HARD_LIMIT_FACTOR = 10
 
 
 class SchedulerBusy(Exception):
@@ -324,9 +331,20 @@ class Scheduler:
             if e.flagged is not None or seq <= e.snapshot_seq:
                 continue
             e.queue.append(out)
-            if len(e.queue) > self.cfg.max_buffer_per_ssp:
-                self.flag_ssp(e.ssp_id, f"buffer overflow: more than "
-                              f"{self.cfg.max_buffer_per_ssp} events queued", True)
+            limit = self.cfg.max_buffer_per_ssp
+            if len(e.queue) > limit and e.state in (SspState.READY, SspState.LAGGING):
+                if e.state is SspState.READY:
+                    e.state = SspState.LAGGING
+                    log.warning("SSP %s lagging: more than %d events wait to be sent",
+                                e.ssp_id, limit)
+                if len(e.queue) > limit * LAGGING_HARD_LIMIT_FACTOR:
+                    self.flag_ssp(e.ssp_id, f"lagging: more than "
+                                  f"{limit * LAGGING_HARD_LIMIT_FACTOR} events queued", True)
+                else:
+                    e.wake.set()
+            elif len(e.queue) > limit:
+                self.flag_ssp(e.ssp_id, f"buffer overflow: more than {limit} events queued",
+                              True)
             elif e.state is not SspState.BOOTSTRAPPING:
                 e.wake.set()
         if event["table"] == "_00_query" and event["op"] == "DELETE":
@@ -574,6 +592,10 @@ class Scheduler:
                     e.sent_seq = batch[-1]["seq"]
                     e.send_failures = 0
                     backoff = _BACKOFF_MIN
+                    if e.state is SspState.LAGGING and not e.queue:
+                        e.state = SspState.READY
+                        log.info("SSP %s caught up (sent through seq %d)", e.ssp_id,
+                                 e.sent_seq)
                 else:
                     e.send_failures += 1
                     await asyncio.sleep(backoff)
@@ -610,8 +632,9 @@ class Scheduler:
 
     # ------------------------------------------------------------------ views
     def ready_ids(self) -> list[str]:
+        # A Lagging SSP still holds its views and receives every event: it stays a candidate.
         return [i for i, e in self.entries.items()
-                if e.state is SspState.READY and e.flagged is None]
+                if e.state in (SspState.READY, SspState.LAGGING) and e.flagged is None]
 
     def _ranked(self, exclude: Iterable[str] = ()) -> list[str]:
         skip = set(exclude)

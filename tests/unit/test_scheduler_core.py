@@ -204,14 +204,29 @@ async def test_buffer_overflow_answers_409_clean_then_404(make_scheduler, fakes)
     assert (await s.register_ssp("a", f.url)).status == 202
 
 
-async def test_ready_queue_that_cannot_drain_overflows(make_scheduler, fakes) -> None:
+async def test_a_ready_ssp_that_falls_behind_is_lagging_then_ready_not_re_bootstrapped(
+        make_scheduler, fakes) -> None:
+    """The spec forces a re-bootstrap on overflow only in Bootstrapping/Replaying; a Ready SSP
+    with more than max_buffer_per_ssp events waiting is Lagging and keeps its queue."""
+    from scheduler.core import LAGGING_HARD_LIMIT_FACTOR
+
     s = await make_scheduler(max_buffer_per_ssp=5)
     f = await fakes("a")
     await bring_up(s, f)
     f.ingest_script.extend([503] * 10_000)
     await s.ingest_many([ev(i) for i in range(20)])
+    assert s.entries["a"].state is SspState.LAGGING
+    assert s.heartbeat(hb("a")).status == 200  # not flagged
+    f.ingest_script.clear()
+    s.entries["a"].wake.set()
+    await wait_for(lambda: len(f.events) == 20, "the backlog delivered")
+    assert [e["seq"] for e in f.events] == list(range(1, 21))
+    await wait_for(lambda: s.entries["a"].state is SspState.READY, "caught up")
+    # An SSP that never takes events is re-bootstrapped past the hard limit.
+    f.ingest_script.extend([503] * 10_000)
+    await s.ingest_many([ev(i) for i in range(5 * LAGGING_HARD_LIMIT_FACTOR + 1)])
     r = s.heartbeat(hb("a"))
-    assert r.status == 409 and r.body["clean"] is True
+    assert r.status == 409 and r.body["clean"] is True and "lagging" in r.body["reason"]
 
 
 async def test_bootstrap_timeout_flags_the_ssp(make_scheduler, fakes) -> None:
