@@ -15,7 +15,8 @@ What the dialect adds to plain CBOR, and how it is kept:
   Datetime) go through the SDK's own `default_encoder`.
 - Decoding: the SDK's `tag_decoder` builds the SDK types. cbor2 hands a tag's content over
   frozen (tuples, frozendict) so it could be a map key; it is thawed back into lists and dicts,
-  which is what the SDK's decoder returns.
+  which is what the SDK's decoder returns. CBOR undefined, which SurrealDB never sends, decodes
+  to cbor2's `undefined` marker rather than the SDK's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from typing import Any
 
 import cbor2
 from surrealdb.cbor import CBORTag as SdkTag
+from surrealdb.cbor._types import CBORSimpleValue as SdkSimple
+from surrealdb.cbor._types import FrozenDict as SdkFrozenDict
+from surrealdb.cbor._types import UndefinedType as SdkUndefined
 from surrealdb.data import cbor as sdk_cbor
 from surrealdb.data.types.record_id import RecordID
 
@@ -59,8 +63,24 @@ def _encode_sdk_tag(enc: Any, value: Any) -> None:
     enc.encode(_CBORTag(value.tag, value.value))
 
 
+def _encode_undefined(enc: Any, value: Any) -> None:
+    enc.write(b"\xf7")  # CBOR undefined: SurrealDB reads it as NULL
+
+
+def _encode_simple(enc: Any, value: Any) -> None:
+    enc.encode(cbor2.CBORSimpleValue(value.value))
+
+
+def _encode_frozen(enc: Any, value: Any) -> None:
+    enc.encode(dict(value))
+
+
+# The SDK's own marker types (its `undefined`, simple values, frozen maps) next to SurrealDB's.
 _ENCODERS = {
     SdkTag: _encode_sdk_tag,
+    SdkUndefined: _encode_undefined,
+    SdkSimple: _encode_simple,
+    SdkFrozenDict: _encode_frozen,
     type(None): _encode_none,
     decimal.Decimal: _encode_decimal,
     RecordID: _encode_record_id,
