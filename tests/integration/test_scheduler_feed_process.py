@@ -75,7 +75,9 @@ async def app(shared_db_host: DbHost) -> AsyncIterator[tuple[Database, dict[str,
         await db.close()
 
 
-def launch(tmp: Path, host: DbHost, env: dict[str, str], port: int) -> ManagedProcess:
+def launch(tmp: Path, host: DbHost, env: dict[str, str], port: int,
+           transport: str = "changefeed", **extra_env: str) -> ManagedProcess:
+    """A real `svc-scheduler` over `env`'s database on `port` (config written under `tmp`)."""
     config = tmp / "scheduler.yml"
     config.write_text(yaml.safe_dump({
         "db": {"url": host.ws_url, "namespace": env["SVC_DB_NS"],
@@ -86,7 +88,7 @@ def launch(tmp: Path, host: DbHost, env: dict[str, str], port: int) -> ManagedPr
         "snapshot_update_interval_secs": 1,
     }))
     return ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(config)],
-                          base_env(SVC_INGEST_TRANSPORT="changefeed"),
+                          base_env(SVC_INGEST_TRANSPORT=transport, **extra_env),
                           tmp / f"scheduler-{port}.log").start()
 
 

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from surrealdb import RecordID
 
 from dbclient import Database, DbConfig
 from scheduler.replica import Replica
-from tests.integration.test_scheduler_feed_process import SCRIPT, get_json, table_hash, until
-from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
+from tests.integration.test_scheduler_feed_process import get_json, launch, table_hash, until
+from tests.support.procs import DbHost, free_port
 
 _ns = itertools.count()
 
@@ -48,22 +47,6 @@ async def app(shared_db_host: DbHost) -> AsyncIterator[tuple[Database, dict[str,
         await db.close()
 
 
-def launch(tmp: Path, host: DbHost, env: dict[str, str], port: int) -> ManagedProcess:
-    config = tmp / "scheduler.yml"
-    config.write_text(yaml.safe_dump({
-        "db": {"url": host.ws_url, "namespace": env["SVC_DB_NS"],
-               "database": env["SVC_DB_NAME"], "username": host.user,
-               "password": host.password},
-        "ingest_host": "127.0.0.1", "ingest_port": port,
-        "replica_db_path": "data/replica.sqlite3", "wal_path": "data/wal",
-        "snapshot_update_interval_secs": 1,
-    }))
-    return ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(config)],
-                          base_env(SVC_INGEST_TRANSPORT="http", SVC_DRIFT_CHECK="true",
-                                   SVC_DRIFT_CONFIRM_TICKS="1"),
-                          tmp / f"scheduler-{port}.log").start()
-
-
 def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
     req = urllib.request.Request(url, json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
@@ -76,7 +59,8 @@ async def test_http_rows_with_links_and_datetimes_hash_like_the_database_and_nev
     db, env = app
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = launch(tmp_path, shared_db_host, env, port)
+    proc = launch(tmp_path, shared_db_host, env, port, "http", SVC_DRIFT_CHECK="true",
+                  SVC_DRIFT_CONFIRM_TICKS="1")
     try:
         await until(lambda: get_json(url + "/health").get("scheduler", {}).get("state")
                     == "ready", "the scheduler to be ready", proc)
