@@ -350,7 +350,23 @@ class Scheduler:
         if event["table"] == "_00_query" and event["op"] == "DELETE":
             view_id = _query_view_id(event["id"])
             if view_id is not None:
-                self.unregister_view(view_id)
+                self._spawn(self._unregister_if_gone(view_id), f"query-delete-{view_id}")
+
+    async def _unregister_if_gone(self, view_id: str) -> None:
+        """The unregister rule for a `_00_query` DELETE from the feed: the view goes, unless
+        its row exists again. The feed delivers the delete after its commit, possibly seconds
+        later; a client that re-registered the same id meanwhile has a row again (its SSP
+        writes it at registration), and that registration must not be undone."""
+        try:
+            back = await self.db.query("SELECT VALUE id FROM $q",
+                                       {"q": RecordID("_00_query", view_id.removeprefix("query:"))})
+            if back and back[0]:
+                log.info("view %s was registered again after its row's delete; kept", view_id)
+                return
+        except DbError as e:
+            log.info("cannot tell whether %s was registered again (%s); unregistering",
+                     view_id, e)
+        self.unregister_view(view_id)
 
     # ------------------------------------------------------------------ replica drain
     async def drain(self) -> bool:

@@ -326,8 +326,29 @@ async def test_query_row_delete_event_unregisters_the_view(make_scheduler, fakes
     await s.register_view("query:v1", VIEW)
     await s.ingest({"table": "_00_query", "op": "DELETE", "id": "_00_query:v1",
                     "record": {}})
-    assert s.tracker.get("query:v1") is None
+    await wait_for(lambda: s.tracker.get("query:v1") is None, "tracker cleared")
     await wait_for(lambda: f.unregistered == ["query:v1"], "unregister sent")
+
+
+async def test_a_query_row_delete_is_ignored_when_the_view_was_registered_again(
+        make_scheduler, fakes) -> None:
+    """The feed delivers a row's delete after the client registered the same id again (its
+    SSP wrote the row anew): the new registration stays."""
+    s = await make_scheduler()
+    f = await fakes("a")
+    await bring_up(s, f)
+    await s.register_view("query:v2", VIEW)
+    await s.db.query("UPSERT _00_query:v2 SET state = 'ready'")  # what the SSP writes
+    try:
+        await s.ingest({"table": "_00_query", "op": "DELETE", "id": "_00_query:v2",
+                        "record": {}})
+        checks = [t for t in asyncio.all_tasks() if t.get_name() == "query-delete-query:v2"]
+        assert checks, "the delete rule runs as a task"
+        await asyncio.gather(*checks)
+        assert s.tracker.get("query:v2") is not None
+        assert "query:v2" not in f.unregistered
+    finally:
+        await s.db.query("DELETE _00_query:v2")
 
 
 def beat(s: Scheduler, ssp_id: str) -> asyncio.Task[None]:
