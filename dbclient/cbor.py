@@ -35,14 +35,13 @@ from surrealdb.data import cbor as sdk_cbor
 from surrealdb.data.types.record_id import RecordID
 
 _CBORTag = cbor2.CBORTag
-_FrozenDict = getattr(cbor2, "FrozenDict", None) or type(cbor2.loads(
-    cbor2.dumps(_CBORTag(99, {"k": 1})), tag_hook=lambda t, *_: t.value))
+# cbor2 hands maps inside a tag over as its frozen-dict type, which it does not export.
+_FrozenDict = type(cbor2.loads(cbor2.dumps(_CBORTag(99, {"k": 1})), tag_hook=lambda t, _: t.value))
 
 # The SDK's own codec, kept for the equivalence tests (install() replaces the module attributes).
 sdk_encode = sdk_cbor.encode
 sdk_decode = sdk_cbor.decode
 
-TAG_NONE = 6
 TAG_DECIMAL_STRING = 10
 TAG_RECORD_ID = 8
 
@@ -92,26 +91,20 @@ _ENCODERS = {
 _sdk_default = getattr(sdk_cbor.default_encoder, "__wrapped__", sdk_cbor.default_encoder)
 
 
-def _default(enc: Any, value: Any) -> None:
-    _sdk_default(enc, value)
-
-
 def encode(obj: Any) -> bytes:
     """`obj` in SurrealDB's CBOR dialect (the same bytes as the SDK's encoder)."""
-    return cbor2.dumps(obj, default=_default, timezone=timezone.utc, encoders=_ENCODERS)
+    return cbor2.dumps(obj, default=_sdk_default, timezone=timezone.utc, encoders=_ENCODERS)
 
 
 def _thaw(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_thaw(v) for v in value]
-    if _FrozenDict is not None and isinstance(value, _FrozenDict):
+    if isinstance(value, _FrozenDict):
         return {k: _thaw(v) for k, v in value.items()}
     return value
 
 
-def _tag_hook(*args: Any) -> Any:
-    # cbor2 >= 6 calls hook(tag, immutable); older releases hook(decoder, tag).
-    tag = args[0] if isinstance(args[0], _CBORTag) else args[1]
+def _tag_hook(tag: Any, immutable: bool) -> Any:
     if isinstance(tag.value, (tuple, _FrozenDict)):
         tag = _CBORTag(tag.tag, _thaw(tag.value))
     return sdk_cbor.tag_decoder(None, tag)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from surrealdb.data.types.table import Table
 
 from dbclient.cbor import encode
+from dbclient.feed import ENGINE_PAGE_MAX, split_by_table
 from dbhost.engine import Engine, EngineError, StatementError, quote_ident
 from dbhost.frames import INVALID_PARAMS, LIVE_ERROR, RpcError
 from dbhost.liveql import (
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dbhost.live")
 
-FEED_BATCH = 1000
+FEED_BATCH = ENGINE_PAGE_MAX  # the engine scans at most this many feed entries per read
 # Re-read this much of the feed's recent past on each round, so that a transaction whose
 # versionstamp is older than one already read but which became visible later is not lost.
 OVERLAP_VS = 50 << 16
@@ -154,29 +155,6 @@ def loses_original(batches: list[dict[str, Any]]) -> bool:
 
 def _rid(row: Any) -> Any:
     return row.get("id") if isinstance(row, dict) else None
-
-
-def change_table(entry: dict[str, Any]) -> str:
-    """The table one change of a database-wide feed read belongs to ("" when unknown)."""
-    for kind in ("delete", "current", "update"):
-        body = entry.get(kind)
-        if isinstance(body, dict):
-            rid = body.get("id")
-            name = getattr(rid, "table_name", None)
-            if isinstance(name, str):
-                return name
-    d = entry.get("define_table")
-    if isinstance(d, dict) and isinstance(d.get("name"), str):
-        return str(d["name"])
-    return ""
-
-
-def split_by_table(changes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """A database-wide change set's changes by table (each table is one feed entry)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for entry in changes:
-        out.setdefault(change_table(entry), []).append(entry)
-    return out
 
 
 def _stmt_result(result: Any, status: str = "OK") -> dict[str, Any]:

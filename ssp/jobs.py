@@ -80,6 +80,7 @@ from surrealdb import RecordID
 from dbclient import Database, DbError
 from engine.values import parse_record_id, record_id_text
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
+from ssp.backends import MASK  # one mask text for every secret the SSP outputs
 from ssp.config import JobTable
 
 log = logging.getLogger("ssp.jobs")
@@ -96,7 +97,6 @@ RETRY_AFTER_MAX_SECS = 300.0
 REPORTS_QUEUED = 10_000
 REPORT_SENDERS = 4
 REPORT_TIMEOUT_SECS = 5.0
-MASK = "***"
 # One `errors` entry, always the same keys: a Python None travels as NONE, which would drop
 # `status` from the object, so a missing status is written as NULL.
 ERROR_ENTRY = ("{ at: $e.at, attempt: $e.attempt, kind: $e.kind, status: $e.status ?? NULL, "
