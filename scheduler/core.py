@@ -126,13 +126,12 @@ class SspEntry:
         return float(v) if isinstance(v, (int, float)) else 0.0
 
 
-def _query_view_id(event_id: Any) -> str | None:
-    """The view id of a deleted ``_00_query`` record (``_00_query:abc`` -> ``query:abc``)."""
+def _query_record(event_id: Any) -> RecordID | None:
+    """The deleted ``_00_query`` record of an event (``_00_query:abc``), None when unreadable."""
     try:
-        rid = event_id if isinstance(event_id, RecordID) else parse_record_id(str(event_id))
+        return event_id if isinstance(event_id, RecordID) else parse_record_id(str(event_id))
     except ValueError:
         return None
-    return f"query:{rid.id}"
 
 
 class Scheduler:
@@ -332,7 +331,11 @@ class Scheduler:
                 continue
             e.queue.append(out)
             limit = self.cfg.max_buffer_per_ssp
-            if len(e.queue) > limit and e.state in (SspState.READY, SspState.LAGGING):
+            if len(e.queue) > limit:
+                if e.state is SspState.BOOTSTRAPPING or e.state is SspState.REPLAYING:
+                    self.flag_ssp(e.ssp_id, f"buffer overflow: more than {limit} events "
+                                  "queued", True)
+                    continue
                 if e.state is SspState.READY:
                     e.state = SspState.LAGGING
                     log.warning("SSP %s lagging: more than %d events wait to be sent",
@@ -340,26 +343,22 @@ class Scheduler:
                 if len(e.queue) > limit * LAGGING_HARD_LIMIT_FACTOR:
                     self.flag_ssp(e.ssp_id, f"lagging: more than "
                                   f"{limit * LAGGING_HARD_LIMIT_FACTOR} events queued", True)
-                else:
-                    e.wake.set()
-            elif len(e.queue) > limit:
-                self.flag_ssp(e.ssp_id, f"buffer overflow: more than {limit} events queued",
-                              True)
-            elif e.state is not SspState.BOOTSTRAPPING:
+                    continue
+            if e.state is not SspState.BOOTSTRAPPING:
                 e.wake.set()
         if event["table"] == "_00_query" and event["op"] == "DELETE":
-            view_id = _query_view_id(event["id"])
-            if view_id is not None:
-                self._spawn(self._unregister_if_gone(view_id), f"query-delete-{view_id}")
+            record = _query_record(event["id"])
+            if record is not None:
+                self._spawn(self._unregister_if_gone(record), f"query-delete-query:{record.id}")
 
-    async def _unregister_if_gone(self, view_id: str) -> None:
+    async def _unregister_if_gone(self, record: RecordID) -> None:
         """The unregister rule for a `_00_query` DELETE from the feed: the view goes, unless
         its row exists again. The feed delivers the delete after its commit, possibly seconds
         later; a client that re-registered the same id meanwhile has a row again (its SSP
         writes it at registration), and that registration must not be undone."""
+        view_id = f"query:{record.id}"
         try:
-            back = await self.db.query("SELECT VALUE id FROM $q",
-                                       {"q": RecordID("_00_query", view_id.removeprefix("query:"))})
+            back = await self.db.query("SELECT VALUE id FROM $q", {"q": record})
             if back and back[0]:
                 log.info("view %s was registered again after its row's delete; kept", view_id)
                 return
