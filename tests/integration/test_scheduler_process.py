@@ -61,7 +61,8 @@ def launch(tmp: Path, config: Path, port: int, ns: str, **env: str) -> Scheduler
     mp = ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(config)],
                         # Drift checks have their own tests; here they would act on events
                         # ingested without database rows behind them.
-                        base_env(SVC_INGEST_TRANSPORT="http", SVC_DRIFT_CHECK="false", **env),
+                        base_env(**{"SVC_INGEST_TRANSPORT": "http", "SVC_DRIFT_CHECK": "false",
+                                    **env}),
                         tmp / f"scheduler-{port}.log").start()
     proc = SchedulerProc(mp, port, config, ns)
     wait_ready(proc)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.integration.test_scheduler_process import SCRIPT, SchedulerProc, wait_ready, write_config
+from tests.integration.test_scheduler_process import launch, write_config
 from tests.integration.test_ssp_support import (
     APP_SCHEMA,
     apply_schema,
@@ -19,7 +19,7 @@ from tests.integration.test_ssp_support import (
     start_ssp,
     wait_for,
 )
-from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
+from tests.support.procs import DbHost, free_port
 
 
 async def test_a_view_expired_by_the_ssp_sweep_leaves_the_scheduler_tracker(
@@ -33,13 +33,9 @@ async def test_a_view_expired_by_the_ssp_sweep_leaves_the_scheduler_tracker(
                      "CREATE post:1 SET owner = user:alice, title = 't', n = 1")
     port = free_port()
     cfg = write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100)
-    proc = ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(cfg)],
-                          base_env(SVC_INGEST_TRANSPORT="changefeed", SVC_DRIFT_CHECK="false"),
-                          tmp_path / "scheduler.log").start()
-    s = SchedulerProc(proc, port, cfg, name)
+    s = launch(tmp_path, cfg, port, name, SVC_INGEST_TRANSPORT="changefeed")
     ssp = None
     try:
-        wait_ready(s)
         ssp = start_ssp(tmp_path, host, name, name, SVC_SCHEDULER_URL=s.url, SVC_SSP_ID="ssp-0",
                         SVC_INGEST_TRANSPORT="http", SVC_SSP_SHARDS="1",
                         HEARTBEAT_INTERVAL_MS="200", TTL_CLEANUP_INTERVAL_SECS="1")
@@ -66,6 +62,6 @@ async def test_a_view_expired_by_the_ssp_sweep_leaves_the_scheduler_tracker(
             assert [x["query_count"] for x in (await metrics())["ssps"]] == [0]
     finally:
         code = ssp.stop() if ssp is not None else 0
-        proc.stop()
+        s.process.stop()
         await root.close()
     assert code == 0
