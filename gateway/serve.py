@@ -9,12 +9,15 @@ imports `gateway.ssp_app:create_app()` after the fork, so ZeroMQ sockets are per
 - `--graceful-timeout 5`: on SIGTERM workers finish in-flight requests; open `GET /logs`
   streams never finish by themselves, so they are cut after 5 s rather than holding the
   SSP's shutdown for gunicorn's default 30 s.
+- `--keep-alive`: idle connections stay open `ipc.http.SERVER_KEEPALIVE_SECS`, longer than our
+  clients pool them (gunicorn's 2 s default raced the scheduler's reuse of a pooled connection).
 """
 
 from __future__ import annotations
 
 import sys
 
+from ipc.http import SERVER_KEEPALIVE_SECS
 from ssp.config import SspConfig
 
 APP_SPEC = "gateway.ssp_app:create_app()"
@@ -36,6 +39,7 @@ def gunicorn_argv(
         "-b", bind_address(cfg.listen_host, cfg.listen_port),
         "--no-control-socket",
         "--graceful-timeout", str(graceful_timeout_secs),
+        "--keep-alive", str(SERVER_KEEPALIVE_SECS),
     ]
     if access_log:
         argv += ["--access-logfile", "-"]

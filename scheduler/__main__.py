@@ -23,6 +23,7 @@ from pathlib import Path
 import uvicorn
 import uvloop
 
+from ipc.http import SERVER_KEEPALIVE_SECS
 from scheduler.app import create_app
 from scheduler.config import ConfigError, SchedulerConfig
 from scheduler.core import Scheduler
@@ -44,6 +45,7 @@ async def _run(cfg: SchedulerConfig) -> int:
     scheduler = Scheduler(cfg)
     server = _Server(uvicorn.Config(create_app(scheduler), host=cfg.ingest_host,
                                     port=cfg.ingest_port, loop="uvloop", lifespan="on",
+                                    timeout_keep_alive=SERVER_KEEPALIVE_SECS,
                                     log_level="warning"))
     loop = asyncio.get_running_loop()
 

@@ -51,6 +51,7 @@ from dbclient import Database, DbError
 from dbclient.fieldtypes import FieldTypes
 from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
+from ipc.http import client_session
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.drift import DriftChecker, default_tables
 from scheduler.feed import CURSOR_MARGIN_MS, ChangefeedTail, disabled_status
@@ -186,7 +187,7 @@ class Scheduler:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Replay the WAL, start the loops, connect upstream, clone if needed, then ready."""
-        self._session = aiohttp.ClientSession(
+        self._session = client_session(
             timeout=aiohttp.ClientTimeout(total=60, sock_connect=5))
         res = await asyncio.to_thread(
             self.replica.apply, self.wal.replay(self.replica.applied_seq))

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from ipc.http import client_session
 from ipc.messages import ErrorCode, error_reply, reply
 
 log = logging.getLogger("ssp.backends")
@@ -147,7 +148,7 @@ class BackendMonitor:
         return bool(self.backends)
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
+        self._session = client_session()
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="backend-health")
 
     async def stop(self) -> None:

@@ -79,6 +79,7 @@ from surrealdb import RecordID
 
 from dbclient import Database, DbError
 from engine.values import parse_record_id, record_id_text
+from ipc.http import client_session
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
 from ssp.backends import MASK  # one mask text for every secret the SSP outputs
 from ssp.config import JobTable
@@ -330,7 +331,7 @@ class JobRunner:
         """Open the HTTP session and start one admission loop per table (+ the sweep)."""
         if not self.tables:
             return
-        self.session = aiohttp.ClientSession()
+        self.session = client_session()
         if self.reporter is not None:
             self.reporter.start(self.session)
         loop = asyncio.get_running_loop()

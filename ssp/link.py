@@ -46,6 +46,7 @@ from dbclient import DbError
 from dbclient.sql import require_identifier, require_int
 from engine.hashing import hash_text
 from engine.values import record_id_text
+from ipc.http import client_session
 from ssp.publisher import _OP_BYTES  # the publisher's own per-operation byte estimate
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ class SchedulerLink:
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None or self.session.closed:
-            self.session = aiohttp.ClientSession(
+            self.session = client_session(
                 timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_SECS))
         return self.session
 

@@ -23,7 +23,13 @@ from surrealdb.data.cbor import decode as cbor_decode
 
 from dbclient import Database, DbConfig
 from engine.values import record_id_text
-from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
+from tests.support.procs import (
+    DbHost,
+    ManagedProcess,
+    base_env,
+    free_port,
+    statuses_on_one_connection,
+)
 from tests.support.scheduler_fakes import FakeSsp, wait_for
 
 _ns = itertools.count()
@@ -317,6 +323,11 @@ async def test_ingest_survives_kill9_and_restart(start_scheduler, http, fakes,
 
 async def test_sigterm_exits_zero(start_scheduler, http) -> None:
     s = start_scheduler()
+    # An idle keep-alive connection outlives uvicorn's 5 s default (our clients pool theirs
+    # for ipc.http.CLIENT_KEEPALIVE_SECS, below what the listener keeps).
+    port = int(s.url.rsplit(":", 1)[1])
+    assert await asyncio.to_thread(statuses_on_one_connection, "127.0.0.1", port, "/metrics",
+                                   6.0) == [200, 200]
     assert (await post(http, s.url + "/ingest", ev(1)))[0] == 200
     assert s.process.stop() == 0
     assert "Traceback" not in s.process.log_text()

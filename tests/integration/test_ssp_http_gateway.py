@@ -20,7 +20,7 @@ import pytest
 
 from gateway.serve import gunicorn_argv
 from ssp.config import SspConfig
-from tests.support.procs import ManagedProcess, base_env, free_port
+from tests.support.procs import ManagedProcess, base_env, free_port, statuses_on_one_connection
 
 SECRET = "it-s3cret"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
@@ -149,6 +149,9 @@ def test_gunicorn_without_a_hub_says_bootstrapping_and_stops_cleanly_on_sigterm(
     proc = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log").start()
     try:
         proc.wait_http(f"http://127.0.0.1:{port}/no-such-route", want=404, timeout=60)
+        # An idle keep-alive connection outlives gunicorn's 2 s default: clients pool theirs
+        # for ipc.http.CLIENT_KEEPALIVE_SECS and must never pick one the server has closed.
+        assert statuses_on_one_connection("127.0.0.1", port, "/no-such-route", 3.0) == [404, 404]
         # no hub: /health waits for its timeout and answers 503 bootstrapping
         r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
         assert r.status_code == 503 and r.json()["status"] == "bootstrapping"

@@ -38,6 +38,27 @@ def http_status(url: str, timeout: float = 2.0) -> int | None:
         return None
 
 
+def statuses_on_one_connection(host: str, port: int, path: str, idle_secs: float) -> list[int]:
+    """GET `path` twice on one kept-alive connection with `idle_secs` of silence between; the
+    second raises (RemoteDisconnected) when the server dropped the idle connection."""
+    import http.client
+
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        out = []
+        for k in range(2):
+            if k:
+                time.sleep(idle_secs)
+            conn.request("GET", path)
+            r = conn.getresponse()
+            r.read()
+            assert not r.will_close, "the server asked to close the connection"
+            out.append(r.status)
+        return out
+    finally:
+        conn.close()
+
+
 @dataclass
 class ManagedProcess:
     """A child process started for a test, with its log file."""

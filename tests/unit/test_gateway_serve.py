@@ -11,6 +11,7 @@ from falcon import testing
 
 from gateway.serve import APP_SPEC, bind_address, gunicorn_argv
 from gateway.ssp_app import create_app
+from ipc.http import CLIENT_KEEPALIVE_SECS, SERVER_KEEPALIVE_SECS
 from gateway.testing import FakeHub
 from ssp.config import SspConfig
 
@@ -27,6 +28,12 @@ def test_argv_runs_the_asgi_worker_with_the_configured_workers_and_address() -> 
     assert "--no-control-socket" in argv  # gunicorn 27 would share $HOME/.gunicorn/gunicorn.ctl
     assert argv[-1] == APP_SPEC == "gateway.ssp_app:create_app()"
     assert "--access-logfile" not in argv
+    assert argv[argv.index("--keep-alive") + 1] == str(SERVER_KEEPALIVE_SECS)
+
+
+def test_our_clients_drop_pooled_connections_before_our_servers_close_them() -> None:
+    # The server must never close a connection a client may still take from its pool.
+    assert CLIENT_KEEPALIVE_SECS * 2 <= SERVER_KEEPALIVE_SECS
 
 
 def test_default_listen_address_is_all_interfaces_on_8667() -> None:
