@@ -224,7 +224,13 @@ class SspProgress:
         self.s = s
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        body = await _json_body(req)
+        # Spec: 200 always, advisory only. A body we cannot read is ignored, not refused: the
+        # SSP never retries a progress post, so an error would only be noise.
+        try:
+            body = await _json_body(req)
+        except falcon.HTTPError as e:
+            log.debug("bootstrap progress ignored: %s", e.description)
+            body = None
         if isinstance(body, dict):
             self.s.bootstrap_progress(body)
         resp.media = {"ok": True}

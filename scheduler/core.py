@@ -117,6 +117,10 @@ class SspEntry:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sender: asyncio.Task[None] | None = None
     send_failures: int = 0
+    # Extra seconds before the reaper removes it: an SSP flagged while it bootstraps sends its
+    # first heartbeat only when its bootstrap ends, and that heartbeat must still find the
+    # entry to get its 409 (not a 404, which skips the clean wipe).
+    reap_grace: float = 0.0
 
     def cpu(self) -> float:
         v = self.metrics.get("cpu_usage")
@@ -512,6 +516,7 @@ class Scheduler:
             e.flagged = (reason, clean)
             if e.last_heartbeat is None:
                 e.last_heartbeat = time.monotonic()
+                e.reap_grace = float(self.cfg.bootstrap_timeout_secs)
         e.queue.clear()
         self._release_freeze(e)
         if e.sender is not None:
@@ -549,7 +554,7 @@ class Scheduler:
 
     def bootstrap_progress(self, body: Mapping[str, Any]) -> None:
         ssp_id = body.get("ssp_id")
-        if isinstance(ssp_id, str):
+        if isinstance(ssp_id, str) and ssp_id in self.entries:  # unknown ids: nothing kept
             self.progress[ssp_id] = {**body, "received_at": time.time()}
 
     async def _poll_loop(self) -> None:
@@ -588,7 +593,8 @@ class Scheduler:
             await asyncio.sleep(min(timeout / 4, 1.0))
             now = time.monotonic()
             for e in list(self.entries.values()):
-                if e.last_heartbeat is not None and now - e.last_heartbeat > timeout:
+                if e.last_heartbeat is not None and \
+                        now - e.last_heartbeat > timeout + e.reap_grace:
                     self.remove_ssp(e.ssp_id, f"no heartbeat for {now - e.last_heartbeat:.1f}s")
 
     # ------------------------------------------------------------------ sending

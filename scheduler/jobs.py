@@ -50,6 +50,8 @@ log = logging.getLogger("scheduler.jobs")
 
 RESULT_STATUSES = ("pending", "running", "completed", "failed")
 RESULTS_KEPT = 10_000
+#: Pause before `/job/kill` is sent a second time to an SSP that did not answer it.
+KILL_RESEND_SECS = 0.5
 
 
 class SchedulerLike(Protocol):
@@ -164,10 +166,18 @@ class JobPlane:
         ready = self.s.ready_ids()
         if not ready:
             return _no_ssp("no SSP is ready")
-        answers = await asyncio.gather(*(self.s._forward(i, "/job/kill", {"id": job_id})
-                                         for i in ready))
+        answers = await asyncio.gather(*(self._kill_on(i, job_id) for i in ready))
         ok = [i for i, a in zip(ready, answers) if a is not None and a[0] == 200]
         return 200, {"id": job_id, "dispatched": len(ok), "ssps": ok}
+
+    async def _kill_on(self, ssp_id: str, job_id: str) -> tuple[int, bytes, str] | None:
+        """`/job/kill` on one SSP, sent again once after a short pause when it was unreachable
+        or busy (a kill is idempotent: flagging or cancelling twice changes nothing)."""
+        res = await self.s._forward(ssp_id, "/job/kill", {"id": job_id})
+        if res is None or res[0] >= 500:
+            await asyncio.sleep(KILL_RESEND_SECS)
+            res = await self.s._forward(ssp_id, "/job/kill", {"id": job_id})
+        return res
 
     async def retry(self, job_id: str) -> tuple[int, Any] | tuple[int, bytes, str]:
         failures = []

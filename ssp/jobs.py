@@ -34,8 +34,10 @@ database is the queue and the lock; this process only holds what is in flight:
 - lease: renewed every third of `lease_secs` while the job runs; a renewal that finds the row
   no longer ours cancels the call.
 - kill: in flight here -> the call is cancelled and the row `failed` with error `killed`;
-  pending -> `kill_requested = true` on the row, and whoever claims it fails it at once
-  ("fails at dequeue"). Retry: a terminal row goes back to `pending` (`errors` kept,
+  otherwise -> `kill_requested = true` on a pending or processing row: whoever claims a
+  pending row fails it at once ("fails at dequeue"), and the owner of a processing row sees
+  the flag at its next lease renewal and cancels the call. So a kill broadcast that one SSP
+  misses still reaches the job when any other SSP flags the row. Retry: a terminal row goes back to `pending` (`errors` kept,
   `attempts` reset) and is re-admitted; a pending or processing row is 409 `not_terminal`.
 - recovery (`recover_once`): processing rows whose lease expired (their SSP died or hung) go
   back to `pending` and are admitted like any other. Standalone SSPs run it every
@@ -511,8 +513,14 @@ class JobRunner:
             if r is None or not r.killing:
                 raise  # shutdown or lost lease: the row is handed back or already not ours
             self.stats["killed"] += 1
-            await self._finish_failed(rid, _error("killed", "killed", attempt=attempts),
-                                      attempts=attempts)
+            try:
+                await self._finish_failed(rid, _error("killed", "killed", attempt=attempts),
+                                          attempts=attempts)
+            except DbError as e:
+                # The row keeps kill_requested: recovery hands it back and it fails at dequeue.
+                log.warning("job %s killed, writing its outcome failed (%s); left for "
+                            "recovery", key, e)
+                return
             log.info("job %s killed in flight", key)
         except DbError as e:
             # The outcome could not be written: the row stays processing, its lease expires
@@ -556,22 +564,29 @@ class JobRunner:
                                          attempt=attempt))
 
     async def _renew(self, t: _Table, rid: RecordID, key: str) -> None:
+        """Renew the lease every third of it; a kill flagged on the row (by any SSP that got
+        the broadcast, so also when this one missed it) cancels the job here."""
         every = max(0.05, t.spec.lease_secs / 3)
         while True:
             await asyncio.sleep(every)
             try:
                 got = await self.db.query_one(
                     f"UPDATE $id SET lease_until = time::now() + {int(t.spec.lease_secs * 1000)}ms"
-                    " WHERE status = 'processing' AND assignee = $me RETURN id",
+                    " WHERE status = 'processing' AND assignee = $me RETURN id, kill_requested",
                     {"id": rid, "me": self.ssp_id})
             except DbError as e:
                 log.warning("job %s: lease renewal failed: %s", key, e)
                 continue
+            r = self.inflight.get(key)
             if not got:
-                r = self.inflight.get(key)
                 if r is not None and not r.killing:
                     log.warning("job %s is no longer ours (lease lost): cancelling the call", key)
                     r.task.cancel()
+                return
+            if got[0].get("kill_requested") is True and r is not None and not r.killing:
+                log.info("job %s: kill requested on its row, cancelling the call", key)
+                r.killing = True
+                r.task.cancel()
                 return
 
     async def _write(self, rid: RecordID, sets: str, params: dict[str, Any]) -> bool:
@@ -617,10 +632,17 @@ class JobRunner:
             r.task.cancel()
             await asyncio.gather(r.task, return_exceptions=True)
             return {"id": key, "action": "cancelled", "status": await self._status(rid)}
+        # Flag any live row, ours included: this SSP may claim it between the check above and
+        # this UPDATE, and the lease renewal of whoever runs it acts on the flag.
         flagged = await self.db.query_one(
-            "UPDATE $id SET kill_requested = true WHERE status = 'pending' OR "
-            "(status = 'processing' AND assignee != $me) RETURN status",
-            {"id": rid, "me": self.ssp_id})
+            "UPDATE $id SET kill_requested = true WHERE status IN ['pending', 'processing'] "
+            "RETURN status", {"id": rid})
+        r = self.inflight.get(key)
+        if r is not None and not r.killing:  # claimed here meanwhile
+            r.killing = True
+            r.task.cancel()
+            await asyncio.gather(r.task, return_exceptions=True)
+            return {"id": key, "action": "cancelled", "status": await self._status(rid)}
         if flagged:
             return {"id": key, "action": "flagged", "status": flagged[0].get("status")}
         return {"id": key, "action": "none", "status": await self._status(rid)}

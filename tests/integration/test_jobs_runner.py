@@ -113,6 +113,26 @@ async def test_kill_in_flight_cancels_the_call_and_fails_the_job(
         await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")
 
 
+async def test_a_kill_flagged_on_the_row_by_another_ssp_cancels_the_call_here(
+        host: DbHost, tmp_path: Path) -> None:
+    # An SSP that misses the scheduler's kill broadcast still kills its job: the SSPs that got
+    # it flag the row, and the owner's next lease renewal (every lease_secs / 3) acts on it.
+    async with job_stack(host, tmp_path) as st:
+        rid = await st.add_job("job", "f1", "/hang")
+        await st.wait_calls("job:f1")
+        flagged = await st.root.query_one(
+            "UPDATE $id SET kill_requested = true WHERE status = 'processing' RETURN id",
+            {"id": rid})
+        assert flagged, "the job should be processing"
+        row = await st.wait_status(rid, "failed")
+        assert row["errors"][-1]["error"] == "killed" and row["errors"][-1]["kind"] == "killed"
+        assert len(st.backend.calls_of("job:f1")) == 1
+
+        async def backend_saw_disconnect() -> bool:
+            return st.backend.inflight == 0
+        await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")
+
+
 async def test_kill_before_dequeue_fails_the_job_without_calling_the_backend(
         host: DbHost, tmp_path: Path) -> None:
     async with job_stack(host, tmp_path) as st:

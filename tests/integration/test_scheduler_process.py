@@ -472,6 +472,8 @@ def test_bad_input_is_never_a_500(fuzz_scheduler: SchedulerProc, route: str,
         if status == 400:
             assert reply["error"] == "invalid" and reply["message"]
     assert status < 500 or status == 503, (route, body, status)
+    if route == "/ssp/bootstrap-progress":
+        assert status == 200, (body, status)  # spec: 200 always (advisory)
 
 
 async def test_views_kept_across_restart_without_clear(start_scheduler, http, fakes,

@@ -204,6 +204,22 @@ async def test_buffer_overflow_answers_409_clean_then_404(make_scheduler, fakes)
     assert (await s.register_ssp("a", f.url)).status == 202
 
 
+async def test_an_ssp_flagged_while_bootstrapping_still_gets_its_409_after_the_timeout(
+        make_scheduler, fakes) -> None:
+    # It heartbeats only once its bootstrap ends, possibly later than heartbeat_timeout_ms: the
+    # reaper must not remove the flagged entry first (a 404 would skip the clean wipe).
+    s = await make_scheduler(max_buffer_per_ssp=3, heartbeat_timeout_ms=300,
+                             bootstrap_timeout_secs=30)
+    f = await fakes("a")
+    assert (await s.register_ssp("a", f.url)).status == 202
+    await s.ingest_many([ev(i) for i in range(4)])
+    assert s.entries["a"].flagged is not None
+    await asyncio.sleep(1.0)  # several reaper rounds past the heartbeat timeout
+    assert "a" in s.entries
+    r = s.heartbeat(hb("a"))
+    assert r.status == 409 and r.body["clean"] is True and "overflow" in r.body["reason"]
+
+
 async def test_a_ready_ssp_that_falls_behind_is_lagging_then_ready_not_re_bootstrapped(
         make_scheduler, fakes) -> None:
     """The spec forces a re-bootstrap on overflow only in Bootstrapping/Replaying; a Ready SSP
