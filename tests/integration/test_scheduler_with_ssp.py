@@ -181,3 +181,68 @@ async def test_ssp_registering_while_events_flow_converges(tmp_path: Path,
 
 async def _at_least(items: list[int], n: int) -> bool:
     return len(items) >= n
+
+
+async def test_changefeed_transport_two_real_ssps_follow_database_writes(
+        tmp_path: Path, shared_db_host: DbHost) -> None:
+    """The default transport with the embedded host: nothing is posted to `/ingest`; the
+    scheduler tails the database's changefeeds and broadcasts what it reads to both SSPs."""
+    name = "cf_" + uuid.uuid4().hex[:8]
+    host = shared_db_host
+    root = await root_db(host, name, name)
+    await root.query(APP_SCHEMA)
+    apply_schema(host, name, name)
+    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
+    for i in range(6):
+        await root.query("CREATE type::record('post', $k) SET owner = user:alice, title = 't', "
+                         "n = $n", {"k": f"p{i}", "n": i})
+    port = free_port()
+    s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100,
+                                      load_balance="round_robin"), port, name,
+               SVC_INGEST_TRANSPORT="changefeed")
+    ssps = [start_ssp(tmp_path, host, name, name, SVC_SCHEDULER_URL=s.url,
+                      SVC_SSP_ID=f"ssp-{k}", SVC_INGEST_TRANSPORT="http", SVC_SSP_SHARDS="1",
+                      HEARTBEAT_INTERVAL_MS="200") for k in range(2)]
+    queries = {"lo": "SELECT * FROM post WHERE n < 10",
+               "top": "SELECT id, n FROM post ORDER BY n DESC LIMIT 3"}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            async def both_ready() -> bool:
+                return await _ready_ssps(http, s) == {"ssp-0", "ssp-1"}
+
+            await wait_for(both_ready, timeout=60, what="both SSPs ready")
+            placed = set()
+            for view, surql in queries.items():
+                body = {"id": f"query:{view}", "surql": surql, "clientId": "c1", "ttl": "10m",
+                        "params": {"auth_id": "user:alice"}}
+                async with http.post(s.url + "/view/register", json=body) as r:
+                    reply = await r.json()
+                    assert r.status == 200, reply
+                placed.add(reply["ssp_id"])
+            assert placed == {"ssp-0", "ssp-1"}  # round robin: one view on each
+
+            # Writes through the database only: rows enter, leave by UPDATE and by DELETE.
+            for i in range(6, 14):
+                await root.query("CREATE type::record('post', $k) SET owner = user:alice, "
+                                 "title = 't', n = $n", {"k": f"p{i}", "n": i})
+            await root.query("UPDATE post:p1 SET n = 50")
+            await root.query("DELETE post:p2")
+            await root.query("DELETE post:p13")
+
+            async def converged() -> bool:
+                for view, surql in queries.items():
+                    rows = await root.query_one(surql)
+                    want = {f"post:{r['id'].id}" for r in rows}
+                    if await edges(root, "_00_list_ref_user_alice", view) != want:
+                        return False
+                return True
+
+            await wait_for(converged, timeout=60, what="edges equal SurrealDB's answer")
+            async with http.get(s.url + "/health") as r:
+                health = await r.json()
+            assert health["changefeed"]["enabled"] is True, health["changefeed"]
+    finally:
+        codes = [x.stop() for x in ssps]
+        s.process.stop()
+        await root.close()
+    assert codes == [0, 0]
