@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from dbclient.config import DbConfig
+from ssp.backends import BackendListError, parse_backends
 
 __all__ = [
     "AdminConfig",
@@ -322,29 +323,14 @@ def _parse_backends(raw: str, name: str) -> tuple[BackendSpec, ...]:
         raise ConfigError(f"{name} is not valid JSON (line {e.lineno}, column {e.colno})") from None
     if not isinstance(doc, list):
         raise ConfigError(f"{name} must be a JSON array of backends, got {_kind(doc)}")
-    out = []
-    for i, item in enumerate(doc):
-        where = f"{name}[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where} must be an object, got {_kind(item)}")
-        bname = item.get("name")
-        if not isinstance(bname, str) or not bname.strip():
-            raise ConfigError(f"{where}.name must be a non-empty string")
-        envmap = item.get("environment", item.get("env", {}))
-        if envmap is None:
-            envmap = {}
-        if not isinstance(envmap, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in envmap.items()
-        ):
-            raise ConfigError(f"{where}.environment must be an object of strings")
-        pool = None
-        run_on = item.get("run_on")
-        if run_on is not None:
-            if not isinstance(run_on, dict) or not isinstance(run_on.get("pool"), str):
-                raise ConfigError(f"{where}.run_on must be {{\"pool\": <name>}}")
-            pool = run_on["pool"]
-        out.append(BackendSpec(name=bname, environment=dict(envmap), run_on_pool=pool, raw=item))
-    return tuple(out)
+    # The same shape as `PUT /backends` and the SSP's SVC_BACKENDS: one validator for all.
+    try:
+        parsed = parse_backends(doc)
+    except BackendListError as e:
+        raise ConfigError(f"{name}: {str(e).replace('backends[', '[')}") from None
+    return tuple(BackendSpec(name=b.name, environment=dict(b.env),
+                             run_on_pool=b.run_on["pool"] if b.run_on else None, raw=item)
+                 for b, item in zip(parsed, doc))
 
 
 def _db_config(yaml_db: Mapping[str, Any], env: Mapping[str, str]) -> DbConfig:

@@ -72,15 +72,9 @@ def _no_ssp(message: str) -> tuple[int, dict[str, Any]]:
 
 
 def _backends_of(cfg: Any) -> list[Backend]:
-    """`SchedulerConfig.backends` (already shape-checked there) as health-check entries."""
-    out = []
-    for spec in cfg.backends:
-        raw = dict(spec.raw)
-        url = raw.get("url")
-        ok = isinstance(url, str) and url.startswith(("http://", "https://"))
-        out.append(Backend(spec.name, url if ok else None, dict(spec.environment),
-                           {"pool": spec.run_on_pool} if spec.run_on_pool else None))
-    return out
+    """`SchedulerConfig.backends` (validated there by `ssp.backends.parse_backends`) as
+    health-check entries."""
+    return parse_backends([dict(spec.raw) for spec in cfg.backends])
 
 
 class JobPlane:

@@ -4,7 +4,8 @@ Used by the standalone SSP and by the scheduler (same shapes, spec "Standalone m
 plane"). One element: `{name, url, env, run_on}`:
 
 - `name`: non-empty string, unique in the list;
-- `url`: the health-check URL (http or https). Without one the backend stays `unknown`;
+- `url`: the health-check URL (http or https; ours: the spec names no field for it). Without
+  one the backend is `unchecked` and left out of the aggregate;
 - `env` (also read as `environment`): a map of strings. Its values are never shown: every
   output masks them as `"***"`; nothing here logs them;
 - `run_on`: optional `{pool: <name>}`.
@@ -12,7 +13,7 @@ plane"). One element: `{name, url, env, run_on}`:
 A check is a GET of `url` bounded by the interval (at most 10 s): 2xx is healthy, anything
 else unhealthy. Aggregate (`summary()["status"]`): `healthy` when every backend is healthy,
 `unavailable` when none is healthy and at least one failed, else `degraded` (some unknown
-or some failing).
+or some failing); `unchecked` backends (no URL) do not count.
 
 Incidents: a backend failing for more than `down_after_secs` (one minute) opens a
 `backend_down` incident (component = the backend name); its first healthy check after that
@@ -258,7 +259,8 @@ class BackendMonitor:
         st = self.states.get(b.name, _State())
         return {
             "name": b.name, "url": shown_url(b.url), "env": {k: MASK for k in b.env},
-            "run_on": b.run_on, "status": st.status, "last_checked_ms": st.last_checked_ms,
+            "run_on": b.run_on, "status": "unchecked" if b.url is None else st.status,
+            "last_checked_ms": st.last_checked_ms,
             "last_ok_ms": st.last_ok_ms, "last_error": st.last_error,
             "failing_since_ms": st.failing_since_ms,
             "consecutive_failures": st.consecutive_failures,
@@ -266,12 +268,14 @@ class BackendMonitor:
         }
 
     def summary(self) -> dict[str, Any]:
-        """`{status, counts: {healthy, unhealthy, unknown}, list}` for `GET /health`."""
+        """`{status, counts: {healthy, unhealthy, unknown, unchecked}, list}` for
+        `GET /health`. A backend without a check URL is `unchecked` and left out of the
+        aggregate (nothing will ever be known about it; it must not keep it degraded)."""
         entries = [self.entry(b) for b in self.backends]
-        counts = {"healthy": 0, "unhealthy": 0, "unknown": 0}
+        counts = {"healthy": 0, "unhealthy": 0, "unknown": 0, "unchecked": 0}
         for e in entries:
             counts[e["status"]] += 1
-        if counts["healthy"] == len(entries):
+        if counts["healthy"] == len(entries) - counts["unchecked"]:
             status = "healthy"
         elif counts["healthy"] == 0 and counts["unhealthy"] > 0:
             status = "unavailable"

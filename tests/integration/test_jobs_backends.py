@@ -41,7 +41,7 @@ async def test_health_aggregates_backends_masks_env_and_records_backend_down(
                 _, body = await st.get("/health")
                 b = body.get("backends") or {}
                 return body if b.get("counts") == {"healthy": 1, "unhealthy": 1,
-                                                   "unknown": 0} else None
+                                                   "unknown": 0, "unchecked": 0} else None
             body = await wait_for(degraded, 30.0, "one healthy, one failing backend")
             assert body["status"] == "ready" and body["backends"]["status"] == "degraded"
             listed = {b["name"]: b for b in body["backends"]["list"]}

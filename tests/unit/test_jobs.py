@@ -95,6 +95,19 @@ def test_backend_list_shape_is_checked_and_legacy_variable_read() -> None:
         cfg(SVC_BACKENDS='[{"name": "a", "env": {"K": 2}}]')
 
 
+def test_a_backend_without_a_check_url_is_unchecked_and_not_in_the_aggregate() -> None:
+    mon = BackendMonitor(parse_backends([{"name": "a", "url": "http://a/h"},
+                                         {"name": "b", "env": {"K": "v"}}]))
+    assert mon.summary()["status"] == "degraded"  # a: not checked yet
+    mon.observe("a", True, None)
+    s = mon.summary()
+    assert s["status"] == "healthy"
+    assert s["counts"] == {"healthy": 1, "unhealthy": 0, "unknown": 0, "unchecked": 1}
+    assert [e["status"] for e in s["list"]] == ["healthy", "unchecked"]
+    mon.observe("a", False, "down")
+    assert mon.summary()["status"] == "unavailable"
+
+
 def test_shown_url_drops_user_info() -> None:
     assert shown_url("http://user:pw@h:8080/health?x=1") == "http://h:8080/health?x=1"
 
@@ -109,7 +122,7 @@ def test_aggregate_and_backend_down_after_the_threshold(tmp_path: Path) -> None:
     mon.observe("b", False, "health check answered HTTP 503")
     s = mon.summary()
     assert s["status"] == "degraded" and s["counts"] == {"healthy": 1, "unhealthy": 1,
-                                                         "unknown": 0}
+                                                         "unknown": 0, "unchecked": 0}
     assert s["list"][0]["env"] == {"K": "***"}
     now[0] = 60_000
     mon.observe("b", False, "down")

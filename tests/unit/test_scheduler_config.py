@@ -296,6 +296,10 @@ def test_heartbeat_timeout_must_exceed_the_interval(tmp_path: Path) -> None:
     ("SVC_BACKENDS", "{not json"),
     ("SVC_BACKENDS", '{"name": "a"}'),
     ("SVC_BACKENDS", '[{"environment": {}}]'),
+    # The same shape as PUT /backends: unknown fields, a bad URL, a name twice.
+    ("SVC_BACKENDS", '[{"name": "a", "colour": "red"}]'),
+    ("SVC_BACKENDS", '[{"name": "a", "url": "ftp://x/h"}]'),
+    ("SVC_BACKENDS", '[{"name": "a"}, {"name": "a"}]'),
 ])
 def test_bad_env_values_are_rejected_naming_the_variable(var: str, value: str) -> None:
     with pytest.raises(ConfigError, match=var):
