@@ -184,7 +184,9 @@ class Scheduler:
         else:
             self.extra_health["changefeed"] = disabled_status
         self.drift = DriftChecker(self.replica, self.db, self.ingest_many, self.reclone,
-                                  cfg.drift, self._undrained)
+                                  cfg.drift, self._undrained,
+                                  incidents_dir=cfg.replica_db_path.parent,
+                                  component=cfg.scheduler_id)
         self.extra_snapshot["drift"] = self.drift.status
         self.after_drain.append(self._check_drift)
 

@@ -21,6 +21,12 @@ Rules (spec "Scheduler drift rules"):
   `auto_reclone` off the re-clone is only reported (the table is listed as `stuck`; in-place
   repairs still happen, they are ordinary ingest).
 
+* a table the replica holds rows of that is no longer synced upstream (dropped, or marked
+  `@nosync`) is dropped from the replica once `DROP_AGREEING_PROBES` consecutive checks agree
+  (one probe could race a schema change), and recorded as a `schema_change` incident in
+  `incidents_dir`. While the replica is frozen for a bootstrap the drop waits for the next
+  check.
+
 Memory: a repair holds `{id text: (row hash, packed _00_rv)}` of the replica's copy of one
 table, and at most `repair_max_rows + 1` database rows.
 """
@@ -38,13 +44,16 @@ from engine.hashing import bytes_hash
 from engine.values import NONE, canonical_bytes, parse_record_id, record_id_text
 from engine.versions import is_stale
 from scheduler.config import DriftConfig
-from scheduler.replica import SYNCED_META_TABLES, Replica
+from scheduler.replica import SYNCED_META_TABLES, CloneInProgress, Replica, ReplicaFrozen
+from ssp.backends import append_incident
 
 log = logging.getLogger("scheduler.drift")
 
 __all__ = ["DriftChecker"]
 
 PAGE = 500
+#: Consecutive checks that must miss a table upstream before the replica drops it.
+DROP_AGREEING_PROBES = 2
 _MASK = 0xFFFFFFFFFFFFFFFF
 
 Event = dict[str, Any]
@@ -95,7 +104,8 @@ class DriftChecker:
     def __init__(self, replica: Replica, db: Database, submit: Submit,
                  reclone: Callable[[str], Awaitable[None]], cfg: DriftConfig,
                  buffered: Callable[[], bool], *,
-                 tables: Callable[[], Awaitable[list[str]]] | None = None) -> None:
+                 tables: Callable[[], Awaitable[list[str]]] | None = None,
+                 incidents_dir: Any = None, component: str = "scheduler") -> None:
         self.replica = replica
         self.db = db
         self._submit = submit
@@ -118,6 +128,11 @@ class DriftChecker:
         self.checks = 0
         self._recloned_mono: float | None = None
         self._lock = asyncio.Lock()
+        self.missing: dict[str, int] = {}  # replica table -> consecutive checks missing upstream
+        self.dropped: list[str] = []  # tables dropped from the replica (latest last)
+        self.incidents: list[dict[str, Any]] = []
+        self.incidents_dir = incidents_dir
+        self.component = component
 
     # ------------------------------------------------------------------ status
 
@@ -185,10 +200,42 @@ class DriftChecker:
             rn, rh = self.replica.count(t), self.replica.hash(t)
             out[t] = (n, h, rn, rh)
             self.tables[t] = {"upstream": n, "replica": rn}
+        self._note_missing(set(names))
         self.checked_at = time.time()
         self.checks += 1
         self.last_error = f"unreadable upstream: {'; '.join(errors)}" if errors else None
         return out
+
+    def _note_missing(self, upstream: set[str]) -> None:
+        """Count, per table the replica holds, the consecutive checks that missed it
+        upstream; drop it once `DROP_AGREEING_PROBES` agree."""
+        held = set(self.replica.tables())
+        self.missing = {t: self.missing.get(t, 0) + 1 for t in held - upstream}
+        for t, n in sorted(self.missing.items()):
+            if n < DROP_AGREEING_PROBES:
+                continue
+            try:
+                rows = self.replica.drop_table(t)
+            except (ReplicaFrozen, CloneInProgress):
+                continue  # the next check tries again
+            del self.missing[t]
+            if self.known is not None:
+                self.known.discard(t)
+            self.dropped = (self.dropped + [t])[-50:]
+            now = int(time.time() * 1000)
+            summary = (f"table {t} is no longer synced upstream (dropped or @nosync) in "
+                       f"{n} consecutive checks: {rows} rows dropped from the replica")
+            log.warning("%s", summary)
+            inc = {"id": f"inc-schema-{t}-{now}", "component": self.component,
+                   "kind": "schema_change", "severity": "info", "state": "resolved",
+                   "started_at": now, "ended_at": now, "event_count": 1,
+                   "events": [{"at": now, "component": self.component,
+                               "kind": "schema_change", "state": "resolved",
+                               "summary": summary, "operation_id": None, "version": None}],
+                   "source": self.component, "table": t}
+            self.incidents = (self.incidents + [inc])[-200:]
+            if self.incidents_dir is not None:
+                append_incident(self.incidents_dir, inc)
 
     async def _upstream_hash(self, table: str) -> tuple[int, int]:
         n = 0

@@ -500,6 +500,25 @@ class Replica:
         t[1] ^= h
         return True
 
+    def drop_table(self, table: str) -> int:
+        """Remove every row of ``table`` in one transaction; the number removed. Refused
+        while frozen (an SSP bootstraps from this snapshot) or cloning."""
+        with self._lock:
+            if self._frozen:
+                raise ReplicaFrozen("the replica is frozen for an SSP bootstrap")
+            if self._cloning:
+                raise CloneInProgress("a clone of the replica is running")
+            c = self._conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                n = c.execute("DELETE FROM rows WHERE tbl=?", (table,)).rowcount
+                c.execute("DELETE FROM tbls WHERE tbl=?", (table,))
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            return int(n)
+
     def replace_all(self, tables: Mapping[str, Iterable[Mapping[str, Any]]],
                     applied_seq: int) -> None:
         """Replace the whole contents with ``tables`` (name -> rows) in one transaction."""

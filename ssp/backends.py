@@ -245,14 +245,9 @@ class BackendMonitor:
             st.incident_id = None
         self.incidents.append(inc)
         del self.incidents[:-200]
-        if self.incidents_dir is None:
-            return
-        try:
-            self.incidents_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.incidents_dir / INCIDENTS_FILE, "a", encoding="utf-8") as f:
-                f.write(json.dumps(inc, separators=(",", ":")) + "\n")
-        except OSError as e:
-            log.warning("incident %s not written to %s: %s", inc["id"], self.incidents_dir, e)
+        if self.incidents_dir is not None:
+            append_incident(self.incidents_dir, inc)
+
 
     def entry(self, b: Backend) -> dict[str, Any]:
         """One backend as shown: env values masked, URL without user info."""
@@ -284,6 +279,18 @@ class BackendMonitor:
         return {"status": status, "counts": counts, "list": entries}
 
 
+
+
+
+def append_incident(directory: Path, inc: dict[str, Any]) -> None:
+    """Append one incident record as a JSON line to `incidents.jsonl` in `directory` (where
+    the incident store reads them; the last line of an id is its current state)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / INCIDENTS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(inc, separators=(",", ":"), default=str) + "\n")
+    except OSError as e:
+        log.warning("incident %s not written to %s: %s", inc.get("id"), directory, e)
 
 
 def backend_routes(monitor_of: Callable[[Any], BackendMonitor]

@@ -7,6 +7,7 @@ ingest and drain do in the end); `reclone` is the real `Replica.clone_from`.
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -251,3 +252,32 @@ async def test_view_tables_nosync_tables_and_bookkeeping_are_not_synced(db: Data
                    "DEFINE TABLE post_count AS SELECT count() AS n FROM post GROUP ALL; "
                    "DEFINE TABLE _00_version; DEFINE TABLE _00_query")
     assert await default_tables(db) == ["_00_query", "post"]
+
+
+async def test_a_table_removed_upstream_leaves_the_replica_after_two_agreeing_checks(
+        db: Database, replica: Replica, tmp_path: Path) -> None:
+    await seed(db)
+    await replica.clone_from(db)
+    h = Harness(replica, db)
+    h.checker.incidents_dir = tmp_path
+    await h.checker.check_once()
+    assert set(replica.tables()) == {"post", "user"}
+    await db.query("REMOVE TABLE user")
+    await h.checker.check_once()  # one probe could race a schema change: nothing dropped yet
+    assert replica.count("user") == 3 and h.checker.missing == {"user": 1}
+    replica.freeze()  # an SSP bootstraps from the snapshot: the drop waits
+    await h.checker.check_once()
+    assert replica.count("user") == 3
+    replica.unfreeze()
+    await h.checker.check_once()
+    assert replica.tables() == ["post"] and replica.count("user") == 0
+    assert h.checker.dropped == ["user"] and h.checker.missing == {}
+    lines = [json.loads(x) for x in (tmp_path / "incidents.jsonl").read_text().splitlines()]
+    assert [(x["kind"], x["table"]) for x in lines] == [("schema_change", "user")]
+    assert "3 rows" in lines[0]["events"][0]["summary"]
+    # A table marked @nosync counts as gone too.
+    await db.query("DEFINE TABLE OVERWRITE post SCHEMALESS COMMENT '@nosync'")
+    await h.checker.check_once()
+    await h.checker.check_once()
+    assert replica.tables() == [] and h.checker.dropped == ["user", "post"]
+    assert h.reclones == []
