@@ -201,7 +201,7 @@ class JobPlane:
             await asyncio.sleep(self.s.cfg.job_sweep_secs)
             try:
                 await self.sweep_once()
-            except Exception:  # noqa: BLE001 - the sweep must keep running; logged
+            except Exception:
                 log.exception("job recovery sweep failed")
 
 

@@ -49,7 +49,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from engine.versions import is_stale
 from engine.hashing import bytes_hash
 from engine.values import (
     NONE,
@@ -61,6 +60,7 @@ from engine.values import (
     sort_key,
     unpack_value,
 )
+from engine.versions import is_stale
 
 if TYPE_CHECKING:
     from dbclient import Database

@@ -13,6 +13,7 @@ import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
+
 import aiohttp
 
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config

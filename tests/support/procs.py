@@ -70,7 +70,7 @@ class ManagedProcess:
     proc: subprocess.Popen[bytes] | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
-    def start(self) -> "ManagedProcess":
+    def start(self) -> ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

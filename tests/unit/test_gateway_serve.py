@@ -11,8 +11,8 @@ from falcon import testing
 
 from gateway.serve import APP_SPEC, bind_address, gunicorn_argv
 from gateway.ssp_app import create_app
-from ipc.http import CLIENT_KEEPALIVE_SECS, SERVER_KEEPALIVE_SECS
 from gateway.testing import FakeHub
+from ipc.http import CLIENT_KEEPALIVE_SECS, SERVER_KEEPALIVE_SECS
 from ssp.config import SspConfig
 
 ENV = {"SVC_DB_URL": "ws://127.0.0.1:9", "SVC_SSP_RUN_DIR": "/tmp/x"}
