@@ -34,6 +34,20 @@ async def _ready_ssps(http: aiohttp.ClientSession, s: SchedulerProc) -> set[str]
     return {x["id"] for x in m["ssps"] if x["state"] == "ready"}
 
 
+async def _app_db(host: DbHost, prefix: str, posts: int) -> tuple[str, Any]:
+    """A fresh namespace with the app schema hooked for the changefeed transport (the embedded
+    host has no http:: functions), user:alice and posts p0..p<posts-1> with n = i."""
+    name = prefix + uuid.uuid4().hex[:8]
+    root = await root_db(host, name, name)
+    await root.query(APP_SCHEMA)
+    apply_schema(host, name, name)
+    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
+    for i in range(posts):
+        await root.query("CREATE type::record('post', $k) SET owner = user:alice, title = 't', "
+                         "n = $n", {"k": f"p{i}", "n": i})
+    return name, root
+
+
 async def write_post(root: Any, http: aiohttp.ClientSession, s: SchedulerProc, i: int) -> None:
     """A row written to the database and its event sent to the scheduler."""
     rec = {"id": f"post:p{i}", "owner": "user:alice", "title": "t", "n": i}
@@ -46,15 +60,8 @@ async def write_post(root: Any, http: aiohttp.ClientSession, s: SchedulerProc, i
 
 async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
         tmp_path: Path, shared_db_host: DbHost) -> None:
-    name = "e2e_" + uuid.uuid4().hex[:8]
     host = shared_db_host
-    root = await root_db(host, name, name)
-    await root.query(APP_SCHEMA)
-    apply_schema(host, name, name)  # changefeed schema: no http:: events on the embedded host
-    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
-    for i in range(10):
-        await root.query("CREATE type::record('post', $k) SET owner = user:alice, title = 't', "
-                         "n = $n", {"k": f"p{i}", "n": i})
+    name, root = await _app_db(host, "e2e_", posts=10)
     port = free_port()
     s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100,
                                       load_balance="least_queries", heartbeat_timeout_ms=2000), port, name)
@@ -127,12 +134,8 @@ async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
 
 async def test_ssp_registering_while_events_flow_converges(tmp_path: Path,
                                                            shared_db_host: DbHost) -> None:
-    name = "e2e_" + uuid.uuid4().hex[:8]
     host = shared_db_host
-    root = await root_db(host, name, name)
-    await root.query(APP_SCHEMA)
-    apply_schema(host, name, name)
-    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
+    name, root = await _app_db(host, "e2e_", posts=0)
     port = free_port()
     s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100),
                port, name)
@@ -188,15 +191,8 @@ async def test_changefeed_transport_two_real_ssps_follow_database_writes(
         tmp_path: Path, shared_db_host: DbHost) -> None:
     """The default transport with the embedded host: nothing is posted to `/ingest`; the
     scheduler tails the database's changefeeds and broadcasts what it reads to both SSPs."""
-    name = "cf_" + uuid.uuid4().hex[:8]
     host = shared_db_host
-    root = await root_db(host, name, name)
-    await root.query(APP_SCHEMA)
-    apply_schema(host, name, name)
-    await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
-    for i in range(6):
-        await root.query("CREATE type::record('post', $k) SET owner = user:alice, title = 't', "
-                         "n = $n", {"k": f"p{i}", "n": i})
+    name, root = await _app_db(host, "cf_", posts=6)
     port = free_port()
     s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100,
                                       load_balance="round_robin"), port, name,
