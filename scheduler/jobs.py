@@ -3,11 +3,15 @@
 Jobs live in the database (outbox rows, see `ssp.jobs`); the SSPs run them. The scheduler
 only routes operations to its Ready SSPs:
 
-- `POST /job/dispatch {job_id, table, payload}`: picks one Ready SSP (round robin) and asks it
-  to admit that table now (`POST /job/recover {table}` on the SSP); 200 with the SSP id as a
-  JSON string; an SSP's 4xx (404: not a job table there) relayed verbatim; 503 `no_ssp` when
-  none is Ready or none answered. The job row in the database is the job (outbox): dispatch
-  wakes admission, it does not write the row, and `payload` is only shape-checked.
+- `POST /job/dispatch {job_id, table, payload}`: `job_id` must be a record of `table` (400
+  otherwise). Picks one Ready SSP (round robin) and asks it to admit the job now (`POST
+  /job/recover {table, id}` on the SSP, which answers the row after that admission round);
+  200 with the id of the SSP that holds the job as a JSON string: the row's `assignee` once
+  claimed (possibly another SSP, woken by the ingest broadcast), else the SSP asked (it runs
+  the job when one of its slots frees). An SSP's 4xx (404: not a job table, no such job)
+  relayed verbatim; 503 `no_ssp` when none is Ready or none answered. The job row in the
+  database is the job (outbox): dispatch does not write it, and `payload` is only
+  shape-checked.
 - `POST /job/result {job_id, status, result?, error?}`: 200; the latest status per job is
   kept in memory (bounded) for `/metrics` `running_jobs` (jobs whose latest status is
   `pending` or `running`). The SSPs post one for every status change of a job they run
@@ -33,6 +37,7 @@ stops the sweep and the health checks with the listener.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -41,6 +46,7 @@ from typing import Any, Protocol
 import falcon
 import falcon.asgi
 
+from engine.values import parse_record_id, record_id_text
 from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from gateway.errors import bad_request
 from ipc.messages import BodyError, JobRef
@@ -69,6 +75,15 @@ class SchedulerLike(Protocol):
 
 def _no_ssp(message: str) -> tuple[int, dict[str, Any]]:
     return 503, {"error": "no_ssp", "message": message}
+
+
+def _job_of(raw: bytes) -> dict[str, Any]:
+    """The `job` object of an SSP's `/job/recover {id}` answer (`{}` when it has none)."""
+    try:
+        job = json.loads(raw).get("job")
+    except (ValueError, AttributeError):
+        return {}
+    return job if isinstance(job, dict) else {}
 
 
 def _backends_of(cfg: Any) -> list[Backend]:
@@ -133,13 +148,21 @@ class JobPlane:
         failures = []
         before = self.results.get(job_id)
         for ssp_id in self._rotation():
-            res = await self.s._forward(ssp_id, "/job/recover", {"table": table})
+            res = await self.s._forward(ssp_id, "/job/recover", {"table": table, "id": job_id})
             if res is not None and res[0] == 200:
-                if self.results.get(job_id) is before:  # else the SSP has reported since
-                    self.results[job_id] = {"status": "pending", "ssp_id": ssp_id}
+                job = _job_of(res[1])
+                status = job.get("status")
+                # The SSP whose claim won (it may be another one, woken by the ingest
+                # broadcast); a row still pending waits for a slot on the SSP asked.
+                owner = job.get("assignee") if status != "pending" else None
+                assigned = owner if isinstance(owner, str) and owner else ssp_id
+                if self.results.get(job_id) is before and status in ("pending", "processing"):
+                    # else the SSP has reported since, or the job had already ended
+                    self.results[job_id] = {"status": "pending" if status == "pending"
+                                            else "running", "ssp_id": assigned}
                     self.results.move_to_end(job_id)
                     self._trim()
-                return 200, ssp_id
+                return 200, assigned
             if res is not None and 400 <= res[0] < 500:
                 return res  # the SSP's verdict (404: not a job table) verbatim
             failures.append(f"{ssp_id}: {'unreachable' if res is None else res[0]}")
@@ -241,7 +264,14 @@ class _Dispatch:
                 raise bad_request(f"{key}: is required (a non-empty string)")
         if "payload" in body and not isinstance(body["payload"], dict):
             raise bad_request("payload: must be an object")
-        _answer(resp, await self.p.dispatch(body["job_id"], body["table"]))
+        try:
+            rid = parse_record_id(body["job_id"])
+        except ValueError:
+            raise bad_request("job_id: must be a record id such as job:1") from None
+        if rid.table_name != body["table"]:
+            raise bad_request(f"job_id: {body['job_id'][:80]} is not a record of table "
+                              f"{body['table'][:80]}")
+        _answer(resp, await self.p.dispatch(record_id_text(rid), body["table"]))
 
 
 class _Result:

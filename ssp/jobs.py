@@ -95,6 +95,7 @@ ERROR_TEXT_MAX = 500
 RESULT_TEXT_MAX = 65_536
 HINT_REWAKES = (0.2, 1.0)  # transport http: the row commits after the ingest call returns
 PREFETCH = 64  # pending ids read per admission query beyond the free slots
+DISPATCH_WAIT_SECS = 1.0  # how long a dispatch waits for the admission round it asked for
 RETRIED_4XX = frozenset({408, 425, 429})  # request timeout, too early, too many requests
 RETRY_AFTER_MAX_SECS = 300.0
 REPORTS_QUEUED = 10_000
@@ -204,10 +205,25 @@ class _Table:
     candidates: deque[RecordID] = field(default_factory=deque)
     refresh: bool = True
     rewake_scheduled: bool = False
+    # Admission rounds finished (and one running): lets a dispatch wait for the round that
+    # follows its poke.
+    rounds: int = 0
+    admitting: bool = False
+    round_done: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     def poke(self, *, refresh: bool) -> None:
         self.refresh = self.refresh or refresh
         self.wake.set()
+
+    async def admitted(self, timeout: float) -> None:
+        """Poke admission and wait (at most `timeout`) until a round that read the table
+        after this call has finished."""
+        target = self.rounds + (2 if self.admitting else 1)
+        self.poke(refresh=True)
+        async with self.round_done:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.round_done.wait_for(lambda: self.rounds >= target), timeout)
 
 
 @dataclass
@@ -418,12 +434,18 @@ class JobRunner:
         while True:
             await t.wake.wait()
             t.wake.clear()
+            t.admitting = True
             try:
                 await self._admit(t)
             except DbError as e:
                 log.warning("job admission on %s failed: %s; retrying in 1s", t.spec.name, e)
                 await asyncio.sleep(1.0)
                 t.poke(refresh=True)
+            finally:
+                t.admitting = False
+                async with t.round_done:
+                    t.rounds += 1
+                    t.round_done.notify_all()
 
     async def _admit(self, t: _Table) -> None:
         """Claim the oldest pending rows until the table's slots are full or none is left."""
@@ -680,6 +702,21 @@ class JobRunner:
         self.stats["reclaimed"] += reclaimed
         return {"ssp_id": self.ssp_id, "reclaimed": reclaimed}
 
+    async def dispatch(self, job_id: str) -> dict[str, Any]:
+        """`/job/recover {id}` (the scheduler's dispatch): reclaim, admit the table now, and
+        report the job row after that admission round: `{id, status, assignee}`;
+        JobNotFound when there is no such row. A pending row left over means every slot of
+        this SSP is taken (or older rows come first): it waits for one here."""
+        t, rid = self._job_id(job_id)
+        await self.recover_once(t.spec.name)
+        await t.admitted(DISPATCH_WAIT_SECS)
+        row = await self.db.query_one("SELECT status, assignee FROM ONLY $id", {"id": rid},
+                                      idempotent=True)
+        if not isinstance(row, dict):
+            raise JobNotFound(f"no job {record_id_text(rid)}")
+        return {"id": record_id_text(rid), "status": row.get("status"),
+                "assignee": row.get("assignee")}
+
     async def _sweep_loop(self) -> None:
         while True:
             try:
@@ -740,9 +777,13 @@ def job_routes(runner_of: Callable[[Any], JobRunner], stalled: Callable[[Any], b
             return not_ready("database calls are timing out")
         body = req.get("body") or {}
         table = body.get("table")
-        if isinstance(body.get("id"), str):
-            table = body["id"].split(":", 1)[0]
         runner = runner_of(hub)
+        if isinstance(body.get("id"), str):  # a dispatch of one job
+            try:
+                job = await runner.dispatch(body["id"])
+            except JobNotFound as e:
+                return error_reply(404, ErrorCode.NOT_FOUND, str(e))
+            return reply(200, {"ssp_id": runner.ssp_id, "job": job})
         if table is not None and not runner.is_job_table(table):
             return error_reply(404, ErrorCode.NOT_FOUND, f"{table} is not a job table")
         return reply(200, await runner.recover_once(table))

@@ -133,6 +133,24 @@ async def test_a_kill_flagged_on_the_row_by_another_ssp_cancels_the_call_here(
         await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")
 
 
+async def test_recover_of_one_job_admits_it_now_and_answers_its_row(
+        host: DbHost, tmp_path: Path) -> None:
+    # The scheduler's dispatch: `/job/recover {id}` claims a row written without an ingest
+    # event in the admission round it starts, and reports who holds it.
+    async with job_stack(host, tmp_path) as st:
+        await st.add_job("job", "d1", "/hang")
+        status, body = await st.post("/job/recover", {"id": "job:d1"})
+        assert status == 200, body
+        assert body["job"] == {"id": "job:d1", "status": "processing",
+                               "assignee": body["ssp_id"]}
+        await st.wait_calls("job:d1")
+        status, body = await st.post("/job/recover", {"id": "job:absent"})
+        assert status == 404 and body["error"] == "not_found"
+        status, body = await st.post("/job/recover", {"id": "post:1"})
+        assert status == 404 and "not a job table" in body["message"]
+        await st.post("/job/kill", {"id": "job:d1"})
+
+
 async def test_kill_before_dequeue_fails_the_job_without_calling_the_backend(
         host: DbHost, tmp_path: Path) -> None:
     async with job_stack(host, tmp_path) as st:

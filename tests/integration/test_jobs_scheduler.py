@@ -99,7 +99,14 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             status, body = await _post(http, s.url + "/job/dispatch",
                                        {"job_id": "job:s2", "table": "job", "payload": {}})
             assert status == 200 and body in ("ssp-0", "ssp-1")
-            await row_in(RecordID("job", "s2"), "completed")
+            row = await row_in(RecordID("job", "s2"), "completed")
+            assert row["assignee"] == body  # the SSP that holds the job, read from its row
+            status, body = await _post(http, s.url + "/job/dispatch",
+                                       {"job_id": "job:none", "table": "job", "payload": {}})
+            assert status == 404 and body["error"] == "not_found"  # no such job row
+            status, body = await _post(http, s.url + "/job/dispatch",
+                                       {"job_id": "post:1", "table": "job", "payload": {}})
+            assert status == 400 and "not a record of table job" in body["message"]
             # The SSPs post each status change to /job/result: nothing is left running.
             await wait_for(_running_jobs(http, s.url, 0), 30.0, "running_jobs back to 0")
             assert (await _post(http, s.url + "/job/dispatch", {"table": "job"}))[0] == 400
