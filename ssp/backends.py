@@ -18,9 +18,9 @@ or some failing); `unchecked` backends (no URL) do not count.
 Incidents: a backend failing for more than `down_after_secs` (one minute) opens a
 `backend_down` incident (component = the backend name); its first healthy check after that
 records it `recovered`. Each change is one JSON line appended to `incidents.jsonl` in the
-given directory (the SSP's snapshot dir, the scheduler's data dir), where the incident store
-reads them: the last line of an id is its current state. Without a directory they are only
-kept in memory (`incidents`).
+given directory (the SSP's snapshot dir, else its run dir; the scheduler's data dir), where
+the incident store reads them: the last line of an id is its current state. Without a
+directory they are only kept in memory (`incidents`).
 """
 
 from __future__ import annotations

@@ -244,8 +244,9 @@ class Hub:
                               scheduler_url=cfg.scheduler_url, auth_secret=cfg.auth_secret)
         self.backend_health = BackendMonitor(
             parse_backends(list(cfg.backends)), interval_secs=cfg.health_check_interval_secs,
-            down_after_secs=cfg.backend_down_after_secs, incidents_dir=cfg.snapshot_dir,
-            component=cfg.ssp_id)
+            down_after_secs=cfg.backend_down_after_secs,
+            # Without a snapshot dir the run dir (SVC_SSP_RUN_DIR) keeps incidents.jsonl.
+            incidents_dir=cfg.snapshot_dir or cfg.run_dir, component=cfg.ssp_id)
         # Scheduler mode (ssp.link): bootstrap reads come from the scheduler's proxy; every
         # other read (schema poll, reload, registration) stays on the database.
         self.link = None if cfg.standalone else SchedulerLink(self)

@@ -46,7 +46,8 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
                                                      heartbeat_timeout_ms=600_000), port, name,
                               SVC_JOB_SWEEP_SECS="1", SVC_AUTH_SECRET=SECRET,
                               SVC_BACKENDS=json.dumps(backends),
-                              SVC_HEALTH_CHECK_INTERVAL_SECS="1")
+                              SVC_HEALTH_CHECK_INTERVAL_SECS="1",
+                              SVC_BACKEND_DOWN_AFTER_SECS="1")
     ssps = []
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
@@ -169,11 +170,40 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             assert listed[0]["env"] == {"KEY": "***"}
             async with http.put(s.url + "/backends", json=[{"name": "x", "url": 3}]) as r:
                 assert r.status == 400
+            # A list replaced at run time: one backend up, one where nothing listens. The
+            # aggregate says degraded, and the dead one becomes a backend_down incident
+            # (SVC_BACKEND_DOWN_AFTER_SECS=1) in the scheduler's data dir.
+            dead = f"http://127.0.0.1:{free_port()}/health"
+            async with http.put(s.url + "/backends", json=[
+                    {"name": "api", "url": f"{backend.url}/health", "env": {"KEY": ENV_SECRET}},
+                    {"name": "dead", "url": dead}]) as r:
+                assert r.status == 200
+
+            async def degraded() -> Any:
+                async with http.get(s.url + "/health") as r:
+                    b = (await r.json()).get("backends") or {}
+                return b if b.get("counts", {}).get("unhealthy") == 1 and \
+                    b["counts"]["healthy"] == 1 else None
+            b = await wait_for(degraded, 30.0, "one backend healthy, one down")
+            assert b["status"] == "degraded"
+
+            def down_incident() -> Any:
+                path = tmp_path / "data" / "incidents.jsonl"
+                if not path.exists():
+                    return None
+                rows = [json.loads(x) for x in path.read_text().splitlines()]
+                return [x for x in rows if x["kind"] == "backend_down"
+                        and x["component"] == "dead" and x["state"] == "open"] or None
+
+            async def incident() -> Any:
+                return down_incident()
+            await wait_for(incident, 30.0, "a backend_down incident for 'dead'")
             async with http.put(s.url + "/backends", json=[]) as r:
                 assert r.status == 200
             async with http.get(s.url + "/health") as r:  # no list, no `backends`
                 assert "backends" not in await r.json()
-            logs = s.process.log_text() + "".join(p.process.log_text() for p in ssps)
+            logs = s.process.log_text() + "".join(p.process.log_text() for p in ssps) + \
+                (tmp_path / "data" / "incidents.jsonl").read_text()
             for secret in (ENV_SECRET, TOKEN, SECRET):
                 assert secret not in logs and secret not in json.dumps(health)
     finally:

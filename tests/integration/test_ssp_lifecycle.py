@@ -150,6 +150,8 @@ async def test_stalled_database_is_reported_and_ingest_fails_fast(tmp_path: Path
                 r = await st.ssp.call("POST /ingest", {"table": "post", "op": "CREATE",
                                                        "id": "post:z", "record": {}})
                 assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
+                r = await st.ssp.call("POST /job/recover", None)  # spec: fails fast too
+                assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
             finally:
                 os.kill(own_host.process.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
             async def recovered() -> bool:
