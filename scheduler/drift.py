@@ -226,13 +226,15 @@ class DriftChecker:
             summary = (f"table {t} is no longer synced upstream (dropped or @nosync) in "
                        f"{n} consecutive checks: {rows} rows dropped from the replica")
             log.warning("%s", summary)
-            inc = {"id": f"inc-schema-{t}-{now}", "component": self.component,
-                   "kind": "schema_change", "severity": "info", "state": "resolved",
-                   "started_at": now, "ended_at": now, "event_count": 1,
-                   "events": [{"at": now, "component": self.component,
-                               "kind": "schema_change", "state": "resolved",
-                               "summary": summary, "operation_id": None, "version": None}],
-                   "source": self.component, "table": t}
+            # The spec's incident record; component: the table (as backend_down names the
+            # backend), source: this scheduler.
+            inc = {"id": f"inc-schema-{t}-{now}", "component": t, "kind": "schema_change",
+                   "severity": "info", "state": "recorded", "started_at": now,
+                   "ended_at": now, "max_buffered_events": 0, "event_count": 1,
+                   "events": [{"at": now, "component": t, "kind": "schema_change",
+                               "state": "recorded", "summary": summary, "operation_id": None,
+                               "version": None}],
+                   "source": self.component}
             self.incidents = (self.incidents + [inc])[-200:]
             if self.incidents_dir is not None:
                 append_incident(self.incidents_dir, inc)

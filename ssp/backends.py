@@ -233,7 +233,8 @@ class BackendMonitor:
         inc = {
             "id": st.incident_id, "component": name, "kind": "backend_down",
             "severity": "warning", "state": state, "started_at": st.failing_since_ms,
-            "ended_at": None if state == "open" else now, "event_count": 1,
+            "ended_at": None if state == "open" else now, "max_buffered_events": 0,
+            "event_count": 1,
             "events": [{"at": now, "component": name, "kind": "backend_down", "state": state,
                         "summary": summary, "operation_id": None, "version": None}],
             "source": self.component,

@@ -273,7 +273,8 @@ async def test_a_table_removed_upstream_leaves_the_replica_after_two_agreeing_ch
     assert replica.tables() == ["post"] and replica.count("user") == 0
     assert h.checker.dropped == ["user"] and h.checker.missing == {}
     lines = [json.loads(x) for x in (tmp_path / "incidents.jsonl").read_text().splitlines()]
-    assert [(x["kind"], x["table"]) for x in lines] == [("schema_change", "user")]
+    assert [(x["kind"], x["component"], x["state"]) for x in lines] == [
+        ("schema_change", "user", "recorded")]
     assert "3 rows" in lines[0]["events"][0]["summary"]
     # A table marked @nosync counts as gone too.
     await db.query("DEFINE TABLE OVERWRITE post SCHEMALESS COMMENT '@nosync'")
