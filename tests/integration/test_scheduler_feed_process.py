@@ -149,3 +149,46 @@ async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
     assert proc.stop() == 0, proc.log_text()[-3000:]
     with Replica.open(tmp_path / "data" / "replica.sqlite3") as rep:
         assert rep.get("post", RecordID("post", 2)) == rows[1]
+
+
+async def test_a_divergence_above_the_repair_cap_re_clones_the_replica(
+        app: tuple[Database, dict[str, str]], shared_db_host: DbHost, tmp_path: Path) -> None:
+    db, env = app
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    await db.query("FOR $i IN 0..30 { CREATE type::record('post', $i) SET t = 'v1' }")
+    proc = launch(tmp_path, shared_db_host, env, port)
+    try:
+        await until(lambda: get_json(url + "/health/snapshot").get("tables", {}).get("post")
+                    == 30, "thirty posts cloned", proc)
+    except BaseException:
+        proc.stop()
+        raise
+    assert proc.stop() == 0, proc.log_text()[-3000:]
+
+    # Behind the scheduler's back: 12 rows changed in the replica, more than the cap of 5.
+    with Replica.open(tmp_path / "data" / "replica.sqlite3") as rep:
+        for i in range(12):
+            row = rep.get("post", RecordID("post", i))
+            assert row is not None
+            rep.apply([(rep.applied_seq + 1, {"table": "post", "op": "UPDATE",
+                                              "id": RecordID("post", i),
+                                              "record": {**row, "t": "tampered"}})])
+
+    rows = await db.query_one("SELECT * FROM post ORDER BY id")
+    proc = launch(tmp_path, shared_db_host, env, port, SVC_DRIFT_REPAIR_MAX_ROWS="5",
+                  SVC_DRIFT_CONFIRM_TICKS="1")
+    try:
+        snap = await until(
+            lambda: (s := get_json(url + "/health/snapshot")).get("drift", {}).get(
+                "auto_reclones", 0) >= 1 and s.get("hashes", {}).get("post") == table_hash(rows)
+            and s, "the re-clone", proc)
+        drift = snap["drift"]
+        assert drift["auto_repairs"] == 0 and drift["last_auto_reclone"] is not None
+        assert snap["tables"]["post"] == 30
+    except BaseException:
+        proc.stop()
+        raise
+    assert proc.stop() == 0, proc.log_text()[-3000:]
+    with Replica.open(tmp_path / "data" / "replica.sqlite3") as rep:
+        assert [rep.get("post", RecordID("post", i)) for i in range(30)] == rows
