@@ -217,6 +217,17 @@ async def test_changefeed_transport_two_real_ssps_follow_database_writes(
                     assert r.status == 200, reply
                 placed.add(reply["ssp_id"])
             assert placed == {"ssp-0", "ssp-1"}  # round robin: one view on each
+            # The SSP's verdicts come back verbatim: 400 rejected, 409 auth_mismatch.
+            bad = {"id": "query:bad", "surql": "SELECT count() FROM post GROUP ALL",
+                   "clientId": "c1", "ttl": "10m", "params": {"auth_id": "user:alice"}}
+            async with http.post(s.url + "/view/register", json=bad) as r:
+                reply = await r.json()
+                assert r.status == 400 and reply["error"] == "rejected", reply
+            other = {"id": "query:lo", "surql": queries["lo"], "clientId": "c2", "ttl": "10m",
+                     "params": {"auth_id": "user:bob"}}
+            async with http.post(s.url + "/view/register", json=other) as r:
+                reply = await r.json()
+                assert r.status == 409 and reply["error"] == "auth_mismatch", reply
 
             # Writes through the database only: rows enter, leave by UPDATE and by DELETE.
             for i in range(6, 14):
