@@ -609,13 +609,19 @@ class Scheduler:
                 batch = [e.queue[i] for i in range(min(BATCH_MAX, len(e.queue)))]
                 status = await self._post_batch(e, batch)
                 if status == 200 or status == 400:
-                    if status == 400:
-                        self.dropped_batches += 1
                     for _ in batch:
                         e.queue.popleft()
                     e.sent_seq = batch[-1]["seq"]
                     e.send_failures = 0
                     backoff = _BACKOFF_MIN
+                    if status == 400:
+                        # Sending it again gets the same answer, and skipping it would leave
+                        # the SSP's views silently wrong: it re-bootstraps from the replica,
+                        # which holds these events.
+                        self.dropped_batches += 1
+                        self.flag_ssp(e.ssp_id, f"an ingest batch (seq {batch[0]['seq']}-"
+                                      f"{batch[-1]['seq']}) was refused as malformed", True)
+                        break
                     if e.state is SspState.LAGGING and not e.queue:
                         e.state = SspState.READY
                         log.info("SSP %s caught up (sent through seq %d)", e.ssp_id,

@@ -150,6 +150,19 @@ async def test_ssp_503_is_retried_in_order(make_scheduler, fakes) -> None:
     assert all(h and h.startswith("Bearer ") for h in f.auth_headers)
 
 
+async def test_a_batch_an_ssp_refuses_with_400_re_bootstraps_it(make_scheduler, fakes) -> None:
+    # Resending gets the same 400 and skipping the batch would leave its views wrong.
+    s = await make_scheduler()
+    f = await fakes("a")
+    await bring_up(s, f)
+    f.ingest_script.append(400)
+    await s.ingest_many([ev(1)])
+    await wait_for(lambda: s.entries["a"].flagged is not None, "flagged")
+    assert s.dropped_batches == 1 and not s.entries["a"].queue
+    r = s.heartbeat(hb("a"))
+    assert r.status == 409 and r.body["clean"] is True and "malformed" in r.body["reason"]
+
+
 async def test_unreachable_ssp_gets_its_events_once_it_is_back(make_scheduler, fakes) -> None:
     s = await make_scheduler()
     f = await fakes("a")
