@@ -770,12 +770,7 @@ class Scheduler:
                 "ready_ssps": len(ready),
                 "total_ssps": len(self.entries),
             },
-            "heartbeat": {
-                "timeout_ms": self.cfg.heartbeat_timeout_ms,
-                "last_heartbeat_seconds_ago": {
-                    i: round(now - e.last_heartbeat, 3)
-                    for i, e in self.entries.items() if e.last_heartbeat is not None},
-            },
+            "heartbeat": self._heartbeat_probe(now),
             "changefeed": {"enabled": False},
         }
         for name, provider in self.extra_health.items():
@@ -785,6 +780,30 @@ class Scheduler:
             # Events stopped flowing from the database: SSPs serve, but go stale.
             body["status"] = "degraded"
         return Reply(200 if ready else 503, body)
+
+    def _heartbeat_probe(self, now: float) -> dict[str, Any]:
+        """The end-to-end view of `/health`: per SSP, how long ago it heartbeated, the last
+        event sent to it, the last one it reports applied (`last_seq` of its heartbeat) and how
+        many events it is behind the WAL; `ok` when there is an SSP and every Ready one
+        heartbeated within the timeout."""
+        latest = self.wal.last_seq
+        timeout = self.cfg.heartbeat_timeout_ms / 1000
+        ssps: dict[str, Any] = {}
+        ok = True
+        for i, e in self.entries.items():
+            ago = None if e.last_heartbeat is None else round(now - e.last_heartbeat, 3)
+            acked = e.metrics.get("last_seq")
+            acked = acked if isinstance(acked, int) and not isinstance(acked, bool) else None
+            ssps[i] = {"state": e.state.value, "seconds_ago": ago, "sent_seq": e.sent_seq,
+                       "acked_seq": acked,
+                       "behind": None if acked is None else max(0, latest - acked)}
+            if e.state in (SspState.READY, SspState.LAGGING) and e.flagged is None:
+                ok = ok and ago is not None and ago <= timeout
+        return {"ok": ok and bool(ssps), "timeout_ms": self.cfg.heartbeat_timeout_ms,
+                "latest_seq": latest,
+                "last_heartbeat_seconds_ago": {i: v["seconds_ago"] for i, v in ssps.items()
+                                               if v["seconds_ago"] is not None},
+                "ssps": ssps}
 
     def snapshot(self) -> dict[str, Any]:
         tables = {t: self.replica.count(t) for t in self.replica.tables()}

@@ -150,6 +150,22 @@ async def test_ssp_503_is_retried_in_order(make_scheduler, fakes) -> None:
     assert all(h and h.startswith("Bearer ") for h in f.auth_headers)
 
 
+async def test_health_heartbeat_shows_each_ssps_acknowledged_seq(make_scheduler,
+                                                                  fakes) -> None:
+    s = await make_scheduler()
+    assert s.health().body["heartbeat"]["ok"] is False  # no SSP
+    f = await fakes("a")
+    await bring_up(s, f)
+    await s.ingest_many([ev(1), ev(2)])
+    await wait_for(lambda: s.entries["a"].sent_seq == 2, "both sent")
+    s.heartbeat({**hb("a"), "last_seq": 1})
+    probe = s.health().body["heartbeat"]
+    assert probe["ok"] is True and probe["latest_seq"] == 2
+    a = probe["ssps"]["a"]
+    assert (a["state"], a["sent_seq"], a["acked_seq"], a["behind"]) == ("ready", 2, 1, 1)
+    assert probe["last_heartbeat_seconds_ago"]["a"] == a["seconds_ago"] >= 0
+
+
 async def test_a_batch_an_ssp_refuses_with_400_re_bootstraps_it(make_scheduler, fakes) -> None:
     # Resending gets the same 400 and skipping the batch would leave its views wrong.
     s = await make_scheduler()
