@@ -459,7 +459,9 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         load_balance=lb,
         heartbeat_interval_ms=heartbeat_interval,
         heartbeat_timeout_ms=heartbeat_timeout,
-        bootstrap_chunk_size=_yaml_int(doc, "bootstrap_chunk_size", 1000),
+        # Events per POST /ingest to an SSP (its replay after a bootstrap and every
+        # broadcast batch); at most 1000, the SSP's batch body limit is sized for that.
+        bootstrap_chunk_size=_yaml_int(doc, "bootstrap_chunk_size", 1000, maximum=1000),
         bootstrap_timeout_secs=_yaml_int(doc, "bootstrap_timeout_secs", 120),
         replica_db_path=_yaml_path(doc, "replica_db_path",
                                    Path("scheduler-data/replica.sqlite3"), base),

@@ -6,8 +6,9 @@ One :class:`Scheduler` per process, driven by one asyncio loop; the HTTP listene
 Event pipeline: an event is appended to the WAL (fsync before the caller learns its ``seq``),
 then handed to every SSP entry's outbound queue *in seq order* (a small reorder buffer keyed by
 seq: concurrent appends resolve in order, but their callers resume in any order). One sender
-task per SSP posts batches of up to 1000 events (``seq`` added) to the SSP's ``/ingest`` and
-retries a batch on 503 or a connection error with capped backoff, so per-SSP order holds. The
+task per SSP posts batches of up to ``bootstrap_chunk_size`` events (``seq`` added) to the
+SSP's ``/ingest`` and retries a batch on 503 or a connection error with capped backoff, so
+per-SSP order holds. The
 commit-and-publish step is shielded from the caller's cancellation: an event that reached the
 WAL always reaches the queues.
 
@@ -64,7 +65,7 @@ __all__ = ["Reply", "Scheduler", "SchedulerBusy", "SspEntry", "SspState"]
 
 log = logging.getLogger("scheduler")
 
-BATCH_MAX = 1000
+BATCH_MAX = 1000  # events per POST /ingest to an SSP (`bootstrap_chunk_size` may lower it)
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
 VERSION = "0.1.0"
@@ -602,12 +603,22 @@ class Scheduler:
     # ------------------------------------------------------------------ sending
     async def _sender(self, e: SspEntry) -> None:
         backoff = _BACKOFF_MIN
+        chunk = min(self.cfg.bootstrap_chunk_size, BATCH_MAX)
         while True:
             await e.wake.wait()
             e.wake.clear()
             while e.queue and e.state is not SspState.BOOTSTRAPPING and e.flagged is None:
-                batch = [e.queue[i] for i in range(min(BATCH_MAX, len(e.queue)))]
+                batch = [e.queue[i] for i in range(min(chunk, len(e.queue)))]
                 status = await self._post_batch(e, batch)
+                if status == 413 and len(batch) > 1:
+                    # Over the SSP's body limit: halve the batch until it fits (and grow
+                    # back to the configured size once batches pass again).
+                    chunk = max(1, len(batch) // 2)
+                    continue
+                if status == 413:
+                    status = 400  # one event the SSP can never take: as malformed
+                if status == 200:
+                    chunk = min(self.cfg.bootstrap_chunk_size, BATCH_MAX, chunk * 2)
                 if status == 200 or status == 400:
                     for _ in batch:
                         e.queue.popleft()

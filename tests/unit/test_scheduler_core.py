@@ -166,6 +166,22 @@ async def test_health_heartbeat_shows_each_ssps_acknowledged_seq(make_scheduler,
     assert probe["last_heartbeat_seconds_ago"]["a"] == a["seconds_ago"] >= 0
 
 
+async def test_batches_hold_bootstrap_chunk_size_events_and_halve_on_413(make_scheduler,
+                                                                        fakes) -> None:
+    s = await make_scheduler(bootstrap_chunk_size=4)
+    f = await fakes("a")
+    await bring_up(s, f)
+    f.ingest_script.extend([413, 413])  # over the SSP's body limit twice: 4 -> 2 -> 1 events
+    await s.ingest_many([ev(i) for i in range(1, 10)])
+    await wait_for(lambda: len(f.events) == 9, "every event delivered")
+    assert [e["seq"] for e in f.events] == list(range(1, 10))
+    assert [len(b) for b in f.batches] == [1, 2, 4, 2]  # grows back after each success
+    assert s.entries["a"].flagged is None
+    f.ingest_script.append(413)  # one event the SSP can never take: as a malformed batch
+    await s.ingest_many([ev(10)])
+    await wait_for(lambda: s.entries["a"].flagged is not None, "flagged")
+
+
 async def test_a_batch_an_ssp_refuses_with_400_re_bootstraps_it(make_scheduler, fakes) -> None:
     # Resending gets the same 400 and skipping the batch would leave its views wrong.
     s = await make_scheduler()
