@@ -7,8 +7,9 @@ of about 2 s failed now and then (measured: 2 of 40 requests spaced 1.98-2.02 s 
 rule here: a server holds an idle connection for `SERVER_KEEPALIVE_SECS`, a client reuses one
 for at most `CLIENT_KEEPALIVE_SECS`, well below it, so the server never closes a connection a
 client may still pick from its pool. The server's limit is also above the pooling defaults of
-common clients (aiohttp 15 s, httpx 5 s), so callers with default settings are safe too. Backends we do not run get the same short client limit,
-which is below the 5 s that common servers (uvicorn, Node.js) use.
+common clients (aiohttp 15 s, httpx 5 s), so callers with default settings are safe too.
+Backends we do not run get the same short client limit, which is below the 5 s that common
+servers (uvicorn, Node.js) use.
 """
 
 from __future__ import annotations

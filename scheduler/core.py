@@ -603,7 +603,8 @@ class Scheduler:
     # ------------------------------------------------------------------ sending
     async def _sender(self, e: SspEntry) -> None:
         backoff = _BACKOFF_MIN
-        chunk = min(self.cfg.bootstrap_chunk_size, BATCH_MAX)
+        limit = min(self.cfg.bootstrap_chunk_size, BATCH_MAX)
+        chunk = limit
         while True:
             await e.wake.wait()
             e.wake.clear()
@@ -618,7 +619,7 @@ class Scheduler:
                 if status == 413:
                     status = 400  # one event the SSP can never take: as malformed
                 if status == 200:
-                    chunk = min(self.cfg.bootstrap_chunk_size, BATCH_MAX, chunk * 2)
+                    chunk = min(limit, chunk * 2)
                 if status == 200 or status == 400:
                     for _ in batch:
                         e.queue.popleft()

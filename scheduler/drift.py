@@ -45,7 +45,7 @@ from engine.values import NONE, canonical_bytes, parse_record_id, record_id_text
 from engine.versions import is_stale
 from scheduler.config import DriftConfig
 from scheduler.replica import SYNCED_META_TABLES, CloneInProgress, Replica, ReplicaFrozen
-from ssp.backends import append_incident
+from ssp.backends import append_incident, incident_record
 
 log = logging.getLogger("scheduler.drift")
 
@@ -226,15 +226,10 @@ class DriftChecker:
             summary = (f"table {t} is no longer synced upstream (dropped or @nosync) in "
                        f"{n} consecutive checks: {rows} rows dropped from the replica")
             log.warning("%s", summary)
-            # The spec's incident record; component: the table (as backend_down names the
-            # backend), source: this scheduler.
-            inc = {"id": f"inc-schema-{t}-{now}", "component": t, "kind": "schema_change",
-                   "severity": "info", "state": "recorded", "started_at": now,
-                   "ended_at": now, "max_buffered_events": 0, "event_count": 1,
-                   "events": [{"at": now, "component": t, "kind": "schema_change",
-                               "state": "recorded", "summary": summary, "operation_id": None,
-                               "version": None}],
-                   "source": self.component}
+            # component: the table, as backend_down names the backend
+            inc = incident_record(f"inc-schema-{t}-{now}", t, "schema_change", "info",
+                                  "recorded", summary, started_at=now, at=now, ended_at=now,
+                                  source=self.component)
             self.incidents = (self.incidents + [inc])[-200:]
             if self.incidents_dir is not None:
                 append_incident(self.incidents_dir, inc)

@@ -224,7 +224,7 @@ class JobPlane:
             await asyncio.sleep(self.s.cfg.job_sweep_secs)
             try:
                 await self.sweep_once()
-            except Exception:
+            except Exception:  # noqa: BLE001 - the sweep must keep running; logged
                 log.exception("job recovery sweep failed")
 
 

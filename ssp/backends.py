@@ -178,7 +178,7 @@ class BackendMonitor:
         while True:
             try:
                 await self.check_all()
-            except Exception:
+            except Exception:  # noqa: BLE001 - the monitor must keep running; logged
                 log.exception("backend health round failed")
             try:
                 await asyncio.wait_for(self._wake.wait(), self.interval_secs)
@@ -230,15 +230,11 @@ class BackendMonitor:
 
     def _record(self, name: str, st: _State, state: str, summary: str) -> None:
         now = self.clock()
-        inc = {
-            "id": st.incident_id, "component": name, "kind": "backend_down",
-            "severity": "warning", "state": state, "started_at": st.failing_since_ms,
-            "ended_at": None if state == "open" else now, "max_buffered_events": 0,
-            "event_count": 1,
-            "events": [{"at": now, "component": name, "kind": "backend_down", "state": state,
-                        "summary": summary, "operation_id": None, "version": None}],
-            "source": self.component,
-        }
+        assert st.incident_id is not None and st.failing_since_ms is not None
+        inc = incident_record(st.incident_id, name, "backend_down", "warning", state, summary,
+                              started_at=st.failing_since_ms, at=now,
+                              ended_at=None if state == "open" else now,
+                              source=self.component)
         if state == "open":
             log.warning("incident %s opened: %s", st.incident_id, summary)
         else:
@@ -281,6 +277,21 @@ class BackendMonitor:
 
 
 
+
+
+def incident_record(incident_id: str, component: str, kind: str, severity: str, state: str,
+                    summary: str, *, started_at: int, at: int, ended_at: int | None,
+                    source: str) -> dict[str, Any]:
+    """The spec's incident record (times in epoch ms) with one event; `source` names the
+    process that recorded it."""
+    return {
+        "id": incident_id, "component": component, "kind": kind, "severity": severity,
+        "state": state, "started_at": started_at, "ended_at": ended_at,
+        "max_buffered_events": 0, "event_count": 1,
+        "events": [{"at": at, "component": component, "kind": kind, "state": state,
+                    "summary": summary, "operation_id": None, "version": None}],
+        "source": source,
+    }
 
 
 def append_incident(directory: Path, inc: dict[str, Any]) -> None:

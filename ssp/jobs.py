@@ -37,8 +37,9 @@ database is the queue and the lock; this process only holds what is in flight:
   otherwise -> `kill_requested = true` on a pending or processing row: whoever claims a
   pending row fails it at once ("fails at dequeue"), and the owner of a processing row sees
   the flag at its next lease renewal and cancels the call. So a kill broadcast that one SSP
-  misses still reaches the job when any other SSP flags the row. Retry: a terminal row goes back to `pending` (`errors` kept,
-  `attempts` reset) and is re-admitted; a pending or processing row is 409 `not_terminal`.
+  misses still reaches the job when any other SSP flags the row. Retry: a terminal row goes
+  back to `pending` (`errors` kept, `attempts` reset) and is re-admitted; a pending or
+  processing row is 409 `not_terminal`.
 - recovery (`recover_once`): processing rows whose lease expired (their SSP died or hung) go
   back to `pending` and are admitted like any other. Standalone SSPs run it every
   `SVC_SSP_JOB_SWEEP_SECS` (30); with a scheduler, the scheduler calls `POST /job/recover`.
@@ -243,6 +244,11 @@ class _Running:
     rid: RecordID
     task: asyncio.Task[None]
     killing: bool = False
+
+    def kill(self) -> None:
+        """Cancel the call; `_run` then writes the row `failed` with a `killed` entry."""
+        self.killing = True
+        self.task.cancel()
 
 
 class ResultReporter:
@@ -607,8 +613,7 @@ class JobRunner:
                 return
             if got[0].get("kill_requested") is True and r is not None and not r.killing:
                 log.info("job %s: kill requested on its row, cancelling the call", key)
-                r.killing = True
-                r.task.cancel()
+                r.kill()
                 return
 
     async def _write(self, rid: RecordID, sets: str, params: dict[str, Any]) -> bool:
@@ -645,24 +650,19 @@ class JobRunner:
         return str(row.get("status"))
 
     async def kill(self, job_id: str) -> dict[str, Any]:
-        """Cancel the job if it runs here, else flag a pending row to fail at dequeue."""
+        """Cancel the job if it runs here, else flag a live row to fail at dequeue (or, when
+        another SSP runs it, at that SSP's next lease renewal)."""
         _, rid = self._job_id(job_id)
         key = record_id_text(rid)
+        flagged = None
+        if key not in self.inflight:
+            # Any live row, ours included: this SSP may claim it during this UPDATE.
+            flagged = await self.db.query_one(
+                "UPDATE $id SET kill_requested = true WHERE status IN ['pending', 'processing'] "
+                "RETURN status", {"id": rid})
         r = self.inflight.get(key)
         if r is not None:
-            r.killing = True
-            r.task.cancel()
-            await asyncio.gather(r.task, return_exceptions=True)
-            return {"id": key, "action": "cancelled", "status": await self._status(rid)}
-        # Flag any live row, ours included: this SSP may claim it between the check above and
-        # this UPDATE, and the lease renewal of whoever runs it acts on the flag.
-        flagged = await self.db.query_one(
-            "UPDATE $id SET kill_requested = true WHERE status IN ['pending', 'processing'] "
-            "RETURN status", {"id": rid})
-        r = self.inflight.get(key)
-        if r is not None and not r.killing:  # claimed here meanwhile
-            r.killing = True
-            r.task.cancel()
+            r.kill()
             await asyncio.gather(r.task, return_exceptions=True)
             return {"id": key, "action": "cancelled", "status": await self._status(rid)}
         if flagged:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.test_jobs_support import SECRET, TOKEN, job_stack
+from tests.integration.test_jobs_support import SECRET, TOKEN, JobStack, job_stack
 from tests.integration.test_ssp_support import wait_for
 from tests.support.procs import DbHost
 
@@ -107,10 +107,7 @@ async def test_kill_in_flight_cancels_the_call_and_fails_the_job(
         row = await st.row(rid)
         assert row["status"] == "failed" and row["errors"][-1]["error"] == "killed"
         assert row["errors"][-1]["kind"] == "killed" and row["errors"][-1]["status"] is None
-
-        async def backend_saw_disconnect() -> bool:
-            return st.backend.inflight == 0
-        await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")
+        await _call_cancelled(st)
 
 
 async def test_a_kill_flagged_on_the_row_by_another_ssp_cancels_the_call_here(
@@ -127,10 +124,7 @@ async def test_a_kill_flagged_on_the_row_by_another_ssp_cancels_the_call_here(
         row = await st.wait_status(rid, "failed")
         assert row["errors"][-1]["error"] == "killed" and row["errors"][-1]["kind"] == "killed"
         assert len(st.backend.calls_of("job:f1")) == 1
-
-        async def backend_saw_disconnect() -> bool:
-            return st.backend.inflight == 0
-        await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")
+        await _call_cancelled(st)
 
 
 async def test_recover_of_one_job_admits_it_now_and_answers_its_row(
@@ -205,3 +199,10 @@ async def test_retry_answers_409_while_running_404_unknown_400_malformed(
         for secret in (SECRET, TOKEN):
             assert secret not in "".join(st.bodies)
             assert secret not in st.ssp.process.log_text()
+
+
+async def _call_cancelled(st: JobStack) -> None:
+    """Until the backend has seen its in-flight call go away (the SSP cancelled it)."""
+    async def backend_saw_disconnect() -> bool:
+        return st.backend.inflight == 0
+    await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")

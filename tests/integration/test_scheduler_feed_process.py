@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,30 @@ def launch(tmp: Path, host: DbHost, env: dict[str, str], port: int,
                           tmp / f"scheduler-{port}.log").start()
 
 
+async def launch_ready(tmp: Path, host: DbHost, env: dict[str, str], port: int
+                       ) -> ManagedProcess:
+    """`launch`, then until `/health` says the scheduler is ready (stopped if it never is)."""
+    proc = launch(tmp, host, env, port)
+    try:
+        await until(lambda: get_json(f"http://127.0.0.1:{port}/health").get(
+            "scheduler", {}).get("state") == "ready", "the scheduler to be ready", proc)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+def tamper_replica(tmp: Path, keys: Iterable[int]) -> None:
+    """Change `post:<key>` rows in the stopped scheduler's replica, with no event anywhere."""
+    with Replica.open(tmp / "data" / "replica.sqlite3") as rep:
+        for key in keys:
+            row = rep.get("post", RecordID("post", key))
+            assert row is not None
+            rep.apply([(rep.applied_seq + 1, {"table": "post", "op": "UPDATE",
+                                              "id": RecordID("post", key),
+                                              "record": {**row, "t": "tampered"}})])
+
+
 def table_hash(rows: list[dict[str, Any]]) -> str:
     h = 0
     for r in rows:
@@ -104,10 +128,8 @@ async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
     db, env = app
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = launch(tmp_path, shared_db_host, env, port)
+    proc = await launch_ready(tmp_path, shared_db_host, env, port)
     try:
-        await until(lambda: get_json(url + "/health").get("scheduler", {}).get("state")
-                    == "ready", "the scheduler to be ready", proc)
         for i in range(3):
             await db.query("CREATE type::record('post', $i) SET t = $t", {"i": i, "t": f"t{i}"})
         await until(lambda: get_json(url + "/health/snapshot").get("tables", {}).get("post") == 3,
@@ -126,11 +148,8 @@ async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
     assert proc.stop() == 0, proc.log_text()[-3000:]
 
     # Behind the scheduler's back: one replica row changed, no event anywhere.
+    tamper_replica(tmp_path, [2])
     with Replica.open(tmp_path / "data" / "replica.sqlite3") as rep:
-        row = rep.get("post", "post:2")
-        assert row is not None
-        rep.apply([(rep.applied_seq + 1, {"table": "post", "op": "UPDATE", "id": "post:2",
-                                          "record": {**row, "t": "tampered"}})])
         assert rep.count("post") == 2
 
     proc = launch(tmp_path, shared_db_host, env, port)
@@ -167,13 +186,7 @@ async def test_a_divergence_above_the_repair_cap_re_clones_the_replica(
     assert proc.stop() == 0, proc.log_text()[-3000:]
 
     # Behind the scheduler's back: 12 rows changed in the replica, more than the cap of 5.
-    with Replica.open(tmp_path / "data" / "replica.sqlite3") as rep:
-        for i in range(12):
-            row = rep.get("post", RecordID("post", i))
-            assert row is not None
-            rep.apply([(rep.applied_seq + 1, {"table": "post", "op": "UPDATE",
-                                              "id": RecordID("post", i),
-                                              "record": {**row, "t": "tampered"}})])
+    tamper_replica(tmp_path, range(12))
 
     rows = await db.query_one("SELECT * FROM post ORDER BY id")
     proc = launch(tmp_path, shared_db_host, env, port, SVC_DRIFT_REPAIR_MAX_ROWS="5",
@@ -202,10 +215,8 @@ async def test_the_feed_resumes_after_kill9_and_loses_no_write(
     db, env = app
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = launch(tmp_path, shared_db_host, env, port)
+    proc = await launch_ready(tmp_path, shared_db_host, env, port)
     try:
-        await until(lambda: get_json(url + "/health").get("scheduler", {}).get("state")
-                    == "ready", "the scheduler to be ready", proc)
         for i in range(40):
             await db.query("CREATE type::record('post', $i) SET t = $t", {"i": i, "t": "a"})
             if i == 20:
