@@ -13,6 +13,7 @@ Public API (stable; used by the SSP shards, the tests and the benchmarks)::
     eng.members(view_id); eng.unregister(view_id)
     eng.table_count(table); eng.table_hash(table)  # rows; XOR of xxh3_64 over canonical row bytes
     eng.result(view_id)                            # current result rows (SurrealDB-shaped)
+    eng.sync_arena(table=None)                     # write changed rows' bytes to the arena
 
 - Record ids are SurrealDB's canonical text (``<string> id``: ``thread:1``, ``user:`a-b```);
   ``ingest`` also accepts the ``⟨⟩`` form and canonicalises it.
@@ -25,6 +26,10 @@ Public API (stable; used by the SSP shards, the tests and the benchmarks)::
   rows, subquery rows, ``link.*`` and FETCHed records). ``added``/``removed`` are the records
   that entered/left; ``updated`` the members whose content in the result changed.
 - Supported language: see ``engine/README.md``; anything else raises :class:`QueryRejected`.
+- Rows are stored as canonical bytes in numpy memmap arenas (``eng.row_store``): file-backed
+  in ``arena_dir`` (written at the end of every ingest/load call, readable by another process
+  with ``engine.arena.ArenaReader``), anonymous without it (written on demand: ``table_hash``,
+  ``sync_arena``). Evaluation reads a decoded copy.
 """
 
 from engine.core import ViewDelta, ViewEngine

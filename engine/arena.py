@@ -36,6 +36,7 @@ stored bytes *are* the canonical bytes, so hashing never re-encodes.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import struct
@@ -125,7 +126,8 @@ class Arena:
         idx = len(self._arrays)
         arr: np.ndarray
         if self.dir is None:
-            arr = np.zeros(size, dtype=np.uint8)
+            # an anonymous shared mapping: pages are committed only when written
+            arr = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
         else:
             arr = np.memmap(
                 self.dir / _SEG_NAME.format(idx), dtype=np.uint8, mode="w+", shape=(size,)

@@ -34,6 +34,7 @@ from engine.values import NONE, Duration, parse_record_id, record_id_text
 from engine.versions import is_stale
 
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
+_EMPTY: frozenset[str] = frozenset()
 
 
 class ViewDelta(NamedTuple):
@@ -115,8 +116,11 @@ class Circuit:
                 if not s:
                     del self.index[k]
 
-    def affected(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[Mat]:
-        """Materialisations a change of one row of this table can affect."""
+    def affected(
+        self, old: dict[str, Any] | None, new: dict[str, Any] | None, keep: bool = False
+    ) -> list[Mat]:
+        """Materialisations a change of one row of this table can affect; ``keep``: the
+        caller knows no equality field changed (one lookup serves both versions)."""
         fields = self.eq_fields
         if not fields:
             return list(self.unindexed)
@@ -128,6 +132,8 @@ class Circuit:
             s = index.get(ko)
             if s:
                 out.extend(s)
+            if keep:
+                return out
         if new is not None:
             kn = tuple([ikey(new.get(f, NONE)) for f in fields])
             if kn != ko:
@@ -274,13 +280,16 @@ class ViewEngine:
         self.arena_dir = arena_dir
         self.segment_mb = segment_mb
         self.store = Store()
-        # With an arena directory the rows are also written as canonical msgpack bytes into
-        # file-backed memmap segments, so another process (a shard) can map and read them.
-        # Evaluation always reads the decoded rows above: decoding bytes per read would cost
-        # more than the whole incremental update.
-        self.row_store: RowStore | None = (
-            RowStore(Arena(arena_dir, segment_mb)) if arena_dir is not None else None
-        )
+        # Row bytes (canonical msgpack, also the table-hash input) live in memmap segments:
+        # file-backed in arena_dir, so another process can map and read them, else anonymous.
+        # Evaluation reads the decoded copy in `store` (decoding bytes per read would cost more
+        # than the whole incremental update); the bytes of changed rows are written back by
+        # sync_arena(): after every ingest/load call when file-backed (readers see each
+        # call's rows when it returns), on demand (table_hash, sync_arena) when anonymous, as
+        # no other process can read those. A row rewritten many times in between is encoded
+        # once.
+        self.row_store = RowStore(Arena(arena_dir, segment_mb))
+        self._sync_each_call = arena_dir is not None
         self.circuits: dict[Any, Circuit] = {}
         self.by_table: dict[str, list[Circuit]] = {}
         self.views: dict[str, Mat] = {}
@@ -291,6 +300,8 @@ class ViewEngine:
         # table -> field -> key -> {mat: visible row ids}; field None: the whole table
         self.sub_watch: dict[str, dict[str | None, dict[Any, dict[Mat, set[str]]]]] = {}
         self._pending: set[Mat] = set()
+        # the row change being propagated: (old row, new row, content differs, new row flat)
+        self._change: tuple[Any, Any, bool, bool] = (None, None, True, False)
         # Parsed queries by text: many views share a text (per-user views), parsing is pure.
         self._parsed: dict[str, Any] = {}
 
@@ -306,12 +317,11 @@ class ViewEngine:
             self.ingest_batch(events)
             return
         ts = self.store.table(table)
-        arena = self.row_store
         for row in rows:
             text, new = self._prepare(table, None, row)
             ts.put(text, new)
-            if arena is not None:
-                arena.put(table, text, new)
+        if self._sync_each_call:
+            self.sync_arena(table)
 
     def register(self, view_id: str, surql: str, params: Mapping[str, Any] | None = None) -> set[str]:
         """Register (or replace) a view; returns its members. Raises QueryRejected."""
@@ -379,8 +389,31 @@ class ViewEngine:
 
     def table_hash(self, table: str) -> int:
         """XOR of row_hash over the table's rows (0 for an empty table)."""
-        t = self.store.tables.get(table)
-        return 0 if t is None else t.hash()
+        self.sync_arena(table)
+        return self.row_store.hash(table)
+
+    def sync_arena(self, table: str | None = None) -> int:
+        """Write the bytes of rows changed since the last sync (of ``table``, or of every
+        table) into the arena; returns how many rows were written or removed."""
+        tables = self.store.tables
+        stores = [tables[table]] if table in tables else [] if table else list(tables.values())
+        rs = self.row_store
+        done = 0
+        for ts in stores:
+            changed = ts.changed
+            if not changed:
+                continue
+            rows = ts.rows
+            name = ts.name
+            for rid in changed:
+                row = rows.get(rid)
+                if row is None:
+                    rs.delete(name, rid)
+                else:
+                    rs.put(name, rid, row)
+            done += len(changed)
+            changed.clear()
+        return done
 
     def view_ids(self) -> list[str]:
         """Registered view ids."""
@@ -473,8 +506,6 @@ class ViewEngine:
                 return
             ts.delete(text)
             new = None
-            if self.row_store is not None:
-                self.row_store.delete(table, text)
         else:
             if record is None:
                 raise ValueError(f"{op} needs a record")
@@ -482,8 +513,6 @@ class ViewEngine:
             if text2 != text:
                 raise ValueError(f"record id {text2} does not match event id {text}")
             ts.put(text, new)
-            if self.row_store is not None:
-                self.row_store.put(table, text, new)
         self._propagate(ts, text, old, new)
 
     def _propagate(
@@ -494,15 +523,20 @@ class ViewEngine:
         circuits = self.by_table.get(table)
         if circuits:
             requalify = self._requalify
-            changed: set[str] | None = None
+            # an UPDATE: skip shapes that read none of the changed fields, and look up the
+            # materialisations once when no equality field changed
+            changed = _changed_fields(old, new) if old is not None and new is not None else None
+            # what the SELECT * fast path needs to know of this change, computed once
+            self._change = (old, new, changed is None or bool(changed),
+                            new is not None and not _has_nested(new))
             for circuit in circuits:
-                fields = circuit.fields
-                if fields is not None and old is not None and new is not None:
-                    if changed is None:
-                        changed = _changed_fields(old, new)
-                    if changed.isdisjoint(fields):
+                keep = False
+                if changed is not None:
+                    fields = circuit.fields
+                    if fields is not None and changed.isdisjoint(fields):
                         continue
-                for mat in circuit.affected(old, new):
+                    keep = changed.isdisjoint(circuit.eq_fields)
+                for mat in circuit.affected(old, new, keep):
                     requalify(mat, text, new)
         if self.qual_watch:
             w = self.qual_watch.get(text)
@@ -565,11 +599,14 @@ class ViewEngine:
                 if rid not in entries:
                     entries[rid] = 1
                     mat.visible.add(rid)
-                elif plan.star_only and mat.trees.get(rid, 0) is None and not _has_nested(row):
+                elif plan.star_only and mat.trees.get(rid, 0) is None:
                     # A flat SELECT * row that stays: its new content is the row itself.
-                    old_out = mat.outs.get(rid)
+                    old, new, differs, flat = self._change
+                    if new is not row:
+                        differs, flat = True, not _has_nested(row)
+                    old_out = mat.outs.get(rid) if flat else None
                     if old_out is not None:
-                        if not same(old_out, row):
+                        if (differs if old_out is old else not same(old_out, row)):
                             mat.upd.add(rid)
                         mat.outs[rid] = row
                         self._pending.add(mat)
@@ -873,18 +910,26 @@ class ViewEngine:
             dirty.clear()
             mat.partial.clear()
         zs = mat.zs
+        touched = mat.touched
+        if not touched:
+            # no weight moved: only content changes (the common UPDATE of a member)
+            upd = mat.upd
+            if not upd:
+                return None
+            updated = frozenset([m for m in upd if m in zs])
+            upd.clear()
+            return ViewDelta(_EMPTY, _EMPTY, updated) if updated else None
         if mat.before:
-            touched = mat.touched
             after = mat.after
             for m, content in mat.before.items():
                 if touched.get(m) and m in zs and m in after and not same(content, after[m]):
                     mat.upd.add(m)
             mat.before.clear()
         mat.after.clear()
-        added = frozenset(m for m, was in mat.touched.items() if not was and m in zs)
-        removed = frozenset(m for m, was in mat.touched.items() if was and m not in zs)
-        updated = frozenset(m for m in mat.upd if m in zs and m not in added)
-        mat.touched.clear()
+        added = frozenset([m for m, was in touched.items() if not was and m in zs])
+        removed = frozenset([m for m, was in touched.items() if was and m not in zs])
+        updated = frozenset([m for m in mat.upd if m in zs and m not in added])
+        touched.clear()
         mat.upd.clear()
         if added or removed or updated:
             return ViewDelta(added, removed, updated)
@@ -899,6 +944,8 @@ class ViewEngine:
             if d is not None:
                 for v in mat.views:
                     out[v] = d
+        if self._sync_each_call:
+            self.sync_arena()
         return out
 
     # ------------------------------------------------------------------ build / teardown
@@ -915,6 +962,22 @@ class ViewEngine:
         pred = plan.pred
         S = mat.S
         entries = mat.entries
+        if plan.star_only and not plan.ordered and not plan.qlinks:
+            # Bulk path for SELECT * of flat rows: each row is its own output and member.
+            outs, trees, zs, dirty = mat.outs, mat.trees, mat.zs, mat.dirty
+            for rid in cands:
+                row = rows[rid]
+                if pred(row, S, NONE, _NOLINKS):
+                    entries[rid] = 1
+                    if type(row.get("id")) is RecordID and not _has_nested(row):
+                        outs[rid] = row
+                        trees[rid] = None
+                        zs[rid] = 1
+                    else:
+                        dirty.add(rid)
+            mat.visible = set(entries)
+            self._settle(mat)
+            return
         if plan.qlinks:
             for rid in cands:
                 row = rows[rid]
@@ -934,19 +997,7 @@ class ViewEngine:
             self._rewindow(mat)
         else:
             mat.visible = set(entries)
-            if plan.star_only:
-                # Bulk path for SELECT * of flat rows: each row is its own output and member.
-                outs, trees, zs, dirty = mat.outs, mat.trees, mat.zs, mat.dirty
-                for rid in entries:
-                    row = rows[rid]
-                    if type(row.get("id")) is RecordID and not _has_nested(row):
-                        outs[rid] = row
-                        trees[rid] = None
-                        zs[rid] = 1
-                    else:
-                        dirty.add(rid)
-            else:
-                mat.dirty.update(entries)
+            mat.dirty.update(entries)
         self._settle(mat)
 
     def _teardown(self, mat: Mat) -> None:

@@ -1,9 +1,11 @@
-"""Decoded row storage for the engine: rows per table, equality indexes and the table hash.
+"""Decoded rows for evaluation: rows per table, equality indexes, rows changed since the last
+arena write.
 
-Rows are kept decoded (Python dicts holding SurrealDB-typed values) because every operator
-reads them; the table hash is the XOR of :func:`engine.hashing.row_hash` over the rows, kept
-incrementally and settled lazily (a row rewritten many times between two hash reads is hashed
-once), so the hot ingest path never serialises a row.
+The row bytes live in the engine's arena (:class:`engine.arena.RowStore`); this is the decoded
+copy every operator reads (decoding bytes per read would cost more than the whole incremental
+update). ``TableStore.changed`` collects the ids written or deleted since the engine last wrote
+row bytes, so a row rewritten many times between two arena writes is encoded once and the hot
+ingest path never serialises a row.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import Any
 
 from surrealdb import Duration, RecordID
 
-from engine.hashing import row_hash
 from engine.values import NONE, NoneType, eq_key, record_id_text
 
 _PLAIN_KEY_TYPES = frozenset(
@@ -52,6 +53,8 @@ def ikey(v: Any) -> Any:
     non-integral floats and decimals share SurrealDB's equality key).
     """
     t = type(v)
+    if t is str:
+        return v
     if t is int:
         # Exact ints share keys with equal floats/decimals only in the range where both are exact.
         return v if -_EXACT < v < _EXACT else ("\0n", eq_key(v))
@@ -81,28 +84,20 @@ def ikey(v: Any) -> Any:
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("_dirty", "_hashes", "_xor", "indexes", "name", "rows")
+    __slots__ = ("changed", "indexes", "name", "rows")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.rows: dict[str, dict[str, Any]] = {}
-        self._hashes: dict[str, int] = {}
-        self._dirty: set[str] = set()
-        self._xor = 0
+        # ids put or deleted since their bytes were last written to the arena
+        self.changed: set[str] = set()
         self.indexes: dict[str, dict[Any, set[str]]] = {}
-
-    def _unhash(self, rid: str) -> None:
-        h = self._hashes.pop(rid, None)
-        if h is not None:
-            self._xor ^= h
 
     def put(self, rid: str, row: dict[str, Any]) -> dict[str, Any] | None:
         """Store ``row`` under ``rid``; returns the previous row (or None)."""
         old = self.rows.get(rid)
         self.rows[rid] = row
-        if old is not None:
-            self._unhash(rid)
-        self._dirty.add(rid)
+        self.changed.add(rid)
         for field, idx in self.indexes.items():
             if old is not None:
                 ok = ikey(old.get(field, NONE))
@@ -124,8 +119,7 @@ class TableStore:
         old = self.rows.pop(rid, None)
         if old is None:
             return None
-        self._unhash(rid)
-        self._dirty.discard(rid)
+        self.changed.add(rid)
         for field, idx in self.indexes.items():
             ok = ikey(old.get(field, NONE))
             s = idx.get(ok)
@@ -140,28 +134,21 @@ class TableStore:
         idx = self.indexes.get(field)
         if idx is None:
             idx = {}
+            bucket = idx.get
             for rid, row in self.rows.items():
-                idx.setdefault(ikey(row.get(field, NONE)), set()).add(rid)
+                v = row.get(field, NONE)
+                k = v if type(v) is str else ikey(v)  # ikey of a string is the string
+                s = bucket(k)
+                if s is None:
+                    idx[k] = {rid}
+                else:
+                    s.add(rid)
             self.indexes[field] = idx
         return idx
 
     def count(self) -> int:
         """Number of rows."""
         return len(self.rows)
-
-    def hash(self) -> int:
-        """XOR of row_hash over the rows (settles rows written since the last call)."""
-        if self._dirty:
-            rows = self.rows
-            hashes = self._hashes
-            x = self._xor
-            for rid in self._dirty:
-                h = row_hash(rows[rid])
-                hashes[rid] = h
-                x ^= h
-            self._xor = x
-            self._dirty.clear()
-        return self._xor
 
 
 class Store:

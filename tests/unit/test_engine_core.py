@@ -184,3 +184,25 @@ def test_nan_equality_reaches_indexed_views() -> None:
     e.register("v", "SELECT * FROM thread WHERE score = $s", {"s": float("nan")})
     d = e.ingest("thread", "CREATE", "thread:1", _t(1, score=float("nan")))
     assert d["v"].added == {"thread:1"}
+
+
+def test_anonymous_arena_holds_the_rows_once_synced() -> None:
+    from engine.hashing import table_hash
+
+    e = ViewEngine()
+    e.load("thread", [_t(i, x=i) for i in range(20)])
+    for _ in range(3):  # one row rewritten many times is encoded once
+        e.ingest("thread", "UPDATE", "thread:5", _t(5, x="five"))
+    e.ingest("thread", "DELETE", "thread:6", None)
+    e.ingest("thread", "CREATE", "thread:99", _t(99, x=[1, None]))
+    assert e.row_store.arena.dir is None
+    assert e.sync_arena() == 21  # 20 loaded (5 and 6 among them) + thread:99
+    assert e.sync_arena() == 0
+    rows = e.store.table("thread").rows
+    assert e.row_store.count("thread") == e.table_count("thread") == 20
+    assert e.row_store.get("thread", "thread:5") == _t(5, x="five")
+    assert e.row_store.get("thread", "thread:6") is None
+    assert e.row_store.get("thread", "thread:99") == rows["thread:99"]
+    e.ingest("thread", "UPDATE", "thread:7", _t(7, x="seven"))
+    assert e.table_hash("thread") == table_hash(rows.values())  # table_hash syncs first
+    assert e.row_store.get("thread", "thread:7") == _t(7, x="seven")
