@@ -242,3 +242,44 @@ def test_reader_decodes_rows_written_by_the_store(tmp_path: Path) -> None:
     assert handle is not None
     row = ArenaReader(tmp_path).get_row(handle)
     assert canonical_bytes(row) == canonical_bytes(EVERY_TYPE)
+
+
+def _row_reader_main(arena_dir: str, conn: Any) -> None:
+    reader = ArenaReader(arena_dir)
+    while (handles := conn.recv()) is not None:
+        conn.send([reader.get_row(h) for h in handles])
+    reader.close()
+
+
+def test_another_process_reads_a_view_engines_rows_after_each_call(tmp_path: Path) -> None:
+    from surrealdb import RecordID
+
+    from engine import ViewEngine
+
+    eng = ViewEngine(arena_dir=str(tmp_path), segment_mb=1)
+    eng.load("thread", [{"id": RecordID("thread", i), "n": i} for i in range(100)])
+    eng.register("v", "SELECT * FROM thread WHERE n >= 98", {})
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_row_reader_main, args=(str(tmp_path), child))
+    proc.start()
+    try:
+        store = eng.row_store
+        parent.send([store.handle("thread", "thread:3")])
+        assert parent.recv() == [{"id": RecordID("thread", 3), "n": 3}]
+        delta = eng.ingest("thread", "UPDATE", "thread:3", {"id": RecordID("thread", 3), "n": 99,
+                                                            "tags": ["a", None]})
+        assert delta["v"].added == {"thread:3"}
+        # the call returned: its row is in the arena, under a new handle
+        parent.send([store.handle("thread", "thread:3"), store.handle("thread", "thread:99")])
+        assert parent.recv() == [{"id": RecordID("thread", 3), "n": 99, "tags": ["a", None]},
+                                 {"id": RecordID("thread", 99), "n": 99}]
+        eng.ingest("thread", "DELETE", "thread:3", None)
+        assert store.handle("thread", "thread:3") is None
+        parent.send(None)
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    assert proc.exitcode == 0
