@@ -14,6 +14,17 @@ def test_bench_engine_quick_prints_its_table() -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    for name in ("W1 ingest (one by one)", "W1 ingest_batch", "per-user views",
+    for name in ("W1 ingest (one by one)", "W1 ingest_batch", "W1 arena write-back",
+                 "W1 one by one, file-backed arena", "per-user views",
                  "naive: SurrealDB", "pydbsp", "scaling: thread at", "register 1 view"):
         assert any(name in line for line in lines), f"missing row {name!r}:\n{proc.stdout}"
+
+
+def test_probe_delete_cost_prints_its_table() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "probe_delete_cost.py"),
+                           "--tables", "1,20", "--records", "5"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["1", "20"], proc.stdout
+    assert all(float(x) > 0 for r in rows for x in r[1:4]), proc.stdout

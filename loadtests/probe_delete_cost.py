@@ -1,0 +1,69 @@
+"""How the embedded SurrealDB engine's DELETE cost grows with the number of defined tables.
+
+    .venv/bin/python loadtests/probe_delete_cost.py [--tables 10,100,1000] [--records 200]
+
+Why it matters: in `dedicated` edge mode every user has an edge table, so a database with 1,000
+users defines 1,000+ tables, and every edge leaving a view is a DELETE. This probe defines N
+extra tables in a fresh database of the embedded engine (surrealdb-embedded, `mem://`), then
+times, per record, in one transaction each: UPDATE of existing records, DELETE of plain records
+and DELETE of relation (edge) records. Baseline: the same operations with 10 tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.engine.judge import Judge  # noqa: E402
+
+
+def _per_record(judge: Judge, stmt: str, n: int) -> float:
+    text = "BEGIN; " + "; ".join(stmt.format(i=i) for i in range(n)) + "; COMMIT;"
+    start = time.perf_counter()
+    judge.run(text)
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def measure(tables: int, n: int) -> tuple[float, float, float]:
+    """(UPDATE, DELETE plain, DELETE edge) microseconds per record with ``tables`` tables."""
+    judge = Judge(tables=[])
+    try:
+        for i in range(tables):
+            judge.run(f"DEFINE TABLE extra{i} SCHEMALESS")
+        judge.run("DEFINE TABLE q SCHEMALESS; DEFINE TABLE m SCHEMALESS; "
+                  "DEFINE TABLE plain SCHEMALESS; DEFINE TABLE edge TYPE RELATION SCHEMALESS")
+        judge.run(f"CREATE q:1; FOR $i IN 0..{n} {{ CREATE type::record('m', $i); "
+                  f"CREATE type::record('plain', $i) }}")
+        judge.run(f"FOR $i IN 0..{n} {{ RELATE q:1->edge->(type::record('m', $i)) "
+                  f"CONTENT {{id: type::record('edge', $i)}} }}")
+        update = _per_record(judge, "UPDATE plain:{i} SET v = 1 RETURN NONE", n)
+        plain = _per_record(judge, "DELETE plain:{i} RETURN NONE", n)
+        edge = _per_record(judge, "DELETE edge:{i} RETURN NONE", n)
+        return update, plain, edge
+    finally:
+        judge.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tables", default="10,100,1000")
+    p.add_argument("--records", type=int, default=200)
+    args = p.parse_args(argv)
+    counts = [int(x) for x in args.tables.split(",")]
+    rows = [(t, *measure(t, args.records)) for t in counts]
+    base = rows[0]
+    print(f"{'tables defined':>14} {'UPDATE us':>10} {'DELETE us':>10} {'DELETE edge us':>15} "
+          f"{'DELETE vs ' + str(base[0]) + ' tables':>22}")
+    for t, upd, plain, edge in rows:
+        print(f"{t:>14,} {upd:>10.0f} {plain:>10.0f} {edge:>15.0f} {plain / base[2]:>21.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
