@@ -482,9 +482,9 @@ class ViewEngine:
             raise ValueError(f"unknown op {op!r} (expected CREATE, UPDATE or DELETE)")
         if not isinstance(table, str) or not table:
             raise ValueError(f"the table must be a non-empty string, got {table!r}")
-        if record is not None and not isinstance(record, Mapping):
+        if record is not None and type(record) is not dict and not isinstance(record, Mapping):
             raise ValueError(f"a record must be an object, got {type(record).__name__}")
-        if not isinstance(rid, (str, RecordID)) or not rid:
+        if type(rid) is not str and not isinstance(rid, (str, RecordID)) or not rid:
             raise ValueError(f"the record id must be a non-empty string, got {rid!r}")
         ts = self.store.table(table)
         rows = ts.rows
