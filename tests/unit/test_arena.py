@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -100,14 +102,28 @@ def _reader_main(arena_dir: str, conn: Any) -> None:
     reader.close()
 
 
+@contextlib.contextmanager
+def _spawned(target: Callable[[str, Any], None], arena_dir: Path) -> Iterator[Any]:
+    """A spawned reader process running ``target(arena_dir, conn)``; yields our end of the
+    pipe. The body must send None last; the process must then exit 0."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=target, args=(str(arena_dir), child))
+    proc.start()
+    try:
+        yield parent
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    assert proc.exitcode == 0
+
+
 def test_a_reader_in_another_process_reads_rows_including_new_segments(tmp_path: Path) -> None:
     arena = Arena(tmp_path, segment_mb=1)
     first = [arena.put(f"row {i}".encode()) for i in range(10)]
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_reader_main, args=(str(tmp_path), child))
-    proc.start()
-    try:
+    with _spawned(_reader_main, tmp_path) as parent:
         parent.send(first)
         assert parent.recv() == [f"row {i}".encode() for i in range(10)]
         # Written after the reader opened, and spilling into new segments.
@@ -121,12 +137,6 @@ def test_a_reader_in_another_process_reads_rows_including_new_segments(tmp_path:
         assert isinstance(stale, str) and stale.startswith("error:")
         assert fine == b"row 1"
         parent.send(None)
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    assert proc.exitcode == 0
 
 
 def test_reader_refuses_a_directory_that_is_not_an_arena(tmp_path: Path) -> None:
@@ -259,11 +269,7 @@ def test_another_process_reads_a_view_engines_rows_after_each_call(tmp_path: Pat
     eng = ViewEngine(arena_dir=str(tmp_path), segment_mb=1)
     eng.load("thread", [{"id": RecordID("thread", i), "n": i} for i in range(100)])
     eng.register("v", "SELECT * FROM thread WHERE n >= 98", {})
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_row_reader_main, args=(str(tmp_path), child))
-    proc.start()
-    try:
+    with _spawned(_row_reader_main, tmp_path) as parent:
         store = eng.row_store
         parent.send([store.handle("thread", "thread:3")])
         assert parent.recv() == [{"id": RecordID("thread", 3), "n": 3}]
@@ -277,9 +283,3 @@ def test_another_process_reads_a_view_engines_rows_after_each_call(tmp_path: Pat
         eng.ingest("thread", "DELETE", "thread:3", None)
         assert store.handle("thread", "thread:3") is None
         parent.send(None)
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    assert proc.exitcode == 0
