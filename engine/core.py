@@ -396,7 +396,11 @@ class ViewEngine:
         """Write the bytes of rows changed since the last sync (of ``table``, or of every
         table) into the arena; returns how many rows were written or removed."""
         tables = self.store.tables
-        stores = [tables[table]] if table in tables else [] if table else list(tables.values())
+        if table is None:
+            stores = list(tables.values())
+        else:
+            one = tables.get(table)
+            stores = [one] if one is not None else []
         rs = self.row_store
         done = 0
         for ts in stores:
@@ -484,7 +488,7 @@ class ViewEngine:
             raise ValueError(f"the table must be a non-empty string, got {table!r}")
         if record is not None and type(record) is not dict and not isinstance(record, Mapping):
             raise ValueError(f"a record must be an object, got {type(record).__name__}")
-        if type(rid) is not str and not isinstance(rid, (str, RecordID)) or not rid:
+        if (type(rid) is not str and not isinstance(rid, (str, RecordID))) or not rid:
             raise ValueError(f"the record id must be a non-empty string, got {rid!r}")
         ts = self.store.table(table)
         rows = ts.rows

@@ -136,8 +136,7 @@ class TableStore:
             idx = {}
             bucket = idx.get
             for rid, row in self.rows.items():
-                v = row.get(field, NONE)
-                k = v if type(v) is str else ikey(v)  # ikey of a string is the string
+                k = ikey(row.get(field, NONE))
                 s = bucket(k)
                 if s is None:
                     idx[k] = {rid}

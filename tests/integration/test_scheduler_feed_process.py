@@ -8,13 +8,14 @@ after the restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ import yaml
 from surrealdb import RecordID
 
 from dbclient import Database, DbConfig
-from engine.hashing import bytes_hash, hash_text
-from engine.values import canonical_bytes
+from engine.hashing import hash_text
+from engine.hashing import table_hash as rows_hash
 from scheduler.replica import Replica
 from svccli.schema import apply_schema
 from svccli.settings import resolve_settings
@@ -92,6 +93,18 @@ def launch(tmp: Path, host: DbHost, env: dict[str, str], port: int,
                           tmp / f"scheduler-{port}.log").start()
 
 
+@contextlib.contextmanager
+def stopped_after(proc: ManagedProcess) -> Iterator[ManagedProcess]:
+    """Run the body against ``proc``, then stop it: quietly when the body failed, else
+    asserting a clean exit (0)."""
+    try:
+        yield proc
+    except BaseException:
+        proc.stop()
+        raise
+    assert proc.stop() == 0, proc.log_text()[-3000:]
+
+
 async def launch_ready(tmp: Path, host: DbHost, env: dict[str, str], port: int
                        ) -> ManagedProcess:
     """`launch`, then until `/health` says the scheduler is ready (stopped if it never is)."""
@@ -117,10 +130,7 @@ def tamper_replica(tmp: Path, keys: Iterable[int]) -> None:
 
 
 def table_hash(rows: list[dict[str, Any]]) -> str:
-    h = 0
-    for r in rows:
-        h ^= bytes_hash(canonical_bytes(r))
-    return hash_text(h)  # the /health/snapshot wire text
+    return hash_text(rows_hash(rows))  # the /health/snapshot wire text
 
 
 async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
@@ -129,7 +139,7 @@ async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = await launch_ready(tmp_path, shared_db_host, env, port)
-    try:
+    with stopped_after(proc):
         for i in range(3):
             await db.query("CREATE type::record('post', $i) SET t = $t", {"i": i, "t": f"t{i}"})
         await until(lambda: get_json(url + "/health/snapshot").get("tables", {}).get("post") == 3,
@@ -142,10 +152,6 @@ async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
         rows = await db.query_one("SELECT * FROM post ORDER BY id")
         await until(lambda: get_json(url + "/health/snapshot").get("hashes", {}).get("post")
                     == table_hash(rows), "the update and delete in the replica", proc)
-    except BaseException:
-        proc.stop()
-        raise
-    assert proc.stop() == 0, proc.log_text()[-3000:]
 
     # Behind the scheduler's back: one replica row changed, no event anywhere.
     tamper_replica(tmp_path, [2])
@@ -153,7 +159,7 @@ async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
         assert rep.count("post") == 2
 
     proc = launch(tmp_path, shared_db_host, env, port)
-    try:
+    with stopped_after(proc):
         snap = await until(
             lambda: (s := get_json(url + "/health/snapshot")).get("drift", {}).get(
                 "auto_repairs", 0) >= 1 and s.get("hashes", {}).get("post") == table_hash(rows) and s,
@@ -162,10 +168,6 @@ async def test_feed_writes_reach_the_replica_and_tampered_rows_are_repaired(
         assert drift["last_auto_repair"]["table"] == "post"
         assert drift["last_auto_repair"]["rows"] == 1 and drift["auto_reclones"] == 0
         assert snap["tables"]["post"] == 2
-    except BaseException:
-        proc.stop()
-        raise
-    assert proc.stop() == 0, proc.log_text()[-3000:]
     with Replica.open(tmp_path / "data" / "replica.sqlite3") as rep:
         assert rep.get("post", RecordID("post", 2)) == rows[1]
 
@@ -177,13 +179,9 @@ async def test_a_divergence_above_the_repair_cap_re_clones_the_replica(
     url = f"http://127.0.0.1:{port}"
     await db.query("FOR $i IN 0..30 { CREATE type::record('post', $i) SET t = 'v1' }")
     proc = launch(tmp_path, shared_db_host, env, port)
-    try:
+    with stopped_after(proc):
         await until(lambda: get_json(url + "/health/snapshot").get("tables", {}).get("post")
                     == 30, "thirty posts cloned", proc)
-    except BaseException:
-        proc.stop()
-        raise
-    assert proc.stop() == 0, proc.log_text()[-3000:]
 
     # Behind the scheduler's back: 12 rows changed in the replica, more than the cap of 5.
     tamper_replica(tmp_path, range(12))
@@ -191,7 +189,7 @@ async def test_a_divergence_above_the_repair_cap_re_clones_the_replica(
     rows = await db.query_one("SELECT * FROM post ORDER BY id")
     proc = launch(tmp_path, shared_db_host, env, port, SVC_DRIFT_REPAIR_MAX_ROWS="5",
                   SVC_DRIFT_CONFIRM_TICKS="1")
-    try:
+    with stopped_after(proc):
         snap = await until(
             lambda: (s := get_json(url + "/health/snapshot")).get("drift", {}).get(
                 "auto_reclones", 0) >= 1 and s.get("hashes", {}).get("post") == table_hash(rows)
@@ -199,10 +197,6 @@ async def test_a_divergence_above_the_repair_cap_re_clones_the_replica(
         drift = snap["drift"]
         assert drift["auto_repairs"] == 0 and drift["last_auto_reclone"] is not None
         assert snap["tables"]["post"] == 30
-    except BaseException:
-        proc.stop()
-        raise
-    assert proc.stop() == 0, proc.log_text()[-3000:]
     with Replica.open(tmp_path / "data" / "replica.sqlite3") as rep:
         assert [rep.get("post", RecordID("post", i)) for i in range(30)] == rows
 
@@ -227,13 +221,9 @@ async def test_the_feed_resumes_after_kill9_and_loses_no_write(
     rows = await db.query_one("SELECT * FROM post ORDER BY id")
     # Drift checks off: only the resumed feed can bring the replica level with the database.
     proc = launch(tmp_path, shared_db_host, env, port, SVC_DRIFT_CHECK="false")
-    try:
+    with stopped_after(proc):
         await until(lambda: get_json(url + "/health/snapshot").get("hashes", {}).get("post")
                     == table_hash(rows), "the replica equal to the database", proc)
         snap = get_json(url + "/health/snapshot")
         assert snap["tables"]["post"] == 39
         assert get_json(url + "/health")["changefeed"]["gap"] is False
-    except BaseException:
-        proc.stop()
-        raise
-    assert proc.stop() == 0, proc.log_text()[-3000:]
