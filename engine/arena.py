@@ -409,9 +409,27 @@ class RowStore:
         t = self._tables.get(table)
         return 0 if t is None else t.hash
 
+    def add_table(self, table: str) -> None:
+        """Know ``table`` even while it holds no row (it is listed by :meth:`tables`)."""
+        self._table(table)
+
     def tables(self) -> list[str]:
-        """Names of tables that have held rows."""
+        """Names of tables added or that have held rows (until :meth:`clear_table`)."""
         return list(self._tables)
+
+    def handles(self, table: str) -> list[int]:
+        """The arena handles of a table's rows (what a reader in another process needs)."""
+        t = self._tables.get(table)
+        return [] if t is None else list(t.handles.values())
+
+    def iter_bytes(self, table: str) -> Iterator[bytes]:
+        """The canonical bytes of each row of a table (a snapshot of its handles)."""
+        t = self._tables.get(table)
+        if t is None:
+            return
+        get = self.arena.get
+        for handle in list(t.handles.values()):
+            yield get(handle)
 
     def ids(self, table: str) -> list[str]:
         """Record-id texts stored for ``table``."""

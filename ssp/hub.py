@@ -4,9 +4,12 @@ Data flow (one way): gateway request -> `Hub.handle` -> sequencer (`_apply`) -> 
 (`ingest`) -> per-view deltas -> `Publisher` -> database.
 
 Decisions documented here:
-- Rows: the hub keeps every synced row as canonical bytes (`engine.values.canonical_bytes`),
-  the source for circuit hashes, `/debug/catchup-rows`, the snapshot and the rebuild of a
-  restarted shard; every shard stores and ingests every row too (see `ssp.shard`).
+- Rows: the hub keeps every synced row once per host as canonical bytes
+  (`engine.values.canonical_bytes`) in its memmap row arena (`ssp.rowarena`: in
+  `SVC_SSP_ARENA_DIR`, else private memory under /dev/shm), the source for circuit hashes,
+  `/debug/catchup-rows` and the snapshot. Shards map the arena read-only: a load (bootstrap, a
+  new table, the rebuild of a restarted shard) sends arena handles, never the rows; every
+  shard ingests every event and keeps the decoded rows its circuits evaluate (see `ssp.shard`).
 - View identity (`auth_id`): the existing `_00_query` row's `auth_id` wins; else the
   registration's `params.auth_id`, else `params.auth.id` (text such as `user:alice`).
   `/view/register` is bearer-protected, so the caller is trusted to name the identity. A view
@@ -33,7 +36,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -77,6 +80,7 @@ from ssp.naming import (
     view_record,
 )
 from ssp.publisher import Publisher, PubView, Teardown
+from ssp.rowarena import HubRows, pack_handles
 from ssp.shard import encode_request
 from ssp.shards import ShardDown, ShardError, ShardHandle, shard_of
 from ssp.viewmetrics import ViewMetrics
@@ -87,7 +91,7 @@ VERSION = "0.1.0"
 PUBLICATION_SLOTS = 256
 BATCH_MAX = 2000  # events per shard round trip
 PIPELINE_DEPTH = 4  # ingest batches sent to the shards before the first reply is handled
-LOAD_CHUNK = 2000  # rows per load message
+LOAD_CHUNK = 2000  # rows per load message (arena handles: 8 bytes each on the wire)
 FEED_LIMIT = 1000  # new change sets per feed round (the engine pages 1000 entries per read)
 FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits are not lost
 FEED_POLL_SECS = 2.0
@@ -197,9 +201,10 @@ class Hub:
         self.status = "bootstrapping"
         self.started = time.monotonic()
         self.views: dict[str, ViewState] = {}
-        self.rows: dict[str, dict[str, bytes]] = {}
+        # Row bytes and table hashes, once per host, in the arena the shards map read-only.
+        self.arena = HubRows(cfg.arena_dir, cfg.arena_segment_mb)
+        self.rows = self.arena.store
         self.rv: dict[str, Any] = {}
-        self.hashes: dict[str, int] = {}
         self.field_types: dict[str, dict[str, str]] = {}
         self.bootstrap_warnings: list[str] = []
         self.cursors: dict[str, int] = {}
@@ -207,7 +212,8 @@ class Hub:
         self.fingerprints: dict[str, Any] = {}
         self._seen: dict[str, set[int]] = {}
         self.feed_oversized = 0  # transactions with more feed entries than one read returns
-        self.shards = [ShardHandle(i, cfg.shard_endpoint(i), self.ctx, self._shard_exited)
+        self.shards = [ShardHandle(i, cfg.shard_endpoint(i), self.ctx, self._shard_exited,
+                                   arena_dir=str(self.arena.dir))
                        for i in range(cfg.shards)]
         self.publisher = Publisher(self.pub_db, ref_mode=cfg.ref_mode,
                                    throttle_ms=cfg.query_update_throttle_ms,
@@ -300,7 +306,7 @@ class Hub:
         if self.link is not None:
             self._spawn(self.link.heartbeats(), "heartbeat")
         log.info("SSP %s ready: %d views, %d tables, %d shards", self.cfg.ssp_id,
-                 len(self.views), len(self.rows), len(self.shards))
+                 len(self.views), len(self.rows.tables()), len(self.shards))
 
     def request_exit(self, code: int) -> None:
         """End the whole SSP with exit `code` (the supervisor stops everything gracefully)."""
@@ -340,6 +346,7 @@ class Hub:
             t.cancel()
         for s in self.shards:
             await s.stop()
+        self.arena.close()
         await self.db.close()
         await self.pub_db.close()
         if self.link is not None:
@@ -381,8 +388,7 @@ class Hub:
             for i, t in enumerate(tables):
                 await self._load_table(t)
                 if progress is not None:
-                    await progress(i + 1, len(tables), sum(len(r) for r in self.rows.values()),
-                                   t)
+                    await progress(i + 1, len(tables), self._row_count(), t)
         finally:
             self.source = self.db
 
@@ -405,8 +411,8 @@ class Hub:
 
     async def _load_table(self, table: str) -> None:
         self.tables.add(table)
-        store = self.rows.setdefault(table, {})
-        h = self.hashes.get(table, 0)
+        store = self.rows
+        store.add_table(table)
         loaded = 0
         await self._field_types(table)
         # Through the scheduler's proxy: the scheduler types http events from the field
@@ -417,7 +423,7 @@ class Hub:
         typed = linked and bool(self.field_types.get(table))
         wire = 0
         async for page in self.source.keyset_pages(table, self.cfg.bootstrap_page_size):
-            batch = []
+            rids = []
             for row in page:
                 rid = record_id_text(row["id"])
                 b = canonical_bytes(row)
@@ -429,17 +435,12 @@ class Hub:
                         b = canonical_bytes(row)
                     except (ValueError, TypeError):
                         pass  # keep the row as sent
-                old = store.get(rid)
-                if old is not None:
-                    h ^= bytes_hash(old)
-                store[rid] = b
-                h ^= bytes_hash(b)
+                store.put_bytes(table, rid, b)
                 self.rv[rid] = row.get("_00_rv")
-                batch.append(row)
-            loaded += len(batch)
-            replies = await self._broadcast("load_many", {"tables": {table: batch}})
+                rids.append(rid)
+            loaded += len(rids)
+            replies = await self._load_into(self.shards, table, rids)
             self._deliver([], replies, False, time.monotonic())
-        self.hashes[table] = h
         if linked:
             self.wire_hashes[table] = wire
         if loaded == 0:
@@ -528,8 +529,8 @@ class Hub:
             "ref_mode": self.cfg.ref_mode,
             "version": VERSION,
             "uptime_seconds": int(time.monotonic() - self.started),
-            "circuit_tables": {t: len(r) for t, r in sorted(self.rows.items())},
-            "circuit_hashes": {t: hash_text(self.hashes.get(t, 0)) for t in sorted(self.rows)},
+            "circuit_tables": {t: self.rows.count(t) for t in sorted(self.rows.tables())},
+            "circuit_hashes": {t: hash_text(self.rows.hash(t)) for t in sorted(self.rows.tables())},
             "bootstrap_warnings": list(self.bootstrap_warnings),
             "query_allowlist": self.allowlist.info(),
         }
@@ -692,29 +693,21 @@ class Hub:
     def _store(self, events: list[tuple[str, str, str, Any]]) -> list[tuple[str, str, str, Any]]:
         """Apply events to the hub's rows (stale versions skipped); returns the kept ones."""
         kept: list[tuple[str, str, str, Any]] = []
+        store = self.rows
         for table, op, rid, record in events:
             if op not in ("CREATE", "UPDATE", "DELETE"):
                 continue
             self.seq += 1
-            store = self.rows.setdefault(table, {})
-            old = store.get(rid)
             if op == "DELETE":
-                if old is not None:
-                    self.hashes[table] = self.hashes.get(table, 0) ^ bytes_hash(old)
-                    del store[rid]
+                store.delete(table, rid)
                 self.rv.pop(rid, None)
             else:
                 rv_new = record.get("_00_rv")
                 rv_old = self.rv.get(rid)
-                if (isinstance(rv_new, int) and isinstance(rv_old, int) and old is not None
-                        and rv_new < rv_old):
+                if (isinstance(rv_new, int) and isinstance(rv_old, int) and rv_new < rv_old
+                        and store.contains(table, rid)):
                     continue  # stale: a newer version of the row is already applied
-                b = canonical_bytes(record)
-                h = self.hashes.get(table, 0)
-                if old is not None:
-                    h ^= bytes_hash(old)
-                self.hashes[table] = h ^ bytes_hash(b)
-                store[rid] = b
+                store.put_bytes(table, rid, canonical_bytes(record))
                 self.rv[rid] = rv_new
             kept.append((table, op, rid, record))
             if op != "DELETE" and record.get("status") == "pending":
@@ -722,6 +715,7 @@ class Hub:
             if table == "user" and op in ("CREATE", "DELETE"):
                 self._spawn_user_table(op, rid)
         self.ingested += len(kept)
+        self.arena.release()
         return kept
 
     def _deliver(self, kept: list[tuple[str, str, str, Any]], replies: list[dict[str, Any]],
@@ -793,6 +787,30 @@ class Hub:
     async def _broadcast(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
         """Send one request to every running shard and wait for the replies."""
         return await self._collect(kind, self._send(kind, payload))
+
+    async def _load_into(self, shards: list[ShardHandle], table: str, rids: list[str]
+                         ) -> list[dict[str, Any]]:
+        """Load stored rows of `table` into every running shard of `shards` by arena handle;
+        the replies (with the deltas of views that already read the table). A shard that
+        fails is restarted and rebuilt (`_collect`)."""
+        replies: list[dict[str, Any]] = []
+        with self.arena.reading():
+            for msg in self._handle_chunks(table, rids):
+                sends = [(s, asyncio.ensure_future(s.send(msg))) for s in shards if s.up]
+                replies.extend(await self._collect("load_handles", sends))
+        return replies
+
+    def _handle_chunks(self, table: str, rids: list[str]) -> Iterator[dict[str, Any]]:
+        """`load_handles` requests naming the arena blocks of `rids`, LOAD_CHUNK at a time.
+        Each chunk's handles are read when it is sent: use inside `self.arena.reading()`."""
+        handle = self.rows.handle
+        for i in range(0, len(rids), LOAD_CHUNK):
+            raw = pack_handles(h for r in rids[i:i + LOAD_CHUNK]
+                               if (h := handle(table, r)) is not None)
+            yield encode_request("load_handles", {"tables": {table: raw}})
+
+    def _row_count(self) -> int:
+        return sum(self.rows.count(t) for t in self.rows.tables())
 
     def _send(self, kind: str, payload: dict[str, Any]
               ) -> list[tuple[ShardHandle, asyncio.Future[dict[str, Any]]]]:
@@ -1063,9 +1081,8 @@ class Hub:
     async def _clear_state(self) -> None:
         """Forget every view and row, in the hub and in fresh shard processes."""
         self.views.clear()
-        self.rows.clear()
+        self.arena.clear()
         self.rv.clear()
-        self.hashes.clear()
         self.publisher.dirty.clear()
         self.publisher.initial.clear()
         self.publisher.pending_ops = 0
@@ -1113,9 +1130,8 @@ class Hub:
         """Every row gone (hub and fresh shard processes); views stay registered here.
         The caller holds the exclusive section."""
         self.tables.clear()
-        self.rows.clear()
+        self.arena.clear()
         self.rv.clear()
-        self.hashes.clear()
         for s in self.shards:
             await s.stop()
             s.stopping = False
@@ -1157,7 +1173,7 @@ class Hub:
         for v in self.views.values():
             for t in {m.split(":", 1)[0] for m in v.members}:
                 deps.setdefault(t, []).append(v.view_id)
-        return reply(200, {"dependency_map": deps, "tables_in_store": sorted(self.rows),
+        return reply(200, {"dependency_map": deps, "tables_in_store": sorted(self.rows.tables()),
                            "view_count": len(self.views)})
 
     async def r_debug_memory(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -1173,8 +1189,10 @@ class Hub:
             shards.append({"index": s.index, "pid": s.pid, **st})
         lat = sorted(self.publisher.stats.latencies_ms)
         return reply(200, {
-            "rows": sum(len(r) for r in self.rows.values()),
-            "row_bytes": sum(sum(map(len, r.values())) for r in self.rows.values()),
+            "rows": self._row_count(),
+            "row_bytes": self.rows.arena.live_bytes,
+            "arena": {"private": self.arena.private, "segments": self.rows.arena.segments,
+                      "segment_bytes": self.rows.arena.segment_bytes},
             "views": len(self.views), "shards": shards,
             "publication": {
                 "pending_operations": self.publisher.pending_ops,
@@ -1192,7 +1210,7 @@ class Hub:
 
     async def r_debug_catchup(self, req: dict[str, Any]) -> dict[str, Any]:
         table = str((req.get("params") or {}).get("table", ""))
-        return reply(200, {"table": table, "rows": len(self.rows.get(table, {})),
+        return reply(200, {"table": table, "rows": self.rows.count(table),
                            "cursor": self.cursors.get(table)})
 
     async def r_debug_heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -1219,12 +1237,12 @@ class Hub:
             log.error("rebuilding shard %d failed: %s", shard.index, e)
 
     async def _rebuild(self, shard: ShardHandle) -> None:
-        tables = {}
-        for table, store in self.rows.items():
-            rows = [unpack_value(b) for b in store.values()]
-            for i in range(0, len(rows), LOAD_CHUNK):
-                tables = {table: rows[i:i + LOAD_CHUNK]}
-                await shard.call("load_many", {"tables": tables})
+        """Reload a restarted shard from the arena, then register its views again.
+        The caller holds the exclusive section."""
+        with self.arena.reading():
+            for table in self.rows.tables():
+                for msg in self._handle_chunks(table, self.rows.ids(table)):
+                    await shard.send(msg)  # a failure leaves the SSP `failed` (the caller)
         for view in [v for v in self.views.values() if v.shard == shard.index]:
             before = set(view.members)
             try:
@@ -1388,12 +1406,11 @@ class Hub:
             self._missing[t] = self._missing.get(t, 0) + 1
             if self._missing[t] >= 2:
                 log.info("schema: table %s removed; retracting its rows", t)
-                events = [(t, "DELETE", rid, None) for rid in list(self.rows.get(t, {}))]
+                events = [(t, "DELETE", rid, None) for rid in self.rows.ids(t)]
                 if events:
                     await self.submit(events)
                 self.tables.discard(t)
-                self.rows.pop(t, None)
-                self.hashes.pop(t, None)
+                self.rows.clear_table(t)
                 self.cursors.pop(t, None)
                 self._missing.pop(t, None)
 
@@ -1415,15 +1432,15 @@ class Hub:
         data = {
             "version": 1, "ssp_id": self.cfg.ssp_id, "written_at_ms": now_ms(),
             "cursors": self.cursors,
-            "rows": {t: [base64.b64encode(b).decode() for b in store.values()]
-                     for t, store in self.rows.items()},
+            "rows": {t: [base64.b64encode(b).decode() for b in self.rows.iter_bytes(t)]
+                     for t in self.rows.tables()},
         }
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data))
             os.replace(tmp, path)
-            log.info("snapshot written: %d tables", len(self.rows))
+            log.info("snapshot written: %d tables", len(self.rows.tables()))
             return True
         except OSError as e:
             log.warning("snapshot not written (%s): running memory-only", e)
@@ -1455,20 +1472,16 @@ class Hub:
                 continue
             await self._field_types(t)
             self.tables.add(t)
-            store = self.rows.setdefault(t, {})
-            h = 0
-            rows = []
+            self.rows.add_table(t)
+            rids = []
             for e in encoded:
                 b = base64.b64decode(e)
                 row = unpack_value(b)
                 rid = record_id_text(row["id"])
-                store[rid] = b
-                h ^= bytes_hash(b)
+                self.rows.put_bytes(t, rid, b)
                 self.rv[rid] = row.get("_00_rv")
-                rows.append(row)
-            self.hashes[t] = h
-            for i in range(0, len(rows), LOAD_CHUNK):
-                await self._broadcast("load_many", {"tables": {t: rows[i:i + LOAD_CHUNK]}})
+                rids.append(rid)
+            await self._load_into(self.shards, t, rids)
             self.cursors[t] = int(cur)
         qc = snap.get("cursors", {}).get(QUERY_TABLE)
         if qc is not None:

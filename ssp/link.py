@@ -320,8 +320,8 @@ class SchedulerLink:
         names = set(self.hub.tables) | {t for t in counts if self.hub.syncs_table(str(t))}
         problems = []
         for t in sorted(names):
-            mine_n = len(self.hub.rows.get(t, {}))
-            mine_h = hash_text(self.hub.wire_hashes.get(t, self.hub.hashes.get(t, 0)))
+            mine_n = self.hub.rows.count(t)
+            mine_h = hash_text(self.hub.wire_hashes.get(t, self.hub.rows.hash(t)))
             theirs_n = int(counts.get(t, 0) or 0)
             theirs_h = str(hashes.get(t, hash_text(0))).lower()
             if mine_n != theirs_n or mine_h != theirs_h:

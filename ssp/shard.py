@@ -1,11 +1,16 @@
 """A shard worker process: one `ViewEngine` behind a ZeroMQ ROUTER (`python -m ssp.shard`).
 
 The hub owns the registry and the rows; a shard owns the circuits of the views whose id hashes
-to it. Rows reach every shard: the hub sends each table's rows (`load`) and every event
-(`ingest`) to all shards, so a view on any shard sees the tables it reads, its subqueries and
-record links included. Memory cost: each shard keeps its own copy of every synced row (N shards
-= N copies, plus the hub's packed copy used to rebuild a restarted shard); the shared row arena
-(written by the hub, mapped by shards) is the planned optimisation.
+to it. Rows reach every shard, so a view on any shard sees the tables it reads, its subqueries
+and record links included:
+
+- loads (bootstrap pages, a table found by the schema poll, the rebuild of a restarted shard)
+  arrive as arena handles (`load_handles`): the shard maps the hub's row arena read-only
+  (`--arena-dir`, see `ssp.rowarena`) and decodes the rows from it, so no row crosses the
+  socket for a load and the hub keeps the row bytes once per host;
+- every event arrives with its row (`ingest`), the same bytes to every shard.
+
+Each shard still keeps the decoded rows its circuits evaluate (the engine's working set).
 
 Wire format (over `ipc.rpc`, msgpack): `{"kind": str, "data": bytes}` where `data` is
 `engine.values.pack_value(payload)` so SurrealDB types (record ids, datetimes, decimals,
@@ -25,9 +30,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from engine.arena import ArenaError, ArenaReader
 from engine.values import pack_value, record_id_text, unpack_value
 from engine.worker import ShardWorker, delta_to_wire
 from ipc.rpc import RpcServer
+from ssp.rowarena import unpack_handles
 
 log = logging.getLogger("ssp.shard")
 
@@ -40,9 +47,11 @@ def encode_request(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
 class Shard:
     """Decodes requests and runs them on the worker; never raises to the transport."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, arena_dir: str | None = None) -> None:
         self.index = index
         self.worker = ShardWorker()
+        self.arena_dir = arena_dir
+        self._reader: ArenaReader | None = None
 
     async def handle(self, msg: Any) -> dict[str, Any]:
         """Answer one request (the engine work is synchronous, so requests run in order)."""
@@ -66,6 +75,8 @@ class Shard:
                     "events_applied": self.worker.events_applied}
         if kind == "load_many":
             return self._load_many(payload)
+        if kind == "load_handles":
+            return self._load_handles(payload)
         payload["kind"] = kind
         return self.worker.handle(payload)
 
@@ -92,6 +103,24 @@ class Shard:
                 deltas[vid] = delta_to_wire(d)
         return {"ok": True, "deltas": deltas}
 
+    def _load_handles(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`load_many` with each table's rows given as arena handles (`pack_handles` bytes)."""
+        if self.arena_dir is None:
+            return {"ok": False, "error": "bad_message", "message": "this shard has no arena"}
+        if self._reader is None:
+            try:
+                self._reader = ArenaReader(self.arena_dir)
+            except ArenaError as e:
+                return {"ok": False, "error": "arena", "message": str(e)}
+        get = self._reader.get
+        tables: dict[str, list[Any]] = {}
+        try:
+            for table, raw in (payload.get("tables") or {}).items():
+                tables[table] = [unpack_value(get(h)) for h in unpack_handles(raw)]
+        except (ArenaError, ValueError, TypeError) as e:
+            return {"ok": False, "error": "arena", "message": f"unreadable rows: {e}"}
+        return self._load_many({"tables": tables})
+
     def _result(self, payload: dict[str, Any]) -> dict[str, Any]:
         try:
             rows = self.worker.engine.result(payload["view_id"])
@@ -100,9 +129,9 @@ class Shard:
         return {"ok": True, "data": pack_value(rows)}
 
 
-async def serve(index: int, endpoint: str) -> None:
+async def serve(index: int, endpoint: str, arena_dir: str | None = None) -> None:
     """Serve shard `index` on `endpoint` until SIGTERM/SIGINT."""
-    shard = Shard(index)
+    shard = Shard(index, arena_dir)
     server = RpcServer(endpoint, shard.handle)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -132,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ssp.shard", description="SSP shard worker")
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--endpoint", required=True)
+    p.add_argument("--arena-dir", default=None, help="the hub's row arena, mapped read-only")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s shard-{args.index} %(levelname)s %(message)s")
@@ -141,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         uvloop.install()
     except ImportError:  # uvloop is a dependency; plain asyncio still works without it
         pass
-    asyncio.run(serve(args.index, args.endpoint))
+    asyncio.run(serve(args.index, args.endpoint, args.arena_dir))
     return 0
 
 

@@ -44,9 +44,11 @@ class ShardHandle:
     """One shard worker process and the hub's client socket to it."""
 
     def __init__(self, index: int, endpoint: str, ctx: zmq.asyncio.Context,
-                 on_exit: Callable[[ShardHandle, int], Awaitable[None]]) -> None:
+                 on_exit: Callable[[ShardHandle, int], Awaitable[None]],
+                 arena_dir: str | None = None) -> None:
         self.index = index
         self.endpoint = endpoint
+        self.arena_dir = arena_dir
         self._ctx = ctx
         self._on_exit = on_exit
         self.proc: asyncio.subprocess.Process | None = None
@@ -65,9 +67,10 @@ class ShardHandle:
     async def start(self, timeout: float = 30.0) -> None:
         """Spawn the worker and wait until it answers a ping."""
         self._died = asyncio.Event()
+        arena = ["--arena-dir", self.arena_dir] if self.arena_dir is not None else []
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ssp.shard", "--index", str(self.index),
-            "--endpoint", self.endpoint,
+            "--endpoint", self.endpoint, *arena,
             # Its own session: SIGTERM to the SSP's process group reaches the hub, which
             # flushes and then stops the shards itself (a shard gone first is not a crash).
             start_new_session=True)

@@ -19,6 +19,7 @@ import aiohttp
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
 from tests.integration.test_ssp_support import (
     APP_SCHEMA,
+    app_write,
     apply_schema,
     edges,
     root_db,
@@ -87,7 +88,7 @@ async def test_two_real_ssps_bootstrap_receive_events_and_materialise_views(
             # Writes: each row to the database and its event to the scheduler.
             for i in range(10, 30):
                 await write_post(root, http, s, i)
-            await root.query("DELETE post:p5")
+            await app_write(root, "DELETE post:p5")
             async with http.post(s.url + "/ingest", json={
                     "table": "post", "op": "DELETE", "id": "post:p5", "record": {}}) as r:
                 assert r.status == 200
@@ -233,9 +234,9 @@ async def test_changefeed_transport_two_real_ssps_follow_database_writes(
             for i in range(6, 14):
                 await root.query("CREATE type::record('post', $k) SET owner = user:alice, "
                                  "title = 't', n = $n", {"k": f"p{i}", "n": i})
-            await root.query("UPDATE post:p1 SET n = 50")
-            await root.query("DELETE post:p2")
-            await root.query("DELETE post:p13")
+            await app_write(root, "UPDATE post:p1 SET n = 50")
+            await app_write(root, "DELETE post:p2")
+            await app_write(root, "DELETE post:p13")
 
             async def converged() -> bool:
                 for view, surql in queries.items():

@@ -18,6 +18,7 @@ from engine.values import record_id_text
 from tests.integration.test_ssp_support import (
     APP_SCHEMA,
     Ssp,
+    app_write,
     apply_schema,
     edges,
     root_db,
@@ -93,14 +94,14 @@ async def random_writes(root: Database, rng: random.Random, n: int) -> None:
         roll = rng.random()
         owner = RecordID("user", rng.choice(USERS))
         if roll < 0.55:
-            await root.query("UPSERT type::record('post', $k) SET owner = $o, title = $t, n = $n",
-                             {"k": k, "o": owner, "t": f"t{rng.randrange(5)}",
-                              "n": rng.randrange(10)})
+            await app_write(root, "UPSERT type::record('post', $k) SET owner = $o, title = $t, "
+                            "n = $n", {"k": k, "o": owner, "t": f"t{rng.randrange(5)}",
+                                       "n": rng.randrange(10)})
         elif roll < 0.8:
-            await root.query("UPDATE type::record('post', $k) SET n = $n",
-                             {"k": k, "n": rng.randrange(10)})
+            await app_write(root, "UPDATE type::record('post', $k) SET n = $n",
+                            {"k": k, "n": rng.randrange(10)})
         else:
-            await root.query("DELETE type::record('post', $k)", {"k": k})
+            await app_write(root, "DELETE type::record('post', $k)", {"k": k})
 
 
 async def assert_converges(ssp: Ssp, root: Database, views: dict[str, tuple[str, str]]) -> None:
@@ -140,6 +141,14 @@ async def test_killed_shard_is_rebuilt_and_views_stay_right(env: tuple[Ssp, Data
     await wait_for(replaced, what="shard restarted")
     health = await ssp.call("GET /health")
     assert health["status"] == 200 and health["body"]["status"] == "ready"
+
+    async def reloaded() -> bool:
+        # The new process read every row from the hub's arena: same count per table as the
+        # hub (and as the shard that was never killed).
+        hub_tables = (await ssp.call("GET /info"))["body"][0]["circuit_tables"]
+        shards = (await ssp.call("GET /debug/memory"))["body"]["shards"]
+        return all(s.get("tables", {}).get("post", 0) == hub_tables["post"] > 0 for s in shards)
+    await wait_for(reloaded, what="the restarted shard holds every post row")
     await random_writes(root, rng, 30)
     await assert_converges(ssp, root, views)
 

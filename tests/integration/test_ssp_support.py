@@ -15,7 +15,7 @@ from typing import Any
 
 from surrealdb import AsyncSurreal
 
-from dbclient import Database, DbConfig
+from dbclient import Database, DbConfig, DbQueryError
 from ipc.messages import request
 from ipc.rpc import RpcClient, RpcTimeout
 from tests.integration.dbhost_helpers import stream as live_stream  # noqa: F401 - re-exported to the SSP tests
@@ -122,6 +122,21 @@ async def root_db(host: DbHost, ns: str, db: str) -> Database:
     d = Database(DbConfig.from_env(db_env(host, ns, db)))
     await d.connect()
     return d
+
+
+async def app_write(root: Database, sql: str, vars: dict[str, Any] | None = None,
+                    attempts: int = 8) -> list[Any]:
+    """A write as an application makes it: retried when SurrealDB reports a retryable write
+    conflict. Deleting a record also deletes the edges pointing at it, so an application's
+    DELETE can collide with the SSP's transaction writing one of those edges."""
+    for i in range(attempts):
+        try:
+            return await root.query(sql, vars)
+        except DbQueryError as e:
+            if "can be retried" not in str(e) or i == attempts - 1:
+                raise
+            await asyncio.sleep(0.01 * (i + 1))
+    raise AssertionError("unreachable")
 
 
 async def record_user(host: DbHost, ns: str, db: str, name: str) -> Any:

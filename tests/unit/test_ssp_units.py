@@ -132,7 +132,7 @@ async def test_ingest_is_refused_when_slots_are_full_and_nothing_is_applied() ->
     body = {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 1}}
     r = await hub.handle({"route": "POST /ingest", "body": body})
     assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
-    assert hub.rows == {} and hub.seq == 0 and hub.overload_rejections == 1
+    assert hub.rows.tables() == [] and hub.seq == 0 and hub.overload_rejections == 1
 
 
 async def test_ingest_is_refused_when_pending_operations_are_over_the_threshold() -> None:
@@ -141,7 +141,7 @@ async def test_ingest_is_refused_when_pending_operations_are_over_the_threshold(
     hub.publisher.pending_ops = MAX_PENDING_OPS
     r = await hub.handle({"route": "POST /ingest", "body": {
         "table": "post", "op": "CREATE", "id": "post:1", "record": {}}})
-    assert r["status"] == 503 and hub.rows == {}
+    assert r["status"] == 503 and hub.rows.tables() == []
 
 
 async def test_ingest_before_ready_is_503_and_bad_records_are_400() -> None:
@@ -156,7 +156,7 @@ async def test_ingest_before_ready_is_503_and_bad_records_are_400() -> None:
                  {"table": "post", "op": "CREATE", "id": "::", "record": {}}):
         r = await hub.handle({"route": "POST /ingest", "body": body})
         assert r["status"] == 400 and r["body"]["message"], body
-    assert hub.rows == {}
+    assert hub.rows.tables() == []
 
 
 async def test_health_and_unknown_routes() -> None:
