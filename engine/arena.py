@@ -89,7 +89,10 @@ class Arena:
     """
 
     def __init__(
-        self, arena_dir: str | os.PathLike[str] | None = None, segment_mb: int = 64
+        self,
+        arena_dir: str | os.PathLike[str] | None = None,
+        segment_mb: int = 64,
+        preallocate: bool = False,
     ) -> None:
         if not isinstance(segment_mb, int) or segment_mb < 1:
             raise ValueError(f"segment_mb must be a positive integer, got {segment_mb!r}")
@@ -97,6 +100,9 @@ class Arena:
         if self.segment_bytes > _MAX_SEGMENT_BYTES:
             raise ValueError(f"segment_mb must be below 4096, got {segment_mb}")
         self.dir: Path | None = Path(arena_dir) if arena_dir is not None else None
+        # Reserve each file segment's space when it is added: a full file system then fails the
+        # put with OSError (ENOSPC) instead of a SIGBUS on a later write to a sparse page.
+        self.preallocate = preallocate
         self.epoch = uuid.uuid4().hex
         self._arrays: list[np.ndarray] = []
         self._views: list[memoryview] = []
@@ -128,6 +134,17 @@ class Arena:
         if self.dir is None:
             # an anonymous shared mapping: pages are committed only when written
             arr = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
+        elif self.preallocate:
+            path = self.dir / _SEG_NAME.format(idx)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError:
+                os.close(fd)
+                path.unlink(missing_ok=True)
+                raise
+            os.close(fd)
+            arr = np.memmap(path, dtype=np.uint8, mode="r+", shape=(size,))
         else:
             arr = np.memmap(
                 self.dir / _SEG_NAME.format(idx), dtype=np.uint8, mode="w+", shape=(size,)

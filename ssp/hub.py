@@ -202,7 +202,7 @@ class Hub:
         self.started = time.monotonic()
         self.views: dict[str, ViewState] = {}
         # Row bytes and table hashes, once per host, in the arena the shards map read-only.
-        self.arena = HubRows(cfg.arena_dir, cfg.arena_segment_mb)
+        self.arena = HubRows(cfg.arena_dir, cfg.arena_segment_mb, cfg.memory_limit_mb)
         self.rows = self.arena.store
         self.rv: dict[str, Any] = {}
         self.field_types: dict[str, dict[str, str]] = {}
@@ -582,8 +582,11 @@ class Hub:
                 canonical_bytes(record)  # refuse what cannot be stored, before sequencing
             except (ValueError, TypeError, OverflowError) as e:
                 return error_reply(400, ErrorCode.INVALID, f"record: {e}")
-            await self.submit([(table, op, record_id_text(record["id"]), record)],
-                              defer=self.cfg.ingest_transport == "http")
+            try:
+                await self.submit([(table, op, record_id_text(record["id"]), record)],
+                                  defer=self.cfg.ingest_transport == "http")
+            except OSError as e:
+                return not_ready(f"row arena write failed: {e.strerror or e}")
             return reply(200, {"status": "ok", "seq": self.seq})
         finally:
             self.slots -= 1
@@ -618,7 +621,10 @@ class Hub:
                     top = seq
                 events.append((table, op, record_id_text(record["id"]), record))
             if events:
-                await self.submit(events, defer=self.cfg.ingest_transport == "http")
+                try:
+                    await self.submit(events, defer=self.cfg.ingest_transport == "http")
+                except OSError as e:
+                    return not_ready(f"row arena write failed: {e.strerror or e}")
             self.last_seq = top
             return reply(200, {"accepted": len(events)})
 
@@ -660,7 +666,13 @@ class Hub:
                     # Queued under the lock, so `_exclusive()` sees every batch already sent.
                     await self._inflight.put((batch, kept, sends, first[2], first[3]))
             except Exception as e:
-                log.exception("sequencing %d events failed", len(batch))
+                if isinstance(e, OSError):
+                    # The row arena could not grow (no space): part of the batch may be
+                    # stored here and not in the shards, so nothing can be trusted any more.
+                    self.status = "failed"
+                    log.error("row arena write failed (%s): SSP failed", e.strerror or e)
+                else:
+                    log.exception("sequencing %d events failed", len(batch))
                 for _, fut, _, _ in batch:
                     if not fut.done():
                         fut.set_exception(e)

@@ -80,20 +80,28 @@ def sweep_orphans(base: Path) -> int:
     return removed
 
 
-def _private_base() -> Path:
+def _private_base(want_bytes: int) -> Path:
+    """/dev/shm when it is writable and has `want_bytes` free (a container's default /dev/shm
+    is often 64 MiB), else the system temp dir."""
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
+        st = os.statvfs(shm)
+        if st.f_bavail * st.f_frsize >= want_bytes:
+            return shm
+        log.warning("/dev/shm has less than %d MiB free: the row arena goes to %s",
+                    want_bytes >> 20, tempfile.gettempdir())
     return Path(tempfile.gettempdir())
 
 
 class HubRows:
     """The hub's :class:`RowStore` over its arena, plus where shards find the arena."""
 
-    def __init__(self, arena_dir: Path | None, segment_mb: int) -> None:
+    def __init__(self, arena_dir: Path | None, segment_mb: int, want_mb: int = 1024) -> None:
+        """`want_mb`: free space a private arena wants in /dev/shm (the SSP passes its
+        SVC_SSP_MEMORY_LIMIT_MB)."""
         self.private = arena_dir is None
         if arena_dir is None:
-            base = _private_base()
+            base = _private_base(max(want_mb, segment_mb) << 20)
             if sweep_orphans(base):
                 log.info("removed row arenas left by stopped SSPs in %s", base)
             arena_dir = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=base))
@@ -102,7 +110,10 @@ class HubRows:
             self._cleanup = weakref.finalize(self, shutil.rmtree, str(arena_dir), True)
         self.dir = arena_dir
         # Superseded blocks are freed only while no load message naming handles is in flight.
-        self.store = RowStore(Arena(arena_dir, segment_mb), defer_free=True)
+        # A private arena is memory: each segment is reserved when added, so running out of it
+        # is an OSError on that put, not a SIGBUS later (a configured dir stays sparse).
+        self.store = RowStore(Arena(arena_dir, segment_mb, preallocate=self.private),
+                              defer_free=True)
         self.readers = 0
 
     @contextlib.contextmanager

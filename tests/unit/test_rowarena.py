@@ -146,3 +146,33 @@ async def test_bad_handles_and_a_shard_without_arena_are_errors_not_crashes(
         assert out["ok"] is False and out["error"] == "arena"
     finally:
         rows.close()
+
+
+_FILL_UNTIL_FULL = r"""
+import resource, signal, sys
+from engine.arena import Arena
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG, not a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, 2 << 20))  # per file: segments are 1 MiB
+arena = Arena(sys.argv[1], 1, preallocate=True)
+handles = [arena.put(bytes([i % 251]) * 4000) for i in range(600)]  # spans 3 segments
+try:
+    arena.put(b"x" * (3 << 20))  # needs an oversize segment the limit refuses
+except OSError as e:
+    assert all(arena.get(h)[0] == i % 251 for i, h in enumerate(handles))
+    arena.put(b"y" * 100)  # the arena is still usable
+    print("refused", arena.segments, e.errno)
+    raise SystemExit(0)
+raise SystemExit("the oversize segment was not refused")
+"""
+
+
+def test_a_preallocated_arena_fails_the_put_instead_of_faulting_later(tmp_path: Path) -> None:
+    # A file-size limit stands in for a full /dev/shm: reserving a segment that does not fit
+    # raises OSError at put time, and every row stored before stays readable.
+    proc = subprocess.run([sys.executable, "-c", _FILL_UNTIL_FULL, str(tmp_path / "a")],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    words = proc.stdout.split()
+    assert words[0] == "refused" and words[1] == "3", proc.stdout
+    assert not (tmp_path / "a" / "seg-000003.bin").exists()  # the failed segment is removed

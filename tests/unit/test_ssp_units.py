@@ -390,3 +390,31 @@ async def test_a_flush_writes_at_most_max_tables_edge_tables_and_the_rest_follow
     assert len(written) == 2
     assert all(len(t) <= MAX_TABLES_PER_FLUSH for t in written)
     assert set().union(*written) == {v.edge_table for v in views.values()}
+
+
+async def test_a_row_arena_that_cannot_grow_fails_the_ssp_with_503(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    hub = make_hub()
+    hub.status = "ready"
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(hub._sequencer()), loop.create_task(hub._collector())]
+    try:
+        body = {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 1}}
+        r = await hub.handle({"route": "POST /ingest", "body": body})
+        assert r["status"] == 200 and hub.rows.count("post") == 1
+
+        def no_space(*_a: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(hub.rows.arena, "put", no_space)
+        body = {"table": "post", "op": "CREATE", "id": "post:2", "record": {"n": 2}}
+        r = await hub.handle({"route": "POST /ingest", "body": body})
+        assert r["status"] == 503 and "No space left" in r["body"]["message"], r
+        assert hub.status == "failed" and hub.rows.count("post") == 1
+        r = await hub.handle({"route": "GET /health"})
+        assert r["status"] == 503 and r["body"]["status"] == "failed"
+    finally:
+        for t in tasks:
+            t.cancel()
+        hub.arena.close()
