@@ -283,12 +283,12 @@ async def main() -> int:
           f"{args.throttle_ms} ms, {args.seconds:.0f} s per run, concurrency {args.concurrency}, "
           f"{rate}")
     print(f"{'run':<20} {'events/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'503s':>7} "
-          f"{'reg/s':>8} {'x naive':>8} {'drain s':>8}")
+          f"{'reg/s':>8} {'x naive':>8} {'drain s':>8} {'flushes':>8} {'failed':>7}")
     for r in results:
         print(f"{'ssp ' + str(r['shards']) + ' sh ' + r['ref_mode']:<20} {r['events_per_s']:>10.0f} "
               f"{r['p50_ms'] or 0:>9.1f} {r['p99_ms'] or 0:>9.1f} {r['rejected_503']:>7} "
               f"{r['register_per_s']:>8.0f} {r['events_per_s'] / naive['events_per_s']:>8.1f} "
-              f"{r['drain_s']:>8.1f}")
+              f"{r['drain_s']:>8.1f} {r['flushes']:>8} {r['failures']:>7}")
     print(f"{'naive':<20} {naive['events_per_s']:>10.0f} {naive['p50_ms']:>9.1f} "
           f"{naive['p99_ms']:>9.1f} {'-':>7} {'-':>8} {1.0:>8.1f}")
     by = {(r["ref_mode"], r["shards"]): r for r in results}

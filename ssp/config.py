@@ -28,7 +28,8 @@ class ConfigError(ValueError):
     """A setting has a value we cannot use; the message names the variable."""
 
 
-def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
+         maximum: int | None = None) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -38,6 +39,8 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -185,6 +188,8 @@ class SspConfig:
     crdt_fields: dict[str, list[str]]
     # ours: process layout
     shards: int
+    # ours (SVC_SSP_PUBLISH_FLUSHERS): edge transactions in flight at once, on disjoint views
+    publish_flushers: int
     gateway_workers: int
     run_dir: Path
     # OpenTelemetry (standard OTEL_* names, `ssp.telemetry`): exporters to run, `()` = none
@@ -271,6 +276,8 @@ class SspConfig:
             crdt_cache_size=_int(env, "SVC_CRDT_CACHE_SIZE", 10000),
             crdt_fields={str(k): list(v) for k, v in crdt.items()},
             shards=_int(env, "SVC_SSP_SHARDS", os.cpu_count() or 1, minimum=1),  # ours
+            publish_flushers=_int(env, "SVC_SSP_PUBLISH_FLUSHERS", 2, minimum=1,
+                                  maximum=8),  # ours
             gateway_workers=_int(env, "SVC_SSP_GATEWAY_WORKERS", 1, minimum=1),  # ours
             run_dir=Path(run_dir) if run_dir else Path(f"/tmp/svc-ssp-{ssp_id}"),
             metrics_exporters=_metrics_exporters(env),

@@ -11,7 +11,7 @@ import pytest
 from surrealdb import RecordID
 
 from dbclient import DbQueryError
-from ssp.config import SspConfig
+from ssp.config import ConfigError, SspConfig
 from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, _claimed_auth, _feed_event
 from ssp.naming import edge_suffix, edge_table, view_record
 from ssp.publisher import (
@@ -417,4 +417,18 @@ async def test_a_row_arena_that_cannot_grow_fails_the_ssp_with_503(
     finally:
         for t in tasks:
             t.cancel()
+        hub.arena.close()
+
+
+def test_publish_flushers_default_to_two_and_are_bounded() -> None:
+    base = {"SVC_DB_URL": "ws://127.0.0.1:1"}
+    assert SspConfig.from_env(base).publish_flushers == 2
+    assert SspConfig.from_env({**base, "SVC_SSP_PUBLISH_FLUSHERS": "1"}).publish_flushers == 1
+    for bad, words in (("0", ">= 1"), ("9", "<= 8"), ("two", "integer")):
+        with pytest.raises(ConfigError, match=words):
+            SspConfig.from_env({**base, "SVC_SSP_PUBLISH_FLUSHERS": bad})
+    hub = make_hub()
+    try:
+        assert hub.publisher.flushers == hub.cfg.publish_flushers == 2
+    finally:
         hub.arena.close()
