@@ -208,7 +208,8 @@ async def test_concurrent_edge_transactions_converge_to_surrealdb(host: DbHost,
                                for seed in range(10, 14)))
         await assert_converges(ssp, root, views)
         pub = (await ssp.call("GET /debug/memory"))["body"]["publication"]
-        assert pub["flushes"] - flushes_before >= 20, pub  # throttle 0: many small flushes
+        # How marks spread over flushes depends on timing; that nothing is left is not.
+        assert pub["flushes"] > flushes_before and pub["pending_operations"] == 0, pub
     finally:
         code = ssp.stop()
         await root.close()
