@@ -38,14 +38,20 @@ VIEWS = (
 USERS = ("u1", "u2", "u3")
 
 
-@pytest.fixture
-async def env(host: DbHost, tmp_path: Path) -> AsyncIterator[tuple[Ssp, Database]]:
+async def prepared_db(host: DbHost) -> tuple[str, str, Database]:
+    """A fresh database with the app schema, the users and the service schema applied."""
     ns, db = unique_db()
     root = await root_db(host, ns, db)
     await root.query(APP_SCHEMA)
     for u in USERS:
         await root.query("CREATE type::record('user', $u) SET name = $u, pass = 'x'", {"u": u})
     apply_schema(host, ns, db)
+    return ns, db, root
+
+
+@pytest.fixture
+async def env(host: DbHost, tmp_path: Path) -> AsyncIterator[tuple[Ssp, Database]]:
+    ns, db, root = await prepared_db(host)
     ssp = start_ssp(tmp_path, host, ns, db)
     try:
         await ssp.wait_ready()
@@ -192,12 +198,7 @@ async def test_concurrent_edge_transactions_converge_to_surrealdb(host: DbHost,
     # overlap in the database while writers commit concurrently. Each view's writes stay in
     # order (a flush takes only views no other flush holds), so every view still ends equal to
     # SurrealDB's answer, and a flush the database refuses is retried, never dropped.
-    ns, db = unique_db()
-    root = await root_db(host, ns, db)
-    await root.query(APP_SCHEMA)
-    for u in USERS:
-        await root.query("CREATE type::record('user', $u) SET name = $u, pass = 'x'", {"u": u})
-    apply_schema(host, ns, db)
+    ns, db, root = await prepared_db(host)
     ssp = start_ssp(tmp_path, host, ns, db, SVC_SSP_QUERY_UPDATE_THROTTLE_MS="0",
                     SVC_SSP_PUBLISH_FLUSHERS="4")
     try:
