@@ -68,6 +68,19 @@ class ArenaError(Exception):
     """A handle that does not name a live block, or an arena directory that is not ours."""
 
 
+def _reserve(path: Path, size: int) -> None:
+    """Create `path` with `size` bytes of storage allocated now (ENOSPC here, not a SIGBUS on a
+    later write to a sparse page); a file that could not be reserved is removed."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+
+
 def _size_class(n: int) -> int:
     """Capacity (payload bytes) reserved for a payload of ``n`` bytes.
 
@@ -134,21 +147,13 @@ class Arena:
         if self.dir is None:
             # an anonymous shared mapping: pages are committed only when written
             arr = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
-        elif self.preallocate:
-            path = self.dir / _SEG_NAME.format(idx)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError:
-                os.close(fd)
-                path.unlink(missing_ok=True)
-                raise
-            os.close(fd)
-            arr = np.memmap(path, dtype=np.uint8, mode="r+", shape=(size,))
         else:
-            arr = np.memmap(
-                self.dir / _SEG_NAME.format(idx), dtype=np.uint8, mode="w+", shape=(size,)
-            )
+            path = self.dir / _SEG_NAME.format(idx)
+            if self.preallocate:
+                _reserve(path, size)
+            # "r+" maps the reserved file as it is; "w+" creates a sparse one
+            mode = "r+" if self.preallocate else "w+"
+            arr = np.memmap(path, dtype=np.uint8, mode=mode, shape=(size,))
         self._arrays.append(arr)
         self._views.append(arr.data)
         self._top = 0

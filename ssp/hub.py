@@ -498,6 +498,8 @@ class Hub:
             return await handler(self, req)
         except DbTimeout as e:
             return not_ready(f"database call timed out: {e}")
+        except RowArenaFull as e:
+            return not_ready(str(e))
         except DbError as e:
             log.warning("%s failed on the database: %s", route, e)
             return error_reply(500, ErrorCode.INTERNAL, f"database error: {e}")
@@ -583,11 +585,8 @@ class Hub:
                 canonical_bytes(record)  # refuse what cannot be stored, before sequencing
             except (ValueError, TypeError, OverflowError) as e:
                 return error_reply(400, ErrorCode.INVALID, f"record: {e}")
-            try:
-                await self.submit([(table, op, record_id_text(record["id"]), record)],
-                                  defer=self.cfg.ingest_transport == "http")
-            except OSError as e:
-                return not_ready(f"row arena write failed: {e.strerror or e}")
+            await self.submit([(table, op, record_id_text(record["id"]), record)],
+                              defer=self.cfg.ingest_transport == "http")
             return reply(200, {"status": "ok", "seq": self.seq})
         finally:
             self.slots -= 1
@@ -622,10 +621,7 @@ class Hub:
                     top = seq
                 events.append((table, op, record_id_text(record["id"]), record))
             if events:
-                try:
-                    await self.submit(events, defer=self.cfg.ingest_transport == "http")
-                except OSError as e:
-                    return not_ready(f"row arena write failed: {e.strerror or e}")
+                await self.submit(events, defer=self.cfg.ingest_transport == "http")
             self.last_seq = top
             return reply(200, {"accepted": len(events)})
 
@@ -666,17 +662,15 @@ class Hub:
                         else []
                     # Queued under the lock, so `_exclusive()` sees every batch already sent.
                     await self._inflight.put((batch, kept, sends, first[2], first[3]))
+            except OSError as e:
+                # The row arena could not grow (no space): part of the batch may be stored
+                # here and not in the shards, so nothing can be trusted any more.
+                self.status = "failed"
+                log.error("row arena write failed (%s): SSP failed", e.strerror or e)
+                _fail_all(batch, RowArenaFull(f"row arena write failed: {e.strerror or e}"))
             except Exception as e:
-                if isinstance(e, OSError):
-                    # The row arena could not grow (no space): part of the batch may be
-                    # stored here and not in the shards, so nothing can be trusted any more.
-                    self.status = "failed"
-                    log.error("row arena write failed (%s): SSP failed", e.strerror or e)
-                else:
-                    log.exception("sequencing %d events failed", len(batch))
-                for _, fut, _, _ in batch:
-                    if not fut.done():
-                        fut.set_exception(e)
+                log.exception("sequencing %d events failed", len(batch))
+                _fail_all(batch, e)
 
     async def _collector(self) -> None:
         while True:
@@ -689,9 +683,7 @@ class Hub:
                         b[1].set_result(None)
             except Exception as e:
                 log.exception("applying %d events failed", len(batch))
-                for _, fut, _, _ in batch:
-                    if not fut.done():
-                        fut.set_exception(e)
+                _fail_all(batch, e)
             finally:
                 self._inflight.task_done()
 
@@ -1504,6 +1496,18 @@ class Hub:
         qc = snap.get("cursors", {}).get(QUERY_TABLE)
         if qc is not None:
             self.cursors[QUERY_TABLE] = int(qc)
+
+
+class RowArenaFull(Exception):
+    """The hub's row arena could not grow: the events were not applied and the SSP is failed
+    (answered 503 `SSP_NOT_READY`, so the sender keeps them)."""
+
+
+def _fail_all(batch: list[Any], error: BaseException) -> None:
+    """Fail the futures of a sequencer batch that are still waiting."""
+    for _, fut, _, _ in batch:
+        if not fut.done():
+            fut.set_exception(error)
 
 
 def _feed_event(table: str, ch: dict[str, Any]) -> tuple[str, str, str, Any] | None:

@@ -8,27 +8,12 @@ import csv
 import io
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from tests.integration.test_ssp_support import apply_schema, root_db, start_ssp, unique_db
 from tests.support.procs import DbHost
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wait_http(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer 200")
 
 
 async def test_locustfile_drives_ingest_and_register_with_csv_output(host: DbHost,
@@ -40,7 +25,8 @@ async def test_locustfile_drives_ingest_and_register_with_csv_output(host: DbHos
     ssp = start_ssp(tmp_path, host, ns, db, SVC_INGEST_TRANSPORT="http", SVC_SSP_SHARDS="1")
     try:
         await ssp.wait_ready()
-        await asyncio.to_thread(_wait_http, f"http://127.0.0.1:{ssp.port}/health")
+        await asyncio.to_thread(ssp.process.wait_http, f"http://127.0.0.1:{ssp.port}/health",
+                                timeout=60.0)
         out = tmp_path / "load"
         env = {"PATH": "/usr/bin:/bin", "SSP_LOAD_USERS": "5", "SSP_LOAD_ROWS": "200",
                "SSP_LOAD_REGISTER_WEIGHT": "5", "SVC_AUTH_SECRET": "dev"}
