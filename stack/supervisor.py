@@ -83,6 +83,10 @@ class CrashLog:
     def record(self, now: float) -> int:
         """Count a crash at `now`; the number of crashes within the window, this one included."""
         self._times.append(now)
+        return self.count(now)
+
+    def count(self, now: float) -> int:
+        """Crashes within the window that ends at `now`."""
         while self._times and now - self._times[0] > self.policy.window_secs:
             self._times.popleft()
         return len(self._times)
@@ -135,7 +139,9 @@ class Child:
         self.proc = subprocess.Popen(lifeline_argv(self.argv, sig=signal.SIGTERM), env=env,
                                      start_new_session=True)
         self.started_at = time.monotonic()
-        self.healthy = False
+        # Without a health URL, running is all that can be known.
+        self.healthy = self.health_url is None
+        self.ever_healthy = self.ever_healthy or self.healthy
         self.relaunch_at = None
         self.stop_deadline = None
         self._next_probe = 0.0
@@ -177,9 +183,7 @@ class Child:
         """Poll health_url (at most every 0.1 s); sets `healthy` when it answers ready."""
         if self.healthy or self.proc is None:
             return self.healthy
-        if not self.health_url:
-            self.healthy = self.ever_healthy = True
-            return True
+        assert self.health_url is not None  # healthy from the start otherwise
         if now < self._next_probe:
             return False
         self._next_probe = now + 0.1
