@@ -280,7 +280,8 @@ class Supervisor:
             for c in self.children[:started + 1]:
                 if not c.oneshot:
                     self._watch(c, now)
-            time.sleep(self.poll)
+            # Start-up waits on health probes: poll faster until everything is up.
+            time.sleep(self.poll if up else min(self.poll, 0.05))
         return 0
 
     def _started_up(self, c: Child, now: float) -> bool:

@@ -10,31 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import proctable
 from tests.support.procs import ROOT, base_env, free_port, http_status
 
 
-def _pgrep_group(pgid: int) -> list[int]:
-    out = subprocess.run(["ps", "-e", "-o", "pid=,pgid="], capture_output=True, text=True).stdout
-    pids = []
-    for line in out.splitlines():
-        pid, group = line.split()
-        if int(group) == pgid:
-            pids.append(int(pid))
-    return pids
-
-
 def _descendants(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        p, pp = (int(x) for x in line.split())
-        children.setdefault(pp, []).append(p)
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
+    return proctable.descendants(pid)
 
 
 @pytest.mark.parametrize(("sig", "with_ssp"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
@@ -43,30 +24,32 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
     ssp_port = free_port()
     data = tmp_path / "data"
     extra = ["--ssp-bind", f"127.0.0.1:{ssp_port}"] if with_ssp else ["--no-ssp"]
-    proc = subprocess.Popen(
-        [str(ROOT / "ops" / "run"), "--db-bind", f"127.0.0.1:{port}", "--data", str(data), *extra],
-        env=base_env(SVC_DB_USER="root", SVC_DB_PASS="ops-run-test"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    log = tmp_path / "ops-run.log"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(ROOT / "ops" / "run"), "--db-bind", f"127.0.0.1:{port}", "--data", str(data),
+             *extra],
+            env=base_env(SVC_DB_USER="root", SVC_DB_PASS="ops-run-test", TMPDIR=str(tmp)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and http_status(f"http://127.0.0.1:{port}/health") != 200:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        # ops/run announces the stack only once every service is healthy.
+        while time.monotonic() < deadline and "service is up" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text(errors="replace")
             time.sleep(0.1)
         assert http_status(f"http://127.0.0.1:{port}/health") == 200
         if with_ssp:
-            # ops/run announces the stack only once every service is healthy.
-            while time.monotonic() < deadline and http_status(f"http://127.0.0.1:{ssp_port}/health") != 200:
-                assert proc.poll() is None
-                time.sleep(0.2)
             assert http_status(f"http://127.0.0.1:{ssp_port}/health") == 200
         kids = _descendants(proc.pid)
         assert kids, "ops/run started no child process"
         os.kill(proc.pid, sig)  # what Ctrl-C (SIGINT) or a service manager (SIGTERM) sends
-        out, _ = proc.communicate(timeout=60)
-        text = out.decode(errors="replace")
+        proc.wait(timeout=60)
+        text = log.read_text(errors="replace")
         assert proc.returncode == 0, text
         assert "database host" in text and str(port) in text
         time.sleep(0.2)
@@ -76,6 +59,7 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
         assert http_status(f"http://127.0.0.1:{port}/health") is None
         assert http_status(f"http://127.0.0.1:{ssp_port}/health") is None
         assert data.is_dir()  # storage in the given directory, not memory
+        assert list(tmp.iterdir()) == []  # its temporary directory (svc-stack-*) is gone
         # The password the stack was given never appears in its output.
         assert "ops-run-test" not in text
     finally:
