@@ -202,10 +202,12 @@ class Child:
         return ok
 
     def signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        """Signal its process group. Never reaps (unlike Popen.poll): an exited leader not
+        reaped yet keeps the group id reserved, so what is left of the group is reached."""
+        if self.proc is not None and self.proc.returncode is None:
             try:
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
 
 
@@ -240,13 +242,6 @@ class Supervisor:
         if not any(c.name == name and not c.oneshot for c in self.children):
             raise KeyError(name)
         self._restarts.put(name)
-
-    def child(self, name: str) -> Child:
-        """The child called `name` (KeyError when none)."""
-        for c in self.children:
-            if c.name == name:
-                return c
-        raise KeyError(name)
 
     def run(self, on_ready: Callable[[], None] | None = None) -> int:
         """Start everything, supervise until a stop is requested or the stack fails; every
