@@ -11,6 +11,9 @@ imports `gateway.ssp_app:create_app()` after the fork, so ZeroMQ sockets are per
   SSP's shutdown for gunicorn's default 30 s.
 - `--keep-alive`: idle connections stay open `ipc.http.SERVER_KEEPALIVE_SECS`, longer than our
   clients pool them (gunicorn's 2 s default raced the scheduler's reuse of a pooled connection).
+- `-c python:gateway.gunicorn_hooks`: each worker dies with its master (a parent-death signal set
+  after the fork), so no worker outlives a master that was killed and keeps the port bound. The
+  hub starts the master itself through `ipc.lifeline`, so the master dies with the hub.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ipc.http import SERVER_KEEPALIVE_SECS
 from ssp.config import SspConfig
 
 APP_SPEC = "gateway.ssp_app:create_app()"
+HOOKS = "python:gateway.gunicorn_hooks"
 
 
 def bind_address(host: str, port: int) -> str:
@@ -40,6 +44,7 @@ def gunicorn_argv(
         "--no-control-socket",
         "--graceful-timeout", str(graceful_timeout_secs),
         "--keep-alive", str(SERVER_KEEPALIVE_SECS),
+        "-c", HOOKS,
     ]
     if access_log:
         argv += ["--access-logfile", "-"]

@@ -7,6 +7,12 @@ restarted and its views rebuilt from the hub's registry (or the SSP reports `fai
 gateway that dies is restarted. SIGTERM/SIGINT: stop gunicorn (no new requests), flush the
 pending edges, write the snapshot, stop the shards, exit 0.
 
+The gateway and the shards never outlive the hub: each runs in its own session (a signal to
+the SSP's process group reaches the hub only, which stops them in order) and is started
+through `ipc.lifeline`, so the kernel SIGKILLs it the moment the hub exits, `kill -9`
+included; gunicorn's workers die with their master the same way (`gateway.gunicorn_hooks`).
+A relaunched SSP therefore finds its port free.
+
 Exit codes: 0 after a graceful shutdown, 2 on a configuration error, 1 when startup fails.
 Scheduler mode (`ssp.link`) adds the spec's codes, each after the same graceful stop: 2 the
 post-bootstrap integrity check kept failing, 3 the scheduler does not know this SSP (heartbeat
@@ -25,6 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from dbclient import DbError
+from ipc.lifeline import lifeline_argv
 from ipc.rpc import RpcServer
 from ssp.config import ConfigError, SspConfig
 from ssp.hub import Hub
@@ -40,7 +47,8 @@ def gateway_argv(cfg: SspConfig) -> list[str] | None:
         return None
     from gateway.serve import gunicorn_argv
 
-    return gunicorn_argv(cfg)
+    # Dies with this process (SIGKILL): a gateway left behind would hold the SSP's port.
+    return lifeline_argv(gunicorn_argv(cfg))
 
 
 class Supervisor:
@@ -115,7 +123,10 @@ class Supervisor:
         env["SVC_SSP_RUN_DIR"] = str(self.cfg.run_dir)
         env["SVC_SSP_ID"] = self.cfg.ssp_id
         while not self.stopping:
-            self.gateway = await asyncio.create_subprocess_exec(*argv, env=env)
+            # Its own session: SIGTERM to the SSP's group reaches the hub, which stops the
+            # gateway first (no new requests) and then flushes.
+            self.gateway = await asyncio.create_subprocess_exec(*argv, env=env,
+                                                                start_new_session=True)
             code = await self.gateway.wait()
             if self.stopping:
                 return

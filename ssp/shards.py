@@ -12,6 +12,7 @@ from typing import Any
 import xxhash
 import zmq.asyncio
 
+from ipc.lifeline import lifeline_argv
 from ipc.rpc import RpcClient, RpcTimeout
 from ssp.shard import encode_request
 
@@ -69,8 +70,10 @@ class ShardHandle:
         self._died = asyncio.Event()
         arena = ["--arena-dir", self.arena_dir] if self.arena_dir is not None else []
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ssp.shard", "--index", str(self.index),
-            "--endpoint", self.endpoint, *arena,
+            # Dies with the hub (SIGKILL), even when the hub is killed: nothing else would
+            # stop it. `ipc.lifeline` execs the shard in the same process (same pid).
+            *lifeline_argv([sys.executable, "-m", "ssp.shard", "--index", str(self.index),
+                            "--endpoint", self.endpoint, *arena]),
             # Its own session: SIGTERM to the SSP's process group reaches the hub, which
             # flushes and then stops the shards itself (a shard gone first is not a crash).
             start_new_session=True)

@@ -2,10 +2,16 @@
 
 Standalone (default): database host, `svc schema apply`, one SSP. Cluster mode (`--ssps N`,
 N >= 1): database host, `svc schema apply`, `svc-scheduler` (config written to
-`<data>/scheduler/scheduler.yml`, listening on `--scheduler-bind`, default 127.0.0.1:9667) and N
-SSPs in scheduler mode on consecutive ports from the `--ssp-bind` port (default 8667), ids
-`ssp-<port>`; an SSP that exits with 2-6 (integrity, unknown to the scheduler, resync,
-registration timeout) is relaunched, as the spec asks of a supervisor."""
+`<data>/scheduler/scheduler.yml`, or the stack's temporary directory with `--memory`,
+listening on `--scheduler-bind`, default 127.0.0.1:9667) and N SSPs in scheduler mode on
+consecutive ports from the `--ssp-bind` port (default 8667), ids `ssp-<port>`.
+
+Every process is supervised (`stack.supervisor`): one that dies, by a signal too, is relaunched
+with backoff and a crash budget; an SSP's exits 2-6 are requested relaunches. The database host
+with `--data` is relaunched like the others (surrealkv keeps what was committed across
+`kill -9`); with `--memory` its data dies with it, so its death stops the whole stack with a
+message saying so. Temporary state (`stack.rundir`: SSP run dirs, the `--memory` scheduler's
+files) is removed when the stack stops, and left-overs of a killed stack on the next start."""
 
 from __future__ import annotations
 
@@ -13,17 +19,24 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
 
+from stack import rundir
 from stack.config import StackConfig, parse
 from stack.supervisor import RELAUNCH_CODES, Child, Supervisor
 
+log = logging.getLogger("stack")
 
-def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
-    """The processes of the local stack, in start order."""
+MEMORY_DB_LOST = ("It kept the database in memory only (--memory): every table, row and view "
+                  "is gone with it, so the services cannot go on. Start the stack again, or "
+                  "use --data DIR for a database that survives a crash.")
+
+
+def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> list[Child]:
+    """The processes of the local stack, in start order. `run_root`: the stack's temporary
+    directory (stack.rundir)."""
     children: list[Child] = []
     child_env = dict(env)
     child_env["SVC_DB_USER"] = cfg.db_user
@@ -35,7 +48,10 @@ def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
         else:
             cfg.data_dir.mkdir(parents=True, exist_ok=True)
             argv += ["--path", str(cfg.data_dir)]
-        children.append(Child("svc-db", argv, child_env, health_url=f"http://{cfg.db_bind}/health"))
+        # surrealkv keeps what was committed across kill -9: a --data host is relaunched; a
+        # memory-only one cannot be (an empty database under running services).
+        children.append(Child("svc-db", argv, child_env, health_url=f"http://{cfg.db_bind}/health",
+                              relaunch=cfg.data_dir is not None, fatal_note=MEMORY_DB_LOST))
         child_env["SVC_DB_URL"] = cfg.effective_db_url
         # The embedded engine has no http::* functions: its ingest transport is the changefeed.
         child_env["SVC_INGEST_TRANSPORT"] = "changefeed"
@@ -43,28 +59,30 @@ def build_children(cfg: StackConfig, env: dict[str, str]) -> list[Child]:
         children.append(Child("svc schema apply",
                               [sys.executable, "-m", "svccli", "schema", "apply"],
                               child_env, oneshot=True))
-        children.append(scheduler_child(cfg, child_env))
+        children.append(scheduler_child(cfg, child_env, run_root))
         for i, bind in enumerate(cfg.ssp_binds()):
-            children.append(cluster_ssp_child(cfg, child_env, i, bind))
+            children.append(cluster_ssp_child(cfg, child_env, i, bind, run_root))
     elif cfg.start_ssp:
         children.append(Child("svc schema apply",
                               [sys.executable, "-m", "svccli", "schema", "apply"],
                               child_env, oneshot=True))
         ssp_env = dict(child_env)
         ssp_env.setdefault("SVC_SSP_LISTEN_ADDR", cfg.ssp_bind)
+        ssp_env.setdefault("SVC_SSP_RUN_DIR", str(run_root / "ssp"))
         if cfg.data_dir is not None:
             ssp_env.setdefault("SVC_SSP_SNAPSHOT_DIR", str(cfg.data_dir / "ssp"))
         children.append(Child("svc-ssp", [sys.executable, "-m", "ssp"], ssp_env,
                               health_url=f"http://{cfg.ssp_bind}/health",
-                              relaunch_on=RELAUNCH_CODES))
+                              relaunch_codes=RELAUNCH_CODES))
     return children
 
 
-def scheduler_dir(cfg: StackConfig) -> Path:
-    """Where the scheduler's config, replica and WAL live: `<data>/scheduler`, or a fresh
-    temporary directory with --memory."""
+def scheduler_dir(cfg: StackConfig, run_root: Path) -> Path:
+    """Where the scheduler's config, replica and WAL live: `<data>/scheduler`, or
+    `scheduler/` in the stack's temporary directory with --memory (removed on exit; kept
+    across relaunches of the scheduler, whose WAL holds every event it acknowledged)."""
     if cfg.data_dir is None:
-        return Path(tempfile.mkdtemp(prefix="svc-scheduler-"))
+        return run_root / "scheduler"
     return cfg.data_dir / "scheduler"
 
 
@@ -76,10 +94,11 @@ def _scheduler_ready(status: int, body: bytes) -> bool:
         return False
 
 
-def scheduler_child(cfg: StackConfig, env: dict[str, str]) -> Child:
+def scheduler_child(cfg: StackConfig, env: dict[str, str], run_root: Path) -> Child:
     """`svc-scheduler` with a config written next to its data. Database credentials are not
-    written to the file: the scheduler reads them from SVC_DB_* (env overrides win)."""
-    where = scheduler_dir(cfg)
+    written to the file: the scheduler reads them from SVC_DB_* (env overrides win). It is
+    relaunched like every child; after a restart the SSPs re-register (heartbeat 404, exit 3)."""
+    where = scheduler_dir(cfg, run_root)
     where.mkdir(parents=True, exist_ok=True)
     host, _, port = cfg.scheduler_bind.rpartition(":")
     doc = {"ingest_host": host, "ingest_port": int(port),
@@ -91,27 +110,39 @@ def scheduler_child(cfg: StackConfig, env: dict[str, str]) -> Child:
                  ready=_scheduler_ready)
 
 
-def cluster_ssp_child(cfg: StackConfig, env: dict[str, str], index: int, bind: str) -> Child:
-    """SSP number `index` in scheduler mode; relaunched when it exits with 2-6."""
+def cluster_ssp_child(cfg: StackConfig, env: dict[str, str], index: int, bind: str,
+                      run_root: Path) -> Child:
+    """SSP number `index` in scheduler mode; exits 2-6 are requested relaunches."""
     ssp_env = dict(env)
     ssp_env["SVC_SCHEDULER_URL"] = f"http://{cfg.scheduler_bind}"
     ssp_env["SVC_SSP_LISTEN_ADDR"] = bind
     port = bind.rpartition(":")[2]
     ssp_env["SVC_SSP_ID"] = f"ssp-{port}"  # stable across relaunches: the scheduler replaces it
+    # Its own ipc sockets (SVC_SSP_RUN_DIR from the environment would be shared by all).
+    ssp_env["SVC_SSP_RUN_DIR"] = str(run_root / f"ssp-{port}")
     if cfg.data_dir is not None:
         ssp_env["SVC_SSP_SNAPSHOT_DIR"] = str(cfg.data_dir / f"ssp-{port}")
     return Child(f"svc-ssp {index + 1}", [sys.executable, "-m", "ssp"], ssp_env,
-                 health_url=f"http://{bind}/health", relaunch_on=RELAUNCH_CODES)
+                 health_url=f"http://{bind}/health", relaunch_codes=RELAUNCH_CODES)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ops/run %(levelname)s %(message)s")
     env = dict(os.environ)
     cfg = parse(sys.argv[1:] if argv is None else argv, env)
-    children = build_children(cfg, env)
+    rundir.sweep()
+    run_root = rundir.create()
+    try:
+        return _run(cfg, env, run_root)
+    finally:
+        rundir.remove(run_root)
+
+
+def _run(cfg: StackConfig, env: dict[str, str], run_root: Path) -> int:
+    children = build_children(cfg, env, run_root)
     if cfg.dev_credentials and cfg.starts_host:
-        logging.warning("SVC_DB_USER/SVC_DB_PASS not set: the database root user is root/root "
-                        "(local development only)")
+        log.warning("SVC_DB_USER/SVC_DB_PASS not set: the database root user is root/root "
+                    "(local development only)")
 
     def announce() -> None:
         lines = ["", "service is up:"]

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 
+from stack import rundir
 from stack.__main__ import cluster_ssp_child
 from stack.config import parse
 from stack.supervisor import Supervisor
@@ -26,8 +27,13 @@ def main() -> int:
     if not cfg.cluster or cfg.starts_host:
         print("supervised_ssp: needs --ssps N and SVC_DB_URL", file=sys.stderr)
         return 2
-    children = [cluster_ssp_child(cfg, env, i, bind) for i, bind in enumerate(cfg.ssp_binds())]
-    return Supervisor(children).run()
+    run_root = rundir.create()
+    try:
+        children = [cluster_ssp_child(cfg, env, i, bind, run_root)
+                    for i, bind in enumerate(cfg.ssp_binds())]
+        return Supervisor(children).run()
+    finally:
+        rundir.remove(run_root)
 
 
 if __name__ == "__main__":

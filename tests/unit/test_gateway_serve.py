@@ -29,6 +29,8 @@ def test_argv_runs_the_asgi_worker_with_the_configured_workers_and_address() -> 
     assert argv[-1] == APP_SPEC == "gateway.ssp_app:create_app()"
     assert "--access-logfile" not in argv
     assert argv[argv.index("--keep-alive") + 1] == str(SERVER_KEEPALIVE_SECS)
+    # Workers die with their master (tests/integration/test_ssp_gateway_dies_with_its_parent).
+    assert argv[argv.index("-c") + 1] == "python:gateway.gunicorn_hooks"
 
 
 def test_our_clients_drop_pooled_connections_before_our_servers_close_them() -> None:

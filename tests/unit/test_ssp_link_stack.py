@@ -1,4 +1,5 @@
-"""ops/run cluster mode settings: `--ssps N` and `--scheduler-bind`, and the children built."""
+"""ops/run cluster mode settings: `--ssps N` and `--scheduler-bind`, and the children built
+(which are relaunched, where their temporary state lives)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,38 @@ from stack.config import parse
 ENV = {"SVC_DB_USER": "root", "SVC_DB_PASS": "unit-pass"}
 
 
-def test_default_is_standalone() -> None:
+def test_default_is_standalone(tmp_path: Path) -> None:
     cfg = parse([], ENV)
     assert cfg.ssps == 0 and not cfg.cluster and cfg.ssp_binds() == ["127.0.0.1:8667"]
-    names = [c.name for c in build_children(parse(["--memory"], ENV), dict(ENV))]
-    assert names == ["svc-db", "svc schema apply", "svc-ssp"]
+    kids = build_children(parse(["--memory"], ENV), dict(ENV), tmp_path)
+    assert [c.name for c in kids] == ["svc-db", "svc schema apply", "svc-ssp"]
+    assert kids[2].env["SVC_SSP_RUN_DIR"] == str(tmp_path / "ssp")
+    assert kids[2].relaunch and kids[2].relaunch_codes == frozenset({2, 3, 4, 5, 6})
+
+
+def test_a_memory_database_host_is_not_relaunched_a_stored_one_is(tmp_path: Path) -> None:
+    memory = build_children(parse(["--memory"], ENV), dict(ENV), tmp_path)[0]
+    assert memory.name == "svc-db" and not memory.relaunch
+    assert "--memory" in memory.fatal_note and "gone" in memory.fatal_note
+    stored = build_children(parse(["--data", str(tmp_path / "d")], ENV), dict(ENV), tmp_path)[0]
+    assert stored.relaunch
+
+
+def test_memory_cluster_keeps_the_scheduler_files_in_the_stack_directory(tmp_path: Path) -> None:
+    kids = build_children(parse(["--memory", "--ssps", "2"], ENV), dict(ENV), tmp_path)
+    sched = kids[2]
+    assert sched.name == "svc-scheduler" and sched.relaunch
+    doc = yaml.safe_load((tmp_path / "scheduler" / "scheduler.yml").read_text())
+    assert doc["wal_path"] == str(tmp_path / "scheduler" / "wal")
+    assert [c.env["SVC_SSP_RUN_DIR"] for c in kids[3:]] == [
+        str(tmp_path / "ssp-8667"), str(tmp_path / "ssp-8668")]
 
 
 def test_cluster_mode_children_ports_and_config(tmp_path: Path) -> None:
     cfg = parse(["--data", str(tmp_path), "--ssps", "3", "--scheduler-bind", "127.0.0.1:9700"],
                 ENV)
     assert cfg.ssp_binds() == ["127.0.0.1:8667", "127.0.0.1:8668", "127.0.0.1:8669"]
-    kids = build_children(cfg, dict(ENV))
+    kids = build_children(cfg, dict(ENV), tmp_path / "run")
     assert [c.name for c in kids] == ["svc-db", "svc schema apply", "svc-scheduler",
                                       "svc-ssp 1", "svc-ssp 2", "svc-ssp 3"]
     sched = kids[2]
@@ -39,7 +60,7 @@ def test_cluster_mode_children_ports_and_config(tmp_path: Path) -> None:
         assert c.env["SVC_SCHEDULER_URL"] == "http://127.0.0.1:9700"
         assert c.env["SVC_SSP_LISTEN_ADDR"] == f"127.0.0.1:{8667 + i}"
         assert c.env["SVC_SSP_ID"] == f"ssp-{8667 + i}"
-        assert c.relaunch_on == frozenset({2, 3, 4, 5, 6})
+        assert c.relaunch_codes == frozenset({2, 3, 4, 5, 6})
 
 
 @pytest.mark.parametrize("argv", [["--ssps", "-1"], ["--ssps", "2", "--no-ssp"],
