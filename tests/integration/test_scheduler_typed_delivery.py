@@ -11,6 +11,7 @@ the rows the database returns.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import uuid
@@ -167,18 +168,30 @@ async def test_views_over_schemaless_links_and_datetimes_equal_surrealdb(
         tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100,
                                load_balance="round_robin", snapshot_update_interval_secs=1),
         port, name, SVC_INGEST_TRANSPORT="changefeed")
-    ssps: list[Ssp] = [start_ssp(tmp_path, host, name, name, SVC_SCHEDULER_URL=s.url,
-                                 SVC_SSP_ID=f"ssp-{k}", SVC_INGEST_TRANSPORT="changefeed",
-                                 SVC_SSP_SHARDS="1", HEARTBEAT_INTERVAL_MS="200")
-                       for k in range(2)]
+    common = {"SVC_SCHEDULER_URL": s.url, "SVC_INGEST_TRANSPORT": "changefeed",
+              "SVC_SSP_SHARDS": "1", "HEARTBEAT_INTERVAL_MS": "200"}
+    ssps: list[Ssp] = [start_ssp(tmp_path, host, name, name, SVC_SSP_ID="ssp-0", **common)]
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
-            async def both_ready() -> bool:
+            async def ready(ids: set[str]) -> bool:
                 m = await jget(http, s.url + "/metrics")
-                return {x["id"] for x in m["ssps"] if x["state"] == "ready"} == {"ssp-0",
-                                                                                  "ssp-1"}
+                return {x["id"] for x in m["ssps"] if x["state"] == "ready"} == ids
 
-            await wait_for(both_ready, 90, "both SSPs ready")
+            await wait_for(lambda: ready({"ssp-0"}), 90, "ssp-0 ready")
+
+            # ssp-1 registers while writes flow: the events of its bootstrap window are
+            # buffered by the scheduler and replayed to it, on the same typed path.
+            async def writer() -> int:
+                n = 0
+                while n < 20 or not await ready({"ssp-0", "ssp-1"}):
+                    await random_write(root, rng, clock)
+                    n += 1
+                    assert n < 100_000, "ssp-1 never became ready"
+                return n
+
+            writing = asyncio.create_task(writer())
+            ssps.append(start_ssp(tmp_path, host, name, name, SVC_SSP_ID="ssp-1", **common))
+            await asyncio.wait_for(writing, 120)
             views: dict[str, tuple[str, str]] = {}
             placed: set[str] = set()
             for k in range(30):
