@@ -89,7 +89,11 @@ def _typed_ext(code: int, data: bytes) -> Any:
 def _unpack(data: bytes, hook: Any) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, ext_hook=hook, strict_map_key=True)
-    except (ValueError, TypeError, OverflowError, RecursionError,
+    except (msgpack.StackError, RecursionError):
+        raise ValueError("nested too deeply") from None
+    except msgpack.FormatError:
+        raise ValueError("not MessagePack (a byte that starts no value)") from None
+    except (ValueError, TypeError, OverflowError,
             msgpack.UnpackException) as e:  # every failure of bad input, one type out
         raise ValueError(str(e) or type(e).__name__) from None
 

@@ -598,7 +598,7 @@ class Hub:
                 record = self.restore_types(table, rid, record, typed=is_typed)
                 canonical_bytes(record)  # refuse what cannot be stored, before sequencing
             except (ValueError, TypeError, OverflowError, RecursionError) as e:
-                return error_reply(400, ErrorCode.INVALID, f"record: {e}")
+                return error_reply(400, ErrorCode.INVALID, f"record: {self._refusal(e)}")
             await self.submit([(table, op, record_id_text(record["id"]), record)],
                               defer=self.cfg.ingest_transport == "http")
             return reply(200, {"status": "ok", "seq": self.seq})
@@ -633,7 +633,7 @@ class Hub:
                     record = self.restore_types(table, rid, record, typed=typed)
                     canonical_bytes(record)
                 except (KeyError, ValueError, TypeError, OverflowError, RecursionError) as e:
-                    return error_reply(400, ErrorCode.INVALID, f"[{i}]: {e}")
+                    return error_reply(400, ErrorCode.INVALID, f"[{i}]: {self._refusal(e)}")
                 if has_seq:
                     top = seq
                 events.append((table, op, record_id_text(record["id"]), record))
@@ -649,6 +649,16 @@ class Hub:
         if typed:
             return check_record(table, rid, record)
         return restore_types(table, rid, record, self.field_types.get(table, {}))
+
+    @staticmethod
+    def _refusal(e: Exception) -> str:
+        """An ingest refusal's message (a record nested deeper than Python recurses is bad
+        input too, not a 500)."""
+        if isinstance(e, RecursionError):
+            return "nested too deeply"
+        if isinstance(e, KeyError):
+            return f"{e.args[0]} is required"
+        return str(e)
 
     async def submit(self, events: list[tuple[str, str, str, Any]], *, defer: bool = False
                      ) -> None:
