@@ -11,7 +11,8 @@ SSP's ``/ingest`` and retries a batch on 503 or a connection error with capped b
 per-SSP order holds. Batches travel in the typed encoding of :mod:`ipc.typed` (record ids,
 datetimes, decimals... as the database stored them; JSON would turn a SCHEMALESS link into
 text); each event is packed once (:class:`Outbound`) and its bytes shared by every SSP's
-batches, replays of buffered events and redeliveries included. The
+batches, replays of buffered events and redeliveries included. An SSP that refuses that
+Content-Type (400/415 naming it: an older release) gets JSON from then on. The
 commit-and-publish step is shielded from the caller's cancellation: an event that reached the
 WAL always reaches the queues.
 
@@ -139,6 +140,8 @@ class SspEntry:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sender: asyncio.Task[None] | None = None
     send_failures: int = 0
+    # False once the SSP refused the typed encoding (an older release): JSON from then on.
+    typed: bool = True
     # Extra seconds before the reaper removes it: an SSP flagged while it bootstraps sends its
     # first heartbeat only when its bootstrap ends, and that heartbeat must still find the
     # entry to get its 409 (not a 404, which skips the clean wipe).
@@ -671,16 +674,27 @@ class Scheduler:
     async def _post_batch(self, e: SspEntry, batch: list[Outbound]) -> int:
         assert self._session is not None
         try:
-            data = typed.encode_batch([o.wire() for o in batch])
-        except (TypeError, ValueError) as err:  # a value with no typed form: it never will
+            if e.typed:
+                data = typed.encode_batch([o.wire() for o in batch])
+            else:
+                data = json.dumps([{**o.event, "seq": o.seq} for o in batch],
+                                  default=json_default, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as err:  # a value with no such form: it never will
             log.error("a batch for SSP %s (seq %d-%d) cannot be encoded, dropped: %s",
                       e.ssp_id, batch[0].seq, batch[-1].seq, err)
             return 400
+        ctype = typed.CONTENT_TYPE if e.typed else "application/json"
         try:
-            async with self._session.post(
-                    f"{e.url}/ingest", data=data,
-                    headers={**self._auth, "Content-Type": typed.CONTENT_TYPE}) as r:
+            async with self._session.post(f"{e.url}/ingest", data=data,
+                                          headers={**self._auth, "Content-Type": ctype}) as r:
                 text = await r.text()
+                if e.typed and r.status in (400, 415) and "Content-Type" in text:
+                    # An SSP of an older release: it still gets every event, as JSON (a
+                    # schemaless link or datetime then reaches it as text, as before).
+                    log.warning("SSP %s does not take %s (%d: %.200s); sending it JSON",
+                                e.ssp_id, typed.CONTENT_TYPE, r.status, text)
+                    e.typed = False
+                    return await self._post_batch(e, batch)
                 if r.status == 400:
                     log.error("SSP %s refused a batch of %d events (seq %d-%d) as malformed, "
                               "dropped: %.300s", e.ssp_id, len(batch), batch[0].seq,

@@ -30,6 +30,7 @@ class FakeSsp:
         self.unregistered: list[str] = []
         self.auth_headers: list[str | None] = []
         self.content_types: list[str] = []
+        self.json_only = False  # answer a typed body as an SSP of an older release does
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -69,6 +70,9 @@ class FakeSsp:
         self.ingest_attempts += 1
         self.auth_headers.append(req.headers.get("Authorization"))
         self.content_types.append(req.content_type)
+        if self.json_only and req.content_type != "application/json":
+            return web.json_response({"error": "invalid", "message": "Content-Type must be "
+                                      f"application/json, got {req.content_type!r}"}, status=400)
         body = (typed.decode(await req.read()) if req.content_type == typed.CONTENT_TYPE
                 else await req.json())
         if self.ingest_script:
