@@ -14,12 +14,13 @@ Body: like a JSON `/ingest` body, one event map `{table, op, id, record, seq?}` 
 1 to 1000 of them. `id` is record id text (as in JSON, so the gateway checks both forms with
 the same rules); `record` holds the typed values, its `id` a record id.
 
-Why MessagePack and not CBOR as the SDK speaks it (`loadtests/bench_delivery.py`, per event,
-2-core VM): encoding on the scheduler costs ~5 µs against ~13 µs for CBOR (and ~9.5 µs for
-today's JSON); the gateway checks the shape with ext values left opaque (one C call each) and
-forwards the bytes as they came; the hub decodes them once with a cache of record ids (links
-repeat). CBOR also has no NONE distinct from NULL in the SDK's decoder and would need a second
-set of type rules next to the engine's.
+Why MessagePack and not CBOR as the SDK speaks it (`loadtests/bench_delivery.py --codec-only`,
+µs per event in 1,000-event batches, 2-core VM): the scheduler encodes in ~3.2 (JSON ~7, CBOR
+~12; and it packs each event once for every SSP, where JSON was dumped per SSP), the gateway
+checks the shape in ~3.6 with ext values left opaque and forwards the bytes as they came (JSON
+~4.4, CBOR ~6), the hub gets the values in ~7 with a cache of record ids, links repeat (JSON
+~7.3, CBOR ~15-18: the SDK's tag decoder is Python). It is also the engine's own type set:
+NONE stays apart from NULL, and what the WAL could store can always be sent.
 """
 
 from __future__ import annotations

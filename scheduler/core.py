@@ -687,25 +687,25 @@ class Scheduler:
         try:
             async with self._session.post(f"{e.url}/ingest", data=data,
                                           headers={**self._auth, "Content-Type": ctype}) as r:
-                text = await r.text()
-                if e.typed and r.status in (400, 415) and "Content-Type" in text:
-                    # An SSP of an older release: it still gets every event, as JSON (a
-                    # schemaless link or datetime then reaches it as text, as before).
-                    log.warning("SSP %s does not take %s (%d: %.200s); sending it JSON",
-                                e.ssp_id, typed.CONTENT_TYPE, r.status, text)
-                    e.typed = False
-                    return await self._post_batch(e, batch)
-                if r.status == 400:
-                    log.error("SSP %s refused a batch of %d events (seq %d-%d) as malformed, "
-                              "dropped: %.300s", e.ssp_id, len(batch), batch[0].seq,
-                              batch[-1].seq, text)
-                elif r.status != 200:
-                    log.info("SSP %s answered %d to a batch; retrying", e.ssp_id, r.status)
-                return r.status
+                status, text = r.status, await r.text()
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("SSP %s unreachable for ingest (%s); retrying", e.ssp_id,
                      type(err).__name__)
             return 0
+        if e.typed and status in (400, 415) and "Content-Type must be" in text:
+            # An SSP of an older release: it still gets every event, as JSON (a schemaless
+            # link or datetime then reaches it as text, as before).
+            log.warning("SSP %s does not take %s (%d: %.200s); sending it JSON", e.ssp_id,
+                        typed.CONTENT_TYPE, status, text)
+            e.typed = False
+            return await self._post_batch(e, batch)
+        if status == 400:
+            log.error("SSP %s refused a batch of %d events (seq %d-%d) as malformed, "
+                      "dropped: %.300s", e.ssp_id, len(batch), batch[0].seq, batch[-1].seq,
+                      text)
+        elif status != 200:
+            log.info("SSP %s answered %d to a batch; retrying", e.ssp_id, status)
+        return status
 
     # ------------------------------------------------------------------ views
     def ready_ids(self) -> list[str]:
