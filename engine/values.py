@@ -80,6 +80,7 @@ __all__ = [
     "contains_not",
     "eq_key",
     "equals",
+    "ext_value",
     "format_value",
     "get_path",
     "greater",
@@ -93,6 +94,7 @@ __all__ = [
     "not_equals",
     "not_inside",
     "pack_value",
+    "pack_wire",
     "parse_record_id",
     "parse_value",
     "record_id_text",
@@ -1183,3 +1185,35 @@ def unpack_value(data: bytes) -> Any:
 def pack_value(v: Any) -> bytes:
     """Encode a single value in the canonical format (objects sorted, NONE keys dropped)."""
     return _packb(_canon(v))
+
+
+_EXT_CODES = frozenset({EXT_NONE, EXT_RECORD_ID, EXT_DATETIME, EXT_DECIMAL, EXT_DURATION,
+                        EXT_UUID})
+
+
+def pack_wire(v: Any) -> bytes:
+    """Encode ``v`` with the ext types of :func:`canonical_bytes` but as it is: object keys
+    keep their order and NONE values stay (ext 1). For messages between processes, where no
+    hash is taken and sorting would only cost; :func:`unpack_value` reads it back.
+    Raises ``TypeError`` for values outside SurrealDB's row types."""
+    try:
+        return _packb(v)
+    except OverflowError as e:
+        raise TypeError(f"integer out of 64-bit range: {e}") from None
+
+
+def ext_value(code: int, data: bytes) -> Any:
+    """The value of one ext type of :func:`canonical_bytes` (a msgpack ``ext_hook``).
+
+    Unlike :func:`unpack_value`, an unknown code or a malformed payload raises ``ValueError``
+    (input from another process is checked, never stored as an opaque ext)."""
+    if code not in _EXT_CODES:
+        raise ValueError(f"unknown msgpack ext type {code}")
+    try:
+        v = _ext_hook(code, data)
+    except (ValueError, TypeError, ArithmeticError, struct.error, UnicodeDecodeError,
+            msgpack.UnpackException) as e:
+        raise ValueError(f"malformed msgpack ext type {code}: {e}") from None
+    if code == EXT_RECORD_ID and not isinstance(v.table_name, str):
+        raise ValueError("malformed record id: its table is not a string")
+    return v

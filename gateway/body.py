@@ -1,7 +1,9 @@
 """Reading a POST body: size limit, content type, JSON syntax, values the hub can receive.
 
 The shape of each route's body is checked by `ipc.messages.normalize_body`; this module gets
-the bytes to a parsed JSON value or a precise 400/413.
+the bytes to a parsed JSON value or a precise 400/413. `POST /ingest` also takes the typed
+encoding of `ipc.typed` (the scheduler's deliveries): `parse_typed` decodes it with its ext
+values left opaque, enough to check the shape; the hub decodes the values themselves.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import falcon.asgi
 import msgpack  # type: ignore[import-untyped]
 
+from ipc import typed
 from ipc.messages import ErrorCode, finite_float
 
 from .errors import GatewayError, bad_request
@@ -44,14 +47,18 @@ def _text(data: bytes) -> str:
     return data.decode(encoding, "surrogatepass")
 
 
-def check_content_type(content_type: str | None) -> None:
-    """Accept no Content-Type, `application/json` or any `application/*+json`; else 400."""
+def check_content_type(content_type: str | None, *, typed_ok: bool = False) -> bool:
+    """Accept no Content-Type, `application/json` or any `application/*+json` (False: a JSON
+    body) and, where `typed_ok`, `ipc.typed.CONTENT_TYPE` (True: a typed body); else 400."""
     if content_type is None:
-        return
+        return False
     media = content_type.split(";", 1)[0].strip().lower()
     if not media or media in _JSON_TYPES or (media.startswith("application/") and media.endswith("+json")):
-        return
-    raise bad_request(f"Content-Type must be application/json, got {media[:80]!r}")
+        return False
+    if typed_ok and media == typed.CONTENT_TYPE:
+        return True
+    accepted = f"application/json or {typed.CONTENT_TYPE}" if typed_ok else "application/json"
+    raise bad_request(f"Content-Type must be {accepted}, got {media[:80]!r}")
 
 
 async def read_bytes(req: falcon.asgi.Request, limit: int) -> bytes:
@@ -85,6 +92,17 @@ def parse_json(data: bytes) -> Any:
         raise bad_request(f"request body is not valid JSON: {e}") from None
     check_forwardable(value)
     return value
+
+
+def parse_typed(data: bytes) -> Any:
+    """Parse a typed body (`ipc.typed`) with its ext values opaque; None for an empty body;
+    400 naming what is wrong with the MessagePack. Its values are checked by the hub."""
+    if not data:
+        return None
+    try:
+        return typed.decode_shape(data)
+    except ValueError as e:
+        raise bad_request(f"request body is not valid {typed.CONTENT_TYPE}: {e}") from None
 
 
 def check_forwardable(value: Any) -> None:

@@ -20,6 +20,9 @@ Decisions (where the spec leaves room):
   `Authorization: Bearer <token>` at all is still 401 (`gateway.auth`).
 - Content-Type: absent, `application/json` (any parameters) or `application/*+json`; anything
   else is 400, so `curl -d` (form-encoded) needs `-H 'Content-Type: application/json'`.
+  `POST /ingest` also takes `ipc.typed.CONTENT_TYPE` (the scheduler's typed deliveries: record
+  ids, datetimes... kept); its shape is checked like JSON and the bytes go to the hub as they
+  came. A JSON body keeps only what JSON carries (a SCHEMALESS link arrives as text).
 - `op` is accepted in any letter case and forwarded upper-case; unknown body fields are kept;
   the unregister id may be bare (`abc`, as the cleanup event sends it) and becomes `query:abc`.
 - Unknown paths are 404 before authentication; a wrong method is 405 (with `Allow`).
@@ -39,6 +42,7 @@ import falcon
 import falcon.asgi
 import zmq.asyncio
 
+from ipc import typed
 from ipc.messages import (
     BODY_ROUTES,
     BodyError,
@@ -53,7 +57,14 @@ from ipc.messages import (
 from ssp.config import SspConfig
 
 from .auth import BearerAuth
-from .body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes, too_large
+from .body import (
+    DEFAULT_MAX_BODY_BYTES,
+    check_content_type,
+    parse_json,
+    parse_typed,
+    read_bytes,
+    too_large,
+)
 from .errors import GatewayError, bad_request, serialize_error
 from .hub import HubLink, HubUnavailable
 from .hublog import HubLogHandler
@@ -204,23 +215,28 @@ class PostRoute:
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         """Validate the body and forward it."""
-        check_content_type(req.content_type)
         batchable = self.route == "POST /ingest"
+        is_typed = check_content_type(req.content_type, typed_ok=batchable)
         limit = max(self.max_body_bytes, INGEST_BATCH_MAX_BODY_BYTES) if batchable else self.max_body_bytes
         raw = await read_bytes(req, limit)
-        if batchable and len(raw) > self.max_body_bytes and not raw.lstrip().startswith(b"["):
+        if batchable and len(raw) > self.max_body_bytes and not (
+                typed.is_array(raw) if is_typed else raw.lstrip().startswith(b"[")):
             raise too_large(self.max_body_bytes)  # a single event keeps the 1 MiB limit
-        if not raw.strip():
+        if not (raw if is_typed else raw.strip()):
             if self.needs_body:
-                raise bad_request("request body is empty: a JSON object is required")
+                raise bad_request("request body is empty: " + (
+                    "an event or an array of events is required" if is_typed
+                    else "a JSON object is required"))
             body = None
         else:
-            body = parse_json(raw)
+            body = parse_typed(raw) if is_typed else parse_json(raw)
         try:
             normalized = normalize_body(self.route, body)
         except BodyError as e:
             raise bad_request(str(e)) from None
-        await self.fwd.forward(self.route, req, resp, body=normalized)
+        # A typed body goes to the hub as the bytes that came (its shape checked here): the
+        # hub decodes its values once, instead of a decode here and a re-pack for the hub.
+        await self.fwd.forward(self.route, req, resp, body=raw if is_typed else normalized)
 
 
 class PutRoute:

@@ -39,6 +39,10 @@ which never raises on a body the gateway forwarded):
   Batched form (the scheduler's deliveries): a JSON array of 1 to 1000 such events, each with
   an optional integer `seq` (the scheduler's WAL sequence); forwarded as the list of
   normalised events. An error names the index (`[3].op: ...`).
+  Typed form (`Content-Type: ipc.typed.CONTENT_TYPE`, the scheduler's deliveries): the same
+  shapes in MessagePack with SurrealDB's types kept; the gateway checks the shape (ext values
+  opaque) and forwards `body` as the request's BYTES, unchanged (`op` not upper-cased); the
+  hub decodes them with `ipc.typed.decode` (a malformed value is its 400).
 - `POST /view/register` (`ViewRegistration`): `{id, surql, clientId, ttl, params,
   lastActiveAt, format}` with `params` and `format` present (None when absent), `ttl` as sent
   (duration text; `parse_duration_ms` gives milliseconds) and `lastActiveAt` as sent or None.
@@ -261,6 +265,8 @@ def _json_type(value: Any) -> str:
         return "an array"
     if isinstance(value, dict):
         return "an object"
+    if isinstance(value, slice):  # `ipc.typed.decode_shape`'s stand-in for an ext value
+        return "a typed value"
     return type(value).__name__
 
 

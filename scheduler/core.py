@@ -8,7 +8,11 @@ then handed to every SSP entry's outbound queue *in seq order* (a small reorder 
 seq: concurrent appends resolve in order, but their callers resume in any order). One sender
 task per SSP posts batches of up to ``bootstrap_chunk_size`` events (``seq`` added) to the
 SSP's ``/ingest`` and retries a batch on 503 or a connection error with capped backoff, so
-per-SSP order holds. The
+per-SSP order holds. Batches travel in the typed encoding of :mod:`ipc.typed` (record ids,
+datetimes, decimals... as the database stored them; JSON would turn a SCHEMALESS link into
+text); each event is packed once (:class:`Outbound`) and its bytes shared by every SSP's
+batches, replays of buffered events and redeliveries included. An SSP that refuses that
+Content-Type (400/415 naming it: an older release) gets JSON from then on. The
 commit-and-publish step is shielded from the caller's cancellation: an event that reached the
 WAL always reaches the queues.
 
@@ -52,6 +56,7 @@ from dbclient import Database, DbError
 from dbclient.fieldtypes import FieldTypes
 from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
+from ipc import typed
 from ipc.http import client_session
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.drift import DriftChecker, default_tables
@@ -61,7 +66,7 @@ from scheduler.replica import CloneInProgress, Replica
 from scheduler.views import Candidate, ViewTracker, rank_candidates
 from scheduler.wal import GroupCommitter, Wal, validate_event
 
-__all__ = ["Reply", "Scheduler", "SchedulerBusy", "SspEntry", "SspState"]
+__all__ = ["Outbound", "Reply", "Scheduler", "SchedulerBusy", "SspEntry", "SspState"]
 
 log = logging.getLogger("scheduler")
 
@@ -100,6 +105,23 @@ class Reply:
     content_type: str = "application/json"
 
 
+@dataclass(eq=False, slots=True)
+class Outbound:
+    """One event on its way to the SSPs (``seq`` its WAL sequence number), shared by every
+    SSP's queue: packed in the typed encoding on first use, once for all of them."""
+
+    seq: int
+    event: dict[str, Any]
+    packed: bytes | None = None
+
+    def wire(self) -> bytes:
+        """The event's typed bytes (``ipc.typed.encode_event``; TypeError when a value has
+        no typed form, which the WAL's own encoding would have refused first)."""
+        if self.packed is None:
+            self.packed = typed.encode_event(self.event, self.seq)
+        return self.packed
+
+
 @dataclass(eq=False)
 class SspEntry:
     """One registered SSP."""
@@ -111,13 +133,15 @@ class SspEntry:
     state: SspState = SspState.BOOTSTRAPPING
     holds_freeze: bool = True
     last_heartbeat: float | None = None  # monotonic; None until Replaying
-    queue: deque[dict[str, Any]] = field(default_factory=deque)
+    queue: deque[Outbound] = field(default_factory=deque)
     flagged: tuple[str, bool] | None = None  # (reason, clean)
     metrics: dict[str, Any] = field(default_factory=dict)
     sent_seq: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sender: asyncio.Task[None] | None = None
     send_failures: int = 0
+    # False once the SSP refused the typed encoding (an older release): JSON from then on.
+    typed: bool = True
     # Extra seconds before the reaper removes it: an SSP flagged while it bootstraps sends its
     # first heartbeat only when its bootstrap ends, and that heartbeat must still find the
     # entry to get its 409 (not a 404, which skips the clean wipe).
@@ -333,7 +357,7 @@ class Scheduler:
             self._next_pub += 1
 
     def _deliver(self, seq: int, event: dict[str, Any]) -> None:
-        out = {**event, "seq": seq}
+        out = Outbound(seq, event)
         for e in list(self.entries.values()):
             if e.flagged is not None or seq <= e.snapshot_seq:
                 continue
@@ -486,7 +510,7 @@ class Scheduler:
             for seq, ev in self.wal.replay(snapshot_seq):
                 if seq >= self._next_pub:
                     break
-                entry.queue.append({**ev, "seq": seq})
+                entry.queue.append(Outbound(seq, ev))
             self.entries[ssp_id] = entry
         entry.sender = asyncio.create_task(self._sender(entry), name=f"sender-{ssp_id}")
         entry.sender.add_done_callback(self._task_done)
@@ -623,7 +647,7 @@ class Scheduler:
                 if status == 200 or status == 400:
                     for _ in batch:
                         e.queue.popleft()
-                    e.sent_seq = batch[-1]["seq"]
+                    e.sent_seq = batch[-1].seq
                     e.send_failures = 0
                     backoff = _BACKOFF_MIN
                     if status == 400:
@@ -631,8 +655,8 @@ class Scheduler:
                         # the SSP's views silently wrong: it re-bootstraps from the replica,
                         # which holds these events.
                         self.dropped_batches += 1
-                        self.flag_ssp(e.ssp_id, f"an ingest batch (seq {batch[0]['seq']}-"
-                                      f"{batch[-1]['seq']}) was refused as malformed", True)
+                        self.flag_ssp(e.ssp_id, f"an ingest batch (seq {batch[0].seq}-"
+                                      f"{batch[-1].seq}) was refused as malformed", True)
                         break
                     if e.state is SspState.LAGGING and not e.queue:
                         e.state = SspState.READY
@@ -647,30 +671,41 @@ class Scheduler:
                 log.info("SSP %s ready (sent through seq %d)", e.ssp_id, e.sent_seq)
                 self._spawn(self._resend_views(e), f"views-{e.ssp_id}")
 
-    async def _post_batch(self, e: SspEntry, batch: list[dict[str, Any]]) -> int:
+    async def _post_batch(self, e: SspEntry, batch: list[Outbound]) -> int:
         assert self._session is not None
         try:
-            data = json.dumps(batch, default=json_default, separators=(",", ":")).encode()
-        except (TypeError, ValueError) as err:  # a value JSON cannot carry: it never will
+            if e.typed:
+                data = typed.encode_batch([o.wire() for o in batch])
+            else:
+                data = json.dumps([{**o.event, "seq": o.seq} for o in batch],
+                                  default=json_default, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as err:  # a value with no such form: it never will
             log.error("a batch for SSP %s (seq %d-%d) cannot be encoded, dropped: %s",
-                      e.ssp_id, batch[0]["seq"], batch[-1]["seq"], err)
+                      e.ssp_id, batch[0].seq, batch[-1].seq, err)
             return 400
+        ctype = typed.CONTENT_TYPE if e.typed else "application/json"
         try:
-            async with self._session.post(
-                    f"{e.url}/ingest", data=data,
-                    headers={**self._auth, "Content-Type": "application/json"}) as r:
-                text = await r.text()
-                if r.status == 400:
-                    log.error("SSP %s refused a batch of %d events (seq %d-%d) as malformed, "
-                              "dropped: %.300s", e.ssp_id, len(batch), batch[0]["seq"],
-                              batch[-1]["seq"], text)
-                elif r.status != 200:
-                    log.info("SSP %s answered %d to a batch; retrying", e.ssp_id, r.status)
-                return r.status
+            async with self._session.post(f"{e.url}/ingest", data=data,
+                                          headers={**self._auth, "Content-Type": ctype}) as r:
+                status, text = r.status, await r.text()
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("SSP %s unreachable for ingest (%s); retrying", e.ssp_id,
                      type(err).__name__)
             return 0
+        if e.typed and status in (400, 415) and "Content-Type must be" in text:
+            # An SSP of an older release: it still gets every event, as JSON (a schemaless
+            # link or datetime then reaches it as text, as before).
+            log.warning("SSP %s does not take %s (%d: %.200s); sending it JSON", e.ssp_id,
+                        typed.CONTENT_TYPE, status, text)
+            e.typed = False
+            return await self._post_batch(e, batch)
+        if status == 400:
+            log.error("SSP %s refused a batch of %d events (seq %d-%d) as malformed, "
+                      "dropped: %.300s", e.ssp_id, len(batch), batch[0].seq, batch[-1].seq,
+                      text)
+        elif status != 200:
+            log.info("SSP %s answered %d to a batch; retrying", e.ssp_id, status)
+        return status
 
     # ------------------------------------------------------------------ views
     def ready_ids(self) -> list[str]:

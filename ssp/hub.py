@@ -17,10 +17,12 @@ Decisions documented here:
   `$auth.id` in the view resolves to that identity: the engine gets param `auth = {id}`.
   Without any identity the view is refused (400) unless `SVC_SSP_ANON_LIVE_QUERIES` is on;
   anonymous views publish into `_00_list_ref` with `auth_id` NONE.
-- Types over http: a JSON ingest body carries record links and datetimes as strings. Fields
-  whose definition (`INFO FOR TABLE`) has a `record` or `datetime` type get them back; a
-  SCHEMALESS field has no definition, so a link written there arrives as a plain string (a
-  view comparing it with a record id will not match). The changefeed transport keeps types.
+- Types: the scheduler delivers events in the typed encoding of `ipc.typed` (every SurrealDB
+  value as stored). A JSON ingest body (transport http: the database's event posts) carries
+  record links and datetimes as strings; fields whose definition (`INFO FOR TABLE`) has a
+  `record` or `datetime` type get them back, but a SCHEMALESS field has no definition, so a
+  link written there arrives as a plain string (a view comparing it with a record id will not
+  match). The changefeed transport keeps types.
 - Serialisation: one `asyncio.Lock` (`_apply_lock`) orders ingest batches; registrations,
   unregistrations, shard rebuilds and reloads also wait for the batches in flight
   (`_exclusive`), so a view's initial members and the deltas that follow are consistent.
@@ -65,6 +67,8 @@ from ipc.messages import (
     reply,
     request_expired,
 )
+from ipc.typed import check_record
+from ipc.typed import decode as decode_typed
 from ssp.allowlist import Allowlist
 from ssp.backends import BackendMonitor, backend_routes, parse_backends
 from ssp.config import SspConfig
@@ -571,37 +575,50 @@ class Hub:
             return not_ready("request expired before the hub reached it")
         self.slots += 1  # reserved before any side effect
         try:
-            if isinstance(req.get("body"), list):
-                return await self._ingest_batch(req["body"])
-            body = req.get("body") or {}
-            table, op, rid = body["table"], str(body["op"]).upper(), body["id"]
+            body = req.get("body")
+            is_typed = isinstance(body, bytes)  # the typed encoding, as the client sent it
+            if is_typed:
+                try:
+                    body = decode_typed(body)
+                except ValueError as e:
+                    return error_reply(400, ErrorCode.INVALID, f"request body: {e}")
+            if isinstance(body, list):
+                return await self._ingest_batch(body, typed=is_typed)
+            body = body if isinstance(body, dict) else {}
+            try:
+                table, op, rid = body["table"], str(body["op"]).upper(), body["id"]
+            except KeyError as e:
+                return error_reply(400, ErrorCode.INVALID, f"{e.args[0]} is required")
             record = body.get("record")
             if not isinstance(record, dict) or not isinstance(rid, str):
                 return error_reply(400, ErrorCode.INVALID, "record must be an object, id a string")
             if op not in ("CREATE", "UPDATE", "DELETE"):
                 return error_reply(400, ErrorCode.INVALID, f"unknown op {op[:20]!r}")
             try:
-                record = self.restore_types(table, rid, record)
+                record = self.restore_types(table, rid, record, typed=is_typed)
                 canonical_bytes(record)  # refuse what cannot be stored, before sequencing
-            except (ValueError, TypeError, OverflowError) as e:
-                return error_reply(400, ErrorCode.INVALID, f"record: {e}")
+            except (ValueError, TypeError, OverflowError, RecursionError) as e:
+                return error_reply(400, ErrorCode.INVALID, f"record: {self._refusal(e)}")
             await self.submit([(table, op, record_id_text(record["id"]), record)],
                               defer=self.cfg.ingest_transport == "http")
             return reply(200, {"status": "ok", "seq": self.seq})
         finally:
             self.slots -= 1
 
-    async def _ingest_batch(self, body: list[dict[str, Any]]) -> dict[str, Any]:
+    async def _ingest_batch(self, body: list[Any], *, typed: bool = False) -> dict[str, Any]:
         """A batched ingest (the scheduler's delivery). One admission unit: the whole batch
         holds one publication slot (a batch is one request, and the scheduler sends one batch
         at a time per SSP); the publisher's pending-work threshold still gates it as a whole.
         Every event is checked before any is applied (400 names the index, nothing applied).
         Events with `seq <= last_seq` were applied before (a redelivery) and are skipped;
-        events without `seq` are always applied."""
+        events without `seq` are always applied. `typed`: decoded from `ipc.typed` (values
+        as stored, not typed again from the field definitions)."""
         async with self._batch_lock:
             events = []
             top = self.last_seq
             for i, ev in enumerate(body):
+                if not isinstance(ev, dict):
+                    return error_reply(400, ErrorCode.INVALID, f"[{i}]: must be an object")
                 seq = ev.get("seq")
                 has_seq = isinstance(seq, int) and not isinstance(seq, bool)
                 if has_seq and seq <= top:
@@ -610,13 +627,13 @@ class Hub:
                     table, op, rid = ev["table"], str(ev["op"]).upper(), ev["id"]
                     record = ev.get("record")
                     if not isinstance(record, dict) or not isinstance(rid, str):
-                        raise ValueError("record must be an object, id a string")
+                        raise TypeError("record must be an object, id a string")
                     if op not in ("CREATE", "UPDATE", "DELETE"):
                         raise ValueError(f"unknown op {op[:20]!r}")
-                    record = self.restore_types(table, rid, record)
+                    record = self.restore_types(table, rid, record, typed=typed)
                     canonical_bytes(record)
-                except (KeyError, ValueError, TypeError, OverflowError) as e:
-                    return error_reply(400, ErrorCode.INVALID, f"[{i}]: {e}")
+                except (KeyError, ValueError, TypeError, OverflowError, RecursionError) as e:
+                    return error_reply(400, ErrorCode.INVALID, f"[{i}]: {self._refusal(e)}")
                 if has_seq:
                     top = seq
                 events.append((table, op, record_id_text(record["id"]), record))
@@ -625,9 +642,23 @@ class Hub:
             self.last_seq = top
             return reply(200, {"accepted": len(events)})
 
-    def restore_types(self, table: str, rid: str, record: dict[str, Any]) -> dict[str, Any]:
-        """A JSON ingest record with its record links and datetimes typed again."""
+    def restore_types(self, table: str, rid: str, record: dict[str, Any], *,
+                      typed: bool = False) -> dict[str, Any]:
+        """A JSON ingest record with its record links and datetimes typed again from the
+        table's field definitions; a `typed` one (`ipc.typed`) as it came, its id checked."""
+        if typed:
+            return check_record(table, rid, record)
         return restore_types(table, rid, record, self.field_types.get(table, {}))
+
+    @staticmethod
+    def _refusal(e: Exception) -> str:
+        """An ingest refusal's message (a record nested deeper than Python recurses is bad
+        input too, not a 500)."""
+        if isinstance(e, RecursionError):
+            return "nested too deeply"
+        if isinstance(e, KeyError):
+            return f"{e.args[0]} is required"
+        return str(e)
 
     async def submit(self, events: list[tuple[str, str, str, Any]], *, defer: bool = False
                      ) -> None:

@@ -1,7 +1,8 @@
 """A fake SSP for scheduler tests: a small aiohttp server on a loopback port (real HTTP).
 
 It answers `/health` (`ready` once told), takes `/ingest` batches (answers from a script of
-statuses, then 200), and answers `/view/register` with a configurable verdict.
+statuses, then 200) in the typed encoding of `ipc.typed` (decoded: record ids, datetimes...
+as values) or as JSON, and answers `/view/register` with a configurable verdict.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+
+from ipc import typed
 
 
 class FakeSsp:
@@ -26,6 +29,8 @@ class FakeSsp:
         self.views: dict[str, dict[str, Any]] = {}
         self.unregistered: list[str] = []
         self.auth_headers: list[str | None] = []
+        self.content_types: list[str] = []
+        self.json_only = False  # answer a typed body as an SSP of an older release does
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -64,7 +69,12 @@ class FakeSsp:
     async def _ingest(self, req: web.Request) -> web.Response:
         self.ingest_attempts += 1
         self.auth_headers.append(req.headers.get("Authorization"))
-        body = await req.json()
+        self.content_types.append(req.content_type)
+        if self.json_only and req.content_type != "application/json":
+            return web.json_response({"error": "invalid", "message": "Content-Type must be "
+                                      f"application/json, got {req.content_type!r}"}, status=400)
+        body = (typed.decode(await req.read()) if req.content_type == typed.CONTENT_TYPE
+                else await req.json())
         if self.ingest_script:
             status = self.ingest_script.popleft()
             return web.json_response({"error": "SSP_NOT_READY", "message": "scripted"},

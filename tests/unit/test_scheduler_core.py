@@ -9,11 +9,16 @@ import dataclasses
 import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from surrealdb import RecordID
 
+from engine.values import NONE
+from ipc import typed
 from scheduler.config import LoadBalance, SchedulerConfig
 from scheduler.core import Scheduler, SspState
 from tests.support.procs import DbHost
@@ -180,6 +185,46 @@ async def test_batches_hold_bootstrap_chunk_size_events_and_halve_on_413(make_sc
     f.ingest_script.append(413)  # one event the SSP can never take: as a malformed batch
     await s.ingest_many([ev(10)])
     await wait_for(lambda: s.entries["a"].flagged is not None, "flagged")
+
+
+async def test_events_reach_every_ssp_typed_and_are_packed_once(make_scheduler, fakes) -> None:
+    # Rows as the changefeed reads them: links and datetimes in schemaless fields are values.
+    s = await make_scheduler()
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    assert (await s.register_ssp("b", b.url)).status == 202  # b bootstraps: events buffer
+    at = datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC)
+    rows = [{"id": RecordID("comment", i), "thread": RecordID("thread", "t1"), "at": at,
+             "tags": [RecordID("user", "u1"), NONE], "amount": Decimal("1.50")}
+            for i in range(3)]
+    await s.ingest_many([{"table": "comment", "op": "UPDATE", "id": f"comment:{i}",
+                          "record": r} for i, r in enumerate(rows)])
+    await wait_for(lambda: len(a.events) == 3, "a got every event")
+    # b's buffer holds the very events a's sender packed: one packing for every SSP.
+    buffered = list(s.entries["b"].queue)
+    assert [o.seq for o in buffered] == [1, 2, 3]
+    assert all(o.packed is not None for o in buffered)
+    b.ready = True  # the buffer is replayed on the same typed path
+    await wait_for(lambda: len(b.events) == 3, "b got the replayed events")
+    for f in (a, b):
+        assert set(f.content_types) == {typed.CONTENT_TYPE}
+        assert [e["record"] for e in f.events] == rows  # types kept, NONE included
+        assert [e["seq"] for e in f.events] == [1, 2, 3]
+
+
+async def test_an_ssp_that_refuses_the_typed_encoding_gets_json(make_scheduler, fakes) -> None:
+    s = await make_scheduler()
+    f = await fakes("old")
+    f.json_only = True
+    await bring_up(s, f)
+    await s.ingest_many([ev(1), ev(2)])
+    await wait_for(lambda: len(f.events) == 2, "delivered as JSON")
+    assert f.content_types == [typed.CONTENT_TYPE, "application/json"]
+    assert [e["seq"] for e in f.events] == [1, 2]
+    assert s.entries["old"].flagged is None and not s.entries["old"].typed
+    await s.ingest_many([ev(3)])
+    await wait_for(lambda: len(f.events) == 3, "the next batch as JSON at once")
+    assert f.content_types[-1] == "application/json" and s.dropped_batches == 0
 
 
 async def test_a_batch_an_ssp_refuses_with_400_re_bootstraps_it(make_scheduler, fakes) -> None:
