@@ -1109,6 +1109,9 @@ class Hub:
                        last_ms: int) -> dict[str, Any]:
         view.client_ids.add(client_id)
         view.client_id, view.ttl, view.ttl_ms, view.last_active_ms = client_id, ttl, ttl_ms, last_ms
+        # Registered again now: a `_00_query` delete read from the feed later but committed
+        # before this must not unregister it (spec: the teardown is dropped).
+        view.registered_ms = now_ms()
         republish = not isinstance(row, dict)
         if not republish and view.members and view.view_id not in self.publisher.initial:
             n = await self.db.query_one(
