@@ -13,8 +13,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from surrealdb import RecordID
-
 from dbclient import Database
 from engine.parser import MAX_DEPTH, MAX_QUERY_CHARS
 from engine.values import record_id_text
@@ -310,7 +308,7 @@ async def test_rows_no_view_holds_are_torn_down_at_start_and_by_the_sweep(
         MAX_DEPTH + 5)
     rows = (
         # A live row whose query this engine refuses (registered before the limit existed).
-        f"CREATE _00_query:refused SET surql = $deep, auth_id = user:alice, ttl = '10m', "
+        "CREATE _00_query:refused SET surql = $deep, auth_id = user:alice, ttl = '10m', "
         "lastActiveAt = time::now(), state = 'ready', rowCount = 1; "
         "RELATE _00_query:refused->_00_list_ref_user_alice->thread:1; "
         # An expired row (its SSP was down when it expired).
@@ -351,6 +349,3 @@ async def test_rows_no_view_holds_are_torn_down_at_start_and_by_the_sweep(
 async def _count(st: Stack, table: str, n: int) -> bool:
     r = await st.ssp.call("GET /info")
     return bool(r["body"][0]["circuit_tables"].get(table) == n)
-
-
-_ = RecordID
