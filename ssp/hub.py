@@ -1031,6 +1031,13 @@ class Hub:
         verdict = await self.allowlist.check(self.db, surql, parsed=query)
         if not verdict.allowed:
             return error_reply(403, ErrorCode.NOT_ALLOWLISTED, verdict.reason)
+        # The awaits above let other requests run: the held view may be gone or replaced.
+        held = self.views.get(vid)
+        if held is not None and held.auth != auth:
+            return error_reply(409, ErrorCode.AUTH_MISMATCH,
+                               f"view {vid} is registered under another identity")
+        kept = (f"; view {vid} keeps its previous query and is still maintained"
+                if held is not None else "")
         if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
             return await self._refresh(held, row, client_id, ttl, ttl_ms, last_ms)
         view = self._new_view(vid, surql, params, auth, client_id, ttl, ttl_ms, last_ms,
@@ -1062,10 +1069,19 @@ class Hub:
                 return not_ready(msg)
             log.warning("registering %s failed on the database: %s", vid, e)
             return error_reply(500, ErrorCode.INTERNAL, msg)
+        if vid not in self.views:
+            return self._unregistered_meanwhile(view)
         result = await self._result(view)
         state = "materializing" if view.members else "ready"
         return reply(200, {"id": vid, "state": state, "rowCount": len(view.members),
                            "records": sorted(view.members), "result": result})
+
+    def _unregistered_meanwhile(self, view: ViewState) -> dict[str, Any]:
+        """The view was unregistered (its row deleted, an unregister call) while its row was
+        being written: that row must go too, and the client registers again."""
+        self._teardown(view.view_id, view.edge_table)
+        return not_ready(f"view {view.view_id} was unregistered while it was being "
+                         "registered; register it again")
 
     async def _abandon(self, view: ViewState) -> None:
         """Undo a registration whose first publication failed (unless the id was registered
@@ -1125,6 +1141,8 @@ class Hub:
             await self.pub_db.query("UPDATE $q MERGE $d", {"q": view.record, "d": {
                 "clientId": client_id, "ttl": ttl, "subscribers": len(view.client_ids),
                 "lastActiveAt": datetime.fromtimestamp(last_ms / 1000, tz=UTC)}})
+        if view.view_id not in self.views:
+            return self._unregistered_meanwhile(view)
         state = "ready"
         if view.view_id in self.publisher.initial:
             state = "materializing"
@@ -1136,16 +1154,23 @@ class Hub:
         await self.unregister(vid)
         return reply(200, {"status": "ok", "id": vid})
 
-    async def unregister(self, vid: str) -> None:
+    async def unregister(self, vid: str, *, deleted_at_ms: int | None = None) -> None:
         """Forget the view now; its edges and row go at the next flush (unless re-registered).
 
         For a held view this never fails half way: the registry forgets it first, a shard
         that cannot confirm is restarted (its rebuild registers only views still held), and
-        the teardown is queued whatever the shard said (the publisher retries it)."""
+        the teardown is queued whatever the shard said (the publisher retries it).
+        `deleted_at_ms` (the `_00_query` delete rule): the commit time of the row's delete; a
+        view registered again after it is kept (decided under the exclusive section, so a
+        registration finishing meanwhile is seen)."""
         if vid in self.views:
             async with self._exclusive():
-                view = self.views.pop(vid, None)
+                view = self.views.get(vid)
+                if (view is not None and deleted_at_ms is not None
+                        and view.registered_ms > deleted_at_ms):
+                    return
                 if view is not None:
+                    self.views.pop(vid, None)
                     try:
                         await self.shards[view.shard].call(
                             "unregister", {"view_id": vid},
@@ -1157,6 +1182,8 @@ class Hub:
             if view is not None:
                 self._teardown(vid, view.edge_table)
                 return
+        if deleted_at_ms is not None:
+            return  # not held: whoever unregistered it queued its teardown
         row = await self.db.query_one("SELECT auth_id FROM ONLY $q",
                                       {"q": view_record(vid)}, idempotent=True)
         auth = row.get("auth_id") if isinstance(row, dict) else None
@@ -1412,9 +1439,8 @@ class Hub:
         if events:
             await self.submit(events)
         for vid, at_ms in deletes:
-            view = self.views.get(vid)
-            if view is not None and view.registered_ms <= at_ms:
-                await self.unregister(vid)
+            if vid in self.views:
+                await self.unregister(vid, deleted_at_ms=at_ms)
         return rnd.more
 
     # ================================================================== sweeps
