@@ -195,3 +195,14 @@ def test_params_nesting_is_limited_like_the_query() -> None:
         _check_params({"x": nest(MAX_DEPTH)})
     with pytest.raises(ValueError, match="params nest deeper"):
         _check_params({"x": nest(5000)})
+
+
+def test_shard_timeout_setting() -> None:
+    from ssp.config import ConfigError
+
+    base = {"SVC_DB_URL": "ws://127.0.0.1:1"}
+    assert SspConfig.from_env(base).shard_call_timeout_secs == 120
+    assert SspConfig.from_env({**base, "SVC_SSP_SHARD_TIMEOUT_SECS": "2"}
+                              ).shard_call_timeout_secs == 2
+    with pytest.raises(ConfigError, match="SVC_SSP_SHARD_TIMEOUT_SECS"):
+        SspConfig.from_env({**base, "SVC_SSP_SHARD_TIMEOUT_SECS": "0"})
