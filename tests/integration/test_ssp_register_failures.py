@@ -148,6 +148,22 @@ async def test_wide_queries_register_and_limits_are_refused_by_name(host: DbHost
         await st.root.query("CREATE thread:7 SET score = 999; CREATE thread:8 SET score = 1000")
         await wait_for(wide_matches, what="wide view maintained")
         assert await edges(st.root, EDGES, "wide") == {"thread:1", "thread:2", "thread:7"}
+        # Subqueries nested exactly MAX_DEPTH levels: registered, and the result (nested as
+        # deep) crosses the shard -> hub wire and comes back in the reply.
+        nest = "SELECT * FROM thread WHERE score = $parent.score"
+        for _ in range(MAX_DEPTH - 1):
+            nest = f"SELECT *, ({nest}) AS s FROM thread WHERE score = $parent.score"
+        nest = f"SELECT *, ({nest}) AS s FROM thread"
+        r = await register(st, "nest", nest)
+        assert r["status"] == 200, r
+        top = next(x for x in r["body"]["result"] if x["id"] == "thread:2")
+        depth = 0
+        while isinstance(top.get("s"), list) and top["s"]:
+            top, depth = top["s"][0], depth + 1
+        assert depth == MAX_DEPTH
+        r = await register(st, "nest2", f"SELECT *, ({nest}) AS s FROM thread")
+        assert r["status"] == 400 and "MAX_DEPTH" in r["body"]["message"], r
+        assert await nothing_of(st, "nest2")
         for key, surql, named in (
             ("deep", "SELECT * FROM thread WHERE " + "(" * 200 + "score = 1" + ")" * 200,
              "MAX_DEPTH"),
