@@ -90,9 +90,15 @@ async def register(st: Stack, key: str, surql: str, **extra: Any) -> dict[str, A
     return await st.ssp.call("POST /view/register", view_body(key, surql, **extra))
 
 
-async def shard_pid(st: Stack, key: str, shards: int) -> int:
+async def shard_pid(st: Stack, key: str, shards: int) -> int | None:
+    """The pid of the shard owning view `query:<key>` (None while it is restarting)."""
     mem = (await st.ssp.call("GET /debug/memory"))["body"]
-    return int(mem["shards"][shard_of(f"query:{key}", shards)]["pid"])
+    pid = mem["shards"][shard_of(f"query:{key}", shards)].get("pid")
+    return int(pid) if pid else None
+
+
+async def running_shard_pid(st: Stack, key: str, shards: int) -> int:
+    return int(await wait_for(lambda: shard_pid(st, key, shards), what="shard running"))
 
 
 async def test_refused_re_registration_keeps_the_held_view_maintained(host: DbHost,
@@ -189,7 +195,7 @@ async def test_a_shard_that_times_out_during_re_registration_keeps_the_held_view
                             SVC_SSP_SHARD_TIMEOUT_SECS="2") as st:
         assert (await register(st, "top", TOP))["status"] == 200
         await wait_for(lambda: view_matches(st, "top", TOP), what="published")
-        pid = await shard_pid(st, "top", 2)
+        pid = await running_shard_pid(st, "top", 2)
         os.kill(pid, signal.SIGSTOP)
         try:
             r = await register(st, "top", "SELECT * FROM thread WHERE score < 3")
@@ -209,14 +215,15 @@ async def test_a_shard_that_times_out_during_re_registration_keeps_the_held_view
         await wait_for(lambda: view_matches(st, "top", TOP), what="old view maintained")
         assert await edges(st.root, EDGES, "top") == {"thread:3"}
         # A new id on the stopped shard is not registered at all.
-        os.kill(await shard_pid(st, "top", 2), signal.SIGSTOP)
+        pid = await running_shard_pid(st, "top", 2)
+        os.kill(pid, signal.SIGSTOP)
         other = next(f"n{i}" for i in range(1000) if shard_of(f"query:n{i}", 2)
                      == shard_of("query:top", 2))
         try:
             r = await register(st, other, TOP)
         finally:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(await shard_pid(st, "top", 2), signal.SIGCONT)
+                os.kill(pid, signal.SIGCONT)
         assert r["status"] == 503, r
         assert await nothing_of(st, other)
         h = await st.ssp.call("GET /health")
@@ -228,7 +235,7 @@ async def test_a_shard_killed_during_re_registration_leaves_the_old_or_the_new_v
     async with thread_stack(host, tmp_path, SVC_SSP_SHARDS="2") as st:
         assert (await register(st, "top", TOP))["status"] == 200
         await wait_for(lambda: view_matches(st, "top", TOP), what="published")
-        pid = await shard_pid(st, "top", 2)
+        pid = await running_shard_pid(st, "top", 2)
         os.kill(pid, signal.SIGSTOP)
         low = "SELECT * FROM thread WHERE score < 3"
         pending = asyncio.ensure_future(register(st, "top", low))
@@ -290,7 +297,7 @@ async def test_unregister_removes_everything_even_when_the_shard_does_not_answer
         assert (await register(st, "top", TOP))["status"] == 200
         assert (await register(st, keep, TOP))["status"] == 200
         await wait_for(lambda: view_matches(st, keep, TOP), what="published")
-        pid = await shard_pid(st, "top", 2)
+        pid = await running_shard_pid(st, "top", 2)
         os.kill(pid, signal.SIGSTOP)
         try:
             r = await st.ssp.call("POST /view/unregister", {"id": "query:top"})
