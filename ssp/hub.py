@@ -24,6 +24,9 @@ Decisions documented here:
 - Serialisation: one `asyncio.Lock` (`_apply_lock`) orders ingest batches; registrations,
   unregistrations, shard rebuilds and reloads also wait for the batches in flight
   (`_exclusive`), so a view's initial members and the deltas that follow are consistent.
+- Registration failures: every refusal is decided before anything held is touched, and after
+  a failure at any later step the database holds the old view (intact, maintained) or nothing
+  of it (ssp/README.md, "Registration failures").
 """
 
 from __future__ import annotations
@@ -1019,8 +1022,7 @@ class Hub:
             return error_reply(400, ErrorCode.INVALID,
                                "the registration names no identity (params.auth_id or "
                                "params.auth.id) and anonymous views are off")
-        kept = (f"; view {vid} keeps its previous query and is still maintained"
-                if held is not None else "")
+        kept = _kept(vid, held)
         try:
             # The engine's own verdict (the shard would give the same), before any change.
             query = parse(surql)
@@ -1036,8 +1038,7 @@ class Hub:
         if held is not None and held.auth != auth:
             return error_reply(409, ErrorCode.AUTH_MISMATCH,
                                f"view {vid} is registered under another identity")
-        kept = (f"; view {vid} keeps its previous query and is still maintained"
-                if held is not None else "")
+        kept = _kept(vid, held)
         if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
             return await self._refresh(held, row, client_id, ttl, ttl_ms, last_ms)
         view = self._new_view(vid, surql, params, auth, client_id, ttl, ttl_ms, last_ms,
@@ -1681,6 +1682,12 @@ def _claimed_auth(params: dict[str, Any] | None) -> RecordID | None:
         return auth_record(raw)
     except ValueError:
         raise ValueError(f"params.auth_id {raw[:80]!r} is not a record id") from None
+
+
+def _kept(vid: str, held: ViewState | None) -> str:
+    """What a refusal adds when the id is held: its view is exactly as it was."""
+    return (f"; view {vid} keeps its previous query and is still maintained"
+            if held is not None else "")
 
 
 def _check_params(params: dict[str, Any] | None) -> None:
