@@ -14,6 +14,15 @@ Expression nodes:
 - ``("and", a, b)``, ``("or", a, b)``, ``("not", a)``
 - ``("cmp", op, a, b)``            op in :data:`COMPARISON_OPS`
 - ``("slot", i)``                  only after normalisation (see :mod:`engine.shape`)
+
+A chain of ``n`` terms joined by the same AND (or OR) is built as a balanced binary tree
+(height ``ceil(log2 n)``), not a left-leaning one (height ``n - 1``): both evaluate the terms
+left to right with the same short-circuit, and every later stage (normalisation, compilation,
+dependency walks) recurses over the tree, so a wide query stays shallow.
+
+Limits (documented in ``engine/README.md``): a query longer than :data:`MAX_QUERY_CHARS`, or
+nested deeper than :data:`MAX_DEPTH`, is refused with :class:`QueryRejected` naming the limit.
+Everything the parser accepts is therefore shallow enough for the recursive stages after it.
 """
 
 from __future__ import annotations
@@ -31,6 +40,13 @@ from engine.values import NONE
 
 Expr = tuple[Any, ...]
 Path = tuple[str, ...]
+
+#: Longest query text accepted, in characters.
+MAX_QUERY_CHARS = 100_000
+#: Deepest nesting accepted: both the brackets open at once (parentheses, ``[]``, ``{}``,
+#: ``NOT``/``!``, projection subqueries) and the height of each expression tree (one level per
+#: comparison, NOT, array, object and AND/OR node; see the module docstring for chains).
+MAX_DEPTH = 64
 
 #: Canonical comparison operator names used in the AST.
 COMPARISON_OPS = frozenset(
@@ -244,6 +260,16 @@ class _Parser:
         self.text = text
         self.toks = tokenize(text)
         self.i = 0
+        self.depth = 0  # brackets, NOTs and subqueries open at this point of the parse
+
+    def enter(self) -> None:
+        """Open one nesting level (refused past MAX_DEPTH, before the recursion goes deeper)."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise QueryRejected(_too_deep(self.tok.pos))
+
+    def leave(self) -> None:
+        self.depth -= 1
 
     # -- token helpers ---------------------------------------------------------------------
     @property
@@ -438,7 +464,9 @@ class _Parser:
         if self.is_op("("):
             if self.is_kw("SELECT", tok=self.peek()):
                 self.advance()
+                self.enter()
                 sub = self.select()
+                self.leave()
                 if not self.is_op(")"):
                     self._reject_trailing()
                 self.advance()
@@ -520,18 +548,18 @@ class _Parser:
 
     # -- expressions ----------------------------------------------------------------------
     def expr(self) -> Expr:
-        left = self.and_expr()
+        terms = [self.and_expr()]
         while self.is_kw("OR") or self.is_op("||"):
             self.advance()
-            left = ("or", left, self.and_expr())
-        return left
+            terms.append(self.and_expr())
+        return _balanced("or", terms)
 
     def and_expr(self) -> Expr:
-        left = self.cmp_expr()
+        terms = [self.cmp_expr()]
         while self.is_kw("AND") or self.is_op("&&"):
             self.advance()
-            left = ("and", left, self.cmp_expr())
-        return left
+            terms.append(self.cmp_expr())
+        return _balanced("and", terms)
 
     def _cmp_op(self) -> str | None:
         t = self.tok
@@ -578,7 +606,10 @@ class _Parser:
     def unary(self) -> Expr:
         if self.is_op("!") or self.is_kw("NOT"):
             self.advance()
-            return ("not", self.unary())
+            self.enter()
+            inner = self.unary()
+            self.leave()
+            return ("not", inner)
         if self.is_op("-"):
             nt = self.peek()
             if nt.kind == "num" and nt.glued:
@@ -622,11 +653,14 @@ class _Parser:
             if self.is_kw("SELECT", tok=self.peek()):
                 raise QueryRejected("subqueries in WHERE are not supported")
             self.advance()
+            self.enter()
             e = self.expr()
+            self.leave()
             self.expect_op(")")
             return e
         if self.is_op("["):
             self.advance()
+            self.enter()
             items: list[Expr] = []
             while not self.is_op("]"):
                 items.append(self.expr())
@@ -635,9 +669,11 @@ class _Parser:
                 elif not self.is_op("]"):
                     raise QueryRejected(f"expected ',' or ']' in array, found {self._desc()}")
             self.advance()
+            self.leave()
             return ("array", tuple(items))
         if self.is_op("{"):
             self.advance()
+            self.enter()
             keys: list[str] = []
             vals: list[Expr] = []
             while not self.is_op("}"):
@@ -653,6 +689,7 @@ class _Parser:
                 elif not self.is_op("}"):
                     raise QueryRejected(f"expected ',' or '}}' in object, found {self._desc()}")
             self.advance()
+            self.leave()
             return ("object", tuple(keys), tuple(vals))
         if self.is_op("->", "<-", "<->"):
             raise QueryRejected("graph traversal is not supported")
@@ -737,6 +774,60 @@ class _Parser:
         return ("param", name, tuple(parts))
 
 
+def _balanced(kind: str, terms: list[Expr]) -> Expr:
+    """``terms`` joined by ``kind`` (and/or) as a balanced tree, left to right."""
+    while len(terms) > 1:
+        # Pair neighbours level by level: order is kept and the height is ceil(log2 n).
+        paired = [(kind, terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            paired.append(terms[-1])
+        terms = paired
+    return terms[0]
+
+
+def _too_deep(pos: int | None = None) -> str:
+    near = "" if pos is None else f" near position {pos}"
+    return (f"the query nests deeper than the limit of {MAX_DEPTH} levels{near} (MAX_DEPTH: "
+            "parentheses, brackets, NOT, comparisons and subqueries each add a level)")
+
+
+_COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object"})
+
+
+def _height(e: Expr) -> int:
+    """Height of an expression tree (leaves 0), computed without recursion."""
+    best = 0
+    stack: list[tuple[Expr, int]] = [(e, 0)]
+    while stack:
+        node, above = stack.pop()
+        if node[0] not in _COMPOSITE:
+            continue
+        level = above + 1
+        best = max(best, level)
+        k = node[0]
+        if k == "cmp":
+            children: Any = (node[2], node[3])
+        elif k == "array":
+            children = node[1]
+        elif k == "object":
+            children = node[2]
+        else:
+            children = node[1:]
+        stack.extend((c, level) for c in children)
+    return best
+
+
+def _check_heights(q: Query) -> None:
+    """Every expression tree of ``q`` and of its subqueries is at most MAX_DEPTH high."""
+    queries = [q]
+    while queries:
+        cur = queries.pop()
+        for e in (cur.where, cur.limit, cur.start):
+            if e is not None and _height(e) > MAX_DEPTH:
+                raise QueryRejected(_too_deep())
+        queries.extend(it.sub for it in cur.items if it.sub is not None)
+
+
 def _record_from_text(text: str) -> RecordID:
     table, sep, ident = text.partition(":")
     if not sep or not table:
@@ -754,6 +845,11 @@ def parse(text: str) -> Query:
     """Parse one SELECT statement of the supported subset or raise :class:`QueryRejected`."""
     if not isinstance(text, str):
         raise QueryRejected(f"the query must be a string, got {type(text).__name__}")
+    if len(text) > MAX_QUERY_CHARS:
+        raise QueryRejected(f"the query is {len(text):,} characters long; the limit is "
+                            f"{MAX_QUERY_CHARS:,} (MAX_QUERY_CHARS)")
     if not text.strip():
         raise QueryRejected("the query is empty")
-    return _Parser(text).statement()
+    q = _Parser(text).statement()
+    _check_heights(q)
+    return q

@@ -8,7 +8,9 @@ Requests (``kind``):
 
 - ``{"kind": "load", "table": str, "rows": [row, ...]}`` -> ``{"ok": True, "count": int}``
 - ``{"kind": "register", "view_id": str, "surql": str, "params": {...}}``
-  -> ``{"ok": True, "members": [id, ...]}`` or ``{"ok": False, "error": "rejected", "message": str}``
+  -> ``{"ok": True, "members": [id, ...]}`` or ``{"ok": False, "error": "rejected", "message": str}``.
+  Registering an id the engine holds replaces its view only once the new one is built: a
+  refused (or failed) replacement leaves the old view exactly as it was.
 - ``{"kind": "unregister", "view_id": str}`` -> ``{"ok": True}``
 - ``{"kind": "ingest", "events": [[table, op, id, record], ...]}``
   -> ``{"ok": True, "deltas": {view_id: {"added": [...], "removed": [...], "updated": [...]}}}``
@@ -16,7 +18,10 @@ Requests (``kind``):
 - ``{"kind": "hashes", "tables": [str, ...]}`` -> ``{"ok": True, "hashes": {table: int}, "counts": {...}}``
 
 Any failure answers ``{"ok": False, "error": <code>, "message": str}`` instead of raising, so a
-bad message can never kill the shard.
+bad message can never kill the shard. Codes: ``rejected`` (the query is outside the supported
+language or its limits), ``bad_message`` (a malformed message), ``internal`` (anything else: a
+bug or exhausted resources; logged with its traceback, and the engine's state may be
+inconsistent, so the caller should rebuild the shard). The message is never empty.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from engine.core import ViewDelta, ViewEngine
 from engine.errors import QueryRejected
 
 log = logging.getLogger(__name__)
+
+# A view being replaced is first built under this side id (never a real view id: those are
+# `query:...` texts), so the old one stays registered until the new one exists.
+_REPLACING = "\x00replacing:"
 
 
 def delta_to_wire(d: ViewDelta) -> dict[str, list[str]]:
@@ -58,7 +67,12 @@ class ShardWorker:
         except (KeyError, TypeError, ValueError) as exc:
             self.errors += 1
             log.warning("shard message %s failed: %s", kind, exc)
-            return {"ok": False, "error": "bad_message", "message": f"{type(exc).__name__}: {exc}"}
+            return {"ok": False, "error": "bad_message", "message": _describe(exc)}
+        except Exception as exc:  # answered, never raised into the transport
+            self.errors += 1
+            log.exception("shard message %s failed unexpectedly", kind)
+            return {"ok": False, "error": "internal",
+                    "message": f"the engine failed on {kind}: {_describe(exc)}"}
 
     def _load(self, msg: Mapping[str, Any]) -> dict[str, Any]:
         table = msg["table"]
@@ -66,7 +80,19 @@ class ShardWorker:
         return {"ok": True, "count": self.engine.table_count(table)}
 
     def _register(self, msg: Mapping[str, Any]) -> dict[str, Any]:
-        members = self.engine.register(msg["view_id"], msg["surql"], msg.get("params") or {})
+        view_id, surql, params = msg["view_id"], msg["surql"], msg.get("params") or {}
+        if not isinstance(view_id, str) or view_id not in self.engine.views:
+            members = self.engine.register(view_id, surql, params)
+            return {"ok": True, "members": sorted(members)}
+        # Replacing: build the new view beside the old one first (a refusal raises here and
+        # the old view is untouched); the real id then joins the materialisation just built,
+        # which costs no second evaluation.
+        side = _REPLACING + view_id
+        self.engine.register(side, surql, params)
+        try:
+            members = self.engine.register(view_id, surql, params)
+        finally:
+            self.engine.unregister(side)
         return {"ok": True, "members": sorted(members)}
 
     def _unregister(self, msg: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,6 +119,12 @@ class ShardWorker:
             "hashes": {t: self.engine.table_hash(t) for t in tables},
             "counts": {t: self.engine.table_count(t) for t in tables},
         }
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: text`, cut short (a RecursionError's text alone says little)."""
+    text = str(exc) or repr(exc)
+    return f"{type(exc).__name__}: {text[:500]}"
 
 
 _HANDLERS = {

@@ -24,7 +24,7 @@ from typing import Any
 
 from dbclient import Database
 from engine.errors import QueryRejected
-from engine.parser import parse
+from engine.parser import Query, parse
 from engine.shape import normalise
 
 log = logging.getLogger("ssp.allowlist")
@@ -108,13 +108,14 @@ class Allowlist:
         log.info("allowlist loaded: %d shapes from %d releases", len(self.shapes),
                  len(self.sources))
 
-    async def check(self, db: Database, surql: str) -> Decision:
-        """Decide on a registration's query (call before any database write)."""
+    async def check(self, db: Database, surql: str, *, parsed: Query | None = None) -> Decision:
+        """Decide on a registration's query (call before any database write); `parsed` is
+        `parse(surql)` when the caller has it already."""
         if self.mode == "off":
             return Decision(True, "allowed_any")
         self.counters["checked"] += 1
         try:
-            shape = shape_of(surql)
+            shape = shape_of(surql) if parsed is None else normalise(parsed, {})[0]
         except (QueryRejected, ValueError) as e:
             # The engine will refuse it with 400 `rejected`; the allowlist has no say.
             return Decision(True, "allowed_any", str(e))

@@ -195,6 +195,9 @@ class SspConfig:
     # OpenTelemetry (standard OTEL_* names, `ssp.telemetry`): exporters to run, `()` = none
     metrics_exporters: tuple[str, ...] = ()
     metrics_export_interval_ms: int = 60_000
+    # ours (SVC_SSP_SHARD_TIMEOUT_SECS): a shard that does not answer a registration or an
+    # unregistration within this is restarted and rebuilt
+    shard_call_timeout_secs: float = 120.0
 
     @property
     def standalone(self) -> bool:
@@ -283,4 +286,6 @@ class SspConfig:
             metrics_exporters=_metrics_exporters(env),
             metrics_export_interval_ms=_int(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000,
                                             minimum=1),
+            shard_call_timeout_secs=_int(env, "SVC_SSP_SHARD_TIMEOUT_SECS", 120,
+                                         minimum=1),  # ours
         )

@@ -26,6 +26,9 @@ Decisions documented here:
 - Serialisation: one `asyncio.Lock` (`_apply_lock`) orders ingest batches; registrations,
   unregistrations, shard rebuilds and reloads also wait for the batches in flight
   (`_exclusive`), so a view's initial members and the deltas that follow are consistent.
+- Registration failures: every refusal is decided before anything held is touched, and after
+  a failure at any later step the database holds the old view (intact, maintained) or nothing
+  of it (ssp/README.md, "Registration failures").
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ from dbclient.feed import read_round
 from dbclient.fieldtypes import field_kinds, restore_types
 from engine.errors import QueryRejected
 from engine.hashing import bytes_hash, hash_text
-from engine.parser import parse
+from engine.parser import MAX_DEPTH, parse
+from engine.shape import normalise
 from engine.values import canonical_bytes, parse_record_id, record_id_text, unpack_value
 from ipc.messages import (
     ErrorCode,
@@ -86,7 +90,7 @@ from ssp.naming import (
 from ssp.publisher import Publisher, PubView, Teardown
 from ssp.rowarena import HubRows, pack_handles
 from ssp.shard import encode_request
-from ssp.shards import ShardDown, ShardError, ShardHandle, shard_of
+from ssp.shards import ShardDown, ShardError, ShardHandle, ShardTimeout, shard_of
 from ssp.viewmetrics import ViewMetrics
 
 log = logging.getLogger("ssp.hub")
@@ -466,27 +470,54 @@ class Hub:
         self.field_types[table] = field_kinds(info)
 
     async def _restore_views(self) -> None:
+        """Register again the views whose `_00_query` rows are live. A row that is expired,
+        or whose view cannot be registered any more (a query this engine refuses, a bad
+        row), is torn down: nobody else would ever maintain or remove it."""
         rows = await self.db.query_one(f"SELECT * FROM {QUERY_TABLE}", idempotent=True) or []
         now = now_ms()
         for row in rows:
             try:
                 vid = view_id_of(row["id"])
-                ttl = str(row.get("ttl") or "10m")
-                ttl_ms = _ttl_ms(row.get("ttl"))
-                last = _ms(row.get("lastActiveAt"))
-                if last is None or last + ttl_ms <= now:
-                    continue
-                auth = row.get("auth_id")
-                auth = auth if isinstance(auth, RecordID) else None
+            except (KeyError, ValueError, TypeError) as e:
+                log.warning("bootstrap: unreadable _00_query row %r: %s", row.get("id"), e)
+                continue
+            auth = row.get("auth_id")
+            auth = auth if isinstance(auth, RecordID) else None
+            ttl_ms = _ttl_ms(row.get("ttl"))
+            last = _ms(row.get("lastActiveAt"))
+            if last is None or last + ttl_ms <= now:
+                self._teardown(vid, edge_table(auth, self.cfg.ref_mode))
+                continue
+            try:
                 params = row.get("params") if isinstance(row.get("params"), dict) else None
                 view = self._new_view(vid, str(row.get("surql") or ""), params, auth,
-                                      str(row.get("clientId") or ""), ttl, ttl_ms, last, None)
+                                      str(row.get("clientId") or ""), str(row.get("ttl") or "10m"),
+                                      ttl_ms, last, None)
+                await self._restore_one(view)
+            except (ShardError, ShardDown, KeyError, ValueError, TypeError) as e:
+                log.warning("bootstrap: view %s not restored (%s); its row and edges are "
+                            "removed", vid, e)
+                if isinstance(e, ShardTimeout) or (isinstance(e, ShardError)
+                                                   and e.code != "rejected"):
+                    self._restart_shard(shard_of(vid, len(self.shards)), e)
+                self._teardown(vid, edge_table(auth, self.cfg.ref_mode))
+
+    async def _restore_one(self, view: ViewState, attempts: int = 3) -> None:
+        """Register a restored view; a shard that is down (restarting) is waited for."""
+        shard = self.shards[view.shard]
+        for attempt in range(attempts):
+            try:
                 async with self._exclusive():
                     await self._register_on_shard(view)
-                self.views[vid] = view
-                self.publisher.materialise(view)
-            except (ShardError, KeyError, ValueError, TypeError) as e:
-                log.warning("bootstrap: view %s not restored: %s", row.get("id"), e)
+                break
+            except ShardDown as e:
+                if isinstance(e, ShardTimeout) or attempt == attempts - 1:
+                    raise
+                deadline = time.monotonic() + 30.0
+                while not shard.up and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+        self.views[view.view_id] = view
+        self.publisher.materialise(view)
 
     # ================================================================== dispatcher
 
@@ -861,6 +892,10 @@ class Hub:
         results = await asyncio.gather(*(f for _, f in sends), return_exceptions=True)
         out = []
         for (shard, _), r in zip(sends, results):
+            if isinstance(r, ShardTimeout):
+                # Still running, and it may apply the request later: its views could drift.
+                self._restart_shard(shard.index, r)
+                continue
             if isinstance(r, ShardDown):
                 continue  # its exit handler restarts and rebuilds it from the hub's rows
             if isinstance(r, BaseException):
@@ -932,13 +967,9 @@ class Hub:
 
     # ------------------------------------------------------------------ views
 
-    async def _know_tables_of(self, surql: str) -> None:
+    async def _know_table(self, table: str) -> None:
         """A view on a table created since the last schema probe: probe now, so the table's
         rows are loaded before the view's initial set is computed."""
-        try:
-            table = parse(surql).table
-        except (QueryRejected, ValueError):
-            return  # the shard refuses it with the engine's message
         if table not in self.tables:
             await self.poll_schema_once()
 
@@ -953,22 +984,38 @@ class Hub:
             last_active_ms=last_ms, shard=shard_of(vid, len(self.shards)), format=fmt,
             registered_ms=now_ms())
 
-    def _engine_params(self, view: ViewState) -> dict[str, Any]:
-        params = {k: v for k, v in (view.params or {}).items() if k != "auth_id"}
-        if view.auth is not None:
-            given = params.get("auth")
-            auth: dict[str, Any] = given if isinstance(given, dict) else {}
-            params["auth"] = {**auth, "id": view.auth}
-        return params
+    @staticmethod
+    def _engine_params(params: dict[str, Any] | None, auth: RecordID | None) -> dict[str, Any]:
+        out = {k: v for k, v in (params or {}).items() if k != "auth_id"}
+        if auth is not None:
+            given = out.get("auth")
+            base: dict[str, Any] = given if isinstance(given, dict) else {}
+            out["auth"] = {**base, "id": auth}
+        return out
 
     async def _register_on_shard(self, view: ViewState) -> None:
-        """Register on the owning shard (caller holds the apply lock); fills `members`."""
+        """Register on the owning shard (caller holds the apply lock); fills `members`.
+        A view id the shard holds is replaced only once the new view is built there, so a
+        refusal (ShardError `rejected`) leaves the old one registered and maintained."""
         shard = self.shards[view.shard]
         r = await shard.call("register", {"view_id": view.view_id, "surql": view.surql,
-                                          "params": self._engine_params(view)})
+                                          "params": self._engine_params(view.params, view.auth)},
+                             timeout=self.cfg.shard_call_timeout_secs)
         view.members = set(r["members"])
 
+    def _restart_shard(self, index: int, why: BaseException) -> None:
+        """A shard that timed out or failed unexpectedly may hold a half-applied change: kill
+        it; its exit handler restarts it and rebuilds it from the registry and the rows."""
+        shard = self.shards[index]
+        if shard.up:
+            log.error("shard %d is restarted to rebuild its views: %s", index, why)
+            shard.kill()
+
     async def r_register(self, req: dict[str, Any]) -> dict[str, Any]:
+        """`POST /view/register`. Every refusal is decided before anything the SSP holds is
+        touched; a view id already held keeps its view until the new one is built on its
+        shard. After a failure the database holds the old view (intact, still maintained)
+        or nothing of it (ssp/README.md, "Registration failures")."""
         if self.status != "ready":
             return not_ready(f"SSP is {self.status}")
         if self._stalled():
@@ -985,58 +1032,94 @@ class Hub:
             last_ms = (int(parse_timestamp(last).timestamp() * 1000) if isinstance(last, str)
                        else now_ms())
             claimed = _claimed_auth(params)
+            _check_params(params)
         except ValueError as e:
             return error_reply(400, ErrorCode.INVALID, str(e))
         rec = view_record(vid)
         row = await self.db.query_one("SELECT * FROM ONLY $q", {"q": rec}, idempotent=True)
         row_auth = row.get("auth_id") if isinstance(row, dict) else None
         row_auth = row_auth if isinstance(row_auth, RecordID) else None
-        auth = row_auth or claimed
         held = self.views.get(vid)
+        auth = row_auth or claimed or (held.auth if held is not None else None)
         for other in (row_auth, held.auth if held else None):
             if other is not None and claimed is not None and other != claimed:
                 return error_reply(409, ErrorCode.AUTH_MISMATCH,
                                    f"view {vid} is registered under another identity")
+        if held is not None and held.auth != auth:
+            # Its edges live in another table: a held view never changes identity.
+            return error_reply(409, ErrorCode.AUTH_MISMATCH,
+                               f"view {vid} is registered under another identity")
         if auth is None and not self.cfg.anon_live_queries:
             return error_reply(400, ErrorCode.INVALID,
                                "the registration names no identity (params.auth_id or "
                                "params.auth.id) and anonymous views are off")
-        await self._know_tables_of(surql)
-        verdict = await self.allowlist.check(self.db, surql)
+        kept = _kept(vid, held)
+        try:
+            # The engine's own verdict (the shard would give the same), before any change.
+            query = parse(surql)
+            normalise(query, self._engine_params(params, auth))
+        except QueryRejected as e:
+            return error_reply(400, ErrorCode.REJECTED, f"{e}{kept}")
+        await self._know_table(query.table)
+        verdict = await self.allowlist.check(self.db, surql, parsed=query)
         if not verdict.allowed:
             return error_reply(403, ErrorCode.NOT_ALLOWLISTED, verdict.reason)
+        # The awaits above let other requests run: the held view may be gone or replaced.
+        held = self.views.get(vid)
+        if held is not None and held.auth != auth:
+            return error_reply(409, ErrorCode.AUTH_MISMATCH,
+                               f"view {vid} is registered under another identity")
+        kept = _kept(vid, held)
         if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
             return await self._refresh(held, row, client_id, ttl, ttl_ms, last_ms)
         view = self._new_view(vid, surql, params, auth, client_id, ttl, ttl_ms, last_ms,
                               body.get("format"))
         try:
             async with self._exclusive():
-                if held is not None:
-                    await self.shards[held.shard].call("unregister", {"view_id": vid})
-                    self.views.pop(vid, None)
                 await self._register_on_shard(view)
                 self.views[vid] = view
         except ShardError as e:
             if e.code == "rejected":
-                return error_reply(400, ErrorCode.REJECTED, e.message)
-            return error_reply(400, ErrorCode.INVALID, e.message)
+                return error_reply(400, ErrorCode.REJECTED, f"{e.message}{kept}")
+            self._restart_shard(view.shard, e)
+            return error_reply(400, ErrorCode.INVALID,
+                               f"the shard could not register view {vid}: {e.message}{kept}")
         except ShardDown as e:
-            return not_ready(f"the view's shard is restarting: {e}")
+            if isinstance(e, ShardTimeout):
+                self._restart_shard(view.shard, e)
+            return not_ready(f"the view's shard is restarting: {e}{kept}")
         try:
             await self._ensure_edge_table(view.edge_table, view.auth)
             await self._write_row(view, new=True)
-        except DbError:
-            async with self._exclusive():
-                self.views.pop(vid, None)
-                try:
-                    await self.shards[view.shard].call("unregister", {"view_id": vid})
-                except (ShardDown, ShardError):
-                    pass
-            raise
+        except DbError as e:
+            # The row may be half written (a timeout can still commit): nothing of the view
+            # stays, its row and edges are deleted by the publisher (retried until done).
+            await self._abandon(view)
+            msg = (f"database call failed while publishing view {vid} ({e}); the view is "
+                   "not registered and its row and edges are being removed")
+            if isinstance(e, DbTimeout):
+                return not_ready(msg)
+            log.warning("registering %s failed on the database: %s", vid, e)
+            return error_reply(500, ErrorCode.INTERNAL, msg)
+        if vid not in self.views:
+            return self._unregistered_meanwhile(view)
         result = await self._result(view)
         state = "materializing" if view.members else "ready"
         return reply(200, {"id": vid, "state": state, "rowCount": len(view.members),
                            "records": sorted(view.members), "result": result})
+
+    def _unregistered_meanwhile(self, view: ViewState) -> dict[str, Any]:
+        """The view was unregistered (its row deleted, an unregister call) while its row was
+        being written: that row must go too, and the client registers again."""
+        self._teardown(view.view_id, view.edge_table)
+        return not_ready(f"view {view.view_id} was unregistered while it was being "
+                         "registered; register it again")
+
+    async def _abandon(self, view: ViewState) -> None:
+        """Undo a registration whose first publication failed (unless the id was registered
+        again meanwhile, by a request whose own publication then follows)."""
+        if self.views.get(view.view_id) is view:
+            await self.unregister(view.view_id)
 
     async def _result(self, view: ViewState) -> list[Any]:
         try:
@@ -1074,6 +1157,9 @@ class Hub:
                        last_ms: int) -> dict[str, Any]:
         view.client_ids.add(client_id)
         view.client_id, view.ttl, view.ttl_ms, view.last_active_ms = client_id, ttl, ttl_ms, last_ms
+        # Registered again now: a `_00_query` delete read from the feed later but committed
+        # before this must not unregister it (spec: the teardown is dropped).
+        view.registered_ms = now_ms()
         republish = not isinstance(row, dict)
         if not republish and view.members and view.view_id not in self.publisher.initial:
             n = await self.db.query_one(
@@ -1087,6 +1173,8 @@ class Hub:
             await self.pub_db.query("UPDATE $q MERGE $d", {"q": view.record, "d": {
                 "clientId": client_id, "ttl": ttl, "subscribers": len(view.client_ids),
                 "lastActiveAt": datetime.fromtimestamp(last_ms / 1000, tz=UTC)}})
+        if view.view_id not in self.views:
+            return self._unregistered_meanwhile(view)
         state = "ready"
         if view.view_id in self.publisher.initial:
             state = "materializing"
@@ -1098,22 +1186,45 @@ class Hub:
         await self.unregister(vid)
         return reply(200, {"status": "ok", "id": vid})
 
-    async def unregister(self, vid: str) -> None:
-        """Forget the view now; its edges and row go at the next flush (unless re-registered)."""
-        view = self.views.get(vid)
-        if view is not None:
+    async def unregister(self, vid: str, *, deleted_at_ms: int | None = None) -> None:
+        """Forget the view now; its edges and row go at the next flush (unless re-registered).
+
+        For a held view this never fails half way: the registry forgets it first, a shard
+        that cannot confirm is restarted (its rebuild registers only views still held), and
+        the teardown is queued whatever the shard said (the publisher retries it).
+        `deleted_at_ms` (the `_00_query` delete rule): the commit time of the row's delete; a
+        view registered again after it is kept (decided under the exclusive section, so a
+        registration finishing meanwhile is seen)."""
+        if vid in self.views:
             async with self._exclusive():
-                self.views.pop(vid, None)
-                try:
-                    await self.shards[view.shard].call("unregister", {"view_id": vid})
-                except ShardDown:
-                    pass  # the rebuild only re-registers views still in the registry
-            table = view.edge_table
-        else:
-            row = await self.db.query_one("SELECT auth_id FROM ONLY $q",
-                                          {"q": view_record(vid)}, idempotent=True)
-            auth = row.get("auth_id") if isinstance(row, dict) else None
-            table = edge_table(auth if isinstance(auth, RecordID) else None, self.cfg.ref_mode)
+                view = self.views.get(vid)
+                if (view is not None and deleted_at_ms is not None
+                        and view.registered_ms > deleted_at_ms):
+                    return
+                if view is not None:
+                    self.views.pop(vid, None)
+                    try:
+                        await self.shards[view.shard].call(
+                            "unregister", {"view_id": vid},
+                            timeout=self.cfg.shard_call_timeout_secs)
+                    except (ShardTimeout, ShardError) as e:
+                        self._restart_shard(view.shard, e)
+                    except ShardDown:
+                        pass  # the rebuild only re-registers views still in the registry
+            if view is not None:
+                self._teardown(vid, view.edge_table)
+                return
+        if deleted_at_ms is not None:
+            return  # not held: whoever unregistered it queued its teardown
+        row = await self.db.query_one("SELECT auth_id FROM ONLY $q",
+                                      {"q": view_record(vid)}, idempotent=True)
+        auth = row.get("auth_id") if isinstance(row, dict) else None
+        self._teardown(vid, edge_table(auth if isinstance(auth, RecordID) else None,
+                                       self.cfg.ref_mode))
+
+    def _teardown(self, vid: str, table: str) -> None:
+        """Queue the deletion of a view's edges and `_00_query` row (dropped by the publisher
+        if the id is registered again first)."""
         self.generation += 1
         self.publisher.teardown(Teardown(vid, view_record(vid), table, self.generation))
 
@@ -1134,7 +1245,10 @@ class Hub:
 
     async def r_reset(self, req: dict[str, Any]) -> dict[str, Any]:
         async with self._exclusive():
+            views = list(self.views.values())
             await self._clear_state()
+        for view in views:  # their rows and edges would otherwise never change again
+            self._teardown(view.view_id, view.edge_table)
         log.info("reset: all views and data cleared")
         return reply(200, {"status": "ok"})
 
@@ -1289,10 +1403,10 @@ class Hub:
             try:
                 await self._register_on_shard(view)
             except ShardError as e:
-                log.error("view %s could not be rebuilt: %s", view.view_id, e)
+                log.error("view %s could not be rebuilt (%s): its row and edges are removed",
+                          view.view_id, e)
                 self.views.pop(view.view_id, None)
-                self.publisher.teardown(Teardown(view.view_id, view.record, view.edge_table,
-                                                 view.generation))
+                self._teardown(view.view_id, view.edge_table)
                 continue
             changed = before ^ view.members
             if changed:
@@ -1357,9 +1471,8 @@ class Hub:
         if events:
             await self.submit(events)
         for vid, at_ms in deletes:
-            view = self.views.get(vid)
-            if view is not None and view.registered_ms <= at_ms:
-                await self.unregister(vid)
+            if vid in self.views:
+                await self.unregister(vid, deleted_at_ms=at_ms)
         return rnd.more
 
     # ================================================================== sweeps
@@ -1387,9 +1500,16 @@ class Hub:
 
     async def sweep_once(self) -> int:
         """Unregister views whose `lastActiveAt + ttl <= now` (row values win: clients refresh
-        `lastActiveAt` in the database directly)."""
-        rows = await self.db.query_one(f"SELECT id, lastActiveAt, ttl FROM {QUERY_TABLE}",
-                                       idempotent=True) or []
+        `lastActiveAt` in the database directly). Returns how many views or rows it removed.
+
+        Standalone, this SSP is the only one that maintains `_00_query` rows, so a row of a
+        view it does not hold is maintained by nobody (left by an earlier run, or written
+        by a database call that timed out and committed after the registration was undone):
+        it is torn down with its edges, expired or not. A registration of that id in flight
+        writes its row under `Publisher.hold`, which drops such a teardown, and a flush skips
+        it once the view is held, so a view being registered is never removed."""
+        rows = await self.db.query_one(
+            f"SELECT id, lastActiveAt, ttl, auth_id FROM {QUERY_TABLE}", idempotent=True) or []
         by_id = {view_id_of(r["id"]): r for r in rows}
         now = now_ms()
         expired = []
@@ -1403,7 +1523,21 @@ class Hub:
         for vid in expired:
             log.info("TTL expired: %s", vid)
             await self.unregister(vid)
-        return len(expired)
+        orphans = 0
+        if self.cfg.standalone:
+            for vid, r in by_id.items():
+                if vid in self.views:
+                    continue
+                last = _ms(r.get("lastActiveAt"))
+                if last is not None and last + _ttl_ms(r.get("ttl")) > now:
+                    log.warning("_00_query row of %s is live but no view holds it: removed", vid)
+                else:
+                    log.info("TTL expired (row of a view not held): %s", vid)
+                auth = r.get("auth_id")
+                self._teardown(vid, edge_table(auth if isinstance(auth, RecordID) else None,
+                                               self.cfg.ref_mode))
+                orphans += 1
+        return len(expired) + orphans
 
     async def _schema_poll(self) -> None:
         while True:
@@ -1579,6 +1713,29 @@ def _claimed_auth(params: dict[str, Any] | None) -> RecordID | None:
         return auth_record(raw)
     except ValueError:
         raise ValueError(f"params.auth_id {raw[:80]!r} is not a record id") from None
+
+
+def _kept(vid: str, held: ViewState | None) -> str:
+    """What a refusal adds when the id is held: its view is exactly as it was."""
+    return (f"; view {vid} keeps its previous query and is still maintained"
+            if held is not None else "")
+
+
+def _check_params(params: dict[str, Any] | None) -> None:
+    """ValueError when the registration's params nest deeper than the engine's MAX_DEPTH
+    (they become slot values that the engine and the wire encoding walk recursively)."""
+    stack: list[tuple[Any, int]] = [(params, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            children: Any = v.values()
+        elif isinstance(v, list):
+            children = v
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"params nest deeper than the limit of {MAX_DEPTH} levels")
+        stack.extend((c, depth + 1) for c in children)
 
 
 def _ttl_ms(v: Any) -> int:

@@ -54,7 +54,21 @@ class Shard:
         self._reader: ArenaReader | None = None
 
     async def handle(self, msg: Any) -> dict[str, Any]:
-        """Answer one request (the engine work is synchronous, so requests run in order)."""
+        """Answer one request (the engine work is synchronous, so requests run in order).
+
+        Never raises: an unexpected error is logged with its traceback and answered
+        `internal` with its type and text (the hub restarts a shard that answers that)."""
+        try:
+            return self._handle(msg)
+        except Exception as e:  # the transport's generic reply would lose the cause
+            kind = msg.get("kind") if isinstance(msg, dict) else None
+            log.exception("shard %d: %s failed unexpectedly", self.index, kind)
+            text = str(e) or repr(e)
+            return {"ok": False, "error": "internal",
+                    "message": f"shard {self.index} failed on {kind}: "
+                               f"{type(e).__name__}: {text[:500]}"}
+
+    def _handle(self, msg: Any) -> dict[str, Any]:
         if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
             return {"ok": False, "error": "bad_message", "message": "expected {kind, data}"}
         kind = msg["kind"]

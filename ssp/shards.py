@@ -27,6 +27,12 @@ class ShardDown(Exception):
     """The shard process is not running (it died or is being restarted)."""
 
 
+class ShardTimeout(ShardDown):
+    """The shard did not answer in time. It may still be working on the request (and apply
+    it later), so its state can no longer be trusted: the caller kills it, and its rebuild
+    recomputes its views from the hub's registry."""
+
+
 class ShardError(Exception):
     """The shard answered `ok: false` (the `code` says why)."""
 
@@ -128,12 +134,25 @@ class ShardHandle:
         try:
             reply = call.result()
         except RpcTimeout:
-            raise ShardDown(f"shard {self.index} did not answer {msg.get('kind')}") from None
+            raise ShardTimeout(f"shard {self.index} did not answer {msg.get('kind')} within "
+                               f"{timeout:g}s") from None
         if not isinstance(reply, dict) or not reply.get("ok"):
-            code = str(reply.get("error", "error")) if isinstance(reply, dict) else "bad_reply"
-            message = str(reply.get("message", "")) if isinstance(reply, dict) else repr(reply)
-            raise ShardError(code, message)
+            raise self._error(msg.get("kind"), reply)
         return reply
+
+    def _error(self, kind: Any, reply: Any) -> ShardError:
+        """The ShardError of a failed reply, never with an empty message (the transport's
+        own failure reply nests `{error, message}` under `body`)."""
+        if isinstance(reply, dict) and "ok" not in reply and isinstance(reply.get("body"), dict):
+            reply = reply["body"]
+        if not isinstance(reply, dict):
+            return ShardError("bad_reply", f"shard {self.index} answered {kind} with "
+                                           f"{reply!r:.200}")
+        code = str(reply.get("error") or "internal")
+        message = str(reply.get("message") or "")
+        if not message:
+            message = f"shard {self.index} failed on {kind} ({code}) without saying why"
+        return ShardError(code, message)
 
     def kill(self) -> None:
         """SIGKILL the worker; its exit handler restarts and rebuilds it."""

@@ -1,5 +1,7 @@
 """After random writes through the database, every view's edges equal SurrealDB's own answer
-for its query; a shard killed with SIGKILL is restarted and rebuilt, never silently wrong."""
+for its query; a shard killed with SIGKILL is restarted and rebuilt, never silently wrong;
+held ids registered again (new, identical and refused queries) and deleted `_00_query` rows
+leave each view matching its current query, or with nothing left."""
 
 from __future__ import annotations
 
@@ -36,6 +38,13 @@ VIEWS = (
     "SELECT id, title, n FROM post WHERE n >= 5 ORDER BY n LIMIT 4",
 )
 USERS = ("u1", "u2", "u3")
+# Queries the engine refuses; registering a held id with one keeps its view as it was.
+REFUSED = (
+    "SELECT * FROM post WHERE owner = $auth.id SPLIT title",
+    "SELECT count() FROM post WHERE owner = $auth.id GROUP BY owner",
+    "SELECT * FROM post WHERE " + "(" * 65 + "owner = $auth.id" + ")" * 65,
+    "SELECT * FROM post WHERE string::len(title) > 1",
+)
 
 
 async def prepared_db(host: DbHost) -> tuple[str, str, Database]:
@@ -215,3 +224,84 @@ async def test_concurrent_edge_transactions_converge_to_surrealdb(host: DbHost,
         code = ssp.stop()
         await root.close()
     assert code == 0, ssp.process.log_text()[-3000:]
+
+
+async def register_view(ssp: Ssp, key: str, surql: str, user: str) -> dict[str, Any]:
+    return await ssp.call("POST /view/register", {
+        "id": f"query:{key}", "surql": surql, "clientId": "c", "ttl": "10m",
+        "params": {"auth_id": f"user:{user}"}})
+
+
+async def leftovers(root: Database, gone: dict[str, str]) -> dict[str, Any] | None:
+    """None when no view of `gone` (key -> user) has a row or an edge left."""
+    left = {}
+    for key, u in gone.items():
+        row = await root.query_one("SELECT id FROM ONLY type::record('_00_query', $k)",
+                                   {"k": key})
+        got = await edges(root, f"_00_list_ref_user_{u}", key)
+        if row is not None or got:
+            left[key] = {"row": row is not None, "edges": sorted(got)}
+    return left or None
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+async def test_re_registrations_and_row_deletes_keep_views_equal_to_surrealdb(
+        env: tuple[Ssp, Database], seed: int) -> None:
+    ssp, root = env
+    rng = random.Random(seed)
+    await random_writes(root, rng, 30)
+    views = await register_all(ssp)
+    gone: dict[str, str] = {}  # key -> user: `_00_query` row deleted, nothing may be left
+    counts = dict.fromkeys(("new", "same", "refused", "deleted", "back"), 0)
+    kinds = ("write", "new", "same", "refused", "deleted", "back")
+    for _ in range(70):
+        kind = rng.choices(kinds, weights=(45, 12, 9, 12, 12, 10))[0]
+        if (kind == "back" and not gone) or (kind not in ("write", "back") and not views):
+            kind = "write"
+        if kind == "write":
+            await random_writes(root, rng, 3)
+            continue
+        counts[kind] += 1
+        if kind == "back":
+            # A deleted id registered again (after its delete): it lives again.
+            key = rng.choice(sorted(gone))
+            u = gone.pop(key)
+            surql = rng.choice(VIEWS)
+            r = await register_view(ssp, key, surql, u)
+            assert r["status"] == 200, r
+            views[key] = (surql, u)
+            continue
+        key = rng.choice(sorted(views))
+        surql, u = views[key]
+        if kind == "new":
+            new = rng.choice([q for q in VIEWS if q != surql])
+            r = await register_view(ssp, key, new, u)
+            assert r["status"] == 200, r
+            views[key] = (new, u)
+        elif kind == "same":
+            r = await register_view(ssp, key, surql, u)
+            assert r["status"] == 200, r
+        elif kind == "refused":
+            r = await register_view(ssp, key, rng.choice(REFUSED), u)
+            assert r["status"] == 400 and r["body"]["error"] == "rejected", r
+            assert "keeps its previous query" in r["body"]["message"], r
+        else:
+            await app_write(root, "DELETE type::record('_00_query', $k)", {"k": key})
+            del views[key]
+            gone[key] = u
+    assert all(counts.values()), counts  # the seed exercised every kind of step
+    await random_writes(root, rng, 20)
+    await assert_converges(ssp, root, views)
+
+    async def clean() -> bool:
+        return await leftovers(root, gone) is None
+    try:
+        await wait_for(clean, timeout=60, what="deleted views have nothing left")
+    except AssertionError:
+        raise AssertionError(f"left behind: {await leftovers(root, gone)}") from None
+    for key, (surql, _u) in views.items():
+        d = await ssp.call("GET /debug/view/{view_id}", params={"view_id": f"query:{key}"})
+        assert d["status"] == 200 and d["body"]["surql"] == surql, (key, d)
+    for key in gone:
+        d = await ssp.call("GET /debug/view/{view_id}", params={"view_id": f"query:{key}"})
+        assert d["status"] == 404, (key, d)

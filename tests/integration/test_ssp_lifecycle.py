@@ -237,6 +237,12 @@ async def test_reload_rebuilds_and_reset_clears(host: DbHost, tmp_path: Path) ->
         assert (await st.ssp.call("GET /debug/view/{view_id}",
                                   params={"view_id": "query:rl"}))["status"] == 404
 
+        async def removed() -> bool:
+            # Nobody would maintain them any more: the row and the edges go with the view.
+            row = await st.root.query_one("SELECT * FROM ONLY _00_query:rl")
+            return row is None and await _edges_are(st.root, "rl", set())
+        await wait_for(removed, what="the cleared view's row and edges removed")
+
 
 async def test_reload_failure_is_500_reload_failed(tmp_path: Path) -> None:
     own_host = start_db_host(tmp_path / "rl", memory=True)
