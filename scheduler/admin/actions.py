@@ -1,7 +1,8 @@
 """Operator actions: SSP restarts, rolling restarts, scheduler restart/reclone/rehash, jobs.
 
 Long actions answer 202 with an operation record (:mod:`scheduler.admin.operations`) and run
-in the background; the record says when they end:
+in the background; the record says when they end. ``mode`` is required (400 without it: an
+empty body never restarts anything):
 
 * ``POST ssps/{id}/restart {mode}``: ``restart`` and ``clean`` flag the SSP (the heartbeat 409
   directive ``{reason, clean}``; ``clean`` wipes its snapshot and arena; an SSP too old to
@@ -70,14 +71,14 @@ def relay(out: tuple[Any, ...]) -> Any:
                      code=str(code) if code else None, status=status)
 
 
-def _mode(body: Any, allowed: tuple[str, ...], default: str) -> str:
-    if body is None:
-        return default
+def _mode(body: Any, allowed: tuple[str, ...]) -> str:
+    """The required ``mode``: an action that restarts something is never implied by an empty
+    or malformed body."""
     if not isinstance(body, dict):
         raise Invalid("the body must be an object {mode}")
-    mode = body.get("mode", default)
+    mode = body.get("mode")
     if mode not in allowed:
-        raise Invalid(f"mode: must be one of {', '.join(allowed)}")
+        raise Invalid(f"mode: is required, one of {', '.join(allowed)}")
     return str(mode)
 
 
@@ -115,7 +116,7 @@ class Actions:
                    if o["kind"].startswith("ssp"))
 
     def restart_ssp(self, ssp_id: str, body: Any, who: Mapping[str, Any]) -> dict[str, Any]:
-        mode = _mode(body, SSP_MODES, "restart")
+        mode = _mode(body, SSP_MODES)
         info = self.cluster.ssp(ssp_id)
         if info is None:
             raise NotFound(f"no SSP {ssp_id[:80]} is registered")
@@ -169,7 +170,7 @@ class Actions:
             self.ops.finish(op_id, True, f"{', '.join(ids)} re-registered and Ready")
 
     def restart_all(self, body: Any, who: Mapping[str, Any]) -> dict[str, Any]:
-        mode = _mode(body, ALL_MODES, "restart")
+        mode = _mode(body, ALL_MODES)
         rolling = True
         if isinstance(body, dict) and "rolling" in body:
             if not isinstance(body["rolling"], bool):
@@ -218,7 +219,7 @@ class Actions:
 
     # ------------------------------------------------------------------ scheduler
     def restart_scheduler(self, body: Any, who: Mapping[str, Any]) -> dict[str, Any]:
-        mode = _mode(body, SCHEDULER_MODES, "restart")
+        mode = _mode(body, SCHEDULER_MODES)
         cluster = self.cluster
         target = f"scheduler:{cluster.scheduler_id}"
         if mode == "restart":

@@ -19,7 +19,7 @@ import yaml
 from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
 
 SCHEDULER = str(Path(sys.executable).parent / "svc-scheduler")
-AUTH_SECRET = "admin-test-shared-secret"
+AUTH_SECRET = "admin-test-shared-secret-of-32-bytes+"
 BREAKGLASS = "break-glass-test-password"
 
 #: the app's record access: signs in by `$username` or `$email` with `$password`
