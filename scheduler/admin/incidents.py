@@ -103,16 +103,17 @@ def _int(v: Any, default: int | None) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
 
 
-def _normalise(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+def _normalise(raw: Mapping[str, Any], now: int) -> dict[str, Any] | None:
     """A stored record with every field present (older files omit optional ones); None
-    when it has no id."""
+    when it has no id. A record without any time is taken as seen ``now``."""
     iid = raw.get("id")
     if not isinstance(iid, str) or not iid:
         return None
     events = raw.get("events") if isinstance(raw.get("events"), list) else []
     started = _int(raw.get("started_at"), None)
     if started is None:
-        started = _int(events[0].get("at"), 0) if events and isinstance(events[0], dict) else 0
+        started = _int(events[0].get("at"), now) if events and isinstance(events[0], dict) \
+            else now
     state = raw.get("state") if raw.get("state") in STATES else "recorded"
     out: dict[str, Any] = {
         "id": iid,
@@ -196,7 +197,7 @@ class IncidentStore:
             raw = []
         for item in raw if isinstance(raw, list) else []:
             if isinstance(item, dict):
-                inc = _normalise(item)
+                inc = _normalise(item, self.clock())
                 if inc is not None:
                     self.items[inc["id"]] = inc
         legacy = self.path.parent / LEGACY_FILE
@@ -235,7 +236,7 @@ class IncidentStore:
     # ------------------------------------------------------------------ writers
     def record(self, change: Mapping[str, Any], *, persist: bool = True) -> dict[str, Any] | None:
         """Merge one change (an incident record with its new events) by id."""
-        inc = _normalise(change)
+        inc = _normalise(change, self.clock())
         if inc is None:
             return None
         for ev in inc["events"]:
@@ -262,17 +263,22 @@ class IncidentStore:
     def open(self, component: str, kind: str, summary: str, *, severity: str = "warning",
              operation_id: str | None = None, version: str | None = None) -> str:
         """Open an incident; its id."""
+        iid = self._new(component, kind, summary, severity, "open", operation_id, version)
+        log.warning("incident %s opened (%s %s): %s", iid, kind, component,
+                    self.items[iid]["events"][-1]["summary"])
+        self._changed()
+        return iid
+
+    def _new(self, component: str, kind: str, summary: str, severity: str, state: str,
+             operation_id: str | None, version: str | None) -> str:
         now = self.clock()
         iid = f"inc-{uuid.uuid4().hex[:12]}"
         inc = {"id": iid, "component": component, "kind": kind, "severity": severity,
-               "state": "open", "started_at": now, "ended_at": None, "max_buffered_events": 0,
-               "event_count": 0, "events": [], "source": self.source}
+               "state": state, "started_at": now, "ended_at": None if state == "open" else now,
+               "max_buffered_events": 0, "event_count": 0, "events": [], "source": self.source}
         self.items[iid] = inc
-        self._append(inc, {"at": now, "state": "open", "summary": sanitize(summary, self.secrets),
+        self._append(inc, {"at": now, "state": state, "summary": sanitize(summary, self.secrets),
                            "operation_id": operation_id, "version": version})
-        log.warning("incident %s opened (%s %s): %s", iid, kind, component,
-                    inc["events"][-1]["summary"])
-        self._changed()
         return iid
 
     def event(self, incident_id: str, summary: str, *, state: str | None = None,
@@ -303,12 +309,8 @@ class IncidentStore:
     def note(self, component: str, kind: str, summary: str, *, severity: str = "info",
              operation_id: str | None = None, version: str | None = None) -> str:
         """A one-off incident, ``recorded`` at once."""
-        iid = self.open(component, kind, summary, severity=severity,
-                        operation_id=operation_id, version=version)
-        inc = self.items[iid]
-        inc["state"] = "recorded"
-        inc["ended_at"] = inc["started_at"]
-        inc["events"][-1]["state"] = "recorded"
+        iid = self._new(component, kind, summary, severity, "recorded", operation_id, version)
+        self._changed()
         return iid
 
     def observe(self, incident_id: str, *, buffered: int | None = None,
