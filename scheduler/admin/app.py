@@ -194,6 +194,7 @@ class BackendDetail(Base):
 class LogsRoute(Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         resp.sse = await self.plane.logs.stream(req)
+        self.plane.wake_samplers()
 
 
 class Jobs(Base):
@@ -214,8 +215,8 @@ class JobsStream(Base):
         if not sampler.enabled:
             raise NotImplementedYet("the job sampler is off (SVC_ADMIN_JOB_INTERVAL_SECS=0)",
                                     code="sampler_off")
-        sampler.wake()  # to the live cadence now
         resp.sse = channel_stream(sampler.channel, "jobs")
+        self.plane.wake_samplers()  # to the live cadence now
 
 
 class JobDetail(Base):
@@ -263,6 +264,7 @@ class OperationsStream(Base):
         if ch.latest is None:
             ch.publish({"operations": self.plane.ops.listing()})
         resp.sse = channel_stream(ch, "operations")
+        self.plane.wake_samplers()
 
 
 class SspRestart(Base):

@@ -42,6 +42,15 @@ class Logs:
     def __init__(self, cluster: Cluster, ring: LogRing) -> None:
         self.cluster = cluster
         self.ring = ring
+        self.viewers = 0
+
+    async def _counted(self, inner: AsyncIterator[SSEvent]) -> AsyncIterator[SSEvent]:
+        self.viewers += 1
+        try:
+            async for ev in inner:
+                yield ev
+        finally:
+            self.viewers -= 1
 
     async def stream(self, req: Any) -> AsyncIterator[SSEvent]:
         """Validate the query and open the source (errors raised before any byte is sent)."""
@@ -51,7 +60,7 @@ class Logs:
                          maximum=MAX_BACKFILL)
         assert backfill is not None
         if source == "scheduler":
-            return log_stream(self.ring, backfill=backfill, tail=tail)
+            return self._counted(log_stream(self.ring, backfill=backfill, tail=tail))
         if not source.startswith("ssp:") or len(source) > 300:
             raise Invalid("query source: scheduler or ssp:<id>")
         ssp_id = source[4:]
@@ -65,7 +74,7 @@ class Logs:
             await cm.__aexit__(None, None, None)
             raise BadGateway(f"SSP {ssp_id[:80]} " + ("is unreachable" if status is None
                              else f"answered {status} for its logs"), code="ssp_logs")
-        return self._relay(cm, resp, ssp_id)
+        return self._counted(self._relay(cm, resp, ssp_id))
 
     async def _relay(self, cm: Any, resp: aiohttp.ClientResponse,
                      ssp_id: str) -> AsyncIterator[SSEvent]:

@@ -47,13 +47,23 @@ class AdminPlane:
         self.signin = SignIn(self.cluster, self.tokens, self.limiter)
         self.ops = OperationLog(cfg.data_dir, self.cluster.incidents)
         self.actions = Actions(self.cluster, self.ops, request_exit)
-        self.presence = Presence(self.cluster)
+        self.presence = Presence(self.cluster, watched=self.watched)
         self.views = Views(self.cluster, self.presence)
         self.jobs = JobSampler(self.cluster)
         self.logs = Logs(self.cluster, self.ring)
         self.lifecycle = Lifecycle(self.cluster)
         self._loops: list[asyncio.Task[None]] = []
         self.started_at = time.time()
+
+    def watched(self) -> bool:
+        """An admin stream is open (jobs, operations, logs): samplers at the live cadence."""
+        return (self.jobs.channel.viewers + self.ops.channel.viewers
+                + self.logs.viewers) > 0
+
+    def wake_samplers(self) -> None:
+        """A stream viewer arrived: both samplers move to the live cadence now."""
+        self.jobs.wake()
+        self.presence.wake()
 
     async def start(self) -> None:
         await self.cluster.start()

@@ -107,11 +107,12 @@ def start_scheduler(tmp: Path, host: DbHost, ns: str, *, env: dict[str, str] | N
     doc.update(yaml_keys)
     config = tmp / "scheduler.yml"
     config.write_text(yaml.safe_dump(doc))
-    full_env = base_env(SVC_INGEST_TRANSPORT="http", SVC_DRIFT_CHECK="false",
-                        SVC_AUTH_SECRET=AUTH_SECRET, SVC_ADMIN_PASSWORD=BREAKGLASS,
-                        SVC_ADMIN_HOST="127.0.0.1", SVC_ADMIN_PORT=str(admin_port),
-                        SVC_ADMIN_PRESENCE_INTERVAL_SECS="1", SVC_ADMIN_JOB_INTERVAL_SECS="1",
-                        SVC_ADMIN_JOB_LIVE_INTERVAL_SECS="1", **(env or {}))
+    full_env = base_env(**{"SVC_INGEST_TRANSPORT": "http", "SVC_DRIFT_CHECK": "false",
+                           "SVC_AUTH_SECRET": AUTH_SECRET, "SVC_ADMIN_PASSWORD": BREAKGLASS,
+                           "SVC_ADMIN_HOST": "127.0.0.1", "SVC_ADMIN_PORT": str(admin_port),
+                           "SVC_ADMIN_PRESENCE_INTERVAL_SECS": "1",
+                           "SVC_ADMIN_JOB_INTERVAL_SECS": "1",
+                           "SVC_ADMIN_JOB_LIVE_INTERVAL_SECS": "1", **(env or {})})
     mp = ManagedProcess("svc-scheduler", [SCHEDULER, "--config", str(config)], full_env,
                         tmp / f"scheduler-{port}.log").start()
     s = AdminScheduler(mp, port, admin_port, data, config, full_env, tmp)
