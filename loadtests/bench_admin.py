@@ -43,9 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "loadtests"))
 
+from bench_scheduler import Workload, post_events, register_views, seed  # noqa: E402
 from surrealdb import RecordID  # noqa: E402
 
-from bench_scheduler import Workload, post_events, register_views, seed  # noqa: E402
 from tests.integration.test_ssp_support import apply_schema, root_db  # noqa: E402
 from tests.support.admin_stack import (  # noqa: E402
     AUTH_SECRET,

@@ -58,10 +58,10 @@ from dbclient.fieldtypes import FieldTypes
 from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
 from ipc.http import client_session
+from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.drift import DriftChecker, default_tables
 from scheduler.feed import CURSOR_MARGIN_MS, ChangefeedTail, disabled_status
-from scheduler.admin.incidents import IncidentStore
 from scheduler.proxy import json_default
 from scheduler.replica import CloneInProgress, Replica
 from scheduler.views import Candidate, ViewTracker, rank_candidates

@@ -27,7 +27,8 @@ only routes operations to its Ready SSPs:
 
 `PUT /backends` and `backends` in `GET /health`: the same `ssp.backends.BackendMonitor` as the
 standalone SSP, started with `SVC_BACKENDS`; its `backend_down` incidents go to the
-scheduler's incident store (`scheduler.admin.incidents`, `incidents.json` beside the replica). Like the SSP's, `/health` has `backends` only
+scheduler's incident store (`scheduler.admin.incidents`, `incidents.json` beside the
+replica). Like the SSP's, `/health` has `backends` only
 while the list is non-empty ("with a backend list"); `PUT /backends []` removes it.
 
 Wiring: `add_job_routes(app, scheduler)` adds the routes and a lifespan hook that starts and

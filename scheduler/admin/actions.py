@@ -162,7 +162,7 @@ class Actions:
     async def _finish_restart(self, op_id: str, ids: list[str], since: float) -> None:
         deadline = since + self.restart_timeout
         back = await asyncio.gather(*(self._back(i, since, deadline) for i in ids))
-        missing = [i for i, ok in zip(ids, back) if not ok]
+        missing = [i for i, ok in zip(ids, back, strict=True) if not ok]
         if missing:
             self.ops.finish(op_id, False, f"not re-registered and Ready within "
                             f"{self.restart_timeout:.0f}s: {', '.join(missing)}")

@@ -1,24 +1,21 @@
 """The admin listener: a Falcon ASGI app over one :class:`scheduler.admin.plane.AdminPlane`.
 
 Served by uvicorn in the scheduler's process and event loop (``scheduler.__main__``) on
-``SVC_ADMIN_HOST:SVC_ADMIN_PORT``. Route table (spec "Admin listener"; workflow, schedule, pool,
-backup and MCP routes come with their own systems):
+``SVC_ADMIN_HOST:SVC_ADMIN_PORT``. Routes (spec "Admin listener"; workflow, schedule, pool,
+backup and MCP routes come with their own systems), under ``/admin/api`` unless said:
 
-| route | resource |
-|---|---|
-| ``GET /``, ``GET /admin``, ``GET /admin/{path}`` | dashboard (:mod:`.dashboard`) |
-| ``GET /admin/api/config`` (public) | :meth:`AdminPlane.config` |
-| ``POST /admin/api/session`` (public), ``POST /admin/api/logout``, ``GET /admin/api/me`` | sign-in (:mod:`.sessions`, :mod:`.tokens`) |
-| ``POST``/``DELETE /admin/api/tokens`` | minted tokens (:mod:`.tokens`) |
-| ``GET /admin/api/overview``, ``/presence`` | :mod:`.plane`, :mod:`.presence` |
-| ``GET /admin/api/views``, ``/views/{key}`` | :mod:`.views` |
-| ``GET /admin/api/backends``, ``/backends/{name}`` | the backend monitor |
-| ``GET /admin/api/logs`` | :mod:`.logs` |
-| ``GET /admin/api/jobs``, ``/jobs/stream``, ``/jobs/{id}``; ``POST /jobs/{id}/kill``, ``/retry``, ``/jobs/clear`` | :mod:`.jobsampler`, :mod:`.actions` |
-| ``GET /admin/api/operations``, ``/operations/stream`` | :mod:`.operations` |
-| ``POST /admin/api/ssps/{id}/restart``, ``/ssps/restart-all``, ``/scheduler/restart`` | :mod:`.actions` |
-| ``GET /admin/api/incidents``, ``/incidents/{id}`` | :mod:`.incidents` |
-| ``POST /admin/api/cloud/restart``, ``GET /admin/api/cloud/deployment`` | 409 ``not_linked`` |
+* ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
+* ``GET config`` (public): :meth:`AdminPlane.config`;
+* ``POST session`` (public), ``POST logout``, ``GET me``, ``POST``/``DELETE tokens``:
+  :mod:`.sessions`, :mod:`.tokens`;
+* ``GET overview``, ``presence``, ``views``, ``views/{key}``: :mod:`.plane`, :mod:`.presence`,
+  :mod:`.views`; ``GET backends``, ``backends/{name}``: the backend monitor;
+* ``GET logs``: :mod:`.logs`; ``GET jobs``, ``jobs/stream``, ``jobs/{id}``: :mod:`.jobsampler`;
+* ``POST jobs/{id}/kill``, ``jobs/{id}/retry``, ``jobs/clear``, ``ssps/{id}/restart``,
+  ``ssps/restart-all``, ``scheduler/restart``: :mod:`.actions`;
+* ``GET operations``, ``operations/stream``: :mod:`.operations`;
+* ``GET incidents``, ``incidents/{id}``: :mod:`.incidents`;
+* ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked.
 
 Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 over the limit,
 400 when malformed). Errors: :mod:`.errors` (one body shape, mapped once). Authentication:

@@ -416,7 +416,7 @@ class IncidentStore:
         total = sum(len(p) + 1 for p in parts) + 64
         if total > self.max_bytes:
             keep = list(self.items)
-            sizes = dict(zip(keep, (len(p) + 1 for p in parts)))
+            sizes = dict(zip(keep, (len(p) + 1 for p in parts), strict=True))
             for iid in [i for i in keep if self.items[i]["state"] != "open"]:
                 if total <= self.max_bytes:
                     break

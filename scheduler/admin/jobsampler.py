@@ -1,7 +1,7 @@
 """Outbox jobs for the admin API: the job sampler, filtered listings, one job, clearing.
 
-Job tables: the ``job_tables`` arrays of the ``_00_retention`` rows plus the scheduler's own
-``job_tables`` (YAML); read at most every 30 s.
+Job tables: the ``job_tables`` arrays of the ``_00_retention`` rows plus the scheduler's
+own ``job_tables`` (YAML); read at most every 30 s.
 
 The sampler runs every ``SVC_ADMIN_JOB_INTERVAL_SECS`` (15; 0 switches it off: totals say
 ``not measured`` and ``jobs/stream`` answers 501), every ``SVC_ADMIN_JOB_LIVE_INTERVAL_SECS``
@@ -9,10 +9,10 @@ The sampler runs every ``SVC_ADMIN_JOB_INTERVAL_SECS`` (15; 0 switches it off: t
 work in flight (``pending``, ``processing``, and ``stalled``: processing with an expired
 lease) plus the last hour of terminal work (``completed``, ``failed`` finished within the
 hour), and keeps the 200 jobs with the newest activity (latest of finished, started,
-created). Like the presence sampler it never takes more than 5 % of the time (the next sample
-waits at least 20 x the last one's duration). ``GET /admin/api/jobs`` without filters answers from it; with ``status``, ``table``,
-``origin``, ``q`` it queries the database. Each sample is published to the stream (event
-``jobs``).
+created). Like the presence sampler it never takes more than 5 % of the time (the next
+sample waits at least 20 x the last one's duration). ``GET /admin/api/jobs`` without filters
+answers from it; with ``status``, ``table``, ``origin``, ``q`` it queries the database. Each
+sample is published to the stream (event ``jobs``).
 
 ``origin`` of a job: ``workflow`` (a step job, id key ``wf_<run>_<step>...`` or a
 ``workflow_run`` field), ``schedule`` (a ``schedule`` field), else ``app``; an ``origin``

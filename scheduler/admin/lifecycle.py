@@ -3,17 +3,22 @@ failures, removal and re-registration, recovery.
 
 Fed by the scheduler's SSP events (registered, re-registered, flagged, removed) and a 1 s poll
 of the SSP entries (Lagging and Ready are states, not events). Kinds (component ``ssp:<id>``
-unless said):
+unless said), when each opens, and how it ends:
 
-| kind | opens when | ends |
-|---|---|---|
-| ``ssp_lagging`` (warning) | a Ready SSP has more than ``max_buffer_per_ssp`` events waiting | ``recovered`` when Ready again; keeps ``max_buffered_events`` and the heartbeat ``publication`` figures of the episode |
-| ``ssp_heartbeat_lost`` (warning) | removed for want of heartbeats | ``recovered`` when it is Ready again |
-| ``ssp_bootstrap_failed`` (warning) | flagged because its bootstrap overran ``bootstrap_timeout_secs`` or its buffer overflowed, or it registered again while still bootstrapping (an integrity check that failed, a crash) | ``recovered`` when Ready |
-| ``ssp_resync`` (info) | flagged for another reason (integrity drift, a batch it refused, a reclone) | ``recovered`` when Ready |
-| ``ssp_reregistered`` (info) | it registered again with no incident open | ``recorded`` |
-| ``scheduler_started`` (info, component ``scheduler:<id>``) | each start, with the version | ``recorded`` |
-| ``scheduler_reclone`` (info, component ``scheduler:<id>``) | the replica is being re-cloned | ``recovered`` when ready |
+* ``ssp_lagging`` (warning): a Ready SSP has more than ``max_buffer_per_ssp`` events waiting;
+  ``recovered`` when Ready again. Keeps ``max_buffered_events`` and the heartbeat
+  ``publication`` figures of the episode.
+* ``ssp_heartbeat_lost`` (warning): removed for want of heartbeats; ``recovered`` when Ready.
+* ``ssp_bootstrap_failed`` (warning): flagged because its bootstrap overran
+  ``bootstrap_timeout_secs`` or its buffer overflowed, or it registered again while still
+  bootstrapping (an integrity check that failed, a crash); ``recovered`` when Ready.
+* ``ssp_resync`` (info): flagged for another reason (integrity drift, a batch it refused, a
+  reclone); ``recovered`` when Ready.
+* ``ssp_reregistered`` (info): it registered again with no incident open; ``recorded``.
+* ``scheduler_started`` (info, component ``scheduler:<id>``): each start, with the version;
+  ``recorded``.
+* ``scheduler_reclone`` (info, component ``scheduler:<id>``): the replica is being re-cloned
+  (not the start-up clone); ``recovered`` when the scheduler is ready again.
 
 Operator actions (``operator_action``) are recorded by the operation log; flags an operator
 action caused (reason ``operator ...``) are not recorded twice. Every event of an SSP's open

@@ -46,7 +46,8 @@ __all__ = ["Presence", "ViewRow"]
 RING = 240
 HEAVIEST = 10
 COST_FACTOR = 20  # wait at least this many times the last sample's duration
-QUERY_FIELDS = "id, auth_id, clientId, lastActiveAt, ttl, subscribers, rowCount, state, surql, params"
+QUERY_FIELDS = ("id, auth_id, clientId, lastActiveAt, ttl, subscribers, rowCount, state, "
+                "surql, params")
 METRIC_FIELDS = "id, ssp_id, rows, publish_ms, materialize_ms, updates, edge_ops, last_publish_at"
 
 
@@ -87,7 +88,9 @@ class ViewRow:
 
 def _key_of(rid: Any) -> str | None:
     if isinstance(rid, RecordID):
-        return str(rid.id) if isinstance(rid.id, (str, int)) else record_id_text(rid).split(":", 1)[1]
+        if isinstance(rid.id, (str, int)):
+            return str(rid.id)
+        return record_id_text(rid).split(":", 1)[1]
     return None
 
 

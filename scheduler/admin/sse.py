@@ -135,7 +135,8 @@ class LogRing(logging.Handler):
             line["n"] = self.last
             self.lines.append(line)
 
-    def since(self, cursor: int, limit: int = BATCH_LINES) -> tuple[list[dict[str, Any]], int, bool]:
+    def since(self, cursor: int,
+              limit: int = BATCH_LINES) -> tuple[list[dict[str, Any]], int, bool]:
         """Lines after ``cursor`` (at most ``limit``), the new cursor, and whether lines
         between the cursor and the oldest kept one were lost."""
         with self._lock:

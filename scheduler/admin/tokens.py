@@ -124,7 +124,8 @@ class TokenAuthority:
             raise Invalid(f"label: a non-empty string of at most {LABEL_MAX} characters")
         if scope not in ("read", "full"):
             raise Invalid("scope: must be read or full")
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL_DAYS:
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) \
+                or not 0 < ttl <= MAX_TTL_DAYS:
             raise Invalid(f"ttl_days: a number of days, more than 0 and at most {MAX_TTL_DAYS}")
         return self.issue(by.subject, "mcp", scope, label.strip(), "minted",
                           max(1, int(ttl * 86400)))

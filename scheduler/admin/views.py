@@ -27,6 +27,7 @@ params, from the last sample).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from typing import Any
 from urllib.parse import quote
@@ -47,10 +48,7 @@ KEY_MAX = 200
 
 def view_key(raw: str) -> str:
     """The `_00_query` record key of ``query:<key>``, ``_00_query:<key>`` or ``<key>``."""
-    key = raw
-    for prefix in ("query:", "_00_query:"):
-        if key.startswith(prefix):
-            key = key[len(prefix):]
+    key = raw.removeprefix("query:").removeprefix("_00_query:")
     if not key or len(key) > KEY_MAX or any(c in key for c in "\x00\r\n"):
         raise Invalid(f"view key: 1 to {KEY_MAX} characters, got {raw[:40]!r}")
     return key
@@ -128,8 +126,6 @@ class Views:
             "expiry": lambda v: v.expires_at_ms() or 0,
             "user": lambda v: (v.user or "", v.key),
         }
-        import heapq
-
         top = heapq.nsmallest(limit, hits, key=keyers[sort or "recent"])
         return {"views": [self._public(v, now, threshold) for v in top], "total": len(hits),
                 "returned": len(top), "sampled_at_ms": self.presence.sampled_at_ms,

@@ -15,7 +15,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -497,9 +496,9 @@ def _acts(route: tuple[str, str], body: Any) -> bool:
 
 def test_fuzzed_bodies_and_query_strings_never_500_and_refusals_change_nothing(
         cluster: Cluster) -> None:
-    import httpx
-
     from urllib.parse import quote, urlencode
+
+    import httpx
 
     admin = cluster.sched.admin
     ssp = cluster.ssps[0].ssp_id

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 
 from scheduler.admin.incidents import IncidentStore, sanitize
 from ssp.backends import incident_record
-
 
 NOW = 1_800_000_000_000
 
