@@ -118,11 +118,13 @@ class Actions:
     def restart_ssp(self, ssp_id: str, body: Any, who: Mapping[str, Any]) -> dict[str, Any]:
         mode = _mode(body, SSP_MODES)
         info = self.cluster.ssp(ssp_id)
-        if info is None:
-            raise NotFound(f"no SSP {ssp_id[:80]} is registered")
-        if info.flagged is not None or self._busy(ssp_id):
+        # A restart in flight first: its SSP may be between its 409 and its new registration
+        # (no entry at all), which is "being restarted", not "unknown".
+        if self._busy(ssp_id) or (info is not None and info.flagged is not None):
             raise Conflict(f"SSP {ssp_id[:80]} is already being restarted",
                            code="restart_pending")
+        if info is None:
+            raise NotFound(f"no SSP {ssp_id[:80]} is registered")
         details = {"mode": mode, "version": info.version}
         op = self.ops.start(f"ssp_{mode}", f"ssp:{ssp_id}", who, details=details)
         if mode == "reload":

@@ -109,6 +109,21 @@ async def _prepare(host: DbHost, ns: str) -> None:
         for i in range(10):
             await root.query("CREATE type::record('post', $k) SET owner = user:alice, "
                              "title = 't', n = $n", {"k": f"p{i}", "n": i})
+        # job tables: `job` from the scheduler's YAML, `mail` from _00_retention; no SSP runs
+        # them (no SVC_JOB_CONFIG), so their rows stay as written
+        await root.query("DEFINE TABLE job SCHEMALESS; DEFINE TABLE mail SCHEMALESS; "
+                         "CREATE _00_retention:main SET job_tables = ['mail']")
+        for i in range(5):
+            await root.query("CREATE type::record('job', $k) SET status = $s, path = $p, "
+                             "payload = {n: $i}, created_at = time::now(), "
+                             "finished_at = IF $s = 'pending' THEN NONE ELSE time::now() END",
+                             {"k": f"j{i}", "i": i, "p": f"/send/{i}",
+                              "s": ["completed", "failed", "pending", "completed", "failed"][i]})
+        await root.query("CREATE job:wf_run7_build_r1 SET status = 'completed', path = '/b', "
+                         "created_at = time::now(), finished_at = time::now(), "
+                         "workflow_run = 'run7'")
+        await root.query("CREATE mail:m1 SET status = 'pending', path = '/mail', "
+                         "created_at = time::now()")
     finally:
         await root.close()
 
@@ -132,7 +147,7 @@ def cluster(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     tmp = tmp_path_factory.mktemp("admin")
     ns = "adm_" + uuid.uuid4().hex[:8]
     asyncio.run(_prepare(host, ns))
-    sched = start_scheduler(tmp, host, ns)
+    sched = start_scheduler(tmp, host, ns, job_tables=["job"])
     ssps: list[SupervisedSsp] = []
     try:
         ssps.extend(start_ssp(tmp, host, ns, sched) for _ in range(2))
@@ -440,17 +455,19 @@ async def test_scheduler_and_ssp_logs_stream_as_server_sent_events(
         assert status == code, (bad, body)
 
 
-async def test_jobs_routes_answer_without_job_tables_and_the_stream_sends_samples(
+async def test_jobs_routes_refuse_other_tables_and_the_stream_sends_samples(
         cluster: Cluster, http: aiohttp.ClientSession) -> None:
     admin, tok = cluster.sched.admin, cluster.token
     status, body = await jreq(http, "GET", admin + "/admin/api/jobs", token=tok)
-    assert status == 200 and body["measured"] is True and body["jobs"] == []
-    status, body = await jreq(http, "GET", admin + "/admin/api/jobs/job:1", token=tok)
+    assert status == 200 and body["measured"] is True
+    status, body = await jreq(http, "GET", admin + "/admin/api/jobs/post:p1", token=tok)
     assert status == 404 and "job table" in body["message"]
-    status, body = await jreq(http, "GET", admin + "/admin/api/jobs?table=job", token=tok)
+    status, body = await jreq(http, "GET", admin + "/admin/api/jobs?table=post", token=tok)
     assert status == 404
+    status, body = await jreq(http, "GET", admin + "/admin/api/jobs?status=bogus", token=tok)
+    assert status == 400
     status, body = await jreq(http, "POST", admin + "/admin/api/jobs/clear", token=tok,
-                              body={"all": True})
+                              body={"table": "mail", "all": True})
     assert status == 200 and body == {"cleared": 0, "total": 0, "more": False}
     status, body = await jreq(http, "POST", admin + "/admin/api/jobs/job:1/retry", token=tok)
     assert status == 404, body  # the SSP's verdict relayed: no such job
@@ -489,9 +506,15 @@ VALID_MODES = {"restart", "clean", "reload", "reclone", "rehash"}
 
 
 def _acts(route: tuple[str, str], body: Any) -> bool:
-    """A body that would start a real action (restarts are tested on purpose elsewhere)."""
-    return ("restart" in route[1] and isinstance(body, dict)
-            and body.get("mode") in VALID_MODES)
+    """A body that would start a real action (restarts and clearing are tested on purpose
+    elsewhere): a restart with a valid mode, a clear with a valid shape (or no body)."""
+    if "restart" in route[1]:
+        return isinstance(body, dict) and body.get("mode") in VALID_MODES
+    if route[1] == "/admin/api/jobs/clear":
+        return body is None or (isinstance(body, dict)
+                                and isinstance(body.get("table"), (str, type(None)))
+                                and isinstance(body.get("all", False), bool))
+    return False
 
 
 def test_fuzzed_bodies_and_query_strings_never_500_and_refusals_change_nothing(
@@ -523,15 +546,19 @@ def test_fuzzed_bodies_and_query_strings_never_500_and_refusals_change_nothing(
         def one(route: tuple[str, str], segment: str, params: dict[str, str],
                 body: tuple[str, Any], ctype: str) -> None:
             method, path = route
-            if body[0] == "json" and _acts(route, body[1]):
+            content = (json.dumps(body[1]).encode() if body[0] == "json"
+                       else body[1] if body[0] == "raw" else None)
+            try:  # what the listener will read: an empty or blank body is no body
+                effective = json.loads(content) if content and content.strip() else None
+            except ValueError:
+                effective = ...  # malformed: refused whatever the route
+            if effective is not ... and _acts(route, effective):
                 return
             path = path.replace("{ssp}", ssp).replace("{x}", quote(segment, safe=""))
             url = admin + path + ("?" + urlencode(params) if params else "")
             headers = dict(cluster.auth())
             if ctype:
                 headers["Content-Type"] = ctype
-            content = (json.dumps(body[1]).encode() if body[0] == "json"
-                       else body[1] if body[0] == "raw" else None)
             if path.endswith("/stream") or path.endswith("/logs"):
                 with h.stream(method, url, headers=headers, content=content) as r:
                     status = r.status_code  # headers only: a stream never ends by itself
@@ -697,3 +724,46 @@ async def test_scheduler_restart_modes(cluster: Cluster, http: aiohttp.ClientSes
         return await ready_ids(http, cluster) == {s.ssp_id for s in cluster.ssps}
 
     await wait_for(both, 120, "both SSPs ready after the reclone")
+
+
+async def test_jobs_across_tables_their_origin_and_clearing_terminal_rows(
+        cluster: Cluster, http: aiohttp.ClientSession) -> None:
+    admin, tok = cluster.sched.admin, cluster.token
+
+    async def sampled() -> dict[str, Any] | None:
+        _, body = await jreq(http, "GET", admin + "/admin/api/jobs", token=tok)
+        return body if body.get("source") == "sampler" and body["jobs"] else None
+
+    body = await wait_for(sampled, 30, "a job sample")
+    assert set(body["per_table"]) == {"job", "mail"}
+    assert body["totals"]["completed"] == 3 and body["totals"]["failed"] == 2
+    assert body["totals"]["pending"] == 2 and len(body["jobs"]) == 7
+    status, body = await jreq(http, "GET", admin + "/admin/api/jobs?status=failed", token=tok)
+    assert status == 200 and body["source"] == "database"
+    assert sorted(j["id"] for j in body["jobs"]) == ["job:j1", "job:j4"]
+    _, body = await jreq(http, "GET", admin + "/admin/api/jobs?origin=workflow", token=tok)
+    assert [j["id"] for j in body["jobs"]] == ["job:wf_run7_build_r1"]
+    _, body = await jreq(http, "GET", admin + "/admin/api/jobs?q=MAIL", token=tok)
+    assert [j["id"] for j in body["jobs"]] == ["mail:m1"]
+    status, job = await jreq(http, "GET", admin + "/admin/api/jobs/job:j0", token=tok)
+    assert status == 200 and job["payload"] == {"n": 0} and job["origin"] == {"kind": "app"}
+    assert job["errors"] == [] and job["retry_budget"]["max_retries"] == 3
+    status, job = await jreq(http, "GET", admin + "/admin/api/jobs/job:wf_run7_build_r1",
+                             token=tok)
+    assert job["origin"] == {"kind": "workflow", "run": "run7"}
+    status, body = await jreq(http, "GET", admin + "/admin/api/jobs/mail:nope", token=tok)
+    assert status == 404 and body["error"] == "not_found"
+    status, body = await jreq(http, "POST", admin + "/admin/api/jobs/job:j2/kill", token=tok)
+    assert status == 200 and body["id"] == "job:j2", body  # the cluster kill, relayed
+    status, body = await jreq(http, "POST", admin + "/admin/api/jobs/clear", token=tok,
+                              body={"table": "job"})
+    assert status == 200 and body == {"cleared": 5, "total": 5, "more": False}, body
+    status, body = await jreq(http, "POST", admin + "/admin/api/jobs/clear", token=tok,
+                              body={"table": "post"})
+    assert status == 404
+    root = await root_db(cluster.host, cluster.ns, cluster.ns)
+    try:
+        left = await root.query_one("SELECT VALUE id FROM job")
+    finally:
+        await root.close()
+    assert [str(x.id) for x in left] == ["j2"]  # only the pending row is left
