@@ -9,7 +9,7 @@ from dbclient import cbor as _cbor
 _cbor.install()  # the SDK's wire codec through cbor2's C extension (see dbclient.cbor)
 
 from dbclient.config import DbConfig, DbUrl, normalise_db_url
-from dbclient.database import Database, LiveSubscription
+from dbclient.database import Database, LiveSubscription, record_signin
 from dbclient.errors import DbAuthError, DbConnectionError, DbError, DbQueryError, DbTimeout
 from dbclient.sql import (
     build_transaction,
@@ -35,6 +35,7 @@ __all__ = [
     "check_params",
     "is_identifier",
     "normalise_db_url",
+    "record_signin",
     "rename_params",
     "require_identifier",
     "schema_fingerprint",

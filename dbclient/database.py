@@ -540,3 +540,42 @@ async def _close_quietly(conn: AsyncWsSurrealConnection) -> None:
 def _describe(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+async def record_signin(cfg: DbConfig, access: str, variables: Mapping[str, Any],
+                        timeout: float | None = None) -> Any:
+    """Sign in as a record user through record access ``access`` on a connection of its own,
+    and return that user's record id (``$auth.id``); the connection is closed.
+
+    Raises DbAuthError when the database refuses the credentials (wrong password, unknown
+    user, no such access) and DbConnectionError when it cannot be reached. The variables
+    (a password among them) never appear in an error message.
+    """
+    deadline = time.monotonic() + (timeout or cfg.timeout_secs)
+    conn = AsyncWsSurrealConnection(cfg.ws_url)
+
+    def left() -> float:
+        return max(0.05, deadline - time.monotonic())
+
+    try:
+        try:
+            await asyncio.wait_for(conn.connect(), left())
+        except (TimeoutError, OSError, WebSocketException, SurrealError) as e:
+            raise DbConnectionError(f"connect to {cfg.ws_url} failed: {_describe(e)}") from None
+        try:
+            await asyncio.wait_for(conn.signin({
+                "namespace": cfg.namespace, "database": cfg.database, "access": access,
+                "variables": dict(variables)}), left())
+        except ServerError:
+            raise DbAuthError(f"record sign-in through access {access!r} refused") from None
+        except (TimeoutError, OSError, WebSocketException, SurrealError) as e:
+            raise DbConnectionError(f"sign-in to {cfg.ws_url} failed: {_describe(e)}") from None
+        try:
+            res = await asyncio.wait_for(conn.query("RETURN $auth.id"), left())
+        except ServerError:
+            raise DbAuthError("the signed-in record user has no identity") from None
+        except (TimeoutError, OSError, WebSocketException, SurrealError) as e:
+            raise DbConnectionError(f"query on {cfg.ws_url} failed: {_describe(e)}") from None
+        return res
+    finally:
+        await _close_quietly(conn)

@@ -287,7 +287,9 @@ async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
     cfg.write_text(yaml.safe_dump(doc))
     # drift checks off: in the http scenario the events have no database rows behind them
     proc = ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(cfg)],
-                          base_env(SVC_INGEST_TRANSPORT=transport, SVC_DRIFT_CHECK="false"),
+                          base_env(SVC_INGEST_TRANSPORT=transport, SVC_DRIFT_CHECK="false",
+                                   SVC_ADMIN_HOST="127.0.0.1",
+                                   SVC_ADMIN_PORT=str(free_port())),
                           run / "scheduler.log").start()
     sched = SchedulerProc(proc, port, cfg, ns)
     wait_ready(sched, timeout=600)

@@ -2,7 +2,10 @@
 
 One uvloop event loop: the Falcon ingest listener served by uvicorn in-process, and the
 :class:`scheduler.core.Scheduler` (WAL, replica, SSP pool). The listener comes up first so
-``/health`` and ``/ingest`` answer 503 while the replica is cloned.
+``/health`` and ``/ingest`` answer 503 while the replica is cloned. The admin listener
+(:mod:`scheduler.admin`) is a second uvicorn server in the same loop on
+``SVC_ADMIN_HOST:SVC_ADMIN_PORT`` unless ``SVC_ADMIN_ENABLED`` is off; a scheduler restart
+asked through it exits with code 4 (the supervisor relaunches).
 
 SIGTERM/SIGINT: stop accepting, let in-flight requests finish, flush the group committer,
 close the WAL and the replica, exit 0. Exit 1 for a bad configuration or unusable data files.
@@ -24,6 +27,8 @@ import uvicorn
 import uvloop
 
 from ipc.http import SERVER_KEEPALIVE_SECS
+from scheduler.admin.app import create_admin_app
+from scheduler.admin.plane import AdminPlane
 from scheduler.app import create_app
 from scheduler.config import ConfigError, SchedulerConfig
 from scheduler.core import Scheduler
@@ -48,21 +53,44 @@ async def _run(cfg: SchedulerConfig) -> int:
                                     timeout_keep_alive=SERVER_KEEPALIVE_SECS,
                                     log_level="warning"))
     loop = asyncio.get_running_loop()
+    exit_code = 0
+    admin_server: _Server | None = None
 
     def stop() -> None:
         log.info("shutting down")
         server.should_exit = True
+        if admin_server is not None:
+            admin_server.should_exit = True
 
+    def request_exit(code: int) -> None:
+        nonlocal exit_code
+        exit_code = code
+        stop()
+
+    if cfg.admin.enabled:
+        plane = AdminPlane(scheduler, request_exit=request_exit)
+        admin_server = _Server(uvicorn.Config(create_admin_app(plane), host=cfg.admin.host,
+                                              port=cfg.admin.port, loop="uvloop",
+                                              lifespan="on",
+                                              timeout_keep_alive=SERVER_KEEPALIVE_SECS,
+                                              log_level="warning"))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
     serving = asyncio.create_task(server.serve(), name="http")
+    admin_serving = (asyncio.create_task(admin_server.serve(), name="admin-http")
+                     if admin_server is not None else None)
     starting = asyncio.create_task(scheduler.start(), name="start")
     try:
-        done, _ = await asyncio.wait({serving, starting}, return_when=asyncio.FIRST_EXCEPTION)
+        watched = {serving, starting} | ({admin_serving} if admin_serving else set())
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_EXCEPTION)
         if starting in done and starting.exception() is not None:
             log.error("scheduler start failed", exc_info=starting.exception())
-            server.should_exit = True
+            stop()
+        if admin_serving is not None and admin_serving.done():
+            stop()  # the admin listener could not start (its port): stop as for the other
         await serving
+        if admin_serving is not None:
+            await asyncio.gather(admin_serving, return_exceptions=True)
         if not starting.done():
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
@@ -71,9 +99,13 @@ async def _run(cfg: SchedulerConfig) -> int:
     if not server.started:
         log.error("could not listen on %s:%d", cfg.ingest_host, cfg.ingest_port)
         return 1
+    if admin_server is not None and not admin_server.started:
+        log.error("could not listen on %s:%d (admin listener; SVC_ADMIN_ENABLED=false turns "
+                  "it off)", cfg.admin.host, cfg.admin.port)
+        return 1
     if starting.done() and not starting.cancelled() and starting.exception() is not None:
         return 1
-    return 0
+    return exit_code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,6 +118,9 @@ class AdminConfig:
     cloud_project: str | None = None
     project_slug: str = "default"
     objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+    # ours, SVC_SUPERVISED=1: a supervisor (ops/run) relaunches the scheduler when it exits, so
+    # `POST /admin/api/scheduler/restart {mode: restart}` may exit the process.
+    supervised: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,17 @@ class SchedulerConfig:
     ingest_transport: IngestTransport = IngestTransport.CHANGEFEED
     pool_port: int = 9669
     admin: AdminConfig = field(default_factory=AdminConfig)
+
+    @property
+    def data_dir(self) -> Path:
+        """Where the scheduler keeps its files (the replica's directory): incidents, admin
+        operations and token revocations live beside the replica."""
+        return self.replica_db_path.parent
+
+    @property
+    def cloud_linked(self) -> bool:
+        """Spec, Authentication 7: linked when the cloud URL, project and auth secret are set."""
+        return bool(self.admin.cloud_api_url and self.admin.cloud_project and self.auth_secret)
 
     @classmethod
     def load(cls, path: Path | None, env: Mapping[str, str]) -> SchedulerConfig:
@@ -390,6 +404,7 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
             bucket=_env_str(env, "OBJSTORE_BUCKET"),
             region=_env_str(env, "OBJSTORE_REGION"),
         ),
+        supervised=_env_bool(env, "SVC_SUPERVISED", False),
     )
 
 

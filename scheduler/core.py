@@ -34,6 +34,11 @@ Hooks for other modules (the changefeed tail, drift, the admin plane):
 * ``extra_health[name]`` / ``extra_snapshot[name]``: callables returning a dict merged into
   ``/health`` / ``/health/snapshot`` under ``name`` (``changefeed``, ``drift``).
 * ``after_drain``: async callables run after each drain that left nothing buffered.
+* ``ssp_events``: callables ``(ssp_id, what, reason)`` told when an SSP registers
+  (``registered``, or ``reregistered`` with the state its old entry was in), is flagged
+  (``flagged``) or removed (``removed``); the admin plane records incidents from them.
+* ``incidents``: the incident store (:mod:`scheduler.admin.incidents`) every part of the
+  scheduler records through (drift's ``schema_change``, the backend monitor, the admin plane).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
 from ipc import typed
 from ipc.http import client_session
+from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.drift import DriftChecker, default_tables
 from scheduler.feed import CURSOR_MARGIN_MS, ChangefeedTail, disabled_status
@@ -185,6 +191,11 @@ class Scheduler:
         self.running_jobs: Callable[[], int] = lambda: 0
         self.extra_snapshot: dict[str, Callable[[], dict[str, Any]]] = {}
         self.after_drain: list[Callable[[], Awaitable[None]]] = []
+        self.ssp_events: list[Callable[[str, str, str], None]] = []
+        self.job_plane: Any = None  # scheduler.jobs.JobPlane, set by add_job_routes
+        self.incidents = IncidentStore(
+            cfg.data_dir, source=cfg.scheduler_id,
+            secrets=(cfg.auth_secret or "", cfg.db.password or "", cfg.admin.password or ""))
         self.ingested = 0
         self.dropped_batches = 0
         self.last_clone: dict[str, Any] | None = None
@@ -210,8 +221,7 @@ class Scheduler:
             self.extra_health["changefeed"] = disabled_status
         self.drift = DriftChecker(self.replica, self.db, self.ingest_many, self.reclone,
                                   cfg.drift, self._undrained,
-                                  incidents_dir=cfg.replica_db_path.parent,
-                                  component=cfg.scheduler_id)
+                                  component=cfg.scheduler_id, sink=self.incidents.record)
         self.extra_snapshot["drift"] = self.drift.status
         self.after_drain.append(self._check_drift)
 
@@ -297,6 +307,7 @@ class Scheduler:
             await self._session.close()
         with contextlib.suppress(Exception):
             await self.db.close()
+        self.incidents.shutdown()
         self.wal.close()
         self.tracker.close()
         self.replica.close()
@@ -500,6 +511,8 @@ class Scheduler:
         old = self.entries.get(ssp_id)
         if old is not None:
             self._drop_entry(old)
+        self._note(ssp_id, "registered" if old is None else "reregistered",
+                   "" if old is None else old.state.value)
         async with self._drain_lock:
             if not self.replica.frozen and not self.replica.cloning:
                 await asyncio.to_thread(self._drain_sync)
@@ -541,6 +554,7 @@ class Scheduler:
         if e.flagged is None:
             log.warning("SSP %s flagged for re-bootstrap: %s", ssp_id, reason)
             e.flagged = (reason, clean)
+            self._note(ssp_id, "flagged", reason)
             if e.last_heartbeat is None:
                 e.last_heartbeat = time.monotonic()
                 e.reap_grace = float(self.cfg.bootstrap_timeout_secs)
@@ -557,9 +571,17 @@ class Scheduler:
             return
         log.warning("SSP %s removed: %s", ssp_id, reason)
         self._drop_entry(e)
+        self._note(ssp_id, "removed", reason)
         moved = self.tracker.unassign(ssp_id)
         if moved:
             self._spawn(self._place_unassigned(), f"reassign-{ssp_id}")
+
+    def _note(self, ssp_id: str, what: str, reason: str) -> None:
+        for fn in list(self.ssp_events):
+            try:
+                fn(ssp_id, what, reason)
+            except Exception:  # noqa: BLE001 - an observer must not break the SSP registry
+                log.exception("ssp event observer failed")
 
     def heartbeat(self, body: Mapping[str, Any]) -> Reply:
         """``POST /ssp/heartbeat`` (body validated)."""

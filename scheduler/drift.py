@@ -23,9 +23,9 @@ Rules (spec "Scheduler drift rules"):
 
 * a table the replica holds rows of that is no longer synced upstream (dropped, or marked
   `@nosync`) is dropped from the replica once `DROP_AGREEING_PROBES` consecutive checks agree
-  (one probe could race a schema change), and recorded as a `schema_change` incident in
-  `incidents_dir`. While the replica is frozen for a bootstrap the drop waits for the next
-  check.
+  (one probe could race a schema change), and recorded as a `schema_change` incident (through
+  `sink`, the scheduler's incident store; else a line in `incidents_dir`). While the replica
+  is frozen for a bootstrap the drop waits for the next check.
 
 Memory: a repair holds `{id text: (row hash, packed _00_rv)}` of the replica's copy of one
 table, and at most `repair_max_rows + 1` database rows.
@@ -105,7 +105,8 @@ class DriftChecker:
                  reclone: Callable[[str], Awaitable[None]], cfg: DriftConfig,
                  buffered: Callable[[], bool], *,
                  tables: Callable[[], Awaitable[list[str]]] | None = None,
-                 incidents_dir: Any = None, component: str = "scheduler") -> None:
+                 incidents_dir: Any = None, component: str = "scheduler",
+                 sink: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.replica = replica
         self.db = db
         self._submit = submit
@@ -132,6 +133,7 @@ class DriftChecker:
         self.dropped: list[str] = []  # tables dropped from the replica (latest last)
         self.incidents: list[dict[str, Any]] = []
         self.incidents_dir = incidents_dir
+        self.sink = sink  # the scheduler's incident store (else: a line in incidents_dir)
         self.component = component
 
     # ------------------------------------------------------------------ status
@@ -231,7 +233,9 @@ class DriftChecker:
                                   "recorded", summary, started_at=now, at=now, ended_at=now,
                                   source=self.component)
             self.incidents = (self.incidents + [inc])[-200:]
-            if self.incidents_dir is not None:
+            if self.sink is not None:
+                self.sink(inc)
+            elif self.incidents_dir is not None:
                 append_incident(self.incidents_dir, inc)
 
     async def _upstream_hash(self, table: str) -> tuple[int, int]:

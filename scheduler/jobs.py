@@ -26,8 +26,9 @@ only routes operations to its Ready SSPs:
   whose lease expired go back to pending and are admitted.
 
 `PUT /backends` and `backends` in `GET /health`: the same `ssp.backends.BackendMonitor` as the
-standalone SSP, started with `SVC_BACKENDS`; incidents go to `incidents.jsonl` in the
-scheduler's data dir (next to the replica). Like the SSP's, `/health` has `backends` only
+standalone SSP, started with `SVC_BACKENDS`; its `backend_down` incidents go to the
+scheduler's incident store (`scheduler.admin.incidents`, `incidents.json` beside the
+replica). Like the SSP's, `/health` has `backends` only
 while the list is non-empty ("with a backend list"); `PUT /backends []` removes it.
 
 Wiring: `add_job_routes(app, scheduler)` adds the routes and a lifespan hook that starts and
@@ -100,11 +101,12 @@ class JobPlane:
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._turn = 0
         self._sweep: asyncio.Task[None] | None = None
-        data_dir = s.cfg.replica_db_path.parent
+        store = getattr(s, "incidents", None)
         self.backends = BackendMonitor(
             _backends_of(s.cfg), interval_secs=s.cfg.health_check_interval_secs,
-            down_after_secs=s.cfg.backend_down_after_secs, incidents_dir=data_dir,
-            component=s.cfg.scheduler_id)
+            down_after_secs=s.cfg.backend_down_after_secs,
+            incidents_dir=s.cfg.replica_db_path.parent, component=s.cfg.scheduler_id,
+            sink=store.record if store is not None else None)
         self._show_backends()
 
     def _show_backends(self) -> None:
@@ -351,6 +353,8 @@ def add_job_routes(app: falcon.asgi.App, s: SchedulerLike) -> JobPlane:  # type:
     """Add the job routes and `PUT /backends` to the scheduler's listener."""
     p = JobPlane(s)
     s.running_jobs = p.running_jobs
+    if hasattr(s, "job_plane"):
+        s.job_plane = p  # the admin plane's kill, retry and backend pages go through it
     app.add_route("/job/dispatch", _Dispatch(p))
     app.add_route("/job/result", _Result(p))
     app.add_route("/job/kill", _Kill(p))

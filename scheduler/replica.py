@@ -519,6 +519,30 @@ class Replica:
                 raise
             return int(n)
 
+    def rehash(self) -> dict[str, int]:
+        """Recompute every table's row count and hash from the stored rows (the admin plane's
+        ``rehash``: repairs bookkeeping that disagrees with the rows without a re-clone);
+        table -> rows. Refused while cloning."""
+        with self._lock:
+            if self._cloning:
+                raise CloneInProgress("a clone of the replica is running")
+            c = self._conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                totals: dict[str, list[int]] = {}
+                for tbl, rh in c.execute("SELECT tbl, h FROM rows"):
+                    t = totals.setdefault(tbl, [0, 0])
+                    t[0] += 1
+                    t[1] ^= rh & _MASK
+                c.execute("DELETE FROM tbls")
+                c.executemany("INSERT INTO tbls(tbl, n, h) VALUES (?, ?, ?)",
+                              [(t, n, _signed(h)) for t, (n, h) in totals.items()])
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+        return {t: n for t, (n, _) in totals.items()}
+
     def replace_all(self, tables: Mapping[str, Iterable[Mapping[str, Any]]],
                     applied_seq: int) -> None:
         """Replace the whole contents with ``tables`` (name -> rows) in one transaction."""

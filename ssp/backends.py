@@ -17,10 +17,14 @@ or some failing); `unchecked` backends (no URL) do not count.
 
 Incidents: a backend failing for more than `down_after_secs` (one minute) opens a
 `backend_down` incident (component = the backend name); its first healthy check after that
-records it `recovered`. Each change is one JSON line appended to `incidents.jsonl` in the
-given directory (the SSP's snapshot dir, else its run dir; the scheduler's data dir), where
-the incident store reads them: the last line of an id is its current state. Without a
-directory they are only kept in memory (`incidents`).
+records it `recovered`. Each change is handed to `sink` when one is given (the scheduler:
+its incident store, `scheduler.admin.incidents`); otherwise it is one JSON line appended to
+`incidents.jsonl` in the given directory (the standalone SSP's snapshot dir, else its run
+dir): the last line of an id is its current state. Without either they are only kept in
+memory (`incidents`).
+
+Probe history: the outcomes of about the last 30 minutes of checks per backend
+(`history(name)`: `{at, ok, latency_ms, error}`), for the admin plane's backend page.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +51,8 @@ log = logging.getLogger("ssp.backends")
 MASK = "***"
 INCIDENTS_FILE = "incidents.jsonl"
 CHECK_TIMEOUT_MAX_SECS = 10.0
+HISTORY_SECS = 30 * 60
+HISTORY_MAX = 2000
 _KNOWN_KEYS = ("name", "url", "env", "environment", "run_on")
 
 
@@ -131,7 +138,8 @@ class BackendMonitor:
 
     def __init__(self, backends: list[Backend], *, interval_secs: float = 15.0,
                  down_after_secs: float = 60.0, incidents_dir: Path | None = None,
-                 component: str = "ssp", clock: Callable[[], int] = now_ms) -> None:
+                 component: str = "ssp", clock: Callable[[], int] = now_ms,
+                 sink: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.backends = backends
         self.interval_secs = interval_secs
         self.down_after_ms = int(down_after_secs * 1000)
@@ -140,6 +148,8 @@ class BackendMonitor:
         self.clock = clock
         self.states: dict[str, _State] = {b.name: _State() for b in backends}
         self.incidents: list[dict[str, Any]] = []
+        self.sink = sink
+        self._history: dict[str, deque[dict[str, Any]]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -165,6 +175,7 @@ class BackendMonitor:
         """`PUT /backends`: the new list; states of names kept are kept; checked at once."""
         for name in [n for n in self.states if n not in {b.name for b in backends}]:
             st = self.states.pop(name)
+            self._history.pop(name, None)
             if st.incident_id is not None:
                 self._record(name, st, "recorded", "backend removed from the list while down")
         for b in backends:
@@ -195,6 +206,7 @@ class BackendMonitor:
         if b.url is None or self._session is None:
             return
         timeout = min(CHECK_TIMEOUT_MAX_SECS, max(0.5, self.interval_secs))
+        started = time.monotonic()
         try:
             async with self._session.get(b.url, timeout=aiohttp.ClientTimeout(total=timeout),
                                          allow_redirects=False) as resp:
@@ -204,13 +216,20 @@ class BackendMonitor:
             ok, error = False, f"health check timed out after {timeout:g}s"
         except aiohttp.ClientError as e:
             ok, error = False, f"health check failed: {type(e).__name__}"
-        self.observe(b.name, ok, error)
+        self.observe(b.name, ok, error, latency_ms=(time.monotonic() - started) * 1000)
 
-    def observe(self, name: str, ok: bool, error: str | None) -> None:
+    def observe(self, name: str, ok: bool, error: str | None,
+                latency_ms: float | None = None) -> None:
         """Record one check outcome (and open or close the incident)."""
         st = self.states.setdefault(name, _State())
         now = self.clock()
         st.last_checked_ms = now
+        hist = self._history.get(name)
+        if hist is None:
+            keep = min(HISTORY_MAX, int(HISTORY_SECS / max(self.interval_secs, 0.1)) + 1)
+            hist = self._history[name] = deque(maxlen=keep)
+        hist.append({"at": now, "ok": ok, "error": error,
+                     "latency_ms": None if latency_ms is None else round(latency_ms, 1)})
         if ok:
             if st.incident_id is not None:
                 self._record(name, st, "recovered", f"backend {name} answers its health check")
@@ -242,8 +261,15 @@ class BackendMonitor:
             st.incident_id = None
         self.incidents.append(inc)
         del self.incidents[:-200]
-        if self.incidents_dir is not None:
+        if self.sink is not None:
+            self.sink(inc)
+        elif self.incidents_dir is not None:
             append_incident(self.incidents_dir, inc)
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        """The probes of the last 30 minutes of `name`, oldest first."""
+        cutoff = self.clock() - HISTORY_SECS * 1000
+        return [h for h in self._history.get(name, ()) if h["at"] >= cutoff]
 
 
     def entry(self, b: Backend) -> dict[str, Any]:

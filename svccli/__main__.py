@@ -1,4 +1,5 @@
-"""`svc`: the operator command line: `svc schema apply`, `svc sql`, `svc view watch`.
+"""`svc`: the operator command line: `svc schema apply`, `svc sql`, `svc view watch`,
+`svc admin add|list|remove` (the admin roster).
 
 Exit codes: 0 success, 2 bad configuration (flags, environment, project file, or a transport
 the database cannot support), 1 database errors. Messages say what is wrong and never print
@@ -59,6 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("view_id", help="the view id, e.g. query:top")
     watch.add_argument("--ref-mode", choices=("dedicated", "single"), default="dedicated")
     watch.add_argument("--seconds", type=float, default=None, help="stop after this long")
+
+    admin = sub.add_parser("admin", help="the admin listener's roster (_00_admin)",
+                           description="Who may sign in to the admin listener with their app "
+                           "account. Database from SVC_DB_URL, SVC_DB_USER, SVC_DB_PASS, "
+                           "SVC_DB_NS, SVC_DB_NAME.")
+    admin_sub = admin.add_subparsers(dest="action", required=True)
+    a_add = admin_sub.add_parser("add", help="put a user on the roster")
+    a_add.add_argument("ident", help="record id (user:alice), sign-in name or e-mail")
+    a_add.add_argument("--note", default=None, help="free text kept with the entry")
+    admin_sub.add_parser("list", help="print the roster (JSON lines)")
+    a_rm = admin_sub.add_parser("remove", help="take a user off the roster")
+    a_rm.add_argument("ident", help="the identifier as added")
     return parser
 
 
@@ -67,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "schema" and args.action == "apply":
         return _schema_apply(args)
-    if args.command in ("sql", "view"):
+    if args.command in ("sql", "view", "admin"):
         return _tool(args)
     raise AssertionError("argparse enforces the subcommands")
 
@@ -98,6 +111,14 @@ def _tool(args: argparse.Namespace) -> int:
         print(f"svc {args.command}: configuration error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     try:
+        if args.command == "admin":
+            from svccli import admin
+
+            if args.action == "add":
+                return asyncio.run(admin.add(cfg, args.ident, args.note))
+            if args.action == "remove":
+                return asyncio.run(admin.remove(cfg, args.ident))
+            return asyncio.run(admin.listing(cfg))
         if args.command == "sql":
             asyncio.run(run_sql(cfg, args.query))
         else:
@@ -105,6 +126,9 @@ def _tool(args: argparse.Namespace) -> int:
     except DbError as e:
         print(f"svc {args.command}: database error: {e}", file=sys.stderr)
         return EXIT_DB_ERROR
+    except ValueError as e:
+        print(f"svc {args.command}: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
     return EXIT_OK

@@ -188,10 +188,12 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             assert b["status"] == "degraded"
 
             def down_incident() -> Any:
-                path = tmp_path / "data" / "incidents.jsonl"
+                # the scheduler's incident store (scheduler.admin.incidents), flushed at
+                # most once per second
+                path = tmp_path / "data" / "incidents.json"
                 if not path.exists():
                     return None
-                rows = [json.loads(x) for x in path.read_text().splitlines()]
+                rows = json.loads(path.read_text())["incidents"]
                 return [x for x in rows if x["kind"] == "backend_down"
                         and x["component"] == "dead" and x["state"] == "open"] or None
 
@@ -203,7 +205,7 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             async with http.get(s.url + "/health") as r:  # no list, no `backends`
                 assert "backends" not in await r.json()
             logs = s.process.log_text() + "".join(p.process.log_text() for p in ssps) + \
-                (tmp_path / "data" / "incidents.jsonl").read_text()
+                (tmp_path / "data" / "incidents.json").read_text()
             for secret in (ENV_SECRET, TOKEN, SECRET):
                 assert secret not in logs and secret not in json.dumps(health)
     finally:

@@ -89,7 +89,8 @@ def launch(tmp: Path, host: DbHost, env: dict[str, str], port: int,
         "snapshot_update_interval_secs": 1,
     }))
     return ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(config)],
-                          base_env(SVC_INGEST_TRANSPORT=transport, **extra_env),
+                          base_env(SVC_INGEST_TRANSPORT=transport, SVC_ADMIN_HOST="127.0.0.1",
+                                   SVC_ADMIN_PORT=str(free_port()), **extra_env),
                           tmp / f"scheduler-{port}.log").start()
 
 

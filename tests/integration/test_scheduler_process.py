@@ -67,8 +67,11 @@ def launch(tmp: Path, config: Path, port: int, ns: str, **env: str) -> Scheduler
     mp = ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(config)],
                         # Drift checks have their own tests; here they would act on events
                         # ingested without database rows behind them.
+                        # The admin listener on a port of its own (its default, 9668, is
+                        # one for the whole machine).
                         base_env(**{"SVC_INGEST_TRANSPORT": "http", "SVC_DRIFT_CHECK": "false",
-                                    **env}),
+                                    "SVC_ADMIN_HOST": "127.0.0.1",
+                                    "SVC_ADMIN_PORT": str(free_port()), **env}),
                         tmp / f"scheduler-{port}.log").start()
     proc = SchedulerProc(mp, port, config, ns)
     wait_ready(proc)

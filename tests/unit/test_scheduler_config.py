@@ -336,3 +336,17 @@ def test_config_is_frozen() -> None:
     cfg = SchedulerConfig.load(None, BASE_ENV)
     with pytest.raises(AttributeError):
         cfg.ingest_port = 1  # type: ignore[misc]
+
+
+def test_supervised_and_the_cloud_link_come_from_the_environment() -> None:
+    base = {"SVC_DB_URL": "ws://127.0.0.1:8000"}
+    cfg = SchedulerConfig.load(None, base)
+    assert cfg.admin.supervised is False and cfg.cloud_linked is False
+    linked = {**base, "SVC_SUPERVISED": "1", "SVC_CLOUD_API_URL": "https://api.example",
+              "SVC_CLOUD_PROJECT": "p1", "SVC_AUTH_SECRET": "s"}
+    cfg = SchedulerConfig.load(None, linked)
+    assert cfg.admin.supervised is True and cfg.cloud_linked is True
+    assert SchedulerConfig.load(None, {**linked, "SVC_AUTH_SECRET": ""}).cloud_linked is False
+    with pytest.raises(ConfigError, match="SVC_SUPERVISED"):
+        SchedulerConfig.load(None, {**base, "SVC_SUPERVISED": "maybe"})
+    assert cfg.data_dir == cfg.replica_db_path.parent

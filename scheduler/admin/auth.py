@@ -1,0 +1,63 @@
+"""Bearer authentication of the admin API (spec, Authentication 3 and 6).
+
+Falcon middleware, run after routing (an unknown path stays a 404):
+
+* resources outside ``/admin/api`` (the dashboard, ``GET /``) and those marked
+  ``public = True`` (``GET /admin/api/config``, ``POST /admin/api/session``) need nothing;
+* every other resource needs ``Authorization: Bearer <token>`` naming a live token
+  (401 ``unauthorized`` otherwise: missing, malformed, unknown, expired or revoked);
+* a token of scope ``read`` may only ``GET`` (and ``HEAD``): any other method is 403
+  ``read_only`` with a message saying so, checked before the route runs, so a refused request
+  changes nothing. A resource marked ``mcp_exempt = True`` (the MCP endpoint, which enforces
+  scope per tool) skips this method check.
+
+The principal is left in ``req.context.principal`` and the raw token in ``req.context.token``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon.asgi
+
+from scheduler.admin.errors import ReadOnly, Unauthorized
+from scheduler.admin.tokens import TokenAuthority
+
+__all__ = ["AdminAuth", "bearer_token"]
+
+_READ_METHODS = frozenset({"GET", "HEAD"})
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of ``Authorization: Bearer <token>``; None when absent or malformed."""
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+class AdminAuth:
+    """See the module docstring."""
+
+    def __init__(self, tokens: TokenAuthority) -> None:
+        self.tokens = tokens
+
+    async def process_resource(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                               resource: Any, params: dict[str, Any]) -> None:
+        req.context.principal = None
+        req.context.token = None
+        if resource is None or getattr(resource, "public", False) \
+                or not req.path.startswith("/admin/api"):
+            return
+        token = bearer_token(req.get_header("Authorization"))
+        if token is None:
+            raise Unauthorized("missing or malformed Authorization header (want: Bearer <token>)")
+        principal = self.tokens.verify(token)
+        if principal.scope != "full" and req.method not in _READ_METHODS \
+                and not getattr(resource, "mcp_exempt", False):
+            raise ReadOnly()
+        req.context.principal = principal
+        req.context.token = token

@@ -1,0 +1,121 @@
+"""The admin plane of one scheduler: its parts, wired once, started and stopped together.
+
+Built by ``scheduler.__main__`` before the scheduler starts (so the log ring sees the start-up
+lines and the lifecycle watcher the first registrations) and served by the admin listener
+(:mod:`scheduler.admin.app`), whose lifespan calls :meth:`AdminPlane.start` and
+:meth:`AdminPlane.stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.admin.actions import Actions
+from scheduler.admin.cluster import Cluster, SchedulerCluster
+from scheduler.admin.jobsampler import JobSampler
+from scheduler.admin.lifecycle import Lifecycle
+from scheduler.admin.logs import Logs
+from scheduler.admin.operations import OperationLog
+from scheduler.admin.presence import Presence
+from scheduler.admin.ratelimit import LoginLimiter
+from scheduler.admin.sessions import SignIn
+from scheduler.admin.sse import LogRing
+from scheduler.admin.tokens import TokenAuthority
+from scheduler.admin.views import Views
+
+log = logging.getLogger("scheduler.admin")
+
+__all__ = ["AdminPlane"]
+
+
+class AdminPlane:
+    """See the module docstring."""
+
+    def __init__(self, scheduler: Any, *, request_exit: Callable[[int], None] | None = None,
+                 cluster: Cluster | None = None) -> None:
+        self.cluster: Cluster = cluster or SchedulerCluster(scheduler)
+        cfg = self.cluster.cfg
+        self.cfg = cfg
+        self.ring = LogRing()
+        logging.getLogger().addHandler(self.ring)
+        self.tokens = TokenAuthority(cfg.auth_secret, cfg.admin.session_ttl_secs, cfg.data_dir)
+        self.limiter = LoginLimiter()
+        self.signin = SignIn(self.cluster, self.tokens, self.limiter)
+        self.ops = OperationLog(cfg.data_dir, self.cluster.incidents)
+        self.actions = Actions(self.cluster, self.ops, request_exit)
+        self.presence = Presence(self.cluster, watched=self.watched)
+        self.views = Views(self.cluster, self.presence)
+        self.jobs = JobSampler(self.cluster)
+        self.logs = Logs(self.cluster, self.ring)
+        self.lifecycle = Lifecycle(self.cluster)
+        self._loops: list[asyncio.Task[None]] = []
+        self.started_at = time.time()
+
+    def watched(self) -> bool:
+        """An admin stream is open (jobs, operations, logs): samplers at the live cadence."""
+        return (self.jobs.channel.viewers + self.ops.channel.viewers
+                + self.logs.viewers) > 0
+
+    def wake_samplers(self) -> None:
+        """A stream viewer arrived: both samplers move to the live cadence now."""
+        self.jobs.wake()
+        self.presence.wake()
+
+    async def start(self) -> None:
+        await self.cluster.start()
+        self.lifecycle.started()
+        for name, coro in (("presence", self.presence.run()), ("job-sampler", self.jobs.run()),
+                           ("lifecycle", self.lifecycle.run())):
+            self._loops.append(asyncio.get_running_loop().create_task(coro, name=name))
+        self.actions.continue_restarts()
+
+    async def stop(self) -> None:
+        for t in self._loops:
+            t.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        await self.actions.stop()
+        self.ops.shutdown()
+        await self.cluster.stop()
+        logging.getLogger().removeHandler(self.ring)
+
+    # ------------------------------------------------------------------ bodies
+    def config(self) -> dict[str, Any]:
+        """``GET /admin/api/config`` (public)."""
+        cfg = self.cfg
+        return {"scheduler_id": self.cluster.scheduler_id, "version": self.cluster.version,
+                "breakglass_available": self.signin.breakglass_available,
+                "cloud_linked": cfg.cloud_linked, "supervised": cfg.admin.supervised,
+                "sessions_persistent": self.tokens.persistent,
+                "project_slug": cfg.admin.project_slug}
+
+    def overview(self) -> dict[str, Any]:
+        """``GET /admin/api/overview``: from memory only."""
+        ssps = self.cluster.ssps()
+        monitor = self.cluster.backends()
+        backends = monitor.summary() if monitor is not None and monitor.configured \
+            else {"status": "none", "counts": {}, "list": []}
+        status = self.cluster.scheduler_status()
+        snap = self.jobs.snapshot
+        rollup = self.presence.rollup()
+        return {
+            "scheduler": {"entity": "scheduler", "id": self.cluster.scheduler_id,
+                          "version": self.cluster.version, "state": self.cluster.state(),
+                          "uptime_seconds": int(self.cluster.uptime_secs()),
+                          "supervised": self.cfg.admin.supervised, **status},
+            "ssps": [s.public() for s in ssps],
+            "backends": backends,
+            "totals": {"ssps": len(ssps), "ready_ssps": sum(1 for s in ssps if s.serving),
+                       "tracked_views": status.get("tracked_views"),
+                       "live_views": rollup["views"], "users": rollup["users"],
+                       "sessions": rollup["sessions"],
+                       "running_jobs": self.cluster.running_jobs(),
+                       "jobs": snap["totals"] if snap is not None else "not measured"},
+            "presence": rollup,
+            "operations": {"running": self.ops.running()},
+            "incidents": self.cluster.incidents.summary(),
+            "server_time_ms": int(time.time() * 1000),
+        }

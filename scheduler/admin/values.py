@@ -1,0 +1,119 @@
+"""Small helpers shared by the admin modules: SDK values as JSON, times and durations, and
+the parsing of query strings and bodies into typed values (400 ``invalid`` naming the field)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import falcon.asgi
+from surrealdb import Duration, RecordID
+
+from engine.values import record_id_text
+from ipc.messages import parse_duration_ms, parse_timestamp
+from scheduler.admin.errors import Invalid
+
+__all__ = ["epoch_ms", "jsonable", "q_bool", "q_int", "q_str", "ttl_ms"]
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+DEFAULT_TTL_MS = 600_000
+
+
+def jsonable(v: Any) -> Any:
+    """SDK values as JSON: record ids as text, datetimes as ISO 8601, durations as text."""
+    if isinstance(v, RecordID):
+        return record_id_text(v)
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    if isinstance(v, (Decimal, UUID, Duration)):
+        return str(v)
+    return str(v)
+
+
+def epoch_ms(v: Any) -> int | None:
+    """A datetime (or ISO text) as epoch milliseconds; None when it is neither."""
+    if isinstance(v, datetime):
+        return int(v.timestamp() * 1000)
+    if isinstance(v, str):
+        try:
+            return int(parse_timestamp(v).timestamp() * 1000)
+        except ValueError:
+            return None
+    return None
+
+
+def ttl_ms(v: Any) -> int:
+    """A `_00_query.ttl` (duration or its text) in ms; the client default (10m) otherwise."""
+    if isinstance(v, Duration):
+        return max(1, int(v.elapsed) // 1_000_000)
+    if isinstance(v, str):
+        try:
+            return parse_duration_ms(v)
+        except ValueError:
+            return DEFAULT_TTL_MS
+    return DEFAULT_TTL_MS
+
+
+def q_str(req: falcon.asgi.Request, name: str, *, max_len: int = 500) -> str | None:
+    raw = req.get_param(name)
+    if raw is None or raw == "":
+        return None
+    if len(raw) > max_len:
+        raise Invalid(f"query {name}: at most {max_len} characters")
+    return raw
+
+
+def q_int(req: falcon.asgi.Request, name: str, *, default: int | None = None,
+          minimum: int | None = None, maximum: int | None = None, clamp: bool = False
+          ) -> int | None:
+    """An integer query value; out of range is clamped when ``clamp``, else 400."""
+    raw = req.get_param(name)
+    if raw is None or raw == "":
+        return default
+    text = raw.strip()
+    if not text.lstrip("-").isdigit() or len(text) > 18:
+        raise Invalid(f"query {name}: must be an integer, got {raw[:40]!r}")
+    v = int(text)
+    if minimum is not None and v < minimum:
+        if not clamp:
+            raise Invalid(f"query {name}: must be at least {minimum}, got {v}")
+        v = minimum
+    if maximum is not None and v > maximum:
+        if not clamp:
+            raise Invalid(f"query {name}: must be at most {maximum}, got {v}")
+        v = maximum
+    return v
+
+
+def q_bool(req: falcon.asgi.Request, name: str, default: bool = False) -> bool:
+    raw = req.get_param(name)
+    if raw is None or raw == "":
+        return default
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise Invalid(f"query {name}: must be true or false, got {raw[:40]!r}")
+
+
+def q_enum(req: falcon.asgi.Request, name: str, choices: tuple[str, ...],
+           default: str | None = None) -> str | None:
+    raw = req.get_param(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in choices:
+        raise Invalid(f"query {name}: must be one of {', '.join(choices)}, got {raw[:40]!r}")
+    return raw
