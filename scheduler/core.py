@@ -80,6 +80,7 @@ BATCH_MAX = 1000  # events per POST /ingest to an SSP (`bootstrap_chunk_size` ma
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
 VERSION = "0.1.0"
+SCHEMA_WATCH_SECS = 5.0  # how often newly hooked tables are looked for (`_schema_watch`)
 
 
 class SspState(str, Enum):
@@ -250,9 +251,32 @@ class Scheduler:
         if self.feed is not None:
             await self.feed.start()
         self._spawn(self._check_drift(), "drift-startup")
+        self._spawn(self._schema_watch(), "schema-watch")
 
     async def _check_drift(self) -> None:
         await self.drift.check_once()
+
+    async def _schema_watch(self) -> None:
+        """Every SCHEMA_WATCH_SECS: a table hooked upstream since the last look (`svc schema
+        apply` writes its `_00_schema_state` row) is backfilled at once when the replica holds
+        none of its rows, so the rows it had before the hooks reach the views in seconds, not
+        at the next drift check (after a drain, every snapshot interval)."""
+        seen: set[str] | None = None
+        while True:
+            try:
+                rows = await self.db.query_one("SELECT VALUE record::id(id) FROM _00_schema_state",
+                                               idempotent=True) or []
+                now = {str(r) for r in rows}
+                if seen is not None and now - seen and self.state == "ready":
+                    done = await self.drift.backfill_new(sorted(now - seen))
+                    if done:
+                        log.info("schema: backfilled newly hooked tables %s", ", ".join(done))
+                seen = now
+            except DbError as e:
+                log.debug("schema watch: %s", e)  # no schema applied yet, or the db is away
+            except Exception:
+                log.exception("schema watch failed")
+            await asyncio.sleep(SCHEMA_WATCH_SECS)
 
     def _undrained(self) -> bool:
         """Events the replica has not absorbed yet (drift compares only without them)."""

@@ -273,6 +273,20 @@ class DriftChecker:
 
     # ------------------------------------------------------------------ actions
 
+    async def backfill_new(self, tables: list[str]) -> list[str]:
+        """Backfill the tables that were just hooked upstream (a new `_00_schema_state` row)
+        and of which the replica holds no row, without waiting for the next drift check:
+        rows written before the hooks existed are in no changefeed and no http event. Returns
+        the tables backfilled. Waits for a check in progress."""
+        done = []
+        async with self._lock:
+            for t in tables:
+                if self.replica.count(t) or (self.known is not None and t in self.known):
+                    continue
+                await self._backfill(t)
+                done.append(t)
+        return done
+
     async def _backfill(self, table: str) -> None:
         self.backfilling.add(table)
         sent = 0

@@ -7,6 +7,7 @@ and are marked "ours" below.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,6 +23,8 @@ from ssp.backends import BackendListError, parse_backends
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
 TRANSPORTS = ("http", "changefeed")
+# sun_path holds 108 bytes with the terminating NUL; keep a little margin.
+UNIX_PATH_MAX = 100
 
 
 class ConfigError(ValueError):
@@ -206,10 +209,20 @@ class SspConfig:
     @property
     def hub_endpoint(self) -> str:
         """ZeroMQ endpoint where the hub's ROUTER listens for gateway workers."""
-        return f"ipc://{self.run_dir}/hub.sock"
+        return self._ipc("hub.sock")
 
     def shard_endpoint(self, index: int) -> str:
-        return f"ipc://{self.run_dir}/shard-{index}.sock"
+        return self._ipc(f"shard-{index}.sock")
+
+    def _ipc(self, name: str) -> str:
+        """A ZeroMQ ipc endpoint in `run_dir`; where that path is longer than a Unix socket
+        address allows (108 bytes with its NUL, e.g. a deep TMPDIR), the Linux abstract
+        namespace under a name derived from `run_dir` instead (no file, nothing to clean)."""
+        path = f"{self.run_dir}/{name}"
+        if len(path.encode()) <= UNIX_PATH_MAX:
+            return f"ipc://{path}"
+        digest = hashlib.blake2b(str(self.run_dir).encode(), digest_size=10).hexdigest()
+        return f"ipc://@svc-ssp-{digest}-{name}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SspConfig:

@@ -58,6 +58,7 @@ from dbclient.fieldtypes import field_kinds, restore_types
 from engine.errors import QueryRejected
 from engine.hashing import bytes_hash, hash_text
 from engine.parser import MAX_DEPTH, parse
+from engine.versions import rv_is_stale
 from engine.shape import normalise
 from engine.values import canonical_bytes, parse_record_id, record_id_text, unpack_value
 from ipc.messages import (
@@ -771,8 +772,7 @@ class Hub:
             else:
                 rv_new = record.get("_00_rv")
                 rv_old = self.rv.get(rid)
-                if (isinstance(rv_new, int) and isinstance(rv_old, int) and rv_new < rv_old
-                        and store.contains(table, rid)):
+                if rv_is_stale(rv_new, rv_old) and store.contains(table, rid):
                     continue  # stale: a newer version of the row is already applied
                 store.put_bytes(table, rid, canonical_bytes(record))
                 self.rv[rid] = rv_new

@@ -1,10 +1,13 @@
 """`ops/run`: the database host and the service processes, in the foreground, until Ctrl-C.
 
-Standalone (default): database host, `svc schema apply`, one SSP. Cluster mode (`--ssps N`,
-N >= 1): database host, `svc schema apply`, `svc-scheduler` (config written to
-`<data>/scheduler/scheduler.yml`, or the stack's temporary directory with `--memory`,
-listening on `--scheduler-bind`, default 127.0.0.1:9667) and N SSPs in scheduler mode on
-consecutive ports from the `--ssp-bind` port (default 8667), ids `ssp-<port>`.
+Cluster mode (the default, `--ssps N`, N >= 1, default 1): database host, `svc schema apply`,
+`svc-scheduler` (config written to `<data>/scheduler/scheduler.yml`, or the stack's temporary
+directory with `--memory`, listening on `--scheduler-bind`, default 127.0.0.1:9667, with its
+admin plane on `--admin-bind`, default 127.0.0.1:9668) and N SSPs in scheduler mode on
+consecutive ports from the `--ssp-bind` port (default 8667), ids `ssp-<port>`. Without
+`SVC_ADMIN_PASSWORD` a break-glass password is generated for the run and printed once.
+`--standalone`: database host, `svc schema apply`, one standalone SSP (no scheduler, no
+admin plane).
 
 Every process is supervised (`stack.supervisor`): one that dies, by a signal too, is relaunched
 with backoff and a crash budget; an SSP's exits 2-6 are requested relaunches. The database host
@@ -105,9 +108,16 @@ def scheduler_child(cfg: StackConfig, env: dict[str, str], run_root: Path) -> Ch
            "replica_db_path": str(where / "replica.sqlite3"), "wal_path": str(where / "wal")}
     path = where / "scheduler.yml"
     path.write_text(yaml.safe_dump(doc))
+    sched_env = dict(env)
+    admin_host, _, admin_port = cfg.admin_bind.rpartition(":")
+    sched_env.setdefault("SVC_ADMIN_HOST", admin_host)
+    sched_env["SVC_ADMIN_PORT"] = admin_port
+    sched_env["SVC_ADMIN_PASSWORD"] = cfg.admin_password
+    # Exit 4: a restart asked through the admin API (`scheduler/restart {mode: restart}`),
+    # relaunched at once and not counted as a crash.
     return Child("svc-scheduler", [sys.executable, "-m", "scheduler", "--config", str(path)],
-                 dict(env), health_url=f"http://{cfg.scheduler_bind}/health",
-                 ready=_scheduler_ready)
+                 sched_env, health_url=f"http://{cfg.scheduler_bind}/health",
+                 ready=_scheduler_ready, relaunch_codes=frozenset({4}))
 
 
 def cluster_ssp_child(cfg: StackConfig, env: dict[str, str], index: int, bind: str,
@@ -156,6 +166,15 @@ def _run(cfg: StackConfig, env: dict[str, str], run_root: Path) -> int:
                          "GET /health, /metrics)")
             for i, bind in enumerate(cfg.ssp_binds()):
                 lines.append(f"  SSP {i + 1:<11} http://{bind}  (GET /health, /info)")
+            lines.append(f"  admin           http://{cfg.admin_bind}/admin/  (dashboard, "
+                         "/admin/api, MCP at /admin/api/mcp)")
+            if cfg.admin_password_generated:
+                lines.append(f"    sign in with the break-glass password {cfg.admin_password}"
+                             " (generated for this run; set SVC_ADMIN_PASSWORD to choose one), "
+                             "or as an app user added with `svc admin add`")
+            else:
+                lines.append("    sign in with SVC_ADMIN_PASSWORD (break-glass), or as an app "
+                             "user added with `svc admin add`")
         elif cfg.start_ssp:
             lines.append(f"  SSP             http://{cfg.ssp_bind}  (GET /health, /info; POST /view/register)")
         lines.append("Ctrl-C stops everything.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,12 @@ class StackConfig:
     db_user: str
     db_pass: str = field(repr=False)
     dev_credentials: bool = False  # root/root because SVC_DB_USER/SVC_DB_PASS were not set
-    ssps: int = 0  # cluster mode: svc-scheduler + this many SSPs (0 = one standalone SSP)
+    ssps: int = 1  # cluster mode: svc-scheduler + this many SSPs (0 = one standalone SSP)
     scheduler_bind: str = "127.0.0.1:9667"
+    admin_bind: str = "127.0.0.1:9668"
+    #: break-glass password of the admin plane: SVC_ADMIN_PASSWORD, else generated per run
+    admin_password: str = field(default="", repr=False)
+    admin_password_generated: bool = False
 
     @property
     def starts_host(self) -> bool:
@@ -55,24 +60,36 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
     p.add_argument("--db-bind", default="127.0.0.1:8000", help="database host address")
     p.add_argument("--ssp-bind", default="127.0.0.1:8667", help="SSP listen address")
     p.add_argument("--no-ssp", action="store_true", help="start only the database host")
-    p.add_argument("--ssps", type=int, default=0, metavar="N",
-                   help="cluster mode: start svc-scheduler and N SSPs in scheduler mode on "
-                        "consecutive ports from the --ssp-bind port (0, the default: one "
-                        "standalone SSP)")
+    p.add_argument("--ssps", type=int, default=None, metavar="N",
+                   help="cluster mode (the default, N=1): svc-scheduler with its admin plane "
+                        "and N SSPs in scheduler mode on consecutive ports from the --ssp-bind "
+                        "port")
+    p.add_argument("--standalone", action="store_true",
+                   help="one standalone SSP, no scheduler and no admin plane")
     p.add_argument("--scheduler-bind", default="127.0.0.1:9667",
                    help="scheduler ingest listener address in cluster mode")
+    p.add_argument("--admin-bind", default="127.0.0.1:9668",
+                   help="admin listener (dashboard, admin API, MCP) address in cluster mode")
     a = p.parse_args(list(argv))
-    if a.ssps < 0:
-        p.error("--ssps must be 0 or more")
-    if a.ssps and a.no_ssp:
+    if a.ssps is not None and a.ssps < 1:
+        p.error("--ssps must be 1 or more (--standalone runs one SSP without a scheduler)")
+    if a.ssps is not None and a.no_ssp:
         p.error("--ssps and --no-ssp exclude each other")
-    for name, bind in (("--ssp-bind", a.ssp_bind), ("--scheduler-bind", a.scheduler_bind)):
+    if a.standalone and (a.ssps is not None or a.no_ssp):
+        p.error("--standalone excludes --ssps and --no-ssp")
+    ssps = 0 if a.standalone or a.no_ssp else (a.ssps or 1)
+    for name, bind in (("--ssp-bind", a.ssp_bind), ("--scheduler-bind", a.scheduler_bind),
+                       ("--admin-bind", a.admin_bind)):
         _, sep, port = bind.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
             p.error(f"{name} must be host:port, got {bind!r}")
     user = env.get("SVC_DB_USER", "")
     password = env.get("SVC_DB_PASS", "")
     dev = not user and not password
+    admin_password = env.get("SVC_ADMIN_PASSWORD", "")
+    generated = not admin_password
+    if generated:  # local development: a fresh break-glass password per run, printed once
+        admin_password = secrets.token_urlsafe(18)
     if dev:  # local development only; the host itself refuses to start without credentials
         user, password = "root", "root"
     return StackConfig(
@@ -84,6 +101,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
         db_user=user,
         db_pass=password,
         dev_credentials=dev,
-        ssps=a.ssps,
+        ssps=ssps,
         scheduler_bind=a.scheduler_bind,
+        admin_bind=a.admin_bind,
+        admin_password=admin_password,
+        admin_password_generated=generated,
     )

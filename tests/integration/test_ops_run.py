@@ -26,7 +26,10 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
     port = free_port()
     ssp_port = free_port()
     data = tmp_path / "data"
-    extra = ["--ssp-bind", f"127.0.0.1:{ssp_port}"] if with_ssp else ["--no-ssp"]
+    sched_port, admin_port = free_port(), free_port()
+    extra = (["--ssp-bind", f"127.0.0.1:{ssp_port}", "--scheduler-bind",
+              f"127.0.0.1:{sched_port}", "--admin-bind", f"127.0.0.1:{admin_port}"]
+             if with_ssp else ["--no-ssp"])
     log = tmp_path / "ops-run.log"
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -46,8 +49,13 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
             assert proc.poll() is None, log.read_text(errors="replace")
             time.sleep(0.1)
         assert http_status(f"http://127.0.0.1:{port}/health") == 200
-        if with_ssp:
+        if with_ssp:  # the default stack: scheduler + one SSP + the admin plane
             assert http_status(f"http://127.0.0.1:{ssp_port}/health") == 200
+            assert http_status(f"http://127.0.0.1:{admin_port}/admin/api/config") == 200
+            assert http_status(f"http://127.0.0.1:{admin_port}/admin/api/overview") == 401
+            text = log.read_text(errors="replace")
+            assert f"http://127.0.0.1:{admin_port}/admin/" in text
+            assert "break-glass password" in text  # generated for the run, printed once
         kids = _descendants(proc.pid)
         assert kids, "ops/run started no child process"
         os.kill(proc.pid, sig)  # what Ctrl-C (SIGINT) or a service manager (SIGTERM) sends

@@ -113,7 +113,8 @@ def _start(tmp: Path) -> RunningStack:
         proc = subprocess.Popen(
             [sys.executable, "-m", "stack", "--memory", "--ssps", "2",
              "--db-bind", f"127.0.0.1:{db_port}", "--ssp-bind", f"127.0.0.1:{ssp_port}",
-             "--scheduler-bind", f"127.0.0.1:{sched_port}"],
+             "--scheduler-bind", f"127.0.0.1:{sched_port}",
+             "--admin-bind", f"127.0.0.1:{free_port()}"],
             cwd=str(ROOT), env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
     return RunningStack(proc, log, stack_tmp, token, password, db_port, sched_port,

@@ -255,3 +255,53 @@ async def test_changefeed_transport_two_real_ssps_follow_database_writes(
         s.process.stop()
         await root.close()
     assert codes == [0, 0]
+
+
+async def test_a_table_hooked_after_the_scheduler_started_brings_its_earlier_rows(
+        tmp_path: Path, shared_db_host: DbHost) -> None:
+    """Rows written before `svc schema apply` hooked their table are in no changefeed: the
+    scheduler backfills a newly hooked table at once (not at the next drift check, after a
+    drain every snapshot interval), and writes racing the backfill are not rolled back."""
+    host = shared_db_host
+    name, root = await _app_db(host, "hook_", posts=2)
+    port = free_port()
+    s = launch(tmp_path, write_config(tmp_path, host, name, port, ssp_poll_interval_ms=100),
+               port, name, SVC_INGEST_TRANSPORT="changefeed")
+    ssp = start_ssp(tmp_path, host, name, name, SVC_SCHEDULER_URL=s.url, SVC_SSP_ID="ssp-0",
+                    SVC_INGEST_TRANSPORT="http", SVC_SSP_SHARDS="1", HEARTBEAT_INTERVAL_MS="200")
+    surql = "SELECT * FROM item WHERE score > 3"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            async def ready() -> bool:
+                return await _ready_ssps(http, s) == {"ssp-0"}
+
+            await wait_for(ready, timeout=60, what="the SSP ready")
+            # A table the scheduler has never seen, filled before any hook exists.
+            await root.query("DEFINE TABLE item SCHEMALESS")
+            for i in range(40):
+                await root.query("CREATE type::record('item', $k) SET score = $s",
+                                 {"k": f"i{i}", "s": i % 8})
+            body = {"id": "query:items", "surql": surql, "clientId": "c1", "ttl": "10m",
+                    "params": {"auth_id": "user:alice"}}
+            async with http.post(s.url + "/view/register", json=body) as r:
+                assert r.status == 200, await r.text()
+            apply_schema(host, name, name)
+            # Writes right after the hooks, racing the backfill's reads.
+            for i in range(0, 40, 3):
+                await app_write(root, "UPDATE type::record('item', $k) SET score = $s",
+                                {"k": f"i{i}", "s": 9 if i % 2 else 0})
+
+            async def converged() -> bool:
+                rows = await root.query_one(surql)
+                want = {f"item:{r['id'].id}" for r in rows}
+                return await edges(root, "_00_list_ref_user_alice", "items") == want
+
+            await wait_for(converged, timeout=60, what="the view holds the earlier rows")
+            async with http.get(s.url + "/health/snapshot") as r:
+                snap = await r.json()
+            assert snap["drift"]["last_auto_repair"]["kind"] == "backfill", snap["drift"]
+    finally:
+        code = ssp.stop()
+        s.process.stop()
+        await root.close()
+    assert code == 0

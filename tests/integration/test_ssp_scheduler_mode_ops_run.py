@@ -80,7 +80,8 @@ def test_ops_run_cluster_mode_relaunches_ssps_after_a_resync(tmp_path: Path) -> 
         proc = subprocess.Popen(
             [str(ROOT / "ops" / "run"), "--data", str(tmp_path / "data"),
              "--db-bind", f"127.0.0.1:{db_port}", "--ssps", "2",
-             "--ssp-bind", f"127.0.0.1:{ssp_port}", "--scheduler-bind", f"127.0.0.1:{sched_port}"],
+             "--ssp-bind", f"127.0.0.1:{ssp_port}", "--scheduler-bind", f"127.0.0.1:{sched_port}",
+             "--admin-bind", f"127.0.0.1:{free_port()}"],
             env=base_env(SVC_DB_USER="root", SVC_DB_PASS="cluster-test-pass",
                          HEARTBEAT_INTERVAL_MS="200"),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -69,3 +69,29 @@ async def test_create_app_reads_the_secret_and_the_hub_endpoint_from_the_environ
         app.hub.close()
         await hub.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def test_a_run_dir_too_deep_for_a_unix_socket_uses_abstract_endpoints_that_work(
+        tmp_path: Path) -> None:
+    import zmq
+    import zmq.asyncio
+
+    short = SspConfig.from_env({**ENV, "SVC_SSP_RUN_DIR": "/tmp/x"})
+    assert short.hub_endpoint == "ipc:///tmp/x/hub.sock"
+    deep_dir = tmp_path / ("d" * 60) / ("e" * 60)
+    deep = SspConfig.from_env({**ENV, "SVC_SSP_RUN_DIR": str(deep_dir)})
+    other = SspConfig.from_env({**ENV, "SVC_SSP_RUN_DIR": str(deep_dir) + "2"})
+    assert deep.hub_endpoint.startswith("ipc://@") and deep.shard_endpoint(0).startswith("ipc://@")
+    assert deep.hub_endpoint != other.hub_endpoint  # two SSPs never share a socket
+    assert len({deep.hub_endpoint, deep.shard_endpoint(0), deep.shard_endpoint(1)}) == 3
+    ctx = zmq.asyncio.Context()
+    server, client = ctx.socket(zmq.REP), ctx.socket(zmq.REQ)
+    try:
+        server.bind(deep.shard_endpoint(0))
+        client.connect(deep.shard_endpoint(0))
+        await client.send(b"ping")
+        assert await server.recv() == b"ping"
+    finally:
+        server.close(0)
+        client.close(0)
+        ctx.term()

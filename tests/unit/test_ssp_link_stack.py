@@ -14,10 +14,30 @@ from stack.config import parse
 ENV = {"SVC_DB_USER": "root", "SVC_DB_PASS": "unit-pass"}
 
 
-def test_default_is_standalone(tmp_path: Path) -> None:
+def test_default_is_a_cluster_of_one_with_the_admin_plane(tmp_path: Path) -> None:
     cfg = parse([], ENV)
-    assert cfg.ssps == 0 and not cfg.cluster and cfg.ssp_binds() == ["127.0.0.1:8667"]
+    assert cfg.ssps == 1 and cfg.cluster and cfg.ssp_binds() == ["127.0.0.1:8667"]
     kids = build_children(parse(["--memory"], ENV), dict(ENV), tmp_path)
+    assert [c.name for c in kids] == ["svc-db", "svc schema apply", "svc-scheduler",
+                                      "svc-ssp 1"]
+    sched = kids[2]
+    assert sched.env["SVC_ADMIN_HOST"] == "127.0.0.1" and sched.env["SVC_ADMIN_PORT"] == "9668"
+    assert sched.relaunch_codes == frozenset({4})  # a restart asked through the admin API
+
+
+def test_without_an_admin_password_each_run_generates_its_own() -> None:
+    a, b = parse([], ENV), parse([], ENV)
+    assert a.admin_password_generated and len(a.admin_password) >= 20
+    assert a.admin_password != b.admin_password  # never a fixed default
+    given = parse([], {**ENV, "SVC_ADMIN_PASSWORD": "chosen-one"})
+    assert given.admin_password == "chosen-one" and not given.admin_password_generated
+    assert "chosen-one" not in repr(given)
+
+
+def test_standalone_is_one_ssp_without_scheduler(tmp_path: Path) -> None:
+    cfg = parse(["--standalone"], ENV)
+    assert cfg.ssps == 0 and not cfg.cluster and cfg.ssp_binds() == ["127.0.0.1:8667"]
+    kids = build_children(parse(["--memory", "--standalone"], ENV), dict(ENV), tmp_path)
     assert [c.name for c in kids] == ["svc-db", "svc schema apply", "svc-ssp"]
     assert kids[2].env["SVC_SSP_RUN_DIR"] == str(tmp_path / "ssp")
     assert kids[2].relaunch and kids[2].relaunch_codes == frozenset({2, 3, 4, 5, 6})
@@ -63,8 +83,10 @@ def test_cluster_mode_children_ports_and_config(tmp_path: Path) -> None:
         assert c.relaunch_codes == frozenset({2, 3, 4, 5, 6})
 
 
-@pytest.mark.parametrize("argv", [["--ssps", "-1"], ["--ssps", "2", "--no-ssp"],
-                                  ["--scheduler-bind", "nowhere"], ["--ssp-bind", "h:99999"]])
+@pytest.mark.parametrize("argv", [["--ssps", "-1"], ["--ssps", "0"], ["--ssps", "2", "--no-ssp"],
+                                  ["--standalone", "--ssps", "2"], ["--standalone", "--no-ssp"],
+                                  ["--scheduler-bind", "nowhere"], ["--ssp-bind", "h:99999"],
+                                  ["--admin-bind", "h:0"]])
 def test_bad_cluster_arguments_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         parse(argv, ENV)

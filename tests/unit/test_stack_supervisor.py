@@ -266,7 +266,9 @@ def test_children_get_sigterm_when_the_supervisor_itself_is_killed(tmp_path: Pat
     sup = subprocess.Popen(sup_argv, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while not pid_file.exists() and time.monotonic() < deadline:
+        # Wait for the pid itself: write_text creates the file before it writes to it.
+        while (not pid_file.exists() or not pid_file.read_text().strip()) \
+                and time.monotonic() < deadline:
             time.sleep(0.02)
         child = int(pid_file.read_text())
         os.kill(sup.pid, signal.SIGKILL)
