@@ -203,7 +203,7 @@ def test_a_child_whose_loss_cannot_be_repaired_stops_the_stack_loudly(
     other = Child("svc", [sys.executable, "-c", "import time; time.sleep(60)"], {})
     sup = Supervisor([db, other], poll=0.02, policy=FAST)
     ready = threading.Event()
-    _when(lambda: ready.is_set() and pid_file.exists(),
+    _when(lambda: ready.is_set() and pid_file.exists() and pid_file.read_text().strip() != "",
           lambda: os.kill(int(pid_file.read_text()), signal.SIGKILL))
     with caplog.at_level(logging.INFO, logger="stack"):
         assert sup.run(on_ready=ready.set) == 1
