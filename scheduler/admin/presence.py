@@ -237,14 +237,24 @@ class Presence:
         self.ring.append({"at": now, **self.rollup_now})
 
     # ------------------------------------------------------------------ answers
+    @property
+    def refresh_secs(self) -> float:
+        """How often a sample is taken now: what a viewer polling the views is worth (the
+        dashboard polls no faster)."""
+        base = self.live_interval if self.watched() else self.interval
+        cost = COST_FACTOR * (self.duration_ms or 0.0) / 1000
+        return round(max(base, cost), 3)
+
     def rollup(self) -> dict[str, Any]:
         return {**self.rollup_now, "sampled_at_ms": self.sampled_at_ms,
-                "truncated": self.truncated, "last_error": self.last_error}
+                "refresh_secs": self.refresh_secs, "truncated": self.truncated,
+                "last_error": self.last_error}
 
     def body(self) -> dict[str, Any]:
         """``GET /admin/api/presence``."""
         return {
             "sampled_at_ms": self.sampled_at_ms, "interval_secs": self.interval,
+            "refresh_secs": self.refresh_secs,
             "live": dict(self.rollup_now), "rows_sampled": self.total_rows,
             "max_rows": self.max_rows, "truncated": self.truncated,
             "heaviest_users": list(self.heaviest), "per_ssp": dict(self.per_ssp),

@@ -12,7 +12,8 @@ The list is served from the presence sampler's last sample (no database call). Q
   with at least ``SVC_ADMIN_LARGE_VIEW_ROWS`` (1000) rows; ``shared=true``: only queries run
   by more than one session; ``include_expired=true``: also rows past ``lastActiveAt + ttl``.
 
-Answer: ``{views, total, returned, sampled_at_ms, truncated, thresholds}``; each view: key,
+Answer: ``{views, total, returned, sampled_at_ms, refresh_secs, truncated, thresholds}``
+(``refresh_secs``: how often the sampler refreshes now); each view: key,
 id, user, client_id, ssp_id, rows, subscribers, state, ttl_ms, last_active_ms, expires_in_ms,
 expired, materialisation ``{p50, p99, max, samples, initial_ms}``, slow, large,
 identical_sessions, query (first 300 characters).
@@ -129,6 +130,7 @@ class Views:
         top = heapq.nsmallest(limit, hits, key=keyers[sort or "recent"])
         return {"views": [self._public(v, now, threshold) for v in top], "total": len(hits),
                 "returned": len(top), "sampled_at_ms": self.presence.sampled_at_ms,
+                "refresh_secs": self.presence.refresh_secs,
                 "truncated": self.presence.truncated,
                 "thresholds": {"slow_ms": threshold, "large_rows": self.large_rows}}
 
