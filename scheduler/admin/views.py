@@ -179,10 +179,13 @@ class Views:
                                    "ssp_id": o.ssp_id, "live": o.live(now)})
         pub = met.get("publish_ms") if met and isinstance(met.get("publish_ms"), dict) else {}
         p99 = pub.get("p99") if isinstance(pub, dict) else None
+        # rowCount is written once (initial edges); the SSP's metrics row follows each publish
+        live_rows = met.get("rows") if met is not None and isinstance(met.get("rows"), int) \
+            else row.get("rowCount")
         return {
             "key": key, "id": view_id, "user": jsonable(row.get("auth_id")),
             "client_id": row.get("clientId"), "ssp_id": ssp_id,
-            "rows": row.get("rowCount"), "subscribers": row.get("subscribers"),
+            "rows": live_rows, "subscribers": row.get("subscribers"),
             "state": row.get("state"), "ttl_ms": ttl, "last_active_ms": last,
             "expires_in_ms": None if last is None else last + ttl - now,
             "query": row.get("surql"), "params": jsonable(row.get("params")),
@@ -195,7 +198,7 @@ class Views:
                                 if met else None,
                                 "flushed_at_ms": epoch_ms(met.get("flushed_at")) if met else None},
             "slow": isinstance(p99, (int, float)) and p99 >= self.slow_ms,
-            "large": isinstance(row.get("rowCount"), int) and row["rowCount"] >= self.large_rows,
+            "large": isinstance(live_rows, int) and live_rows >= self.large_rows,
             "memory": memory,
             "identical_sessions": others,
         }

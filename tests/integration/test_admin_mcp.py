@@ -212,3 +212,44 @@ def _async(fn: Any) -> Any:
     async def go() -> Any:
         return fn()
     return go
+
+
+# ---------------------------------------------------------------------------- admin API fixes
+# found while building the dashboard (plain HTTP: the routes the tools and the page read)
+
+def test_view_rows_follow_writes_in_the_list_and_the_detail(cluster: AdminCluster) -> None:
+    from tests.support.admin_cluster import wait_until
+
+    cluster.register_view("m2", "SELECT * FROM post WHERE n >= 7", "tab-m2")
+
+    def rows() -> tuple[Any, Any]:
+        _, listed = cluster.api("GET", "/admin/api/views?q=n+%3E%3D+7")
+        _, one = cluster.api("GET", "/admin/api/views/m2")
+        return (next((v["rows"] for v in listed["views"] if v["key"] == "m2"), None),
+                one.get("rows"))
+
+    wait_until(lambda: rows() == (3, 3), 60, "m2 listed with 3 rows")
+    cluster.write_post("mw1", 30)  # `_00_query.rowCount` is written once; the list follows
+    wait_until(lambda: rows() == (4, 4), 60, "m2 with 4 rows after a write")
+
+
+def test_the_scheduler_log_stream_resumes_after_last_event_id(cluster: AdminCluster) -> None:
+    url = cluster.admin + "/admin/api/logs?source=scheduler&tail=false&backfill=5"
+    auth = {"Authorization": f"Bearer {cluster.token}"}
+
+    def ids(text: str) -> list[int]:
+        return [int(x[3:].strip()) for x in text.splitlines() if x.startswith("id:")]
+
+    with httpx.Client(timeout=30) as h:
+        last = ids(h.get(url, headers=auth).text)
+        assert len(last) == 5
+        cluster.api("GET", "/admin/api/me")  # nothing logged; sign in twice: two lines
+        for _ in range(2):
+            assert h.post(cluster.admin + "/admin/api/session",
+                          json={"password": "break-glass-test-password"}).status_code == 200
+        resumed = h.get(url, headers={**auth, "Last-Event-ID": str(last[-1])}).text
+        assert ids(resumed)[0] == last[-1] + 1 and "event: gap" not in resumed
+        assert sum("admin sign-in" in x for x in resumed.splitlines()) >= 2
+        # beyond the newest line: this process numbered again (a restart) -> a gap first
+        ahead = h.get(url, headers={**auth, "Last-Event-ID": str(10**9)}).text
+        assert ahead.split("event: gap", 1)[0].count("data:") == 0 and "event: gap" in ahead

@@ -31,6 +31,15 @@ from tests.support.admin_stack import (
 from tests.support.procs import DbHost
 
 
+def run_async(coro: Any) -> Any:
+    """Run a coroutine to completion in a thread of its own: callable where an event loop
+    already runs in this thread (Playwright's sync API keeps one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 class SwitchableBackend:
     """A health-check target on a loopback port: 200 while ``healthy``, else 500."""
 
@@ -39,7 +48,7 @@ class SwitchableBackend:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 body = json.dumps({"ok": outer.healthy}).encode()
                 self.send_response(200 if outer.healthy else 500)
                 self.send_header("Content-Type", "application/json")
@@ -120,7 +129,7 @@ class AdminCluster:
             finally:
                 await root.close()
 
-        asyncio.run(go())
+        run_async(go())
         rec = {"id": f"post:{key}", "owner": "user:alice", "title": "t", "n": n}
         body = json.dumps({"table": "post", "op": "UPDATE", "id": rec["id"],
                            "record": rec}).encode()
@@ -174,7 +183,7 @@ def wait_until(pred: Any, timeout: float, what: str) -> Any:
 def admin_cluster(host: DbHost, tmp: Path, prefix: str, **env: str) -> Iterator[AdminCluster]:
     """The module's cluster: prepared, started, both SSPs Ready, signed in; always stopped."""
     ns = prefix + uuid.uuid4().hex[:8]
-    asyncio.run(_prepare(host, ns))
+    run_async(_prepare(host, ns))
     backend = SwitchableBackend()
     backends = json.dumps([{"name": "pay", "url": backend.url,
                             "env": {"PAY_KEY": "very-secret-value"}}])

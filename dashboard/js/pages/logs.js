@@ -34,9 +34,10 @@ function render({ root, query, navigate }) {
   const pauseBtn = h('button', { type: 'button', id: 'log-pause', 'aria-pressed': 'false' }, 'Pause');
   const state = h('span', { role: 'status', id: 'log-state' });
   const count = h('span.muted');
+  const gapCount = h('span', { id: 'log-gaps' });
   const box = h('div.logbox', { role: 'log', 'aria-live': 'off', 'aria-label': `log lines of ${source}`, tabindex: '0' });
   const err = h('div');
-  fill(root, h('h1', 'Logs'), form, h('div.row', pauseBtn, state, count), err, box);
+  fill(root, h('h1', 'Logs'), form, h('div.row', pauseBtn, state, count, gapCount), err, box);
 
   let stream = null;
   let paused = false;
@@ -47,10 +48,21 @@ function render({ root, query, navigate }) {
   function add(node) {
     const atBottom = stick();
     box.append(node);
-    while (box.childElementCount > MAX_LINES) box.firstElementChild.remove();
+    // Trim the oldest lines, never a gap marker: it stays above the lines that came after it.
+    while (box.childElementCount > MAX_LINES) {
+      const oldest = box.querySelector(':scope > .logline');
+      if (!oldest) break;
+      oldest.remove();
+    }
     if (atBottom) box.scrollTop = box.scrollHeight;
   }
-  function gap(text) { add(h('div.loggap', { role: 'note', dataset: { gap: '1' } }, `⚠ ${text}`)); }
+  let gaps = 0;
+  function gap(text) {
+    gaps += 1;
+    fill(gapCount, badge(`${gaps} gap${gaps > 1 ? 's' : ''}`, 'warning'));
+    gapCount.title = text;
+    add(h('div.loggap', { role: 'note', dataset: { gap: '1' } }, `⚠ ${new Date().toLocaleTimeString()}: ${text}`));
+  }
 
   function line(data) {
     lines += 1;
