@@ -1,8 +1,9 @@
 """The admin listener: a Falcon ASGI app over one :class:`scheduler.admin.plane.AdminPlane`.
 
 Served by uvicorn in the scheduler's process and event loop (``scheduler.__main__``) on
-``SVC_ADMIN_HOST:SVC_ADMIN_PORT``. Routes (spec "Admin listener"; workflow, schedule, pool,
-backup and MCP routes come with their own systems), under ``/admin/api`` unless said:
+``SVC_ADMIN_HOST:SVC_ADMIN_PORT``, behind :class:`scheduler.admin.mcp.AdminAsgi` (the MCP
+endpoint). Routes (spec "Admin listener"; workflow, schedule, pool and backup routes come with
+their own systems), under ``/admin/api`` unless said:
 
 * ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
 * ``GET config`` (public): :meth:`AdminPlane.config`;
