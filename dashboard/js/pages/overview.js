@@ -13,7 +13,7 @@ export function sspRows(ssps) {
     { label: 'SSP', cell: (s) => h('a', { href: `/admin/ssps#${s.id}` }, s.id) },
     { label: 'State', cell: (s) => badge(s.status, s.status) },
     { label: 'Views', num: true, cell: (s) => num(s.query_count) },
-    { label: 'Lag (events)', num: true, cell: (s) => num(typeof s.acked_seq === 'number' ? s.sent_seq - s.acked_seq : null) },
+    { label: 'Lag (events)', num: true, cell: (s) => num(typeof s.acked_seq === 'number' ? Math.max(0, s.sent_seq - s.acked_seq) : null) },
     { label: 'Queued', num: true, cell: (s) => num(s.queued) },
     { label: 'Memory', num: true, cell: (s) => (s.memory_usage === null ? '–' : `${num(s.memory_usage, 1)} MB`) },
     { label: 'Heartbeat', cell: (s) => (s.last_heartbeat_seconds_ago === null ? '–' : `${num(s.last_heartbeat_seconds_ago, 1)} s ago`) },

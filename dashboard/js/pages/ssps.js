@@ -28,7 +28,7 @@ function render({ root }) {
                                        s.bootstrap_progress && s.state === 'bootstrapping'
                                          ? h('div.why', `${s.bootstrap_progress.tables_done}/${s.bootstrap_progress.tables_total} tables`) : null] },
       { label: 'Views', num: true, cell: (s) => num(s.query_count) },
-      { label: 'Lag', num: true, cell: (s) => num(typeof s.acked_seq === 'number' ? s.sent_seq - s.acked_seq : null) },
+      { label: 'Lag', num: true, cell: (s) => num(typeof s.acked_seq === 'number' ? Math.max(0, s.sent_seq - s.acked_seq) : null) },
       { label: 'Queued', num: true, cell: (s) => num(s.queued) },
       { label: 'CPU', num: true, cell: (s) => (s.cpu_usage === null ? '–' : `${num(s.cpu_usage, 1)} %`) },
       { label: 'Memory', num: true, cell: (s) => (s.memory_usage === null ? '–' : `${num(s.memory_usage, 1)} MB`) },
