@@ -24,7 +24,7 @@ from surrealdb import RecordID
 
 from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, position, xkey
 from engine.parser import Query
-from engine.plan import Plan
+from engine.plan import Plan, expr_fields
 from engine.proj import NOLINKS, Proj
 from engine.shape import order_source
 from engine.values import NONE, Duration
@@ -54,7 +54,7 @@ class Mat:
     """An implicit materialisation: slot values, the views sharing them, nothing per row."""
 
     __slots__ = ("S", "__weakref__", "bkey", "circuit", "hi_pos", "key", "lo_pos", "pred",
-                 "proj", "views")
+                 "proj", "views", "vt")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
@@ -62,6 +62,7 @@ class Mat:
         self.S = S
         self.key = key
         self.views: set[str] = set()
+        self.vt: tuple[str, ...] = ()  # the views as a tuple (deltas are emitted per view)
         self.proj: Proj = None  # type: ignore[assignment]  # set by Circuit.add
         self.bkey: Any = ()
         self.lo_pos: Any = None
@@ -121,9 +122,14 @@ class Circuit:
         self.deps = deps
         self.rows: dict[str, dict[str, Any]] = store.table(self.table).rows
         self.mats: dict[Any, Mat] = {}
-        eqs, rfield, lo, hi, exact = analyse(shape.where)
+        eqs, member, rfield, lo, hi, exact = analyse(shape.where)
         self.eq_fields: tuple[str, ...] = tuple(f for f, _ in eqs)
         self.eq_slots: tuple[int, ...] = tuple(i for _, i in eqs)
+        # `field CONTAINS $slot`: bucketed by the slot value like an equality, looked up
+        # once per distinct element of an array row value (any other value: every bucket)
+        self.mfield = member[0] if member is not None else None
+        self.mslot = member[1] if member is not None else None
+        self.keyed = bool(eqs) or member is not None
         self.rfield = rfield
         self.lo = lo
         self.hi = hi
@@ -138,8 +144,9 @@ class Circuit:
         self.projs: dict[Any, Proj] = {}
         # flush state of implicit circuits: row -> its row when the flush began (None: absent)
         self.changed: dict[str, Any] = {}
-        # sort entries by row (they depend on the row only): shared by the windows
-        self.entry_cache: dict[str, Any] = {}
+        # sort entries by row (they depend on the row only): shared by the windows, dropped
+        # by the table when the row changes
+        self.entry_cache = store.table(self.table).cache()
 
     # -- materialisations -----------------------------------------------------------------
     def new_mat(self, S: tuple[Any, ...], key: Any) -> Mat:
@@ -186,29 +193,63 @@ class Circuit:
             del self.projs[proj.key]
 
     def _bkey_of_slots(self, S: tuple[Any, ...]) -> Any:
-        return tuple([xkey(S[i]) for i in self.eq_slots])
+        key = self._join([xkey(S[i]) for i in self.eq_slots])
+        if self.mslot is not None:
+            key = (key, xkey(S[self.mslot]))
+        return key
+
+    @staticmethod
+    def _join(parts: list[Any]) -> Any:
+        # one equality field (the common case) keys by the value itself: no tuple to hash
+        return parts[0] if len(parts) == 1 else tuple(parts)
 
     def bkey(self, row: dict[str, Any]) -> Any:
-        """The equality bucket a row's values fall into."""
-        return tuple([xkey(row.get(f, NONE)) for f in self.eq_fields])
+        """The equality bucket a row's values fall into (no membership conjunct)."""
+        fields = self.eq_fields
+        if len(fields) == 1:
+            return xkey(row.get(fields[0], NONE))
+        return tuple([xkey(row.get(f, NONE)) for f in fields])
 
     # -- lookups --------------------------------------------------------------------------
     def candidates(self, row: dict[str, Any]) -> list[Mat]:
-        """Materialisations whose indexed conjuncts hold for ``row`` (exactly those whose
-        predicate holds when the circuit is exact)."""
+        """Materialisations whose indexed conjuncts may hold for ``row``: exactly those whose
+        predicate holds when :meth:`lookup` says so."""
+        return self.lookup(row)[0]
+
+    def lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
+        """(candidates, whether they are exactly the materialisations whose predicate
+        holds)."""
+        if self.mfield is not None:
+            return self._member_lookup(row)
         b = self.buckets.get(self.bkey(row) if self.eq_fields else ())
         if b is None:
-            return []
+            return [], self.exact
         if self.rfield is None:
-            return b  # type: ignore[no-any-return]
-        return b.stab(position(row.get(self.rfield, NONE)))  # type: ignore[no-any-return]
+            return b, self.exact
+        return b.stab(position(row.get(self.rfield, NONE))), self.exact
+
+    def _member_lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
+        v = row.get(self.mfield, NONE)  # type: ignore[arg-type]
+        if type(v) is not list:
+            # CONTAINS on a string, an object...: not an element test, every bucket
+            return list(self.mats.values()), False
+        prefix = self.bkey(row)
+        out: list[Mat] = []
+        buckets = self.buckets
+        rfield = self.rfield
+        p = position(row.get(rfield, NONE)) if rfield is not None else None
+        for k in {xkey(e) for e in v}:
+            b = buckets.get((prefix, k))
+            if b is not None:
+                out += b if rfield is None else b.stab(p)
+        return out, self.exact
 
     def matching(self, row: dict[str, Any] | None) -> list[Mat]:
         """Implicit circuits: the materialisations showing ``row``."""
         if row is None:
             return []
-        c = self.candidates(row)
-        if self.exact:
+        c, exact = self.lookup(row)
+        if exact:
             return c
         pred = self.plan.pred
         return [m for m in c if pred(row, m.S, NONE, NOLINKS)]
@@ -219,6 +260,13 @@ class Circuit:
         that went from ``r0`` to ``r1`` (None: absent)."""
         if r0 is None or r1 is None:
             return [], self.matching(r0), self.matching(r1)
+        if self.mfield is not None:
+            a = self.matching(r0)
+            b = self.matching(r1)
+            sa = set(a)
+            sb = set(b)
+            return ([m for m in a if m in sb], [m for m in a if m not in sb],
+                    [m for m in b if m not in sa])
         if self.eq_fields:
             k0 = self.bkey(r0)
             k1 = self.bkey(r1)
@@ -278,18 +326,28 @@ def conjuncts(e: Any) -> list[Any]:
     return [e]
 
 
-def analyse(where: Any) -> tuple[list[tuple[str, int]], str | None, Any, Any, bool]:
-    """Index plan of a WHERE clause: equality conjuncts ``field = $slot`` (one per field), the
-    range field with its first lower and upper bound ``(slot, op)``, and whether these cover
-    every conjunct (then the index is the filter)."""
+def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int] | None, str | None,
+                                 Any, Any, bool]:
+    """Index plan of a WHERE clause: equality conjuncts ``field = $slot`` (one per field), a
+    membership conjunct ``field CONTAINS $slot`` (``$slot IN field``), the range field with its
+    first lower and upper bound ``(slot, op)``, and whether these cover every conjunct (then
+    the index is the filter, for a membership conjunct when the row holds an array)."""
     parts = conjuncts(where)
     eqs: list[tuple[str, int]] = []
     ranges: list[tuple[str, str, int]] = []
+    member: tuple[str, int] | None = None
     used = 0
     for c in parts:
         if c[0] != "cmp":
             continue
         op, a, b = c[1], c[2], c[3]
+        if member is None and (op, a[0], b[0]) in (("contains", "field", "slot"),
+                                                    ("inside", "slot", "field")):
+            f, slot = (a, b) if op == "contains" else (b, a)
+            if len(f[1]) == 1:
+                member = (f[1][0], slot[1])
+                used += 1
+                continue
         pair = None
         if a[0] == "field" and len(a[1]) == 1 and b[0] == "slot":
             pair = (a[1][0], op, b[1])
@@ -314,7 +372,7 @@ def analyse(where: Any) -> tuple[list[tuple[str, int]], str | None, Any, Any, bo
         elif op in ("<", "<=") and hi is None:
             hi = (slot, op)
             used += 1
-    return eqs, rfield, lo, hi, used == len(parts)
+    return eqs, member, rfield, lo, hi, used == len(parts)
 
 
 def _slots(e: Any, acc: set[int]) -> None:
@@ -345,29 +403,6 @@ def projection_slots(q: Query) -> tuple[int, ...]:
     return tuple(sorted(acc))
 
 
-def _expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
-    """Collect first segments of field paths (or of $parent paths when ``parent``);
-    False when the whole row is read."""
-    k = e[0]
-    if k == "field" and not parent:
-        acc.add(e[1][0])
-    elif k == "parent" and parent:
-        if not e[1]:
-            return False
-        acc.add(e[1][0])
-    elif k in ("and", "or"):
-        return _expr_fields(e[1], acc, parent) and _expr_fields(e[2], acc, parent)
-    elif k == "not":
-        return _expr_fields(e[1], acc, parent)
-    elif k == "cmp":
-        return _expr_fields(e[2], acc, parent) and _expr_fields(e[3], acc, parent)
-    elif k == "array":
-        return all(_expr_fields(x, acc, parent) for x in e[1])
-    elif k == "object":
-        return all(_expr_fields(x, acc, parent) for x in e[2])
-    return True
-
-
 def read_fields(q: Query) -> frozenset[str] | None:
     """The top-level fields of a row that a view reads (None when it reads the whole row)."""
     acc: set[str] = {"id"}
@@ -381,7 +416,7 @@ def read_fields(q: Query) -> frozenset[str] | None:
             assert sub is not None
             if sub.where is not None and not _sub_fields(sub, acc):
                 return None
-    if q.where is not None and not _expr_fields(q.where, acc, False):
+    if q.where is not None and not expr_fields(q.where, acc, False):
         return None
     for path, _desc in q.order:
         acc.add(path[0])
@@ -394,4 +429,4 @@ def read_fields(q: Query) -> frozenset[str] | None:
 
 def _sub_fields(sub: Query, acc: set[str]) -> bool:
     # $parent paths anywhere in a subquery (its nested subqueries read their own parent)
-    return sub.where is None or _expr_fields(sub.where, acc, True)
+    return sub.where is None or expr_fields(sub.where, acc, True)

@@ -115,6 +115,7 @@ class ViewEngine:
             mat = circuit.new_mat(S, key)
             self._build(mat)
         mat.views.add(view_id)
+        mat.vt = tuple(mat.views)
         self.views[view_id] = mat
         return self._members(mat)
 
@@ -124,6 +125,7 @@ class ViewEngine:
         if mat is None:
             return
         mat.views.discard(view_id)
+        mat.vt = tuple(mat.views)
         if mat.views:
             return
         circuit = mat.circuit
@@ -395,12 +397,11 @@ class ViewEngine:
 
     def _requalify_all(self, circuit: Circuit, text: str, old: dict[str, Any] | None,
                        new: dict[str, Any] | None) -> None:
-        circuit.entry_cache.pop(text, None)
-        a = circuit.candidates(old) if old is not None else []
-        b = circuit.candidates(new) if new is not None else []
+        a, exact_a = circuit.lookup(old) if old is not None else ([], True)
+        b, exact_b = circuit.lookup(new) if new is not None else ([], True)
         store, deps, pending = self.store, self.deps, self._mats
         requalify = window.requalify
-        if circuit.exact:
+        if exact_a and exact_b:
             # the index is the filter: a materialisation keeps or takes the row exactly when
             # the new row's lookup names it
             if a is not b:
@@ -416,7 +417,7 @@ class ViewEngine:
                 requalify(mat, text, new, store, deps, pending)  # type: ignore[arg-type]
         for proj in circuit.projs.values():
             if text in proj.outs:
-                proj.mark(text)
+                proj.mark_row(text, old)
             if proj.dirty:
                 self._projs.add(proj)
 
@@ -442,25 +443,18 @@ class ViewEngine:
                 if st or le or en:
                     moves.append((c, rid, st, le, en))
                     for proj in c.projs.values():
-                        proj.mark(rid)
+                        proj.mark_row(rid, r0)
                         projs.add(proj)
         # 2. projection groups: re-project, project or drop the rows once
         for proj in projs:
             if proj.dirty:
                 proj.process(proj.circuit.held)
-        # 3. entries per materialisation: (row, shown before, shown now)
+        # 3. row events of implicit circuits: (row, shown before and after, left, entered)
+        events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]] = {}
+        for c, rid, st, le, en in moves:
+            events.setdefault(c, []).append((rid, st, le, en))
         acc: dict[Mat, Any] = {}
         touch = _touch
-        for c, rid, st, le, en in moves:
-            if st:
-                for m in st:
-                    rec = m.proj.recs.get(rid)
-                    if rec is not None and rec.changed():
-                        touch(acc, m, rid, True, True)
-            for m in le:
-                touch(acc, m, rid, True, False)
-            for m in en:
-                touch(acc, m, rid, False, True)
         for proj in projs:
             c = proj.circuit
             for rid, rec in proj.recs.items():
@@ -474,9 +468,24 @@ class ViewEngine:
                         if m.proj is proj and rid in m.visible and rid not in m.vis0:  # type: ignore[attr-defined]
                             touch(acc, m, rid, True, True)
                 else:
-                    for m in c.matching(row):
-                        if m.proj is proj:
-                            touch(acc, m, rid, True, True)
+                    ms = c.matching(row)
+                    if len(c.projs) > 1:
+                        ms = [m for m in ms if m.proj is proj]
+                    events.setdefault(c, []).append((rid, ms, [], []))
+        for c, evs in events.items():
+            if len(evs) == 1:
+                # one row event: every materialisation gets at most one entry
+                self._emit(c, *evs[0], out)
+                continue
+            for rid, st, le, en in evs:
+                for m in st:
+                    rec = m.proj.recs.get(rid)
+                    if rec is not None and rec.changed():
+                        touch(acc, m, rid, True, True)
+                for m in le:
+                    touch(acc, m, rid, True, False)
+                for m in en:
+                    touch(acc, m, rid, False, True)
         for m in wmats:
             vis = m.visible
             for rid, was in m.vis0.items():
@@ -501,14 +510,52 @@ class ViewEngine:
                 else:
                     d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
             if d is not None:
-                for v in m.views:
-                    out[v] = d
+                out.update(dict.fromkeys(m.vt, d))
         for c in circuits:
             c.changed.clear()
         for proj in used:
             proj.finish()
         for m in wmats:
             m.vis0.clear()
+
+
+    @staticmethod
+    def _emit(c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
+              out: dict[str, ViewDelta]) -> None:
+        """Deltas of one row event of an implicit circuit: each class of materialisations
+        (shown before and after, left, entered) shares one delta when the row's members
+        are clean."""
+        single = len(c.projs) == 1
+        rec = None
+        if single:
+            rec = next(iter(c.projs.values())).recs.get(rid)
+            if rec is None:
+                return
+        for ms, was, now in ((st, True, True), (le, True, False), (en, False, True)):
+            if not ms:
+                continue
+            if rec is not None and rec.clean:
+                d = rec.delta(was, now)
+                if d is not None:
+                    for m in ms:
+                        vt = m.vt
+                        if len(vt) == 1:
+                            out[vt[0]] = d
+                        else:
+                            out.update(dict.fromkeys(vt, d))
+                continue
+            for m in ms:
+                proj = m.proj
+                r = proj.recs.get(rid)
+                if r is None or (was and now and not r.changed()):
+                    continue
+                if r.clean:
+                    d = r.delta(was, now)
+                else:
+                    d = general_delta([(rid, was, now)], proj.rec, proj.owners, m.holds_start,
+                                      m.holds_now)
+                if d is not None:
+                    out.update(dict.fromkeys(m.vt, d))
 
 
 def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from engine.values import NONE, sort_key
+from engine.values import NONE, RecordID, sort_key
 
 RANGE_OPS = frozenset({"<", "<=", ">", ">="})
 # operator as seen from the field: `$c < score` is `score > $c`
@@ -35,9 +35,20 @@ WIDE_SEGMENTS = 32
 
 def xkey(v: Any) -> Any:
     """Exact equality key: ``xkey(a) == xkey(b)`` exactly when SurrealDB says ``a = b``."""
-    if type(v) is str:
+    t = type(v)
+    if t is str:
         return v
+    if t is RecordID:
+        k = v.id
+        tk = type(k)
+        if tk is int or tk is str:
+            # links with int/str keys (the common case): cheap to build and to hash; sort
+            # keys start with an int rank, so neither they nor strings collide with these
+            return (_LINK, v.table_name, k)
     return sort_key(v)
+
+
+_LINK = "\0r"
 
 
 def position(v: Any) -> tuple[Any, int]:

@@ -24,9 +24,10 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from engine.delta import NO_TREE, Rec, has_nested
+from engine.delta import NO_TREE, Rec, has_nested, same
 from engine.plan import Cx, Plan, tree_members
 from engine.store import Store, rid_text
+from engine.values import NONE
 
 _ABSENT = object()
 
@@ -47,7 +48,8 @@ class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
     __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "nmats",
-                 "outs", "own", "own0", "pdeps", "plan", "recs", "refs", "store", "trees")
+                 "outs", "own", "own0", "pdeps", "plan", "prev", "recs", "refs", "store",
+                 "trees")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -65,7 +67,8 @@ class Proj:
         self.own: dict[str, Any] = {}
         # flush state
         self.own0: dict[str, Any] | None = None  # member -> owners before the flush
-        self.dirty: dict[str, set[Any] | None] = {}  # row -> tokens (None: whole row)
+        self.dirty: dict[str, set[Any] | None] = {}  # row -> tokens of what it read changed
+        self.prev: dict[str, Any] = {}  # row -> itself before the flush, when it changed
         self.recs: dict[str, Rec] = {}
         # materialisations with windows or link predicates count the views showing a row
         self.refs: dict[str, int] = {}
@@ -143,8 +146,11 @@ class Proj:
         if rid not in self.outs:
             self.project(rid, row, None)
 
-    def project(self, rid: str, row: dict[str, Any], tokens: set[Any] | None) -> None:
-        """(Re)project ``rid``; with ``tokens`` only the items that read one of them rerun."""
+    def project(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
+                prev: Any = _ABSENT) -> None:
+        """(Re)project ``rid``. With ``tokens`` (a set) only the items that read one of them
+        rerun, and with ``prev`` (the row before it changed) also those reading a changed
+        field; ``tokens`` None reruns everything."""
         plan = self.plan
         deps: Any = None
         if plan.star_only:
@@ -170,21 +176,25 @@ class Proj:
             tree_members(out, tree)
             deps = (cx.reads, cx.subs)
         else:
-            out, deps = self._project_items(rid, row, tokens)
-            tree = {}
-            tree_members(out, tree)
+            got = self._project_items(rid, row, tokens, prev)
+            if got is None:
+                return  # a partial re-projection changed no item value: nothing to do
+            out, deps, tree = got
         old_tree = self.trees.get(rid, _ABSENT)
         if old_tree is not _ABSENT or tree is not None:
             self._set_owners(rid, old_tree, tree)
         self.outs[rid] = out
         self.trees[rid] = tree
-        old = self.pdeps.pop(rid, None)
+        old = self.pdeps.get(rid)
         if old is not None or deps is not None:
             if deps is not None and not deps[0] and not deps[1]:
                 deps = None
-            self.deps.set_proj(self, rid, old, deps)
-            if deps is not None:
-                self.pdeps[rid] = deps
+            if old != deps:
+                self.deps.set_proj(self, rid, old, deps)
+                if deps is None:
+                    del self.pdeps[rid]
+                else:
+                    self.pdeps[rid] = deps
 
     def drop(self, rid: str) -> None:
         """Forget a row no materialisation of the group shows any more."""
@@ -205,6 +215,9 @@ class Proj:
             self.drop(rid)
 
     def _set_owners(self, rid: str, old: Any, new: dict[str, Any] | None) -> None:
+        if old is not None and new is not None and old is not _ABSENT and \
+                old.keys() == new.keys():
+            return  # same members: nothing moves
         old_m = [m for m in old if m != rid] if old is not None and old is not _ABSENT else ()
         new_m = [m for m in new if m != rid] if new is not None else ()
         if not old_m and not new_m:
@@ -238,18 +251,23 @@ class Proj:
             else:
                 o.add(rid)
 
-    def _project_items(self, rid: str, row: dict[str, Any],
-                       tokens: set[Any] | None) -> tuple[dict[str, Any], Any]:
+    def _project_items(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
+                       prev: Any) -> tuple[dict[str, Any], Any, dict[str, Any]] | None:
+        """(output, dependencies, tree) item by item; with ``tokens`` only the items that read
+        one of them (or, with ``prev``, a changed field) rerun, and None when no value
+        changed."""
         plan = self.plan
         store = self.store
         S = self.S
+        items = plan.items
         state = self.istate.get(rid) if tokens is not None else None
         if state is None:
             vals: list[Any] = []
             ideps: list[Any] = []
-            for item in plan.items:
-                if item[0] == "all":
-                    vals.append(None)
+            for item, row_only in zip(items, plan.row_only):
+                if row_only:
+                    # `*` or a one-segment field: depends on the row alone
+                    vals.append(None if item[0] == "all" else item[1](row, NOLINKS))
                     ideps.append(None)
                     continue
                 icx = Cx(store)
@@ -259,36 +277,64 @@ class Proj:
             assert tokens is not None
             vals = list(state[0])
             ideps = list(state[1])
-            for i, item in enumerate(plan.items):
-                d = ideps[i]
-                if d is None:
+            changed_row = prev is not _ABSENT
+            moved = changed_row  # the row changed: its own fields are reassembled
+            item_fields = plan.item_fields
+            for i, item in enumerate(items):
+                if plan.row_only[i]:
+                    if changed_row and item[0] != "all":
+                        vals[i] = item[1](row, NOLINKS)
                     continue
-                if tokens.isdisjoint(d[0]) and not any(k in tokens for k in d[1]):
+                d = ideps[i]
+                rerun = False
+                if changed_row:
+                    fields = item_fields[i]
+                    rerun = fields is None or any(
+                        not same(prev.get(f, NONE), row.get(f, NONE)) for f in fields)
+                if not rerun and tokens and d is not None:
+                    rerun = not tokens.isdisjoint(d[0]) or any(k in tokens for k in d[1])
+                if not rerun:
                     continue
                 icx = Cx(store)
-                vals[i] = plan.item_value(item, store, S, row, icx)
+                v = plan.item_value(item, store, S, row, icx)
                 ideps[i] = (icx.reads, icx.subs)
+                if not same(v, vals[i]):
+                    vals[i] = v
+                    moved = True
+            if not moved:
+                # same output; the dependencies may still differ (a scan key, a link read)
+                self.istate[rid] = (vals, ideps)
+                deps = _merge_deps(ideps)
+                old = self.pdeps.get(rid)
+                if old != deps:
+                    self.deps.set_proj(self, rid, old, deps)
+                    if deps is None:
+                        self.pdeps.pop(rid, None)
+                    else:
+                        self.pdeps[rid] = deps
+                return None
         self.istate[rid] = (vals, ideps)
-        reads: set[str] = set()
-        subs: list[Any] = []
-        for d in ideps:
-            if d is not None:
-                reads |= d[0]
-                subs.extend(d[1])
-        return plan.assemble(row, vals), (reads, subs)
+        out = plan.assemble(row, vals)
+        tree: dict[str, Any] = {}
+        tree_members(out, tree)  # of the output: a later item may hide an earlier one
+        return out, _merge_deps(ideps), tree
 
     # -- flush ----------------------------------------------------------------------------
-    def mark(self, rid: str, token: Any = None) -> None:
-        """Re-examine ``rid`` at the next flush (``token``: only what read it changed)."""
-        dirty = self.dirty
-        if token is None:
-            dirty[rid] = None
-        elif rid in dirty:
-            toks = dirty[rid]
-            if toks is not None:
-                toks.add(token)
-        else:
-            dirty[rid] = {token}
+    def mark(self, rid: str, token: Any) -> None:
+        """Something ``rid``'s projection read changed (``token``: a record id text or a
+        subquery scan ``(table, field, key)``): rerun the items that read it at the flush."""
+        toks = self.dirty.get(rid, _ABSENT)
+        if toks is _ABSENT:
+            self.dirty[rid] = {token}
+        elif toks is not None:
+            toks.add(token)  # type: ignore[union-attr]
+
+    def mark_row(self, rid: str, prev: dict[str, Any] | None) -> None:
+        """The row ``rid`` itself changed (``prev``: the row before, None when absent)."""
+        if rid not in self.dirty:
+            self.dirty[rid] = set()
+        if rid not in self.prev:
+            self.prev[rid] = prev
 
     def ref(self, rid: str, d: int) -> None:
         """A windowed materialisation started (+1) or stopped (-1) showing ``rid``."""
@@ -296,11 +342,12 @@ class Proj:
         n = refs.get(rid, 0) + d
         if n:
             refs[rid] = n
-            if n == 1 and rid not in self.outs and rid not in self.dirty:
-                self.dirty[rid] = None
+            if n == 1 and rid not in self.dirty:
+                self.dirty[rid] = set()
         else:
             del refs[rid]
-            self.dirty[rid] = None
+            if rid not in self.dirty:
+                self.dirty[rid] = set()
 
     def process(self, held: Any) -> None:
         """Re-project, project or drop the dirty rows; ``held(proj, rid, row)`` says whether
@@ -309,7 +356,9 @@ class Proj:
         rows = self.store.table(self.plan.table).rows
         recs = self.recs
         dirty = self.dirty
+        prev = self.prev
         self.dirty = {}
+        self.prev = {}
         pending: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
         for rid, toks in dirty.items():
             row = rows.get(rid)
@@ -320,7 +369,14 @@ class Proj:
             t0 = self.tree(rid) if had else NO_TREE
             if keep:
                 assert row is not None
-                self.project(rid, row, toks if had else None)
+                if not had:
+                    self.project(rid, row, None)
+                else:
+                    p = prev.get(rid, _ABSENT)
+                    if p is None:
+                        self.project(rid, row, None)  # deleted and created again
+                    elif p is not _ABSENT or toks:
+                        self.project(rid, row, toks, p)
                 t1 = self.tree(rid)
             else:
                 self.drop(rid)
@@ -336,6 +392,20 @@ class Proj:
         """Forget the flush state."""
         self.recs = {}
         self.own0 = None
+
+
+def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
+    """The dependencies of a row's items together (None when there are none)."""
+    reads: set[str] = set()
+    subs: list[Any] = []
+    for d in ideps:
+        if d is not None:
+            if d[0]:
+                reads |= d[0]
+            subs.extend(d[1])
+    if not reads and not subs:
+        return None
+    return reads, subs
 
 
 def _copy(o: Any) -> Any:

@@ -2,7 +2,8 @@
 
     python loadtests/bench_engine.py [--quick] [--seed N]
 
-Prints ONE table, measured in one run:
+Prints ONE table, measured in one run. `changes/s` is wall-clock; `cpu ch/s` divides by the
+process's CPU time instead (the machine may be shared: compare both, and `uptime`).
 - W1: user/thread/comment tables (1k / 20k / 200k rows), 1,000 mixed views (40% filters, 30%
   ORDER BY + LIMIT 20, 20% a thread with its last 10 comments and its author, 10% per-user
   `author = $auth.id`), 100,000 writes (70% UPDATE, 20% CREATE, 10% DELETE): changes/s and the
@@ -244,6 +245,7 @@ class Result:
     per_change_s: float | None = None  # when extrapolated instead of measured one by one
     note: str = ""
     ratio: str = ""
+    cpu_seconds: float | None = None  # process CPU time (the machine may be shared)
 
     @property
     def cost(self) -> float:
@@ -288,21 +290,25 @@ def feed_one_by_one(eng: Any, name: str, events: list[Event]) -> Result:
     lat: list[int] = []
     clock = time.perf_counter_ns
     gc.collect()
+    cpu = time.process_time()
     start = time.perf_counter()
     for table, op, rid, rec in events:
         t = clock()
         eng.ingest(table, op, rid, rec)
         lat.append(clock() - t)
-    return Result(name, len(events), time.perf_counter() - start, lat)
+    return Result(name, len(events), time.perf_counter() - start, lat,
+                  cpu_seconds=time.process_time() - cpu)
 
 
 def feed_batches(eng: Any, name: str, events: list[Event], size: int = 100) -> Result:
     gc.collect()
+    cpu = time.process_time()
     start = time.perf_counter()
     for i in range(0, len(events), size):
         eng.ingest_batch(events[i:i + size])
     return Result(name, len(events), time.perf_counter() - start,
-                  note=f"batches of {size}; latency is per batch, not shown")
+                  note=f"batches of {size}; latency is per batch, not shown",
+                  cpu_seconds=time.process_time() - cpu)
 
 
 # ------------------------------------------------------------------------------ workloads
@@ -624,12 +630,14 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
     rss_data = rss_bytes()
     spent: dict[str, list[float]] = {}
     members = 0
+    cpu = time.process_time()
     start = time.perf_counter()
     for i, (kind, surql, params) in enumerate(views):
         t = time.perf_counter()
         members += len(eng.register(f"m{i}", surql, params))
         spent.setdefault(kind, []).append(time.perf_counter() - t)
     reg = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     gc.collect()
     rss_views = rss_bytes()
     added = 0
@@ -643,7 +651,7 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
                       for k, v in spent.items())
     reg_res = Result(f"mix: register {len(views):,} views", len(views), reg,
                      latencies_ns=[int(x * 1e9) for v in spent.values() for x in v],
-                     note=f"{members:,} members; {kinds}", ratio="-")
+                     note=f"{members:,} members; {kinds}", ratio="-", cpu_seconds=cpu)
     one = feed_one_by_one(eng, "mix ingest (one by one)", events)
     gc.collect()
     rss_end = rss_bytes()
@@ -684,12 +692,14 @@ def run_register_large(s: Sizes, seed: int) -> list[Result]:
     gc.collect()
     out = []
     for label, low in (("builds its projection", 499), ("shares the projection", 500)):
+        cpu = time.process_time()
         start = time.perf_counter()
         members = eng.register(f"big{low}", LARGE, {"min": low})
         took = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         rows = sum(1 for m in members if m.startswith("thread:"))
         out.append(Result(f"register 1 large view, {label}", 1, took, per_change_s=took,
-                          latencies_ns=[int(took * 1e9)],
+                          latencies_ns=[int(took * 1e9)], cpu_seconds=cpu,
                           note=f"{rows:,} threads with their top-5 comments, {len(members):,} "
                                f"members", ratio="-"))
     return out
@@ -698,8 +708,8 @@ def run_register_large(s: Sizes, seed: int) -> list[Result]:
 # ------------------------------------------------------------------------------ table
 
 def print_table(results: list[Result], naive_cost: float) -> None:
-    header = f"{'scenario':44} {'changes':>9} {'changes/s':>11} {'p50 us':>9} {'p99 us':>9} " \
-             f"{'naive/this':>11}  notes"
+    header = f"{'scenario':44} {'changes':>9} {'changes/s':>11} {'cpu ch/s':>9} {'p50 us':>9} " \
+             f"{'p99 us':>9} {'naive/this':>11}  notes"
     print(header)
     print("-" * len(header))
     for res in results:
@@ -710,7 +720,10 @@ def print_table(results: list[Result], naive_cost: float) -> None:
         # the naive baseline ran the W1 writes and views: only W1 rows compare with it
         if not ratio and res.cost > 0 and naive_cost > 0 and res.name.startswith("W1"):
             ratio = f"{naive_cost / res.cost:,.0f}x"
-        print(f"{res.name:44} {res.changes:>9,} {rate:>11} {res.pct(0.5):>9} "
+        cpu = "-"
+        if res.cpu_seconds:
+            cpu = f"{res.changes / res.cpu_seconds:,.0f}"
+        print(f"{res.name:44} {res.changes:>9,} {rate:>11} {cpu:>9} {res.pct(0.5):>9} "
               f"{res.pct(0.99):>9} {ratio:>11}  {res.note}")
 
 
