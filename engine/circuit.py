@@ -87,7 +87,7 @@ class Mat:
 class WMat(Mat):
     """An explicit materialisation: qualifying entries, the window, the visible rows."""
 
-    __slots__ = ("entries", "hi", "lo", "ordered", "qdeps", "vis0", "vis_list", "visible")
+    __slots__ = ("entries", "hi", "lo", "ordered", "qdeps", "vis0", "visible")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         super().__init__(circuit, S, key)
@@ -96,7 +96,6 @@ class WMat(Mat):
         self.ordered: SortedList | None = SortedList() if plan.ordered else None
         self.lo, self.hi = plan.window(S)
         self.visible: set[str] = set()
-        self.vis_list: list[str] = []
         self.qdeps: dict[str, set[str]] = {}
         # rows whose visibility changed in this flush -> visible when it began
         self.vis0: dict[str, bool] = {}

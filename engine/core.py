@@ -169,7 +169,8 @@ class ViewEngine:
             raise KeyError(view_id)
         plan = mat.circuit.plan
         if isinstance(mat, WMat) and plan.bounded:
-            ids = mat.vis_list
+            assert mat.ordered is not None
+            ids = [e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)]
         else:
             rows = mat.circuit.rows
             cx = Cx(self.store)

@@ -47,9 +47,9 @@ NOLINKS = NoLinks()
 class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
-    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "nmats",
-                 "outs", "own", "own0", "pdeps", "plan", "prev", "recs", "refs", "store",
-                 "trees")
+    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "multi",
+                 "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan", "prev", "recs",
+                 "refs", "store", "trees")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -65,6 +65,9 @@ class Proj:
         self.istate: dict[str, tuple[list[Any], list[Any]]] = {}
         self.pdeps: dict[str, Any] = {}
         self.own: dict[str, Any] = {}
+        # members whose presence depends on more than one row (see _multi); usually empty
+        self.multi: set[str] = set()
+        self.multi0: set[str] = set()  # members that left `multi` during the flush
         # flush state
         self.own0: dict[str, Any] | None = None  # member -> owners before the flush
         self.dirty: dict[str, set[Any] | None] = {}  # row -> tokens of what it read changed
@@ -121,24 +124,40 @@ class Proj:
         return list(o)
 
     def _clean(self, rid: str, t0: dict[str, Any], t1: dict[str, Any]) -> bool:
+        """Whether ``rid`` alone holds every member of its trees, before and after."""
         own = self.own
         own0 = self.own0
-        for t in (t0, t1) if t0 is not t1 else (t0,):
-            for m in t:
-                if m == rid:
-                    if m in own or (own0 is not None and own0.get(m) is not None):
-                        return False
-                    continue
-                o = own.get(m)
-                if o is not None and o != rid:
+        if rid in own or (own0 and own0.get(rid) is not None):
+            return False  # the row is also nested in another row
+        multi = self.multi
+        multi0 = self.multi0
+        both = (t0, t1) if t0 is not t1 else (t0,)
+        if multi or multi0:
+            for t in both:
+                if not multi.isdisjoint(t) or not multi0.isdisjoint(t):
                     return False
-                if own0 is not None and m in own0:
-                    o = own0[m]
-                    if o is not None and o != rid:
-                        return False
-                if m in self.outs or m in self.recs:
-                    return False  # a row of this group nested in another one
+        if own0:
+            for t in both:
+                for m in t:
+                    if m != rid and m in own0:
+                        o = own0[m]
+                        if o is not None and o != rid:
+                            return False  # held by another row when the flush began
+                        o = own.get(m)
+                        if o is not None and o != rid:
+                            return False  # moved to another row
         return True
+
+    def _multi(self, m: str) -> None:
+        """Keep ``multi``: members held by several rows, or nested in a row while being a
+        row of the group themselves."""
+        o = self.own.get(m)
+        if o is not None and (type(o) is not str or m in self.outs):
+            self.multi.add(m)
+        elif m in self.multi:
+            self.multi.discard(m)
+            if self.own0 is not None:
+                self.multi0.add(m)
 
     # -- projecting -----------------------------------------------------------------------
     def ensure(self, rid: str, row: dict[str, Any]) -> None:
@@ -183,8 +202,11 @@ class Proj:
         old_tree = self.trees.get(rid, _ABSENT)
         if old_tree is not _ABSENT or tree is not None:
             self._set_owners(rid, old_tree, tree)
+        fresh = rid not in self.outs
         self.outs[rid] = out
         self.trees[rid] = tree
+        if fresh and rid in self.own:
+            self.multi.add(rid)
         old = self.pdeps.get(rid)
         if old is not None or deps is not None:
             if deps is not None and not deps[0] and not deps[1]:
@@ -204,6 +226,8 @@ class Proj:
         old_tree = self.trees.pop(rid)
         if old_tree is not None:
             self._set_owners(rid, old_tree, None)
+        if rid in self.multi:
+            self._multi(rid)
         self.istate.pop(rid, None)
         old = self.pdeps.pop(rid, None)
         if old is not None:
@@ -237,6 +261,8 @@ class Proj:
                 o.discard(rid)
                 if len(o) == 1:
                     own[m] = next(iter(o))
+            if m in self.multi:
+                self._multi(m)
         old_s = set(old_m)
         for m in new_m:
             if m in old_s:
@@ -246,8 +272,11 @@ class Proj:
             o = own.get(m)
             if o is None:
                 own[m] = rid
+                if m in self.outs:
+                    self.multi.add(m)
             elif type(o) is str:
                 own[m] = {o, rid}
+                self.multi.add(m)
             else:
                 o.add(rid)
 
@@ -392,6 +421,8 @@ class Proj:
         """Forget the flush state."""
         self.recs = {}
         self.own0 = None
+        if self.multi0:
+            self.multi0 = set()
 
 
 def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:

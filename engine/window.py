@@ -64,8 +64,7 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
     if plan.ordered:
         assert mat.ordered is not None
         mat.ordered.update(entries.values())
-        mat.vis_list = [e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)]
-        mat.visible = set(mat.vis_list)
+        mat.visible = {e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)}
     else:
         mat.visible = set(entries)
     ref = mat.proj.ref
@@ -106,6 +105,26 @@ def requalify(mat: WMat, rid: str, row: dict[str, Any] | None, store: Any, deps:
         return
     ordered = mat.ordered
     assert ordered is not None
+    hi = mat.hi
+    if mat.lo == 0 and hi is not None:
+        # the window is the first `hi` entries: a removal above the cut pulls the entry at
+        # the cut in, an insertion above it pushes the last one out (no re-slice)
+        if old_e is not None:
+            p = ordered.bisect_left(old_e)
+            del ordered[p]
+            del mat.entries[rid]
+            if p < hi:
+                hide(mat, rid)
+                if len(ordered) >= hi:
+                    show(mat, ordered[hi - 1][-1])
+        if new_e is not None:
+            ordered.add(new_e)
+            mat.entries[rid] = new_e
+            if ordered.bisect_left(new_e) < hi:
+                show(mat, rid)
+                if len(ordered) > hi:
+                    hide(mat, ordered[hi][-1])
+        return
     first = None
     if old_e is not None:
         first = ordered.bisect_left(old_e)
@@ -132,7 +151,6 @@ def rewindow(mat: WMat) -> None:
         hide(mat, r)
     for r in new_set - old_set:
         show(mat, r)
-    mat.vis_list = new_list
 
 
 def set_qdeps(mat: WMat, rid: str, reads: set[str], deps: Any) -> None:
