@@ -105,7 +105,7 @@ class RangeIndex:
     cover too many segments, in a list sorted by start whose ends are checked one by one.
     """
 
-    __slots__ = ("bkeys", "brefs", "lower", "segs", "upper", "wide")
+    __slots__ = ("bkeys", "brefs", "empty", "lower", "segs", "upper", "wide")
 
     def __init__(self) -> None:
         self.lower = _Sorted()  # [start, +inf), sorted by start
@@ -114,9 +114,7 @@ class RangeIndex:
         self.brefs: list[int] = []  # intervals starting or ending at each bound
         self.segs: list[list[Any]] = []  # segs[i] covers [bkeys[i], bkeys[i + 1])
         self.wide = _Sorted()  # bounded intervals too wide for the segment map
-
-    def __len__(self) -> int:
-        return len(self.lower) + len(self.upper) + len(self.wide) + len(self._seg_mats())
+        self.empty: list[Any] = []  # start >= end: nothing ever falls inside
 
     def _seg_mats(self) -> set[Any]:
         out: set[Any] = set()
@@ -126,7 +124,8 @@ class RangeIndex:
 
     def all(self) -> list[Any]:
         """Every materialisation in the index."""
-        return self.lower.mats + self.upper.mats + self.wide.mats + list(self._seg_mats())
+        return (self.lower.mats + self.upper.mats + self.wide.mats + self.empty
+                + list(self._seg_mats()))
 
     # -- registration ----------------------------------------------------------------
     def add(self, mat: Any, start: Any, end: Any) -> None:
@@ -135,6 +134,8 @@ class RangeIndex:
             self.lower.add(start, mat)
         elif start is None:
             self.upper.add(end, mat)
+        elif not start < end:
+            self.empty.append(mat)
         elif self._covered(start, end) > WIDE_SEGMENTS:
             self.wide.add(start, mat)
         else:
@@ -149,6 +150,8 @@ class RangeIndex:
             self.lower.remove(start, mat)
         elif start is None:
             self.upper.remove(end, mat)
+        elif not start < end:
+            self.empty = [m for m in self.empty if m is not mat]
         elif any(m is mat for m in self.wide.mats):
             self.wide.remove(start, mat)
         else:
