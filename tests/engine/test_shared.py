@@ -27,19 +27,19 @@ SHAPES = [
     f"SELECT *, {SUB} AS cs FROM thread WHERE score > $c",
     "SELECT id, score FROM thread WHERE score >= $c",
     "SELECT * FROM thread WHERE score < $c",
-    "SELECT id, (SELECT id FROM comment WHERE thread = $parent.id) AS cs FROM thread "
-    "WHERE $c <= score",
-    "SELECT id, score, (SELECT id, body FROM comment WHERE thread = $parent.id "
-    "ORDER BY id LIMIT 1) AS c1 FROM thread WHERE score >= $c AND score < $d",
+    ("SELECT id, (SELECT id FROM comment WHERE thread = $parent.id) AS cs FROM thread "
+     "WHERE $c <= score"),
+    ("SELECT id, score, (SELECT id, body FROM comment WHERE thread = $parent.id "
+     "ORDER BY id LIMIT 1) AS c1 FROM thread WHERE score >= $c AND score < $d"),
     "SELECT id, tags FROM thread WHERE tags CONTAINS $c",
     "SELECT id, tags FROM thread WHERE $c IN tags AND score > $d",
     # a user shown under several threads: members held by several rows
     "SELECT *, author.* AS au FROM thread WHERE score > $c",
-    "SELECT id, (SELECT id FROM comment WHERE author = $parent.author) AS same FROM thread "
-    "WHERE score <= $c",
+    ("SELECT id, (SELECT id FROM comment WHERE author = $parent.author) AS same FROM thread "
+     "WHERE score <= $c"),
     # the projection reads a parameter: one projection group per value of $d
-    "SELECT *, (SELECT id, votes FROM comment WHERE thread = $parent.id AND votes > $d "
-    "ORDER BY votes DESC LIMIT 2) AS cs FROM thread WHERE score > $c",
+    ("SELECT *, (SELECT id, votes FROM comment WHERE thread = $parent.id AND votes > $d "
+     "ORDER BY votes DESC LIMIT 2) AS cs FROM thread WHERE score > $c"),
     "SELECT id, title FROM thread WHERE status = $d AND score > $c",
     # a window over a range: explicit materialisations sharing projected rows
     f"SELECT *, {SUB} AS cs FROM thread WHERE score > $c ORDER BY score DESC LIMIT 2",
@@ -93,7 +93,7 @@ def _engine() -> Any:
     view_engine, _ = engine_api()
     e = view_engine()
     e.load("thread", [{"id": RecordID("thread", i), "score": s}
-                      for i, s in enumerate([1, 2.0, Decimal("3"), "x", None], start=1)])
+                      for i, s in enumerate([1, 2.0, Decimal(3), "x", None], start=1)])
     e.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", 1 + i % 5),
                         "votes": i} for i in range(10)])
     return e
@@ -118,7 +118,7 @@ def test_a_subquery_change_reaches_exactly_the_views_showing_the_row() -> None:
 def test_a_row_crossing_constants_enters_and_leaves_the_right_views() -> None:
     e = _engine()
     q = "SELECT id FROM thread WHERE score >= $lo AND score < $hi"
-    bounds = [(0, 2), (2, 3), (2.0, Decimal("3")), (3, "a"), (None, 1), (1, 1)]
+    bounds = [(0, 2), (2, 3), (2.0, Decimal(3)), (3, "a"), (None, 1), (1, 1)]
     for lo, hi in bounds:
         e.register(f"{lo}-{hi}", q, {"lo": lo, "hi": hi})
     before = {v: e.members(v) for v in e.view_ids()}

@@ -18,7 +18,7 @@ from surrealdb import RecordID
 from engine import values as V
 from engine.matindex import WIDE_SEGMENTS, RangeIndex, bound, position, xkey
 
-POOL: list[Any] = [V.NONE, None, False, True, -1, 0, 0.0, Decimal("0"), 0.5, Decimal("0.5"),
+POOL: list[Any] = [V.NONE, None, False, True, -1, 0, 0.0, Decimal(0), 0.5, Decimal("0.5"),
                    1, 1.0, Decimal("1.00"), 2, 2.5, 3, 10, float("nan"), "", "0", "a", "b",
                    datetime(2024, 1, 1, tzinfo=UTC), [1], {"a": 1}, RecordID("t", 1),
                    RecordID("t", "x"), RecordID("u", 1)]
