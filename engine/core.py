@@ -28,7 +28,7 @@ from surrealdb import RecordID
 from engine import window
 from engine.arena import Arena, RowStore
 from engine.circuit import Circuit, Mat, WMat, exact_key
-from engine.delta import ViewDelta, general_delta, merge_clean, same
+from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
 from engine.deps import Deps
 from engine.errors import QueryRejected
 from engine.parser import parse
@@ -111,13 +111,14 @@ class ViewEngine:
             self.by_table.setdefault(circuit.table, []).append(circuit)
         key = exact_key(S)
         mat = circuit.mats.get(key)
+        shown = None
         if mat is None:
             mat = circuit.new_mat(S, key)
-            self._build(mat)
+            shown = self._build(mat)
         mat.views.add(view_id)
         mat.vt = tuple(mat.views)
         self.views[view_id] = mat
-        return self._members(mat)
+        return self._members(mat, shown)
 
     def unregister(self, view_id: str) -> None:
         """Forget a view (unknown ids are ignored)."""
@@ -266,15 +267,23 @@ class ViewEngine:
         holds = mat.holds
         return [r for r in cands if holds(rows.get(r))]
 
-    def _members(self, mat: Mat) -> set[str]:
-        tree = mat.proj.tree
+    def _members(self, mat: Mat, shown: Iterable[str] | None = None) -> set[str]:
+        proj = mat.proj
+        trees = proj.trees
+        tree = proj.tree
         out: set[str] = set()
-        for rid in self._shown(mat):
-            out.update(tree(rid))
+        flat: list[str] = []
+        for rid in self._shown(mat) if shown is None else shown:
+            if trees.get(rid, 0) is None and proj.outs[rid] is mat.circuit.rows.get(rid):
+                flat.append(rid)  # a flat `SELECT *` row: its only member is itself
+            else:
+                out.update(tree(rid))
+        out.update(flat)
         return out
 
-    def _build(self, mat: Mat) -> None:
-        """Fill a new materialisation from the stored rows; project what it shows."""
+    def _build(self, mat: Mat) -> list[str] | None:
+        """Fill a new materialisation from the stored rows; project what it shows (returns
+        the rows shown by an implicit materialisation)."""
         circuit = mat.circuit
         plan = circuit.plan
         rows = circuit.rows
@@ -290,15 +299,28 @@ class ViewEngine:
                 if rid in proj.refs:
                     proj.ensure(rid, rows[rid])
             proj.dirty = {}
-            return
+            return None
         pred = plan.pred
         S = mat.S
         outs = proj.outs
         project = proj.project
-        for rid in cands:
-            row = rows[rid]
-            if pred(row, S, NONE, NOLINKS) and rid not in outs:
-                project(rid, row, None)
+        shown = [rid for rid in cands if pred(rows[rid], S, NONE, NOLINKS)]
+        if plan.star_only:
+            # SELECT * of flat rows: the row is its own output and only member
+            trees = proj.trees
+            for rid in shown:
+                if rid not in outs:
+                    row = rows[rid]
+                    if has_nested(row):
+                        project(rid, row, None)
+                    else:
+                        outs[rid] = row
+                        trees[rid] = None
+            return shown
+        for rid in shown:
+            if rid not in outs:
+                project(rid, rows[rid], None)
+        return shown
 
     # ------------------------------------------------------------------ ingest
     def _prepare(
