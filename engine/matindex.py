@@ -23,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from engine.values import NONE, RecordID, sort_key
+from engine.values import RecordID, sort_key
 
 RANGE_OPS = frozenset({"<", "<=", ">", ">="})
 # operator as seen from the field: `$c < score` is `score > $c`
@@ -254,8 +254,3 @@ class RangeIndex:
             w = self.wide
             out = out + [m for m in w.mats[: bisect_right(w.keys, p)] if p < m.hi_pos]
         return out
-
-
-def range_value(row: Any, field: str) -> Any:
-    """The row's value of the indexed field (NONE when absent)."""
-    return row.get(field, NONE)

@@ -239,7 +239,6 @@ class Plan:
         self.star_only = star_only and not self.fetch
         # A simple projection reads nothing beyond the row: no link, subquery or FETCH.
         self.simple = simple and not self.fetch
-        self.fast_filter = not self.ordered and not self.qlinks
         # items that read only the row itself (re-projected only when the row changes)
         self.row_only = [it.kind == "all" or (it.kind == "field" and len(it.path) == 1)
                          for it in q.items]
