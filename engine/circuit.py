@@ -143,6 +143,8 @@ class Circuit:
         self.projs: dict[Any, Proj] = {}
         # flush state of implicit circuits: row -> its row when the flush began (None: absent)
         self.changed: dict[str, Any] = {}
+        # ... and whether some materialisation shows it now (from the classification)
+        self.held_now: dict[str, bool] = {}
         # sort entries by row (they depend on the row only): shared by the windows, dropped
         # by the table when the row changes
         self.entry_cache = store.table(self.table).cache()
@@ -303,6 +305,10 @@ class Circuit:
         """Whether some materialisation of ``proj`` shows ``row`` now."""
         if self.explicit:
             return rid in proj.refs
+        if len(self.projs) == 1:
+            known = self.held_now.get(rid)
+            if known is not None:
+                return known  # classified at this flush
         ms = self.matching(row)
         if len(self.projs) == 1:
             return bool(ms)

@@ -464,6 +464,7 @@ class ViewEngine:
             for rid, r0 in c.changed.items():
                 st, le, en = c.classify(r0, rows.get(rid))
                 if st or le or en:
+                    c.held_now[rid] = bool(st or en)
                     moves.append((c, rid, st, le, en))
                     for proj in c.projs.values():
                         proj.mark_row(rid, r0)
@@ -536,6 +537,7 @@ class ViewEngine:
                 out.update(dict.fromkeys(m.vt, d))
         for c in circuits:
             c.changed.clear()
+            c.held_now.clear()
         for proj in used:
             proj.finish()
         for m in wmats:
