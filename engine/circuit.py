@@ -53,8 +53,8 @@ def exact_key(v: Any) -> Any:
 class Mat:
     """An implicit materialisation: slot values, the views sharing them, nothing per row."""
 
-    __slots__ = ("S", "__weakref__", "bkey", "circuit", "hi_pos", "key", "lo_pos", "pred",
-                 "proj", "views", "vt")
+    __slots__ = ("S", "__weakref__", "bkey", "circuit", "hi_pos", "key", "lo_pos", "mcache",
+                 "pred", "proj", "views", "vt")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
@@ -63,6 +63,7 @@ class Mat:
         self.key = key
         self.views: set[str] = set()
         self.vt: tuple[str, ...] = ()  # the views as a tuple (deltas are emitted per view)
+        self.mcache: tuple[int, frozenset[str]] | None = None  # (engine flush count, members)
         self.proj: Proj = None  # type: ignore[assignment]  # set by Circuit.add
         self.bkey: Any = ()
         self.lo_pos: Any = None

@@ -42,6 +42,7 @@ from engine.versions import is_stale
 __all__ = ["Circuit", "Mat", "ViewDelta", "ViewEngine", "WMat", "same"]
 
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
+_CACHED_MEMBERS = 256  # larger member sets are not kept per materialisation
 
 
 class ViewEngine:
@@ -72,6 +73,9 @@ class ViewEngine:
         self._projs: set[Proj] = set()
         # Parsed queries by text: many views share a text (per-user views), parsing is pure.
         self._parsed: dict[str, Any] = {}
+        # flushes that changed something: a materialisation's cached member set is valid
+        # while the count has not moved (many views registering the same per-user query)
+        self._epoch = 0
 
     # ------------------------------------------------------------------ public API
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -118,7 +122,13 @@ class ViewEngine:
         mat.views.add(view_id)
         mat.vt = tuple(mat.views)
         self.views[view_id] = mat
-        return self._members(mat, shown)
+        cached = mat.mcache
+        if cached is not None and cached[0] == self._epoch:
+            return set(cached[1])  # another view of it registered since the last change
+        members = self._members(mat, shown)
+        if len(members) <= _CACHED_MEMBERS:
+            mat.mcache = (self._epoch, frozenset(members))
+        return members
 
     def unregister(self, view_id: str) -> None:
         """Forget a view (unknown ids are ignored)."""
@@ -448,6 +458,7 @@ class ViewEngine:
     def _flush(self) -> dict[str, ViewDelta]:
         out: dict[str, ViewDelta] = {}
         if self._circuits or self._mats or self._projs:
+            self._epoch += 1
             self._settle(out)
         if self._sync_each_call:
             self.sync_arena()
