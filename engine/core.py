@@ -374,10 +374,7 @@ class ViewEngine:
             else:
                 text = _canon_text(rid)
         old = rows.get(text)
-        # engine.versions: a version-less row over a versioned one is stale, except an
-        # id-only DELETE (no version to compare).
-        if (old is not None and record is not None and (op != "DELETE" or "_00_rv" in record)
-                and is_stale(record, old)):
+        if old is not None and record is not None and "_00_rv" in record and is_stale(record, old):
             return
         if op == "DELETE":
             if old is None:

@@ -58,6 +58,12 @@ from __future__ import annotations
 from surrealdb import Duration, RecordID
 
 from engine.value_bytes import (
+    EXT_DATETIME,
+    EXT_DECIMAL,
+    EXT_DURATION,
+    EXT_NONE,
+    EXT_RECORD_ID,
+    EXT_UUID,
     canonical_bytes,
     ext_value,
     pack_value,
@@ -104,6 +110,12 @@ from engine.value_types import (
 )
 
 __all__ = [
+    "EXT_DATETIME",
+    "EXT_DECIMAL",
+    "EXT_DURATION",
+    "EXT_NONE",
+    "EXT_RECORD_ID",
+    "EXT_UUID",
     "NONE",
     "Duration",
     "NoneType",
