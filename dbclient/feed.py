@@ -13,6 +13,11 @@ the scheduler's changefeed transport), so it lives here:
   newer one was read), keeps the tables asked for, leaves out what was already seen, and returns
   the sets in commit order. Per-table reads cannot be paged: the engine's LIMIT counts every
   table's entries and caps at 1000 (see :meth:`dbclient.Database.changes`);
+* :class:`FeedCursor` is where a reader stands: the per-table cursors, the re-read window's
+  seen set and the horizon rule. :meth:`FeedCursor.read` never moves it; the reader calls
+  :meth:`FeedCursor.advance` with the round only AFTER it handed the round's events on, so a
+  reader that dies (or whose hand-off fails) in between reads the same changes again from its
+  persisted state (at-least-once: a repeat is harmless, see the readers);
 * :func:`feed_retention_ms` reads a table's retention from its `DEFINE TABLE` text.
 """
 
@@ -38,6 +43,7 @@ ENGINE_PAGE_MAX = 1000
 
 __all__ = [
     "ENGINE_PAGE_MAX",
+    "FeedCursor",
     "FeedRound",
     "change_table",
     "feed_change",
@@ -180,6 +186,80 @@ def trim_seen(seen: MutableMapping[str, set[int]], cursors: Mapping[str, int],
         floor = cursors.get(table, 0) - overlap_vs
         if any(v < floor for v in vs_set):
             seen[table] = {v for v in vs_set if v >= floor}
+
+
+class FeedCursor:
+    """A changefeed reader's position: `cursors` (table -> last versionstamp absorbed), `seen`
+    (versionstamps inside the re-read window, per table) and `base` (where a table without a
+    cursor of its own is read from).
+
+    `read` returns the next round without moving anything; `advance` absorbs a round once its
+    events were handed on. Persist `state()` after `advance` and rebuild with `from_state`.
+    """
+
+    def __init__(self, base: int, *, limit: int = 1000, overlap_vs: int = 2000 << 16) -> None:
+        self.base = base
+        self.limit = limit
+        self.overlap_vs = overlap_vs
+        self.cursors: dict[str, int] = {}
+        self.seen: dict[str, set[int]] = {}
+
+    def at(self, table: str) -> int:
+        """The cursor of `table` (`base` when it has none yet)."""
+        return self.cursors.get(table, self.base)
+
+    def follow(self, table: str, vs: int | None = None) -> None:
+        """Read `table` from `vs` (its cursor so far, else `base`, when None)."""
+        self.cursors[table] = self.at(table) if vs is None else vs
+
+    def forget(self, table: str) -> None:
+        """Stop reading `table`."""
+        self.cursors.pop(table, None)
+        self.seen.pop(table, None)
+
+    def reset(self, base: int) -> None:
+        """Every table read again from `base`; nothing seen."""
+        self.base = base
+        self.cursors = {}
+        self.seen = {}
+
+    async def read(self, db: Database, tables: Iterable[str] | None = None) -> FeedRound:
+        """The next round of `tables` (default: every table with a cursor); moves nothing."""
+        names = list(self.cursors) if tables is None else list(tables)
+        return await read_round(db, {t: self.at(t) for t in names}, self.seen,
+                                limit=self.limit, overlap_vs=self.overlap_vs)
+
+    def advance(self, rnd: FeedRound, tables: Iterable[str] | None = None) -> None:
+        """Absorb `rnd` (read for `tables`, default every table with a cursor): call only
+        once its events were handed on. Pass the tables the round was read for: a table
+        followed since was not read, and must not move to the round's horizon."""
+        names = list(self.cursors) if tables is None else list(tables)
+        wanted = set(names)
+        for vs, table, _s in rnd.sets:
+            if table not in wanted:
+                continue  # forgotten while the round was handed on
+            self.seen.setdefault(table, set()).add(vs)
+            self.cursors[table] = max(self.at(table), vs)
+        if rnd.horizon is not None:
+            # The database-wide scan read every table up to the horizon: a table with no
+            # change in it moves too (its entries AT the horizon come again in the overlap).
+            for table in names:
+                self.cursors[table] = max(self.at(table), rnd.horizon)
+        trim_seen(self.seen, self.cursors, self.overlap_vs)
+
+    def state(self) -> dict[str, Any]:
+        """The JSON-able position (`from_state` reads it back)."""
+        return {"base": self.base, "cursors": dict(self.cursors),
+                "seen": {t: sorted(v) for t, v in self.seen.items() if v}}
+
+    @classmethod
+    def from_state(cls, raw: Mapping[str, Any], *, limit: int = 1000,
+                   overlap_vs: int = 2000 << 16) -> FeedCursor:
+        """A cursor from `state()` (ValueError/KeyError/TypeError on a malformed one)."""
+        cur = cls(int(raw["base"]), limit=limit, overlap_vs=overlap_vs)
+        cur.cursors = {str(k): int(v) for k, v in raw.get("cursors", {}).items()}
+        cur.seen = {str(k): {int(x) for x in v} for k, v in raw.get("seen", {}).items()}
+        return cur
 
 
 def feed_retention_ms(definition: str) -> int | None:

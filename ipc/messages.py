@@ -360,6 +360,35 @@ def parse_timestamp(text: str) -> datetime:
     return value.astimezone(UTC)
 
 
+#: A `_00_query` row's ttl when it has none (or an unreadable one): the client default, 10m.
+DEFAULT_TTL_MS: Final = 600_000
+
+
+def ttl_ms(value: Any) -> int:
+    """A `_00_query.ttl` (a SurrealDB duration or its text) in ms; DEFAULT_TTL_MS otherwise."""
+    elapsed = getattr(value, "elapsed", None)  # surrealdb's Duration (ns), without importing it
+    if isinstance(elapsed, int) and not isinstance(value, (str, bytes)):
+        return max(1, elapsed // 1_000_000)
+    if isinstance(value, str):
+        try:
+            return parse_duration_ms(value)
+        except ValueError:
+            return DEFAULT_TTL_MS
+    return DEFAULT_TTL_MS
+
+
+def epoch_ms(value: Any) -> int | None:
+    """A datetime (or ISO 8601 text) as epoch milliseconds; None when it is neither."""
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, str):
+        try:
+            return int(parse_timestamp(value).timestamp() * 1000)
+        except ValueError:
+            return None
+    return None
+
+
 def normalize_view_id(text: str) -> str:
     """`query:abc`, `_00_query:abc` and a bare `abc` all name the view `query:abc`."""
     value = text.strip()

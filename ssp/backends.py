@@ -189,7 +189,7 @@ class BackendMonitor:
         while True:
             try:
                 await self.check_all()
-            except Exception:  # noqa: BLE001 - the monitor must keep running; logged
+            except Exception:
                 log.exception("backend health round failed")
             try:
                 await asyncio.wait_for(self._wake.wait(), self.interval_secs)

@@ -11,8 +11,9 @@ import pytest
 from surrealdb import RecordID
 
 from dbclient import DbQueryError
+from dbclient.feed import feed_change
 from ssp.config import ConfigError, SspConfig
-from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, _claimed_auth, _feed_event
+from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, claimed_auth
 from ssp.naming import edge_suffix, edge_table, view_record
 from ssp.publisher import (
     MARK_READY,
@@ -55,13 +56,13 @@ def test_shard_of_is_stable_and_in_range() -> None:
 
 
 def test_claimed_auth_from_params() -> None:
-    assert _claimed_auth({"auth_id": "user:alice"}) == RecordID("user", "alice")
-    assert _claimed_auth({"auth": {"id": "user:⟨a-b⟩"}}) == RecordID("user", "a-b")
-    assert _claimed_auth({}) is None and _claimed_auth(None) is None
+    assert claimed_auth({"auth_id": "user:alice"}) == RecordID("user", "alice")
+    assert claimed_auth({"auth": {"id": "user:⟨a-b⟩"}}) == RecordID("user", "a-b")
+    assert claimed_auth({}) is None and claimed_auth(None) is None
     with pytest.raises(ValueError, match="auth_id"):
-        _claimed_auth({"auth_id": 3})
+        claimed_auth({"auth_id": 3})
     with pytest.raises(ValueError, match="not a record id"):
-        _claimed_auth({"auth_id": "no colon here"})
+        claimed_auth({"auth_id": "no colon here"})
 
 
 def test_log_ring_cursor_backfill_and_gap() -> None:
@@ -99,12 +100,12 @@ def test_log_ring_backfill_is_not_cut_to_the_follow_up_cap() -> None:
 
 def test_feed_changes_become_events() -> None:
     row = {"id": RecordID("post", 1), "n": 1}
-    assert _feed_event("post", {"update": row}) == ("post", "CREATE", "post:1", row)
-    assert _feed_event("post", {"current": row, "update": [{"op": "replace"}]}) == (
+    assert feed_change("post", {"update": row}) == ("post", "CREATE", "post:1", row)
+    assert feed_change("post", {"current": row, "update": [{"op": "replace"}]}) == (
         "post", "UPDATE", "post:1", row)
-    assert _feed_event("post", {"delete": {"id": RecordID("post", 1), "original": row}}) == (
+    assert feed_change("post", {"delete": {"id": RecordID("post", 1), "original": row}}) == (
         "post", "DELETE", "post:1", row)
-    assert _feed_event("post", {"define_table": {"name": "post"}}) is None
+    assert feed_change("post", {"define_table": {"name": "post"}}) is None
 
 
 def make_hub(**env: str) -> Hub:
@@ -115,24 +116,24 @@ def make_hub(**env: str) -> Hub:
 def test_json_records_get_links_and_datetimes_back_from_field_types() -> None:
     hub = make_hub()
     hub.field_types["post"] = {"owner": "record", "at": "datetime"}
-    out = hub.restore_types("post", "post:1", {"owner": "user:alice",
+    out = hub.admission.restore_types("post", "post:1", {"owner": "user:alice",
                                                "at": "2025-01-31T12:00:00Z", "free": "user:bob"})
     assert out["id"] == RecordID("post", 1)
     assert out["owner"] == RecordID("user", "alice")
     assert out["at"] == datetime(2025, 1, 31, 12, tzinfo=UTC)
     assert out["free"] == "user:bob"  # schemaless: no definition, stays a string
     with pytest.raises(ValueError, match="not in table"):
-        hub.restore_types("post", "user:1", {})
+        hub.admission.restore_types("post", "user:1", {})
 
 
 async def test_ingest_is_refused_when_slots_are_full_and_nothing_is_applied() -> None:
     hub = make_hub()
     hub.status = "ready"
-    hub.slots = PUBLICATION_SLOTS
+    hub.admission.slots = PUBLICATION_SLOTS
     body = {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 1}}
     r = await hub.handle({"route": "POST /ingest", "body": body})
     assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
-    assert hub.rows.tables() == [] and hub.seq == 0 and hub.overload_rejections == 1
+    assert hub.rows.tables() == [] and hub.seq == 0 and hub.publisher.overload_rejections == 1
 
 
 async def test_ingest_is_refused_when_pending_operations_are_over_the_threshold() -> None:
@@ -399,7 +400,7 @@ async def test_a_row_arena_that_cannot_grow_fails_the_ssp_with_503(
     hub = make_hub()
     hub.status = "ready"
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(hub._sequencer()), loop.create_task(hub._collector())]
+    tasks = [loop.create_task(hub.sequencer.run()), loop.create_task(hub.sequencer.collect())]
     try:
         body = {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 1}}
         r = await hub.handle({"route": "POST /ingest", "body": body})
