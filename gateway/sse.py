@@ -18,9 +18,9 @@ from typing import Any
 
 from falcon.asgi import SSEvent
 
+from ipc.httperrors import bad_request
 from ipc.messages import ErrorCode, logs_poll
 
-from .errors import bad_request
 from .hub import HubLink, HubUnavailable
 
 log = logging.getLogger("gateway.sse")

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from dbclient.config import DbConfig
-from ssp.backends import BackendListError, parse_backends
+from maintenance.backends import BackendListError, parse_backends
 
 __all__ = [
     "AdminConfig",

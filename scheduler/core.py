@@ -59,10 +59,12 @@ import aiohttp
 
 from dbclient import Database, DbError
 from dbclient.fieldtypes import FieldTypes
+from engine import wire
 from engine.hashing import hash_text
 from engine.values import RecordID, parse_record_id
 from ipc import typed
 from ipc.http import client_session
+from ipc.messages import parse_timestamp
 from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.drift import DriftChecker, default_tables
@@ -122,10 +124,10 @@ class Outbound:
     packed: bytes | None = None
 
     def wire(self) -> bytes:
-        """The event's typed bytes (``ipc.typed.encode_event``; TypeError when a value has
+        """The event's typed bytes (``ipc.wire.encode_event``; TypeError when a value has
         no typed form, which the WAL's own encoding would have refused first)."""
         if self.packed is None:
-            self.packed = typed.encode_event(self.event, self.seq)
+            self.packed = wire.encode_event(self.event, self.seq)
         return self.packed
 
 
@@ -180,7 +182,8 @@ class Scheduler:
         self.started = time.monotonic()
         self.db = db if db is not None else Database(cfg.db)
         self.replica = Replica.open(cfg.replica_db_path)
-        self.field_types = FieldTypes(self.db)  # for rows that arrive as JSON (/ingest)
+        # For rows that arrive as JSON (/ingest).
+        self.field_types = FieldTypes(self.db, parse_datetime=parse_timestamp)
         self.wal = Wal.open(cfg.wal_path, min_next_seq=self.replica.applied_seq + 1)
         self.committer = GroupCommitter(self.wal)
         self.tracker = ViewTracker(cfg.replica_db_path.parent / "views.sqlite",
@@ -604,7 +607,7 @@ class Scheduler:
         for fn in list(self.ssp_events):
             try:
                 fn(ssp_id, what, reason)
-            except Exception:  # noqa: BLE001 - an observer must not break the SSP registry
+            except Exception:
                 log.exception("ssp event observer failed")
 
     def heartbeat(self, body: Mapping[str, Any]) -> Reply:

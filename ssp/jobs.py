@@ -84,7 +84,7 @@ from dbclient import Database, DbError
 from engine.values import parse_record_id, record_id_text
 from ipc.http import client_session
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
-from ssp.backends import MASK  # one mask text for every secret the SSP outputs
+from maintenance.backends import MASK  # one mask text for every secret the SSP outputs
 from ssp.config import JobTable
 
 log = logging.getLogger("ssp.jobs")

@@ -24,7 +24,7 @@ the arena, the shards, the publisher, and the exclusive section that orders them
 
 from ssp.hub.admission import PUBLICATION_SLOTS
 from ssp.hub.identity import check_params, claimed_auth
-from ssp.hub.introspection import LogRing
+from ssp.hub.logring import LogRing
 from ssp.hub.root import Hub
 from ssp.hub.shardpool import LOAD_CHUNK
 from ssp.hub.state import ViewState

@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 from dbclient.fieldtypes import restore_types
 from engine.values import canonical_bytes, record_id_text
+from engine.wire import check_record
+from engine.wire import decode as decode_typed
 from ipc.messages import (
     BodyError,
     ErrorCode,
     RowChange,
     error_reply,
     not_ready,
+    parse_timestamp,
     reply,
     request_expired,
 )
-from ipc.typed import check_record
-from ipc.typed import decode as decode_typed
 
 if TYPE_CHECKING:
     from ssp.hub.sequencer import Event, Sequencer
@@ -131,4 +132,5 @@ class Admission:
         table's field definitions; a `typed` one (`ipc.typed`) as it came, its id checked."""
         if typed:
             return check_record(table, rid, record)
-        return restore_types(table, rid, record, self.state.field_types.get(table, {}))
+        return restore_types(table, rid, record, self.state.field_types.get(table, {}),
+                             parse_datetime=parse_timestamp)

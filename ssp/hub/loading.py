@@ -15,7 +15,7 @@ from dbclient import DbError
 from dbclient.fieldtypes import field_kinds, restore_types
 from engine.hashing import bytes_hash
 from engine.values import canonical_bytes, record_id_text, unpack_value
-from ipc.messages import reply
+from ipc.messages import parse_timestamp, reply
 from ssp.hub.state import cold_cursor
 from ssp.link import SchedulerExit
 from ssp.naming import QUERY_TABLE
@@ -157,7 +157,8 @@ class Loading:
                     wire ^= bytes_hash(b)
                 if typed:
                     try:
-                        row = restore_types(table, rid, row, state.field_types[table])
+                        row = restore_types(table, rid, row, state.field_types[table],
+                                            parse_datetime=parse_timestamp)
                         b = canonical_bytes(row)
                     except (ValueError, TypeError):
                         pass  # keep the row as sent

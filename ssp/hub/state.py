@@ -22,10 +22,10 @@ from surrealdb import RecordID
 
 from dbclient import Database
 from dbclient.feed import FeedCursor
+from maintenance.backends import BackendMonitor, parse_backends
 from ssp.allowlist import Allowlist
-from ssp.backends import BackendMonitor, parse_backends
 from ssp.config import SspConfig
-from ssp.hub.introspection import LogRing
+from ssp.hub.logring import LogRing
 from ssp.jobs import JobRunner
 from ssp.naming import view_record
 from ssp.publisher import Publisher, PubView, Teardown
@@ -113,7 +113,7 @@ class HubState:
         self.inflight: asyncio.Queue[Any] = asyncio.Queue(maxsize=PIPELINE_DEPTH)
         self.tasks: list[asyncio.Task[Any]] = []
         self.deferred: set[asyncio.Task[None]] = set()
-        # Outbox jobs and backend health (ssp.jobs, ssp.backends): own connection, own loops.
+        # Outbox jobs and backend health (ssp.jobs, maintenance.backends): own connection, own loops.
         self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
                               sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone,
                               scheduler_url=cfg.scheduler_url, auth_secret=cfg.auth_secret)

@@ -16,6 +16,7 @@ import pytest
 from surrealdb import RecordID
 
 from dbclient import Database
+from engine import wire
 from engine.hashing import hash_text, table_hash
 from engine.values import pack_wire, record_id_text
 from ipc import typed
@@ -70,7 +71,7 @@ class TypedStack:
 
 
 def event(op: str, row: dict[str, Any], seq: int | None = None) -> bytes:
-    return typed.encode_event({"table": "comment", "op": op, "id": record_id_text(row["id"]),
+    return wire.encode_event({"table": "comment", "op": op, "id": record_id_text(row["id"]),
                                "record": row}, seq)
 
 

@@ -11,6 +11,7 @@ from surrealdb import RecordID
 
 from dbclient.errors import DbError
 from dbclient.fieldtypes import FieldTypes, field_kinds, restore_types
+from ipc.messages import parse_timestamp
 
 INFO = {"fields": {
     "owner": "DEFINE FIELD owner ON post TYPE record<user> PERMISSIONS FULL",
@@ -31,12 +32,12 @@ def test_links_and_datetimes_are_found_whatever_the_option_spelling() -> None:
 def test_a_json_row_gets_its_types_back_and_untyped_fields_stay_text() -> None:
     out = restore_types("post", "post:1", {"owner": "user:alice", "at": "2025-01-31T12:00:00Z",
                                            "title": "user:bob", "seen": "not a date"},
-                        field_kinds(INFO))
+                        field_kinds(INFO), parse_datetime=parse_timestamp)
     assert out == {"id": RecordID("post", 1), "owner": RecordID("user", "alice"),
                    "at": datetime(2025, 1, 31, 12, tzinfo=UTC), "title": "user:bob",
                    "seen": "not a date"}
     with pytest.raises(ValueError, match="not in table"):
-        restore_types("post", "user:1", {}, {})
+        restore_types("post", "user:1", {}, {}, parse_datetime=parse_timestamp)
 
 
 class FakeDb:
@@ -54,7 +55,8 @@ class FakeDb:
 
 async def test_kinds_are_read_once_per_refresh_and_kept_when_a_read_fails() -> None:
     db = FakeDb()
-    ft = FieldTypes(db, refresh_secs=3600)  # type: ignore[arg-type]
+    ft = FieldTypes(db, refresh_secs=3600,  # type: ignore[arg-type]
+                    parse_datetime=parse_timestamp)
     got = await asyncio.gather(*(ft.kinds("post") for _ in range(5)))
     assert all(g == field_kinds(INFO) for g in got) and db.calls == 1
     ft.forget("post")

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from ipc.messages import BodyError, normalize_body
-from ssp.backends import BackendListError, BackendMonitor, parse_backends, shown_url
+from maintenance.backends import BackendListError, BackendMonitor, parse_backends, shown_url
 from ssp.config import ConfigError, JobTable, SspConfig
 from ssp.jobs import (
     MASK,
