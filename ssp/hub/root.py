@@ -73,6 +73,7 @@ class Hub(HubState):
         self.publisher.start()
         self.spawn(self.sequencer.run(), "sequencer")
         self.spawn(self.sequencer.collect(), "collector")
+        self.spawn(self.pool.liveness(), "shard-liveness")
         backoff = Backoff(0.5, cap=10.0)
         while True:
             try:

@@ -1,7 +1,12 @@
 """The hub's shard workers as one pool: send a request to every shard and collect the
 replies, load rows by arena handle, register a view on its shard, and keep every shard
 trustworthy: a shard that failed, timed out or died is killed, restarted and rebuilt from the
-arena and the registry (so no batch is ever missed for it)."""
+arena and the registry (so no batch is ever missed for it).
+
+Every request waits at most `SVC_SSP_SHARD_TIMEOUT_SECS`. A shard that stays alive but hangs
+(stopped, stuck) is found by the call that times out, and without traffic by the liveness
+ping (`liveness`: one `ping` per shard every PING_INTERVAL_SECS, the same timeout): either way
+it is killed and rebuilt from the arena, which holds every batch it missed."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ssp.hub")
 
 LOAD_CHUNK = 2000  # rows per load message (arena handles: 8 bytes each on the wire)
+PING_INTERVAL_SECS = 5.0
 
 Sends = list[tuple[ShardHandle, "asyncio.Future[dict[str, Any]]"]]
 
@@ -40,7 +46,9 @@ class ShardPool:
     def send(self, kind: str, payload: dict[str, Any]) -> Sends:
         """Start sending one request (encoded once) to every running shard."""
         msg = encode_request(kind, payload)
-        return [(s, asyncio.ensure_future(s.send(msg))) for s in self.state.shards if s.up]
+        timeout = self.state.cfg.shard_call_timeout_secs
+        return [(s, asyncio.ensure_future(s.send(msg, timeout)))
+                for s in self.state.shards if s.up]
 
     async def collect(self, kind: str, sends: Sends) -> list[dict[str, Any]]:
         """The replies of `send`. A shard that did not answer is left out and rebuilt: a
@@ -73,9 +81,11 @@ class ShardPool:
         the replies (with the deltas of views that already read the table). A shard that
         fails is restarted and rebuilt (`collect`)."""
         replies: list[dict[str, Any]] = []
+        timeout = self.state.cfg.shard_call_timeout_secs
         with self.state.arena.reading():
             for msg in self.handle_chunks(table, rids):
-                sends = [(s, asyncio.ensure_future(s.send(msg))) for s in shards if s.up]
+                sends = [(s, asyncio.ensure_future(s.send(msg, timeout)))
+                         for s in shards if s.up]
                 replies.extend(await self.collect("load_handles", sends))
         return replies
 
@@ -108,6 +118,21 @@ class ShardPool:
             log.error("shard %d is restarted to rebuild its views: %s", index, why)
             shard.kill()
 
+    async def liveness(self, interval: float = PING_INTERVAL_SECS) -> None:
+        """Ping every running shard every `interval`: one that does not answer within the
+        call timeout is hung (alive, but it would miss the next batch): restart it."""
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.gather(*(self._ping(s) for s in self.state.shards if s.up))
+
+    async def _ping(self, shard: ShardHandle) -> None:
+        try:
+            await shard.call("ping", timeout=self.state.cfg.shard_call_timeout_secs)
+        except ShardTimeout as e:
+            self.restart(shard.index, e)
+        except (ShardDown, ShardError):
+            pass  # dying already (its exit handler rebuilds it), or answered: alive
+
     async def _exited(self, shard: ShardHandle, code: int) -> None:
         """A shard died: restart it and rebuild its views, or report `failed`."""
         state = self.state
@@ -128,10 +153,11 @@ class ShardPool:
         """Reload a restarted shard from the arena, then register its views again.
         The caller holds the exclusive section."""
         state = self.state
+        timeout = state.cfg.shard_call_timeout_secs
         with state.arena.reading():
             for table in state.rows.tables():
                 for msg in self.handle_chunks(table, state.rows.ids(table)):
-                    await shard.send(msg)  # a failure leaves the SSP `failed` (the caller)
+                    await shard.send(msg, timeout)  # a failure leaves the SSP `failed`
         for view in [v for v in state.views.values() if v.shard == shard.index]:
             before = set(view.members)
             try:
