@@ -18,13 +18,11 @@ the scheduler's changefeed transport), so it lives here:
   :meth:`FeedCursor.advance` with the round only AFTER it handed the round's events on, so a
   reader that dies (or whose hand-off fails) in between reads the same changes again from its
   persisted state (at-least-once: a repeat is harmless, see the readers);
-* :func:`feed_retention_ms` reads a table's retention from its `DEFINE TABLE` text.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,15 +45,11 @@ __all__ = [
     "FeedRound",
     "change_table",
     "feed_change",
-    "feed_retention_ms",
     "read_round",
     "split_by_table",
     "trim_seen",
 ]
 
-_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1, "s": 1000, "m": 60_000,
-             "h": 3_600_000, "d": 86_400_000, "w": 604_800_000, "y": 31_536_000_000}
-_DURATION_PART = re.compile(r"(\d+)(ns|us|µs|ms|s|m|h|d|w|y)")
 
 
 def feed_change(table: str, ch: Mapping[str, Any]) -> tuple[str, str, str, Any] | None:
@@ -260,21 +254,3 @@ class FeedCursor:
         cur.cursors = {str(k): int(v) for k, v in raw.get("cursors", {}).items()}
         cur.seen = {str(k): {int(x) for x in v} for k, v in raw.get("seen", {}).items()}
         return cur
-
-
-def feed_retention_ms(definition: str) -> int | None:
-    """The retention of a `DEFINE TABLE ... CHANGEFEED <duration>` text in ms (None: no feed)."""
-    m = re.search(r"\bCHANGEFEED (\S+)", definition)
-    if m is None:
-        return None
-    total = 0.0
-    pos = 0
-    text = m.group(1)
-    for part in _DURATION_PART.finditer(text):
-        if part.start() != pos:
-            return None
-        total += int(part.group(1)) * _UNITS_MS[part.group(2)]
-        pos = part.end()
-    if pos != len(text) or total <= 0:
-        return None
-    return int(total)

@@ -2,13 +2,14 @@
 
 Record ids become their SurrealDB text (`user:alice`), datetimes ISO 8601 with `Z`, decimals
 and uuids their text, durations their SurrealQL text (`1h30m`), bytes base64, NONE null, sets
-and tuples arrays; anything else its `str`. Lossy on purpose: JSON has no such types (the typed
+and tuples arrays, a NaN or infinite float null; anything else its `str`. Lossy on purpose: JSON has no such types (the typed
 encoding of `ipc.typed` keeps them).
 """
 
 from __future__ import annotations
 
 import base64
+import math
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -24,8 +25,10 @@ __all__ = ["json_default", "to_json"]
 
 def to_json(v: Any) -> Any:
     """`v` with every SurrealDB-typed value inside replaced by its JSON form (see above)."""
-    if v is None or isinstance(v, (bool, int, float, str)):
+    if v is None or isinstance(v, (bool, int, str)):
         return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None  # JSON has no NaN or infinity
     if isinstance(v, dict):
         return {str(k): to_json(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, set, frozenset)):

@@ -307,11 +307,12 @@ _DURATION_NS: Final[dict[str, int]] = {
 MAX_DURATION_MS: Final = 10 * 365 * 86_400 * 1000
 
 
-def parse_duration_ms(text: str) -> int:
-    """Duration text as SurrealDB writes it (`30s`, `10m`, `1h30m`, `500ms`) -> milliseconds.
+def parse_duration_ns(text: str) -> int:
+    """Duration text as SurrealDB writes it (`30s`, `10m`, `1h30m`, `500ms`) -> nanoseconds:
+    the one duration parser (ttl, changefeed retention, settings).
 
     Units: ns, us/µs, ms, s, m, h, d, w, y; parts may repeat in any order and add up. The
-    total must be positive and at most 10 years. ValueError says what is wrong.
+    total must be positive. ValueError says what is wrong.
     """
     stripped = text.strip()
     if not stripped:
@@ -327,9 +328,14 @@ def parse_duration_ms(text: str) -> int:
         pos = m.end()
     if pos != len(stripped) or pos == 0:
         raise ValueError(f"must be duration text such as 30s, 10m or 1h30m, got {text!r}")
-    total_ms = total_ns // 1_000_000
     if total_ns <= 0:
         raise ValueError(f"must be a positive duration, got {text!r}")
+    return total_ns
+
+
+def parse_duration_ms(text: str) -> int:
+    """`parse_duration_ns` in milliseconds (at least 1), at most 10 years (a ttl)."""
+    total_ms = parse_duration_ns(text) // 1_000_000
     if total_ms > MAX_DURATION_MS:
         raise ValueError(f"must be at most 10 years, got {text!r}")
     return max(total_ms, 1)

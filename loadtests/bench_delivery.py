@@ -55,12 +55,12 @@ from dbclient import Database, DbConfig
 from dbclient import cbor as sdk_cbor
 from dbclient.fieldtypes import restore_types
 from engine import wire
+from engine.jsonvalues import json_default
 from engine.values import canonical_bytes, pack_value, record_id_text, unpack_value
 from ipc import typed
 from ipc.body import parse_json, parse_typed
 from ipc.messages import normalize_body, parse_timestamp, request
 from scheduler.core import Outbound
-from scheduler.proxy import json_default
 from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
 from tests.support.procs import start_db_host
 

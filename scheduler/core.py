@@ -61,15 +61,16 @@ from dbclient import Database, DbError
 from dbclient.fieldtypes import FieldTypes
 from engine import wire
 from engine.hashing import hash_text
+from engine.jsonvalues import json_default
 from engine.values import RecordID, parse_record_id
 from ipc import typed
+from ipc.backoff import Backoff
 from ipc.http import client_session
 from ipc.messages import parse_timestamp
 from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.drift import DriftChecker, default_tables
 from scheduler.feed import CURSOR_MARGIN_MS, ChangefeedTail, disabled_status
-from scheduler.proxy import json_default
 from scheduler.replica import CloneInProgress, Replica
 from scheduler.views import Candidate, ViewTracker, rank_candidates
 from scheduler.wal import GroupCommitter, Wal, validate_event
@@ -675,7 +676,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ sending
     async def _sender(self, e: SspEntry) -> None:
-        backoff = _BACKOFF_MIN
+        backoff = Backoff(_BACKOFF_MIN, cap=_BACKOFF_MAX)
         limit = min(self.cfg.bootstrap_chunk_size, BATCH_MAX)
         chunk = limit
         while True:
@@ -698,7 +699,7 @@ class Scheduler:
                         e.queue.popleft()
                     e.sent_seq = batch[-1].seq
                     e.send_failures = 0
-                    backoff = _BACKOFF_MIN
+                    backoff.reset()
                     if status == 400:
                         # Sending it again gets the same answer, and skipping it would leave
                         # the SSP's views silently wrong: it re-bootstraps from the replica,
@@ -713,8 +714,7 @@ class Scheduler:
                                  e.sent_seq)
                 else:
                     e.send_failures += 1
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, _BACKOFF_MAX)
+                    await backoff.sleep()
             if e.state is SspState.REPLAYING and not e.queue and e.flagged is None:
                 e.state = SspState.READY
                 log.info("SSP %s ready (sent through seq %d)", e.ssp_id, e.sent_seq)

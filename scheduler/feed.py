@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -38,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from dbclient import Database, DbError, LiveSubscription
-from dbclient.feed import FeedCursor, feed_change, feed_retention_ms
+from dbclient.feed import FeedCursor, feed_change
 from engine.values import parse_record_id
+from ipc.messages import parse_duration_ns
 
 log = logging.getLogger("scheduler.feed")
 
@@ -350,3 +352,15 @@ def _atomic_write(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def feed_retention_ms(definition: str) -> int | None:
+    """The retention of a `DEFINE TABLE ... CHANGEFEED <duration>` text in ms (None: no feed,
+    or not a duration)."""
+    m = re.search(r"\bCHANGEFEED (\S+)", definition)
+    if m is None:
+        return None
+    try:
+        return parse_duration_ns(m.group(1)) // 1_000_000
+    except ValueError:
+        return None

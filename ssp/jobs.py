@@ -62,7 +62,6 @@ Secrets: `auth_token` is only put in the request header; it is never logged or r
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -71,17 +70,17 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
-from uuid import UUID
 
 import aiohttp
 from surrealdb import RecordID
 
 from dbclient import Database, DbError
+from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
+from ipc.backoff import delay
 from ipc.http import client_session
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
 from maintenance.backends import MASK  # one mask text for every secret the SSP outputs
@@ -120,28 +119,9 @@ class NotTerminal(RuntimeError):
         self.status = status
 
 
-def jsonable(v: Any) -> Any:
-    """Database values -> JSON (record ids and datetimes as SurrealDB text)."""
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, RecordID):
-        return record_id_text(v)
-    if isinstance(v, datetime):
-        return v.isoformat().replace("+00:00", "Z")
-    if isinstance(v, (Decimal, UUID)):
-        return str(v)
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    return str(v)
-
-
 def backoff_secs(base_ms: int, attempt: int) -> float:
     """Wait before retry number `attempt` (1, 2, ...): base, 2x, 4x... capped at 30 s."""
-    return min(base_ms * 2 ** max(0, attempt - 1), 30_000) / 1000
+    return delay(attempt, base_ms / 1000, cap=30.0)
 
 
 def retried(status: int) -> bool:

@@ -46,6 +46,7 @@ from dbclient import DbError
 from dbclient.sql import require_identifier, require_int
 from engine.hashing import hash_text
 from engine.values import record_id_text
+from ipc.backoff import Backoff
 from ipc.http import client_session
 from ssp import VERSION
 
@@ -256,7 +257,7 @@ class SchedulerLink:
         """Register until 202; returns `snapshot_seq`. SchedulerExit 5/6 after the max wait."""
         cfg = self.hub.cfg
         deadline = time.monotonic() + cfg.register_max_wait_secs
-        backoff = 0.2
+        backoff = Backoff(0.2, cap=REGISTER_BACKOFF_MAX_SECS)
         last_status: int | None = None
         last_problem = "no attempt"
         body = {"ssp_id": cfg.ssp_id, "url": self.own_url}
@@ -283,9 +284,9 @@ class SchedulerLink:
                 raise SchedulerExit(code, f"not registered within {cfg.register_max_wait_secs}s "
                                           f"({last_problem})")
             log.warning("registration with the scheduler failed (%s); retrying in %.1fs",
-                        last_problem, backoff)
-            await self.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
-            backoff = min(backoff * 2, REGISTER_BACKOFF_MAX_SECS)
+                        last_problem, backoff.current)
+            # `self.sleep`, not `backoff.sleep`: tests replace it to run without waiting.
+            await self.sleep(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------------ bootstrap
 

@@ -34,6 +34,7 @@ from surrealdb import RecordID
 
 from dbclient import Database, DbError, DbTimeout
 from engine.values import parse_record_id
+from ipc.backoff import Backoff
 from ssp.naming import SINGLE_TABLE, edge_id
 from ssp.viewmetrics import ViewMetrics
 
@@ -354,7 +355,7 @@ class Publisher:
             self.telemetry.lock_hold(held)
 
     async def _run(self) -> None:
-        backoff = 0.1
+        backoff = Backoff(0.1, cap=5.0)
         while True:
             await self._wake.wait()
             if self.throttle > 0:
@@ -368,13 +369,13 @@ class Publisher:
                     # Everything pending belongs to views another flush holds: wait for it
                     # rather than spin (an Event that is set never suspends the loop).
                     await asyncio.sleep(0.005)
-                backoff = 0.1
+                backoff.reset()
             except DbError as e:
                 self.stats.failures += 1
                 self.stats.last_error = str(e)[:300]
-                log.warning("edge publication failed (will retry in %.1fs): %s", backoff, e)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                log.warning("edge publication failed (will retry in %.1fs): %s",
+                            backoff.current, e)
+                await backoff.sleep()
                 self._wake.set()
             except Exception:  # a bug here must not stop publication for good
                 self.stats.failures += 1

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from surrealdb import RecordID
 
-from dbclient.feed import feed_change, feed_retention_ms, trim_seen
-from scheduler.feed import ChangefeedTail, _event, disabled_status
+from dbclient.feed import feed_change, trim_seen
+from scheduler.feed import ChangefeedTail, _event, disabled_status, feed_retention_ms
 
 POST1 = RecordID("post", 1)
 

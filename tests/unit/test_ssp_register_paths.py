@@ -15,6 +15,7 @@ from ssp.config import SspConfig
 from ssp.hub import Hub, ViewState, check_params
 from ssp.naming import view_record
 from ssp.shards import ShardError, ShardTimeout
+from tests.support.fakedb import FakeDb
 
 OLD = "SELECT * FROM post WHERE n > 3"
 NEW = "SELECT * FROM post WHERE n < 3"
@@ -43,27 +44,6 @@ class FakeShard:
     def kill(self) -> None:
         self.killed += 1
         self.up = False
-
-
-class FakeDb:
-    """`query_one` finds no row; `query`/`transaction` fail with `fail` when set."""
-
-    def __init__(self, fail: BaseException | None = None) -> None:
-        self.fail = fail
-        self.consecutive_timeouts = 0
-        self.writes: list[str] = []
-
-    async def query_one(self, sql: str, vars: Any = None, **_k: Any) -> Any:
-        return None
-
-    async def query(self, sql: str, vars: Any = None, **_k: Any) -> Any:
-        if self.fail is not None:
-            raise self.fail
-        self.writes.append(sql)
-        return []
-
-    async def transaction(self, stmts: Any) -> Any:
-        return await self.query("transaction")
 
 
 def make_hub(shard: FakeShard, db_fail: BaseException | None = None) -> Hub:

@@ -34,6 +34,7 @@ from ssp.telemetry import (
     attach,
     setup_meter,
 )
+from tests.support.fakedb import FakeDb
 from tests.support.procs import free_port
 
 OP_BYTES = publisher_mod._OP_BYTES
@@ -48,19 +49,6 @@ SPEC_NAMES = {
 }
 BASE_ENV = {"SVC_DB_URL": "ws://127.0.0.1:1/rpc", "SVC_DB_USER": "u", "SVC_DB_PASS": "p",
             "SVC_DB_NS": "n", "SVC_DB_NAME": "d"}
-
-
-class FakeDb:
-    def __init__(self) -> None:
-        self.fail = 0
-        self.reconnects = 2
-
-    async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
-        await asyncio.sleep(0.002)
-        if self.fail:
-            self.fail -= 1
-            raise DbQueryError("boom")
-        return [None] * len(stmts)
 
 
 def points(data: MetricsData | None) -> dict[str, Any]:
@@ -80,7 +68,8 @@ def value(metric: Any) -> Any:
 
 
 def pub_with(meter: Meter) -> tuple[Publisher, FakeDb]:
-    db = FakeDb()
+    db = FakeDb(delay=0.002)
+    db.reconnects = 2
     v = PubView("query:v", RecordID("_00_query", "v"), "_00_list_ref_user_alice",
                 RecordID("user", "alice"), {"post:1", "post:2"})
     pub = Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from ssp.publisher import (
     Teardown,
 )
 from ssp.shards import shard_of
+from tests.support.fakedb import FakeDb
 
 
 def test_plain_user_ids_name_their_table_directly() -> None:
@@ -173,21 +174,6 @@ async def test_health_and_unknown_routes() -> None:
     assert (await hub.handle("junk"))["status"] == 400
 
 
-class FakeDb:
-    """Records transactions; fails the next `fail` calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[tuple[str, Any]]] = []
-        self.fail = 0
-
-    async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
-        if self.fail:
-            self.fail -= 1
-            raise DbQueryError("boom")
-        self.calls.append(list(stmts))
-        return [None] * len(stmts)
-
-
 def make_pub(views: dict[str, PubView], db: FakeDb) -> Publisher:
     return Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
                      view_lookup=views.get, rv_lookup=lambda rid: 7)
@@ -204,7 +190,7 @@ async def test_flush_writes_members_as_upserts_and_others_as_deletes_in_one_tran
     pub = make_pub({"query:v": v}, db)
     pub.mark("query:v", ["post:1", "post:2"])
     await pub.flush()
-    [tx] = db.calls
+    [tx] = db.transactions
     assert [s for s, _ in tx] == ["DELETE $ids", UPSERT_EDGES]
     assert tx[0][1]["ids"] == [RecordID("_00_list_ref_user_alice",
                                         [v.record, RecordID("post", 2)])]
@@ -220,7 +206,7 @@ async def test_add_then_remove_within_a_window_coalesces_to_the_current_state() 
     pub.mark("query:v", ["post:1"])
     pub.mark("query:v", ["post:1"])  # added, then removed: member set no longer has it
     await pub.flush()
-    [tx] = db.calls
+    [tx] = db.transactions
     assert [s for s, _ in tx] == ["DELETE $ids"]
 
 
@@ -234,7 +220,7 @@ async def test_a_failed_flush_is_retried_with_nothing_lost() -> None:
         await pub.flush()
     assert pub.pending
     await pub.flush()
-    assert len(db.calls) == 1 and db.calls[0][0][0] == UPSERT_EDGES
+    assert len(db.transactions) == 1 and db.transactions[0][0][0] == UPSERT_EDGES
 
 
 async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registration() -> None:
@@ -244,16 +230,16 @@ async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registra
     pub = make_pub(views, db)
     pub.materialise(v)
     await pub.flush()
-    [tx] = db.calls
+    [tx] = db.transactions
     assert tx[0][0].startswith("DELETE _00_list_ref_user_alice WHERE in = $q AND out NOTINSIDE")
     assert tx[-1] == (MARK_READY, {"ups": [{"q": v.record, "n": 2}]})
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 99))
     await pub.flush()  # still registered: the teardown is dropped
-    assert len(db.calls) == 1
+    assert len(db.transactions) == 1
     views.clear()
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 100))
     await pub.flush()
-    assert [s for s, _ in db.calls[1]] == ["DELETE _00_list_ref_user_alice WHERE in = $q",
+    assert [s for s, _ in db.transactions[1]] == ["DELETE _00_list_ref_user_alice WHERE in = $q",
                                            "DELETE $q"]
 
 
@@ -269,8 +255,8 @@ async def test_flush_loop_with_throttle_coalesces_many_marks_into_one_transactio
         assert await pub.drain(5.0)
     finally:
         await pub.stop()
-    assert len(db.calls) == 1
-    inserted = [r for c in db.calls for _, p in c for r in (p or {}).get("rows", [])]
+    assert len(db.transactions) == 1
+    inserted = [r for c in db.transactions for _, p in c for r in (p or {}).get("rows", [])]
     assert sorted(str(r["out"]) for r in inserted) == sorted(
         str(RecordID("post", i)) for i in range(50))
 
@@ -299,7 +285,7 @@ async def test_a_timed_out_flush_is_retried_smaller() -> None:
         except DbTimeout:
             pass
     assert not pub.pending
-    written = sorted(str(r["out"]) for c in db.calls for _, p in c for r in (p or {}).get("rows", []))
+    written = sorted(str(r["out"]) for c in db.transactions for _, p in c for r in (p or {}).get("rows", []))
     assert written == sorted(str(RecordID("post", i)) for i in range(400))
 
 
@@ -329,7 +315,7 @@ async def test_concurrent_flushes_never_share_a_view_and_hold_waits_for_them() -
     assert not held.done()  # waits for the flush holding a
     gate.set()
     await asyncio.gather(first, second, held)
-    rows = [[str(r["out"]) for _, p in c for r in (p or {}).get("rows", [])] for c in db.calls]
+    rows = [[str(r["out"]) for _, p in c for r in (p or {}).get("rows", [])] for c in db.transactions]
     assert sorted(rows) == [["post:1"], ["post:2"]]
     assert pub.dirty == {"query:a": {"post:1"}}  # still pending for the next flush
 
@@ -362,7 +348,7 @@ async def test_flush_loops_wait_instead_of_spinning_while_views_are_held() -> No
         assert await pub.drain(5.0)
     finally:
         await pub.stop()
-    assert len(db.calls) == 2
+    assert len(db.transactions) == 2
 
 
 async def test_a_flush_writes_at_most_max_tables_edge_tables_and_the_rest_follows() -> None:
@@ -382,9 +368,9 @@ async def test_a_flush_writes_at_most_max_tables_edge_tables_and_the_rest_follow
         pub.mark(vid, ["post:" + vid.removeprefix("query:v"), "post:gone" + vid.removeprefix("query:v")])
     written: list[set[str]] = []
     while pub.pending:
-        before = len(db.calls)
+        before = len(db.transactions)
         assert await pub.flush()
-        stmts = db.calls[before]
+        stmts = db.transactions[before]
         rows = [r for _, p in stmts for r in (p or {}).get("rows", [])]
         ids = [i for _, p in stmts for i in (p or {}).get("ids", [])]
         written.append({r["id"].table_name for r in rows} | {i.table_name for i in ids})
