@@ -61,7 +61,7 @@ from ipc import typed
 from ipc.body import parse_json, parse_typed
 from ipc.messages import normalize_body, parse_timestamp, request
 from scheduler.core import Outbound
-from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import start_db_host
 
 SCHEMA = """

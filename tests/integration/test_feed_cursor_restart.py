@@ -5,22 +5,17 @@ same changes again: nothing is skipped. Against a real database host."""
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from dbclient import Database, DbConfig
+from dbclient import Database
 from dbclient.feed import FeedCursor
 from scheduler.feed import ChangefeedTail
 from ssp.hub.tail import FeedTail
-from tests.support.procs import DbHost
-
-_names = itertools.count()
 
 
 class Crash(Exception):
@@ -28,17 +23,9 @@ class Crash(Exception):
 
 
 @pytest.fixture
-async def db(shared_db_host: DbHost) -> AsyncIterator[Database]:
-    database = Database(DbConfig.from_env({
-        "SVC_DB_URL": shared_db_host.ws_url, "SVC_DB_USER": shared_db_host.user,
-        "SVC_DB_PASS": shared_db_host.password, "SVC_DB_NS": "feedcursor",
-        "SVC_DB_NAME": f"db{next(_names)}"}))
-    await database.connect()
-    await database.query("DEFINE TABLE post CHANGEFEED 1h INCLUDE ORIGINAL")
-    try:
-        yield database
-    finally:
-        await database.close()
+async def db(fresh_db: Database) -> Database:
+    await fresh_db.query("DEFINE TABLE post CHANGEFEED 1h INCLUDE ORIGINAL")
+    return fresh_db
 
 
 async def write(db: Database, keys: range) -> None:

@@ -20,7 +20,8 @@ from engine import wire
 from engine.hashing import hash_text, table_hash
 from engine.values import pack_wire, record_id_text
 from ipc import typed
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     Ssp,
     apply_schema,
     edges,
@@ -29,7 +30,6 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 SECRET = "test-bearer-not-a-real-secret"
 SCHEMA = """

@@ -20,7 +20,8 @@ from pathlib import Path
 from dbclient import Database
 from engine.values import record_id_text
 from ssp.shards import shard_of
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     Stack,
     apply_schema,
@@ -31,7 +32,6 @@ from tests.integration.test_ssp_support import (
     view_body,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 EDGES = "_00_list_ref_user_alice"
 TOP = "SELECT * FROM thread WHERE score > 3"
