@@ -15,7 +15,7 @@ only routes operations to its Ready SSPs:
 - `POST /job/result {job_id, status, result?, error?}`: 200; the latest status per job is
   kept in memory (bounded) for `/metrics` `running_jobs` (jobs whose latest status is
   `pending` or `running`). The SSPs post one for every status change of a job they run
-  (`ssp.jobs.ResultReporter`); anyone else may post too.
+  (`ssp.jobreports.ResultReporter`); anyone else may post too.
 - `POST /job/kill {id}`: sent to every Ready SSP (the owner cancels, the others flag the row);
   200 `{id, dispatched, ssps}` (`dispatched`: how many SSPs answered 200, `ssps`: their ids);
   503 `no_ssp` when none is Ready.
