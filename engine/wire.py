@@ -2,17 +2,15 @@
 engine's ext types, so every SurrealDB value travels between our processes as stored.
 
 `encode_event` packs one event (the scheduler packs each once for every SSP; `ipc.typed`
-frames them into a batch); `decode` builds the values back (record ids cached: links
-repeat); `check_record` gives a decoded record its id. The framing and the shape check that
-need no value types are `ipc.typed`'s.
+frames them into a batch); `ipc.typed.decode(data, ext_hook)` builds the values back (record
+ids cached: links repeat); `check_record` gives a decoded record its id. The framing and the
+decoding need no value types of ours and are `ipc.typed`'s; the values are this module's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-import msgpack
 
 from engine.values import (
     EXT_RECORD_ID,
@@ -23,7 +21,7 @@ from engine.values import (
     record_id_text,
 )
 
-__all__ = ["check_record", "decode", "encode_event"]
+__all__ = ["check_record", "encode_event", "ext_hook"]
 
 _RID_CACHE: dict[bytes, RecordID] = {}
 _RID_CACHE_MAX = 100_000
@@ -46,7 +44,9 @@ def encode_event(event: Mapping[str, Any], seq: int | None = None) -> bytes:
     return pack_wire(out)
 
 
-def _typed_ext(code: int, data: bytes) -> Any:
+def ext_hook(code: int, data: bytes) -> Any:
+    """The value of one ext type (`ipc.typed.decode`'s hook): `engine.values.ext_value`,
+    record ids cached (links repeat)."""
     if code == EXT_RECORD_ID:
         rid = _RID_CACHE.get(data)
         if rid is None:
@@ -55,23 +55,6 @@ def _typed_ext(code: int, data: bytes) -> Any:
             rid = _RID_CACHE[data] = ext_value(code, data)
         return rid
     return ext_value(code, data)
-
-
-def decode(data: bytes) -> Any:
-    """Typed bytes back to values (RecordID, datetime, Decimal, Duration, UUID, NONE).
-
-    ValueError naming the problem: not MessagePack, trailing bytes, a map key that is not a
-    string, an unknown ext type or a malformed ext payload. (`ipc.typed.decode_shape` maps
-    failures the same way; it cannot call this module: `ipc` imports nothing of ours.)"""
-    try:
-        return msgpack.unpackb(data, raw=False, ext_hook=_typed_ext, strict_map_key=True)
-    except (msgpack.StackError, RecursionError):
-        raise ValueError("nested too deeply") from None
-    except msgpack.FormatError:
-        raise ValueError("not MessagePack (a byte that starts no value)") from None
-    except (ValueError, TypeError, OverflowError,
-            msgpack.UnpackException) as e:  # every failure of bad input, one type out
-        raise ValueError(str(e) or type(e).__name__) from None
 
 
 def check_record(table: str, rid: str, record: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,8 @@ which never raises on a body the gateway forwarded):
   Typed form (`Content-Type: ipc.typed.CONTENT_TYPE`, the scheduler's deliveries): the same
   shapes in MessagePack with SurrealDB's types kept; the gateway checks the shape (ext values
   opaque) and forwards `body` as the request's BYTES, unchanged (`op` not upper-cased); the
-  hub decodes them with `engine.wire.decode` (a malformed value is its 400).
+  hub decodes them with `ipc.typed.decode` and `engine.wire.ext_hook` (a malformed value is
+  its 400).
 - `POST /view/register` (`ViewRegistration`): `{id, surql, clientId, ttl, params,
   lastActiveAt, format}` with `params` and `format` present (None when absent), `ttl` as sent
   (duration text; `parse_duration_ms` gives milliseconds) and `lastActiveAt` as sent or None.

@@ -1,9 +1,9 @@
 """Typed row-change events between our own processes: the scheduler's `POST /ingest` to an SSP.
 
-This module is the framing every hop shares with no value type of its own (`CONTENT_TYPE`,
-`encode_batch`, `is_array`, `decode_shape`: ext values left opaque), so `ipc` imports nothing
-of ours; the values themselves are encoded and decoded by `engine.wire` (`encode_event`,
-`decode`, `check_record`), next to the engine's ext types.
+This module is the framing and decoding every hop shares with no value type of its own
+(`CONTENT_TYPE`, `encode_batch`, `is_array`, `decode(data, ext_hook)`, `decode_shape`: ext
+values left opaque), so `ipc` imports nothing of ours; the values themselves are
+`engine.wire`'s (`encode_event`, `ext_hook`, `check_record`), next to the engine's ext types.
 
 JSON has no record id, datetime, decimal, duration, uuid or bytes, and a SCHEMALESS field has
 no definition to type its text again (`dbclient.fieldtypes`), so a link sent as JSON reaches
@@ -30,12 +30,12 @@ NONE stays apart from NULL, and what the WAL could store can always be sent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgpack
 
-__all__ = ["CONTENT_TYPE", "decode_shape", "encode_batch", "is_array"]
+__all__ = ["CONTENT_TYPE", "decode", "decode_shape", "encode_batch", "is_array"]
 
 CONTENT_TYPE: Final = "application/vnd.svc.values+msgpack"
 
@@ -52,12 +52,14 @@ def is_array(data: bytes) -> bool:
     return bool(data) and (0x90 <= data[0] <= 0x9F or data[0] in (0xDC, 0xDD))
 
 
-def decode_shape(data: bytes) -> Any:
-    """Typed bytes with every ext value left opaque (a `slice`, built in C: the cheapest
-    stand-in): enough to check the shape of a body without building its values. ValueError
-    as `engine.wire.decode` for broken MessagePack; ext payloads are checked by it."""
+def decode(data: bytes, ext_hook: Callable[[int, bytes], Any]) -> Any:
+    """Typed bytes back to values, each ext value built by `ext_hook` (`engine.wire.ext_hook`:
+    RecordID, datetime, Decimal, Duration, UUID, NONE).
+
+    ValueError naming the problem: not MessagePack, trailing bytes, a map key that is not a
+    string, an unknown ext type or a malformed ext payload (the hook's ValueError)."""
     try:
-        return msgpack.unpackb(data, raw=False, ext_hook=slice, strict_map_key=True)
+        return msgpack.unpackb(data, raw=False, ext_hook=ext_hook, strict_map_key=True)
     except (msgpack.StackError, RecursionError):
         raise ValueError("nested too deeply") from None
     except msgpack.FormatError:
@@ -65,3 +67,10 @@ def decode_shape(data: bytes) -> Any:
     except (ValueError, TypeError, OverflowError,
             msgpack.UnpackException) as e:  # every failure of bad input, one type out
         raise ValueError(str(e) or type(e).__name__) from None
+
+
+def decode_shape(data: bytes) -> Any:
+    """Typed bytes with every ext value left opaque (a `slice`, built in C: the cheapest
+    stand-in): enough to check the shape of a body without building its values. ValueError
+    as `decode` for broken MessagePack; ext payloads are checked by `decode`."""
+    return decode(data, slice)

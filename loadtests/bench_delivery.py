@@ -61,8 +61,8 @@ from ipc import typed
 from ipc.body import parse_json, parse_typed
 from ipc.messages import normalize_body, parse_timestamp, request
 from scheduler.core import Outbound
-from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import start_db_host
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;
@@ -144,7 +144,7 @@ def codec_figures() -> list[tuple[str, float, float, float, float]]:
     tm = typed_gw()
 
     def typed_hub() -> None:
-        for e in wire.decode(msgpack.unpackb(tm, raw=False, strict_map_key=False)["body"]):
+        for e in typed.decode(msgpack.unpackb(tm, raw=False, strict_map_key=False)["body"], wire.ext_hook):
             canonical_bytes(wire.check_record(e["table"], e["id"], e["record"]))
 
     # CBOR as the SDK speaks it (tags left as cbor2 tags for the shape check).
@@ -176,7 +176,7 @@ def codec_figures() -> list[tuple[str, float, float, float, float]]:
     json_rows = [restore_types(e["table"], e["id"], e["record"], {},
                                           parse_datetime=parse_timestamp)
                  for e in msgpack.unpackb(jm, raw=False, strict_map_key=False)["body"]]
-    typed_rows = [e["record"] for e in wire.decode(tb)]
+    typed_rows = [e["record"] for e in typed.decode(tb, wire.ext_hook)]
     out = []
     for name, fns, size in (("json", (json_enc, json_gw, json_hub, inside(json_rows)), len(jb)),
                             ("typed msgpack", (typed_enc, typed_gw, typed_hub,

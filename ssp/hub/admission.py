@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from dbclient.fieldtypes import restore_types
 from engine.values import canonical_bytes, record_id_text
-from engine.wire import check_record
-from engine.wire import decode as decode_typed
+from engine.wire import check_record, ext_hook
 from ipc.messages import (
     BodyError,
     ErrorCode,
@@ -67,7 +66,7 @@ class Admission:
             typed = isinstance(body, bytes)  # the typed encoding, as the client sent it
             if typed:
                 try:
-                    body = decode_typed(body)
+                    body = typed.decode(body, ext_hook)
                 except ValueError as e:
                     return error_reply(400, ErrorCode.INVALID, f"request body: {e}")
             if isinstance(body, list):

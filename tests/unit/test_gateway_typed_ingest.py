@@ -34,7 +34,7 @@ async def test_a_typed_event_reaches_the_hub_as_the_bytes_sent() -> None:
         assert result.status_code == 200, result.text
         sent = gw.hub.last("POST /ingest")["body"]
         assert sent == body
-        assert wire.decode(sent)["record"] == RECORD  # the hub gets the values back
+        assert typed.decode(sent, wire.ext_hook)["record"] == RECORD  # the hub gets the values back
 
 
 async def test_a_typed_batch_reaches_the_hub_as_the_bytes_sent() -> None:
@@ -45,7 +45,7 @@ async def test_a_typed_batch_reaches_the_hub_as_the_bytes_sent() -> None:
     async with GatewayUnderTest(SECRET) as gw:
         result = await gw.client.simulate_post("/ingest", body=body, headers=TYPED)
         assert result.status_code == 200, result.text
-        decoded = wire.decode(gw.hub.last("POST /ingest")["body"])
+        decoded = typed.decode(gw.hub.last("POST /ingest")["body"], wire.ext_hook)
         assert [e["seq"] for e in decoded] == [1, 2, 3]
         assert decoded[2]["record"]["thread"] == RecordID("thread", "t1")
 
