@@ -52,9 +52,13 @@ class Loading:
         self.snapshot = snapshot
         self.views = views
         self._catch_up = catch_up
-        # Where tables are read from: the database, or the scheduler's proxy while a linked
-        # SSP bootstraps (every other read stays on the database).
-        self.source: Any = state.db
+        self._proxy: ProxySource | None = None
+
+    @property
+    def source(self) -> Any:
+        """Where tables are read from: the scheduler's proxy while a linked SSP bootstraps,
+        else the database (every other read stays on the database)."""
+        return self._proxy if self._proxy is not None else self.state.db
 
     # ------------------------------------------------------------------ bootstrap
 
@@ -85,7 +89,7 @@ class Loading:
         no feed cursors, no view restore; `progress(done, total, rows, table)` per table."""
         state = self.state
         state.status = "bootstrapping"
-        self.source = source
+        self._proxy = source
         state.wire_hashes = {}
         try:
             tables = await self.synced_tables()
@@ -95,7 +99,7 @@ class Loading:
                 if progress is not None:
                     await progress(i + 1, len(tables), state.row_count(), t)
         finally:
-            self.source = state.db
+            self._proxy = None
 
     async def clear(self, *, views: bool, tables: bool = True) -> None:
         """Every row gone, in the hub and in fresh shard processes; `views`: the registry and
