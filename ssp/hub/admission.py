@@ -21,6 +21,7 @@ from ipc.messages import (
     reply,
     request_expired,
 )
+from ipc.typed import decode as decode_typed
 
 if TYPE_CHECKING:
     from ssp.hub.sequencer import Event, Sequencer
@@ -63,16 +64,16 @@ class Admission:
         self.slots += 1  # reserved before any side effect
         try:
             body = req.get("body")
-            typed = isinstance(body, bytes)  # the typed encoding, as the client sent it
-            if typed:
+            is_typed = isinstance(body, bytes)  # the typed encoding, as the client sent it
+            if is_typed:
                 try:
-                    body = typed.decode(body, ext_hook)
+                    body = decode_typed(body, ext_hook)
                 except ValueError as e:
                     return error_reply(400, ErrorCode.INVALID, f"request body: {e}")
             if isinstance(body, list):
-                return await self._batch(body, typed=typed)
+                return await self._batch(body, typed=is_typed)
             try:
-                event = self.event(body, typed=typed)
+                event = self.event(body, typed=is_typed)
             except ValueError as e:
                 return error_reply(400, ErrorCode.INVALID, str(e))
             await self.sequencer.submit([event], defer=self.state.cfg.ingest_transport == "http")

@@ -12,6 +12,7 @@ from surrealdb import RecordID
 
 from dbclient import DbQueryError
 from dbclient.feed import feed_change
+from engine import wire
 from ssp.config import ConfigError, SspConfig
 from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, claimed_auth
 from ssp.naming import edge_suffix, edge_table, view_record
@@ -418,4 +419,25 @@ def test_publish_flushers_default_to_two_and_are_bounded() -> None:
     try:
         assert hub.publisher.flushers == hub.cfg.publish_flushers == 2
     finally:
+        hub.arena.close()
+
+
+async def test_a_typed_ingest_body_is_decoded_and_applied() -> None:
+    hub = make_hub()
+    hub.status = "ready"
+    hub.tables.add("post")
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(hub.sequencer.run()), loop.create_task(hub.sequencer.collect())]
+    try:
+        body = wire.encode_event({"table": "post", "op": "CREATE", "id": "post:1",
+                                  "record": {"id": RecordID("post", 1), "owner":
+                                             RecordID("user", "alice")}})
+        r = await hub.handle({"route": "POST /ingest", "body": body})
+        assert r["status"] == 200, r
+        assert hub.rows.count("post") == 1
+        bad = await hub.handle({"route": "POST /ingest", "body": b"\xc1"})
+        assert bad["status"] == 400 and "request body" in bad["body"]["message"], bad
+    finally:
+        for t in tasks:
+            t.cancel()
         hub.arena.close()
