@@ -20,7 +20,7 @@ from engine.values import (
     record_id_text,
     sort_key,
 )
-from tests.unit.test_values_support import Oracle, record_ids, stored_values
+from tests.support.value_oracle import Oracle, record_ids, stored_values
 
 
 @pytest.fixture(scope="module")
