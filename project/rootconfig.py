@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
-from project.appconfig import APP_NAME, UNION_TAGS_PREFIX, AppConfig, TableName, app_rules
+from project.appconfig import UNION_TAGS_PREFIX, AppConfig, AppName, TableName, app_rules
 
 __all__ = [
     "Issue",
@@ -54,22 +55,31 @@ class Impersonation(_Model):
     enabled: bool = False
 
 
-AppKey = Annotated[str, Field(pattern=APP_NAME)]
+def _opaque(v: Any) -> Any:
+    if not isinstance(v, (dict, list)):
+        raise PydanticCustomError("section", "must be a mapping or a list")
+    return v
+
+
+# `workflows` and `schedules`: checked by project.workflows (`svc workflows apply`), whose
+# models own these sections; here only their container shape
+Opaque = Annotated[Any, BeforeValidator(_opaque),
+                   WithJsonSchema({"type": ["object", "array"],
+                                   "description": "validated by `svc workflows apply`"})]
 
 
 class RootConfig(_Model):
     """The root project file."""
 
-    apps: dict[AppKey, AppRef] = Field(default_factory=dict)
+    apps: dict[AppName, AppRef] = Field(default_factory=dict)
     sync: Sync = Field(default_factory=Sync)
     refMode: Literal["dedicated", "single"] | None = None
     impersonation: Impersonation = Field(default_factory=Impersonation)
     job_tables: list[TableName] = Field(
         default_factory=list, description="more job tables for the scheduler (names, as in "
         "the scheduler's job_tables); the apps' outbox tables are added to them")
-    # validated by project.workflows (`svc workflows apply`), opaque here
-    workflows: dict[str, Any] | list[Any] | None = None
-    schedules: dict[str, Any] | list[Any] | None = None
+    workflows: Opaque | None = None
+    schedules: Opaque | None = None
 
 
 @dataclass(frozen=True)
@@ -243,10 +253,14 @@ def _dependency_issues(apps: dict[str, LoadedApp]) -> list[Issue]:
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as e:
-        cycle = e.args[1]
-        first = cycle[0]
-        issues.append(Issue(str(apps[first].file), "dependsOn",
-                            "dependency cycle: " + " -> ".join(reversed(cycle))))
+        # graphlib lists each node before the one depending on it; shown the other way
+        # round, starting at the first app of the root so the report is stable
+        ring = list(reversed(e.args[1][:-1]))
+        order = list(apps)
+        start = min(range(len(ring)), key=lambda i: order.index(ring[i]))
+        ring = ring[start:] + ring[:start]
+        issues.append(Issue(str(apps[ring[0]].file), "dependsOn",
+                            "dependency cycle: " + " -> ".join([*ring, ring[0]])))
     return issues
 
 

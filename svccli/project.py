@@ -2,7 +2,7 @@
 
 The root file is `--project FILE`, else `SVC_PROJECT_FILE`, else `./project.yml` (the rule the
 services use too, except that they read only `SVC_PROJECT_FILE`, see the README). `validate`
-also takes one app's `project.yml` (a file with `type` at the top): that app's own rules are
+also takes one app's `project.yml` (a file with none of the root's keys): that app's own rules are
 checked, the rules between apps need the root.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from project.resolve import resolved
-from project.rootconfig import Issue, check_app_file, check_project
+from project.rootconfig import Issue, RootConfig, check_app_file, check_project
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -36,7 +36,8 @@ def _is_app_file(path: Path) -> bool:
         doc: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return False
-    return isinstance(doc, dict) and "type" in doc and "apps" not in doc
+    # an app file shares no key with the root file; an empty file counts as a root
+    return isinstance(doc, dict) and bool(doc) and not set(doc) & set(RootConfig.model_fields)
 
 
 def _print_issues(issues: list[Issue]) -> None:
