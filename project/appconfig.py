@@ -105,17 +105,20 @@ def _check_port_text(v: str) -> str:
     return v
 
 
-def _matching(pattern: str, message: str) -> Any:
-    """A string type checked against `pattern` with our own message (pydantic's names the
-    regular expression); the JSON Schema still carries the pattern for editors."""
+def _matching(pattern: str, message: str) -> AfterValidator:
+    """A check of a string against `pattern` with our own message (pydantic's names the
+    regular expression); pair it with `_pattern_schema` so editors still see the pattern."""
     compiled = re.compile(pattern)
 
     def check(v: str) -> str:
         if not compiled.fullmatch(v):
             raise _err("pattern", message)
         return v
-    return Annotated[str, AfterValidator(check),
-                     WithJsonSchema({"type": "string", "pattern": pattern})]
+    return AfterValidator(check)
+
+
+def _pattern_schema(pattern: str) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "pattern": pattern})
 
 
 PortNumber = Annotated[int, Field(ge=1, le=65535)]
@@ -139,8 +142,9 @@ PortSpec = Annotated[
                   custom_error_message="a port is an integer (7880) or a string "
                   "('8080:80', '5000/udp')"),
 ]
-HostContainer = Annotated[_matching(r"^[0-9]{1,5}:[0-9]{1,5}$", "must be HOST:CONTAINER, "
-                                    "e.g. 8080:80"), AfterValidator(_check_port_text)]
+HOST_CONTAINER = r"^[0-9]{1,5}:[0-9]{1,5}$"
+HostContainer = Annotated[str, _matching(HOST_CONTAINER, "must be HOST:CONTAINER, e.g. 8080:80"),
+                          AfterValidator(_check_port_text), _pattern_schema(HOST_CONTAINER)]
 
 
 # ----------------------------------------------------------------------------- strings
@@ -153,10 +157,14 @@ def _nonempty(v: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_nonempty)]
-HttpPath = _matching(r"^/\S*$", "must be an HTTP path starting with /")
-TableName = _matching(TABLE_NAME, "must be a table name (letters, digits, underscore)")
+HTTP_PATH = r"^/\S*$"
+HttpPath = Annotated[str, _matching(HTTP_PATH, "must be an HTTP path starting with /"),
+                     _pattern_schema(HTTP_PATH)]
+TableName = Annotated[str, _matching(TABLE_NAME, "must be a table name (letters, digits, "
+                                     "underscore)"), _pattern_schema(TABLE_NAME)]
 APP_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
-AppName = _matching(APP_NAME, "must be an app name (letters, digits, - and _)")
+AppName = Annotated[str, _matching(APP_NAME, "must be an app name (letters, digits, - and _)"),
+                    _pattern_schema(APP_NAME)]
 
 
 def _check_refs(v: str) -> str:
@@ -225,8 +233,8 @@ def _env_value(v: Any) -> Any:
 
 EnvValue = Annotated[Any, BeforeValidator(_env_value),
                      WithJsonSchema({"type": ["string", "number", "boolean"]})]
-EnvName = _matching("^" + ENV_NAME + "$",
-                    "must be a variable name (letters, digits, underscore)")
+EnvName = Annotated[str, _matching("^" + ENV_NAME + "$", "must be a variable name (letters, "
+                                   "digits, underscore)"), _pattern_schema("^" + ENV_NAME + "$")]
 
 
 class VaultWhitelist(_Model):

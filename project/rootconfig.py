@@ -160,13 +160,28 @@ def _issues(err: ValidationError, file: str) -> list[Issue]:
     return [Issue(file, format_loc(tuple(e["loc"])), _reason(e)) for e in err.errors()]
 
 
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently, which would hide a property as surely as a misspelt one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path, shown: str) -> tuple[Any, list[Issue]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         return None, [Issue(shown, "(root)", f"cannot read: {e.strerror or e}")]
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -280,10 +295,13 @@ def check_project(path: Path) -> tuple[Project | None, list[Issue]]:
     for name, ref in root.apps.items():
         file = _app_file(path.parent, ref.path)
         app_shown = str(file)
+        if not file.is_file():
+            issues.append(Issue(shown, f"apps.{name}.path", f"{ref.path}: no such file, nor a "
+                                "directory holding project.yml"))
+            continue
         app_doc, problems = _read_yaml(file, app_shown)
         if app_doc is None:
-            issues += [Issue(shown, f"apps.{name}.path", f"{ref.path}: {p.reason}")
-                       for p in problems]
+            issues += problems
             continue
         app, table, problems = _check_app_doc(app_doc, file, app_shown)
         issues += problems
