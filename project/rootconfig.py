@@ -150,10 +150,8 @@ def _reason(err: Mapping[str, Any]) -> str:
         return "unknown property"
     if err["type"] == "missing":
         return "required"
-    msg = str(err["msg"])
-    if err["type"] == "literal_error":
-        return msg.replace("Input should be", "must be")
-    return msg.removeprefix("Value error, ")
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return msg.replace("Input should be", "must be", 1)
 
 
 def _issues(err: ValidationError, file: str) -> list[Issue]:

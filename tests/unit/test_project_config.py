@@ -326,3 +326,20 @@ def test_scheduler_job_tables_include_the_project_outboxes(tmp_path: Path) -> No
     (tmp_path / "api.yml").write_text("type: backend\n")
     with pytest.raises(SchedulerConfigError, match=r"api\.yml: spec: required"):
         SchedulerConfig.load(None, {**env, "SVC_PROJECT_FILE": str(root)})
+
+
+def test_problems_never_echo_the_values_they_refuse(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    secret = "hunter2-value-9z8y"
+    (tmp_path / "project.yml").write_text("apps: {api: {path: api.yml}}\n")
+    (tmp_path / "api.yml").write_text(
+        "type: backend\nspec: openapi.yml\nhosting: external\n"
+        f"baseUrl: 'https://user:{secret}@api.invalid'\n"
+        f"auth: {{type: token, token: '{secret}${{BROKEN'}}\n"
+        f"method: {{type: outbox, schema: jobs.surql, concurrency: '{secret}'}}\n"
+        f"env: {{KEY: {{nested: {secret}}}, 'BAD NAME': {secret}}}\n"
+        f"deploy: {{timeout: '{secret}', static: {{dir: 5}}}}\n")
+    assert svc_main(["project", "validate", "--project", str(tmp_path / "project.yml")]) == 2
+    out, err = capsys.readouterr()
+    assert err.count(str(tmp_path / "api.yml")) >= 6, err
+    assert secret not in out + err
