@@ -227,7 +227,8 @@ def _project(tmp: Path, api_extra: str = "", root_extra: str = "") -> Path:
         "deploy: {port: 9001, timeout: 42, build_args: {NPM_TOKEN: " + INLINE_SECRET + "}}\n"
         "env: [.env, {SECRET_KEY: " + INLINE_SECRET + "}, {dev: {vault: [DB_URL]}}]\n"
         + api_extra)
-    (tmp / ".env").write_text(f"# local\nexport DOTENV_KEY={DOTENV_SECRET}\n")
+    (tmp / ".env").write_text(f"# local\nexport DOTENV_KEY={DOTENV_SECRET}\n"
+                              f"SECRET_KEY={DOTENV_SECRET}\n")
     (tmp / "ext.yml").write_text(
         "type: backend\nspec: openapi.yml\nhosting: external\n"
         "baseUrl: https://jobs.example.invalid/base/\n"
@@ -253,7 +254,9 @@ def test_show_prints_the_resolved_project_with_secrets_masked(
     assert api["deploy"]["context"] == str(tmp_path)
     assert api["method"] == {"type": "outbox", "schema": "jobs.surql", "table": "job_x",
                              "concurrency": 3}
-    assert set(api["env"]["dev"]["vars"]) == {"DOTENV_KEY", "SECRET_KEY"}
+    # merged in order: the inline map after .env overrides its SECRET_KEY
+    assert api["env"]["dev"]["vars"] == {"DOTENV_KEY": "*** (.env)", "SECRET_KEY": "*** (inline)"}
+    assert api["env"]["cloud"]["vars"] == api["env"]["dev"]["vars"]
     assert api["env"]["dev"]["vault"] == ["DB_URL"] and api["env"]["cloud"]["vault"] is None
     assert doc["job_tables"] == ["legacy_job", "job_x", "job_b"]
     jobs = doc["ssp_job_config"]["job_tables"]
