@@ -109,6 +109,33 @@ def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _merge_project_jobs(env: Mapping[str, str], from_env: dict[str, Any]) -> dict[str, Any]:
+    """`SVC_JOB_CONFIG` entries plus one per backend with an outbox in the project file named
+    by `SVC_PROJECT_FILE` (keyed by app name). An `SVC_JOB_CONFIG` entry with an app's key
+    replaces that app's entry: the environment describes this deployment, the file is shared.
+    """
+    path = env.get("SVC_PROJECT_FILE", "").strip()
+    if not path:
+        return from_env
+    from project.jobwiring import job_config
+    from project.rootconfig import ProjectInvalid, load_project
+
+    try:
+        from_project = job_config(load_project(Path(path)), env)["job_tables"]
+    except ProjectInvalid as e:
+        raise ConfigError(f"SVC_PROJECT_FILE: {e}") from None
+    merged = {**from_project, **from_env}
+    owners: dict[str, str] = {}
+    for key, spec in merged.items():
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if isinstance(name, str) and name in owners:
+            raise ConfigError(f"job table {name} is configured twice (job_tables.{owners[name]} "
+                              f"and job_tables.{key}, from SVC_JOB_CONFIG and SVC_PROJECT_FILE)")
+        if isinstance(name, str):
+            owners[name] = key
+    return merged
+
+
 METRICS_EXPORTERS = ("otlp", "console")
 
 
@@ -236,7 +263,8 @@ class SspConfig:
         if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
             raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
         jobs = []
-        for key, spec in jobs_raw.get("job_tables", {}).items():
+        job_specs = _merge_project_jobs(env, jobs_raw.get("job_tables", {}))
+        for key, spec in job_specs.items():
             if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(
                 spec.get("base_url"), str
             ):
