@@ -31,6 +31,7 @@ from ssp.hub.state import HubState
 from ssp.hub.tail import FeedTail
 from ssp.hub.views import ViewLifecycle
 from ssp.hub.visibility import VISIBILITY_DEADLINE_SECS, Visibility
+from ssp.impersonate import impersonation_routes, of_config
 from ssp.jobs import job_routes
 from ssp.link import ProxySource, SchedulerLink
 
@@ -58,7 +59,8 @@ class Hub(HubState):
         self.handlers = routes.bind(self, {
             route: partial(handler, self) for route, handler in {
                 **job_routes(lambda hub: hub.jobs, lambda hub: hub.stalled()),
-                **backend_routes(lambda hub: hub.backend_health)}.items()})
+                **backend_routes(lambda hub: hub.backend_health),
+                **impersonation_routes(of_config(cfg))}.items()})
         # Scheduler mode (ssp.link): bootstrap reads come from the scheduler's proxy; every
         # other read (schema poll, reload, registration) stays on the database.
         self.link = None if cfg.standalone else SchedulerLink(self)
