@@ -11,8 +11,9 @@ and the scheduler share, so both answer the same.
   method's AUTHENTICATE block (written by `svc schema apply`) refuses the token once that row is
   revoked, expired or names another target. Expiry: now + min(ttl_secs, 1 h,
   session_remaining_secs).
-- `user_search` / `shape_users`: `{table, fields?, search?, limit?}` -> rows of `table` whose id
-  or one of `fields` contains `search` (case-insensitive), each with `is_admin`.
+- `UserSearch` / `shape_users`: `{table, fields?, search?, limit?}` -> rows of `table` whose id
+  or one of `fields` contains `search` (case-insensitive), ordered by id, each with `is_admin`.
+  A row carries only `id`, the named `fields` and `is_admin` (never, say, a password hash).
 
 The signing key is derived from the shared secret (`signing_key`), never the secret itself:
 the database stores the key in its access definition, and a reader of that definition must not
@@ -176,13 +177,17 @@ class UserSearch:
         """Two statements: the operator roster (empty when `_00_admin` does not exist) and
         the matching rows ordered by id. Identifiers are checked plain, so formatting them
         into the text is safe; the search text is a parameter."""
+        # Only the id, the searched fields and `is_admin` leave the database: a user row
+        # often holds a password hash or tokens, which a people picker has no use for.
+        columns = ", ".join(["id", *[f for f in self.fields if f not in ("id", "is_admin")],
+                             "is_admin"])
         tests = ["string::contains(string::lowercase(<string> id), $s)"]
         tests += [f"string::contains(string::lowercase(<string> ({f} ?? '')), $s)"
                   for f in self.fields]
         text = (
             "LET $r = IF (INFO FOR DB).tables._00_admin != NONE "
             "{ (SELECT VALUE ident FROM _00_admin) } ELSE { [] }; RETURN $r; "
-            f"SELECT * FROM {self.table} WHERE {' OR '.join(tests)} ORDER BY id LIMIT $n;")
+            f"SELECT {columns} FROM {self.table} WHERE {' OR '.join(tests)} ORDER BY id LIMIT $n;")
         return text, {"s": self.search.lower(), "n": self.limit}
 
 

@@ -111,7 +111,7 @@ def test_user_search_validation() -> None:
     assert s.limit == 100 and s.fields == ("name", "email")
     text, variables = s.query()
     assert variables == {"s": "al", "n": 100}
-    assert "FROM user WHERE" in text and "(name ?? '')" in text
+    assert "SELECT id, name, email, is_admin FROM user WHERE" in text and "(name ?? '')" in text
     for bad in ({"table": "user; DELETE user"}, {"table": "user", "fields": ["a-b"]},
                 {"table": "user", "fields": "name"}, {"table": "user", "limit": 0},
                 {"table": "user", "limit": "5"}, {"table": "user", "search": 3}, []):
@@ -125,3 +125,71 @@ def test_is_admin_from_roster_or_own_field() -> None:
     out = shape_users(rows, ["user:alice", "bob@x.io"], ("name", "email"))
     assert [r["is_admin"] for r in out] == [True, True, True, False]
     assert shape_users(rows[:1], "user:alice", ())[0]["is_admin"] is True
+
+
+# ---------------------------------------------------------------- the two listeners' routes
+
+
+class _Cfg:
+    def __init__(self, enabled: bool, secret: str | None) -> None:
+        from dbclient import DbConfig
+
+        self.impersonation = enabled
+        self.auth_secret = secret
+        self.db = DbConfig.from_env({**DB_ENV, "SVC_DB_NS": "n", "SVC_DB_NAME": "d"})
+
+
+class _Sched:
+    def __init__(self, enabled: bool, secret: str | None) -> None:
+        self.cfg = _Cfg(enabled, secret)
+        self.db = None  # the user search is covered by the integration test
+
+
+def _scheduler_client(enabled: bool, secret: str | None) -> Any:
+    import falcon.asgi
+    import falcon.testing
+
+    from ipc.httperrors import serialize_error
+    from scheduler.impersonate import add_impersonation_routes
+
+    app: Any = falcon.asgi.App()
+    app.set_error_serializer(serialize_error)
+    add_impersonation_routes(app, _Sched(enabled, secret))
+    return falcon.testing.TestClient(app)
+
+
+@pytest.mark.parametrize("enabled,secret", [(False, SECRET), (True, None), (True, "")])
+def test_scheduler_routes_are_404_unless_enabled_with_a_secret(enabled: bool,
+                                                               secret: str | None) -> None:
+    client = _scheduler_client(enabled, secret)
+    for path in ("/impersonate/mint", "/impersonate/users"):
+        r = client.simulate_post(path, json=body(),
+                                 headers={"Authorization": f"Bearer {SECRET}"})
+        assert r.status_code == 404, r.text
+
+
+def test_scheduler_mint_needs_the_bearer_then_a_good_body() -> None:
+    client = _scheduler_client(True, SECRET)
+    assert client.simulate_post("/impersonate/mint", json=body()).status_code == 401
+    assert client.simulate_post("/impersonate/mint", json=body(),
+                                headers={"Authorization": "Bearer nope"}).status_code == 401
+    ok = {"Authorization": f"Bearer {SECRET}"}
+    r = client.simulate_post("/impersonate/mint", json=body(target="user:bob"), headers=ok)
+    assert r.status_code == 400 and r.json["error"] == "invalid"
+    r = client.simulate_post("/impersonate/mint", json=body(), headers=ok)
+    assert r.status_code == 200 and set(r.json) == {"token", "exp"}
+
+
+async def test_ssp_hub_routes_are_404_unless_enabled() -> None:
+    from ssp.impersonate import impersonation_routes
+
+    for imp_ in (Impersonation(False, SECRET, "n", "d"), Impersonation(True, "", "n", "d")):
+        routes = impersonation_routes(imp_)
+        for route in ("POST /impersonate/mint", "POST /impersonate/users"):
+            r = await routes[route](None, {"route": route, "body": body()})
+            assert r["status"] == 404, r
+    routes = impersonation_routes(imp())
+    r = await routes["POST /impersonate/mint"](None, {"body": body(admin="user:alice")})
+    assert r["status"] == 400 and r["body"]["error"] == "invalid"
+    r = await routes["POST /impersonate/users"](None, {"body": {"table": "a b"}})
+    assert r["status"] == 400
