@@ -66,6 +66,9 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     return raw
 
 
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
 def _impersonation(env: Mapping[str, str]) -> bool:
     try:
         return parse_flag(env.get("SVC_IMPERSONATION"))  # the scheduler reads it the same way
@@ -261,8 +264,11 @@ class SspConfig:
         except BackendListError as e:
             raise ConfigError(f"SVC_BACKENDS: {e}") from None
         crdt = _json(env, "SVC_CRDT_FIELDS", {})
-        if not isinstance(crdt, dict):
-            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...]")
+        if not isinstance(crdt, dict) or not all(
+                isinstance(fs, list) and all(isinstance(f, str) and _IDENT_RE.match(f)
+                                             for f in fs) for fs in crdt.values()):
+            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...] "
+                              "(field names plain identifiers)")
         snapshot_dir = env.get("SVC_SSP_SNAPSHOT_DIR", "").strip()
         arena_dir = env.get("SVC_SSP_ARENA_DIR", "").strip()
         ssp_id = env.get("SVC_SSP_ID", "").strip() or f"ssp-{uuid.uuid4()}"

@@ -116,6 +116,7 @@ META_TABLES: tuple[MetaTable, ...] = (
     MetaTable("_00_schema_state", "schema fingerprint per synced table, id = table name"),
     MetaTable("_00_query_allowlist", "allowed query shapes, one row per <app>__<version>"),
     MetaTable("_00_admin", "operator roster for the admin listener (managed by the CLI)"),
+    MetaTable("_00_crdt", "Loro state of @crdt fields, id [table, record key, field]"),
     MetaTable(
         "_00_impersonation",
         "impersonation sessions: admin acts as target until expires_at or revoked_at",
