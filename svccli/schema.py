@@ -8,7 +8,8 @@ What it writes
   `[table, record key]`), `_00_list_ref` (shared edge table for ref mode `single`,
   `TYPE RELATION`, readable where `auth_id = $auth.id`, never writable by record users),
   `_00_schema_state` (per synced table schema fingerprint, id = table name),
-  `_00_query_allowlist`, `_00_admin` (operator roster), `_00_impersonation` (impersonation
+  `_00_query_allowlist`, `_00_admin` (operator roster), `_00_crdt` (Loro state of `@crdt`
+  fields, `ssp.crdt`), `_00_impersonation` (impersonation
   sessions `{admin, target, created_at, expires_at, revoked_at}`: the admin record user reads
   and revokes its own; `revoked_at` once set is final).
 - Impersonation: `fn::_00_impersonate::start($admin, $target, $ttl)` (system users),
