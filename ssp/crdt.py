@@ -142,6 +142,11 @@ def _loro_call(what: str, fn: Callable[[], Any]) -> Any:
         raise _invalid(f"{what}: {str(e)[:200]}") from None
 
 
+def _import(doc: LoroDoc, data: bytes, what: str) -> Any:
+    """`doc.import_(data)`; Refused 400 naming `what` when Loro cannot decode it."""
+    return _loro_call(what, lambda: doc.import_(data))
+
+
 def detect(structure: Mapping[str, Any]) -> list[str]:
     """The `@crdt` fields of an `INFO FOR TABLE t STRUCTURE` result (top-level names)."""
     out = []
@@ -203,7 +208,7 @@ class CrdtFields:
             entry = await self._load(req)
         # A fork takes the update: the cached document changes only once the write succeeded.
         doc = entry.doc.fork()
-        status = _loro_call("update: Loro cannot import it", lambda: doc.import_(req.update))
+        status = _import(doc, req.update, "update: Loro cannot import it")
         if status.pending is not None:
             raise _invalid("update: it depends on changes this server does not have; send "
                            "the updates since the server's version (or a snapshot)")
@@ -229,7 +234,7 @@ class CrdtFields:
             # Another SSP wrote this document since we read it: merge its state and retry.
             stored, rev = await self._read(req)
             if stored is not None:
-                _loro_call("stored state", lambda stored=stored: doc.import_(stored))
+                _import(doc, stored, "stored state")
         else:
             raise Refused(503, "the document is being written by others; try again")
         self._remember(key, _Entry(doc, rev + 1))
@@ -272,7 +277,7 @@ class CrdtFields:
             raise _invalid(f"id: {e.engine_message}") from None
         doc = LoroDoc()
         if stored is not None:
-            _loro_call("stored state", lambda: doc.import_(stored))
+            _import(doc, stored, "stored state")
         return _Entry(doc, rev)
 
     async def _write(self, req: Apply, value: Any, state: bytes, rev: int) -> None:
