@@ -19,6 +19,7 @@ from typing import Any
 
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
+from maintenance.impersonation import FlagError, parse_flag
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
@@ -63,6 +64,16 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     if raw not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
+
+
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _impersonation(env: Mapping[str, str]) -> bool:
+    try:
+        return parse_flag(env.get("SVC_IMPERSONATION"))  # the scheduler reads it the same way
+    except FlagError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _addr(raw: str, name: str, default_port: int) -> tuple[str, int]:
@@ -281,8 +292,11 @@ class SspConfig:
         except BackendListError as e:
             raise ConfigError(f"SVC_BACKENDS: {e}") from None
         crdt = _json(env, "SVC_CRDT_FIELDS", {})
-        if not isinstance(crdt, dict):
-            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...]")
+        if not isinstance(crdt, dict) or not all(
+                isinstance(fs, list) and all(isinstance(f, str) and _IDENT_RE.match(f)
+                                             for f in fs) for fs in crdt.values()):
+            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...] "
+                              "(field names plain identifiers)")
         snapshot_dir = env.get("SVC_SSP_SNAPSHOT_DIR", "").strip()
         arena_dir = env.get("SVC_SSP_ARENA_DIR", "").strip()
         ssp_id = env.get("SVC_SSP_ID", "").strip() or f"ssp-{uuid.uuid4()}"
@@ -310,7 +324,7 @@ class SspConfig:
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
             query_update_throttle_ms=_int(env, "SVC_SSP_QUERY_UPDATE_THROTTLE_MS", 100),
             bootstrap_page_size=_int(env, "SVC_SSP_BOOTSTRAP_PAGE_SIZE", 500, minimum=1),
-            impersonation=env.get("SVC_IMPERSONATION", "off").strip().lower() == "on",
+            impersonation=_impersonation(env),
             scheduler_url=(env.get("SVC_SCHEDULER_URL", "").strip().rstrip("/") or None),
             heartbeat_interval_ms=_int(env, "HEARTBEAT_INTERVAL_MS", 5000, minimum=1),
             backends=tuple(backends),
