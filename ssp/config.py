@@ -109,6 +109,22 @@ def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def parse_job_tables(env: Mapping[str, str]) -> list[JobTable]:
+    """Every entry of `SVC_JOB_CONFIG` (also read by the scheduler's machine pools)."""
+    jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
+    if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
+        raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, "
+                          "auth_token}}}")
+    jobs = []
+    for key, spec in jobs_raw.get("job_tables", {}).items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) \
+                or not isinstance(spec.get("base_url"), str):
+            raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key} needs string name and base_url")
+        jobs.append(JobTable(key, spec["name"], spec["base_url"],
+                             str(spec.get("auth_token", "")), **_job_limits(key, spec)))
+    return jobs
+
+
 METRICS_EXPORTERS = ("otlp", "console")
 
 
@@ -232,26 +248,21 @@ class SspConfig:
             db = DbConfig.from_env(env)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
-        if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
-            raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
-        jobs = []
-        for key, spec in jobs_raw.get("job_tables", {}).items():
-            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(
-                spec.get("base_url"), str
-            ):
-                raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key} needs string name and base_url")
-            jobs.append(JobTable(key, spec["name"], spec["base_url"], str(spec.get("auth_token", "")),
-                                 **_job_limits(key, spec)))
+        jobs = parse_job_tables(env)
         backends = _json(env, "SVC_BACKENDS", None)
         if backends is None:
             backends = _json(env, "SVC_SCHEDULER_BACKENDS", [])
         if not isinstance(backends, list) or not all(isinstance(b, dict) for b in backends):
             raise ConfigError("SVC_BACKENDS must be a JSON array of objects")
         try:
-            parse_backends(backends)
+            parsed_backends = parse_backends(backends)
         except BackendListError as e:
             raise ConfigError(f"SVC_BACKENDS: {e}") from None
+        # A backend with `run_on: {pool}` has its jobs run by the scheduler's machine pool
+        # (scheduler/pools): its job table (the SVC_JOB_CONFIG entry keyed by the backend's
+        # name) is not claimed here, or SSPs and pool machines would race for its rows.
+        pooled = {b.name for b in parsed_backends if b.run_on}
+        jobs = [j for j in jobs if j.key not in pooled]
         crdt = _json(env, "SVC_CRDT_FIELDS", {})
         if not isinstance(crdt, dict):
             raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...]")

@@ -50,6 +50,7 @@ from scheduler.admin.errors import (
 from scheduler.admin.jobsampler import ORIGINS, STATUSES
 from scheduler.admin.mcp import AdminAsgi
 from scheduler.admin.plane import AdminPlane
+from scheduler.admin.pools import pool_routes
 from scheduler.admin.sse import channel_stream
 from scheduler.admin.values import q_enum, q_int, q_str
 
@@ -388,6 +389,7 @@ def create_falcon_app(plane: AdminPlane) -> falcon.asgi.App:  # type: ignore[typ
         ("/incidents", Incidents(plane)), ("/incidents/{incident_id}", IncidentDetail(plane)),
         ("/cloud/restart", CloudRestart(plane)), ("/cloud/deployment", CloudDeployment(plane)),
     ]
+    routes += pool_routes(plane)
     for path, resource in routes:
         app.add_route(api + path, resource)
     return app

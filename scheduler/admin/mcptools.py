@@ -259,8 +259,12 @@ INCIDENTS: tuple[AdminTool, ...] = (
               {"incident_id": _STR}, ("incident_id",)),
 )
 
+# imported here: the pool tools are built from the types above
+from scheduler.admin.pooltools import POOLS_TOOLS
+
 #: every area in tools/list order; a new system adds its tuple here
-AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, JOBS, RESTART, INCIDENTS)
+AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, JOBS, RESTART, INCIDENTS,
+                                            POOLS_TOOLS)
 TOOLS: tuple[AdminTool, ...] = tuple(t for area in AREAS for t in area)
 _BY_NAME = {t.name: t for t in TOOLS}
 assert len(_BY_NAME) == len(TOOLS), "tool names must be unique"
