@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from typing import Any
 
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
+from maintenance.jobtables import JobConfigError, JobTable
+from maintenance.jobtables import parse_job_tables as _parse_job_tables
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
@@ -91,38 +92,13 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
         raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
 
 
-def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """The optional numeric keys of one `SVC_JOB_CONFIG` entry, checked."""
-    out: dict[str, Any] = {}
-    for name, kind, minimum in (("concurrency", int, 1), ("timeout_secs", float, 0.001),
-                                ("lease_secs", float, 0.1), ("backoff_ms", int, 0)):
-        if name not in spec:
-            continue
-        v = spec[name]
-        wrong_kind = kind is int and not isinstance(v, int)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or wrong_kind or v < minimum:
-            raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.{name} must be "
-                              f"{'an integer' if kind is int else 'a number'} >= {minimum}")
-        out[name] = kind(v)
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", spec["name"]):  # it is put into queries
-        raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.name must be a table name")
-    return out
-
-
 def parse_job_tables(env: Mapping[str, str]) -> list[JobTable]:
-    """Every entry of `SVC_JOB_CONFIG` (also read by the scheduler's machine pools)."""
-    jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
-    if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
-        raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, "
-                          "auth_token}}}")
-    jobs = []
-    for key, spec in jobs_raw.get("job_tables", {}).items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) \
-                or not isinstance(spec.get("base_url"), str):
-            raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key} needs string name and base_url")
-        jobs.append(JobTable(key, spec["name"], spec["base_url"],
-                             str(spec.get("auth_token", "")), **_job_limits(key, spec)))
-    return jobs
+    """Every entry of `SVC_JOB_CONFIG` (`maintenance.jobtables`, shared with the scheduler's
+    machine pools)."""
+    try:
+        return _parse_job_tables(env)
+    except JobConfigError as e:
+        raise ConfigError(str(e)) from None
 
 
 METRICS_EXPORTERS = ("otlp", "console")
@@ -153,21 +129,6 @@ def _metrics_exporters(env: Mapping[str, str]) -> tuple[str, ...]:
         raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol[:40]!r} is not installed; "
                           "the SSP exports OTLP metrics over http/protobuf only")
     return names
-
-
-@dataclass(frozen=True)
-class JobTable:
-    """One outbox job table from `SVC_JOB_CONFIG` (`auth_token` never printed)."""
-
-    key: str
-    name: str
-    base_url: str
-    auth_token: str = field(repr=False)
-    # optional keys of the entry: the app's `method.concurrency` and `deploy.timeout`, ours
-    concurrency: int = 1
-    timeout_secs: float = 10.0
-    lease_secs: float = 30.0  # ours: how long a claim holds without renewal
-    backoff_ms: int = 1000  # ours: first retry wait, doubled per attempt (cap 30 s)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Served by uvicorn in the scheduler's process and event loop (``scheduler.__main__``) on
 ``SVC_ADMIN_HOST:SVC_ADMIN_PORT``, behind :class:`scheduler.admin.mcp.AdminAsgi` (the MCP
-endpoint). Routes (spec "Admin listener"; workflow, schedule, pool and backup routes come with
-their own systems), under ``/admin/api`` unless said:
+endpoint). Routes (spec "Admin listener"; workflow, schedule and backup routes come with
+their own systems; the pool routes are ``scheduler.admin.pools``), under ``/admin/api`` unless
+said:
 
 * ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
 * ``GET config`` (public): :meth:`AdminPlane.config`;

@@ -2,7 +2,7 @@
 
 * ``SVC_BACKENDS``: a backend with ``run_on: {pool: <name>}`` has its jobs run on that pool. Its
   job table is the ``SVC_JOB_CONFIG`` entry keyed by the backend's name (the SSPs leave that
-  table alone: ``ssp.config``).
+  table alone: ``ssp.config``; both read it through ``maintenance.jobtables``).
 * ``SVC_POOLS`` (ours; the spec names no sizing keys): a JSON object ``{<pool>: {provider,
   slots, min_machines, max_machines, boot_timeout_secs, idle_secs, breaker_failures,
   breaker_cooldown_secs, command}}``, every key optional. A pool named by a backend but absent
@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maintenance.backends import BackendListError, parse_backends
-from ssp.config import ConfigError, JobTable, parse_job_tables
+from maintenance.jobtables import JobConfigError, JobTable, parse_job_tables
+from scheduler.config import ConfigError
 
 PROVIDERS = ("local",)
 _INT_KEYS = {"slots": 1, "min_machines": 0, "max_machines": 1, "boot_timeout_secs": 1,
@@ -77,7 +78,10 @@ class PoolsConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PoolsConfig:
         """ConfigError names the variable and key at fault (never a secret value)."""
-        jobs = {j.key: j for j in parse_job_tables(env)}
+        try:
+            jobs = {j.key: j for j in parse_job_tables(env)}
+        except JobConfigError as e:
+            raise ConfigError(str(e)) from None
         raw_backends = _json(env, "SVC_BACKENDS", [])
         try:
             backends = parse_backends(raw_backends)

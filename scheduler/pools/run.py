@@ -13,11 +13,10 @@ import uvicorn
 
 from dbclient import Database
 from ipc.http import SERVER_KEEPALIVE_SECS
-from scheduler.config import ConfigError, SchedulerConfig
+from scheduler.config import SchedulerConfig
 from scheduler.pools.app import create_pool_app
 from scheduler.pools.config import PoolsConfig
 from scheduler.pools.service import PoolService
-from ssp.config import ConfigError as SspConfigError
 
 log = logging.getLogger("scheduler.pools")
 
@@ -33,10 +32,7 @@ class PoolRunner:
 
     @classmethod
     def from_env(cls, cfg: SchedulerConfig, env: Mapping[str, str]) -> PoolRunner:
-        try:
-            return cls(cfg, PoolsConfig.from_env(env))
-        except SspConfigError as e:
-            raise ConfigError(str(e)) from None
+        return cls(cfg, PoolsConfig.from_env(env))
 
     def attach(self, scheduler: Any) -> PoolService | None:
         """Build the service over the scheduler's incident store (None without pools)."""

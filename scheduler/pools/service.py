@@ -10,7 +10,7 @@ Jobs of a pooled backend are rows of its outbox job table, exactly as the SSPs r
 * heartbeat (every ``SVC_POOL_HEARTBEAT_MS``): renews the leases of the machine's jobs and
   answers which to cancel (killed on the row, or no longer ours) and whether to drain;
 * result: the agent reports the backend's raw answer; the service classifies it with the
-  SSP's policy (``ssp.jobpolicy``: which failures are retried, error entries, secrets masked)
+  SSP's policy (``maintenance.jobpolicy``: which failures are retried, error entries, secrets masked)
   and writes the row, conditional on it still being this machine's. A retried failure goes
   back to ``pending`` with ``not_before`` (the backoff), so any machine may take it next;
 * recovery: a machine that stops heartbeating for ``SVC_POOL_MACHINE_TIMEOUT_MS``, or whose
@@ -52,11 +52,8 @@ from surrealdb import RecordID
 from dbclient import Database, DbError
 from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
-from scheduler.pools.config import PoolsConfig, PoolSpec
-from scheduler.pools.provider import BootError, Provider, make_provider
-from scheduler.pools.store import ACTIVE, KEEP_TERMINAL, Machine, PoolState, PoolStore, now_ms
-from ssp.config import JobTable
-from ssp.jobpolicy import (
+from maintenance.jobpolicy import (
+    ERROR_ENTRY,
     ERROR_TEXT_MAX,
     _error,
     _max_retries,
@@ -68,7 +65,10 @@ from ssp.jobpolicy import (
     retry_after_secs,
     secrets_of,
 )
-from ssp.jobs import ERROR_ENTRY
+from maintenance.jobtables import JobTable
+from scheduler.pools.config import PoolsConfig, PoolSpec
+from scheduler.pools.provider import BootError, Provider, make_provider
+from scheduler.pools.store import ACTIVE, KEEP_TERMINAL, Machine, PoolState, PoolStore, now_ms
 
 log = logging.getLogger("scheduler.pools")
 
@@ -401,6 +401,10 @@ class PoolService:
                     "started_at = time::now(), attempts = attempts OR 0, not_before = NONE "
                     "WHERE status = 'pending' RETURN AFTER", {"ids": ids, "me": m.id}) or []
                 for row in got:
+                    if m.state != "ready":
+                        # drained (or removed) while this claim ran: not one job more
+                        await self._release_one(m, record_id_text(row["id"]), "draining")
+                        continue
                     job = await self._launch(p, m, t, row)
                     if job is not None:
                         out.append(job)
