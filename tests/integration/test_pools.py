@@ -89,6 +89,7 @@ class PoolStack:
     root: Database
     backend: Backend
     ns: str
+    pool_url: str = ""
 
     async def get(self, path: str) -> Any:
         async with self.http.get(self.admin + path, headers=self._auth()) as r:
@@ -163,7 +164,8 @@ async def pool_stack(tmp: Path, host: DbHost, pool: dict[str, Any]
                                  json={"password": ADMIN_PASSWORD}) as r:
                 assert r.status == 200, await r.text()
                 token = (await r.json())["token"]
-            stack = PoolStack(s, admin, http, token, root, backend, ns)
+            stack = PoolStack(s, admin, http, token, root, backend, ns,
+                              f"http://127.0.0.1:{pool_port}/pool/v1")
             stack.relaunch = lambda: _launch(  # type: ignore[attr-defined]
                 tmp, host, ns, backend.url, pool, admin_port, pool_port)
             stack.pids = pids  # type: ignore[attr-defined]
@@ -219,6 +221,7 @@ async def test_jobs_run_on_agent_processes_within_the_slot_limit(
             assert m["pid"] != st.s.process.proc.pid  # type: ignore[union-attr]
             assert "scheduler.pools.agent" in " ".join(cmdline(m["pid"]))
             assert m["slots"] == 2 and m["slots_in_use"] == 2 and m["state"] == "ready"
+        await _listener_refuses_bad_calls(st, machines[0]["id"])
         st.backend.release.set()
         await wait_for(lambda: st.all_completed(ids), 60, "every job completed")
 
@@ -235,6 +238,30 @@ async def test_jobs_run_on_agent_processes_within_the_slot_limit(
         for r in rows.values():
             assert r["result"] == {"ok": True, "job": f"pjob:{r['id'].id}"}
             assert r["attempts"] == 1
+
+
+async def _listener_refuses_bad_calls(st: PoolStack, machine_id: str) -> None:
+    async with st.http.get(st.pool_url + "/health") as r:
+        assert r.status == 200 and await r.json() == {"ok": True, "pools": {"p1": "healthy"}}
+    cases = [("/machines/m-nope/heartbeat", b"{}", {"Authorization": "Bearer x"}, 404,
+              "unknown_machine"),
+             (f"/machines/{machine_id}/heartbeat", b"{}", {"Authorization": "Bearer wrong"},
+              401, "unauthorized"),
+             (f"/machines/{machine_id}/take", b"{}", {}, 401, "unauthorized"),
+             (f"/machines/{machine_id}/take", b"{not json", {"Authorization": "Bearer x"}, 400,
+              "invalid"),
+             (f"/machines/{machine_id}/take", b"[1]", {"Authorization": "Bearer x"}, 400,
+              "invalid"),
+             (f"/machines/{machine_id}/result", b"x", {"Content-Type": "text/plain"}, 415,
+              "unsupported"),
+             (f"/machines/{machine_id}/take", b"{" + b" " * 300_000 + b"}", {}, 413,
+              "payload_too_large")]
+    for path, data, headers, status, error in cases:
+        async with st.http.post(st.pool_url + path, data=data, headers={
+                "Content-Type": "application/json", **headers}) as r:
+            body = await r.json()
+            assert (r.status, body["error"]) == (status, error), (path, body)
+            assert body["message"] and "Traceback" not in body["message"]
 
 
 async def _eq(a: Any, b: Any) -> bool:
