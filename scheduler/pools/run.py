@@ -40,6 +40,9 @@ class PoolRunner:
             return None
         self.service = PoolService(self.pools_cfg, Database(self.cfg.db), self.cfg.data_dir,
                                    scheduler.incidents)
+        plane = getattr(scheduler, "job_plane", None)
+        if plane is not None:
+            plane.pooled = self.service  # job kill and retry of pooled tables come here
         return self.service
 
     def serve(self, server_cls: type[uvicorn.Server]) -> asyncio.Task[None] | None:

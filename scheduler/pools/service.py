@@ -338,6 +338,65 @@ class PoolService:
         self.pools[m.pool].wake.set()  # a long-polling take of this machine answers now
         log.info("machine %s draining (%s)", m.id, reason)
 
+    # ------------------------------------------------------------------ job kill and retry
+
+    def owns(self, job_id: str) -> bool:
+        """The job is a row of a pooled table (the SSPs do not run those)."""
+        try:
+            table = parse_record_id(job_id).table_name
+        except ValueError:
+            return False
+        return any(t.name == table for p in self.pools.values() for t in p.spec.tables)
+
+    async def kill_job(self, job_id: str) -> tuple[int, Any]:
+        """A pending row fails now (`killed`); a processing one is flagged and its machine
+        cancels the call at its next heartbeat, reporting it `killed`. As the SSP's kill."""
+        rid = parse_record_id(job_id)
+        try:
+            failed = await self.db.query_one(
+                f"UPDATE $id SET status = 'failed', errors += {ERROR_ENTRY}, "
+                "finished_at = time::now(), kill_requested = true WHERE status = 'pending' "
+                "RETURN id", {"id": rid, "e": _error("killed", "killed", attempt=0)})
+            if failed:
+                return 200, {"id": job_id, "action": "failed", "status": "failed"}
+            flagged = await self.db.query_one(
+                "UPDATE $id SET kill_requested = true WHERE status = 'processing' "
+                "RETURN status, assignee", {"id": rid})
+            if flagged:
+                return 200, {"id": job_id, "action": "flagged", "status": "processing",
+                             "machine": flagged[0].get("assignee")}
+            row = await self.db.query_one("SELECT status FROM ONLY $id", {"id": rid},
+                                          idempotent=True)
+        except DbError:
+            return 503, {"error": "unavailable", "message": "the database did not answer"}
+        if not isinstance(row, dict):
+            return 404, {"error": "not_found", "message": "no such job"}
+        return 200, {"id": job_id, "action": "none", "status": row.get("status")}
+
+    async def retry_job(self, job_id: str) -> tuple[int, Any]:
+        """A terminal row goes back to `pending` (errors kept, attempts reset); else 409
+        `not_terminal`, as the SSP's retry."""
+        rid = parse_record_id(job_id)
+        try:
+            got = await self.db.query_one(
+                "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE, "
+                "kill_requested = NONE, attempts = 0, result = NONE, finished_at = NONE, "
+                "not_before = NONE, retried_at = time::now() "
+                "WHERE status IN ['completed', 'failed'] RETURN id", {"id": rid})
+            row = None if got else await self.db.query_one(
+                "SELECT status FROM ONLY $id", {"id": rid}, idempotent=True)
+        except DbError:
+            return 503, {"error": "unavailable", "message": "the database did not answer"}
+        if got:
+            for p in self.pools.values():
+                p.wake.set()
+            return 200, {"id": job_id, "status": "pending"}
+        if not isinstance(row, dict):
+            return 404, {"error": "not_found", "message": "no such job"}
+        return 409, {"error": "not_terminal",
+                     "message": f"the job is {row.get('status')}; only completed or failed "
+                                "jobs can be retried"}
+
     # ------------------------------------------------------------------ admin views
 
     def status_of(self, p: _Pool) -> str:

@@ -383,3 +383,36 @@ async def test_pause_survives_a_restart_and_resume_runs_the_jobs(
         status, body = await st.post("/admin/api/pools/p1/resume")
         assert status == 200 and body["pool"]["paused"] is False
         await wait_for(lambda: st.all_completed(ids), 60, "jobs completed after resume")
+
+
+async def test_admin_kill_and_retry_reach_pooled_jobs(tmp_path: Path,
+                                                      shared_db_host: DbHost) -> None:
+    async with pool_stack(tmp_path, shared_db_host,
+                          {"slots": 1, "max_machines": 1, "idle_secs": 600}) as st:
+        [job] = await st.add_jobs(1, "/hang-once")
+        await wait_for(lambda: _eq(len(st.backend.calls_of(job)), 1), 60, "first call")
+        status, body = await st.post(f"/admin/api/jobs/{job}/retry")
+        assert status == 409 and body["code"] == "not_terminal"
+        status, body = await st.post(f"/admin/api/jobs/{job}/kill")
+        assert status == 200 and body["action"] == "flagged", body
+
+        async def failed() -> bool:
+            return (await st.rows())[job]["status"] == "failed"
+        await wait_for(failed, 60, "the killed job failed")
+        row = (await st.rows())[job]
+        assert [e["kind"] for e in row["errors"]] == ["killed"]
+        await wait_for(lambda: _eq(st.backend.inflight, 0), 60, "the call cancelled")
+
+        status, body = await st.post(f"/admin/api/jobs/{job}/retry")
+        assert status == 200 and body["status"] == "pending", body
+        await wait_for(lambda: st.all_completed([job]), 60, "the retried job completed")
+        assert len(st.backend.calls_of(job)) == 2
+        # a pending pooled job killed fails at once, never reaching the backend
+        status, _ = await st.post("/admin/api/pools/p1/pause")
+        [queued] = await st.add_jobs(1, "/ok", prefix="q")
+        status, body = await st.post(f"/admin/api/jobs/{queued}/kill")
+        assert status == 200 and body["action"] == "failed", body
+        assert (await st.rows())[queued]["status"] == "failed"
+        assert st.backend.calls_of(queued) == []
+        status, body = await st.post("/admin/api/jobs/pjob:nope/retry")
+        assert status == 404
