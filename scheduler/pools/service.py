@@ -76,6 +76,7 @@ PREFETCH = 16
 SWEEP_EVERY_SECS = 2.0  # expired-lease recovery on the pool tables
 TAKE_WAIT_MAX_MS = 5000
 RESULT_BODY_MAX = 70_000
+LOST_TAKE_SECS = 10.0  # a job handed out but not reported running this long is handed back
 
 
 class PoolError(Exception):
@@ -215,7 +216,8 @@ class PoolService:
         for job_id in reported:
             if job_id not in m.running:
                 m.running.append(job_id)
-        grace = 3 * self.cfg.heartbeat_ms / 1000
+        # Generous: a take answer still on its way (a loaded machine) must not count as lost.
+        grace = max(LOST_TAKE_SECS, 5 * self.cfg.heartbeat_ms / 1000)
         for job_id in list(m.running):
             a = self.assigned.get(job_id)
             if job_id not in reported and (a is None or time.monotonic() - a.at > grace):

@@ -132,12 +132,12 @@ def _launch(tmp: Path, host: DbHost, ns: str, backend_url: str, pool: dict[str, 
     port = free_port()
     jobs = {"job_tables": {"worker": {"name": "pjob", "base_url": backend_url,
                                       "auth_token": TOKEN, "timeout_secs": 60,
-                                      "lease_secs": 5, "backoff_ms": 50}}}
+                                      "lease_secs": 30, "backoff_ms": 50}}}
     return launch(tmp, write_config(tmp, host, ns, port), port, ns,
                   SVC_BACKENDS=json.dumps([{"name": "worker", "run_on": {"pool": "p1"}}]),
                   SVC_JOB_CONFIG=json.dumps(jobs), SVC_POOLS=json.dumps({"p1": pool}),
                   SVC_POOL_HOST="127.0.0.1", SVC_POOL_PORT=str(pool_port),
-                  SVC_POOL_HEARTBEAT_MS="200", SVC_POOL_MACHINE_TIMEOUT_MS="5000",
+                  SVC_POOL_HEARTBEAT_MS="200", SVC_POOL_MACHINE_TIMEOUT_MS="30000",
                   SVC_POOL_TICK_MS="100", SVC_ADMIN_PORT=str(admin_port),
                   SVC_ADMIN_PASSWORD=ADMIN_PASSWORD)
 
@@ -416,3 +416,28 @@ async def test_admin_kill_and_retry_reach_pooled_jobs(tmp_path: Path,
         assert st.backend.calls_of(queued) == []
         status, body = await st.post("/admin/api/jobs/pjob:nope/retry")
         assert status == 404
+
+
+async def test_a_scheduler_killed_mid_job_keeps_its_machines_and_their_jobs(
+        tmp_path: Path, shared_db_host: DbHost) -> None:
+    async with pool_stack(tmp_path, shared_db_host,
+                          {"slots": 1, "max_machines": 1, "idle_secs": 600}) as st:
+        [job] = await st.add_jobs(1, "/hold")
+        await wait_for(lambda: _eq(st.backend.inflight, 1), 60, "the call in flight")
+        [m1] = await st.machines()
+        st.pids.add(m1["pid"])  # type: ignore[attr-defined]
+        st.s.process.kill9()  # the scheduler's group only: agents run in sessions of their own
+        assert alive(m1["pid"])
+        st.s = st.relaunch()  # type: ignore[attr-defined]
+        async with st.http.post(st.admin + "/admin/api/session",
+                                json={"password": ADMIN_PASSWORD}) as r:
+            st.token = (await r.json())["token"]
+
+        async def adopted() -> bool:
+            ms = await st.machines()
+            return [(m["id"], m["state"], m["jobs"]) for m in ms] == [(m1["id"], "ready", [job])]
+        await wait_for(adopted, 60, "the running machine and its job known again")
+        st.backend.release.set()
+        await wait_for(lambda: st.all_completed([job]), 60, "the job completed")
+        assert (await st.rows())[job]["assignee"] == m1["id"]
+        assert len(st.backend.calls_of(job)) == 1  # not run again: the machine kept it
