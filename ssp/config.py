@@ -20,6 +20,7 @@ from typing import Any
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
+from maintenance.jobtables import JobConfigError, JobTable, tables_from_specs
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
@@ -102,24 +103,6 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
         raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
 
 
-def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """The optional numeric keys of one `SVC_JOB_CONFIG` entry, checked."""
-    out: dict[str, Any] = {}
-    for name, kind, minimum in (("concurrency", int, 1), ("timeout_secs", float, 0.001),
-                                ("lease_secs", float, 0.1), ("backoff_ms", int, 0)):
-        if name not in spec:
-            continue
-        v = spec[name]
-        wrong_kind = kind is int and not isinstance(v, int)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or wrong_kind or v < minimum:
-            raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.{name} must be "
-                              f"{'an integer' if kind is int else 'a number'} >= {minimum}")
-        out[name] = kind(v)
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", spec["name"]):  # it is put into queries
-        raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.name must be a table name")
-    return out
-
-
 def _merge_project_jobs(env: Mapping[str, str], from_env: dict[str, Any]) -> dict[str, Any]:
     """`SVC_JOB_CONFIG` entries plus one per backend with an outbox in the project file named
     by `SVC_PROJECT_FILE` (keyed by app name). An `SVC_JOB_CONFIG` entry with an app's key
@@ -175,21 +158,6 @@ def _metrics_exporters(env: Mapping[str, str]) -> tuple[str, ...]:
         raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol[:40]!r} is not installed; "
                           "the SSP exports OTLP metrics over http/protobuf only")
     return names
-
-
-@dataclass(frozen=True)
-class JobTable:
-    """One outbox job table from `SVC_JOB_CONFIG` (`auth_token` never printed)."""
-
-    key: str
-    name: str
-    base_url: str
-    auth_token: str = field(repr=False)
-    # optional keys of the entry: the app's `method.concurrency` and `deploy.timeout`, ours
-    concurrency: int = 1
-    timeout_secs: float = 10.0
-    lease_secs: float = 30.0  # ours: how long a claim holds without renewal
-    backoff_ms: int = 1000  # ours: first retry wait, doubled per attempt (cap 30 s)
 
 
 @dataclass(frozen=True)
@@ -273,24 +241,24 @@ class SspConfig:
         jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
         if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
             raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
-        jobs = []
-        job_specs = _merge_project_jobs(env, jobs_raw.get("job_tables", {}))
-        for key, spec in job_specs.items():
-            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(
-                spec.get("base_url"), str
-            ):
-                raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key} needs string name and base_url")
-            jobs.append(JobTable(key, spec["name"], spec["base_url"], str(spec.get("auth_token", "")),
-                                 **_job_limits(key, spec)))
+        try:
+            jobs = tables_from_specs(_merge_project_jobs(env, jobs_raw.get("job_tables", {})))
+        except JobConfigError as e:
+            raise ConfigError(str(e)) from None
         backends = _json(env, "SVC_BACKENDS", None)
         if backends is None:
             backends = _json(env, "SVC_SCHEDULER_BACKENDS", [])
         if not isinstance(backends, list) or not all(isinstance(b, dict) for b in backends):
             raise ConfigError("SVC_BACKENDS must be a JSON array of objects")
         try:
-            parse_backends(backends)
+            parsed_backends = parse_backends(backends)
         except BackendListError as e:
             raise ConfigError(f"SVC_BACKENDS: {e}") from None
+        # A backend with `run_on: {pool}` has its jobs run by the scheduler's machine pool
+        # (scheduler/pools): its job table (the SVC_JOB_CONFIG entry keyed by the backend's
+        # name) is not claimed here, or SSPs and pool machines would race for its rows.
+        pooled = {b.name for b in parsed_backends if b.run_on}
+        jobs = [j for j in jobs if j.key not in pooled]
         crdt = _json(env, "SVC_CRDT_FIELDS", {})
         if not isinstance(crdt, dict) or not all(
                 isinstance(fs, list) and all(isinstance(f, str) and _IDENT_RE.match(f)
