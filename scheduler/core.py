@@ -194,6 +194,7 @@ class Scheduler:
         self.after_drain: list[Callable[[], Awaitable[None]]] = []
         self.ssp_events: list[Callable[[str, str, str], None]] = []
         self.job_plane: Any = None  # scheduler.jobs.JobPlane, set by add_job_routes
+        self.workflows: Any = None  # scheduler.workflows.engine.WorkflowEngine (its attach)
         self.incidents = IncidentStore(
             cfg.data_dir, source=cfg.scheduler_id,
             secrets=(cfg.auth_secret or "", cfg.db.password or "", cfg.admin.password or ""))

@@ -565,13 +565,14 @@ class JobRunner:
         assert self.session is not None
         url = job_url(t.spec.base_url, row.get("path"))
         headers = {"X-Job-Id": key}
+        timeout = row_timeout(row.get("timeout_secs")) or t.spec.timeout_secs
         if t.spec.auth_token:
             headers["Authorization"] = f"Bearer {t.spec.auth_token}"
         try:
             async with self.session.post(
                     url, json=jsonable(row.get("payload")), headers=headers,
                     allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=t.spec.timeout_secs)) as resp:
+                    timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 text = await resp.text(errors="replace")
                 if 200 <= resp.status < 300:
                     return _Attempt(result=_result(text))
@@ -585,7 +586,7 @@ class JobRunner:
                     wait=retry_after_secs(resp.headers.get("Retry-After")) if again else None)
         except TimeoutError:
             return _Attempt(error=_error(
-                "timeout", f"backend timed out after {t.spec.timeout_secs:g}s", attempt=attempt))
+                "timeout", f"backend timed out after {timeout:g}s", attempt=attempt))
         except aiohttp.ClientError as e:
             message = redact(f"backend unreachable: {type(e).__name__}: {e}", t.secrets)
             return _Attempt(error=_error("unreachable", message[:ERROR_TEXT_MAX],
@@ -724,6 +725,14 @@ class JobRunner:
             except DbError as e:
                 log.warning("job recovery sweep failed: %s", e)
             await asyncio.sleep(self.sweep_secs)
+
+
+def row_timeout(v: Any) -> float | None:
+    """A row's own `timeout_secs` (a workflow step's `timeout`), when it is a positive number:
+    it replaces the table's `timeout_secs` for that job's calls."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 86_400:
+        return float(v)
+    return None
 
 
 def _max_retries(v: Any) -> int:
