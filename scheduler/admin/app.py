@@ -1,8 +1,8 @@
 """The admin listener: a Falcon ASGI app over one :class:`scheduler.admin.plane.AdminPlane`.
 
 Served by uvicorn in the scheduler's process and event loop (``scheduler.__main__``) on
-``SVC_ADMIN_HOST:SVC_ADMIN_PORT``. Routes (spec "Admin listener"; workflow, schedule, pool,
-backup and MCP routes come with their own systems), under ``/admin/api`` unless said:
+``SVC_ADMIN_HOST:SVC_ADMIN_PORT``. Routes (spec "Admin listener"; pool, backup and MCP
+routes come with their own systems), under ``/admin/api`` unless said:
 
 * ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
 * ``GET config`` (public): :meth:`AdminPlane.config`;
@@ -15,7 +15,8 @@ backup and MCP routes come with their own systems), under ``/admin/api`` unless 
   ``ssps/restart-all``, ``scheduler/restart``: :mod:`.actions`;
 * ``GET operations``, ``operations/stream``: :mod:`.operations`;
 * ``GET incidents``, ``incidents/{id}``: :mod:`.incidents`;
-* ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked.
+* ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked;
+* ``workflows/*``, ``schedules/*``: :mod:`.workflows`.
 
 Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 over the limit,
 400 when malformed). Errors: :mod:`.errors` (one body shape, mapped once). Authentication:
@@ -49,6 +50,7 @@ from scheduler.admin.jobsampler import ORIGINS, STATUSES
 from scheduler.admin.plane import AdminPlane
 from scheduler.admin.sse import channel_stream
 from scheduler.admin.values import q_enum, q_int, q_str
+from scheduler.admin.workflows import workflow_routes
 
 log = logging.getLogger("scheduler.admin.http")
 
@@ -380,6 +382,7 @@ def create_admin_app(plane: AdminPlane) -> falcon.asgi.App:  # type: ignore[type
         ("/incidents", Incidents(plane)), ("/incidents/{incident_id}", IncidentDetail(plane)),
         ("/cloud/restart", CloudRestart(plane)), ("/cloud/deployment", CloudDeployment(plane)),
     ]
+    routes += workflow_routes(plane)  # workflows/*, schedules/*: scheduler.admin.workflows
     for path, resource in routes:
         app.add_route(api + path, resource)
     return app

@@ -64,6 +64,10 @@ READ_CHUNK = 500
 JOB_FIELDS = ("id, status, created_at, finished_at, kill_requested, "
               "array::last(errors ?? []) AS last_error")
 # One `errors` entry as the SSPs write it (ssp.jobs.ERROR_ENTRY): same keys, status NULL.
+# A schedule run record stamped with the database's clock when the fire commits (lateness).
+_CREATE_FIRED = "CREATE $f CONTENT object::extend($c, {fired_at: time::now()}) RETURN NONE"
+_CREATE_FIRED_DONE = ("CREATE $f CONTENT object::extend($c, {fired_at: time::now(), "
+                      "finished_at: time::now()}) RETURN NONE")
 _ERROR_ENTRY = "{ at: time::now(), attempt: 0, kind: $kind, status: NULL, error: $text }"
 
 
@@ -221,6 +225,7 @@ class WorkflowEngine:
         self._next_defs = 0.0
         self._next_prune = time.monotonic() + 60
         self._warned_schema = False
+        self._resyncs_in_row = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -270,8 +275,14 @@ class WorkflowEngine:
                         continue
                     await self._reload_definitions()
                 if self._resync:
+                    if self._resyncs_in_row:
+                        # something keeps failing: do not spin on it
+                        await self._sleep(min(5.0, 0.2 * 2 ** self._resyncs_in_row))
+                    self._resyncs_in_row += 1
                     await self._recover()
                 await self._pass()
+                if not self._resync:
+                    self._resyncs_in_row = 0
                 if time.monotonic() >= self._next_prune:
                     self._next_prune = time.monotonic() + 3600
                     await self._prune()
@@ -925,9 +936,7 @@ class WorkflowEngine:
             err = run_error(errors.CONCURRENCY_SKIP, f"not run: {blocked_by} is still "
                             f"{'waiting' if queued and policy == 'queue' else 'running'} "
                             f"(concurrency {policy})", blocked_by=blocked_by)
-            stmts.append((("CREATE $f CONTENT $c, fired_at = time::now(), finished_at = "
-                          "time::now() RETURN NONE"),
-                          {"f": fire.rid, "c": {**base, "status": "skipped", "error": err}}))
+            stmts.append((_CREATE_FIRED_DONE, {"f": fire.rid, "c": {**base, "status": "skipped", "error": err}}))
             stmts.append(rollups.increment(s.name, now, "skipped"))
         elif mode == "queue":
             stmts.append(("CREATE $f CONTENT $c RETURN NONE",
@@ -972,9 +981,8 @@ class WorkflowEngine:
                             f"{e.engine_message}"[:400])
             fire.status = "running"
             fail_unit = self._fire_end_unit(fire, "failed", err)
-            fail_unit.statements[:0] = [(("CREATE $f CONTENT $c, fired_at = time::now() "
-                                         "RETURN NONE"), {"f": fire.rid, "c": {
-                                             **base, "status": "running"}})]
+            fail_unit.statements[:0] = [(_CREATE_FIRED, {"f": fire.rid, "c": {
+                **base, "status": "running"}})]
             fail_unit.statements += cursor + clear
             inner = fail_unit.ok
 
@@ -1019,7 +1027,7 @@ class WorkflowEngine:
                 fire.run = run.key
         status = "failed" if problem else "running"
         if create is not None:
-            stmts.insert(0, ("CREATE $f CONTENT $c, fired_at = time::now() RETURN NONE",
+            stmts.insert(0, (_CREATE_FIRED,
                              {"f": fire.rid, "c": {**create, "status": status, **link,
                                                    **({"error": problem, "finished_at": now}
                                                       if problem else {})}}))
@@ -1347,9 +1355,15 @@ class WorkflowEngine:
             raise NotFound(f"no schedule {name[:80]} (svc workflows apply defines them)")
         return s
 
+    async def _fresh(self, name: str) -> None:
+        """Definitions just applied may not be loaded yet: read them before saying 404."""
+        if name not in self.schedules:
+            await self._reload_definitions()
+
     async def pause(self, name: str, paused: bool) -> dict[str, Any]:
         """Spec: `{name, paused}`. Resuming does not catch up the fires of the pause."""
         self._require_ready()
+        await self._fresh(name)
         async with self.lock:
             s = self.schedule_state(name)
             now = self.now()
@@ -1371,6 +1385,7 @@ class WorkflowEngine:
         the schedule (`trigger_requested_at`) and fired by the clock at once, so a trigger
         survives a crash."""
         self._require_ready()
+        await self._fresh(name)
         async with self.lock:
             s = self.schedule_state(name)
             if s.spec is None:
@@ -1391,6 +1406,7 @@ class WorkflowEngine:
     async def release(self, name: str, who: str = "operator") -> dict[str, Any]:
         """Lift a quarantine: the failure count restarts at 0, fires resume from now."""
         self._require_ready()
+        await self._fresh(name)
         async with self.lock:
             s = self.schedule_state(name)
             if s.quarantined is None:
