@@ -5,10 +5,11 @@ IANA time zone and returned in UTC; nothing here reads the wall clock, so every 
 with the times it is given.
 
 Catch-up (the `catch_up` bound of a schedule): when the clock finds due times it did not fire
-(the scheduler was down, or busy past a due time), the newest `catch_up` of them fire now, each
-a late fire of its own due time; the older ones do not run and are recorded together as one
-skipped fire with error `not_started` (`since`, `until`, `missed`), so a long outage is never a
-silent burst, nor silently forgotten. `catch_up: 0` fires none of them.
+(the scheduler was down), the newest `catch_up` of them fire now, each a late fire of its own
+due time (`catch_up: true` on its record); the older ones do not run and are recorded together
+as one skipped fire with error `not_started` (`since`, `until`, `missed`), so a long outage is
+never a silent burst, nor silently forgotten. `catch_up: 0` fires none of them. Due times within
+`ON_TIME` (5 s) of the pass are not missed, only a little late, and always fire.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class CatchUp:
     `missed` ones (not run: one `not_started` record), `missed_count` at least as many."""
 
     fire: list[datetime] = field(default_factory=list)
+    late: list[bool] = field(default_factory=list)  # per fire: a catch-up, not on time
     missed_since: datetime | None = None
     missed_until: datetime | None = None
     missed_count: int = 0
@@ -88,29 +90,31 @@ def newest_due(cron: str, tz: str, cursor: datetime, now: datetime, k: int) -> l
 
 
 def plan(cron: str, tz: str, cursor: datetime, now: datetime, catch_up: int) -> CatchUp:
-    """Due times after `cursor` up to `now`: the newest `catch_up` fire (see the module
-    docstring), the rest are missed.
+    """Due times after `cursor` up to `now` (see the module docstring).
 
-    A newest due time within `ON_TIME` of now is the clock's normal fire and runs whatever the
-    bound (`catch_up: 0` included): a pass that is a little late must not drop what it woke up
-    for."""
-    newest = newest_due(cron, tz, cursor, now, max(1, catch_up))
-    if not newest:
+    Due times within `ON_TIME` of now are on time and always fire: a clock pass that is a
+    little behind (a busy moment, a per-second schedule) has missed nothing. Of the older
+    ones the newest `catch_up` fire as catch-ups; the rest are missed."""
+    recent = newest_due(cron, tz, cursor, now, catch_up + FRESH_MAX)
+    fresh = [d for d in recent if now - d <= ON_TIME]
+    stale = [d for d in recent if now - d > ON_TIME]
+    late = stale[len(stale) - catch_up:] if catch_up else []
+    fire = late + fresh
+    if not fire and not stale:
         return CatchUp()
-    keep = catch_up
-    if now - newest[-1] <= ON_TIME:
-        keep = max(1, catch_up)
-    fire = newest[len(newest) - keep:] if keep else []
-    # everything after the cursor and before the first fired one is missed
+    # everything after the cursor and before the first fired (or up to now) is missed
     bound = fire[0] if fire else now + timedelta(microseconds=1)
     before = bound - timedelta(microseconds=1)
     missed, truncated = due_between(cron, tz, cursor, before)
     until = missed[-1] if missed else None
     if truncated:  # the list holds the oldest ones: find the newest missed directly
         until = newest_due(cron, tz, cursor, before, 1)[0]
-    return CatchUp(fire=fire, missed_since=missed[0] if missed else None, missed_until=until,
+    return CatchUp(fire=fire, late=[True] * len(late) + [False] * len(fresh),
+                   missed_since=missed[0] if missed else None, missed_until=until,
                    missed_count=len(missed), count_truncated=truncated)
 
 
 #: how late a due time may be found and still be the clock's normal fire (not a catch-up)
 ON_TIME = timedelta(seconds=5)
+#: on-time due times looked at per pass (a per-second schedule has 6 within ON_TIME)
+FRESH_MAX = 64

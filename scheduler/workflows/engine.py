@@ -159,7 +159,9 @@ class Sched:
     trigger_at: datetime | None = None
     next_due: datetime | None = None
     last_fired_at: datetime | None = None
-    pending: deque[datetime] = field(default_factory=deque)
+    # due times to fire, oldest first, each with whether it is a catch-up (not the clock's
+    # newest on-time due time)
+    pending: deque[tuple[datetime, bool]] = field(default_factory=deque)
     missed: clock.CatchUp | None = None
 
     @property
@@ -197,11 +199,17 @@ class WorkflowEngine:
     def __init__(self, db: Database, cfg: WorkflowConfig, *,
                  job_plane: Callable[[], Any] = lambda: None,
                  ready: Callable[[], bool] = lambda: True, incidents: Any = None,
+                 ssps_ready: Callable[[], bool] = lambda: True,
                  now: Callable[[], datetime] | None = None) -> None:
         self.db = db
         self.cfg = cfg
         self._job_plane = job_plane
         self._ready = ready
+        self._ssps_ready = ssps_ready
+        # since when at least one SSP has been ready without a break (None: none is): a job
+        # counts as unclaimed only for that time (a scheduler restart, an SSP re-bootstrap
+        # must not make a pending job `never_dispatched`)
+        self._ssps_since: datetime | None = None
         self.incidents = incidents
         self.now = now or (lambda: datetime.now(UTC))
         self.workflows: dict[str, tuple[Workflow | None, str | None, str]] = {}
@@ -572,6 +580,13 @@ class WorkflowEngine:
 
     async def _observe(self, *, recovery: bool) -> None:
         followed = self._followed()
+        ready = self._ssps_ready()
+        if not ready:
+            self._ssps_since = None
+        elif self._ssps_since is None:
+            self._ssps_since = self.now()
+            for job, *_ in followed.values():  # pokes sent while none was ready were lost
+                self._poke(job)
         if not followed:
             return
         rids = [v[0] for v in followed.values()]
@@ -611,11 +626,11 @@ class WorkflowEngine:
             outcome = "failed"
             error = run_error(errors.JOB_FAILED, str(last.get("error") or "the job failed"),
                               job=job_text, kind=last.get("kind"))
-        elif status == "pending" and self.cfg.dispatch_timeout_secs > 0 and \
-                isinstance(row.get("created_at"), datetime) and \
-                (now - row["created_at"]).total_seconds() > self.cfg.dispatch_timeout_secs:
-            text = (f"no SSP claimed {job_text} in {self.cfg.dispatch_timeout_secs}s (is its "
-                    "table served by an SSP?); the job is failed so it never runs late")
+        elif status == "pending" and self._unclaimed_secs(row, now) > \
+                self.cfg.dispatch_timeout_secs > 0:
+            text = (f"no SSP claimed {job_text} in {self.cfg.dispatch_timeout_secs}s while SSPs "
+                    "were ready (is its table served by one?); the job is failed so it never "
+                    "runs late")
             outcome = "failed"
             error = run_error(errors.NEVER_DISPATCHED, text, job=job_text,
                               since=_ms(row["created_at"]))
@@ -644,6 +659,13 @@ class WorkflowEngine:
         if outcome == "failed" and st.kill_sent and row is not None and status == "failed":
             new, error = runs.KILLED, st.halt
         return self._step_end_unit(run, st, new, error, guard)
+
+    def _unclaimed_secs(self, row: dict[str, Any], now: datetime) -> float:
+        """How long a pending job has waited while some SSP was ready to claim it."""
+        created = row.get("created_at")
+        if not isinstance(created, datetime) or self._ssps_since is None:
+            return 0.0
+        return (now - max(created, self._ssps_since)).total_seconds()
 
     def _step_end_unit(self, run: Run, st: Step, status: str, error: dict[str, Any] | None,
                        guard: list[tuple[str, dict[str, Any] | None]] | None = None) -> Unit:
@@ -860,7 +882,7 @@ class WorkflowEngine:
             if not s.pending and s.missed is None and s.next_due is not None \
                     and s.next_due <= now:
                 p = clock.plan(s.spec.cron, s.spec.timezone, s.cursor, now, s.spec.catch_up)
-                s.pending.extend(p.fire)
+                s.pending.extend(zip(p.fire, p.late, strict=True))
                 s.missed = p if p.missed_count else None
                 if not p.fire and not p.missed_count:
                     s.cursor = now
@@ -868,12 +890,13 @@ class WorkflowEngine:
             if s.missed is not None:
                 units.append(self._missed_unit(s, s.missed))
             elif s.pending:
-                units.append(self._fire_unit(s, s.pending[0], "schedule", now))
+                due, late = s.pending[0]
+                units.append(self._fire_unit(s, due, "schedule", now, late=late))
         return units
 
     def _missed_unit(self, s: Sched, p: clock.CatchUp) -> Unit:
         assert p.missed_until is not None and p.missed_since is not None
-        key = f"{s.name}:missed:{_ms(p.missed_until)}"
+        key = f"{s.name}_missed_{_ms(p.missed_until)}"
         n = f"at least {p.missed_count}" if p.count_truncated else str(p.missed_count)
         err = run_error(errors.NOT_STARTED, f"{n} fires were due while the scheduler could not "
                         f"fire them; beyond the catch-up bound ({s.spec.catch_up if s.spec else 0}"
@@ -902,12 +925,13 @@ class WorkflowEngine:
             s.missed = None
         return Unit(f"missed {s.name}", stmts, ok, fail)
 
-    def _fire_unit(self, s: Sched, due: datetime, trigger: str, now: datetime) -> Unit:
+    def _fire_unit(self, s: Sched, due: datetime, trigger: str, now: datetime, *,
+                   late: bool = False) -> Unit:
         """One fire of `s` due at `due` (manual: the trigger time) under its concurrency
         policy: started, queued, or skipped (`concurrency_skip`)."""
         assert s.spec is not None
         manual = trigger == "manual"
-        key = f"{s.name}:m{_ms(due)}" if manual else f"{s.name}:{_ms(due)}"
+        key = f"{s.name}_m{_ms(due)}" if manual else f"{s.name}_{_ms(due)}"
         running = [f for f in self.fires.values() if f.schedule == s.name
                    and f.status == "running"]
         queued = [f for f in self.fires.values() if f.schedule == s.name
@@ -916,10 +940,10 @@ class WorkflowEngine:
         mode = "start"
         blocked_by: str | None = None
         if running and policy == "skip":
-            mode, blocked_by = "skip", running[0].key
+            mode, blocked_by = "skip", record_id_text(running[0].rid)
         elif running and policy == "queue":
             if queued:
-                mode, blocked_by = "skip", queued[0].key
+                mode, blocked_by = "skip", record_id_text(queued[0].rid)
             else:
                 mode = "queue"
         fire = Fire(key, s.name, "running" if mode == "start" else "queued", due, trigger)
@@ -928,8 +952,7 @@ class WorkflowEngine:
         clear = [(("UPDATE $s SET trigger_requested_at = NONE, last_fired_at = time::now() "
                   "RETURN NONE"), {"s": s.rid})] if manual else []
         base = {"schedule": s.name, "due_at": due, "trigger": trigger,
-                "lateness_ms": max(0, _ms(now) - _ms(due)), "catch_up":
-                (now - due) > clock.ON_TIME and not manual}
+                "lateness_ms": max(0, _ms(now) - _ms(due)), "catch_up": late}
         stmts: list[tuple[str, dict[str, Any] | None]] = []
         start_ok: Callable[[], None] | None = None
         if mode == "skip":
@@ -951,7 +974,7 @@ class WorkflowEngine:
                 if s.trigger_at == due:
                     s.trigger_at = None
             else:
-                if s.pending and s.pending[0] == due:
+                if s.pending and s.pending[0][0] == due:
                     s.pending.popleft()
                 s.cursor = max(s.cursor, due)
                 self._plan_next(s)
@@ -971,7 +994,7 @@ class WorkflowEngine:
                 self._resync = True  # read it (and its run) from the database
                 if manual:
                     s.trigger_at = None
-                elif s.pending and s.pending[0] == due:
+                elif s.pending and s.pending[0][0] == due:
                     s.pending.popleft()
                     s.cursor = max(s.cursor, due)
                     self._plan_next(s)
@@ -1006,7 +1029,7 @@ class WorkflowEngine:
         run_ok: Callable[[], None] | None = None
         problem: dict[str, Any] | None = None
         if s.spec.table is not None:
-            job = RecordID(s.spec.table, f"sch_{fire.key.replace(':', '_')}")
+            job = RecordID(s.spec.table, f"sch_{fire.key}")
             spec = s.spec.model_dump(mode="json")
             link = {"job": job}
             stmts.append(("CREATE $j CONTENT $c RETURN NONE", {"j": job, "c": self._job_content(
@@ -1429,4 +1452,4 @@ class WorkflowEngine:
 
 
 def _step_rid(run_key: str, step: str) -> RecordID:
-    return _rid("_00_step_run", f"{run_key}:{step}")
+    return _rid("_00_step_run", f"{run_key}_{step}")

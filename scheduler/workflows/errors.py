@@ -9,7 +9,7 @@ one sentence, and the ids that say what it is about. Where each code comes from:
 | `upstream_failed` | step (skipped) | a dependency failed, was skipped or was killed; `blocked_by` |
 | `run_halted` | step (skipped) | the run ended (cancelled, deadline) before the step could start; `run_error` |
 | `not_started` | schedule run (skipped) | fires missed while the scheduler was down, beyond the schedule's `catch_up` bound; `since`, `until`, `missed` |
-| `never_dispatched` | step, schedule run | the job stayed `pending`, claimed by no SSP, for `SVC_WORKFLOW_DISPATCH_TIMEOUT_SECS` (no SSP serves its table, or none is ready); the job is failed so a late SSP never runs it; `job`, `since` |
+| `never_dispatched` | step, schedule run | the job stayed `pending`, claimed by no SSP, for `SVC_WORKFLOW_DISPATCH_TIMEOUT_SECS` counted while at least one SSP was ready (no SSP serves its table); the job is failed so a late SSP never runs it; `job`, `since` |
 | `lost_dispatch` | step, schedule run | found at scheduler start: the job row of a dispatched step is gone (removed while the scheduler was down): whether it ran is unknown, so it is not run again; `job` |
 | `job_failed` | step, schedule run | the job ended `failed` (its last error in the message); `job`, `kind` |
 | `job_missing` | step, schedule run | the job row disappeared while the scheduler followed it; `job` |

@@ -8,9 +8,9 @@ root connections, i.e. the scheduler and the CLI, do):
 | `_00_workflow` | workflow definition (id = name): `spec`, `hash`, `applied_at` | `svc workflows apply` |
 | `_00_schedule` | schedule definition (id = name): `spec`, `hash`, `applied_at`, `enabled`, `target_table`, `workflow`; and the runtime fields `paused`, `trigger_requested_at`, `last_run_status`, `last_run_at`, `last_error`, `last_due_at`, `quarantined`, `failures` | CLI (definition), scheduler (runtime) |
 | `_00_workflow_run` | run of a workflow | scheduler |
-| `_00_step_run` | step of a run (id `<run key>:<step>`) | scheduler |
-| `_00_schedule_run` | fire of a schedule (id `<name>:<due ms>`, `<name>:m<ms>` for a manual one) | scheduler |
-| `_00_run_rollup` | success / failure / skipped tally per schedule and UTC day (`(ad-hoc)` for runs no schedule owns) | scheduler |
+| `_00_step_run` | step of a run (id `<run key>_<step>`) | scheduler |
+| `_00_schedule_run` | fire of a schedule (id `<name>_<due ms>`, `<name>_m<ms>` for a manual one, `<name>_missed_<ms>` for fires not started) | scheduler |
+| `_00_run_rollup` | success / failure / skipped tally per schedule and UTC day, id `<bucket>:<day>` (`(ad-hoc)` for runs no schedule owns) | scheduler |
 | `_00_workflow_schema` | the row `version`: the schema version applied | CLI |
 
 Versions (`MIGRATIONS`, applied in order by `svc migrate`, each in one transaction with its

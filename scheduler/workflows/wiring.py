@@ -32,6 +32,7 @@ class _Lifespan:
 def attach_workflows(app: falcon.asgi.App, s: Any) -> WorkflowEngine:  # type: ignore[type-arg]
     engine = WorkflowEngine(s.db, s.cfg.workflows, job_plane=lambda: s.job_plane,
                             ready=lambda: s.state == "ready",
+                            ssps_ready=lambda: bool(s.ready_ids()),
                             incidents=getattr(s, "incidents", None))
     s.workflows = engine
     plane = getattr(s, "job_plane", None)

@@ -186,17 +186,18 @@ class WorkflowStack:
 async def prepare(host: DbHost, ns: str, *, version: int | None = None) -> None:
     """The app schema (job tables), `svc schema apply`, and the workflow tables at `version`
     (default: current)."""
-    from tests.integration.test_ssp_support import apply_schema, root_db
+    from tests.integration.test_ssp_support import APP_SCHEMA, apply_schema, root_db
 
     root = await root_db(host, ns, ns)
     try:
-        await root.query(SCHEMA)
+        await root.query(APP_SCHEMA + SCHEMA)  # APP_SCHEMA: record access `account`
     finally:
         await root.close()
     args = ["migrate"] + (["--to", str(version)] if version else [])
-    r = subprocess.run([sys.executable, "-m", "svccli", *args], cwd=str(ROOT),
-                       env=base_env(**db_env(host, ns)), capture_output=True, text=True,
-                       timeout=120, check=False)
+    r = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "svccli", *args], cwd=str(ROOT),
+        env=base_env(**db_env(host, ns)), capture_output=True, text=True, timeout=120,
+        check=False)
     assert r.returncode == 0, r.stderr + r.stdout
     apply_schema(host, ns, ns)
 
