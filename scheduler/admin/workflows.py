@@ -26,7 +26,9 @@ Actions (each also an operation record where the spec says so: cancel and retry)
 * ``POST schedules/{name}/release`` -> ``{name, quarantined: false, released: true}``; 409
   ``not_quarantined``.
 
-The cancel operation is ``done`` once the run is ``killed``; the retry operation once the
+Errors: the engine's refusals keep their status and code; a database error is 503
+(``no_workflow_tables`` before the tables are installed, else ``db_unreachable``). The cancel
+operation is ``done`` once the run is ``killed``; the retry operation once the
 reopened run ends (``done`` when it completed, ``failed`` otherwise). 503 ``not_ready`` while
 the engine has no workflow tables or no database, 503 ``disabled`` with
 ``SVC_WORKFLOWS_ENABLED=false``.
@@ -41,6 +43,7 @@ from typing import Any
 import falcon
 import falcon.asgi
 
+from dbclient import DbError
 from scheduler.admin.errors import AdminError, Invalid, Unavailable
 from scheduler.admin.sse import Channel, channel_stream
 from scheduler.admin.values import q_enum, q_int, q_str
@@ -91,6 +94,13 @@ class WorkflowsApi:
             return await coro
         except OpError as e:
             raise _op_error(e) from None
+        except DbError as e:
+            if "does not exist" in str(e):
+                raise Unavailable("no workflow tables in the database yet: `svc schema apply` "
+                                  "or `svc migrate` installs them",
+                                  code="no_workflow_tables") from None
+            raise Unavailable("the database is unreachable; try again",
+                              code="db_unreachable") from None
 
     # ------------------------------------------------------------------ stream
     def _changed(self) -> None:

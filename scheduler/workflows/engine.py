@@ -969,7 +969,7 @@ class WorkflowEngine:
             stmts += start_stmts
         stmts += cursor + clear
 
-        def ok() -> None:
+        def recorded() -> None:  # the due time is consumed, whatever became of the fire
             if manual:
                 if s.trigger_at == due:
                     s.trigger_at = None
@@ -979,6 +979,9 @@ class WorkflowEngine:
                 s.cursor = max(s.cursor, due)
                 self._plan_next(s)
             s.last_fired_at = self.now()
+
+        def ok() -> None:
+            recorded()
             if mode == "skip":
                 self.stats["skipped_fires"] += 1
                 log.info("schedule %s: fire %s skipped (%s)", s.name, key, blocked_by)
@@ -1010,9 +1013,10 @@ class WorkflowEngine:
             inner = fail_unit.ok
 
             def failed_ok() -> None:
-                ok()
+                recorded()
+                self.fires[key] = fire
                 if inner is not None:
-                    inner()
+                    inner()  # the fire's end: out of the active fires, tallied
             fail_unit.ok = failed_ok
             fail_unit.fail = None
             await self._commit_chunk([fail_unit])
