@@ -4,7 +4,7 @@ tables, and a backend HTTP server the jobs call (the job tests' `Backend`, serve
 thread so that one stack serves every test of a module). Everything on free loopback ports,
 always stopped.
 
-Job tables: `job` (served by the SSP, concurrency 8), `job_unserved` (a job table no SSP
+Job tables: `job` (served by the SSP, concurrency 8), `job_one` (concurrency 1), `job_unserved` (a job table no SSP
 serves: its jobs stay pending), `job_refuse` (its CREATE event throws: the database refuses
 every job row).
 """
@@ -36,9 +36,10 @@ from tests.support.admin_stack import (
 )
 from tests.support.procs import ROOT, DbHost, base_env
 
-JOB_TABLES = ["job", "job_unserved", "job_refuse"]
+JOB_TABLES = ["job", "job_one", "job_unserved", "job_refuse"]
 SCHEMA = """
 DEFINE TABLE job SCHEMALESS;
+DEFINE TABLE job_one SCHEMALESS;
 DEFINE TABLE job_unserved SCHEMALESS;
 DEFINE TABLE job_refuse SCHEMALESS;
 DEFINE EVENT refuse ON job_refuse WHEN $event = 'CREATE' THEN { THROW 'job_refuse takes no jobs' };
@@ -93,6 +94,8 @@ def job_config(base_url: str) -> str:
     return json.dumps({"job_tables": {
         "main": {"name": "job", "base_url": base_url, "auth_token": TOKEN, "concurrency": 8,
                  "timeout_secs": 30, "lease_secs": 3, "backoff_ms": 50},
+        "one": {"name": "job_one", "base_url": base_url, "auth_token": TOKEN, "concurrency": 1,
+                "timeout_secs": 30, "lease_secs": 3, "backoff_ms": 50},
         "refuse": {"name": "job_refuse", "base_url": base_url, "auth_token": TOKEN},
     }})
 
@@ -154,6 +157,19 @@ class WorkflowStack:
     async def call(self, method: str, path: str, body: Any = None, *,
                    token: str | None = None) -> tuple[int, Any]:
         return await asyncio.to_thread(self.api, method, path, body, token=token)
+
+    async def call_ingest(self, path: str, body: Any) -> tuple[int, Any]:
+        """POST to the scheduler's ingest listener (job routes)."""
+        def go() -> tuple[int, Any]:
+            req = urllib.request.Request(self.sched.url + path, data=json.dumps(body).encode(),
+                                         method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, json.loads(r.read() or b"null")
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode(errors="replace")
+        return await asyncio.to_thread(go)
 
     def sign_in(self) -> None:
         status, body = self.api("POST", "/session", {"password": BREAKGLASS}, token="")
