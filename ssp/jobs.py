@@ -9,7 +9,8 @@ database is the queue and the lock; this process only holds what is in flight:
   `processing`, `assignee` = this SSP, `lease_until`), so two SSPs never both claim a row.
   At most `concurrency` jobs per table run in this process (exact); the rest stay `pending`.
 - a job: POST `base_url + path` with `payload` as the JSON body and `Authorization: Bearer
-  <auth_token>`, bounded by `timeout_secs`; redirects are not followed (the token goes to
+  <auth_token>`, bounded by `timeout_secs` (the row's own `timeout_secs` instead, when set:
+  a workflow step's timeout); redirects are not followed (the token goes to
   `base_url` and nowhere else). 2xx -> `completed` with `result` (the JSON reply, or
   `{"text": ...}`). Every failed attempt is appended to `errors` as one shape,
   `{at, attempt, kind, status, error}`: `status` is the HTTP status, or null when the backend
