@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 import yaml
 from surrealdb import RecordID
 
-from dbclient import Database
+from dbclient import Database, DbQueryError
 from project.workflows import (
     DefinitionError,
     DefinitionIssue,
@@ -36,6 +37,7 @@ from project.workflows import (
     definition_hash,
     load_section,
 )
+from scheduler.workflows.engine import retryable
 from scheduler.workflows.tables import CURRENT, migrate, schema_version
 
 __all__ = ["ApplyResult", "apply_definitions", "ensure_tables", "read_section"]
@@ -134,6 +136,15 @@ async def apply_definitions(db: Database, section: WorkflowsSection,
     for name in sorted(set(have_s) - set(section.schedules)):
         out.schedules[name] = "removed"
         stmts.append(("DELETE $id RETURN NONE", {"id": RecordID("_00_schedule", name)}))
-    if stmts:
-        await db.transaction(stmts)
+    for attempt in range(8):
+        if not stmts:
+            break
+        try:
+            await db.transaction(stmts)
+            break
+        except DbQueryError as e:
+            # the scheduler writes its runtime fields on the same rows: a conflict is retried
+            if not retryable(e) or attempt == 7:
+                raise
+            await asyncio.sleep(0.02 * 2 ** attempt)
     return out

@@ -189,6 +189,20 @@ def _already_exists(e: DbQueryError) -> bool:
     return "already exists" in e.engine_message
 
 
+#: times a transaction that met a write conflict is sent again before giving up
+CONFLICT_RETRIES = 6
+
+
+def retryable(e: DbQueryError) -> bool:
+    """A write conflict: the engine says so, or only knock-on errors came back (the
+    transaction failed as a whole, no statement of it was refused)."""
+    m = e.engine_message
+    return "can be retried" in m or m.startswith(
+        ("The query was not executed due to a failed transaction",
+         "The query was not executed due to a cancelled transaction", "Cannot COMMIT")) \
+        or "COMMIT failed" in str(e)
+
+
 # ---------------------------------------------------------------------------- engine
 
 
@@ -519,18 +533,34 @@ class WorkflowEngine:
             await self._commit_chunk(chunk)
 
     async def _commit_chunk(self, chunk: list[Unit]) -> None:
-        try:
-            await self.db.transaction([st for u in chunk for st in u.statements])
-        except DbQueryError as e:
-            if len(chunk) == 1:
-                await self._refused(chunk[0], e)
-                return
+        refused = await self._transaction([st for u in chunk for st in u.statements])
+        if refused is None:
+            for u in chunk:
+                if u.ok is not None:
+                    u.ok()
+        elif len(chunk) == 1:
+            await self._refused(chunk[0], refused)
+        else:
             for u in chunk:  # find the one(s) refused; the rest commit on their own
                 await self._commit_chunk([u])
-            return
-        for u in chunk:
-            if u.ok is not None:
-                u.ok()
+
+    async def _transaction(self, statements: list[tuple[str, dict[str, Any] | None]]
+                           ) -> DbQueryError | None:
+        """Commit; the refusal when the database refused a statement (None: committed).
+        A write conflict (another writer on the same rows: the CLI applying definitions, an
+        SSP on a job row) is no refusal: the transaction is sent again, and a conflict that
+        persists raises (the engine then reads its state again)."""
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                await self.db.transaction(statements)
+                return None
+            except DbQueryError as e:
+                if not retryable(e):
+                    return e
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                await asyncio.sleep(0.01 * 2 ** attempt)
+        return None
 
     async def _refused(self, u: Unit, e: DbQueryError) -> None:
         if u.fail is not None:
