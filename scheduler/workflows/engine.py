@@ -59,6 +59,7 @@ log = logging.getLogger("scheduler.workflows")
 __all__ = ["WorkflowEngine"]
 
 BATCH_STATEMENTS = 600
+IN_FLIGHT = 2
 ROUNDS_MAX = 10_000  # a bug must not spin the loop forever
 READ_CHUNK = 500
 JOB_FIELDS = ("id, status, created_at, finished_at, kill_requested, "
@@ -158,6 +159,7 @@ class Sched:
     cursor: datetime = field(default_factory=lambda: datetime.now(UTC))
     trigger_at: datetime | None = None
     next_due: datetime | None = None
+    following: datetime | None = None  # the due time after next_due, when already computed
     last_fired_at: datetime | None = None
     # due times to fire, oldest first, each with whether it is a catch-up (not the clock's
     # newest on-time due time)
@@ -183,6 +185,9 @@ class Unit:
     statements: list[tuple[str, dict[str, Any] | None]]
     ok: Callable[[], None] | None = None
     fail: Callable[[DbQueryError], Awaitable[None]] | None = None
+    #: a schedule's cursor move (`last_due_at`): written with the unit, grouped per due time
+    #: across the units of one transaction (one UPDATE of many schedules, not one each)
+    cursor: tuple[RecordID, datetime] | None = None
 
 
 def _already_exists(e: DbQueryError) -> bool:
@@ -248,6 +253,9 @@ class WorkflowEngine:
         self._next_prune = time.monotonic() + 60
         self._warned_schema = False
         self._resyncs_in_row = 0
+        self._by_schedule: dict[str, list[Fire]] = {}
+        self._dirty: set[str] = set()  # jobs an SSP reported terminal since the last read
+        self._last_full = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -267,8 +275,10 @@ class WorkflowEngine:
         self._wake.set()
 
     def job_result(self, job_id: str, status: str) -> None:
-        """Hook on the job plane's `/job/result`: a followed job moved, read it now."""
+        """Hook on the job plane's `/job/result`: a followed job moved, read it now (only
+        the reported ones: every followed job is read each `SVC_WORKFLOW_POLL_MS`)."""
         if status in ("completed", "failed") and (self.runs or self.fires):
+            self._dirty.add(job_id)
             self._wake.set()
 
     def _changed(self) -> None:
@@ -425,6 +435,10 @@ class WorkflowEngine:
         if s.spec is None:
             s.next_due = None
             return
+        if s.following is not None and s.next_due is not None and s.cursor == s.next_due:
+            s.next_due, s.following = s.following, None  # computed while planning the fire
+            return
+        s.following = None
         try:
             s.next_due = clock.next_due(s.spec.cron, s.spec.timezone, s.cursor)
         except Exception as e:  # noqa: BLE001 - a cron cronsim accepted but cannot iterate
@@ -521,19 +535,40 @@ class WorkflowEngine:
 
     # ------------------------------------------------------------------ committing
     async def _commit(self, units: list[Unit]) -> None:
-        chunk: list[Unit] = []
+        """Units of one round (independent of each other by construction) in transactions of
+        up to BATCH_STATEMENTS statements, two in flight (the database works on one while this
+        process encodes the next)."""
+        chunks: list[list[Unit]] = [[]]
         size = 0
         for u in units:
-            if chunk and size + len(u.statements) > BATCH_STATEMENTS:
-                await self._commit_chunk(chunk)
-                chunk, size = [], 0
-            chunk.append(u)
+            if chunks[-1] and size + len(u.statements) > BATCH_STATEMENTS:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(u)
             size += len(u.statements)
-        if chunk:
-            await self._commit_chunk(chunk)
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(chunk: list[Unit]) -> None:
+            async with gate:
+                await self._commit_chunk(chunk)
+        if len(chunks) == 1:
+            await self._commit_chunk(chunks[0])
+            return
+        got = await asyncio.gather(*(one(c) for c in chunks if c), return_exceptions=True)
+        for g in got:
+            if isinstance(g, BaseException):
+                raise g
 
     async def _commit_chunk(self, chunk: list[Unit]) -> None:
-        refused = await self._transaction([st for u in chunk for st in u.statements])
+        statements = [st for u in chunk for st in u.statements]
+        by_due: dict[datetime, list[RecordID]] = {}
+        for u in chunk:
+            if u.cursor is not None:
+                by_due.setdefault(u.cursor[1], []).append(u.cursor[0])
+        for due, ids in by_due.items():
+            statements.append((("UPDATE $ids SET last_due_at = $d, last_fired_at = time::now() "
+                               "RETURN NONE"), {"ids": ids, "d": due}))
+        refused = await self._transaction(statements)
         if refused is None:
             for u in chunk:
                 if u.ok is not None:
@@ -583,12 +618,19 @@ class WorkflowEngine:
             if self._resync:
                 return
             now = self.now()
+            self._by_schedule = self._fires_by_schedule()
             units = self._schedule_units(now) + self._run_units(now) + self._queue_units(now)
             if not units:
                 return
             await self._commit(units)
             self._changed()
         log.error("workflows: decisions did not settle in %d rounds", ROUNDS_MAX)
+
+    def _fires_by_schedule(self) -> dict[str, list[Fire]]:
+        out: dict[str, list[Fire]] = {}
+        for f in self.fires.values():
+            out.setdefault(f.schedule, []).append(f)
+        return out
 
     # ------------------------------------------------------------------ following jobs
     def _followed(self) -> dict[str, tuple[RecordID, str, str, str | None]]:
@@ -610,6 +652,13 @@ class WorkflowEngine:
 
     async def _observe(self, *, recovery: bool) -> None:
         followed = self._followed()
+        full = recovery or time.monotonic() - self._last_full >= self.cfg.poll_ms / 1000
+        if full:
+            self._last_full = time.monotonic()
+            self._dirty.clear()
+        else:
+            dirty, self._dirty = self._dirty, set()
+            followed = {k: v for k, v in followed.items() if k in dirty}
         ready = self._ssps_ready()
         if not ready:
             self._ssps_since = None
@@ -911,7 +960,16 @@ class WorkflowEngine:
                 continue
             if not s.pending and s.missed is None and s.next_due is not None \
                     and s.next_due <= now:
-                p = clock.plan(s.spec.cron, s.spec.timezone, s.cursor, now, s.spec.catch_up)
+                s.following = None
+                after = clock.next_due(s.spec.cron, s.spec.timezone, s.next_due) \
+                    if now - s.next_due <= clock.ON_TIME and s.cursor < s.next_due else None
+                if after is not None and after > now:
+                    s.following = after
+                    # the usual case: exactly one due time, on time (no catch-up to plan)
+                    p = clock.CatchUp(fire=[s.next_due], late=[False])
+                else:
+                    p = clock.plan(s.spec.cron, s.spec.timezone, s.cursor, now,
+                                   s.spec.catch_up)
                 s.pending.extend(zip(p.fire, p.late, strict=True))
                 s.missed = p if p.missed_count else None
                 if not p.fire and not p.missed_count:
@@ -962,10 +1020,9 @@ class WorkflowEngine:
         assert s.spec is not None
         manual = trigger == "manual"
         key = f"{s.name}_m{_ms(due)}" if manual else f"{s.name}_{_ms(due)}"
-        running = [f for f in self.fires.values() if f.schedule == s.name
-                   and f.status == "running"]
-        queued = [f for f in self.fires.values() if f.schedule == s.name
-                  and f.status == "queued"]
+        mine = self._by_schedule.get(s.name, [])
+        running = [f for f in mine if f.status == "running"]
+        queued = [f for f in mine if f.status == "queued"]
         policy = s.spec.concurrency
         mode = "start"
         blocked_by: str | None = None
@@ -977,8 +1034,7 @@ class WorkflowEngine:
             else:
                 mode = "queue"
         fire = Fire(key, s.name, "running" if mode == "start" else "queued", due, trigger)
-        cursor = [] if manual else [(("UPDATE $s SET last_due_at = $d, last_fired_at = "
-                                     "time::now() RETURN NONE"), {"s": s.rid, "d": due})]
+        cursor = None if manual else (s.rid, due)
         clear = [(("UPDATE $s SET trigger_requested_at = NONE, last_fired_at = time::now() "
                   "RETURN NONE"), {"s": s.rid})] if manual else []
         base = {"schedule": s.name, "due_at": due, "trigger": trigger,
@@ -997,7 +1053,7 @@ class WorkflowEngine:
         else:
             start_stmts, start_ok = self._start_fire(s, fire, now, create=base)
             stmts += start_stmts
-        stmts += cursor + clear
+        stmts += clear
 
         def recorded() -> None:  # the due time is consumed, whatever became of the fire
             if manual:
@@ -1039,7 +1095,8 @@ class WorkflowEngine:
             fail_unit = self._fire_end_unit(fire, "failed", err)
             fail_unit.statements[:0] = [(_CREATE_FIRED, {"f": fire.rid, "c": {
                 **base, "status": "running"}})]
-            fail_unit.statements += cursor + clear
+            fail_unit.statements += clear
+            fail_unit.cursor = cursor
             inner = fail_unit.ok
 
             def failed_ok() -> None:
@@ -1050,7 +1107,7 @@ class WorkflowEngine:
             fail_unit.ok = failed_ok
             fail_unit.fail = None
             await self._commit_chunk([fail_unit])
-        return Unit(f"fire {key}", stmts, ok, fail)
+        return Unit(f"fire {key}", stmts, ok, fail, cursor=cursor)
 
     def _start_fire(self, s: Sched, fire: Fire, now: datetime, *,
                     create: dict[str, Any] | None
@@ -1113,13 +1170,12 @@ class WorkflowEngine:
 
     def _queue_units(self, now: datetime) -> list[Unit]:
         units = []
-        for s in self.schedules.values():
-            if s.spec is None:
+        for name, mine in self._by_schedule.items():
+            s = self.schedules.get(name)
+            if s is None or s.spec is None:
                 continue
-            queued = sorted((f for f in self.fires.values() if f.schedule == s.name
-                             and f.status == "queued"), key=lambda f: f.due)
-            if not queued or any(f.schedule == s.name and f.status == "running"
-                                 for f in self.fires.values()):
+            queued = sorted((f for f in mine if f.status == "queued"), key=lambda f: f.due)
+            if not queued or any(f.status == "running" for f in mine):
                 continue
             fire = queued[0]
             stmts, started = self._start_fire(s, fire, now, create=None)
