@@ -16,8 +16,9 @@ from surrealdb import RecordID
 from engine.values import record_id_text
 from project.workflows import AD_HOC
 from scheduler.workflows import clock, rollups
-from scheduler.workflows.engine import WorkflowEngine, _rid
+from scheduler.workflows.engine import WorkflowEngine
 from scheduler.workflows.errors import NotFound
+from scheduler.workflows.ids import rid as _rid
 
 __all__ = ["get_run", "get_schedule", "list_runs", "list_schedules", "run_key_of"]
 
