@@ -259,9 +259,9 @@ class Scheduler:
 
     async def _schema_watch(self) -> None:
         """Every SCHEMA_WATCH_SECS: a table hooked upstream since the last look (`svc schema
-        apply` writes its `_00_schema_state` row) is backfilled at once when the replica holds
-        none of its rows, so the rows it had before the hooks reach the views in seconds, not
-        at the next drift check (after a drain, every snapshot interval)."""
+        apply` writes its `_00_schema_state` row) is backfilled at once
+        (:meth:`DriftChecker.backfill_new`), so the rows it had before the hooks reach the views
+        in seconds, not at the next drift check (after a drain, every snapshot interval)."""
         seen: set[str] | None = None
         while True:
             try:
