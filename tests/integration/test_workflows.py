@@ -628,3 +628,73 @@ async def _next_event(r: Any) -> tuple[str, Any]:
             event = line[7:]
         elif line.startswith("data: "):
             data.append(line[6:])
+
+
+async def test_the_workflow_and_schedule_mcp_tools(wf: WorkflowStack) -> None:
+    """The spec's workflow tools on the admin MCP endpoint: annotations and scope, and each
+    one answering through its admin route (errors as tool errors with the route's status)."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    stack = wf
+    names = {"workflow_runs_list", "workflow_run_get", "workflow_run_cancel",
+             "workflow_run_rerun", "workflow_run_retry", "schedules_list", "schedule_get",
+             "schedule_pause", "schedule_resume", "schedule_trigger", "schedule_release"}
+    reads = {"workflow_runs_list", "workflow_run_get", "schedules_list", "schedule_get"}
+    stack.apply(workflows={"tiny": {"steps": {"a": ok_step()}}},
+                schedules={"tiny_now": on_demand("tiny")})
+    tokens = {}
+    for scope in ("full", "read"):
+        status, body = await stack.call("POST", "/tokens", {"label": f"mcp-{scope}",
+                                                            "scope": scope, "ttl_days": 1})
+        assert status == 201
+        tokens[scope] = body["token"]
+
+    def client(token: str) -> Any:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                  timeout=httpx2.Timeout(60))
+        return http, Client(streamable_http_client(stack.sched.admin + "/admin/api/mcp",
+                                                   http_client=http))
+
+    def body(res: Any) -> Any:
+        assert res.is_error is False, res.content
+        return res.structured_content
+
+    http, c = client(tokens["full"])
+    async with http, c as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert names <= set(tools)
+        for n in names:
+            assert tools[n].annotations.read_only_hint is (n in reads), n
+        assert tools["workflow_run_cancel"].annotations.destructive_hint is True
+        triggered = body(await mcp.call_tool("schedule_trigger", {"name": "tiny_now"}))
+        assert triggered["name"] == "tiny_now"
+
+        async def run_key() -> Any:
+            got = body(await mcp.call_tool("workflow_runs_list", {"schedule": "tiny_now"}))
+            done = [r for r in got["runs"] if r["status"] == "completed"]
+            return done[0]["key"] if done else None
+        key = await wait_for(run_key, 60.0, "a completed run through the tools")
+        run = body(await mcp.call_tool("workflow_run_get", {"run_id": key}))["run"]
+        assert run["steps"][0]["job"] == f"job:wf_{key}_a"
+        rerun = body(await mcp.call_tool("workflow_run_rerun", {"run_id": key}))
+        assert rerun["rerun_of"] == f"_00_workflow_run:{key}"
+        res = await mcp.call_tool("workflow_run_retry", {"run_id": key})
+        assert res.is_error and res.structured_content["status"] == 409
+        res = await mcp.call_tool("workflow_run_cancel", {"run_id": key})
+        assert res.is_error and res.structured_content["status"] == 409
+        assert body(await mcp.call_tool("schedule_pause", {"name": "tiny_now"}))["paused"]
+        one = body(await mcp.call_tool("schedule_get", {"name": "tiny_now"}))["schedule"]
+        assert one["paused"] is True and one["rollup"]["success"] >= 1
+        assert not body(await mcp.call_tool("schedule_resume", {"name": "tiny_now"}))["paused"]
+        listed = body(await mcp.call_tool("schedules_list", {}))["schedules"]
+        assert [s["name"] for s in listed] == ["tiny_now"]
+        res = await mcp.call_tool("schedule_release", {"name": "tiny_now"})
+        assert res.is_error and res.structured_content["status"] == 409
+    http, c = client(tokens["read"])
+    async with http, c as mcp:
+        listed_names = {t.name for t in (await mcp.list_tools()).tools}
+        assert names & listed_names == reads
+        res = await mcp.call_tool("schedule_trigger", {"name": "tiny_now"})
+        assert res.is_error and res.structured_content["status"] == 403
