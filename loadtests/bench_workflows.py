@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from surrealdb import RecordID
 
-from tests.integration.test_ssp_support import root_db
 from tests.support.procs import start_db_host
+from tests.support.ssp_stack import root_db
 from tests.support.workflow_stack import WorkflowStack, prepare, start_stack
 
 NEVER = "0 0 1 1 *"

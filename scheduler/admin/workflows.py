@@ -46,7 +46,7 @@ import falcon.asgi
 from dbclient import DbError
 from scheduler.admin.errors import AdminError, Invalid, Unavailable
 from scheduler.admin.sse import Channel, channel_stream
-from scheduler.admin.values import q_enum, q_int, q_str
+from scheduler.admin.values import q_enum, q_int, q_str, read_json
 from scheduler.workflows import views
 from scheduler.workflows.errors import OpError
 
@@ -180,7 +180,6 @@ class RunAction(_Base):
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                       run_id: str) -> None:
-        from scheduler.admin.app import read_json
 
         await read_json(req)  # none expected; a malformed one is still refused
         eng = self.api.engine()
@@ -222,7 +221,6 @@ class ScheduleAction(_Base):
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                       name: str) -> None:
-        from scheduler.admin.app import read_json
 
         await read_json(req)
         eng = self.api.engine()

@@ -22,7 +22,7 @@ from scheduler.workflows.ids import step_rid as _step_rid
 from scheduler.workflows.tables import CURRENT, schema_version
 
 if TYPE_CHECKING:
-    from scheduler.workflows.engine import Run, Sched
+    from scheduler.workflows.state import Run, Sched
 
 __all__ = ["OperatorActions"]
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from surrealdb import RecordID
 
-from tests.integration.test_ssp_support import root_db, wait_for
 from tests.integration.test_workflows import NEVER, ok_step, on_demand, run_in, steps_of
 from tests.integration.test_workflows import trigger_run as _trigger
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import root_db, wait_for
 from tests.support.workflow_stack import WorkflowStack, prepare, start_stack
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,6 @@ from typing import Any
 
 import yaml
 
-from tests.integration.test_jobs_support import TOKEN, Backend
 from tests.support.admin_stack import (
     BREAKGLASS,
     AdminScheduler,
@@ -34,6 +33,7 @@ from tests.support.admin_stack import (
     start_scheduler,
     start_ssp,
 )
+from tests.support.job_stack import TOKEN, Backend
 from tests.support.procs import ROOT, DbHost, base_env
 
 JOB_TABLES = ["job", "job_one", "job_unserved", "job_refuse"]
@@ -51,7 +51,7 @@ SCHEDULER_ENV = {
 
 
 class ThreadedBackend:
-    """`tests.integration.test_jobs_support.Backend` on an event loop of its own thread."""
+    """`tests.support.job_stack.Backend` on an event loop of its own thread."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -202,7 +202,7 @@ class WorkflowStack:
 async def prepare(host: DbHost, ns: str, *, version: int | None = None) -> None:
     """The app schema (job tables), `svc schema apply`, and the workflow tables at `version`
     (default: current)."""
-    from tests.integration.test_ssp_support import APP_SCHEMA, apply_schema, root_db
+    from tests.support.ssp_stack import APP_SCHEMA, apply_schema, root_db
 
     root = await root_db(host, ns, ns)
     try:
