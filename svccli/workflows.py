@@ -37,7 +37,7 @@ from project.workflows import (
     definition_hash,
     load_section,
 )
-from scheduler.workflows.engine import retryable
+from scheduler.workflows.commits import retryable
 from scheduler.workflows.tables import CURRENT, migrate, schema_version
 
 __all__ = ["ApplyResult", "apply_definitions", "ensure_tables", "read_section"]
