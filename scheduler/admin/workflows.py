@@ -10,8 +10,9 @@ Reads (bodies: :mod:`scheduler.workflows.views`):
 * ``GET workflows/stream``: server-sent events, event ``runs``, ``{runs, totals}`` (the
   unfiltered list, newest 50) at once and after every change (coalesced, at most every
   ``STREAM_MIN_SECS``); a viewer that falls behind gets ``event: gap`` first;
-* ``GET schedules`` -> ``{schedules}``; ``GET schedules/{name}`` -> ``{schedule}`` with
-  ``next_fires``, ``recent_fires`` and ``rollup``.
+* ``GET schedules`` -> ``{schedules, ad_hoc}`` (each with its ``rollup`` totals);
+  ``GET schedules/{name}`` -> ``{schedule}`` with ``next_fires``, ``recent_fires`` and
+  ``rollup``.
 
 Actions (each also an operation record where the spec says so: cancel and retry):
 

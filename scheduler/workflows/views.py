@@ -182,26 +182,33 @@ async def _recent_counts(engine: WorkflowEngine, name: str | None = None
     return out
 
 
-async def _skipped(engine: WorkflowEngine) -> dict[str, int]:
+async def _rollup_totals(engine: WorkflowEngine) -> dict[str, dict[str, int]]:
+    """Per bucket (schedule name or `(ad-hoc)`): success / failure / skipped over the
+    retained days (one grouped read; the list page's chart)."""
     rows = await engine.db.query_one(
-        "SELECT schedule, math::sum(skipped ?? 0) AS skipped FROM _00_run_rollup GROUP BY "
-        "schedule", idempotent=True) or []
-    return {str(r.get("schedule")): int(r.get("skipped") or 0) for r in rows}
+        "SELECT schedule, math::sum(success ?? 0) AS success, math::sum(failure ?? 0) AS "
+        "failure, math::sum(skipped ?? 0) AS skipped FROM _00_run_rollup GROUP BY schedule",
+        idempotent=True) or []
+    return {str(r.get("schedule")): {f: int(r.get(f) or 0) for f in rollups.FIELDS}
+            for r in rows}
 
 
 async def list_schedules(engine: WorkflowEngine) -> dict[str, Any]:
     """`GET /admin/api/schedules`: every definition with its next and last fire, paused and
-    quarantined state, skipped-fire count (retained days) and `recent` counts."""
+    quarantined state, `rollup` totals and skipped-fire count (retained days) and `recent`
+    counts; `ad_hoc`: the rollup totals of runs no schedule owns."""
     rows = await _schedule_rows(engine)
     recent = await _recent_counts(engine)
-    skipped = await _skipped(engine)
+    totals = await _rollup_totals(engine)
     items = []
     for name in sorted(rows):
         item = _schedule_public(engine, name, rows[name])
         item["recent"] = recent.get(name, {})
-        item["skipped_fires"] = skipped.get(name, 0)
+        item["rollup"] = totals.get(name, dict.fromkeys(rollups.FIELDS, 0))
+        item["skipped_fires"] = item["rollup"]["skipped"]
         items.append(item)
-    return {"schedules": items, "engine": engine.state}
+    return {"schedules": items, "engine": engine.state,
+            "ad_hoc": totals.get(AD_HOC, dict.fromkeys(rollups.FIELDS, 0))}
 
 
 async def get_schedule(engine: WorkflowEngine, name: str) -> dict[str, Any]:

@@ -544,7 +544,7 @@ async def test_repeated_failures_quarantine_a_schedule_until_released(
 
 async def test_no_record_user_can_read_or_write_the_workflow_tables(wf: WorkflowStack) -> None:
     from scheduler.workflows.tables import TABLES
-    from tests.integration.dbhost_helpers import record_user
+    from tests.support.dbhost_clients import record_user
 
     stack = wf
     stack.apply(workflows={"tiny": {"steps": {"a": ok_step()}}},
