@@ -651,7 +651,7 @@ def _recover_body(body: Any) -> dict[str, Any]:
         raise BodyError("table", f"must be a table name, got {table[:80]!r}")
     if obj.get("id") is not None:
         JobRef.from_body(obj)
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def _backend_list(body: Any) -> list[Any]:
