@@ -124,7 +124,7 @@ class OperatorActions:
                 if not isinstance(dag, dict):
                     raise OpError(f"run {run_key} has no DAG to run again", "no_dag")
             run, stmts, ok = self._new_run(name, wf, self.now(), trigger="manual",
-                                           rerun_of=src["id"], dag=dag)  # type: ignore[arg-type]
+                                           rerun_of=src["id"], dag=dag)
             await self.db.transaction(stmts)
             ok()
             await self._settle()

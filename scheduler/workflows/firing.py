@@ -137,7 +137,7 @@ class Firing:
                         f"fire them; beyond the catch-up bound ({s.spec.catch_up if s.spec else 0}"
                         ") they are not run", since=_ms(p.missed_since),
                         until=_ms(p.missed_until), missed=p.missed_count)
-        stmts = [
+        stmts: list[tuple[str, dict[str, Any] | None]] = [
             ("CREATE $f CONTENT $c RETURN NONE", {"f": _rid("_00_schedule_run", key), "c": {
                 "schedule": s.name, "due_at": p.missed_until, "fired_at": self.now(),
                 "trigger": "schedule", "status": "skipped", "error": err,
@@ -148,7 +148,8 @@ class Firing:
 
         def ok() -> None:
             s.missed = None
-            s.cursor = max(s.cursor, p.missed_until)  # type: ignore[type-var]
+            if p.missed_until is not None:
+                s.cursor = max(s.cursor, p.missed_until)
             self.stats["skipped_fires"] += 1
             log.warning("schedule %s: %s", s.name, err["message"])
 

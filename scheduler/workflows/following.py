@@ -52,6 +52,8 @@ class Following:
     stats: dict[str, int]
     incidents: Any
     _resync: bool
+    _last_full: float
+    _dirty: set[str]
 
     def _followed(self) -> dict[str, tuple[RecordID, str, str, str | None]]:
         """job id text -> (job, "step", run key, step) | (job, "fire", fire key, None)."""
@@ -121,7 +123,8 @@ class Following:
         elif status == "completed":
             outcome = "completed"
         elif status == "failed":
-            last = row.get("last_error") if isinstance(row.get("last_error"), dict) else {}
+            last_error = row.get("last_error")
+            last: dict[str, Any] = last_error if isinstance(last_error, dict) else {}
             outcome = "failed"
             error = run_error(errors.JOB_FAILED, str(last.get("error") or "the job failed"),
                               job=job_text, kind=last.get("kind"))

@@ -51,6 +51,7 @@ class Loading:
     stats: dict[str, int]
     incidents: Any
     _resync: bool
+    _defs_seen: tuple[Any, ...] | None
 
     async def _reload_definitions(self) -> None:
         wrows = await self.db.query_one(
@@ -149,8 +150,8 @@ class Loading:
             "SELECT * FROM _00_schedule_run WHERE status IN ['running', 'queued']")
         async with self.lock:
             by_run: dict[str, list[dict[str, Any]]] = {}
-            for st in step_rows:
-                by_run.setdefault(_key(st.get("run")), []).append(st)
+            for row in step_rows:
+                by_run.setdefault(_key(row.get("run")), []).append(row)
             self.runs = {}
             for r in run_rows:
                 run = self._run_from_rows(r, by_run.get(_key(r["id"]), []))
@@ -188,7 +189,7 @@ class Loading:
         rows = {str(s.get("step")): s for s in step_rows}
         steps: dict[str, Step] = {}
         for name, sp in specs.items():
-            row = rows.get(name, {})
+            row: dict[str, Any] = rows.get(name, {})
             steps[name] = Step(
                 name, str(sp.get("table")), sp, list(sp.get("depends_on") or []),
                 status=str(row.get("status") or runs.BLOCKED),
@@ -198,8 +199,8 @@ class Loading:
                 halt=run_error(errors.KILLED, "killed by an operator",
                                run=record_id_text(r["id"]))
                 if r.get("kill_requested") else None)
-        created = r.get("created_at") if isinstance(r.get("created_at"), datetime) \
-            else self.now()
+        created_at = r.get("created_at")
+        created = created_at if isinstance(created_at, datetime) else self.now()
         deadline = r.get("deadline_at") if isinstance(r.get("deadline_at"), datetime) else None
         return Run(_key(r["id"]), str(r.get("workflow")), steps, str(r.get("trigger")),
                    r.get("schedule"), _key(r["schedule_run"]) if r.get("schedule_run") else None,

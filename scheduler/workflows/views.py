@@ -73,7 +73,8 @@ def _run_public(row: dict[str, Any], engine: WorkflowEngine) -> dict[str, Any]:
 async def list_runs(engine: WorkflowEngine, *, name: str | None, schedule: str | None,
                     status: str | None, rerun_of: str | None, limit: int) -> dict[str, Any]:
     """`GET /admin/api/workflows/runs`: newest first, filtered in the database query."""
-    conds, vars = [], {}
+    conds: list[str] = []
+    vars: dict[str, Any] = {}
     if name is not None:
         conds.append("workflow = $name")
         vars["name"] = name
@@ -109,8 +110,10 @@ async def get_run(engine: WorkflowEngine, raw_id: str) -> dict[str, Any]:
         raise NotFound(f"no workflow run {raw_id[:80]}")
     steps = await engine.db.query_one("SELECT * FROM _00_step_run WHERE run = $r", {"r": rid},
                                       idempotent=True) or []
-    dag = row.get("dag") if isinstance(row.get("dag"), dict) else {}
-    specs = dag.get("steps") if isinstance(dag.get("steps"), dict) else {}
+    raw_dag = row.get("dag")
+    dag: dict[str, Any] = raw_dag if isinstance(raw_dag, dict) else {}
+    raw_specs = dag.get("steps")
+    specs: dict[str, Any] = raw_specs if isinstance(raw_specs, dict) else {}
     order = [str(n) for n in dag.get("order") or list(specs)]
     by_name = {str(s.get("step")): s for s in steps if isinstance(s, dict)}
     out_steps = []

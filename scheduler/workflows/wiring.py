@@ -29,7 +29,7 @@ class _Lifespan:
         await self.engine.stop()
 
 
-def attach_workflows(app: falcon.asgi.App, s: Any) -> WorkflowEngine:  # type: ignore[type-arg]
+def attach_workflows(app: falcon.asgi.App, s: Any) -> WorkflowEngine:
     engine = WorkflowEngine(s.db, s.cfg.workflows, job_plane=lambda: s.job_plane,
                             ready=lambda: s.state == "ready",
                             ssps_ready=lambda: bool(s.ready_ids()),
