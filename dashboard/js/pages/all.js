@@ -9,3 +9,5 @@ import './jobs.js';
 import './operations.js';
 import './incidents.js';
 import './access.js';
+import './workflows.js';
+import './schedules.js';
