@@ -132,12 +132,12 @@ def test_the_runs_list_filters_and_the_detail_draws_the_step_dag(
     created = row.locator("time[data-at]").first.text_content() or ""
     assert created == "just now" or created.endswith(" ago"), created
     # a filter is sent to the API: no failed diamond run, so the row goes
-    page.get_by_label("Workflow", exact=True).fill("diamond")
-    page.get_by_label("Status", exact=True).select_option("failed")
+    page.locator("form.filters input[name=name]").fill("diamond")
+    page.locator("form.filters select[name=status]").select_option("failed")
     page.get_by_role("button", name="Apply").click()
     expect(page).to_have_url(stack.sched.admin + "/admin/workflows?name=diamond&status=failed")
     expect(page.locator("main .empty")).to_have_text("No workflow run matches.")
-    page.get_by_label("Status", exact=True).select_option("completed")
+    page.locator("form.filters select[name=status]").select_option("completed")
     page.get_by_role("button", name="Apply").click()
     expect(page.locator(f"tr[data-run='{key}']")).to_be_visible()
     page.screenshot(path=artifacts / "workflows-list.png", full_page=True)
