@@ -57,6 +57,10 @@ log = logging.getLogger("scheduler.workflows")
 __all__ = ["WorkflowEngine"]
 
 ROUNDS_MAX = 10_000  # a bug must not spin the loop forever
+# Cron work done ahead (Firing._plan_ahead) only when this much idle time is left, and it
+# stops this long before the next due time.
+AHEAD_MIN_IDLE_SECS = 0.2
+AHEAD_MARGIN_SECS = 0.1
 
 
 class WorkflowEngine(OperatorActions, Loading, Commits, Following, RunStates, Firing):
@@ -176,7 +180,11 @@ class WorkflowEngine(OperatorActions, Loading, Commits, Following, RunStates, Fi
                 self._resync = True
                 await self._sleep(1.0)
                 continue
-            await self._sleep(self._idle_secs())
+            idle = self._idle_secs()
+            if idle > AHEAD_MIN_IDLE_SECS:
+                await self._plan_ahead(time.monotonic() + idle - AHEAD_MARGIN_SECS)
+                idle = self._idle_secs()
+            await self._sleep(idle)
 
     def _idle_secs(self) -> float:
         now = self.now()
