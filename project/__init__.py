@@ -1,7 +1,10 @@
-"""Models of the root project file (`project.yml`), validated with pydantic v2.
+"""The project files: the root `project.yml` and each app's `project.yml` (pydantic v2 models).
 
-One module per section, each usable on its own so the root schema can compose them:
-
+* :mod:`project.appconfig` -- one app's file (the spec's "App configuration file" table).
+* :mod:`project.rootconfig` -- the root file and loading a whole project, every problem with
+  its file, property path and reason.
+* :mod:`project.jobwiring` -- backends' outboxes as `SVC_JOB_CONFIG` and scheduler job tables.
+* :mod:`project.schemagen` -- the published JSON Schemas (`project/schema/*.json`).
 * :mod:`project.workflows` -- the `workflows:` and `schedules:` sections (DAGs of outbox jobs
   and cron schedules), refused at load with `bad_dag` / `no_target_table`.
 """
