@@ -80,6 +80,14 @@ def job_url(base_url: str, path: Any) -> str:
     return base_url.rstrip("/") + "/" + p.lstrip("/")
 
 
+def row_timeout(v: Any) -> float | None:
+    """A row's own `timeout_secs` (a workflow step's `timeout`), when it is a positive number:
+    it replaces the table's `timeout_secs` for that job's calls."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 86_400:
+        return float(v)
+    return None
+
+
 def _max_retries(v: Any) -> int:
     if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
         return v

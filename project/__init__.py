@@ -5,4 +5,6 @@
   its file, property path and reason.
 * :mod:`project.jobwiring` -- backends' outboxes as `SVC_JOB_CONFIG` and scheduler job tables.
 * :mod:`project.schemagen` -- the published JSON Schemas (`project/schema/*.json`).
+* :mod:`project.workflows` -- the `workflows:` and `schedules:` sections (DAGs of outbox jobs
+  and cron schedules), refused at load with `bad_dag` / `no_target_table`.
 """

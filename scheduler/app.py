@@ -27,6 +27,7 @@ from scheduler.core import Reply, Scheduler, SchedulerBusy
 from scheduler.impersonate import add_impersonation_routes
 from scheduler.jobs import add_job_routes
 from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
+from scheduler.workflows.wiring import attach_workflows
 
 __all__ = ["create_app"]
 
@@ -291,5 +292,6 @@ def create_app(s: Scheduler) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi
     app.add_route("/health/snapshot", Getter(s.snapshot))
     app.add_route("/info", Getter(s.info))
     add_job_routes(app, s)
+    attach_workflows(app, s)
     add_impersonation_routes(app, s)
     return app

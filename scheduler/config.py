@@ -36,6 +36,7 @@ import yaml
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
+from scheduler.workflows.config import WorkflowConfig
 
 #: the dashboard shipped in this source tree (``dashboard/`` at the top of the repository): the
 #: default of ``SVC_ADMIN_DIR`` (an explicitly empty value means no bundle: the placeholder page)
@@ -171,6 +172,7 @@ class SchedulerConfig:
     ingest_transport: IngestTransport = IngestTransport.CHANGEFEED
     pool_port: int = 9669
     admin: AdminConfig = field(default_factory=AdminConfig)
+    workflows: WorkflowConfig = field(default_factory=WorkflowConfig)  # scheduler.workflows
 
     @property
     def data_dir(self) -> Path:
@@ -543,4 +545,12 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         ingest_transport=transport,
         pool_port=_env_int(env, "SVC_POOL_PORT", 9669, maximum=65535),
         admin=_admin_config(env),
+        workflows=WorkflowConfig(
+            enabled=_env_bool(env, "SVC_WORKFLOWS_ENABLED", True),
+            poll_ms=_env_int(env, "SVC_WORKFLOW_POLL_MS", 1000, minimum=10),
+            definitions_poll_secs=_env_int(env, "SVC_WORKFLOW_DEFINITIONS_POLL_SECS", 5),
+            dispatch_timeout_secs=_env_int(env, "SVC_WORKFLOW_DISPATCH_TIMEOUT_SECS", 3600,
+                                           minimum=0),
+            retention_days=_env_int(env, "SVC_WORKFLOW_RETENTION_DAYS", 30),
+        ),
     )

@@ -113,6 +113,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self.after_drain: list[Callable[[], Awaitable[None]]] = []
         self.ssp_events: list[Callable[[str, str, str], None]] = []
         self.job_plane: Any = None  # scheduler.jobs.JobPlane, set by add_job_routes
+        self.workflows: Any = None  # scheduler.workflows.engine.WorkflowEngine (its attach)
         self.incidents = IncidentStore(
             cfg.data_dir, source=cfg.scheduler_id,
             secrets=(cfg.auth_secret or "", cfg.db.password or "", cfg.admin.password or ""))

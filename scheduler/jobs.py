@@ -99,6 +99,8 @@ class JobPlane:
     def __init__(self, s: SchedulerLike) -> None:
         self.s = s
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        # Told `(job_id, status)` on every `/job/result` (the workflow engine follows its jobs).
+        self.result_hooks: list[Callable[[str, str], None]] = []
         self._turn = 0
         self._sweep: asyncio.Task[None] | None = None
         # The machine pools (scheduler.pools.PoolService) when configured: they own the job
@@ -179,6 +181,8 @@ class JobPlane:
         self.results[str(body["job_id"])] = entry
         self.results.move_to_end(str(body["job_id"]))
         self._trim()
+        for hook in self.result_hooks:
+            hook(str(body["job_id"]), str(body["status"]))
 
     def _trim(self) -> None:
         while len(self.results) > RESULTS_KEPT:

@@ -9,7 +9,8 @@ database is the queue and the lock; this process only holds what is in flight:
   `processing`, `assignee` = this SSP, `lease_until`), so two SSPs never both claim a row.
   At most `concurrency` jobs per table run in this process (exact); the rest stay `pending`.
 - a job: POST `base_url + path` with `payload` as the JSON body and `Authorization: Bearer
-  <auth_token>`, bounded by `timeout_secs`; redirects are not followed (the token goes to
+  <auth_token>`, bounded by `timeout_secs` (the row's own `timeout_secs` instead, when set:
+  a workflow step's timeout); redirects are not followed (the token goes to
   `base_url` and nowhere else). 2xx -> `completed` with `result` (the JSON reply, or
   `{"text": ...}`). Every failed attempt is appended to `errors` as one shape,
   `{at, attempt, kind, status, error}`: `status` is the HTTP status, or null when the backend
@@ -88,6 +89,7 @@ from maintenance.jobpolicy import (
     redact,
     retried,
     retry_after_secs,
+    row_timeout,
     secrets_of,
 )
 from maintenance.jobtables import JobTable
@@ -407,13 +409,14 @@ class JobRunner:
         assert self.session is not None
         url = job_url(t.spec.base_url, row.get("path"))
         headers = {"X-Job-Id": key}
+        timeout = row_timeout(row.get("timeout_secs")) or t.spec.timeout_secs
         if t.spec.auth_token:
             headers["Authorization"] = f"Bearer {t.spec.auth_token}"
         try:
             async with self.session.post(
                     url, json=jsonable(row.get("payload")), headers=headers,
                     allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=t.spec.timeout_secs)) as resp:
+                    timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 text = await resp.text(errors="replace")
                 if 200 <= resp.status < 300:
                     return _Attempt(result=_result(text))
@@ -427,7 +430,7 @@ class JobRunner:
                     wait=retry_after_secs(resp.headers.get("Retry-After")) if again else None)
         except TimeoutError:
             return _Attempt(error=_error(
-                "timeout", f"backend timed out after {t.spec.timeout_secs:g}s", attempt=attempt))
+                "timeout", f"backend timed out after {timeout:g}s", attempt=attempt))
         except aiohttp.ClientError as e:
             message = redact(f"backend unreachable: {type(e).__name__}: {e}", t.secrets)
             return _Attempt(error=_error("unreachable", message[:ERROR_TEXT_MAX],

@@ -1,6 +1,8 @@
 """`svc`: the operator command line: `svc schema apply`, `svc sql`, `svc view watch`,
 `svc admin add|list|remove` (the admin roster), `svc project validate|show` (the project
-files, checked; the resolved configuration with secrets masked).
+files, checked; the resolved configuration with secrets masked), `svc workflows apply`
+(workflow and schedule definitions from the project file) and `svc migrate` (the workflow
+tables' migrations).
 
 Exit codes: 0 success, 2 bad configuration (flags, environment, project file, or a transport
 the database cannot support), 1 database errors. Messages say what is wrong and never print
@@ -15,6 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dbclient import Database, DbError
 from svccli.schema import apply_schema
@@ -74,6 +77,24 @@ def build_parser() -> argparse.ArgumentParser:
     a_rm = admin_sub.add_parser("remove", help="take a user off the roster")
     a_rm.add_argument("ident", help="the identifier as added")
 
+    wf = sub.add_parser("workflows", help="workflow and schedule definitions",
+                        description="Database from SVC_DB_URL, SVC_DB_USER, SVC_DB_PASS, "
+                        "SVC_DB_NS, SVC_DB_NAME.")
+    wf_sub = wf.add_subparsers(dest="action", required=True)
+    wf_apply = wf_sub.add_parser(
+        "apply", help="validate `workflows:` and `schedules:` of the project file and write "
+        "them to the database (removed ones are deleted)")
+    wf_apply.add_argument("--project", metavar="FILE",
+                          help="root project file (default: ./project.yml)")
+    wf_apply.add_argument("--check", action="store_true",
+                          help="validate only; nothing is written")
+    mig = sub.add_parser("migrate", help="apply the workflow tables' schema migrations",
+                         description="Run after upgrading: brings the workflow tables to "
+                         "this release's schema version (rerun and retry answer 409 until "
+                         "then). Database from SVC_DB_URL, SVC_DB_USER, SVC_DB_PASS, "
+                         "SVC_DB_NS, SVC_DB_NAME.")
+    mig.add_argument("--to", type=int, default=None, metavar="VERSION",
+                     help="stop at this version (default: the current one)")
     proj = sub.add_parser("project", help="the project files (project.yml)",
                           description="The root project file: --project, else "
                           "SVC_PROJECT_FILE, else ./project.yml. Needs no database.")
@@ -95,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _schema_apply(args)
     if args.command in ("sql", "view", "admin"):
         return _tool(args)
+    if args.command in ("workflows", "migrate"):
+        return _workflows(args)
     if args.command == "project":
         from svccli import project
 
@@ -105,7 +128,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError("argparse enforces the subcommands")
 
 
+def _workflows(args: argparse.Namespace) -> int:
+    from dbclient import DbConfig
+    from project.workflows import DefinitionError
+    from svccli import workflows
+
+    prog = "svc migrate" if args.command == "migrate" else "svc workflows apply"
+    section = None
+    if args.command == "workflows":
+        path = Path(args.project) if args.project else Path.cwd() / "project.yml"
+        try:
+            section = workflows.read_section(path, required=True)
+        except DefinitionError as e:
+            workflows.print_refusal(prog, e)
+            return EXIT_CONFIG
+        if args.check:
+            assert section is not None
+            print(f"{prog}: {path}: {len(section.workflows)} workflow(s), "
+                  f"{len(section.schedules)} schedule(s): valid")
+            return EXIT_OK
+    try:
+        cfg = DbConfig.from_env(os.environ)
+    except ValueError as e:
+        print(f"{prog}: configuration error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    return asyncio.run(_run_workflows(prog, cfg, section, args))
+
+
+async def _run_workflows(prog: str, cfg: Any, section: Any, args: argparse.Namespace) -> int:
+    from scheduler.workflows.tables import migrate
+    from svccli import workflows
+
+    db = Database(cfg)
+    try:
+        await db.connect()
+        if args.command == "migrate":
+            try:
+                before, after = await migrate(db, args.to)
+            except ValueError as e:
+                print(f"{prog}: {e}", file=sys.stderr)
+                return EXIT_CONFIG
+            print(f"{prog}: workflow tables at version {after}"
+                  + (" (unchanged)" if before == after else f" (was {before or 'none'})"))
+            return EXIT_OK
+        print(f"{prog}: {await workflows.ensure_tables(db)}")
+        result = await workflows.apply_definitions(db, section)
+    except DbError as e:
+        print(f"{prog}: database error ({cfg.ws_url}, {cfg.namespace}/{cfg.database}): {e}",
+              file=sys.stderr)
+        return EXIT_DB_ERROR
+    finally:
+        await db.close()
+    for line in result.lines():
+        print("  " + line)
+    return EXIT_OK
+
+
 def _schema_apply(args: argparse.Namespace) -> int:
+    from project.workflows import DefinitionError
+    from svccli import workflows
+
+    project = Path(args.project) if args.project else Path.cwd() / "project.yml"
+    try:
+        # Refused definitions stop the command before anything is written.
+        section = workflows.read_section(project, required=False)
+    except DefinitionError as e:
+        workflows.print_refusal("svc schema apply", e)
+        return EXIT_CONFIG
     try:
         settings = resolve_settings(
             os.environ,
@@ -118,7 +207,7 @@ def _schema_apply(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"svc schema apply: configuration error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return asyncio.run(_run_apply(settings))
+    return asyncio.run(_run_apply(settings, section))
 
 
 def _tool(args: argparse.Namespace) -> int:
@@ -154,11 +243,17 @@ def _tool(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _run_apply(settings: SchemaSettings) -> int:
+async def _run_apply(settings: SchemaSettings, section: Any = None) -> int:
+    from svccli import workflows
+
     db = Database(settings.db)
+    extra: list[str] = []
     try:
         await db.connect()
         report = await apply_schema(db, settings)
+        extra.append(await workflows.ensure_tables(db))
+        if section is not None:
+            extra += (await workflows.apply_definitions(db, section)).lines()
     except ConfigError as e:
         print(f"svc schema apply: configuration error: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -170,7 +265,7 @@ async def _run_apply(settings: SchemaSettings) -> int:
         await db.close()
     print(f"svc schema apply: {settings.db.ws_url} {settings.db.namespace}/"
           f"{settings.db.database} (transport from {settings.transport_source})")
-    for line in report.lines():
+    for line in report.lines() + extra:
         print("  " + line)
     return EXIT_OK
 

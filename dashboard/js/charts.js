@@ -96,3 +96,44 @@ export function probeStrip(history, opts = {}) {
   return h('figure.chart-figure', { 'data-chart': opts.id || 'probes' }, svg,
     h('div.legend', h('span', h('i.c1'), 'ok (height: latency)'), h('span', h('i.c2'), 'failed')));
 }
+
+const OUTCOMES = [['success', 'succeeded'], ['failure', 'failed'], ['skipped', 'skipped']];
+
+/**
+ * Run outcomes as horizontal stacked bars, one bar per row: rows = [{label, success, failure,
+ * skipped}] (the rollup tallies). The widest total spans the chart; each segment carries its
+ * count in a <title> and the bar's data-* attributes (what the tests and screen readers read).
+ */
+export function outcomeBars(rows, opts = {}) {
+  const rowH = 22;
+  const padL = opts.labelWidth || 150;
+  const padR = 60;
+  const H = Math.max(1, rows.length) * rowH + 18;
+  const max = niceMax(Math.max(1, ...rows.map((r) => r.success + r.failure + r.skipped)));
+  const x = (v) => (v / max) * (W - padL - padR);
+  const label = `${opts.title || 'Run outcomes'}: ${rows.map((r) =>
+    `${r.label} ${r.success} succeeded, ${r.failure} failed, ${r.skipped} skipped`).join('; ') || 'none'}`;
+  const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': label },
+    s('title', {}, label));
+  rows.forEach((r, i) => {
+    const y = 4 + i * rowH;
+    const g = s('g', { 'data-bar': r.label, 'data-success': r.success, 'data-failure': r.failure,
+                       'data-skipped': r.skipped },
+      s('text', { x: padL - 6, y: y + 13, 'text-anchor': 'end' }, r.label.length > 24 ? `${r.label.slice(0, 23)}…` : r.label));
+    let at = padL;
+    for (const [k, word] of OUTCOMES) {
+      const w = x(r[k]);
+      if (w > 0) {
+        g.append(s('rect', { x: at, y, width: w, height: rowH - 6, class: `o-${k}` },
+          s('title', {}, `${r.label}: ${r[k]} ${word}`)));
+        at += w;
+      }
+    }
+    g.append(s('text', { x: at + 4, y: y + 13 }, num(r.success + r.failure + r.skipped)));
+    svg.append(g);
+  });
+  svg.append(s('line', { x1: padL, x2: padL, y1: 0, y2: H - 14, class: 'axis' }),
+             s('text', { x: W - padR, y: H - 2, 'text-anchor': 'end' }, `scale: ${num(max)} runs`));
+  return h('figure.chart-figure', { 'data-chart': opts.id || 'outcomes' }, svg,
+    h('div.legend', OUTCOMES.map(([k, word]) => h('span', h(`i.o-${k}`), word))));
+}

@@ -57,14 +57,15 @@ export function stateClass(state) {
     case 'ready': case 'healthy': case 'done': case 'recovered': case 'completed': case 'live': case 'ok':
       return 's-ok';
     case 'lagging': case 'degraded': case 'stalled': case 'interrupted': case 'warning': case 'reconnecting':
-    case 'pending': case 'unknown':
+    case 'pending': case 'unknown': case 'queued': case 'paused':
       return 's-warn';
     case 'failed': case 'unhealthy': case 'unavailable': case 'open': case 'error': case 'offline':
+    case 'quarantined':
       return 's-bad';
     case 'bootstrapping': case 'replaying': case 'running': case 'processing': case 'cloning':
     case 'restoring': case 'info':
       return 's-info';
-    case 'flagged':
+    case 'flagged': case 'killed': case 'kill_requested':
       return 's-special';
     default:
       return 's-idle';

@@ -2,9 +2,9 @@
 
 Served by uvicorn in the scheduler's process and event loop (``scheduler.__main__``) on
 ``SVC_ADMIN_HOST:SVC_ADMIN_PORT``, behind :class:`scheduler.admin.mcp.AdminAsgi` (the MCP
-endpoint). Routes (spec "Admin listener"; workflow, schedule and backup routes come with
-their own systems; the pool routes are ``scheduler.admin.pools``), under ``/admin/api`` unless
-said:
+endpoint). Routes (spec "Admin listener"; the workflow and schedule routes are
+``scheduler.admin.workflows``, the pool routes ``scheduler.admin.pools``, backup routes come with
+their own system), under ``/admin/api`` unless said:
 
 * ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
 * ``GET config`` (public): :meth:`AdminPlane.config`;
@@ -18,6 +18,7 @@ said:
 * ``GET operations``, ``operations/stream``: :mod:`.operations`;
 * ``GET incidents``, ``incidents/{id}``: :mod:`.incidents`;
 * ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked;
+* ``workflows/*``, ``schedules/*``: :mod:`.workflows`;
 * ``POST mcp``: the MCP endpoint, served in front of this app (:mod:`.mcp`).
 
 Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 over the limit,
@@ -27,9 +28,7 @@ Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 ove
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
 from typing import Any
 
@@ -44,8 +43,6 @@ from scheduler.admin.errors import (
     Invalid,
     NotFound,
     NotImplementedYet,
-    PayloadTooLarge,
-    UnsupportedMediaType,
     serialize_error,
 )
 from scheduler.admin.jobsampler import ORIGINS, STATUSES
@@ -53,35 +50,14 @@ from scheduler.admin.mcp import AdminAsgi
 from scheduler.admin.plane import AdminPlane
 from scheduler.admin.pools import pool_routes
 from scheduler.admin.sse import channel_stream
-from scheduler.admin.values import q_enum, q_int, q_str
+from scheduler.admin.values import q_enum, q_int, q_str, read_json
+from scheduler.admin.workflows import workflow_routes
 
 log = logging.getLogger("scheduler.admin.http")
 
 __all__ = ["create_admin_app", "create_falcon_app"]
 
-MAX_BODY = 64 * 1024
 PATH_MAX = 300
-
-
-async def read_json(req: falcon.asgi.Request) -> Any:
-    """The body as JSON (None when empty); 415, 413, 400 as the module docstring says."""
-    length = req.content_length
-    if length is not None and length > MAX_BODY:
-        raise PayloadTooLarge(f"the body is over {MAX_BODY} bytes")
-    data = b""
-    async for chunk in req.stream:
-        data += chunk
-        if len(data) > MAX_BODY:
-            raise PayloadTooLarge(f"the body is over {MAX_BODY} bytes")
-    if not data.strip():
-        return None
-    ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
-    if ctype and ctype != "application/json" and not ctype.endswith("+json"):
-        raise UnsupportedMediaType("the body must be JSON (Content-Type: application/json)")
-    try:
-        return json.loads(data, parse_constant=lambda c: math.nan)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise Invalid(f"the body is not valid JSON ({type(e).__name__})") from None
 
 
 def _who(req: falcon.asgi.Request) -> dict[str, Any]:
@@ -391,6 +367,7 @@ def create_falcon_app(plane: AdminPlane) -> falcon.asgi.App:
         ("/cloud/restart", CloudRestart(plane)), ("/cloud/deployment", CloudDeployment(plane)),
     ]
     routes += pool_routes(plane)
+    routes += workflow_routes(plane)  # workflows/*, schedules/*: scheduler.admin.workflows
     for path, resource in routes:
         app.add_route(api + path, resource)
     return app

@@ -8,8 +8,8 @@ live scheduler, so a change in the core's internals is absorbed here. What it of
   and heartbeat figures, drift and changefeed status, configured job tables;
 * SSP entries as :class:`SspInfo` snapshots (state, flag, registration time, heartbeat body
   figures, queue) and view placement (view id -> SSP id, from the tracker);
-* the backend monitor, the job plane's kill and retry, the incident store, the root database
-  client;
+* the backend monitor, the job plane's kill and retry, the workflow engine, the incident
+  store, the root database client;
 * actions: flag an SSP (the heartbeat 409 directive), reclone, rehash, HTTP calls to an SSP
   (bearer ``SVC_AUTH_SECRET``) including a streamed GET for ``/logs``;
 * ``on_ssp_event(callback)``: registration, flag and removal of SSPs as they happen.
@@ -98,6 +98,7 @@ class Cluster(Protocol):
     def placements(self) -> dict[str, str | None]: ...
     def placement(self, view_id: str) -> str | None: ...
     def backends(self) -> Any: ...
+    def workflows(self) -> Any: ...
     def running_jobs(self) -> int: ...
     def on_ssp_event(self, fn: Callable[[str, str, str], None]) -> None: ...
     def flag_ssp(self, ssp_id: str, reason: str, clean: bool) -> bool: ...
@@ -221,6 +222,10 @@ class SchedulerCluster:
     def backends(self) -> Any:
         plane = getattr(self._s, "job_plane", None)
         return None if plane is None else plane.backends
+
+    def workflows(self) -> Any:
+        """The workflow engine (scheduler.workflows.engine), None when not attached."""
+        return getattr(self._s, "workflows", None)
 
     def on_ssp_event(self, fn: Callable[[str, str, str], None]) -> None:
         self._s.ssp_events.append(fn)

@@ -12,8 +12,8 @@ repeated safely) and ``destructive`` (``destructiveHint``: restarts, kills, dele
 of scope ``read`` is shown only the read tools, and calling another answers a tool error.
 
 Areas are tuples below; :data:`AREAS` lists them in the order ``tools/list`` shows them. The
-workflow, schedule and backup tools are added as one tuple each (and one line in
-``AREAS``) when their systems exist; the pool tools are plain data in ``pooltools``. ``cloud_deployment`` and ``cloud_restart`` call their routes,
+backup tools are added as one tuple (and one line in ``AREAS``) when their system exists;
+the pool tools are plain data in ``pooltools``. ``cloud_deployment`` and ``cloud_restart`` call their routes,
 which answer ``Not linked to the hosted platform`` while the scheduler is not linked.
 """
 
@@ -181,6 +181,65 @@ LIVE: tuple[AdminTool, ...] = (
               lambda a: ApiCall("GET", f"/views/{_seg(a['key'])}"), {"key": _STR}, ("key",)),
 )
 
+_RUN = {"type": "string", "minLength": 1, "maxLength": 200,
+        "description": "the run key, or _00_workflow_run:<key>"}
+_SCHED = {"type": "string", "minLength": 1, "maxLength": 200, "description": "schedule name"}
+
+
+def _run(verb: str) -> Callable[[dict[str, Any]], ApiCall]:
+    return lambda a: ApiCall("POST", f"/workflows/runs/{_seg(a['run_id'])}/{verb}")
+
+
+def _sched(verb: str) -> Callable[[dict[str, Any]], ApiCall]:
+    return lambda a: ApiCall("POST", f"/schedules/{_seg(a['name'])}/{verb}")
+
+
+WORKFLOWS: tuple[AdminTool, ...] = (
+    AdminTool("workflow_runs_list", "Workflow runs",
+              "Workflow runs newest first, filtered by workflow name, schedule, status or the "
+              "run they rerun; totals cover runs in flight plus the last hour.", "read",
+              _get("/workflows/runs", "name", "schedule", "status", "rerun_of", "limit"),
+              {"name": _STR, "schedule": _STR,
+               "status": {"enum": ["running", "completed", "failed", "killed"]},
+               "rerun_of": _RUN, "limit": {"type": "integer", "minimum": 1, "maximum": 500}}),
+    AdminTool("workflow_run_get", "One workflow run",
+              "One run with its steps (status, job, created_at, started_at, error) and its "
+              "DAG.", "read", lambda a: ApiCall("GET", f"/workflows/runs/{_seg(a['run_id'])}"),
+              {"run_id": _RUN}, ("run_id",)),
+    AdminTool("workflow_run_cancel", "Cancel a workflow run",
+              "Cancel a running run: blocked steps are skipped, running steps' jobs killed. "
+              "Answers {run, status: killed|kill_requested, operation}.", "destructive",
+              _run("cancel"), {"run_id": _RUN}, ("run_id",)),
+    AdminTool("workflow_run_rerun", "Rerun a workflow run",
+              "Start a new ad-hoc run (trigger manual) of the same workflow, whatever the "
+              "source's status. Answers {run, rerun_of}.", "write", _run("rerun"),
+              {"run_id": _RUN}, ("run_id",)),
+    AdminTool("workflow_run_retry", "Retry a workflow run",
+              "Retry a failed or killed run from what failed: failed and skipped steps run "
+              "again, completed ones are kept. Answers {run, retry_count, reset, kept, "
+              "operation}.", "write", _run("retry"), {"run_id": _RUN}, ("run_id",)),
+    AdminTool("schedules_list", "Schedules",
+              "Every schedule with its next and last fire, paused and quarantined state and "
+              "skipped-fire count.", "read", _get("/schedules")),
+    AdminTool("schedule_get", "One schedule",
+              "One schedule with its next fires, recent fires and rollup tally.", "read",
+              lambda a: ApiCall("GET", f"/schedules/{_seg(a['name'])}"), {"name": _SCHED},
+              ("name",)),
+    AdminTool("schedule_pause", "Pause a schedule",
+              "Stop a schedule firing (running runs go on). Answers {name, paused}.", "write",
+              _sched("pause"), {"name": _SCHED}, ("name",)),
+    AdminTool("schedule_resume", "Resume a schedule",
+              "Let a paused schedule fire again (the paused time is not caught up).", "write",
+              _sched("resume"), {"name": _SCHED}, ("name",)),
+    AdminTool("schedule_trigger", "Trigger a schedule",
+              "Fire a schedule now (refused while paused or disabled in the configuration). "
+              "Answers {name, triggered_at}.", "write", _sched("trigger"), {"name": _SCHED},
+              ("name",)),
+    AdminTool("schedule_release", "Release a quarantined schedule",
+              "Lift a schedule's quarantine (its schedule_quarantined incident recovers).",
+              "write", _sched("release"), {"name": _SCHED}, ("name",)),
+)
+
 JOBS: tuple[AdminTool, ...] = (
     AdminTool("jobs_list", "Jobs",
               "Outbox jobs across the job tables, newest activity first, with queue totals and "
@@ -273,7 +332,7 @@ def _from_spec(spec: dict[str, Any]) -> AdminTool:
 POOLS: tuple[AdminTool, ...] = tuple(_from_spec(s) for s in POOL_TOOL_SPECS)
 
 #: every area in tools/list order; a new system adds its tuple here
-AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, JOBS, RESTART, INCIDENTS,
+AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, WORKFLOWS, JOBS, RESTART, INCIDENTS,
                                             POOLS)
 TOOLS: tuple[AdminTool, ...] = tuple(t for area in AREAS for t in area)
 _BY_NAME = {t.name: t for t in TOOLS}

@@ -51,6 +51,12 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/admin/api/scheduler/restart"), ("GET", "/admin/api/incidents"),
     ("GET", "/admin/api/incidents/inc-x"), ("POST", "/admin/api/cloud/restart"),
     ("GET", "/admin/api/cloud/deployment"),
+    ("GET", "/admin/api/workflows/runs"), ("GET", "/admin/api/workflows/runs/r1"),
+    ("GET", "/admin/api/workflows/stream"), ("POST", "/admin/api/workflows/runs/r1/cancel"),
+    ("POST", "/admin/api/workflows/runs/r1/rerun"), ("POST", "/admin/api/workflows/runs/r1/retry"),
+    ("GET", "/admin/api/schedules"), ("GET", "/admin/api/schedules/s1"),
+    ("POST", "/admin/api/schedules/s1/pause"), ("POST", "/admin/api/schedules/s1/resume"),
+    ("POST", "/admin/api/schedules/s1/trigger"), ("POST", "/admin/api/schedules/s1/release"),
 ]
 
 
@@ -501,7 +507,9 @@ FUZZED = [r for r in ROUTES if r[1] not in ("/admin/api/logout",)] + [
     ("POST", "/admin/api/session"), ("GET", "/admin/api/config"),
     ("GET", "/admin/api/views/{x}"), ("GET", "/admin/api/backends/{x}"),
     ("GET", "/admin/api/jobs/{x}"), ("POST", "/admin/api/jobs/{x}/kill"),
-    ("POST", "/admin/api/ssps/{x}/restart"), ("GET", "/admin/api/incidents/{x}")]
+    ("POST", "/admin/api/ssps/{x}/restart"), ("GET", "/admin/api/incidents/{x}"),
+    ("GET", "/admin/api/workflows/runs/{x}"), ("POST", "/admin/api/workflows/runs/{x}/retry"),
+    ("GET", "/admin/api/schedules/{x}"), ("POST", "/admin/api/schedules/{x}/trigger")]
 VALID_MODES = {"restart", "clean", "reload", "reclone", "rehash"}
 
 

@@ -10,3 +10,5 @@ import './pools.js';
 import './operations.js';
 import './incidents.js';
 import './access.js';
+import './workflows.js';
+import './schedules.js';

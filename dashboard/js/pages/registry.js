@@ -1,6 +1,6 @@
 // The page registry: each page module registers itself; the router and the navigation read
 // this list. A new system (workflows, schedules, pools, backups) adds one module under pages/
-// and one import line in pages/all.js.
+// and one import line in pages/all.js (workflows.js and schedules.js are such pages).
 //
 // A page: {key, title, order, nav (shown in the navigation), render(ctx) -> dispose function}
 // ctx: {root, params (path segments after the key), query (URLSearchParams), navigate(url),

@@ -1,0 +1,224 @@
+"""The engine's memory read from the database: the stored definitions of workflows and
+schedules (reloaded when `svc workflows apply` changed them) and, at start and after any
+database error, the active runs, steps and fires (`_recover`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from surrealdb import RecordID
+
+from dbclient import Database
+from engine.values import record_id_text
+from project.workflows import (
+    DefinitionError,
+    Workflow,
+    load_schedule,
+    load_workflow,
+)
+from scheduler.workflows import clock, errors, runs
+from scheduler.workflows.config import WorkflowConfig
+from scheduler.workflows.errors import run_error
+from scheduler.workflows.ids import key_of as _key
+from scheduler.workflows.state import Fire, Run, Sched, Step
+
+log = logging.getLogger("scheduler.workflows")
+
+__all__ = ["READ_CHUNK", "Loading"]
+
+READ_CHUNK = 500  # ids per `IN $ids` read
+
+# A mixin of `scheduler.workflows.engine.WorkflowEngine`, not a component: the engine is one
+# owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
+# on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
+# module, as `scheduler.core` does with the scheduler.
+class Loading:
+    """Definitions and recovery."""
+
+    # the engine's state this part works on (`WorkflowEngine.__init__`)
+    db: Database
+    cfg: WorkflowConfig
+    lock: asyncio.Lock
+    now: Callable[[], datetime]
+    workflows: dict[str, tuple[Workflow | None, str | None, str]]
+    schedules: dict[str, Sched]
+    runs: dict[str, Run]
+    fires: dict[str, Fire]
+    stats: dict[str, int]
+    incidents: Any
+    _resync: bool
+    _defs_seen: tuple[Any, ...] | None
+
+    async def _reload_definitions(self) -> None:
+        wrows = await self.db.query_one(
+            "SELECT record::id(id) AS name, spec, hash FROM _00_workflow", idempotent=True) or []
+        srows = await self.db.query_one("SELECT *, record::id(id) AS name FROM _00_schedule",
+                                        idempotent=True) or []
+        seen = (tuple(sorted((str(r["name"]), r.get("hash")) for r in wrows)),
+                tuple(sorted((str(r["name"]), r.get("hash")) for r in srows)))
+        if seen == self._defs_seen:
+            return
+        async with self.lock:
+            self._defs_seen = seen
+            workflows: dict[str, tuple[Workflow | None, str | None, str]] = {}
+            for r in wrows:
+                name = str(r["name"])
+                try:
+                    workflows[name] = (load_workflow(name, r.get("spec") or {}), None,
+                                       str(r.get("hash")))
+                except DefinitionError as e:
+                    workflows[name] = (None, str(e), str(r.get("hash")))
+                    log.warning("workflow %s: stored definition refused: %s", name, e)
+            self.workflows = workflows
+            now = self.now()
+            keep: dict[str, Sched] = {}
+            for r in srows:
+                name = str(r["name"])
+                have = self.schedules.get(name)
+                if have is not None and have.hash == str(r.get("hash")):
+                    keep[name] = have
+                    continue
+                keep[name] = self._sched_from_row(name, r, have, now)
+            gone = set(self.schedules) - set(keep)
+            self.schedules = keep
+            if gone:
+                log.info("schedules removed from the definitions: %s", ", ".join(sorted(gone)))
+        self._changed()
+
+    def _sched_from_row(self, name: str, r: dict[str, Any], have: Sched | None,
+                        now: datetime) -> Sched:
+        spec, problem = None, None
+        try:
+            spec = load_schedule(name, r.get("spec") or {})
+        except DefinitionError as e:
+            problem = str(e)
+            log.warning("schedule %s: stored definition refused: %s", name, e)
+        applied = r.get("applied_at") if isinstance(r.get("applied_at"), datetime) else None
+        s = Sched(name, spec, problem, str(r.get("hash")), applied)
+        if have is None:  # first load: the runtime fields as the database has them
+            s.paused = bool(r.get("paused"))
+            q = r.get("quarantined")
+            s.quarantined = q if isinstance(q, dict) else None
+            s.failures = int(r.get("failures") or 0)
+            s.trigger_at = r.get("trigger_requested_at") \
+                if isinstance(r.get("trigger_requested_at"), datetime) else None
+            s.last_fired_at = r.get("last_fired_at") \
+                if isinstance(r.get("last_fired_at"), datetime) else None
+            last = r.get("last_due_at") if isinstance(r.get("last_due_at"), datetime) else None
+            # Never fired: due times since the definition was applied count (a fire due
+            # while the scheduler was down is caught up, not silently forgotten).
+            s.cursor = max(x for x in (last, applied, None) if x is not None) \
+                if (last or applied) else now
+            if s.quarantined is not None and self.incidents is not None:
+                self._quarantine_incident(s, restarted=True)
+        else:  # the definition changed: it applies from when it was applied
+            s.paused, s.quarantined, s.failures = have.paused, have.quarantined, have.failures
+            s.trigger_at, s.last_fired_at = have.trigger_at, have.last_fired_at
+            s.cursor = max(have.cursor, applied or now)
+        self._plan_next(s)
+        return s
+
+    def _plan_next(self, s: Sched) -> None:
+        if s.spec is None:
+            s.next_due = None
+            return
+        if s.following is not None and s.next_due is not None and s.cursor == s.next_due:
+            s.next_due, s.following = s.following, None  # computed while planning the fire
+            return
+        s.following = None
+        try:
+            s.next_due = clock.next_due(s.spec.cron, s.spec.timezone, s.cursor)
+        except Exception as e:  # noqa: BLE001 - a cron cronsim accepted but cannot iterate
+            log.warning("schedule %s: no next fire (%s)", s.name, e)
+            s.next_due = None
+
+    async def _recover(self) -> None:
+        """Rebuild the active state from the database (start, and after any database error),
+        then follow every job once in recovery mode (a dispatched step's missing job is
+        `lost_dispatch`) and ask the SSPs to admit the tables of pending jobs."""
+        run_rows = await self._select("SELECT * FROM _00_workflow_run WHERE status = 'running'")
+        step_rows: list[dict[str, Any]] = []
+        ids = [r["id"] for r in run_rows]
+        for i in range(0, len(ids), READ_CHUNK):
+            step_rows += await self._select("SELECT * FROM _00_step_run WHERE run IN $ids",
+                                            {"ids": ids[i:i + READ_CHUNK]})
+        fire_rows = await self._select(
+            "SELECT * FROM _00_schedule_run WHERE status IN ['running', 'queued']")
+        async with self.lock:
+            by_run: dict[str, list[dict[str, Any]]] = {}
+            for row in step_rows:
+                by_run.setdefault(_key(row.get("run")), []).append(row)
+            self.runs = {}
+            for r in run_rows:
+                run = self._run_from_rows(r, by_run.get(_key(r["id"]), []))
+                if run is not None:
+                    self.runs[run.key] = run
+            self.fires = {}
+            for f in fire_rows:
+                fire = self._fire_from_row(f)
+                if fire is not None:
+                    self.fires[fire.key] = fire
+            self._resync = False
+            self.state = "ready"
+            self.stats["resyncs"] += 1
+            log.info("workflows: %d running runs, %d active fires", len(self.runs),
+                     len(self.fires))
+            await self._observe(recovery=True)
+            for run in self.runs.values():
+                for st in run.steps.values():
+                    if st.status == runs.RUNNING and st.job is not None:
+                        self._poke(st.job)
+                if run.kill_requested:  # the kill may not have gone out before a crash
+                    self._kill_jobs([st.job for st in run.steps.values()
+                                     if st.status == runs.RUNNING and st.job is not None])
+            for fire in self.fires.values():
+                if fire.job is not None and fire.status == "running":
+                    self._poke(fire.job)
+        self._changed()
+
+    def _run_from_rows(self, r: dict[str, Any], step_rows: list[dict[str, Any]]) -> Run | None:
+        dag = r.get("dag") or {}
+        specs = dag.get("steps") if isinstance(dag, dict) else None
+        if not isinstance(specs, dict):
+            log.warning("run %s has no DAG; left as it is", record_id_text(r["id"]))
+            return None
+        rows = {str(s.get("step")): s for s in step_rows}
+        steps: dict[str, Step] = {}
+        for name, sp in specs.items():
+            row: dict[str, Any] = rows.get(name, {})
+            steps[name] = Step(
+                name, str(sp.get("table")), sp, list(sp.get("depends_on") or []),
+                status=str(row.get("status") or runs.BLOCKED),
+                attempt=int(row.get("attempt") or 0),
+                job=row.get("job") if isinstance(row.get("job"), RecordID) else None,
+                kill_sent=bool(r.get("kill_requested")) and row.get("status") == runs.RUNNING,
+                halt=run_error(errors.KILLED, "killed by an operator",
+                               run=record_id_text(r["id"]))
+                if r.get("kill_requested") else None)
+        created_at = r.get("created_at")
+        created = created_at if isinstance(created_at, datetime) else self.now()
+        deadline = r.get("deadline_at") if isinstance(r.get("deadline_at"), datetime) else None
+        return Run(_key(r["id"]), str(r.get("workflow")), steps, str(r.get("trigger")),
+                   r.get("schedule"), _key(r["schedule_run"]) if r.get("schedule_run") else None,
+                   created, r.get("deadline_secs"), deadline,
+                   retry_count=r.get("retry_count") or None,
+                   kill_requested=bool(r.get("kill_requested")))
+
+    def _fire_from_row(self, f: dict[str, Any]) -> Fire | None:
+        due = f.get("due_at")
+        if not isinstance(due, datetime):
+            return None
+        return Fire(_key(f["id"]), str(f.get("schedule")), str(f.get("status")), due,
+                    str(f.get("trigger") or "schedule"),
+                    job=f.get("job") if isinstance(f.get("job"), RecordID) else None,
+                    run=_key(f["run"]) if f.get("run") else None,
+                    retried=bool(f.get("retried")))
+
+    async def _select(self, sql: str, vars: dict[str, Any] | None = None
+                      ) -> list[dict[str, Any]]:
+        rows = await self.db.query_one(sql, vars, idempotent=True) or []
+        return [r for r in rows if isinstance(r, dict)]
