@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     view_sub = view.add_subparsers(dest="action", required=True)
     watch = view_sub.add_parser("watch", help="print a view's state and its edges as they change")
     watch.add_argument("view_id", help="the view id, e.g. query:top")
-    watch.add_argument("--ref-mode", choices=("dedicated", "single"), default="dedicated")
+    watch.add_argument("--ref-mode", choices=("dedicated", "single"), default=None,
+                       help="the SSP's ref mode (default: SVC_SSP_REF_MODE, else refMode in the "
+                       "project file, else dedicated)")
     watch.add_argument("--seconds", type=float, default=None, help="stop after this long")
 
     admin = sub.add_parser("admin", help="the admin listener's roster (_00_admin)",
@@ -142,16 +144,30 @@ def _tool(args: argparse.Namespace) -> int:
         if args.command == "sql":
             asyncio.run(run_sql(cfg, args.query))
         else:
-            asyncio.run(watch_view(cfg, args.view_id, ref_mode=args.ref_mode, seconds=args.seconds))
+            asyncio.run(watch_view(cfg, args.view_id, ref_mode=args.ref_mode or _ref_mode(),
+                                   seconds=args.seconds))
     except DbError as e:
         print(f"svc {args.command}: database error: {e}", file=sys.stderr)
         return EXIT_DB_ERROR
-    except ValueError as e:
+    except ValueError as e:  # also svccli.settings.ConfigError
         print(f"svc {args.command}: {e}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
     return EXIT_OK
+
+
+def _ref_mode() -> str:
+    """`SVC_SSP_REF_MODE`, else the project file's `refMode` (`project.service`), else the
+    SSP's default."""
+    from project.service import with_project_defaults
+    from svccli.settings import find_project
+
+    env = with_project_defaults(os.environ, find_project(os.environ, None, Path.cwd()))
+    mode = env.get("SVC_SSP_REF_MODE", "").strip().lower() or "dedicated"
+    if mode not in ("dedicated", "single"):
+        raise ValueError(f"SVC_SSP_REF_MODE must be dedicated or single, got {mode[:20]!r}")
+    return mode
 
 
 async def _run_apply(settings: SchemaSettings) -> int:
