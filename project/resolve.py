@@ -1,6 +1,6 @@
 """A project with every default filled in and every secret masked, for `svc project show`.
 
-Masked: `auth.token` (its `${NAME}` references are listed with whether each is set), every
+Masked: `auth.token` (its `${NAME}` references are listed with where each resolves), every
 environment value (inline maps, dotenv files, `deploy.build_args`) and the SSP job config's
 `auth_token`. Environment sources are merged in order for each side (`dev`, `cloud`), later
 sources overriding earlier ones, as the app would see them; vault variables are shown as

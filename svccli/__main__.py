@@ -34,8 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema_sub = schema.add_subparsers(dest="action", required=True)
     apply = schema_sub.add_parser(
         "apply",
-        help="write meta tables and sync hooks (idempotent)",
-        description="Write the service's meta tables and hook every synced table into the "
+        help="write meta tables, the backends' outbox schemas and sync hooks (idempotent)",
+        description="Write the service's meta tables, each backend's outbox schema "
+        "(method.schema, with a project file) and hook every synced table into the "
         "ingest transport. Database from SVC_DB_URL, SVC_DB_USER, SVC_DB_PASS, SVC_DB_NS, "
         "SVC_DB_NAME. Transport: --transport, else SVC_INGEST_TRANSPORT, else sync.transport "
         "in the project file, else http.",
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--transport", choices=("http", "changefeed"),
                        help="ingest transport (overrides SVC_INGEST_TRANSPORT and project file)")
     apply.add_argument("--project", metavar="FILE",
-                       help="root project file (default: ./project.yml when present)")
+                       help="root project file (default: SVC_PROJECT_FILE, else ./project.yml "
+                       "when present)")
     apply.add_argument("--ingest-url", metavar="URL",
                        help="the SSP's or scheduler's /ingest URL for transport http "
                        "(default: SVC_INGEST_URL)")
