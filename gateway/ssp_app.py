@@ -338,6 +338,9 @@ POST_ROUTES: tuple[str, ...] = (
     "/job/kill",
     "/job/retry",
     "/job/recover",
+    "/impersonate/mint",
+    "/impersonate/users",
+    "/crdt/apply",
 )
 
 

@@ -103,6 +103,9 @@ ROUTES: Final = (
     "POST /job/retry",
     "POST /job/recover",
     "PUT /backends",
+    "POST /impersonate/mint",
+    "POST /impersonate/users",
+    "POST /crdt/apply",
 )
 
 #: Routes served without the bearer token (spec, Authentication 1).
@@ -619,6 +622,8 @@ def normalize_body(route: str, body: Any) -> Any:
         return _recover_body(body)
     if route == "PUT /backends":
         return _backend_list(body)
+    if route in OBJECT_ROUTES:
+        return _obj(body)  # the hub checks the fields (`maintenance.impersonation`, `ssp.crdt`)
     raise KeyError(route)
 
 
@@ -662,9 +667,14 @@ def _backend_list(body: Any) -> list[Any]:
     return body
 
 
+#: POST routes whose body is a JSON object the hub validates field by field.
+OBJECT_ROUTES: Final = frozenset({"POST /impersonate/mint", "POST /impersonate/users",
+                                  "POST /crdt/apply"})
+
 #: POST routes whose body is required (a missing body is a 400 naming the shape).
 BODY_ROUTES: Final = frozenset({"POST /ingest", "POST /view/register", "POST /view/unregister", "POST /log",
-                                "POST /job/kill", "POST /job/retry", "PUT /backends"})
+                                "POST /job/kill", "POST /job/retry", "PUT /backends",
+                                *OBJECT_ROUTES})
 
 
 def logs_poll(

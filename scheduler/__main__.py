@@ -32,6 +32,7 @@ from scheduler.admin.plane import AdminPlane
 from scheduler.app import create_app
 from scheduler.config import ConfigError, SchedulerConfig
 from scheduler.core import Scheduler
+from scheduler.pools.run import PoolRunner
 from scheduler.wal import WalCorrupt
 
 log = logging.getLogger("scheduler")
@@ -46,7 +47,7 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _run(cfg: SchedulerConfig) -> int:
+async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
     scheduler = Scheduler(cfg)
     server = _Server(uvicorn.Config(create_app(scheduler), host=cfg.ingest_host,
                                     port=cfg.ingest_port, loop="uvloop", lifespan="on",
@@ -59,6 +60,7 @@ async def _run(cfg: SchedulerConfig) -> int:
     def stop() -> None:
         log.info("shutting down")
         server.should_exit = True
+        pools.should_exit()
         if admin_server is not None:
             admin_server.should_exit = True
 
@@ -74,20 +76,27 @@ async def _run(cfg: SchedulerConfig) -> int:
                                               lifespan="on",
                                               timeout_keep_alive=SERVER_KEEPALIVE_SECS,
                                               log_level="warning"))
+        plane.pools = pools.attach(scheduler)  # type: ignore[attr-defined]
+    else:
+        pools.attach(scheduler)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
     serving = asyncio.create_task(server.serve(), name="http")
     admin_serving = (asyncio.create_task(admin_server.serve(), name="admin-http")
                      if admin_server is not None else None)
     starting = asyncio.create_task(scheduler.start(), name="start")
+    pool_serving = pools.serve(_Server)
     try:
-        watched = {serving, starting} | ({admin_serving} if admin_serving else set())
+        watched = {serving, starting} | ({admin_serving} if admin_serving else set()) \
+            | ({pool_serving} if pool_serving else set())
         done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_EXCEPTION)
         if starting in done and starting.exception() is not None:
             log.error("scheduler start failed", exc_info=starting.exception())
             stop()
         if admin_serving is not None and admin_serving.done():
             stop()  # the admin listener could not start (its port): stop as for the other
+        if pool_serving is not None and pool_serving.done():
+            stop()  # the pool listener could not start (its port)
         await serving
         if admin_serving is not None:
             await asyncio.gather(admin_serving, return_exceptions=True)
@@ -95,6 +104,7 @@ async def _run(cfg: SchedulerConfig) -> int:
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
     finally:
+        await pools.close()
         await scheduler.close()
     if not server.started:
         log.error("could not listen on %s:%d", cfg.ingest_host, cfg.ingest_port)
@@ -102,6 +112,8 @@ async def _run(cfg: SchedulerConfig) -> int:
     if admin_server is not None and not admin_server.started:
         log.error("could not listen on %s:%d (admin listener; SVC_ADMIN_ENABLED=false turns "
                   "it off)", cfg.admin.host, cfg.admin.port)
+        return 1
+    if not pools.started_ok():
         return 1
     if starting.done() and not starting.cancelled() and starting.exception() is not None:
         return 1
@@ -118,11 +130,12 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stderr)
     try:
         cfg = SchedulerConfig.load(args.config, os.environ)
+        pools = PoolRunner.from_env(cfg, os.environ)
     except ConfigError as e:
         print(f"svc-scheduler: {e}", file=sys.stderr)
         return 1
     try:
-        return uvloop.run(_run(cfg))
+        return uvloop.run(_run(cfg, pools))
     except (WalCorrupt, OSError) as e:
         print(f"svc-scheduler: {e}", file=sys.stderr)
         return 1

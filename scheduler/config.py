@@ -36,6 +36,7 @@ import yaml
 
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
+from maintenance.impersonation import FlagError, parse_flag
 
 if TYPE_CHECKING:
     # imported where used: the project models (pydantic) load only when a project file is set
@@ -302,6 +303,13 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
+def _impersonation(env: Mapping[str, str]) -> bool:
+    try:
+        return parse_flag(env.get("SVC_IMPERSONATION"))  # the SSP reads it the same way
+    except FlagError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or not raw.strip():
@@ -526,7 +534,7 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         max_buffer_per_ssp=_yaml_int(doc, "max_buffer_per_ssp", 10000),
         snapshot_update_interval_secs=snapshot_interval,
         job_tables=tuple(job_tables_raw),
-        impersonation=_env_bool(env, "SVC_IMPERSONATION", False),
+        impersonation=_impersonation(env),
         drift=DriftConfig(
             check=_env_bool(env, "SVC_DRIFT_CHECK", True),
             auto_reclone=_env_bool(env, "SVC_DRIFT_AUTO_RECLONE", True),

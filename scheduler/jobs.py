@@ -101,6 +101,9 @@ class JobPlane:
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._turn = 0
         self._sweep: asyncio.Task[None] | None = None
+        # The machine pools (scheduler.pools.PoolService) when configured: they own the job
+        # tables of `run_on` backends, which no SSP runs, so kill and retry go there.
+        self.pooled: Any = None
         store = getattr(s, "incidents", None)
         self.backends = BackendMonitor(
             _backends_of(s.cfg), interval_secs=s.cfg.health_check_interval_secs,
@@ -182,6 +185,8 @@ class JobPlane:
             self.results.popitem(last=False)
 
     async def kill(self, job_id: str) -> tuple[int, Any]:
+        if self.pooled is not None and self.pooled.owns(job_id):
+            return await self.pooled.kill_job(job_id)
         ready = self.s.ready_ids()
         if not ready:
             return _no_ssp("no SSP is ready")
@@ -199,6 +204,8 @@ class JobPlane:
         return res
 
     async def retry(self, job_id: str) -> tuple[int, Any] | tuple[int, bytes, str]:
+        if self.pooled is not None and self.pooled.owns(job_id):
+            return await self.pooled.retry_job(job_id)
         failures = []
         for ssp_id in self._rotation():
             res = await self.s._forward(ssp_id, "/job/retry", {"id": job_id})

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
+from maintenance.impersonation import FlagError, parse_flag
+from maintenance.jobtables import JobConfigError, JobTable, tables_from_specs
 
 if TYPE_CHECKING:
     # imported where used: the project models (pydantic) load only when a project file is set
@@ -69,6 +71,16 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     return raw
 
 
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _impersonation(env: Mapping[str, str]) -> bool:
+    try:
+        return parse_flag(env.get("SVC_IMPERSONATION"))  # the scheduler reads it the same way
+    except FlagError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _addr(raw: str, name: str, default_port: int) -> tuple[str, int]:
     text = raw.strip()
     if not text:
@@ -93,24 +105,6 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
-
-
-def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """The optional numeric keys of one `SVC_JOB_CONFIG` entry, checked."""
-    out: dict[str, Any] = {}
-    for name, kind, minimum in (("concurrency", int, 1), ("timeout_secs", float, 0.001),
-                                ("lease_secs", float, 0.1), ("backoff_ms", int, 0)):
-        if name not in spec:
-            continue
-        v = spec[name]
-        wrong_kind = kind is int and not isinstance(v, int)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or wrong_kind or v < minimum:
-            raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.{name} must be "
-                              f"{'an integer' if kind is int else 'a number'} >= {minimum}")
-        out[name] = kind(v)
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", spec["name"]):  # it is put into queries
-        raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.name must be a table name")
-    return out
 
 
 def _service_project(env: Mapping[str, str]) -> Project | None:
@@ -181,21 +175,6 @@ def _metrics_exporters(env: Mapping[str, str]) -> tuple[str, ...]:
         raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol[:40]!r} is not installed; "
                           "the SSP exports OTLP metrics over http/protobuf only")
     return names
-
-
-@dataclass(frozen=True)
-class JobTable:
-    """One outbox job table from `SVC_JOB_CONFIG` (`auth_token` never printed)."""
-
-    key: str
-    name: str
-    base_url: str
-    auth_token: str = field(repr=False)
-    # optional keys of the entry: the app's `method.concurrency` and `deploy.timeout`, ours
-    concurrency: int = 1
-    timeout_secs: float = 10.0
-    lease_secs: float = 30.0  # ours: how long a claim holds without renewal
-    backoff_ms: int = 1000  # ours: first retry wait, doubled per attempt (cap 30 s)
 
 
 @dataclass(frozen=True)
@@ -279,34 +258,38 @@ class SspConfig:
         jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
         if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
             raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
-        jobs = []
         project = _service_project(env)
-        job_specs = _merge_project_jobs(env, project, jobs_raw.get("job_tables", {}))
+        try:
+            jobs = tables_from_specs(_merge_project_jobs(env, project,
+                                                         jobs_raw.get("job_tables", {})))
+        except JobConfigError as e:
+            raise ConfigError(str(e)) from None
         # the root file's refMode and sync.transport are the defaults of SVC_SSP_REF_MODE and
         # SVC_INGEST_TRANSPORT; a variable set wins (project.service, shared with the others)
         if project is not None:
             from project.service import with_project_defaults
 
             env = with_project_defaults(env, project)
-        for key, spec in job_specs.items():
-            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(
-                spec.get("base_url"), str
-            ):
-                raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key} needs string name and base_url")
-            jobs.append(JobTable(key, spec["name"], spec["base_url"], str(spec.get("auth_token", "")),
-                                 **_job_limits(key, spec)))
         backends = _json(env, "SVC_BACKENDS", None)
         if backends is None:
             backends = _json(env, "SVC_SCHEDULER_BACKENDS", [])
         if not isinstance(backends, list) or not all(isinstance(b, dict) for b in backends):
             raise ConfigError("SVC_BACKENDS must be a JSON array of objects")
         try:
-            parse_backends(backends)
+            parsed_backends = parse_backends(backends)
         except BackendListError as e:
             raise ConfigError(f"SVC_BACKENDS: {e}") from None
+        # A backend with `run_on: {pool}` has its jobs run by the scheduler's machine pool
+        # (scheduler/pools): its job table (the SVC_JOB_CONFIG entry keyed by the backend's
+        # name) is not claimed here, or SSPs and pool machines would race for its rows.
+        pooled = {b.name for b in parsed_backends if b.run_on}
+        jobs = [j for j in jobs if j.key not in pooled]
         crdt = _json(env, "SVC_CRDT_FIELDS", {})
-        if not isinstance(crdt, dict):
-            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...]")
+        if not isinstance(crdt, dict) or not all(
+                isinstance(fs, list) and all(isinstance(f, str) and _IDENT_RE.match(f)
+                                             for f in fs) for fs in crdt.values()):
+            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...] "
+                              "(field names plain identifiers)")
         snapshot_dir = env.get("SVC_SSP_SNAPSHOT_DIR", "").strip()
         arena_dir = env.get("SVC_SSP_ARENA_DIR", "").strip()
         ssp_id = env.get("SVC_SSP_ID", "").strip() or f"ssp-{uuid.uuid4()}"
@@ -334,7 +317,7 @@ class SspConfig:
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
             query_update_throttle_ms=_int(env, "SVC_SSP_QUERY_UPDATE_THROTTLE_MS", 100),
             bootstrap_page_size=_int(env, "SVC_SSP_BOOTSTRAP_PAGE_SIZE", 500, minimum=1),
-            impersonation=env.get("SVC_IMPERSONATION", "off").strip().lower() == "on",
+            impersonation=_impersonation(env),
             scheduler_url=(env.get("SVC_SCHEDULER_URL", "").strip().rstrip("/") or None),
             heartbeat_interval_ms=_int(env, "HEARTBEAT_INTERVAL_MS", 5000, minimum=1),
             backends=tuple(backends),

@@ -77,8 +77,8 @@ from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
 from ipc.http import client_session
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
-from ssp.config import JobTable
-from ssp.jobpolicy import (
+from maintenance.jobpolicy import (
+    ERROR_ENTRY,
     ERROR_TEXT_MAX,
     _error,
     _max_retries,
@@ -90,6 +90,7 @@ from ssp.jobpolicy import (
     retry_after_secs,
     secrets_of,
 )
+from maintenance.jobtables import JobTable
 from ssp.jobreports import ResultReporter
 
 log = logging.getLogger("ssp.jobs")
@@ -99,11 +100,6 @@ NOT_TERMINAL = "not_terminal"  # the 409 error code of a retry while the job run
 HINT_REWAKES = (0.2, 1.0)  # transport http: the row commits after the ingest call returns
 PREFETCH = 64  # pending ids read per admission query beyond the free slots
 DISPATCH_WAIT_SECS = 1.0  # how long a dispatch waits for the admission round it asked for
-# One `errors` entry, always the same keys: a Python None travels as NONE, which would drop
-# `status` from the object, so a missing status is written as NULL.
-ERROR_ENTRY = ("{ at: $e.at, attempt: $e.attempt, kind: $e.kind, status: $e.status ?? NULL, "
-               "error: $e.error }")
-
 
 class JobNotFound(LookupError):
     """No job row with that id in a configured job table (404)."""

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from dbclient import DbConfig
 from ipc.messages import parse_duration_ns as duration_ns
+from maintenance.impersonation import FlagError, parse_flag
 from project.rootconfig import Project, ProjectInvalid, load_project
 from project.service import PROJECT_FILE_VAR, setting_source, with_project_defaults
 
@@ -50,6 +51,7 @@ class SchemaSettings:
     auth_secret: str = field(default="", repr=False)  # never shown
     #: the root project file, when there is one: its backends' outbox schemas are applied
     project: Project | None = field(default=None, repr=False)
+    impersonation: bool = False  # SVC_IMPERSONATION: define the `_00_impersonate` access
 
     @property
     def service_base_url(self) -> str | None:
@@ -121,8 +123,16 @@ def resolve_settings(
     if transport == "http" and ingest_url is None:
         raise ConfigError("transport http needs the ingest URL: --ingest-url or SVC_INGEST_URL "
                           "(the SSP's or scheduler's /ingest)")
+    try:
+        impersonation = parse_flag(env.get("SVC_IMPERSONATION"))
+    except FlagError as e:
+        raise ConfigError(str(e)) from None
+    if impersonation and not env.get("SVC_AUTH_SECRET", ""):
+        raise ConfigError("SVC_IMPERSONATION=on needs SVC_AUTH_SECRET: the impersonation "
+                          "tokens are signed with a key derived from it")
     return SchemaSettings(
         db=db,
+        impersonation=impersonation,
         transport=transport,
         transport_source=source,
         retention=retention,

@@ -2,8 +2,9 @@
 
 Served by uvicorn in the scheduler's process and event loop (``scheduler.__main__``) on
 ``SVC_ADMIN_HOST:SVC_ADMIN_PORT``, behind :class:`scheduler.admin.mcp.AdminAsgi` (the MCP
-endpoint). Routes (spec "Admin listener"; workflow, schedule, pool and backup routes come with
-their own systems), under ``/admin/api`` unless said:
+endpoint). Routes (spec "Admin listener"; workflow, schedule and backup routes come with
+their own systems; the pool routes are ``scheduler.admin.pools``), under ``/admin/api`` unless
+said:
 
 * ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
 * ``GET config`` (public): :meth:`AdminPlane.config`;
@@ -50,6 +51,7 @@ from scheduler.admin.errors import (
 from scheduler.admin.jobsampler import ORIGINS, STATUSES
 from scheduler.admin.mcp import AdminAsgi
 from scheduler.admin.plane import AdminPlane
+from scheduler.admin.pools import pool_routes
 from scheduler.admin.sse import channel_stream
 from scheduler.admin.values import q_enum, q_int, q_str
 
@@ -388,6 +390,7 @@ def create_falcon_app(plane: AdminPlane) -> falcon.asgi.App:
         ("/incidents", Incidents(plane)), ("/incidents/{incident_id}", IncidentDetail(plane)),
         ("/cloud/restart", CloudRestart(plane)), ("/cloud/deployment", CloudDeployment(plane)),
     ]
+    routes += pool_routes(plane)
     for path, resource in routes:
         app.add_route(api + path, resource)
     return app

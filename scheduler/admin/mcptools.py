@@ -12,8 +12,8 @@ repeated safely) and ``destructive`` (``destructiveHint``: restarts, kills, dele
 of scope ``read`` is shown only the read tools, and calling another answers a tool error.
 
 Areas are tuples below; :data:`AREAS` lists them in the order ``tools/list`` shows them. The
-workflow, schedule, pool and backup tools are added as one tuple each (and one line in
-``AREAS``) when their systems exist. ``cloud_deployment`` and ``cloud_restart`` call their routes,
+workflow, schedule and backup tools are added as one tuple each (and one line in
+``AREAS``) when their systems exist; the pool tools are plain data in ``pooltools``. ``cloud_deployment`` and ``cloud_restart`` call their routes,
 which answer ``Not linked to the hosted platform`` while the scheduler is not linked.
 """
 
@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
+
+from scheduler.admin.pooltools import POOL_TOOL_SPECS
 
 __all__ = ["AREAS", "TOOLS", "AdminTool", "ApiCall", "tool_named"]
 
@@ -259,8 +261,20 @@ INCIDENTS: tuple[AdminTool, ...] = (
               {"incident_id": _STR}, ("incident_id",)),
 )
 
+
+def _from_spec(spec: dict[str, Any]) -> AdminTool:
+    """A tool described as plain data by a system's own module (``pooltools``)."""
+    route = spec["request"]
+    return AdminTool(spec["name"], spec["title"], spec["description"], spec["kind"],
+                     lambda a: ApiCall(*route(a)), spec.get("properties", {}),
+                     tuple(spec.get("required", ())))
+
+
+POOLS: tuple[AdminTool, ...] = tuple(_from_spec(s) for s in POOL_TOOL_SPECS)
+
 #: every area in tools/list order; a new system adds its tuple here
-AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, JOBS, RESTART, INCIDENTS)
+AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, JOBS, RESTART, INCIDENTS,
+                                            POOLS)
 TOOLS: tuple[AdminTool, ...] = tuple(t for area in AREAS for t in area)
 _BY_NAME = {t.name: t for t in TOOLS}
 assert len(_BY_NAME) == len(TOOLS), "tool names must be unique"

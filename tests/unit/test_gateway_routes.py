@@ -42,6 +42,10 @@ CASES: list[tuple[str, str, Any, str, dict[str, str]]] = [
     ("POST", "/job/retry", {"id": "job:1"}, "POST /job/retry", {}),
     ("POST", "/job/recover", None, "POST /job/recover", {}),
     ("PUT", "/backends", [{"name": "api", "url": "http://127.0.0.1:1/health"}], "PUT /backends", {}),
+    ("POST", "/impersonate/mint", {"session": "_00_impersonation:s1"}, "POST /impersonate/mint",
+     {}),
+    ("POST", "/impersonate/users", {"table": "user"}, "POST /impersonate/users", {}),
+    ("POST", "/crdt/apply", {"table": "doc"}, "POST /crdt/apply", {}),
 ]
 
 

@@ -6,6 +6,7 @@ import './presence.js';
 import './backends.js';
 import './logs.js';
 import './jobs.js';
+import './pools.js';
 import './operations.js';
 import './incidents.js';
 import './access.js';

@@ -1,4 +1,4 @@
-"""The job runner's retry policy and texts (`ssp.jobs`): which answers are retried and after
+"""The outbox job retry policy and texts (`ssp.jobs`, `scheduler.pools`): which answers are retried and after
 how long (`backoff_ms` x 2^(n-1), capped at 30 s, or the backend's Retry-After), the URL of a
 call, error entries and results as written to the row, secrets kept out of every text."""
 
@@ -13,13 +13,17 @@ from urllib.parse import unquote, urlsplit
 
 from ipc.backoff import delay
 from maintenance.backends import MASK  # one mask text for every secret the SSP outputs
-from ssp.config import JobTable
+from maintenance.jobtables import JobTable
 
 DEFAULT_MAX_RETRIES = 3
 ERROR_TEXT_MAX = 500
 RESULT_TEXT_MAX = 65_536
 RETRIED_4XX = frozenset({408, 425, 429})  # request timeout, too early, too many requests
 RETRY_AFTER_MAX_SECS = 300.0
+# One `errors` entry, always the same keys: a Python None travels as NONE, which would drop
+# `status` from the object, so a missing status is written as NULL.
+ERROR_ENTRY = ("{ at: $e.at, attempt: $e.attempt, kind: $e.kind, status: $e.status ?? NULL, "
+               "error: $e.error }")
 
 
 def backoff_secs(base_ms: int, attempt: int) -> float:

@@ -1,0 +1,789 @@
+"""The machine pools of one scheduler: sizing, the breaker, job hand-out, leases, results.
+
+Jobs of a pooled backend are rows of its outbox job table, exactly as the SSPs run them
+(``ssp/jobs.py``): the database is the queue and the lock. The difference is who claims:
+
+* take (an agent with free slots asks): the oldest runnable ``pending`` rows of the pool's
+  tables are claimed with the SSP's conditional ``UPDATE ... WHERE status = 'pending'``
+  (``processing``, ``assignee`` = the machine id, ``lease_until``), at most the machine's free
+  slots (exact: the service counts what it handed out and has no result for yet);
+* heartbeat (every ``SVC_POOL_HEARTBEAT_MS``): renews the leases of the machine's jobs and
+  answers which to cancel (killed on the row, or no longer ours) and whether to drain;
+* result: the agent reports the backend's raw answer; the service classifies it with the
+  SSP's policy (``maintenance.jobpolicy``: which failures are retried, error entries, secrets masked)
+  and writes the row, conditional on it still being this machine's. A retried failure goes
+  back to ``pending`` with ``not_before`` (the backoff), so any machine may take it next;
+* recovery: a machine that stops heartbeating for ``SVC_POOL_MACHINE_TIMEOUT_MS``, or whose
+  process the provider reports gone, is ``lost`` and its ``processing`` rows go back to
+  ``pending`` at once; rows whose lease expired (any owner) are reclaimed by the sweep.
+  At-least-once, as for the SSPs: a backend may see a job twice (``X-Job-Id`` is the key).
+
+Machine states: ``booting`` -> ``ready`` (registered) -> ``draining`` -> ``destroyed``;
+``lost`` (silent or gone) and ``failed`` (never registered) are the other terminal states.
+Pool status (spec): ``unhealthy`` when the boot breaker is open or the last sweep failed,
+else ``healthy`` with a ready machine, ``starting`` with a booting machine or a job waiting,
+``idle`` otherwise (no machine, nothing queued).
+
+Sizing, per tick (``SVC_POOL_TICK_MS``): a machine is booted while fewer than
+``min_machines`` run, or jobs wait beyond the free slots of booting and ready machines and
+fewer than ``max_machines`` run; a ready machine without jobs for ``idle_secs`` is drained
+while more than ``min_machines`` run and nothing waits. Paused: no machine is booted and no
+job handed out; running jobs finish. Breaker: ``breaker_failures`` boot failures in a row
+open it (a ``pool_breaker_open`` incident, component ``pool:<name>``); after
+``breaker_cooldown_secs`` one trial machine boots (``half_open``); its registration closes the
+breaker and records the incident ``recovered``, its failure opens it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from surrealdb import RecordID
+
+from dbclient import Database, DbError
+from engine.jsonvalues import to_json as jsonable
+from engine.values import parse_record_id, record_id_text
+from maintenance.jobpolicy import (
+    ERROR_ENTRY,
+    ERROR_TEXT_MAX,
+    _error,
+    _max_retries,
+    _result,
+    backoff_secs,
+    job_url,
+    redact,
+    retried,
+    retry_after_secs,
+    secrets_of,
+)
+from maintenance.jobtables import JobTable
+from scheduler.pools.config import PoolsConfig, PoolSpec
+from scheduler.pools.provider import BootError, Provider, make_provider
+from scheduler.pools.store import ACTIVE, KEEP_TERMINAL, Machine, PoolState, PoolStore, now_ms
+
+log = logging.getLogger("scheduler.pools")
+
+PREFETCH = 16
+SWEEP_EVERY_SECS = 2.0  # expired-lease recovery on the pool tables
+TAKE_WAIT_MAX_MS = 5000
+RESULT_BODY_MAX = 70_000
+LOST_TAKE_SECS = 10.0  # a job handed out but not reported running this long is handed back
+
+
+class PoolError(Exception):
+    """A refusal with a status, a stable code and a sentence (never a secret)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _Assigned:
+    machine: str
+    table: JobTable
+    attempts: int
+    max_retries: int
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Pool:
+    spec: PoolSpec
+    state: PoolState
+    provider: Provider
+    waiting: int = 0
+    last_sweep_error: str | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    claim: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_sweep: float = 0.0
+    secrets: tuple[str, ...] = ()
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class PoolService:
+    """See the module docstring."""
+
+    def __init__(self, cfg: PoolsConfig, db: Database, data_dir: Path, incidents: Any, *,
+                 providers: dict[str, Provider] | None = None) -> None:
+        self.cfg = cfg
+        self.db = db
+        self.incidents = incidents
+        self.store = PoolStore(data_dir / "pools.sqlite3")
+        self.log_dir = data_dir / "pool-agents"
+        self.providers: dict[str, Provider] = providers or {}
+        self.pools: dict[str, _Pool] = {}
+        self.machines: dict[str, Machine] = {}
+        self.assigned: dict[str, _Assigned] = {}
+        self.idle_since: dict[str, float] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self.stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        saved = self.store.pools()
+        for spec in self.cfg.pools:
+            provider = self.providers.get(spec.provider)
+            if provider is None:
+                provider = self.providers[spec.provider] = make_provider(spec.provider,
+                                                                         self.log_dir)
+            state = saved.get(spec.name) or PoolState(spec.name)
+            sec: tuple[str, ...] = tuple(s for t in spec.tables for s in secrets_of(t))
+            self.pools[spec.name] = _Pool(spec, state, provider, secrets=sec)
+            self.store.save_pool(state)
+        now = now_ms()
+        for m in self.store.machines():
+            if m.active:
+                # A machine of the previous scheduler process: it gets a full timeout to
+                # heartbeat this one before it counts as lost.
+                m.last_contact_at = now
+            self.machines[m.id] = m
+        await self.db.connect()
+        self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="pools")
+        log.info("machine pools: %s", ", ".join(
+            f"{p.spec.name} ({p.spec.provider}, {p.spec.slots} slots x {p.spec.max_machines}, "
+            f"tables {[t.name for t in p.spec.tables]}, paused={p.state.paused})"
+            for p in self.pools.values()) or "none")
+
+    async def close(self) -> None:
+        """Stop sizing; end this process's machines and hand their jobs back."""
+        self.stopping = True
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        for m in list(self.machines.values()):
+            if m.active:
+                await self._remove(m, "destroyed", "scheduler stopped", force=False)
+        for provider in self.providers.values():
+            await provider.stop_all()
+        with contextlib.suppress(Exception):
+            await self.db.close()
+        self.store.close()
+
+    # ------------------------------------------------------------------ agent routes
+
+    def _machine(self, machine_id: str, token: str | None) -> Machine:
+        m = self.machines.get(machine_id)
+        if m is None:
+            raise PoolError(404, "unknown_machine", "no machine with that id")
+        if not token or not hmac.compare_digest(_hash(token), m.token_hash):
+            raise PoolError(401, "unauthorized", "the machine token does not match")
+        if not m.active:
+            raise PoolError(410, "machine_removed", f"the machine is {m.state}")
+        return m
+
+    def _touch(self, m: Machine) -> None:
+        m.last_contact_at = now_ms()
+
+    async def register(self, machine_id: str, token: str | None, body: dict[str, Any]
+                       ) -> dict[str, Any]:
+        m = self._machine(machine_id, token)
+        self._touch(m)
+        p = self.pools[m.pool]
+        if m.state == "booting":
+            m.state = "ready"
+            m.ready_at = now_ms()
+            self.idle_since[m.id] = time.monotonic()
+            self.store.save_machine(m)
+            self._boot_succeeded(p, m)
+            log.info("machine %s of pool %s is ready", m.id, m.pool)
+        return {"machine": m.public(), "heartbeat_ms": self.cfg.heartbeat_ms,
+                "drain": m.state == "draining"}
+
+    async def heartbeat(self, machine_id: str, token: str | None, body: dict[str, Any]
+                        ) -> dict[str, Any]:
+        m = self._machine(machine_id, token)
+        self._touch(m)
+        reported = [str(x) for x in body.get("running") or [] if isinstance(x, str)][:1000]
+        cancel: list[str] = []
+        # After a scheduler restart the service has no hand-out record: adopt what the agent
+        # runs (the renewal below keeps only rows still assigned to this machine).
+        for job_id in reported:
+            if job_id not in m.running:
+                m.running.append(job_id)
+        # Generous: a take answer still on its way (a loaded machine) must not count as lost.
+        grace = max(LOST_TAKE_SECS, 5 * self.cfg.heartbeat_ms / 1000)
+        for job_id in list(m.running):
+            a = self.assigned.get(job_id)
+            if job_id not in reported and (a is None or time.monotonic() - a.at > grace):
+                # Handed out but the agent does not run it (the take answer was lost):
+                # back to pending so it is not stuck until the machine dies.
+                await self._release_one(m, job_id, "not running on its machine")
+        renewed = await self._renew(m)
+        for job_id in list(m.running):
+            if job_id not in renewed:
+                cancel.append(job_id)
+                self._forget(m, job_id)
+            elif renewed[job_id]:
+                cancel.append(job_id)  # kill requested on the row: the agent reports killed
+        return {"state": m.state, "drain": m.state == "draining",
+                "paused": self.pools[m.pool].state.paused, "cancel": cancel,
+                "slots_in_use": len(m.running)}
+
+    async def take(self, machine_id: str, token: str | None, body: dict[str, Any]
+                   ) -> dict[str, Any]:
+        m = self._machine(machine_id, token)
+        self._touch(m)
+        p = self.pools[m.pool]
+        want = body.get("max", m.slots)
+        if isinstance(want, bool) or not isinstance(want, int) or want < 0:
+            raise PoolError(400, "invalid", "max must be an integer >= 0")
+        wait_ms = body.get("wait_ms", 0)
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0:
+            raise PoolError(400, "invalid", "wait_ms must be an integer >= 0")
+        deadline = time.monotonic() + min(wait_ms, TAKE_WAIT_MAX_MS) / 1000
+        while True:
+            jobs = await self._hand_out(p, m, want)
+            if jobs or time.monotonic() >= deadline or m.state != "ready" or self.stopping:
+                return {"jobs": jobs, "drain": m.state == "draining",
+                        "paused": p.state.paused}
+            p.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(p.wake.wait(), max(0.0, deadline - time.monotonic()))
+
+    async def result(self, machine_id: str, token: str | None, body: dict[str, Any]
+                     ) -> dict[str, Any]:
+        m = self._machine(machine_id, token)
+        self._touch(m)
+        job_id = body.get("job_id")
+        if not isinstance(job_id, str) or job_id not in m.running:
+            raise PoolError(409, "not_assigned", "that job is not assigned to this machine")
+        a = self.assigned.get(job_id) or await self._reload(m, job_id)
+        if a is None:
+            self._forget(m, job_id)
+            raise PoolError(409, "not_assigned", "that job is no longer this machine's")
+        outcome = self._classify(self.pools[m.pool], a, body)
+        rid = parse_record_id(job_id)
+        n = a.attempts + 1
+        if outcome["kind"] == "completed":
+            sets = ("status = 'completed', result = $r, attempts = $n, "
+                    "finished_at = time::now(), lease_until = NONE")
+            params: dict[str, Any] = {"r": outcome["result"], "n": n}
+        elif outcome["retry"] and n <= a.max_retries:
+            wait = backoff_secs(a.table.backoff_ms, n)
+            if outcome["wait"] is not None:
+                wait = max(wait, outcome["wait"])
+            sets = (f"status = 'pending', errors += {ERROR_ENTRY}, attempts = $n, "
+                    "assignee = NONE, lease_until = NONE, "
+                    f"not_before = time::now() + {int(wait * 1000)}ms")
+            params = {"e": outcome["error"], "n": n}
+        else:
+            sets = (f"status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
+                    "finished_at = time::now(), lease_until = NONE")
+            params = {"e": outcome["error"], "n": n}
+        got = await self.db.query_one(
+            f"UPDATE $id SET {sets} WHERE status = 'processing' AND assignee = $me RETURN id",
+            {"id": rid, "me": m.id, **params})
+        self._forget(m, job_id)
+        self.pools[m.pool].wake.set()  # a slot is free
+        if not got:
+            return {"job_id": job_id, "written": False}
+        log.info("job %s on %s: %s", job_id, m.id,
+                 outcome["kind"] if outcome["kind"] == "completed" else
+                 ("retry later" if outcome["retry"] and n <= a.max_retries else "failed"))
+        return {"job_id": job_id, "written": True}
+
+    async def drained(self, machine_id: str, token: str | None) -> dict[str, Any]:
+        m = self._machine(machine_id, token)
+        self._touch(m)
+        for job_id in list(m.running):
+            await self._release_one(m, job_id, "machine left")
+        await self._remove(m, "destroyed", m.drain_reason or "drained")
+        return {"machine": m.public()}
+
+    # ------------------------------------------------------------------ operator actions
+
+    def pool_names(self) -> list[str]:
+        return sorted(self.pools)
+
+    def pause(self, name: str, paused: bool) -> dict[str, Any]:
+        p = self.pools.get(name)
+        if p is None:
+            raise PoolError(404, "not_found", "no pool with that name")
+        if p.state.paused != paused:
+            p.state.paused = paused
+            p.state.paused_at = now_ms() if paused else None
+            self.store.save_pool(p.state)
+            log.info("pool %s %s", name, "paused" if paused else "resumed")
+        p.wake.set()
+        return self.pool_view(p)
+
+    def drain(self, machine_id: str, reason: str = "operator drain") -> dict[str, Any]:
+        m = self.machines.get(machine_id)
+        if m is None:
+            raise PoolError(404, "not_found", "no machine with that id")
+        if not m.active:
+            raise PoolError(409, "conflict", f"the machine is already {m.state}")
+        if m.state != "draining":
+            self._drain(m, reason)
+        return m.public()
+
+    def _drain(self, m: Machine, reason: str) -> None:
+        m.state = "draining"
+        m.drain_reason = reason
+        self.store.save_machine(m)
+        self.pools[m.pool].wake.set()  # a long-polling take of this machine answers now
+        log.info("machine %s draining (%s)", m.id, reason)
+
+    # ------------------------------------------------------------------ job kill and retry
+
+    def owns(self, job_id: str) -> bool:
+        """The job is a row of a pooled table (the SSPs do not run those)."""
+        try:
+            table = parse_record_id(job_id).table_name
+        except ValueError:
+            return False
+        return any(t.name == table for p in self.pools.values() for t in p.spec.tables)
+
+    async def kill_job(self, job_id: str) -> tuple[int, Any]:
+        """A pending row fails now (`killed`); a processing one is flagged and its machine
+        cancels the call at its next heartbeat, reporting it `killed`. As the SSP's kill."""
+        rid = parse_record_id(job_id)
+        try:
+            failed = await self.db.query_one(
+                f"UPDATE $id SET status = 'failed', errors += {ERROR_ENTRY}, "
+                "finished_at = time::now(), kill_requested = true WHERE status = 'pending' "
+                "RETURN id", {"id": rid, "e": _error("killed", "killed", attempt=0)})
+            if failed:
+                return 200, {"id": job_id, "action": "failed", "status": "failed"}
+            flagged = await self.db.query_one(
+                "UPDATE $id SET kill_requested = true WHERE status = 'processing' "
+                "RETURN status, assignee", {"id": rid})
+            if flagged:
+                return 200, {"id": job_id, "action": "flagged", "status": "processing",
+                             "machine": flagged[0].get("assignee")}
+            row = await self.db.query_one("SELECT status FROM ONLY $id", {"id": rid},
+                                          idempotent=True)
+        except DbError:
+            return 503, {"error": "unavailable", "message": "the database did not answer"}
+        if not isinstance(row, dict):
+            return 404, {"error": "not_found", "message": "no such job"}
+        return 200, {"id": job_id, "action": "none", "status": row.get("status")}
+
+    async def retry_job(self, job_id: str) -> tuple[int, Any]:
+        """A terminal row goes back to `pending` (errors kept, attempts reset); else 409
+        `not_terminal`, as the SSP's retry."""
+        rid = parse_record_id(job_id)
+        try:
+            got = await self.db.query_one(
+                "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE, "
+                "kill_requested = NONE, attempts = 0, result = NONE, finished_at = NONE, "
+                "not_before = NONE, retried_at = time::now() "
+                "WHERE status IN ['completed', 'failed'] RETURN id", {"id": rid})
+            row = None if got else await self.db.query_one(
+                "SELECT status FROM ONLY $id", {"id": rid}, idempotent=True)
+        except DbError:
+            return 503, {"error": "unavailable", "message": "the database did not answer"}
+        if got:
+            for p in self.pools.values():
+                p.wake.set()
+            return 200, {"id": job_id, "status": "pending"}
+        if not isinstance(row, dict):
+            return 404, {"error": "not_found", "message": "no such job"}
+        return 409, {"error": "not_terminal",
+                     "message": f"the job is {row.get('status')}; only completed or failed "
+                                "jobs can be retried"}
+
+    # ------------------------------------------------------------------ admin views
+
+    def status_of(self, p: _Pool) -> str:
+        ms = [m for m in self.machines.values() if m.pool == p.spec.name and m.active]
+        if p.state.breaker["state"] != "closed" or p.last_sweep_error:
+            return "unhealthy"
+        if any(m.state in ("ready", "draining") for m in ms):
+            return "healthy"
+        if any(m.state == "booting" for m in ms) or p.waiting:
+            return "starting"
+        return "idle"
+
+    def pool_view(self, p: _Pool) -> dict[str, Any]:
+        ms = [m for m in self.machines.values() if m.pool == p.spec.name]
+        by_state: dict[str, int] = {}
+        for m in ms:
+            by_state[m.state] = by_state.get(m.state, 0) + 1
+        live = [m for m in ms if m.active]
+        b = p.state.breaker
+        return {"name": p.spec.name, "status": self.status_of(p),
+                "sizing": p.spec.public(), "paused": p.state.paused,
+                "paused_at": p.state.paused_at,
+                "breaker": {"state": b["state"], "failures": b["failures"],
+                            "opened_at": b["opened_at"], "retry_at": b["retry_at"],
+                            "incident_id": b["incident_id"], "last_error": b["last_error"]},
+                "machines": by_state, "busy_slots": sum(len(m.running) for m in live),
+                "total_slots": sum(m.slots for m in live if m.state != "booting"),
+                "jobs_waiting": p.waiting, "last_sweep_error": p.last_sweep_error}
+
+    def list_pools(self) -> list[dict[str, Any]]:
+        return [self.pool_view(self.pools[n]) for n in self.pool_names()]
+
+    def list_machines(self, name: str) -> list[dict[str, Any]]:
+        if name not in self.pools:
+            raise PoolError(404, "not_found", "no pool with that name")
+        ms = [m for m in self.machines.values() if m.pool == name]
+        ms.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+        return [m.public() for m in ms]
+
+    # ------------------------------------------------------------------ jobs
+
+    async def _hand_out(self, p: _Pool, m: Machine, want: int) -> list[dict[str, Any]]:
+        if p.state.paused or m.state != "ready" or self.stopping:
+            return []
+        out: list[dict[str, Any]] = []
+        async with p.claim:
+            for t in p.spec.tables:
+                free = min(want, m.slots - len(m.running)) - len(out)
+                if free <= 0:
+                    break
+                rows = await self.db.query_one(
+                    f"SELECT id, created_at FROM {t.name} WHERE status = 'pending' AND "
+                    "(not_before = NONE OR not_before <= time::now()) "
+                    f"ORDER BY created_at, id LIMIT {free + PREFETCH}", idempotent=True) or []
+                ids = [r["id"] for r in rows][:free]
+                if not ids:
+                    continue
+                got = await self.db.query_one(
+                    "UPDATE $ids SET status = 'processing', assignee = $me, "
+                    f"lease_until = time::now() + {int(t.lease_secs * 1000)}ms, "
+                    "started_at = time::now(), attempts = attempts OR 0, not_before = NONE "
+                    "WHERE status = 'pending' RETURN AFTER", {"ids": ids, "me": m.id}) or []
+                for row in got:
+                    if m.state != "ready":
+                        # drained (or removed) while this claim ran: not one job more
+                        await self._release_one(m, record_id_text(row["id"]), "draining")
+                        continue
+                    job = await self._launch(p, m, t, row)
+                    if job is not None:
+                        out.append(job)
+        if out:
+            self.idle_since.pop(m.id, None)
+        return out
+
+    async def _launch(self, p: _Pool, m: Machine, t: JobTable, row: dict[str, Any]
+                      ) -> dict[str, Any] | None:
+        rid: RecordID = row["id"]
+        key = record_id_text(rid)
+        attempts = int(row.get("attempts") or 0)
+        if row.get("kill_requested"):
+            await self.db.query_one(
+                f"UPDATE $id SET status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
+                "finished_at = time::now(), lease_until = NONE WHERE status = 'processing' "
+                "AND assignee = $me RETURN id",
+                {"id": rid, "me": m.id, "n": attempts,
+                 "e": _error("killed", "killed", attempt=attempts)})
+            return None
+        self.assigned[key] = _Assigned(m.id, t, attempts, _max_retries(row.get("max_retries")))
+        m.running.append(key)
+        headers = {"X-Job-Id": key}
+        if t.auth_token:
+            headers["Authorization"] = f"Bearer {t.auth_token}"
+        return {"id": key, "url": job_url(t.base_url, row.get("path")),
+                "payload": jsonable(row.get("payload")), "headers": headers,
+                "timeout_secs": t.timeout_secs, "attempt": attempts + 1}
+
+    def _classify(self, p: _Pool, a: _Assigned, body: dict[str, Any]) -> dict[str, Any]:
+        n = a.attempts + 1
+        kind = body.get("error_kind")
+        status = body.get("status")
+        text = str(body.get("body") or "")[:RESULT_BODY_MAX]
+        if kind is None and isinstance(status, int) and 200 <= status < 300:
+            return {"kind": "completed", "result": _result(text)}
+        if kind == "killed":
+            return {"kind": "failed", "retry": False, "wait": None,
+                    "error": _error("killed", "killed", attempt=n)}
+        if kind == "timeout":
+            return {"kind": "failed", "retry": True, "wait": None, "error": _error(
+                "timeout", f"backend timed out after {a.table.timeout_secs:g}s", attempt=n)}
+        if kind is None and isinstance(status, int):
+            again = retried(status)
+            message = redact(f"backend answered {status}: {text}",
+                             p.secrets)[:ERROR_TEXT_MAX]
+            return {"kind": "failed", "retry": again,
+                    "wait": retry_after_secs(body.get("retry_after")) if again else None,
+                    "error": _error("http" if again else "rejected", message, attempt=n,
+                                    status=status)}
+        message = redact(f"backend unreachable: {body.get('error') or kind!s}", p.secrets)
+        return {"kind": "failed", "retry": True, "wait": None,
+                "error": _error("unreachable", message[:ERROR_TEXT_MAX], attempt=n)}
+
+    async def _reload(self, m: Machine, job_id: str) -> _Assigned | None:
+        """An adopted job (scheduler restarted while it ran): its row, if still ours."""
+        try:
+            rid = parse_record_id(job_id)
+        except ValueError:
+            return None
+        t = next((t for t in self.pools[m.pool].spec.tables if t.name == rid.table_name), None)
+        if t is None:
+            return None
+        row = await self.db.query_one("SELECT attempts, max_retries, assignee, status FROM "
+                                      "ONLY $id", {"id": rid}, idempotent=True)
+        if not isinstance(row, dict) or row.get("assignee") != m.id \
+                or row.get("status") != "processing":
+            return None
+        a = _Assigned(m.id, t, int(row.get("attempts") or 0),
+                      _max_retries(row.get("max_retries")))
+        self.assigned[job_id] = a
+        return a
+
+    async def _renew(self, m: Machine) -> dict[str, bool]:
+        """Renew the leases of the machine's jobs: {job id: kill requested} of rows still
+        this machine's (a job missing from the answer is no longer its)."""
+        by_table: dict[str, list[RecordID]] = {}
+        for job_id in m.running:
+            with contextlib.suppress(ValueError):
+                rid = parse_record_id(job_id)
+                by_table.setdefault(rid.table_name, []).append(rid)
+        tables = {t.name: t for t in self.pools[m.pool].spec.tables}
+        out: dict[str, bool] = {}
+        for name, rids in by_table.items():
+            t = tables.get(name)
+            if t is None:
+                continue
+            got = await self.db.query_one(
+                f"UPDATE $ids SET lease_until = time::now() + {int(t.lease_secs * 1000)}ms "
+                "WHERE status = 'processing' AND assignee = $me RETURN id, kill_requested",
+                {"ids": rids, "me": m.id}) or []
+            for row in got:
+                out[record_id_text(row["id"])] = row.get("kill_requested") is True
+        return out
+
+    def _forget(self, m: Machine, job_id: str) -> None:
+        with contextlib.suppress(ValueError):
+            m.running.remove(job_id)
+        self.assigned.pop(job_id, None)
+        if not m.running:
+            self.idle_since[m.id] = time.monotonic()
+
+    async def _release_one(self, m: Machine, job_id: str, why: str) -> None:
+        with contextlib.suppress(ValueError, DbError):
+            got = await self.db.query_one(
+                "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE, "
+                "recovered_at = time::now() WHERE status = 'processing' AND assignee = $me "
+                "RETURN id", {"id": parse_record_id(job_id), "me": m.id})
+            if got:
+                log.info("job %s back to pending (%s: %s)", job_id, m.id, why)
+        self._forget(m, job_id)
+        self.pools[m.pool].wake.set()
+
+    async def _release_all(self, m: Machine, why: str) -> int:
+        """Every processing row this machine holds -> pending (its rows, not only the ones
+        in memory: a take answered just before the machine died counts too)."""
+        n = 0
+        for t in self.pools[m.pool].spec.tables:
+            got = await self.db.query_one(
+                f"UPDATE {t.name} SET status = 'pending', assignee = NONE, lease_until = NONE, "
+                "recovered_at = time::now() WHERE status = 'processing' AND assignee = $me "
+                "RETURN id", {"me": m.id}) or []
+            n += len(got)
+        for job_id in list(m.running):
+            self._forget(m, job_id)
+        if n:
+            log.info("machine %s %s: %d jobs back to pending", m.id, why, n)
+            self.pools[m.pool].wake.set()
+        return n
+
+    async def _remove(self, m: Machine, state: str, reason: str, *, force: bool = False
+                      ) -> None:
+        if not m.active:
+            return
+        try:
+            await self._release_all(m, state)
+        except DbError as e:
+            # The rows keep their lease: the sweep (or the SSP-style lease expiry) frees them.
+            log.warning("machine %s: handing its jobs back failed (%s); left for the lease "
+                        "sweep", m.id, e)
+        m.state = state
+        m.removed_at = now_ms()
+        m.removal_reason = reason
+        self.idle_since.pop(m.id, None)
+        self.store.save_machine(m)
+        self.pools[m.pool].provider.destroy(m.provider_ref, force=force)
+        log.info("machine %s of pool %s %s: %s", m.id, m.pool, state, reason)
+        self._prune(m.pool)
+
+    def _prune(self, pool: str) -> None:
+        done = sorted((m for m in self.machines.values() if m.pool == pool and not m.active),
+                      key=lambda m: m.created_at)
+        for m in done[:-KEEP_TERMINAL]:
+            self.machines.pop(m.id, None)
+
+    # ------------------------------------------------------------------ sizing and breaker
+
+    async def _run(self) -> None:
+        while True:
+            for p in list(self.pools.values()):
+                try:
+                    await self._tick(p)
+                    p.last_sweep_error = None
+                except DbError as e:
+                    p.last_sweep_error = str(e)[:300]
+                    log.warning("pool %s: sweep failed: %s", p.spec.name, e)
+                except Exception:
+                    p.last_sweep_error = "internal error (logged)"
+                    log.exception("pool %s: sweep failed", p.spec.name)
+            await asyncio.sleep(self.cfg.tick_ms / 1000)
+
+    async def _tick(self, p: _Pool) -> None:
+        spec = p.spec
+        now = now_ms()
+        for m in [m for m in self.machines.values() if m.pool == spec.name and m.active]:
+            alive = p.provider.alive(m.provider_ref)
+            if m.state == "booting":
+                if alive is False:
+                    code = p.provider.exit_code(m.provider_ref)
+                    why = f"the agent exited{f' with code {code}' if code is not None else ''}" \
+                          " before it registered"
+                    await self._remove(m, "failed", why)
+                    self._boot_failed(p, why)
+                elif now - m.created_at > spec.boot_timeout_secs * 1000:
+                    why = f"the agent did not register within {spec.boot_timeout_secs}s"
+                    await self._remove(m, "failed", why, force=True)
+                    self._boot_failed(p, why)
+                continue
+            if alive is False:
+                code = p.provider.exit_code(m.provider_ref)
+                if m.state == "draining" and code == 0:
+                    await self._remove(m, "destroyed", m.drain_reason or "drained")
+                else:
+                    await self._remove(m, "lost", "the agent process exited" +
+                                       (f" (code {code})" if code is not None else ""))
+            elif now - (m.last_contact_at or m.created_at) > self.cfg.machine_timeout_ms:
+                await self._remove(m, "lost", "no heartbeat for "
+                                   f"{self.cfg.machine_timeout_ms / 1000:g}s", force=True)
+            elif m.state == "draining" and not m.running:
+                await self._remove(m, "destroyed", m.drain_reason or "drained")
+        if time.monotonic() - p.last_sweep >= SWEEP_EVERY_SECS:
+            p.last_sweep = time.monotonic()
+            await self._sweep_leases(p)
+        p.waiting = await self._count_waiting(p)
+        if p.waiting:
+            p.wake.set()
+        self._size(p)
+
+    async def _sweep_leases(self, p: _Pool) -> None:
+        for t in p.spec.tables:
+            got = await self.db.query_one(
+                f"UPDATE {t.name} SET status = 'pending', assignee = NONE, lease_until = NONE, "
+                "recovered_at = time::now() WHERE status = 'processing' AND "
+                "lease_until < time::now() RETURN id") or []
+            for row in got:
+                key = record_id_text(row["id"])
+                a = self.assigned.get(key)
+                if a is not None and a.machine in self.machines:
+                    self._forget(self.machines[a.machine], key)
+                log.info("job %s: lease expired, back to pending", key)
+
+    async def _count_waiting(self, p: _Pool) -> int:
+        n = 0
+        for t in p.spec.tables:
+            got = await self.db.query_one(
+                f"SELECT count() AS n FROM {t.name} WHERE status = 'pending' AND "
+                "(not_before = NONE OR not_before <= time::now()) GROUP ALL",
+                idempotent=True) or []
+            n += int(got[0]["n"]) if got else 0
+        return n
+
+    def _size(self, p: _Pool) -> None:
+        spec = p.spec
+        ms = [m for m in self.machines.values() if m.pool == spec.name]
+        running = [m for m in ms if m.state in ("booting", "ready")]
+        if not p.state.paused and not self.stopping:
+            free = sum(m.slots - len(m.running) for m in running)
+            wanted = (len(running) < spec.min_machines
+                      or (p.waiting > free and len(running) < spec.max_machines))
+            if wanted and self._breaker_allows(p, ms):
+                self._boot(p)
+                return
+        # Scale down: idle ready machines above the minimum, nothing waiting.
+        if p.waiting:
+            return
+        idle = [m for m in running if m.state == "ready" and not m.running
+                and time.monotonic() - self.idle_since.get(m.id, time.monotonic())
+                > spec.idle_secs]
+        keep = len(running)
+        for m in idle:
+            if keep <= spec.min_machines:
+                break
+            self._drain(m, "idle")
+            keep -= 1
+
+    def _boot(self, p: _Pool) -> None:
+        mid = f"m-{p.spec.name}-{secrets.token_hex(4)}"
+        token = secrets.token_urlsafe(24)
+        m = Machine(mid, p.spec.name, slots=p.spec.slots, token_hash=_hash(token))
+        self.machines[mid] = m
+        try:
+            m.provider_ref = p.provider.boot(p.spec, mid, token, self.cfg.agent_url,
+                                             self.cfg.heartbeat_ms)
+        except BootError as e:
+            m.state = "failed"
+            m.removed_at = now_ms()
+            m.removal_reason = str(e)
+            self.store.save_machine(m)
+            self._boot_failed(p, str(e))
+            return
+        self.store.save_machine(m)
+        log.info("pool %s: booting machine %s (%s)", p.spec.name, mid, m.provider_ref)
+
+    def _breaker_allows(self, p: _Pool, ms: list[Machine]) -> bool:
+        b = p.state.breaker
+        if b["state"] == "closed":
+            return True
+        if b["state"] == "open" and now_ms() >= (b["retry_at"] or 0):
+            b["state"] = "half_open"
+            self.store.save_pool(p.state)
+            log.info("pool %s: breaker half-open, one trial machine", p.spec.name)
+            return True
+        # half-open: one trial at a time
+        return b["state"] == "half_open" and not any(m.state == "booting" for m in ms)
+
+    def _boot_failed(self, p: _Pool, why: str) -> None:
+        b = p.state.breaker
+        b["failures"] += 1
+        b["last_error"] = why
+        log.warning("pool %s: boot failure %d: %s", p.spec.name, b["failures"], why)
+        if b["state"] == "half_open" or b["failures"] >= p.spec.breaker_failures:
+            was_open = b["state"] != "closed"
+            b["state"] = "open"
+            b["opened_at"] = b["opened_at"] if was_open and b["opened_at"] else now_ms()
+            b["retry_at"] = now_ms() + p.spec.breaker_cooldown_secs * 1000
+            summary = (f"pool {p.spec.name}: {b['failures']} machine boots failed in a row "
+                       f"(last: {why}); no new machine for {p.spec.breaker_cooldown_secs}s")
+            iid = b["incident_id"]
+            if iid and self.incidents.get(iid) and self.incidents.get(iid)["state"] == "open":
+                self.incidents.event(iid, summary)
+            else:
+                b["incident_id"] = self.incidents.open(f"pool:{p.spec.name}",
+                                                       "pool_breaker_open", summary)
+        self.store.save_pool(p.state)
+
+    def _boot_succeeded(self, p: _Pool, m: Machine) -> None:
+        b = p.state.breaker
+        was = b["state"]
+        b["failures"] = 0
+        if was != "closed":
+            b.update(state="closed", opened_at=None, retry_at=None)
+            if b["incident_id"]:
+                self.incidents.end(b["incident_id"], "recovered",
+                                   f"pool {p.spec.name}: machine {m.id} registered; breaker "
+                                   "closed")
+            b["incident_id"] = None
+            log.info("pool %s: breaker closed", p.spec.name)
+        self.store.save_pool(p.state)
+
+
+__all__ = ["ACTIVE", "PoolError", "PoolService"]
