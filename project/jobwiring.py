@@ -5,8 +5,10 @@ Every backend app with an outbox `method` becomes one `SVC_JOB_CONFIG` entry key
 name: `name` is the outbox table, `base_url` is the app's `baseUrl`, or, without one, the
 backend's local address `http://127.0.0.1:<deploy.port>` (default 8080: the dev server listens
 on the port it is deployed with), `auth_token` is `auth.token` with its `${NAME}` references
-replaced from the environment given (a reference to an unset variable is an error: a backend
-called without its token would answer 401 on every job), `concurrency` is
+replaced from the environment given, else from the app's own `env` sources
+(`project.envsources`: dotenv files, inline maps, the `dev` side of a split, in order); a
+reference found in neither is an error (a backend called without its token would answer 401 on
+every job), `concurrency` is
 `method.concurrency` and `timeout_secs` is `deploy.timeout`.
 
 The scheduler's `job_tables` are the root's `job_tables` followed by the outbox tables.
@@ -14,13 +16,14 @@ The scheduler's `job_tables` are the root's `job_tables` followed by the outbox 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from project.appconfig import substitute
-from project.rootconfig import Issue, Project, ProjectInvalid
+from project.envsources import Variable, variable_lookup
+from project.rootconfig import Issue, LoadedApp, Project, ProjectInvalid
 
-__all__ = ["job_config", "scheduler_job_tables", "token_refs"]
+__all__ = ["job_config", "scheduler_job_tables", "token_lookup", "token_refs"]
 
 
 def token_refs(token: str | None) -> list[str]:
@@ -29,6 +32,13 @@ def token_refs(token: str | None) -> list[str]:
         return []
     _, names = substitute(token, lambda _name: None)
     return names
+
+
+def token_lookup(app: LoadedApp, project: Project,
+                 env: Mapping[str, str]) -> Callable[[str], Variable | None]:
+    """Where `${NAME}` in the app's `auth.token` resolves: the process environment `env`, else
+    the app's own `env` sources."""
+    return variable_lookup(app.config.env, app.dir, project.dir, env)
 
 
 def job_config(project: Project, env: Mapping[str, str]) -> dict[str, Any]:
@@ -42,10 +52,17 @@ def job_config(project: Project, env: Mapping[str, str]) -> dict[str, Any]:
             continue
         token = ""
         if cfg.auth is not None and cfg.auth.token is not None:
-            token, missing = substitute(cfg.auth.token, env.get)
+            lookup = token_lookup(app, project, env)
+
+            def value(name: str, lookup: Callable[[str], Variable | None] = lookup
+                      ) -> str | None:
+                found = lookup(name)
+                return None if found is None else found.value
+            token, missing = substitute(cfg.auth.token, value)
             for var in missing:
                 issues.append(Issue(str(app.file), "auth.token",
-                                    f"references ${{{var}}}, which is not set"))
+                                    f"references ${{{var}}}, which is not set (in the "
+                                    "environment or the app's env sources)"))
         base_url = cfg.baseUrl or f"http://127.0.0.1:{cfg.deploy_port()}"
         tables[name] = {
             "name": app.outbox_table,

@@ -1,6 +1,6 @@
 """A project with every default filled in and every secret masked, for `svc project show`.
 
-Masked: `auth.token` (its `${NAME}` references are listed with whether each is set), every
+Masked: `auth.token` (its `${NAME}` references are listed with where each resolves), every
 environment value (inline maps, dotenv files, `deploy.build_args`) and the SSP job config's
 `auth_token`. Environment sources are merged in order for each side (`dev`, `cloud`), later
 sources overriding earlier ones, as the app would see them; vault variables are shown as
@@ -9,17 +9,18 @@ coming from the vault (their values are not known here).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from project.appconfig import AppConfig, EnvSplit, VaultWhitelist
-from project.jobwiring import scheduler_job_tables, token_refs
+from dotenv import dotenv_values
+
+from project.appconfig import AppConfig, VaultWhitelist
+from project.envsources import Variable, dotenv_file, env_leaves
+from project.jobwiring import scheduler_job_tables, token_lookup, token_refs
 from project.rootconfig import LoadedApp, Project
 
 MASK = "***"
-_DOTENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
 
 
 def expand_project_dir(text: str, project_dir: Path) -> str:
@@ -28,11 +29,10 @@ def expand_project_dir(text: str, project_dir: Path) -> str:
 
 
 def _dotenv_keys(path: Path) -> list[str] | None:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
+    if not path.is_file():
         return None
-    return [m.group(1) for line in lines if (m := _DOTENV_LINE.match(line))]
+    # python-dotenv, as project.envsources reads the values; no interpolation
+    return list(dotenv_values(path, interpolate=False))
 
 
 def merged_env(env: Any, side: str, app_dir: Path, project_dir: Path) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def merged_env(env: Any, side: str, app_dir: Path, project_dir: Path) -> dict[st
         if isinstance(src, str) and src == "vault":
             out["vault"] = "all"
         elif isinstance(src, str):
-            path = app_dir / expand_project_dir(src, project_dir)
+            path = dotenv_file(src, app_dir, project_dir)
             keys = _dotenv_keys(path)
             if keys is None:
                 out["missing"].append(src)
@@ -57,17 +57,13 @@ def merged_env(env: Any, side: str, app_dir: Path, project_dir: Path) -> dict[st
             for k in src:
                 out["vars"][k] = f"{MASK} (inline)"
 
-    def item(src: Any) -> None:
-        if isinstance(src, EnvSplit):
-            chosen = src.dev if side == "dev" else src.cloud
-            for s in chosen if isinstance(chosen, list) else [chosen] if chosen else []:
-                leaf(s)
-        else:
-            leaf(src)
-
-    for s in env if isinstance(env, list) else [env] if env is not None else []:
-        item(s)
+    for src in env_leaves(env, side):
+        leaf(src)
     return out
+
+
+def _source(found: Variable | None) -> str:
+    return "not set" if found is None else f"set ({found.source})"
 
 
 def _app(app: LoadedApp, project: Project, env: Mapping[str, str]) -> dict[str, Any]:
@@ -76,9 +72,11 @@ def _app(app: LoadedApp, project: Project, env: Mapping[str, str]) -> dict[str, 
     doc["file"] = str(app.file)
     if cfg.auth is not None:
         refs = token_refs(cfg.auth.token)
+        lookup = token_lookup(app, project, env)
         doc["auth"] = {"type": "token",
                        "token": MASK if cfg.auth.token else None,
-                       "references": {r: ("set" if r in env else "not set") for r in refs}}
+                       # where each reference resolves (never its value)
+                       "references": {r: _source(lookup(r)) for r in refs}}
     if "deploy" in doc or cfg.type != "container":
         deploy = doc.setdefault("deploy", {
             "expose": False, "timeoutOverridable": False, "timeout": 10,
@@ -117,7 +115,9 @@ def resolved(project: Project, env: Mapping[str, str]) -> dict[str, Any]:
         cfg = app.config
         if cfg.type != "backend" or cfg.method is None or app.outbox_table is None:
             continue
-        missing = [r for r in token_refs(cfg.auth.token if cfg.auth else None) if r not in env]
+        lookup = token_lookup(app, project, env)
+        missing = [r for r in token_refs(cfg.auth.token if cfg.auth else None)
+                   if lookup(r) is None]
         has_token = cfg.auth is not None and bool(cfg.auth.token)
         jobs[name] = {
             "name": app.outbox_table,

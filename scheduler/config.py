@@ -10,7 +10,8 @@ ones the specification lists ("Scheduler configuration", "Admin configuration", 
   ``ingest_port``, ``ssp_poll_interval_ms``, ``max_buffer_per_ssp``,
   ``snapshot_update_interval_secs``, ``job_tables``.
 * ``SVC_PROJECT_FILE`` (the root ``project.yml``): its ``job_tables`` and every backend app's
-  outbox table are added to ``job_tables`` (``project.jobwiring``).
+  outbox table are added to ``job_tables`` (``project.jobwiring``); its ``sync.transport`` is
+  the default of ``SVC_INGEST_TRANSPORT`` (``project.service``: the variable wins when set).
 * Environment overrides win over the YAML (``SVC_DB_*``, ``SVC_SNAPSHOT_UPDATE_INTERVAL_SECS``);
   the rest of the ``SVC_*`` settings exist only in the environment.
 
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -37,6 +38,10 @@ from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
 from scheduler.workflows.config import WorkflowConfig
+
+if TYPE_CHECKING:
+    # imported where used: the project models (pydantic) load only when a project file is set
+    from project.rootconfig import Project
 
 #: the dashboard shipped in this source tree (``dashboard/`` at the top of the repository): the
 #: default of ``SVC_ADMIN_DIR`` (an explicitly empty value means no bundle: the placeholder page)
@@ -427,23 +432,27 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
     )
 
 
-def _project_job_tables(env: Mapping[str, str]) -> list[str]:
-    """The job tables of the project file named by ``SVC_PROJECT_FILE`` (its root
-    ``job_tables`` and every backend's outbox table); none without the variable."""
-    path = (env.get("SVC_PROJECT_FILE") or "").strip()
-    if not path:
-        return []
-    from project.jobwiring import scheduler_job_tables
-    from project.rootconfig import ProjectInvalid, load_project
+def _service_project(env: Mapping[str, str]) -> Project | None:
+    """The project file named by ``SVC_PROJECT_FILE`` (None without the variable)."""
+    if not (env.get("SVC_PROJECT_FILE") or "").strip():
+        return None
+    from project.rootconfig import ProjectInvalid
+    from project.service import load_service_project
 
     try:
-        return scheduler_job_tables(load_project(Path(path)))
+        return load_service_project(env)
     except ProjectInvalid as e:
         raise ConfigError(f"SVC_PROJECT_FILE: {e}") from None
 
 
 def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> SchedulerConfig:
     _check_keys(doc, _TOP_KEYS, "")
+    project = _service_project(env)
+    # the root file's sync.transport is the default of SVC_INGEST_TRANSPORT (project.service)
+    if project is not None:
+        from project.service import with_project_defaults
+
+        env = with_project_defaults(env, project)
     yaml_db = doc.get("db", {})
     if yaml_db is None:
         yaml_db = {}
@@ -474,7 +483,10 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
             raise ConfigError(f"config key 'job_tables[{i}]' must be a non-empty string, got "
                               f"{_kind(t)}")
 
-    job_tables_raw = [*job_tables_raw, *_project_job_tables(env)]
+    if project is not None:
+        from project.jobwiring import scheduler_job_tables
+
+        job_tables_raw = [*job_tables_raw, *scheduler_job_tables(project)]
     job_tables_raw = list(dict.fromkeys(job_tables_raw))
 
     ingest_host = _yaml_str(doc, "ingest_host")

@@ -15,12 +15,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
 from maintenance.jobtables import JobConfigError, JobTable, tables_from_specs
+
+if TYPE_CHECKING:
+    # imported where used: the project models (pydantic) load only when a project file is set
+    from project.rootconfig import Project
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
@@ -103,19 +107,32 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
         raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
 
 
-def _merge_project_jobs(env: Mapping[str, str], from_env: dict[str, Any]) -> dict[str, Any]:
-    """`SVC_JOB_CONFIG` entries plus one per backend with an outbox in the project file named
-    by `SVC_PROJECT_FILE` (keyed by app name). An `SVC_JOB_CONFIG` entry with an app's key
-    replaces that app's entry: the environment describes this deployment, the file is shared.
-    """
-    path = env.get("SVC_PROJECT_FILE", "").strip()
-    if not path:
-        return from_env
-    from project.jobwiring import job_config
-    from project.rootconfig import ProjectInvalid, load_project
+def _service_project(env: Mapping[str, str]) -> Project | None:
+    """The project file named by `SVC_PROJECT_FILE` (None without the variable)."""
+    if not env.get("SVC_PROJECT_FILE", "").strip():
+        return None
+    from project.rootconfig import ProjectInvalid
+    from project.service import load_service_project
 
     try:
-        from_project = job_config(load_project(Path(path)), env)["job_tables"]
+        return load_service_project(env)
+    except ProjectInvalid as e:
+        raise ConfigError(f"SVC_PROJECT_FILE: {e}") from None
+
+
+def _merge_project_jobs(env: Mapping[str, str], project: Project | None,
+                        from_env: dict[str, Any]) -> dict[str, Any]:
+    """`SVC_JOB_CONFIG` entries plus one per backend with an outbox in the project file
+    (keyed by app name). An `SVC_JOB_CONFIG` entry with an app's key replaces that app's
+    entry: the environment describes this deployment, the file is shared.
+    """
+    if project is None:
+        return from_env
+    from project.jobwiring import job_config
+    from project.rootconfig import ProjectInvalid
+
+    try:
+        from_project = job_config(project, env)["job_tables"]
     except ProjectInvalid as e:
         raise ConfigError(f"SVC_PROJECT_FILE: {e}") from None
     merged = {**from_project, **from_env}
@@ -241,10 +258,18 @@ class SspConfig:
         jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
         if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
             raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
+        project = _service_project(env)
         try:
-            jobs = tables_from_specs(_merge_project_jobs(env, jobs_raw.get("job_tables", {})))
+            jobs = tables_from_specs(_merge_project_jobs(env, project,
+                                                         jobs_raw.get("job_tables", {})))
         except JobConfigError as e:
             raise ConfigError(str(e)) from None
+        # the root file's refMode and sync.transport are the defaults of SVC_SSP_REF_MODE and
+        # SVC_INGEST_TRANSPORT; a variable set wins (project.service, shared with the others)
+        if project is not None:
+            from project.service import with_project_defaults
+
+            env = with_project_defaults(env, project)
         backends = _json(env, "SVC_BACKENDS", None)
         if backends is None:
             backends = _json(env, "SVC_SCHEDULER_BACKENDS", [])

@@ -37,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema_sub = schema.add_subparsers(dest="action", required=True)
     apply = schema_sub.add_parser(
         "apply",
-        help="write meta tables and sync hooks (idempotent)",
-        description="Write the service's meta tables and hook every synced table into the "
+        help="write meta tables, the backends' outbox schemas and sync hooks (idempotent)",
+        description="Write the service's meta tables, each backend's outbox schema "
+        "(method.schema, with a project file) and hook every synced table into the "
         "ingest transport. Database from SVC_DB_URL, SVC_DB_USER, SVC_DB_PASS, SVC_DB_NS, "
         "SVC_DB_NAME. Transport: --transport, else SVC_INGEST_TRANSPORT, else sync.transport "
         "in the project file, else http.",
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--transport", choices=("http", "changefeed"),
                        help="ingest transport (overrides SVC_INGEST_TRANSPORT and project file)")
     apply.add_argument("--project", metavar="FILE",
-                       help="root project file (default: ./project.yml when present)")
+                       help="root project file (default: SVC_PROJECT_FILE, else ./project.yml "
+                       "when present)")
     apply.add_argument("--ingest-url", metavar="URL",
                        help="the SSP's or scheduler's /ingest URL for transport http "
                        "(default: SVC_INGEST_URL)")
@@ -62,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     view_sub = view.add_subparsers(dest="action", required=True)
     watch = view_sub.add_parser("watch", help="print a view's state and its edges as they change")
     watch.add_argument("view_id", help="the view id, e.g. query:top")
-    watch.add_argument("--ref-mode", choices=("dedicated", "single"), default="dedicated")
+    watch.add_argument("--ref-mode", choices=("dedicated", "single"), default=None,
+                       help="the SSP's ref mode (default: SVC_SSP_REF_MODE, else refMode in the "
+                       "project file, else dedicated)")
     watch.add_argument("--seconds", type=float, default=None, help="stop after this long")
 
     admin = sub.add_parser("admin", help="the admin listener's roster (_00_admin)",
@@ -128,6 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError("argparse enforces the subcommands")
 
 
+def _project_path(args: argparse.Namespace) -> Path:
+    """The root project file, found as everywhere else (`svccli.settings.find_project`):
+    `--project`, else `SVC_PROJECT_FILE`, else `./project.yml`."""
+    named = args.project or os.environ.get("SVC_PROJECT_FILE", "").strip()
+    return Path(named) if named else Path.cwd() / "project.yml"
+
+
 def _workflows(args: argparse.Namespace) -> int:
     from dbclient import DbConfig
     from project.workflows import DefinitionError
@@ -136,7 +147,7 @@ def _workflows(args: argparse.Namespace) -> int:
     prog = "svc migrate" if args.command == "migrate" else "svc workflows apply"
     section = None
     if args.command == "workflows":
-        path = Path(args.project) if args.project else Path.cwd() / "project.yml"
+        path = _project_path(args)
         try:
             section = workflows.read_section(path, required=True)
         except DefinitionError as e:
@@ -188,7 +199,7 @@ def _schema_apply(args: argparse.Namespace) -> int:
     from project.workflows import DefinitionError
     from svccli import workflows
 
-    project = Path(args.project) if args.project else Path.cwd() / "project.yml"
+    project = _project_path(args)
     try:
         # Refused definitions stop the command before anything is written.
         section = workflows.read_section(project, required=False)
@@ -231,16 +242,30 @@ def _tool(args: argparse.Namespace) -> int:
         if args.command == "sql":
             asyncio.run(run_sql(cfg, args.query))
         else:
-            asyncio.run(watch_view(cfg, args.view_id, ref_mode=args.ref_mode, seconds=args.seconds))
+            asyncio.run(watch_view(cfg, args.view_id, ref_mode=args.ref_mode or _ref_mode(),
+                                   seconds=args.seconds))
     except DbError as e:
         print(f"svc {args.command}: database error: {e}", file=sys.stderr)
         return EXIT_DB_ERROR
-    except ValueError as e:
+    except ValueError as e:  # also svccli.settings.ConfigError
         print(f"svc {args.command}: {e}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
     return EXIT_OK
+
+
+def _ref_mode() -> str:
+    """`SVC_SSP_REF_MODE`, else the project file's `refMode` (`project.service`), else the
+    SSP's default."""
+    from project.service import with_project_defaults
+    from svccli.settings import find_project
+
+    env = with_project_defaults(os.environ, find_project(os.environ, None, Path.cwd()))
+    mode = env.get("SVC_SSP_REF_MODE", "").strip().lower() or "dedicated"
+    if mode not in ("dedicated", "single"):
+        raise ValueError(f"SVC_SSP_REF_MODE must be dedicated or single, got {mode[:20]!r}")
+    return mode
 
 
 async def _run_apply(settings: SchemaSettings, section: Any = None) -> int:

@@ -19,6 +19,8 @@ What it writes
   from the secret), whose AUTHENTICATE block refuses a token whose `imp` session is revoked,
   expired or for another target; sessions last 5 minutes. With the flag off the access method
   is removed, so every impersonation token stops authenticating.
+- With a project file: each backend's outbox schema (`method.schema`), after the meta tables
+  and before the sync hooks, so its tables are synced in the same run (`svccli.outbox`).
 - For every synced table (not `_00_*`, no `@nosync` in its comment, not a computed view):
   field `_00_rv` = the row's content version, `($before ?? 0) + 1` on every write, computed by
   the engine inside the writing transaction (a field VALUE, not an event writing the table back,
@@ -49,10 +51,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dbclient import Database, DbQueryError, is_identifier, schema_fingerprint
 from maintenance.impersonation import signing_key
+from svccli.outbox import OutboxResult, OutboxSchema, outbox_schemas
 from svccli.settings import ConfigError, SchemaSettings, parse_duration_ns
 
 META_PREFIX = "_00_"
@@ -324,6 +328,8 @@ class ApplyReport:
     updated_state: list[str] = field(default_factory=list)
     removed_state: list[str] = field(default_factory=list)
     access: str = ""  # what happened to the `_00_impersonate` access method
+    outboxes: list[OutboxResult] = field(default_factory=list)
+    project_dir: Path | None = None
 
     def lines(self) -> list[str]:
         """A short human summary (never contains the secret or the ingest URL's params)."""
@@ -331,6 +337,7 @@ class ApplyReport:
         out += [f"meta   {name}: {status}" for name, status in self.meta.items()]
         if self.access:
             out.append(f"access _00_impersonate: {self.access}")
+        out += [r.line(self.project_dir or Path("/")) for r in self.outboxes]
         out += [f"synced {name}: {status}" for name, status in self.synced.items()]
         out += [f"skip   {name}: {why}" for name, why in self.skipped.items()]
         out += [f"schema state written for {name}" for name in self.updated_state]
@@ -363,7 +370,10 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
     transport = settings.transport
     retention = settings.retention
     retention_ns = parse_duration_ns(retention) if transport == "changefeed" else None
-    report = ApplyReport(transport)
+    report = ApplyReport(transport, project_dir=settings.project.dir if settings.project
+                         else None)
+    # read and checked before anything is written: a refused file changes nothing
+    outboxes = outbox_schemas(settings.project) if settings.project is not None else []
 
     if transport == "http":
         assert settings.ingest_url is not None
@@ -420,6 +430,12 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
         report.access = "removed (SVC_IMPERSONATION is off)"
     await db.transaction(imp)
 
+    if outboxes:
+        # before the sync hooks, so the outbox tables are hooked in this same run
+        for schema in outboxes:
+            report.outboxes.append(await _apply_outbox(db, schema))
+        structure = await _structure(db)
+
     synced: list[str] = []
     for name in sorted(structure):
         entry = structure[name]
@@ -452,6 +468,24 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
 
     await _write_schema_state(db, report)
     return report
+
+
+async def _apply_outbox(db: Database, schema: OutboxSchema) -> OutboxResult:
+    """One backend's schema file in one transaction; each of its tables' status."""
+    definitions = await db.table_definitions()
+    before = {t: await _fingerprint(db, t, definitions) if t in definitions else None
+              for t in schema.tables}
+    try:
+        await db.transaction([(s, None) for s in schema.statements])
+    except DbQueryError as e:
+        raise DbQueryError(f"app {schema.app}: method.schema {schema.file}: "
+                           f"{e.engine_message}", e.statement_index) from None
+    definitions = await db.table_definitions()
+    result = OutboxResult(schema)
+    for t in schema.tables:
+        after = await _fingerprint(db, t, definitions) if t in definitions else None
+        result.tables[t] = _status(before[t], after) if after is not None else "not defined"
+    return result
 
 
 async def _structure(db: Database) -> dict[str, dict[str, Any]]:

@@ -1,10 +1,11 @@
 """Settings of `svc schema apply`, resolved once from flags, environment and project file.
 
-Precedence for the ingest transport: `--transport` flag, then `SVC_INGEST_TRANSPORT`, then
-`sync.transport` in the root project file, then the specification's default `http`. The
-environment overrides the file because the file is checked in and shared, while the
-environment describes this deployment (the same rule the scheduler applies to
-`SVC_INGEST_TRANSPORT`).
+The root project file is `--project FILE`, else `SVC_PROJECT_FILE`, else `./project.yml` when
+present; it must validate. Precedence for the ingest transport: `--transport` flag, then
+`SVC_INGEST_TRANSPORT`, then `sync.transport` in the root project file, then the
+specification's default `http`. The environment overrides the file because the file is checked
+in and shared, while the environment describes this deployment (`project.service`: the rule
+the SSP and the scheduler apply too).
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
-
-import yaml
 
 from dbclient import DbConfig
 from ipc.messages import parse_duration_ns as duration_ns
 from maintenance.impersonation import FlagError, parse_flag
+from project.rootconfig import Project, ProjectInvalid, load_project
+from project.service import PROJECT_FILE_VAR, setting_source, with_project_defaults
 
 TRANSPORTS = ("http", "changefeed")
 DEFAULT_TRANSPORT = "http"
@@ -45,10 +45,12 @@ class SchemaSettings:
 
     db: DbConfig
     transport: str
-    transport_source: str  # "flag", "env", "project file <path>", "default"
+    transport_source: str  # "flag --transport", the variable, "project file <path> (...)", "default"
     retention: str = DEFAULT_RETENTION
     ingest_url: str | None = None  # full URL of the SSP's or scheduler's /ingest
     auth_secret: str = field(default="", repr=False)  # never shown
+    #: the root project file, when there is one: its backends' outbox schemas are applied
+    project: Project | None = field(default=None, repr=False)
     impersonation: bool = False  # SVC_IMPERSONATION: define the `_00_impersonate` access
 
     @property
@@ -60,29 +62,22 @@ class SchemaSettings:
         return url.removesuffix("/ingest")
 
 
-def read_project_transport(path: Path) -> str | None:
-    """`sync.transport` from a YAML project file (None when the key is absent)."""
+def find_project(env: Mapping[str, str], project_flag: str | None, cwd: Path) -> Project | None:
+    """The validated root project file: `--project`, else `SVC_PROJECT_FILE` (either must
+    exist), else `./project.yml` when there is one; None without any. ConfigError lists the
+    file's problems."""
+    named = project_flag or env.get(PROJECT_FILE_VAR, "").strip()
+    path = Path(named) if named else cwd / "project.yml"
+    if not path.is_file():
+        if named:
+            raise ConfigError(f"project file {path} does not exist")
+        return None
     try:
-        data: Any = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read project file {path}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"project file {path} is not valid YAML: {e}") from None
-    if data is None:
-        return None
-    if not isinstance(data, dict):
-        raise ConfigError(f"project file {path} must be a mapping at the top level")
-    sync = data.get("sync")
-    if sync is None:
-        return None
-    if not isinstance(sync, dict):
-        raise ConfigError(f"project file {path}: `sync` must be a mapping")
-    transport = sync.get("transport")
-    if transport is None:
-        return None
-    if not isinstance(transport, str):
-        raise ConfigError(f"project file {path}: `sync.transport` must be a string")
-    return transport
+        return load_project(path)
+    except ProjectInvalid as e:
+        raise ConfigError("; ".join(str(i) for i in e.issues[:10])
+                          + (f" (and {len(e.issues) - 10} more)" if len(e.issues) > 10 else "")
+                          + " (svc project validate lists every problem)") from None
 
 
 def resolve_settings(
@@ -100,20 +95,15 @@ def resolve_settings(
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
-    project_path = Path(project_flag) if project_flag else cwd / "project.yml"
-    if project_flag and not project_path.is_file():
-        raise ConfigError(f"project file {project_path} does not exist")
-    file_transport = read_project_transport(project_path) if project_path.is_file() else None
-
-    env_transport = env.get("SVC_INGEST_TRANSPORT", "").strip() or None
+    project = find_project(env, project_flag, cwd)
+    # the environment with the project file's settings as defaults (project.service: the one
+    # rule the SSP and the scheduler apply too)
+    effective = with_project_defaults(env, project)
     if transport_flag:
         transport, source = transport_flag, "flag --transport"
-    elif env_transport:
-        transport, source = env_transport, "SVC_INGEST_TRANSPORT"
-    elif file_transport:
-        transport, source = file_transport, f"project file {project_path}"
     else:
-        transport, source = DEFAULT_TRANSPORT, "default"
+        transport = effective.get("SVC_INGEST_TRANSPORT", "").strip() or DEFAULT_TRANSPORT
+        source = setting_source(env, project, "SVC_INGEST_TRANSPORT")
     transport = transport.strip().lower()
     if transport not in TRANSPORTS:
         raise ConfigError(f"ingest transport {transport!r} (from {source}) must be one of "
@@ -148,4 +138,5 @@ def resolve_settings(
         retention=retention,
         ingest_url=ingest_url,
         auth_secret=env.get("SVC_AUTH_SECRET", ""),
+        project=project,
     )

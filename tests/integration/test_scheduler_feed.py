@@ -141,8 +141,15 @@ async def test_tail_delivers_creates_updates_and_deletes_in_commit_order(
         assert st["enabled"] is True and st["gap"] is False and st["stalled"] is False
         assert st["records_1m"] == 5 and st["doorbell"] == "connected"
         assert st["last_error"] is None and isinstance(st["cursor_ms"], int)
-        saved = json.loads((tmp_path / "cursor.json").read_text())
-        assert saved["cursors"]["post"] > saved["base"]
+        # the cursor file is written after `submit` returned (the sink has the events first)
+
+        def saved_past_base() -> bool:
+            path = tmp_path / "cursor.json"
+            if not path.exists():
+                return False
+            saved = json.loads(path.read_text())
+            return bool(saved["cursors"].get("post", 0) > saved["base"])
+        await until(saved_past_base, "the cursor file past the base")
     finally:
         await tail.stop()
 

@@ -361,3 +361,74 @@ async def test_a_feed_added_by_someone_else_on_a_meta_table_is_kept(
     report = await apply_schema(db, settings_for(env))
     assert report.meta["_00_admin"] == "unchanged"
     assert "CHANGEFEED 3h INCLUDE ORIGINAL" in (await db.table_definitions())["_00_admin"]
+
+
+def _outbox_project(tmp: Path, schema: str) -> Path:
+    (tmp / "api").mkdir(exist_ok=True)
+    (tmp / "api" / "openapi.yml").write_text("openapi: 3.0.3\n")
+    (tmp / "api" / "jobs.surql").write_text(schema)
+    (tmp / "api" / "project.yml").write_text(
+        "type: backend\nspec: openapi.yml\nmethod: {type: outbox, schema: jobs.surql, "
+        "table: mail_job}\n")
+    (tmp / "project.yml").write_text("apps: {api: {path: api}}\nsync: {transport: changefeed}\n")
+    return tmp / "project.yml"
+
+
+OUTBOX = """
+-- the outbox of app api; an event keeps an audit trail
+DEFINE TABLE mail_job SCHEMALESS;
+DEFINE FIELD status ON mail_job TYPE string DEFAULT 'pending';
+DEFINE INDEX mail_job_status ON mail_job FIELDS status;
+DEFINE TABLE mail_audit SCHEMALESS COMMENT '@nosync';
+DEFINE EVENT audit ON mail_job WHEN $event = 'CREATE' THEN {
+    CREATE mail_audit SET job = $after.id; -- a statement inside the block
+};
+"""
+
+
+async def test_cli_applies_each_backends_outbox_schema_idempotently(
+    shared_db_host: DbHost, tmp_path: Path, db: Database, env: dict[str, str]
+) -> None:
+    project = _outbox_project(tmp_path, OUTBOX)
+    env = {**env, "SVC_PROJECT_FILE": str(project)}
+    r = run_cli(["schema", "apply"], env, tmp_path / "api")
+    assert r.returncode == 0, r.stderr
+    assert ("outbox api: api/jobs.surql (5 definitions): mail_job created, mail_audit created"
+            in r.stdout)
+    # applied before the sync hooks: the outbox table is synced in the same run, and its
+    # changefeed (transport from the project file) is there
+    assert "synced mail_job: created" in r.stdout
+    assert "skip   mail_audit: comment has @nosync" in r.stdout
+    definitions = await db.table_definitions()
+    assert "CHANGEFEED 1h" in definitions["mail_job"]
+    info = await db.query_one("INFO FOR TABLE mail_job")
+    assert set(info["fields"]) >= {"status", "_00_rv"}
+    assert set(info["indexes"]) == {"mail_job_status"}
+    assert "audit" in info["events"]
+    await db.query("CREATE mail_job:1 SET to = 'a@b'")
+    assert [row["job"] for row in await db.query_one("SELECT job FROM mail_audit")] == [
+        RecordID("mail_job", 1)]
+
+    r2 = run_cli(["schema", "apply"], env, tmp_path)
+    assert r2.returncode == 0, r2.stderr
+    assert "mail_job unchanged, mail_audit unchanged" in r2.stdout
+    assert "0 object(s) created or updated" in r2.stdout
+    assert (await db.table_definitions())["mail_job"] == definitions["mail_job"]
+
+    # a changed field takes effect on the next run; the table is reported updated
+    _outbox_project(tmp_path, OUTBOX.replace("DEFAULT 'pending'", "DEFAULT 'queued'"))
+    r3 = run_cli(["schema", "apply"], env, tmp_path)
+    assert r3.returncode == 0, r3.stderr
+    assert "mail_job updated, mail_audit unchanged" in r3.stdout
+    info = await db.query_one("INFO FOR TABLE mail_job")
+    assert "'queued'" in info["fields"]["status"]
+
+
+async def test_cli_refuses_an_outbox_schema_with_data_changes_before_writing_anything(
+    shared_db_host: DbHost, tmp_path: Path, db: Database, env: dict[str, str]
+) -> None:
+    project = _outbox_project(tmp_path, "DEFINE TABLE mail_job;\nDELETE mail_job;\n")
+    r = run_cli(["schema", "apply"], {**env, "SVC_PROJECT_FILE": str(project)}, tmp_path)
+    assert r.returncode == 2
+    assert "statement 2: DELETE is not a DEFINE statement" in r.stderr
+    assert await db.table_definitions() == {}

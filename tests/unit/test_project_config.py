@@ -247,7 +247,7 @@ def test_show_prints_the_resolved_project_with_secrets_masked(
         assert secret not in out
     doc = json.loads(out)
     api = doc["apps"]["api"]
-    assert api["auth"] == {"type": "token", "token": "***", "references": {"API_TOKEN": "set"}}
+    assert api["auth"] == {"type": "token", "token": "***", "references": {"API_TOKEN": "set (environment)"}}
     assert api["scope"] == "all" and api["hosting"] == "cloud"
     assert api["deploy"]["port"] == 9001 and api["deploy"]["resources"] == {
         "vcpus": 1, "memory": 512, "disk": 5}
@@ -278,7 +278,8 @@ def test_job_config_substitutes_the_token_and_refuses_an_unset_reference(tmp_pat
     with pytest.raises(ProjectInvalid) as e:
         job_config(project, {})
     assert [(i.path, i.reason) for i in e.value.issues] == [
-        ("auth.token", "references ${API_TOKEN}, which is not set")]
+        ("auth.token", "references ${API_TOKEN}, which is not set (in the environment or the "
+                       "app's env sources)")]
 
 
 def _ssp_env(**extra: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ def resolve(tmp_path: Path, env: dict[str, str] | None = None, **kw: str | None)
 
 def write_project(tmp_path: Path, transport: str) -> Path:
     path = tmp_path / "project.yml"
-    path.write_text(f"apps:\n  web: {{path: web}}\nsync:\n  transport: {transport}\n")
+    path.write_text(f"apps: {{}}\nsync:\n  transport: {transport}\n")
     return path
 
 
@@ -40,7 +40,7 @@ def test_project_file_in_cwd_sets_the_transport(tmp_path: Path) -> None:
     write_project(tmp_path, "changefeed")
     s = resolve(tmp_path)
     assert s.transport == "changefeed"
-    assert "project file" in s.transport_source
+    assert s.transport_source == f"project file {tmp_path / 'project.yml'} (sync.transport)"
 
 
 def test_env_overrides_project_file_and_flag_overrides_env(tmp_path: Path) -> None:
@@ -64,10 +64,11 @@ def test_explicit_project_flag(tmp_path: Path) -> None:
     ("text", "fragment"),
     [
         ("sync: [1, 2", "not valid YAML"),
-        ("- a\n- b\n", "mapping at the top level"),
-        ("sync: changefeed\n", "`sync` must be a mapping"),
-        ("sync:\n  transport: 3\n", "must be a string"),
-        ("sync:\n  transport: smoke\n", "'smoke'"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("sync: changefeed\n", "sync: must be"),
+        ("sync:\n  transport: 3\n", "sync.transport: must be 'http' or 'changefeed'"),
+        ("sync:\n  transport: smoke\n", "sync.transport: must be 'http' or 'changefeed'"),
+        ("apps: {web: {path: web}}\n", "apps.web.path: web: no such file"),
     ],
 )
 def test_bad_project_files_are_configuration_errors(tmp_path: Path, text: str,
