@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from dbclient.config import DbConfig
+from ipc.messages import INGEST_BATCH_MAX
 from maintenance.backends import BackendListError, parse_backends
 
 #: the dashboard shipped in this source tree (``dashboard/`` at the top of the repository): the
@@ -278,6 +279,21 @@ def _range(v: int, what: str, minimum: int, maximum: int | None) -> None:
         raise ConfigError(f"{what} must be {bound}, got {v}")
 
 
+def _chunk_size(doc: Mapping[str, Any]) -> int:
+    """`bootstrap_chunk_size`: events per POST /ingest to an SSP (the replay of the events
+    buffered during its bootstrap, and every later broadcast batch). The spec's value, 1000,
+    is the default and the most: the SSP's batched /ingest takes 1 to INGEST_BATCH_MAX events
+    (ipc.messages), so a larger value could never be sent and is refused at start."""
+    if isinstance(doc.get("bootstrap_chunk_size"), int) and not isinstance(
+            doc["bootstrap_chunk_size"], bool) and doc["bootstrap_chunk_size"] > INGEST_BATCH_MAX:
+        raise ConfigError(
+            f"config key 'bootstrap_chunk_size' must be between 1 and {INGEST_BATCH_MAX}, got "
+            f"{doc['bootstrap_chunk_size']}: it is the number of events per POST /ingest to an "
+            f"SSP, and an SSP takes at most {INGEST_BATCH_MAX} per batch (table pages of a "
+            "bootstrap are SVC_BOOTSTRAP_PAGE_SIZE)")
+    return _yaml_int(doc, "bootstrap_chunk_size", INGEST_BATCH_MAX)
+
+
 def _yaml_path(doc: Mapping[str, Any], key: str, default: Path, base: Path) -> Path:
     text = _yaml_str(doc, key)
     if text is None:
@@ -481,9 +497,7 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         load_balance=lb,
         heartbeat_interval_ms=heartbeat_interval,
         heartbeat_timeout_ms=heartbeat_timeout,
-        # Events per POST /ingest to an SSP (its replay after a bootstrap and every
-        # broadcast batch); at most 1000, the SSP's batch body limit is sized for that.
-        bootstrap_chunk_size=_yaml_int(doc, "bootstrap_chunk_size", 1000, maximum=1000),
+        bootstrap_chunk_size=_chunk_size(doc),
         bootstrap_timeout_secs=_yaml_int(doc, "bootstrap_timeout_secs", 120),
         replica_db_path=_yaml_path(doc, "replica_db_path",
                                    Path("scheduler-data/replica.sqlite3"), base),

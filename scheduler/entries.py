@@ -12,8 +12,11 @@ from typing import Any
 
 from engine import wire
 from engine.values import RecordID, parse_record_id
+from ipc.messages import INGEST_BATCH_MAX
 
-BATCH_MAX = 1000  # events per POST /ingest to an SSP (`bootstrap_chunk_size` may lower it)
+# Events per POST /ingest to an SSP: the SSP's batched /ingest takes 1 to INGEST_BATCH_MAX
+# (ipc.messages); `bootstrap_chunk_size` may lower it, never raise it (scheduler.config).
+BATCH_MAX = INGEST_BATCH_MAX
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
 VERSION = "0.1.0"
