@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from dbclient.config import DbConfig
+from ipc import otel
 from ipc.messages import INGEST_BATCH_MAX
 from maintenance.backends import BackendListError, parse_backends
 
@@ -169,6 +170,9 @@ class SchedulerConfig:
     ingest_transport: IngestTransport = IngestTransport.CHANGEFEED
     pool_port: int = 9669
     admin: AdminConfig = field(default_factory=AdminConfig)
+    # OpenTelemetry request metrics of both listeners (`ipc.otel`, standard OTEL_* names)
+    metrics_exporters: tuple[str, ...] = ()
+    metrics_export_interval_ms: int = 60_000
 
     @property
     def data_dir(self) -> Path:
@@ -474,6 +478,12 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
     backends_var = "SVC_BACKENDS" if env.get("SVC_BACKENDS") else "SVC_SCHEDULER_BACKENDS"
     backends = _parse_backends(backends_raw, backends_var) if backends_raw else ()
 
+    try:
+        metrics_exporters = otel.metrics_exporters(env)
+        export_interval = otel.export_interval_ms(env)
+    except otel.OtelConfigError as e:
+        raise ConfigError(str(e)) from None
+
     transport_text = (_env_str(env, "SVC_INGEST_TRANSPORT") or "changefeed").lower()
     try:
         transport = IngestTransport(transport_text)
@@ -529,4 +539,6 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         ingest_transport=transport,
         pool_port=_env_int(env, "SVC_POOL_PORT", 9669, maximum=65535),
         admin=_admin_config(env),
+        metrics_exporters=metrics_exporters,
+        metrics_export_interval_ms=export_interval,
     )

@@ -101,6 +101,12 @@ class SspEntry:
         v = self.metrics.get("memory_usage")
         return float(v) if isinstance(v, (int, float)) else 0.0
 
+    def mem_limit(self) -> float | None:
+        """The SSP's reported SVC_SSP_MEMORY_LIMIT_MB (None: an older SSP did not send it)."""
+        v = self.metrics.get("memory_limit_mb")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 \
+            else None
+
 
 def _query_record(event_id: Any) -> RecordID | None:
     """The deleted ``_00_query`` record of an event (``_00_query:abc``), None when unreadable."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient.config import DbConfig
+from ipc.otel import OtelConfigError, metrics_exporters
 from maintenance.backends import BackendListError, parse_backends
 
 REF_MODES = ("dedicated", "single")
@@ -109,34 +110,12 @@ def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-METRICS_EXPORTERS = ("otlp", "console")
-
-
 def _metrics_exporters(env: Mapping[str, str]) -> tuple[str, ...]:
-    """`OTEL_METRICS_EXPORTER` (comma list of `otlp`, `console`, or `none`); unset: `otlp`
-    when an OTLP endpoint is set, else no export. Only OTLP over HTTP/protobuf is installed."""
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return ()
-    raw = env.get("OTEL_METRICS_EXPORTER", "").strip().lower()
-    if raw:
-        names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
-        if names == ("none",):
-            return ()
-        bad = [n for n in names if n not in METRICS_EXPORTERS]
-        if bad:
-            raise ConfigError(f"OTEL_METRICS_EXPORTER: {', '.join(bad)[:100]} is not available "
-                              f"(installed: {', '.join(METRICS_EXPORTERS)}, or none)")
-    elif env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip() or env.get(
-            "OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
-        names = ("otlp",)
-    else:
-        return ()
-    protocol = (env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "").strip()
-                or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() or "http/protobuf")
-    if "otlp" in names and protocol != "http/protobuf":
-        raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol[:40]!r} is not installed; "
-                          "the SSP exports OTLP metrics over http/protobuf only")
-    return names
+    """The OTEL_* exporters (`ipc.otel.metrics_exporters`), as a ConfigError when refused."""
+    try:
+        return metrics_exporters(env)
+    except OtelConfigError as e:
+        raise ConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)

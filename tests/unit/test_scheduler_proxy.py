@@ -124,6 +124,12 @@ def test_rank_candidates() -> None:
     assert rank_candidates(LoadBalance.ROUND_ROBIN, c, 0) == ["a", "b", "c"]
     assert rank_candidates(LoadBalance.ROUND_ROBIN, c, 4) == ["b", "c", "a"]
     assert rank_candidates(LoadBalance.ROUND_ROBIN, [], 3) == []
+    # least_load against each SSP's memory ceiling (heartbeat memory_limit_mb; 1024 default):
+    # at or over it goes last; below, lower CPU, then the smaller share of its own ceiling.
+    m = [Candidate("x", 0, 5.0, 600.0, 4096.0), Candidate("y", 0, 5.0, 300.0, 512.0),
+         Candidate("z", 0, 1.0, 1024.0)]
+    assert rank_candidates(LoadBalance.LEAST_LOAD, m, 0) == ["x", "y", "z"]
+    assert Candidate("old", 0, 0.0, 512.0).memory_share == 0.5
 
 
 async def test_the_served_statements_are_exactly_what_an_ssp_bootstrap_sends() -> None:
