@@ -9,12 +9,17 @@ parameter values. A query that does not parse is listed in `skipped` as `[name, 
 Modes (`SVC_SSP_QUERY_ALLOWLIST`): `off` admits everything unchecked; `warn` logs a miss and
 admits; `enforce` refuses a miss (403 `not_allowlisted`, decided before any database write).
 Shapes over `_00_app_release` and `_00_user_feature` are always admitted (`allowed_builtin`).
-After a miss the rows are re-read, at most once per 5 s, so a release that was just written is
-picked up without a restart.
+The rows are read when the SSP becomes ready, after `POST /admin/reload`, on every change of a
+`_00_query_allowlist` row (a LIVE subscription, `watch`: whatever the ingest transport, and
+re-read after a reconnect, as changes may have been missed), and after a miss at most once
+per 5 s (the fallback while LIVE is unavailable), so a release that was just written is picked
+up without a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -22,13 +27,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dbclient import Database
+from dbclient import Database, DbError
 from engine.errors import QueryRejected
 from engine.parser import Query, parse
 from engine.shape import normalise
 
 log = logging.getLogger("ssp.allowlist")
 
+ALLOWLIST_TABLE = "_00_query_allowlist"
 BUILTIN_TABLES = ("_00_app_release", "_00_user_feature")
 RELOAD_AFTER_MISS_SECS = 5.0
 
@@ -61,6 +67,8 @@ class Allowlist:
         "warned": 0, "refused": 0})
     last_refused: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=20))
     _last_miss_reload: float = 0.0
+    reloads: int = 0  # loads done (reported in /info as `reloads`)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def compile(self, rows: list[dict[str, Any]]) -> None:
         """Replace the allowed shapes with those of `rows`."""
@@ -105,8 +113,32 @@ class Allowlist:
             log.info("allowlist not loaded: %s", e)
             rows = []
         self.compile(list(rows or []))
+        self.reloads += 1
         log.info("allowlist loaded: %d shapes from %d releases", len(self.shapes),
                  len(self.sources))
+
+    async def watch(self, db: Database) -> None:
+        """Reload on every change of a `_00_query_allowlist` row (LIVE; a notification that
+        arrives during a load is folded into one more load). Runs until cancelled."""
+        if self.mode == "off":
+            return
+        live = None
+        while live is None:
+            try:
+                live = await db.live(ALLOWLIST_TABLE, lambda _n: self._changed.set())
+            except DbError as e:
+                # The table may not exist yet (no release written) or the database is away:
+                # try again later; misses still reload meanwhile (RELOAD_AFTER_MISS_SECS).
+                log.info("LIVE on %s unavailable (%s); retrying in 30 s", ALLOWLIST_TABLE, e)
+                await asyncio.sleep(30.0)
+        try:
+            while True:
+                await self._changed.wait()
+                self._changed.clear()
+                await self.load(db)
+        finally:
+            with contextlib.suppress(DbError):
+                await live.kill()
 
     async def check(self, db: Database, surql: str, *, parsed: Query | None = None) -> Decision:
         """Decide on a registration's query (call before any database write); `parsed` is
@@ -146,4 +178,4 @@ class Allowlist:
         return {"mode": self.mode, "loaded_at_epoch_ms": self.loaded_at_ms,
                 "entries": len(self.shapes), "sources": list(self.sources),
                 "skipped": list(self.skipped), "counters": dict(self.counters),
-                "last_refused": list(self.last_refused)}
+                "last_refused": list(self.last_refused), "reloads": self.reloads}

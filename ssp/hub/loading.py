@@ -256,6 +256,7 @@ class Loading:
                 for v in views:
                     await self.pool.register(v)
                     state.publisher.materialise(v)
+            await state.allowlist.load(state.db)  # the spec: "also reloaded on Ready"
             state.status = "ready"
             return reply(200, {"status": "ready"})
         except Exception as e:  # noqa: BLE001 - any failure here means `failed`

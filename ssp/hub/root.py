@@ -92,6 +92,7 @@ class Hub(HubState):
                 await self.loading.clear(views=True)
                 await backoff.sleep()
         await self.allowlist.load(self.db)
+        self.spawn(self.allowlist.watch(self.db), "allowlist-watch")
         cfg = self.cfg
         if cfg.ingest_transport == "changefeed" and self.link is None:
             self.spawn(self.tail.run(), "changefeed")  # the scheduler feeds a linked SSP
