@@ -37,6 +37,7 @@ log = logging.getLogger("ssp.allowlist")
 ALLOWLIST_TABLE = "_00_query_allowlist"
 BUILTIN_TABLES = ("_00_app_release", "_00_user_feature")
 RELOAD_AFTER_MISS_SECS = 5.0
+LIVE_RETRY_SECS = 30.0
 
 
 def shape_of(surql: str) -> Any:
@@ -69,6 +70,7 @@ class Allowlist:
     _last_miss_reload: float = 0.0
     reloads: int = 0  # loads done (reported in /info as `reloads`)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _live: Any = None  # the LIVE subscription (dbclient LiveSubscription)
 
     def compile(self, rows: list[dict[str, Any]]) -> None:
         """Replace the allowed shapes with those of `rows`."""
@@ -117,28 +119,39 @@ class Allowlist:
         log.info("allowlist loaded: %d shapes from %d releases", len(self.shapes),
                  len(self.sources))
 
+    async def subscribe(self, db: Database) -> bool:
+        """LIVE on `_00_query_allowlist`: each change wakes `watch` (False: unavailable now,
+        e.g. the table does not exist yet; `watch` retries). Subscribe before the load that
+        makes the SSP ready, so no change falls between the two."""
+        if self.mode == "off" or self._live is not None:
+            return self._live is not None
+        try:
+            self._live = await db.live(ALLOWLIST_TABLE, lambda _n: self._changed.set())
+        except DbError as e:
+            log.info("LIVE on %s unavailable (%s); retrying in %.0f s", ALLOWLIST_TABLE, e,
+                     LIVE_RETRY_SECS)
+            return False
+        return True
+
     async def watch(self, db: Database) -> None:
-        """Reload on every change of a `_00_query_allowlist` row (LIVE; a notification that
-        arrives during a load is folded into one more load). Runs until cancelled."""
+        """Reload on every change of a `_00_query_allowlist` row (a notification that arrives
+        during a load is folded into one more load). Runs until cancelled."""
         if self.mode == "off":
             return
-        live = None
-        while live is None:
-            try:
-                live = await db.live(ALLOWLIST_TABLE, lambda _n: self._changed.set())
-            except DbError as e:
-                # The table may not exist yet (no release written) or the database is away:
-                # try again later; misses still reload meanwhile (RELOAD_AFTER_MISS_SECS).
-                log.info("LIVE on %s unavailable (%s); retrying in 30 s", ALLOWLIST_TABLE, e)
-                await asyncio.sleep(30.0)
         try:
+            while not await self.subscribe(db):
+                # meanwhile misses still reload (RELOAD_AFTER_MISS_SECS)
+                await asyncio.sleep(LIVE_RETRY_SECS)
+                self._changed.set()  # what changed before the subscription is read too
             while True:
                 await self._changed.wait()
                 self._changed.clear()
                 await self.load(db)
         finally:
-            with contextlib.suppress(DbError):
-                await live.kill()
+            live, self._live = self._live, None
+            if live is not None:
+                with contextlib.suppress(DbError):
+                    await live.kill()
 
     async def check(self, db: Database, surql: str, *, parsed: Query | None = None) -> Decision:
         """Decide on a registration's query (call before any database write); `parsed` is

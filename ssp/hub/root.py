@@ -91,6 +91,7 @@ class Hub(HubState):
                 log.warning("bootstrap failed (%s); retrying in %.1fs", e, backoff.current)
                 await self.loading.clear(views=True)
                 await backoff.sleep()
+        await self.allowlist.subscribe(self.db)  # before the load: no change in between
         await self.allowlist.load(self.db)
         self.spawn(self.allowlist.watch(self.db), "allowlist-watch")
         cfg = self.cfg
