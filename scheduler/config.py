@@ -34,6 +34,7 @@ import yaml
 from dbclient.config import DbConfig
 from ipc import otel
 from ipc.messages import INGEST_BATCH_MAX
+from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
 
 #: the dashboard shipped in this source tree (``dashboard/`` at the top of the repository): the
@@ -167,7 +168,7 @@ class SchedulerConfig:
     bootstrap_page_size: int = 500
     clear_views_on_start: bool = True
     auth_secret: str | None = field(default=None, repr=False)
-    ingest_transport: IngestTransport = IngestTransport.CHANGEFEED
+    ingest_transport: IngestTransport = IngestTransport.HTTP
     pool_port: int = 9669
     admin: AdminConfig = field(default_factory=AdminConfig)
     # OpenTelemetry request metrics of both listeners (`ipc.otel`, standard OTEL_* names)
@@ -484,13 +485,10 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
     except otel.OtelConfigError as e:
         raise ConfigError(str(e)) from None
 
-    transport_text = (_env_str(env, "SVC_INGEST_TRANSPORT") or "changefeed").lower()
-    try:
-        transport = IngestTransport(transport_text)
-    except ValueError:
-        raise ConfigError(
-            f"SVC_INGEST_TRANSPORT must be http or changefeed, got {transport_text!r}"
-        ) from None
+    try:  # the one rule of ipc.transport (spec default `http`), shared with the SSP and CLI
+        transport = IngestTransport(ingest_transport(env))
+    except TransportError as e:
+        raise ConfigError(str(e)) from None
 
     heartbeat_interval = _yaml_int(doc, "heartbeat_interval_ms", 5000)
     heartbeat_timeout = _yaml_int(doc, "heartbeat_timeout_ms", 15000)

@@ -19,11 +19,11 @@ from typing import Any
 
 from dbclient.config import DbConfig
 from ipc.otel import OtelConfigError, metrics_exporters
+from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
-TRANSPORTS = ("http", "changefeed")
 # sun_path holds 108 bytes with the terminating NUL; keep a little margin.
 UNIX_PATH_MAX = 100
 
@@ -64,6 +64,14 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     if raw not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
+
+
+def _transport(env: Mapping[str, str]) -> str:
+    """`SVC_INGEST_TRANSPORT` by the one rule of `ipc.transport` (default `http`)."""
+    try:
+        return ingest_transport(env)
+    except TransportError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _addr(raw: str, name: str, default_port: int) -> tuple[str, int]:
@@ -246,7 +254,7 @@ class SspConfig:
             auth_secret=env.get("SVC_AUTH_SECRET") or None,
             db=db,
             ref_mode=_choice(env, "SVC_SSP_REF_MODE", "dedicated", REF_MODES),
-            ingest_transport=_choice(env, "SVC_INGEST_TRANSPORT", "http", TRANSPORTS),
+            ingest_transport=_transport(env),
             ttl_cleanup_interval_secs=_int(env, "TTL_CLEANUP_INTERVAL_SECS", 60, minimum=1),
             schema_poll_secs=_int(env, "SVC_SCHEMA_POLL_SECS", 15),
             job_tables=tuple(jobs),

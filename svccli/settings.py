@@ -19,9 +19,8 @@ import yaml
 
 from dbclient import DbConfig
 from ipc.messages import parse_duration_ns as duration_ns
+from ipc.transport import DEFAULT_TRANSPORT, TransportError, parse_transport
 
-TRANSPORTS = ("http", "changefeed")
-DEFAULT_TRANSPORT = "http"
 DEFAULT_RETENTION = "1h"
 
 class ConfigError(ValueError):
@@ -112,10 +111,10 @@ def resolve_settings(
         transport, source = file_transport, f"project file {project_path}"
     else:
         transport, source = DEFAULT_TRANSPORT, "default"
-    transport = transport.strip().lower()
-    if transport not in TRANSPORTS:
-        raise ConfigError(f"ingest transport {transport!r} (from {source}) must be one of "
-                          + ", ".join(TRANSPORTS))
+    try:  # the one rule of ipc.transport, shared with the SSP and the scheduler
+        transport = parse_transport(transport, source)
+    except TransportError as e:
+        raise ConfigError(str(e)) from None
 
     retention = (retention_flag or env.get("SVC_CHANGEFEED_RETENTION", "").strip()
                  or DEFAULT_RETENTION)

@@ -67,7 +67,7 @@ def test_defaults_without_a_file() -> None:
     assert cfg.bootstrap_page_size == 500
     assert cfg.clear_views_on_start is True
     assert cfg.auth_secret is None
-    assert cfg.ingest_transport is IngestTransport.CHANGEFEED
+    assert cfg.ingest_transport is IngestTransport.HTTP  # the spec default (ipc.transport)
     assert cfg.pool_port == 9669
     a = cfg.admin
     assert (a.enabled, a.host, a.port, a.dir, a.password, a.access) == (
