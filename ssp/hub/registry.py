@@ -95,8 +95,11 @@ class Registry:
         suffix = kept(vid, held)
         if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
             return await self._refresh(held, row, reg.client_id, reg.ttl, reg.ttl_ms, last_ms)
+        # A held id with another query stays on its shard: that shard's engine replaces the
+        # old registration (on another shard the old one would live on next to the new).
         view = self.views.new(vid, surql, params, auth, reg.client_id, reg.ttl, reg.ttl_ms,
-                              last_ms, reg.format)
+                              last_ms, reg.format,
+                              shard=held.shard if held is not None else None)
         try:
             async with state.exclusive():
                 await self.pool.register(view)

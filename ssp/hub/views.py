@@ -37,14 +37,16 @@ class ViewLifecycle:
 
     def new(self, vid: str, surql: str, params: dict[str, Any] | None,
             auth: RecordID | None, client_id: str, ttl: str, ttl_ms: int,
-            last_ms: int, fmt: str | None) -> ViewState:
-        """A view not registered yet (its own generation; the shard of a held view it shares
-        a graph with, `ssp.hub.sharing`, else its shard by id)."""
+            last_ms: int, fmt: str | None, *, shard: int | None = None) -> ViewState:
+        """A view not registered yet (its own generation). Its shard: `shard` when given (a
+        held id registered with another query stays where the shard's engine replaces it),
+        else that of a held view it shares a graph with (`ssp.hub.sharing`), else by id."""
         state = self.state
         state.generation += 1
         share = share_key(auth, surql, params)
-        group = peers(state, share, exclude=vid)
-        shard = group[0].shard if group else shard_of(vid, len(state.shards))
+        if shard is None:
+            group = peers(state, share, exclude=vid)
+            shard = group[0].shard if group else shard_of(vid, len(state.shards))
         return ViewState(
             view_id=vid, record=view_record(vid), edge_table=edge_table(auth, state.cfg.ref_mode),
             auth=auth, members=set(), generation=state.generation, surql=surql, params=params,
