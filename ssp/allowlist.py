@@ -138,20 +138,22 @@ class Allowlist:
         during a load is folded into one more load). Runs until cancelled."""
         if self.mode == "off":
             return
-        try:
-            while not await self.subscribe(db):
-                # meanwhile misses still reload (RELOAD_AFTER_MISS_SECS)
-                await asyncio.sleep(LIVE_RETRY_SECS)
-                self._changed.set()  # what changed before the subscription is read too
-            while True:
-                await self._changed.wait()
-                self._changed.clear()
-                await self.load(db)
-        finally:
-            live, self._live = self._live, None
-            if live is not None:
-                with contextlib.suppress(DbError):
-                    await live.kill()
+        while not await self.subscribe(db):
+            # meanwhile misses still reload (RELOAD_AFTER_MISS_SECS)
+            await asyncio.sleep(LIVE_RETRY_SECS)
+            self._changed.set()  # what changed before the subscription is read too
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            await self.load(db)
+
+    async def stop(self) -> None:
+        """End the LIVE subscription (at shutdown, before the connection closes; best
+        effort: the socket closes next anyway)."""
+        live, self._live = self._live, None
+        if live is not None:
+            with contextlib.suppress(DbError):
+                await live.kill()
 
     async def check(self, db: Database, surql: str, *, parsed: Query | None = None) -> Decision:
         """Decide on a registration's query (call before any database write); `parsed` is

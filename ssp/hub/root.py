@@ -117,6 +117,7 @@ class Hub(HubState):
             if t.get_name() not in ("sequencer", "collector"):
                 t.cancel()
         await self.tail.stop()
+        await self.allowlist.stop()
         if self.deferred:
             await asyncio.wait(list(self.deferred), timeout=VISIBILITY_DEADLINE_SECS + 1)
         drained = await self.publisher.drain(timeout=30.0)
