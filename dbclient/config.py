@@ -1,8 +1,16 @@
 """Database connection settings, read once from the environment into a frozen object.
 
-`SVC_DB_URL` is documented as an "http engine URL; ws:// accepted and normalized". We accept
-`http(s)://`, `ws(s)://` and bare `host:port`, with or without a trailing `/` or `/rpc`, and
-derive both forms. The client always connects over the WebSocket form (`ws_url`): only the
+`SVC_DB_URL` is documented as an "http engine URL; ws:// accepted and normalized". The four
+schemes are accepted, `http://` being the primary form, each with or without a trailing `/` or
+`/rpc`, plus a bare `host:port`; both forms are derived from any of them:
+
+| given | `http_url` | `ws_url` (what the client connects to) |
+|---|---|---|
+| `http://h:p`, `h:p` | `http://h:p` | `ws://h:p/rpc` |
+| `https://h:p` | `https://h:p` | `wss://h:p/rpc` (TLS, never downgraded) |
+| `ws://h:p[/rpc]` | `http://h:p` | `ws://h:p/rpc` |
+| `wss://h:p[/rpc]` | `https://h:p` | `wss://h:p/rpc` |
+ The client always connects over the WebSocket form (`ws_url`): only the
 WebSocket RPC keeps a session (signin/use once, not per request), multiplexes concurrent
 requests on one socket, and carries LIVE notifications (the `_00_version` doorbell). The http
 form (`http_url`) is kept for health probes and for anything that must speak plain HTTP.
@@ -34,13 +42,14 @@ class DbUrl:
 def normalise_db_url(raw: str) -> DbUrl:
     """Parse a database URL into its http base and its ws RPC URL.
 
-    Accepts `http://`, `https://`, `ws://`, `wss://` or a bare `host:port` (taken as `ws://`),
+    Accepts `http://` (the primary form), `https://`, `ws://`, `wss://` or a bare `host:port`
+    (plain, as `http://`),
     with an optional trailing `/` or `/rpc`. Raises ValueError naming the problem for any
     other scheme, a missing host, credentials in the URL, a query string or another path.
     """
     text = raw.strip()
     if not text:
-        raise ValueError("database URL is empty (set SVC_DB_URL, e.g. ws://127.0.0.1:8000)")
+        raise ValueError("database URL is empty (set SVC_DB_URL, e.g. http://127.0.0.1:8000)")
     if "://" not in text:
         text = "ws://" + text
     try:
@@ -112,7 +121,7 @@ class DbConfig:
         `SVC_DB_NAME` and `SVC_SSP_DB_TIMEOUT_SECS`. Raises ValueError on bad values."""
         raw_url = env.get("SVC_DB_URL") or env.get("SVC_DB_WS") or ""
         if not raw_url.strip():
-            raise ValueError("SVC_DB_URL is not set (e.g. ws://127.0.0.1:8000)")
+            raise ValueError("SVC_DB_URL is not set (e.g. http://127.0.0.1:8000)")
         url = normalise_db_url(raw_url)
         timeout_text = env.get("SVC_SSP_DB_TIMEOUT_SECS", "").strip()
         timeout = DEFAULT_TIMEOUT_SECS

@@ -189,6 +189,25 @@ class ViewEngine:
         outs = mat.proj.outs
         return [outs[r] for r in ids]
 
+    def subquery_state(self, view_id: str) -> dict[str, dict[str, int]]:
+        """What the view's projection subqueries hold now, per scanned table: ``parents`` (the
+        projected rows whose subqueries scanned it) and ``keys`` (distinct correlation keys
+        scanned; a whole-table scan counts as one). Empty for a view without subqueries.
+        The projection group is shared by the views showing the same rows (engine.proj)."""
+        mat = self.views.get(view_id)
+        if mat is None:
+            raise KeyError(view_id)
+        parents: dict[str, int] = {}
+        keys: dict[str, set[Any]] = {}
+        for deps in mat.proj.pdeps.values():
+            seen: set[str] = set()
+            for table, field, key in deps[1]:
+                keys.setdefault(table, set()).add((field, _hashable(key)))
+                if table not in seen:
+                    seen.add(table)
+                    parents[table] = parents.get(table, 0) + 1
+        return {t: {"parents": parents.get(t, 0), "keys": len(keys[t])} for t in sorted(keys)}
+
     def table_count(self, table: str) -> int:
         """Rows currently stored for ``table``."""
         t = self.store.tables.get(table)
@@ -626,3 +645,12 @@ def _canon_text(text: str) -> str:
             raise ValueError(f"invalid record id {text!r}") from exc
         _CANON[text] = c
     return c
+
+
+def _hashable(key: Any) -> Any:
+    """A correlation key as a set member (record ids and scalars are; others by their text)."""
+    try:
+        hash(key)
+    except TypeError:
+        return repr(key)
+    return key

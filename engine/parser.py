@@ -47,7 +47,7 @@ from engine.syntax import (
 )
 
 __all__ = ["COMPARISON_OPS", "MAX_DEPTH", "MAX_QUERY_CHARS", "Expr", "Item", "Path", "Query",
-           "Tok", "parse", "parse_datetime", "tokenize"]
+           "Tok", "parse", "parse_datetime", "query_tables", "tokenize"]
 
 _COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object"})
 
@@ -84,6 +84,19 @@ def _check_heights(q: Query) -> None:
             if e is not None and _height(e) > MAX_DEPTH:
                 raise QueryRejected(_too_deep())
         queries.extend(it.sub for it in cur.items if it.sub is not None)
+
+
+def query_tables(q: Query) -> tuple[list[str], list[str]]:
+    """(every table the query reads by name, the tables of its projection subqueries), each
+    sorted. Tables reached only by following record links are not named by the query and
+    are not included (which ones depends on the data)."""
+    subs: set[str] = set()
+    pending = [it.sub for it in q.items if it.sub is not None]
+    while pending:
+        cur = pending.pop()
+        subs.add(cur.table)
+        pending.extend(it.sub for it in cur.items if it.sub is not None)
+    return sorted(subs | {q.table}), sorted(subs)
 
 
 def parse(text: str) -> Query:

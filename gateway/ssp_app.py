@@ -30,6 +30,7 @@ Decisions (where the spec leaves room):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -41,8 +42,9 @@ from typing import Any
 import falcon
 import falcon.asgi
 import zmq.asyncio
+from opentelemetry.metrics import Meter
 
-from ipc import typed
+from ipc import otel, typed
 from ipc.bearer import BearerAuth
 from ipc.body import (
     DEFAULT_MAX_BODY_BYTES,
@@ -99,13 +101,25 @@ class GatewaySettings:
     copy_logs_to_hub: bool = False
     #: None: the per-route waits of `ipc.messages.ROUTE_TIMEOUT_SECS`; a number overrides all
     hub_timeout_secs: float | None = None
+    #: OpenTelemetry request metrics (`ipc.otel`): exporters from the standard OTEL_* names
+    metrics_exporters: tuple[str, ...] = ()
+    metrics_export_interval_ms: int = otel.DEFAULT_EXPORT_INTERVAL_MS
+    instance_id: str = "ssp-gateway"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], hub_endpoint: str) -> GatewaySettings:
         """The gateway's part of the SSP configuration: the secret (`SVC_AUTH_SECRET`, as
         `ssp.config` reads it) and the hub endpoint the SSP passed."""
+        try:
+            exporters = otel.metrics_exporters(env)
+            interval = otel.export_interval_ms(env)
+        except otel.OtelConfigError as e:  # the SSP refused it at start already; be safe
+            log.error("request metrics not exported: %s", e)
+            exporters, interval = (), otel.DEFAULT_EXPORT_INTERVAL_MS
         return cls(auth_secret=env.get("SVC_AUTH_SECRET") or None, hub_endpoint=hub_endpoint,
-                   copy_logs_to_hub=True)
+                   copy_logs_to_hub=True, metrics_exporters=exporters,
+                   metrics_export_interval_ms=interval,
+                   instance_id=f"{env.get('SVC_SSP_ID') or 'ssp'}/gateway-{os.getpid()}")
 
     def __repr__(self) -> str:  # never print the secret
         return f"GatewaySettings(hub_endpoint={self.hub_endpoint!r}, auth={'on' if self.auth_secret else 'any bearer'})"
@@ -296,15 +310,20 @@ class LogsRoute:
 class Lifespan:
     """Closes the hub socket (and stops copying logs to it) when the worker shuts down."""
 
-    def __init__(self, hub: HubLink, log_handler: logging.Handler | None) -> None:
+    def __init__(self, hub: HubLink, log_handler: logging.Handler | None,
+                 meter_provider: Any = None) -> None:
         self.hub = hub
         self.log_handler = log_handler
+        self.meter_provider = meter_provider
 
     async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         """ASGI lifespan shutdown hook."""
         if self.log_handler is not None:
             logging.getLogger("gateway").removeHandler(self.log_handler)
         self.hub.close()
+        if self.meter_provider is not None:
+            # The last figures (a final export), bounded so a dead collector cannot hang us.
+            await asyncio.to_thread(self.meter_provider.shutdown, 5_000)
 
 
 async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
@@ -344,9 +363,17 @@ POST_ROUTES: tuple[str, ...] = (
 )
 
 
-def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = None) -> GatewayApp:
-    """The gateway app for `settings` (tests pass their own ZeroMQ context)."""
+def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = None,
+              meter: Meter | None = None) -> GatewayApp:
+    """The gateway app for `settings` (tests pass their own ZeroMQ context, and may pass the
+    meter of the request metrics; else one exporting as `settings` says, or a no-op one)."""
     hub = HubLink(settings.hub_endpoint, ctx=ctx)
+    provider = None
+    if meter is None:
+        meter, provider = otel.setup_meter(
+            settings.metrics_exporters, interval_ms=settings.metrics_export_interval_ms,
+            service_name="svc-ssp-gateway", instance_id=settings.instance_id,
+            meter_name="gateway")
     handler: HubLogHandler | None = None
     if settings.copy_logs_to_hub:
         handler = HubLogHandler(hub)
@@ -356,7 +383,8 @@ def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = No
             gateway_log.setLevel(logging.WARNING)
     fwd = Forwarder(hub, settings.hub_timeout_secs)
     app = GatewayApp(
-        middleware=[BearerAuth(settings.auth_secret), Lifespan(hub, handler)],
+        middleware=[otel.RequestMetrics(meter), BearerAuth(settings.auth_secret),
+                    Lifespan(hub, handler, provider)],
         cors_enable=False,
     )
     app.req_options.strip_url_path_trailing_slash = True

@@ -26,6 +26,7 @@ from pathlib import Path
 import uvicorn
 import uvloop
 
+from ipc import otel
 from ipc.http import SERVER_KEEPALIVE_SECS
 from scheduler.admin.app import create_admin_app
 from scheduler.admin.plane import AdminPlane
@@ -49,7 +50,11 @@ class _Server(uvicorn.Server):
 
 async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
     scheduler = Scheduler(cfg)
-    server = _Server(uvicorn.Config(create_app(scheduler), host=cfg.ingest_host,
+    # Request metrics of both listeners; exported only when OTEL_* asks (ipc.otel).
+    meter, meter_provider = otel.setup_meter(
+        cfg.metrics_exporters, interval_ms=cfg.metrics_export_interval_ms,
+        service_name="svc-scheduler", instance_id=cfg.scheduler_id, meter_name="scheduler")
+    server = _Server(uvicorn.Config(create_app(scheduler, meter), host=cfg.ingest_host,
                                     port=cfg.ingest_port, loop="uvloop", lifespan="on",
                                     timeout_keep_alive=SERVER_KEEPALIVE_SECS,
                                     log_level="warning"))
@@ -71,7 +76,7 @@ async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
 
     if cfg.admin.enabled:
         plane = AdminPlane(scheduler, request_exit=request_exit)
-        admin_server = _Server(uvicorn.Config(create_admin_app(plane), host=cfg.admin.host,
+        admin_server = _Server(uvicorn.Config(create_admin_app(plane, meter), host=cfg.admin.host,
                                               port=cfg.admin.port, loop="uvloop",
                                               lifespan="on",
                                               timeout_keep_alive=SERVER_KEEPALIVE_SECS,
@@ -106,6 +111,9 @@ async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
     finally:
         await pools.close()
         await scheduler.close()
+        if meter_provider is not None:
+            # The last figures (a final export), bounded so a dead collector cannot hang us.
+            await asyncio.to_thread(meter_provider.shutdown, 5_000)
     if not server.started:
         log.error("could not listen on %s:%d", cfg.ingest_host, cfg.ingest_port)
         return 1

@@ -16,9 +16,11 @@ from typing import Any
 
 import falcon
 import falcon.asgi
+from opentelemetry.metrics import Meter, NoOpMeter
 from surrealdb.data.cbor import decode as cbor_decode
 
 from dbclient import DbError
+from ipc import otel
 from ipc.bearer import BearerAuth
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import HttpError, bad_request, serialize_error
@@ -214,6 +216,7 @@ class SspHeartbeat:
         _num_field(body, "views", required=True)
         _num_field(body, "cpu_usage", required=False)
         _num_field(body, "memory_usage", required=False)
+        _num_field(body, "memory_limit_mb", required=False)
         _num_field(body, "last_seq", required=False, integer=True)
         _str_field(body, "version", required=False)
         pub = body.get("publication")
@@ -271,9 +274,12 @@ async def _handle_unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Respons
     raise HttpError(500, ErrorCode.INTERNAL, "internal error in the scheduler (logged)")
 
 
-def create_app(s: Scheduler) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response]:
-    """The ingest listener's routes bound to ``s``."""
-    app: falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response] = falcon.asgi.App()
+def create_app(s: Scheduler, meter: Meter | None = None
+               ) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response]:
+    """The ingest listener's routes bound to ``s``; request metrics on ``meter``
+    (``ipc.otel``; None: not measured)."""
+    app: falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response] = falcon.asgi.App(
+        middleware=[otel.RequestMetrics(meter or NoOpMeter("scheduler"))])
     app.set_error_serializer(serialize_error)
     app.add_error_handler(Exception, _handle_unexpected)
     auth = BearerAuth(s.cfg.auth_secret) if s.cfg.auth_secret else None

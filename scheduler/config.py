@@ -35,6 +35,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dbclient.config import DbConfig
+from ipc import otel
+from ipc.messages import INGEST_BATCH_MAX
+from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
 from scheduler.workflows.config import WorkflowConfig
@@ -174,10 +177,13 @@ class SchedulerConfig:
     bootstrap_page_size: int = 500
     clear_views_on_start: bool = True
     auth_secret: str | None = field(default=None, repr=False)
-    ingest_transport: IngestTransport = IngestTransport.CHANGEFEED
+    ingest_transport: IngestTransport = IngestTransport.HTTP
     pool_port: int = 9669
     admin: AdminConfig = field(default_factory=AdminConfig)
     workflows: WorkflowConfig = field(default_factory=WorkflowConfig)  # scheduler.workflows
+    # OpenTelemetry request metrics of both listeners (`ipc.otel`, standard OTEL_* names)
+    metrics_exporters: tuple[str, ...] = ()
+    metrics_export_interval_ms: int = 60_000
 
     @property
     def data_dir(self) -> Path:
@@ -286,6 +292,21 @@ def _range(v: int, what: str, minimum: int, maximum: int | None) -> None:
     if v < minimum or (maximum is not None and v > maximum):
         bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
         raise ConfigError(f"{what} must be {bound}, got {v}")
+
+
+def _chunk_size(doc: Mapping[str, Any]) -> int:
+    """`bootstrap_chunk_size`: events per POST /ingest to an SSP (the replay of the events
+    buffered during its bootstrap, and every later broadcast batch). The spec's value, 1000,
+    is the default and the most: the SSP's batched /ingest takes 1 to INGEST_BATCH_MAX events
+    (ipc.messages), so a larger value could never be sent and is refused at start."""
+    if isinstance(doc.get("bootstrap_chunk_size"), int) and not isinstance(
+            doc["bootstrap_chunk_size"], bool) and doc["bootstrap_chunk_size"] > INGEST_BATCH_MAX:
+        raise ConfigError(
+            f"config key 'bootstrap_chunk_size' must be between 1 and {INGEST_BATCH_MAX}, got "
+            f"{doc['bootstrap_chunk_size']}: it is the number of events per POST /ingest to an "
+            f"SSP, and an SSP takes at most {INGEST_BATCH_MAX} per batch (table pages of a "
+            "bootstrap are SVC_BOOTSTRAP_PAGE_SIZE)")
+    return _yaml_int(doc, "bootstrap_chunk_size", INGEST_BATCH_MAX)
 
 
 def _yaml_path(doc: Mapping[str, Any], key: str, default: Path, base: Path) -> Path:
@@ -500,13 +521,16 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
     backends_var = "SVC_BACKENDS" if env.get("SVC_BACKENDS") else "SVC_SCHEDULER_BACKENDS"
     backends = _parse_backends(backends_raw, backends_var) if backends_raw else ()
 
-    transport_text = (_env_str(env, "SVC_INGEST_TRANSPORT") or "changefeed").lower()
     try:
-        transport = IngestTransport(transport_text)
-    except ValueError:
-        raise ConfigError(
-            f"SVC_INGEST_TRANSPORT must be http or changefeed, got {transport_text!r}"
-        ) from None
+        metrics_exporters = otel.metrics_exporters(env)
+        export_interval = otel.export_interval_ms(env)
+    except otel.OtelConfigError as e:
+        raise ConfigError(str(e)) from None
+
+    try:  # the one rule of ipc.transport (spec default `http`), shared with the SSP and CLI
+        transport = IngestTransport(ingest_transport(env))
+    except TransportError as e:
+        raise ConfigError(str(e)) from None
 
     heartbeat_interval = _yaml_int(doc, "heartbeat_interval_ms", 5000)
     heartbeat_timeout = _yaml_int(doc, "heartbeat_timeout_ms", 15000)
@@ -523,9 +547,7 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         load_balance=lb,
         heartbeat_interval_ms=heartbeat_interval,
         heartbeat_timeout_ms=heartbeat_timeout,
-        # Events per POST /ingest to an SSP (its replay after a bootstrap and every
-        # broadcast batch); at most 1000, the SSP's batch body limit is sized for that.
-        bootstrap_chunk_size=_yaml_int(doc, "bootstrap_chunk_size", 1000, maximum=1000),
+        bootstrap_chunk_size=_chunk_size(doc),
         bootstrap_timeout_secs=_yaml_int(doc, "bootstrap_timeout_secs", 120),
         replica_db_path=_yaml_path(doc, "replica_db_path",
                                    Path("scheduler-data/replica.sqlite3"), base),
@@ -565,4 +587,6 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
                                            minimum=0),
             retention_days=_env_int(env, "SVC_WORKFLOW_RETENTION_DAYS", 30),
         ),
+        metrics_exporters=metrics_exporters,
+        metrics_export_interval_ms=export_interval,
     )

@@ -12,8 +12,11 @@ from typing import Any
 
 from engine import wire
 from engine.values import RecordID, parse_record_id
+from ipc.messages import INGEST_BATCH_MAX
 
-BATCH_MAX = 1000  # events per POST /ingest to an SSP (`bootstrap_chunk_size` may lower it)
+# Events per POST /ingest to an SSP: the SSP's batched /ingest takes 1 to INGEST_BATCH_MAX
+# (ipc.messages); `bootstrap_chunk_size` may lower it, never raise it (scheduler.config).
+BATCH_MAX = INGEST_BATCH_MAX
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
 VERSION = "0.1.0"
@@ -97,6 +100,12 @@ class SspEntry:
     def mem(self) -> float:
         v = self.metrics.get("memory_usage")
         return float(v) if isinstance(v, (int, float)) else 0.0
+
+    def mem_limit(self) -> float | None:
+        """The SSP's reported SVC_SSP_MEMORY_LIMIT_MB (None: an older SSP did not send it)."""
+        v = self.metrics.get("memory_limit_mb")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 \
+            else None
 
 
 def _query_record(event_id: Any) -> RecordID | None:

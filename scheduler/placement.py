@@ -17,7 +17,7 @@ from scheduler.entries import (
     SspEntry,
     SspState,
 )
-from scheduler.views import Candidate, rank_candidates
+from scheduler.views import DEFAULT_MEMORY_LIMIT_MB, Candidate, rank_candidates
 
 log = logging.getLogger("scheduler")
 
@@ -38,8 +38,14 @@ class Placement:
     def _ranked(self, exclude: Iterable[str] = ()) -> list[str]:
         skip = set(exclude)
         counts = self.tracker.counts()
-        cands = [Candidate(i, counts.get(i, 0), self.entries[i].cpu(), self.entries[i].mem())
-                 for i in self.ready_ids() if i not in skip]
+        cands = []
+        for i in self.ready_ids():
+            if i in skip:
+                continue
+            e = self.entries[i]
+            limit = e.mem_limit()
+            cands.append(Candidate(i, counts.get(i, 0), e.cpu(), e.mem(),
+                                   DEFAULT_MEMORY_LIMIT_MB if limit is None else limit))
         return rank_candidates(self.cfg.load_balance, cands, self._rr_turn)
 
     async def _forward(self, ssp_id: str, path: str, body: Mapping[str, Any]

@@ -1,16 +1,21 @@
-"""``POST /proxy/query``: the few statements an SSP bootstrap sends, answered from the replica.
+"""``POST /proxy/query``: exactly the statements an SSP bootstrap sends (``ssp.link.ProxySource``
+and the zero-row check of ``ssp.hub.loading``), answered from the frozen replica.
 
 The replica is not a database engine, so only these shapes are served (case-insensitive,
-``<t>`` a plain identifier, ``<n>`` a positive integer literal or a ``$name`` variable):
+``<t>`` a plain identifier, ``<n>`` a positive integer literal up to ``MAX_LIMIT``):
 
-1. ``SELECT * FROM <t> ORDER BY id LIMIT <n>``
-2. ``SELECT * FROM <t> WHERE id > $last ORDER BY id LIMIT <n>`` (``vars.last``: record id text
-   or a RecordID)
+1. ``SELECT * FROM <t> ORDER BY id LIMIT <n>`` (first keyset page)
+2. ``SELECT * FROM <t> WHERE id > $last ORDER BY id LIMIT <n>`` (next page; ``vars.last``:
+   record id text or a RecordID)
 3. ``SELECT count() AS n FROM <t> GROUP ALL`` -> ``[{"n": count}]``, ``[]`` when 0 (as SurrealDB)
-4. ``INFO FOR DB`` / ``INFO FOR TABLE <t>``: schema is not in the replica; forwarded upstream.
-5. ``TABLES`` (our extension): the replica's non-empty table names.
+4. ``TABLES`` (our extension): the replica's non-empty table names.
+5. ``INFO FOR DB`` / ``INFO FOR TABLE <t>``: the replica keeps rows, not schema, so these are
+   read from the database (a decision: schema changes apply without a re-clone, spec "What the
+   service does" 6, so the live schema is the one an SSP must build its circuits with; rows
+   stay frozen, which is what the snapshot contract is about).
 
-Anything else is :class:`ProxyInvalid` (400). Answers have SurrealDB's HTTP shape
+Anything else, including the same shapes with other clauses, is :class:`ProxyInvalid`: 400
+``invalid`` whose message lists these statements. Answers have SurrealDB's HTTP shape
 ``[{"status": "OK", "result": ...}]``, encoded as CBOR (the SDK's encoder: record ids,
 datetimes, decimals keep their types) when the client accepts ``application/cbor``, else as
 lossy JSON (record ids and datetimes as text).
@@ -30,26 +35,29 @@ from engine.jsonvalues import json_default
 from engine.values import NONE, RecordID
 from scheduler.replica import Replica
 
-__all__ = ["ProxyInvalid", "Statement", "encode_cbor", "encode_json",
+__all__ = ["SUPPORTED", "ProxyInvalid", "Statement", "encode_cbor", "encode_json",
            "parse_statement", "run_statement"]
 
 _IDENT = r"([A-Za-z_][A-Za-z0-9_]*)"
-_LIMIT = r"LIMIT\s+(\d+|\$[A-Za-z_][A-Za-z0-9_]*)"
+_LIMIT = r"LIMIT\s+(\d+)"
 _END = r"\s*;?\s*"
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("first", re.compile(rf"\s*SELECT\s+\*\s+FROM\s+{_IDENT}\s+ORDER\s+BY\s+id(?:\s+ASC)?\s+"
+    ("first", re.compile(rf"\s*SELECT\s+\*\s+FROM\s+{_IDENT}\s+ORDER\s+BY\s+id\s+"
                          rf"{_LIMIT}{_END}", re.IGNORECASE)),
     ("after", re.compile(rf"\s*SELECT\s+\*\s+FROM\s+{_IDENT}\s+WHERE\s+id\s*>\s*\$last\s+"
-                         rf"ORDER\s+BY\s+id(?:\s+ASC)?\s+{_LIMIT}{_END}", re.IGNORECASE)),
+                         rf"ORDER\s+BY\s+id\s+{_LIMIT}{_END}", re.IGNORECASE)),
     ("count", re.compile(rf"\s*SELECT\s+count\(\)\s+AS\s+n\s+FROM\s+{_IDENT}\s+GROUP\s+ALL"
                          rf"{_END}", re.IGNORECASE)),
     ("info_db", re.compile(rf"\s*INFO\s+FOR\s+DB{_END}", re.IGNORECASE)),
     ("info_table", re.compile(rf"\s*INFO\s+FOR\s+TABLE\s+{_IDENT}{_END}", re.IGNORECASE)),
     ("tables", re.compile(rf"\s*TABLES{_END}", re.IGNORECASE)),
 ]
-_SERVED = ("the replica serves only SELECT * FROM <t> ORDER BY id LIMIT <n>, "
-           "SELECT * FROM <t> WHERE id > $last ORDER BY id LIMIT <n>, "
-           "SELECT count() AS n FROM <t> GROUP ALL, INFO FOR DB, INFO FOR TABLE <t> and TABLES")
+SUPPORTED = ("SELECT * FROM <t> ORDER BY id LIMIT <n>",
+             "SELECT * FROM <t> WHERE id > $last ORDER BY id LIMIT <n>",
+             "SELECT count() AS n FROM <t> GROUP ALL", "TABLES", "INFO FOR DB",
+             "INFO FOR TABLE <t>")
+_SERVED = ("/proxy/query serves only the SSP bootstrap reads (<t> a plain table name, <n> an "
+           "integer 1-100000): " + "; ".join(SUPPORTED))
 MAX_LIMIT = 100_000
 
 
@@ -68,13 +76,8 @@ class Statement:
     text: str = ""
 
 
-def _limit(token: str, vars: Mapping[str, Any]) -> int:
-    if token.startswith("$"):
-        value = vars.get(token[1:])
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ProxyInvalid(f"vars.{token[1:]} must be an integer (the LIMIT)")
-    else:
-        value = int(token)
+def _limit(token: str) -> int:
+    value = int(token)
     if not 1 <= value <= MAX_LIMIT:
         raise ProxyInvalid(f"LIMIT must be between 1 and {MAX_LIMIT}, got {value}")
     return value
@@ -93,12 +96,12 @@ def parse_statement(query: Any, vars: Any) -> Statement:
         if m is None:
             continue
         if kind == "first":
-            return Statement(kind, m.group(1), _limit(m.group(2), vars))
+            return Statement(kind, m.group(1), _limit(m.group(2)))
         if kind == "after":
             last = vars.get("last")
             if not (isinstance(last, str) and last) and not isinstance(last, RecordID):
                 raise ProxyInvalid("vars.last must be a record id (text or RecordID)")
-            return Statement(kind, m.group(1), _limit(m.group(2), vars), last)
+            return Statement(kind, m.group(1), _limit(m.group(2)), last)
         if kind in ("count", "info_table"):
             return Statement(kind, m.group(1), text=query.strip().rstrip(";"))
         return Statement(kind, text=query.strip().rstrip(";"))

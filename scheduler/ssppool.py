@@ -121,8 +121,8 @@ class SspPool:
             self.remove_ssp(ssp_id, f"answered 409 ({reason})")
             return Reply(409, {"reason": reason, "clean": clean})
         e.last_heartbeat = time.monotonic()
-        for k in ("timestamp", "views", "cpu_usage", "memory_usage", "version",
-                  "publication", "last_seq"):
+        for k in ("timestamp", "views", "cpu_usage", "memory_usage", "memory_limit_mb",
+                  "version", "publication", "last_seq"):
             if k in body:
                 e.metrics[k] = body[k]
         return Reply(200, {"ok": True})

@@ -104,6 +104,7 @@ class Status:
                 "views": e.metrics.get("views", 0),
                 "cpu_usage": e.metrics.get("cpu_usage"),
                 "memory_usage": e.metrics.get("memory_usage"),
+                "memory_limit_mb": e.mem_limit(),
                 "version": e.metrics.get("version"),
                 "last_seq": e.metrics.get("last_seq"),
                 "last_heartbeat_seconds_ago": (round(now - e.last_heartbeat, 3)

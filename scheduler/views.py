@@ -8,8 +8,10 @@ and counts never touch the disk. ``ssp_id`` is ``None`` for a view whose SSP wen
 other SSP was ready: it is placed again when one becomes ready.
 
 Strategies (``load_balance``): ``round_robin`` cycles over the ready SSPs in id order;
-``least_queries`` prefers the SSP with the fewest tracked views; ``least_load`` the lowest
-heartbeat ``cpu_usage``, then ``memory_usage``. Each returns every candidate in preference
+``least_queries`` prefers the SSP with the fewest tracked views; ``least_load`` puts SSPs at or
+over their memory ceiling (heartbeat ``memory_usage`` >= ``memory_limit_mb``, the SSP's
+``SVC_SSP_MEMORY_LIMIT_MB``; 1024 when an older SSP omits it) last, and otherwise prefers the
+lowest heartbeat ``cpu_usage``, then the smallest ``memory_usage / memory_limit_mb``. Each returns every candidate in preference
 order, so a caller can fall back to the next one when the first is unreachable.
 """
 
@@ -26,7 +28,10 @@ from sqlitedict import SqliteDict
 
 from scheduler.config import LoadBalance
 
-__all__ = ["Candidate", "ViewTracker", "rank_candidates"]
+#: the spec's SVC_SSP_MEMORY_LIMIT_MB default, for heartbeats without `memory_limit_mb`
+DEFAULT_MEMORY_LIMIT_MB = 1024.0
+
+__all__ = ["DEFAULT_MEMORY_LIMIT_MB", "Candidate", "ViewTracker", "rank_candidates"]
 
 
 class ViewTracker:
@@ -107,7 +112,14 @@ class Candidate:
     ssp_id: str
     views: int  # tracked views on it
     cpu_usage: float
-    memory_usage: float
+    memory_usage: float  # MB
+    # the SSP's SVC_SSP_MEMORY_LIMIT_MB from its heartbeat (the spec's default when absent)
+    memory_limit_mb: float = DEFAULT_MEMORY_LIMIT_MB
+
+    @property
+    def memory_share(self) -> float:
+        """Memory in use as a share of the SSP's ceiling (1.0 = at its limit)."""
+        return self.memory_usage / self.memory_limit_mb if self.memory_limit_mb > 0 else 1.0
 
 
 def rank_candidates(strategy: LoadBalance, candidates: Sequence[Candidate],
@@ -122,5 +134,8 @@ def rank_candidates(strategy: LoadBalance, candidates: Sequence[Candidate],
     elif strategy is LoadBalance.LEAST_QUERIES:
         ordered.sort(key=lambda c: c.views)
     else:
-        ordered.sort(key=lambda c: (c.cpu_usage, c.memory_usage, c.views))
+        # An SSP at or over its memory ceiling goes last whatever its CPU; otherwise the lowest
+        # CPU, then the smallest share of its own ceiling (SSPs may have different limits).
+        ordered.sort(key=lambda c: (c.memory_share >= 1.0, c.cpu_usage, c.memory_share,
+                                    c.views))
     return [c.ssp_id for c in ordered]

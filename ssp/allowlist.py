@@ -9,12 +9,17 @@ parameter values. A query that does not parse is listed in `skipped` as `[name, 
 Modes (`SVC_SSP_QUERY_ALLOWLIST`): `off` admits everything unchecked; `warn` logs a miss and
 admits; `enforce` refuses a miss (403 `not_allowlisted`, decided before any database write).
 Shapes over `_00_app_release` and `_00_user_feature` are always admitted (`allowed_builtin`).
-After a miss the rows are re-read, at most once per 5 s, so a release that was just written is
-picked up without a restart.
+The rows are read when the SSP becomes ready, after `POST /admin/reload`, on every change of a
+`_00_query_allowlist` row (a LIVE subscription, `watch`: whatever the ingest transport, and
+re-read after a reconnect, as changes may have been missed), and after a miss at most once
+per 5 s (the fallback while LIVE is unavailable), so a release that was just written is picked
+up without a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -22,15 +27,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dbclient import Database
+from dbclient import Database, DbError
 from engine.errors import QueryRejected
 from engine.parser import Query, parse
 from engine.shape import normalise
 
 log = logging.getLogger("ssp.allowlist")
 
+ALLOWLIST_TABLE = "_00_query_allowlist"
 BUILTIN_TABLES = ("_00_app_release", "_00_user_feature")
 RELOAD_AFTER_MISS_SECS = 5.0
+LIVE_RETRY_SECS = 30.0
 
 
 def shape_of(surql: str) -> Any:
@@ -61,6 +68,9 @@ class Allowlist:
         "warned": 0, "refused": 0})
     last_refused: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=20))
     _last_miss_reload: float = 0.0
+    reloads: int = 0  # loads done (reported in /info as `reloads`)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _live: Any = None  # the LIVE subscription (dbclient LiveSubscription)
 
     def compile(self, rows: list[dict[str, Any]]) -> None:
         """Replace the allowed shapes with those of `rows`."""
@@ -105,8 +115,45 @@ class Allowlist:
             log.info("allowlist not loaded: %s", e)
             rows = []
         self.compile(list(rows or []))
+        self.reloads += 1
         log.info("allowlist loaded: %d shapes from %d releases", len(self.shapes),
                  len(self.sources))
+
+    async def subscribe(self, db: Database) -> bool:
+        """LIVE on `_00_query_allowlist`: each change wakes `watch` (False: unavailable now,
+        e.g. the table does not exist yet; `watch` retries). Subscribe before the load that
+        makes the SSP ready, so no change falls between the two."""
+        if self.mode == "off" or self._live is not None:
+            return self._live is not None
+        try:
+            self._live = await db.live(ALLOWLIST_TABLE, lambda _n: self._changed.set())
+        except DbError as e:
+            log.info("LIVE on %s unavailable (%s); retrying in %.0f s", ALLOWLIST_TABLE, e,
+                     LIVE_RETRY_SECS)
+            return False
+        return True
+
+    async def watch(self, db: Database) -> None:
+        """Reload on every change of a `_00_query_allowlist` row (a notification that arrives
+        during a load is folded into one more load). Runs until cancelled."""
+        if self.mode == "off":
+            return
+        while not await self.subscribe(db):
+            # meanwhile misses still reload (RELOAD_AFTER_MISS_SECS)
+            await asyncio.sleep(LIVE_RETRY_SECS)
+            self._changed.set()  # what changed before the subscription is read too
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            await self.load(db)
+
+    async def stop(self) -> None:
+        """End the LIVE subscription (at shutdown, before the connection closes; best
+        effort: the socket closes next anyway)."""
+        live, self._live = self._live, None
+        if live is not None:
+            with contextlib.suppress(DbError):
+                await live.kill()
 
     async def check(self, db: Database, surql: str, *, parsed: Query | None = None) -> Decision:
         """Decide on a registration's query (call before any database write); `parsed` is
@@ -146,4 +193,4 @@ class Allowlist:
         return {"mode": self.mode, "loaded_at_epoch_ms": self.loaded_at_ms,
                 "entries": len(self.shapes), "sources": list(self.sources),
                 "skipped": list(self.skipped), "counters": dict(self.counters),
-                "last_refused": list(self.last_refused)}
+                "last_refused": list(self.last_refused), "reloads": self.reloads}

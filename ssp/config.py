@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dbclient.config import DbConfig
+from ipc.otel import OtelConfigError, metrics_exporters
+from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
 from maintenance.jobtables import JobConfigError, JobTable, tables_from_specs
@@ -28,7 +30,6 @@ if TYPE_CHECKING:
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
-TRANSPORTS = ("http", "changefeed")
 # sun_path holds 108 bytes with the terminating NUL; keep a little margin.
 UNIX_PATH_MAX = 100
 
@@ -78,6 +79,14 @@ def _impersonation(env: Mapping[str, str]) -> bool:
     try:
         return parse_flag(env.get("SVC_IMPERSONATION"))  # the scheduler reads it the same way
     except FlagError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _transport(env: Mapping[str, str]) -> str:
+    """`SVC_INGEST_TRANSPORT` by the one rule of `ipc.transport` (default `http`)."""
+    try:
+        return ingest_transport(env)
+    except TransportError as e:
         raise ConfigError(str(e)) from None
 
 
@@ -147,34 +156,12 @@ def _merge_project_jobs(env: Mapping[str, str], project: Project | None,
     return merged
 
 
-METRICS_EXPORTERS = ("otlp", "console")
-
-
 def _metrics_exporters(env: Mapping[str, str]) -> tuple[str, ...]:
-    """`OTEL_METRICS_EXPORTER` (comma list of `otlp`, `console`, or `none`); unset: `otlp`
-    when an OTLP endpoint is set, else no export. Only OTLP over HTTP/protobuf is installed."""
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return ()
-    raw = env.get("OTEL_METRICS_EXPORTER", "").strip().lower()
-    if raw:
-        names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
-        if names == ("none",):
-            return ()
-        bad = [n for n in names if n not in METRICS_EXPORTERS]
-        if bad:
-            raise ConfigError(f"OTEL_METRICS_EXPORTER: {', '.join(bad)[:100]} is not available "
-                              f"(installed: {', '.join(METRICS_EXPORTERS)}, or none)")
-    elif env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip() or env.get(
-            "OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
-        names = ("otlp",)
-    else:
-        return ()
-    protocol = (env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "").strip()
-                or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() or "http/protobuf")
-    if "otlp" in names and protocol != "http/protobuf":
-        raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol[:40]!r} is not installed; "
-                          "the SSP exports OTLP metrics over http/protobuf only")
-    return names
+    """The OTEL_* exporters (`ipc.otel.metrics_exporters`), as a ConfigError when refused."""
+    try:
+        return metrics_exporters(env)
+    except OtelConfigError as e:
+        raise ConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -302,7 +289,7 @@ class SspConfig:
             auth_secret=env.get("SVC_AUTH_SECRET") or None,
             db=db,
             ref_mode=_choice(env, "SVC_SSP_REF_MODE", "dedicated", REF_MODES),
-            ingest_transport=_choice(env, "SVC_INGEST_TRANSPORT", "http", TRANSPORTS),
+            ingest_transport=_transport(env),
             ttl_cleanup_interval_secs=_int(env, "TTL_CLEANUP_INTERVAL_SECS", 60, minimum=1),
             schema_poll_secs=_int(env, "SVC_SCHEMA_POLL_SECS", 15),
             job_tables=tuple(jobs),

@@ -360,7 +360,8 @@ class SchedulerLink:
     # ------------------------------------------------------------------ heartbeats
 
     def heartbeat_body(self) -> dict[str, Any]:
-        """The spec's heartbeat body plus `last_seq` and the publication measurements."""
+        """The spec's heartbeat body plus `last_seq`, `memory_limit_mb` (SVC_SSP_MEMORY_LIMIT_MB)
+        and the publication measurements."""
         hub = self.hub
         pub = hub.publisher
         return {
@@ -369,6 +370,8 @@ class SchedulerLink:
             "views": len(hub.views),
             "cpu_usage": self.usage.cpu_percent(),
             "memory_usage": self.usage.memory_mb(),
+            # the ceiling `least_load` placement weighs memory_usage against (scheduler.views)
+            "memory_limit_mb": hub.cfg.memory_limit_mb,
             "version": VERSION,
             "last_seq": hub.last_seq,
             "publication": {**pub.figures().heartbeat(),

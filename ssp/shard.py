@@ -87,6 +87,12 @@ class Shard:
             return {"ok": True, "views": len(eng.views), "circuits": len(eng.circuits),
                     "tables": {t: eng.table_count(t) for t in eng.store.tables},
                     "events_applied": self.worker.events_applied}
+        if kind == "subqueries":  # GET /debug/view/:id (ssp.hub.introspection)
+            try:
+                state = self.worker.engine.subquery_state(str(payload.get("view_id")))
+            except KeyError:
+                return {"ok": False, "error": "not_found", "message": "no such view"}
+            return {"ok": True, "subquery_cache": state}
         if kind == "load_many":
             return self._load_many(payload)
         if kind == "load_handles":

@@ -36,14 +36,13 @@ the instruments are the API's no-op ones.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from ipc import otel
 from ssp.publisher import NO_TELEMETRY, EdgeHooks, PublicationFigures, Publisher
 
 if TYPE_CHECKING:
@@ -162,35 +161,10 @@ def setup_meter(exporters: tuple[str, ...], *, interval_ms: int, service_name: s
                 instance_id: str) -> tuple[Meter, MeterProvider | None]:
     """The meter for `EdgeTelemetry` and the SDK provider to shut down (None: no export).
 
-    `exporters` come from `SspConfig.metrics_exporters` (`otlp`, `console`); the OTLP
-    exporter is imported only when asked for."""
-    if not exporters:
-        return metrics.NoOpMeter(METER_NAME), None
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        MetricExporter,
-        PeriodicExportingMetricReader,
-    )
-    from opentelemetry.sdk.resources import Resource
-
-    readers = []
-    for name in exporters:
-        exporter: MetricExporter
-        if name == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-            exporter = OTLPMetricExporter()  # endpoint, headers, TLS: OTEL_EXPORTER_OTLP_*
-        else:
-            exporter = ConsoleMetricExporter(out=sys.stdout)  # today's stdout, not import time
-        readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval_ms))
-    # Resource.create also merges OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES.
-    resource = Resource.create({"service.name": service_name,
-                                "service.instance.id": instance_id})
-    provider = MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
-    log.info("OpenTelemetry metrics: exporting to %s every %d ms", ", ".join(exporters),
-             interval_ms)
-    return provider.get_meter(METER_NAME), provider
+    `exporters` come from `SspConfig.metrics_exporters` (`otlp`, `console`); the provider is
+    `ipc.otel.setup_meter`'s, shared with the gateway and the scheduler."""
+    return otel.setup_meter(exporters, interval_ms=interval_ms, service_name=service_name,
+                            instance_id=instance_id, meter_name=METER_NAME)
 
 
 def attach(publisher: Publisher, meter: Meter) -> EdgeTelemetry:

@@ -17,12 +17,11 @@ from urllib.parse import urlsplit
 
 from dbclient import DbConfig
 from ipc.messages import parse_duration_ns as duration_ns
+from ipc.transport import DEFAULT_TRANSPORT, TransportError, parse_transport
 from maintenance.impersonation import FlagError, parse_flag
 from project.rootconfig import Project, ProjectInvalid, load_project
 from project.service import PROJECT_FILE_VAR, setting_source, with_project_defaults
 
-TRANSPORTS = ("http", "changefeed")
-DEFAULT_TRANSPORT = "http"
 DEFAULT_RETENTION = "1h"
 
 class ConfigError(ValueError):
@@ -104,10 +103,10 @@ def resolve_settings(
     else:
         transport = effective.get("SVC_INGEST_TRANSPORT", "").strip() or DEFAULT_TRANSPORT
         source = setting_source(env, project, "SVC_INGEST_TRANSPORT")
-    transport = transport.strip().lower()
-    if transport not in TRANSPORTS:
-        raise ConfigError(f"ingest transport {transport!r} (from {source}) must be one of "
-                          + ", ".join(TRANSPORTS))
+    try:  # the one rule of ipc.transport, shared with the SSP and the scheduler
+        transport = parse_transport(transport, source)
+    except TransportError as e:
+        raise ConfigError(str(e)) from None
 
     retention = (retention_flag or env.get("SVC_CHANGEFEED_RETENTION", "").strip()
                  or DEFAULT_RETENTION)

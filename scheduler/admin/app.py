@@ -34,7 +34,9 @@ from typing import Any
 
 import falcon
 import falcon.asgi
+from opentelemetry.metrics import Meter, NoOpMeter
 
+from ipc import otel
 from scheduler.admin import dashboard
 from scheduler.admin.auth import AdminAuth
 from scheduler.admin.errors import (
@@ -334,15 +336,18 @@ async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
     raise AdminError("internal error in the admin listener (logged)", status=500)
 
 
-def create_admin_app(plane: AdminPlane) -> AdminAsgi:
+def create_admin_app(plane: AdminPlane, meter: Meter | None = None) -> AdminAsgi:
     """The admin listener's ASGI app: the MCP endpoint in front of the Falcon routes."""
-    return AdminAsgi(create_falcon_app(plane), plane.tokens, plane.cluster.version)
+    return AdminAsgi(create_falcon_app(plane, meter), plane.tokens, plane.cluster.version)
 
 
-def create_falcon_app(plane: AdminPlane) -> falcon.asgi.App:
-    """The admin listener's routes bound to ``plane``."""
+def create_falcon_app(plane: AdminPlane,
+                      meter: Meter | None = None) -> falcon.asgi.App:
+    """The admin listener's routes bound to ``plane``; request metrics on ``meter``
+    (``ipc.otel``; None: not measured)."""
     app: falcon.asgi.App = falcon.asgi.App(
-        middleware=[AdminAuth(plane.tokens), _Lifespan(plane)], cors_enable=False)
+        middleware=[otel.RequestMetrics(meter or NoOpMeter("scheduler.admin")),
+                    AdminAuth(plane.tokens), _Lifespan(plane)], cors_enable=False)
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False
     app.set_error_serializer(serialize_error)

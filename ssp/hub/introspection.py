@@ -8,13 +8,33 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+import xxhash
+
+from engine.errors import QueryRejected
 from engine.hashing import hash_text
 from engine.jsonvalues import to_json
+from engine.parser import parse, query_tables
 from ipc.messages import ErrorCode, error_reply, normalize_view_id, reply
 from ssp.shards import ShardDown, ShardError
 
 if TYPE_CHECKING:
     from ssp.hub.state import HubState
+
+
+def members_hash(members: list[str]) -> str:
+    """`last_hash`: xxh3_64 of the sorted member ids (one per line), 16 hex digits; the same
+    in every process and across restarts (Python's `hash()` is salted per process)."""
+    text = "\n".join(members)
+    return f"{xxhash.xxh3_64_intdigest(text.encode()):016x}"
+
+
+def _query_tables(surql: str) -> tuple[list[str], list[str]]:
+    """(tables the view's query names, its subquery tables); empty for an unparsable text
+    (a held view always parsed when it registered)."""
+    try:
+        return query_tables(parse(surql))
+    except QueryRejected:
+        return [], []
 
 class Introspection:
     """The read-only routes over the hub's state."""
@@ -91,12 +111,23 @@ class Introspection:
         if view is None:
             return error_reply(404, ErrorCode.NOT_FOUND, f"no view {vid}")
         members = sorted(view.members)
-        tables = sorted({m.split(":", 1)[0] for m in members})
+        tables, sub_tables = _query_tables(view.surql)
+        # The subquery state lives in the view's shard (its engine); a shard that is down
+        # or restarting answers nothing, reported as null rather than an empty cache.
+        cache: dict[str, Any] | None = None
+        shard = self.state.shards[view.shard] if view.shard < len(self.state.shards) else None
+        if shard is not None and shard.up:
+            try:
+                r = await shard.call("subqueries", {"view_id": vid}, timeout=5.0)
+                if r.get("ok"):
+                    cache = r.get("subquery_cache")
+            except (ShardDown, ShardError, TimeoutError):
+                cache = None
         return reply(200, {
-            "view_id": vid, "cache_size": len(members), "last_hash": str(hash(tuple(members))),
-            "format": view.format, "cache": members, "subquery_tables": [],
+            "view_id": vid, "cache_size": len(members), "last_hash": members_hash(members),
+            "format": view.format, "cache": members, "subquery_tables": sub_tables,
             "referenced_tables": tables, "content_generation": view.generation,
-            "subquery_cache": {}, "shard": view.shard, "auth_id": to_json(view.auth),
+            "subquery_cache": cache, "shard": view.shard, "auth_id": to_json(view.auth),
             "edge_table": view.edge_table, "surql": view.surql,
         })
 
@@ -104,9 +135,12 @@ class Introspection:
         s = self.state
         deps: dict[str, list[str]] = {}
         for v in s.views.values():
-            for t in {m.split(":", 1)[0] for m in v.members}:
+            tables, _ = _query_tables(v.surql)
+            # what the query names, plus tables its members come from (record links, FETCH)
+            for t in set(tables) | {m.split(":", 1)[0] for m in v.members}:
                 deps.setdefault(t, []).append(v.view_id)
-        return reply(200, {"dependency_map": deps, "tables_in_store": sorted(s.rows.tables()),
+        return reply(200, {"dependency_map": {t: sorted(ids) for t, ids in sorted(deps.items())},
+                           "tables_in_store": sorted(s.rows.tables()),
                            "view_count": len(s.views)})
 
     async def debug_memory(self, req: dict[str, Any]) -> dict[str, Any]:

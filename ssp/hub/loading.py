@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ssp.hub")
 
 _LOADED_META = ("_00_app_release", "_00_user_feature")
+# After a table loaded no rows: does it have rows upstream (a bootstrap warning)? One of the
+# statements the scheduler's /proxy/query serves (scheduler.proxy).
+ZERO_ROW_CHECK = "SELECT count() AS n FROM {table} GROUP ALL"
 
 
 def syncs_table(name: str, definition: str = "") -> bool:
@@ -175,8 +178,8 @@ class Loading:
         if linked:
             state.wire_hashes[table] = wire
         if loaded == 0:
-            upstream = await self.source.query_one(
-                f"SELECT count() AS n FROM {table} GROUP ALL", idempotent=True)
+            upstream = await self.source.query_one(ZERO_ROW_CHECK.format(table=table),
+                                                   idempotent=True)
             n = upstream[0]["n"] if upstream else 0
             if n:
                 msg = f"table {table} loaded 0 rows but has {n} upstream"
@@ -253,6 +256,7 @@ class Loading:
                 for v in views:
                     await self.pool.register(v)
                     state.publisher.materialise(v)
+            await state.allowlist.load(state.db)  # the spec: "also reloaded on Ready"
             state.status = "ready"
             return reply(200, {"status": "ready"})
         except Exception as e:  # noqa: BLE001 - any failure here means `failed`

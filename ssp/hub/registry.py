@@ -21,6 +21,7 @@ from engine.shape import normalise
 from ipc.messages import ErrorCode, ViewRegistration, error_reply, not_ready, reply
 from ssp.hub.errors import shard_refusal
 from ssp.hub.identity import check_params, claimed_auth, engine_params, kept
+from ssp.hub.sharing import peers, subscribers, write_counts
 from ssp.hub.state import now_ms
 from ssp.naming import view_record
 from ssp.shards import ShardDown, ShardError
@@ -94,8 +95,11 @@ class Registry:
         suffix = kept(vid, held)
         if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
             return await self._refresh(held, row, reg.client_id, reg.ttl, reg.ttl_ms, last_ms)
+        # A held id with another query stays on its shard: that shard's engine replaces the
+        # old registration (on another shard the old one would live on next to the new).
         view = self.views.new(vid, surql, params, auth, reg.client_id, reg.ttl, reg.ttl_ms,
-                              last_ms, reg.format)
+                              last_ms, reg.format,
+                              shard=held.shard if held is not None else None)
         try:
             async with state.exclusive():
                 await self.pool.register(view)
@@ -115,6 +119,7 @@ class Registry:
                 return not_ready(msg)
             log.warning("registering %s failed on the database: %s", vid, e)
             return error_reply(500, ErrorCode.INTERNAL, msg)
+        await self._count_peers(view)
         if vid not in state.views:
             return self.views.unregistered_meanwhile(view)
         result = await self.views.result(view)
@@ -122,12 +127,22 @@ class Registry:
         return reply(200, {"id": vid, "state": state_text, "rowCount": len(view.members),
                            "records": sorted(view.members), "result": result})
 
+    async def _count_peers(self, view: ViewState) -> None:
+        """The other rows of `view`'s group get the group's count (its own row has it)."""
+        group = peers(self.state, view.share, exclude=view.view_id)
+        if not group:
+            return
+        try:
+            await write_counts(self.state, group)
+        except DbError as e:  # a count, not a delta: the next registration writes it again
+            log.info("subscriber counts of %s's group not updated: %s", view.view_id, e)
+
     def _row_content(self, view: ViewState, state: str) -> dict[str, Any]:
         return {
             "surql": view.surql, "params": view.params, "clientId": view.client_id,
             "auth_id": view.auth, "lastActiveAt": datetime.fromtimestamp(
                 view.last_active_ms / 1000, tz=UTC),
-            "ttl": view.ttl, "subscribers": len(view.client_ids),
+            "ttl": view.ttl, "subscribers": subscribers(self.state, view),
             "rowCount": len(view.members), "state": state,
         }
 
@@ -168,8 +183,9 @@ class Registry:
             await self._write_row(view)
         else:
             await state.pub_db.query("UPDATE $q MERGE $d", {"q": view.record, "d": {
-                "clientId": client_id, "ttl": ttl, "subscribers": len(view.client_ids),
+                "clientId": client_id, "ttl": ttl, "subscribers": subscribers(state, view),
                 "lastActiveAt": datetime.fromtimestamp(last_ms / 1000, tz=UTC)}})
+        await self._count_peers(view)
         if view.view_id not in state.views:
             return self.views.unregistered_meanwhile(view)
         return reply(200, {"id": view.view_id,

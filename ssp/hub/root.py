@@ -96,7 +96,9 @@ class Hub(HubState):
                 log.warning("bootstrap failed (%s); retrying in %.1fs", e, backoff.current)
                 await self.loading.clear(views=True)
                 await backoff.sleep()
+        await self.allowlist.subscribe(self.db)  # before the load: no change in between
         await self.allowlist.load(self.db)
+        self.spawn(self.allowlist.watch(self.db), "allowlist-watch")
         cfg = self.cfg
         if cfg.ingest_transport == "changefeed" and self.link is None:
             self.spawn(self.tail.run(), "changefeed")  # the scheduler feeds a linked SSP
@@ -120,6 +122,7 @@ class Hub(HubState):
             if t.get_name() not in ("sequencer", "collector"):
                 t.cancel()
         await self.tail.stop()
+        await self.allowlist.stop()
         if self.deferred:
             await asyncio.wait(list(self.deferred), timeout=VISIBILITY_DEADLINE_SECS + 1)
         drained = await self.publisher.drain(timeout=30.0)

@@ -65,6 +65,7 @@ class ViewState(PubView):
     shard: int = 0
     format: str | None = None
     registered_ms: int = 0
+    share: str = ""  # registrations with the same key share a graph (ssp.hub.sharing)
 
 
 class HubState:

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from surrealdb import RecordID
 
+from dbclient import DbError
 from engine.jsonvalues import to_json
 from engine.values import unpack_value
 from ipc.messages import epoch_ms, normalize_view_id, not_ready, reply, ttl_ms
+from ssp.hub.sharing import peers, share_key, write_counts
 from ssp.hub.state import ViewState, now_ms
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of, view_record
 from ssp.shards import ShardDown, ShardError, ShardTimeout, shard_of
@@ -35,16 +37,22 @@ class ViewLifecycle:
 
     def new(self, vid: str, surql: str, params: dict[str, Any] | None,
             auth: RecordID | None, client_id: str, ttl: str, ttl_ms: int,
-            last_ms: int, fmt: str | None) -> ViewState:
-        """A view not registered yet (its own generation, its shard by id)."""
+            last_ms: int, fmt: str | None, *, shard: int | None = None) -> ViewState:
+        """A view not registered yet (its own generation). Its shard: `shard` when given (a
+        held id registered with another query stays where the shard's engine replaces it),
+        else that of a held view it shares a graph with (`ssp.hub.sharing`), else by id."""
         state = self.state
         state.generation += 1
+        share = share_key(auth, surql, params)
+        if shard is None:
+            group = peers(state, share, exclude=vid)
+            shard = group[0].shard if group else shard_of(vid, len(state.shards))
         return ViewState(
             view_id=vid, record=view_record(vid), edge_table=edge_table(auth, state.cfg.ref_mode),
             auth=auth, members=set(), generation=state.generation, surql=surql, params=params,
             client_ids={client_id}, client_id=client_id, ttl=ttl, ttl_ms=ttl_ms,
-            last_active_ms=last_ms, shard=shard_of(vid, len(state.shards)), format=fmt,
-            registered_ms=now_ms())
+            last_active_ms=last_ms, shard=shard, format=fmt, registered_ms=now_ms(),
+            share=share)
 
     # ------------------------------------------------------------------ restore
 
@@ -121,6 +129,14 @@ class ViewLifecycle:
         if self.state.views.get(view.view_id) is view:
             await self.unregister(view.view_id)
 
+    async def _recount(self, gone: ViewState) -> None:
+        """The rest of a departed view's group: their `subscribers` without its clients."""
+        rest = peers(self.state, gone.share, exclude=gone.view_id)
+        try:
+            await write_counts(self.state, rest)
+        except DbError as e:  # a count, not a delta: the next registration writes it again
+            log.info("subscriber counts of %s's group not updated: %s", gone.view_id, e)
+
     async def unregister_route(self, req: dict[str, Any]) -> dict[str, Any]:
         """`POST /view/unregister`."""
         vid = normalize_view_id(str((req.get("body") or {}).get("id", "")))
@@ -155,6 +171,7 @@ class ViewLifecycle:
                         pass  # the rebuild only re-registers views still in the registry
             if view is not None:
                 state.teardown(vid, view.edge_table)
+                await self._recount(view)
                 return
         if deleted_at_ms is not None:
             return  # not held: whoever unregistered it queued its teardown

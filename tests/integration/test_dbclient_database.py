@@ -336,3 +336,36 @@ async def test_every_concurrent_caller_gets_a_connection_error_while_nothing_lis
         async with Database(cfg):
             pass
     await db.close()
+
+
+@pytest.mark.parametrize("form", ["http://127.0.0.1:{port}", "http://127.0.0.1:{port}/",
+                                  "ws://127.0.0.1:{port}/rpc", "ws://127.0.0.1:{port}",
+                                  "127.0.0.1:{port}"])
+async def test_svc_db_url_plain_forms_reach_the_real_host(shared_db_host: DbHost,
+                                                          form: str) -> None:
+    # http:// is the spec's primary form ("http engine URL"); the client still talks over the
+    # WebSocket RPC of the same server (dbclient.config), so every plain form reaches it.
+    url = form.format(port=shared_db_host.port)
+    cfg = config_for(shared_db_host, url=url)
+    assert cfg.ws_url == f"ws://127.0.0.1:{shared_db_host.port}/rpc"
+    assert cfg.http_url == shared_db_host.http_url
+    async with Database(cfg) as db:
+        assert await db.query_one("RETURN 40 + 2") == 42
+
+
+@pytest.mark.parametrize("scheme,ws", [("https", "wss"), ("wss", "wss")])
+async def test_svc_db_url_tls_forms_connect_over_tls(shared_db_host: DbHost, scheme: str,
+                                                     ws: str) -> None:
+    # No TLS server here: the URL handling is checked (https -> wss, same host and port), and
+    # the client does speak TLS to it: a plain-text host refuses the handshake, which is a
+    # connection error naming the wss URL (not a hang, not a downgrade to ws).
+    port = shared_db_host.port
+    cfg = config_for(shared_db_host, url=f"{scheme}://127.0.0.1:{port}", timeout=2.0)
+    assert cfg.ws_url == f"{ws}://127.0.0.1:{port}/rpc"
+    assert cfg.http_url == f"https://127.0.0.1:{port}"
+    db = Database(cfg)
+    try:
+        with pytest.raises(DbConnectionError, match=f"{ws}://127.0.0.1:{port}/rpc"):
+            await db.connect()
+    finally:
+        await db.close()

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 from surrealdb import RecordID
 
@@ -45,6 +46,50 @@ async def test_allowlist_enforce_refuses_unlisted_shapes_with_403(host: DbHost,
         assert info["counters"]["allowed_builtin"] == 1
         assert info["sources"][0]["app"] == "blog"
         assert info["last_refused"][0]["table"] == "post"
+
+
+async def test_allowlist_reloads_on_row_change_and_after_admin_reload(
+        host: DbHost, tmp_path: Path) -> None:
+    async def setup(root: Any) -> None:
+        await alice(root)
+        await root.query("CREATE _00_query_allowlist:`blog__1` SET app = 'blog', "
+                         "version = '1', queries = [$q]", {"q": OWN + " AND n > 3"})
+
+    async with open_stack(host, tmp_path, before_start=setup,
+                          SVC_SSP_QUERY_ALLOWLIST="enforce") as st:
+        async def allowlist() -> dict[str, Any]:
+            return (await st.ssp.call("GET /info"))["body"][0]["query_allowlist"]
+
+        first = await allowlist()
+        assert first["entries"] == 1
+        # A release written while the SSP runs, with no registration missing it first: the
+        # row change alone reloads the allowlist (LIVE on _00_query_allowlist).
+        await st.root.query("CREATE _00_query_allowlist:`blog__2` SET app = 'blog', "
+                            "version = '2', queries = [$q]", {"q": OWN})
+
+        async def two_entries() -> dict[str, Any] | None:
+            a = await allowlist()
+            return a if a["entries"] == 2 else None
+        got = await wait_for(two_entries, what="the new release loaded")
+        assert got["reloads"] > first["reloads"] and got["counters"]["checked"] == 0
+        r = await st.ssp.call("POST /view/register", view_body("now", OWN))
+        assert r["status"] == 200, r
+        assert (await allowlist())["counters"]["allowed_static"] == 1
+        # An UPDATE of a row is a change too: the release withdrawn, the shape refused again.
+        await st.root.query("UPDATE _00_query_allowlist:`blog__2` SET queries = []")
+        await wait_for(lambda: _entries_are(allowlist, 1), what="the withdrawal loaded")
+        r = await st.ssp.call("POST /view/register", view_body("later", OWN))
+        assert r["status"] == 403, r
+        # POST /admin/reload reloads it as well.
+        before = (await allowlist())["reloads"]
+        r = await st.ssp.call("POST /admin/reload", timeout=60.0)
+        assert r["status"] == 200, r
+        after = await allowlist()
+        assert after["reloads"] > before and after["entries"] == 1
+
+
+async def _entries_are(read: Any, n: int) -> bool:
+    return (await read())["entries"] == n
 
 
 async def test_allowlist_warn_admits_and_counts(host: DbHost, tmp_path: Path) -> None:

@@ -256,6 +256,10 @@ async def test_register_bootstrap_batches_heartbeats_and_a_clean_resync(linked: 
                     "parked_batches", "last_success_epoch_ms", "overload_rejections",
                     "connection_generation", "worst_views"} <= set(hb["publication"])
             assert hb["publication"]["last_success_epoch_ms"] > 0
+            # memory_usage is the process's resident MB (a Python hub is tens of MB), and the
+            # SVC_SSP_MEMORY_LIMIT_MB ceiling (default 1024) travels with it for least_load.
+            assert 10 < hb["memory_usage"] < hb["memory_limit_mb"] == 1024
+            assert isinstance(hb["cpu_usage"], float)
 
             # Resync directive with clean=true: local state wiped, exit 4 after a clean stop.
             sched.heartbeat_reply = (409, json.dumps({"reason": "test resync", "clean": True}),

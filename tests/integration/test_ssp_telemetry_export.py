@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 from aiohttp import web
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -89,5 +90,30 @@ async def test_ssp_exports_the_edge_instruments_over_otlp(host: DbHost, tmp_path
                      for kv in col.requests[-1].resource_metrics[0].resource.attributes}
             assert attrs["service.name"] == "svc-ssp"
             assert attrs["service.instance.id"] == "ssp-otel"
+
+            # The gateway worker (a gunicorn process) exports its request metrics too.
+            async with httpx.AsyncClient() as http:
+                health = await http.get(f"http://127.0.0.1:{st.ssp.port}/health")
+                assert health.status_code == 200
+
+            def gateway_requests() -> Any:
+                for req in col.requests:
+                    for rm in req.resource_metrics:
+                        names = {kv.key: kv.value.string_value for kv in rm.resource.attributes}
+                        if names.get("service.name") != "svc-ssp-gateway":
+                            continue
+                        for sm in rm.scope_metrics:
+                            for m in sm.metrics:
+                                if m.name == "http.server.request.duration":
+                                    return names, m
+                return None
+
+            async def seen() -> Any:
+                return gateway_requests()
+            names, m = await wait_for(seen, 30.0, "the gateway's request metrics exported")
+            assert names["service.instance.id"].startswith("ssp-otel/gateway-")
+            routes = {kv.value.string_value for p in m.histogram.data_points
+                      for kv in p.attributes if kv.key == "http.route"}
+            assert "/health" in routes
     finally:
         await col.stop()

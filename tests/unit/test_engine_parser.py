@@ -85,3 +85,12 @@ def test_a_query_that_is_not_a_string_is_rejected_saying_so() -> None:
 def test_duration_literals_are_rejected_naming_the_whole_literal(literal: str) -> None:
     with pytest.raises(QueryRejected, match=f"duration literal {literal} is not supported"):
         parse(f"SELECT * FROM thread WHERE wait = {literal}")
+
+
+def test_query_tables_names_the_view_table_and_every_subquery_table() -> None:
+    from engine.parser import parse, query_tables
+
+    q = parse("SELECT *, (SELECT *, (SELECT * FROM tag WHERE post = $parent.id) AS tags "
+              "FROM post WHERE owner = $parent.id) AS posts FROM user WHERE id = $auth.id")
+    assert query_tables(q) == (["post", "tag", "user"], ["post", "tag"])
+    assert query_tables(parse("SELECT * FROM post WHERE owner.name = 'a'")) == (["post"], [])

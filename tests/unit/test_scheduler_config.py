@@ -67,7 +67,7 @@ def test_defaults_without_a_file() -> None:
     assert cfg.bootstrap_page_size == 500
     assert cfg.clear_views_on_start is True
     assert cfg.auth_secret is None
-    assert cfg.ingest_transport is IngestTransport.CHANGEFEED
+    assert cfg.ingest_transport is IngestTransport.HTTP  # the spec default (ipc.transport)
     assert cfg.pool_port == 9669
     a = cfg.admin
     assert (a.enabled, a.host, a.port, a.dir, a.password, a.access) == (
@@ -360,3 +360,17 @@ def test_supervised_and_the_cloud_link_come_from_the_environment() -> None:
     with pytest.raises(ConfigError, match="SVC_SUPERVISED"):
         SchedulerConfig.load(None, {**base, "SVC_SUPERVISED": "maybe"})
     assert cfg.data_dir == cfg.replica_db_path.parent
+
+
+def test_bootstrap_chunk_size_is_the_spec_value_at_most_with_the_reason(tmp_path: Path) -> None:
+    # Decision (scheduler/README.md, Events): events per POST /ingest to an SSP; the spec's 1000
+    # is the default and the SSP's batch maximum, so more is refused at start, naming why.
+    assert SchedulerConfig.load(write(tmp_path, "bootstrap_chunk_size: 1000\n"),
+                                BASE_ENV).bootstrap_chunk_size == 1000
+    assert SchedulerConfig.load(write(tmp_path, "bootstrap_chunk_size: 1\n"),
+                                BASE_ENV).bootstrap_chunk_size == 1
+    with pytest.raises(ConfigError, match="between 1 and 1000, got 1001: it is the number of "
+                                          "events per POST /ingest to an SSP"):
+        SchedulerConfig.load(write(tmp_path, "bootstrap_chunk_size: 1001\n"), BASE_ENV)
+    with pytest.raises(ConfigError, match="'bootstrap_chunk_size' must be >= 1, got 0"):
+        SchedulerConfig.load(write(tmp_path, "bootstrap_chunk_size: 0\n"), BASE_ENV)

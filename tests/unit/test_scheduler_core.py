@@ -591,3 +591,91 @@ async def test_restart_reclones_when_the_last_clone_did_not_finish(
         assert s.replica.count("thing") == 1
     finally:
         await s.close()
+
+
+async def test_least_load_weighs_memory_against_each_ssps_reported_limit(make_scheduler,
+                                                                         fakes) -> None:
+    # Heartbeats go through the ingest listener's app (validation included), with request
+    # metrics read by an in-memory reader; /metrics shows the limit; least_load uses it.
+    import httpx
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from ipc.otel import REQUEST_DURATION
+    from scheduler.app import create_app
+
+    s = await make_scheduler(load_balance=LoadBalance.LEAST_LOAD)
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    await bring_up(s, b)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    app = create_app(s, provider.get_meter("scheduler"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://scheduler") as http:
+        async def heartbeat(ssp: str, cpu: float, mem: float, limit: float | None) -> int:
+            body = dict(hb(ssp), cpu_usage=cpu, memory_usage=mem)
+            if limit is not None:
+                body["memory_limit_mb"] = limit
+            return (await http.post("/ssp/heartbeat", json=body)).status_code
+
+        # Same CPU; a uses 600 of 4096 MB (15%), b 300 of 512 MB (59%): a is less loaded,
+        # although it uses more MB.
+        assert await heartbeat("a", 5.0, 600.0, 4096) == 200
+        assert await heartbeat("b", 5.0, 300.0, 512) == 200
+        assert (await s.register_view("query:m1", dict(VIEW, id="query:m1"))).body[
+            "ssp_id"] == "a"
+        # b at its ceiling goes last even with the lower CPU.
+        assert await heartbeat("a", 50.0, 600.0, 4096) == 200
+        assert await heartbeat("b", 1.0, 512.0, 512) == 200
+        assert (await s.register_view("query:m2", dict(VIEW, id="query:m2"))).body[
+            "ssp_id"] == "a"
+        # Lower CPU wins below the ceilings.
+        assert await heartbeat("a", 9.0, 100.0, 4096) == 200
+        assert await heartbeat("b", 2.0, 400.0, 512) == 200
+        assert (await s.register_view("query:m3", dict(VIEW, id="query:m3"))).body[
+            "ssp_id"] == "b"
+        bad = await http.post("/ssp/heartbeat", json=dict(hb("a"), memory_limit_mb="lots"))
+        assert bad.status_code == 400 and "memory_limit_mb" in bad.json()["message"]
+        ssps = {x["id"]: x for x in (await http.get("/metrics")).json()["ssps"]}
+        assert ssps["a"]["memory_limit_mb"] == 4096 and ssps["b"]["memory_limit_mb"] == 512
+    data = reader.get_metrics_data()
+    points = [p for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics if m.name == REQUEST_DURATION for p in m.data.data_points]
+    by = {(p.attributes["http.route"], p.attributes["http.response.status_code"]): p.count
+          for p in points}
+    assert by[("/ssp/heartbeat", 200)] == 6 and by[("/ssp/heartbeat", 400)] == 1
+    assert by[("/metrics", 200)] == 1
+    provider.shutdown()
+
+
+async def test_admin_listener_request_metrics(make_scheduler) -> None:
+    import httpx
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from ipc.otel import ACTIVE_REQUESTS, REQUEST_DURATION
+    from scheduler.admin.app import create_admin_app
+    from scheduler.admin.plane import AdminPlane
+
+    s = await make_scheduler()
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    app = create_admin_app(AdminPlane(s), provider.get_meter("scheduler.admin"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://admin") as http:
+        assert (await http.get("/admin/api/config")).status_code == 200
+        assert (await http.get("/admin/api/views/query:secret-id")).status_code == 401
+        assert (await http.get("/admin/api/nothing-here")).status_code in (401, 404)
+    data = reader.get_metrics_data()
+    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics
+               for m in sm.metrics}
+    by = {(p.attributes["http.request.method"], p.attributes["http.route"],
+           p.attributes["http.response.status_code"]): p.count
+          for p in metrics[REQUEST_DURATION].data.data_points}
+    assert by[("GET", "/admin/api/config", 200)] == 1
+    # the route template, never the raw path (a view key must not become a label)
+    assert by[("GET", "/admin/api/views/{key}", 401)] == 1
+    assert not any("secret-id" in route for _, route, _ in by)
+    assert sum(p.value for p in metrics[ACTIVE_REQUESTS].data.data_points) == 0
+    provider.shutdown()

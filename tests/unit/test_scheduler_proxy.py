@@ -12,14 +12,21 @@ from surrealdb import RecordID
 from surrealdb.data.cbor import decode
 
 from scheduler.config import LoadBalance
-from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
+from scheduler.proxy import (
+    SUPPORTED,
+    ProxyInvalid,
+    encode_cbor,
+    encode_json,
+    parse_statement,
+    run_statement,
+)
 from scheduler.replica import Replica
 from scheduler.views import Candidate, ViewTracker, rank_candidates
 
 
 @pytest.mark.parametrize("text,kind,table,limit", [
     ("SELECT * FROM user ORDER BY id LIMIT 500", "first", "user", 500),
-    ("select * from user order by id asc limit 3;", "first", "user", 3),
+    ("select * from user order by id limit 3;", "first", "user", 3),
     ("SELECT * FROM _00_query WHERE id > $last ORDER BY id LIMIT 10", "after", "_00_query", 10),
     ("SELECT count() AS n FROM user GROUP ALL", "count", "user", None),
     ("INFO FOR DB", "info_db", None, None),
@@ -32,19 +39,15 @@ def test_served_statements_parse(text: str, kind: str, table: str | None,
     assert (st.kind, st.table, st.limit) == (kind, table, limit)
 
 
-def test_limit_may_be_a_variable() -> None:
-    assert parse_statement("SELECT * FROM t ORDER BY id LIMIT $n", {"n": 7}).limit == 7
-    with pytest.raises(ProxyInvalid, match="vars.n"):
-        parse_statement("SELECT * FROM t ORDER BY id LIMIT $n", {"n": "7"})
-
-
 @pytest.mark.parametrize("text", [
     "DELETE user", "SELECT * FROM user", "SELECT * FROM user ORDER BY name LIMIT 5",
     "SELECT * FROM `user` ORDER BY id LIMIT 5", "SELECT * FROM user ORDER BY id LIMIT 0",
     "SELECT * FROM user ORDER BY id LIMIT 5; DELETE user", "",
+    "SELECT * FROM t ORDER BY id ASC LIMIT 5", "SELECT * FROM t ORDER BY id LIMIT $n",
+    "INFO FOR NS", "SELECT * FROM t WHERE id > $last ORDER BY id DESC LIMIT 5",
 ])
 def test_other_statements_are_refused(text: str) -> None:
-    with pytest.raises(ProxyInvalid, match="the replica serves only|LIMIT must"):
+    with pytest.raises(ProxyInvalid, match="serves only the SSP bootstrap reads|LIMIT must"):
         parse_statement(text, {})
 
 
@@ -121,3 +124,52 @@ def test_rank_candidates() -> None:
     assert rank_candidates(LoadBalance.ROUND_ROBIN, c, 0) == ["a", "b", "c"]
     assert rank_candidates(LoadBalance.ROUND_ROBIN, c, 4) == ["b", "c", "a"]
     assert rank_candidates(LoadBalance.ROUND_ROBIN, [], 3) == []
+    # least_load against each SSP's memory ceiling (heartbeat memory_limit_mb; 1024 default):
+    # at or over it goes last; below, lower CPU, then the smaller share of its own ceiling.
+    m = [Candidate("x", 0, 5.0, 600.0, 4096.0), Candidate("y", 0, 5.0, 300.0, 512.0),
+         Candidate("z", 0, 1.0, 1024.0)]
+    assert rank_candidates(LoadBalance.LEAST_LOAD, m, 0) == ["x", "y", "z"]
+    assert Candidate("old", 0, 0.0, 512.0).memory_share == 0.5
+
+
+async def test_the_served_statements_are_exactly_what_an_ssp_bootstrap_sends() -> None:
+    # The SSP's proxy client (ssp.link.ProxySource) against an aiohttp server that parses each
+    # statement with the scheduler's parser: every statement it sends is served, and every
+    # served kind is one it sends (nothing broader is kept "just in case").
+    import aiohttp
+    from aiohttp import web
+
+    from ssp.hub.loading import ZERO_ROW_CHECK
+    from ssp.link import ProxySource
+    from tests.support.procs import free_port
+
+    kinds: list[str] = []
+
+    async def proxy(req: web.Request) -> web.Response:
+        body = await req.json()
+        st = parse_statement(body["query"], body.get("vars"))
+        kinds.append(st.kind)
+        result: object = {"first": [{"id": RecordID("t", 1)}], "after": [],
+                          "count": [{"n": 1}], "tables": ["t"], "info_db": {"tables": {}},
+                          "info_table": {"fields": {}}}[st.kind]
+        return web.Response(body=encode_cbor(result), content_type="application/cbor")
+
+    app = web.Application()
+    app.router.add_post("/proxy/query", proxy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            src = ProxySource(http, f"http://127.0.0.1:{port}", None)
+            await src.table_definitions()
+            await src.replica_tables()
+            await src.table_info("t")
+            assert [p async for p in src.keyset_pages("t", 1)] == [[{"id": RecordID("t", 1)}]]
+            assert await src.query_one(ZERO_ROW_CHECK.format(table="t")) == [{"n": 1}]
+    finally:
+        await runner.cleanup()
+    assert sorted(kinds) == sorted(["info_db", "tables", "info_table", "first", "after",
+                                    "count"])
+    assert len(SUPPORTED) == len(set(kinds))
