@@ -32,10 +32,13 @@ SPEC_TOOLS = {"admin_config", "overview", "backends_list", "backend_get", "logs_
               "scheduler_restart", "incidents_list", "incident_get", "cloud_deployment",
               "cloud_restart", "workflow_runs_list", "workflow_run_get", "workflow_run_cancel",
               "workflow_run_rerun", "workflow_run_retry", "schedules_list", "schedule_get",
-              "schedule_pause", "schedule_resume", "schedule_trigger", "schedule_release"}
+              "schedule_pause", "schedule_resume", "schedule_trigger", "schedule_release",
+              "pools_list", "pool_machines", "pool_pause", "pool_resume", "machine_drain"}
 #: read tools over routes this cluster cannot serve (no workflow tables): tested with the
 #: workflows (tests/integration/test_workflows.py)
 WORKFLOW_READ = {"workflow_runs_list", "workflow_run_get", "schedules_list", "schedule_get"}
+#: this cluster has no machine pool: the pool tools answer the routes' 503 pools_off (below)
+POOL_READ = {"pools_list", "pool_machines"}
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +149,7 @@ async def test_every_read_tool_answers_through_the_admin_api(cluster: AdminClust
         }
         answers = {name: payload(await client.call_tool(name, args))
                    for name, args in calls.items()}
-        assert READ_TOOLS - set(calls) == {"cloud_deployment"} | WORKFLOW_READ
+        assert READ_TOOLS - set(calls) == {"cloud_deployment"} | WORKFLOW_READ | POOL_READ
         # the same data the routes answer
         assert answers["admin_config"]["breakglass_available"] is True
         assert {s["id"] for s in answers["overview"]["ssps"]} == {s.ssp_id
@@ -171,6 +174,10 @@ async def test_every_read_tool_answers_through_the_admin_api(cluster: AdminClust
         assert res.is_error and res.structured_content["status"] == 400
         res = await client.call_tool("job_get", {"job_id": "post:p1"})
         assert res.is_error and "job table" in res.structured_content["message"]
+        for name, args in (("pools_list", {}), ("pool_machines", {"name": "gpu"})):
+            res = await client.call_tool(name, args)
+            assert res.is_error and res.structured_content["status"] == 503, name
+            assert res.structured_content["code"] == "pools_off", name
         res = await client.call_tool("cloud_deployment", {})
         assert res.is_error and res.structured_content["status"] == 409
         assert res.structured_content["message"] == "Not linked to the hosted platform"
