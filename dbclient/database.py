@@ -430,7 +430,8 @@ class LiveSubscription:
         self._queue: asyncio.Queue[dict[str, Any]] | None = None
         self._pump: asyncio.Task[None] | None = None
 
-    async def _subscribe(self, conn: AsyncWsSurrealConnection) -> None:
+    async def _subscribe(self, conn: AsyncWsSurrealConnection, *,
+                         reconnected: bool = False) -> None:
         timeout = self.db.config.timeout_secs
         try:
             live_id = await asyncio.wait_for(_guard(conn, conn.live(self.table)), timeout)
@@ -442,6 +443,11 @@ class LiveSubscription:
             raise DbQueryError(f"LIVE on {self.table} refused: {e}") from None
         # Read the SDK's per-live queues directly: its iterator drops the `action` field.
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        if reconnected:
+            # Queued ahead of the new subscription's events and handed to the sink by the pump:
+            # the sink never runs under the reconnect lock (a sink that queries this database
+            # would otherwise wait on the reconnect that is waiting on it).
+            queue.put_nowait({"action": "RECONNECTED", "table": self.table})
         conn.live_queues.setdefault(str(live_id), []).append(queue)
         self.live_id = live_id
         self._queue = queue
@@ -450,11 +456,9 @@ class LiveSubscription:
 
     async def _resubscribe(self, conn: AsyncWsSurrealConnection) -> None:
         try:
-            await self._subscribe(conn)
+            await self._subscribe(conn, reconnected=True)
         except DbError as e:
             log.warning("re-subscribing LIVE on %s failed: %s", self.table, e)
-            return
-        await self._deliver({"action": "RECONNECTED", "table": self.table})
 
     async def _run_pump(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
         while True:
