@@ -146,6 +146,8 @@ class Circuit:
         self.changed: dict[str, Any] = {}
         # ... and whether some materialisation shows it now (from the classification)
         self.held_now: dict[str, bool] = {}
+        # ... and the materialisations showing a row re-examined for its projection only
+        self.matched: dict[str, list[Mat]] = {}
         # sort entries by row (they depend on the row only): shared by the windows, dropped
         # by the table when the row changes
         self.entry_cache = store.table(self.table).cache()
@@ -311,6 +313,7 @@ class Circuit:
             if known is not None:
                 return known  # classified at this flush
         ms = self.matching(row)
+        self.matched[rid] = ms  # the flush's row events reuse it
         if len(self.projs) == 1:
             return bool(ms)
         return any(m.proj is proj for m in ms)

@@ -21,6 +21,8 @@ Structure (see ``engine/README.md``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 from surrealdb import RecordID
@@ -42,6 +44,8 @@ from engine.versions import is_stale
 __all__ = ["Circuit", "Mat", "ViewDelta", "ViewEngine", "WMat", "same"]
 
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
+_VT = attrgetter("vt")
+_chain = chain.from_iterable
 _CACHED_MEMBERS = 256  # larger member sets are not kept per materialisation
 
 
@@ -480,7 +484,10 @@ class ViewEngine:
                     for proj in c.projs.values():
                         proj.mark_row(rid, r0)
                         projs.add(proj)
-        # 2. projection groups: re-project, project or drop the rows once
+        # 2. projection groups: re-project, project or drop the rows once (`held` notes the
+        # materialisations showing each row in `matched`, read by step 3)
+        for proj in projs:
+            proj.circuit.matched.clear()
         for proj in projs:
             if proj.dirty:
                 proj.process(proj.circuit.held)
@@ -503,7 +510,9 @@ class ViewEngine:
                         if m.proj is proj and rid in m.visible and rid not in m.vis0:  # type: ignore[attr-defined]
                             touch(acc, m, rid, True, True)
                 else:
-                    ms = c.matching(row)
+                    ms = c.matched.get(rid)
+                    if ms is None:
+                        ms = c.matching(row)
                     if len(c.projs) > 1:
                         ms = [m for m in ms if m.proj is proj]
                     events.setdefault(c, []).append((rid, ms, [], []))
@@ -573,12 +582,12 @@ class ViewEngine:
             if rec is not None and rec.clean:
                 d = rec.delta(was, now)
                 if d is not None:
-                    for m in ms:
-                        vt = m.vt
-                        if len(vt) == 1:
-                            out[vt[0]] = d
-                        else:
-                            out.update(dict.fromkeys(vt, d))
+                    if len(ms) == 1:
+                        out.update(dict.fromkeys(ms[0].vt, d))
+                    else:
+                        # one C-level pass over the views of every materialisation (a change
+                        # can reach hundreds of them)
+                        out.update(dict.fromkeys(_chain(map(_VT, ms)), d))
                 continue
             for m in ms:
                 proj = m.proj

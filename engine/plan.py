@@ -256,6 +256,7 @@ class Plan:
                 whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
                 self.item_fields.append(None if whole else frozenset(acc))
         self.flat = _compile_flat(q) if self.simple and not self.star_only else None
+        self.item_keys = _item_keys(q)
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links
         self._ecache: Any = None
@@ -502,6 +503,27 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
         return all(expr_fields(x, acc, parent) for x in e[2])
     return True
 
+
+
+def _item_keys(q: Query) -> dict[str, int] | None:
+    """Output key -> index of each item that does not read the row alone, when an output's
+    members can be assembled from per-item members (``engine.proj._tree_of``): one-segment
+    distinct output keys, ``*`` (if any) first, no FETCH. None otherwise."""
+    if q.fetch:
+        return None
+    keys: dict[str, int] = {}
+    seen: set[str] = set()
+    for i, it in enumerate(q.items):
+        if it.kind == "all":
+            if i != 0:
+                return None  # a later `*` overwrites earlier items
+            continue
+        if len(it.out) != 1 or it.out[0] in seen:
+            return None
+        seen.add(it.out[0])
+        if not (it.kind == "field" and len(it.path) == 1):
+            keys[it.out[0]] = i
+    return keys
 
 
 def _compile_flat(q: Query) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
