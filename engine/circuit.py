@@ -62,7 +62,9 @@ class Mat:
         self.S = S
         self.key = key
         self.views: set[str] = set()
-        self.vt: tuple[str, ...] = ()  # the views as a tuple (deltas are emitted per view)
+        # the views as a dict (view id -> None): deltas go to every view of a materialisation
+        # with `dict.fromkeys(vt, d)`, which reads the stored hashes instead of each id string
+        self.vt: dict[str, None] = {}
         self.mcache: tuple[int, frozenset[str]] | None = None  # (engine flush count, members)
         self.proj: Proj = None  # type: ignore[assignment]  # set by Circuit.add
         self.bkey: Any = ()
@@ -150,7 +152,9 @@ class Circuit:
         self.matched: dict[str, list[Mat]] = {}
         # sort entries by row (they depend on the row only): shared by the windows, dropped
         # by the table when the row changes
-        self.entry_cache = store.table(self.table).cache()
+        # (only windows read entries: an implicit shape registers no cache the table would
+        # clear on every write)
+        self.entry_cache = store.table(self.table).cache() if self.plan.ordered else {}
 
     # -- materialisations -----------------------------------------------------------------
     def new_mat(self, S: tuple[Any, ...], key: Any) -> Mat:

@@ -124,7 +124,7 @@ class ViewEngine:
             mat = circuit.new_mat(S, key)
             shown = self._build(mat)
         mat.views.add(view_id)
-        mat.vt = tuple(mat.views)
+        mat.vt[view_id] = None
         self.views[view_id] = mat
         cached = mat.mcache
         if cached is not None and cached[0] == self._epoch:
@@ -140,7 +140,7 @@ class ViewEngine:
         if mat is None:
             return
         mat.views.discard(view_id)
-        mat.vt = tuple(mat.views)
+        mat.vt.pop(view_id, None)
         if mat.views:
             return
         circuit = mat.circuit
@@ -469,43 +469,65 @@ class ViewEngine:
         return out
 
     def _settle(self, out: dict[str, ViewDelta]) -> None:
-        circuits, self._circuits = self._circuits, set()
-        wmats, self._mats = self._mats, set()
-        projs, self._projs = self._projs, set()
+        # (containers are replaced only when used: a flush runs once per ingest call)
+        circuits = self._circuits
+        if circuits:
+            self._circuits = set()
+        wmats = self._mats
+        if wmats:
+            self._mats = set()
+        projs = self._projs
+        if projs:
+            self._projs = set()
+        else:
+            projs = set()
         # 1. implicit circuits: classify each changed row once for all materialisations
         moves: list[tuple[Circuit, str, list[Mat], list[Mat], list[Mat]]] = []
         for c in circuits:
             rows = c.rows
+            held_now = c.held_now
+            cprojs = c.projs.values()
             for rid, r0 in c.changed.items():
                 st, le, en = c.classify(r0, rows.get(rid))
                 if st or le or en:
-                    c.held_now[rid] = bool(st or en)
+                    held_now[rid] = bool(st or en)
                     moves.append((c, rid, st, le, en))
-                    for proj in c.projs.values():
+                    for proj in cprojs:
                         proj.mark_row(rid, r0)
                         projs.add(proj)
         # 2. projection groups: re-project, project or drop the rows once (`held` notes the
         # materialisations showing each row in `matched`, read by step 3)
         for proj in projs:
-            proj.circuit.matched.clear()
+            matched = proj.circuit.matched
+            if matched:
+                matched.clear()
         for proj in projs:
             if proj.dirty:
                 proj.process(proj.circuit.held)
         # 3. row events of implicit circuits: (row, shown before and after, left, entered)
         events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]] = {}
         for c, rid, st, le, en in moves:
-            events.setdefault(c, []).append((rid, st, le, en))
+            evs = events.get(c)
+            if evs is None:
+                events[c] = [(rid, st, le, en)]
+            else:
+                evs.append((rid, st, le, en))
         acc: dict[Mat, Any] = {}
         touch = _touch
         for proj in projs:
+            recs = proj.recs
+            if not recs:
+                continue
             c = proj.circuit
-            for rid, rec in proj.recs.items():
-                if (not c.explicit and rid in c.changed) or not rec.changed():
+            explicit = c.explicit
+            changed = c.changed
+            for rid, rec in recs.items():
+                if (not explicit and rid in changed) or not rec.changed():
                     continue
                 row = c.rows.get(rid)
                 if row is None:
                     continue
-                if c.explicit:
+                if explicit:
                     for m in c.candidates(row):
                         if m.proj is proj and rid in m.visible and rid not in m.vis0:  # type: ignore[attr-defined]
                             touch(acc, m, rid, True, True)
@@ -515,7 +537,11 @@ class ViewEngine:
                         ms = c.matching(row)
                     if len(c.projs) > 1:
                         ms = [m for m in ms if m.proj is proj]
-                    events.setdefault(c, []).append((rid, ms, [], []))
+                    evs = events.get(c)
+                    if evs is None:
+                        events[c] = [(rid, ms, [], [])]
+                    else:
+                        evs.append((rid, ms, [], []))
         for c, evs in events.items():
             if len(evs) == 1:
                 # one row event: every materialisation gets at most one entry
@@ -537,24 +563,27 @@ class ViewEngine:
                 if was or now:
                     touch(acc, m, rid, was, now)
         # 4. deltas (shared objects when every member involved is clean)
-        used = set(projs)
-        for m, e in acc.items():
-            proj = m.proj
-            used.add(proj)
-            if type(e) is tuple:
-                rec = proj.rec(e[0])
-                if rec.clean:
-                    d = rec.delta(e[1], e[2])
+        used = projs
+        if acc:
+            used = set(projs)
+            for m, e in acc.items():
+                proj = m.proj
+                used.add(proj)
+                if type(e) is tuple:
+                    rec = proj.rec(e[0])
+                    if rec.clean:
+                        d = rec.delta(e[1], e[2])
+                    else:
+                        d = general_delta([e], proj.rec, proj.owners, m.holds_start,
+                                          m.holds_now)
                 else:
-                    d = general_delta([e], proj.rec, proj.owners, m.holds_start, m.holds_now)
-            else:
-                recs = [proj.rec(rid) for rid, _, _ in e]
-                if all(r.clean for r in recs):
-                    d = merge_clean(r.delta(was, now) for r, (_, was, now) in zip(recs, e))
-                else:
-                    d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
-            if d is not None:
-                out.update(dict.fromkeys(m.vt, d))
+                    recs = [proj.rec(rid) for rid, _, _ in e]
+                    if all(r.clean for r in recs):
+                        d = merge_clean(r.delta(was, now) for r, (_, was, now) in zip(recs, e))
+                    else:
+                        d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
+                if d is not None:
+                    out.update(dict.fromkeys(m.vt, d))
         for c in circuits:
             c.changed.clear()
             c.held_now.clear()
@@ -562,7 +591,6 @@ class ViewEngine:
             proj.finish()
         for m in wmats:
             m.vis0.clear()
-
 
     @staticmethod
     def _emit(c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
@@ -615,9 +643,24 @@ def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
     """Top-level keys whose value differs (type-exact) between two versions of a row."""
-    out = {k for k, v in new.items() if k not in old or not same(old[k], v)}
-    out.update(k for k in old if k not in new)
+    out: set[str] = set()
+    get = old.get
+    fresh = 0
+    for k, v in new.items():
+        o = get(k, _MISSING)
+        if o is v:
+            continue  # the same object (a caller that copies the row and sets one field)
+        if o is _MISSING:
+            fresh += 1
+            out.add(k)
+        elif not same(o, v):
+            out.add(k)
+    if len(old) > len(new) - fresh:
+        out.update(k for k in old if k not in new)  # some field was removed
     return out
+
+
+_MISSING = object()
 
 
 _CANON: dict[str, str] = {}

@@ -430,7 +430,8 @@ class Proj:
 
     def finish(self) -> None:
         """Forget the flush state."""
-        self.recs = {}
+        if self.recs:
+            self.recs = {}
         self.own0 = None
         if self.multi0:
             self.multi0 = set()
