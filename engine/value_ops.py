@@ -203,7 +203,8 @@ def get_path(
 
     A field of an array maps over its elements (``tags.name`` on ``[{name:'a'},{}]`` gives
     ``['a', NONE]``). A field of a record id follows the link when ``resolve`` is given
-    (``resolve(rid)`` returns the linked row or NONE/None when it does not exist), else NONE.
+    (``resolve(rid)`` returns the linked row or NONE/None when it does not exist), else NONE;
+    a field named in the id's object key is read from the key, as SurrealDB does.
     """
     cur = doc
     n = len(path)
@@ -215,7 +216,15 @@ def get_path(
         elif t is list or t is tuple:
             rest = path[i:]
             return [get_path(x, rest, resolve) for x in cur]
-        elif t is RecordID and resolve is not None:
+        elif t is RecordID:
+            key = cur.id
+            if type(key) is dict and seg in key:
+                # SurrealDB answers a field named in an object key from the id itself,
+                # without fetching the record (``a:{a:0}.a`` is 0 even when the row says 7).
+                cur = key[seg]
+                continue
+            if resolve is None:
+                return NONE
             target = resolve(cur)
             if type(target) is not dict:
                 return NONE

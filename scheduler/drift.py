@@ -43,9 +43,9 @@ from dbclient import Database, DbError
 from engine.hashing import bytes_hash
 from engine.values import NONE, canonical_bytes, parse_record_id, record_id_text
 from engine.versions import is_stale
+from maintenance.backends import append_incident, incident_record
 from scheduler.config import DriftConfig
 from scheduler.replica import SYNCED_META_TABLES, CloneInProgress, Replica, ReplicaFrozen
-from ssp.backends import append_incident, incident_record
 
 log = logging.getLogger("scheduler.drift")
 

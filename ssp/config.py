@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient.config import DbConfig
-from ssp.backends import BackendListError, parse_backends
+from maintenance.backends import BackendListError, parse_backends
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")

@@ -3,16 +3,13 @@ the parsing of query strings and bodies into typed values (400 ``invalid`` namin
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
-from uuid import UUID
 
 import falcon.asgi
-from surrealdb import Duration, RecordID
+from surrealdb import Duration
 
-from engine.values import record_id_text
+from engine.jsonvalues import to_json as jsonable
 from ipc.messages import parse_duration_ms, parse_timestamp
 from scheduler.admin.errors import Invalid
 
@@ -21,25 +18,6 @@ __all__ = ["epoch_ms", "jsonable", "q_bool", "q_int", "q_str", "ttl_ms"]
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 DEFAULT_TTL_MS = 600_000
-
-
-def jsonable(v: Any) -> Any:
-    """SDK values as JSON: record ids as text, datetimes as ISO 8601, durations as text."""
-    if isinstance(v, RecordID):
-        return record_id_text(v)
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, datetime):
-        return v.isoformat()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if v is None or isinstance(v, (str, int, float, bool)):
-        return v
-    if isinstance(v, (Decimal, UUID, Duration)):
-        return str(v)
-    return str(v)
 
 
 def epoch_ms(v: Any) -> int | None:
