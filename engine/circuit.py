@@ -17,6 +17,7 @@ A materialisation is one set of slot values; identical views share it. There are
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
@@ -48,6 +49,11 @@ def exact_key(v: Any) -> Any:
     except TypeError:
         return ("x", t.__name__, repr(v))
     return (t.__name__, v)
+
+
+# the kinds of value `CONTAINS` can be true of (engine.value_ops.contains); of any other
+# value it is false, whatever the right-hand side
+_CONTAINERS = frozenset({list, tuple, str, dict, uuid.UUID})
 
 
 class Mat:
@@ -238,7 +244,11 @@ class Circuit:
 
     def _member_lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
         v = row.get(self.mfield, NONE)  # type: ignore[arg-type]
-        if type(v) is not list:
+        tv = type(v)
+        if tv is not list:
+            if tv not in _CONTAINERS:
+                # NONE, NULL, numbers, links...: `v CONTAINS x` is false for every x
+                return [], self.exact
             # CONTAINS on a string, an object...: not an element test, every bucket
             return list(self.mats.values()), False
         prefix = self.bkey(row)

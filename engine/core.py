@@ -47,6 +47,7 @@ OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 _VT = attrgetter("vt")
 _chain = chain.from_iterable
 _CACHED_MEMBERS = 256  # larger member sets are not kept per materialisation
+_VCACHE_MAX = 1024  # lists of materialisations whose views are kept (see _emit)
 
 
 class ViewEngine:
@@ -80,6 +81,10 @@ class ViewEngine:
         # flushes that changed something: a materialisation's cached member set is valid
         # while the count has not moved (many views registering the same per-user query)
         self._epoch = 0
+        # the views of a list of materialisations (a row event reaches the same prefix of a
+        # range index again and again): tuple of mats -> view ids; cleared whenever a view
+        # registers or unregisters, so it never names a stale view
+        self._vcache: dict[tuple[Mat, ...], dict[str, None]] = {}
 
     # ------------------------------------------------------------------ public API
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -125,6 +130,8 @@ class ViewEngine:
             shown = self._build(mat)
         mat.views.add(view_id)
         mat.vt[view_id] = None
+        if self._vcache:
+            self._vcache = {}
         self.views[view_id] = mat
         cached = mat.mcache
         if cached is not None and cached[0] == self._epoch:
@@ -141,6 +148,8 @@ class ViewEngine:
             return
         mat.views.discard(view_id)
         mat.vt.pop(view_id, None)
+        if self._vcache:
+            self._vcache = {}
         if mat.views:
             return
         circuit = mat.circuit
@@ -399,9 +408,14 @@ class ViewEngine:
     ) -> None:
         table = ts.name
         circuits = self.by_table.get(table)
+        changed = None
+        if old is not None and new is not None:
+            changed = _changed_fields(old, new)
+            if not changed:
+                # the same row again (type-exact): nothing computed from it can change
+                return
         if circuits:
             # an UPDATE: skip shapes that read none of the changed fields
-            changed = _changed_fields(old, new) if old is not None and new is not None else None
             for circuit in circuits:
                 if changed is not None:
                     fields = circuit.fields
@@ -463,12 +477,16 @@ class ViewEngine:
         out: dict[str, ViewDelta] = {}
         if self._circuits or self._mats or self._projs:
             self._epoch += 1
-            self._settle(out)
+            parts: list[tuple[Iterable[str], ViewDelta]] = []
+            self._settle(parts)
+            if parts:
+                out = _gather(parts)
         if self._sync_each_call:
             self.sync_arena()
         return out
 
-    def _settle(self, out: dict[str, ViewDelta]) -> None:
+    def _settle(self, out: list[tuple[Iterable[str], ViewDelta]]) -> None:
+        # `out` collects (view ids, delta) parts; _gather builds the result dict once
         # (containers are replaced only when used: a flush runs once per ingest call)
         circuits = self._circuits
         if circuits:
@@ -583,7 +601,7 @@ class ViewEngine:
                     else:
                         d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
                 if d is not None:
-                    out.update(dict.fromkeys(m.vt, d))
+                    out.append((m.vt, d))
         for c in circuits:
             c.changed.clear()
             c.held_now.clear()
@@ -592,9 +610,8 @@ class ViewEngine:
         for m in wmats:
             m.vis0.clear()
 
-    @staticmethod
-    def _emit(c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
-              out: dict[str, ViewDelta]) -> None:
+    def _emit(self, c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
+              out: list[tuple[Iterable[str], ViewDelta]]) -> None:
         """Deltas of one row event of an implicit circuit: each class of materialisations
         (shown before and after, left, entered) shares one delta when the row's members
         are clean."""
@@ -611,11 +628,18 @@ class ViewEngine:
                 d = rec.delta(was, now)
                 if d is not None:
                     if len(ms) == 1:
-                        out.update(dict.fromkeys(ms[0].vt, d))
+                        out.append((ms[0].vt, d))
                     else:
-                        # one C-level pass over the views of every materialisation (a change
-                        # can reach hundreds of them)
-                        out.update(dict.fromkeys(_chain(map(_VT, ms)), d))
+                        # a change can reach hundreds of materialisations: their views are
+                        # gathered once per list and reused while no view (un)registers
+                        key = tuple(ms)
+                        vcache = self._vcache
+                        views = vcache.get(key)
+                        if views is None:
+                            if len(vcache) >= _VCACHE_MAX:
+                                vcache.clear()
+                            views = vcache[key] = dict.fromkeys(_chain(map(_VT, ms)))
+                        out.append((views, d))
                 continue
             for m in ms:
                 proj = m.proj
@@ -628,7 +652,19 @@ class ViewEngine:
                     d = general_delta([(rid, was, now)], proj.rec, proj.owners, m.holds_start,
                                       m.holds_now)
                 if d is not None:
-                    out.update(dict.fromkeys(m.vt, d))
+                    out.append((m.vt, d))
+
+
+def _gather(parts: list[tuple[Iterable[str], ViewDelta]]) -> dict[str, ViewDelta]:
+    """The deltas by view id from (view ids, delta) parts, later parts winning (a view
+    belongs to one materialisation, so parts do not overlap in practice): one dict built in
+    place instead of merging one temporary dict per part."""
+    views, d = parts[0]
+    out = dict.fromkeys(views, d)
+    for views, d in parts[1:]:
+        for v in views:
+            out[v] = d
+    return out
 
 
 def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:
