@@ -409,10 +409,12 @@ class ViewEngine:
         table = ts.name
         circuits = self.by_table.get(table)
         changed = None
-        if old is not None and new is not None:
+        if circuits and old is not None and new is not None:
             changed = _changed_fields(old, new)
             if not changed:
                 # the same row again (type-exact): nothing computed from it can change
+                # (checked only where shapes read the table: elsewhere the dependency
+                # lookups below are cheaper than the comparison)
                 return
         if circuits:
             # an UPDATE: skip shapes that read none of the changed fields
