@@ -17,6 +17,7 @@ A materialisation is one set of slot values; identical views share it. There are
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -50,6 +51,11 @@ def exact_key(v: Any) -> Any:
     return (t.__name__, v)
 
 
+# the kinds of value `CONTAINS` can be true of (engine.value_ops.contains); of any other
+# value it is false, whatever the right-hand side
+_CONTAINERS = frozenset({list, tuple, str, dict, uuid.UUID})
+
+
 class Mat:
     """An implicit materialisation: slot values, the views sharing them, nothing per row."""
 
@@ -62,7 +68,9 @@ class Mat:
         self.S = S
         self.key = key
         self.views: set[str] = set()
-        self.vt: tuple[str, ...] = ()  # the views as a tuple (deltas are emitted per view)
+        # the views as a dict (view id -> None): deltas go to every view of a materialisation
+        # with `dict.fromkeys(vt, d)`, which reads the stored hashes instead of each id string
+        self.vt: dict[str, None] = {}
         self.mcache: tuple[int, frozenset[str]] | None = None  # (engine flush count, members)
         self.proj: Proj = None  # type: ignore[assignment]  # set by Circuit.add
         self.bkey: Any = ()
@@ -146,9 +154,13 @@ class Circuit:
         self.changed: dict[str, Any] = {}
         # ... and whether some materialisation shows it now (from the classification)
         self.held_now: dict[str, bool] = {}
+        # ... and the materialisations showing a row re-examined for its projection only
+        self.matched: dict[str, list[Mat]] = {}
         # sort entries by row (they depend on the row only): shared by the windows, dropped
         # by the table when the row changes
-        self.entry_cache = store.table(self.table).cache()
+        # (only windows read entries: an implicit shape registers no cache the table would
+        # clear on every write)
+        self.entry_cache = store.table(self.table).cache() if self.plan.ordered else {}
 
     # -- materialisations -----------------------------------------------------------------
     def new_mat(self, S: tuple[Any, ...], key: Any) -> Mat:
@@ -232,7 +244,11 @@ class Circuit:
 
     def _member_lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
         v = row.get(self.mfield, NONE)  # type: ignore[arg-type]
-        if type(v) is not list:
+        tv = type(v)
+        if tv is not list:
+            if tv not in _CONTAINERS:
+                # NONE, NULL, numbers, links...: `v CONTAINS x` is false for every x
+                return [], self.exact
             # CONTAINS on a string, an object...: not an element test, every bucket
             return list(self.mats.values()), False
         prefix = self.bkey(row)
@@ -311,6 +327,7 @@ class Circuit:
             if known is not None:
                 return known  # classified at this flush
         ms = self.matching(row)
+        self.matched[rid] = ms  # the flush's row events reuse it
         if len(self.projs) == 1:
             return bool(ms)
         return any(m.proj is proj for m in ms)

@@ -21,6 +21,8 @@ Structure (see ``engine/README.md``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 from surrealdb import RecordID
@@ -42,7 +44,10 @@ from engine.versions import is_stale
 __all__ = ["Circuit", "Mat", "ViewDelta", "ViewEngine", "WMat", "same"]
 
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
+_VT = attrgetter("vt")
+_chain = chain.from_iterable
 _CACHED_MEMBERS = 256  # larger member sets are not kept per materialisation
+_VCACHE_MAX = 1024  # lists of materialisations whose views are kept (see _emit)
 
 
 class ViewEngine:
@@ -76,6 +81,10 @@ class ViewEngine:
         # flushes that changed something: a materialisation's cached member set is valid
         # while the count has not moved (many views registering the same per-user query)
         self._epoch = 0
+        # the views of a list of materialisations (a row event reaches the same prefix of a
+        # range index again and again): tuple of mats -> view ids; cleared whenever a view
+        # registers or unregisters, so it never names a stale view
+        self._vcache: dict[tuple[Mat, ...], dict[str, None]] = {}
 
     # ------------------------------------------------------------------ public API
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -120,7 +129,9 @@ class ViewEngine:
             mat = circuit.new_mat(S, key)
             shown = self._build(mat)
         mat.views.add(view_id)
-        mat.vt = tuple(mat.views)
+        mat.vt[view_id] = None
+        if self._vcache:
+            self._vcache = {}
         self.views[view_id] = mat
         cached = mat.mcache
         if cached is not None and cached[0] == self._epoch:
@@ -136,7 +147,9 @@ class ViewEngine:
         if mat is None:
             return
         mat.views.discard(view_id)
-        mat.vt = tuple(mat.views)
+        mat.vt.pop(view_id, None)
+        if self._vcache:
+            self._vcache = {}
         if mat.views:
             return
         circuit = mat.circuit
@@ -414,9 +427,16 @@ class ViewEngine:
     ) -> None:
         table = ts.name
         circuits = self.by_table.get(table)
+        changed = None
+        if circuits and old is not None and new is not None:
+            changed = _changed_fields(old, new)
+            if not changed:
+                # the same row again (type-exact): nothing computed from it can change
+                # (checked only where shapes read the table: elsewhere the dependency
+                # lookups below are cheaper than the comparison)
+                return
         if circuits:
             # an UPDATE: skip shapes that read none of the changed fields
-            changed = _changed_fields(old, new) if old is not None and new is not None else None
             for circuit in circuits:
                 if changed is not None:
                     fields = circuit.fields
@@ -478,54 +498,89 @@ class ViewEngine:
         out: dict[str, ViewDelta] = {}
         if self._circuits or self._mats or self._projs:
             self._epoch += 1
-            self._settle(out)
+            parts: list[tuple[Iterable[str], ViewDelta]] = []
+            self._settle(parts)
+            if parts:
+                out = _gather(parts)
         if self._sync_each_call:
             self.sync_arena()
         return out
 
-    def _settle(self, out: dict[str, ViewDelta]) -> None:
-        circuits, self._circuits = self._circuits, set()
-        wmats, self._mats = self._mats, set()
-        projs, self._projs = self._projs, set()
+    def _settle(self, out: list[tuple[Iterable[str], ViewDelta]]) -> None:
+        # `out` collects (view ids, delta) parts; _gather builds the result dict once
+        # (containers are replaced only when used: a flush runs once per ingest call)
+        circuits = self._circuits
+        if circuits:
+            self._circuits = set()
+        wmats = self._mats
+        if wmats:
+            self._mats = set()
+        projs = self._projs
+        if projs:
+            self._projs = set()
+        else:
+            projs = set()
         # 1. implicit circuits: classify each changed row once for all materialisations
         moves: list[tuple[Circuit, str, list[Mat], list[Mat], list[Mat]]] = []
         for c in circuits:
             rows = c.rows
+            held_now = c.held_now
+            cprojs = c.projs.values()
             for rid, r0 in c.changed.items():
                 st, le, en = c.classify(r0, rows.get(rid))
                 if st or le or en:
-                    c.held_now[rid] = bool(st or en)
+                    held_now[rid] = bool(st or en)
                     moves.append((c, rid, st, le, en))
-                    for proj in c.projs.values():
+                    for proj in cprojs:
                         proj.mark_row(rid, r0)
                         projs.add(proj)
-        # 2. projection groups: re-project, project or drop the rows once
+        # 2. projection groups: re-project, project or drop the rows once (`held` notes the
+        # materialisations showing each row in `matched`, read by step 3)
+        for proj in projs:
+            matched = proj.circuit.matched
+            if matched:
+                matched.clear()
         for proj in projs:
             if proj.dirty:
                 proj.process(proj.circuit.held)
         # 3. row events of implicit circuits: (row, shown before and after, left, entered)
         events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]] = {}
         for c, rid, st, le, en in moves:
-            events.setdefault(c, []).append((rid, st, le, en))
+            evs = events.get(c)
+            if evs is None:
+                events[c] = [(rid, st, le, en)]
+            else:
+                evs.append((rid, st, le, en))
         acc: dict[Mat, Any] = {}
         touch = _touch
         for proj in projs:
+            recs = proj.recs
+            if not recs:
+                continue
             c = proj.circuit
-            for rid, rec in proj.recs.items():
-                if (not c.explicit and rid in c.changed) or not rec.changed():
+            explicit = c.explicit
+            changed = c.changed
+            for rid, rec in recs.items():
+                if (not explicit and rid in changed) or not rec.changed():
                     continue
                 row = c.rows.get(rid)
                 if row is None:
                     continue
-                if c.explicit:
+                if explicit:
                     for m in c.candidates(row):
                         if m.proj is proj and rid in m.visible and rid not in m.vis0:
                             touch(acc, m, rid, True, True)
                 else:
-                    ms = c.matching(row)
+                    ms = c.matched.get(rid)
+                    if ms is None:
+                        ms = c.matching(row)
                     if len(c.projs) > 1:
                         ms = [m for m in ms if m.proj is proj]
-                    events.setdefault(c, []).append((rid, ms, [], []))
+                    evs = events.get(c)
+                    if evs is None:
+                        events[c] = [(rid, ms, [], [])]
+                    else:
+                        evs.append((rid, ms, [], []))
         for c, evs in events.items():
             if len(evs) == 1:
                 # one row event: every materialisation gets at most one entry
@@ -547,24 +602,27 @@ class ViewEngine:
                 if was or now:
                     touch(acc, m, rid, was, now)
         # 4. deltas (shared objects when every member involved is clean)
-        used = set(projs)
-        for m, e in acc.items():
-            proj = m.proj
-            used.add(proj)
-            if type(e) is tuple:
-                rec = proj.rec(e[0])
-                if rec.clean:
-                    d = rec.delta(e[1], e[2])
+        used = projs
+        if acc:
+            used = set(projs)
+            for m, e in acc.items():
+                proj = m.proj
+                used.add(proj)
+                if type(e) is tuple:
+                    rec = proj.rec(e[0])
+                    if rec.clean:
+                        d = rec.delta(e[1], e[2])
+                    else:
+                        d = general_delta([e], proj.rec, proj.owners, m.holds_start,
+                                          m.holds_now)
                 else:
-                    d = general_delta([e], proj.rec, proj.owners, m.holds_start, m.holds_now)
-            else:
-                recs = [proj.rec(rid) for rid, _, _ in e]
-                if all(r.clean for r in recs):
-                    d = merge_clean(r.delta(was, now) for r, (_, was, now) in zip(recs, e))
-                else:
-                    d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
-            if d is not None:
-                out.update(dict.fromkeys(m.vt, d))
+                    recs = [proj.rec(rid) for rid, _, _ in e]
+                    if all(r.clean for r in recs):
+                        d = merge_clean(r.delta(was, now) for r, (_, was, now) in zip(recs, e))
+                    else:
+                        d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
+                if d is not None:
+                    out.append((m.vt, d))
         for c in circuits:
             c.changed.clear()
             c.held_now.clear()
@@ -573,10 +631,8 @@ class ViewEngine:
         for m in wmats:
             m.vis0.clear()
 
-
-    @staticmethod
-    def _emit(c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
-              out: dict[str, ViewDelta]) -> None:
+    def _emit(self, c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
+              out: list[tuple[Iterable[str], ViewDelta]]) -> None:
         """Deltas of one row event of an implicit circuit: each class of materialisations
         (shown before and after, left, entered) shares one delta when the row's members
         are clean."""
@@ -592,12 +648,19 @@ class ViewEngine:
             if rec is not None and rec.clean:
                 d = rec.delta(was, now)
                 if d is not None:
-                    for m in ms:
-                        vt = m.vt
-                        if len(vt) == 1:
-                            out[vt[0]] = d
-                        else:
-                            out.update(dict.fromkeys(vt, d))
+                    if len(ms) == 1:
+                        out.append((ms[0].vt, d))
+                    else:
+                        # a change can reach hundreds of materialisations: their views are
+                        # gathered once per list and reused while no view (un)registers
+                        key = tuple(ms)
+                        vcache = self._vcache
+                        views = vcache.get(key)
+                        if views is None:
+                            if len(vcache) >= _VCACHE_MAX:
+                                vcache.clear()
+                            views = vcache[key] = dict.fromkeys(_chain(map(_VT, ms)))
+                        out.append((views, d))
                 continue
             for m in ms:
                 proj = m.proj
@@ -610,7 +673,19 @@ class ViewEngine:
                     d = general_delta([(rid, was, now)], proj.rec, proj.owners, m.holds_start,
                                       m.holds_now)
                 if d is not None:
-                    out.update(dict.fromkeys(m.vt, d))
+                    out.append((m.vt, d))
+
+
+def _gather(parts: list[tuple[Iterable[str], ViewDelta]]) -> dict[str, ViewDelta]:
+    """The deltas by view id from (view ids, delta) parts, later parts winning (a view
+    belongs to one materialisation, so parts do not overlap in practice): one dict built in
+    place instead of merging one temporary dict per part."""
+    views, d = parts[0]
+    out = dict.fromkeys(views, d)
+    for views, d in parts[1:]:
+        for v in views:
+            out[v] = d
+    return out
 
 
 def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:
@@ -625,9 +700,24 @@ def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
     """Top-level keys whose value differs (type-exact) between two versions of a row."""
-    out = {k for k, v in new.items() if k not in old or not same(old[k], v)}
-    out.update(k for k in old if k not in new)
+    out: set[str] = set()
+    get = old.get
+    fresh = 0
+    for k, v in new.items():
+        o = get(k, _MISSING)
+        if o is v:
+            continue  # the same object (a caller that copies the row and sets one field)
+        if o is _MISSING:
+            fresh += 1
+            out.add(k)
+        elif not same(o, v):
+            out.add(k)
+    if len(old) > len(new) - fresh:
+        out.update(k for k in old if k not in new)  # some field was removed
     return out
+
+
+_MISSING = object()
 
 
 _CANON: dict[str, str] = {}

@@ -125,17 +125,14 @@ Entry = tuple[str, bool, bool]
 def merge_clean(parts: Iterable[ViewDelta | None]) -> ViewDelta | None:
     """Union of the deltas of rows whose members are all clean (their member sets are
     disjoint, so the union is the net change)."""
-    added: set[str] = set()
-    removed: set[str] = set()
-    updated: set[str] = set()
-    for d in parts:
-        if d is not None:
-            added |= d.added
-            removed |= d.removed
-            updated |= d.updated
-    if added or removed or updated:
-        return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated - added))
-    return None
+    ds = [d for d in parts if d is not None]
+    if len(ds) <= 1:
+        # one row's delta: its added and updated members are already apart
+        return ds[0] if ds else None
+    added = EMPTY.union(*[d.added for d in ds])
+    updated = EMPTY.union(*[d.updated for d in ds])
+    return ViewDelta(added, EMPTY.union(*[d.removed for d in ds]),
+                     updated - added if updated and added else updated)
 
 
 def general_delta(

@@ -197,11 +197,15 @@ class Plan:
         self.pred, pred_links = compile_predicate(q.where)
         self.order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
         order_links = False
+        sources = []
         for path, desc in q.order:
             src = order_source(q, path)
             if len(src) > 1:
                 order_links = True
             self.order.append((compile_value(src), desc))
+            sources.append((src, desc))
+        # the same entries as the generic method, built by one generated function
+        self.entry = _compile_entry(sources, self.order)  # type: ignore[method-assign]
         # Rows can move in or out of the qualifying set (or move in the order) when a linked
         # record changes only if the predicate or a sort key follows a link.
         self.qlinks = pred_links or order_links
@@ -256,6 +260,7 @@ class Plan:
                 whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
                 self.item_fields.append(None if whole else frozenset(acc))
         self.flat = _compile_flat(q) if self.simple and not self.star_only else None
+        self.item_keys = _item_keys(q)
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links
         self._ecache: Any = None
@@ -502,6 +507,81 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
         return all(expr_fields(x, acc, parent) for x in e[2])
     return True
 
+
+
+def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
+                   order: list[tuple[Callable[..., Any], bool]]) -> Callable[..., Any]:
+    """``entry(row, rid, cx)`` as one generated function: :meth:`Plan.entry` unrolled over
+    the ORDER BY keys, one-segment paths read inline (a window or subquery computes an entry
+    per qualifying row)."""
+    lines = ["def _entry(row, rid, cx):"]
+    names = []
+    for n, (src, desc) in enumerate(sources):
+        v = f"v{n}"
+        k = f"k{n}"
+        names.append(k)
+        get = f"row.get({src[0]!r}, NONE)" if len(src) == 1 else f"G[{n}](row, cx)"
+        lines += [
+            f"    {v} = {get}",
+            f"    t = type({v})",
+            f"    if t is int and -EXACT <= {v} <= EXACT:",
+            f"        {k} = (NEG_NUMBER, 0, -{v})" if desc else
+            f"        {k} = (R_NUMBER, 0, {v}, 0, 0)",
+        ]
+        if not desc:
+            lines += ["    elif t is str:", f"        {k} = (R_STRING, {v})"]
+        lines += [
+            f"    elif t is datetime and {v}.tzinfo is not None:",
+            f"        {k} = (NEG_DATETIME, -(({v} - EPOCH) // MICRO))" if desc else
+            f"        {k} = (R_DATETIME, {v})",
+            "    else:",
+            f"        {k} = desc_key(sort_key({v}))" if desc else f"        {k} = sort_key({v})",
+        ]
+    lines += [
+        "    i = row.get('id', NONE)",
+        "    if type(i) is RecordID:",
+        "        x = i.id",
+        "        if type(x) is int:",
+        "            ki = (R_RECORD, i.table_name, (0, x))",
+        "        elif type(x) is str:",
+        "            ki = (R_RECORD, i.table_name, (1, x))",
+        "        else:",
+        "            ki = sort_key(i)",
+        "    else:",
+        "        ki = sort_key(i)",
+        f"    return ({''.join(k + ', ' for k in names)}ki, rid)",
+    ]
+    env: dict[str, Any] = {
+        "NONE": NONE, "EXACT": _EXACT, "NEG_NUMBER": _NEG_NUMBER, "R_NUMBER": _R_NUMBER,
+        "R_STRING": _R_STRING, "NEG_DATETIME": _NEG_DATETIME, "R_DATETIME": _R_DATETIME,
+        "EPOCH": _EPOCH, "MICRO": _MICRO, "R_RECORD": _R_RECORD, "RecordID": RecordID,
+        "datetime": datetime, "sort_key": sort_key, "desc_key": desc_key,
+        "G": [g for g, _ in order],
+    }
+    # Generated from our own AST (field names go through repr), never from raw query text.
+    exec(compile("\n".join(lines) + "\n", "<view-entry>", "exec"), env)  # noqa: S102
+    return env["_entry"]  # type: ignore[no-any-return]
+
+
+def _item_keys(q: Query) -> dict[str, int] | None:
+    """Output key -> index of each item that does not read the row alone, when an output's
+    members can be assembled from per-item members (``engine.proj._tree_of``): one-segment
+    distinct output keys, ``*`` (if any) first, no FETCH. None otherwise."""
+    if q.fetch:
+        return None
+    keys: dict[str, int] = {}
+    seen: set[str] = set()
+    for i, it in enumerate(q.items):
+        if it.kind == "all":
+            if i != 0:
+                return None  # a later `*` overwrites earlier items
+            continue
+        if len(it.out) != 1 or it.out[0] in seen:
+            return None
+        seen.add(it.out[0])
+        if not (it.kind == "field" and len(it.path) == 1):
+            keys[it.out[0]] = i
+    return keys
 
 
 def _compile_flat(q: Query) -> Callable[[dict[str, Any]], dict[str, Any]] | None:

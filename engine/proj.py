@@ -62,7 +62,8 @@ class Proj:
         self.nmats = 0
         self.outs: dict[str, Any] = {}
         self.trees: dict[str, dict[str, Any] | None] = {}
-        self.istate: dict[str, tuple[list[Any], list[Any]]] = {}
+        # per-item values, dependencies and members (see _project_items)
+        self.istate: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
         self.pdeps: dict[str, Any] = {}
         self.own: dict[str, Any] = {}
         # members whose presence depends on more than one row (see _multi); usually empty
@@ -290,22 +291,28 @@ class Proj:
         S = self.S
         items = plan.items
         state = self.istate.get(rid) if tokens is not None else None
+        keyed = plan.item_keys is not None
         if state is None:
             vals: list[Any] = []
             ideps: list[Any] = []
+            itrees: list[Any] = []
             for item, row_only in zip(items, plan.row_only):
                 if row_only:
                     # `*` or a one-segment field: depends on the row alone
                     vals.append(None if item[0] == "all" else item[1](row, NOLINKS))
                     ideps.append(None)
+                    itrees.append(None)
                     continue
                 icx = Cx(store)
-                vals.append(plan.item_value(item, store, S, row, icx))
+                v = plan.item_value(item, store, S, row, icx)
+                vals.append(v)
                 ideps.append((icx.reads, icx.subs))
+                itrees.append(_members_of(v) if keyed else None)
         else:
             assert tokens is not None
             vals = list(state[0])
             ideps = list(state[1])
+            itrees = list(state[2])
             changed_row = prev is not _ABSENT
             moved = changed_row  # the row changed: its own fields are reassembled
             item_fields = plan.item_fields
@@ -329,10 +336,12 @@ class Proj:
                 ideps[i] = (icx.reads, icx.subs)
                 if not same(v, vals[i]):
                     vals[i] = v
+                    if keyed:
+                        itrees[i] = _members_of(v)
                     moved = True
             if not moved:
                 # same output; the dependencies may still differ (a scan key, a link read)
-                self.istate[rid] = (vals, ideps)
+                self.istate[rid] = (vals, ideps, itrees)
                 deps = _merge_deps(ideps)
                 old = self.pdeps.get(rid)
                 if old != deps:
@@ -342,10 +351,12 @@ class Proj:
                     else:
                         self.pdeps[rid] = deps
                 return None
-        self.istate[rid] = (vals, ideps)
+        self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
-        tree: dict[str, Any] = {}
-        tree_members(out, tree)  # of the output: a later item may hide an earlier one
+        tree = _tree_of(out, plan.item_keys, itrees) if keyed else None
+        if tree is None:
+            tree = {}
+            tree_members(out, tree)  # of the output: a later item may hide an earlier one
         return out, _merge_deps(ideps), tree
 
     # -- flush ----------------------------------------------------------------------------
@@ -419,10 +430,45 @@ class Proj:
 
     def finish(self) -> None:
         """Forget the flush state."""
-        self.recs = {}
+        if self.recs:
+            self.recs = {}
         self.own0 = None
         if self.multi0:
             self.multi0 = set()
+
+
+def _members_of(v: Any) -> dict[str, Any] | None:
+    """The members inside one item value (None when it cannot hold any)."""
+    t = type(v)
+    if t is not dict and t is not list:
+        return None
+    acc: dict[str, Any] = {}
+    tree_members(v, acc)
+    return acc
+
+
+def _tree_of(out: dict[str, Any], keys: dict[str, int],
+             itrees: list[Any]) -> dict[str, Any] | None:
+    """``tree_members(out)`` from the members of each item value, kept per row, so a changed
+    row or subquery does not walk the unchanged values again; None when a row-only value is
+    nested (the caller then walks the output). Same visiting order as ``tree_members``: the
+    output itself, then its values in key order, a later visit overwriting an earlier one."""
+    tree: dict[str, Any] = {}
+    i = out.get("id")
+    if type(i) is RecordID:
+        tree[rid_text(i)] = out
+    get = keys.get
+    for k, v in out.items():
+        j = get(k)
+        if j is not None:
+            t = itrees[j]
+            if t:
+                tree.update(t)
+        else:
+            tv = type(v)
+            if tv is dict or tv is list:
+                return None
+    return tree
 
 
 def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:

@@ -45,6 +45,19 @@ def delta_to_wire(d: ViewDelta) -> dict[str, list[str]]:
     return {"added": sorted(d.added), "removed": sorted(d.removed), "updated": sorted(d.updated)}
 
 
+def deltas_to_wire(deltas: Mapping[str, ViewDelta]) -> dict[str, dict[str, list[str]]]:
+    """Every view's delta as wire dicts; views sharing one delta object (a change reaching
+    many views of one shape) share one converted dict, sorted once."""
+    out: dict[str, dict[str, list[str]]] = {}
+    done: dict[int, dict[str, list[str]]] = {}
+    for v, d in deltas.items():
+        w = done.get(id(d))
+        if w is None:
+            w = done[id(d)] = delta_to_wire(d)
+        out[v] = w
+    return out
+
+
 class ShardWorker:
     """Handles engine messages for one shard; counts what it did for health reporting."""
 
@@ -107,7 +120,7 @@ class ShardWorker:
             events.append((e[0], e[1], e[2], e[3]))
         deltas = self.engine.ingest_batch(events)
         self.events_applied += len(events)
-        return {"ok": True, "deltas": {v: delta_to_wire(d) for v, d in deltas.items()}}
+        return {"ok": True, "deltas": deltas_to_wire(deltas)}
 
     def _members(self, msg: Mapping[str, Any]) -> dict[str, Any]:
         return {"ok": True, "members": sorted(self.engine.members(msg["view_id"]))}

@@ -786,6 +786,9 @@ def main(argv: list[str] | None = None) -> int:
           f"user {s.users:,}, thread {s.threads:,}, comment {s.comments:,} (mix: thread "
           f"{s.mix_threads:,}, comment {s.mix_comments:,}); "
           f"ratio = naive cost per change / this row's cost per change")
+    import engine
+
+    print(f"engine package: {Path(engine.__file__).resolve().parent}")
     print_table(results, naive_cost)
     print(f"total {time.perf_counter() - started:.1f}s")
     return 0

@@ -33,6 +33,8 @@ SHAPES = [
      "ORDER BY id LIMIT 1) AS c1 FROM thread WHERE score >= $c AND score < $d"),
     "SELECT id, tags FROM thread WHERE tags CONTAINS $c",
     "SELECT id, tags FROM thread WHERE $c IN tags AND score > $d",
+    # a window over array membership (rows whose tags hold nothing reach no materialisation)
+    "SELECT id, score, tags FROM thread WHERE tags CONTAINS $c ORDER BY score DESC LIMIT 2",
     # a user shown under several threads: members held by several rows
     "SELECT *, author.* AS au FROM thread WHERE score > $c",
     ("SELECT id, (SELECT id FROM comment WHERE author = $parent.author) AS same FROM thread "
@@ -127,3 +129,46 @@ def test_a_row_crossing_constants_enters_and_leaves_the_right_views() -> None:
     changed = {v for v in after if after[v] != before[v]}
     assert set(d) == changed == {"0-2", "2-3", "2.0-3"}
     assert d["0-2"].removed == {"thread:1"} and d["2-3"].added == {"thread:1"}
+
+
+def test_deltas_reach_the_views_registered_and_not_those_unregistered_since() -> None:
+    # the views of a list of materialisations are kept between flushes: a view registered
+    # on one of them, or unregistered, must be seen by the next change
+    e = _engine()
+    q = f"SELECT *, {SUB} AS cs FROM thread WHERE score > $c"
+    for c in (0, 1, 2):
+        e.register(f"v{c}", q, {"c": c})
+    e.register("x0", q, {"c": 0})  # shares v0's materialisation
+    vote = {"id": RecordID("comment", 2), "thread": RecordID("thread", 3), "votes": 7}
+    assert set(e.ingest("comment", "UPDATE", "comment:2", vote)) == {"v0", "v1", "v2", "x0"}
+    e.unregister("x0")  # the materialisation stays, with one view fewer
+    vote = {**vote, "votes": 8}
+    assert set(e.ingest("comment", "UPDATE", "comment:2", vote)) == {"v0", "v1", "v2"}
+    e.register("w1", q, {"c": 1})  # shares v1's materialisation
+    vote = {**vote, "votes": 9}
+    d = e.ingest("comment", "UPDATE", "comment:2", vote)
+    assert set(d) == {"v0", "v1", "v2", "w1"}
+    assert d["w1"].updated == {"thread:3", "comment:2"}
+
+
+@pytest.mark.parametrize("order", ["", " ORDER BY score DESC LIMIT 2"])
+def test_contains_over_a_value_that_holds_nothing(order: str) -> None:
+    # NONE, NULL, numbers and links contain nothing; strings, arrays and objects may
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", 1), "score": 1, "tags": 5},
+                      {"id": RecordID("thread", 2), "score": 2, "tags": "xa"},
+                      {"id": RecordID("thread", 3), "score": 3}])
+    q = f"SELECT id, score FROM thread WHERE tags CONTAINS $t{order}"
+    assert e.register("a", q, {"t": "a"}) == {"thread:2"}
+    assert e.register("n", q, {"t": None}) == set()
+    d = e.ingest("thread", "UPDATE", "thread:1",
+                 {"id": RecordID("thread", 1), "score": 1, "tags": ["a", None]})
+    assert d["a"].added == {"thread:1"} and d["n"].added == {"thread:1"}
+    d = e.ingest("thread", "UPDATE", "thread:2",
+                 {"id": RecordID("thread", 2), "score": 2, "tags": None})
+    assert set(d) == {"a"} and d["a"].removed == {"thread:2"}
+    d = e.ingest("thread", "CREATE", "thread:4",
+                 {"id": RecordID("thread", 4), "score": 4, "tags": RecordID("tag", "a")})
+    assert d == {}
+    assert e.members("a") == {"thread:1"} and e.members("n") == {"thread:1"}
