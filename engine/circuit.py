@@ -243,7 +243,7 @@ class Circuit:
         return b.stab(position(row.get(self.rfield, NONE))), self.exact
 
     def _member_lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
-        v = row.get(self.mfield, NONE)  # type: ignore[arg-type]
+        v: Any = row.get(self.mfield, NONE)  # type: ignore[arg-type]
         tv = type(v)
         if tv is not list:
             if tv not in _CONTAINERS:

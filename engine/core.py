@@ -616,9 +616,10 @@ class ViewEngine:
                         d = general_delta([e], proj.rec, proj.owners, m.holds_start,
                                           m.holds_now)
                 else:
-                    recs = [proj.rec(rid) for rid, _, _ in e]
-                    if all(r.clean for r in recs):
-                        d = merge_clean(r.delta(was, now) for r, (_, was, now) in zip(recs, e))
+                    item_recs = [proj.rec(rid) for rid, _, _ in e]
+                    if all(r.clean for r in item_recs):
+                        d = merge_clean(r.delta(was, now)
+                                        for r, (_, was, now) in zip(item_recs, e))
                     else:
                         d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
                 if d is not None:

@@ -560,7 +560,7 @@ def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
     }
     # Generated from our own AST (field names go through repr), never from raw query text.
     exec(compile("\n".join(lines) + "\n", "<view-entry>", "exec"), env)  # noqa: S102
-    return env["_entry"]  # type: ignore[no-any-return]
+    return env["_entry"]
 
 
 def _item_keys(q: Query) -> dict[str, int] | None:

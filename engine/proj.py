@@ -291,7 +291,8 @@ class Proj:
         S = self.S
         items = plan.items
         state = self.istate.get(rid) if tokens is not None else None
-        keyed = plan.item_keys is not None
+        item_keys = plan.item_keys
+        keyed = item_keys is not None
         if state is None:
             vals: list[Any] = []
             ideps: list[Any] = []
@@ -353,7 +354,7 @@ class Proj:
                 return None
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
-        tree = _tree_of(out, plan.item_keys, itrees) if keyed else None
+        tree = _tree_of(out, item_keys, itrees) if item_keys is not None else None
         if tree is None:
             tree = {}
             tree_members(out, tree)  # of the output: a later item may hide an earlier one
