@@ -34,6 +34,8 @@ from surrealdb.cbor._types import UndefinedType as SdkUndefined
 from surrealdb.data import cbor as sdk_cbor
 from surrealdb.data.types.record_id import RecordID
 
+from dbclient.sql import SqlNull
+
 _CBORTag = cbor2.CBORTag
 # cbor2 hands maps inside a tag over as its frozen-dict type, which it does not export.
 _FrozenDict = type(cbor2.loads(cbor2.dumps(_CBORTag(99, {"k": 1})), tag_hook=lambda t, _: t.value))
@@ -48,6 +50,10 @@ TAG_RECORD_ID = 8
 
 def _encode_none(enc: Any, value: None) -> None:
     enc.write(b"\xc6\xf6")
+
+
+def _encode_null(enc: Any, value: SqlNull) -> None:
+    enc.write(b"\xf6")  # plain CBOR null: SurrealDB's NULL (a Python None is NONE)
 
 
 def _encode_decimal(enc: Any, value: decimal.Decimal) -> None:
@@ -81,6 +87,7 @@ _ENCODERS = {
     SdkSimple: _encode_simple,
     SdkFrozenDict: _encode_frozen,
     type(None): _encode_none,
+    SqlNull: _encode_null,
     decimal.Decimal: _encode_decimal,
     RecordID: _encode_record_id,
 }
@@ -113,6 +120,12 @@ def _tag_hook(tag: Any, immutable: bool) -> Any:
 def decode(data: bytes) -> Any:
     """One value in SurrealDB's CBOR dialect (what the SDK's decoder returns)."""
     return cbor2.loads(data, tag_hook=_tag_hook)
+
+
+def decoder(fp: Any) -> Any:
+    """A decoder of consecutive values from the binary file ``fp`` (a CBOR sequence, as a
+    backup dump holds): ``.decode()`` per value, ``cbor2.CBORDecodeEOF`` at the end."""
+    return cbor2.CBORDecoder(fp, tag_hook=_tag_hook)
 
 
 def decode_whole(data: bytes) -> tuple[Any, int]:

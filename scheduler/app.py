@@ -22,6 +22,7 @@ from gateway.auth import BearerAuth
 from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from gateway.errors import GatewayError, bad_request, serialize_error
 from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
+from scheduler.backups import add_backup_routes
 from scheduler.core import Reply, Scheduler, SchedulerBusy
 from scheduler.jobs import add_job_routes
 from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
@@ -77,7 +78,7 @@ def _num_field(body: dict[str, Any], key: str, *, required: bool,
 
 
 def _busy(e: SchedulerBusy) -> GatewayError:
-    return GatewayError(503, "cloning", str(e))
+    return GatewayError(503, "restoring" if "restoring" in str(e) else "cloning", str(e))
 
 
 class Ingest:
@@ -289,4 +290,5 @@ def create_app(s: Scheduler) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi
     app.add_route("/health/snapshot", Getter(s.snapshot))
     app.add_route("/info", Getter(s.info))
     add_job_routes(app, s)
+    add_backup_routes(app, s)  # the backup plane (scheduler/backups.py)
     return app

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from backup.config import ObjectStoreConfig, objstore_from_env
 from dbclient.config import DbConfig
 from ssp.backends import BackendListError, parse_backends
 
@@ -76,25 +77,6 @@ class DriftConfig:
     repair_max_rows: int = 2000
     repair_timeout_secs: int = 300
     check_timeout_secs: int = 120
-
-
-@dataclass(frozen=True)
-class ObjectStoreConfig:
-    """Backup object storage (``OBJSTORE_*``, no ``SVC_`` prefix); ``None`` fields fall back to
-    local defaults chosen by the backup plane."""
-
-    endpoint: str | None = None
-    access_key: str | None = field(default=None, repr=False)
-    secret_key: str | None = field(default=None, repr=False)
-    bucket: str | None = None
-    region: str | None = None
-
-    @property
-    def enabled(self) -> bool:
-        """The backup plane switches on when any of endpoint, keys or bucket is present."""
-        return any(
-            v is not None for v in (self.endpoint, self.access_key, self.secret_key, self.bucket)
-        )
 
 
 @dataclass(frozen=True)
@@ -397,13 +379,7 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
         cloud_api_url=_env_str(env, "SVC_CLOUD_API_URL"),
         cloud_project=_env_str(env, "SVC_CLOUD_PROJECT"),
         project_slug=_env_str(env, "SVC_PROJECT_SLUG") or "default",
-        objstore=ObjectStoreConfig(
-            endpoint=_env_str(env, "OBJSTORE_ENDPOINT"),
-            access_key=_env_secret(env, "OBJSTORE_ACCESS_KEY"),
-            secret_key=_env_secret(env, "OBJSTORE_SECRET_KEY"),
-            bucket=_env_str(env, "OBJSTORE_BUCKET"),
-            region=_env_str(env, "OBJSTORE_REGION"),
-        ),
+        objstore=objstore_from_env(env),  # one parser, shared with the SSP
         supervised=_env_bool(env, "SVC_SUPERVISED", False),
     )
 

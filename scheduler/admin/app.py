@@ -15,7 +15,9 @@ backup and MCP routes come with their own systems), under ``/admin/api`` unless 
   ``ssps/restart-all``, ``scheduler/restart``: :mod:`.actions`;
 * ``GET operations``, ``operations/stream``: :mod:`.operations`;
 * ``GET incidents``, ``incidents/{id}``: :mod:`.incidents`;
-* ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked.
+* ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked;
+* ``backups``, ``backups/config``, ``backups/{id}``, ``backups/{id}/restore``,
+  ``restore/release``: :mod:`.backups`.
 
 Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 over the limit,
 400 when malformed). Errors: :mod:`.errors` (one body shape, mapped once). Authentication:
@@ -33,7 +35,7 @@ from typing import Any
 import falcon
 import falcon.asgi
 
-from scheduler.admin import dashboard
+from scheduler.admin import backups, dashboard
 from scheduler.admin.auth import AdminAuth
 from scheduler.admin.errors import (
     AdminError,
@@ -382,4 +384,5 @@ def create_admin_app(plane: AdminPlane) -> falcon.asgi.App:  # type: ignore[type
     ]
     for path, resource in routes:
         app.add_route(api + path, resource)
+    backups.register(app, plane, api)  # backups and restores (scheduler/admin/backups.py)
     return app

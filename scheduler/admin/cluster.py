@@ -8,8 +8,8 @@ live scheduler, so a change in the core's internals is absorbed here. What it of
   and heartbeat figures, drift and changefeed status, configured job tables;
 * SSP entries as :class:`SspInfo` snapshots (state, flag, registration time, heartbeat body
   figures, queue) and view placement (view id -> SSP id, from the tracker);
-* the backend monitor, the job plane's kill and retry, the incident store, the root database
-  client;
+* the backend monitor, the job plane's kill and retry, the backup plane, the incident
+  store, the root database client;
 * actions: flag an SSP (the heartbeat 409 directive), reclone, rehash, HTTP calls to an SSP
   (bearer ``SVC_AUTH_SECRET``) including a streamed GET for ``/logs``;
 * ``on_ssp_event(callback)``: registration, flag and removal of SSPs as they happen.
@@ -99,6 +99,7 @@ class Cluster(Protocol):
     def placement(self, view_id: str) -> str | None: ...
     def backends(self) -> Any: ...
     def running_jobs(self) -> int: ...
+    def backup_plane(self) -> Any: ...
     def on_ssp_event(self, fn: Callable[[str, str, str], None]) -> None: ...
     def flag_ssp(self, ssp_id: str, reason: str, clean: bool) -> bool: ...
     def reclone_running(self) -> bool: ...
@@ -224,6 +225,10 @@ class SchedulerCluster:
 
     def on_ssp_event(self, fn: Callable[[str, str, str], None]) -> None:
         self._s.ssp_events.append(fn)
+
+    def backup_plane(self) -> Any:
+        """The scheduler's backup plane (``scheduler.backups.BackupPlane``), None without."""
+        return getattr(self._s, "backup_plane", None)
 
     # ------------------------------------------------------------------ actions
     def flag_ssp(self, ssp_id: str, reason: str, clean: bool) -> bool:
