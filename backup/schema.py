@@ -93,8 +93,10 @@ class SchemaPlan:
     def wipe(self) -> list[str]:
         """Remove every table (the service's own ``_00_*`` and edge tables included), function,
         param and analyzer the database has now."""
-        out = [f"REMOVE TABLE IF EXISTS {escape_ident(t)}" for t in
-               sorted(_texts(self.current.get("tables")))]
+        tables = _texts(self.current.get("tables"))
+        # Views first: the engine refuses to remove a table a view is defined on.
+        order = sorted(tables, key=lambda t: (not is_view(tables[t]), t))
+        out = [f"REMOVE TABLE IF EXISTS {escape_ident(t)}" for t in order]
         for kind, form in _REMOVED_KINDS.items():
             for name in sorted(_texts(self.current.get(kind))):
                 if all(is_identifier(part) for part in name.split("::")):
