@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["rclone_path", "serve_argv"]
+__all__ = ["rclone_path", "serve_argv", "serve_env"]
 
 
 def rclone_path() -> str:
@@ -27,8 +27,15 @@ def rclone_path() -> str:
     return found
 
 
-def serve_argv(root: Path, bind: str, access_key: str, secret_key: str) -> list[str]:
+def serve_argv(root: Path, bind: str) -> list[str]:
     """The command of a server on ``bind`` (host:port) storing buckets as directories of
-    ``root``. The key pair is passed as an argument: use it only for local keys."""
+    ``root``; its key pair comes from :func:`serve_env` (never on the command line, which
+    every user of the machine can read)."""
     return [rclone_path(), "serve", "s3", "--config", "/dev/null", "--addr", bind,
-            "--auth-key", f"{access_key},{secret_key}", "--log-level", "NOTICE", str(root)]
+            "--log-level", "NOTICE", str(root)]
+
+
+def serve_env(access_key: str, secret_key: str) -> dict[str, str]:
+    """The environment giving the server its key pair (``--auth-key`` as a CSV record)."""
+    pair = f"{access_key},{secret_key}".replace('"', '""')
+    return {"RCLONE_AUTH_KEY": f'"{pair}"'}

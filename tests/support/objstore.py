@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backup.localserver import serve_argv
+from backup.localserver import serve_argv, serve_env
 from tests.support.procs import ManagedProcess, base_env, free_port
 
 ACCESS_KEY = "test-access-key"
@@ -55,8 +55,9 @@ def start_s3(tmp: Path, *, port: int | None = None, root: Path | None = None) ->
     port = port or free_port()
     root = root or (tmp / "s3")
     root.mkdir(parents=True, exist_ok=True)
-    argv = serve_argv(root, f"127.0.0.1:{port}", ACCESS_KEY, SECRET_KEY)
-    mp = ManagedProcess("rclone-s3", argv, base_env(), tmp / f"rclone-s3-{port}.log").start()
+    argv = serve_argv(root, f"127.0.0.1:{port}")
+    mp = ManagedProcess("rclone-s3", argv, base_env(**serve_env(ACCESS_KEY, SECRET_KEY)),
+                        tmp / f"rclone-s3-{port}.log").start()
     deadline = time.monotonic() + 30
     while not _listening(port):
         if not mp.alive() or time.monotonic() > deadline:
