@@ -30,8 +30,10 @@ __all__ = [
     "DEFAULT_ENDPOINT",
     "DEFAULT_REGION",
     "DEFAULT_SECRET_KEY",
+    "PAUSE_POINTS",
     "ObjectStoreConfig",
     "objstore_from_env",
+    "pause_from_env",
 ]
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9670"
@@ -107,3 +109,21 @@ def objstore_from_env(env: Mapping[str, str]) -> ObjectStoreConfig:
         bucket=_str(env, "OBJSTORE_BUCKET"),
         region=_str(env, "OBJSTORE_REGION"),
     )
+
+
+#: where ``SVC_BACKUP_PAUSE_AT`` (ours) may stop a job: ``upload`` (a backup, before its
+#: upload is completed), ``running`` (a restore, before the download), ``main_db`` (a restore,
+#: with half of the rows imported), ``replica`` (a restore, before the rebuild)
+PAUSE_POINTS = ("upload", "running", "main_db", "replica")
+
+
+def pause_from_env(env: Mapping[str, str]) -> str | None:
+    """``SVC_BACKUP_PAUSE_AT``: a failpoint for crash tests (``backup.service``); ValueError
+    for a point that does not exist. Unset in production."""
+    raw = (env.get("SVC_BACKUP_PAUSE_AT") or "").strip()
+    if not raw:
+        return None
+    if raw not in PAUSE_POINTS:
+        raise ValueError(f"SVC_BACKUP_PAUSE_AT must be one of {', '.join(PAUSE_POINTS)}, "
+                         f"got {raw[:40]!r}")
+    return raw

@@ -130,7 +130,9 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
             counts[table] = counts.get(table, 0) + len(rows)
             done += len(rows)
             if progress is not None:
-                progress({"table": table, "rows_done": done, "rows_total": total})
+                out = progress({"table": table, "rows_done": done, "rows_total": total})
+                if asyncio.iscoroutine(out):
+                    await out
         for _ in tasks:
             await put(None)
         await asyncio.gather(*tasks)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -72,7 +72,8 @@ class RestoreRun:
 
     def __init__(self, rec: dict[str, Any], *, registry: Registry, store: ObjectStore,
                  db: Database, target: RestoreTarget, work_dir: Path,
-                 on_change: Callable[[dict[str, Any]], None]) -> None:
+                 on_change: Callable[[dict[str, Any]], None],
+                 pause: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.rec = rec
         self.registry = registry
         self.store = store
@@ -80,6 +81,8 @@ class RestoreRun:
         self.target = target
         self.work_dir = work_dir
         self.on_change = on_change
+        self.pause = pause  # the crash-test failpoint (backup.service.BackupService.pause)
+        self._paused_import = False
 
     def _stage(self, stage: str) -> None:
         self.rec["stage"] = stage
@@ -94,6 +97,17 @@ class RestoreRun:
         self.registry.put_restore(self.rec, durable=False)
         self.on_change(self.rec)
 
+    async def _pause(self, point: str) -> None:
+        if self.pause is not None:
+            await self.pause(point)
+
+    async def _import_progress(self, p: dict[str, Any]) -> None:
+        self._progress({"step": "import", **p})
+        total = p.get("rows_total") or 0
+        if not self._paused_import and total and p.get("rows_done", 0) * 2 >= total:
+            self._paused_import = True  # half of the rows in: the failpoint of main_db
+            await self._pause("main_db")
+
     async def run(self) -> dict[str, Any]:
         rid = self.rec["restore_id"]
         reason = f"restore {rid} of backup {self.rec['backup_id']}"
@@ -101,6 +115,7 @@ class RestoreRun:
         path = self.work_dir / f"{rid}.dump.gz"
         try:
             self._stage("running")
+            await self._pause("running")
             size = await asyncio.to_thread(
                 self.store.download, self.rec["storage_path"], path,
                 lambda n: self._progress({"step": "download", "bytes": n}))
@@ -110,11 +125,11 @@ class RestoreRun:
             self._stage("main_db")
             await self.target.hold(reason)
             report = await import_dump(self.db, path, rows_total=checked["rows"],
-                                       progress=lambda p: self._progress(
-                                           {"step": "import", **p}))
+                                       progress=self._import_progress)
             self.rec["warnings"] = report["warnings"]
             self.rec["import_secs"] = report["secs"]
             self._stage("replica")
+            await self._pause("replica")
             await self.target.rebuild(reason)
             self.rec["finished_at_ms"] = now_ms()
             if self.registry.held is not None:

@@ -102,7 +102,8 @@ class BackupService:
 
     def __init__(self, db_config: DbConfig, store_config: ObjectStoreConfig, data_dir: Path | None,
                  *, prefix: str, target: RestoreTarget | None = None,
-                 on_failure: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 on_failure: Callable[[str, dict[str, Any]], None] | None = None,
+                 pause_at: str | None = None) -> None:
         self.db_config = dataclasses.replace(
             db_config, timeout_secs=max(db_config.timeout_secs, DB_TIMEOUT_SECS))
         self.store_config = store_config
@@ -117,6 +118,7 @@ class BackupService:
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self.current: dict[str, Any] | None = None  # the job running now
+        self.pause_at = pause_at  # SVC_BACKUP_PAUSE_AT (crash tests): see pause()
 
     @property
     def enabled(self) -> bool:
@@ -154,6 +156,21 @@ class BackupService:
             self._db = Database(self.db_config)
         await self._db.connect()
         return self._db
+
+    async def pause(self, point: str) -> None:
+        """The crash-test failpoint: at ``point`` (``SVC_BACKUP_PAUSE_AT``), create
+        ``<work>/paused-<point>`` and wait until ``<work>/continue`` exists (then both go).
+        A test kills the process while it waits, or stops a server and lets it go on."""
+        if self.pause_at != point:
+            return
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        flag, go = self.work_dir / f"paused-{point}", self.work_dir / "continue"
+        log.warning("backup plane paused at %s (SVC_BACKUP_PAUSE_AT)", point)
+        flag.touch()
+        while not go.exists():
+            await asyncio.sleep(0.05)
+        go.unlink(missing_ok=True)
+        flag.unlink(missing_ok=True)
 
     def _changed(self, kind: str, rec: dict[str, Any]) -> None:
         for fn in list(self.watchers):
@@ -281,7 +298,7 @@ class BackupService:
                 else:
                     await RestoreRun(rec, registry=self.registry, store=self.store,
                                      db=await self._database(), target=self.target,
-                                     work_dir=self.work_dir,
+                                     work_dir=self.work_dir, pause=self.pause,
                                      on_change=lambda r: self._changed("restore", r)).run()
                     if rec["stage"] == "failed" and self.on_failure is not None:
                         self.on_failure("restore", rec)
@@ -315,6 +332,7 @@ class BackupService:
 
             db = await self._database()
             result = await export_database(db, upload.write, backup_id=bid, progress=progress)
+            await self.pause("upload")
             size = await asyncio.to_thread(upload.complete)
             rec.update(rows=result["rows"], tables=result["tables"],
                        raw_bytes=result["raw_bytes"], bytes=size, sha256=result["sha256"],

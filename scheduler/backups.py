@@ -65,7 +65,8 @@ class BackupPlane:
         prefix = cfg.admin.cloud_project if cfg.cloud_linked and cfg.admin.cloud_project \
             else cfg.admin.project_slug
         self.service = BackupService(cfg.db, cfg.admin.objstore, cfg.data_dir, prefix=prefix,
-                                     target=SchedulerTarget(s), on_failure=self._failed)
+                                     target=SchedulerTarget(s), on_failure=self._failed,
+                                     pause_at=cfg.admin.backup_pause_at)
         self.service.watchers.append(self._watch)
         self.incident: str | None = None  # the open restore_failed incident
         self.releasing = False

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from backup.config import ObjectStoreConfig, objstore_from_env
+from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ssp.backends import BackendListError, parse_backends
 
@@ -100,6 +100,7 @@ class AdminConfig:
     cloud_project: str | None = None
     project_slug: str = "default"
     objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+    backup_pause_at: str | None = None  # ours, SVC_BACKUP_PAUSE_AT: a crash-test failpoint
     # ours, SVC_SUPERVISED=1: a supervisor (ops/run) relaunches the scheduler when it exits, so
     # `POST /admin/api/scheduler/restart {mode: restart}` may exit the process.
     supervised: bool = False
@@ -356,6 +357,13 @@ def _db_config(yaml_db: Mapping[str, Any], env: Mapping[str, str]) -> DbConfig:
         raise ConfigError(f"database settings: {e}") from None
 
 
+def _pause_at(env: Mapping[str, str]) -> str | None:
+    try:
+        return pause_from_env(env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _admin_config(env: Mapping[str, str]) -> AdminConfig:
     job_interval = _env_int(env, "SVC_ADMIN_JOB_INTERVAL_SECS", 15, minimum=0)
     live = _env_int(env, "SVC_ADMIN_JOB_LIVE_INTERVAL_SECS", 2)
@@ -380,6 +388,7 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
         cloud_project=_env_str(env, "SVC_CLOUD_PROJECT"),
         project_slug=_env_str(env, "SVC_PROJECT_SLUG") or "default",
         objstore=objstore_from_env(env),  # one parser, shared with the SSP
+        backup_pause_at=_pause_at(env),
         supervised=_env_bool(env, "SVC_SUPERVISED", False),
     )
 
