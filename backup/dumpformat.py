@@ -115,12 +115,21 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def verify_dump(path: Path, sha256: str | None = None) -> dict[str, Any]:
-    """Read the whole dump once, before anything is wiped: the checksum (when the catalog
-    has one), every record decodable, the schema present, the row counts equal to the end
-    record's. Returns ``{header, tables, rows}``; DumpError otherwise."""
-    if sha256 is not None and sha256_of(path) != sha256:
-        raise DumpError("the dump's checksum differs from its catalog entry")
+def verify_dump(path: Path, sha256: str | None = None,
+                expect: dict[str, int] | None = None) -> dict[str, Any]:
+    """Check a dump before anything is wiped; ``{header, tables, rows}`` or DumpError.
+
+    With the catalog's ``sha256`` (and its row counts in ``expect``), the file must hash to
+    it: the catalog entry is written only after the whole dump (``end`` record included) was
+    uploaded, so equal bytes are a whole dump, and only its header is decoded. Without them
+    (a restore by ``storage_path``) the whole dump is read once: every record decodable, the
+    schema present, the row counts equal to the end record's."""
+    if sha256 is not None:
+        if sha256_of(path) != sha256:
+            raise DumpError("the dump's checksum differs from its catalog entry")
+        if expect is not None:
+            header = next(iter(read_dump(path)))
+            return {"header": header, "tables": dict(expect), "rows": sum(expect.values())}
     header: dict[str, Any] = {}
     counts: dict[str, int] = {}
     schema = False

@@ -7,9 +7,9 @@ dump that cannot be read to its end. Then, through the database URL:
    edge tables included, and every function, param and analyzer;
 2. database-level definitions, tables with their fields and indexes;
 3. the rows, in batches of at most :data:`BATCH_ROWS` (the embedded engine degrades on larger
-   ``INSERT``s), each ``OPTION IMPORT; INSERT [RELATION] $rows``: no event fires, no ``VALUE``
-   or ``ASSERT`` clause runs again, edges get their graph pointers; :data:`WORKERS` batches in
-   flight at once;
+   statements), each under ``OPTION IMPORT`` (no event fires, no ``VALUE`` or ``ASSERT``
+   clause runs again): one ``CREATE`` per row, one ``RELATE`` per edge (so edges get their
+   graph pointers); :data:`WORKERS` batches in flight at once;
 4. events, then the computed views (filled by the engine from the rows);
 5. the check: every table's row count equals the dump's, else :class:`ImportMismatch`.
 
@@ -37,8 +37,11 @@ DDL_PER_CALL = 50
 
 Progress = Callable[[dict[str, Any]], None]
 
-_INSERT = "OPTION IMPORT; INSERT $rows RETURN NONE"
-_INSERT_EDGES = "OPTION IMPORT; INSERT RELATION $rows RETURN NONE"
+# One CREATE (one RELATE for an edge) per row in a loop: ~3x the rows/s of `INSERT $rows`
+# (`INSERT RELATION $rows`: ~4x) on the embedded engine (core 3.2.4), the same outcome.
+_INSERT = "OPTION IMPORT; FOR $r IN $rows { CREATE ONLY $r.id CONTENT $r RETURN NONE }"
+_INSERT_EDGES = ("OPTION IMPORT; FOR $r IN $rows { RELATE ($r.in)->($r.id)->($r.out) "
+                 "CONTENT $r RETURN NONE }")
 
 
 class ImportMismatch(RuntimeError):
@@ -104,9 +107,8 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
     async def put(item: tuple[str, list[Any]] | None) -> None:
         while True:
             for t in tasks:
-                if t.done():
+                if t.done() and (t.cancelled() or t.exception() is not None):
                     t.result()  # an insert failed: raise it here
-                    raise RuntimeError("an import worker stopped")
             try:
                 await asyncio.wait_for(queue.put(item), 1.0)
                 return

@@ -58,10 +58,11 @@ class RestoreTarget(Protocol):
 
 
 def new_restore(restore_id: str, backup_id: str, storage_path: str, project_slug: str,
-                sha256: str | None) -> dict[str, Any]:
+                sha256: str | None, tables: dict[str, int] | None = None) -> dict[str, Any]:
     at = now_ms()
     return {"restore_id": restore_id, "backup_id": backup_id, "project_slug": project_slug,
-            "storage_path": storage_path, "sha256": sha256, "stage": "queued",
+            "storage_path": storage_path, "sha256": sha256, "tables": tables,
+            "stage": "queued",
             "failed_stage": None, "stages": [{"stage": "queued", "at_ms": at}],
             "started_at_ms": at, "finished_at_ms": None, "progress": None, "error": None,
             "warnings": []}
@@ -120,7 +121,8 @@ class RestoreRun:
                 self.store.download, self.rec["storage_path"], path,
                 lambda n: self._progress({"step": "download", "bytes": n}))
             self._progress({"step": "verify", "bytes": size})
-            checked = await asyncio.to_thread(verify_dump, path, self.rec.get("sha256"))
+            checked = await asyncio.to_thread(verify_dump, path, self.rec.get("sha256"),
+                                              self.rec.get("tables"))
             self.rec["rows"] = checked["rows"]
             self._stage("main_db")
             await self.target.hold(reason)

@@ -214,7 +214,7 @@ class BackupService:
         if self.restore_running() is not None:
             raise BackupBusy("a restore is already queued or running")
         prefix = check_id(project_slug, "project_slug") if project_slug else None
-        sha = None
+        sha, tables = None, None
         local = self.registry.backups.get(bid)
         if storage_path is not None:
             if not isinstance(storage_path, str) or not storage_path.strip() \
@@ -223,7 +223,7 @@ class BackupService:
             path = storage_path.strip().lstrip("/")
         elif local is not None and local.get("status") == "done" and prefix in (
                 None, local.get("project_slug")):
-            path, sha = local["storage_path"], local.get("sha256")
+            path, sha, tables = local["storage_path"], local.get("sha256"), local.get("tables")
         else:
             entry = await asyncio.to_thread(self.store.get_json,
                                             catalog_key(prefix or self.prefix, bid))
@@ -231,9 +231,8 @@ class BackupService:
                 raise BackupNotFound(f"no backup {bid} in the catalog of "
                                      f"{prefix or self.prefix}")
             path, sha = str(entry["storage_path"]), entry.get("sha256")
-        if local is not None and storage_path is None and local.get("sha256"):
-            sha = sha or local.get("sha256")
-        rec = new_restore(rid, bid, path, prefix or self.prefix, sha)
+            tables = entry.get("tables") if isinstance(entry.get("tables"), dict) else None
+        rec = new_restore(rid, bid, path, prefix or self.prefix, sha, tables)
         self.registry.put_restore(rec)
         self._queue.put_nowait(("restore", rec))
         self._changed("restore", rec)
