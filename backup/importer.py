@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +73,13 @@ async def _next(it: Iterator[dict[str, Any]]) -> dict[str, Any] | None:
 async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
                       workers: int = WORKERS, progress: Progress | None = None,
                       on_wipe: Callable[[], Any] | None = None,
-                      rows_total: int | None = None) -> dict[str, Any]:
+                      rows_total: int | None = None,
+                      halfway: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
     """Replace the database's content with the dump at ``path`` (see the module docstring).
 
     ``on_wipe`` is called just before the first destructive statement; ``rows_total``
-    (from the verification) is only for progress. Returns ``{tables,
+    (from the verification) is only for progress; ``halfway`` (the crash-test failpoint) is
+    awaited once, with half of the rows committed and no insert in flight. Returns ``{tables,
     rows, warnings, secs}``."""
     started = time.monotonic()
     it = read_dump(path)
@@ -100,6 +102,7 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
         while (item := await queue.get()) is not None:
             stmt, rows = item
             await db.query(stmt, {"rows": rows})
+            queue.task_done()
 
     tasks = [asyncio.get_running_loop().create_task(insert(), name=f"import-{i}")
              for i in range(workers)]
@@ -131,6 +134,10 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
                 await put((stmt, [_nulls(r) for r in rows[i:i + batch_rows]]))
             counts[table] = counts.get(table, 0) + len(rows)
             done += len(rows)
+            if halfway is not None and total and done * 2 >= total:
+                await _drained(queue, tasks)
+                await halfway()
+                halfway = None
             if progress is not None:
                 out = progress({"table": table, "rows_done": done, "rows_total": total})
                 if asyncio.iscoroutine(out):
@@ -149,6 +156,17 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
     await _check(db, plan.data_tables(), counts)
     return {"tables": counts, "rows": done, "warnings": plan.warnings,
             "secs": round(time.monotonic() - started, 3)}
+
+
+async def _drained(queue: asyncio.Queue[Any], tasks: list[asyncio.Task[None]]) -> None:
+    """Until every batch queued so far is committed (a worker failing ends the wait)."""
+    joined = asyncio.ensure_future(queue.join())
+    await asyncio.wait([joined, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    for t in tasks:
+        if t.done() and (t.cancelled() or t.exception() is not None):
+            joined.cancel()
+            t.result()
+    await joined
 
 
 async def _check(db: Database, tables: list[str], counts: dict[str, int]) -> None:

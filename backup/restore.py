@@ -83,7 +83,6 @@ class RestoreRun:
         self.work_dir = work_dir
         self.on_change = on_change
         self.pause = pause  # the crash-test failpoint (backup.service.BackupService.pause)
-        self._paused_import = False
 
     def _stage(self, stage: str) -> None:
         self.rec["stage"] = stage
@@ -101,13 +100,6 @@ class RestoreRun:
     async def _pause(self, point: str) -> None:
         if self.pause is not None:
             await self.pause(point)
-
-    async def _import_progress(self, p: dict[str, Any]) -> None:
-        self._progress({"step": "import", **p})
-        total = p.get("rows_total") or 0
-        if not self._paused_import and total and p.get("rows_done", 0) * 2 >= total:
-            self._paused_import = True  # half of the rows in: the failpoint of main_db
-            await self._pause("main_db")
 
     async def run(self) -> dict[str, Any]:
         rid = self.rec["restore_id"]
@@ -127,7 +119,9 @@ class RestoreRun:
             self._stage("main_db")
             await self.target.hold(reason)
             report = await import_dump(self.db, path, rows_total=checked["rows"],
-                                       progress=self._import_progress)
+                                       progress=lambda p: self._progress(
+                                           {"step": "import", **p}),
+                                       halfway=lambda: self._pause("main_db"))
             self.rec["warnings"] = report["warnings"]
             self.rec["import_secs"] = report["secs"]
             self._stage("replica")

@@ -44,7 +44,8 @@ DB_KINDS_REPLAYED = ("analyzers", "params", "functions", "sequences", "configs",
                      "buckets", "models", "modules")
 #: kinds removed by the wipe before the dump's are defined (their REMOVE syntax is fixed)
 _REMOVED_KINDS = {"analyzers": "ANALYZER {}", "params": "PARAM ${}", "functions": "FUNCTION fn::{}"}
-_DEFINE_RE = re.compile(r"^\s*DEFINE\s+([A-Z]+)\s+(?!OVERWRITE\b|IF\s+NOT\s+EXISTS\b)", re.IGNORECASE)
+_DEFINE_RE = re.compile(r"^\s*DEFINE\s+([A-Z]+)\s+(?!OVERWRITE\b|IF\s+NOT\s+EXISTS\b)",
+                        re.IGNORECASE)
 _REDACTED_KEY = re.compile(r"\s+WITH\s+(?:JWT\s+ALGORITHM\s+\w+\s+KEY|ISSUER\s+KEY)\s+"
                            r"'\[REDACTED\]'", re.IGNORECASE)
 _REDACTED_BARE = re.compile(r"\s+(?:ALGORITHM\s+\w+\s+)?KEY\s+'\[REDACTED\]'", re.IGNORECASE)

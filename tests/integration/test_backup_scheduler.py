@@ -173,7 +173,8 @@ async def test_restore_of_100k_rows_brings_back_database_replica_and_edges(
             assert info["circuit_hashes"]["post"] == before["replica:post"][1]
             _, health = await jreq(http, "GET", sched.url + "/health")
             assert health["scheduler"]["state"] == "ready"
-            print(f"\n100k: seed {seeded:.1f}s, schema apply {applied:.1f}s, state read {state_secs:.1f}s, backup "
+            print(f"\n100k: seed {seeded:.1f}s, schema apply {applied:.1f}s, state read "
+                  f"{state_secs:.1f}s, backup "
                   f"{backup_secs:.1f}s, restore (SSPs back) {restore_secs:.1f}s")
         finally:
             ssp.process.stop()
