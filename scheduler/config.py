@@ -35,6 +35,10 @@ from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ssp.backends import BackendListError, parse_backends
 
+#: the dashboard shipped in this source tree (``dashboard/`` at the top of the repository): the
+#: default of ``SVC_ADMIN_DIR`` (an explicitly empty value means no bundle: the placeholder page)
+DEFAULT_ADMIN_DIR = Path(__file__).resolve().parent.parent / "dashboard"
+
 __all__ = [
     "AdminConfig",
     "BackendSpec",
@@ -369,12 +373,15 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
     live = _env_int(env, "SVC_ADMIN_JOB_LIVE_INTERVAL_SECS", 2)
     if job_interval > 0:
         live = min(live, job_interval)  # the live interval is never slower than the idle one
-    admin_dir = _env_str(env, "SVC_ADMIN_DIR")
+    admin_dir: Path | None = DEFAULT_ADMIN_DIR
+    if "SVC_ADMIN_DIR" in env:  # set, even to nothing: the operator's choice
+        raw_dir = _env_str(env, "SVC_ADMIN_DIR")
+        admin_dir = Path(raw_dir) if raw_dir else None
     return AdminConfig(
         enabled=_env_bool(env, "SVC_ADMIN_ENABLED", True),
         host=_env_str(env, "SVC_ADMIN_HOST") or "0.0.0.0",
         port=_env_int(env, "SVC_ADMIN_PORT", 9668, maximum=65535),
-        dir=Path(admin_dir) if admin_dir else None,
+        dir=admin_dir,
         password=_env_secret(env, "SVC_ADMIN_PASSWORD"),
         access=_env_str(env, "SVC_ADMIN_ACCESS"),
         session_ttl_secs=_env_int(env, "SVC_ADMIN_SESSION_TTL_SECS", 28800),

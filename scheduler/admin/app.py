@@ -1,8 +1,9 @@
 """The admin listener: a Falcon ASGI app over one :class:`scheduler.admin.plane.AdminPlane`.
 
 Served by uvicorn in the scheduler's process and event loop (``scheduler.__main__``) on
-``SVC_ADMIN_HOST:SVC_ADMIN_PORT``. Routes (spec "Admin listener"; workflow, schedule, pool,
-backup and MCP routes come with their own systems), under ``/admin/api`` unless said:
+``SVC_ADMIN_HOST:SVC_ADMIN_PORT``, behind :class:`scheduler.admin.mcp.AdminAsgi` (the MCP
+endpoint). Routes (spec "Admin listener"; workflow, schedule, pool and backup routes come with
+their own systems), under ``/admin/api`` unless said:
 
 * ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
 * ``GET config`` (public): :meth:`AdminPlane.config`;
@@ -17,7 +18,8 @@ backup and MCP routes come with their own systems), under ``/admin/api`` unless 
 * ``GET incidents``, ``incidents/{id}``: :mod:`.incidents`;
 * ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked;
 * ``backups``, ``backups/config``, ``backups/{id}``, ``backups/{id}/restore``,
-  ``restore/release``: :mod:`.backups`.
+  ``restore/release``: :mod:`.backups`;
+* ``POST mcp``: the MCP endpoint, served in front of this app (:mod:`.mcp`).
 
 Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 over the limit,
 400 when malformed). Errors: :mod:`.errors` (one body shape, mapped once). Authentication:
@@ -48,13 +50,14 @@ from scheduler.admin.errors import (
     serialize_error,
 )
 from scheduler.admin.jobsampler import ORIGINS, STATUSES
+from scheduler.admin.mcp import AdminAsgi
 from scheduler.admin.plane import AdminPlane
 from scheduler.admin.sse import channel_stream
 from scheduler.admin.values import q_enum, q_int, q_str
 
 log = logging.getLogger("scheduler.admin.http")
 
-__all__ = ["create_admin_app"]
+__all__ = ["create_admin_app", "create_falcon_app"]
 
 MAX_BODY = 64 * 1024
 PATH_MAX = 300
@@ -355,7 +358,12 @@ async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
     raise AdminError("internal error in the admin listener (logged)", status=500)
 
 
-def create_admin_app(plane: AdminPlane) -> falcon.asgi.App:  # type: ignore[type-arg]
+def create_admin_app(plane: AdminPlane) -> AdminAsgi:
+    """The admin listener's ASGI app: the MCP endpoint in front of the Falcon routes."""
+    return AdminAsgi(create_falcon_app(plane), plane.tokens, plane.cluster.version)
+
+
+def create_falcon_app(plane: AdminPlane) -> falcon.asgi.App:  # type: ignore[type-arg]
     """The admin listener's routes bound to ``plane``."""
     app: falcon.asgi.App = falcon.asgi.App(  # type: ignore[type-arg]
         middleware=[AdminAuth(plane.tokens), _Lifespan(plane)], cors_enable=False)

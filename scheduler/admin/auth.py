@@ -8,8 +8,9 @@ Falcon middleware, run after routing (an unknown path stays a 404):
   (401 ``unauthorized`` otherwise: missing, malformed, unknown, expired or revoked);
 * a token of scope ``read`` may only ``GET`` (and ``HEAD``): any other method is 403
   ``read_only`` with a message saying so, checked before the route runs, so a refused request
-  changes nothing. A resource marked ``mcp_exempt = True`` (the MCP endpoint, which enforces
-  scope per tool) skips this method check.
+  changes nothing. A resource marked ``mcp_exempt = True`` skips this method check. (The MCP
+  endpoint is not a Falcon resource: :mod:`scheduler.admin.mcp` checks its bearer before the
+  SDK and enforces scope per tool.)
 
 The principal is left in ``req.context.principal`` and the raw token in ``req.context.token``.
 """

@@ -109,8 +109,8 @@ class Cluster(Protocol):
     async def job_retry(self, job_id: str) -> tuple[Any, ...]: ...
     async def ssp_call(self, ssp_id: str, method: str, path: str, body: Any = None,
                        timeout: float = 10.0) -> tuple[int, Any] | None: ...
-    def ssp_stream(self, ssp_id: str, path: str,
-                   params: Mapping[str, str]) -> Any: ...
+    def ssp_stream(self, ssp_id: str, path: str, params: Mapping[str, str],
+                   headers: Mapping[str, str] | None = None) -> Any: ...
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
 
@@ -288,8 +288,9 @@ class SchedulerCluster:
             return None
 
     @asynccontextmanager
-    async def ssp_stream(self, ssp_id: str, path: str,
-                         params: Mapping[str, str]) -> AsyncIterator[aiohttp.ClientResponse | None]:
+    async def ssp_stream(self, ssp_id: str, path: str, params: Mapping[str, str],
+                         headers: Mapping[str, str] | None = None,
+                         ) -> AsyncIterator[aiohttp.ClientResponse | None]:
         """A streamed GET to an SSP (no total timeout); yields None when unreachable."""
         e = self._s.entries.get(ssp_id)
         if e is None or self._session is None:
@@ -297,7 +298,7 @@ class SchedulerCluster:
             return
         try:
             resp = await self._session.get(f"{e.url}{path}", params=dict(params),
-                                           headers=self._auth,
+                                           headers={**self._auth, **(headers or {})},
                                            timeout=aiohttp.ClientTimeout(total=None,
                                                                          sock_connect=5))
         except (aiohttp.ClientError, TimeoutError):

@@ -10,7 +10,9 @@ events.
   answer 200. An ``event: error`` message ends the relay when the SSP's stream breaks.
 
 ``tail`` (default true; false sends the backfill and closes), ``backfill`` (default 100, at
-most 10,000 lines), as on the SSP.
+most 10,000 lines), as on the SSP. A reconnecting viewer's ``Last-Event-ID`` (the number of
+the last line it got) resumes after that line, with ``event: gap`` when lines it never saw
+are gone; for an SSP the header is passed on to its ``/logs``, which does the same.
 """
 
 from __future__ import annotations
@@ -59,15 +61,19 @@ class Logs:
         backfill = q_int(req, "backfill", default=DEFAULT_BACKFILL, minimum=0,
                          maximum=MAX_BACKFILL)
         assert backfill is not None
+        raw_last = (req.get_header("Last-Event-ID") or "").strip()
+        after = int(raw_last) if raw_last.isdigit() and len(raw_last) < 19 else None
         if source == "scheduler":
-            return self._counted(log_stream(self.ring, backfill=backfill, tail=tail))
+            return self._counted(log_stream(self.ring, backfill=backfill, tail=tail,
+                                            after=after))
         if not source.startswith("ssp:") or len(source) > 300:
             raise Invalid("query source: scheduler or ssp:<id>")
         ssp_id = source[4:]
         if self.cluster.ssp(ssp_id) is None:
             raise NotFound(f"no SSP {ssp_id[:80]} is registered")
         params = {"tail": "true" if tail else "false", "backfill": str(backfill)}
-        cm = self.cluster.ssp_stream(ssp_id, "/logs", params)
+        cm = self.cluster.ssp_stream(ssp_id, "/logs", params,
+                                     {} if after is None else {"Last-Event-ID": str(after)})
         resp = await cm.__aenter__()
         if resp is None or resp.status != 200:
             status = None if resp is None else resp.status

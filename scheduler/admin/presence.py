@@ -104,6 +104,16 @@ def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
+def _live_rows(query_row: dict[str, Any], met: dict[str, Any] | None) -> int:
+    """The view's current size: `_00_query.rowCount` is written once, when the view's initial
+    edges commit; the SSP's `_00_view_metrics.rows` follows every publish (flushed each
+    ``SVC_SSP_VIEW_METRICS_FLUSH_MS``), so it wins when the SSP wrote one."""
+    n = met.get("rows") if met is not None else None
+    if isinstance(n, int) and not isinstance(n, bool):
+        return n
+    return _int(query_row.get("rowCount"))
+
+
 class Presence:
     """See the module docstring."""
 
@@ -199,7 +209,7 @@ class Presence:
                 client_id=r.get("clientId") if isinstance(r.get("clientId"), str) else None,
                 surql=surql, params=params,
                 query_key=surql + "\x00" + json.dumps(params, sort_keys=True, default=str),
-                rows=_int(r.get("rowCount")), subscribers=_int(r.get("subscribers")),
+                rows=_live_rows(r, met), subscribers=_int(r.get("subscribers")),
                 state=r.get("state") if isinstance(r.get("state"), str) else None,
                 ttl_ms=ttl_ms(r.get("ttl")), last_active_ms=epoch_ms(r.get("lastActiveAt")),
                 ssp_id=ssp, metrics=met))
@@ -237,14 +247,24 @@ class Presence:
         self.ring.append({"at": now, **self.rollup_now})
 
     # ------------------------------------------------------------------ answers
+    @property
+    def refresh_secs(self) -> float:
+        """How often a sample is taken now: what a viewer polling the views is worth (the
+        dashboard polls no faster)."""
+        base = self.live_interval if self.watched() else self.interval
+        cost = COST_FACTOR * (self.duration_ms or 0.0) / 1000
+        return round(max(base, cost), 3)
+
     def rollup(self) -> dict[str, Any]:
         return {**self.rollup_now, "sampled_at_ms": self.sampled_at_ms,
-                "truncated": self.truncated, "last_error": self.last_error}
+                "refresh_secs": self.refresh_secs, "truncated": self.truncated,
+                "last_error": self.last_error}
 
     def body(self) -> dict[str, Any]:
         """``GET /admin/api/presence``."""
         return {
             "sampled_at_ms": self.sampled_at_ms, "interval_secs": self.interval,
+            "refresh_secs": self.refresh_secs,
             "live": dict(self.rollup_now), "rows_sampled": self.total_rows,
             "max_rows": self.max_rows, "truncated": self.truncated,
             "heaviest_users": list(self.heaviest), "per_ssp": dict(self.per_ssp),

@@ -156,11 +156,19 @@ class LogRing(logging.Handler):
             return max(self.last - backfill, first - 1)
 
 
-async def log_stream(ring: LogRing, *, backfill: int, tail: bool,
+async def log_stream(ring: LogRing, *, backfill: int, tail: bool, after: int | None = None,
                      keepalive: float = KEEPALIVE_SECS) -> AsyncIterator[SSEvent]:
-    """The scheduler's own log lines as SSE (event id = line number)."""
+    """The scheduler's own log lines as SSE (event id = line number).
+
+    ``after`` (a reconnecting viewer's ``Last-Event-ID``) resumes after that line: ``event:
+    gap`` first when lines after it are gone from the ring, or when it is beyond the newest
+    line (this process numbered from 1 again: a restart), then the backfill."""
     yield RawEvent(b"retry: 2000\n\n")
-    cursor = ring.tail_cursor(backfill)
+    if after is not None and after > ring.last:
+        yield RawEvent(frame(_json({"message": "the scheduler restarted: lines logged before "
+                                               "it are not available"}), event="gap"))
+        after = None
+    cursor = ring.tail_cursor(backfill) if after is None else after
     quiet_since = time.monotonic()
     while True:
         lines, cursor_after, gap = ring.since(cursor)

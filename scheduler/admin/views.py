@@ -12,7 +12,8 @@ The list is served from the presence sampler's last sample (no database call). Q
   with at least ``SVC_ADMIN_LARGE_VIEW_ROWS`` (1000) rows; ``shared=true``: only queries run
   by more than one session; ``include_expired=true``: also rows past ``lastActiveAt + ttl``.
 
-Answer: ``{views, total, returned, sampled_at_ms, truncated, thresholds}``; each view: key,
+Answer: ``{views, total, returned, sampled_at_ms, refresh_secs, truncated, thresholds}``
+(``refresh_secs``: how often the sampler refreshes now); each view: key,
 id, user, client_id, ssp_id, rows, subscribers, state, ttl_ms, last_active_ms, expires_in_ms,
 expired, materialisation ``{p50, p99, max, samples, initial_ms}``, slow, large,
 identical_sessions, query (first 300 characters).
@@ -129,6 +130,7 @@ class Views:
         top = heapq.nsmallest(limit, hits, key=keyers[sort or "recent"])
         return {"views": [self._public(v, now, threshold) for v in top], "total": len(hits),
                 "returned": len(top), "sampled_at_ms": self.presence.sampled_at_ms,
+                "refresh_secs": self.presence.refresh_secs,
                 "truncated": self.presence.truncated,
                 "thresholds": {"slow_ms": threshold, "large_rows": self.large_rows}}
 
@@ -177,10 +179,13 @@ class Views:
                                    "ssp_id": o.ssp_id, "live": o.live(now)})
         pub = met.get("publish_ms") if met and isinstance(met.get("publish_ms"), dict) else {}
         p99 = pub.get("p99") if isinstance(pub, dict) else None
+        # rowCount is written once (initial edges); the SSP's metrics row follows each publish
+        live_rows = met.get("rows") if met is not None and isinstance(met.get("rows"), int) \
+            else row.get("rowCount")
         return {
             "key": key, "id": view_id, "user": jsonable(row.get("auth_id")),
             "client_id": row.get("clientId"), "ssp_id": ssp_id,
-            "rows": row.get("rowCount"), "subscribers": row.get("subscribers"),
+            "rows": live_rows, "subscribers": row.get("subscribers"),
             "state": row.get("state"), "ttl_ms": ttl, "last_active_ms": last,
             "expires_in_ms": None if last is None else last + ttl - now,
             "query": row.get("surql"), "params": jsonable(row.get("params")),
@@ -193,7 +198,7 @@ class Views:
                                 if met else None,
                                 "flushed_at_ms": epoch_ms(met.get("flushed_at")) if met else None},
             "slow": isinstance(p99, (int, float)) and p99 >= self.slow_ms,
-            "large": isinstance(row.get("rowCount"), int) and row["rowCount"] >= self.large_rows,
+            "large": isinstance(live_rows, int) and live_rows >= self.large_rows,
             "memory": memory,
             "identical_sessions": others,
         }

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.config import (
+    DEFAULT_ADMIN_DIR,
     ConfigError,
     IngestTransport,
     LoadBalance,
@@ -70,7 +71,8 @@ def test_defaults_without_a_file() -> None:
     assert cfg.pool_port == 9669
     a = cfg.admin
     assert (a.enabled, a.host, a.port, a.dir, a.password, a.access) == (
-        True, "0.0.0.0", 9668, None, None, None)
+        True, "0.0.0.0", 9668, DEFAULT_ADMIN_DIR, None, None)
+    assert (DEFAULT_ADMIN_DIR / "index.html").is_file()  # the shipped dashboard
     assert (a.session_ttl_secs, a.presence_interval_secs, a.slow_view_ms, a.large_view_rows,
             a.presence_max_rows, a.job_interval_secs, a.job_live_interval_secs) == (
         28800, 15, 250, 1000, 20000, 15, 2)
@@ -223,6 +225,14 @@ def test_job_live_interval_is_clamped_to_the_idle_interval() -> None:
 def test_job_sampler_can_be_switched_off() -> None:
     cfg = SchedulerConfig.load(None, BASE_ENV | {"SVC_ADMIN_JOB_INTERVAL_SECS": "0"})
     assert cfg.admin.job_interval_secs == 0
+
+
+def test_admin_dir_defaults_to_the_shipped_dashboard_and_empty_means_none() -> None:
+    assert SchedulerConfig.load(None, BASE_ENV).admin.dir == DEFAULT_ADMIN_DIR
+    cfg = SchedulerConfig.load(None, BASE_ENV | {"SVC_ADMIN_DIR": ""})
+    assert cfg.admin.dir is None  # explicitly no bundle: the placeholder page
+    cfg = SchedulerConfig.load(None, BASE_ENV | {"SVC_ADMIN_DIR": " /srv/ui "})
+    assert cfg.admin.dir == Path("/srv/ui")
 
 
 def test_objstore_switches_on_with_any_of_the_first_four() -> None:

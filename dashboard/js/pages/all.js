@@ -1,0 +1,11 @@
+// Every page of the dashboard, in one place (see registry.js).
+import './overview.js';
+import './ssps.js';
+import './views.js';
+import './presence.js';
+import './backends.js';
+import './logs.js';
+import './jobs.js';
+import './operations.js';
+import './incidents.js';
+import './access.js';

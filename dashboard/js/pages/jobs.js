@@ -1,0 +1,130 @@
+// Jobs: queue totals and the per-table breakdown live from jobs/stream; filters query the
+// database (GET /jobs); one job at /admin/jobs/<id> with kill / retry; clearing finished jobs
+// asks first, naming the table and how many rows.
+import { api } from '../api.js';
+import { h, fill } from '../dom.js';
+import { num } from '../format.js';
+import { openStream } from '../sse.js';
+import { actionButton, ago, badge, errorBox, jsonBlock, kv, readOnlyNote, table } from '../ui.js';
+import { registerPage } from './registry.js';
+
+const STATUSES = ['', 'pending', 'processing', 'completed', 'failed', 'stalled'];
+const ORIGINS = ['', 'app', 'schedule', 'workflow'];
+
+function jobsTable(jobs) {
+  return table([
+    { label: 'Job', cell: (j) => h('a', { href: `/admin/jobs/${encodeURIComponent(j.id)}` }, j.id) },
+    { label: 'Status', cell: (j) => badge(j.stalled ? 'stalled' : j.status, j.stalled ? 'stalled' : j.status) },
+    { label: 'Path', cell: (j) => h('code', j.path || '') },
+    { label: 'Origin', cell: (j) => j.origin.kind },
+    { label: 'Attempts', num: true, cell: (j) => num(j.attempts) },
+    { label: 'Assignee', cell: (j) => j.assignee || '–' },
+    { label: 'Activity', cell: (j) => ago(j.activity_ms) },
+  ], jobs, { empty: 'No job.', rowAttrs: (j) => ({ dataset: { job: j.id } }) });
+}
+
+function listPage({ root, query, navigate }) {
+  const filtered = ['status', 'table', 'origin', 'q'].some((k) => query.get(k));
+  const form = h('form.filters', { role: 'search', 'aria-label': 'Filter jobs' },
+    h('label', 'Status', h('select', { name: 'status' }, STATUSES.map((v) => h('option', { value: v, selected: (query.get('status') || '') === v }, v || 'any')))),
+    h('label', 'Table', h('input', { name: 'table', value: query.get('table') || '', size: 10 })),
+    h('label', 'Origin', h('select', { name: 'origin' }, ORIGINS.map((v) => h('option', { value: v, selected: (query.get('origin') || '') === v }, v || 'any')))),
+    h('label', 'Path contains', h('input', { name: 'q', type: 'search', value: query.get('q') || '' })),
+    h('label', 'Limit', h('input', { name: 'limit', type: 'number', min: '1', max: '1000', value: query.get('limit') || '100', size: 5 })),
+    h('button', { type: 'submit' }, 'Apply'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    for (const [k, v] of new FormData(form).entries()) if (v !== '' && !(k === 'limit' && v === '100')) q.set(k, v);
+    navigate(`/admin/jobs${q.toString() ? `?${q}` : ''}`);
+  });
+  const status = h('p.muted', { role: 'status' });
+  const err = h('div');
+  const totals = h('div');
+  const out = h('div', { role: 'status', 'aria-live': 'polite' });
+  const list = h('div', h('p.loading', 'Loading jobs…'));
+  fill(root, h('h1', 'Jobs'), form, readOnlyNote(), status, err, totals, out, h('h2', filtered ? 'Matching jobs' : 'Newest activity'), list);
+
+  function drawTotals(snap) {
+    if (!snap || !snap.measured) { fill(totals, h('p.muted', 'Totals not measured (the job sampler is off).')); return; }
+    const t = snap.totals;
+    fill(totals,
+      h('div.grid', ['pending', 'processing', 'stalled', 'completed', 'failed'].map((k) =>
+        h('div.card', h('div.stat', { dataset: { total: k } }, num(t[k])), h('div.stat-label', k === 'completed' || k === 'failed' ? `${k} (last hour)` : k)))),
+      h('h2', 'Per table'),
+      table([
+        { label: 'Table', cell: ([name]) => h('a', { href: `/admin/jobs?table=${encodeURIComponent(name)}` }, name) },
+        ...['pending', 'processing', 'stalled', 'completed', 'failed'].map((k) => ({ label: k, num: true, cell: ([, c]) => num(c[k]) })),
+        { label: 'Clear', cell: ([name, c]) => actionButton('Clear finished', { id: `clear:${name}`, danger: true, out,
+          confirm: () => ({ title: `Clear finished jobs of ${name}?`,
+            body: `Deletes the terminal jobs (completed and failed) of table ${name}: ${num(c.completed + c.failed)} finished in the last hour by the last sample, and any older ones. Pending and running jobs stay.`,
+            ok: `Delete finished jobs of ${name}` }),
+          run: () => api.post('/jobs/clear', { table: name, all: true }),
+          onDone: (r) => fill(out, h('span.badge.s-ok', 'cleared'), ` ${num(r.cleared)} of ${num(r.total)} jobs`) }) },
+      ], Object.entries(snap.per_table || {}), { empty: 'No job table.' }));
+  }
+
+  let stream = null;
+  if (!filtered) {
+    stream = openStream('/jobs/stream', null, {
+      onEvent: (name, data) => {
+        if (name === 'jobs') {
+          fill(err);
+          drawTotals(data);
+          fill(status, 'live · sampled ', ago(data.sampled_at_ms));
+          fill(list, jobsTable(data.jobs.slice(0, Number(query.get('limit') || 100))));
+        } else if (name === 'gap') fill(status, 'caught up after missing updates');
+      },
+      onState: (st, extra) => {
+        if (st === 'error') {
+          fill(err, errorBox(extra.message || 'the job stream was refused'));
+          if (extra.status === 501) api.get('/jobs', { limit: query.get('limit') || 100 }).then((b) => { drawTotals(b); fill(list, jobsTable(b.jobs)); }).catch((e) => fill(err, errorBox(e)));
+        } else if (st === 'reconnecting') fill(status, badge('reconnecting', 'reconnecting'), ` ${extra.message || ''}`);
+      },
+    });
+  } else {
+    const load = async () => {
+      try {
+        const b = await api.get('/jobs', Object.fromEntries(query.entries()));
+        drawTotals(b);
+        fill(status, `${num(b.jobs.length)} jobs from the database · `, h('button', { type: 'button', on: { click: load } }, 'Refresh'));
+        fill(list, jobsTable(b.jobs));
+      } catch (e) { fill(err, errorBox(e, 'Jobs')); }
+    };
+    load();
+  }
+  return () => { if (stream) stream.close(); };
+}
+
+async function detailPage({ root, params, setTitle }) {
+  const id = params.join('/');
+  setTitle(`Job ${id}`);
+  const body = h('div', h('p.loading', 'Loading the job…'));
+  const out = h('div', { role: 'status', 'aria-live': 'polite' });
+  fill(root, h('p', h('a', { href: '/admin/jobs' }, '← All jobs')), h('h1', `Job ${id}`), readOnlyNote(), out, body);
+  async function load() {
+    try {
+      const j = await api.get(`/jobs/${encodeURIComponent(id)}`);
+      fill(body,
+        h('div.row', badge(j.stalled ? 'stalled' : j.status, j.stalled ? 'stalled' : j.status),
+          actionButton('Kill', { id: 'kill', danger: true, out,
+            confirm: () => ({ title: `Kill job ${id}?`, body: `Stops 1 job (${id}) wherever it runs; it ends failed.`, ok: 'Kill 1 job' }),
+            run: () => api.post(`/jobs/${encodeURIComponent(id)}/kill`), onDone: () => load() }),
+          actionButton('Retry', { id: 'retry', out, run: () => api.post(`/jobs/${encodeURIComponent(id)}/retry`), onDone: () => load() })),
+        h('div.grid.wide',
+          h('div.card', kv([
+            ['Table', j.table], ['Path', h('code', j.path || '')], ['Origin', JSON.stringify(j.origin)],
+            ['Attempts', `${num(j.retry_budget.attempts ?? 0)} of ${num(j.retry_budget.max_retries)} retries`],
+            ['Assignee', j.assignee || '–'], ['Lease until', ago(j.lease_until_ms)],
+            ['Created', ago(j.created_at_ms)], ['Started', ago(j.started_at_ms)], ['Finished', ago(j.finished_at_ms)],
+            ['Kill requested', j.kill_requested ? 'yes' : 'no'],
+          ]))),
+        h('h2', 'Payload'), jsonBlock(j.payload), h('h2', 'Result'), jsonBlock(j.result),
+        h('h2', 'Errors'), j.errors.length ? jsonBlock(j.errors) : h('p.muted', 'none'));
+    } catch (e) { fill(body, errorBox(e, 'This job')); }
+  }
+  await load();
+}
+
+registerPage({ key: 'jobs', title: 'Jobs', order: 70,
+               render: (ctx) => (ctx.params.length ? detailPage(ctx) : listPage(ctx)) });

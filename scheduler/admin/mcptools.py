@@ -1,0 +1,270 @@
+"""The admin MCP tools (spec "Scheduler admin MCP tools"): one declarative table, one entry per
+tool, each naming the admin API request it makes.
+
+A tool is an :class:`AdminTool`: its name, a one-line description, its arguments (a JSON schema
+of an object), its kind and how its arguments become one admin API request
+(:class:`ApiCall`). The MCP endpoint (:mod:`scheduler.admin.mcp`) runs that request through
+the admin listener's own Falcon app with the caller's bearer, so a tool has exactly the
+permissions, validation and statuses of its route; nothing here reads the scheduler.
+
+Kinds: ``read`` (``readOnlyHint``; listed for every token), ``write`` (changes something, may be
+repeated safely) and ``destructive`` (``destructiveHint``: restarts, kills, deletions). A token
+of scope ``read`` is shown only the read tools, and calling another answers a tool error.
+
+Areas are tuples below; :data:`AREAS` lists them in the order ``tools/list`` shows them. The
+workflow, schedule, pool and backup tools are added as one tuple each (and one line in
+``AREAS``) when their systems exist. ``cloud_deployment`` and ``cloud_restart`` call their routes,
+which answer ``Not linked to the hosted platform`` while the scheduler is not linked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+__all__ = ["AREAS", "TOOLS", "AdminTool", "ApiCall", "tool_named"]
+
+Kind = Literal["read", "write", "destructive"]
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One admin API request: ``path`` is relative to ``/admin/api``."""
+
+    method: str
+    path: str
+    query: Mapping[str, Any] = field(default_factory=dict)
+    body: Any = None
+
+
+@dataclass(frozen=True)
+class AdminTool:
+    """One MCP tool over one admin API route."""
+
+    name: str
+    title: str
+    description: str
+    kind: Kind
+    request: Callable[[dict[str, Any]], ApiCall]
+    properties: Mapping[str, Any] = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    #: turns the route's answer into the tool's result (default: the JSON body as it is)
+    shape: Callable[[dict[str, Any], Any], Any] | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.kind == "read"
+
+    def input_schema(self) -> dict[str, Any]:
+        return {"type": "object", "properties": dict(self.properties),
+                "required": list(self.required), "additionalProperties": False}
+
+
+def _seg(value: Any) -> str:
+    """A path segment: percent-encoded, so an id with ``/`` or ``?`` stays one segment."""
+    return quote(str(value), safe=":@")
+
+
+def _q(args: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The query parameters among ``names`` the caller gave (booleans as true/false)."""
+    out: dict[str, Any] = {}
+    for n in names:
+        v = args.get(n)
+        if v is None:
+            continue
+        out[n] = ("true" if v else "false") if isinstance(v, bool) else v
+    return out
+
+
+def _get(path: str, *query: str) -> Callable[[dict[str, Any]], ApiCall]:
+    return lambda a: ApiCall("GET", path, _q(a, *query))
+
+
+_STR = {"type": "string", "minLength": 1, "maxLength": 300}
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
+
+
+def _logs_shape(args: dict[str, Any], text: Any) -> dict[str, Any]:
+    """``logs_recent``: the SSE answer as a list of lines, and how many gap notices it had."""
+    lines: list[Any] = []
+    gaps = 0
+    event, data = None, []
+    for raw in (text if isinstance(text, str) else "").split("\n") + [""]:
+        line = raw.rstrip("\r")
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+        elif line == "":
+            if data:
+                payload = "\n".join(data)
+                if event == "gap":
+                    gaps += 1
+                elif event in (None, "message"):
+                    lines.append(_json_or_text(payload))
+            event, data = None, []
+    return {"source": args.get("source") or "scheduler", "lines": lines, "gaps": gaps}
+
+
+def _json_or_text(text: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _operations_shape(args: dict[str, Any], body: Any) -> Any:
+    ops = body.get("operations", []) if isinstance(body, dict) else []
+    if args.get("operation_id"):
+        ops = [o for o in ops if o.get("id") == args["operation_id"]]
+    if args.get("status"):
+        ops = [o for o in ops if o.get("status") == args["status"]]
+    return {"operations": ops[: int(args.get("limit") or 50)]}
+
+
+CLUSTER: tuple[AdminTool, ...] = (
+    AdminTool("admin_config", "Admin config",
+              "Scheduler id and version, whether break-glass sign-in is available, whether the "
+              "scheduler is linked to the hosted platform and supervised.",
+              "read", _get("/config")),
+    AdminTool("overview", "Cluster overview",
+              "Scheduler, SSPs and backends with their state, totals, the presence rollup, running "
+              "operations and the incident counts.", "read", _get("/overview")),
+    AdminTool("backends_list", "Backends", "Every backend with its health status.", "read",
+              _get("/backends")),
+    AdminTool("backend_get", "One backend",
+              "One backend: about 30 minutes of probe history, its health-check URL, masked env.",
+              "read", lambda a: ApiCall("GET", f"/backends/{_seg(a['name'])}"),
+              {"name": _STR}, ("name",)),
+    AdminTool("logs_recent", "Recent log lines",
+              "The newest log lines of the scheduler or of one SSP (not streamed).", "read",
+              lambda a: ApiCall("GET", "/logs", {"source": a.get("source") or "scheduler",
+                                                  "tail": "false",
+                                                  "backfill": a.get("lines", 100)}),
+              {"source": {"type": "string", "description": "scheduler (default) or ssp:<id>",
+                          "maxLength": 300},
+               "lines": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+              shape=_logs_shape),
+    AdminTool("operations_list", "Operations",
+              "Recent operations (restarts, reclone, rehash), newest first, with status "
+              "running/done/failed and progress; filter by id or status.", "read",
+              _get("/operations"),
+              {"operation_id": _STR,
+               "status": {"enum": ["running", "done", "failed"]},
+               "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
+              shape=_operations_shape),
+)
+
+LIVE: tuple[AdminTool, ...] = (
+    AdminTool("presence", "Presence",
+              "Live users, sessions and views, the sample ring, heaviest users, split per SSP.",
+              "read", _get("/presence")),
+    AdminTool("views_list", "Views",
+              "Registered views with owner, SSP, rows, subscribers, materialisation percentiles "
+              "and time to expiry; filters and sort as GET /admin/api/views.", "read",
+              _get("/views", "limit", "user", "ssp", "sort", "slow_ms", "q", "shared",
+                   "include_expired", "large"),
+              {"limit": _LIMIT, "user": _STR, "ssp": _STR,
+               "sort": {"enum": ["recent", "rows", "subscribers", "slow", "expiry", "user"]},
+               "slow_ms": {"type": "integer", "minimum": 0}, "q": _STR,
+               "shared": {"type": "boolean"}, "include_expired": {"type": "boolean"},
+               "large": {"type": "boolean"}}),
+    AdminTool("view_get", "One view",
+              "One view: query text, params, subscribers, percentiles, SSP memory attribution, "
+              "other sessions running the identical query.", "read",
+              lambda a: ApiCall("GET", f"/views/{_seg(a['key'])}"), {"key": _STR}, ("key",)),
+)
+
+JOBS: tuple[AdminTool, ...] = (
+    AdminTool("jobs_list", "Jobs",
+              "Outbox jobs across the job tables, newest activity first, with queue totals and "
+              "a per-table breakdown.", "read",
+              _get("/jobs", "status", "table", "origin", "q", "limit"),
+              {"status": {"enum": ["pending", "processing", "completed", "failed", "stalled"]},
+               "table": _STR, "origin": {"enum": ["schedule", "workflow", "app"]}, "q": _STR,
+               "limit": _LIMIT}),
+    AdminTool("job_get", "One job",
+              "One job: status, path, payload, result, errors, retry budget, assignee, lease, "
+              "origin.", "read", lambda a: ApiCall("GET", f"/jobs/{_seg(a['job_id'])}"),
+              {"job_id": _STR}, ("job_id",)),
+    AdminTool("job_kill", "Kill a job", "Kill a job across the cluster (the SSP's verdict).",
+              "destructive", lambda a: ApiCall("POST", f"/jobs/{_seg(a['job_id'])}/kill"),
+              {"job_id": _STR}, ("job_id",)),
+    AdminTool("job_retry", "Retry a job", "Retry a failed job (the SSP's verdict).", "write",
+              lambda a: ApiCall("POST", f"/jobs/{_seg(a['job_id'])}/retry"),
+              {"job_id": _STR}, ("job_id",)),
+    AdminTool("jobs_clear", "Clear finished jobs",
+              "Delete terminal (completed, failed) jobs of one job table or of all: one batch "
+              "of 1000, or every one with all=true. Answers {cleared, total, more}.",
+              "destructive",
+              lambda a: ApiCall("POST", "/jobs/clear",
+                                body={k: a[k] for k in ("table", "all") if k in a}),
+              {"table": _STR, "all": {"type": "boolean"}}),
+)
+
+RESTART: tuple[AdminTool, ...] = (
+    AdminTool("ssp_restart", "Restart an SSP",
+              "Restart one SSP: restart (warm), clean (wipes its snapshot and arena) or reload "
+              "(its circuit). Answers the operation; operations_list shows its completion.",
+              "destructive",
+              lambda a: ApiCall("POST", f"/ssps/{_seg(a['ssp_id'])}/restart",
+                                body={"mode": a["mode"]}),
+              {"ssp_id": _STR, "mode": {"enum": ["restart", "clean", "reload"]}},
+              ("ssp_id", "mode")),
+    AdminTool("ssps_restart_all", "Restart every SSP",
+              "Restart every SSP, one at a time (rolling, the default), each waited to Ready. "
+              "Answers the operation with progress {done, total, current}.", "destructive",
+              lambda a: ApiCall("POST", "/ssps/restart-all",
+                                body={"mode": a["mode"], "rolling": a.get("rolling", True)}),
+              {"mode": {"enum": ["restart", "clean"]}, "rolling": {"type": "boolean"}},
+              ("mode",)),
+    AdminTool("scheduler_restart", "Restart the scheduler",
+              "restart (needs a supervisor), reclone (re-clone the replica, every SSP "
+              "re-bootstraps) or rehash (recount the replica, then a drift check). Answers the "
+              "operation.", "destructive",
+              lambda a: ApiCall("POST", "/scheduler/restart", body={"mode": a["mode"]}),
+              {"mode": {"enum": ["restart", "reclone", "rehash"]}}, ("mode",)),
+    AdminTool("cloud_deployment", "Hosted deployment",
+              "The deployment as the hosted platform sees it (only when linked).", "read",
+              _get("/cloud/deployment")),
+    AdminTool("cloud_restart", "Hosted restart",
+              "Ask the hosted platform to restart roles (only when linked).", "destructive",
+              lambda a: ApiCall("POST", "/cloud/restart",
+                                body={k: a[k] for k in ("roles", "upgrade", "clean", "surreal")
+                                      if k in a}),
+              {"roles": {"type": "array", "items": {"type": "string", "maxLength": 50},
+                         "maxItems": 10},
+               "upgrade": {"type": "boolean"}, "clean": {"type": "boolean"},
+               "surreal": {"type": "boolean"}}),
+)
+
+INCIDENTS: tuple[AdminTool, ...] = (
+    AdminTool("incidents_list", "Incidents",
+              "Incidents newest first (same data and filters as GET /admin/api/incidents).",
+              "read", _get("/incidents", "component", "state", "severity", "since", "before",
+                           "offset", "limit"),
+              {"component": _STR,
+               "state": {"enum": ["open", "recovered", "interrupted", "failed", "recorded"]},
+               "severity": {"enum": ["warning", "info"]},
+               "since": {"type": "integer", "minimum": 0, "description": "epoch ms"},
+               "before": {"type": "integer", "minimum": 0, "description": "epoch ms"},
+               "offset": {"type": "integer", "minimum": 0},
+               "limit": {"type": "integer", "minimum": 1, "maximum": 200}}),
+    AdminTool("incident_get", "One incident", "One incident with its events.", "read",
+              lambda a: ApiCall("GET", f"/incidents/{_seg(a['incident_id'])}"),
+              {"incident_id": _STR}, ("incident_id",)),
+)
+
+#: every area in tools/list order; a new system adds its tuple here
+AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, JOBS, RESTART, INCIDENTS)
+TOOLS: tuple[AdminTool, ...] = tuple(t for area in AREAS for t in area)
+_BY_NAME = {t.name: t for t in TOOLS}
+assert len(_BY_NAME) == len(TOOLS), "tool names must be unique"
+
+
+def tool_named(name: str) -> AdminTool | None:
+    return _BY_NAME.get(name)

@@ -1,0 +1,307 @@
+"""The operator dashboard in a real browser (Debian's chromium via Playwright) against a real
+cluster: a database host, `svc-scheduler` serving the shipped dashboard, two supervised SSPs and
+a backend whose health check the test switches. One cluster and one browser for the module; each
+test leaves the cluster as it found it. A screenshot of each page goes to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests.support.admin_cluster import AdminCluster, admin_cluster, run_async, wait_until
+from tests.support.admin_stack import BREAKGLASS
+from tests.support.procs import DbHost
+
+pytestmark = pytest.mark.slow
+
+LONG = 120_000  # ms: generous, the machine is shared; conditions are waited on, not slept
+PAGES = ["", "ssps", "views", "presence", "backends", "backends/pay", "logs", "jobs",
+         "jobs/job:j0", "operations", "incidents", "access"]
+MEASURED: dict[str, Any] = {}
+expect.set_options(timeout=LONG)
+
+
+@pytest.fixture(scope="module")
+def cluster(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminCluster]:
+    with admin_cluster(host, tmp_path_factory.mktemp("dash"), "dash_") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def measured(artifacts: Path) -> Iterator[dict[str, Any]]:
+    yield MEASURED
+    (artifacts / "dashboard-measured.json").write_text(json.dumps(MEASURED, indent=2))
+    print("\ndashboard measured:", json.dumps(MEASURED))
+
+
+def new_context(browser: Browser, width: int = 1280, height: int = 800) -> BrowserContext:
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    ctx.set_default_timeout(LONG)
+    return ctx
+
+
+def sign_in_breakglass(page: Page, c: AdminCluster) -> None:
+    page.goto(c.admin + "/admin/")
+    page.get_by_role("tab", name="Break-glass").click()
+    page.get_by_label("Break-glass password").fill(BREAKGLASS)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("[data-card=scheduler]")).to_be_visible()
+
+
+def errors_of(page: Page) -> list[str]:
+    errs: list[str] = []
+    page.on("pageerror", lambda e: errs.append(str(e)))
+    page.on("console", lambda m: errs.append(m.text) if m.type == "error" else None)
+    return errs
+
+
+@pytest.fixture(scope="module")
+def operator(browser: Browser, cluster: AdminCluster) -> Iterator[Page]:
+    """A break-glass session in its own browser context (its own localStorage)."""
+    ctx = new_context(browser)
+    page = ctx.new_page()
+    sign_in_breakglass(page, cluster)
+    yield page
+    ctx.close()
+
+
+def test_first_load_signs_in_with_break_glass_and_every_page_renders(
+        browser: Browser, cluster: AdminCluster, artifacts: Path,
+        measured: dict[str, Any]) -> None:
+    ctx = new_context(browser)
+    page = ctx.new_page()
+    errs = errors_of(page)
+    loads = []
+    for _ in range(3):  # the first fetches everything, the next revalidate (304) on a warm stack
+        page.goto(cluster.admin + "/admin/")
+        expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+        loads.append(page.evaluate("""() => {
+            const n = performance.getEntriesByType('navigation')[0];
+            const rs = performance.getEntriesByType('resource');
+            return {dom_content_loaded_ms: n.domContentLoadedEventEnd, load_ms: n.loadEventEnd,
+                    scripts: rs.filter(r => r.initiatorType === 'script' || r.name.endsWith('.js')).length,
+                    bytes: rs.reduce((a, r) => a + r.encodedBodySize, 0) + n.encodedBodySize};
+        }"""))
+    measured["first_load_cold"] = loads[0]
+    measured["first_load_warm"] = loads[1:]
+    assert loads[0]["scripts"] >= 10  # every module came (no build step: one file each)
+    page.screenshot(path=artifacts / "signin.png")
+    # a wrong password is shown where it happened, not as a crash
+    page.get_by_role("tab", name="Break-glass").click()
+    page.get_by_label("Break-glass password").fill("wrong")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("Sign-in failed")
+    page.get_by_label("Break-glass password").fill(BREAKGLASS)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("[data-card=scheduler]")).to_be_visible()
+    # break-glass is flagged, the bearer is in localStorage for this endpoint, never a cookie
+    expect(page.locator(".badge.breakglass")).to_have_text("BREAK-GLASS")
+    expect(page.locator("#breakglass-banner")).to_be_visible()
+    stored = page.evaluate("() => Object.keys(localStorage)")
+    assert stored == [f"svc-admin:{cluster.admin}:session"]
+    assert ctx.cookies() == []
+    expect(page.locator("#conn")).to_have_attribute("data-state", "live")
+    for path in PAGES:
+        page.goto(cluster.admin + "/admin/" + path)  # also a deep link loaded as is
+        expect(page.locator(f"div.page[data-page='{path.split('/')[0] or 'overview'}']")) \
+            .to_be_visible()
+        expect(page.locator("main .loading")).to_have_count(0)
+        name = path.replace("/", "_").replace(":", "_") or "overview"
+        page.screenshot(path=artifacts / f"{name}.png", full_page=True)
+    # keyboard: the skip link and the navigation are reachable and move the focus
+    page.goto(cluster.admin + "/admin/")
+    page.keyboard.press("Tab")
+    expect(page.locator("a.skip")).to_be_focused()
+    nav = page.locator("nav#nav a[data-page=presence]")
+    nav.focus()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(cluster.admin + "/admin/presence")
+    expect(page.locator("main")).to_be_focused()
+    assert not [e for e in errs if "401" not in e], errs
+    ctx.close()
+
+
+def test_a_view_registered_by_a_client_appears_with_its_rows_and_follows_writes(
+        operator: Page, cluster: AdminCluster, artifacts: Path,
+        measured: dict[str, Any]) -> None:
+    page = operator
+    page.goto(cluster.admin + "/admin/views?sort=rows")
+    expect(page.locator("main .loading")).to_have_count(0)
+    started = time.monotonic()
+    cluster.register_view("bv1", "SELECT * FROM post WHERE n >= 3", "tab-b1")
+    row = page.locator("tr[data-view=bv1]")
+    expect(row).to_be_visible()
+    measured["view_registered_to_row_secs"] = round(time.monotonic() - started, 2)
+    rows_cell = row.locator("td").nth(3)
+    expect(rows_cell).to_have_text("7")  # p3..p9
+    cluster.write_post("bw1", 15)
+    cluster.write_post("bw2", 16)
+    expect(rows_cell).to_have_text("9")
+    page.screenshot(path=artifacts / "views-live.png", full_page=True)
+    # the detail, and a reload on its deep link lands on the same page
+    row.get_by_role("link", name="bv1").click()
+    expect(page).to_have_url(cluster.admin + "/admin/views/bv1")
+    expect(page.locator("pre[data-query]")).to_have_text("SELECT * FROM post WHERE n >= 3")
+    page.reload()
+    expect(page.get_by_role("heading", name="View bv1")).to_be_visible()
+    expect(page.locator("pre[data-query]")).to_have_text("SELECT * FROM post WHERE n >= 3")
+    page.screenshot(path=artifacts / "view-detail.png", full_page=True)
+    page.go_back()
+    expect(page).to_have_url(cluster.admin + "/admin/views?sort=rows")
+
+
+def test_a_rolling_restart_shows_its_progress_until_done(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    page.goto(cluster.admin + "/admin/ssps")
+    page.locator("[data-action=restart-all]").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("Restart all 2 SSPs")
+    expect(page.locator("#confirm-cancel")).to_be_focused()  # the safe choice is the default
+    page.locator("#confirm-ok").click()
+    roll = page.locator("[data-roll]")
+    expect(roll).to_have_attribute("data-roll", "running")
+    expect(roll.locator("[data-progress]")).to_have_attribute("data-progress", "1/2",
+                                                              timeout=180_000)
+    page.screenshot(path=artifacts / "ssps-rolling.png", full_page=True)
+    expect(roll).to_have_attribute("data-roll", "done", timeout=180_000)
+    expect(roll.locator("[data-progress]")).to_have_attribute("data-progress", "2/2")
+    page.goto(cluster.admin + "/admin/operations")
+    expect(page.locator("tr[data-status=done]").first).to_contain_text("ssps_restart_all")
+    wait_until(lambda: cluster.ready_ssps() == {s.ssp_id for s in cluster.ssps}, 120,
+               "both SSPs ready")
+
+
+def test_a_backend_going_down_shows_on_overview_and_as_an_incident(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    page.goto(cluster.admin + "/admin/")
+    cluster.backend.healthy = False
+    try:
+        card = page.locator("[data-card=backends]")
+        expect(card.locator("[data-backend=pay]")).to_contain_text("unhealthy")
+        expect(page.locator("[data-card=incidents] .stat")).not_to_have_text("0")
+        page.screenshot(path=artifacts / "overview-backend-down.png", full_page=True)
+        page.goto(cluster.admin + "/admin/incidents?component=pay&state=open")
+        inc = page.locator("tr[data-kind=backend_down][data-state=open]")
+        expect(inc).to_have_count(1)
+        inc.get_by_role("link").click()
+        expect(page.locator("ol.timeline li").first).to_contain_text("backend pay")
+        page.screenshot(path=artifacts / "incident-detail.png", full_page=True)
+        page.goto(cluster.admin + "/admin/backends/pay")
+        expect(page.locator("[data-chart=probes] svg")).to_be_visible()
+        expect(page.locator("main")).not_to_contain_text("very-secret-value")
+    finally:
+        cluster.backend.healthy = True
+    page.goto(cluster.admin + "/admin/backends")
+    expect(page.locator("tr[data-backend=pay]")).to_have_attribute("data-status", "healthy")
+
+
+def test_a_read_token_session_has_the_destructive_buttons_disabled(
+        browser: Browser, cluster: AdminCluster, artifacts: Path) -> None:
+    read = cluster.mint("read", "dashboard-reader")
+    ctx = new_context(browser)
+    page = ctx.new_page()
+    page.goto(cluster.admin + "/admin/")
+    page.get_by_role("tab", name="Access token").click()
+    page.get_by_label("Access token").fill(read)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("[data-scope=read]")).to_have_text("read-only")
+    page.goto(cluster.admin + "/admin/ssps")
+    buttons = page.locator("main button[data-action]")
+    expect(buttons.first).to_be_visible()
+    assert buttons.count() >= 2 * 3 + 2 + 3
+    for i in range(buttons.count()):
+        expect(buttons.nth(i)).to_be_disabled()
+        expect(buttons.nth(i)).to_have_attribute("title", "Read-only session: this needs a "
+                                                          "full-scope sign-in or token")
+    expect(page.locator("[data-readonly]")).to_contain_text("Read-only session")
+    page.screenshot(path=artifacts / "ssps-read-only.png", full_page=True)
+    page.goto(cluster.admin + "/admin/jobs")
+    expect(page.locator("button[data-action='clear:job']")).to_be_disabled()
+    page.goto(cluster.admin + "/admin/access")
+    expect(page.get_by_role("button", name="Mint token")).to_be_disabled()
+    # signing out of this one does not touch the operator's session in the other context
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    assert page.evaluate("() => localStorage.length") == 0
+    ctx.close()
+
+
+async def _many_sign_ins(admin: str, n: int) -> None:
+    """`n` successful break-glass sign-ins: each writes one line to the scheduler's log."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        sem = asyncio.Semaphore(16)
+
+        async def one() -> None:
+            async with sem, http.post(admin + "/admin/api/session",
+                                      json={"password": BREAKGLASS}) as r:
+                assert r.status == 200
+
+        await asyncio.gather(*(one() for _ in range(n)))
+
+
+def test_the_logs_page_shows_a_gap_after_a_forced_overflow(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    page.goto(cluster.admin + "/admin/logs?source=scheduler&backfill=20")
+    box = page.locator(".logbox")
+    expect(box.locator(".logline").first).to_be_visible()
+    expect(page.locator("#log-state")).to_contain_text("live")
+    expect(box.locator("[data-gap]")).to_have_count(0)
+    page.locator("#log-pause").click()
+    expect(page.locator("#log-state")).to_contain_text("paused")
+    # more lines than the scheduler's ring keeps (5,000) while this viewer is not reading
+    run_async(_many_sign_ins(cluster.admin, 5200))
+    page.locator("#log-pause").click()
+    gap = box.locator("[data-gap]")
+    expect(gap).to_have_count(1)
+    expect(gap).to_contain_text("dropped")
+    expect(page.locator("#log-gaps")).to_contain_text("1 gap")
+    expect(box.locator(".logline").last).to_contain_text("admin sign-in")
+    page.screenshot(path=artifacts / "logs-gap.png", full_page=True)
+
+
+def test_usable_on_a_narrow_window(browser: Browser, cluster: AdminCluster,
+                                   artifacts: Path) -> None:
+    ctx = new_context(browser, 390, 800)
+    page = ctx.new_page()
+    sign_in_breakglass(page, cluster)
+    nav = page.locator("nav#nav")
+    expect(nav).to_be_hidden()
+    toggle = page.get_by_role("button", name="Menu")
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    nav.get_by_role("link", name="Incidents").click()
+    expect(page).to_have_url(cluster.admin + "/admin/incidents")
+    expect(nav).to_be_hidden()
+    # nothing wider than the window but the tables, which scroll inside their own box
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=artifacts / "narrow-incidents.png", full_page=True)
+    ctx.close()
+
+
+def test_the_page_reconnects_by_itself_after_a_scheduler_restart(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    page.goto(cluster.admin + "/admin/operations")
+    conn = page.locator("#conn")
+    expect(conn).to_have_attribute("data-state", "live")
+    cluster.sched.process.kill9()
+    expect(conn).to_have_attribute("data-state", "reconnecting")
+    cluster.sched.restart()  # same ports, same data: the signed session token survives
+    expect(conn).to_have_attribute("data-state", "live", timeout=180_000)
+    page.goto(cluster.admin + "/admin/")
+    expect(page.locator("[data-card=scheduler]")).to_be_visible()
+    wait_until(lambda: cluster.ready_ssps() == {s.ssp_id for s in cluster.ssps}, 180,
+               "both SSPs registered again")
