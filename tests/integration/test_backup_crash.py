@@ -32,6 +32,7 @@ import aiohttp
 import pytest
 
 from dbclient import Database
+from tests.integration.test_admin_mcp import mcp_client, payload
 from tests.integration.test_ssp_support import apply_schema, root_db, wait_for
 from tests.support.admin_stack import BREAKGLASS, SCHEDULER, AdminScheduler, start_scheduler
 from tests.support.backup_helpers import digests, jreq, seed
@@ -52,6 +53,10 @@ class Rig:
     sched: AdminScheduler
     http: aiohttp.ClientSession
     tmp: Path
+
+    @property
+    def admin(self) -> str:
+        return self.sched.admin
 
     @property
     def work(self) -> Path:
@@ -129,7 +134,7 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def open_rig(host: DbHost, tmp_path: Path, pause: str) -> AsyncIterator[Rig]:
+async def open_rig(host: DbHost, tmp_path: Path, pause: str | None) -> AsyncIterator[Rig]:
     """Seeded database, S3 server, scheduler paused at ``pause``; everything stopped after."""
     ns = "crash_" + uuid.uuid4().hex[:8]
     root = await root_db(host, ns, ns)
@@ -137,7 +142,8 @@ async def open_rig(host: DbHost, tmp_path: Path, pause: str) -> AsyncIterator[Ri
     apply_schema(host, ns, ns)
     s3 = start_s3(tmp_path)
     env = {"SVC_INGEST_TRANSPORT": "changefeed", "SVC_BOOTSTRAP_PAGE_SIZE": "2000", **s3.env()}
-    env["SVC_BACKUP_PAUSE_AT"] = pause
+    if pause is not None:
+        env["SVC_BACKUP_PAUSE_AT"] = pause
     sched = start_scheduler(tmp_path, host, ns, env=env)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         r = Rig(host, ns, root, s3, sched, http, tmp_path)
@@ -330,3 +336,32 @@ async def test_s3_stopping_during_the_upload_leaves_no_backup(host: DbHost, tmp_
         assert "test-secret-key" not in rig.sched.process.log_text()
 
 
+
+
+async def test_backup_and_restore_through_the_mcp_tools(host: DbHost, tmp_path: Path) -> None:
+    async with open_rig(host, tmp_path, None) as rig:
+        at_backup = await digests(rig.root)
+        token = await rig.token()
+        async with mcp_client(rig, token, "legacy") as client:
+            made = payload(await client.call_tool("backup_create", {"name": "by mcp"}))
+            assert made["operation"]["kind"] == "backup"
+
+            async def op_done(op_id: str) -> Any:
+                body = payload(await client.call_tool("operations_list",
+                                                      {"operation_id": op_id}))
+                got = body["operations"][0]
+                return got if got["status"] != "running" else None
+
+            op = await wait_for(lambda: op_done(made["operation"]["id"]), 120, "backup op")
+            assert op["status"] == "done" and op["progress"]["status"] == "done", op
+            listing = payload(await client.call_tool("backups_list", {}))
+            assert [e["backup_id"] for e in listing["catalog"]] == [made["backup_id"]]
+            await rig.root.query("DELETE post WHERE n > 1000")
+            r = payload(await client.call_tool("backup_restore",
+                                               {"backup_id": made["backup_id"]}))
+            op = await wait_for(lambda: op_done(r["operation"]["id"]), 120, "restore op")
+            assert op["status"] == "done", op
+            st = payload(await client.call_tool("backup_restore_status",
+                                                {"backup_id": made["backup_id"]}))
+            assert st["stage"] == "done" and st["local"]["restore_id"] == r["restore_id"]
+        assert await digests(rig.root) == at_backup
