@@ -7,5 +7,6 @@ import './backends.js';
 import './logs.js';
 import './jobs.js';
 import './operations.js';
+import './backups.js';
 import './incidents.js';
 import './access.js';
