@@ -102,6 +102,11 @@ ROUTES: Final = (
     "POST /job/retry",
     "POST /job/recover",
     "PUT /backends",
+    "POST /backup/create",
+    "GET /backup/status",
+    "GET /backup/status/{backup_id}",
+    "POST /backup/restore",
+    "GET /backup/restore/status/{restore_id}",
 )
 
 #: Routes served without the bearer token (spec, Authentication 1).
@@ -120,6 +125,9 @@ ROUTE_TIMEOUT_SECS: Final[dict[str, float]] = {
     "POST /view/unregister": 30.0,
     "POST /reset": 60.0,
     "POST /admin/reload": 600.0,
+    # a storage status asks the object store, which may be slow to refuse (3 attempts)
+    "GET /backup/status": 30.0,
+    "POST /backup/restore": 30.0,
 }
 
 
@@ -583,6 +591,8 @@ def normalize_body(route: str, body: Any) -> Any:
         return _recover_body(body)
     if route == "PUT /backends":
         return _backend_list(body)
+    if route in ("POST /backup/create", "POST /backup/restore"):
+        return _backup_body(body)
     raise KeyError(route)
 
 
@@ -623,6 +633,16 @@ def _backend_list(body: Any) -> list[Any]:
     if not isinstance(body, list) or not all(isinstance(b, dict) for b in body):
         raise BodyError(None, f"the body must be a JSON array of backend objects, got "
                         f"{_json_type(body)}")
+    return body
+
+
+def _backup_body(body: Any) -> dict[str, Any]:
+    """`POST /backup/create`, `/backup/restore`: a JSON object (its fields are checked by the
+    hub, `backup.requests`, the same rules as on the scheduler's listener)."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise BodyError(None, f"the body must be a JSON object, got {_json_type(body)}")
     return body
 
 

@@ -27,6 +27,7 @@ import falcon
 import falcon.asgi
 
 from backup import requests
+from backup.objstore import StorageError
 from backup.service import BackupError, BackupService
 from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from gateway.errors import GatewayError
@@ -208,6 +209,8 @@ class _Restore:
             resp.media = await self.p.service.start_restore(**args)
         except BackupError as e:
             raise _refusal(e) from None
+        except StorageError as e:  # the catalog could not be read
+            raise GatewayError(502, "storage", str(e)) from None
         resp.status = 202
 
 

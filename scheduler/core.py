@@ -514,8 +514,13 @@ class Scheduler:
         flagged to re-bootstrap), then restart the changefeed tail. Raises what the clone
         raises; the caller holds again on failure."""
         self.restore_hold = None
+        since_ms = int(time.time() * 1000)
         await self.reclone(reason)
         if self.feed is not None:
+            # From the re-clone on, without the usual margin: the feed still holds the changes
+            # made before the database was replaced (REMOVE TABLE does not drop them), and
+            # read again they would put pre-restore rows back over the restored ones.
+            await self.feed.reset(since_ms)
             await self.feed.start()
 
     @property

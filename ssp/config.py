@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ssp.backends import BackendListError, parse_backends
 
@@ -107,6 +108,13 @@ def _job_limits(key: str, spec: dict[str, Any]) -> dict[str, Any]:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", spec["name"]):  # it is put into queries
         raise ConfigError(f"SVC_JOB_CONFIG job_tables.{key}.name must be a table name")
     return out
+
+
+def _pause_at(env: Mapping[str, str]) -> str | None:
+    try:
+        return pause_from_env(env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 METRICS_EXPORTERS = ("otlp", "console")
@@ -201,6 +209,11 @@ class SspConfig:
     # ours (SVC_SSP_SHARD_TIMEOUT_SECS): a shard that does not answer a registration or an
     # unregistration within this is restarted and rebuilt
     shard_call_timeout_secs: float = 120.0
+    # the standalone maintenance plane (ssp.backups): OBJSTORE_* (one parser, shared with the
+    # scheduler), SVC_PROJECT_SLUG (the storage prefix), ours SVC_BACKUP_PAUSE_AT (crash tests)
+    objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+    project_slug: str = "default"
+    backup_pause_at: str | None = None
 
     @property
     def standalone(self) -> bool:
@@ -301,4 +314,7 @@ class SspConfig:
                                             minimum=1),
             shard_call_timeout_secs=_int(env, "SVC_SSP_SHARD_TIMEOUT_SECS", 120,
                                          minimum=1),  # ours
+            objstore=objstore_from_env(env),
+            project_slug=env.get("SVC_PROJECT_SLUG", "").strip() or "default",
+            backup_pause_at=_pause_at(env),
         )

@@ -76,6 +76,7 @@ from ipc.typed import check_record
 from ipc.typed import decode as decode_typed
 from ssp.allowlist import Allowlist
 from ssp.backends import BackendMonitor, backend_routes, parse_backends
+from ssp.backups import backup_routes
 from ssp.config import SspConfig
 from ssp.jobs import JobRunner, job_routes
 from ssp.link import ProxySource, SchedulerExit, SchedulerLink
@@ -1779,5 +1780,6 @@ _ROUTES = {
     "GET /debug/heartbeat": Hub.r_debug_heartbeat,
     **job_routes(lambda hub: hub.jobs, Hub._stalled),
     **backend_routes(lambda hub: hub.backend_health),
+    **backup_routes(),  # the standalone maintenance plane (ssp/backups.py)
 }
 __all__ = ["EDGE_PREFIX", "Hub", "ViewState"]
