@@ -128,8 +128,8 @@ def verify_dump(path: Path, sha256: str | None = None,
         if sha256_of(path) != sha256:
             raise DumpError("the dump's checksum differs from its catalog entry")
         if expect is not None:
-            header = next(iter(read_dump(path)))
-            return {"header": header, "tables": dict(expect), "rows": sum(expect.values())}
+            first = next(iter(read_dump(path)))
+            return {"header": first, "tables": dict(expect), "rows": sum(expect.values())}
     header: dict[str, Any] = {}
     counts: dict[str, int] = {}
     schema = False

@@ -121,6 +121,7 @@ async def export_database(db: Database, sink: Callable[[bytes], None], *, backup
             kind = table_kind(tables[table])
             n = 0
             async for page in pages(db, table, page_rows):
+                parts: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]
                 if kind == "relation":
                     parts = [([], page)]
                 elif kind == "any":

@@ -106,7 +106,7 @@ class Registry:
         old = sorted((r for r in items.values() if r.get(state_key) in ("done", "failed")),
                      key=lambda r: r.get(at_key) or 0)
         for r in old[:excess]:
-            items.pop(r.get("backup_id") or r.get("restore_id"), None)
+            items.pop(str(r.get("backup_id") or r.get("restore_id")), None)
 
     def changed(self, durable: bool = True) -> None:
         """Write now (a stage change) or at most once per second (progress)."""
