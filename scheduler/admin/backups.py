@@ -46,6 +46,7 @@ log = logging.getLogger("scheduler.admin.backups")
 __all__ = ["BackupRoutes", "register"]
 
 POLL_SECS = 0.2
+PROGRESS_SECS = 0.25
 
 
 def _who(req: falcon.asgi.Request) -> dict[str, Any]:
@@ -74,6 +75,7 @@ class BackupRoutes:
         self._ops: dict[str, str] = {}  # backup or restore id -> operation id
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watching = False
+        self._last: dict[str, tuple[float, Any]] = {}  # op id -> (when, state) of its last update
 
     @property
     def bp(self) -> Any:
@@ -97,7 +99,15 @@ class BackupRoutes:
         if op_id is None:
             return
         ops = self.plane.ops
+        state = rec.get("status") if kind == "backup" else rec.get("stage")
+        now = time.monotonic()
+        last = self._last.get(op_id)
+        if last is not None and last[1] == state and now - last[0] < PROGRESS_SECS:
+            return  # rows move every page: the operations stream gets at most 4 a second
+        self._last[op_id] = (now, state)
         ops.update(op_id, progress=_progress(kind, rec))
+        if state in ("done", "failed"):
+            self._last.pop(op_id, None)
         if kind == "backup" and rec.get("status") in ("done", "failed"):
             self._ops.pop(str(key), None)
             ok = rec["status"] == "done"

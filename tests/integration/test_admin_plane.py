@@ -51,6 +51,10 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/admin/api/scheduler/restart"), ("GET", "/admin/api/incidents"),
     ("GET", "/admin/api/incidents/inc-x"), ("POST", "/admin/api/cloud/restart"),
     ("GET", "/admin/api/cloud/deployment"),
+    ("GET", "/admin/api/backups"), ("POST", "/admin/api/backups"),
+    ("PUT", "/admin/api/backups/config"), ("DELETE", "/admin/api/backups/bk-1"),
+    ("POST", "/admin/api/backups/bk-1/restore"), ("GET", "/admin/api/backups/bk-1/restore"),
+    ("POST", "/admin/api/restore/release"),
 ]
 
 
