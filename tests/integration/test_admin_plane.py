@@ -513,7 +513,8 @@ def _acts(route: tuple[str, str], body: Any) -> bool:
     """A body that would start a real action (restarts and clearing are tested on purpose
     elsewhere): a restart with a valid mode, a clear with a valid shape (or no body)."""
     if "restart" in route[1]:
-        return isinstance(body, dict) and body.get("mode") in VALID_MODES
+        mode = body.get("mode") if isinstance(body, dict) else None
+        return isinstance(mode, str) and mode in VALID_MODES  # a list is no mode (unhashable)
     if route[1] == "/admin/api/jobs/clear":
         return body is None or (isinstance(body, dict)
                                 and isinstance(body.get("table"), (str, type(None)))
@@ -573,6 +574,10 @@ def test_fuzzed_bodies_and_query_strings_never_500_and_refusals_change_nothing(
                     b = r.json()
                     assert isinstance(b.get("error"), str) and set(b) <= {"error", "code",
                                                                           "message"}, b
+                    if status == 503 and "/backups" in path:
+                        # the spec's answer without object storage (this cluster has none)
+                        assert b.get("code") == "no_object_storage", b
+                        status = 0
             assert status < 500, (method, url, body, status)
             seen[status] = seen.get(status, 0) + 1
 
