@@ -13,13 +13,16 @@ the scheduler's changefeed transport), so it lives here:
   newer one was read), keeps the tables asked for, leaves out what was already seen, and returns
   the sets in commit order. Per-table reads cannot be paged: the engine's LIMIT counts every
   table's entries and caps at 1000 (see :meth:`dbclient.Database.changes`);
-* :func:`feed_retention_ms` reads a table's retention from its `DEFINE TABLE` text.
+* :class:`FeedCursor` is where a reader stands: the per-table cursors, the re-read window's
+  seen set and the horizon rule. :meth:`FeedCursor.read` never moves it; the reader calls
+  :meth:`FeedCursor.advance` with the round only AFTER it handed the round's events on, so a
+  reader that dies (or whose hand-off fails) in between reads the same changes again from its
+  persisted state (at-least-once: a repeat is harmless, see the readers);
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,18 +41,15 @@ ENGINE_PAGE_MAX = 1000
 
 __all__ = [
     "ENGINE_PAGE_MAX",
+    "FeedCursor",
     "FeedRound",
     "change_table",
     "feed_change",
-    "feed_retention_ms",
     "read_round",
     "split_by_table",
     "trim_seen",
 ]
 
-_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1, "s": 1000, "m": 60_000,
-             "h": 3_600_000, "d": 86_400_000, "w": 604_800_000, "y": 31_536_000_000}
-_DURATION_PART = re.compile(r"(\d+)(ns|us|µs|ms|s|m|h|d|w|y)")
 
 
 def feed_change(table: str, ch: Mapping[str, Any]) -> tuple[str, str, str, Any] | None:
@@ -182,19 +182,75 @@ def trim_seen(seen: MutableMapping[str, set[int]], cursors: Mapping[str, int],
             seen[table] = {v for v in vs_set if v >= floor}
 
 
-def feed_retention_ms(definition: str) -> int | None:
-    """The retention of a `DEFINE TABLE ... CHANGEFEED <duration>` text in ms (None: no feed)."""
-    m = re.search(r"\bCHANGEFEED (\S+)", definition)
-    if m is None:
-        return None
-    total = 0.0
-    pos = 0
-    text = m.group(1)
-    for part in _DURATION_PART.finditer(text):
-        if part.start() != pos:
-            return None
-        total += int(part.group(1)) * _UNITS_MS[part.group(2)]
-        pos = part.end()
-    if pos != len(text) or total <= 0:
-        return None
-    return int(total)
+class FeedCursor:
+    """A changefeed reader's position: `cursors` (table -> last versionstamp absorbed), `seen`
+    (versionstamps inside the re-read window, per table) and `base` (where a table without a
+    cursor of its own is read from).
+
+    `read` returns the next round without moving anything; `advance` absorbs a round once its
+    events were handed on. Persist `state()` after `advance` and rebuild with `from_state`.
+    """
+
+    def __init__(self, base: int, *, limit: int = 1000, overlap_vs: int = 2000 << 16) -> None:
+        self.base = base
+        self.limit = limit
+        self.overlap_vs = overlap_vs
+        self.cursors: dict[str, int] = {}
+        self.seen: dict[str, set[int]] = {}
+
+    def at(self, table: str) -> int:
+        """The cursor of `table` (`base` when it has none yet)."""
+        return self.cursors.get(table, self.base)
+
+    def follow(self, table: str, vs: int | None = None) -> None:
+        """Read `table` from `vs` (its cursor so far, else `base`, when None)."""
+        self.cursors[table] = self.at(table) if vs is None else vs
+
+    def forget(self, table: str) -> None:
+        """Stop reading `table`."""
+        self.cursors.pop(table, None)
+        self.seen.pop(table, None)
+
+    def reset(self, base: int) -> None:
+        """Every table read again from `base`; nothing seen."""
+        self.base = base
+        self.cursors = {}
+        self.seen = {}
+
+    async def read(self, db: Database, tables: Iterable[str] | None = None) -> FeedRound:
+        """The next round of `tables` (default: every table with a cursor); moves nothing."""
+        names = list(self.cursors) if tables is None else list(tables)
+        return await read_round(db, {t: self.at(t) for t in names}, self.seen,
+                                limit=self.limit, overlap_vs=self.overlap_vs)
+
+    def advance(self, rnd: FeedRound, tables: Iterable[str] | None = None) -> None:
+        """Absorb `rnd` (read for `tables`, default every table with a cursor): call only
+        once its events were handed on. Pass the tables the round was read for: a table
+        followed since was not read, and must not move to the round's horizon."""
+        names = list(self.cursors) if tables is None else list(tables)
+        wanted = set(names)
+        for vs, table, _s in rnd.sets:
+            if table not in wanted:
+                continue  # forgotten while the round was handed on
+            self.seen.setdefault(table, set()).add(vs)
+            self.cursors[table] = max(self.at(table), vs)
+        if rnd.horizon is not None:
+            # The database-wide scan read every table up to the horizon: a table with no
+            # change in it moves too (its entries AT the horizon come again in the overlap).
+            for table in names:
+                self.cursors[table] = max(self.at(table), rnd.horizon)
+        trim_seen(self.seen, self.cursors, self.overlap_vs)
+
+    def state(self) -> dict[str, Any]:
+        """The JSON-able position (`from_state` reads it back)."""
+        return {"base": self.base, "cursors": dict(self.cursors),
+                "seen": {t: sorted(v) for t, v in self.seen.items() if v}}
+
+    @classmethod
+    def from_state(cls, raw: Mapping[str, Any], *, limit: int = 1000,
+                   overlap_vs: int = 2000 << 16) -> FeedCursor:
+        """A cursor from `state()` (ValueError/KeyError/TypeError on a malformed one)."""
+        cur = cls(int(raw["base"]), limit=limit, overlap_vs=overlap_vs)
+        cur.cursors = {str(k): int(v) for k, v in raw.get("cursors", {}).items()}
+        cur.seen = {str(k): {int(x) for x in v} for k, v in raw.get("seen", {}).items()}
+        return cur

@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from surrealdb import RecordID
 
 from dbclient.errors import DbError
 from engine.values import parse_record_id
-from ipc.messages import parse_timestamp  # the SSP's ingest parser: the same text, the same value
 
 if TYPE_CHECKING:
     from dbclient.database import Database
@@ -32,6 +32,10 @@ log = logging.getLogger("dbclient.fieldtypes")
 __all__ = ["FieldTypes", "field_kinds", "restore_types"]
 
 Kinds = dict[str, str]  # field name -> "record" | "datetime"
+# Datetime text -> value. Callers pass the ingest contract's parser
+# (`ipc.messages.parse_timestamp`: the same text, the same value), which this package cannot
+# import (dbclient sits below ipc's users, not above ipc).
+ParseDatetime = Callable[[str], datetime]
 
 
 def field_kinds(info: Mapping[str, Any]) -> Kinds:
@@ -53,8 +57,9 @@ def field_kinds(info: Mapping[str, Any]) -> Kinds:
 
 
 def restore_types(table: str, rid: str, record: Mapping[str, Any],
-                  kinds: Mapping[str, str]) -> dict[str, Any]:
-    """`record` with its id a RecordID and the `kinds` fields' text typed again.
+                  kinds: Mapping[str, str], *, parse_datetime: ParseDatetime) -> dict[str, Any]:
+    """`record` with its id a RecordID and the `kinds` fields' text typed again (datetimes
+    with `parse_datetime`).
 
     ValueError when `rid` is not a record id of `table`. A value that does not parse keeps its
     text (the engine compares it as SurrealDB would a string)."""
@@ -71,7 +76,7 @@ def restore_types(table: str, rid: str, record: Mapping[str, Any],
         if not isinstance(v, str):
             continue
         try:
-            out[name] = parse_record_id(v) if kind == "record" else parse_timestamp(v)
+            out[name] = parse_record_id(v) if kind == "record" else parse_datetime(v)
         except ValueError:
             pass
     return out
@@ -84,8 +89,10 @@ class FieldTypes:
     `refresh_secs` (one read per table at a time). When the read fails the previous answer is
     kept (or none: the row stays as sent) and the failure is logged and counted."""
 
-    def __init__(self, db: Database, refresh_secs: float = 30.0) -> None:
+    def __init__(self, db: Database, refresh_secs: float = 30.0, *,
+                 parse_datetime: ParseDatetime) -> None:
         self.db = db
+        self.parse_datetime = parse_datetime
         self.refresh_secs = refresh_secs
         self.failures = 0
         self._cache: dict[str, tuple[float, Kinds]] = {}
@@ -130,4 +137,5 @@ class FieldTypes:
 
     async def restore(self, table: str, rid: str, record: Mapping[str, Any]) -> dict[str, Any]:
         """:func:`restore_types` with the table's current kinds."""
-        return restore_types(table, rid, record, await self.kinds(table))
+        return restore_types(table, rid, record, await self.kinds(table),
+                             parse_datetime=self.parse_datetime)

@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from dbclient.cbor import decode, encode
-
 from dbhost.engine import Engine
 from dbhost.frames import (
     INVALID_PARAMS,
@@ -46,6 +45,15 @@ class RpcConnection:
         self.session = ""
         self.client_sessions: dict[str, str] = {}
         self.closed = False
+
+    async def push(self, frame: bytes) -> None:
+        """Push an id-less notification frame, ignoring a connection that is going away."""
+        if self.closed:
+            return
+        try:
+            await self.send(frame)
+        except (ConnectionError, RuntimeError):
+            log.debug("notification to closed connection %s dropped", self.conn_id)
 
     async def open(self) -> None:
         """Attach the connection's own engine session."""
@@ -127,13 +135,3 @@ class RpcConnection:
 def decode_reply(reply: bytes) -> Any:
     """Decode an engine reply (for tests and the HTTP path's error checks)."""
     return decode(reply)
-
-
-async def notify(conn: RpcConnection, frame: bytes) -> None:
-    """Push an id-less notification frame, ignoring a connection that is going away."""
-    if conn.closed:
-        return
-    try:
-        await conn.send(frame)
-    except (ConnectionError, RuntimeError):
-        log.debug("notification to closed connection %s dropped", conn.conn_id)

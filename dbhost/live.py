@@ -20,7 +20,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from surrealdb.data.types.table import Table
 
@@ -40,8 +40,14 @@ from dbhost.liveql import (
 )
 from dbhost.patches import PatchError, apply_patch, make_diff
 
-if TYPE_CHECKING:
-    from dbhost.connection import RpcConnection
+
+class RpcConnection(Protocol):
+    """A client connection as the live hub sees it (`dbhost.connection.RpcConnection`)."""
+
+    conn_id: str
+
+    async def push(self, frame: bytes) -> None:
+        """Send an id-less notification frame (dropped when the connection is going away)."""
 
 log = logging.getLogger("dbhost.live")
 
@@ -475,8 +481,6 @@ class LiveHub:
         await asyncio.gather(*(self._deliver_one(lq, changes, perm) for lq in queries))
 
     async def _deliver_one(self, lq: LiveQuery, changes: list[Change], perm: bool | str) -> None:
-        from dbhost.connection import notify
-
         mine = [c for c in changes if c.vs >= lq.start_vs]
         for i in range(0, len(mine), EVAL_CHUNK):
             chunk = mine[i:i + EVAL_CHUNK]
@@ -497,7 +501,7 @@ class LiveHub:
                     "record": change.record,
                     "result": self._payload(lq, change, row),
                 }})
-                await notify(lq.conn, frame)
+                await lq.conn.push(frame)
                 self.notifications_sent += 1
 
     def _payload(self, lq: LiveQuery, change: Change, row: Any) -> Any:

@@ -19,9 +19,8 @@ Public API (stable; used by the SSP shards, the tests and the benchmarks)::
   ``ingest`` also accepts the ``⟨⟩`` form and canonicalises it.
 - ``op`` is CREATE, UPDATE or DELETE. Events carry full rows: CREATE of an existing id and
   UPDATE of an unknown id both store the row wholesale. An event whose ``record["_00_rv"]`` is
-  lower than the stored row's is ignored (stale); so is a row without ``_00_rv`` over a stored
-  row that has one (a read taken before the schema hooks, racing a hooked write), except an
-  id-only DELETE (``engine.versions``).
+  lower than the stored row's is ignored (stale); a missing version never is
+  (``engine.versions``).
 - Values are SurrealDB-typed (``RecordID``, tz-aware ``datetime``, ``Decimal``, ``Duration``,
   ``UUID``...); an absent key is NONE, ``None`` is NULL.
 - Membership: every dict with a record-id ``id`` anywhere in the view's result tree (top-level

@@ -93,6 +93,10 @@ class _Gen:
             if not path:
                 return "par"
             self.uses_links = True
+            if len(path) == 1:
+                # the parent is a row (a dict): one segment reads it without a walk
+                return (f"(par.get({path[0]!r}, NONE) if type(par) is dict "
+                        f"else walk(par, {path!r}, cx))")
             return f"walk(par, {path!r}, cx)"
         if k == "array":
             return "[" + ", ".join(self.value(x) for x in e[1]) + "]"

@@ -1,276 +1,48 @@
-"""The incremental view engine: shapes, materialisations, dependency indexes, deltas.
+"""The incremental view engine: the facade over shapes, materialisations and deltas.
 
 Structure (see ``engine/README.md``):
 
-- A **shape** (:class:`Circuit`) is a normalised query with its compiled :class:`Plan`. Views
-  whose queries differ only in constants share it.
-- A **materialisation** (:class:`Mat`) is a shape plus slot values; view ids with the same
-  shape and the same values share one (``views``). It keeps the qualifying set of the
-  top-level table (ordered when a LIMIT/START window needs it), the visible window, each
-  visible row's output and the Z-set of members (record id -> weight, a record embedded in
-  several places weighs more than 1).
-- A change to table T reaches: materialisations of shapes over T whose equality slot matches
-  the old or new row (``Circuit.index``), materialisations whose predicate/sort read the
-  record through a link (``qual_watch``), visible rows whose projection read the record
-  (``proj_watch``) and visible rows whose subqueries scanned T with a matching correlation
-  key (``sub_watch``).
+- A **shape** (:class:`~engine.circuit.Circuit`) is a normalised query with its compiled plan.
+  Views whose queries differ only in constants share it.
+- A **materialisation** (:class:`~engine.circuit.Mat`, :class:`~engine.circuit.WMat`) is a
+  shape plus slot values; view ids with the same shape and values share one. It holds
+  membership only (for windows: the ordered qualifying set and the window), never rows.
+- A **projection group** (:class:`~engine.proj.Proj`) holds the projected rows of a shape for
+  one value of the slots its projection reads, shared by its materialisations.
+- A change to table T reaches: for each shape over T, the materialisations whose indexed
+  constants match the old or new row (equality buckets and range intervals,
+  :mod:`engine.matindex`); explicit materialisations whose predicate read the record through
+  a link (``Deps.quals``); projected rows whose projection read the record or whose
+  subqueries scanned T with a matching correlation key (``Deps.reads``/``Deps.scans``).
+- Rows are projected and deltas built when a call ends (:meth:`ViewEngine._flush`), once per
+  batch, so ``ingest_batch`` yields the net change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
-from sortedcontainers import SortedList  # type: ignore[import-untyped]
 from surrealdb import RecordID
 
+from engine import window
 from engine.arena import Arena, RowStore
+from engine.circuit import Circuit, Mat, WMat, exact_key
+from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
+from engine.deps import Deps
 from engine.errors import QueryRejected
 from engine.parser import parse
-from engine.plan import Cx, Plan, tree_members
-from engine.shape import normalise, order_source
-from engine.store import Store, TableStore, ikey, rid_text
-from engine.values import NONE, Duration, parse_record_id, record_id_text
+from engine.plan import Cx
+from engine.proj import NOLINKS, Proj
+from engine.shape import normalise
+from engine.store import Store, TableStore, rid_text
+from engine.values import NONE, parse_record_id, record_id_text
 from engine.versions import is_stale
 
+__all__ = ["Circuit", "Mat", "ViewDelta", "ViewEngine", "WMat", "same"]
+
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
-_EMPTY: frozenset[str] = frozenset()
-
-
-class ViewDelta(NamedTuple):
-    """What one view's membership did: records that entered, left, or changed content."""
-
-    added: frozenset[str]
-    removed: frozenset[str]
-    updated: frozenset[str]
-
-
-class _NoLinks:
-    """Context for predicates that never follow links (nothing to record)."""
-
-    __slots__ = ()
-
-    def fetch(self, rid: RecordID) -> None:  # pragma: no cover - never called
-        raise AssertionError("a link-free predicate followed a link")
-
-
-_NOLINKS = _NoLinks()
-
-
-def _exact_key(v: Any) -> Any:
-    """A hashable key that distinguishes every value (types included): identical params."""
-    t = type(v)
-    if t is list or t is tuple:
-        return ("a", tuple(_exact_key(x) for x in v))
-    if t is dict:
-        return ("o", tuple(sorted((k, _exact_key(x)) for k, x in v.items())))
-    if t is RecordID:
-        return ("r", v.table_name, _exact_key(v.id))
-    if t is Duration:
-        return ("d", v.elapsed)
-    try:
-        hash(v)
-    except TypeError:
-        return ("x", t.__name__, repr(v))
-    return (t.__name__, v)
-
-
-class Circuit:
-    """One shape: its plan and its materialisations, indexed by the equality slot's value."""
-
-    def __init__(self, shape: Any) -> None:
-        self.shape = shape
-        self.plan = Plan(shape)
-        self.table = self.plan.table
-        self.mats: dict[Any, Mat] = {}
-        # Every top-level conjunct `field = $slot` indexes materialisations by value, so a
-        # row change reaches only the materialisations whose constants match the row.
-        eqs = _eq_conjuncts(shape.where)
-        self.eq_fields: tuple[str, ...] = tuple(f for f, _ in eqs)
-        self.eq_slots: tuple[int, ...] = tuple(i for _, i in eqs)
-        self.eq_field: str | None = self.eq_fields[0] if eqs else None
-        self.index: dict[Any, set[Mat]] = {}
-        # Top-level fields the whole view reads (None: all, e.g. SELECT *); an UPDATE that
-        # changes none of them cannot change the view.
-        self.fields: frozenset[str] | None = _read_fields(shape)
-        self.unindexed: set[Mat] = set()
-
-    def _mat_key(self, mat: Mat) -> Any:
-        S = mat.S
-        return tuple(ikey(S[i]) for i in self.eq_slots)
-
-    def add(self, mat: Mat) -> None:
-        if not self.eq_slots:
-            self.unindexed.add(mat)
-        else:
-            self.index.setdefault(self._mat_key(mat), set()).add(mat)
-
-    def remove(self, mat: Mat) -> None:
-        if not self.eq_slots:
-            self.unindexed.discard(mat)
-        else:
-            k = self._mat_key(mat)
-            s = self.index.get(k)
-            if s is not None:
-                s.discard(mat)
-                if not s:
-                    del self.index[k]
-
-    def affected(
-        self, old: dict[str, Any] | None, new: dict[str, Any] | None, keep: bool = False
-    ) -> list[Mat]:
-        """Materialisations a change of one row of this table can affect; ``keep``: the
-        caller knows no equality field changed (one lookup serves both versions)."""
-        fields = self.eq_fields
-        if not fields:
-            return list(self.unindexed)
-        out: list[Mat] = []
-        ko = None
-        index = self.index
-        if old is not None:
-            ko = tuple([ikey(old.get(f, NONE)) for f in fields])
-            s = index.get(ko)
-            if s:
-                out.extend(s)
-            if keep:
-                return out
-        if new is not None:
-            kn = tuple([ikey(new.get(f, NONE)) for f in fields])
-            if kn != ko:
-                s = index.get(kn)
-                if s:
-                    out.extend(s)
-        return out
-
-
-def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
-    """Top-level keys whose value differs (type-exact) between two versions of a row."""
-    out = {k for k, v in new.items() if k not in old or not same(old[k], v)}
-    out.update(k for k in old if k not in new)
-    return out
-
-
-def _expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
-    """Collect first segments of field paths (or of $parent paths when ``parent``);
-    False when the whole row is read."""
-    k = e[0]
-    if k == "field" and not parent:
-        acc.add(e[1][0])
-    elif k == "parent" and parent:
-        if not e[1]:
-            return False
-        acc.add(e[1][0])
-    elif k in ("and", "or"):
-        return _expr_fields(e[1], acc, parent) and _expr_fields(e[2], acc, parent)
-    elif k == "not":
-        return _expr_fields(e[1], acc, parent)
-    elif k == "cmp":
-        return _expr_fields(e[2], acc, parent) and _expr_fields(e[3], acc, parent)
-    elif k == "array":
-        return all(_expr_fields(x, acc, parent) for x in e[1])
-    elif k == "object":
-        return all(_expr_fields(x, acc, parent) for x in e[2])
-    return True
-
-
-def _read_fields(q: Any) -> frozenset[str] | None:
-    """The top-level fields of a row that a view reads (None when it reads the whole row)."""
-    acc: set[str] = {"id"}
-    for it in q.items:
-        if it.kind == "all":
-            return None
-        if it.kind in ("field", "linkall"):
-            acc.add(it.path[0])
-        elif it.kind == "sub":
-            sub = it.sub
-            if sub.where is not None and not _expr_fields(sub.where, acc, True):
-                return None
-    if q.where is not None and not _expr_fields(q.where, acc, False):
-        return None
-    for path, _desc in q.order:
-        acc.add(path[0])
-        src = order_source(q, path)
-        acc.add(src[0])
-    for path in q.fetch:
-        acc.add(path[0])
-    return frozenset(acc)
-
-
-def _eq_conjuncts(where: Any) -> list[tuple[str, int]]:
-    """Top-level conjuncts ``field = $slot`` (single-segment field) of a WHERE clause."""
-    out: list[tuple[str, int]] = []
-    stack = [where] if where is not None else []
-    while stack:
-        e = stack.pop()
-        if e[0] == "and":
-            stack.append(e[2])
-            stack.append(e[1])
-        elif e[0] == "cmp" and e[1] == "=":
-            a, b = e[2], e[3]
-            for f, other in ((a, b), (b, a)):
-                if f[0] == "field" and len(f[1]) == 1 and other[0] == "slot":
-                    if all(f[1][0] != x for x, _ in out):
-                        out.append((f[1][0], other[1]))
-                    break
-    return out
-
-
-class Mat:
-    """One materialised result (a shape with slot values), shared by identical views."""
-
-    __slots__ = (
-        "S",
-        "__weakref__",
-        "after",
-        "before",
-        "circuit",
-        "dirty",
-        "entries",
-        "hi",
-        "istate",
-        "key",
-        "lo",
-        "ordered",
-        "outs",
-        "partial",
-        "pdeps",
-        "plan",
-        "qdeps",
-        "touched",
-        "trees",
-        "upd",
-        "views",
-        "vis_list",
-        "visible",
-        "zs",
-    )
-
-    def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
-        self.circuit = circuit
-        self.plan = circuit.plan
-        self.S = S
-        self.key = key
-        self.views: set[str] = set()
-        self.entries: dict[str, Any] = {}
-        self.ordered: SortedList | None = SortedList() if self.plan.ordered else None
-        self.lo, self.hi = self.plan.window(S)
-        self.visible: set[str] = set()
-        self.vis_list: list[str] = []
-        self.outs: dict[str, Any] = {}
-        # member id -> content, per visible row; None when the row's only member is itself
-        self.trees: dict[str, dict[str, Any] | None] = {}
-        self.zs: dict[str, int] = {}
-        self.qdeps: dict[str, set[str]] = {}
-        self.pdeps: dict[str, tuple[set[str], list[Any]]] = {}
-        self.dirty: set[str] = set()
-        self.touched: dict[str, bool] = {}
-        self.upd: set[str] = set()
-        self.before: dict[str, Any] = {}
-        # row id -> what changed elsewhere (linked record texts, subquery scan keys)
-        self.partial: dict[str, set[Any]] = {}
-        # row id -> (per-item values, per-item (reads, subs)) for item-wise re-projection
-        self.istate: dict[str, tuple[list[Any], list[Any]]] = {}
-        self.after: dict[str, Any] = {}
+_CACHED_MEMBERS = 256  # larger member sets are not kept per materialisation
 
 
 class ViewEngine:
@@ -290,25 +62,25 @@ class ViewEngine:
         # once.
         self.row_store = RowStore(Arena(arena_dir, segment_mb))
         self._sync_each_call = arena_dir is not None
+        self.deps = Deps()
         self.circuits: dict[Any, Circuit] = {}
         self.by_table: dict[str, list[Circuit]] = {}
         self.views: dict[str, Mat] = {}
-        # record id text -> {mat: row ids whose predicate/sort read it}
-        self.qual_watch: dict[str, dict[Mat, set[str]]] = {}
-        # record id text -> {mat: visible row ids whose projection read it}
-        self.proj_watch: dict[str, dict[Mat, set[str]]] = {}
-        # table -> field -> key -> {mat: visible row ids}; field None: the whole table
-        self.sub_watch: dict[str, dict[str | None, dict[Any, dict[Mat, set[str]]]]] = {}
-        self._pending: set[Mat] = set()
-        # the row change being propagated: (old row, new row, content differs, new row flat)
-        self._change: tuple[Any, Any, bool, bool] = (None, None, True, False)
+        # flush state: implicit circuits with changed rows, explicit materialisations whose
+        # window moved, projection groups with rows to re-examine
+        self._circuits: set[Circuit] = set()
+        self._mats: set[WMat] = set()
+        self._projs: set[Proj] = set()
         # Parsed queries by text: many views share a text (per-user views), parsing is pure.
         self._parsed: dict[str, Any] = {}
+        # flushes that changed something: a materialisation's cached member set is valid
+        # while the count has not moved (many views registering the same per-user query)
+        self._epoch = 0
 
     # ------------------------------------------------------------------ public API
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Bulk bootstrap: store rows (dicts with ``id``) without reporting deltas."""
-        if self.by_table.get(table) or self._watched(table):
+        if self.by_table.get(table) or self.deps.watched(table):
             events = []
             for row in rows:
                 rid = row.get("id")
@@ -338,19 +110,25 @@ class ViewEngine:
             self.unregister(view_id)
         circuit = self.circuits.get(shape)
         if circuit is None:
-            circuit = Circuit(shape)
+            circuit = Circuit(shape, self.store, self.deps)
             self.circuits[shape] = circuit
             self.by_table.setdefault(circuit.table, []).append(circuit)
-        key = _exact_key(S)
+        key = exact_key(S)
         mat = circuit.mats.get(key)
+        shown = None
         if mat is None:
-            mat = Mat(circuit, S, key)
-            circuit.mats[key] = mat
-            circuit.add(mat)
-            self._build(mat)
+            mat = circuit.new_mat(S, key)
+            shown = self._build(mat)
         mat.views.add(view_id)
+        mat.vt = tuple(mat.views)
         self.views[view_id] = mat
-        return set(mat.zs)
+        cached = mat.mcache
+        if cached is not None and cached[0] == self._epoch:
+            return set(cached[1])  # another view of it registered since the last change
+        members = self._members(mat, shown)
+        if len(members) <= _CACHED_MEMBERS:
+            mat.mcache = (self._epoch, frozenset(members))
+        return members
 
     def unregister(self, view_id: str) -> None:
         """Forget a view (unknown ids are ignored)."""
@@ -358,29 +136,58 @@ class ViewEngine:
         if mat is None:
             return
         mat.views.discard(view_id)
+        mat.vt = tuple(mat.views)
         if mat.views:
             return
-        self._teardown(mat)
+        circuit = mat.circuit
+        proj = mat.proj
+        if isinstance(mat, WMat):
+            window.teardown(mat, self.deps)
+            circuit.drop_mat(mat)
+            if proj.nmats:
+                for rid in proj.dirty:
+                    if rid not in proj.refs:
+                        proj.drop(rid)
+            proj.dirty = {}
+        else:
+            shown = self._shown(mat)
+            circuit.drop_mat(mat)
+            if proj.nmats:
+                rows = circuit.rows
+                for rid in shown:
+                    row = rows.get(rid)
+                    if row is None or not circuit.held(proj, rid, row):
+                        proj.drop(rid)
+        if not circuit.mats:
+            del self.circuits[circuit.shape]
+            lst = self.by_table.get(circuit.table, [])
+            if circuit in lst:
+                lst.remove(circuit)
+            if not lst:
+                self.by_table.pop(circuit.table, None)
 
     def members(self, view_id: str) -> set[str]:
         """Record ids currently in the view's result tree."""
         mat = self.views.get(view_id)
         if mat is None:
             raise KeyError(view_id)
-        return set(mat.zs)
+        return self._members(mat)
 
     def result(self, view_id: str) -> list[Any]:
         """The view's current result rows, in order (for debugging and tests)."""
         mat = self.views.get(view_id)
         if mat is None:
             raise KeyError(view_id)
-        if mat.plan.bounded:
-            ids = mat.vis_list
+        plan = mat.circuit.plan
+        if isinstance(mat, WMat) and plan.bounded:
+            assert mat.ordered is not None
+            ids = [e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)]
         else:
-            rows = self.store.table(mat.plan.table).rows
+            rows = mat.circuit.rows
             cx = Cx(self.store)
-            ids = sorted(mat.visible, key=lambda r: mat.plan.entry(rows[r], r, cx))
-        return [mat.outs[r] for r in ids]
+            ids = sorted(self._shown(mat), key=lambda r: plan.entry(rows[r], r, cx))
+        outs = mat.proj.outs
+        return [outs[r] for r in ids]
 
     def table_count(self, table: str) -> int:
         """Rows currently stored for ``table``."""
@@ -453,15 +260,79 @@ class ViewEngine:
             raise
         return self._flush()
 
-    # ------------------------------------------------------------------ ingest
-    def _watched(self, table: str) -> bool:
-        if table in self.sub_watch:
-            return True
-        prefix = _table_prefix(table)
-        return any(k.startswith(prefix) for k in self.qual_watch) or any(
-            k.startswith(prefix) for k in self.proj_watch
-        )
+    # ------------------------------------------------------------------ membership
+    def _shown(self, mat: Mat) -> Iterable[str]:
+        """The top-level rows a materialisation shows."""
+        if isinstance(mat, WMat):
+            return mat.visible
+        circuit = mat.circuit
+        plan = circuit.plan
+        rows = circuit.rows
+        cands: Iterable[str]
+        if plan.eq is not None:
+            cands = list(plan.candidates(self.store, mat.S, NONE, Cx(self.store)))
+        else:
+            # every shown row is projected: the group's rows are the candidates
+            cands = mat.proj.outs.keys()
+        holds = mat.holds
+        return [r for r in cands if holds(rows.get(r))]
 
+    def _members(self, mat: Mat, shown: Iterable[str] | None = None) -> set[str]:
+        proj = mat.proj
+        trees = proj.trees
+        tree = proj.tree
+        out: set[str] = set()
+        flat: list[str] = []
+        for rid in self._shown(mat) if shown is None else shown:
+            if trees.get(rid, 0) is None and proj.outs[rid] is mat.circuit.rows.get(rid):
+                flat.append(rid)  # a flat `SELECT *` row: its only member is itself
+            else:
+                out.update(tree(rid))
+        out.update(flat)
+        return out
+
+    def _build(self, mat: Mat) -> list[str] | None:
+        """Fill a new materialisation from the stored rows; project what it shows (returns
+        the rows shown by an implicit materialisation)."""
+        circuit = mat.circuit
+        plan = circuit.plan
+        rows = circuit.rows
+        cands: Iterable[str]
+        if plan.eq is not None:
+            cands = list(plan.candidates(self.store, mat.S, NONE, Cx(self.store)))
+        else:
+            cands = rows.keys()
+        proj = mat.proj
+        if isinstance(mat, WMat):
+            window.build(mat, cands, rows, self.store, self.deps)
+            for rid in proj.dirty:
+                if rid in proj.refs:
+                    proj.ensure(rid, rows[rid])
+            proj.dirty = {}
+            return None
+        pred = plan.pred
+        S = mat.S
+        outs = proj.outs
+        project = proj.project
+        shown = [rid for rid in cands if pred(rows[rid], S, NONE, NOLINKS)]
+        if plan.star_only:
+            # SELECT * of flat rows: the row is its own output and only member
+            trees = proj.trees
+            for rid in shown:
+                if rid not in outs:
+                    row = rows[rid]
+                    if has_nested(row):
+                        project(rid, row, None)
+                    else:
+                        outs[rid] = row
+                        trees[rid] = None
+            return shown
+        for rid in shown:
+            if rid not in outs:
+                project(rid, rows[rid], None)
+        return shown
+
+    # ------------------------------------------------------------------ ingest
     def _prepare(
         self, table: str, rid: str | None, record: Mapping[str, Any]
     ) -> tuple[str, dict[str, Any]]:
@@ -503,10 +374,7 @@ class ViewEngine:
             else:
                 text = _canon_text(rid)
         old = rows.get(text)
-        # engine.versions: a version-less row over a versioned one is stale, except an
-        # id-only DELETE (no version to compare).
-        if (old is not None and record is not None and (op != "DELETE" or "_00_rv" in record)
-                and is_stale(record, old)):
+        if old is not None and record is not None and "_00_rv" in record and is_stale(record, old):
             return
         if op == "DELETE":
             if old is None:
@@ -526,536 +394,221 @@ class ViewEngine:
         self, ts: TableStore, text: str, old: dict[str, Any] | None, new: dict[str, Any] | None
     ) -> None:
         table = ts.name
-        pending = self._pending
         circuits = self.by_table.get(table)
         if circuits:
-            requalify = self._requalify
-            # an UPDATE: skip shapes that read none of the changed fields, and look up the
-            # materialisations once when no equality field changed
+            # an UPDATE: skip shapes that read none of the changed fields
             changed = _changed_fields(old, new) if old is not None and new is not None else None
-            # what the SELECT * fast path needs to know of this change, computed once
-            self._change = (old, new, changed is None or bool(changed),
-                            new is not None and not _has_nested(new))
             for circuit in circuits:
-                keep = False
                 if changed is not None:
                     fields = circuit.fields
                     if fields is not None and changed.isdisjoint(fields):
                         continue
-                    keep = changed.isdisjoint(circuit.eq_fields)
-                for mat in circuit.affected(old, new, keep):
-                    requalify(mat, text, new)
-        if self.qual_watch:
-            w = self.qual_watch.get(text)
+                if circuit.explicit:
+                    self._requalify_all(circuit, text, old, new)
+                else:
+                    ch = circuit.changed
+                    if text not in ch:
+                        ch[text] = old
+                    self._circuits.add(circuit)
+        quals = self.deps.quals
+        if quals:
+            w = quals.get(text)
             if w:
                 for mat, ids in list(w.items()):
-                    rows = self.store.table(mat.plan.table).rows
+                    rows = mat.circuit.rows
                     for r in list(ids):
-                        self._requalify(mat, r, rows.get(r))
-        if self.proj_watch:
-            w = self.proj_watch.get(text)
-            if w:
-                for mat, ids in w.items():
-                    part = mat.partial
-                    for r in ids:
-                        toks = part.get(r)
-                        if toks is None:
-                            part[r] = {text}
-                        else:
-                            toks.add(text)
-                    pending.add(mat)
-        sw = self.sub_watch.get(table)
-        if sw:
-            for field, keyed in sw.items():
-                keys: list[Any]
-                if field is None:
-                    keys = [None]
-                elif field == "id":
-                    keys = [ikey((old if old is not None else new or {}).get("id"))]
-                else:
-                    keys = []
-                    if old is not None:
-                        keys.append(ikey(old.get(field, NONE)))
-                    if new is not None:
-                        kn = ikey(new.get(field, NONE))
-                        if not keys or kn != keys[0]:
-                            keys.append(kn)
-                for key in keys:
-                    h = keyed.get(key)
-                    if not h:
-                        continue
-                    token = (table, field, key)
-                    for mat, ids in h.items():
-                        part = mat.partial
-                        for r in ids:
-                            toks = part.get(r)
-                            if toks is None:
-                                part[r] = {token}
-                            else:
-                                toks.add(token)
-                        pending.add(mat)
+                        window.requalify(mat, r, rows.get(r), self.store, self.deps,
+                                         self._mats)
+                    for proj in mat.circuit.projs.values():
+                        if proj.dirty:
+                            self._projs.add(proj)
+        self.deps.touch_proj(table, text, old, new, self._mark)
 
-    # ------------------------------------------------------------------ operators
-    def _requalify(self, mat: Mat, rid: str, row: dict[str, Any] | None) -> None:
-        """Re-evaluate one top-level row of a materialisation (filter + order + window)."""
-        plan = mat.plan
-        if plan.fast_filter:
-            # Unordered, link-free predicate: membership of the row is all that can change.
-            entries = mat.entries
-            if row is not None and plan.pred(row, mat.S, NONE, _NOLINKS):
-                if rid not in entries:
-                    entries[rid] = 1
-                    mat.visible.add(rid)
-                elif plan.star_only and mat.trees.get(rid, 0) is None:
-                    # A flat SELECT * row that stays: its new content is the row itself.
-                    old, new, differs, flat = self._change
-                    if new is not row:
-                        differs, flat = True, not _has_nested(row)
-                    old_out = mat.outs.get(rid) if flat else None
-                    if old_out is not None:
-                        if (differs if old_out is old else not same(old_out, row)):
-                            mat.upd.add(rid)
-                        mat.outs[rid] = row
-                        self._pending.add(mat)
-                        return
-                mat.dirty.add(rid)
-                self._pending.add(mat)
-            elif rid in entries:
-                del entries[rid]
-                mat.visible.discard(rid)
-                self._drop_row(mat, rid)
-                self._pending.add(mat)
-            return
-        old_e = mat.entries.get(rid)
-        new_e = None
-        if row is not None:
-            if plan.qlinks:
-                cx = Cx(self.store)
-                if plan.pred(row, mat.S, NONE, cx):
-                    new_e = plan.entry(row, rid, cx) if plan.ordered else 1
-                self._set_qdeps(mat, rid, cx.reads)
-            else:
-                if plan.pred(row, mat.S, NONE, _NOLINKS):
-                    new_e = plan.entry(row, rid, _NOLINKS) if plan.ordered else 1
-        elif plan.qlinks:
-            self._set_qdeps(mat, rid, set())
-        if old_e is None and new_e is None:
-            return
-        self._pending.add(mat)
-        if not plan.ordered:
-            if new_e is None:
-                del mat.entries[rid]
-                mat.visible.discard(rid)
-                self._drop_row(mat, rid)
-            else:
-                if old_e is None:
-                    mat.entries[rid] = new_e
-                    mat.visible.add(rid)
-                mat.dirty.add(rid)
-            return
-        if old_e == new_e:
-            if rid in mat.visible:
-                mat.dirty.add(rid)
-            return
-        ordered = mat.ordered
-        assert ordered is not None
-        first = None
-        if old_e is not None:
-            first = ordered.bisect_left(old_e)
-            ordered.remove(old_e)
-            del mat.entries[rid]
-        if new_e is not None:
-            ordered.add(new_e)
-            mat.entries[rid] = new_e
-            p = ordered.bisect_left(new_e)
-            first = p if first is None or p < first else first
-        if mat.hi is not None and first is not None and first >= mat.hi:
-            return
-        self._rewindow(mat)
-        if rid in mat.visible:
-            mat.dirty.add(rid)
+    def _mark(self, proj: Proj, rid: str, token: Any) -> None:
+        proj.mark(rid, token)
+        self._projs.add(proj)
 
-    def _rewindow(self, mat: Mat) -> None:
-        ordered = mat.ordered
-        assert ordered is not None
-        new_list = [e[-1] for e in ordered.islice(mat.lo, mat.hi)]
-        new_set = set(new_list)
-        old_set = mat.visible
-        for r in old_set - new_set:
-            self._drop_row(mat, r)
-        for r in new_set - old_set:
-            mat.dirty.add(r)
-        mat.visible = new_set
-        mat.vis_list = new_list
-
-    def _set_qdeps(self, mat: Mat, rid: str, reads: set[str]) -> None:
-        old = mat.qdeps.get(rid)
-        if old == reads:
-            return
-        qw = self.qual_watch
-        if old:
-            for t in old - reads:
-                w = qw.get(t)
-                if w is not None:
-                    s = w.get(mat)
-                    if s is not None:
-                        s.discard(rid)
-                        if not s:
-                            del w[mat]
-                            if not w:
-                                del qw[t]
-        if reads:
-            for t in reads if not old else reads - old:
-                qw.setdefault(t, {}).setdefault(mat, set()).add(rid)
-            mat.qdeps[rid] = reads
+    def _requalify_all(self, circuit: Circuit, text: str, old: dict[str, Any] | None,
+                       new: dict[str, Any] | None) -> None:
+        a, exact_a = circuit.lookup(old) if old is not None else ([], True)
+        b, exact_b = circuit.lookup(new) if new is not None else ([], True)
+        store, deps, pending = self.store, self.deps, self._mats
+        requalify = window.requalify
+        if exact_a and exact_b:
+            # the index is the filter: a materialisation keeps or takes the row exactly when
+            # the new row's lookup names it
+            if a is not b:
+                now = set(b)
+                for mat in a:
+                    if mat not in now:
+                        requalify(mat, text, None, store, deps, pending)  # type: ignore[arg-type]
+            for mat in list(b):
+                requalify(mat, text, new, store, deps, pending, True)  # type: ignore[arg-type]
         else:
-            mat.qdeps.pop(rid, None)
+            cands = a if a is b else list(dict.fromkeys(a + b))
+            for mat in list(cands):
+                requalify(mat, text, new, store, deps, pending)  # type: ignore[arg-type]
+        for proj in circuit.projs.values():
+            if text in proj.outs:
+                proj.mark_row(text, old)
+            if proj.dirty:
+                self._projs.add(proj)
 
-    def _zs(self, mat: Mat, member: str, w: int, content: Any) -> None:
-        """Add weight ``w`` to a member; remembers contents so a member that moves between
-        rows (left one place, appeared in another) is still seen as updated."""
-        zs = mat.zs
-        c = zs.get(member, 0)
-        if member not in mat.touched:
-            mat.touched[member] = c > 0
-        if w < 0:
-            if member not in mat.before:
-                mat.before[member] = content
-        else:
-            mat.after[member] = content
-        c += w
-        if c:
-            zs[member] = c
-        else:
-            del zs[member]
-
-    def _drop_row(self, mat: Mat, rid: str) -> None:
-        """A row left the visible window: retract its members and dependencies."""
-        mat.dirty.discard(rid)
-        mat.partial.pop(rid, None)
-        mat.istate.pop(rid, None)
-        if rid not in mat.outs:
-            return
-        out = mat.outs.pop(rid)
-        tree = mat.trees.pop(rid)
-        if tree is None:
-            if type(out) is dict and type(out.get("id")) is RecordID:
-                self._zs(mat, rid, -1, out)
-        else:
-            for m, content in tree.items():
-                self._zs(mat, m, -1, content)
-        self._set_pdeps(mat, rid, None)
-
-    def _project_items(
-        self, mat: Mat, rid: str, row: dict[str, Any], tokens: set[Any] | None
-    ) -> tuple[dict[str, Any], tuple[set[str], list[Any]]]:
-        """Project item by item; with ``tokens`` (what changed elsewhere) only the items that
-        read one of them are recomputed (a lateral join re-runs only its own subquery)."""
-        plan = mat.plan
-        store = self.store
-        S = mat.S
-        state = mat.istate.get(rid) if tokens is not None else None
-        if state is None:
-            vals: list[Any] = []
-            ideps: list[tuple[set[str], list[Any]] | None] = []
-            for item in plan.items:
-                if item[0] == "all":
-                    vals.append(None)
-                    ideps.append(None)
-                    continue
-                icx = Cx(store)
-                vals.append(plan.item_value(item, store, S, row, icx))
-                ideps.append((icx.reads, icx.subs))
-        else:
-            assert tokens is not None
-            vals = list(state[0])
-            ideps = list(state[1])
-            for i, item in enumerate(plan.items):
-                d = ideps[i]
-                if d is None:
-                    continue
-                if tokens.isdisjoint(d[0]) and not any(k in tokens for k in d[1]):
-                    continue
-                icx = Cx(store)
-                vals[i] = plan.item_value(item, store, S, row, icx)
-                ideps[i] = (icx.reads, icx.subs)
-        mat.istate[rid] = (vals, ideps)
-        reads: set[str] = set()
-        subs: list[Any] = []
-        for d in ideps:
-            if d is not None:
-                reads |= d[0]
-                subs.extend(d[1])
-        return plan.assemble(row, vals), (reads, subs)
-
-    def _project_row(self, mat: Mat, rid: str, tokens: set[Any] | None = None) -> None:
-        plan = mat.plan
-        row = self.store.table(plan.table).rows[rid]
-        if plan.star_only and not _has_nested(row):
-            # SELECT * of a flat row: the row is its own output and its only member.
-            outs = mat.outs
-            old_out = outs.get(rid)
-            if old_out is None:
-                if rid in mat.trees:
-                    mat.trees.pop(rid)
-                if type(row.get("id")) is RecordID:
-                    self._zs(mat, rid, 1, row)
-            else:
-                old_tree = mat.trees.get(rid)
-                if old_tree is not None:
-                    for m, content in old_tree.items():
-                        if m != rid:
-                            self._zs(mat, m, -1, content)
-                if not same(old_out, row):
-                    mat.upd.add(rid)
-            outs[rid] = row
-            mat.trees[rid] = None
-            return
-        if plan.simple:
-            out = plan.project(self.store, mat.S, row, _NOLINKS)  # type: ignore[arg-type]
-            nested = _has_nested(out)
-            tree: dict[str, Any] | None = None
-            if nested:
-                tree = {}
-                tree_members(out, tree)
-            reads = None
-        elif plan.fetch:
-            cx = Cx(self.store)
-            out = plan.project(self.store, mat.S, row, cx)
-            tree = {}
-            tree_members(out, tree)
-            reads = (cx.reads, cx.subs)
-        else:
-            out, reads = self._project_items(mat, rid, row, tokens)
-            tree = {}
-            tree_members(out, tree)
-        old_out = mat.outs.get(rid)
-        had = rid in mat.outs
-        old_tree = mat.trees.get(rid) if had else {}
-        if had and old_tree is None:
-            assert old_out is not None
-            old_tree = {rid: old_out} if type(old_out.get("id")) is RecordID else {}
-        new_tree = tree
-        if new_tree is None:
-            new_tree = {rid: out} if type(out.get("id")) is RecordID else {}
-        assert old_tree is not None
-        for m, content in old_tree.items():
-            if m not in new_tree:
-                self._zs(mat, m, -1, content)
-        for m, content in new_tree.items():
-            if m not in old_tree:
-                self._zs(mat, m, 1, content)
-            elif not same(old_tree[m], content):
-                mat.upd.add(m)
-        mat.outs[rid] = out
-        mat.trees[rid] = tree
-        if reads is not None:
-            self._set_pdeps(mat, rid, reads)
-        elif had:
-            self._set_pdeps(mat, rid, None)
-
-    def _set_pdeps(self, mat: Mat, rid: str, deps: tuple[set[str], list[Any]] | None) -> None:
-        old = mat.pdeps.pop(rid, None)
-        if old is not None:
-            for t in old[0]:
-                w = self.proj_watch.get(t)
-                if w is not None:
-                    s = w.get(mat)
-                    if s is not None:
-                        s.discard(rid)
-                        if not s:
-                            del w[mat]
-                            if not w:
-                                del self.proj_watch[t]
-            for table, field, key in old[1]:
-                tw = self.sub_watch.get(table)
-                if tw is None:
-                    continue
-                fw = tw.get(field)
-                if fw is None:
-                    continue
-                kw = fw.get(key)
-                if kw is None:
-                    continue
-                s = kw.get(mat)
-                if s is not None:
-                    s.discard(rid)
-                    if not s:
-                        del kw[mat]
-                        if not kw:
-                            del fw[key]
-                            if not fw:
-                                del tw[field]
-                                if not tw:
-                                    del self.sub_watch[table]
-        if deps is None:
-            return
-        reads, subs = deps
-        if not reads and not subs:
-            return
-        for t in reads:
-            self.proj_watch.setdefault(t, {}).setdefault(mat, set()).add(rid)
-        for table, field, key in subs:
-            self.sub_watch.setdefault(table, {}).setdefault(field, {}).setdefault(
-                key, {}
-            ).setdefault(mat, set()).add(rid)
-        mat.pdeps[rid] = deps
-
-    def _settle(self, mat: Mat) -> ViewDelta | None:
-        """Project dirty visible rows and turn the Z-set changes into a delta."""
-        if not mat.dirty and not mat.partial and not mat.touched and not mat.upd:
-            return None
-        if mat.dirty or mat.partial:
-            visible = mat.visible
-            dirty = mat.dirty
-            for rid in list(dirty):
-                if rid in visible:
-                    self._project_row(mat, rid)
-            for rid, toks in list(mat.partial.items()):
-                if rid in visible and rid not in dirty:
-                    self._project_row(mat, rid, toks)
-            dirty.clear()
-            mat.partial.clear()
-        zs = mat.zs
-        touched = mat.touched
-        if not touched:
-            # no weight moved: only content changes (the common UPDATE of a member)
-            upd = mat.upd
-            if not upd:
-                return None
-            updated = frozenset([m for m in upd if m in zs])
-            upd.clear()
-            return ViewDelta(_EMPTY, _EMPTY, updated) if updated else None
-        if mat.before:
-            after = mat.after
-            for m, content in mat.before.items():
-                if touched.get(m) and m in zs and m in after and not same(content, after[m]):
-                    mat.upd.add(m)
-            mat.before.clear()
-        mat.after.clear()
-        added = frozenset([m for m, was in touched.items() if not was and m in zs])
-        removed = frozenset([m for m, was in touched.items() if was and m not in zs])
-        updated = frozenset([m for m in mat.upd if m in zs and m not in added])
-        touched.clear()
-        mat.upd.clear()
-        if added or removed or updated:
-            return ViewDelta(added, removed, updated)
-        return None
-
+    # ------------------------------------------------------------------ flush
     def _flush(self) -> dict[str, ViewDelta]:
         out: dict[str, ViewDelta] = {}
-        pending = self._pending
-        self._pending = set()
-        for mat in pending:
-            d = self._settle(mat)
-            if d is not None:
-                for v in mat.views:
-                    out[v] = d
+        if self._circuits or self._mats or self._projs:
+            self._epoch += 1
+            self._settle(out)
         if self._sync_each_call:
             self.sync_arena()
         return out
 
-    # ------------------------------------------------------------------ build / teardown
-    def _build(self, mat: Mat) -> None:
-        plan = mat.plan
-        ts = self.store.table(plan.table)
-        rows = ts.rows
-        cx = Cx(self.store)
-        cands: Iterable[str]
-        if plan.eq is not None:
-            cands = list(plan.candidates(self.store, mat.S, NONE, cx))
-        else:
-            cands = rows.keys()
-        pred = plan.pred
-        S = mat.S
-        entries = mat.entries
-        if plan.star_only and not plan.ordered and not plan.qlinks:
-            # Bulk path for SELECT * of flat rows: each row is its own output and member.
-            outs, trees, zs, dirty = mat.outs, mat.trees, mat.zs, mat.dirty
-            for rid in cands:
-                row = rows[rid]
-                if pred(row, S, NONE, _NOLINKS):
-                    entries[rid] = 1
-                    if type(row.get("id")) is RecordID and not _has_nested(row):
-                        outs[rid] = row
-                        trees[rid] = None
-                        zs[rid] = 1
-                    else:
-                        dirty.add(rid)
-            mat.visible = set(entries)
-            self._settle(mat)
-            return
-        if plan.qlinks:
-            for rid in cands:
-                row = rows[rid]
-                cx = Cx(self.store)
-                if pred(row, S, NONE, cx):
-                    entries[rid] = plan.entry(row, rid, cx) if plan.ordered else 1
-                self._set_qdeps(mat, rid, cx.reads)
-        else:
-            ordered = plan.ordered
-            for rid in cands:
-                row = rows[rid]
-                if pred(row, S, NONE, _NOLINKS):
-                    entries[rid] = plan.entry(row, rid, _NOLINKS) if ordered else 1
-        if plan.ordered:
-            assert mat.ordered is not None
-            mat.ordered.update(entries.values())
-            self._rewindow(mat)
-        else:
-            mat.visible = set(entries)
-            mat.dirty.update(entries)
-        self._settle(mat)
-
-    def _teardown(self, mat: Mat) -> None:
-        circuit = mat.circuit
-        circuit.mats.pop(mat.key, None)
-        circuit.remove(mat)
-        for rid in list(mat.qdeps):
-            self._set_qdeps(mat, rid, set())
-        for rid in list(mat.pdeps):
-            self._set_pdeps(mat, rid, None)
-        self._pending.discard(mat)
-        if not circuit.mats:
-            del self.circuits[circuit.shape]
-            lst = self.by_table.get(circuit.table, [])
-            if circuit in lst:
-                lst.remove(circuit)
-            if not lst:
-                self.by_table.pop(circuit.table, None)
-
-
-def same(a: Any, b: Any) -> bool:
-    """Type-exact equality of result values (1 and 1.0 differ, as a client sees them)."""
-    if a is b:
-        return True
-    ta = type(a)
-    if ta is not type(b):
-        return False
-    if ta is dict:
-        if len(a) != len(b):
-            return False
-        for k, v in a.items():
-            if k not in b or not same(v, b[k]):
-                return False
-        return True
-    if ta is list or ta is tuple:
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if ta is RecordID:
-        return bool(a.table_name == b.table_name) and same(a.id, b.id)
-    return bool(a == b)
-
-
-def _has_nested(out: Any) -> bool:
-    for v in out.values():
-        t = type(v)
-        if t is dict or t is list:
-            return True
-    return False
+    def _settle(self, out: dict[str, ViewDelta]) -> None:
+        circuits, self._circuits = self._circuits, set()
+        wmats, self._mats = self._mats, set()
+        projs, self._projs = self._projs, set()
+        # 1. implicit circuits: classify each changed row once for all materialisations
+        moves: list[tuple[Circuit, str, list[Mat], list[Mat], list[Mat]]] = []
+        for c in circuits:
+            rows = c.rows
+            for rid, r0 in c.changed.items():
+                st, le, en = c.classify(r0, rows.get(rid))
+                if st or le or en:
+                    c.held_now[rid] = bool(st or en)
+                    moves.append((c, rid, st, le, en))
+                    for proj in c.projs.values():
+                        proj.mark_row(rid, r0)
+                        projs.add(proj)
+        # 2. projection groups: re-project, project or drop the rows once
+        for proj in projs:
+            if proj.dirty:
+                proj.process(proj.circuit.held)
+        # 3. row events of implicit circuits: (row, shown before and after, left, entered)
+        events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]] = {}
+        for c, rid, st, le, en in moves:
+            events.setdefault(c, []).append((rid, st, le, en))
+        acc: dict[Mat, Any] = {}
+        touch = _touch
+        for proj in projs:
+            c = proj.circuit
+            for rid, rec in proj.recs.items():
+                if (not c.explicit and rid in c.changed) or not rec.changed():
+                    continue
+                row = c.rows.get(rid)
+                if row is None:
+                    continue
+                if c.explicit:
+                    for m in c.candidates(row):
+                        if m.proj is proj and rid in m.visible and rid not in m.vis0:  # type: ignore[attr-defined]
+                            touch(acc, m, rid, True, True)
+                else:
+                    ms = c.matching(row)
+                    if len(c.projs) > 1:
+                        ms = [m for m in ms if m.proj is proj]
+                    events.setdefault(c, []).append((rid, ms, [], []))
+        for c, evs in events.items():
+            if len(evs) == 1:
+                # one row event: every materialisation gets at most one entry
+                self._emit(c, *evs[0], out)
+                continue
+            for rid, st, le, en in evs:
+                for m in st:
+                    rec = m.proj.recs.get(rid)
+                    if rec is not None and rec.changed():
+                        touch(acc, m, rid, True, True)
+                for m in le:
+                    touch(acc, m, rid, True, False)
+                for m in en:
+                    touch(acc, m, rid, False, True)
+        for m in wmats:
+            vis = m.visible
+            for rid, was in m.vis0.items():
+                now = rid in vis
+                if was or now:
+                    touch(acc, m, rid, was, now)
+        # 4. deltas (shared objects when every member involved is clean)
+        used = set(projs)
+        for m, e in acc.items():
+            proj = m.proj
+            used.add(proj)
+            if type(e) is tuple:
+                rec = proj.rec(e[0])
+                if rec.clean:
+                    d = rec.delta(e[1], e[2])
+                else:
+                    d = general_delta([e], proj.rec, proj.owners, m.holds_start, m.holds_now)
+            else:
+                recs = [proj.rec(rid) for rid, _, _ in e]
+                if all(r.clean for r in recs):
+                    d = merge_clean(r.delta(was, now) for r, (_, was, now) in zip(recs, e))
+                else:
+                    d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
+            if d is not None:
+                out.update(dict.fromkeys(m.vt, d))
+        for c in circuits:
+            c.changed.clear()
+            c.held_now.clear()
+        for proj in used:
+            proj.finish()
+        for m in wmats:
+            m.vis0.clear()
 
 
-def _table_prefix(table: str) -> str:
-    return record_id_text(RecordID(table, "x"))[:-1]
+    @staticmethod
+    def _emit(c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
+              out: dict[str, ViewDelta]) -> None:
+        """Deltas of one row event of an implicit circuit: each class of materialisations
+        (shown before and after, left, entered) shares one delta when the row's members
+        are clean."""
+        single = len(c.projs) == 1
+        rec = None
+        if single:
+            rec = next(iter(c.projs.values())).recs.get(rid)
+            if rec is None:
+                return
+        for ms, was, now in ((st, True, True), (le, True, False), (en, False, True)):
+            if not ms:
+                continue
+            if rec is not None and rec.clean:
+                d = rec.delta(was, now)
+                if d is not None:
+                    for m in ms:
+                        vt = m.vt
+                        if len(vt) == 1:
+                            out[vt[0]] = d
+                        else:
+                            out.update(dict.fromkeys(vt, d))
+                continue
+            for m in ms:
+                proj = m.proj
+                r = proj.recs.get(rid)
+                if r is None or (was and now and not r.changed()):
+                    continue
+                if r.clean:
+                    d = r.delta(was, now)
+                else:
+                    d = general_delta([(rid, was, now)], proj.rec, proj.owners, m.holds_start,
+                                      m.holds_now)
+                if d is not None:
+                    out.update(dict.fromkeys(m.vt, d))
+
+
+def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:
+    cur = acc.get(m)
+    if cur is None:
+        acc[m] = (rid, was, now)
+    elif type(cur) is tuple:
+        acc[m] = [cur, (rid, was, now)]
+    else:
+        cur.append((rid, was, now))
+
+
+def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
+    """Top-level keys whose value differs (type-exact) between two versions of a row."""
+    out = {k for k, v in new.items() if k not in old or not same(old[k], v)}
+    out.update(k for k in old if k not in new)
+    return out
 
 
 _CANON: dict[str, str] = {}

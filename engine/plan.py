@@ -49,9 +49,15 @@ class Desc:
 
 
 _R_NUMBER = sort_key(0)[0]
+_NEG_NUMBER = -_R_NUMBER
+_R_STRING = sort_key("")[0]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _R_DATETIME = sort_key(_EPOCH)[0]
+_NEG_DATETIME = -_R_DATETIME
+_R_RECORD = sort_key(RecordID("t", 0))[0]
 _MICRO = timedelta(microseconds=1)
+_EXACT = 2**53
+_EXACT_KEYS = (int, str)
 
 
 def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -102,8 +108,16 @@ def _conjuncts(e: Expr | None) -> list[Expr]:
 
 def _eq_candidate(where: Expr | None) -> tuple[str, Expr] | None:
     """Pick a top-level conjunct ``field = constant-or-$parent`` usable as an index lookup."""
+    found = _eq_conjunct(where)
+    return None if found is None else found[0]
+
+
+def _eq_conjunct(where: Expr | None) -> tuple[tuple[str, Expr], Expr | None] | None:
+    """(the index lookup of :func:`_eq_candidate`, the rest of the WHERE clause)."""
     best: tuple[str, Expr] | None = None
-    for c in _conjuncts(where):
+    best_c: Expr | None = None
+    parts = _conjuncts(where)
+    for c in parts:
         if c[0] != "cmp" or c[1] != "=":
             continue
         a, b = c[2], c[3]
@@ -111,7 +125,14 @@ def _eq_candidate(where: Expr | None) -> tuple[str, Expr] | None:
             if (f[0] == "field" and len(f[1]) == 1 and other[0] in ("slot", "parent")
                     and (best is None or f[1][0] == "id")):
                 best = (f[1][0], other)
-    return best
+                best_c = c
+    if best is None:
+        return None
+    rest: Expr | None = None
+    for c in parts:
+        if c is not best_c:
+            rest = c if rest is None else ("and", rest, c)
+    return best, rest
 
 
 def deref(v: Any, cx: Cx) -> Any:
@@ -188,7 +209,13 @@ class Plan:
         self.start_slot = q.start[1] if q.start is not None else None
         self.bounded = self.limit_slot is not None or self.start_slot is not None
         self.ordered = self.bounded  # only a window needs the qualifying set kept in order
-        self.eq = _eq_candidate(q.where)
+        found = _eq_conjunct(q.where)
+        self.eq = None if found is None else found[0]
+        # With an exact index key (a record link), candidates already satisfy the equality:
+        # only the rest of the WHERE clause is evaluated (None: nothing else).
+        self.residual = None
+        if found is not None and found[1] is not None:
+            self.residual = compile_predicate(found[1])[0]
         self.fetch = q.fetch
         self.items: list[tuple[Any, ...]] = []
         star_only = True
@@ -212,7 +239,28 @@ class Plan:
         self.star_only = star_only and not self.fetch
         # A simple projection reads nothing beyond the row: no link, subquery or FETCH.
         self.simple = simple and not self.fetch
-        self.fast_filter = not self.ordered and not self.qlinks
+        # items that read only the row itself (re-projected only when the row changes)
+        self.row_only = [it.kind == "all" or (it.kind == "field" and len(it.path) == 1)
+                         for it in q.items]
+        # the row fields each item reads (None: the whole row): an item whose fields did not
+        # change keeps its value when the row changes (links and scans are tracked apart)
+        self.item_fields: list[frozenset[str] | None] = []
+        for it in q.items:
+            acc: set[str] = set()
+            if it.kind == "all":
+                self.item_fields.append(None)
+            elif it.kind in ("field", "linkall"):
+                self.item_fields.append(frozenset(it.path[:1]))
+            else:
+                assert it.sub is not None
+                whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
+                self.item_fields.append(None if whole else frozenset(acc))
+        self.flat = _compile_flat(q) if self.simple and not self.star_only else None
+        # entries read the row alone unless ORDER BY follows a link
+        self.row_entries = not order_links
+        self._ecache: Any = None
+        self._fcache: Any = None
+        self._ctable: Any = None
 
     # -- rows ---------------------------------------------------------------------------
     def window(self, S: tuple[Any, ...]) -> tuple[int, int | None]:
@@ -223,12 +271,31 @@ class Plan:
         return lo, lo + S[self.limit_slot]
 
     def entry(self, row: dict[str, Any], rid: str, cx: Any) -> tuple[Any, ...]:
-        """The sort entry of a row: ORDER BY keys, then the record id (scan order)."""
+        """The sort entry of a row: ORDER BY keys, then the record id (scan order).
+
+        Equal to ``(desc_key(sort_key(v)) or sort_key(v), ..., sort_key(id), rid)``, with the
+        common kinds (exact ints, strings, datetimes, int/str record keys) built inline."""
         keys = []
         for getter, desc in self.order:
-            k = sort_key(getter(row, cx))
-            keys.append(desc_key(k) if desc else k)
-        keys.append(sort_key(row.get("id", NONE)))
+            v = getter(row, cx)
+            t = type(v)
+            if t is int and -_EXACT <= v <= _EXACT:
+                keys.append((_NEG_NUMBER, 0, -v) if desc else (_R_NUMBER, 0, v, 0, 0))
+            elif t is str and not desc:
+                keys.append((_R_STRING, v))
+            elif t is datetime and v.tzinfo is not None:
+                keys.append((_NEG_DATETIME, -((v - _EPOCH) // _MICRO)) if desc
+                            else (_R_DATETIME, v))
+            else:
+                k = sort_key(v)
+                keys.append(desc_key(k) if desc else k)
+        i = row.get("id", NONE)
+        if type(i) is RecordID and type(i.id) is int:
+            keys.append((_R_RECORD, i.table_name, (0, i.id)))
+        elif type(i) is RecordID and type(i.id) is str:
+            keys.append((_R_RECORD, i.table_name, (1, i.id)))
+        else:
+            keys.append(sort_key(i))
         keys.append(rid)
         return tuple(keys)
 
@@ -260,23 +327,102 @@ class Plan:
 
     def run(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx) -> list[Any]:
         """Evaluate this (sub)query for one parent row: filter, order, window, project."""
-        rows = store.table(self.table).rows
-        pred = self.pred
+        t = store.table(self.table)
+        rows = t.rows
+        test = self.pred
+        eq = self.eq
+        if eq is None:
+            cx.subs.append((self.table, None, None))
+            cands: Any = rows
+        else:
+            field, other = eq
+            if other[0] == "slot":
+                val = S[other[1]]
+            else:
+                path = other[1]
+                if not path:
+                    val = par
+                elif len(path) == 1 and type(par) is dict:
+                    val = par.get(path[0], NONE)
+                else:
+                    val = walk(par, path, cx)
+            key = ikey(val)
+            cx.subs.append((self.table, field, key))
+            if field == "id":
+                cands = ()
+                if type(val) is RecordID and val.table_name == self.table:
+                    text = rid_text(val)
+                    if text in rows:
+                        cands = (text,)
+            else:
+                cands = t.index(field).get(key, ())
+            if type(val) is RecordID and type(val.id) in _EXACT_KEYS:
+                # the index key of a link with an int/str key is exact: no equality test
+                test = self.residual
+        entry = self.entry
+        # sort entries (and flat outputs) depend on the row alone: kept per row until it
+        # changes, so a re-run after one sibling changed recomputes that sibling only
+        ecache = self._caches(t) if self.row_entries else None
         hits = []
-        for rid in list(self.candidates(store, S, par, cx)):
+        if ecache is not None:
+            get = ecache.get
+            for rid in cands:
+                e = get(rid)
+                if e is None:
+                    row = rows.get(rid)
+                    if row is None or (test is not None and not test(row, S, par, cx)):
+                        continue
+                    e = ecache[rid] = entry(row, rid, cx)
+                elif test is not None and not test(rows[rid], S, par, cx):
+                    continue
+                hits.append(e)
+            if len(hits) > 1:
+                hits.sort()
+            lo, hi = self.window(S)
+            if lo or hi is not None:
+                hits = hits[lo:hi]
+            flat = self.flat
+            if flat is not None:
+                fcache = self._fcache
+                assert fcache is not None
+                out = []
+                for e in hits:
+                    rid = e[-1]
+                    o = fcache.get(rid)
+                    if o is None:
+                        o = fcache[rid] = flat(rows[rid])
+                    out.append(o)
+                return out
+            return [self.project(store, S, rows[e[-1]], cx) for e in hits]
+        pairs = []
+        for rid in cands:
             row = rows.get(rid)
-            if row is not None and pred(row, S, par, cx):
-                hits.append((self.entry(row, rid, cx), row))
-        hits.sort(key=lambda h: h[0])
+            if row is not None and (test is None or test(row, S, par, cx)):
+                pairs.append((entry(row, rid, cx), row))
+        if len(pairs) > 1:
+            pairs.sort()  # entries are unique (they end with the id): rows are never compared
         lo, hi = self.window(S)
         if lo or hi is not None:
-            hits = hits[lo:hi]
-        return [self.project(store, S, row, cx) for _, row in hits]
+            pairs = pairs[lo:hi]
+        flat = self.flat
+        if flat is not None:
+            return [flat(row) for _, row in pairs]
+        return [self.project(store, S, row, cx) for _, row in pairs]
+
+    def _caches(self, t: Any) -> Any:
+        ecache = self._ecache
+        if ecache is None or self._ctable is not t:
+            ecache = self._ecache = t.cache()
+            self._fcache = t.cache() if self.flat is not None else None
+            self._ctable = t
+        return ecache
 
     def project(self, store: Store, S: tuple[Any, ...], row: dict[str, Any], cx: Cx) -> Any:
         """The output document of ``row`` (SurrealDB's shape for this projection)."""
         if self.star_only:
             return row
+        if self.flat is not None:
+            return self.flat(row)
         out: dict[str, Any] = {}
         for item in self.items:
             kind = item[0]
@@ -332,6 +478,48 @@ class Plan:
                 else:
                     _set_path(out, out_path, v)
         return out
+
+
+def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
+    """Collect first segments of field paths (or of ``$parent`` paths when ``parent``) into
+    ``acc``; False when the whole row is read."""
+    k = e[0]
+    if k == "field" and not parent:
+        acc.add(e[1][0])
+    elif k == "parent" and parent:
+        if not e[1]:
+            return False
+        acc.add(e[1][0])
+    elif k in ("and", "or"):
+        return expr_fields(e[1], acc, parent) and expr_fields(e[2], acc, parent)
+    elif k == "not":
+        return expr_fields(e[1], acc, parent)
+    elif k == "cmp":
+        return expr_fields(e[2], acc, parent) and expr_fields(e[3], acc, parent)
+    elif k == "array":
+        return all(expr_fields(x, acc, parent) for x in e[1])
+    elif k == "object":
+        return all(expr_fields(x, acc, parent) for x in e[2])
+    return True
+
+
+
+def _compile_flat(q: Query) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """``row -> output`` for a projection of ``*`` and one-segment fields with one-segment
+    aliases (one dict display, items in order as :meth:`Plan.project` applies them)."""
+    parts: list[str] = []
+    for it in q.items:
+        if it.kind == "all":
+            parts.append("**row")
+        elif it.kind == "field" and len(it.path) == 1 and len(it.out) == 1:
+            parts.append(f"{it.out[0]!r}: row.get({it.path[0]!r}, NONE)")
+        else:
+            return None
+    env: dict[str, Any] = {"NONE": NONE}
+    # Generated from our own AST (names go through repr), never from raw query text.
+    src = f"def _flat(row):\n    return {{{', '.join(parts)}}}\n"
+    exec(compile(src, "<view-projection>", "exec"), env)  # noqa: S102
+    return env["_flat"]  # type: ignore[no-any-return]
 
 
 def tree_members(out: Any, acc: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ ingest path never serialises a row.
 from __future__ import annotations
 
 import uuid
+import weakref
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -71,7 +72,10 @@ def ikey(v: Any) -> Any:
     if t in _PLAIN_KEY_TYPES:
         return v
     if t is RecordID:
-        return ("\0r", v.table_name, ikey(v.id))
+        k = v.id
+        if type(k) is str:
+            return ("\0r", v.table_name, k)
+        return ("\0r", v.table_name, ikey(k))
     if t is list or t is tuple:
         return ("\0a", tuple(ikey(x) for x in v))
     if t is dict:
@@ -81,10 +85,15 @@ def ikey(v: Any) -> Any:
     return ("\0x", type(v).__name__, repr(v))
 
 
+class RowCache(dict):  # type: ignore[type-arg]
+    """Values computed from one row each (sort entries, flat projections), keyed by row id;
+    the table drops a row's value whenever the row is written or deleted."""
+
+
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("changed", "indexes", "name", "rows")
+    __slots__ = ("caches", "changed", "indexes", "name", "rows")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -92,12 +101,29 @@ class TableStore:
         # ids put or deleted since their bytes were last written to the arena
         self.changed: set[str] = set()
         self.indexes: dict[str, dict[Any, set[str]]] = {}
+        # weak references: a cache lives as long as the plan that fills it
+        self.caches: list[weakref.ref[RowCache]] = []
+
+    def cache(self) -> RowCache:
+        """A new row cache over this table (kept while the caller holds it)."""
+        c = RowCache()
+        self.caches = [r for r in self.caches if r() is not None]
+        self.caches.append(weakref.ref(c))
+        return c
+
+    def _forget(self, rid: str) -> None:
+        for r in self.caches:
+            c = r()
+            if c is not None:
+                c.pop(rid, None)
 
     def put(self, rid: str, row: dict[str, Any]) -> dict[str, Any] | None:
         """Store ``row`` under ``rid``; returns the previous row (or None)."""
         old = self.rows.get(rid)
         self.rows[rid] = row
         self.changed.add(rid)
+        if self.caches:
+            self._forget(rid)
         for field, idx in self.indexes.items():
             if old is not None:
                 ok = ikey(old.get(field, NONE))
@@ -120,6 +146,8 @@ class TableStore:
         if old is None:
             return None
         self.changed.add(rid)
+        if self.caches:
+            self._forget(rid)
         for field, idx in self.indexes.items():
             ok = ikey(old.get(field, NONE))
             s = idx.get(ok)

@@ -11,16 +11,15 @@ from engine.values import NONE
 def rv_is_stale(new_rv: Any, old_rv: Any) -> bool:
     """True when an incoming row version `new_rv` is older than the stored `old_rv`.
 
-    A stored row without a version (written before the schema hooks existed) never makes an
-    event stale. An incoming row WITHOUT a version over a stored row WITH one is stale: once a
-    table is hooked every write carries a version, so a version-less row can only be a read
-    taken before the hooks (a backfill or repair page read before a concurrent write), and
-    applying it would roll the row back. Versions that do not compare are not stale.
+    A missing or NULL version on either side never makes an event stale: rows written before
+    the schema hooks existed carry none, and an event posted by hand to `/ingest` need not
+    carry one (the spec names `record._00_rv` only for tables the CLI hooked). Versions that do
+    not compare are not stale either.
     """
-    if old_rv is NONE or old_rv is None or isinstance(old_rv, bool):
+    if new_rv is NONE or new_rv is None or old_rv is NONE or old_rv is None:
         return False
-    if new_rv is NONE or new_rv is None:
-        return True
+    if isinstance(new_rv, bool) or isinstance(old_rv, bool):
+        return False
     try:
         return bool(new_rv < old_rv)
     except TypeError:

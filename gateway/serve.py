@@ -1,7 +1,11 @@
-"""How the SSP hub starts the gateway: the gunicorn command line for an `SspConfig`.
+"""How the SSP hub starts the gateway: the gunicorn command line for an SSP's configuration
+(`GatewayConfig`: the fields of `ssp.config.SspConfig` it reads; the gateway does not import
+the SSP).
 
 `gunicorn -k asgi` is gunicorn's native ASGI worker (uvloop when installed); each worker
-imports `gateway.ssp_app:create_app()` after the fork, so ZeroMQ sockets are per worker.
+calls `gateway.ssp_app:create_app(<hub endpoint>)` after the fork, so ZeroMQ sockets are per
+worker. The hub endpoint travels in the app spec (a literal argument); the bearer secret
+never does (argv is visible to every user): the worker reads `SVC_AUTH_SECRET` itself.
 
 - `--no-control-socket`: gunicorn >= 25 otherwise binds `$HOME/.gunicorn/gunicorn.ctl` (or
   `$XDG_RUNTIME_DIR/gunicorn.ctl`), one path shared by every gunicorn of the user, so two SSPs
@@ -19,11 +23,11 @@ imports `gateway.ssp_app:create_app()` after the fork, so ZeroMQ sockets are per
 from __future__ import annotations
 
 import sys
+from typing import Protocol
 
 from ipc.http import SERVER_KEEPALIVE_SECS
-from ssp.config import SspConfig
 
-APP_SPEC = "gateway.ssp_app:create_app()"
+APP_SPEC = "gateway.ssp_app:create_app({endpoint!r})"
 HOOKS = "python:gateway.gunicorn_hooks"
 
 
@@ -32,8 +36,19 @@ def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class GatewayConfig(Protocol):
+    """What the gateway's command line is made of (`ssp.config.SspConfig` has it)."""
+
+    gateway_workers: int
+    listen_host: str
+    listen_port: int
+
+    @property
+    def hub_endpoint(self) -> str: ...
+
+
 def gunicorn_argv(
-    cfg: SspConfig, *, python: str = sys.executable, graceful_timeout_secs: int = 5, access_log: bool = False
+    cfg: GatewayConfig, *, python: str = sys.executable, graceful_timeout_secs: int = 5, access_log: bool = False
 ) -> list[str]:
     """The argv that runs the gateway for `cfg` (environment: the SSP's own, unchanged)."""
     argv = [
@@ -48,5 +63,5 @@ def gunicorn_argv(
     ]
     if access_log:
         argv += ["--access-logfile", "-"]
-    argv.append(APP_SPEC)
+    argv.append(APP_SPEC.format(endpoint=cfg.hub_endpoint))
     return argv

@@ -18,44 +18,16 @@ from typing import Any
 
 from falcon.asgi import SSEvent
 
+from ipc.httperrors import bad_request
 from ipc.messages import ErrorCode, logs_poll
+from ipc.sse import RawEvent, frame
 
-from .errors import bad_request
 from .hub import HubLink, HubUnavailable
 
 log = logging.getLogger("gateway.sse")
 
 DEFAULT_BACKFILL = 100
 MAX_BACKFILL = 10_000
-
-
-class RawEvent(SSEvent):
-    """Pre-framed SSE bytes (Falcon's SSEvent does not split multi-line data)."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: bytes) -> None:
-        super().__init__()
-        self.raw = raw
-
-    def __bool__(self) -> bool:
-        return True
-
-    def serialize(self, handler: Any = None) -> bytes:
-        return self.raw
-
-
-def frame(data: str, *, event: str | None = None, event_id: str | None = None) -> bytes:
-    """One SSE message: every line of `data` becomes its own `data:` field."""
-    parts: list[str] = []
-    if event is not None:
-        parts.append(f"event: {event}\n")
-    if event_id is not None:
-        parts.append(f"id: {event_id}\n")
-    for line in data.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        parts.append(f"data: {line}\n")
-    parts.append("\n")
-    return "".join(parts).encode("utf-8", "replace")
 
 
 def parse_tail(raw: str | None) -> bool:

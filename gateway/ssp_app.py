@@ -4,7 +4,7 @@ gunicorn runs it in each worker (`gunicorn -k asgi 'gateway.ssp_app:create_app()
 route of the spec's SSP table handled by this issue is forwarded to the hub per the contract in
 `ipc.messages`; the gateway itself answers only what needs no state:
 
-- 401 `unauthorized`: bearer check (`gateway.auth`), except the public GET routes;
+- 401 `unauthorized`: bearer check (`ipc.bearer`), except the public GET routes;
 - 400 `invalid`: wrong Content-Type, malformed JSON, a body of the wrong shape (the message
   names the field and what it must be), bad `/logs` query values;
 - 413 `payload_too_large`: a body over 1 MiB (a batched `/ingest` array: 32 MiB); 404/405 for unknown routes and methods;
@@ -17,7 +17,7 @@ Everything else is the hub's reply, status and body unchanged.
 Decisions (where the spec leaves room):
 
 - Without `SVC_AUTH_SECRET` any bearer token is accepted, but a request with no
-  `Authorization: Bearer <token>` at all is still 401 (`gateway.auth`).
+  `Authorization: Bearer <token>` at all is still 401 (`ipc.bearer`).
 - Content-Type: absent, `application/json` (any parameters) or `application/*+json`; anything
   else is 400, so `curl -d` (form-encoded) needs `-H 'Content-Type: application/json'`.
   `POST /ingest` also takes `ipc.typed.CONTENT_TYPE` (the scheduler's typed deliveries: record
@@ -43,6 +43,16 @@ import falcon.asgi
 import zmq.asyncio
 
 from ipc import typed
+from ipc.bearer import BearerAuth
+from ipc.body import (
+    DEFAULT_MAX_BODY_BYTES,
+    check_content_type,
+    parse_json,
+    parse_typed,
+    read_bytes,
+    too_large,
+)
+from ipc.httperrors import HttpError, bad_request, serialize_error
 from ipc.messages import (
     BODY_ROUTES,
     BodyError,
@@ -54,18 +64,7 @@ from ipc.messages import (
     request,
     route_timeout,
 )
-from ssp.config import SspConfig
 
-from .auth import BearerAuth
-from .body import (
-    DEFAULT_MAX_BODY_BYTES,
-    check_content_type,
-    parse_json,
-    parse_typed,
-    read_bytes,
-    too_large,
-)
-from .errors import GatewayError, bad_request, serialize_error
 from .hub import HubLink, HubUnavailable
 from .hublog import HubLogHandler
 from .sse import LogStream, check_logs_body, parse_backfill, parse_last_event_id, parse_tail
@@ -77,8 +76,8 @@ log = logging.getLogger("gateway.ssp")
 INGEST_BATCH_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
-def _internal() -> GatewayError:
-    return GatewayError(500, ErrorCode.INTERNAL, "internal error in the gateway (logged)")
+def _internal() -> HttpError:
+    return HttpError(500, ErrorCode.INTERNAL, "internal error in the gateway (logged)")
 
 
 class GatewayApp(falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response]):
@@ -102,9 +101,11 @@ class GatewaySettings:
     hub_timeout_secs: float | None = None
 
     @classmethod
-    def from_config(cls, cfg: SspConfig) -> GatewaySettings:
-        """The gateway's part of the SSP configuration."""
-        return cls(auth_secret=cfg.auth_secret, hub_endpoint=cfg.hub_endpoint, copy_logs_to_hub=True)
+    def from_env(cls, env: Mapping[str, str], hub_endpoint: str) -> GatewaySettings:
+        """The gateway's part of the SSP configuration: the secret (`SVC_AUTH_SECRET`, as
+        `ssp.config` reads it) and the hub endpoint the SSP passed."""
+        return cls(auth_secret=env.get("SVC_AUTH_SECRET") or None, hub_endpoint=hub_endpoint,
+                   copy_logs_to_hub=True)
 
     def __repr__(self) -> str:  # never print the secret
         return f"GatewaySettings(hub_endpoint={self.hub_endpoint!r}, auth={'on' if self.auth_secret else 'any bearer'})"
@@ -373,11 +374,11 @@ def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = No
     return app
 
 
-def create_app() -> GatewayApp:
-    """gunicorn's entry point: read the SSP configuration once per worker and build the app."""
+def create_app(hub_endpoint: str) -> GatewayApp:
+    """gunicorn's entry point (`gateway.serve`): the app of one worker, forwarding to the hub
+    at `hub_endpoint`."""
     # gunicorn configures only its own loggers: without this, a handler on "gateway" (the hub
     # copy) would silence Python's last-resort stderr output. No-op if logging is set up.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
-    cfg = SspConfig.from_env(os.environ)
-    return build_app(GatewaySettings.from_config(cfg))
+    return build_app(GatewaySettings.from_env(os.environ, hub_endpoint))

@@ -42,7 +42,8 @@ which never raises on a body the gateway forwarded):
   Typed form (`Content-Type: ipc.typed.CONTENT_TYPE`, the scheduler's deliveries): the same
   shapes in MessagePack with SurrealDB's types kept; the gateway checks the shape (ext values
   opaque) and forwards `body` as the request's BYTES, unchanged (`op` not upper-cased); the
-  hub decodes them with `ipc.typed.decode` (a malformed value is its 400).
+  hub decodes them with `ipc.typed.decode` and `engine.wire.ext_hook` (a malformed value is
+  its 400).
 - `POST /view/register` (`ViewRegistration`): `{id, surql, clientId, ttl, params,
   lastActiveAt, format}` with `params` and `format` present (None when absent), `ttl` as sent
   (duration text; `parse_duration_ms` gives milliseconds) and `lastActiveAt` as sent or None.
@@ -315,11 +316,12 @@ _DURATION_NS: Final[dict[str, int]] = {
 MAX_DURATION_MS: Final = 10 * 365 * 86_400 * 1000
 
 
-def parse_duration_ms(text: str) -> int:
-    """Duration text as SurrealDB writes it (`30s`, `10m`, `1h30m`, `500ms`) -> milliseconds.
+def parse_duration_ns(text: str) -> int:
+    """Duration text as SurrealDB writes it (`30s`, `10m`, `1h30m`, `500ms`) -> nanoseconds:
+    the one duration parser (ttl, changefeed retention, settings).
 
     Units: ns, us/µs, ms, s, m, h, d, w, y; parts may repeat in any order and add up. The
-    total must be positive and at most 10 years. ValueError says what is wrong.
+    total must be positive. ValueError says what is wrong.
     """
     stripped = text.strip()
     if not stripped:
@@ -335,9 +337,14 @@ def parse_duration_ms(text: str) -> int:
         pos = m.end()
     if pos != len(stripped) or pos == 0:
         raise ValueError(f"must be duration text such as 30s, 10m or 1h30m, got {text!r}")
-    total_ms = total_ns // 1_000_000
     if total_ns <= 0:
         raise ValueError(f"must be a positive duration, got {text!r}")
+    return total_ns
+
+
+def parse_duration_ms(text: str) -> int:
+    """`parse_duration_ns` in milliseconds (at least 1), at most 10 years (a ttl)."""
+    total_ms = parse_duration_ns(text) // 1_000_000
     if total_ms > MAX_DURATION_MS:
         raise ValueError(f"must be at most 10 years, got {text!r}")
     return max(total_ms, 1)
@@ -366,6 +373,35 @@ def parse_timestamp(text: str) -> datetime:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
+
+
+#: A `_00_query` row's ttl when it has none (or an unreadable one): the client default, 10m.
+DEFAULT_TTL_MS: Final = 600_000
+
+
+def ttl_ms(value: Any) -> int:
+    """A `_00_query.ttl` (a SurrealDB duration or its text) in ms; DEFAULT_TTL_MS otherwise."""
+    elapsed = getattr(value, "elapsed", None)  # surrealdb's Duration (ns), without importing it
+    if isinstance(elapsed, int) and not isinstance(value, (str, bytes)):
+        return max(1, elapsed // 1_000_000)
+    if isinstance(value, str):
+        try:
+            return parse_duration_ms(value)
+        except ValueError:
+            return DEFAULT_TTL_MS
+    return DEFAULT_TTL_MS
+
+
+def epoch_ms(value: Any) -> int | None:
+    """A datetime (or ISO 8601 text) as epoch milliseconds; None when it is neither."""
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, str):
+        try:
+            return int(parse_timestamp(value).timestamp() * 1000)
+        except ValueError:
+            return None
+    return None
 
 
 def normalize_view_id(text: str) -> str:

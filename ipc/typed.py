@@ -1,5 +1,10 @@
 """Typed row-change events between our own processes: the scheduler's `POST /ingest` to an SSP.
 
+This module is the framing and decoding every hop shares with no value type of its own
+(`CONTENT_TYPE`, `encode_batch`, `is_array`, `decode(data, ext_hook)`, `decode_shape`: ext
+values left opaque), so `ipc` imports nothing of ours; the values themselves are
+`engine.wire`'s (`encode_event`, `ext_hook`, `check_record`), next to the engine's ext types.
+
 JSON has no record id, datetime, decimal, duration, uuid or bytes, and a SCHEMALESS field has
 no definition to type its text again (`dbclient.fieldtypes`), so a link sent as JSON reaches
 the SSP as a string and a view comparing it with a record id answers wrongly. Between our
@@ -25,49 +30,20 @@ NONE stays apart from NULL, and what the WAL could store can always be sent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgpack
 
-from engine.values import (
-    EXT_RECORD_ID,
-    RecordID,
-    ext_value,
-    pack_wire,
-    parse_record_id,
-    record_id_text,
-)
-
-__all__ = ["CONTENT_TYPE", "check_record", "decode", "decode_shape", "encode_batch",
-           "encode_event", "is_array"]
+__all__ = ["CONTENT_TYPE", "decode", "decode_shape", "encode_batch", "is_array"]
 
 CONTENT_TYPE: Final = "application/vnd.svc.values+msgpack"
 
-_RID_CACHE: dict[bytes, RecordID] = {}
-_RID_CACHE_MAX = 100_000
 _ARRAY_HEADER = msgpack.Packer(autoreset=True).pack_array_header
 
 
-def encode_event(event: Mapping[str, Any], seq: int | None = None) -> bytes:
-    """One event `{table, op, id, record}` (plus `seq`) as typed bytes.
-
-    A scheduler packs each event once and joins the bytes into every SSP's batch
-    (:func:`encode_batch`). `id` goes as text; a DELETE without a record gets `{id}`.
-    TypeError for a value outside SurrealDB's row types."""
-    rid = event["id"]
-    text = rid if isinstance(rid, str) else record_id_text(rid)
-    record = event.get("record")
-    if record is None:
-        record = {"id": rid if isinstance(rid, RecordID) else parse_record_id(text)}
-    out = {"table": event["table"], "op": event["op"], "id": text, "record": record}
-    if seq is not None:
-        out["seq"] = seq
-    return pack_wire(out)
-
-
 def encode_batch(events: Sequence[bytes]) -> bytes:
-    """Events packed by :func:`encode_event` as one array body."""
+    """Events packed by `engine.wire.encode_event` as one array body."""
     return _ARRAY_HEADER(len(events)) + b"".join(events)
 
 
@@ -76,20 +52,14 @@ def is_array(data: bytes) -> bool:
     return bool(data) and (0x90 <= data[0] <= 0x9F or data[0] in (0xDC, 0xDD))
 
 
-def _typed_ext(code: int, data: bytes) -> Any:
-    if code == EXT_RECORD_ID:
-        rid = _RID_CACHE.get(data)
-        if rid is None:
-            if len(_RID_CACHE) >= _RID_CACHE_MAX:
-                _RID_CACHE.clear()
-            rid = _RID_CACHE[data] = ext_value(code, data)
-        return rid
-    return ext_value(code, data)
+def decode(data: bytes, ext_hook: Callable[[int, bytes], Any]) -> Any:
+    """Typed bytes back to values, each ext value built by `ext_hook` (`engine.wire.ext_hook`:
+    RecordID, datetime, Decimal, Duration, UUID, NONE).
 
-
-def _unpack(data: bytes, hook: Any) -> Any:
+    ValueError naming the problem: not MessagePack, trailing bytes, a map key that is not a
+    string, an unknown ext type or a malformed ext payload (the hook's ValueError)."""
     try:
-        return msgpack.unpackb(data, raw=False, ext_hook=hook, strict_map_key=True)
+        return msgpack.unpackb(data, raw=False, ext_hook=ext_hook, strict_map_key=True)
     except (msgpack.StackError, RecursionError):
         raise ValueError("nested too deeply") from None
     except msgpack.FormatError:
@@ -99,31 +69,8 @@ def _unpack(data: bytes, hook: Any) -> Any:
         raise ValueError(str(e) or type(e).__name__) from None
 
 
-def decode(data: bytes) -> Any:
-    """Typed bytes back to values (RecordID, datetime, Decimal, Duration, UUID, NONE).
-
-    ValueError naming the problem: not MessagePack, trailing bytes, a map key that is not a
-    string, an unknown ext type or a malformed ext payload."""
-    return _unpack(data, _typed_ext)
-
-
 def decode_shape(data: bytes) -> Any:
     """Typed bytes with every ext value left opaque (a `slice`, built in C: the cheapest
     stand-in): enough to check the shape of a body without building its values. ValueError
-    as :func:`decode` for broken MessagePack; ext payloads are checked by :func:`decode`."""
-    return _unpack(data, slice)
-
-
-def check_record(table: str, rid: str, record: dict[str, Any]) -> dict[str, Any]:
-    """A decoded record as it came, with its `id` a record id of `table` (the event's `id`
-    text when the record has none). ValueError when the id is not one of `table`."""
-    ident = record.get("id")
-    if not isinstance(ident, RecordID):
-        try:
-            ident = parse_record_id(rid) if ":" in rid else RecordID(table, rid)
-        except ValueError:
-            raise ValueError(f"id {rid[:80]!r} is not a record id") from None
-        record["id"] = ident
-    if ident.table_name != table:
-        raise ValueError(f"id {record_id_text(ident)[:80]!r} is not in table {table}")
-    return record
+    as `decode` for broken MessagePack; ext payloads are checked by `decode`."""
+    return decode(data, slice)

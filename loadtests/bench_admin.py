@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "loadtests"))
 from bench_scheduler import Workload, post_events, register_views, seed  # noqa: E402
 from surrealdb import RecordID  # noqa: E402
 
-from tests.integration.test_ssp_support import apply_schema, root_db  # noqa: E402
+from tests.support.ssp_stack import apply_schema, root_db  # noqa: E402
 from tests.support.admin_stack import (  # noqa: E402
     AUTH_SECRET,
     BREAKGLASS,

@@ -54,14 +54,15 @@ from surrealdb import RecordID
 from dbclient import Database, DbConfig
 from dbclient import cbor as sdk_cbor
 from dbclient.fieldtypes import restore_types
+from engine import wire
+from engine.jsonvalues import json_default
 from engine.values import canonical_bytes, pack_value, record_id_text, unpack_value
-from gateway.body import parse_json, parse_typed
 from ipc import typed
-from ipc.messages import normalize_body, request
+from ipc.body import parse_json, parse_typed
+from ipc.messages import normalize_body, parse_timestamp, request
 from scheduler.core import Outbound
-from scheduler.proxy import json_default
-from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
 from tests.support.procs import start_db_host
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;
@@ -129,7 +130,8 @@ def codec_figures() -> list[tuple[str, float, float, float, float]]:
 
     def json_hub() -> None:
         for e in msgpack.unpackb(jm, raw=False, strict_map_key=False)["body"]:
-            canonical_bytes(restore_types(e["table"], e["id"], e["record"], {}))
+            canonical_bytes(restore_types(e["table"], e["id"], e["record"], {},
+                                          parse_datetime=parse_timestamp))
 
     # typed MessagePack: what the scheduler sends now.
     def typed_enc() -> bytes:
@@ -142,8 +144,8 @@ def codec_figures() -> list[tuple[str, float, float, float, float]]:
     tm = typed_gw()
 
     def typed_hub() -> None:
-        for e in typed.decode(msgpack.unpackb(tm, raw=False, strict_map_key=False)["body"]):
-            canonical_bytes(typed.check_record(e["table"], e["id"], e["record"]))
+        for e in typed.decode(msgpack.unpackb(tm, raw=False, strict_map_key=False)["body"], wire.ext_hook):
+            canonical_bytes(wire.check_record(e["table"], e["id"], e["record"]))
 
     # CBOR as the SDK speaks it (tags left as cbor2 tags for the shape check).
     def cbor_enc() -> bytes:
@@ -157,7 +159,7 @@ def codec_figures() -> list[tuple[str, float, float, float, float]]:
 
     def cbor_hub() -> None:
         for e in sdk_cbor.decode(msgpack.unpackb(cm, raw=False, strict_map_key=False)["body"]):
-            canonical_bytes(typed.check_record(e["table"], e["id"], e["record"]))
+            canonical_bytes(wire.check_record(e["table"], e["id"], e["record"]))
 
     # Inside the SSP, whatever the wire: the hub's row bytes and its batch to the shard, which
     # unpacks it (typed values cost more here than text: the price of keeping the types).
@@ -171,9 +173,10 @@ def codec_figures() -> list[tuple[str, float, float, float, float]]:
             unpack_value(pack_value(payload))
         return run
 
-    json_rows = [restore_types(e["table"], e["id"], e["record"], {})
+    json_rows = [restore_types(e["table"], e["id"], e["record"], {},
+                                          parse_datetime=parse_timestamp)
                  for e in msgpack.unpackb(jm, raw=False, strict_map_key=False)["body"]]
-    typed_rows = [e["record"] for e in typed.decode(tb)]
+    typed_rows = [e["record"] for e in typed.decode(tb, wire.ext_hook)]
     out = []
     for name, fns, size in (("json", (json_enc, json_gw, json_hub, inside(json_rows)), len(jb)),
                             ("typed msgpack", (typed_enc, typed_gw, typed_hub,

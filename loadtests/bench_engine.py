@@ -2,7 +2,8 @@
 
     python loadtests/bench_engine.py [--quick] [--seed N]
 
-Prints ONE table, measured in one run:
+Prints ONE table, measured in one run. `changes/s` is wall-clock; `cpu ch/s` divides by the
+process's CPU time instead (the machine may be shared: compare both, and `uptime`).
 - W1: user/thread/comment tables (1k / 20k / 200k rows), 1,000 mixed views (40% filters, 30%
   ORDER BY + LIMIT 20, 20% a thread with its last 10 comments and its author, 10% per-user
   `author = $auth.id`), 100,000 writes (70% UPDATE, 20% CREATE, 10% DELETE): changes/s and the
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from surrealdb import RecordID  # noqa: E402
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 STATUSES = ["open", "closed", "archived", "draft"]
 CATEGORIES = [f"c{i}" for i in range(50)]
+TAGS = [f"t{i}" for i in range(40)]
 Event = tuple[str, str, str, dict[str, Any] | None]
 
 
@@ -66,15 +68,22 @@ class Sizes:
     scale_large: int
     scale_writes: int
     register_rows: int
+    mix_threads: int
+    mix_comments: int
+    mix_views: int
+    mix_writes: int
+    mix_extra: int  # large views registered last, for RSS per additional member
 
 
 FULL = Sizes(users=1_000, threads=20_000, comments=200_000, views=1_000, writes=100_000,
              w2_views=100_000, w2_writes=20_000, naive_writes=12, naive_views_per_write=15,
              scale_small=10_000, scale_large=1_000_000, scale_writes=20_000,
-             register_rows=10_000)
+             register_rows=10_000, mix_threads=20_000, mix_comments=100_000, mix_views=1_000,
+             mix_writes=20_000, mix_extra=40)
 QUICK = Sizes(users=50, threads=500, comments=2_000, views=60, writes=1_000, w2_views=1_000,
               w2_writes=500, naive_writes=5, naive_views_per_write=5, scale_small=500,
-              scale_large=5_000, scale_writes=300, register_rows=1_000)
+              scale_large=5_000, scale_writes=300, register_rows=1_000, mix_threads=1_000,
+              mix_comments=5_000, mix_views=100, mix_writes=1_000, mix_extra=5)
 
 
 # ------------------------------------------------------------------------------ data & views
@@ -141,12 +150,24 @@ def w1_views(s: Sizes, r: random.Random) -> list[tuple[str, dict[str, Any]]]:
 
 
 PER_USER = "SELECT id, title, score FROM thread WHERE author = $auth.id"
+USER_TOP = ("SELECT id, title, created_at FROM thread WHERE author = $auth.id "
+            "ORDER BY created_at DESC LIMIT 10")
+# The issue-19 class: an unbounded list with a correlated top-5 subquery per row, over many
+# distinct range constants (each view holds about half of the threads).
+LARGE = ("SELECT *, (SELECT id, votes FROM comment WHERE thread = $parent.id "
+         "ORDER BY votes DESC LIMIT 5) AS cs FROM thread WHERE score > $min")
+NARROW = "SELECT id, title, score FROM thread WHERE score >= $lo AND score < $hi"
+TAG_TOP = ("SELECT id, title, score FROM thread WHERE tags CONTAINS $tag "
+           "ORDER BY score DESC LIMIT 20")
 
 
 def make_writes(data: Data, n: int, r: random.Random, text: Callable[[Any], str],
                 tables: tuple[str, ...] = ("comment", "comment", "thread", "thread", "user"),
+                touch: Callable[[str, dict[str, Any], random.Random, int, int], None] | None = None,
                 ) -> list[Event]:
-    """70% UPDATE, 20% CREATE, 10% DELETE over live ids (the id sets evolve as we go)."""
+    """70% UPDATE, 20% CREATE, 10% DELETE over live ids (the id sets evolve as we go);
+    ``touch(table, row, r, users, threads)`` changes a row for an UPDATE (default _touch)."""
+    touch = touch or _touch
     live = {t: [row["id"].id for row in rows] for t, rows in data.rows.items()}
     current = {t: {row["id"].id: row for row in rows} for t, rows in data.rows.items()}
     users, threads = len(data.rows["user"]), len(data.rows["thread"])
@@ -172,7 +193,7 @@ def make_writes(data: Data, n: int, r: random.Random, text: Callable[[Any], str]
         else:
             key = r.choice(ids)
             row = dict(current[table][key])
-            _touch(table, row, r, users, threads)
+            touch(table, row, r, users, threads)
             current[table][key] = row
             events.append((table, "UPDATE", text(row["id"]), row))
     return events
@@ -191,8 +212,13 @@ def _touch(table: str, row: dict[str, Any], r: random.Random, users: int, thread
         row["age"] = r.randint(15, 80)
         row["name"] = f"user{row['id'].id}-{r.randrange(100)}"
     elif table == "thread":
-        field_ = r.choice(["score", "score", "status", "category", "author"])
-        if field_ == "score":
+        fields = ["score", "score", "status", "category", "author"]
+        if "tags" in row:  # the mix's threads carry tags (W1's do not: its stream is unchanged)
+            fields.append("tags")
+        field_ = r.choice(fields)
+        if field_ == "tags":
+            row["tags"] = r.sample(TAGS, r.randint(1, 3))
+        elif field_ == "score":
             row["score"] = r.randint(0, 1000)
         elif field_ == "status":
             row["status"] = r.choice(STATUSES)
@@ -219,6 +245,7 @@ class Result:
     per_change_s: float | None = None  # when extrapolated instead of measured one by one
     note: str = ""
     ratio: str = ""
+    cpu_seconds: float | None = None  # process CPU time (the machine may be shared)
 
     @property
     def cost(self) -> float:
@@ -263,21 +290,25 @@ def feed_one_by_one(eng: Any, name: str, events: list[Event]) -> Result:
     lat: list[int] = []
     clock = time.perf_counter_ns
     gc.collect()
+    cpu = time.process_time()
     start = time.perf_counter()
     for table, op, rid, rec in events:
         t = clock()
         eng.ingest(table, op, rid, rec)
         lat.append(clock() - t)
-    return Result(name, len(events), time.perf_counter() - start, lat)
+    return Result(name, len(events), time.perf_counter() - start, lat,
+                  cpu_seconds=time.process_time() - cpu)
 
 
 def feed_batches(eng: Any, name: str, events: list[Event], size: int = 100) -> Result:
     gc.collect()
+    cpu = time.process_time()
     start = time.perf_counter()
     for i in range(0, len(events), size):
         eng.ingest_batch(events[i:i + size])
     return Result(name, len(events), time.perf_counter() - start,
-                  note=f"batches of {size}; latency is per batch, not shown")
+                  note=f"batches of {size}; latency is per batch, not shown",
+                  cpu_seconds=time.process_time() - cpu)
 
 
 # ------------------------------------------------------------------------------ workloads
@@ -316,7 +347,7 @@ def run_w1(s: Sizes, seed: int) -> tuple[list[Result], Data, list[tuple[str, dic
     return [one, batch, back, filed], snapshot, views, events, one
 
 
-def run_w2(s: Sizes, seed: int, data: Data) -> Result:
+def run_w2(s: Sizes, seed: int, data: Data) -> list[Result]:
     view_engine, text = engine_api()
     r = random.Random(seed + 2)
     eng = view_engine()
@@ -336,7 +367,54 @@ def run_w2(s: Sizes, seed: int, data: Data) -> Result:
     res = feed_one_by_one(eng, f"W2 {s.w2_views:,} per-user views", events)
     res.note = (f"{per_view:,.0f} B/view (RSS delta), {traced:,.0f} B/view (tracemalloc), "
                 f"registered in {reg:.2f}s")
-    return res
+    moves = author_moves(replay_rows(data, events)["thread"], s.w2_writes, s.users, r, text)
+    moved = feed_one_by_one(eng, "W2 moves: every write changes the author", moves)
+    moved.note = "same views; each UPDATE moves a thread from one user's views to another's"
+    del eng
+    gc.collect()
+    eng = view_engine()
+    for table, rows in data.rows.items():
+        eng.load(table, rows)
+    start = time.perf_counter()
+    for i in range(s.w2_views):
+        eng.register(f"t{i}", USER_TOP, {"auth": {"id": RecordID("user", i % s.users)}})
+    reg = time.perf_counter() - start
+    top = feed_one_by_one(eng, "W2 moves, per-user top-10 views", moves)
+    top.note = (f"{s.w2_views:,} views of `author = $auth.id ORDER BY created_at DESC "
+                f"LIMIT 10`, registered in {reg:.2f}s")
+    del eng
+    gc.collect()
+    return [res, moved, top]
+
+
+def replay_rows(data: Data, events: list[Event]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each table's rows (by id text) after ``events`` were applied to ``data``."""
+    _, text = engine_api()
+    state = {t: {text(row["id"]): row for row in rows} for t, rows in data.rows.items()}
+    for table, op, rid, rec in events:
+        if op == "DELETE":
+            state[table].pop(rid, None)
+        else:
+            assert rec is not None
+            state[table][rid] = rec
+    return state
+
+
+def author_moves(threads: dict[str, dict[str, Any]], n: int, users: int, r: random.Random,
+                 text: Callable[[Any], str]) -> list[Event]:
+    """``n`` UPDATEs, each giving a live thread another author."""
+    current = dict(threads)
+    ids = sorted(current)
+    events: list[Event] = []
+    for _ in range(n):
+        rid = r.choice(ids)
+        row = dict(current[rid])
+        old = row.get("author")
+        while row.get("author") == old:
+            row["author"] = RecordID("user", r.randrange(users))
+        current[rid] = row
+        events.append(("thread", "UPDATE", text(row["id"]), row))
+    return events
 
 
 def traced_bytes_per_view(data: Data, views: int, users: int) -> float:
@@ -485,20 +563,156 @@ def run_register(s: Sizes, seed: int) -> Result:
     eng.load("thread", [{"id": RecordID("thread", i), "score": r.randint(0, 1000),
                          "status": "open" if i < s.register_rows else "closed"}
                         for i in range(s.register_rows * 2)])
+    gc.collect()
+    cpu = time.process_time()
     start = time.perf_counter()
     members = eng.register("big", "SELECT * FROM thread WHERE status = 'open'", {})
     took = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     assert len(members) == s.register_rows, "registration returned the wrong membership"
     return Result(f"register 1 view over {s.register_rows:,} qualifying rows", 1, took,
                   per_change_s=took, note="changes/s = registrations/s; p50 = its duration",
-                  latencies_ns=[int(took * 1e9)])
+                  latencies_ns=[int(took * 1e9)], cpu_seconds=cpu)
+
+
+# ------------------------------------------------------------------------------ the mix
+
+def make_mix_data(s: Sizes, r: random.Random) -> Data:
+    """Users, threads with 1-3 tags each, comments: the mix's own tables."""
+    threads = []
+    for i in range(s.mix_threads):
+        row = thread_row(i, r, s.users)
+        row["tags"] = r.sample(TAGS, r.randint(1, 3))
+        threads.append(row)
+    rows = {"user": [user_row(i, r) for i in range(s.users)], "thread": threads,
+            "comment": [comment_row(i, r, s.users, s.mix_threads)
+                        for i in range(s.mix_comments)]}
+    return Data(rows, {t: len(v) for t, v in rows.items()})
+
+
+def mix_views(s: Sizes, r: random.Random) -> list[tuple[str, str, dict[str, Any]]]:
+    """(kind, surql, params): per 50 views, 10 large subquery lists (190 distinct constants),
+    14 narrow score ranges, 12 per-user top-10, 6 tag top-20 and 8 of W1's kinds."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    w1 = w1_views(Sizes(**{**s.__dict__, "views": s.mix_views, "threads": s.mix_threads}), r)
+    for i in range(s.mix_views):
+        k = i % 50
+        if k < 10:
+            out.append(("large", LARGE, {"min": 5 * r.randrange(190)}))
+        elif k < 24:
+            lo = r.randrange(1000)
+            out.append(("narrow", NARROW, {"lo": lo, "hi": lo + 3}))
+        elif k < 36:
+            out.append(("user top-10", USER_TOP,
+                        {"auth": {"id": RecordID("user", r.randrange(s.users))}}))
+        elif k < 42:
+            out.append(("tag top-20", TAG_TOP, {"tag": r.choice(TAGS)}))
+        else:
+            surql, params = w1[i]
+            out.append(("W1 kinds", surql, params))
+    return out
+
+
+def run_mix(s: Sizes, seed: int) -> list[Result]:
+    """The mix in this process: registration, RSS, one-by-one ingest."""
+    view_engine, text = engine_api()
+    r = random.Random(seed + 6)
+    data = make_mix_data(s, r)
+    views = mix_views(s, r)
+    # extra large views at constants no view uses, each above the smallest registered one:
+    # their rows are already projected for the shape, so they only add membership
+    extra = [{"min": 5 * r.randrange(1, 190) + 2} for _ in range(s.mix_extra)]
+    work = Data({t: list(rows) for t, rows in data.rows.items()}, dict(data.next_id))
+    events = make_writes(work, s.mix_writes, r, text)
+    gc.collect()
+    rss0 = rss_bytes()
+    eng = view_engine()
+    for table, rows in data.rows.items():
+        eng.load(table, rows)
+    gc.collect()
+    rss_data = rss_bytes()
+    spent: dict[str, list[float]] = {}
+    members = 0
+    cpu = time.process_time()
+    start = time.perf_counter()
+    for i, (kind, surql, params) in enumerate(views):
+        t = time.perf_counter()
+        members += len(eng.register(f"m{i}", surql, params))
+        spent.setdefault(kind, []).append(time.perf_counter() - t)
+    reg = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    gc.collect()
+    rss_views = rss_bytes()
+    added = 0
+    for j, params in enumerate(extra):
+        added += len(eng.register(f"x{j}", LARGE, params))
+    gc.collect()
+    per_member = (rss_bytes() - rss_views) / max(added, 1)
+    for j in range(len(extra)):
+        eng.unregister(f"x{j}")
+    kinds = "; ".join(f"{k} {len(v)}: {sum(v):.2f}s, max {max(v) * 1000:.0f} ms"
+                      for k, v in spent.items())
+    reg_res = Result(f"mix: register {len(views):,} views", len(views), reg,
+                     latencies_ns=[int(x * 1e9) for v in spent.values() for x in v],
+                     note=f"{members:,} members; {kinds}", ratio="-", cpu_seconds=cpu)
+    one = feed_one_by_one(eng, "mix ingest (one by one)", events)
+    gc.collect()
+    rss_end = rss_bytes()
+    one.ratio = "-"
+    one.note = (f"RSS {max(rss_views, rss_end) / 2**20:,.0f} MiB total (generated data "
+                f"{rss0 / 2**20:,.0f} MiB, engine rows "
+                f"{(rss_data - rss0) / 2**20:,.0f} MiB, views {(rss_views - rss_data) / 2**20:,.0f}"
+                f" MiB); {per_member:,.1f} B RSS per additional member ({s.mix_extra} more large "
+                f"views, {added:,} members)")
+    return [reg_res, one]
+
+
+def run_mix_subprocess(s: Sizes, quick: bool, seed: int) -> list[Result]:
+    """The mix in a fresh interpreter, so its total RSS is its own."""
+    import json
+    import subprocess
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--only", "mix", "--json",
+           "--seed", str(seed)] + (["--quick"] if quick else [])
+    over = {k[4:]: v for k, v in s.__dict__.items()
+            if k.startswith("mix_") and v != (QUICK if quick else FULL).__dict__[k]}
+    if over:
+        cmd += ["--mix", ",".join(f"{k}={v}" for k, v in over.items())]
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return [Result(**d) for d in json.loads(proc.stdout.splitlines()[-1])]
+
+
+def run_register_large(s: Sizes, seed: int) -> list[Result]:
+    """One large view with a per-row subquery over ``register_rows`` qualifying threads: the
+    first registration builds the shape's projection, a second (another constant) shares it."""
+    view_engine, _ = engine_api()
+    r = random.Random(seed + 7)
+    n = s.register_rows
+    eng = view_engine()
+    eng.load("thread", [{"id": RecordID("thread", i), "title": f"t{i}", "score": i % 1000}
+                        for i in range(n * 2)])
+    eng.load("comment", [comment_row(i, r, 10, n * 2) for i in range(n * 10)])
+    gc.collect()
+    out = []
+    for label, low in (("builds its projection", 499), ("shares the projection", 500)):
+        cpu = time.process_time()
+        start = time.perf_counter()
+        members = eng.register(f"big{low}", LARGE, {"min": low})
+        took = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        rows = sum(1 for m in members if m.startswith("thread:"))
+        out.append(Result(f"register 1 large view, {label}", 1, took, per_change_s=took,
+                          latencies_ns=[int(took * 1e9)], cpu_seconds=cpu,
+                          note=f"{rows:,} threads with their top-5 comments, {len(members):,} "
+                               f"members", ratio="-"))
+    return out
 
 
 # ------------------------------------------------------------------------------ table
 
 def print_table(results: list[Result], naive_cost: float) -> None:
-    header = f"{'scenario':44} {'changes':>9} {'changes/s':>11} {'p50 us':>9} {'p99 us':>9} " \
-             f"{'naive/this':>11}  notes"
+    header = f"{'scenario':44} {'changes':>9} {'changes/s':>11} {'cpu ch/s':>9} {'p50 us':>9} " \
+             f"{'p99 us':>9} {'naive/this':>11}  notes"
     print(header)
     print("-" * len(header))
     for res in results:
@@ -509,29 +723,70 @@ def print_table(results: list[Result], naive_cost: float) -> None:
         # the naive baseline ran the W1 writes and views: only W1 rows compare with it
         if not ratio and res.cost > 0 and naive_cost > 0 and res.name.startswith("W1"):
             ratio = f"{naive_cost / res.cost:,.0f}x"
-        print(f"{res.name:44} {res.changes:>9,} {rate:>11} {res.pct(0.5):>9} "
+        cpu = "-"
+        if res.cpu_seconds:
+            cpu = f"{res.changes / res.cpu_seconds:,.0f}"
+        print(f"{res.name:44} {res.changes:>9,} {rate:>11} {cpu:>9} {res.pct(0.5):>9} "
               f"{res.pct(0.99):>9} {ratio:>11}  {res.note}")
 
 
+SCENARIOS = ("w1", "w2", "mix", "naive", "scaling", "register")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run every scenario and print the table."""
+    """Run the scenarios and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="scaled-down run (seconds)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", default=",".join(SCENARIOS),
+                        help=f"comma-separated subset of {', '.join(SCENARIOS)}")
+    parser.add_argument("--json", action="store_true",
+                        help="print the rows as one JSON line (used for the mix subprocess)")
+    parser.add_argument("--mix", default="",
+                        help="override mix sizes, e.g. threads=5000,comments=25000,writes=3000")
     args = parser.parse_args(argv)
     s = QUICK if args.quick else FULL
+    if args.mix:
+        over = dict(kv.split("=", 1) for kv in args.mix.split(","))
+        s = replace(s, **{f"mix_{k}": int(v) for k, v in over.items()})
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}")
+    if args.json:
+        import json
+
+        rows = run_mix(s, args.seed) if only == {"mix"} else []
+        print(json.dumps([r.__dict__ for r in rows]))
+        return 0
     started = time.perf_counter()
+    results: list[Result] = []
+    naive_cost = 0.0
     # W2 first: its RSS delta is only meaningful before other scenarios free memory to reuse
-    w2 = run_w2(s, args.seed, make_data(s, random.Random(args.seed)))
-    gc.collect()
-    w1, data, views, events, one = run_w1(s, args.seed)
-    naive = run_naive(s, args.seed, data, views, events)
-    results = w1 + [w2, naive, run_pydbsp()] + run_scaling(s, args.seed) + [
-        run_register(s, args.seed)]
+    if "w2" in only:
+        results += run_w2(s, args.seed, make_data(s, random.Random(args.seed)))
+        gc.collect()
+    if "mix" in only:
+        results += run_mix_subprocess(s, args.quick, args.seed)
+    if only & {"w1", "naive"}:
+        w1, data, views, events, one = run_w1(s, args.seed)
+        if "w1" in only:
+            results += w1
+        if "naive" in only:
+            naive = run_naive(s, args.seed, data, views, events)
+            naive_cost = naive.cost
+            results += [naive, run_pydbsp()]
+        del data, views, events, one
+        gc.collect()
+    if "scaling" in only:
+        results += run_scaling(s, args.seed)
+    if "register" in only:
+        results += [run_register(s, args.seed)] + run_register_large(s, args.seed)
     print(f"engine benchmark ({'quick' if args.quick else 'full'}), seed {args.seed}: "
-          f"user {s.users:,}, thread {s.threads:,}, comment {s.comments:,}; "
+          f"user {s.users:,}, thread {s.threads:,}, comment {s.comments:,} (mix: thread "
+          f"{s.mix_threads:,}, comment {s.mix_comments:,}); "
           f"ratio = naive cost per change / this row's cost per change")
-    print_table(results, naive.cost)
+    print_table(results, naive_cost)
     print(f"total {time.perf_counter() - started:.1f}s")
     return 0
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from aiohttp import web
 
 from dbclient import Database, DbConfig
-from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import free_port, start_db_host
 
 

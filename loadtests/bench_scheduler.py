@@ -53,7 +53,7 @@ from tests.integration.test_scheduler_process import (
     wait_ready,
     write_config,
 )
-from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import ManagedProcess, base_env, free_port, start_db_host
 
 SCHEMA = """

@@ -54,7 +54,7 @@ from surrealdb import RecordID
 from dbclient import Database, DbConfig, DbError
 from ipc.messages import request
 from ipc.rpc import RpcClient
-from tests.integration.test_ssp_support import apply_schema, db_env, start_ssp
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import start_db_host
 
 SCHEMA = """

@@ -47,7 +47,7 @@ from dbclient import Database, DbConfig
 from engine.values import record_id_text
 from ipc.rpc import RpcClient
 from loadtests.bench_ssp import drained, hub_call
-from tests.integration.test_ssp_support import (
+from tests.support.ssp_stack import (
     Ssp,
     apply_schema,
     db_env,

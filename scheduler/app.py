@@ -1,7 +1,7 @@
 """The scheduler's ingest listener: a Falcon ASGI app over one :class:`scheduler.core.Scheduler`.
 
 Served by uvicorn in the scheduler's own process (the state lives there). Every error the
-listener decides is ``{"error": code, "message": text}`` (``gateway.errors``): malformed JSON,
+listener decides is ``{"error": code, "message": text}`` (``ipc.httperrors``): malformed JSON,
 a body of the wrong shape or a field of the wrong type is 400 ``invalid`` naming the field,
 never a 500. Unknown routes are 404, wrong methods 405. The listener is unauthenticated except
 ``/proxy/*`` when ``SVC_AUTH_SECRET`` is set (spec, Authentication 2).
@@ -18,9 +18,9 @@ import falcon.asgi
 from surrealdb.data.cbor import decode as cbor_decode
 
 from dbclient import DbError
-from gateway.auth import BearerAuth
-from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
-from gateway.errors import GatewayError, bad_request, serialize_error
+from ipc.bearer import BearerAuth
+from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
+from ipc.httperrors import HttpError, bad_request, serialize_error
 from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
 from scheduler.backups import add_backup_routes
 from scheduler.core import Reply, Scheduler, SchedulerBusy
@@ -77,8 +77,8 @@ def _num_field(body: dict[str, Any], key: str, *, required: bool,
         raise bad_request(f"{key}: must be {'an integer' if integer else 'a number'}")
 
 
-def _busy(e: SchedulerBusy) -> GatewayError:
-    return GatewayError(503, "restoring" if "restoring" in str(e) else "cloning", str(e))
+def _busy(e: SchedulerBusy) -> HttpError:
+    return HttpError(503, "restoring" if "restoring" in str(e) else "cloning", str(e))
 
 
 class Ingest:
@@ -100,7 +100,7 @@ class Ingest:
             raise bad_request(str(e)) from None
         except OSError:
             log.exception("WAL append failed")
-            raise GatewayError(500, ErrorCode.INTERNAL, "the event could not be written to "
+            raise HttpError(500, ErrorCode.INTERNAL, "the event could not be written to "
                                "the WAL (logged)") from None
         resp.media = {"seq": seq}
 
@@ -118,7 +118,7 @@ class ProxyQuery:
             data = await read_bytes(req, DEFAULT_MAX_BODY_BYTES)
             try:
                 body = cbor_decode(data)
-            except Exception:  # the CBOR decoder raises many types on garbage
+            except Exception:  # noqa: BLE001 - the CBOR decoder raises many types on garbage
                 raise bad_request("request body is not valid CBOR") from None
         else:
             body = await _json_body(req)
@@ -136,10 +136,10 @@ class ProxyQuery:
         except ProxyInvalid as e:
             raise bad_request(str(e)) from None
         except DbError as e:
-            raise GatewayError(500, ErrorCode.INTERNAL, f"upstream database: {e}") from None
+            raise HttpError(500, ErrorCode.INTERNAL, f"upstream database: {e}") from None
         except Exception:
             log.exception("proxy query failed on the replica")
-            raise GatewayError(500, ErrorCode.INTERNAL, "the replica failed (logged)") from None
+            raise HttpError(500, ErrorCode.INTERNAL, "the replica failed (logged)") from None
         if "application/cbor" in (req.get_header("Accept") or ""):
             resp.data = encode_cbor(result)
             resp.content_type = "application/cbor"
@@ -196,7 +196,7 @@ class SspRegister:
         assert ssp_id is not None and url is not None
         if not ssp_id.strip():
             raise bad_request("ssp_id: must not be empty")
-        if not (url.startswith("http://") or url.startswith("https://")) or len(url) < 9:
+        if not url.startswith(("http://", "https://")) or len(url) < 9:
             raise bad_request("url: must start with http:// or https://")
         _send(resp, await self.s.register_ssp(ssp_id, url))
 
@@ -266,7 +266,7 @@ async def _handle_unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Respons
     if isinstance(ex, falcon.HTTPError):
         raise ex
     log.exception("unhandled error on %s %s", req.method, req.path)
-    raise GatewayError(500, ErrorCode.INTERNAL, "internal error in the scheduler (logged)")
+    raise HttpError(500, ErrorCode.INTERNAL, "internal error in the scheduler (logged)")
 
 
 def create_app(s: Scheduler) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response]:

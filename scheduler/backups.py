@@ -29,8 +29,8 @@ import falcon.asgi
 from backup import requests
 from backup.objstore import StorageError
 from backup.service import BackupError, BackupService
-from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
-from gateway.errors import GatewayError
+from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
+from ipc.httperrors import HttpError
 
 log = logging.getLogger("scheduler.backups")
 
@@ -153,8 +153,8 @@ class BackupPlane:
 
 # ---------------------------------------------------------------------- ingest listener routes
 
-def _refusal(e: BackupError) -> GatewayError:
-    return GatewayError(e.status, e.code, str(e))
+def _refusal(e: BackupError) -> HttpError:
+    return HttpError(e.status, e.code, str(e))
 
 
 async def _body(req: falcon.asgi.Request) -> Any:
@@ -205,12 +205,12 @@ class _Restore:
             args = requests.parse_restore(await _body(req))
             why = self.p.restore_allowed()
             if why is not None:
-                raise GatewayError(503, self.p.s.state, why)
+                raise HttpError(503, self.p.s.state, why)
             resp.media = await self.p.service.start_restore(**args)
         except BackupError as e:
             raise _refusal(e) from None
         except StorageError as e:  # the catalog could not be read
-            raise GatewayError(502, "storage", str(e)) from None
+            raise HttpError(502, "storage", str(e)) from None
         resp.status = 202
 
 

@@ -33,7 +33,7 @@ import yaml
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
-from ssp.backends import BackendListError, parse_backends
+from maintenance.backends import BackendListError, parse_backends
 
 #: the dashboard shipped in this source tree (``dashboard/`` at the top of the repository): the
 #: default of ``SVC_ADMIN_DIR`` (an explicitly empty value means no bundle: the placeholder page)

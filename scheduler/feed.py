@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -38,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from dbclient import Database, DbError, LiveSubscription
-from dbclient.feed import feed_change, feed_retention_ms, read_round, trim_seen
+from dbclient.feed import FeedCursor, feed_change
 from engine.values import parse_record_id
+from ipc.messages import parse_duration_ns
 
 log = logging.getLogger("scheduler.feed")
 
@@ -92,9 +94,9 @@ class ChangefeedTail:
         self.doorbell_table = doorbell_table
         self.doorbell_retry_secs = doorbell_retry_secs
         self.stalled_after_secs = stalled_after_secs
-        self.base = (now_ms() - CURSOR_MARGIN_MS) << 16
-        self.cursors: dict[str, int] = {}
-        self.seen: dict[str, set[int]] = {}
+        # The position (dbclient.feed.FeedCursor): advanced only after `submit` returned.
+        self.cursor = FeedCursor((now_ms() - CURSOR_MARGIN_MS) << 16, limit=FEED_LIMIT,
+                                 overlap_vs=FEED_OVERLAP_VS)
         self.synced_ms: int = now_ms() - CURSOR_MARGIN_MS
         self.gap = False
         self.last_error: str | None = None
@@ -130,15 +132,16 @@ class ChangefeedTail:
             # A torn file cannot happen (atomic rename); anything else is an operator's edit.
             raise ValueError(f"changefeed cursor file {self.state_path} is unreadable: {e}") \
                 from None
-        self.base = int(raw["base"])
-        self.cursors = {str(k): int(v) for k, v in raw.get("cursors", {}).items()}
-        self.seen = {str(k): {int(x) for x in v} for k, v in raw.get("seen", {}).items()}
-        self.synced_ms = int(raw.get("synced_ms", self.base >> 16))
+        try:
+            self.cursor = FeedCursor.from_state(raw, limit=FEED_LIMIT, overlap_vs=FEED_OVERLAP_VS)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"changefeed cursor file {self.state_path} is unreadable: "
+                             f"{type(e).__name__}: {e}") from None
+        self.synced_ms = int(raw.get("synced_ms", self.cursor.base >> 16))
 
     def _state_text(self) -> str:
-        return json.dumps({"version": 1, "base": self.base, "cursors": self.cursors,
-                           "seen": {t: sorted(v) for t, v in self.seen.items() if v},
-                           "synced_ms": self.synced_ms}, sort_keys=True)
+        return json.dumps({"version": 1, **self.cursor.state(), "synced_ms": self.synced_ms},
+                          sort_keys=True)
 
     async def _persist(self) -> None:
         text = self._state_text()
@@ -176,9 +179,7 @@ class ChangefeedTail:
     async def reset(self, since_ms: int) -> None:
         """Restart every cursor at `since_ms` (the start of a re-clone) and clear the gap."""
         async with self._lock:
-            self.base = since_ms << 16
-            self.cursors = {}
-            self.seen = {}
+            self.cursor.reset(since_ms << 16)
             self.synced_ms = since_ms
             self.gap = False
             self._gap_handled = False
@@ -295,9 +296,7 @@ class ChangefeedTail:
             return total
 
     async def _round(self, tables: list[str]) -> tuple[bool, int]:
-        cursors = {t: self.cursors.get(t, self.base) for t in tables}
-        rnd = await read_round(self.db, cursors, self.seen, limit=FEED_LIMIT,
-                               overlap_vs=FEED_OVERLAP_VS)
+        rnd = await self.cursor.read(self.db, tables)
         events: list[Event] = []
         for _vs, table, s in rnd.sets:
             for ch in s.get("changes") or []:
@@ -307,20 +306,13 @@ class ChangefeedTail:
         if events:
             await self._submit(events)
             self._records.append((time.monotonic(), len(events)))
-        for vs, table, _s in rnd.sets:
-            self.seen.setdefault(table, set()).add(vs)
-            self.cursors[table] = max(self.cursors.get(table, self.base), vs)
-        if rnd.horizon is not None:
-            # The database-wide scan read every table up to the horizon: a table with no
-            # change in it moves too (its entries AT the horizon come again in the overlap).
-            for table in tables:
-                self.cursors[table] = max(self.cursors.get(table, self.base), rnd.horizon)
+        # Only now: a submit that failed above leaves the round to be read again.
+        self.cursor.advance(rnd, tables)
         if rnd.oversized:
             self.oversized += len(rnd.oversized)
             self._round_note = (f"{self.oversized} transaction(s) held more changefeed entries "
                                f"than one read returns; rows past them are left to the drift "
                                f"check (last at versionstamp {rnd.oversized[-1]})")
-        trim_seen(self.seen, self.cursors, FEED_OVERLAP_VS)
         if rnd.sets:
             await self._persist()
         return rnd.more, len(events)
@@ -360,3 +352,15 @@ def _atomic_write(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def feed_retention_ms(definition: str) -> int | None:
+    """The retention of a `DEFINE TABLE ... CHANGEFEED <duration>` text in ms (None: no feed,
+    or not a duration)."""
+    m = re.search(r"\bCHANGEFEED (\S+)", definition)
+    if m is None:
+        return None
+    try:
+        return parse_duration_ns(m.group(1)) // 1_000_000
+    except ValueError:
+        return None

@@ -15,7 +15,7 @@ only routes operations to its Ready SSPs:
 - `POST /job/result {job_id, status, result?, error?}`: 200; the latest status per job is
   kept in memory (bounded) for `/metrics` `running_jobs` (jobs whose latest status is
   `pending` or `running`). The SSPs post one for every status change of a job they run
-  (`ssp.jobs.ResultReporter`); anyone else may post too.
+  (`ssp.jobreports.ResultReporter`); anyone else may post too.
 - `POST /job/kill {id}`: sent to every Ready SSP (the owner cancels, the others flag the row);
   200 `{id, dispatched, ssps}` (`dispatched`: how many SSPs answered 200, `ssps`: their ids);
   503 `no_ssp` when none is Ready.
@@ -25,7 +25,7 @@ only routes operations to its Ready SSPs:
 - every `job_sweep_secs` (30) `POST /job/recover` on one Ready SSP (rotating): processing rows
   whose lease expired go back to pending and are admitted.
 
-`PUT /backends` and `backends` in `GET /health`: the same `ssp.backends.BackendMonitor` as the
+`PUT /backends` and `backends` in `GET /health`: the same `maintenance.backends.BackendMonitor` as the
 standalone SSP, started with `SVC_BACKENDS`; its `backend_down` incidents go to the
 scheduler's incident store (`scheduler.admin.incidents`, `incidents.json` beside the
 replica). Like the SSP's, `/health` has `backends` only
@@ -48,10 +48,10 @@ import falcon
 import falcon.asgi
 
 from engine.values import parse_record_id, record_id_text
-from gateway.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
-from gateway.errors import bad_request
+from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
+from ipc.httperrors import bad_request
 from ipc.messages import BodyError, JobRef
-from ssp.backends import Backend, BackendListError, BackendMonitor, parse_backends
+from maintenance.backends import Backend, BackendListError, BackendMonitor, parse_backends
 
 log = logging.getLogger("scheduler.jobs")
 
@@ -88,7 +88,7 @@ def _job_of(raw: bytes) -> dict[str, Any]:
 
 
 def _backends_of(cfg: Any) -> list[Backend]:
-    """`SchedulerConfig.backends` (validated there by `ssp.backends.parse_backends`) as
+    """`SchedulerConfig.backends` (validated there by `maintenance.backends.parse_backends`) as
     health-check entries."""
     return parse_backends([dict(spec.raw) for spec in cfg.backends])
 
@@ -226,7 +226,7 @@ class JobPlane:
             await asyncio.sleep(self.s.cfg.job_sweep_secs)
             try:
                 await self.sweep_once()
-            except Exception:  # noqa: BLE001 - the sweep must keep running; logged
+            except Exception:
                 log.exception("job recovery sweep failed")
 
 

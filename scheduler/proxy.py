@@ -18,22 +18,19 @@ lossy JSON (record ids and datetimes as text).
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from surrealdb.data.cbor import encode as cbor_encode
 
-from engine.values import NONE, Duration, RecordID, format_value, record_id_text
+from engine.jsonvalues import json_default
+from engine.values import NONE, RecordID
 from scheduler.replica import Replica
 
-__all__ = ["ProxyInvalid", "Statement", "encode_cbor", "encode_json", "json_default",
+__all__ = ["ProxyInvalid", "Statement", "encode_cbor", "encode_json",
            "parse_statement", "run_statement"]
 
 _IDENT = r"([A-Za-z_][A-Za-z0-9_]*)"
@@ -41,14 +38,14 @@ _LIMIT = r"LIMIT\s+(\d+|\$[A-Za-z_][A-Za-z0-9_]*)"
 _END = r"\s*;?\s*"
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("first", re.compile(rf"\s*SELECT\s+\*\s+FROM\s+{_IDENT}\s+ORDER\s+BY\s+id(?:\s+ASC)?\s+"
-                         rf"{_LIMIT}{_END}", re.I)),
+                         rf"{_LIMIT}{_END}", re.IGNORECASE)),
     ("after", re.compile(rf"\s*SELECT\s+\*\s+FROM\s+{_IDENT}\s+WHERE\s+id\s*>\s*\$last\s+"
-                         rf"ORDER\s+BY\s+id(?:\s+ASC)?\s+{_LIMIT}{_END}", re.I)),
+                         rf"ORDER\s+BY\s+id(?:\s+ASC)?\s+{_LIMIT}{_END}", re.IGNORECASE)),
     ("count", re.compile(rf"\s*SELECT\s+count\(\)\s+AS\s+n\s+FROM\s+{_IDENT}\s+GROUP\s+ALL"
-                         rf"{_END}", re.I)),
-    ("info_db", re.compile(rf"\s*INFO\s+FOR\s+DB{_END}", re.I)),
-    ("info_table", re.compile(rf"\s*INFO\s+FOR\s+TABLE\s+{_IDENT}{_END}", re.I)),
-    ("tables", re.compile(rf"\s*TABLES{_END}", re.I)),
+                         rf"{_END}", re.IGNORECASE)),
+    ("info_db", re.compile(rf"\s*INFO\s+FOR\s+DB{_END}", re.IGNORECASE)),
+    ("info_table", re.compile(rf"\s*INFO\s+FOR\s+TABLE\s+{_IDENT}{_END}", re.IGNORECASE)),
+    ("tables", re.compile(rf"\s*TABLES{_END}", re.IGNORECASE)),
 ]
 _SERVED = ("the replica serves only SELECT * FROM <t> ORDER BY id LIMIT <n>, "
            "SELECT * FROM <t> WHERE id > $last ORDER BY id LIMIT <n>, "
@@ -153,28 +150,8 @@ def encode_cbor(result: Any) -> bytes:
         return bytes(cbor_encode(_strip_none(body)))
 
 
-def json_default(value: Any) -> Any:
-    """JSON for the types rows carry (lossy: record ids and datetimes become text)."""
-    if isinstance(value, RecordID):
-        return record_id_text(value)
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, Duration):
-        return format_value(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if value is NONE:
-        return None
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
 def encode_json(result: Any) -> bytes:
-    """``[{"status": "OK", "result": result}]`` as JSON (see :func:`json_default`)."""
+    """``[{"status": "OK", "result": result}]`` as JSON (`engine.jsonvalues.json_default`:
+    lossy, record ids and datetimes become text)."""
     return json.dumps([{"status": "OK", "result": result}], default=json_default,
                       separators=(",", ":")).encode()

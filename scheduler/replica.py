@@ -472,10 +472,8 @@ class Replica:
         key = id_order_key(rid)
         c = self._conn
         old = c.execute("SELECT rv, h FROM rows WHERE tbl=? AND k=?", (table, key)).fetchone()
-        # A DELETE carrying no version (an id-only repair delete) is never stale.
         if (old is not None and old[0] is not None and record is not None
-                and (op != "DELETE" or "_00_rv" in record)
-                and is_stale(record, {"_00_rv": unpack_value(old[0])})):
+                and "_00_rv" in record and is_stale(record, {"_00_rv": unpack_value(old[0])})):
             return False
         t = totals.setdefault(table, [0, 0])
         if op == "DELETE":

@@ -61,7 +61,7 @@ class Supervisor:
         meter, self.meter_provider = setup_meter(
             cfg.metrics_exporters, interval_ms=cfg.metrics_export_interval_ms,
             service_name="svc-ssp", instance_id=cfg.ssp_id)
-        attach(self.hub, meter)
+        attach(self.hub.publisher, meter)
         self.server: RpcServer | None = None
         self.gateway: asyncio.subprocess.Process | None = None
         self.stopping = False

@@ -19,7 +19,7 @@ from typing import Any
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
-from ssp.backends import BackendListError, parse_backends
+from maintenance.backends import BackendListError, parse_backends
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
@@ -209,7 +209,7 @@ class SspConfig:
     # ours (SVC_SSP_SHARD_TIMEOUT_SECS): a shard that does not answer a registration or an
     # unregistration within this is restarted and rebuilt
     shard_call_timeout_secs: float = 120.0
-    # the standalone maintenance plane (ssp.backups): OBJSTORE_* (one parser, shared with the
+    # the standalone maintenance plane (ssp.hub.backups): OBJSTORE_* (one parser, shared with the
     # scheduler), SVC_PROJECT_SLUG (the storage prefix), ours SVC_BACKUP_PAUSE_AT (crash tests)
     objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
     project_slug: str = "default"

@@ -62,46 +62,43 @@ Secrets: `auth_token` is only put in the request header; it is never logged or r
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
-import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from decimal import Decimal
-from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import unquote, urlsplit
-from uuid import UUID
 
 import aiohttp
 from surrealdb import RecordID
 
 from dbclient import Database, DbError
+from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
 from ipc.http import client_session
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
-from ssp.backends import MASK  # one mask text for every secret the SSP outputs
 from ssp.config import JobTable
+from ssp.jobpolicy import (
+    ERROR_TEXT_MAX,
+    _error,
+    _max_retries,
+    _result,
+    backoff_secs,
+    job_url,
+    redact,
+    retried,
+    retry_after_secs,
+    secrets_of,
+)
+from ssp.jobreports import ResultReporter
 
 log = logging.getLogger("ssp.jobs")
 
-DEFAULT_MAX_RETRIES = 3
 TERMINAL = ("completed", "failed")
 NOT_TERMINAL = "not_terminal"  # the 409 error code of a retry while the job runs
-ERROR_TEXT_MAX = 500
-RESULT_TEXT_MAX = 65_536
 HINT_REWAKES = (0.2, 1.0)  # transport http: the row commits after the ingest call returns
 PREFETCH = 64  # pending ids read per admission query beyond the free slots
 DISPATCH_WAIT_SECS = 1.0  # how long a dispatch waits for the admission round it asked for
-RETRIED_4XX = frozenset({408, 425, 429})  # request timeout, too early, too many requests
-RETRY_AFTER_MAX_SECS = 300.0
-REPORTS_QUEUED = 10_000
-REPORT_SENDERS = 4
-REPORT_TIMEOUT_SECS = 5.0
 # One `errors` entry, always the same keys: a Python None travels as NONE, which would drop
 # `status` from the object, so a missing status is written as NULL.
 ERROR_ENTRY = ("{ at: $e.at, attempt: $e.attempt, kind: $e.kind, status: $e.status ?? NULL, "
@@ -118,79 +115,6 @@ class NotTerminal(RuntimeError):
     def __init__(self, status: str) -> None:
         super().__init__(f"the job is {status}; only completed or failed jobs can be retried")
         self.status = status
-
-
-def jsonable(v: Any) -> Any:
-    """Database values -> JSON (record ids and datetimes as SurrealDB text)."""
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, RecordID):
-        return record_id_text(v)
-    if isinstance(v, datetime):
-        return v.isoformat().replace("+00:00", "Z")
-    if isinstance(v, (Decimal, UUID)):
-        return str(v)
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    return str(v)
-
-
-def backoff_secs(base_ms: int, attempt: int) -> float:
-    """Wait before retry number `attempt` (1, 2, ...): base, 2x, 4x... capped at 30 s."""
-    return min(base_ms * 2 ** max(0, attempt - 1), 30_000) / 1000
-
-
-def retried(status: int) -> bool:
-    """Whether a non-2xx answer is worth another attempt: 5xx, 408, 425, 429 (see above)."""
-    return status >= 500 or status in RETRIED_4XX
-
-
-def retry_after_secs(value: str | None, now: datetime | None = None) -> float | None:
-    """A `Retry-After` header (delta-seconds or an HTTP date) in seconds, capped; None when
-    absent or unreadable."""
-    text = (value or "").strip()
-    if not text:
-        return None
-    try:
-        secs = float(text)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        secs = (when - (now or datetime.now(UTC))).total_seconds()
-    if math.isnan(secs):
-        return None
-    return min(max(secs, 0.0), RETRY_AFTER_MAX_SECS)
-
-
-def secrets_of(spec: JobTable) -> tuple[str, ...]:
-    """What error texts must never show: the token and a password in `base_url`."""
-    out = [spec.auth_token] if spec.auth_token else []
-    password = urlsplit(spec.base_url).password
-    if password:
-        out += [password, unquote(password)]
-    return tuple(sorted({x for x in out if x}, key=len, reverse=True))
-
-
-def redact(text: str, secrets: tuple[str, ...]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, MASK)
-    return text
-
-
-def job_url(base_url: str, path: Any) -> str:
-    """`base_url` + the row's `path` (one slash between them)."""
-    p = str(path or "")
-    if not p:
-        return base_url
-    return base_url.rstrip("/") + "/" + p.lstrip("/")
 
 
 @dataclass
@@ -249,84 +173,6 @@ class _Running:
         """Cancel the call; `_run` then writes the row `failed` with a `killed` entry."""
         self.killing = True
         self.task.cancel()
-
-
-class ResultReporter:
-    """Scheduler mode: job status changes -> the scheduler's `POST /job/result`.
-
-    The latest status per job waits in `queued` (a newer one replaces it); `REPORT_SENDERS`
-    tasks post them, never two of one job at once, so a job's statuses arrive in order."""
-
-    def __init__(self, url: str, auth_secret: str | None) -> None:
-        self.url = url.rstrip("/") + "/job/result"
-        self.headers = {"Authorization": f"Bearer {auth_secret}"} if auth_secret else {}
-        self.queued: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.sending: set[str] = set()
-        self.ready = asyncio.Event()
-        self.stats = {"sent": 0, "failed": 0, "dropped": 0}
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def report(self, job_id: str, status: str, *, result: Any = None,
-               error: str | None = None) -> None:
-        body: dict[str, Any] = {"job_id": job_id, "status": status}
-        if result is not None:
-            body["result"] = result if isinstance(result, dict) else {"value": result}
-        if error is not None:
-            body["error"] = error
-        self.queued[job_id] = body
-        self.queued.move_to_end(job_id)
-        while len(self.queued) > REPORTS_QUEUED:
-            self.queued.popitem(last=False)
-            self.stats["dropped"] += 1
-        self.ready.set()
-
-    def start(self, session: aiohttp.ClientSession) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._sender(session), name=f"job-results-{i}")
-                       for i in range(REPORT_SENDERS)]
-
-    async def stop(self, session: aiohttp.ClientSession, timeout: float = 2.0) -> None:
-        """Send what is queued (bounded by `timeout`), then stop the senders."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                while self.queued or self.sending:
-                    await asyncio.sleep(0.02)
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def _next(self) -> dict[str, Any] | None:
-        for job_id in self.queued:
-            if job_id not in self.sending:
-                self.sending.add(job_id)
-                return self.queued.pop(job_id)
-        return None
-
-    async def _sender(self, session: aiohttp.ClientSession) -> None:
-        while True:
-            body = self._next()
-            if body is None:
-                self.ready.clear()
-                await self.ready.wait()
-                continue
-            try:
-                async with session.post(self.url, json=jsonable(body), headers=self.headers,
-                                        timeout=aiohttp.ClientTimeout(total=REPORT_TIMEOUT_SECS)
-                                        ) as resp:
-                    await resp.read()
-                    ok = resp.status == 200
-                if not ok:
-                    log.warning("job result %s for %s: the scheduler answered %d",
-                                body["status"], body["job_id"], resp.status)
-            except (aiohttp.ClientError, TimeoutError) as e:
-                ok = False
-                log.warning("job result %s for %s not delivered: %s", body["status"],
-                            body["job_id"], type(e).__name__)
-            finally:
-                self.sending.discard(body["job_id"])
-                if self.queued:
-                    self.ready.set()  # this job's newer status may be waiting
-            self.stats["sent" if ok else "failed"] += 1
 
 
 class JobRunner:
@@ -726,30 +572,6 @@ class JobRunner:
             await asyncio.sleep(self.sweep_secs)
 
 
-def _max_retries(v: Any) -> int:
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
-    return DEFAULT_MAX_RETRIES
-
-
-def _error(kind: str, message: str, *, attempt: int, status: int | None = None
-           ) -> dict[str, Any]:
-    """One `errors` entry; written with `ERROR_ENTRY`, which stores a missing status as null."""
-    return {"at": datetime.now(UTC), "attempt": attempt, "kind": kind, "status": status,
-            "error": message}
-
-
-def _result(text: str) -> Any:
-    if not text.strip():
-        return {}
-    try:
-        return json.loads(text)
-    except ValueError:
-        return {"text": text[:RESULT_TEXT_MAX]}
-
-
-
-
 # ---------------------------------------------------------------------------- hub routes
 
 
@@ -791,5 +613,4 @@ def job_routes(runner_of: Callable[[Any], JobRunner], stalled: Callable[[Any], b
     return {"POST /job/kill": kill, "POST /job/retry": retry, "POST /job/recover": recover}
 
 
-__all__ = ["JobNotFound", "JobRunner", "NotTerminal", "backoff_secs", "job_routes", "job_url",
-           "jsonable"]
+__all__ = ["JobNotFound", "JobRunner", "NotTerminal", "job_routes"]

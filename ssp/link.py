@@ -36,7 +36,7 @@ import resource
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from surrealdb import RecordID
@@ -46,11 +46,14 @@ from dbclient import DbError
 from dbclient.sql import require_identifier, require_int
 from engine.hashing import hash_text
 from engine.values import record_id_text
+from ipc.backoff import Backoff
 from ipc.http import client_session
-from ssp.publisher import _OP_BYTES  # the publisher's own per-operation byte estimate
+from ssp import VERSION
 
 if TYPE_CHECKING:
-    from ssp.hub import Hub
+    from engine.arena import RowStore
+    from ssp.config import SspConfig
+    from ssp.publisher import Publisher
 
 log = logging.getLogger("ssp.link")
 
@@ -184,10 +187,32 @@ class Usage:
             return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2)
 
 
+class HubPort(Protocol):
+    """What the link needs of the hub (`ssp.hub.Hub` provides it): its state read for the
+    heartbeats and the integrity check, and the loads a bootstrap from the scheduler does."""
+
+    cfg: SspConfig
+    views: Mapping[str, Any]
+    tables: set[str]
+    rows: RowStore
+    wire_hashes: dict[str, int]
+    last_seq: int
+    wiped: bool
+    publisher: Publisher
+
+    def request_exit(self, code: int) -> None: ...
+
+    def syncs_table(self, name: str, definition: str = "") -> bool: ...
+
+    async def bootstrap_from(self, source: ProxySource, progress: Any = None) -> None: ...
+
+    async def forget_rows(self) -> None: ...
+
+
 class SchedulerLink:
     """One SSP's conversation with its scheduler (see the module docstring)."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: HubPort) -> None:
         cfg = hub.cfg
         assert cfg.scheduler_url is not None
         self.hub = hub
@@ -232,7 +257,7 @@ class SchedulerLink:
         """Register until 202; returns `snapshot_seq`. SchedulerExit 5/6 after the max wait."""
         cfg = self.hub.cfg
         deadline = time.monotonic() + cfg.register_max_wait_secs
-        backoff = 0.2
+        backoff = Backoff(0.2, cap=REGISTER_BACKOFF_MAX_SECS)
         last_status: int | None = None
         last_problem = "no attempt"
         body = {"ssp_id": cfg.ssp_id, "url": self.own_url}
@@ -259,9 +284,9 @@ class SchedulerLink:
                 raise SchedulerExit(code, f"not registered within {cfg.register_max_wait_secs}s "
                                           f"({last_problem})")
             log.warning("registration with the scheduler failed (%s); retrying in %.1fs",
-                        last_problem, backoff)
-            await self.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
-            backoff = min(backoff * 2, REGISTER_BACKOFF_MAX_SECS)
+                        last_problem, backoff.current)
+            # `self.sleep`, not `backoff.sleep`: tests replace it to run without waiting.
+            await self.sleep(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------------ bootstrap
 
@@ -333,12 +358,8 @@ class SchedulerLink:
 
     def heartbeat_body(self) -> dict[str, Any]:
         """The spec's heartbeat body plus `last_seq` and the publication measurements."""
-        from ssp.hub import VERSION
-
         hub = self.hub
         pub = hub.publisher
-        backlog = sorted(((len(s), vid) for vid, s in pub.dirty.items()), reverse=True)
-        worst = [{"view_id": vid, "pending_operations": n} for n, vid in backlog[:WORST_VIEWS]]
         return {
             "ssp_id": hub.cfg.ssp_id,
             "timestamp": time.time(),
@@ -347,17 +368,8 @@ class SchedulerLink:
             "memory_usage": self.usage.memory_mb(),
             "version": VERSION,
             "last_seq": hub.last_seq,
-            "publication": {
-                "pending_batches": len(pub.dirty) + len(pub.initial) + len(pub.teardowns),
-                "pending_operations": pub.pending_ops,
-                "pending_bytes": pub.pending_ops * _OP_BYTES,
-                "oldest_age_ms": round(pub.oldest_age_ms(), 1),
-                "parked_batches": 0,  # a failed flush puts its work back; nothing is parked
-                "last_success_epoch_ms": pub.stats.last_success_ms,
-                "overload_rejections": hub.overload_rejections,
-                "connection_generation": hub.pub_db.reconnects,
-                "worst_views": worst,
-            },
+            "publication": {**pub.figures().heartbeat(),
+                            "worst_views": pub.worst_views(WORST_VIEWS)},
         }
 
     async def heartbeat_once(self) -> int | None:

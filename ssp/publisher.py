@@ -34,8 +34,8 @@ from surrealdb import RecordID
 
 from dbclient import Database, DbError, DbTimeout
 from engine.values import parse_record_id
+from ipc.backoff import Backoff
 from ssp.naming import SINGLE_TABLE, edge_id
-from ssp.telemetry import NO_TELEMETRY, EdgeHooks
 from ssp.viewmetrics import ViewMetrics
 
 log = logging.getLogger("ssp.publisher")
@@ -65,6 +65,77 @@ MIN_OPS = 50
 # part of its edges from every changefeed reader (LIVE subscribers included). With
 # `_00_query` and the metrics table this stays well under that.
 MAX_TABLES_PER_FLUSH = 400
+
+
+class EdgeHooks:
+    """The publisher's hook interface (`ssp.telemetry` implements it with OpenTelemetry
+    histograms); every hook takes a `time.monotonic()` start. No-op here."""
+
+    def lock_wait(self, since: float) -> float:
+        """A view was acquired after waiting since `since`; returns now (the hold's start)."""
+        return time.monotonic()
+
+    def lock_hold(self, since: float) -> None:
+        """Views held since `since` were released."""
+
+    def transaction(self, since: float, ok: bool = True) -> None:
+        """A flush's transaction that began at `since` ended."""
+
+    def published(self, started: Iterable[float], now: float) -> None:
+        """A flush committed; `started` holds each view's oldest-change time."""
+
+
+NO_TELEMETRY = EdgeHooks()
+
+
+NO_TELEMETRY = EdgeHooks()
+
+
+@dataclass(frozen=True)
+class PublicationFigures:
+    """One snapshot of the publication's figures: the heartbeat's `publication` object,
+    `/debug/memory`'s and the `ssp_edge_*` gauges and counters all read it."""
+
+    pending_batches: int
+    pending_operations: int
+    pending_bytes: int
+    oldest_age_ms: float
+    parked_batches: int  # always 0: a failed flush puts its work back, nothing is parked
+    last_success_epoch_ms: int
+    overload_rejections: int
+    connection_generation: int
+    flushes: int
+    operations: int
+    failures: int
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The heartbeat's `publication` object (without `worst_views`)."""
+        return {
+            "pending_batches": self.pending_batches,
+            "pending_operations": self.pending_operations,
+            "pending_bytes": self.pending_bytes,
+            "oldest_age_ms": self.oldest_age_ms,
+            "parked_batches": self.parked_batches,
+            "last_success_epoch_ms": self.last_success_epoch_ms,
+            "overload_rejections": self.overload_rejections,
+            "connection_generation": self.connection_generation,
+        }
+
+    def debug_memory(self) -> dict[str, Any]:
+        """`/debug/memory`'s `publication` object."""
+        return {
+            "pending_operations": self.pending_operations,
+            "oldest_age_ms": self.oldest_age_ms,
+            "flushes": self.flushes,
+            "operations": self.operations,
+            "failures": self.failures,
+            "last_success_epoch_ms": self.last_success_epoch_ms,
+            "overload_rejections": self.overload_rejections,
+            "latency_p50_ms": self.latency_p50_ms,
+            "latency_p99_ms": self.latency_p99_ms,
+        }
 
 
 @dataclass(eq=False)
@@ -151,6 +222,7 @@ class Publisher:
         self.stats = PublisherStats()
         self.metrics = metrics
         self.telemetry: EdgeHooks = NO_TELEMETRY  # ssp.telemetry.attach: OpenTelemetry
+        self.overload_rejections = 0  # ingests refused (503) by the admission limits
         self._seq = 0
 
     # ------------------------------------------------------------------ queueing
@@ -197,6 +269,31 @@ class Publisher:
     def pending(self) -> bool:
         """True while anything waits to be written."""
         return bool(self.dirty or self.initial or self.teardowns)
+
+    def figures(self) -> PublicationFigures:
+        """The publication's figures now (see `PublicationFigures`)."""
+        pending = max(0, self.pending_ops)
+        lat = sorted(self.stats.latencies_ms)
+        return PublicationFigures(
+            pending_batches=len(self.dirty) + len(self.initial) + len(self.teardowns),
+            pending_operations=pending,
+            pending_bytes=pending * _OP_BYTES,
+            oldest_age_ms=round(self.oldest_age_ms(), 1),
+            parked_batches=0,
+            last_success_epoch_ms=self.stats.last_success_ms,
+            overload_rejections=self.overload_rejections,
+            connection_generation=int(getattr(self.db, "reconnects", 0)),
+            flushes=self.stats.flushes,
+            operations=self.stats.operations,
+            failures=self.stats.failures,
+            latency_p50_ms=lat[len(lat) // 2] if lat else None,
+            latency_p99_ms=lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
+        )
+
+    def worst_views(self, n: int) -> list[dict[str, Any]]:
+        """The `n` views with the most pending operations (the heartbeat's `worst_views`)."""
+        backlog = sorted(((len(s), vid) for vid, s in self.dirty.items()), reverse=True)
+        return [{"view_id": vid, "pending_operations": k} for k, vid in backlog[:n]]
 
     def oldest_age_ms(self) -> float:
         """Age of the oldest pending mark (0 when idle)."""
@@ -258,7 +355,7 @@ class Publisher:
             self.telemetry.lock_hold(held)
 
     async def _run(self) -> None:
-        backoff = 0.1
+        backoff = Backoff(0.1, cap=5.0)
         while True:
             await self._wake.wait()
             if self.throttle > 0:
@@ -272,13 +369,13 @@ class Publisher:
                     # Everything pending belongs to views another flush holds: wait for it
                     # rather than spin (an Event that is set never suspends the loop).
                     await asyncio.sleep(0.005)
-                backoff = 0.1
+                backoff.reset()
             except DbError as e:
                 self.stats.failures += 1
                 self.stats.last_error = str(e)[:300]
-                log.warning("edge publication failed (will retry in %.1fs): %s", backoff, e)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                log.warning("edge publication failed (will retry in %.1fs): %s",
+                            backoff.current, e)
+                await backoff.sleep()
                 self._wake.set()
             except Exception:  # a bug here must not stop publication for good
                 self.stats.failures += 1

@@ -38,21 +38,20 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from ssp.publisher import NO_TELEMETRY, EdgeHooks, PublicationFigures, Publisher
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
-
-    from ssp.publisher import Publisher
 
 log = logging.getLogger("ssp.telemetry")
 
 METER_NAME = "ssp.publisher"
-OP_BYTES = 160  # estimated bytes per pending operation (`ssp.publisher._OP_BYTES`)
 
 HISTOGRAMS = ("ssp_edge_lock_wait_milliseconds", "ssp_edge_lock_hold_milliseconds",
               "ssp_edge_publish_milliseconds", "ssp_edge_transaction_milliseconds")
@@ -63,42 +62,17 @@ GAUGES = ("ssp_edge_pending_batches", "ssp_edge_pending_operations", "ssp_edge_p
 INSTRUMENTS = HISTOGRAMS + COUNTERS + GAUGES
 
 
-class EdgeHooks:
-    """What `ssp.publisher` calls; every hook takes a `time.monotonic()` start. No-op here."""
-
-    def lock_wait(self, since: float) -> float:
-        """A view was acquired after waiting since `since`; returns now (the hold's start)."""
-        return time.monotonic()
-
-    def lock_hold(self, since: float) -> None:
-        """Views held since `since` were released."""
-
-    def transaction(self, since: float, ok: bool = True) -> None:
-        """A flush's transaction that began at `since` ended."""
-
-    def published(self, started: Iterable[float], now: float) -> None:
-        """A flush committed; `started` holds each view's oldest-change time."""
-
-
-NO_TELEMETRY = EdgeHooks()
-
-
 def _ms(since: float, now: float | None = None) -> float:
     return max(0.0, ((time.monotonic() if now is None else now) - since) * 1000)
 
 
 class EdgeTelemetry(EdgeHooks):
-    """The spec's `ssp_edge_*` instruments for one publisher.
+    """The spec's `ssp_edge_*` instruments for one publisher: the gauges and counters
+    observe its one figures snapshot (`Publisher.figures`, what heartbeats and
+    `/debug/memory` report too); the histograms are fed by its hooks."""
 
-    `overload_rejections` and `connection_generation` read the hub's figures (the hub counts
-    the 503s; the publication connection counts its reconnects)."""
-
-    def __init__(self, meter: Meter, publisher: Publisher, *,
-                 overload_rejections: Callable[[], int],
-                 connection_generation: Callable[[], int]) -> None:
+    def __init__(self, meter: Meter, publisher: Publisher) -> None:
         self.pub = publisher
-        self._overload = overload_rejections
-        self._generation = connection_generation
         h = {name: meter.create_histogram(name, unit="ms", description=desc)
              for name, desc in (
                  (HISTOGRAMS[0], "wait for a view held by a flush in flight"),
@@ -141,42 +115,47 @@ class EdgeTelemetry(EdgeHooks):
             self._publish.record(_ms(s, now))
 
     # ------------------------------------------------------------------ observations
-    # Called on the exporter's thread while the event loop mutates the publisher: reads are
-    # single attribute loads or len(), except the oldest age, which retries on a concurrent
-    # resize.
+    # Called on the exporter's thread while the event loop mutates the publisher: one
+    # snapshot per observation, retried when a concurrent resize interrupts it.
 
-    def _failures(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(self.pub.stats.failures)]
-
-    def _rejections(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(self._overload())]
-
-    def _batches(self, _: CallbackOptions) -> list[Observation]:
-        p = self.pub
-        return [Observation(len(p.dirty) + len(p.initial) + len(p.teardowns))]
-
-    def _operations(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(max(0, self.pub.pending_ops))]
-
-    def _bytes(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(max(0, self.pub.pending_ops) * OP_BYTES)]
-
-    def _oldest(self, _: CallbackOptions) -> list[Observation]:
+    def _figures(self) -> PublicationFigures | None:
         for _attempt in range(3):
             try:
-                return [Observation(round(self.pub.oldest_age_ms(), 1))]
+                return self.pub.figures()
             except RuntimeError:  # "dictionary changed size during iteration"
                 continue
-        return []
+        return None
+
+    def _observe(self, name: str) -> list[Observation]:
+        f = self._figures()
+        return [] if f is None else [Observation(getattr(f, name))]
+
+    def _failures(self, _: CallbackOptions) -> list[Observation]:
+        return self._observe("failures")
+
+    def _rejections(self, _: CallbackOptions) -> list[Observation]:
+        return self._observe("overload_rejections")
+
+    def _batches(self, _: CallbackOptions) -> list[Observation]:
+        return self._observe("pending_batches")
+
+    def _operations(self, _: CallbackOptions) -> list[Observation]:
+        return self._observe("pending_operations")
+
+    def _bytes(self, _: CallbackOptions) -> list[Observation]:
+        return self._observe("pending_bytes")
+
+    def _oldest(self, _: CallbackOptions) -> list[Observation]:
+        return self._observe("oldest_age_ms")
 
     def _parked(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(0)]
+        return self._observe("parked_batches")
 
     def _last_success(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(self.pub.stats.last_success_ms)]
+        return self._observe("last_success_epoch_ms")
 
     def _conn_generation(self, _: CallbackOptions) -> list[Observation]:
-        return [Observation(self._generation())]
+        return self._observe("connection_generation")
 
 
 def setup_meter(exporters: tuple[str, ...], *, interval_ms: int, service_name: str,
@@ -214,13 +193,10 @@ def setup_meter(exporters: tuple[str, ...], *, interval_ms: int, service_name: s
     return provider.get_meter(METER_NAME), provider
 
 
-def attach(hub: Any, meter: Meter) -> EdgeTelemetry:
-    """Instruments on `hub.publisher`, reading the hub's rejection count and the publication
-    connection's reconnects; installs the publisher's hooks."""
-    t = EdgeTelemetry(meter, hub.publisher,
-                      overload_rejections=lambda: int(hub.overload_rejections),
-                      connection_generation=lambda: int(hub.pub_db.reconnects))
-    hub.publisher.telemetry = t
+def attach(publisher: Publisher, meter: Meter) -> EdgeTelemetry:
+    """Instruments on `publisher`; installs its hooks."""
+    t = EdgeTelemetry(meter, publisher)
+    publisher.telemetry = t
     return t
 
 

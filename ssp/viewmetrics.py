@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from surrealdb import RecordID
@@ -43,7 +43,7 @@ TABLE = "_00_view_metrics"
 WINDOW = 256
 MAX_ROWS_PER_WRITE = 500
 DEFINE = f"DEFINE TABLE IF NOT EXISTS {TABLE} SCHEMALESS PERMISSIONS NONE"
-WRITE = f"FOR $m IN $rows {{ UPSERT $m.id CONTENT $m RETURN NONE }}; DELETE $gone RETURN NONE"
+WRITE = "FOR $m IN $rows { UPSERT $m.id CONTENT $m RETURN NONE }; DELETE $gone RETURN NONE"
 
 
 @dataclass
@@ -109,13 +109,13 @@ class ViewMetrics:
             "publish_ms": {"p50": _pct(s, 0.5), "p99": _pct(s, 0.99), "max": round(s[-1], 3),
                            "samples": len(s)} if s else None,
             "materialize_ms": e.materialize_ms,
-            "last_publish_at": datetime.fromtimestamp(e.last_publish, timezone.utc),
+            "last_publish_at": datetime.fromtimestamp(e.last_publish, UTC),
         }
 
     def take_rows(self) -> tuple[list[dict[str, Any]], list[RecordID]]:
         """Rows for the views that changed since the last call, and ids of rows to delete."""
         rows: list[dict[str, Any]] = []
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         due: list[tuple[float, str, _Entry, tuple[RecordID, int]]] = []
         for vid, e in list(self.entries.items()):
             found = self._view_of(vid)

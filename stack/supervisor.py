@@ -45,6 +45,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ipc.backoff import delay
 from ipc.lifeline import lifeline_argv
 
 log = logging.getLogger("stack")
@@ -70,7 +71,7 @@ class RestartPolicy:
         """Seconds to wait before relaunching after the `crashes`-th crash in the window."""
         if crashes <= 0:
             return 0.0
-        return min(self.backoff_cap_secs, self.backoff_base_secs * 2 ** (crashes - 1))
+        return delay(crashes, self.backoff_base_secs, cap=self.backoff_cap_secs)
 
 
 class CrashLog:

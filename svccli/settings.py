@@ -9,7 +9,6 @@ environment describes this deployment (the same rule the scheduler applies to
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,36 +18,24 @@ from urllib.parse import urlsplit
 import yaml
 
 from dbclient import DbConfig
+from ipc.messages import parse_duration_ns as duration_ns
 
 TRANSPORTS = ("http", "changefeed")
 DEFAULT_TRANSPORT = "http"
 DEFAULT_RETENTION = "1h"
-
-_DURATION_PART = re.compile(r"(\d+)(ns|us|µs|ms|s|m|h|d|w|y)")
-_UNIT_NS = {
-    "ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
-    "m": 60_000_000_000, "h": 3_600_000_000_000, "d": 86_400_000_000_000,
-    "w": 7 * 86_400_000_000_000, "y": 365 * 86_400_000_000_000,
-}
-
 
 class ConfigError(ValueError):
     """Bad configuration: the command exits 2 with this message."""
 
 
 def parse_duration_ns(text: str) -> int:
-    """Parse a SurrealQL duration literal such as `1h`, `90m` or `1h30m` into nanoseconds."""
-    t = text.strip()
-    pos, total = 0, 0
-    while pos < len(t):
-        m = _DURATION_PART.match(t, pos)
-        if m is None:
-            raise ConfigError(f"changefeed retention {text!r} is not a duration like 1h, 30m, 7d")
-        total += int(m.group(1)) * _UNIT_NS[m.group(2)]
-        pos = m.end()
-    if total <= 0:
-        raise ConfigError(f"changefeed retention {text!r} must be a positive duration")
-    return total
+    """A changefeed retention such as `1h`, `90m` or `1h30m` in nanoseconds
+    (`ipc.messages.parse_duration_ns`); ConfigError when it is not one."""
+    try:
+        return duration_ns(text)
+    except ValueError as e:
+        raise ConfigError(f"changefeed retention {text!r} is not a duration like 1h, 30m, 7d "
+                          f"({e})") from None
 
 
 @dataclass(frozen=True)

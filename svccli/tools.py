@@ -7,41 +7,21 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
-from decimal import Decimal
 from typing import Any, TextIO
-from uuid import UUID
 
 from surrealdb import RecordID
 
 from dbclient import Database, DbConfig
+from engine.jsonvalues import to_json
 from engine.values import record_id_text
 from ssp.naming import auth_record, edge_table, view_record
-
-
-def to_json(value: Any) -> Any:
-    """SDK values as JSON: record ids as their canonical text, datetimes as ISO 8601."""
-    if isinstance(value, RecordID):
-        return record_id_text(value)
-    if isinstance(value, dict):
-        return {k: to_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (Decimal, UUID)):
-        return str(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
 
 
 async def run_sql(cfg: DbConfig, text: str, out: TextIO = sys.stdout) -> None:
     """Run one query (any number of statements) and print each statement's result as JSON."""
     async with Database(cfg) as db:
         results = await db.query(text)
-    for r in results:
-        out.write(json.dumps(to_json(r), ensure_ascii=False) + "\n")
+    out.writelines(json.dumps(to_json(r), ensure_ascii=False) + "\n" for r in results)
 
 
 async def _view_snapshot(db: Database, view_id: str, ref_mode: str) -> tuple[dict[str, Any] | None, set[str]]:
@@ -55,7 +35,7 @@ async def _view_snapshot(db: Database, view_id: str, ref_mode: str) -> tuple[dic
     try:
         outs = await db.query_one(
             "SELECT VALUE out FROM type::table($t) WHERE in = $q", {"t": table, "q": rec})
-    except Exception:  # the edge table does not exist yet: no edges
+    except Exception:  # noqa: BLE001 - the edge table does not exist yet: no edges
         outs = []
     return row, {record_id_text(o) for o in outs or [] if isinstance(o, RecordID)}
 
@@ -74,10 +54,8 @@ async def watch_view(cfg: DbConfig, view_id: str, *, ref_mode: str = "dedicated"
             if state != last_state:
                 out.write(f"{view_id}: state={state[0]} rowCount={state[1]}\n")
                 last_state = state
-            for rid in sorted(now - members):
-                out.write(f"  + {rid}\n")
-            for rid in sorted(members - now):
-                out.write(f"  - {rid}\n")
+            out.writelines(f"  + {rid}\n" for rid in sorted(now - members))
+            out.writelines(f"  - {rid}\n" for rid in sorted(members - now))
             out.flush()
             members = now
             await asyncio.sleep(interval)

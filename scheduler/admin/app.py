@@ -28,9 +28,7 @@ Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 ove
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
 from typing import Any
 
@@ -45,43 +43,19 @@ from scheduler.admin.errors import (
     Invalid,
     NotFound,
     NotImplementedYet,
-    PayloadTooLarge,
-    UnsupportedMediaType,
     serialize_error,
 )
 from scheduler.admin.jobsampler import ORIGINS, STATUSES
 from scheduler.admin.mcp import AdminAsgi
 from scheduler.admin.plane import AdminPlane
 from scheduler.admin.sse import channel_stream
-from scheduler.admin.values import q_enum, q_int, q_str
+from scheduler.admin.values import q_enum, q_int, q_str, read_json
 
 log = logging.getLogger("scheduler.admin.http")
 
 __all__ = ["create_admin_app", "create_falcon_app"]
 
-MAX_BODY = 64 * 1024
 PATH_MAX = 300
-
-
-async def read_json(req: falcon.asgi.Request) -> Any:
-    """The body as JSON (None when empty); 415, 413, 400 as the module docstring says."""
-    length = req.content_length
-    if length is not None and length > MAX_BODY:
-        raise PayloadTooLarge(f"the body is over {MAX_BODY} bytes")
-    data = b""
-    async for chunk in req.stream:
-        data += chunk
-        if len(data) > MAX_BODY:
-            raise PayloadTooLarge(f"the body is over {MAX_BODY} bytes")
-    if not data.strip():
-        return None
-    ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
-    if ctype and ctype != "application/json" and not ctype.endswith("+json"):
-        raise UnsupportedMediaType("the body must be JSON (Content-Type: application/json)")
-    try:
-        return json.loads(data, parse_constant=lambda c: math.nan)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise Invalid(f"the body is not valid JSON ({type(e).__name__})") from None
 
 
 def _who(req: falcon.asgi.Request) -> dict[str, Any]:

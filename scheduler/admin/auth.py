@@ -21,23 +21,13 @@ from typing import Any
 
 import falcon.asgi
 
+from ipc.bearer import bearer_token
 from scheduler.admin.errors import ReadOnly, Unauthorized
 from scheduler.admin.tokens import TokenAuthority
 
 __all__ = ["AdminAuth", "bearer_token"]
 
 _READ_METHODS = frozenset({"GET", "HEAD"})
-
-
-def bearer_token(header: str | None) -> str | None:
-    """The token of ``Authorization: Bearer <token>``; None when absent or malformed."""
-    if not header:
-        return None
-    scheme, _, token = header.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
 
 
 class AdminAuth:

@@ -40,6 +40,7 @@ import falcon.asgi
 from backup.objstore import StorageError
 from backup.service import BackupError
 from scheduler.admin.errors import AdminError, Conflict, NotImplementedYet, Unavailable
+from scheduler.admin.values import read_json
 
 log = logging.getLogger("scheduler.admin.backups")
 
@@ -267,8 +268,6 @@ class _Backups(_Base):
         resp.media = await self.r.listing()
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        from scheduler.admin.app import read_json
-
         body = await read_json(req)
         resp.status = 202
         resp.media = self.r.create(body, _who(req))
@@ -276,8 +275,6 @@ class _Backups(_Base):
 
 class _Config(_Base):
     async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        from scheduler.admin.app import read_json
-
         await read_json(req)
         self.r.config()
 
@@ -291,8 +288,6 @@ class _Backup(_Base):
 class _Restore(_Base):
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                       backup_id: str) -> None:
-        from scheduler.admin.app import read_json
-
         await read_json(req)
         resp.status = 202
         resp.media = await self.r.restore(backup_id, _who(req))
@@ -304,8 +299,6 @@ class _Restore(_Base):
 
 class _Release(_Base):
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        from scheduler.admin.app import read_json
-
         await read_json(req)
         resp.status = 202
         resp.media = self.r.release(_who(req))

@@ -8,7 +8,7 @@ operation_id, version}``), times in epoch milliseconds, and optionally ``publica
 
 Writers:
 
-* the backend monitor (``ssp.backends.BackendMonitor``, ``backend_down``) and the drift checker
+* the backend monitor (``maintenance.backends.BackendMonitor``, ``backend_down``) and the drift checker
   (``schema_change``) hand whole changes to :meth:`IncidentStore.record`, which merges them
   by id (a later change of an id appends its events and moves its state);
 * the lifecycle watcher (:mod:`scheduler.admin.lifecycle`) and operator actions use

@@ -3,43 +3,24 @@ the parsing of query strings and bodies into typed values (400 ``invalid`` namin
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
-from uuid import UUID
 
 import falcon.asgi
-from surrealdb import Duration, RecordID
+from surrealdb import Duration
 
-from engine.values import record_id_text
+from engine.jsonvalues import to_json as jsonable
 from ipc.messages import parse_duration_ms, parse_timestamp
-from scheduler.admin.errors import Invalid
+from scheduler.admin.errors import Invalid, PayloadTooLarge, UnsupportedMediaType
 
-__all__ = ["epoch_ms", "jsonable", "q_bool", "q_int", "q_str", "ttl_ms"]
+__all__ = ["MAX_BODY", "epoch_ms", "jsonable", "q_bool", "q_int", "q_str", "read_json", "ttl_ms"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 DEFAULT_TTL_MS = 600_000
-
-
-def jsonable(v: Any) -> Any:
-    """SDK values as JSON: record ids as text, datetimes as ISO 8601, durations as text."""
-    if isinstance(v, RecordID):
-        return record_id_text(v)
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, datetime):
-        return v.isoformat()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if v is None or isinstance(v, (str, int, float, bool)):
-        return v
-    if isinstance(v, (Decimal, UUID, Duration)):
-        return str(v)
-    return str(v)
+MAX_BODY = 64 * 1024  # an admin request body
 
 
 def epoch_ms(v: Any) -> int | None:
@@ -117,3 +98,24 @@ def q_enum(req: falcon.asgi.Request, name: str, choices: tuple[str, ...],
     if raw not in choices:
         raise Invalid(f"query {name}: must be one of {', '.join(choices)}, got {raw[:40]!r}")
     return raw
+
+
+async def read_json(req: falcon.asgi.Request) -> Any:
+    """The body as JSON (None when empty); 415, 413, 400 as the module docstring says."""
+    length = req.content_length
+    if length is not None and length > MAX_BODY:
+        raise PayloadTooLarge(f"the body is over {MAX_BODY} bytes")
+    data = b""
+    async for chunk in req.stream:
+        data += chunk
+        if len(data) > MAX_BODY:
+            raise PayloadTooLarge(f"the body is over {MAX_BODY} bytes")
+    if not data.strip():
+        return None
+    ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
+    if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+        raise UnsupportedMediaType("the body must be JSON (Content-Type: application/json)")
+    try:
+        return json.loads(data, parse_constant=lambda c: math.nan)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Invalid(f"the body is not valid JSON ({type(e).__name__})") from None

@@ -49,7 +49,7 @@ def operator(browser: Browser, cluster: AdminCluster) -> Iterator[Page]:
 
 
 async def _posts(c: AdminCluster) -> int:
-    from tests.integration.test_ssp_support import root_db
+    from tests.support.ssp_stack import root_db
 
     root = await root_db(c.host, c.ns, c.ns)
     try:
@@ -60,11 +60,11 @@ async def _posts(c: AdminCluster) -> int:
 
 
 async def _write(c: AdminCluster) -> None:
-    from tests.integration.test_ssp_support import root_db
+    from tests.support.ssp_stack import app_write, root_db
 
     root = await root_db(c.host, c.ns, c.ns)
     try:
-        await root.query("CREATE post:after_backup SET owner = user:alice, title = 'x', n = 99")
+        await app_write(root, "CREATE post:after_backup SET owner = user:alice, title = 'x', n = 99")
     finally:
         await root.close()
 

@@ -16,7 +16,9 @@ def test_bench_engine_quick_prints_its_table() -> None:
     lines = proc.stdout.splitlines()
     for name in ("W1 ingest (one by one)", "W1 ingest_batch", "W1 arena write-back",
                  "W1 one by one, file-backed arena", "per-user views",
-                 "naive: SurrealDB", "pydbsp", "scaling: thread at", "register 1 view"):
+                 "naive: SurrealDB", "pydbsp", "scaling: thread at", "register 1 view",
+                 "W2 moves", "mix: register", "mix ingest (one by one)",
+                 "register 1 large view, builds", "register 1 large view, shares"):
         assert any(name in line for line in lines), f"missing row {name!r}:\n{proc.stdout}"
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from tests.integration.test_ssp_support import apply_schema, root_db, wait_for
 from tests.support.admin_stack import ACCESS_SCHEMA, BREAKGLASS, start_scheduler
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import apply_schema, root_db, wait_for
 
 
 class Backend:

@@ -17,9 +17,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from scheduler.admin.mcptools import TOOLS
-from tests.integration.test_ssp_support import wait_for
 from tests.support.admin_cluster import AdminCluster, admin_cluster
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.test_ssp_support import apply_schema, edges, root_db, wait_for
 from tests.support.admin_stack import (
     ACCESS_SCHEMA,
     BREAKGLASS,
@@ -33,6 +32,7 @@ from tests.support.admin_stack import (
     start_ssp,
 )
 from tests.support.procs import ROOT, DbHost, base_env
+from tests.support.ssp_stack import apply_schema, edges, root_db, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -33,11 +33,11 @@ import pytest
 
 from dbclient import Database
 from tests.integration.test_admin_mcp import mcp_client, payload
-from tests.integration.test_ssp_support import apply_schema, root_db, wait_for
 from tests.support.admin_stack import BREAKGLASS, SCHEDULER, AdminScheduler, start_scheduler
 from tests.support.backup_helpers import digests, jreq, seed
 from tests.support.objstore import S3Server, start_s3
 from tests.support.procs import DbHost, ManagedProcess
+from tests.support.ssp_stack import app_write, apply_schema, root_db, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -162,8 +162,10 @@ async def backed_up_then_changed(rig: Rig) -> tuple[str, dict[str, Any]]:
     rec = await rig.backup()
     done = await rig.job("backup", rec["backup_id"])
     assert done["status"] == "done", done
-    await rig.root.query("DELETE post WHERE n > 50000; UPDATE user SET name = 'renamed'; "
-                         "RELATE user:u1->likes->post:2")
+    # One write per call, each retried on a write conflict with the SSP's edge writes.
+    await app_write(rig.root, "DELETE post WHERE n > 50000")
+    await app_write(rig.root, "UPDATE user SET name = 'renamed'")
+    await app_write(rig.root, "RELATE user:u1->likes->post:2")
     assert await digests(rig.root) != at_backup
     return rec["backup_id"], at_backup
 
@@ -356,7 +358,7 @@ async def test_backup_and_restore_through_the_mcp_tools(host: DbHost, tmp_path: 
             assert op["status"] == "done" and op["progress"]["status"] == "done", op
             listing = payload(await client.call_tool("backups_list", {}))
             assert [e["backup_id"] for e in listing["catalog"]] == [made["backup_id"]]
-            await rig.root.query("DELETE post WHERE n > 1000")
+            await app_write(rig.root, "DELETE post WHERE n > 1000")
             r = payload(await client.call_tool("backup_restore",
                                                {"backup_id": made["backup_id"]}))
             op = await wait_for(lambda: op_done(r["operation"]["id"]), 120, "restore op")

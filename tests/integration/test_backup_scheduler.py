@@ -19,11 +19,11 @@ import aiohttp
 import pytest
 
 from dbclient import Database
-from tests.integration.test_ssp_support import apply_schema, edges, root_db, wait_for
 from tests.support.admin_stack import BREAKGLASS, start_scheduler, start_ssp
 from tests.support.backup_helpers import jreq, seed, table_digest
 from tests.support.objstore import start_s3
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import app_write, apply_schema, edges, root_db, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -131,12 +131,12 @@ async def test_restore_of_100k_rows_brings_back_database_replica_and_edges(
             assert listing["storage"]["reachable"] is True
 
             # More writes: every view's edges move.
-            await root.query("UPDATE post SET n = 200000 + n WHERE owner = user:u1 AND n < 500")
-            await root.query("DELETE post WHERE owner = user:u2 AND n > 90000")
-            await root.query("FOR $k IN 0..20 { CREATE type::record('post', 'late' + "
-                             "<string> $k) SET owner = type::record('user', 'u' + <string> "
-                             "($k % 8)), title = 'late', n = 500000 + $k }")
-            await root.query("RELATE user:u5->likes->post:1")
+            await app_write(root, "UPDATE post SET n = 200000 + n WHERE owner = user:u1 AND n < 500")
+            await app_write(root, "DELETE post WHERE owner = user:u2 AND n > 90000")
+            await app_write(root, "FOR $k IN 0..20 { CREATE type::record('post', 'late' + "
+                            "<string> $k) SET owner = type::record('user', 'u' + <string> "
+                            "($k % 8)), title = 'late', n = 500000 + $k }")
+            await app_write(root, "RELATE user:u5->likes->post:1")
             await wait_for(lambda: views_match(root), 120, "edges after the writes")
             for u in VIEW_USERS:
                 now = await edges(root, f"_00_list_ref_user_{u}", f"v{u}")

@@ -19,8 +19,12 @@ import aiohttp
 import pytest
 
 from dbclient import Database
-from tests.integration.test_ssp_support import (
+from tests.support.backup_helpers import digests, jreq, seed
+from tests.support.objstore import S3Server, start_s3
+from tests.support.procs import DbHost, start_db_host
+from tests.support.ssp_stack import (
     Ssp,
+    app_write,
     apply_schema,
     edges,
     root_db,
@@ -28,9 +32,6 @@ from tests.integration.test_ssp_support import (
     view_body,
     wait_for,
 )
-from tests.support.backup_helpers import digests, jreq, seed
-from tests.support.objstore import S3Server, start_s3
-from tests.support.procs import DbHost, start_db_host
 
 pytestmark = pytest.mark.slow
 
@@ -113,8 +114,10 @@ async def backed_up_then_changed(rig: Rig) -> tuple[str, dict[str, Any], dict[st
     assert st == 202 and rec["project_slug"] == "default", rec
     done = await rig.job("backup", "bk-sa-1")
     assert done["status"] == "done", done
-    await rig.root.query("UPDATE post SET n = n + 300000 WHERE n < 2000; "
-                         "DELETE post WHERE n > 95000")
+    # One write per call, each retried on a write conflict (a DELETE also deletes the edges
+    # pointing at the post, which the SSP may be writing at the same time).
+    await app_write(rig.root, "UPDATE post SET n = n + 300000 WHERE n < 2000")
+    await app_write(rig.root, "DELETE post WHERE n > 95000")
     await wait_for(rig.views_match, 60, "edges after the writes")
     assert await rig.view_edges() != edges_at_backup
     return "bk-sa-1", at_backup, edges_at_backup
@@ -167,7 +170,7 @@ async def test_restore_rejects_ingest_meanwhile_and_brings_back_data_and_edges(
         assert await digests(rig.root) == at_backup
         assert await circuit(rig) == circuit_at_backup  # the circuit re-bootstrapped
         # Events flow again: a write moves a view.
-        await rig.root.query("CREATE post:top SET owner = user:u0, title = 'top', n = 999999")
+        await app_write(rig.root, "CREATE post:top SET owner = user:u0, title = 'top', n = 999999")
         await wait_for(rig.views_match, 60, "edges after a new write")
         assert "post:top" in (await rig.view_edges())["u0"]
 

@@ -4,34 +4,21 @@ must still return each table's sets exactly once and in commit order."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from dbclient import Database, DbConfig
+from dbclient import Database
 from dbclient.feed import read_round, trim_seen
-from tests.support.procs import DbHost
 
-_names = itertools.count()
 OVERLAP = 2000 << 16
 
 
 @pytest.fixture
-async def db(shared_db_host: DbHost) -> AsyncIterator[Database]:
-    n = next(_names)
-    database = Database(DbConfig.from_env({
-        "SVC_DB_URL": shared_db_host.ws_url, "SVC_DB_USER": shared_db_host.user,
-        "SVC_DB_PASS": shared_db_host.password, "SVC_DB_NS": "feedpages",
-        "SVC_DB_NAME": f"db{n}"}))
-    await database.connect()
-    await database.query("DEFINE TABLE a CHANGEFEED 1h; DEFINE TABLE b CHANGEFEED 1h; "
+async def db(fresh_db: Database) -> Database:
+    await fresh_db.query("DEFINE TABLE a CHANGEFEED 1h; DEFINE TABLE b CHANGEFEED 1h; "
                          "DEFINE TABLE c CHANGEFEED 1h; DEFINE TABLE d CHANGEFEED 1h")
-    try:
-        yield database
-    finally:
-        await database.close()
+    return fresh_db
 
 
 async def tail(db: Database, tables: list[str], *, limit: int, page: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.integration.dbhost_helpers import close, root_client
+from tests.support.dbhost_clients import close, root_client
 from tests.support.procs import start_db_host
 
 NS, DB = "test", "durable"

@@ -9,7 +9,7 @@ import pytest
 import websockets
 from surrealdb.data.cbor import decode, encode
 
-from tests.integration.dbhost_helpers import close, root_client, unique_db
+from tests.support.dbhost_clients import close, root_client, unique_db
 from tests.support.procs import DbHost, start_db_host
 
 MAX_FRAME = 64 * 1024

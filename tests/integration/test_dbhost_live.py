@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from surrealdb.errors import SurrealError
 
-from tests.integration.dbhost_helpers import (
+from tests.support.dbhost_clients import (
     SCHEMA,
     actions,
     close,

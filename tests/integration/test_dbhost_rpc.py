@@ -10,7 +10,7 @@ import pytest
 from surrealdb import AsyncSurreal
 from surrealdb.errors import NotAllowedError, NotFoundError, SurrealError
 
-from tests.integration.dbhost_helpers import SCHEMA, close, record_user, root_client, unique_db
+from tests.support.dbhost_clients import SCHEMA, close, record_user, root_client, unique_db
 from tests.support.procs import DbHost
 
 

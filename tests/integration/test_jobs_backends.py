@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_jobs_support import SECRET, TOKEN, Backend, job_stack
-from tests.integration.test_ssp_support import wait_for
+from tests.support.job_stack import SECRET, TOKEN, Backend, job_stack
 from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import wait_for
 
 ENV_A = "env-value-api-key-5e6f7a"
 ENV_B = "env-value-db-password-8b9c0d"

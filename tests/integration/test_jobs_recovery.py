@@ -13,7 +13,7 @@ from pathlib import Path
 from surrealdb import RecordID
 
 from dbclient import Database
-from tests.integration.test_jobs_support import SECRET, TOKEN, job_stack
+from tests.support.job_stack import SECRET, TOKEN, job_stack
 from tests.support.procs import DbHost
 
 

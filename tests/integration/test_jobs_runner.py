@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.test_jobs_support import SECRET, TOKEN, JobStack, job_stack
-from tests.integration.test_ssp_support import wait_for
+from tests.support.job_stack import SECRET, TOKEN, JobStack, job_stack
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import wait_for
 
 ERROR_KEYS = {"at", "attempt", "kind", "status", "error"}  # every `errors` entry
 

@@ -12,16 +12,16 @@ from typing import Any
 import aiohttp
 from surrealdb import RecordID
 
-from tests.integration.test_jobs_support import JOB_SCHEMA, SECRET, TOKEN, Backend, job_config
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
-from tests.integration.test_ssp_support import (
+from tests.support.job_stack import JOB_SCHEMA, SECRET, TOKEN, Backend, job_config
+from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     apply_schema,
     root_db,
     start_ssp,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 ENV_SECRET = "scheduler-backend-env-value-77aa"
 

@@ -35,9 +35,9 @@ from dbclient import Database, DbConfig, DbError, DbQueryError
 from engine.values import record_id_text
 from tests.integration.test_ssp_consistency import USERS, VIEWS, expected
 from tests.integration.test_ssp_scheduler_mode_ops_run import _consecutive_free_ports
-from tests.integration.test_ssp_support import APP_SCHEMA, edges, wait_for
 from tests.support import proctable
 from tests.support.procs import ROOT, base_env, free_port
+from tests.support.ssp_stack import APP_SCHEMA, edges, wait_for
 
 pytestmark = pytest.mark.slow
 

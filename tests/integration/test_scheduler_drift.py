@@ -6,10 +6,9 @@ ingest and drain do in the end); `reclone` is the real `Replica.clone_from`.
 
 from __future__ import annotations
 
-import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -18,29 +17,16 @@ from typing import Any
 import pytest
 from surrealdb import RecordID
 
-from dbclient import Database, DbConfig
+from dbclient import Database
 from scheduler.config import DriftConfig
 from scheduler.drift import DriftChecker, default_tables
 from scheduler.feed import ChangefeedTail
 from scheduler.replica import Replica
-from tests.support.procs import DbHost
-
-_names = itertools.count()
 
 
 @pytest.fixture
-async def db(shared_db_host: DbHost) -> AsyncIterator[Database]:
-    n = next(_names)
-    cfg = DbConfig.from_env({
-        "SVC_DB_URL": shared_db_host.ws_url, "SVC_DB_USER": shared_db_host.user,
-        "SVC_DB_PASS": shared_db_host.password, "SVC_DB_NS": f"drift{n}",
-        "SVC_DB_NAME": f"app{n}"})
-    database = Database(cfg)
-    await database.connect()
-    try:
-        yield database
-    finally:
-        await database.close()
+async def db(fresh_db: Database) -> Database:
+    return fresh_db
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ from typing import Any
 import aiohttp
 
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     apply_schema,
     db_env,
@@ -39,7 +40,6 @@ from tests.integration.test_ssp_support import (
     root_db,
     wait_for,
 )
-from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
 
 MAX_BUFFER = 3
 

@@ -3,10 +3,8 @@ ViewEngine loaded through ``Database.keyset_pages`` holds, and to SurrealDB's ow
 
 from __future__ import annotations
 
-import itertools
 import random
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -15,29 +13,15 @@ from typing import Any
 import pytest
 from surrealdb import Duration, RecordID
 
-from dbclient import Database, DbConfig, DbQueryError
+from dbclient import Database, DbQueryError
 from engine import ViewEngine
 from scheduler.replica import CloneInProgress, CloneProgress, Replica
 from scheduler.wal import Wal
-from tests.support.procs import DbHost
-
-_names = itertools.count()
 
 
 @pytest.fixture
-async def db(shared_db_host: DbHost) -> AsyncIterator[Database]:
-    n = next(_names)
-    cfg = DbConfig.from_env({
-        "SVC_DB_URL": shared_db_host.ws_url, "SVC_DB_USER": shared_db_host.user,
-        "SVC_DB_PASS": shared_db_host.password, "SVC_DB_NS": f"rns{n}",
-        "SVC_DB_NAME": f"rdb{n}",
-    })
-    database = Database(cfg)
-    await database.connect()
-    try:
-        yield database
-    finally:
-        await database.close()
+async def db(fresh_db: Database) -> Database:
+    return fresh_db
 
 
 def mixed_ids() -> list[Any]:

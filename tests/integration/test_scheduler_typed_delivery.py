@@ -27,7 +27,8 @@ from dbclient import Database
 from engine.hashing import hash_text, table_hash
 from engine.values import record_id_text
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import (
     Ssp,
     app_write,
     apply_schema,
@@ -36,7 +37,6 @@ from tests.integration.test_ssp_support import (
     start_ssp,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;

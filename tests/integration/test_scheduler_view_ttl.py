@@ -12,14 +12,14 @@ from pathlib import Path
 import aiohttp
 
 from tests.integration.test_scheduler_process import launch, write_config
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     apply_schema,
     root_db,
     start_ssp,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 
 async def test_a_view_expired_by_the_ssp_sweep_leaves_the_scheduler_tracker(

@@ -17,7 +17,8 @@ from typing import Any
 import aiohttp
 
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     app_write,
     apply_schema,
@@ -26,7 +27,6 @@ from tests.integration.test_ssp_support import (
     start_ssp,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 
 async def _ready_ssps(http: aiohttp.ClientSession, s: SchedulerProc) -> set[str]:

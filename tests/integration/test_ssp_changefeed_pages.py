@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dbclient import Database
-from tests.integration.test_ssp_support import edges, open_stack, view_body, wait_for
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import edges, open_stack, view_body, wait_for
 
 OWN = "SELECT * FROM post WHERE owner = $auth.id"
 

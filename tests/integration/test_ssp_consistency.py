@@ -18,7 +18,8 @@ from surrealdb import RecordID
 
 from dbclient import Database
 from engine.values import record_id_text
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
     app_write,
@@ -29,7 +30,6 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 VIEWS = (
     "SELECT * FROM post WHERE owner = $auth.id",

@@ -14,7 +14,8 @@ from surrealdb import RecordID
 
 from dbclient import Database
 from engine.values import record_id_text
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
     apply_schema,
@@ -26,7 +27,6 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 
 class Stack:

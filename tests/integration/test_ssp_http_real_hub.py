@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
     apply_schema,
@@ -19,7 +20,6 @@ from tests.integration.test_ssp_support import (
     start_ssp,
     unique_db,
 )
-from tests.support.procs import DbHost
 
 SECRET = "gw-real-hub-test-bearer"
 

@@ -16,10 +16,12 @@ import pytest
 from surrealdb import RecordID
 
 from dbclient import Database
+from engine import wire
 from engine.hashing import hash_text, table_hash
 from engine.values import pack_wire, record_id_text
 from ipc import typed
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     Ssp,
     apply_schema,
     edges,
@@ -28,7 +30,6 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 SECRET = "test-bearer-not-a-real-secret"
 SCHEMA = """
@@ -70,7 +71,7 @@ class TypedStack:
 
 
 def event(op: str, row: dict[str, Any], seq: int | None = None) -> bytes:
-    return typed.encode_event({"table": "comment", "op": op, "id": record_id_text(row["id"]),
+    return wire.encode_event({"table": "comment", "op": op, "id": record_id_text(row["id"]),
                                "record": row}, seq)
 
 

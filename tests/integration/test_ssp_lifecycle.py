@@ -11,8 +11,8 @@ from pathlib import Path
 from surrealdb import RecordID
 
 from dbclient import Database
-from tests.integration.test_ssp_support import edges, open_stack, view_body, wait_for
 from tests.support.procs import DbHost, start_db_host
+from tests.support.ssp_stack import edges, open_stack, view_body, wait_for
 
 OWN = "SELECT * FROM post WHERE owner = $auth.id"
 
@@ -104,7 +104,7 @@ async def test_warm_start_from_snapshot_catches_up_to_the_same_state(
         # Written while the SSP is down: the warm start must catch up from the feed.
         await st.root.query("CREATE post:s2 SET owner = user:alice, title = 'b'")
         await st.root.query("DELETE post:s1")
-        from tests.integration.test_ssp_support import start_ssp
+        from tests.support.ssp_stack import start_ssp
         st.ssp = start_ssp(tmp_path, host, st.ns, st.dbname, SVC_SSP_SNAPSHOT_DIR=str(snap))
         await st.ssp.wait_ready()
         await wait_for(lambda: _edges_are(st.root, "snap", {"post:s2"}), what="caught up")
@@ -176,7 +176,7 @@ _ = RecordID
 
 
 async def test_bootstrapping_answers_503_until_the_database_answers(tmp_path: Path) -> None:
-    from tests.integration.test_ssp_support import (
+    from tests.support.ssp_stack import (
         APP_SCHEMA,
         apply_schema,
         root_db,
@@ -267,7 +267,7 @@ async def test_reload_failure_is_500_reload_failed(tmp_path: Path) -> None:
 
 async def test_view_on_a_table_created_after_start_sees_its_rows(host: DbHost,
                                                                  tmp_path: Path) -> None:
-    from tests.integration.test_ssp_support import apply_schema
+    from tests.support.ssp_stack import apply_schema
 
     # The schema poll is off: registering must find the new table by itself.
     async with open_stack(host, tmp_path, before_start=alice, SVC_SCHEMA_POLL_SECS="0") as st:

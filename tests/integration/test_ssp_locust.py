@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.test_ssp_support import apply_schema, root_db, start_ssp, unique_db
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import apply_schema, root_db, start_ssp, unique_db
 
 ROOT = Path(__file__).resolve().parents[2]
 

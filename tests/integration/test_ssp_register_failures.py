@@ -17,7 +17,8 @@ from dbclient import Database
 from engine.parser import MAX_DEPTH, MAX_QUERY_CHARS
 from engine.values import record_id_text
 from ssp.shards import shard_of
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     Stack,
     app_write,
@@ -29,7 +30,6 @@ from tests.integration.test_ssp_support import (
     view_body,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 EDGES = "_00_list_ref_user_alice"
 TOP = "SELECT * FROM thread WHERE score > 3"

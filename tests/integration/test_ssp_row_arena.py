@@ -16,8 +16,8 @@ from engine.values import canonical_bytes
 from ssp.rowarena import PRIVATE_PREFIX, HubRows, pack_handles
 from ssp.shard import encode_request
 from ssp.shards import ShardHandle
-from tests.integration.test_ssp_support import open_stack, view_body, wait_for
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import open_stack, view_body, wait_for
 
 OWN = "SELECT * FROM post WHERE owner = $auth.id"
 

@@ -22,7 +22,8 @@ from dbclient import Database
 from engine.hashing import hash_text, table_hash
 from engine.values import parse_record_id
 from ssp.hub import Hub
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
     apply_schema,
@@ -33,7 +34,6 @@ from tests.integration.test_ssp_support import (
     view_body,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 SECRET = "scheduler-mode-test-secret"
 AUTH = {"Authorization": f"Bearer {SECRET}"}

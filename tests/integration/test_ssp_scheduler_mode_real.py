@@ -19,7 +19,8 @@ from typing import Any
 import aiohttp
 
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     apply_schema,
     edges,
@@ -27,7 +28,6 @@ from tests.integration.test_ssp_support import (
     start_ssp,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 AT = "2026-01-02T03:04:05Z"
 VIEW = ("SELECT * FROM post WHERE owner = $auth.id AND at > d'2026-01-01T00:00:00Z' "

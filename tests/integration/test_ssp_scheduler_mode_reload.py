@@ -14,7 +14,8 @@ from typing import Any
 import aiohttp
 
 from tests.integration.test_scheduler_process import launch, write_config
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     apply_schema,
     edges,
@@ -22,7 +23,6 @@ from tests.integration.test_ssp_support import (
     start_ssp,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 
 async def test_reload_in_scheduler_mode_rebuilds_from_the_scheduler_not_the_database(

@@ -11,7 +11,8 @@ import pytest
 from surrealdb import RecordID
 
 from tests.integration.test_ssp_edges import Stack, register_body, user_id
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     apply_schema,
     live_stream,
@@ -21,7 +22,6 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from tests.integration.test_ssp_support import open_stack, view_body, wait_for
 from tests.support.procs import DbHost, free_port
+from tests.support.ssp_stack import open_stack, view_body, wait_for
 
 INSTRUMENTS = {
     "ssp_edge_lock_wait_milliseconds", "ssp_edge_lock_hold_milliseconds",

@@ -12,7 +12,8 @@ from surrealdb import RecordID
 
 from dbclient import DbQueryError
 from tests.integration.test_ssp_edges import Stack, register_body, user_id
-from tests.integration.test_ssp_support import (
+from tests.support.procs import DbHost
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     apply_schema,
     record_user,
@@ -21,7 +22,6 @@ from tests.integration.test_ssp_support import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_ssp_support import apply_schema, root_db
 from tests.support.admin_stack import (
     ACCESS_SCHEMA,
     BREAKGLASS,
@@ -29,6 +28,7 @@ from tests.support.admin_stack import (
     start_ssp,
 )
 from tests.support.procs import DbHost
+from tests.support.ssp_stack import apply_schema, root_db
 
 
 def run_async(coro: Any) -> Any:

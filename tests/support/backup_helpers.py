@@ -12,7 +12,7 @@ from surrealdb import RecordID
 from dbclient import Database
 from engine.hashing import bytes_hash, hash_text
 from engine.values import canonical_bytes
-from tests.integration.test_ssp_support import APP_SCHEMA
+from tests.support.ssp_stack import APP_SCHEMA
 
 SCHEMA = APP_SCHEMA + "DEFINE TABLE likes TYPE RELATION IN user OUT post;"
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from engine import wire
 from ipc import typed
 
 
@@ -73,7 +74,7 @@ class FakeSsp:
         if self.json_only and req.content_type != "application/json":
             return web.json_response({"error": "invalid", "message": "Content-Type must be "
                                       f"application/json, got {req.content_type!r}"}, status=400)
-        body = (typed.decode(await req.read()) if req.content_type == typed.CONTENT_TYPE
+        body = (typed.decode(await req.read(), wire.ext_hook) if req.content_type == typed.CONTENT_TYPE
                 else await req.json())
         if self.ingest_script:
             status = self.ingest_script.popleft()

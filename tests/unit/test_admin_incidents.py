@@ -7,8 +7,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from maintenance.backends import incident_record
 from scheduler.admin.incidents import IncidentStore, sanitize
-from ssp.backends import incident_record
 
 NOW = 1_800_000_000_000
 

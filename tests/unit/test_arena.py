@@ -20,7 +20,7 @@ from surrealdb import Duration, RecordID
 from engine.arena import Arena, ArenaError, ArenaReader, RowStore
 from engine.hashing import row_hash, table_hash
 from engine.values import NONE, canonical_bytes
-from tests.unit.test_values_support import stored_values
+from tests.support.value_oracle import stored_values
 
 
 @pytest.fixture(params=["anonymous", "files"])

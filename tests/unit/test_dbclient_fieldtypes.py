@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from surrealdb import RecordID
 
-from dbclient.errors import DbError
 from dbclient.fieldtypes import FieldTypes, field_kinds, restore_types
+from ipc.messages import parse_timestamp
+from tests.support.fakedb import FakeDb
 
 INFO = {"fields": {
     "owner": "DEFINE FIELD owner ON post TYPE record<user> PERMISSIONS FULL",
@@ -31,32 +31,20 @@ def test_links_and_datetimes_are_found_whatever_the_option_spelling() -> None:
 def test_a_json_row_gets_its_types_back_and_untyped_fields_stay_text() -> None:
     out = restore_types("post", "post:1", {"owner": "user:alice", "at": "2025-01-31T12:00:00Z",
                                            "title": "user:bob", "seen": "not a date"},
-                        field_kinds(INFO))
+                        field_kinds(INFO), parse_datetime=parse_timestamp)
     assert out == {"id": RecordID("post", 1), "owner": RecordID("user", "alice"),
                    "at": datetime(2025, 1, 31, 12, tzinfo=UTC), "title": "user:bob",
                    "seen": "not a date"}
     with pytest.raises(ValueError, match="not in table"):
-        restore_types("post", "user:1", {}, {})
-
-
-class FakeDb:
-    def __init__(self) -> None:
-        self.calls = 0
-        self.fail = False
-
-    async def table_info(self, table: str) -> dict[str, Any]:
-        self.calls += 1
-        await asyncio.sleep(0.01)
-        if self.fail:
-            raise DbError("unreachable")
-        return INFO
+        restore_types("post", "user:1", {}, {}, parse_datetime=parse_timestamp)
 
 
 async def test_kinds_are_read_once_per_refresh_and_kept_when_a_read_fails() -> None:
-    db = FakeDb()
-    ft = FieldTypes(db, refresh_secs=3600)  # type: ignore[arg-type]
+    db = FakeDb(info=INFO, delay=0.01)
+    ft = FieldTypes(db, refresh_secs=3600,  # type: ignore[arg-type]
+                    parse_datetime=parse_timestamp)
     got = await asyncio.gather(*(ft.kinds("post") for _ in range(5)))
-    assert all(g == field_kinds(INFO) for g in got) and db.calls == 1
+    assert all(g == field_kinds(INFO) for g in got) and db.info_calls == 1
     ft.forget("post")
     db.fail = True
     assert await ft.kinds("post") == {}  # nothing before it: the row stays as sent

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import BearerAuth, bearer_token
-from gateway.errors import GatewayError
+from ipc.bearer import BearerAuth, bearer_token
+from ipc.httperrors import HttpError
 from gateway.testing import GatewayUnderTest
 
 SECRET = "s3cret-token"
@@ -78,7 +78,7 @@ def test_non_ascii_secret_compares_the_bytes_the_client_sent() -> None:
     auth = BearerAuth("pässwörd")
     # Falcon hands header values over decoded as latin-1: UTF-8 bytes appear as mojibake.
     auth.check("Bearer " + "pässwörd".encode().decode("latin-1"))
-    with pytest.raises(GatewayError):
+    with pytest.raises(HttpError):
         auth.check("Bearer " + "passwort")
 
 

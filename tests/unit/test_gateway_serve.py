@@ -26,7 +26,8 @@ def test_argv_runs_the_asgi_worker_with_the_configured_workers_and_address() -> 
     assert argv[argv.index("-w") + 1] == "3"
     assert argv[argv.index("-b") + 1] == "127.0.0.1:9000"
     assert "--no-control-socket" in argv  # gunicorn 27 would share $HOME/.gunicorn/gunicorn.ctl
-    assert argv[-1] == APP_SPEC == "gateway.ssp_app:create_app()"
+    assert argv[-1] == APP_SPEC.format(endpoint=cfg.hub_endpoint)
+    assert argv[-1] == f"gateway.ssp_app:create_app('{cfg.hub_endpoint}')"
     assert "--access-logfile" not in argv
     assert argv[argv.index("--keep-alive") + 1] == str(SERVER_KEEPALIVE_SECS)
     # Workers die with their master (tests/integration/test_ssp_gateway_dies_with_its_parent).
@@ -48,16 +49,14 @@ def test_ipv6_hosts_are_bracketed() -> None:
     assert bind_address("127.0.0.1", 1) == "127.0.0.1:1"
 
 
-async def test_create_app_reads_the_secret_and_the_hub_endpoint_from_the_environment(
+async def test_create_app_reads_the_secret_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="gw-env-"))
     monkeypatch.setenv("SVC_AUTH_SECRET", "from-env")
-    monkeypatch.setenv("SVC_SSP_RUN_DIR", str(run_dir))
-    monkeypatch.setenv("SVC_DB_URL", "ws://127.0.0.1:9")
     hub = FakeHub(f"ipc://{run_dir}/hub.sock")
     hub.start()
-    app = create_app()
+    app = create_app(f"ipc://{run_dir}/hub.sock")
     try:
         async with testing.ASGIConductor(app) as client:
             denied = await client.simulate_get("/debug/deps", headers={"Authorization": "Bearer other"})

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from surrealdb import RecordID
 
+from engine import wire
 from engine.values import pack_wire
 from gateway.testing import GatewayUnderTest
 from ipc import typed
@@ -27,24 +28,24 @@ EVENT = {"table": "comment", "op": "CREATE", "id": "comment:c1", "record": RECOR
 
 
 async def test_a_typed_event_reaches_the_hub_as_the_bytes_sent() -> None:
-    body = typed.encode_event(EVENT, 7)
+    body = wire.encode_event(EVENT, 7)
     async with GatewayUnderTest(SECRET) as gw:
         result = await gw.client.simulate_post("/ingest", body=body, headers=TYPED)
         assert result.status_code == 200, result.text
         sent = gw.hub.last("POST /ingest")["body"]
         assert sent == body
-        assert typed.decode(sent)["record"] == RECORD  # the hub gets the values back
+        assert typed.decode(sent, wire.ext_hook)["record"] == RECORD  # the hub gets the values back
 
 
 async def test_a_typed_batch_reaches_the_hub_as_the_bytes_sent() -> None:
-    events = [typed.encode_event({**EVENT, "id": f"comment:c{i}",
+    events = [wire.encode_event({**EVENT, "id": f"comment:c{i}",
                                   "record": {**RECORD, "id": RecordID("comment", f"c{i}")}}, i)
               for i in range(1, 4)]
     body = typed.encode_batch(events)
     async with GatewayUnderTest(SECRET) as gw:
         result = await gw.client.simulate_post("/ingest", body=body, headers=TYPED)
         assert result.status_code == 200, result.text
-        decoded = typed.decode(gw.hub.last("POST /ingest")["body"])
+        decoded = typed.decode(gw.hub.last("POST /ingest")["body"], wire.ext_hook)
         assert [e["seq"] for e in decoded] == [1, 2, 3]
         assert decoded[2]["record"]["thread"] == RecordID("thread", "t1")
 
@@ -72,7 +73,7 @@ MALFORMED: list[tuple[bytes, list[str]]] = [
     (b"\xc1", ["not valid", typed.CONTENT_TYPE, "not MessagePack"]),
     (b"\x91" * 3000 + b"\x01", ["not valid", "nested too deeply"]),
     (b"\x92\x01", ["not valid", "incomplete"]),
-    (typed.encode_event(EVENT) + b"\x00", ["not valid", "extra data"]),
+    (wire.encode_event(EVENT) + b"\x00", ["not valid", "extra data"]),
     (msgpack.packb({1: 2}), ["not valid", "map key"]),
     (msgpack.packb("text"), ["object", "string"]),
     (msgpack.packb([]), ["at least one event"]),
@@ -135,7 +136,7 @@ async def test_ingest_names_both_accepted_content_types() -> None:
 async def test_a_typed_content_type_with_parameters_is_accepted() -> None:
     async with GatewayUnderTest(SECRET) as gw:
         result = await gw.client.simulate_post(
-            "/ingest", body=typed.encode_event(EVENT),
+            "/ingest", body=wire.encode_event(EVENT),
             headers={**TYPED, "Content-Type": typed.CONTENT_TYPE.upper() + "; v=1"})
         assert result.status_code == 200, result.text
 
@@ -143,7 +144,7 @@ async def test_a_typed_content_type_with_parameters_is_accepted() -> None:
 async def test_typed_bodies_keep_the_size_limits() -> None:
     big = {**RECORD, "text": "y" * 2000}
     async with GatewayUnderTest(SECRET, max_body_bytes=1000) as gw:
-        one = typed.encode_event({**EVENT, "record": big})
+        one = wire.encode_event({**EVENT, "record": big})
         result = await gw.client.simulate_post("/ingest", body=one, headers=TYPED)
         assert result.status_code == 413  # a single event keeps the route's limit
         batch = typed.encode_batch([one])

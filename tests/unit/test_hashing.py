@@ -16,7 +16,7 @@ from surrealdb import Duration, RecordID
 
 from engine.hashing import bytes_hash, hash_text, row_hash, table_hash
 from engine.values import NONE, canonical_bytes, unpack_value
-from tests.unit.test_values_support import stored_values
+from tests.support.value_oracle import stored_values
 
 rows = st.dictionaries(
     st.sampled_from(["id", "a", "b", "c", "name", "x y"]), stored_values, max_size=6

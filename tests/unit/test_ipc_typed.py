@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from surrealdb import Duration, RecordID
 
+from engine import wire
 from engine.values import NONE, canonical_bytes
 from ipc import typed
 
@@ -54,7 +55,7 @@ def same(a: Any, b: Any) -> bool:
 def test_every_value_of_a_record_comes_back_as_it_went(record: dict[str, Any], seq: int) -> None:
     record = {**record, "id": RecordID("comment", "c1")}
     event = {"table": "comment", "op": "UPDATE", "id": "comment:c1", "record": record}
-    back = typed.decode(typed.encode_event(event, seq))
+    back = typed.decode(wire.encode_event(event, seq), wire.ext_hook)
     assert back["seq"] == seq and back["id"] == "comment:c1" and back["op"] == "UPDATE"
     assert same(back["record"], record), (back["record"], record)
     # and so hashes like the row it came from
@@ -62,34 +63,34 @@ def test_every_value_of_a_record_comes_back_as_it_went(record: dict[str, Any], s
 
 
 def test_a_batch_is_an_array_of_the_events_in_order() -> None:
-    parts = [typed.encode_event({"table": "t", "op": "CREATE", "id": f"t:{i}",
+    parts = [wire.encode_event({"table": "t", "op": "CREATE", "id": f"t:{i}",
                                  "record": {"id": RecordID("t", i)}}, i) for i in range(3)]
     body = typed.encode_batch(parts)
     assert typed.is_array(body) and not typed.is_array(parts[0])
-    assert [e["seq"] for e in typed.decode(body)] == [0, 1, 2]
+    assert [e["seq"] for e in typed.decode(body, wire.ext_hook)] == [0, 1, 2]
     big = typed.encode_batch(parts * 10)  # past 15 elements: the array16 header
-    assert typed.is_array(big) and len(typed.decode(big)) == 30
+    assert typed.is_array(big) and len(typed.decode(big, wire.ext_hook)) == 30
 
 
 def test_a_record_id_as_the_event_id_goes_as_text_and_a_delete_gets_its_id() -> None:
     rid = RecordID("user", "a-b")
-    back = typed.decode(typed.encode_event({"table": "user", "op": "DELETE", "id": rid,
-                                            "record": None}))
+    back = typed.decode(wire.encode_event({"table": "user", "op": "DELETE", "id": rid,
+                                            "record": None}), wire.ext_hook)
     assert back["id"] == "user:`a-b`"
     assert back["record"] == {"id": rid}
 
 
 def test_links_decode_to_equal_values_whichever_event_they_come_from() -> None:
-    one = typed.decode(typed.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
-                                           "record": {"t": RecordID("thread", 1)}}))
-    two = typed.decode(typed.encode_event({"table": "c", "op": "CREATE", "id": "c:2",
-                                           "record": {"t": RecordID("thread", 1)}}))
+    one = typed.decode(wire.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
+                                           "record": {"t": RecordID("thread", 1)}}), wire.ext_hook)
+    two = typed.decode(wire.encode_event({"table": "c", "op": "CREATE", "id": "c:2",
+                                           "record": {"t": RecordID("thread", 1)}}), wire.ext_hook)
     assert one["record"]["t"] == two["record"]["t"] == RecordID("thread", 1)
 
 
 def test_an_unencodable_value_is_a_type_error() -> None:
     with pytest.raises(TypeError):
-        typed.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
+        wire.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
                             "record": {"x": object()}})
 
 
@@ -114,13 +115,13 @@ def _ext(code: int, data: bytes) -> bytes:
 ])
 def test_bad_bytes_are_a_value_error_naming_the_problem(data: bytes, words: list[str]) -> None:
     with pytest.raises(ValueError) as info:
-        typed.decode(data)
+        typed.decode(data, wire.ext_hook)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
 
 
 def test_the_shape_decode_leaves_ext_values_opaque() -> None:
-    body = typed.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
+    body = wire.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
                                "record": {"id": RecordID("c", 1), "at": datetime.now(UTC),
                                           "n": Decimal("1.5"), "u": uuid.uuid4()}})
     shape = typed.decode_shape(body)
@@ -131,19 +132,19 @@ def test_the_shape_decode_leaves_ext_values_opaque() -> None:
 
 def test_check_record_keeps_a_typed_id_and_types_a_missing_one() -> None:
     rec = {"id": RecordID("c", 1), "x": 1}
-    assert typed.check_record("c", "c:1", rec) is rec
-    assert typed.check_record("c", "c:2", {})["id"] == RecordID("c", 2)
-    assert typed.check_record("c", "k", {})["id"] == RecordID("c", "k")
+    assert wire.check_record("c", "c:1", rec) is rec
+    assert wire.check_record("c", "c:2", {})["id"] == RecordID("c", 2)
+    assert wire.check_record("c", "k", {})["id"] == RecordID("c", "k")
     with pytest.raises(ValueError, match="not in table c"):
-        typed.check_record("c", "c:1", {"id": RecordID("d", 1)})
+        wire.check_record("c", "c:1", {"id": RecordID("d", 1)})
     with pytest.raises(ValueError, match="not a record id"):
-        typed.check_record("c", "c:`unterminated", {})
+        wire.check_record("c", "c:`unterminated", {})
     with pytest.raises(ValueError, match="not in table c"):
-        typed.check_record("c", "d:1", {})
+        wire.check_record("c", "d:1", {})
 
 
 def test_datetimes_keep_their_microseconds_and_zone() -> None:
     at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC) + timedelta(0)
-    back = typed.decode(typed.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
-                                            "record": {"at": at}}))
+    back = typed.decode(wire.encode_event({"table": "c", "op": "CREATE", "id": "c:1",
+                                            "record": {"at": at}}), wire.ext_hook)
     assert back["record"]["at"] == at and back["record"]["at"].tzinfo is not None

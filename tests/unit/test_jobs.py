@@ -14,18 +14,10 @@ import pytest
 from aiohttp import web
 
 from ipc.messages import BodyError, normalize_body
-from ssp.backends import BackendListError, BackendMonitor, parse_backends, shown_url
+from maintenance.backends import MASK, BackendListError, BackendMonitor, parse_backends, shown_url
 from ssp.config import ConfigError, JobTable, SspConfig
-from ssp.jobs import (
-    MASK,
-    ResultReporter,
-    backoff_secs,
-    job_url,
-    redact,
-    retried,
-    retry_after_secs,
-    secrets_of,
-)
+from ssp.jobpolicy import backoff_secs, job_url, redact, retried, retry_after_secs, secrets_of
+from ssp.jobreports import ResultReporter
 
 BASE_ENV = {"SVC_DB_URL": "ws://127.0.0.1:1/rpc", "SVC_DB_USER": "u", "SVC_DB_PASS": "p",
             "SVC_DB_NS": "n", "SVC_DB_NAME": "d"}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from surrealdb import RecordID
 
-from dbclient.feed import feed_change, feed_retention_ms, trim_seen
-from scheduler.feed import ChangefeedTail, _event, disabled_status
+from dbclient.feed import feed_change, trim_seen
+from scheduler.feed import ChangefeedTail, _event, disabled_status, feed_retention_ms
 
 POST1 = RecordID("post", 1)
 
@@ -85,7 +85,8 @@ def test_the_saved_cursor_is_loaded_and_a_damaged_file_is_refused(tmp_path: Path
     path.write_text(json.dumps({"version": 1, "base": 7 << 16, "cursors": {"post": 9 << 16},
                                 "seen": {"post": [9 << 16]}, "synced_ms": 8}))
     tail = ChangefeedTail(None, submit, path, tables)  # type: ignore[arg-type]
-    assert (tail.base, tail.cursors, tail.seen, tail.synced_ms) == (
+    cur = tail.cursor
+    assert (cur.base, cur.cursors, cur.seen, tail.synced_ms) == (
         7 << 16, {"post": 9 << 16}, {"post": {9 << 16}}, 8)
     path.write_text("{not json")
     with pytest.raises(ValueError, match="unreadable"):

@@ -12,9 +12,10 @@ from surrealdb import RecordID
 from dbclient import DbQueryError, DbTimeout
 from engine.parser import MAX_DEPTH
 from ssp.config import SspConfig
-from ssp.hub import Hub, ViewState, _check_params
+from ssp.hub import Hub, ViewState, check_params
 from ssp.naming import view_record
 from ssp.shards import ShardError, ShardTimeout
+from tests.support.fakedb import FakeDb
 
 OLD = "SELECT * FROM post WHERE n > 3"
 NEW = "SELECT * FROM post WHERE n < 3"
@@ -45,27 +46,6 @@ class FakeShard:
         self.up = False
 
 
-class FakeDb:
-    """`query_one` finds no row; `query`/`transaction` fail with `fail` when set."""
-
-    def __init__(self, fail: BaseException | None = None) -> None:
-        self.fail = fail
-        self.consecutive_timeouts = 0
-        self.writes: list[str] = []
-
-    async def query_one(self, sql: str, vars: Any = None, **_k: Any) -> Any:
-        return None
-
-    async def query(self, sql: str, vars: Any = None, **_k: Any) -> Any:
-        if self.fail is not None:
-            raise self.fail
-        self.writes.append(sql)
-        return []
-
-    async def transaction(self, stmts: Any) -> Any:
-        return await self.query("transaction")
-
-
 def make_hub(shard: FakeShard, db_fail: BaseException | None = None) -> Hub:
     hub = Hub(SspConfig.from_env({"SVC_DB_URL": "ws://127.0.0.1:1", "SVC_SSP_SHARDS": "1",
                                   "SVC_SSP_RUN_DIR": "/tmp/ssp-unit"}))
@@ -75,12 +55,12 @@ def make_hub(shard: FakeShard, db_fail: BaseException | None = None) -> Hub:
     hub.db = FakeDb()  # type: ignore[assignment]
     hub.pub_db = FakeDb(db_fail)  # type: ignore[assignment]
     hub.publisher.db = hub.pub_db  # type: ignore[assignment]
-    hub._edge_tables.add("_00_list_ref_user_alice")
+    hub.edges.known.add("_00_list_ref_user_alice")
     return hub
 
 
 def held_view(hub: Hub) -> ViewState:
-    view = hub._new_view("query:v", OLD, {"auth_id": "user:alice"}, ALICE, "c1", "10m",
+    view = hub.lifecycle.new("query:v", OLD, {"auth_id": "user:alice"}, ALICE, "c1", "10m",
                          600_000, 0, None)
     view.members = {"post:9"}
     hub.views["query:v"] = view
@@ -138,7 +118,7 @@ async def test_a_refused_query_is_decided_in_the_hub_before_the_shard_is_asked()
 async def test_a_failed_first_publication_leaves_nothing_of_the_view(fail: Exception) -> None:
     shard = FakeShard()
     hub = make_hub(shard, db_fail=fail)
-    hub._edge_tables.clear()  # the edge table definition fails first
+    hub.edges.known.clear()  # the edge table definition fails first
     r = await hub.handle(register(NEW))
     assert r["status"] == (503 if isinstance(fail, DbTimeout) else 500), r
     assert "not registered" in r["body"]["message"]
@@ -189,12 +169,12 @@ def test_params_nesting_is_limited_like_the_query() -> None:
             v = [v] if i % 2 else {"k": v}
         return v
 
-    _check_params({"x": nest(MAX_DEPTH - 1)})
-    _check_params(None)
+    check_params({"x": nest(MAX_DEPTH - 1)})
+    check_params(None)
     with pytest.raises(ValueError, match=f"limit of {MAX_DEPTH} levels"):
-        _check_params({"x": nest(MAX_DEPTH)})
+        check_params({"x": nest(MAX_DEPTH)})
     with pytest.raises(ValueError, match="params nest deeper"):
-        _check_params({"x": nest(5000)})
+        check_params({"x": nest(5000)})
 
 
 def test_shard_timeout_setting() -> None:

@@ -4,7 +4,6 @@ kinds, values after a publish, and export only when the standard OTEL_* environm
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,11 +31,13 @@ from ssp.telemetry import (
     HISTOGRAMS,
     INSTRUMENTS,
     NO_TELEMETRY,
-    OP_BYTES,
     attach,
     setup_meter,
 )
+from tests.support.fakedb import FakeDb
 from tests.support.procs import free_port
+
+OP_BYTES = publisher_mod._OP_BYTES
 
 SPEC_NAMES = {
     "ssp_edge_lock_wait_milliseconds", "ssp_edge_lock_hold_milliseconds",
@@ -48,19 +49,6 @@ SPEC_NAMES = {
 }
 BASE_ENV = {"SVC_DB_URL": "ws://127.0.0.1:1/rpc", "SVC_DB_USER": "u", "SVC_DB_PASS": "p",
             "SVC_DB_NS": "n", "SVC_DB_NAME": "d"}
-
-
-class FakeDb:
-    def __init__(self) -> None:
-        self.fail = 0
-        self.reconnects = 2
-
-    async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
-        await asyncio.sleep(0.002)
-        if self.fail:
-            self.fail -= 1
-            raise DbQueryError("boom")
-        return [None] * len(stmts)
 
 
 def points(data: MetricsData | None) -> dict[str, Any]:
@@ -79,20 +67,19 @@ def value(metric: Any) -> Any:
     return p.value
 
 
-def hub_with(meter: Meter) -> tuple[SimpleNamespace, Publisher, FakeDb]:
-    db = FakeDb()
+def pub_with(meter: Meter) -> tuple[Publisher, FakeDb]:
+    db = FakeDb(delay=0.002)
+    db.reconnects = 2
     v = PubView("query:v", RecordID("_00_query", "v"), "_00_list_ref_user_alice",
                 RecordID("user", "alice"), {"post:1", "post:2"})
     pub = Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
                     view_lookup={"query:v": v}.get, rv_lookup=lambda rid: 7)
-    hub = SimpleNamespace(publisher=pub, overload_rejections=0, pub_db=db)
-    attach(hub, meter)
-    return hub, pub, db
+    attach(pub, meter)
+    return pub, db
 
 
 def test_the_instrument_list_is_exactly_the_specs() -> None:
     assert set(INSTRUMENTS) == SPEC_NAMES and len(INSTRUMENTS) == len(SPEC_NAMES)
-    assert OP_BYTES == publisher_mod._OP_BYTES  # the heartbeat's byte estimate
     pub = Publisher(FakeDb(), ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
                     view_lookup=dict[str, PubView]().get, rv_lookup=lambda rid: 7)
     assert pub.telemetry is NO_TELEMETRY  # no instruments until ssp.telemetry.attach
@@ -101,7 +88,7 @@ def test_the_instrument_list_is_exactly_the_specs() -> None:
 async def test_instruments_exist_with_the_spec_names_and_get_values_after_a_publish() -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    hub, pub, db = hub_with(provider.get_meter("ssp.publisher"))
+    pub, db = pub_with(provider.get_meter("ssp.publisher"))
 
     pub.mark("query:v", ["post:1", "post:2", "post:3"])
     pending = points(reader.get_metrics_data())
@@ -119,7 +106,7 @@ async def test_instruments_exist_with_the_spec_names_and_get_values_after_a_publ
     async with pub.hold("query:v"):
         pass
     await pub.flush()
-    hub.overload_rejections = 4
+    pub.overload_rejections = 4
 
     got = points(reader.get_metrics_data())
     assert set(got) == SPEC_NAMES
@@ -171,7 +158,7 @@ def test_export_only_when_the_standard_environment_asks() -> None:
 def test_without_an_exporter_the_instruments_are_no_ops() -> None:
     meter, provider = setup_meter((), interval_ms=1000, service_name="svc-ssp", instance_id="s")
     assert provider is None
-    _, pub, _ = hub_with(meter)
+    pub, _ = pub_with(meter)
     assert pub.telemetry is not NO_TELEMETRY
 
 
@@ -180,7 +167,7 @@ async def test_console_exporter_prints_the_instruments(capsys: pytest.CaptureFix
     meter, provider = setup_meter(("console",), interval_ms=60_000, service_name="svc-ssp",
                                   instance_id="ssp-t")
     assert provider is not None
-    _, pub, _ = hub_with(meter)
+    pub, _ = pub_with(meter)
     pub.mark("query:v", ["post:1"])
     await pub.flush()
     provider.shutdown(5_000)
@@ -210,7 +197,7 @@ async def test_otlp_exporter_posts_protobuf_to_the_configured_endpoint(
         meter, provider = setup_meter(("otlp",), interval_ms=60_000, service_name="svc-ssp",
                                       instance_id="ssp-o")
         assert provider is not None
-        _, pub, _ = hub_with(meter)
+        pub, _ = pub_with(meter)
         pub.mark("query:v", ["post:1"])
         async with pub.hold("query:v"):
             pass

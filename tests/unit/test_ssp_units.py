@@ -11,8 +11,10 @@ import pytest
 from surrealdb import RecordID
 
 from dbclient import DbQueryError
+from dbclient.feed import feed_change
+from engine import wire
 from ssp.config import ConfigError, SspConfig
-from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, _claimed_auth, _feed_event
+from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, claimed_auth
 from ssp.naming import edge_suffix, edge_table, view_record
 from ssp.publisher import (
     MARK_READY,
@@ -23,6 +25,7 @@ from ssp.publisher import (
     Teardown,
 )
 from ssp.shards import shard_of
+from tests.support.fakedb import FakeDb
 
 
 def test_plain_user_ids_name_their_table_directly() -> None:
@@ -55,13 +58,13 @@ def test_shard_of_is_stable_and_in_range() -> None:
 
 
 def test_claimed_auth_from_params() -> None:
-    assert _claimed_auth({"auth_id": "user:alice"}) == RecordID("user", "alice")
-    assert _claimed_auth({"auth": {"id": "user:⟨a-b⟩"}}) == RecordID("user", "a-b")
-    assert _claimed_auth({}) is None and _claimed_auth(None) is None
+    assert claimed_auth({"auth_id": "user:alice"}) == RecordID("user", "alice")
+    assert claimed_auth({"auth": {"id": "user:⟨a-b⟩"}}) == RecordID("user", "a-b")
+    assert claimed_auth({}) is None and claimed_auth(None) is None
     with pytest.raises(ValueError, match="auth_id"):
-        _claimed_auth({"auth_id": 3})
+        claimed_auth({"auth_id": 3})
     with pytest.raises(ValueError, match="not a record id"):
-        _claimed_auth({"auth_id": "no colon here"})
+        claimed_auth({"auth_id": "no colon here"})
 
 
 def test_log_ring_cursor_backfill_and_gap() -> None:
@@ -99,12 +102,12 @@ def test_log_ring_backfill_is_not_cut_to_the_follow_up_cap() -> None:
 
 def test_feed_changes_become_events() -> None:
     row = {"id": RecordID("post", 1), "n": 1}
-    assert _feed_event("post", {"update": row}) == ("post", "CREATE", "post:1", row)
-    assert _feed_event("post", {"current": row, "update": [{"op": "replace"}]}) == (
+    assert feed_change("post", {"update": row}) == ("post", "CREATE", "post:1", row)
+    assert feed_change("post", {"current": row, "update": [{"op": "replace"}]}) == (
         "post", "UPDATE", "post:1", row)
-    assert _feed_event("post", {"delete": {"id": RecordID("post", 1), "original": row}}) == (
+    assert feed_change("post", {"delete": {"id": RecordID("post", 1), "original": row}}) == (
         "post", "DELETE", "post:1", row)
-    assert _feed_event("post", {"define_table": {"name": "post"}}) is None
+    assert feed_change("post", {"define_table": {"name": "post"}}) is None
 
 
 def make_hub(**env: str) -> Hub:
@@ -115,24 +118,24 @@ def make_hub(**env: str) -> Hub:
 def test_json_records_get_links_and_datetimes_back_from_field_types() -> None:
     hub = make_hub()
     hub.field_types["post"] = {"owner": "record", "at": "datetime"}
-    out = hub.restore_types("post", "post:1", {"owner": "user:alice",
+    out = hub.admission.restore_types("post", "post:1", {"owner": "user:alice",
                                                "at": "2025-01-31T12:00:00Z", "free": "user:bob"})
     assert out["id"] == RecordID("post", 1)
     assert out["owner"] == RecordID("user", "alice")
     assert out["at"] == datetime(2025, 1, 31, 12, tzinfo=UTC)
     assert out["free"] == "user:bob"  # schemaless: no definition, stays a string
     with pytest.raises(ValueError, match="not in table"):
-        hub.restore_types("post", "user:1", {})
+        hub.admission.restore_types("post", "user:1", {})
 
 
 async def test_ingest_is_refused_when_slots_are_full_and_nothing_is_applied() -> None:
     hub = make_hub()
     hub.status = "ready"
-    hub.slots = PUBLICATION_SLOTS
+    hub.admission.slots = PUBLICATION_SLOTS
     body = {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 1}}
     r = await hub.handle({"route": "POST /ingest", "body": body})
     assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY"
-    assert hub.rows.tables() == [] and hub.seq == 0 and hub.overload_rejections == 1
+    assert hub.rows.tables() == [] and hub.seq == 0 and hub.publisher.overload_rejections == 1
 
 
 async def test_ingest_is_refused_when_pending_operations_are_over_the_threshold() -> None:
@@ -172,21 +175,6 @@ async def test_health_and_unknown_routes() -> None:
     assert (await hub.handle("junk"))["status"] == 400
 
 
-class FakeDb:
-    """Records transactions; fails the next `fail` calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[tuple[str, Any]]] = []
-        self.fail = 0
-
-    async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
-        if self.fail:
-            self.fail -= 1
-            raise DbQueryError("boom")
-        self.calls.append(list(stmts))
-        return [None] * len(stmts)
-
-
 def make_pub(views: dict[str, PubView], db: FakeDb) -> Publisher:
     return Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
                      view_lookup=views.get, rv_lookup=lambda rid: 7)
@@ -203,7 +191,7 @@ async def test_flush_writes_members_as_upserts_and_others_as_deletes_in_one_tran
     pub = make_pub({"query:v": v}, db)
     pub.mark("query:v", ["post:1", "post:2"])
     await pub.flush()
-    [tx] = db.calls
+    [tx] = db.transactions
     assert [s for s, _ in tx] == ["DELETE $ids", UPSERT_EDGES]
     assert tx[0][1]["ids"] == [RecordID("_00_list_ref_user_alice",
                                         [v.record, RecordID("post", 2)])]
@@ -219,7 +207,7 @@ async def test_add_then_remove_within_a_window_coalesces_to_the_current_state() 
     pub.mark("query:v", ["post:1"])
     pub.mark("query:v", ["post:1"])  # added, then removed: member set no longer has it
     await pub.flush()
-    [tx] = db.calls
+    [tx] = db.transactions
     assert [s for s, _ in tx] == ["DELETE $ids"]
 
 
@@ -233,7 +221,7 @@ async def test_a_failed_flush_is_retried_with_nothing_lost() -> None:
         await pub.flush()
     assert pub.pending
     await pub.flush()
-    assert len(db.calls) == 1 and db.calls[0][0][0] == UPSERT_EDGES
+    assert len(db.transactions) == 1 and db.transactions[0][0][0] == UPSERT_EDGES
 
 
 async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registration() -> None:
@@ -243,16 +231,16 @@ async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registra
     pub = make_pub(views, db)
     pub.materialise(v)
     await pub.flush()
-    [tx] = db.calls
+    [tx] = db.transactions
     assert tx[0][0].startswith("DELETE _00_list_ref_user_alice WHERE in = $q AND out NOTINSIDE")
     assert tx[-1] == (MARK_READY, {"ups": [{"q": v.record, "n": 2}]})
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 99))
     await pub.flush()  # still registered: the teardown is dropped
-    assert len(db.calls) == 1
+    assert len(db.transactions) == 1
     views.clear()
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 100))
     await pub.flush()
-    assert [s for s, _ in db.calls[1]] == ["DELETE _00_list_ref_user_alice WHERE in = $q",
+    assert [s for s, _ in db.transactions[1]] == ["DELETE _00_list_ref_user_alice WHERE in = $q",
                                            "DELETE $q"]
 
 
@@ -268,8 +256,8 @@ async def test_flush_loop_with_throttle_coalesces_many_marks_into_one_transactio
         assert await pub.drain(5.0)
     finally:
         await pub.stop()
-    assert len(db.calls) == 1
-    inserted = [r for c in db.calls for _, p in c for r in (p or {}).get("rows", [])]
+    assert len(db.transactions) == 1
+    inserted = [r for c in db.transactions for _, p in c for r in (p or {}).get("rows", [])]
     assert sorted(str(r["out"]) for r in inserted) == sorted(
         str(RecordID("post", i)) for i in range(50))
 
@@ -298,7 +286,7 @@ async def test_a_timed_out_flush_is_retried_smaller() -> None:
         except DbTimeout:
             pass
     assert not pub.pending
-    written = sorted(str(r["out"]) for c in db.calls for _, p in c for r in (p or {}).get("rows", []))
+    written = sorted(str(r["out"]) for c in db.transactions for _, p in c for r in (p or {}).get("rows", []))
     assert written == sorted(str(RecordID("post", i)) for i in range(400))
 
 
@@ -328,7 +316,7 @@ async def test_concurrent_flushes_never_share_a_view_and_hold_waits_for_them() -
     assert not held.done()  # waits for the flush holding a
     gate.set()
     await asyncio.gather(first, second, held)
-    rows = [[str(r["out"]) for _, p in c for r in (p or {}).get("rows", [])] for c in db.calls]
+    rows = [[str(r["out"]) for _, p in c for r in (p or {}).get("rows", [])] for c in db.transactions]
     assert sorted(rows) == [["post:1"], ["post:2"]]
     assert pub.dirty == {"query:a": {"post:1"}}  # still pending for the next flush
 
@@ -361,7 +349,7 @@ async def test_flush_loops_wait_instead_of_spinning_while_views_are_held() -> No
         assert await pub.drain(5.0)
     finally:
         await pub.stop()
-    assert len(db.calls) == 2
+    assert len(db.transactions) == 2
 
 
 async def test_a_flush_writes_at_most_max_tables_edge_tables_and_the_rest_follows() -> None:
@@ -381,9 +369,9 @@ async def test_a_flush_writes_at_most_max_tables_edge_tables_and_the_rest_follow
         pub.mark(vid, ["post:" + vid.removeprefix("query:v"), "post:gone" + vid.removeprefix("query:v")])
     written: list[set[str]] = []
     while pub.pending:
-        before = len(db.calls)
+        before = len(db.transactions)
         assert await pub.flush()
-        stmts = db.calls[before]
+        stmts = db.transactions[before]
         rows = [r for _, p in stmts for r in (p or {}).get("rows", [])]
         ids = [i for _, p in stmts for i in (p or {}).get("ids", [])]
         written.append({r["id"].table_name for r in rows} | {i.table_name for i in ids})
@@ -399,7 +387,7 @@ async def test_a_row_arena_that_cannot_grow_fails_the_ssp_with_503(
     hub = make_hub()
     hub.status = "ready"
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(hub._sequencer()), loop.create_task(hub._collector())]
+    tasks = [loop.create_task(hub.sequencer.run()), loop.create_task(hub.sequencer.collect())]
     try:
         body = {"table": "post", "op": "CREATE", "id": "post:1", "record": {"n": 1}}
         r = await hub.handle({"route": "POST /ingest", "body": body})
@@ -431,4 +419,25 @@ def test_publish_flushers_default_to_two_and_are_bounded() -> None:
     try:
         assert hub.publisher.flushers == hub.cfg.publish_flushers == 2
     finally:
+        hub.arena.close()
+
+
+async def test_a_typed_ingest_body_is_decoded_and_applied() -> None:
+    hub = make_hub()
+    hub.status = "ready"
+    hub.tables.add("post")
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(hub.sequencer.run()), loop.create_task(hub.sequencer.collect())]
+    try:
+        body = wire.encode_event({"table": "post", "op": "CREATE", "id": "post:1",
+                                  "record": {"id": RecordID("post", 1), "owner":
+                                             RecordID("user", "alice")}})
+        r = await hub.handle({"route": "POST /ingest", "body": body})
+        assert r["status"] == 200, r
+        assert hub.rows.count("post") == 1
+        bad = await hub.handle({"route": "POST /ingest", "body": b"\xc1"})
+        assert bad["status"] == 400 and "request body" in bad["body"]["message"], bad
+    finally:
+        for t in tasks:
+            t.cancel()
         hub.arena.close()

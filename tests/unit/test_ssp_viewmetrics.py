@@ -2,45 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from surrealdb import RecordID
 
-from dbclient import DbError
 from ssp.viewmetrics import ViewMetrics
-
-
-class FakeDb:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        self.fail = False
-
-    async def query(self, sql: str, vars: Any = None) -> list[Any]:
-        if self.fail:
-            raise DbError("down")
-        self.calls.append((sql, vars))
-        return []
+from tests.support.fakedb import FakeDb
 
 
 async def test_only_changed_views_are_written_and_unregistered_rows_deleted() -> None:
     views = {"query:a": (RecordID("_00_query", "a"), 3), "query:b": (RecordID("_00_query", "b"), 1)}
     m = ViewMetrics("ssp-1", 100, views.get)
     db = FakeDb()
-    assert await m.write(db) == 0 and db.calls == []  # nothing observed: nothing written
+    assert await m.write(db) == 0 and db.queries == []  # nothing observed: nothing written
     m.observe("query:a", 10.0, 3, True)
     m.observe("query:a", 30.0, 1, False)
     m.observe("query:b", 5.0, 1, False)
     assert await m.write(db) == 2
-    rows = db.calls[-1][1]["rows"]
+    rows = db.queries[-1][1]["rows"]
     a = next(r for r in rows if r["view_id"] == "query:a")
     assert a["id"] == RecordID("_00_view_metrics", "a") and a["rows"] == 3
     assert a["updates"] == 2 and a["edge_ops"] == 4 and a["materialize_ms"] == 10.0
     assert a["publish_ms"] == {"p50": 10.0, "p99": 30.0, "max": 30.0, "samples": 2}
-    calls = len(db.calls)
-    assert await m.write(db) == 0 and len(db.calls) == calls  # quiet: no write
+    calls = len(db.queries)
+    assert await m.write(db) == 0 and len(db.queries) == calls  # quiet: no write
     del views["query:b"]
     assert await m.write(db) == 0
-    assert db.calls[-1][1]["gone"] == [RecordID("_00_view_metrics", "b")]
+    assert db.queries[-1][1]["gone"] == [RecordID("_00_view_metrics", "b")]
 
 
 async def test_a_failed_write_is_retried_at_the_next_tick() -> None:
@@ -52,7 +38,7 @@ async def test_a_failed_write_is_retried_at_the_next_tick() -> None:
     assert await m.write(db) == 0 and m.last_error
     db.fail = False
     assert await m.write(db) == 1
-    assert db.calls[-1][1]["rows"][0]["updates"] == 1
+    assert db.queries[-1][1]["rows"][0]["updates"] == 1
 
 
 async def test_a_write_takes_at_most_the_cap_and_the_longest_waiting_views_go_first() -> None:
@@ -67,11 +53,11 @@ async def test_a_write_takes_at_most_the_cap_and_the_longest_waiting_views_go_fi
     seen: list[set[str]] = []
     for _ in range(3):
         assert await m.write(db) <= MAX_ROWS_PER_WRITE
-        seen.append({r["view_id"] for r in db.calls[-1][1]["rows"]})
+        seen.append({r["view_id"] for r in db.queries[-1][1]["rows"]})
     assert [len(s) for s in seen] == [MAX_ROWS_PER_WRITE, MAX_ROWS_PER_WRITE, 100]
     assert set().union(*seen) == set(views)  # every view written once, none twice
     # Every view changes again: the ones written longest ago go first.
     for vid in reversed(list(views)):
         m.observe(vid, 2.0, 1, False)
     assert await m.write(db) == MAX_ROWS_PER_WRITE
-    assert {r["view_id"] for r in db.calls[-1][1]["rows"]} == seen[0]
+    assert {r["view_id"] for r in db.queries[-1][1]["rows"]} == seen[0]

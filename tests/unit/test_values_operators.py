@@ -13,7 +13,7 @@ from surrealdb import RecordID
 
 from engine import values as V
 from engine.values import NONE
-from tests.unit.test_values_support import Oracle, stored_values, values
+from tests.support.value_oracle import Oracle, stored_values, values
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from surrealdb import RecordID
 
 from engine.values import NONE, compare, eq_key, equals, sort_key
-from tests.unit.test_values_support import (
+from tests.support.value_oracle import (
     Oracle,
     storable_record_keys,
     stored_values,

@@ -20,7 +20,7 @@ from engine.values import (
     record_id_text,
     sort_key,
 )
-from tests.unit.test_values_support import Oracle, record_ids, stored_values
+from tests.support.value_oracle import Oracle, record_ids, stored_values
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +160,13 @@ def test_link_paths_resolve_like_surrealdb(oracle: Oracle) -> None:
             text = "$d." + ".".join(path)
             assert oracle.value(f"RETURN {text} == $g", {"d": doc, "g": got}) is True, (doc, path)
             assert oracle.value(f"RETURN {text} IS NONE", {"d": doc}) is (got is NONE), (doc, path)
+
+
+def test_a_field_named_in_an_object_key_is_read_from_the_id() -> None:
+    """SurrealDB reads ``a:{a:0}.a`` from the key, without fetching; other fields follow the link."""
+    rid = RecordID("a", {"a": 0, "b": [1]})
+    row = {"id": rid, "a": 7, "c": 3}
+    assert get_path({"l": rid}, ("l", "a"), lambda r: row) == 0
+    assert get_path({"l": [rid]}, ("l", "b"), lambda r: row) == [[1]]
+    assert get_path({"l": rid}, ("l", "c"), lambda r: row) == 3
+    assert get_path({"l": rid}, ("l", "c")) is NONE

@@ -1,6 +1,7 @@
-"""Error answers of the gateway: one exception type, one `{error, message}` body shape.
+"""Error answers of our HTTP listeners (the SSP gateway, the scheduler): one exception type,
+one `{error, message}` body shape.
 
-Every error the gateway decides itself (401, 400, 404, 405, 413, 503 when the hub does not
+Every error a listener decides itself (401, 400, 404, 405, 413, 503 when the hub does not
 answer, 500 for its own bugs) goes out through `serialize_error`, so clients always get
 `{"error": <code>, "message": <text>}` and never a framework page or a stack trace.
 """
@@ -31,7 +32,7 @@ _DEFAULT_MESSAGES: dict[int, str] = {
 }
 
 
-class GatewayError(falcon.HTTPError):
+class HttpError(falcon.HTTPError):
     """An error answered by the gateway with `{error: code, message}` and `status`."""
 
     def __init__(
@@ -42,14 +43,14 @@ class GatewayError(falcon.HTTPError):
         self.message = message
 
 
-def bad_request(message: str) -> GatewayError:
+def bad_request(message: str) -> HttpError:
     """400 `invalid` with a message saying what is wrong."""
-    return GatewayError(400, ErrorCode.INVALID, message)
+    return HttpError(400, ErrorCode.INVALID, message)
 
 
 def error_body_for(exc: falcon.HTTPError) -> dict[str, Any]:
     """The `{error, message}` body for any HTTPError (ours or one Falcon raised)."""
-    if isinstance(exc, GatewayError):
+    if isinstance(exc, HttpError):
         return {"error": exc.error, "message": exc.message}
     status = exc.status_code
     code = _CODES.get(status, f"http_{status}")

@@ -18,7 +18,7 @@ from surrealdb import AsyncSurreal
 from dbclient import Database, DbConfig, DbQueryError
 from ipc.messages import request
 from ipc.rpc import RpcClient, RpcTimeout
-from tests.integration.dbhost_helpers import stream as live_stream  # noqa: F401 - re-exported to the SSP tests
+from tests.support.dbhost_clients import stream as live_stream  # noqa: F401 - re-exported to the SSP tests
 from tests.support.procs import ROOT, DbHost, ManagedProcess, base_env, free_port
 
 APP_SCHEMA = """

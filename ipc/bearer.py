@@ -1,4 +1,5 @@
-"""Bearer authentication for the SSP listener (spec, Authentication 1).
+"""Bearer authentication for our HTTP listeners (spec, Authentication 1): the SSP gateway's
+and the scheduler's.
 
 Every route except the public ones (`GET /health`, `/version`, `/info`, `/info/text`) needs
 `Authorization: Bearer <SVC_AUTH_SECRET>`; the token is compared in constant time. With the
@@ -15,15 +16,14 @@ from typing import Any
 
 import falcon.asgi
 
+from ipc.httperrors import HttpError
 from ipc.messages import ErrorCode
-
-from .errors import GatewayError
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def _unauthorized(message: str) -> GatewayError:
-    return GatewayError(401, ErrorCode.UNAUTHORIZED, message, headers=_CHALLENGE)
+def _unauthorized(message: str) -> HttpError:
+    return HttpError(401, ErrorCode.UNAUTHORIZED, message, headers=_CHALLENGE)
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -50,7 +50,7 @@ class BearerAuth:
         self._secret = secret.encode("utf-8") if secret else None
 
     def check(self, header: str | None) -> None:
-        """Raise a 401 GatewayError unless `header` carries an acceptable bearer token."""
+        """Raise a 401 HttpError unless `header` carries an acceptable bearer token."""
         token = bearer_token(header)
         if token is None:
             raise _unauthorized("missing or malformed Authorization header (want: Bearer <token>)")

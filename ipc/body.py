@@ -1,4 +1,5 @@
-"""Reading a POST body: size limit, content type, JSON syntax, values the hub can receive.
+"""Reading a POST body (the SSP gateway's and the scheduler's listeners): size limit, content
+type, JSON syntax, values the hub can receive.
 
 The shape of each route's body is checked by `ipc.messages.normalize_body`; this module gets
 the bytes to a parsed JSON value or a precise 400/413. `POST /ingest` also takes the typed
@@ -15,9 +16,8 @@ import falcon.asgi
 import msgpack  # type: ignore[import-untyped]
 
 from ipc import typed
+from ipc.httperrors import HttpError, bad_request
 from ipc.messages import ErrorCode, finite_float
-
-from .errors import GatewayError, bad_request
 
 #: Default body limit; an ingest event or a registration is a few KiB.
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -27,8 +27,8 @@ _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 
 
-def too_large(limit: int) -> GatewayError:
-    return GatewayError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {limit} bytes")
+def too_large(limit: int) -> HttpError:
+    return HttpError(413, ErrorCode.PAYLOAD_TOO_LARGE, f"request body exceeds {limit} bytes")
 
 
 def _reject_constant(name: str) -> Any:

@@ -18,7 +18,7 @@ from aiohttp import web
 from surrealdb import RecordID
 
 from dbclient import Database
-from tests.integration.test_ssp_support import (
+from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
     apply_schema,

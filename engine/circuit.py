@@ -1,0 +1,438 @@
+"""Shapes (circuits) and their materialisations.
+
+A :class:`Circuit` is one normalised query (views differing only in constants share it) with
+its compiled :class:`~engine.plan.Plan`, the index of its materialisations by their constants
+(:mod:`engine.matindex`) and its projection groups (:mod:`engine.proj`).
+
+A materialisation is one set of slot values; identical views share it. There are two kinds:
+
+- :class:`Mat` (**implicit**): unordered views whose predicate reads only the row. Membership
+  *is* the predicate: a row is shown exactly when ``pred(row, S)`` holds, so the
+  materialisation stores no rows at all. A change is classified once per shape through the
+  index (held before and after, left, entered), and the shared projection gives the trees.
+- :class:`WMat` (**explicit**): views with ORDER BY + LIMIT/START (a window over the ordered
+  qualifying set) or a predicate that follows record links (membership moves when a linked
+  record changes). They keep their qualifying entries, window and visible row ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
+from surrealdb import RecordID
+
+from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, position, xkey
+from engine.parser import Query
+from engine.plan import Plan, expr_fields
+from engine.proj import NOLINKS, Proj
+from engine.shape import order_source
+from engine.values import NONE, Duration
+
+_START = object()  # marker: the row did not change in this flush
+
+
+def exact_key(v: Any) -> Any:
+    """A hashable key that distinguishes every value (types included): identical params."""
+    t = type(v)
+    if t is list or t is tuple:
+        return ("a", tuple(exact_key(x) for x in v))
+    if t is dict:
+        return ("o", tuple(sorted((k, exact_key(x)) for k, x in v.items())))
+    if t is RecordID:
+        return ("r", v.table_name, exact_key(v.id))
+    if t is Duration:
+        return ("d", v.elapsed)
+    try:
+        hash(v)
+    except TypeError:
+        return ("x", t.__name__, repr(v))
+    return (t.__name__, v)
+
+
+class Mat:
+    """An implicit materialisation: slot values, the views sharing them, nothing per row."""
+
+    __slots__ = ("S", "__weakref__", "bkey", "circuit", "hi_pos", "key", "lo_pos", "mcache",
+                 "pred", "proj", "views", "vt")
+
+    def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
+        self.circuit = circuit
+        self.pred = circuit.plan.pred
+        self.S = S
+        self.key = key
+        self.views: set[str] = set()
+        self.vt: tuple[str, ...] = ()  # the views as a tuple (deltas are emitted per view)
+        self.mcache: tuple[int, frozenset[str]] | None = None  # (engine flush count, members)
+        self.proj: Proj = None  # type: ignore[assignment]  # set by Circuit.add
+        self.bkey: Any = ()
+        self.lo_pos: Any = None
+        self.hi_pos: Any = None
+
+    def holds(self, row: dict[str, Any] | None) -> bool:
+        """Whether the view shows ``row`` (None: an absent row)."""
+        return row is not None and bool(self.pred(row, self.S, NONE, NOLINKS))
+
+    def holds_now(self, rid: str) -> bool:
+        """Whether the view shows ``rid`` now."""
+        return self.holds(self.circuit.rows.get(rid))
+
+    def holds_start(self, rid: str) -> bool:
+        """Whether the view showed ``rid`` when the flush began."""
+        row = self.circuit.changed.get(rid, _START)
+        if row is _START:
+            row = self.circuit.rows.get(rid)
+        return self.holds(row)
+
+
+class WMat(Mat):
+    """An explicit materialisation: qualifying entries, the window, the visible rows."""
+
+    __slots__ = ("entries", "hi", "lo", "ordered", "qdeps", "vis0", "visible")
+
+    def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
+        super().__init__(circuit, S, key)
+        plan = circuit.plan
+        self.entries: dict[str, Any] = {}
+        self.ordered: SortedList | None = SortedList() if plan.ordered else None
+        self.lo, self.hi = plan.window(S)
+        self.visible: set[str] = set()
+        self.qdeps: dict[str, set[str]] = {}
+        # rows whose visibility changed in this flush -> visible when it began
+        self.vis0: dict[str, bool] = {}
+
+    def holds_now(self, rid: str) -> bool:
+        """Whether the view shows ``rid`` now."""
+        return rid in self.visible
+
+    def holds_start(self, rid: str) -> bool:
+        """Whether the view showed ``rid`` when the flush began."""
+        was = self.vis0.get(rid)
+        return rid in self.visible if was is None else was
+
+
+class Circuit:
+    """One shape: plan, materialisations indexed by their constants, projection groups."""
+
+    def __init__(self, shape: Query, store: Any, deps: Any) -> None:
+        self.shape = shape
+        self.plan = Plan(shape)
+        self.table = self.plan.table
+        self.store = store
+        self.deps = deps
+        self.rows: dict[str, dict[str, Any]] = store.table(self.table).rows
+        self.mats: dict[Any, Mat] = {}
+        eqs, member, rfield, lo, hi, exact = analyse(shape.where)
+        self.eq_fields: tuple[str, ...] = tuple(f for f, _ in eqs)
+        self.eq_slots: tuple[int, ...] = tuple(i for _, i in eqs)
+        # `field CONTAINS $slot`: bucketed by the slot value like an equality, looked up
+        # once per distinct element of an array row value (any other value: every bucket)
+        self.mfield = member[0] if member is not None else None
+        self.mslot = member[1] if member is not None else None
+        self.keyed = bool(eqs) or member is not None
+        self.rfield = rfield
+        self.lo = lo
+        self.hi = hi
+        self.explicit = self.plan.ordered or self.plan.qlinks
+        # the index answers the predicate exactly: no evaluation per materialisation
+        self.exact = exact and not self.plan.qlinks
+        self.buckets: dict[Any, Any] = {}
+        # Top-level fields the whole view reads (None: all, e.g. SELECT *); an UPDATE that
+        # changes none of them cannot change the view.
+        self.fields: frozenset[str] | None = read_fields(shape)
+        self.pslots = projection_slots(shape)
+        self.projs: dict[Any, Proj] = {}
+        # flush state of implicit circuits: row -> its row when the flush began (None: absent)
+        self.changed: dict[str, Any] = {}
+        # ... and whether some materialisation shows it now (from the classification)
+        self.held_now: dict[str, bool] = {}
+        # sort entries by row (they depend on the row only): shared by the windows, dropped
+        # by the table when the row changes
+        self.entry_cache = store.table(self.table).cache()
+
+    # -- materialisations -----------------------------------------------------------------
+    def new_mat(self, S: tuple[Any, ...], key: Any) -> Mat:
+        """Create, index and attach (to its projection group) a materialisation."""
+        mat: Mat = WMat(self, S, key) if self.explicit else Mat(self, S, key)
+        pkey = tuple(exact_key(S[i]) for i in self.pslots)
+        proj = self.projs.get(pkey)
+        if proj is None:
+            proj = self.projs[pkey] = Proj(self, S, pkey, self.store, self.deps)
+        proj.nmats += 1
+        mat.proj = proj
+        self.mats[key] = mat
+        mat.bkey = self._bkey_of_slots(S)
+        if self.rfield is not None:
+            if self.lo is not None:
+                mat.lo_pos = bound(self.lo[1], S[self.lo[0]])[1]
+            if self.hi is not None:
+                mat.hi_pos = bound(self.hi[1], S[self.hi[0]])[1]
+            b = self.buckets.get(mat.bkey)
+            if b is None:
+                b = self.buckets[mat.bkey] = RangeIndex()
+            b.add(mat, mat.lo_pos, mat.hi_pos)
+        else:
+            self.buckets.setdefault(mat.bkey, []).append(mat)
+        return mat
+
+    def drop_mat(self, mat: Mat) -> None:
+        """Unindex a materialisation (its projection group keeps its rows; see the engine)."""
+        self.mats.pop(mat.key, None)
+        b = self.buckets.get(mat.bkey)
+        if b is not None:
+            if self.rfield is not None:
+                b.remove(mat, mat.lo_pos, mat.hi_pos)
+                if not b.all():
+                    del self.buckets[mat.bkey]
+            else:
+                b.remove(mat)
+                if not b:
+                    del self.buckets[mat.bkey]
+        proj = mat.proj
+        proj.nmats -= 1
+        if proj.nmats == 0:
+            proj.drop_all()
+            del self.projs[proj.key]
+
+    def _bkey_of_slots(self, S: tuple[Any, ...]) -> Any:
+        key = self._join([xkey(S[i]) for i in self.eq_slots])
+        if self.mslot is not None:
+            key = (key, xkey(S[self.mslot]))
+        return key
+
+    @staticmethod
+    def _join(parts: list[Any]) -> Any:
+        # one equality field (the common case) keys by the value itself: no tuple to hash
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def bkey(self, row: dict[str, Any]) -> Any:
+        """The equality bucket a row's values fall into (no membership conjunct)."""
+        fields = self.eq_fields
+        if len(fields) == 1:
+            return xkey(row.get(fields[0], NONE))
+        return tuple([xkey(row.get(f, NONE)) for f in fields])
+
+    # -- lookups --------------------------------------------------------------------------
+    def candidates(self, row: dict[str, Any]) -> list[Mat]:
+        """Materialisations whose indexed conjuncts may hold for ``row``: exactly those whose
+        predicate holds when :meth:`lookup` says so."""
+        return self.lookup(row)[0]
+
+    def lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
+        """(candidates, whether they are exactly the materialisations whose predicate
+        holds)."""
+        if self.mfield is not None:
+            return self._member_lookup(row)
+        b = self.buckets.get(self.bkey(row) if self.eq_fields else ())
+        if b is None:
+            return [], self.exact
+        if self.rfield is None:
+            return b, self.exact
+        return b.stab(position(row.get(self.rfield, NONE))), self.exact
+
+    def _member_lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
+        v = row.get(self.mfield, NONE)  # type: ignore[arg-type]
+        if type(v) is not list:
+            # CONTAINS on a string, an object...: not an element test, every bucket
+            return list(self.mats.values()), False
+        prefix = self.bkey(row)
+        out: list[Mat] = []
+        buckets = self.buckets
+        rfield = self.rfield
+        p = position(row.get(rfield, NONE)) if rfield is not None else None
+        for k in {xkey(e) for e in v}:
+            b = buckets.get((prefix, k))
+            if b is not None:
+                out += b if rfield is None else b.stab(p)
+        return out, self.exact
+
+    def matching(self, row: dict[str, Any] | None) -> list[Mat]:
+        """Implicit circuits: the materialisations showing ``row``."""
+        if row is None:
+            return []
+        c, exact = self.lookup(row)
+        if exact:
+            return c
+        pred = self.plan.pred
+        return [m for m in c if pred(row, m.S, NONE, NOLINKS)]
+
+    def classify(self, r0: dict[str, Any] | None,
+                 r1: dict[str, Any] | None) -> tuple[list[Mat], list[Mat], list[Mat]]:
+        """Implicit circuits: (shown before and after, only before, only after) for a row
+        that went from ``r0`` to ``r1`` (None: absent)."""
+        if r0 is None or r1 is None:
+            return [], self.matching(r0), self.matching(r1)
+        if self.mfield is not None:
+            a = self.matching(r0)
+            b = self.matching(r1)
+            sa = set(a)
+            sb = set(b)
+            return ([m for m in a if m in sb], [m for m in a if m not in sb],
+                    [m for m in b if m not in sa])
+        if self.eq_fields:
+            k0 = self.bkey(r0)
+            k1 = self.bkey(r1)
+            if k0 != k1:
+                return [], self.matching(r0), self.matching(r1)
+        else:
+            k0 = ()
+        b = self.buckets.get(k0)
+        if b is None:
+            return [], [], []
+        if self.rfield is None:
+            if self.exact:
+                return b, [], []
+            cands = b
+        else:
+            f = self.rfield
+            p0 = position(r0.get(f, NONE))
+            p1 = position(r1.get(f, NONE))
+            stays, left, entered = b.classify(p0, p1)
+            if self.exact:
+                return stays, left, entered
+            cands = stays + left + entered
+        pred = self.plan.pred
+        stays, left, entered = [], [], []
+        for m in cands:
+            a = pred(r0, m.S, NONE, NOLINKS)
+            z = pred(r1, m.S, NONE, NOLINKS)
+            if a:
+                (stays if z else left).append(m)
+            elif z:
+                entered.append(m)
+        return stays, left, entered
+
+    def held(self, proj: Proj, rid: str, row: dict[str, Any]) -> bool:
+        """Whether some materialisation of ``proj`` shows ``row`` now."""
+        if self.explicit:
+            return rid in proj.refs
+        if len(self.projs) == 1:
+            known = self.held_now.get(rid)
+            if known is not None:
+                return known  # classified at this flush
+        ms = self.matching(row)
+        if len(self.projs) == 1:
+            return bool(ms)
+        return any(m.proj is proj for m in ms)
+
+    def entry(self, rid: str, row: dict[str, Any]) -> Any:
+        """The row's sort entry (shared by the windows of this shape; link-free only)."""
+        e = self.entry_cache.get(rid)
+        if e is None:
+            e = self.entry_cache[rid] = self.plan.entry(row, rid, NOLINKS)
+        return e
+
+
+def conjuncts(e: Any) -> list[Any]:
+    """The top-level AND-ed parts of a WHERE expression."""
+    if e is None:
+        return []
+    if e[0] == "and":
+        return conjuncts(e[1]) + conjuncts(e[2])
+    return [e]
+
+
+def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int] | None, str | None,
+                                 Any, Any, bool]:
+    """Index plan of a WHERE clause: equality conjuncts ``field = $slot`` (one per field), a
+    membership conjunct ``field CONTAINS $slot`` (``$slot IN field``), the range field with its
+    first lower and upper bound ``(slot, op)``, and whether these cover every conjunct (then
+    the index is the filter, for a membership conjunct when the row holds an array)."""
+    parts = conjuncts(where)
+    eqs: list[tuple[str, int]] = []
+    ranges: list[tuple[str, str, int]] = []
+    member: tuple[str, int] | None = None
+    used = 0
+    for c in parts:
+        if c[0] != "cmp":
+            continue
+        op, a, b = c[1], c[2], c[3]
+        if member is None and (op, a[0], b[0]) in (("contains", "field", "slot"),
+                                                    ("inside", "slot", "field")):
+            f, slot = (a, b) if op == "contains" else (b, a)
+            if len(f[1]) == 1:
+                member = (f[1][0], slot[1])
+                used += 1
+                continue
+        pair = None
+        if a[0] == "field" and len(a[1]) == 1 and b[0] == "slot":
+            pair = (a[1][0], op, b[1])
+        elif b[0] == "field" and len(b[1]) == 1 and a[0] == "slot":
+            pair = (b[1][0], FLIP.get(op, op), a[1])
+        if pair is None:
+            continue
+        if op == "=":
+            if all(f != pair[0] for f, _ in eqs):
+                eqs.append((pair[0], pair[2]))
+                used += 1
+        elif op in RANGE_OPS:
+            ranges.append(pair)
+    rfield = ranges[0][0] if ranges else None
+    lo = hi = None
+    for f, op, slot in ranges:
+        if f != rfield:
+            continue
+        if op in (">", ">=") and lo is None:
+            lo = (slot, op)
+            used += 1
+        elif op in ("<", "<=") and hi is None:
+            hi = (slot, op)
+            used += 1
+    return eqs, member, rfield, lo, hi, used == len(parts)
+
+
+def _slots(e: Any, acc: set[int]) -> None:
+    if type(e) is not tuple or not e:
+        return
+    if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
+        acc.add(e[1])
+        return
+    for x in e:
+        _slots(x, acc)
+
+
+def _query_slots(q: Query, acc: set[int]) -> None:
+    _slots(q.where, acc)
+    _slots(q.limit, acc)
+    _slots(q.start, acc)
+    for it in q.items:
+        if it.sub is not None:
+            _query_slots(it.sub, acc)
+
+
+def projection_slots(q: Query) -> tuple[int, ...]:
+    """Slots the projection reads (those of its subqueries): the projection group key."""
+    acc: set[int] = set()
+    for it in q.items:
+        if it.sub is not None:
+            _query_slots(it.sub, acc)
+    return tuple(sorted(acc))
+
+
+def read_fields(q: Query) -> frozenset[str] | None:
+    """The top-level fields of a row that a view reads (None when it reads the whole row)."""
+    acc: set[str] = {"id"}
+    for it in q.items:
+        if it.kind == "all":
+            return None
+        if it.kind in ("field", "linkall"):
+            acc.add(it.path[0])
+        elif it.kind == "sub":
+            sub = it.sub
+            assert sub is not None
+            if sub.where is not None and not _sub_fields(sub, acc):
+                return None
+    if q.where is not None and not expr_fields(q.where, acc, False):
+        return None
+    for path, _desc in q.order:
+        acc.add(path[0])
+        src = order_source(q, path)
+        acc.add(src[0])
+    for path in q.fetch:
+        acc.add(path[0])
+    return frozenset(acc)
+
+
+def _sub_fields(sub: Query, acc: set[str]) -> bool:
+    # $parent paths anywhere in a subquery (its nested subqueries read their own parent)
+    return sub.where is None or expr_fields(sub.where, acc, True)

@@ -1,0 +1,187 @@
+"""Deltas: what a view's membership did, computed from what happened to its top-level rows.
+
+A view's members are the record ids of its result tree: the union, over its visible top-level
+rows, of each row's *tree* (every dict with a record-id ``id`` in the row's output, mapped to
+that dict). Trees belong to the shape's shared projection (:mod:`engine.proj`); a
+materialisation only knows which rows it shows. So a flush reduces, per materialisation, to a
+list of *entries* ``(row, was visible, is visible)`` and each row's :class:`Rec` (its tree
+before and after the flush).
+
+A member is **clean** when the only row whose tree holds it is that one row, before and after
+the flush: its presence in a view is then that row's visibility, and every view in the same
+situation gets the same :class:`ViewDelta` object (built once per row, shared by reference).
+Members held by several rows (a user shown as the author of many threads, a row nested in
+another row of the same table) take the general path: presence is recomputed per view from
+the rows that hold it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from surrealdb import RecordID
+
+EMPTY: frozenset[str] = frozenset()
+NO_TREE: dict[str, Any] = {}
+
+
+class ViewDelta(NamedTuple):
+    """What one view's membership did: records that entered, left, or changed content."""
+
+    added: frozenset[str]
+    removed: frozenset[str]
+    updated: frozenset[str]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Type-exact equality of result values (1 and 1.0 differ, as a client sees them)."""
+    if a is b:
+        return True
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is dict:
+        if len(a) != len(b):
+            return False
+        for k, v in a.items():
+            if k not in b or not same(v, b[k]):
+                return False
+        return True
+    if ta is list or ta is tuple:
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if ta is RecordID:
+        return bool(a.table_name == b.table_name) and same(a.id, b.id)
+    return bool(a == b)
+
+
+def has_nested(out: Any) -> bool:
+    """True when a dict holds a dict or a list (it may then embed other members)."""
+    for v in out.values():
+        t = type(v)
+        if t is dict or t is list:
+            return True
+    return False
+
+
+class Rec:
+    """One projected row across a flush: its tree before (``t0``) and after (``t1``); an empty
+    tree when the row was not (or is no longer) projected."""
+
+    __slots__ = ("_cache", "_diff", "clean", "rid", "t0", "t1")
+
+    def __init__(self, rid: str, t0: dict[str, Any], t1: dict[str, Any], clean: bool) -> None:
+        self.rid = rid
+        self.t0 = t0
+        self.t1 = t1
+        self.clean = clean
+        self._diff: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
+        self._cache: dict[tuple[bool, bool], ViewDelta | None] = {}
+
+    def diff(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        """(members only after, members only before, members in both whose content changed)."""
+        d = self._diff
+        if d is None:
+            t0, t1 = self.t0, self.t1
+            if t0 is t1:
+                d = (EMPTY, EMPTY, EMPTY)
+            else:
+                added = frozenset([m for m in t1 if m not in t0])
+                removed = frozenset([m for m in t0 if m not in t1])
+                updated = frozenset([m for m, c in t1.items() if m in t0 and not same(t0[m], c)])
+                d = (added, removed, updated)
+            self._diff = d
+        return d
+
+    def changed(self) -> bool:
+        """True when a view showing the row throughout sees a change."""
+        a, r, u = self.diff()
+        return bool(a or r or u)
+
+    def delta(self, was: bool, now: bool) -> ViewDelta | None:
+        """The delta of a view where this row went from ``was`` to ``now`` visible and whose
+        members of this row are all clean (shared by every such view)."""
+        key = (was, now)
+        cache = self._cache
+        if key in cache:
+            return cache[key]
+        d: ViewDelta | None = None
+        if was and now:
+            a, r, u = self.diff()
+            if a or r or u:
+                d = ViewDelta(a, r, u)
+        elif now:
+            if self.t1:
+                d = ViewDelta(frozenset(self.t1), EMPTY, EMPTY)
+        elif was and self.t0:
+            d = ViewDelta(EMPTY, frozenset(self.t0), EMPTY)
+        cache[key] = d
+        return d
+
+
+Entry = tuple[str, bool, bool]
+
+
+def merge_clean(parts: Iterable[ViewDelta | None]) -> ViewDelta | None:
+    """Union of the deltas of rows whose members are all clean (their member sets are
+    disjoint, so the union is the net change)."""
+    added: set[str] = set()
+    removed: set[str] = set()
+    updated: set[str] = set()
+    for d in parts:
+        if d is not None:
+            added |= d.added
+            removed |= d.removed
+            updated |= d.updated
+    if added or removed or updated:
+        return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated - added))
+    return None
+
+
+def general_delta(
+    entries: Iterable[Entry],
+    rec: Callable[[str], Rec],
+    owners: Callable[[str], tuple[Iterable[str], Iterable[str]]],
+    holds_start: Callable[[str], bool],
+    holds_now: Callable[[str], bool],
+) -> ViewDelta | None:
+    """A view's net delta when some member may be held by several rows.
+
+    ``rec(row)`` gives the row's trees before/after; ``owners(member)`` the rows whose tree
+    held the member before and holds it now; ``holds_start``/``holds_now`` whether the view
+    showed a row before / shows it now.
+    """
+    cand: set[str] = set()
+    for rid, was, now in entries:
+        r = rec(rid)
+        if was:
+            cand.update(r.t0)
+        if now:
+            cand.update(r.t1)
+    added: list[str] = []
+    removed: list[str] = []
+    updated: list[str] = []
+    for m in cand:
+        before, after = owners(m)
+        c0 = [rec(o).t0[m] for o in before if holds_start(o)]
+        c1 = [rec(o).t1[m] for o in after if holds_now(o)]
+        if c1 and not c0:
+            added.append(m)
+        elif c0 and not c1:
+            removed.append(m)
+        elif c0 and c1 and _content_changed(m, before, after, rec, holds_start, holds_now, c0, c1):
+            updated.append(m)
+    if added or removed or updated:
+        return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
+    return None
+
+
+def _content_changed(
+    m: str, before: Iterable[str], after: Iterable[str], rec: Callable[[str], Rec],
+    holds_start: Callable[[str], bool], holds_now: Callable[[str], bool],
+    c0: list[Any], c1: list[Any],
+) -> bool:
+    common = [o for o in before if o in set(after) and holds_start(o) and holds_now(o)]
+    if common:
+        return any(not same(rec(o).t0[m], rec(o).t1[m]) for o in common)
+    return not same(c0[0], c1[0])

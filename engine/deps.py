@@ -1,0 +1,171 @@
+"""Dependency indexes: which rows read which records beyond themselves.
+
+- ``reads``: record id text -> {projection group: projected rows whose projection read it}
+  (``link.field``, ``link.*``, FETCH, ``id = $parent.x`` lookups);
+- ``scans``: table -> field -> key -> {projection group: projected rows whose subqueries
+  scanned that table with that correlation key} (field None: the whole table);
+- ``quals``: record id text -> {materialisation: rows whose predicate or sort key read it}
+  (views whose WHERE/ORDER BY follows a link).
+
+Projection dependencies are registered once per projection group (shared by every
+materialisation showing the row), not once per materialisation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.store import ikey
+from engine.values import NONE, RecordID, record_id_text
+
+Scan = tuple[str, str | None, Any]
+
+
+def table_prefix(table: str) -> str:
+    """The prefix of every record id text of ``table``."""
+    return record_id_text(RecordID(table, "x"))[:-1]
+
+
+class Deps:
+    """The engine's dependency indexes (see the module docstring)."""
+
+    __slots__ = ("quals", "reads", "scans")
+
+    def __init__(self) -> None:
+        self.reads: dict[str, dict[Any, set[str]]] = {}
+        self.scans: dict[str, dict[str | None, dict[Any, dict[Any, set[str]]]]] = {}
+        self.quals: dict[str, dict[Any, set[str]]] = {}
+
+    def watched(self, table: str) -> bool:
+        """True when some row depends on rows of ``table`` (a load must then propagate)."""
+        if table in self.scans:
+            return True
+        prefix = table_prefix(table)
+        return any(k.startswith(prefix) for k in self.quals) or any(
+            k.startswith(prefix) for k in self.reads)
+
+    # -- projection dependencies ----------------------------------------------------------
+    def set_proj(self, proj: Any, rid: str, old: tuple[set[str], list[Scan]] | None,
+                 new: tuple[set[str], list[Scan]] | None) -> None:
+        """Replace the registrations of one projected row (``None``: none)."""
+        if old is not None:
+            reads = self.reads
+            for t in old[0]:
+                w = reads.get(t)
+                if w is not None:
+                    s = w.get(proj)
+                    if s is not None:
+                        s.discard(rid)
+                        if not s:
+                            del w[proj]
+                            if not w:
+                                del reads[t]
+            for table, field, key in old[1]:
+                self._unscan(proj, rid, table, field, key)
+        if new is None:
+            return
+        if new[0]:
+            reads = self.reads
+            for t in new[0]:
+                w = reads.get(t)
+                if w is None:
+                    reads[t] = {proj: {rid}}
+                else:
+                    s = w.get(proj)
+                    if s is None:
+                        w[proj] = {rid}
+                    else:
+                        s.add(rid)
+        scans = self.scans
+        for table, field, key in new[1]:
+            tw = scans.get(table)
+            if tw is None:
+                tw = scans[table] = {}
+            fw = tw.get(field)
+            if fw is None:
+                fw = tw[field] = {}
+            kw = fw.get(key)
+            if kw is None:
+                fw[key] = {proj: {rid}}
+            else:
+                s = kw.get(proj)
+                if s is None:
+                    kw[proj] = {rid}
+                else:
+                    s.add(rid)
+
+    def _unscan(self, proj: Any, rid: str, table: str, field: str | None, key: Any) -> None:
+        tw = self.scans.get(table)
+        if tw is None:
+            return
+        fw = tw.get(field)
+        if fw is None:
+            return
+        kw = fw.get(key)
+        if kw is None:
+            return
+        s = kw.get(proj)
+        if s is None:
+            return
+        s.discard(rid)
+        if not s:
+            del kw[proj]
+            if not kw:
+                del fw[key]
+                if not fw:
+                    del tw[field]
+                    if not tw:
+                        del self.scans[table]
+
+    def touch_proj(self, table: str, text: str, old: dict[str, Any] | None,
+                   new: dict[str, Any] | None, mark: Any) -> None:
+        """A row of ``table`` changed: ``mark(proj, rid, token)`` every projected row that read
+        it or scanned for it."""
+        w = self.reads.get(text) if self.reads else None
+        if w:
+            for proj, ids in list(w.items()):
+                for r in list(ids):
+                    mark(proj, r, text)
+        sw = self.scans.get(table)
+        if not sw:
+            return
+        for field, keyed in list(sw.items()):
+            keys: list[Any]
+            if field is None:
+                keys = [None]
+            elif field == "id":
+                keys = [ikey((old if old is not None else new or {}).get("id"))]
+            else:
+                keys = []
+                if old is not None:
+                    keys.append(ikey(old.get(field, NONE)))
+                if new is not None:
+                    kn = ikey(new.get(field, NONE))
+                    if not keys or kn != keys[0]:
+                        keys.append(kn)
+            for key in keys:
+                h = keyed.get(key)
+                if not h:
+                    continue
+                token = (table, field, key)
+                for proj, ids in list(h.items()):
+                    for r in list(ids):
+                        mark(proj, r, token)
+
+    # -- predicate dependencies -----------------------------------------------------------
+    def set_qual(self, mat: Any, rid: str, old: set[str] | None, reads: set[str]) -> None:
+        """Replace the records one row's predicate/sort read for ``mat``."""
+        qw = self.quals
+        if old:
+            for t in old - reads:
+                w = qw.get(t)
+                if w is not None:
+                    s = w.get(mat)
+                    if s is not None:
+                        s.discard(rid)
+                        if not s:
+                            del w[mat]
+                            if not w:
+                                del qw[t]
+        for t in reads if not old else reads - old:
+            qw.setdefault(t, {}).setdefault(mat, set()).add(rid)

@@ -1,0 +1,581 @@
+"""The recursive-descent grammar of `engine.parser`: statements, clauses, projections and
+expressions of the supported SELECT subset into the AST of `engine.syntax`."""
+
+from __future__ import annotations
+
+import re
+
+from surrealdb import RecordID
+
+from engine.errors import QueryRejected
+from engine.lexer import (
+    Tok,
+    _parse_number,
+    parse_datetime,
+    tokenize,
+)
+from engine.syntax import (
+    _KEYWORD_OPS,
+    _SYMBOL_OPS,
+    _UNSUPPORTED_CLAUSES,
+    _UNSUPPORTED_KEYWORD_OPS,
+    _UNSUPPORTED_SYMBOL_OPS,
+    MAX_DEPTH,
+    Expr,
+    Item,
+    Path,
+    Query,
+)
+from engine.values import NONE
+
+# --------------------------------------------------------------------------------------------
+# Parser
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.toks = tokenize(text)
+        self.i = 0
+        self.depth = 0  # brackets, NOTs and subqueries open at this point of the parse
+
+    def enter(self) -> None:
+        """Open one nesting level (refused past MAX_DEPTH, before the recursion goes deeper)."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise QueryRejected(_too_deep(self.tok.pos))
+
+    def leave(self) -> None:
+        self.depth -= 1
+
+    # -- token helpers ---------------------------------------------------------------------
+    @property
+    def tok(self) -> Tok:
+        return self.toks[self.i]
+
+    def peek(self, k: int = 1) -> Tok:
+        return self.toks[min(self.i + k, len(self.toks) - 1)]
+
+    def advance(self) -> Tok:
+        t = self.toks[self.i]
+        if self.i < len(self.toks) - 1:
+            self.i += 1
+        return t
+
+    def is_kw(self, *words: str, tok: Tok | None = None) -> bool:
+        t = tok or self.tok
+        return t.kind == "ident" and not t.quoted and t.value.upper() in words
+
+    def is_op(self, *ops: str, tok: Tok | None = None) -> bool:
+        t = tok or self.tok
+        return t.kind == "op" and t.value in ops
+
+    def expect_kw(self, word: str) -> None:
+        if not self.is_kw(word):
+            raise QueryRejected(f"expected {word} at position {self.tok.pos}, found {self._desc()}")
+        self.advance()
+
+    def expect_op(self, op: str) -> None:
+        if not self.is_op(op):
+            raise QueryRejected(f"expected '{op}' at position {self.tok.pos}, found {self._desc()}")
+        self.advance()
+
+    def _desc(self, t: Tok | None = None) -> str:
+        t = t or self.tok
+        return "end of query" if t.kind == "eof" else repr(t.text)
+
+    # -- statements ------------------------------------------------------------------------
+    def statement(self) -> Query:
+        q = self.select()
+        while self.is_op(";"):
+            self.advance()
+            if self.tok.kind != "eof":
+                raise QueryRejected("multiple statements are not supported (one SELECT per view)")
+        if self.tok.kind != "eof":
+            self._reject_trailing()
+        return q
+
+    def _reject_trailing(self) -> None:
+        t = self.tok
+        if t.kind == "ident" and not t.quoted:
+            word = t.value.upper()
+            if word in _UNSUPPORTED_CLAUSES:
+                raise QueryRejected(f"{_UNSUPPORTED_CLAUSES[word]} is not supported")
+            if word in ("WHERE", "ORDER", "LIMIT", "START", "FETCH"):
+                raise QueryRejected(f"clause {word} is out of order or repeated")
+        raise QueryRejected(f"unexpected {self._desc()} at position {t.pos}")
+
+    def select(self) -> Query:
+        if not self.is_kw("SELECT"):
+            if self.tok.kind == "ident" and not self.tok.quoted:
+                raise QueryRejected(
+                    f"only SELECT statements are supported, not {self.tok.value.upper()}"
+                )
+            raise QueryRejected("only SELECT statements are supported")
+        self.advance()
+        if self.is_kw("VALUE"):
+            raise QueryRejected("SELECT VALUE is not supported")
+        items = self.projection()
+        if self.is_kw("OMIT"):
+            raise QueryRejected("OMIT is not supported")
+        self.expect_kw("FROM")
+        if self.is_kw("ONLY"):
+            raise QueryRejected("FROM ONLY is not supported")
+        table = self.table_name()
+        if self.is_op(","):
+            raise QueryRejected("selecting FROM several tables is not supported")
+        where = None
+        order: list[tuple[Path, bool]] = []
+        limit = start = None
+        fetch: list[Path] = []
+        if self.is_kw("WITH"):
+            raise QueryRejected("WITH is not supported")
+        if self.is_kw("WHERE"):
+            self.advance()
+            where = self.expr()
+        if self.is_kw("SPLIT"):
+            raise QueryRejected("SPLIT is not supported")
+        if self.is_kw("GROUP"):
+            raise QueryRejected("GROUP BY is not supported")
+        if self.is_kw("ORDER"):
+            self.advance()
+            if self.is_kw("BY"):
+                self.advance()
+            order = self.order_list()
+        # SurrealDB accepts LIMIT and START in either order.
+        for _ in range(2):
+            if self.is_kw("LIMIT") and limit is None:
+                self.advance()
+                if self.is_kw("BY"):
+                    self.advance()
+                limit = self.count_expr("LIMIT")
+            elif self.is_kw("START") and start is None:
+                self.advance()
+                if self.is_kw("AT"):
+                    self.advance()
+                start = self.count_expr("START")
+        if self.is_kw("FETCH"):
+            self.advance()
+            fetch.append(self.plain_path("FETCH"))
+            while self.is_op(","):
+                self.advance()
+                fetch.append(self.plain_path("FETCH"))
+        return Query(tuple(items), table, where, tuple(order), limit, start, tuple(fetch))
+
+    def table_name(self) -> str:
+        t = self.tok
+        if t.kind == "op" and t.value == "(":
+            raise QueryRejected("selecting FROM a subquery is not supported")
+        if t.kind == "param":
+            raise QueryRejected("selecting FROM a parameter is not supported")
+        if t.kind != "ident":
+            raise QueryRejected(f"expected a table name after FROM, found {self._desc()}")
+        self.advance()
+        if self.is_op(":") and self.tok.glued:
+            raise QueryRejected("selecting FROM a record id is not supported")
+        if self.is_op("->", "<-", "<->"):
+            raise QueryRejected("graph traversal is not supported")
+        return str(t.value)
+
+    def count_expr(self, clause: str) -> Expr:
+        t = self.tok
+        if t.kind == "num" and re.fullmatch(r"\d+", t.value):
+            self.advance()
+            return ("lit", int(t.value))
+        if t.kind == "param":
+            return self.param()
+        raise QueryRejected(f"{clause} must be a non-negative integer or a parameter")
+
+    def order_list(self) -> list[tuple[Path, bool]]:
+        out = []
+        while True:
+            if self.is_kw("RAND"):
+                raise QueryRejected("ORDER BY RAND() is not supported")
+            path = self.plain_path("ORDER BY")
+            if self.is_kw("COLLATE", "NUMERIC"):
+                raise QueryRejected(f"ORDER BY ... {self.tok.value.upper()} is not supported")
+            desc = False
+            if self.is_kw("ASC"):
+                self.advance()
+            elif self.is_kw("DESC"):
+                self.advance()
+                desc = True
+            out.append((path, desc))
+            if not self.is_op(","):
+                return out
+            self.advance()
+
+    def plain_path(self, clause: str) -> Path:
+        t = self.tok
+        if t.kind != "ident":
+            raise QueryRejected(f"{clause} expects a field path, found {self._desc()}")
+        self.advance()
+        parts = [t.value]
+        while self.is_op("."):
+            self.advance()
+            t = self.tok
+            if t.kind != "ident":
+                raise QueryRejected(f"{clause} expects a field path, found {self._desc()}")
+            self.advance()
+            parts.append(t.value)
+        if self.is_op("(") and self.tok.glued:
+            raise QueryRejected(f"function {'::'.join(parts)}() is not supported in {clause}")
+        if self.is_op("[", "->", "<-", "<->", ":"):
+            raise QueryRejected(f"{clause} supports only plain field paths")
+        return tuple(parts)
+
+    # -- projection --------------------------------------------------------------------------
+    def projection(self) -> list[Item]:
+        items = [self.proj_item()]
+        while self.is_op(","):
+            self.advance()
+            items.append(self.proj_item())
+        return items
+
+    def proj_item(self) -> Item:
+        if self.is_op("*"):
+            self.advance()
+            if self.is_kw("AS"):
+                raise QueryRejected("* AS alias is not supported")
+            return Item("all")
+        if self.is_op("("):
+            if self.is_kw("SELECT", tok=self.peek()):
+                self.advance()
+                self.enter()
+                sub = self.select()
+                self.leave()
+                if not self.is_op(")"):
+                    self._reject_trailing()
+                self.advance()
+                index = None
+                if self.is_op("["):
+                    self.advance()
+                    t = self.tok
+                    if t.kind != "num" or not re.fullmatch(r"\d+", t.value):
+                        raise QueryRejected("a subquery index must be a literal integer like [0]")
+                    self.advance()
+                    index = int(t.value)
+                    self.expect_op("]")
+                if not self.is_kw("AS"):
+                    raise QueryRejected("a subquery in the projection needs AS alias")
+                self.advance()
+                alias = self.alias()
+                return Item("sub", (), alias, sub, index)
+            raise QueryRejected("only subqueries may be parenthesised in the projection")
+        t = self.tok
+        if self.is_op("->", "<-", "<->"):
+            raise QueryRejected("graph traversal is not supported")
+        if t.kind == "param":
+            raise QueryRejected("parameters in the projection are not supported")
+        if t.kind != "ident":
+            raise QueryRejected(f"unsupported projection item {self._desc()}")
+        if self.is_op("::", tok=self.peek()):
+            self.advance()
+            self._reject_function(t)
+        if self.is_op("(", tok=self.peek()):
+            raise QueryRejected(f"function {t.value}() is not supported")
+        if self.is_op("->", "<-", "<->", tok=self.peek()):
+            raise QueryRejected("graph traversal is not supported")
+        parts = [t.value]
+        self.advance()
+        linkall = False
+        while self.is_op("."):
+            self.advance()
+            if self.is_op("*"):
+                self.advance()
+                linkall = True
+                break
+            n = self.tok
+            if n.kind != "ident":
+                raise QueryRejected(f"unsupported projection path near {self._desc()}")
+            self.advance()
+            parts.append(n.value)
+        if self.is_op("::") or (self.is_op(":") and self.tok.glued):
+            raise QueryRejected(f"function or record id in projection near {t.text} is not supported")
+        if self.is_op("("):
+            raise QueryRejected(f"function {'.'.join(parts)}() is not supported")
+        if self.is_op("["):
+            raise QueryRejected("index or filter expressions in the projection are not supported")
+        if self.is_op("->", "<-", "<->"):
+            raise QueryRejected("graph traversal is not supported")
+        if self.tok.kind == "op" and self.tok.value in _UNSUPPORTED_SYMBOL_OPS | set(_SYMBOL_OPS):
+            raise QueryRejected(f"operator {self.tok.value} in the projection is not supported")
+        out: Path = tuple(parts)
+        if self.is_kw("AS"):
+            self.advance()
+            out = self.alias()
+        if linkall:
+            return Item("linkall", tuple(parts), out)
+        return Item("field", tuple(parts), out)
+
+    def alias(self) -> Path:
+        t = self.tok
+        if t.kind != "ident":
+            raise QueryRejected(f"expected an alias after AS, found {self._desc()}")
+        self.advance()
+        parts = [t.value]
+        while self.is_op("."):
+            self.advance()
+            n = self.tok
+            if n.kind != "ident":
+                raise QueryRejected("invalid alias path")
+            self.advance()
+            parts.append(n.value)
+        return tuple(parts)
+
+    # -- expressions ----------------------------------------------------------------------
+    def expr(self) -> Expr:
+        terms = [self.and_expr()]
+        while self.is_kw("OR") or self.is_op("||"):
+            self.advance()
+            terms.append(self.and_expr())
+        return _balanced("or", terms)
+
+    def and_expr(self) -> Expr:
+        terms = [self.cmp_expr()]
+        while self.is_kw("AND") or self.is_op("&&"):
+            self.advance()
+            terms.append(self.cmp_expr())
+        return _balanced("and", terms)
+
+    def _cmp_op(self) -> str | None:
+        t = self.tok
+        if t.kind == "op":
+            if t.value in _SYMBOL_OPS:
+                # `!` followed by `=` without space tokenises as `!=` already.
+                self.advance()
+                return _SYMBOL_OPS[t.value]
+            if t.value == "|" or t.value == "&":
+                return None
+            if t.value in _UNSUPPORTED_SYMBOL_OPS:
+                raise QueryRejected(f"operator {t.value} is not supported")
+            return None
+        if t.kind == "ident" and not t.quoted:
+            w = t.value.upper()
+            if w == "NOT":
+                if self.is_kw("IN", "INSIDE", tok=self.peek()):
+                    self.advance()
+                    self.advance()
+                    return "notinside"
+                return None
+            if w == "IS":
+                self.advance()
+                if self.is_kw("NOT"):
+                    self.advance()
+                    return "!="
+                return "="
+            if w in _KEYWORD_OPS:
+                self.advance()
+                return _KEYWORD_OPS[w]
+            if w in _UNSUPPORTED_KEYWORD_OPS:
+                raise QueryRejected(f"operator {w} is not supported")
+        return None
+
+    def cmp_expr(self) -> Expr:
+        left = self.unary()
+        while True:
+            op = self._cmp_op()
+            if op is None:
+                return left
+            right = self.unary()
+            left = ("cmp", op, left, right)
+
+    def unary(self) -> Expr:
+        if self.is_op("!") or self.is_kw("NOT"):
+            self.advance()
+            self.enter()
+            inner = self.unary()
+            self.leave()
+            return ("not", inner)
+        if self.is_op("-"):
+            nt = self.peek()
+            if nt.kind == "num" and nt.glued:
+                self.advance()
+                self.advance()
+                return ("lit", _parse_number(nt.value, True))
+            raise QueryRejected("arithmetic (unary -) is not supported")
+        if self.is_op("+"):
+            raise QueryRejected("operator + is not supported")
+        return self.primary()
+
+    def primary(self) -> Expr:
+        t = self.tok
+        if t.kind == "dur":
+            raise QueryRejected(f"duration literal {t.text} is not supported")
+        if t.kind == "num":
+            self.advance()
+            if self.tok.kind == "ident" and self.tok.glued:
+                raise QueryRejected(f"duration or unit literal {t.text}{self.tok.text} is not supported")
+            return ("lit", _parse_number(t.value, False))
+        if t.kind == "str":
+            self.advance()
+            return ("lit", t.value)
+        if t.kind == "dt":
+            self.advance()
+            return ("lit", parse_datetime(t.value))
+        if t.kind == "rs":
+            self.advance()
+            return ("lit", _record_from_text(t.value))
+        if t.kind == "us":
+            self.advance()
+            import uuid
+
+            try:
+                return ("lit", uuid.UUID(t.value))
+            except ValueError as exc:
+                raise QueryRejected(f"invalid uuid literal u'{t.value}'") from exc
+        if t.kind == "param":
+            return self.param()
+        if self.is_op("("):
+            if self.is_kw("SELECT", tok=self.peek()):
+                raise QueryRejected("subqueries in WHERE are not supported")
+            self.advance()
+            self.enter()
+            e = self.expr()
+            self.leave()
+            self.expect_op(")")
+            return e
+        if self.is_op("["):
+            self.advance()
+            self.enter()
+            items: list[Expr] = []
+            while not self.is_op("]"):
+                items.append(self.expr())
+                if self.is_op(","):
+                    self.advance()
+                elif not self.is_op("]"):
+                    raise QueryRejected(f"expected ',' or ']' in array, found {self._desc()}")
+            self.advance()
+            self.leave()
+            return ("array", tuple(items))
+        if self.is_op("{"):
+            self.advance()
+            self.enter()
+            keys: list[str] = []
+            vals: list[Expr] = []
+            while not self.is_op("}"):
+                k = self.tok
+                if k.kind not in ("ident", "str"):
+                    raise QueryRejected(f"expected an object key, found {self._desc()}")
+                self.advance()
+                self.expect_op(":")
+                keys.append(k.value)
+                vals.append(self.expr())
+                if self.is_op(","):
+                    self.advance()
+                elif not self.is_op("}"):
+                    raise QueryRejected(f"expected ',' or '}}' in object, found {self._desc()}")
+            self.advance()
+            self.leave()
+            return ("object", tuple(keys), tuple(vals))
+        if self.is_op("->", "<-", "<->"):
+            raise QueryRejected("graph traversal is not supported")
+        if t.kind == "ident":
+            return self.ident_expr()
+        if t.kind == "eof":
+            raise QueryRejected("unexpected end of query in expression")
+        raise QueryRejected(f"unexpected {self._desc()} at position {t.pos}")
+
+    def ident_expr(self) -> Expr:
+        t = self.advance()
+        if not t.quoted:
+            w = t.value.upper()
+            if w in ("TRUE", "FALSE"):
+                return ("lit", w == "TRUE")
+            if w == "NONE":
+                return ("lit", NONE)
+            if w == "NULL":
+                return ("lit", None)
+        # Function call: name(...) or name::name(...)
+        if self.is_op("::"):
+            self._reject_function(t)
+        if self.is_op("(") and not t.quoted:
+            raise QueryRejected(f"function {t.value}() is not supported")
+        # Record id literal: table:id (no whitespace around ':').
+        if self.is_op(":") and self.tok.glued and self.peek().glued:
+            self.advance()
+            idt = self.advance()
+            if idt.kind == "num" and re.fullmatch(r"\d+", idt.value):
+                return ("lit", RecordID(t.value, int(idt.value)))
+            if idt.kind == "ident":
+                return ("lit", RecordID(t.value, idt.value))
+            if idt.kind == "op" and idt.value == "-" and self.tok.kind == "num":
+                n = self.advance()
+                return ("lit", RecordID(t.value, -int(n.value)))
+            raise QueryRejected(f"unsupported record id literal near {t.text}:{idt.text}")
+        parts = [t.value]
+        while self.is_op("."):
+            self.advance()
+            n = self.tok
+            if n.kind == "op" and n.value == "*":
+                raise QueryRejected("path.* is not supported in WHERE")
+            if n.kind != "ident":
+                raise QueryRejected(f"expected a field name after '.', found {self._desc()}")
+            self.advance()
+            parts.append(n.value)
+        if self.is_op("("):
+            raise QueryRejected(f"function or method {'.'.join(parts)}() is not supported")
+        if self.is_op("["):
+            raise QueryRejected("index or filter expressions on fields are not supported")
+        if self.is_op("->", "<-", "<->"):
+            raise QueryRejected("graph traversal is not supported")
+        return ("field", tuple(parts))
+
+    def _reject_function(self, first: Tok) -> None:
+        """Called on the `::` after ``first``: name the whole function and refuse it."""
+        parts = [first.value]
+        while self.is_op("::"):
+            self.advance()
+            if self.tok.kind != "ident":
+                break
+            parts.append(self.advance().value)
+        raise QueryRejected(f"function {'::'.join(parts)}() is not supported")
+
+    def param(self) -> Expr:
+        t = self.advance()
+        parts: list[str] = []
+        while self.is_op("."):
+            self.advance()
+            n = self.tok
+            if n.kind != "ident":
+                raise QueryRejected(f"expected a field name after ${t.value}., found {self._desc()}")
+            self.advance()
+            parts.append(n.value)
+        if self.is_op("[") or self.is_op("("):
+            raise QueryRejected(f"indexing or calling ${t.value} is not supported")
+        name = t.value
+        if name == "parent":
+            return ("parent", tuple(parts))
+        if name in ("this", "value", "before", "after", "event", "input"):
+            raise QueryRejected(f"${name} is not supported")
+        return ("param", name, tuple(parts))
+
+
+def _balanced(kind: str, terms: list[Expr]) -> Expr:
+    """``terms`` joined by ``kind`` (and/or) as a balanced tree, left to right."""
+    while len(terms) > 1:
+        # Pair neighbours level by level: order is kept and the height is ceil(log2 n).
+        paired = [(kind, terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            paired.append(terms[-1])
+        terms = paired
+    return terms[0]
+
+
+def _too_deep(pos: int | None = None) -> str:
+    near = "" if pos is None else f" near position {pos}"
+    return (f"the query nests deeper than the limit of {MAX_DEPTH} levels{near} (MAX_DEPTH: "
+            "parentheses, brackets, NOT, comparisons and subqueries each add a level)")
+
+
+def _record_from_text(text: str) -> RecordID:
+    table, sep, ident = text.partition(":")
+    if not sep or not table:
+        raise QueryRejected(f"invalid record id literal r'{text}'")
+    if ident.startswith("⟨") and ident.endswith("⟩"):
+        return RecordID(table, ident[1:-1])
+    if ident.startswith("`") and ident.endswith("`"):
+        return RecordID(table, ident[1:-1])
+    if re.fullmatch(r"-?\d+", ident):
+        return RecordID(table, int(ident))
+    return RecordID(table, ident)

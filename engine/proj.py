@@ -1,0 +1,445 @@
+"""Projection groups: a shape's projected rows, computed and stored once for every
+materialisation that shows them.
+
+The output of a row (its projection, lateral subqueries and link reads included) depends on
+the row and on the values of the slots the projection reads (a subquery's ``LIMIT`` or
+``$auth.id``), never on the slots of the top-level WHERE. Materialisations of one shape with
+the same projection slot values therefore share one :class:`Proj`: each visible row is
+projected once, its dependencies (``engine.deps``) are registered once, and a change re-runs
+the projection once whatever the number of materialisations showing the row.
+
+Per projected row: ``outs`` (the output), ``trees`` (the members of the output: None for a
+row whose only member is itself), ``istate`` (per-item values and dependencies, so a change
+re-runs only the items that read it), ``pdeps`` (its registered dependencies). ``own`` maps a
+member to the other rows whose tree holds it (a string for one row, a set for several), which
+tells whether a member is clean (see :mod:`engine.delta`).
+
+Rows are projected while some materialisation of the group shows them. During a flush,
+``dirty`` lists the rows to re-examine and ``recs`` what happened to each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from surrealdb import RecordID
+
+from engine.delta import NO_TREE, Rec, has_nested, same
+from engine.plan import Cx, Plan, tree_members
+from engine.store import Store, rid_text
+from engine.values import NONE
+
+_ABSENT = object()
+
+
+class NoLinks:
+    """Context for evaluation that never follows links (nothing to record)."""
+
+    __slots__ = ()
+
+    def fetch(self, rid: RecordID) -> None:  # pragma: no cover - never called
+        raise AssertionError("a link-free predicate followed a link")
+
+
+NOLINKS = NoLinks()
+
+
+class Proj:
+    """The projected rows of one shape for one value of its projection slots."""
+
+    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "multi",
+                 "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan", "prev", "recs",
+                 "refs", "store", "trees")
+
+    def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
+                 deps: Any) -> None:
+        self.circuit = circuit
+        self.plan: Plan = circuit.plan
+        self.S = S  # a representative slot tuple: only the projection slots are read
+        self.key = key
+        self.store = store
+        self.deps = deps
+        self.nmats = 0
+        self.outs: dict[str, Any] = {}
+        self.trees: dict[str, dict[str, Any] | None] = {}
+        self.istate: dict[str, tuple[list[Any], list[Any]]] = {}
+        self.pdeps: dict[str, Any] = {}
+        self.own: dict[str, Any] = {}
+        # members whose presence depends on more than one row (see _multi); usually empty
+        self.multi: set[str] = set()
+        self.multi0: set[str] = set()  # members that left `multi` during the flush
+        # flush state
+        self.own0: dict[str, Any] | None = None  # member -> owners before the flush
+        self.dirty: dict[str, set[Any] | None] = {}  # row -> tokens of what it read changed
+        self.prev: dict[str, Any] = {}  # row -> itself before the flush, when it changed
+        self.recs: dict[str, Rec] = {}
+        # materialisations with windows or link predicates count the views showing a row
+        self.refs: dict[str, int] = {}
+
+    # -- reading ------------------------------------------------------------------------
+    def tree(self, rid: str) -> dict[str, Any]:
+        """Members of a projected row's output (empty when the row is not projected)."""
+        t = self.trees.get(rid, _ABSENT)
+        if t is None:
+            out = self.outs[rid]
+            i = out.get("id")
+            return {rid: out} if type(i) is RecordID else NO_TREE
+        if t is _ABSENT:
+            return NO_TREE
+        return t  # type: ignore[return-value]
+
+    def rec(self, rid: str) -> Rec:
+        """What the current flush did to ``rid`` (unchanged rows: the same tree twice)."""
+        r = self.recs.get(rid)
+        if r is None:
+            t = self.tree(rid)
+            r = Rec(rid, t, t, self._clean(rid, t, t))
+            self.recs[rid] = r
+        return r
+
+    def owners(self, m: str) -> tuple[list[str], list[str]]:
+        """Rows whose tree held ``m`` before the flush and hold it now."""
+        now = self._owner_list(self.own.get(m))
+        if self.own0 is not None and m in self.own0:
+            before = self._owner_list(self.own0[m])
+        else:
+            before = list(now)
+        r = self.recs.get(m)
+        if r is not None:
+            if m in r.t0:
+                before.append(m)
+            if m in r.t1:
+                now.append(m)
+        elif m in self.tree(m):
+            before.append(m)
+            now.append(m)
+        return before, now
+
+    @staticmethod
+    def _owner_list(o: Any) -> list[str]:
+        if o is None:
+            return []
+        if type(o) is str:
+            return [o]
+        return list(o)
+
+    def _clean(self, rid: str, t0: dict[str, Any], t1: dict[str, Any]) -> bool:
+        """Whether ``rid`` alone holds every member of its trees, before and after."""
+        own = self.own
+        own0 = self.own0
+        if rid in own or (own0 and own0.get(rid) is not None):
+            return False  # the row is also nested in another row
+        multi = self.multi
+        multi0 = self.multi0
+        both = (t0, t1) if t0 is not t1 else (t0,)
+        if multi or multi0:
+            for t in both:
+                if not multi.isdisjoint(t) or not multi0.isdisjoint(t):
+                    return False
+        if own0:
+            for t in both:
+                for m in t:
+                    if m != rid and m in own0:
+                        o = own0[m]
+                        if o is not None and o != rid:
+                            return False  # held by another row when the flush began
+                        o = own.get(m)
+                        if o is not None and o != rid:
+                            return False  # moved to another row
+        return True
+
+    def _multi(self, m: str) -> None:
+        """Keep ``multi``: members held by several rows, or nested in a row while being a
+        row of the group themselves."""
+        o = self.own.get(m)
+        if o is not None and (type(o) is not str or m in self.outs):
+            self.multi.add(m)
+        elif m in self.multi:
+            self.multi.discard(m)
+            if self.own0 is not None:
+                self.multi0.add(m)
+
+    # -- projecting -----------------------------------------------------------------------
+    def ensure(self, rid: str, row: dict[str, Any]) -> None:
+        """Project ``rid`` unless it already is (registration: no flush in progress)."""
+        if rid not in self.outs:
+            self.project(rid, row, None)
+
+    def project(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
+                prev: Any = _ABSENT) -> None:
+        """(Re)project ``rid``. With ``tokens`` (a set) only the items that read one of them
+        rerun, and with ``prev`` (the row before it changed) also those reading a changed
+        field; ``tokens`` None reruns everything."""
+        plan = self.plan
+        deps: Any = None
+        if plan.star_only:
+            out = row
+            tree: dict[str, Any] | None = None
+            if has_nested(row):
+                tree = {}
+                tree_members(row, tree)
+        elif plan.simple:
+            out = plan.project(self.store, self.S, row, NOLINKS)  # type: ignore[arg-type]
+            tree = None
+            if has_nested(out):
+                tree = {}
+                tree_members(out, tree)
+            else:
+                i = out.get("id")
+                if type(i) is RecordID and rid_text(i) != rid:
+                    tree = {rid_text(i): out}
+        elif plan.fetch:
+            cx = Cx(self.store)
+            out = plan.project(self.store, self.S, row, cx)
+            tree = {}
+            tree_members(out, tree)
+            deps = (cx.reads, cx.subs)
+        else:
+            got = self._project_items(rid, row, tokens, prev)
+            if got is None:
+                return  # a partial re-projection changed no item value: nothing to do
+            out, deps, tree = got
+        old_tree = self.trees.get(rid, _ABSENT)
+        if old_tree is not _ABSENT or tree is not None:
+            self._set_owners(rid, old_tree, tree)
+        fresh = rid not in self.outs
+        self.outs[rid] = out
+        self.trees[rid] = tree
+        if fresh and rid in self.own:
+            self.multi.add(rid)
+        old = self.pdeps.get(rid)
+        if old is not None or deps is not None:
+            if deps is not None and not deps[0] and not deps[1]:
+                deps = None
+            if old != deps:
+                self.deps.set_proj(self, rid, old, deps)
+                if deps is None:
+                    del self.pdeps[rid]
+                else:
+                    self.pdeps[rid] = deps
+
+    def drop(self, rid: str) -> None:
+        """Forget a row no materialisation of the group shows any more."""
+        if rid not in self.outs:
+            return
+        del self.outs[rid]
+        old_tree = self.trees.pop(rid)
+        if old_tree is not None:
+            self._set_owners(rid, old_tree, None)
+        if rid in self.multi:
+            self._multi(rid)
+        self.istate.pop(rid, None)
+        old = self.pdeps.pop(rid, None)
+        if old is not None:
+            self.deps.set_proj(self, rid, old, None)
+
+    def drop_all(self) -> None:
+        """Forget every row (the group's last materialisation went away)."""
+        for rid in list(self.outs):
+            self.drop(rid)
+
+    def _set_owners(self, rid: str, old: Any, new: dict[str, Any] | None) -> None:
+        if old is not None and new is not None and old is not _ABSENT and \
+                old.keys() == new.keys():
+            return  # same members: nothing moves
+        old_m = [m for m in old if m != rid] if old is not None and old is not _ABSENT else ()
+        new_m = [m for m in new if m != rid] if new is not None else ()
+        if not old_m and not new_m:
+            return
+        own = self.own
+        own0 = self.own0
+        new_s = set(new_m)
+        for m in old_m:
+            if m in new_s:
+                continue
+            if own0 is not None and m not in own0:
+                own0[m] = _copy(own.get(m))
+            o = own[m]
+            if type(o) is str:
+                del own[m]
+            else:
+                o.discard(rid)
+                if len(o) == 1:
+                    own[m] = next(iter(o))
+            if m in self.multi:
+                self._multi(m)
+        old_s = set(old_m)
+        for m in new_m:
+            if m in old_s:
+                continue
+            if own0 is not None and m not in own0:
+                own0[m] = _copy(own.get(m))
+            o = own.get(m)
+            if o is None:
+                own[m] = rid
+                if m in self.outs:
+                    self.multi.add(m)
+            elif type(o) is str:
+                own[m] = {o, rid}
+                self.multi.add(m)
+            else:
+                o.add(rid)
+
+    def _project_items(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
+                       prev: Any) -> tuple[dict[str, Any], Any, dict[str, Any]] | None:
+        """(output, dependencies, tree) item by item; with ``tokens`` only the items that read
+        one of them (or, with ``prev``, a changed field) rerun, and None when no value
+        changed."""
+        plan = self.plan
+        store = self.store
+        S = self.S
+        items = plan.items
+        state = self.istate.get(rid) if tokens is not None else None
+        if state is None:
+            vals: list[Any] = []
+            ideps: list[Any] = []
+            for item, row_only in zip(items, plan.row_only):
+                if row_only:
+                    # `*` or a one-segment field: depends on the row alone
+                    vals.append(None if item[0] == "all" else item[1](row, NOLINKS))
+                    ideps.append(None)
+                    continue
+                icx = Cx(store)
+                vals.append(plan.item_value(item, store, S, row, icx))
+                ideps.append((icx.reads, icx.subs))
+        else:
+            assert tokens is not None
+            vals = list(state[0])
+            ideps = list(state[1])
+            changed_row = prev is not _ABSENT
+            moved = changed_row  # the row changed: its own fields are reassembled
+            item_fields = plan.item_fields
+            for i, item in enumerate(items):
+                if plan.row_only[i]:
+                    if changed_row and item[0] != "all":
+                        vals[i] = item[1](row, NOLINKS)
+                    continue
+                d = ideps[i]
+                rerun = False
+                if changed_row:
+                    fields = item_fields[i]
+                    rerun = fields is None or any(
+                        not same(prev.get(f, NONE), row.get(f, NONE)) for f in fields)
+                if not rerun and tokens and d is not None:
+                    rerun = not tokens.isdisjoint(d[0]) or any(k in tokens for k in d[1])
+                if not rerun:
+                    continue
+                icx = Cx(store)
+                v = plan.item_value(item, store, S, row, icx)
+                ideps[i] = (icx.reads, icx.subs)
+                if not same(v, vals[i]):
+                    vals[i] = v
+                    moved = True
+            if not moved:
+                # same output; the dependencies may still differ (a scan key, a link read)
+                self.istate[rid] = (vals, ideps)
+                deps = _merge_deps(ideps)
+                old = self.pdeps.get(rid)
+                if old != deps:
+                    self.deps.set_proj(self, rid, old, deps)
+                    if deps is None:
+                        self.pdeps.pop(rid, None)
+                    else:
+                        self.pdeps[rid] = deps
+                return None
+        self.istate[rid] = (vals, ideps)
+        out = plan.assemble(row, vals)
+        tree: dict[str, Any] = {}
+        tree_members(out, tree)  # of the output: a later item may hide an earlier one
+        return out, _merge_deps(ideps), tree
+
+    # -- flush ----------------------------------------------------------------------------
+    def mark(self, rid: str, token: Any) -> None:
+        """Something ``rid``'s projection read changed (``token``: a record id text or a
+        subquery scan ``(table, field, key)``): rerun the items that read it at the flush."""
+        toks = self.dirty.get(rid, _ABSENT)
+        if toks is _ABSENT:
+            self.dirty[rid] = {token}
+        elif toks is not None:
+            toks.add(token)  # type: ignore[union-attr]
+
+    def mark_row(self, rid: str, prev: dict[str, Any] | None) -> None:
+        """The row ``rid`` itself changed (``prev``: the row before, None when absent)."""
+        if rid not in self.dirty:
+            self.dirty[rid] = set()
+        if rid not in self.prev:
+            self.prev[rid] = prev
+
+    def ref(self, rid: str, d: int) -> None:
+        """A windowed materialisation started (+1) or stopped (-1) showing ``rid``."""
+        refs = self.refs
+        n = refs.get(rid, 0) + d
+        if n:
+            refs[rid] = n
+            if n == 1 and rid not in self.dirty:
+                self.dirty[rid] = set()
+        else:
+            del refs[rid]
+            if rid not in self.dirty:
+                self.dirty[rid] = set()
+
+    def process(self, held: Any) -> None:
+        """Re-project, project or drop the dirty rows; ``held(proj, rid, row)`` says whether
+        some materialisation of the group shows the row now. Fills ``recs``."""
+        self.own0 = {}
+        rows = self.store.table(self.plan.table).rows
+        recs = self.recs
+        dirty = self.dirty
+        prev = self.prev
+        self.dirty = {}
+        self.prev = {}
+        pending: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        for rid, toks in dirty.items():
+            row = rows.get(rid)
+            had = rid in self.outs
+            keep = row is not None and held(self, rid, row)
+            if not keep and not had:
+                continue
+            t0 = self.tree(rid) if had else NO_TREE
+            if keep:
+                assert row is not None
+                if not had:
+                    self.project(rid, row, None)
+                else:
+                    p = prev.get(rid, _ABSENT)
+                    if p is None:
+                        self.project(rid, row, None)  # deleted and created again
+                    elif p is not _ABSENT or toks:
+                        self.project(rid, row, toks, p)
+                t1 = self.tree(rid)
+            else:
+                self.drop(rid)
+                t1 = NO_TREE
+            pending.append((rid, t0, t1))
+        # cleanness needs every owner change of the flush: decide it once all rows moved
+        for rid, t0, t1 in pending:
+            recs[rid] = Rec(rid, t0, t1, True)
+        for rid, t0, t1 in pending:
+            recs[rid].clean = self._clean(rid, t0, t1)
+
+    def finish(self) -> None:
+        """Forget the flush state."""
+        self.recs = {}
+        self.own0 = None
+        if self.multi0:
+            self.multi0 = set()
+
+
+def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
+    """The dependencies of a row's items together (None when there are none)."""
+    reads: set[str] = set()
+    subs: list[Any] = []
+    for d in ideps:
+        if d is not None:
+            if d[0]:
+                reads |= d[0]
+            subs.extend(d[1])
+    if not reads and not subs:
+        return None
+    return reads, subs
+
+
+def _copy(o: Any) -> Any:
+    if o is None or type(o) is str:
+        return o
+    return set(o)

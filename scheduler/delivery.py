@@ -1,0 +1,170 @@
+"""Delivery of WAL events to the SSPs: the in-order hand-off to every entry's queue (with the
+buffer limits), one sender per SSP posting typed batches with capped backoff, and the
+`_00_query` delete rule (see `scheduler.core`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import aiohttp
+
+from dbclient import DbError
+from engine.jsonvalues import json_default
+from engine.values import RecordID
+from ipc import typed
+from ipc.backoff import Backoff
+from scheduler.entries import (
+    _BACKOFF_MAX,
+    _BACKOFF_MIN,
+    BATCH_MAX,
+    LAGGING_HARD_LIMIT_FACTOR,
+    Outbound,
+    SspEntry,
+    SspState,
+    _query_record,
+)
+
+log = logging.getLogger("scheduler")
+
+
+# A mixin of `scheduler.core.Scheduler`, not a component: the listener, the admin plane and
+# the tests use one Scheduler object (`s.entries`, `s.flag_ssp(...)`, `s.health()`), and these
+# methods work on the state it initialises (`Scheduler.__init__`). The split keeps each job in
+# its own module; making them components would change every caller for no behaviour.
+class Delivery:
+    """Hands events to the SSP queues and posts them."""
+
+    def _publish(self, seq: int, event: dict[str, Any]) -> None:
+        self.ingested += 1
+        self._pending[seq] = event
+        while self._next_pub in self._pending:
+            s = self._next_pub
+            self._deliver(s, self._pending.pop(s))
+            self._next_pub += 1
+
+    def _deliver(self, seq: int, event: dict[str, Any]) -> None:
+        out = Outbound(seq, event)
+        for e in list(self.entries.values()):
+            if e.flagged is not None or seq <= e.snapshot_seq:
+                continue
+            e.queue.append(out)
+            limit = self.cfg.max_buffer_per_ssp
+            if len(e.queue) > limit:
+                if e.state is SspState.BOOTSTRAPPING or e.state is SspState.REPLAYING:
+                    self.flag_ssp(e.ssp_id, f"buffer overflow: more than {limit} events "
+                                  "queued", True)
+                    continue
+                if e.state is SspState.READY:
+                    e.state = SspState.LAGGING
+                    log.warning("SSP %s lagging: more than %d events wait to be sent",
+                                e.ssp_id, limit)
+                if len(e.queue) > limit * LAGGING_HARD_LIMIT_FACTOR:
+                    self.flag_ssp(e.ssp_id, f"lagging: more than "
+                                  f"{limit * LAGGING_HARD_LIMIT_FACTOR} events queued", True)
+                    continue
+            if e.state is not SspState.BOOTSTRAPPING:
+                e.wake.set()
+        if event["table"] == "_00_query" and event["op"] == "DELETE":
+            record = _query_record(event["id"])
+            if record is not None:
+                self._spawn(self._unregister_if_gone(record), f"query-delete-query:{record.id}")
+
+    async def _unregister_if_gone(self, record: RecordID) -> None:
+        """The unregister rule for a `_00_query` DELETE from the feed: the view goes, unless
+        its row exists again. The feed delivers the delete after its commit, possibly seconds
+        later; a client that re-registered the same id meanwhile has a row again (its SSP
+        writes it at registration), and that registration must not be undone."""
+        view_id = f"query:{record.id}"
+        try:
+            back = await self.db.query("SELECT VALUE id FROM $q", {"q": record})
+            if back and back[0]:
+                log.info("view %s was registered again after its row's delete; kept", view_id)
+                return
+        except DbError as e:
+            log.info("cannot tell whether %s was registered again (%s); unregistering",
+                     view_id, e)
+        self.unregister_view(view_id)
+
+    # ------------------------------------------------------------------ sending
+    async def _sender(self, e: SspEntry) -> None:
+        backoff = Backoff(_BACKOFF_MIN, cap=_BACKOFF_MAX)
+        limit = min(self.cfg.bootstrap_chunk_size, BATCH_MAX)
+        chunk = limit
+        while True:
+            await e.wake.wait()
+            e.wake.clear()
+            while e.queue and e.state is not SspState.BOOTSTRAPPING and e.flagged is None:
+                batch = [e.queue[i] for i in range(min(chunk, len(e.queue)))]
+                status = await self._post_batch(e, batch)
+                if status == 413 and len(batch) > 1:
+                    # Over the SSP's body limit: halve the batch until it fits (and grow
+                    # back to the configured size once batches pass again).
+                    chunk = max(1, len(batch) // 2)
+                    continue
+                if status == 413:
+                    status = 400  # one event the SSP can never take: as malformed
+                if status == 200:
+                    chunk = min(limit, chunk * 2)
+                if status == 200 or status == 400:
+                    for _ in batch:
+                        e.queue.popleft()
+                    e.sent_seq = batch[-1].seq
+                    e.send_failures = 0
+                    backoff.reset()
+                    if status == 400:
+                        # Sending it again gets the same answer, and skipping it would leave
+                        # the SSP's views silently wrong: it re-bootstraps from the replica,
+                        # which holds these events.
+                        self.dropped_batches += 1
+                        self.flag_ssp(e.ssp_id, f"an ingest batch (seq {batch[0].seq}-"
+                                      f"{batch[-1].seq}) was refused as malformed", True)
+                        break
+                    if e.state is SspState.LAGGING and not e.queue:
+                        e.state = SspState.READY
+                        log.info("SSP %s caught up (sent through seq %d)", e.ssp_id,
+                                 e.sent_seq)
+                else:
+                    e.send_failures += 1
+                    await backoff.sleep()
+            if e.state is SspState.REPLAYING and not e.queue and e.flagged is None:
+                e.state = SspState.READY
+                log.info("SSP %s ready (sent through seq %d)", e.ssp_id, e.sent_seq)
+                self._spawn(self._resend_views(e), f"views-{e.ssp_id}")
+
+    async def _post_batch(self, e: SspEntry, batch: list[Outbound]) -> int:
+        assert self._session is not None
+        try:
+            if e.typed:
+                data = typed.encode_batch([o.wire() for o in batch])
+            else:
+                data = json.dumps([{**o.event, "seq": o.seq} for o in batch],
+                                  default=json_default, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as err:  # a value with no such form: it never will
+            log.error("a batch for SSP %s (seq %d-%d) cannot be encoded, dropped: %s",
+                      e.ssp_id, batch[0].seq, batch[-1].seq, err)
+            return 400
+        ctype = typed.CONTENT_TYPE if e.typed else "application/json"
+        try:
+            async with self._session.post(f"{e.url}/ingest", data=data,
+                                          headers={**self._auth, "Content-Type": ctype}) as r:
+                status, text = r.status, await r.text()
+        except (aiohttp.ClientError, TimeoutError) as err:
+            log.info("SSP %s unreachable for ingest (%s); retrying", e.ssp_id,
+                     type(err).__name__)
+            return 0
+        if e.typed and status in (400, 415) and "Content-Type must be" in text:
+            # An SSP of an older release: it still gets every event, as JSON (a schemaless
+            # link or datetime then reaches it as text, as before).
+            log.warning("SSP %s does not take %s (%d: %.200s); sending it JSON", e.ssp_id,
+                        typed.CONTENT_TYPE, status, text)
+            e.typed = False
+            return await self._post_batch(e, batch)
+        if status == 400:
+            log.error("SSP %s refused a batch of %d events (seq %d-%d) as malformed, "
+                      "dropped: %.300s", e.ssp_id, len(batch), batch[0].seq, batch[-1].seq,
+                      text)
+        elif status != 200:
+            log.info("SSP %s answered %d to a batch; retrying", e.ssp_id, status)
+        return status

@@ -1,0 +1,136 @@
+"""Ingest admission (`POST /ingest`): is the SSP ready, is there room (publication slots, the
+publisher's pending work), is the body a row change (`ipc.messages.RowChange`), can its
+record be stored (types restored for JSON, checked for the typed encoding of `ipc.typed`).
+Only an admitted event reaches the sequencer; a refusal applies nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from dbclient.fieldtypes import restore_types
+from engine.values import canonical_bytes, record_id_text
+from engine.wire import check_record, ext_hook
+from ipc.messages import (
+    BodyError,
+    ErrorCode,
+    RowChange,
+    error_reply,
+    not_ready,
+    parse_timestamp,
+    reply,
+    request_expired,
+)
+from ipc.typed import decode as decode_typed
+
+if TYPE_CHECKING:
+    from ssp.hub.sequencer import Event, Sequencer
+    from ssp.hub.state import HubState
+
+PUBLICATION_SLOTS = 256
+
+
+class Admission:
+    """Admits ingest requests into the sequencer (see the module docstring)."""
+
+    def __init__(self, state: HubState, sequencer: Sequencer) -> None:
+        self.state = state
+        self.sequencer = sequencer
+        self.slots = 0  # ingest requests being applied now
+        self._batch_lock = asyncio.Lock()
+
+    def _refused(self) -> dict[str, Any] | None:
+        """The 503 of an ingest that cannot be taken now (None: admitted)."""
+        state = self.state
+        if state.status != "ready":
+            return not_ready(f"SSP is {state.status}")
+        if state.stalled():
+            return not_ready("database calls are timing out")
+        if self.slots >= PUBLICATION_SLOTS:
+            state.publisher.overload_rejections += 1
+            return not_ready("all 256 publication slots are in use")
+        if state.publisher.overloaded():
+            state.publisher.overload_rejections += 1
+            return not_ready("too many edge operations are pending publication")
+        return None
+
+    async def ingest(self, req: dict[str, Any]) -> dict[str, Any]:
+        """`POST /ingest`: one event (an object) or a batch (an array, the scheduler's)."""
+        refused = self._refused()
+        if refused is not None:
+            return refused
+        if request_expired(req):
+            return not_ready("request expired before the hub reached it")
+        self.slots += 1  # reserved before any side effect
+        try:
+            body = req.get("body")
+            is_typed = isinstance(body, bytes)  # the typed encoding, as the client sent it
+            if is_typed:
+                try:
+                    body = decode_typed(body, ext_hook)
+                except ValueError as e:
+                    return error_reply(400, ErrorCode.INVALID, f"request body: {e}")
+            if isinstance(body, list):
+                return await self._batch(body, typed=is_typed)
+            try:
+                event = self.event(body, typed=is_typed)
+            except ValueError as e:
+                return error_reply(400, ErrorCode.INVALID, str(e))
+            await self.sequencer.submit([event], defer=self.state.cfg.ingest_transport == "http")
+            return reply(200, {"status": "ok", "seq": self.state.seq})
+        finally:
+            self.slots -= 1
+
+    async def _batch(self, body: list[Any], *, typed: bool = False) -> dict[str, Any]:
+        """A batched ingest (the scheduler's delivery). One admission unit: the whole batch
+        holds one publication slot (a batch is one request, and the scheduler sends one batch
+        at a time per SSP); the publisher's pending-work threshold still gates it as a whole.
+        Every event is checked before any is applied (400 names the index, nothing applied).
+        Events with `seq <= last_seq` were applied before (a redelivery) and are skipped;
+        events without `seq` are always applied. `typed`: decoded from `ipc.typed` (values
+        as stored, not typed again from the field definitions)."""
+        state = self.state
+        async with self._batch_lock:
+            events = []
+            top = state.last_seq
+            for i, ev in enumerate(body):
+                seq = ev.get("seq") if isinstance(ev, dict) else None
+                has_seq = isinstance(seq, int) and not isinstance(seq, bool)
+                if has_seq and seq <= top:
+                    continue
+                try:
+                    events.append(self.event(ev, typed=typed))
+                except BodyError as e:
+                    where = f"[{i}].{e.field}" if e.field else f"[{i}]"
+                    return error_reply(400, ErrorCode.INVALID, f"{where}: {e.expectation}")
+                except ValueError as e:
+                    return error_reply(400, ErrorCode.INVALID, f"[{i}]: {e}")
+                if has_seq:
+                    top = seq
+            if events:
+                await self.sequencer.submit(events,
+                                            defer=state.cfg.ingest_transport == "http")
+            state.last_seq = top
+            return reply(200, {"accepted": len(events)})
+
+    def event(self, body: Any, *, typed: bool = False) -> Event:
+        """The sequencer's event of one ingest body; ValueError (BodyError naming the field,
+        or `record: ...`) when it cannot be applied."""
+        change = RowChange.from_body(body)
+        try:
+            record = self.restore_types(change.table, change.id, change.record, typed=typed)
+            canonical_bytes(record)  # refuse what cannot be stored, before sequencing
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:
+            # A record nested deeper than Python recurses is bad input too, not a 500.
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            raise ValueError(f"record: {why}") from None
+        return (change.table, change.op, record_id_text(record["id"]), record)
+
+    def restore_types(self, table: str, rid: str, record: dict[str, Any], *,
+                      typed: bool = False) -> dict[str, Any]:
+        """A JSON ingest record with its record links and datetimes typed again from the
+        table's field definitions; a `typed` one (`ipc.typed`) as it came, its id checked."""
+        if typed:
+            return check_record(table, rid, record)
+        return restore_types(table, rid, record, self.state.field_types.get(table, {}),
+                             parse_datetime=parse_timestamp)

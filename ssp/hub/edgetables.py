@@ -1,0 +1,92 @@
+"""Per-user edge tables (ref mode `per_user`): `_00_list_ref_user_<key>` defined with a select
+permission fixed to that user, at registration and on `user` CREATE; removed on `user` DELETE
+(ssp/README.md, "Edge tables")."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from surrealdb import RecordID
+
+from dbclient import DbError
+from engine.values import parse_record_id, record_id_text
+from ipc.backoff import Backoff
+from ssp.naming import SINGLE_TABLE, edge_table
+
+if TYPE_CHECKING:
+    from ssp.hub.state import HubState
+
+log = logging.getLogger("ssp.hub")
+
+DEFINE_ATTEMPTS = 5
+
+
+class EdgeTables:
+    """Defines and drops the per-user edge tables on the publication connection."""
+
+    def __init__(self, state: HubState) -> None:
+        self.state = state
+        self.known: set[str] = set()  # defined by this SSP (or found defined)
+        self._lock = asyncio.Lock()
+
+    def user_changed(self, op: str, rid: str) -> None:
+        """A `user` row was created or deleted: define or drop its edge table (in the
+        background: the ingest does not wait for DDL)."""
+        if self.state.cfg.ref_mode == "single":
+            return
+        try:
+            auth = parse_record_id(rid)
+        except ValueError:
+            return
+        table = edge_table(auth, self.state.cfg.ref_mode)
+        if op == "CREATE":
+            self.state.spawn_tracked(self._define_quietly(table, auth))
+        else:
+            self.known.discard(table)
+            self.state.spawn_tracked(self._drop(table))
+
+    async def ensure(self, table: str, auth: RecordID | None) -> None:
+        """Define the user's edge table (select permission fixed to that user)."""
+        if table in self.known or table == SINGLE_TABLE:
+            return
+        if auth is None:
+            return
+        # `$auth` is the signed-in record's id. Written as `$auth = <id>`, not `$auth.id =
+        # <id>`: SurrealDB 3.2.4 reads every table's definition on each DELETE in the database,
+        # so this expression is paid per table per deleted record (1,000 users: ~3.8 ms vs
+        # ~4.8 ms per edge delete, loadtests/probe_delete_cost.py). Tables defined by an older
+        # SSP keep the longer form, which allows the same reads.
+        perm = f"$auth = {record_id_text(auth)}"
+        # Schema writes conflict with each other under concurrency: one at a time, retried.
+        async with self._lock:
+            backoff = Backoff(0.05, factor=2.0)
+            for attempt in range(DEFINE_ATTEMPTS):
+                if table in self.known:
+                    return
+                try:
+                    await self.state.pub_db.query(
+                        f"DEFINE TABLE IF NOT EXISTS {table} TYPE RELATION SCHEMALESS "
+                        f"CHANGEFEED 1h INCLUDE ORIGINAL PERMISSIONS FOR select WHERE {perm} "
+                        "FOR create, update, delete NONE")
+                    self.known.add(table)
+                    return
+                except DbError as e:
+                    log.warning("defining edge table %s failed (attempt %d): %s", table,
+                                attempt + 1, e)
+                    if attempt == DEFINE_ATTEMPTS - 1:
+                        raise
+                    await backoff.sleep()
+
+    async def _define_quietly(self, table: str, auth: RecordID) -> None:
+        try:
+            await self.ensure(table, auth)
+        except DbError as e:  # registration defines it again before any edge is written
+            log.error("edge table %s not defined: %s", table, e)
+
+    async def _drop(self, table: str) -> None:
+        try:
+            await self.state.pub_db.query(f"REMOVE TABLE IF EXISTS {table}")
+        except DbError as e:
+            log.warning("removing edge table %s failed: %s", table, e)

@@ -1,0 +1,144 @@
+"""What the SSP tells about itself: `/health`, `/version`, `/info`, `/log`, `/logs` (over
+`ssp.hub.logring.LogRing`, its own log lines) and the `/debug/*` routes. Read-only over the hub's state,
+except `/log` (a client line into the ring) and `/debug/memory?reset_latency=1`."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from engine.hashing import hash_text
+from engine.jsonvalues import to_json
+from ipc.messages import ErrorCode, error_reply, normalize_view_id, reply
+from ssp.shards import ShardDown, ShardError
+
+if TYPE_CHECKING:
+    from ssp.hub.state import HubState
+
+class Introspection:
+    """The read-only routes over the hub's state."""
+
+    def __init__(self, state: HubState, version: str) -> None:
+        self.state = state
+        self.version = version
+
+    async def health(self, req: dict[str, Any]) -> dict[str, Any]:
+        s = self.state
+        body: dict[str, Any] = {"status": s.status}
+        timeouts = max(s.db.consecutive_timeouts, s.pub_db.consecutive_timeouts)
+        if timeouts:
+            body["db"] = {"status": "stalled", "consecutive_timeouts": timeouts}
+        if s.backend_health.configured:
+            body["backends"] = s.backend_health.summary()
+        return reply(200 if s.status == "ready" else 503, body)
+
+    async def version_route(self, req: dict[str, Any]) -> dict[str, Any]:
+        return reply(200, {"version": self.version,
+                           "mode": "standalone" if self.state.cfg.standalone else "scheduler"})
+
+    def info_record(self) -> dict[str, Any]:
+        """This SSP's entity record for `/info`."""
+        s = self.state
+        return {
+            "entity": "ssp",
+            "id": s.cfg.ssp_id,
+            "status": s.status,
+            "views": len(s.views),
+            "ref_mode": s.cfg.ref_mode,
+            "version": self.version,
+            "uptime_seconds": int(time.monotonic() - s.started),
+            "circuit_tables": {t: s.rows.count(t) for t in sorted(s.rows.tables())},
+            "circuit_hashes": {t: hash_text(s.rows.hash(t)) for t in sorted(s.rows.tables())},
+            "bootstrap_warnings": list(s.bootstrap_warnings),
+            "query_allowlist": s.allowlist.info(),
+        }
+
+    async def info(self, req: dict[str, Any]) -> dict[str, Any]:
+        return reply(200, [self.info_record()])
+
+    async def info_text(self, req: dict[str, Any]) -> dict[str, Any]:
+        lines = []
+        for k, v in self.info_record().items():
+            if isinstance(v, dict):
+                lines.append(f"{k}:")
+                lines += [f"  {kk}: {json.dumps(vv)}" for kk, vv in v.items()]
+            elif isinstance(v, list):
+                lines.append(f"{k}: {', '.join(map(str, v)) if v else '-'}")
+            else:
+                lines.append(f"{k}: {v}")
+        return reply(200, None, text="\n".join(lines) + "\n")
+
+    async def log(self, req: dict[str, Any]) -> dict[str, Any]:
+        body = req.get("body") or {}
+        self.state.logs.add({"at": int(time.time() * 1000), "level": body.get("level", "info"),
+                             "message": body.get("message", ""), "data": body.get("data"),
+                             "source": "client"})
+        return reply(200, {"status": "ok"})
+
+    async def logs(self, req: dict[str, Any]) -> dict[str, Any]:
+        q = req.get("query") or {}
+        try:
+            cursor = int(q["cursor"]) if "cursor" in q else None
+            backfill = int(q.get("backfill", "0") or 0)
+        except ValueError:
+            return error_reply(400, ErrorCode.INVALID, "cursor and backfill must be integers")
+        return self.state.logs.poll(cursor, backfill)
+
+    async def debug_view(self, req: dict[str, Any]) -> dict[str, Any]:
+        vid = normalize_view_id(str((req.get("params") or {}).get("view_id", "")))
+        view = self.state.views.get(vid)
+        if view is None:
+            return error_reply(404, ErrorCode.NOT_FOUND, f"no view {vid}")
+        members = sorted(view.members)
+        tables = sorted({m.split(":", 1)[0] for m in members})
+        return reply(200, {
+            "view_id": vid, "cache_size": len(members), "last_hash": str(hash(tuple(members))),
+            "format": view.format, "cache": members, "subquery_tables": [],
+            "referenced_tables": tables, "content_generation": view.generation,
+            "subquery_cache": {}, "shard": view.shard, "auth_id": to_json(view.auth),
+            "edge_table": view.edge_table, "surql": view.surql,
+        })
+
+    async def debug_deps(self, req: dict[str, Any]) -> dict[str, Any]:
+        s = self.state
+        deps: dict[str, list[str]] = {}
+        for v in s.views.values():
+            for t in {m.split(":", 1)[0] for m in v.members}:
+                deps.setdefault(t, []).append(v.view_id)
+        return reply(200, {"dependency_map": deps, "tables_in_store": sorted(s.rows.tables()),
+                           "view_count": len(s.views)})
+
+    async def debug_memory(self, req: dict[str, Any]) -> dict[str, Any]:
+        s = self.state
+        if (req.get("query") or {}).get("reset_latency") in ("1", "true"):
+            s.publisher.stats.latencies_ms.clear()  # benchmarks measure one phase
+        shards = []
+        for sh in s.shards:
+            try:
+                st = await sh.call("stats", {}, timeout=5.0) if sh.up else {"up": False}
+            except (ShardDown, ShardError) as e:
+                st = {"up": False, "error": str(e)}
+            st.pop("ok", None)
+            shards.append({"index": sh.index, "pid": sh.pid, **st})
+        return reply(200, {
+            "rows": s.row_count(),
+            "row_bytes": s.rows.arena.live_bytes,
+            "arena": {"private": s.arena.private, "segments": s.rows.arena.segments,
+                      "segment_bytes": s.rows.arena.segment_bytes},
+            "views": len(s.views), "shards": shards,
+            "publication": s.publisher.figures().debug_memory(),
+            "ingested": s.ingested,
+        })
+
+    async def debug_catchup(self, req: dict[str, Any]) -> dict[str, Any]:
+        table = str((req.get("params") or {}).get("table", ""))
+        return reply(200, {"table": table, "rows": self.state.rows.count(table),
+                           "cursor": self.state.cursor.cursors.get(table)})
+
+    async def debug_heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
+        s = self.state
+        if s.link is not None:
+            return reply(200, s.link.debug())
+        return reply(200, {"last_heartbeat_seq": None, "mode": "standalone",
+                           "last_seq": s.last_seq})

@@ -1,0 +1,184 @@
+"""View registration (`POST /view/register`): the refusals (body, identity, the engine's
+verdict, the allowlist), then the view built on its shard, its edge table, its `_00_query`
+row. Every refusal is decided before anything the SSP holds is touched; a view id already
+held keeps its view until the new one is built on its shard. After a failure the database
+holds the old view (intact, still maintained) or nothing of it (ssp/README.md,
+"Registration failures"). A registration of a held view with the same query is a refresh."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from surrealdb import RecordID
+
+from dbclient import DbError, DbTimeout
+from engine.errors import QueryRejected
+from engine.parser import parse
+from engine.shape import normalise
+from ipc.messages import ErrorCode, ViewRegistration, error_reply, not_ready, reply
+from ssp.hub.errors import shard_refusal
+from ssp.hub.identity import check_params, claimed_auth, engine_params, kept
+from ssp.hub.state import now_ms
+from ssp.naming import view_record
+from ssp.shards import ShardDown, ShardError
+
+if TYPE_CHECKING:
+    from ssp.hub.edgetables import EdgeTables
+    from ssp.hub.shardpool import ShardPool
+    from ssp.hub.state import HubState, ViewState
+    from ssp.hub.views import ViewLifecycle
+
+log = logging.getLogger("ssp.hub")
+
+
+class Registry:
+    """Registers views (`know_table`: probe the schema for a table not loaded yet)."""
+
+    def __init__(self, state: HubState, pool: ShardPool, views: ViewLifecycle, edges: EdgeTables,
+                 know_table: Callable[[str], Awaitable[None]]) -> None:
+        self.state = state
+        self.pool = pool
+        self.views = views
+        self.edges = edges
+        self._know_table = know_table
+
+    async def register(self, req: dict[str, Any]) -> dict[str, Any]:
+        """`POST /view/register` (see the module docstring)."""
+        state = self.state
+        if state.status != "ready":
+            return not_ready(f"SSP is {state.status}")
+        if state.stalled():
+            return not_ready("database calls are timing out")
+        try:
+            reg = ViewRegistration.from_body(req.get("body"))
+            claimed = claimed_auth(reg.params)
+            check_params(reg.params)
+        except ValueError as e:
+            return error_reply(400, ErrorCode.INVALID, str(e))
+        vid, surql, params = reg.id, reg.surql, reg.params
+        last_ms = (int(reg.last_active_at.timestamp() * 1000) if reg.last_active_at is not None
+                   else now_ms())
+        row = await state.db.query_one("SELECT * FROM ONLY $q", {"q": view_record(vid)},
+                                       idempotent=True)
+        row_auth = row.get("auth_id") if isinstance(row, dict) else None
+        row_auth = row_auth if isinstance(row_auth, RecordID) else None
+        held = state.views.get(vid)
+        auth = row_auth or claimed or (held.auth if held is not None else None)
+        for other in (row_auth, held.auth if held else None):
+            if other is not None and claimed is not None and other != claimed:
+                return _mismatch(vid)
+        if held is not None and held.auth != auth:
+            return _mismatch(vid)  # its edges live in another table: identity never changes
+        if auth is None and not state.cfg.anon_live_queries:
+            return error_reply(400, ErrorCode.INVALID,
+                               "the registration names no identity (params.auth_id or "
+                               "params.auth.id) and anonymous views are off")
+        suffix = kept(vid, held)
+        try:
+            # The engine's own verdict (the shard would give the same), before any change.
+            query = parse(surql)
+            normalise(query, engine_params(params, auth))
+        except QueryRejected as e:
+            return error_reply(400, ErrorCode.REJECTED, f"{e}{suffix}")
+        await self._know_table(query.table)  # a table created since the last schema probe
+        verdict = await state.allowlist.check(state.db, surql, parsed=query)
+        if not verdict.allowed:
+            return error_reply(403, ErrorCode.NOT_ALLOWLISTED, verdict.reason)
+        # The awaits above let other requests run: the held view may be gone or replaced.
+        held = state.views.get(vid)
+        if held is not None and held.auth != auth:
+            return _mismatch(vid)
+        suffix = kept(vid, held)
+        if held is not None and held.surql == surql and (held.params or {}) == (params or {}):
+            return await self._refresh(held, row, reg.client_id, reg.ttl, reg.ttl_ms, last_ms)
+        view = self.views.new(vid, surql, params, auth, reg.client_id, reg.ttl, reg.ttl_ms,
+                              last_ms, reg.format)
+        try:
+            async with state.exclusive():
+                await self.pool.register(view)
+                state.views[vid] = view
+        except (ShardError, ShardDown) as e:
+            return shard_refusal(e, vid, suffix, self.pool.restart, view.shard)
+        try:
+            await self.edges.ensure(view.edge_table, view.auth)
+            await self._write_row(view)
+        except DbError as e:
+            # The row may be half written (a timeout can still commit): nothing of the view
+            # stays, its row and edges are deleted by the publisher (retried until done).
+            await self.views.abandon(view)
+            msg = (f"database call failed while publishing view {vid} ({e}); the view is "
+                   "not registered and its row and edges are being removed")
+            if isinstance(e, DbTimeout):
+                return not_ready(msg)
+            log.warning("registering %s failed on the database: %s", vid, e)
+            return error_reply(500, ErrorCode.INTERNAL, msg)
+        if vid not in state.views:
+            return self.views.unregistered_meanwhile(view)
+        result = await self.views.result(view)
+        state_text = "materializing" if view.members else "ready"
+        return reply(200, {"id": vid, "state": state_text, "rowCount": len(view.members),
+                           "records": sorted(view.members), "result": result})
+
+    def _row_content(self, view: ViewState, state: str) -> dict[str, Any]:
+        return {
+            "surql": view.surql, "params": view.params, "clientId": view.client_id,
+            "auth_id": view.auth, "lastActiveAt": datetime.fromtimestamp(
+                view.last_active_ms / 1000, tz=UTC),
+            "ttl": view.ttl, "subscribers": len(view.client_ids),
+            "rowCount": len(view.members), "state": state,
+        }
+
+    async def _write_row(self, view: ViewState) -> None:
+        """Write the `_00_query` row: `ready` at once when empty, else `materializing` and
+        the initial edges queued (the flush that commits them sets `ready`)."""
+        state = self.state
+        async with state.publisher.hold(view.view_id):
+            if view.members:
+                await state.pub_db.query("UPSERT $q CONTENT $c RETURN NONE",
+                                         {"q": view.record,
+                                          "c": self._row_content(view, "materializing")})
+                state.publisher.materialise(view)
+            else:
+                await state.pub_db.transaction([
+                    (f"DELETE {view.edge_table} WHERE in = $q", {"q": view.record}),
+                    ("UPSERT $q CONTENT $c RETURN NONE", {"q": view.record,
+                                              "c": self._row_content(view, "ready")}),
+                ])
+
+    async def _refresh(self, view: ViewState, row: Any, client_id: str, ttl: str, ttl_ms: int,
+                       last_ms: int) -> dict[str, Any]:
+        state = self.state
+        view.client_ids.add(client_id)
+        view.client_id, view.ttl, view.ttl_ms, view.last_active_ms = client_id, ttl, ttl_ms, last_ms
+        # Registered again now: a `_00_query` delete read from the feed later but committed
+        # before this must not unregister it (spec: the teardown is dropped).
+        view.registered_ms = now_ms()
+        pub = state.publisher
+        republish = not isinstance(row, dict)
+        if not republish and view.members and view.view_id not in pub.initial:
+            n = await state.db.query_one(
+                f"SELECT count() AS n FROM {view.edge_table} WHERE in = $q GROUP ALL",
+                {"q": view.record}, idempotent=True)
+            have = n[0]["n"] if n else 0
+            republish = have < len(view.members) and view.view_id not in pub.dirty
+        if republish:
+            await self._write_row(view)
+        else:
+            await state.pub_db.query("UPDATE $q MERGE $d", {"q": view.record, "d": {
+                "clientId": client_id, "ttl": ttl, "subscribers": len(view.client_ids),
+                "lastActiveAt": datetime.fromtimestamp(last_ms / 1000, tz=UTC)}})
+        if view.view_id not in state.views:
+            return self.views.unregistered_meanwhile(view)
+        return reply(200, {"id": view.view_id,
+                           "state": "materializing" if view.view_id in pub.initial else "ready",
+                           "rowCount": len(view.members), "records": sorted(view.members),
+                           "result": await self.views.result(view)})
+
+
+def _mismatch(vid: str) -> dict[str, Any]:
+    return error_reply(409, ErrorCode.AUTH_MISMATCH,
+                       f"view {vid} is registered under another identity")
+

@@ -1,0 +1,165 @@
+"""`Hub`, the composition root: the shared state (`ssp.hub.state`) and the components that
+work on it, each given the peers it calls. Start-up, shutdown, and the few entry points other
+modules call (`handle`, the scheduler link's, the tests') live here; the work is in the
+components."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import partial
+from typing import Any
+
+import zmq.asyncio
+
+from dbclient import DbAuthError, DbError
+from ipc.backoff import Backoff
+from ssp import VERSION
+from ssp.backends import backend_routes
+from ssp.config import SspConfig
+from ssp.hub import routes
+from ssp.hub.admission import Admission
+from ssp.hub.backups import Backups, SspTarget
+from ssp.hub.edgetables import EdgeTables
+from ssp.hub.introspection import Introspection
+from ssp.hub.loading import Loading, syncs_table
+from ssp.hub.loops import Loops
+from ssp.hub.registry import Registry
+from ssp.hub.sequencer import Event, Sequencer
+from ssp.hub.shardpool import ShardPool
+from ssp.hub.snapshot import Snapshot
+from ssp.hub.state import HubState
+from ssp.hub.tail import FeedTail
+from ssp.hub.views import ViewLifecycle
+from ssp.hub.visibility import VISIBILITY_DEADLINE_SECS, Visibility
+from ssp.jobs import job_routes
+from ssp.link import ProxySource, SchedulerLink
+
+log = logging.getLogger("ssp.hub")
+
+
+class Hub(HubState):
+    """All SSP state and every route of the gateway <-> hub contract."""
+
+    def __init__(self, cfg: SspConfig, *, ctx: zmq.asyncio.Context | None = None) -> None:
+        super().__init__(cfg, ctx)
+        self.pool = ShardPool(self)
+        self.edges = EdgeTables(self)
+        self.visibility = Visibility(self)
+        self.sequencer = Sequencer(self, self.pool, self.visibility, self.edges)
+        self.lifecycle = ViewLifecycle(self, self.pool)
+        self.tail = FeedTail(self, self.sequencer, self.lifecycle)
+        self.snapshot = Snapshot(self)
+        self.loading = Loading(self, self.pool, self.sequencer, self.snapshot, self.lifecycle,
+                               self.tail.catch_up)
+        self.loops = Loops(self, self.loading, self.lifecycle, self.sequencer)
+        self.registry = Registry(self, self.pool, self.lifecycle, self.edges, self.loops.know_table)
+        self.admission = Admission(self, self.sequencer)
+        self.introspection = Introspection(self, VERSION)
+        self.backups = Backups(self, SspTarget(self, self.loading, self.snapshot, self.tail))
+        self.handlers = routes.bind(self, {
+            route: partial(handler, self) for route, handler in {
+                **job_routes(lambda hub: hub.jobs, lambda hub: hub.stalled()),
+                **backend_routes(lambda hub: hub.backend_health)}.items()})
+        # Scheduler mode (ssp.link): bootstrap reads come from the scheduler's proxy; every
+        # other read (schema poll, reload, registration) stays on the database.
+        self.link = None if cfg.standalone else SchedulerLink(self)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Spawn the shards, connect, bootstrap, then start the background loops."""
+        logging.getLogger().addHandler(self.logs)
+        for s in self.shards:
+            await s.start()
+        self.publisher.start()
+        self.spawn(self.sequencer.run(), "sequencer")
+        self.spawn(self.sequencer.collect(), "collector")
+        self.spawn(self.pool.liveness(), "shard-liveness")
+        backoff = Backoff(0.5, cap=10.0)
+        while True:
+            try:
+                await self.db.connect()
+                await self.pub_db.connect()
+                if self.link is not None:
+                    await self.link.bootstrap()  # SchedulerExit propagates (exit 2, 5, 6)
+                else:
+                    await self.loading.bootstrap()
+                break
+            except DbAuthError:
+                raise  # wrong credentials do not heal by waiting
+            except DbError as e:
+                # The database is down or slow: stay `bootstrapping` and start over.
+                log.warning("bootstrap failed (%s); retrying in %.1fs", e, backoff.current)
+                await self.loading.clear(views=True)
+                await backoff.sleep()
+        await self.allowlist.load(self.db)
+        cfg = self.cfg
+        if cfg.ingest_transport == "changefeed" and self.link is None:
+            self.spawn(self.tail.run(), "changefeed")  # the scheduler feeds a linked SSP
+        self.spawn(self.loops.ttl_sweep(), "ttl-sweep")
+        self.spawn(self.loops.db_watch(), "db-watch")
+        if cfg.schema_poll_secs > 0:
+            self.spawn(self.loops.schema_poll(), "schema-poll")
+        if cfg.snapshot_dir is not None:
+            self.spawn(self.snapshot.checkpoints(), "checkpoint")
+        await self.jobs.start()
+        await self.backend_health.start()
+        self.status = "ready"
+        if self.link is not None:
+            self.spawn(self.link.heartbeats(), "heartbeat")
+        log.info("SSP %s ready: %d views, %d tables, %d shards", cfg.ssp_id,
+                 len(self.views), len(self.rows.tables()), len(self.shards))
+
+    async def shutdown(self) -> None:
+        """Flush pending edges, write the snapshot, stop loops, shards and connections."""
+        for t in self.tasks:
+            if t.get_name() not in ("sequencer", "collector"):
+                t.cancel()
+        await self.tail.stop()
+        if self.deferred:
+            await asyncio.wait(list(self.deferred), timeout=VISIBILITY_DEADLINE_SECS + 1)
+        drained = await self.publisher.drain(timeout=30.0)
+        if not drained:
+            log.error("shutdown: %d pending edge operations could not be written",
+                      self.publisher.pending_ops)
+        await self.publisher.stop()
+        await self.jobs.stop()
+        await self.backend_health.stop()
+        if not self.wiped:
+            self.snapshot.write()
+        for t in self.tasks:
+            t.cancel()
+        for s in self.shards:
+            await s.stop()
+        self.arena.close()
+        await self.db.close()
+        await self.pub_db.close()
+        if self.link is not None:
+            await self.link.close()
+        logging.getLogger().removeHandler(self.logs)
+
+    # ------------------------------------------------------------------ entry points
+
+    async def handle(self, req: Any) -> dict[str, Any]:
+        """Answer one gateway request (the contract in `ipc.messages`)."""
+        return await routes.dispatch(self.handlers, req)
+
+    async def submit(self, events: list[Event], *, defer: bool = False) -> None:
+        """Sequence events and wait until the shards applied them."""
+        await self.sequencer.submit(events, defer=defer)
+
+    async def unregister(self, vid: str, *, deleted_at_ms: int | None = None) -> None:
+        """Forget a view (`ssp.hub.views.ViewLifecycle.unregister`)."""
+        await self.lifecycle.unregister(vid, deleted_at_ms=deleted_at_ms)
+
+    # The scheduler link's port (`ssp.link.HubPort`).
+    syncs_table = staticmethod(syncs_table)
+
+    async def bootstrap_from(self, source: ProxySource, progress: Any = None) -> None:
+        """Load every synced table through the scheduler's proxy."""
+        await self.loading.bootstrap_from(source, progress)
+
+    async def forget_rows(self) -> None:
+        """Drop every row and view before a reload from the scheduler."""
+        await self.loading.forget_rows()

@@ -1,0 +1,80 @@
+"""`snapshot.json` in `SVC_SSP_SNAPSHOT_DIR`: every row (canonical bytes, base64) and the feed
+cursors, written at each checkpoint and at shutdown, read by a standalone changefeed SSP's
+warm start (`ssp.hub.loading`). Over http, or linked to a scheduler, it is never read: such an
+SSP cannot replay what it missed from a position of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ssp.hub.state import now_ms
+
+if TYPE_CHECKING:
+    from ssp.hub.state import HubState
+
+log = logging.getLogger("ssp.hub")
+
+
+class Snapshot:
+    """Writes and reads the snapshot file."""
+
+    def __init__(self, state: HubState) -> None:
+        self.state = state
+
+    @property
+    def path(self) -> Path | None:
+        """The snapshot file (None: no snapshot dir configured)."""
+        d = self.state.cfg.snapshot_dir
+        return d / "snapshot.json" if d else None
+
+    async def checkpoints(self) -> None:
+        """Write the snapshot every `checkpoint_interval_secs`."""
+        while True:
+            await asyncio.sleep(self.state.cfg.checkpoint_interval_secs)
+            self.write()
+
+    def write(self) -> bool:
+        """Write `snapshot.json` (rows, feed cursors); False when there is no usable dir."""
+        path = self.path
+        if path is None:
+            return False
+        rows = self.state.rows
+        data = {
+            "version": 1, "ssp_id": self.state.cfg.ssp_id, "written_at_ms": now_ms(),
+            "cursors": self.state.cursor.cursors,
+            "rows": {t: [base64.b64encode(b).decode() for b in rows.iter_bytes(t)]
+                     for t in rows.tables()},
+        }
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, path)
+            log.info("snapshot written: %d tables", len(rows.tables()))
+            return True
+        except OSError as e:
+            log.warning("snapshot not written (%s): running memory-only", e)
+            return False
+
+    def read(self) -> dict[str, Any] | None:
+        """The snapshot to warm-start from (None: start cold)."""
+        path = self.path
+        cfg = self.state.cfg
+        if (path is None or not path.exists() or cfg.ingest_transport != "changefeed"
+                or self.state.link is not None):  # a linked SSP bootstraps from the scheduler
+            # Over http the SSP cannot replay what it missed while down: bootstrap cold.
+            return None
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") != 1:
+                return None
+            return data  # type: ignore[no-any-return]
+        except (OSError, ValueError) as e:
+            log.warning("snapshot unreadable (%s): cold bootstrap", e)
+            return None

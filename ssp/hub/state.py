@@ -1,0 +1,166 @@
+"""What every part of the hub shares: the registry of views, the row arena, the shards, the
+publisher, the database connections, and the one exclusive section that orders them.
+
+`HubState` is plain shared state plus the few operations every component needs (spawn a
+tracked task, queue a teardown, hold the exclusive section). The components of the package
+(`ssp.hub.sequencer`, `ssp.hub.registry`, ...) each take the state and the peers they call,
+explicitly, in `ssp.hub.root.Hub`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq.asyncio
+from surrealdb import RecordID
+
+from dbclient import Database
+from dbclient.feed import FeedCursor
+from maintenance.backends import BackendMonitor, parse_backends
+from ssp.allowlist import Allowlist
+from ssp.config import SspConfig
+from ssp.hub.logring import LogRing
+from ssp.jobs import JobRunner
+from ssp.naming import view_record
+from ssp.publisher import Publisher, PubView, Teardown
+from ssp.rowarena import HubRows
+from ssp.shards import ShardHandle
+from ssp.viewmetrics import ViewMetrics
+
+log = logging.getLogger("ssp.hub")
+
+PIPELINE_DEPTH = 4  # ingest batches sent to the shards before the first reply is handled
+FEED_LIMIT = 1000  # new change sets per feed round (the engine pages 1000 entries per read)
+FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits are not lost
+CURSOR_MARGIN_MS = 5000  # cold start: tail from a little before the bootstrap read
+
+
+def now_ms() -> int:
+    """Unix time in milliseconds."""
+    return int(time.time() * 1000)
+
+
+def cold_cursor() -> int:
+    """Where a table with no known feed position is tailed from: a little before now."""
+    return (now_ms() - CURSOR_MARGIN_MS) << 16
+
+
+@dataclass(eq=False)
+class ViewState(PubView):
+    """A registered view as the hub keeps it."""
+
+    surql: str = ""
+    params: dict[str, Any] | None = None
+    client_ids: set[str] = field(default_factory=set)
+    client_id: str = ""
+    ttl: str = "10m"
+    ttl_ms: int = 600_000
+    last_active_ms: int = 0
+    shard: int = 0
+    format: str | None = None
+    registered_ms: int = 0
+
+
+class HubState:
+    """The hub's shared state (see the module docstring)."""
+
+    def __init__(self, cfg: SspConfig, ctx: zmq.asyncio.Context | None = None) -> None:
+        self.cfg = cfg
+        self.ctx = ctx or zmq.asyncio.Context.instance()
+        self.db = Database(cfg.db)
+        self.pub_db = Database(cfg.db)
+        self.status = "bootstrapping"
+        self.started = time.monotonic()
+        self.views: dict[str, ViewState] = {}
+        # Row bytes and table hashes, once per host, in the arena the shards map read-only.
+        self.arena = HubRows(cfg.arena_dir, cfg.arena_segment_mb, cfg.memory_limit_mb)
+        self.rows = self.arena.store
+        self.rv: dict[str, Any] = {}
+        self.field_types: dict[str, dict[str, str]] = {}
+        self.tables: set[str] = set()  # synced tables known (kept by /reset: not reloaded)
+        self.bootstrap_warnings: list[str] = []
+        # Standalone changefeed position (`ssp.hub.tail`; kept in the snapshot).
+        self.cursor = FeedCursor(cold_cursor(), limit=FEED_LIMIT, overlap_vs=FEED_OVERLAP_VS)
+        self.seq = 0  # events sequenced (the ingest reply's `seq`)
+        self.ingested = 0  # events applied (stale versions left out)
+        self.shards: list[ShardHandle] = []  # built by the shard pool
+        self.publisher = Publisher(self.pub_db, ref_mode=cfg.ref_mode,
+                                   throttle_ms=cfg.query_update_throttle_ms,
+                                   view_lookup=self.views.get, rv_lookup=self.rv.get,
+                                   flushers=cfg.publish_flushers,
+                                   metrics=ViewMetrics(cfg.ssp_id, cfg.view_metrics_flush_ms,
+                                                       self._view_size))
+        self.logs = LogRing()
+        self.allowlist = Allowlist(cfg.query_allowlist)
+        self.generation = 0
+        self.overload_rejections = 0
+        self.last_seq = 0  # highest scheduler `seq` applied (batched ingest dedup)
+        self.wire_hashes: dict[str, int] = {}  # table -> hash of the rows as the proxy sent them
+        self.wiped = False  # clean resync: local state deleted, write no snapshot on the way out
+        self.exit_code: int | None = None
+        self.exit_event = asyncio.Event()
+        # Scheduler mode (`ssp.link`, set by the root): None when standalone.
+        self.link: Any = None
+        # The exclusive section: the sequencer sends batches under `apply_lock` and queues
+        # them on `inflight`; `exclusive()` holds the lock and waits for them all.
+        self.apply_lock = asyncio.Lock()
+        self.inflight: asyncio.Queue[Any] = asyncio.Queue(maxsize=PIPELINE_DEPTH)
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.deferred: set[asyncio.Task[None]] = set()
+        # Outbox jobs and backend health (ssp.jobs, maintenance.backends): own connection, own loops.
+        self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
+                              sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone,
+                              scheduler_url=cfg.scheduler_url, auth_secret=cfg.auth_secret)
+        self.backend_health = BackendMonitor(
+            parse_backends(list(cfg.backends)), interval_secs=cfg.health_check_interval_secs,
+            down_after_secs=cfg.backend_down_after_secs,
+            # Without a snapshot dir the run dir (SVC_SSP_RUN_DIR) keeps incidents.jsonl.
+            incidents_dir=cfg.snapshot_dir or cfg.run_dir, component=cfg.ssp_id)
+
+    def _view_size(self, view_id: str) -> tuple[RecordID, int] | None:
+        view = self.views.get(view_id)
+        return None if view is None else (view.record, len(view.members))
+
+    def stalled(self) -> bool:
+        """True while a database connection's calls are timing out (ingest fails fast)."""
+        return max(self.db.consecutive_timeouts, self.pub_db.consecutive_timeouts) > 0
+
+    def request_exit(self, code: int) -> None:
+        """End the whole SSP with exit `code` (the supervisor stops everything gracefully)."""
+        if self.exit_code is None:
+            self.exit_code = code
+        self.exit_event.set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """Start a background loop that lives until shutdown."""
+        self.tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
+
+    def spawn_tracked(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Start a short task that shutdown waits for (deferred publication, edge DDL)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.deferred.add(task)
+        task.add_done_callback(self.deferred.discard)
+
+    def teardown(self, vid: str, table: str) -> None:
+        """Queue the deletion of a view's edges and `_00_query` row (dropped by the publisher
+        if the id is registered again first)."""
+        self.generation += 1
+        self.publisher.teardown(Teardown(vid, view_record(vid), table, self.generation))
+
+    def row_count(self) -> int:
+        """Rows held in the arena, all tables."""
+        return sum(self.rows.count(t) for t in self.rows.tables())
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold the sequencer and wait for every batch in flight: registrations, rebuilds and
+        reloads see the shards and the hub's member sets in one consistent state."""
+        async with self.apply_lock:
+            await self.inflight.join()
+            yield

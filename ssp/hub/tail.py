@@ -1,0 +1,99 @@
+"""The standalone changefeed tail (transport `changefeed` without a scheduler): the synced
+tables' feeds and `_00_query`'s, read in commit order through `dbclient.feed.FeedCursor`,
+submitted to the sequencer; a `_00_query` delete unregisters its view. The cursor advances
+only after the round's events were applied, so nothing read is ever skipped (a round that
+fails is read again; a repeat is harmless: the arena skips stale versions)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from dbclient import DbError
+from dbclient.feed import feed_change
+from engine.values import parse_record_id
+from ssp.naming import QUERY_TABLE, view_id_of
+
+if TYPE_CHECKING:
+    from ssp.hub.sequencer import Event, Sequencer
+    from ssp.hub.state import HubState
+    from ssp.hub.views import ViewLifecycle
+
+log = logging.getLogger("ssp.hub")
+
+FEED_POLL_SECS = 2.0
+
+
+class FeedTail:
+    """Follows `state.cursor` into the sequencer (see the module docstring)."""
+
+    def __init__(self, state: HubState, sequencer: Sequencer, views: ViewLifecycle) -> None:
+        self.state = state
+        self.sequencer = sequencer
+        self.views = views
+        self.oversized = 0  # transactions with more feed entries than one read returns
+        self._wake = asyncio.Event()
+        self._live: Any = None
+
+    async def run(self) -> None:
+        """Follow the feeds, woken by `_00_version` changes (LIVE) or every 2 s."""
+        try:
+            self._live = await self.state.db.live("_00_version", lambda _n: self._wake.set())
+        except DbError as e:
+            log.warning("LIVE on _00_version unavailable (%s); polling every %.0fs", e,
+                        FEED_POLL_SECS)
+        while True:
+            try:
+                await self.catch_up()
+            except DbError as e:
+                log.warning("changefeed read failed: %s", e)
+            except Exception:
+                log.exception("changefeed round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), FEED_POLL_SECS)
+            self._wake.clear()
+
+    async def stop(self) -> None:
+        """End the LIVE subscription (best effort: the socket closes next anyway)."""
+        live, self._live = self._live, None
+        if live is not None:
+            try:
+                await live.kill()
+            except DbError as e:
+                log.info("killing the _00_version subscription failed: %s", e)
+
+    async def catch_up(self) -> None:
+        """Read every feed until nothing new is left."""
+        while await self.round():
+            pass
+
+    async def round(self) -> bool:
+        """One round of the database's feed; True when more is waiting."""
+        state = self.state
+        cursor = state.cursor
+        tables = list(cursor.cursors)
+        rnd = await cursor.read(state.db, tables)
+        events: list[Event] = []
+        deletes: list[tuple[str, int]] = []
+        for vs, table, s in rnd.sets:
+            for ch in s.get("changes") or []:
+                ev = feed_change(table, ch)
+                if ev is None:
+                    continue
+                if table == QUERY_TABLE:
+                    if ev[1] == "DELETE":
+                        deletes.append((view_id_of(parse_record_id(ev[2])), vs >> 16))
+                    continue
+                events.append(ev)
+        if rnd.oversized:
+            self.oversized += len(rnd.oversized)
+        if events:
+            await self.sequencer.submit(events)
+        for vid, at_ms in deletes:
+            if vid in state.views:
+                await self.views.unregister(vid, deleted_at_ms=at_ms)
+        # Only now: a round that failed above is read again from the same position.
+        cursor.advance(rnd, [t for t in tables if t in cursor.cursors])
+        return rnd.more

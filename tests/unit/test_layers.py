@@ -1,0 +1,161 @@
+"""The layering of our packages, read from the source (ast: nothing is imported).
+
+Fails on any import cycle among our modules or among our packages, and on the imports that run
+the wrong way (README, "Layout"). Imports under `if TYPE_CHECKING:` count like any other:
+a type-only cycle still ties the modules together for a reader.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("engine", "ipc", "dbclient", "maintenance", "backup", "dbhost", "ssp", "scheduler",
+            "gateway", "stack", "svccli")
+
+# package -> the packages of ours it must never import (directly).
+FORBIDDEN: dict[str, set[str]] = {
+    "engine": set(PACKAGES) - {"engine"},
+    "ipc": set(PACKAGES) - {"ipc"},
+    "dbclient": {"ipc", "backup", "ssp", "scheduler", "gateway", "dbhost", "stack", "svccli"},
+    "maintenance": set(PACKAGES) - {"maintenance", "ipc"},
+    # backups and restores (ssp and scheduler own the targets): the database client only
+    "backup": set(PACKAGES) - {"backup", "dbclient"},
+    "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli"},
+    "scheduler": {"ssp", "gateway", "stack", "svccli"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            out[module_name(path)] = path
+    return out
+
+
+def imported(path: Path, name: str, known: set[str]) -> Iterator[str]:
+    """Our modules `path` imports (a `from pkg import name` naming a submodule counts as
+    importing the submodule)."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield from _ours(alias.name, known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                if not is_pkg:
+                    anchor = anchor[:-1]
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found = False
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:
+                    found = True
+                    yield sub
+            if not found:
+                yield from _ours(base, known)
+
+
+def _ours(name: str, known: set[str]) -> Iterator[str]:
+    parts = name.split(".")
+    while parts:
+        cand = ".".join(parts)
+        if cand in known:
+            yield cand
+            return
+        parts.pop()
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: {m for m in imported(path, name, known) if m != name}
+            for name, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def package_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_the_parser_sees_imports() -> None:
+    g = graph()
+    assert "engine.values" in g["engine.core"]
+    assert "ssp.hub.root" in g["ssp.hub"]
+    assert any(m.startswith("dbclient") for m in g["ssp.hub.state"])
+
+
+def test_no_import_cycle_among_our_modules() -> None:
+    # A package importing its own submodules (`ssp.hub` -> `ssp.hub.root`) while they import
+    # their siblings through the package is a cycle too: siblings import siblings directly.
+    found = cycles(graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_import_cycle_among_our_packages() -> None:
+    edges: dict[str, set[str]] = {}
+    for mod, deps in graph().items():
+        src = package_of(mod)
+        edges.setdefault(src, set()).update(package_of(d) for d in deps if package_of(d) != src)
+    found = cycles(edges)
+    assert not found, f"package cycles: {found}"
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_no_import_runs_the_wrong_way(package: str) -> None:
+    wrong = sorted(f"{mod} -> {dep}" for mod, deps in graph().items()
+                   if package_of(mod) == package
+                   for dep in deps if package_of(dep) in FORBIDDEN[package])
+    assert not wrong, "imports that run the wrong way:\n" + "\n".join(wrong)

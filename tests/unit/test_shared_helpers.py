@@ -1,0 +1,56 @@
+"""The helpers every component shares instead of its own copy: the retry backoff, the one
+value-to-JSON conversion, the one duration parser."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from decimal import Decimal
+from uuid import UUID
+
+import pytest
+from surrealdb import RecordID
+from surrealdb.data.types.duration import Duration
+
+from engine.jsonvalues import json_default, to_json
+from engine.values import NONE
+from ipc.backoff import Backoff, delay
+from ipc.messages import parse_duration_ms, parse_duration_ns
+
+
+def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_reset() -> None:
+    b = Backoff(0.5, cap=3.0)
+    assert [b.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert b.current == 3.0
+    b.reset()
+    assert b.next() == 0.5
+    assert [delay(n, 1.0, cap=30.0) for n in (0, 1, 2, 6, 10_000)] == [1.0, 1.0, 2.0, 30.0, 30.0]
+
+
+def test_every_surrealdb_value_has_one_json_form() -> None:
+    value = {"r": RecordID("user", "alice"), "t": datetime(2025, 1, 31, 12, tzinfo=UTC),
+             "d": Decimal("1.50"), "u": UUID(int=1), "dur": Duration(5_400 * 10**9),
+             "b": b"\x00\x01", "none": NONE, "nan": math.nan, "set": {1}, "tuple": (1, "a"),
+             "nested": [{"r": RecordID("post", 1)}], 7: True}
+    assert to_json(value) == {
+        "r": "user:alice", "t": "2025-01-31T12:00:00Z", "d": "1.50",
+        "u": "00000000-0000-0000-0000-000000000001", "dur": "1h30m", "b": "AAE=",
+        "none": None, "nan": None, "set": [1], "tuple": [1, "a"],
+        "nested": [{"r": "post:1"}], "7": True}
+    # As a json.dumps hook it gives the same text.
+    assert json.loads(json.dumps({"r": RecordID("user", "a")}, default=json_default)) == {
+        "r": "user:a"}
+
+
+@pytest.mark.parametrize(("text", "ns"), [("1h30m", 5_400 * 10**9), ("500ms", 5 * 10**8),
+                                          ("2w", 14 * 86_400 * 10**9), ("1ns", 1)])
+def test_one_duration_parser(text: str, ns: int) -> None:
+    assert parse_duration_ns(text) == ns
+    assert parse_duration_ms(text) == max(1, ns // 1_000_000)
+
+
+@pytest.mark.parametrize("text", ["", "1", "h", "1 h", "-1h", "0s", "1h;DROP", "1.5h"])
+def test_what_is_not_a_duration_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration_ns(text)
