@@ -73,6 +73,11 @@ async def seed(db: Database, rows: int) -> None:
             "RETURN NONE", {"s": start, "e": min(rows, start + 2000)})
 
 
+def note(text: str) -> None:
+    """A phase's time on stderr as soon as it is known (a long run stopped early keeps them)."""
+    print(f"  [{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 async def wait(svc: BackupService, kind: str, job_id: str) -> dict[str, Any]:
     while True:
         rec = (svc.registry.backups if kind == "backup" else svc.registry.restores)[job_id]
@@ -93,6 +98,7 @@ async def one(rows: int, page: int, tmp: Path) -> dict[str, Any]:
         t = time.perf_counter()
         await seed(db, rows)
         seeded = time.perf_counter() - t
+        note(f"{rows} rows seeded in {seeded:.1f}s")
         total = rows + 100
 
         t = time.perf_counter()
@@ -102,6 +108,7 @@ async def one(rows: int, page: int, tmp: Path) -> dict[str, Any]:
                 n += len(p)
         select_secs = time.perf_counter() - t
         assert n == total, n
+        note(f"select {select_secs:.1f}s")
 
         svc = BackupService(cfg, objstore_from_env(s3.env()), tmp / "reg", prefix="bench",
                             target=NoTarget())
@@ -111,6 +118,7 @@ async def one(rows: int, page: int, tmp: Path) -> dict[str, Any]:
         done = await wait(svc, "backup", rec["backup_id"])
         backup_secs = time.perf_counter() - t
         assert done["status"] == "done", done
+        note(f"backup {backup_secs:.1f}s ({done['raw_bytes']} bytes raw, {done['bytes']} gzip)")
 
         t = time.perf_counter()
         r = await svc.start_restore(rec["backup_id"])
