@@ -93,6 +93,7 @@ class SspTarget:
         since_vs = int(time.time() * 1000) << 16
         state.cursor.reset(since_vs)
         await self.loading.bootstrap()  # tables from the restored database, live views back
+        await state.allowlist.load(state.db)  # the restored database's allowlist, as at start
         # The tail starts where this bootstrap began, without the usual margin: the feed still
         # holds the changes made before the database was replaced (REMOVE TABLE does not drop
         # them), and read again they would put pre-restore rows back over the restored ones.
