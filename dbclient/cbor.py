@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import decimal
 import io
-from datetime import timezone
+from datetime import UTC
 from typing import Any
 
 import cbor2
@@ -112,7 +112,11 @@ _sdk_default = getattr(sdk_cbor.default_encoder, "__wrapped__", sdk_cbor.default
 
 def encode(obj: Any) -> bytes:
     """`obj` in SurrealDB's CBOR dialect (the same bytes as the SDK's encoder)."""
-    return cbor2.dumps(obj, default=_sdk_default, timezone=timezone.utc, encoders=_ENCODERS)
+    # The SDK's hook is typed against its own encoder class; cbor2's C encoder has the same
+    # interface, which is what makes the swap work.
+    return cbor2.dumps(
+        obj, default=_sdk_default, timezone=UTC, encoders=_ENCODERS  # type: ignore[arg-type]
+    )
 
 
 def _thaw(value: Any) -> Any:
@@ -126,7 +130,7 @@ def _thaw(value: Any) -> Any:
 def _tag_hook(tag: Any, immutable: bool) -> Any:
     if isinstance(tag.value, (tuple, _FrozenDict)):
         tag = _CBORTag(tag.tag, _thaw(tag.value))
-    return sdk_cbor.tag_decoder(None, tag)  # type: ignore[arg-type]
+    return sdk_cbor.tag_decoder(None, tag)  # type: ignore[arg-type]  # the decoder is unused
 
 
 def decode(data: bytes) -> Any:
@@ -157,8 +161,8 @@ def install() -> None:
         return
     import importlib
 
-    sdk_cbor.encode = encode  # type: ignore[assignment]
-    sdk_cbor.decode = decode  # type: ignore[assignment]
+    sdk_cbor.encode = encode
+    sdk_cbor.decode = decode
     for name, attrs in (
         ("surrealdb.request_message.descriptors.cbor_ws", ("encode",)),
         ("surrealdb.connections.async_ws", ("decode",)),

@@ -49,7 +49,7 @@ _KNOCK_ON_ERRORS = (
     "Cannot COMMIT",
 )
 
-LiveSink = Callable[[dict[str, Any]], Any] | asyncio.Queue  # type: ignore[type-arg]
+LiveSink = Callable[[dict[str, Any]], Any] | asyncio.Queue
 
 
 class _ConnectionLost(Exception):

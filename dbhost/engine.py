@@ -7,9 +7,9 @@ import logging
 import uuid
 from typing import Any
 
-from dbclient.cbor import decode, encode
 from surrealdb_embedded import AsyncEmbeddedDB
 
+from dbclient.cbor import decode, encode
 from dbhost.frames import INVALID_PARAMS, RpcError
 
 log = logging.getLogger("dbhost.engine")

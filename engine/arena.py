@@ -152,8 +152,10 @@ class Arena:
             if self.preallocate:
                 _reserve(path, size)
             # "r+" maps the reserved file as it is; "w+" creates a sparse one
-            mode = "r+" if self.preallocate else "w+"
-            arr = np.memmap(path, dtype=np.uint8, mode=mode, shape=(size,))
+            if self.preallocate:
+                arr = np.memmap(path, dtype=np.uint8, mode="r+", shape=(size,))
+            else:
+                arr = np.memmap(path, dtype=np.uint8, mode="w+", shape=(size,))
         self._arrays.append(arr)
         self._views.append(arr.data)
         self._top = 0
@@ -309,7 +311,7 @@ class ArenaReader:
 
     def get_row(self, handle: int) -> dict[str, Any]:
         """The row stored under ``handle``, decoded (see :class:`RowStore`)."""
-        return unpack_value(self.get(handle))  # type: ignore[no-any-return]
+        return unpack_value(self.get(handle))
 
     def close(self) -> None:
         """Unmap every mapped segment."""
@@ -401,7 +403,7 @@ class RowStore:
     def get(self, table: str, rid: str) -> dict[str, Any] | None:
         """The stored row (decoded), or None when absent."""
         data = self.get_bytes(table, rid)
-        return None if data is None else unpack_value(data)  # type: ignore[no-any-return]
+        return None if data is None else unpack_value(data)
 
     def get_bytes(self, table: str, rid: str) -> bytes | None:
         """The stored canonical bytes, or None when absent."""

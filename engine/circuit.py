@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sortedcontainers import SortedList  # type: ignore[import-untyped]
+from sortedcontainers import SortedList
 from surrealdb import RecordID
 
 from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, position, xkey
@@ -263,12 +263,12 @@ class Circuit:
         if r0 is None or r1 is None:
             return [], self.matching(r0), self.matching(r1)
         if self.mfield is not None:
-            a = self.matching(r0)
-            b = self.matching(r1)
-            sa = set(a)
-            sb = set(b)
-            return ([m for m in a if m in sb], [m for m in a if m not in sb],
-                    [m for m in b if m not in sa])
+            before = self.matching(r0)
+            after = self.matching(r1)
+            sa = set(before)
+            sb = set(after)
+            return ([m for m in before if m in sb], [m for m in before if m not in sb],
+                    [m for m in after if m not in sa])
         if self.eq_fields:
             k0 = self.bkey(r0)
             k1 = self.bkey(r1)
@@ -276,7 +276,7 @@ class Circuit:
                 return [], self.matching(r0), self.matching(r1)
         else:
             k0 = ()
-        b = self.buckets.get(k0)
+        b: Any = self.buckets.get(k0)
         if b is None:
             return [], [], []
         if self.rfield is None:
@@ -294,11 +294,11 @@ class Circuit:
         pred = self.plan.pred
         stays, left, entered = [], [], []
         for m in cands:
-            a = pred(r0, m.S, NONE, NOLINKS)
-            z = pred(r1, m.S, NONE, NOLINKS)
-            if a:
-                (stays if z else left).append(m)
-            elif z:
+            was = pred(r0, m.S, NONE, NOLINKS)
+            now = pred(r1, m.S, NONE, NOLINKS)
+            if was:
+                (stays if now else left).append(m)
+            elif now:
                 entered.append(m)
         return stays, left, entered
 

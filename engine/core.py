@@ -337,7 +337,7 @@ class ViewEngine:
         self, table: str, rid: str | None, record: Mapping[str, Any]
     ) -> tuple[str, dict[str, Any]]:
         row = dict(record)
-        ident = row.get("id")
+        ident: Any = row.get("id")
         if type(ident) is RecordID and ident.table_name == table:
             return rid_text(ident), row
         if type(ident) is not RecordID:
@@ -500,7 +500,7 @@ class ViewEngine:
                     continue
                 if c.explicit:
                     for m in c.candidates(row):
-                        if m.proj is proj and rid in m.visible and rid not in m.vis0:  # type: ignore[attr-defined]
+                        if m.proj is proj and rid in m.visible and rid not in m.vis0:
                             touch(acc, m, rid, True, True)
                 else:
                     ms = c.matching(row)
@@ -514,8 +514,8 @@ class ViewEngine:
                 continue
             for rid, st, le, en in evs:
                 for m in st:
-                    rec = m.proj.recs.get(rid)
-                    if rec is not None and rec.changed():
+                    held = m.proj.recs.get(rid)
+                    if held is not None and held.changed():
                         touch(acc, m, rid, True, True)
                 for m in le:
                     touch(acc, m, rid, True, False)

@@ -275,7 +275,7 @@ class Plan:
 
         Equal to ``(desc_key(sort_key(v)) or sort_key(v), ..., sort_key(id), rid)``, with the
         common kinds (exact ints, strings, datetimes, int/str record keys) built inline."""
-        keys = []
+        keys: list[Any] = []
         for getter, desc in self.order:
             v = getter(row, cx)
             t = type(v)
@@ -329,7 +329,7 @@ class Plan:
         """Evaluate this (sub)query for one parent row: filter, order, window, project."""
         t = store.table(self.table)
         rows = t.rows
-        test = self.pred
+        test: Any = self.pred
         eq = self.eq
         if eq is None:
             cx.subs.append((self.table, None, None))
@@ -519,7 +519,7 @@ def _compile_flat(q: Query) -> Callable[[dict[str, Any]], dict[str, Any]] | None
     # Generated from our own AST (names go through repr), never from raw query text.
     src = f"def _flat(row):\n    return {{{', '.join(parts)}}}\n"
     exec(compile(src, "<view-projection>", "exec"), env)  # noqa: S102
-    return env["_flat"]  # type: ignore[no-any-return]
+    return env["_flat"]
 
 
 def tree_members(out: Any, acc: dict[str, Any]) -> None:

@@ -352,11 +352,11 @@ class Proj:
     def mark(self, rid: str, token: Any) -> None:
         """Something ``rid``'s projection read changed (``token``: a record id text or a
         subquery scan ``(table, field, key)``): rerun the items that read it at the flush."""
-        toks = self.dirty.get(rid, _ABSENT)
+        toks: Any = self.dirty.get(rid, _ABSENT)
         if toks is _ABSENT:
             self.dirty[rid] = {token}
         elif toks is not None:
-            toks.add(token)  # type: ignore[union-attr]
+            toks.add(token)
 
     def mark_row(self, rid: str, prev: dict[str, Any] | None) -> None:
         """The row ``rid`` itself changed (``prev``: the row before, None when absent)."""

@@ -85,7 +85,7 @@ def ikey(v: Any) -> Any:
     return ("\0x", type(v).__name__, repr(v))
 
 
-class RowCache(dict):  # type: ignore[type-arg]
+class RowCache(dict):
     """Values computed from one row each (sort entries, flat projections), keyed by row id;
     the table drops a row's value whenever the row is written or deleted."""
 

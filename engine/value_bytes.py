@@ -42,7 +42,7 @@ _new_tuple = tuple.__new__
 def _ext(code: int, data: bytes) -> msgpack.ExtType:
     # ExtType's validating constructor costs more than the packing itself; our codes and
     # payloads are always valid, so build the named tuple directly.
-    return _new_tuple(_ExtType, (code, data))  # type: ignore[no-any-return]
+    return _new_tuple(_ExtType, (code, data))
 
 
 def _ext_default(v: Any) -> msgpack.ExtType:
@@ -93,7 +93,7 @@ def _packb(obj: Any) -> bytes:
     except IndexError:
         packer = msgpack.Packer(default=_ext_default, use_bin_type=True, autoreset=True)
     try:
-        return packer.pack(obj)  # type: ignore[no-any-return]
+        return packer.pack(obj)
     except BaseException:
         packer.reset()
         raise

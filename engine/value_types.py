@@ -47,4 +47,4 @@ def make_record_id(table: str, key: Any) -> RecordID:
     rid = _new_object(RecordID)
     rid.table_name = table
     rid.id = key
-    return rid  # type: ignore[no-any-return]
+    return rid

@@ -39,9 +39,15 @@ def bind_address(host: str, port: int) -> str:
 class GatewayConfig(Protocol):
     """What the gateway's command line is made of (`ssp.config.SspConfig` has it)."""
 
-    gateway_workers: int
-    listen_host: str
-    listen_port: int
+    # Read-only members: a frozen config dataclass provides them.
+    @property
+    def gateway_workers(self) -> int: ...
+
+    @property
+    def listen_host(self) -> str: ...
+
+    @property
+    def listen_port(self) -> int: ...
 
     @property
     def hub_endpoint(self) -> str: ...

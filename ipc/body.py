@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import falcon.asgi
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from ipc import typed
 from ipc.httperrors import HttpError, bad_request

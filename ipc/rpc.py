@@ -66,7 +66,7 @@ class RpcClient:
         try:
             await self._sock.send_multipart([_ID.pack(rid), frame])
             return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             raise RpcTimeout(f"no reply within {timeout}s") from e
         finally:
             self._pending.pop(rid, None)

@@ -46,7 +46,6 @@ sys.path.insert(0, str(ROOT / "loadtests"))
 from bench_scheduler import Workload, post_events, register_views, seed  # noqa: E402
 from surrealdb import RecordID  # noqa: E402
 
-from tests.support.ssp_stack import apply_schema, root_db  # noqa: E402
 from tests.support.admin_stack import (  # noqa: E402
     AUTH_SECRET,
     BREAKGLASS,
@@ -54,6 +53,7 @@ from tests.support.admin_stack import (  # noqa: E402
     start_ssp,
 )
 from tests.support.procs import start_db_host  # noqa: E402
+from tests.support.ssp_stack import apply_schema, root_db  # noqa: E402
 
 REAL_USERS = 100
 REAL_VIEWS_PER_USER = 5

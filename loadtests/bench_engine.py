@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 
 from surrealdb import RecordID  # noqa: E402
 
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 STATUSES = ["open", "closed", "archived", "draft"]
 CATEGORIES = [f"c{i}" for i in range(50)]
 TAGS = [f"t{i}" for i in range(40)]

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 from aiohttp import web
 
 from dbclient import Database, DbConfig
-from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import free_port, start_db_host
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 
 
 class NoopBackend:

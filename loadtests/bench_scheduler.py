@@ -53,8 +53,8 @@ from tests.integration.test_scheduler_process import (
     wait_ready,
     write_config,
 )
-from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import ManagedProcess, base_env, free_port, start_db_host
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;

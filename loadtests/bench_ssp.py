@@ -54,8 +54,8 @@ from surrealdb import RecordID
 from dbclient import Database, DbConfig, DbError
 from ipc.messages import request
 from ipc.rpc import RpcClient
-from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 from tests.support.procs import start_db_host
+from tests.support.ssp_stack import apply_schema, db_env, start_ssp
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;

@@ -47,13 +47,13 @@ from dbclient import Database, DbConfig
 from engine.values import record_id_text
 from ipc.rpc import RpcClient
 from loadtests.bench_ssp import drained, hub_call
+from tests.support.procs import start_db_host
 from tests.support.ssp_stack import (
     Ssp,
     apply_schema,
     db_env,
     start_ssp,
 )
-from tests.support.procs import start_db_host
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;

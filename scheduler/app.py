@@ -4,7 +4,8 @@ Served by uvicorn in the scheduler's own process (the state lives there). Every 
 listener decides is ``{"error": code, "message": text}`` (``ipc.httperrors``): malformed JSON,
 a body of the wrong shape or a field of the wrong type is 400 ``invalid`` naming the field,
 never a 500. Unknown routes are 404, wrong methods 405. The listener is unauthenticated except
-``/proxy/*`` when ``SVC_AUTH_SECRET`` is set (spec, Authentication 2).
+``/proxy/*`` when ``SVC_AUTH_SECRET`` is set and ``/impersonate/*`` (``scheduler.impersonate``;
+spec, Authentication 2).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ipc.httperrors import HttpError, bad_request, serialize_error
 from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
 from scheduler.backups import add_backup_routes
 from scheduler.core import Reply, Scheduler, SchedulerBusy
+from scheduler.impersonate import add_impersonation_routes
 from scheduler.jobs import add_job_routes
 from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
 
@@ -291,4 +293,5 @@ def create_app(s: Scheduler) -> falcon.asgi.App[falcon.asgi.Request, falcon.asgi
     app.add_route("/info", Getter(s.info))
     add_job_routes(app, s)
     add_backup_routes(app, s)  # the backup plane (scheduler/backups.py)
+    add_impersonation_routes(app, s)
     return app

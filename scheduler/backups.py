@@ -237,7 +237,7 @@ class _Lifespan:
         await self.p.stop()
 
 
-def add_backup_routes(app: falcon.asgi.App, s: Any) -> BackupPlane:  # type: ignore[type-arg]
+def add_backup_routes(app: falcon.asgi.App, s: Any) -> BackupPlane:
     """The maintenance routes on the scheduler's ingest listener; ``s.backup_plane`` set."""
     p = BackupPlane(s)
     s.backup_plane = p  # the admin plane's backup routes and MCP tools go through it

@@ -9,6 +9,8 @@ ones the specification lists ("Scheduler configuration", "Admin configuration", 
   ``bootstrap_timeout_secs``, ``replica_db_path``, ``wal_path``, ``ingest_host``,
   ``ingest_port``, ``ssp_poll_interval_ms``, ``max_buffer_per_ssp``,
   ``snapshot_update_interval_secs``, ``job_tables``.
+* ``SVC_PROJECT_FILE`` (the root ``project.yml``): its ``job_tables`` and every backend app's
+  outbox table are added to ``job_tables`` (``project.jobwiring``).
 * Environment overrides win over the YAML (``SVC_DB_*``, ``SVC_SNAPSHOT_UPDATE_INTERVAL_SECS``);
   the rest of the ``SVC_*`` settings exist only in the environment.
 
@@ -34,6 +36,7 @@ import yaml
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
+from maintenance.impersonation import FlagError, parse_flag
 
 #: the dashboard shipped in this source tree (``dashboard/`` at the top of the repository): the
 #: default of ``SVC_ADMIN_DIR`` (an explicitly empty value means no bundle: the placeholder page)
@@ -278,6 +281,13 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
+def _impersonation(env: Mapping[str, str]) -> bool:
+    try:
+        return parse_flag(env.get("SVC_IMPERSONATION"))  # the SSP reads it the same way
+    except FlagError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or not raw.strip():
@@ -400,6 +410,21 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
     )
 
 
+def _project_job_tables(env: Mapping[str, str]) -> list[str]:
+    """The job tables of the project file named by ``SVC_PROJECT_FILE`` (its root
+    ``job_tables`` and every backend's outbox table); none without the variable."""
+    path = (env.get("SVC_PROJECT_FILE") or "").strip()
+    if not path:
+        return []
+    from project.jobwiring import scheduler_job_tables
+    from project.rootconfig import ProjectInvalid, load_project
+
+    try:
+        return scheduler_job_tables(load_project(Path(path)))
+    except ProjectInvalid as e:
+        raise ConfigError(f"SVC_PROJECT_FILE: {e}") from None
+
+
 def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> SchedulerConfig:
     _check_keys(doc, _TOP_KEYS, "")
     yaml_db = doc.get("db", {})
@@ -431,6 +456,9 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         if not isinstance(t, str) or not t:
             raise ConfigError(f"config key 'job_tables[{i}]' must be a non-empty string, got "
                               f"{_kind(t)}")
+
+    job_tables_raw = [*job_tables_raw, *_project_job_tables(env)]
+    job_tables_raw = list(dict.fromkeys(job_tables_raw))
 
     ingest_host = _yaml_str(doc, "ingest_host")
     if ingest_host is not None and not ingest_host.strip():
@@ -479,7 +507,7 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         max_buffer_per_ssp=_yaml_int(doc, "max_buffer_per_ssp", 10000),
         snapshot_update_interval_secs=snapshot_interval,
         job_tables=tuple(job_tables_raw),
-        impersonation=_env_bool(env, "SVC_IMPERSONATION", False),
+        impersonation=_impersonation(env),
         drift=DriftConfig(
             check=_env_bool(env, "SVC_DRIFT_CHECK", True),
             auto_reclone=_env_bool(env, "SVC_DRIFT_AUTO_RECLONE", True),

@@ -69,14 +69,14 @@ class Delivery:
         if event["table"] == "_00_query" and event["op"] == "DELETE":
             record = _query_record(event["id"])
             if record is not None:
-                self._spawn(self._unregister_if_gone(record), f"query-delete-query:{record.id}")
+                self._spawn(self._unregister_if_gone(record), f"query-delete-query:{record.id!s}")
 
     async def _unregister_if_gone(self, record: RecordID) -> None:
         """The unregister rule for a `_00_query` DELETE from the feed: the view goes, unless
         its row exists again. The feed delivers the delete after its commit, possibly seconds
         later; a client that re-registered the same id meanwhile has a row again (its SSP
         writes it at registration), and that registration must not be undone."""
-        view_id = f"query:{record.id}"
+        view_id = f"query:{record.id!s}"
         try:
             back = await self.db.query("SELECT VALUE id FROM $q", {"q": record})
             if back and back[0]:

@@ -349,7 +349,7 @@ class _Lifespan:
         await self.p.stop()
 
 
-def add_job_routes(app: falcon.asgi.App, s: SchedulerLike) -> JobPlane:  # type: ignore[type-arg]
+def add_job_routes(app: falcon.asgi.App, s: SchedulerLike) -> JobPlane:
     """Add the job routes and `PUT /backends` to the scheduler's listener."""
     p = JobPlane(s)
     s.running_jobs = p.running_jobs

@@ -257,6 +257,7 @@ def _same_id(event_id: Any, rid: RecordID) -> bool:
 
 def _resolve_id(table: str, event_id: Any, record: Mapping[str, Any] | None) -> RecordID:
     ident = record.get("id") if record is not None else None
+    rid: RecordID
     if type(ident) is RecordID:
         rid = ident
         if event_id is not None and not _same_id(event_id, rid):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlitedict import SqliteDict  # type: ignore[import-untyped]
+from sqlitedict import SqliteDict
 
 from scheduler.config import LoadBalance
 

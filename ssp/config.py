@@ -20,6 +20,7 @@ from typing import Any
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from maintenance.backends import BackendListError, parse_backends
+from maintenance.impersonation import FlagError, parse_flag
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
@@ -64,6 +65,16 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     if raw not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
+
+
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _impersonation(env: Mapping[str, str]) -> bool:
+    try:
+        return parse_flag(env.get("SVC_IMPERSONATION"))  # the scheduler reads it the same way
+    except FlagError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _addr(raw: str, name: str, default_port: int) -> tuple[str, int]:
@@ -115,6 +126,33 @@ def _pause_at(env: Mapping[str, str]) -> str | None:
         return pause_from_env(env)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def _merge_project_jobs(env: Mapping[str, str], from_env: dict[str, Any]) -> dict[str, Any]:
+    """`SVC_JOB_CONFIG` entries plus one per backend with an outbox in the project file named
+    by `SVC_PROJECT_FILE` (keyed by app name). An `SVC_JOB_CONFIG` entry with an app's key
+    replaces that app's entry: the environment describes this deployment, the file is shared.
+    """
+    path = env.get("SVC_PROJECT_FILE", "").strip()
+    if not path:
+        return from_env
+    from project.jobwiring import job_config
+    from project.rootconfig import ProjectInvalid, load_project
+
+    try:
+        from_project = job_config(load_project(Path(path)), env)["job_tables"]
+    except ProjectInvalid as e:
+        raise ConfigError(f"SVC_PROJECT_FILE: {e}") from None
+    merged = {**from_project, **from_env}
+    owners: dict[str, str] = {}
+    for key, spec in merged.items():
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if isinstance(name, str) and name in owners:
+            raise ConfigError(f"job table {name} is configured twice (job_tables.{owners[name]} "
+                              f"and job_tables.{key}, from SVC_JOB_CONFIG and SVC_PROJECT_FILE)")
+        if isinstance(name, str):
+            owners[name] = key
+    return merged
 
 
 METRICS_EXPORTERS = ("otlp", "console")
@@ -249,7 +287,8 @@ class SspConfig:
         if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
             raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
         jobs = []
-        for key, spec in jobs_raw.get("job_tables", {}).items():
+        job_specs = _merge_project_jobs(env, jobs_raw.get("job_tables", {}))
+        for key, spec in job_specs.items():
             if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(
                 spec.get("base_url"), str
             ):
@@ -266,8 +305,11 @@ class SspConfig:
         except BackendListError as e:
             raise ConfigError(f"SVC_BACKENDS: {e}") from None
         crdt = _json(env, "SVC_CRDT_FIELDS", {})
-        if not isinstance(crdt, dict):
-            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...]")
+        if not isinstance(crdt, dict) or not all(
+                isinstance(fs, list) and all(isinstance(f, str) and _IDENT_RE.match(f)
+                                             for f in fs) for fs in crdt.values()):
+            raise ConfigError("SVC_CRDT_FIELDS must be a JSON object table -> [field, ...] "
+                              "(field names plain identifiers)")
         snapshot_dir = env.get("SVC_SSP_SNAPSHOT_DIR", "").strip()
         arena_dir = env.get("SVC_SSP_ARENA_DIR", "").strip()
         ssp_id = env.get("SVC_SSP_ID", "").strip() or f"ssp-{uuid.uuid4()}"
@@ -295,7 +337,7 @@ class SspConfig:
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
             query_update_throttle_ms=_int(env, "SVC_SSP_QUERY_UPDATE_THROTTLE_MS", 100),
             bootstrap_page_size=_int(env, "SVC_SSP_BOOTSTRAP_PAGE_SIZE", 500, minimum=1),
-            impersonation=env.get("SVC_IMPERSONATION", "off").strip().lower() == "on",
+            impersonation=_impersonation(env),
             scheduler_url=(env.get("SVC_SCHEDULER_URL", "").strip().rstrip("/") or None),
             heartbeat_interval_ms=_int(env, "HEARTBEAT_INTERVAL_MS", 5000, minimum=1),
             backends=tuple(backends),

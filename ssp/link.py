@@ -192,7 +192,10 @@ class HubPort(Protocol):
     heartbeats and the integrity check, and the loads a bootstrap from the scheduler does."""
 
     cfg: SspConfig
-    views: Mapping[str, Any]
+
+    @property
+    def views(self) -> Mapping[str, Any]: ...  # read only: the link never replaces the map
+
     tables: set[str]
     rows: RowStore
     wire_hashes: dict[str, int]

@@ -35,7 +35,7 @@ def view_record(view_id: str) -> RecordID:
 
 def view_id_of(record: RecordID) -> str:
     """The view id of a `_00_query` record."""
-    return f"query:{record.id}"
+    return f"query:{record.id!s}"
 
 
 def auth_record(text: str) -> RecordID:

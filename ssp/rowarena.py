@@ -47,7 +47,7 @@ def unpack_handles(data: bytes) -> list[int]:
     """The inverse of :func:`pack_handles` (ValueError when the length is not a multiple of 8)."""
     if len(data) % HANDLE_DTYPE.itemsize:
         raise ValueError(f"handle bytes must be a multiple of 8, got {len(data)}")
-    return np.frombuffer(data, dtype=HANDLE_DTYPE).tolist()  # type: ignore[no-any-return]
+    return np.frombuffer(data, dtype=HANDLE_DTYPE).tolist()
 
 
 def _alive(pid: int) -> bool:

@@ -1,5 +1,6 @@
 """`svc`: the operator command line: `svc schema apply`, `svc sql`, `svc view watch`,
-`svc admin add|list|remove` (the admin roster).
+`svc admin add|list|remove` (the admin roster), `svc project validate|show` (the project
+files, checked; the resolved configuration with secrets masked).
 
 Exit codes: 0 success, 2 bad configuration (flags, environment, project file, or a transport
 the database cannot support), 1 database errors. Messages say what is wrong and never print
@@ -72,6 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     admin_sub.add_parser("list", help="print the roster (JSON lines)")
     a_rm = admin_sub.add_parser("remove", help="take a user off the roster")
     a_rm.add_argument("ident", help="the identifier as added")
+
+    proj = sub.add_parser("project", help="the project files (project.yml)",
+                          description="The root project file: --project, else "
+                          "SVC_PROJECT_FILE, else ./project.yml. Needs no database.")
+    proj_sub = proj.add_subparsers(dest="action", required=True)
+    for action, text in (("validate", ("check the root file and every app's file; every "
+                          "problem is printed with its file, property path and reason")),
+                         ("show", ("print the resolved configuration (defaults filled in, "
+                          "the SSP job config and scheduler job tables; secrets masked)"))):
+        p = proj_sub.add_parser(action, help=text, description=text)
+        p.add_argument("--project", metavar="FILE", help="root project file (validate also "
+                       "takes one app's project.yml)")
     return parser
 
 
@@ -82,6 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _schema_apply(args)
     if args.command in ("sql", "view", "admin"):
         return _tool(args)
+    if args.command == "project":
+        from svccli import project
+
+        path = project.project_path(args.project, os.environ, Path.cwd())
+        if args.action == "validate":
+            return project.validate(path)
+        return project.show(path, os.environ)
     raise AssertionError("argparse enforces the subcommands")
 
 

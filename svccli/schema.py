@@ -8,7 +8,17 @@ What it writes
   `[table, record key]`), `_00_list_ref` (shared edge table for ref mode `single`,
   `TYPE RELATION`, readable where `auth_id = $auth.id`, never writable by record users),
   `_00_schema_state` (per synced table schema fingerprint, id = table name),
-  `_00_query_allowlist`, `_00_admin` (operator roster).
+  `_00_query_allowlist`, `_00_admin` (operator roster), `_00_crdt` (Loro state of `@crdt`
+  fields, `ssp.crdt`), `_00_impersonation` (impersonation
+  sessions `{admin, target, created_at, expires_at, revoked_at}`: the admin record user reads
+  and revokes its own; `revoked_at` once set is final).
+- Impersonation: `fn::_00_impersonate::start($admin, $target, $ttl)` (system users),
+  `::active($session, $target)` (system), `::remaining_secs($session)`, `::revoke($session)`;
+  and, only with `SVC_IMPERSONATION=on` (which needs `SVC_AUTH_SECRET`), the record access
+  `_00_impersonate`: HS256 JWTs signed with `maintenance.impersonation.signing_key` (derived
+  from the secret), whose AUTHENTICATE block refuses a token whose `imp` session is revoked,
+  expired or for another target; sessions last 5 minutes. With the flag off the access method
+  is removed, so every impersonation token stops authenticating.
 - For every synced table (not `_00_*`, no `@nosync` in its comment, not a computed view):
   field `_00_rv` = the row's content version, `($before ?? 0) + 1` on every write, computed by
   the engine inside the writing transaction (a field VALUE, not an event writing the table back,
@@ -42,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbclient import Database, DbQueryError, is_identifier, schema_fingerprint
+from maintenance.impersonation import signing_key
 from svccli.settings import ConfigError, SchemaSettings, parse_duration_ns
 
 META_PREFIX = "_00_"
@@ -69,6 +80,8 @@ class MetaTable:
 
 
 _SERVICE_ONLY = "PERMISSIONS FOR select FULL, FOR create, update NONE"
+_FIXED = "PERMISSIONS FOR select FULL, FOR create, update NONE"
+IMP_OWNER = "admin = $auth"
 
 META_TABLES: tuple[MetaTable, ...] = (
     MetaTable(
@@ -104,9 +117,78 @@ META_TABLES: tuple[MetaTable, ...] = (
     MetaTable("_00_schema_state", "schema fingerprint per synced table, id = table name"),
     MetaTable("_00_query_allowlist", "allowed query shapes, one row per <app>__<version>"),
     MetaTable("_00_admin", "operator roster for the admin listener (managed by the CLI)"),
+    MetaTable("_00_crdt", "Loro state of @crdt fields, id [table, record key, field]"),
+    MetaTable(
+        "_00_impersonation",
+        "impersonation sessions: admin acts as target until expires_at or revoked_at",
+        # The admin reads and revokes its own sessions; only system users create them
+        # (fn::_00_impersonate::start). The impersonated session ($auth = target) sees none.
+        select=IMP_OWNER, update=IMP_OWNER,
+        fields=(
+            f"admin TYPE record {_FIXED}",
+            f"target TYPE record {_FIXED}",
+            f"created_at TYPE datetime DEFAULT time::now() {_FIXED}",
+            f"expires_at TYPE datetime {_FIXED}",
+            # Once set, never cleared: a revocation is final, even for the admin.
+            "revoked_at TYPE option<datetime> VALUE $before ?? $value",
+        ),
+    ),
 )
 
 HTTP_PARAMS = ("_00_ingest_url", "_00_unregister_url", "_00_ingest_secret")
+
+#: `fn::_00_impersonate::*`. `start` and `active` are for system users only (the backend
+#: that opens a session; the access method's AUTHENTICATE block, which runs as the system);
+#: `remaining_secs` and `revoke` may be called by the admin record user, whose table
+#: permissions limit them to its own sessions.
+IMPERSONATE_FUNCTIONS: tuple[str, ...] = (
+    ("DEFINE FUNCTION OVERWRITE fn::_00_impersonate::start($admin: record, $target: record, "
+     "$ttl: duration) -> object { "
+     "IF $admin = $target { THROW 'an admin cannot impersonate themselves' }; "
+     "IF $ttl <= 0s { THROW 'the session duration must be positive' }; "
+     "RETURN CREATE ONLY _00_impersonation SET admin = $admin, target = $target, "
+     "expires_at = time::now() + $ttl; } "
+     "COMMENT 'open an impersonation session (system users only)' PERMISSIONS NONE"),
+    ("DEFINE FUNCTION OVERWRITE fn::_00_impersonate::active($session: any, $target: any) "
+     "-> bool { "
+     "LET $s = IF type::is_record($session, '_00_impersonation') "
+     "{ (SELECT * FROM ONLY $session) } ELSE { NONE }; "
+     "RETURN $s != NONE AND $s.revoked_at = NONE AND $s.expires_at > time::now() "
+     "AND $s.target = $target; } "
+     "COMMENT 'is the session open for this target (the access method asks)' "
+     "PERMISSIONS NONE"),
+    ("DEFINE FUNCTION OVERWRITE fn::_00_impersonate::remaining_secs("
+     "$session: record<_00_impersonation>) -> int { "
+     "LET $s = (SELECT * FROM ONLY $session); "
+     "RETURN IF $s = NONE OR $s.revoked_at != NONE OR $s.expires_at <= time::now() { 0 } "
+     "ELSE { duration::secs($s.expires_at - time::now()) }; } "
+     "COMMENT 'seconds the session has left, 0 when revoked or expired (for the mint)' "
+     "PERMISSIONS FULL"),
+    ("DEFINE FUNCTION OVERWRITE fn::_00_impersonate::revoke("
+     "$session: record<_00_impersonation>) -> bool { "
+     "UPDATE $session SET revoked_at = time::now() RETURN NONE; "
+     "RETURN (SELECT VALUE revoked_at FROM ONLY $session) != NONE; } "
+     "COMMENT 'end a session for good; tokens minted for it stop authenticating' "
+     "PERMISSIONS FULL"),
+)
+
+#: How long a connection authenticated with an impersonation token stays signed in. The
+#: engine checks revocation only when a token authenticates, and a session outlives its
+#: token (measured: core 3.2.4 keeps a session past the token's `exp`), so this bounds how
+#: long a revoked impersonation can keep an already open connection.
+IMPERSONATION_SESSION = "5m"
+
+
+def impersonation_access_sql(key: str) -> str:
+    """DEFINE ACCESS `_00_impersonate` with the HS256 `key` (never log this text)."""
+    assert "'" not in key and "\\" not in key, "the key is hex"
+    return (
+        "DEFINE ACCESS OVERWRITE _00_impersonate ON DATABASE TYPE RECORD "
+        f"WITH JWT ALGORITHM HS256 KEY '{key}' "
+        "AUTHENTICATE { IF !fn::_00_impersonate::active(type::record($token.imp), $auth) "
+        "{ THROW 'the impersonation session is revoked, expired or not for this user' }; "
+        "RETURN $auth; } "
+        f"DURATION FOR TOKEN 1h, FOR SESSION {IMPERSONATION_SESSION}")
 
 
 # ---------------------------------------------------------------------- statement builders
@@ -241,11 +323,14 @@ class ApplyReport:
     fingerprints: dict[str, str] = field(default_factory=dict)
     updated_state: list[str] = field(default_factory=list)
     removed_state: list[str] = field(default_factory=list)
+    access: str = ""  # what happened to the `_00_impersonate` access method
 
     def lines(self) -> list[str]:
         """A short human summary (never contains the secret or the ingest URL's params)."""
         out = [f"transport: {self.transport}"]
         out += [f"meta   {name}: {status}" for name, status in self.meta.items()]
+        if self.access:
+            out.append(f"access _00_impersonate: {self.access}")
         out += [f"synced {name}: {status}" for name, status in self.synced.items()]
         out += [f"skip   {name}: {why}" for name, why in self.skipped.items()]
         out += [f"schema state written for {name}" for name in self.updated_state]
@@ -323,6 +408,17 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
         ])
     else:
         await db.transaction([(f"REMOVE PARAM IF EXISTS ${p}", None) for p in HTTP_PARAMS])
+
+    # The functions exist either way (the access method calls one); the access method only
+    # while impersonation is on, so switching it off ends every impersonation token.
+    imp: list[tuple[str, dict[str, Any] | None]] = [(f, None) for f in IMPERSONATE_FUNCTIONS]
+    if settings.impersonation:
+        imp.append((impersonation_access_sql(signing_key(settings.auth_secret)), None))
+        report.access = "defined"
+    else:
+        imp.append(("REMOVE ACCESS IF EXISTS _00_impersonate ON DATABASE", None))
+        report.access = "removed (SVC_IMPERSONATION is off)"
+    await db.transaction(imp)
 
     synced: list[str] = []
     for name in sorted(structure):

@@ -19,6 +19,7 @@ import yaml
 
 from dbclient import DbConfig
 from ipc.messages import parse_duration_ns as duration_ns
+from maintenance.impersonation import FlagError, parse_flag
 
 TRANSPORTS = ("http", "changefeed")
 DEFAULT_TRANSPORT = "http"
@@ -48,6 +49,7 @@ class SchemaSettings:
     retention: str = DEFAULT_RETENTION
     ingest_url: str | None = None  # full URL of the SSP's or scheduler's /ingest
     auth_secret: str = field(default="", repr=False)  # never shown
+    impersonation: bool = False  # SVC_IMPERSONATION: define the `_00_impersonate` access
 
     @property
     def service_base_url(self) -> str | None:
@@ -131,8 +133,16 @@ def resolve_settings(
     if transport == "http" and ingest_url is None:
         raise ConfigError("transport http needs the ingest URL: --ingest-url or SVC_INGEST_URL "
                           "(the SSP's or scheduler's /ingest)")
+    try:
+        impersonation = parse_flag(env.get("SVC_IMPERSONATION"))
+    except FlagError as e:
+        raise ConfigError(str(e)) from None
+    if impersonation and not env.get("SVC_AUTH_SECRET", ""):
+        raise ConfigError("SVC_IMPERSONATION=on needs SVC_AUTH_SECRET: the impersonation "
+                          "tokens are signed with a key derived from it")
     return SchemaSettings(
         db=db,
+        impersonation=impersonation,
         transport=transport,
         transport_source=source,
         retention=retention,

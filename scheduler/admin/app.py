@@ -337,9 +337,9 @@ def create_admin_app(plane: AdminPlane) -> AdminAsgi:
     return AdminAsgi(create_falcon_app(plane), plane.tokens, plane.cluster.version)
 
 
-def create_falcon_app(plane: AdminPlane) -> falcon.asgi.App:  # type: ignore[type-arg]
+def create_falcon_app(plane: AdminPlane) -> falcon.asgi.App:
     """The admin listener's routes bound to ``plane``."""
-    app: falcon.asgi.App = falcon.asgi.App(  # type: ignore[type-arg]
+    app: falcon.asgi.App = falcon.asgi.App(
         middleware=[AdminAuth(plane.tokens), _Lifespan(plane)], cors_enable=False)
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False

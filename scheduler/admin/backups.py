@@ -304,7 +304,7 @@ class _Release(_Base):
         resp.media = self.r.release(_who(req))
 
 
-def register(app: falcon.asgi.App, plane: Any, api: str) -> BackupRoutes:  # type: ignore[type-arg]
+def register(app: falcon.asgi.App, plane: Any, api: str) -> BackupRoutes:
     """Add the backup routes under ``api`` (``/admin/api``); ``plane.backups`` is set."""
     routes = BackupRoutes(plane)
     plane.backups = routes

@@ -109,7 +109,8 @@ def _normalise(raw: Mapping[str, Any], now: int) -> dict[str, Any] | None:
     iid = raw.get("id")
     if not isinstance(iid, str) or not iid:
         return None
-    events = raw.get("events") if isinstance(raw.get("events"), list) else []
+    got = raw.get("events")
+    events: list[Any] = got if isinstance(got, list) else []
     started = _int(raw.get("started_at"), None)
     if started is None:
         started = _int(events[0].get("at"), now) if events and isinstance(events[0], dict) \

@@ -53,7 +53,7 @@ RECENT = "(status IN ['pending', 'processing'] OR finished_at > time::now() - 1h
 def _origin(row: dict[str, Any]) -> dict[str, Any]:
     o = row.get("origin")
     if isinstance(o, dict):
-        return jsonable(o)  # type: ignore[no-any-return]
+        return jsonable(o)
     if isinstance(o, str) and o in ORIGINS:
         return {"kind": o}
     rid = row.get("id")
@@ -230,11 +230,11 @@ class JobSampler:
         if origin is not None:
             jobs = [j for j in jobs if j["origin"].get("kind") == origin]
         jobs.sort(key=lambda j: j["activity_ms"] or 0, reverse=True)
-        snap = self.snapshot
-        return {"sampled_at_ms": snap["sampled_at_ms"] if snap else None,
-                "measured": snap is not None,
-                "totals": snap["totals"] if snap else "not measured",
-                "per_table": snap["per_table"] if snap else "not measured",
+        last = self.snapshot
+        return {"sampled_at_ms": last["sampled_at_ms"] if last else None,
+                "measured": last is not None,
+                "totals": last["totals"] if last else "not measured",
+                "per_table": last["per_table"] if last else "not measured",
                 "jobs": jobs[:limit], "source": "database"}
 
     async def job(self, raw_id: str) -> dict[str, Any]:

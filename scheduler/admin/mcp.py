@@ -167,7 +167,9 @@ class McpEndpoint:
         found = scope.get(_SCOPE_KEY) if isinstance(scope, dict) else None
         if found is None:
             return None
-        return found["principal"], found["token"], scope
+        principal: Principal = found["principal"]
+        token: str = found["token"]
+        return principal, token, scope if isinstance(scope, dict) else {}
 
     @staticmethod
     def _tool(t: AdminTool) -> types.Tool:

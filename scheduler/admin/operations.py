@@ -92,17 +92,18 @@ class OperationLog:
               progress: dict[str, Any] | None = None, details: dict[str, Any] | None = None,
               message: str = "") -> dict[str, Any]:
         """A new running operation (and its operator_action incident)."""
-        op = {"id": f"op-{uuid.uuid4().hex[:12]}", "kind": kind, "target": target,
+        op_id = f"op-{uuid.uuid4().hex[:12]}"
+        op: dict[str, Any] = {"id": op_id, "kind": kind, "target": target,
               "requested_by": {"subject": who.get("subject"), "mode": who.get("mode")},
               "started_at": now_ms(), "finished_at": None, "status": "running",
               "message": message or f"{kind} of {target} started", "progress": progress,
               "details": details or {}}
-        self.ops[op["id"]] = op
+        self.ops[op_id] = op
         version = (details or {}).get("version")
-        self._incident_of[op["id"]] = self.incidents.open(
+        self._incident_of[op_id] = self.incidents.open(
             target, "operator_action",
             f"{kind} of {target} asked by {who.get('subject')} ({who.get('mode')})",
-            severity="info", operation_id=op["id"],
+            severity="info", operation_id=op_id,
             version=version if isinstance(version, str) else None)
         self._trim()
         self._changed()

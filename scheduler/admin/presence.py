@@ -198,7 +198,8 @@ class Presence:
             key = _key_of(r.get("id"))
             if key is None:
                 continue
-            surql = r.get("surql") if isinstance(r.get("surql"), str) else ""
+            text = r.get("surql")
+            surql = text if isinstance(text, str) else ""
             params = jsonable(r.get("params"))
             met = mets.get(key)
             ssp = placed.get(f"query:{key}")

@@ -67,7 +67,8 @@ class Views:
     def _public(self, v: ViewRow, now: int, slow_ms: int) -> dict[str, Any]:
         exp = v.expires_at_ms()
         met = v.metrics or {}
-        pub = met.get("publish_ms") if isinstance(met.get("publish_ms"), dict) else {}
+        got = met.get("publish_ms")
+        pub: dict[str, Any] = got if isinstance(got, dict) else {}
         p99 = v.p99()
         return {
             "key": v.key, "id": v.view_id, "user": v.user, "client_id": v.client_id,

@@ -63,7 +63,7 @@ class Admission:
             return not_ready("request expired before the hub reached it")
         self.slots += 1  # reserved before any side effect
         try:
-            body = req.get("body")
+            body: Any = req.get("body")
             is_typed = isinstance(body, bytes)  # the typed encoding, as the client sent it
             if is_typed:
                 try:
@@ -94,7 +94,7 @@ class Admission:
             events = []
             top = state.last_seq
             for i, ev in enumerate(body):
-                seq = ev.get("seq") if isinstance(ev, dict) else None
+                seq: Any = ev.get("seq") if isinstance(ev, dict) else None
                 has_seq = isinstance(seq, int) and not isinstance(seq, bool)
                 if has_seq and seq <= top:
                     continue

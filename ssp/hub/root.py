@@ -17,6 +17,7 @@ from ipc.backoff import Backoff
 from ssp import VERSION
 from ssp.backends import backend_routes
 from ssp.config import SspConfig
+from ssp.crdt import CrdtFields, crdt_routes
 from ssp.hub import routes
 from ssp.hub.admission import Admission
 from ssp.hub.backups import Backups, SspTarget
@@ -32,6 +33,7 @@ from ssp.hub.state import HubState
 from ssp.hub.tail import FeedTail
 from ssp.hub.views import ViewLifecycle
 from ssp.hub.visibility import VISIBILITY_DEADLINE_SECS, Visibility
+from ssp.impersonate import impersonation_routes, of_config
 from ssp.jobs import job_routes
 from ssp.link import ProxySource, SchedulerLink
 
@@ -57,10 +59,13 @@ class Hub(HubState):
         self.admission = Admission(self, self.sequencer)
         self.introspection = Introspection(self, VERSION)
         self.backups = Backups(self, SspTarget(self, self.loading, self.snapshot, self.tail))
+        self.crdt = CrdtFields(self.db, cfg.crdt_fields, cfg.crdt_cache_size)
         self.handlers = routes.bind(self, {
             route: partial(handler, self) for route, handler in {
                 **job_routes(lambda hub: hub.jobs, lambda hub: hub.stalled()),
-                **backend_routes(lambda hub: hub.backend_health)}.items()})
+                **backend_routes(lambda hub: hub.backend_health),
+                **impersonation_routes(of_config(cfg)),
+                **crdt_routes(lambda hub: hub.crdt)}.items()})
         # Scheduler mode (ssp.link): bootstrap reads come from the scheduler's proxy; every
         # other read (schema poll, reload, registration) stays on the database.
         self.link = None if cfg.standalone else SchedulerLink(self)

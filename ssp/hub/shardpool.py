@@ -84,7 +84,7 @@ class ShardPool:
         timeout = self.state.cfg.shard_call_timeout_secs
         with self.state.arena.reading():
             for msg in self.handle_chunks(table, rids):
-                sends = [(s, asyncio.ensure_future(s.send(msg, timeout)))
+                sends: Sends = [(s, asyncio.ensure_future(s.send(msg, timeout)))
                          for s in shards if s.up]
                 replies.extend(await self.collect("load_handles", sends))
         return replies

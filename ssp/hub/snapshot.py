@@ -74,7 +74,7 @@ class Snapshot:
             data = json.loads(path.read_text())
             if data.get("version") != 1:
                 return None
-            return data  # type: ignore[no-any-return]
+            return data
         except (OSError, ValueError) as e:
             log.warning("snapshot unreadable (%s): cold bootstrap", e)
             return None

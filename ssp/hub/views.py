@@ -106,7 +106,7 @@ class ViewLifecycle:
             r = await self.state.shards[view.shard].call("result", {"view_id": view.view_id})
         except (ShardDown, ShardError):
             return []
-        return to_json(unpack_value(r["data"]))  # type: ignore[no-any-return]
+        return to_json(unpack_value(r["data"]))
 
     def unregistered_meanwhile(self, view: ViewState) -> dict[str, Any]:
         """The view was unregistered (its row deleted, an unregister call) while its row was

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -32,10 +32,10 @@ STRINGS = ["alpha", "Alpha", "ALPHA", "beta", "b", "", "é", "e", "Zeta", "zeta"
            "a b", "Ω", "ß", "ab"]
 NUMBERS: list[Any] = [-3, -1, 0, 1, 1.0, 2, 2.5, 3, 10, -0.5, 7, Decimal("2.5"), Decimal("1")]
 DATES = [
-    datetime(2023, 12, 31, 23, 59, 59, tzinfo=timezone.utc),
-    datetime(2024, 1, 1, tzinfo=timezone.utc),
-    datetime(2024, 1, 1, 0, 0, 0, 500000, tzinfo=timezone.utc),
-    datetime(2024, 6, 15, 12, 30, tzinfo=timezone.utc),
+    datetime(2023, 12, 31, 23, 59, 59, tzinfo=UTC),
+    datetime(2024, 1, 1, tzinfo=UTC),
+    datetime(2024, 1, 1, 0, 0, 0, 500000, tzinfo=UTC),
+    datetime(2024, 6, 15, 12, 30, tzinfo=UTC),
 ]
 TAGS = ["a", "b", "c", "A"]
 DURATIONS = [Duration(1_000_000_000), Duration(90_000_000_000), Duration(3_600_000_000_000)]

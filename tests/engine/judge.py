@@ -26,7 +26,7 @@ import itertools
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from datetime import timezone
+from datetime import UTC
 from typing import Any
 
 from surrealdb import Duration, RecordID
@@ -89,7 +89,7 @@ def _default(encoder: CBOREncoder, obj: Any) -> None:
 
 def encode(obj: Any) -> bytes:
     """CBOR-encode an RPC request the way a 3.x server expects (NULL stays NULL)."""
-    return dumps(_mark_nulls(obj), default=_default, timezone=timezone.utc)
+    return dumps(_mark_nulls(obj), default=_default, timezone=UTC)
 
 
 def rewrite_auth(surql: str, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

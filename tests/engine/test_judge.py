@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from surrealdb import Duration, RecordID
@@ -60,7 +60,7 @@ def test_generated_queries_are_valid_surrealql_over_generated_data() -> None:
 
 def test_case_json_round_trips_every_value_type() -> None:
     row = {"id": RecordID("user", "a-b"), "n": None, "i": 1, "f": 1.0, "d": Decimal("2.5"),
-           "t": datetime(2024, 1, 1, tzinfo=timezone.utc), "du": Duration(5),
+           "t": datetime(2024, 1, 1, tzinfo=UTC), "du": Duration(5),
            "l": [RecordID("thread", 1), {"x": "é"}]}
     case = make_case(0)
     case.rows["user"] = [row]

@@ -6,7 +6,7 @@ also pins SurrealDB's final answer literally, so the case keeps exercising the m
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -15,9 +15,9 @@ from surrealdb import RecordID
 
 from tests.engine.codec import Case, Event, View
 from tests.engine.judge import Judge
-from tests.engine.runner import engine_api, run_case, final_rows
+from tests.engine.runner import engine_api, final_rows, run_case
 
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def u(i: Any) -> RecordID:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +17,7 @@ from surrealdb import Duration, RecordID
 
 from tests.engine.judge import NONE_VALUE, Judge
 
-BASE = datetime(2024, 1, 1, tzinfo=timezone.utc)
+BASE = datetime(2024, 1, 1, tzinfo=UTC)
 SCALARS: list[Any] = [
     0, 1, -1, 2, 1.0, -0.0, 0.5, 2.5, -3.25, 10, 1e20, Decimal("1"), Decimal("2.5"),
     Decimal("-0.5"), "", "a", "A", "ab", "b", "B", "é", "e", "Z", "z", "10", "9", "ß", "Ω",

@@ -18,6 +18,7 @@ from aiohttp import web
 from surrealdb import RecordID
 
 from dbclient import Database
+from tests.support.procs import DbHost, free_port
 from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
@@ -27,7 +28,6 @@ from tests.support.ssp_stack import (
     unique_db,
     wait_for,
 )
-from tests.support.procs import DbHost, free_port
 
 TOKEN = "backend-token-9f8e7d6c5b4a"  # the job config's auth_token: must never be shown
 SECRET = "ssp-shared-secret-0a1b2c3d"  # SVC_AUTH_SECRET

@@ -5,7 +5,7 @@ from __future__ import annotations
 import decimal
 import math
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import cbor2
@@ -31,7 +31,7 @@ nested_record_ids = st.builds(lambda t, a, b: RecordID(t, [a, b]),
                               st.sampled_from(["_00_list_ref_user_u1", "e"]), record_ids,
                               record_ids)
 datetimes = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
-                         timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=2)),
+                         timezones=st.sampled_from([UTC, timezone(timedelta(hours=2)),
                                                     timezone(timedelta(hours=-5, minutes=-30))]))
 scalars = st.one_of(
     st.none(),
@@ -113,7 +113,7 @@ def test_rpc_request_of_edge_rows_round_trips() -> None:
     q = RecordID("_00_query", "u1c2")
     rows = [{"id": RecordID("_00_list_ref_user_u1", [q, RecordID("post", f"p{i}")]), "in": q,
              "out": RecordID("post", f"p{i}"), "rv": i, "seq": 7,
-             "at": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
+             "at": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
              "n": decimal.Decimal("1.50"), "u": uuid.UUID(int=i), "gone": None}
             for i in range(50)]
     req = {"id": 3, "method": "query", "params": ["FOR $r IN $rows {}", {"rows": rows}]}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.testing import GatewayUnderTest
 from ipc.bearer import BearerAuth, bearer_token
 from ipc.httperrors import HttpError
-from gateway.testing import GatewayUnderTest
 
 SECRET = "s3cret-token"
 INGEST = {"table": "post", "op": "CREATE", "id": "post:1", "record": {}}

@@ -48,6 +48,10 @@ CASES: list[tuple[str, str, Any, str, dict[str, str]]] = [
     ("POST", "/backup/restore", {"backup_id": "bk-1"}, "POST /backup/restore", {}),
     ("GET", "/backup/restore/status/rs-1", None, "GET /backup/restore/status/{restore_id}",
      {"restore_id": "rs-1"}),
+    ("POST", "/impersonate/mint", {"session": "_00_impersonation:s1"}, "POST /impersonate/mint",
+     {}),
+    ("POST", "/impersonate/users", {"table": "user"}, "POST /impersonate/users", {}),
+    ("POST", "/crdt/apply", {"table": "doc"}, "POST /crdt/apply", {}),
 ]
 
 
