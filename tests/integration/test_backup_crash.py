@@ -91,7 +91,11 @@ class Rig:
         (self.work / "continue").touch()
 
     async def restart(self, *, pause: str | None = None) -> None:
-        """kill -9 happened (or not): start the same scheduler, failpoint changed."""
+        """kill -9 happened (or not): start the same scheduler, failpoint changed. A process
+        still alive is stopped first (else it kept the port, answered for the new one, and
+        outlived the test)."""
+        if self.sched.process.alive():
+            self.sched.process.stop()
         env = dict(self.sched.env)
         env.pop("SVC_BACKUP_PAUSE_AT", None)
         if pause:
