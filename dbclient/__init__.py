@@ -12,6 +12,8 @@ from dbclient.config import DbConfig, DbUrl, normalise_db_url
 from dbclient.database import Database, LiveSubscription, record_signin
 from dbclient.errors import DbAuthError, DbConnectionError, DbError, DbQueryError, DbTimeout
 from dbclient.sql import (
+    SQL_NULL,
+    SqlNull,
     build_transaction,
     check_params,
     is_identifier,
@@ -22,6 +24,7 @@ from dbclient.sql import (
 )
 
 __all__ = [
+    "SQL_NULL",
     "Database",
     "DbAuthError",
     "DbConfig",
@@ -31,6 +34,7 @@ __all__ = [
     "DbTimeout",
     "DbUrl",
     "LiveSubscription",
+    "SqlNull",
     "build_transaction",
     "check_params",
     "is_identifier",

@@ -11,8 +11,10 @@ protocol and only the codec changes.
 What the dialect adds to plain CBOR, and how it is kept:
 - Python `None` is NONE: tag 6 wrapping null (`\\xc6\\xf6`), as the SDK writes it.
 - `Decimal` is tag 10 with its text (the SDK's form), not CBOR's tag 4.
-- `RecordID` is tag 8 `[table, id]`; the other SDK types (Table, Duration, Range, geometry,
-  Datetime) go through the SDK's own `default_encoder`.
+- `RecordID` is tag 8 `[table, id]`; `Duration` is tag 14 `[seconds, nanoseconds]` (the
+  SDK's own tag 13 around that list is refused by the engine, so the SDK cannot send a
+  duration at all); the other SDK types (Table, Range, geometry, Datetime) go through the
+  SDK's own `default_encoder`.
 - Decoding: the SDK's `tag_decoder` builds the SDK types. cbor2 hands a tag's content over
   frozen (tuples, frozendict) so it could be a map key; it is thawed back into lists and dicts,
   which is what the SDK's decoder returns. CBOR undefined, which SurrealDB never sends, decodes
@@ -32,7 +34,10 @@ from surrealdb.cbor._types import CBORSimpleValue as SdkSimple
 from surrealdb.cbor._types import FrozenDict as SdkFrozenDict
 from surrealdb.cbor._types import UndefinedType as SdkUndefined
 from surrealdb.data import cbor as sdk_cbor
+from surrealdb.data.types.duration import Duration
 from surrealdb.data.types.record_id import RecordID
+
+from dbclient.sql import SqlNull
 
 _CBORTag = cbor2.CBORTag
 # cbor2 hands maps inside a tag over as its frozen-dict type, which it does not export.
@@ -44,10 +49,15 @@ sdk_decode = sdk_cbor.decode
 
 TAG_DECIMAL_STRING = 10
 TAG_RECORD_ID = 8
+TAG_DURATION_COMPACT = 14
 
 
 def _encode_none(enc: Any, value: None) -> None:
     enc.write(b"\xc6\xf6")
+
+
+def _encode_null(enc: Any, value: SqlNull) -> None:
+    enc.write(b"\xf6")  # plain CBOR null: SurrealDB's NULL (a Python None is NONE)
 
 
 def _encode_decimal(enc: Any, value: decimal.Decimal) -> None:
@@ -56,6 +66,13 @@ def _encode_decimal(enc: Any, value: decimal.Decimal) -> None:
 
 def _encode_record_id(enc: Any, value: RecordID) -> None:
     enc.encode(_CBORTag(TAG_RECORD_ID, [value.table_name, value.id]))
+
+
+def _encode_duration(enc: Any, value: Duration) -> None:
+    # The SDK writes tag 13 (duration as text) around a [seconds, nanoseconds] list, which the
+    # engine refuses ("Expected a CBOR text data type"); tag 14 is the compact form it takes.
+    secs, nanos = divmod(int(value.elapsed), 1_000_000_000)
+    enc.encode(_CBORTag(TAG_DURATION_COMPACT, [secs, nanos]))
 
 
 def _encode_sdk_tag(enc: Any, value: Any) -> None:
@@ -81,8 +98,10 @@ _ENCODERS = {
     SdkSimple: _encode_simple,
     SdkFrozenDict: _encode_frozen,
     type(None): _encode_none,
+    SqlNull: _encode_null,
     decimal.Decimal: _encode_decimal,
     RecordID: _encode_record_id,
+    Duration: _encode_duration,
 }
 
 
@@ -117,6 +136,12 @@ def _tag_hook(tag: Any, immutable: bool) -> Any:
 def decode(data: bytes) -> Any:
     """One value in SurrealDB's CBOR dialect (what the SDK's decoder returns)."""
     return cbor2.loads(data, tag_hook=_tag_hook)
+
+
+def decoder(fp: Any) -> Any:
+    """A decoder of consecutive values from the binary file ``fp`` (a CBOR sequence, as a
+    backup dump holds): ``.decode()`` per value, ``cbor2.CBORDecodeEOF`` at the end."""
+    return cbor2.CBORDecoder(fp, tag_hook=_tag_hook)
 
 
 def decode_whole(data: bytes) -> tuple[Any, int]:

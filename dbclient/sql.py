@@ -175,8 +175,22 @@ def schema_fingerprint(table_definition: str, table_info: Mapping[str, Any]) -> 
     return h.hexdigest()
 
 
+class SqlNull:
+    """SurrealDB's NULL as a parameter value. The SDK sends a Python ``None`` as NONE (an
+    absent field); rows read back hold ``None`` for NULL, so a writer that must keep NULL
+    (the backup importer) sends this marker instead (``dbclient.cbor`` encodes it as CBOR
+    null)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SQL_NULL"
+
+
+SQL_NULL = SqlNull()
+
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
-_SCALARS = (type(None), bool, int, float, str, bytes, bytearray, datetime.datetime,
+_SCALARS = (SqlNull, type(None), bool, int, float, str, bytes, bytearray, datetime.datetime,
             datetime.date, uuid.UUID, decimal.Decimal)
 
 

@@ -345,6 +345,9 @@ GET_ROUTES: tuple[tuple[str, str, bool], ...] = (
     ("/debug/memory", "GET /debug/memory", False),
     ("/debug/catchup-rows/{table}", "GET /debug/catchup-rows/{table}", False),
     ("/debug/heartbeat", "GET /debug/heartbeat", False),
+    ("/backup/status", "GET /backup/status", False),
+    ("/backup/status/{backup_id}", "GET /backup/status/{backup_id}", False),
+    ("/backup/restore/status/{restore_id}", "GET /backup/restore/status/{restore_id}", False),
 )
 
 POST_ROUTES: tuple[str, ...] = (
@@ -357,6 +360,8 @@ POST_ROUTES: tuple[str, ...] = (
     "/job/kill",
     "/job/retry",
     "/job/recover",
+    "/backup/create",
+    "/backup/restore",
     "/impersonate/mint",
     "/impersonate/users",
     "/crdt/apply",

@@ -103,6 +103,11 @@ ROUTES: Final = (
     "POST /job/retry",
     "POST /job/recover",
     "PUT /backends",
+    "POST /backup/create",
+    "GET /backup/status",
+    "GET /backup/status/{backup_id}",
+    "POST /backup/restore",
+    "GET /backup/restore/status/{restore_id}",
     "POST /impersonate/mint",
     "POST /impersonate/users",
     "POST /crdt/apply",
@@ -124,6 +129,9 @@ ROUTE_TIMEOUT_SECS: Final[dict[str, float]] = {
     "POST /view/unregister": 30.0,
     "POST /reset": 60.0,
     "POST /admin/reload": 600.0,
+    # a storage status asks the object store, which may be slow to refuse (3 attempts)
+    "GET /backup/status": 30.0,
+    "POST /backup/restore": 30.0,
 }
 
 
@@ -622,6 +630,8 @@ def normalize_body(route: str, body: Any) -> Any:
         return _recover_body(body)
     if route == "PUT /backends":
         return _backend_list(body)
+    if route in ("POST /backup/create", "POST /backup/restore"):
+        return _backup_body(body)
     if route in OBJECT_ROUTES:
         return _obj(body)  # the hub checks the fields (`maintenance.impersonation`, `ssp.crdt`)
     raise KeyError(route)
@@ -666,6 +676,15 @@ def _backend_list(body: Any) -> list[Any]:
                         f"{_json_type(body)}")
     return body
 
+
+def _backup_body(body: Any) -> dict[str, Any]:
+    """`POST /backup/create`, `/backup/restore`: a JSON object (its fields are checked by the
+    hub, `backup.requests`, the same rules as on the scheduler's listener)."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise BodyError(None, f"the body must be a JSON object, got {_json_type(body)}")
+    return body
 
 #: POST routes whose body is a JSON object the hub validates field by field.
 OBJECT_ROUTES: Final = frozenset({"POST /impersonate/mint", "POST /impersonate/users",

@@ -25,6 +25,7 @@ from ipc.bearer import BearerAuth
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import HttpError, bad_request, serialize_error
 from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
+from scheduler.backups import add_backup_routes
 from scheduler.core import Reply, Scheduler, SchedulerBusy
 from scheduler.impersonate import add_impersonation_routes
 from scheduler.jobs import add_job_routes
@@ -82,7 +83,7 @@ def _num_field(body: dict[str, Any], key: str, *, required: bool,
 
 
 def _busy(e: SchedulerBusy) -> HttpError:
-    return HttpError(503, "cloning", str(e))
+    return HttpError(503, "restoring" if "restoring" in str(e) else "cloning", str(e))
 
 
 class Ingest:
@@ -299,5 +300,6 @@ def create_app(s: Scheduler, meter: Meter | None = None
     app.add_route("/info", Getter(s.info))
     add_job_routes(app, s)
     attach_workflows(app, s)
+    add_backup_routes(app, s)  # the backup plane (scheduler/backups.py)
     add_impersonation_routes(app, s)
     return app

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ipc import otel
 from ipc.messages import INGEST_BATCH_MAX
@@ -95,25 +96,6 @@ class DriftConfig:
 
 
 @dataclass(frozen=True)
-class ObjectStoreConfig:
-    """Backup object storage (``OBJSTORE_*``, no ``SVC_`` prefix); ``None`` fields fall back to
-    local defaults chosen by the backup plane."""
-
-    endpoint: str | None = None
-    access_key: str | None = field(default=None, repr=False)
-    secret_key: str | None = field(default=None, repr=False)
-    bucket: str | None = None
-    region: str | None = None
-
-    @property
-    def enabled(self) -> bool:
-        """The backup plane switches on when any of endpoint, keys or bucket is present."""
-        return any(
-            v is not None for v in (self.endpoint, self.access_key, self.secret_key, self.bucket)
-        )
-
-
-@dataclass(frozen=True)
 class AdminConfig:
     """The admin listener (``SVC_ADMIN_*``, ``SVC_CLOUD_*``, ``SVC_PROJECT_SLUG``)."""
 
@@ -134,6 +116,7 @@ class AdminConfig:
     cloud_project: str | None = None
     project_slug: str = "default"
     objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+    backup_pause_at: str | None = None  # ours, SVC_BACKUP_PAUSE_AT: a crash-test failpoint
     # ours, SVC_SUPERVISED=1: a supervisor (ops/run) relaunches the scheduler when it exits, so
     # `POST /admin/api/scheduler/restart {mode: restart}` may exit the process.
     supervised: bool = False
@@ -416,6 +399,13 @@ def _db_config(yaml_db: Mapping[str, Any], env: Mapping[str, str]) -> DbConfig:
         raise ConfigError(f"database settings: {e}") from None
 
 
+def _pause_at(env: Mapping[str, str]) -> str | None:
+    try:
+        return pause_from_env(env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _admin_config(env: Mapping[str, str]) -> AdminConfig:
     job_interval = _env_int(env, "SVC_ADMIN_JOB_INTERVAL_SECS", 15, minimum=0)
     live = _env_int(env, "SVC_ADMIN_JOB_LIVE_INTERVAL_SECS", 2)
@@ -442,13 +432,8 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
         cloud_api_url=_env_str(env, "SVC_CLOUD_API_URL"),
         cloud_project=_env_str(env, "SVC_CLOUD_PROJECT"),
         project_slug=_env_str(env, "SVC_PROJECT_SLUG") or "default",
-        objstore=ObjectStoreConfig(
-            endpoint=_env_str(env, "OBJSTORE_ENDPOINT"),
-            access_key=_env_secret(env, "OBJSTORE_ACCESS_KEY"),
-            secret_key=_env_secret(env, "OBJSTORE_SECRET_KEY"),
-            bucket=_env_str(env, "OBJSTORE_BUCKET"),
-            region=_env_str(env, "OBJSTORE_REGION"),
-        ),
+        objstore=objstore_from_env(env),  # one parser, shared with the SSP
+        backup_pause_at=_pause_at(env),
         supervised=_env_bool(env, "SVC_SUPERVISED", False),
     )
 

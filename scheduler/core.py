@@ -120,6 +120,9 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self.ingested = 0
         self.dropped_batches = 0
         self.last_clone: dict[str, Any] | None = None
+        # The backup plane (scheduler.backups): while set, the state is Restoring (ingest,
+        # reclone and SSP registration answer 503; the changefeed tail is stopped).
+        self.restore_hold: str | None = None
         self._next_pub = self.wal.last_seq + 1
         self._pending: dict[int, dict[str, Any]] = {}
         self._drain_lock = asyncio.Lock()
@@ -165,10 +168,10 @@ class Scheduler(SspPool, Delivery, Placement, Status):
             # A new replica, or a clone that a crash interrupted (events replayed from the
             # WAL on top of a partial clone would otherwise pass for a complete replica).
             await self._clone("startup")
-        self.state = "ready"
-        log.info("scheduler ready: applied_seq=%d latest_seq=%d",
+        self.state = "restoring" if self.restore_hold else "ready"
+        log.info("scheduler %s: applied_seq=%d latest_seq=%d", self.state,
                  self.replica.applied_seq, self.wal.last_seq)
-        if self.feed is not None:
+        if self.feed is not None and not self.restore_hold:
             await self.feed.start()
         self._spawn(self._check_drift(), "drift-startup")
         self._spawn(self._schema_watch(), "schema-watch")
@@ -276,7 +279,8 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         table's field definitions before the WAL, so the replica (and its hash) holds what the
         database holds, like rows read from the changefeed or cloned."""
         if self.state != "ready":
-            raise SchedulerBusy("the scheduler is cloning its replica")
+            raise SchedulerBusy(f"the scheduler is {self.state}"
+                                + (" its replica" if self.state == "cloning" else ""))
         checked = validate_event(event)
         if isinstance(checked["id"], str) and checked["record"] is not None:
             checked["record"] = await self.field_types.restore(
@@ -343,9 +347,9 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         if self._clone_task is not None and not self._clone_task.done():
             return Reply(409, {"error": "reclone_running",
                                "message": "a reclone is already running"})
-        if self.cloning:
-            return Reply(503, {"error": "cloning",
-                               "message": "the scheduler is cloning its replica"})
+        if self.state != "ready":
+            return Reply(503, {"error": self.state,
+                               "message": f"the scheduler is {self.state}"})
         self._clone_task = asyncio.create_task(self.reclone(reason), name="reclone")
         return Reply(202, {"status": "cloning"})
 
@@ -355,6 +359,8 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         Raises CloneInProgress when a clone already runs."""
         if self.replica.cloning:
             raise CloneInProgress("a clone of the replica is already running")
+        if self.restore_hold:
+            raise SchedulerBusy("the scheduler is restoring: only the restore re-clones")
         self.state = "cloning"
         try:
             for ssp_id in list(self.entries):
@@ -362,6 +368,29 @@ class Scheduler(SspPool, Delivery, Placement, Status):
             await self._clone(reason)
         finally:
             self.state = "ready"
+
+    async def hold_for_restore(self, reason: str) -> None:
+        """Enter Restoring (a restore replaces the database): ingest, reclone and SSP
+        registration answer 503 and the changefeed tail stops until :meth:`release_restore`."""
+        self.restore_hold = reason
+        self.state = "restoring"
+        if self.feed is not None:
+            await self.feed.stop()
+        log.warning("scheduler restoring: %s", reason)
+
+    async def release_restore(self, reason: str) -> None:
+        """Leave Restoring: re-clone the replica from the database as it is now (every SSP
+        flagged to re-bootstrap), then restart the changefeed tail. Raises what the clone
+        raises; the caller holds again on failure."""
+        self.restore_hold = None
+        since_ms = int(time.time() * 1000)
+        await self.reclone(reason)
+        if self.feed is not None:
+            # From the re-clone on, without the usual margin: the feed still holds the changes
+            # made before the database was replaced (REMOVE TABLE does not drop them), and
+            # read again they would put pre-restore rows back over the restored ones.
+            await self.feed.reset(since_ms)
+            await self.feed.start()
 
     @property
     def _clone_marker(self) -> Path:

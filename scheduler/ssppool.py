@@ -31,9 +31,9 @@ class SspPool:
     # ------------------------------------------------------------------ SSP registry
     async def register_ssp(self, ssp_id: str, url: str) -> Reply:
         """``POST /ssp/register`` (body already validated): 202 ``{snapshot_seq}``."""
-        if self.cloning:
-            return Reply(503, {"error": "cloning",
-                               "message": "the scheduler is cloning its replica; retry"})
+        if self.state != "ready":  # cloning, or restoring (scheduler.backups)
+            return Reply(503, {"error": self.state,
+                               "message": f"the scheduler is {self.state}; retry"})
         old = self.entries.get(ssp_id)
         if old is not None:
             self._drop_entry(old)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ipc.otel import OtelConfigError, metrics_exporters
 from ipc.transport import TransportError, ingest_transport
@@ -116,6 +117,13 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
         raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
 
 
+def _pause_at(env: Mapping[str, str]) -> str | None:
+    try:
+        return pause_from_env(env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _service_project(env: Mapping[str, str]) -> Project | None:
     """The project file named by `SVC_PROJECT_FILE` (None without the variable)."""
     if not env.get("SVC_PROJECT_FILE", "").strip():
@@ -211,6 +219,11 @@ class SspConfig:
     # ours (SVC_SSP_SHARD_TIMEOUT_SECS): a shard that does not answer a registration or an
     # unregistration within this is restarted and rebuilt
     shard_call_timeout_secs: float = 120.0
+    # the standalone maintenance plane (ssp.hub.backups): OBJSTORE_* (one parser, shared with the
+    # scheduler), SVC_PROJECT_SLUG (the storage prefix), ours SVC_BACKUP_PAUSE_AT (crash tests)
+    objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+    project_slug: str = "default"
+    backup_pause_at: str | None = None
 
     @property
     def standalone(self) -> bool:
@@ -323,4 +336,7 @@ class SspConfig:
                                             minimum=1),
             shard_call_timeout_secs=_int(env, "SVC_SSP_SHARD_TIMEOUT_SECS", 120,
                                          minimum=1),  # ours
+            objstore=objstore_from_env(env),
+            project_slug=env.get("SVC_PROJECT_SLUG", "").strip() or "default",
+            backup_pause_at=_pause_at(env),
         )

@@ -7,7 +7,10 @@ admin plane on `--admin-bind`, default 127.0.0.1:9668) and N SSPs in scheduler m
 consecutive ports from the `--ssp-bind` port (default 8667), ids `ssp-<port>`. Without
 `SVC_ADMIN_PASSWORD` a break-glass password is generated for the run and printed once.
 `--standalone`: database host, `svc schema apply`, one standalone SSP (no scheduler, no
-admin plane).
+admin plane). `--objstore`: also a local S3 server for backups (`rclone serve s3` on
+`--objstore-bind`, default 127.0.0.1:9670, data in `<data>/objstore`), started before the
+services, with
+`OBJSTORE_*` given to the scheduler and the SSPs.
 
 Every process is supervised (`stack.supervisor`): one that dies, by a signal too, is relaunched
 with backoff and a crash budget; an SSP's exits 2-6 are requested relaunches. The database host
@@ -26,6 +29,8 @@ from pathlib import Path
 
 import yaml
 
+from backup.config import DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY
+from backup.localserver import serve_argv, serve_env
 from stack import rundir
 from stack.config import StackConfig, parse
 from stack.supervisor import RELAUNCH_CODES, Child, Supervisor
@@ -58,6 +63,8 @@ def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> lis
         child_env["SVC_DB_URL"] = cfg.effective_db_url
         # The embedded engine has no http::* functions: its ingest transport is the changefeed.
         child_env["SVC_INGEST_TRANSPORT"] = "changefeed"
+    if cfg.objstore:
+        children.append(objstore_child(cfg, child_env, run_root))
     if cfg.cluster:
         children.append(Child("svc schema apply",
                               [sys.executable, "-m", "svccli", "schema", "apply"],
@@ -78,6 +85,24 @@ def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> lis
                               health_url=f"http://{cfg.ssp_bind}/health",
                               relaunch_codes=RELAUNCH_CODES))
     return children
+
+
+def objstore_child(cfg: StackConfig, env: dict[str, str], run_root: Path) -> Child:
+    """`--objstore`: `rclone serve s3` over `<data>/objstore` (the stack's temporary
+    directory with --memory) with the keys of OBJSTORE_ACCESS_KEY / OBJSTORE_SECRET_KEY, else
+    the documented local defaults; the children started after it get OBJSTORE_* pointing at
+    it (the variables already set are kept)."""
+    root = (run_root if cfg.data_dir is None else cfg.data_dir) / "objstore"
+    root.mkdir(parents=True, exist_ok=True)
+    access = env.get("OBJSTORE_ACCESS_KEY") or DEFAULT_ACCESS_KEY
+    secret = env.get("OBJSTORE_SECRET_KEY") or DEFAULT_SECRET_KEY
+    env["OBJSTORE_ENDPOINT"] = f"http://{cfg.objstore_bind}"
+    env["OBJSTORE_ACCESS_KEY"] = access
+    env["OBJSTORE_SECRET_KEY"] = secret
+    # Any HTTP answer (an unsigned GET is refused) means the server is up.
+    return Child("objstore (rclone serve s3)", serve_argv(root, cfg.objstore_bind),
+                 {**env, **serve_env(access, secret)}, health_url=f"http://{cfg.objstore_bind}/",
+                 ready=lambda status, body: True)
 
 
 def scheduler_dir(cfg: StackConfig, run_root: Path) -> Path:
@@ -177,6 +202,9 @@ def _run(cfg: StackConfig, env: dict[str, str], run_root: Path) -> int:
                              "user added with `svc admin add`")
         elif cfg.start_ssp:
             lines.append(f"  SSP             http://{cfg.ssp_bind}  (GET /health, /info; POST /view/register)")
+        if cfg.objstore:
+            lines.append(f"  object storage  http://{cfg.objstore_bind}  (S3 for backups; "
+                         "POST /admin/api/backups, or /backup/create)")
         lines.append("Ctrl-C stops everything.")
         print("\n".join(lines), flush=True)
 

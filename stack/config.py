@@ -27,6 +27,9 @@ class StackConfig:
     #: break-glass password of the admin plane: SVC_ADMIN_PASSWORD, else generated per run
     admin_password: str = field(default="", repr=False)
     admin_password_generated: bool = False
+    #: `--objstore`: a local S3 server (`rclone serve s3`) for backups, on `objstore_bind`
+    objstore: bool = False
+    objstore_bind: str = "127.0.0.1:9670"
 
     @property
     def starts_host(self) -> bool:
@@ -70,6 +73,11 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
                    help="scheduler ingest listener address in cluster mode")
     p.add_argument("--admin-bind", default="127.0.0.1:9668",
                    help="admin listener (dashboard, admin API, MCP) address in cluster mode")
+    p.add_argument("--objstore", action="store_true",
+                   help="start a local S3 server (rclone serve s3, data under <data>/objstore) "
+                        "and point the backup plane at it (OBJSTORE_*)")
+    p.add_argument("--objstore-bind", default="127.0.0.1:9670",
+                   help="address of the --objstore server (default 127.0.0.1:9670)")
     a = p.parse_args(list(argv))
     if a.ssps is not None and a.ssps < 1:
         p.error("--ssps must be 1 or more (--standalone runs one SSP without a scheduler)")
@@ -79,7 +87,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
         p.error("--standalone excludes --ssps and --no-ssp")
     ssps = 0 if a.standalone or a.no_ssp else (a.ssps or 1)
     for name, bind in (("--ssp-bind", a.ssp_bind), ("--scheduler-bind", a.scheduler_bind),
-                       ("--admin-bind", a.admin_bind)):
+                       ("--admin-bind", a.admin_bind), ("--objstore-bind", a.objstore_bind)):
         _, sep, port = bind.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
             p.error(f"{name} must be host:port, got {bind!r}")
@@ -106,4 +114,6 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
         admin_bind=a.admin_bind,
         admin_password=admin_password,
         admin_password_generated=generated,
+        objstore=a.objstore,
+        objstore_bind=a.objstore_bind,
     )

@@ -19,6 +19,8 @@ their own system), under ``/admin/api`` unless said:
 * ``GET incidents``, ``incidents/{id}``: :mod:`.incidents`;
 * ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked;
 * ``workflows/*``, ``schedules/*``: :mod:`.workflows`;
+* ``backups``, ``backups/config``, ``backups/{id}``, ``backups/{id}/restore``,
+  ``restore/release``: :mod:`.backups`;
 * ``POST mcp``: the MCP endpoint, served in front of this app (:mod:`.mcp`).
 
 Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 over the limit,
@@ -37,7 +39,7 @@ import falcon.asgi
 from opentelemetry.metrics import Meter, NoOpMeter
 
 from ipc import otel
-from scheduler.admin import dashboard
+from scheduler.admin import backups, dashboard
 from scheduler.admin.auth import AdminAuth
 from scheduler.admin.errors import (
     AdminError,
@@ -375,4 +377,5 @@ def create_falcon_app(plane: AdminPlane,
     routes += workflow_routes(plane)  # workflows/*, schedules/*: scheduler.admin.workflows
     for path, resource in routes:
         app.add_route(api + path, resource)
+    backups.register(app, plane, api)  # backups and restores (scheduler/admin/backups.py)
     return app

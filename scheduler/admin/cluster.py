@@ -8,7 +8,7 @@ live scheduler, so a change in the core's internals is absorbed here. What it of
   and heartbeat figures, drift and changefeed status, configured job tables;
 * SSP entries as :class:`SspInfo` snapshots (state, flag, registration time, heartbeat body
   figures, queue) and view placement (view id -> SSP id, from the tracker);
-* the backend monitor, the job plane's kill and retry, the workflow engine, the incident
+* the backend monitor, the job plane's kill and retry, the workflow engine, the backup plane, the incident
   store, the root database client;
 * actions: flag an SSP (the heartbeat 409 directive), reclone, rehash, HTTP calls to an SSP
   (bearer ``SVC_AUTH_SECRET``) including a streamed GET for ``/logs``;
@@ -100,6 +100,7 @@ class Cluster(Protocol):
     def backends(self) -> Any: ...
     def workflows(self) -> Any: ...
     def running_jobs(self) -> int: ...
+    def backup_plane(self) -> Any: ...
     def on_ssp_event(self, fn: Callable[[str, str, str], None]) -> None: ...
     def flag_ssp(self, ssp_id: str, reason: str, clean: bool) -> bool: ...
     def reclone_running(self) -> bool: ...
@@ -229,6 +230,10 @@ class SchedulerCluster:
 
     def on_ssp_event(self, fn: Callable[[str, str, str], None]) -> None:
         self._s.ssp_events.append(fn)
+
+    def backup_plane(self) -> Any:
+        """The scheduler's backup plane (``scheduler.backups.BackupPlane``), None without."""
+        return getattr(self._s, "backup_plane", None)
 
     # ------------------------------------------------------------------ actions
     def flag_ssp(self, ssp_id: str, reason: str, clean: bool) -> bool:

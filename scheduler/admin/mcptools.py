@@ -12,8 +12,9 @@ repeated safely) and ``destructive`` (``destructiveHint``: restarts, kills, dele
 of scope ``read`` is shown only the read tools, and calling another answers a tool error.
 
 Areas are tuples below; :data:`AREAS` lists them in the order ``tools/list`` shows them. The
-backup tools are added as one tuple (and one line in ``AREAS``) when their system exists;
-the pool tools are plain data in ``pooltools``. ``cloud_deployment`` and ``cloud_restart`` call their routes,
+the pool tools are plain data in ``pooltools``. ``backup_delete`` and ``backups_configure``
+call their routes, which answer ``Not linked to the hosted platform`` while the scheduler is not
+linked. ``cloud_deployment`` and ``cloud_restart`` call their routes,
 which answer ``Not linked to the hosted platform`` while the scheduler is not linked.
 """
 
@@ -303,6 +304,42 @@ RESTART: tuple[AdminTool, ...] = (
                "surreal": {"type": "boolean"}}),
 )
 
+BACKUPS: tuple[AdminTool, ...] = (
+    AdminTool("backups_list", "Backups",
+              "The catalog in object storage, this scheduler's local registry, the restores, "
+              "the schedule config and storage reachability; `held` names a failed restore "
+              "that keeps the scheduler Restoring.", "read", _get("/backups")),
+    AdminTool("backup_create", "Back up the database",
+              "Export the main database (schema and every table's rows) to object storage. "
+              "Answers {operation, backup_id}; operations_list shows its completion.", "write",
+              lambda a: ApiCall("POST", "/backups",
+                                body={"name": a["name"]} if a.get("name") else {}),
+              {"name": {"type": "string", "minLength": 1, "maxLength": 200}}),
+    AdminTool("backup_restore", "Restore a backup",
+              "Replace the main database with a backup: stages queued, running, main_db "
+              "(wiped and re-imported), replica (re-cloned; every SSP re-bootstraps), done. "
+              "Only while the scheduler is Ready (or held by a failed restore). Answers "
+              "{operation, restore_id}.", "destructive",
+              lambda a: ApiCall("POST", f"/backups/{_seg(a['backup_id'])}/restore"),
+              {"backup_id": _STR}, ("backup_id",)),
+    AdminTool("backup_restore_status", "Restore status",
+              "The latest restore of a backup: {cloud, local, stage}.", "read",
+              lambda a: ApiCall("GET", f"/backups/{_seg(a['backup_id'])}/restore"),
+              {"backup_id": _STR}, ("backup_id",)),
+    AdminTool("backup_delete", "Delete a backup",
+              "Soft-delete a backup in the catalog (only when linked to the hosted platform).",
+              "destructive", lambda a: ApiCall("DELETE", f"/backups/{_seg(a['backup_id'])}"),
+              {"backup_id": _STR}, ("backup_id",)),
+    AdminTool("backups_configure", "Configure scheduled backups",
+              "Scheduled backups: enabled, schedule, retention (only when linked to the hosted "
+              "platform).", "write",
+              lambda a: ApiCall("PUT", "/backups/config",
+                                body={k: a[k] for k in ("enabled", "schedule", "retention")
+                                      if k in a}),
+              {"enabled": {"type": "boolean"}, "schedule": _STR,
+               "retention": {"type": "integer", "minimum": 1, "maximum": 3650}}),
+)
+
 INCIDENTS: tuple[AdminTool, ...] = (
     AdminTool("incidents_list", "Incidents",
               "Incidents newest first (same data and filters as GET /admin/api/incidents).",
@@ -332,8 +369,8 @@ def _from_spec(spec: dict[str, Any]) -> AdminTool:
 POOLS: tuple[AdminTool, ...] = tuple(_from_spec(s) for s in POOL_TOOL_SPECS)
 
 #: every area in tools/list order; a new system adds its tuple here
-AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, WORKFLOWS, JOBS, RESTART, INCIDENTS,
-                                            POOLS)
+AREAS: tuple[tuple[AdminTool, ...], ...] = (CLUSTER, LIVE, WORKFLOWS, JOBS, RESTART, BACKUPS,
+                                            INCIDENTS, POOLS)
 TOOLS: tuple[AdminTool, ...] = tuple(t for area in AREAS for t in area)
 _BY_NAME = {t.name: t for t in TOOLS}
 assert len(_BY_NAME) == len(TOOLS), "tool names must be unique"

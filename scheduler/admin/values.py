@@ -15,13 +15,12 @@ from engine.jsonvalues import to_json as jsonable
 from ipc.messages import parse_duration_ms, parse_timestamp
 from scheduler.admin.errors import Invalid, PayloadTooLarge, UnsupportedMediaType
 
-__all__ = ["epoch_ms", "jsonable", "q_bool", "q_int", "q_str", "read_json", "ttl_ms"]
-
-MAX_BODY = 64 * 1024  # an admin body: a JSON object of at most 64 KiB
+__all__ = ["MAX_BODY", "epoch_ms", "jsonable", "q_bool", "q_int", "q_str", "read_json", "ttl_ms"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 DEFAULT_TTL_MS = 600_000
+MAX_BODY = 64 * 1024  # an admin request body
 
 
 def epoch_ms(v: Any) -> int | None:

@@ -17,8 +17,8 @@ Follow one ingest from the gateway to an edge row, by module:
 The rest: `registry` (register, with its refusals decided before anything changes; identity
 rules in `identity`), `views` (a view's lifecycle: new, restored, result, unregistered),
 `loading` (bootstrap, table loads, reload and reset), `snapshot` (`snapshot.json`), `tail`
-(the standalone changefeed), `loops` (TTL sweep, schema poll, database watch),
-`introspection` (`/info`, `/logs`, `/debug/*`), `state` (what they all share: the registry,
+(the standalone changefeed), `backups` (the standalone maintenance plane: backups and
+restores), `loops` (TTL sweep, schema poll, database watch), `introspection` (`/info`, `/logs`, `/debug/*`), `state` (what they all share: the registry,
 the arena, the shards, the publisher, and the exclusive section that orders them).
 """
 

@@ -20,6 +20,7 @@ from ssp.config import SspConfig
 from ssp.crdt import CrdtFields, crdt_routes
 from ssp.hub import routes
 from ssp.hub.admission import Admission
+from ssp.hub.backups import Backups, SspTarget
 from ssp.hub.edgetables import EdgeTables
 from ssp.hub.introspection import Introspection
 from ssp.hub.loading import Loading, syncs_table
@@ -57,6 +58,7 @@ class Hub(HubState):
         self.registry = Registry(self, self.pool, self.lifecycle, self.edges, self.loops.know_table)
         self.admission = Admission(self, self.sequencer)
         self.introspection = Introspection(self, VERSION)
+        self.backups = Backups(self, SspTarget(self, self.loading, self.snapshot, self.tail))
         self.crdt = CrdtFields(self.db, cfg.crdt_fields, cfg.crdt_cache_size)
         self.handlers = routes.bind(self, {
             route: partial(handler, self) for route, handler in {

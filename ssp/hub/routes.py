@@ -32,6 +32,12 @@ ROUTES: Mapping[str, tuple[str, str]] = {
     "GET /debug/memory": ("introspection", "debug_memory"),
     "GET /debug/catchup-rows/{table}": ("introspection", "debug_catchup"),
     "GET /debug/heartbeat": ("introspection", "debug_heartbeat"),
+    # the standalone maintenance plane (`ssp.hub.backups`)
+    "POST /backup/create": ("backups", "create"),
+    "GET /backup/status": ("backups", "status"),
+    "GET /backup/status/{backup_id}": ("backups", "one_backup"),
+    "POST /backup/restore": ("backups", "restore"),
+    "GET /backup/restore/status/{restore_id}": ("backups", "one_restore"),
 }
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 LONG = 120_000  # ms: generous, the machine is shared; conditions are waited on, not slept
 PAGES = ["", "ssps", "views", "presence", "backends", "backends/pay", "logs", "jobs",
-         "jobs/job:j0", "operations", "incidents", "access"]
+         "jobs/job:j0", "operations", "backups", "incidents", "access"]
 MEASURED: dict[str, Any] = {}
 expect.set_options(timeout=LONG)
 

@@ -33,7 +33,9 @@ SPEC_TOOLS = {"admin_config", "overview", "backends_list", "backend_get", "logs_
               "cloud_restart", "workflow_runs_list", "workflow_run_get", "workflow_run_cancel",
               "workflow_run_rerun", "workflow_run_retry", "schedules_list", "schedule_get",
               "schedule_pause", "schedule_resume", "schedule_trigger", "schedule_release",
-              "pools_list", "pool_machines", "pool_pause", "pool_resume", "machine_drain"}
+              "pools_list", "pool_machines", "pool_pause", "pool_resume", "machine_drain",
+              "backups_list", "backup_create", "backup_restore",
+              "backup_restore_status", "backup_delete", "backups_configure"}
 #: read tools over routes this cluster cannot serve (no workflow tables): tested with the
 #: workflows (tests/integration/test_workflows.py)
 WORKFLOW_READ = {"workflow_runs_list", "workflow_run_get", "schedules_list", "schedule_get"}
@@ -106,7 +108,8 @@ async def test_tools_list_follows_the_tokens_scope(cluster: AdminCluster, mode: 
         assert t.annotations is not None and t.annotations.read_only_hint is ro, name
         assert t.input_schema["type"] == "object"
     for name in ("ssp_restart", "ssps_restart_all", "scheduler_restart", "jobs_clear",
-                 "job_kill", "cloud_restart", "workflow_run_cancel"):
+                 "job_kill", "cloud_restart", "workflow_run_cancel", "backup_restore",
+                 "backup_delete"):
         assert tools[name].annotations.destructive_hint is True, name
     assert tools["overview"].annotations.destructive_hint is False
     async with mcp_client(cluster, read, mode) as client:
@@ -146,6 +149,7 @@ async def test_every_read_tool_answers_through_the_admin_api(cluster: AdminClust
             "job_get": {"job_id": "job:j0"},
             "incidents_list": {"state": "recorded"},
             "incident_get": {"incident_id": incidents["incidents"][0]["id"]},
+            "backups_list": {}, "backup_restore_status": {"backup_id": "never-made"},
         }
         answers = {name: payload(await client.call_tool(name, args))
                    for name, args in calls.items()}
@@ -162,6 +166,11 @@ async def test_every_read_tool_answers_through_the_admin_api(cluster: AdminClust
         assert [j["id"] for j in answers["jobs_list"]["jobs"]] == ["job:j1"]
         assert answers["job_get"]["payload"] == {"n": 0}
         assert answers["incident_get"]["incident"]["id"] == incidents["incidents"][0]["id"]
+        # no object storage in this cluster: the plane is off, nothing in its registry
+        assert answers["backups_list"]["storage"]["configured"] is False
+        assert answers["backups_list"]["catalog"] is None
+        assert answers["backup_restore_status"] == {"cloud": None, "local": None,
+                                                    "stage": None}
         logs = answers["logs_recent"]
         assert 0 < len(logs["lines"]) <= 20 and all("message" in ln for ln in logs["lines"])
         ssp_logs = payload(await client.call_tool("logs_recent", {"source": f"ssp:{ssp}",
@@ -210,6 +219,17 @@ async def test_ssp_restart_answers_an_operation_that_operations_list_follows_to_
         assert res.is_error and res.structured_content["status"] == 400
         res = await client.call_tool("scheduler_restart", {"mode": "restart"})
         assert res.is_error and res.structured_content["code"] == "not_supervised"
+        # backups: off without object storage; delete and configure need the platform link
+        res = await client.call_tool("backup_create", {"name": "nightly"})
+        assert res.is_error and res.structured_content["status"] == 503
+        assert res.structured_content["code"] == "no_object_storage"
+        res = await client.call_tool("backup_restore", {"backup_id": "bk-1"})
+        assert res.is_error and res.structured_content["status"] == 503
+        for name, args in (("backup_delete", {"backup_id": "bk-1"}),
+                           ("backups_configure", {"enabled": True})):
+            res = await client.call_tool(name, args)
+            assert res.is_error and res.structured_content["message"] == \
+                "Not linked to the hosted platform", name
     # an MCP-minted token (even full) cannot mint tokens
     status, body = cluster.api("POST", "/admin/api/tokens",
                                {"label": "x", "scope": "read", "ttl_days": 1}, token=full)

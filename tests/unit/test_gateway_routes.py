@@ -42,6 +42,12 @@ CASES: list[tuple[str, str, Any, str, dict[str, str]]] = [
     ("POST", "/job/retry", {"id": "job:1"}, "POST /job/retry", {}),
     ("POST", "/job/recover", None, "POST /job/recover", {}),
     ("PUT", "/backends", [{"name": "api", "url": "http://127.0.0.1:1/health"}], "PUT /backends", {}),
+    ("POST", "/backup/create", {"backup_id": "bk-1"}, "POST /backup/create", {}),
+    ("GET", "/backup/status", None, "GET /backup/status", {}),
+    ("GET", "/backup/status/bk-1", None, "GET /backup/status/{backup_id}", {"backup_id": "bk-1"}),
+    ("POST", "/backup/restore", {"backup_id": "bk-1"}, "POST /backup/restore", {}),
+    ("GET", "/backup/restore/status/rs-1", None, "GET /backup/restore/status/{restore_id}",
+     {"restore_id": "rs-1"}),
     ("POST", "/impersonate/mint", {"session": "_00_impersonation:s1"}, "POST /impersonate/mint",
      {}),
     ("POST", "/impersonate/users", {"table": "user"}, "POST /impersonate/users", {}),
@@ -68,6 +74,19 @@ async def test_route_is_forwarded_and_the_hub_reply_is_answered(
         assert isinstance(sent["deadline_ms"], int)
         if route in ("POST /reset", "POST /admin/reload"):
             assert sent["body"] is None
+
+
+async def test_backup_bodies_must_be_objects_and_need_the_bearer() -> None:
+    async with GatewayUnderTest(SECRET) as gw:
+        result = await gw.client.simulate_post("/backup/restore", json=[1], headers=AUTH)
+        assert result.status_code == 400 and result.json["error"] == "invalid"
+        result = await gw.client.simulate_post("/backup/create", json={})
+        assert result.status_code == 401
+        result = await gw.client.simulate_get("/backup/status")
+        assert result.status_code == 401
+        result = await gw.client.simulate_post("/backup/create", headers=AUTH)
+        assert result.status_code == 200  # no body: {} forwarded, the hub picks the id
+        assert gw.hub.last("POST /backup/create")["body"] == {}
 
 
 async def test_ingest_body_is_forwarded_with_op_upper_cased() -> None:

@@ -8,6 +8,7 @@ import './logs.js';
 import './jobs.js';
 import './pools.js';
 import './operations.js';
+import './backups.js';
 import './incidents.js';
 import './access.js';
 import './workflows.js';
