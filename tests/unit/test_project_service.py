@@ -62,13 +62,14 @@ def test_the_ssp_takes_ref_mode_and_transport_from_the_project_file(tmp_path: Pa
 
 
 def test_the_scheduler_takes_the_transport_from_the_project_file(tmp_path: Path) -> None:
-    root = _root(tmp_path, "refMode: single\nsync: {transport: http}\n")
+    root = _root(tmp_path, "refMode: single\nsync: {transport: changefeed}\n")
     cfg = SchedulerConfig.load(None, {**DB, "SVC_PROJECT_FILE": str(root)})
-    assert cfg.ingest_transport is IngestTransport.HTTP
-    cfg = SchedulerConfig.load(None, {**DB, "SVC_PROJECT_FILE": str(root),
-                                      "SVC_INGEST_TRANSPORT": "changefeed"})
     assert cfg.ingest_transport is IngestTransport.CHANGEFEED
-    assert SchedulerConfig.load(None, DB).ingest_transport is IngestTransport.CHANGEFEED
+    cfg = SchedulerConfig.load(None, {**DB, "SVC_PROJECT_FILE": str(root),
+                                      "SVC_INGEST_TRANSPORT": "http"})
+    assert cfg.ingest_transport is IngestTransport.HTTP
+    # without a file: the one default of every component (ipc.transport), the spec's http
+    assert SchedulerConfig.load(None, DB).ingest_transport is IngestTransport.HTTP
 
 
 def _settings(env: dict[str, str], cwd: Path, project: str | None = None):  # type: ignore[no-untyped-def]
