@@ -118,7 +118,8 @@ def split_by_table(changes: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]
 
 async def read_round(db: Database, cursors: Mapping[str, int],
                      seen: Mapping[str, Iterable[int] | set[int]], *, limit: int,
-                     overlap_vs: int, page: int = ENGINE_PAGE_MAX) -> FeedRound:
+                     overlap_vs: int, page: int = ENGINE_PAGE_MAX,
+                     min_vs: int = 0) -> FeedRound:
     """Read the database's feed from the lowest `cursors[t] - overlap_vs`; return the sets of
     the tables in `cursors` not read before, in commit order (versionstamp, then table).
 
@@ -128,13 +129,14 @@ async def read_round(db: Database, cursors: Mapping[str, int],
     transaction is continued from that transaction's versionstamp (SINCE is inclusive); what was
     taken already is not taken twice. Stops at the end of the feed or, with `more`, once
     `limit` new sets were found. A set of table t is new when its versionstamp is at least
-    `cursors[t] - overlap_vs` and not in `seen[t]`.
+    `cursors[t] - overlap_vs` and not in `seen[t]`; nothing below `min_vs` is ever read (the
+    overlap does not reach back past a restore, see `FeedCursor.reset`).
     """
     page = max(1, min(page, ENGINE_PAGE_MAX))
     out = FeedRound()
     if not cursors:
         return out
-    floors = {t: max(0, c - overlap_vs) for t, c in cursors.items()}
+    floors = {t: max(0, min_vs, c - overlap_vs) for t, c in cursors.items()}
     since = min(floors.values())
     taken: set[tuple[int, str]] = set()
     while True:
@@ -197,6 +199,7 @@ class FeedCursor:
         self.overlap_vs = overlap_vs
         self.cursors: dict[str, int] = {}
         self.seen: dict[str, set[int]] = {}
+        self.floor = 0  # nothing below it is read again, even in the overlap (`reset`)
 
     def at(self, table: str) -> int:
         """The cursor of `table` (`base` when it has none yet)."""
@@ -211,17 +214,20 @@ class FeedCursor:
         self.cursors.pop(table, None)
         self.seen.pop(table, None)
 
-    def reset(self, base: int) -> None:
-        """Every table read again from `base`; nothing seen."""
+    def reset(self, base: int, *, floor: bool = False) -> None:
+        """Every table read again from `base`; nothing seen. With `floor`, the re-read overlap
+        never reaches below `base` either: after the database was replaced (a restore), the
+        feed still holds the old database's last changes, which must not be read again."""
         self.base = base
         self.cursors = {}
         self.seen = {}
+        self.floor = base if floor else 0
 
     async def read(self, db: Database, tables: Iterable[str] | None = None) -> FeedRound:
         """The next round of `tables` (default: every table with a cursor); moves nothing."""
         names = list(self.cursors) if tables is None else list(tables)
         return await read_round(db, {t: self.at(t) for t in names}, self.seen,
-                                limit=self.limit, overlap_vs=self.overlap_vs)
+                                limit=self.limit, overlap_vs=self.overlap_vs, min_vs=self.floor)
 
     def advance(self, rnd: FeedRound, tables: Iterable[str] | None = None) -> None:
         """Absorb `rnd` (read for `tables`, default every table with a cursor): call only
@@ -244,7 +250,7 @@ class FeedCursor:
     def state(self) -> dict[str, Any]:
         """The JSON-able position (`from_state` reads it back)."""
         return {"base": self.base, "cursors": dict(self.cursors),
-                "seen": {t: sorted(v) for t, v in self.seen.items() if v}}
+                "seen": {t: sorted(v) for t, v in self.seen.items() if v}, "floor": self.floor}
 
     @classmethod
     def from_state(cls, raw: Mapping[str, Any], *, limit: int = 1000,
@@ -253,4 +259,5 @@ class FeedCursor:
         cur = cls(int(raw["base"]), limit=limit, overlap_vs=overlap_vs)
         cur.cursors = {str(k): int(v) for k, v in raw.get("cursors", {}).items()}
         cur.seen = {str(k): {int(x) for x in v} for k, v in raw.get("seen", {}).items()}
+        cur.floor = int(raw.get("floor", 0))
         return cur

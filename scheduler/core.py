@@ -389,7 +389,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
             # From the re-clone on, without the usual margin: the feed still holds the changes
             # made before the database was replaced (REMOVE TABLE does not drop them), and
             # read again they would put pre-restore rows back over the restored ones.
-            await self.feed.reset(since_ms)
+            await self.feed.reset(since_ms, floor=True)
             await self.feed.start()
 
     @property

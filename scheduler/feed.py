@@ -176,10 +176,11 @@ class ChangefeedTail:
         """Read the feeds now (instead of at the next poll)."""
         self._wake.set()
 
-    async def reset(self, since_ms: int) -> None:
-        """Restart every cursor at `since_ms` (the start of a re-clone) and clear the gap."""
+    async def reset(self, since_ms: int, *, floor: bool = False) -> None:
+        """Restart every cursor at `since_ms` (the start of a re-clone) and clear the gap; with
+        `floor` (after a restore) the re-read overlap never reaches below it (FeedCursor.reset)."""
         async with self._lock:
-            self.cursor.reset(since_ms << 16)
+            self.cursor.reset(since_ms << 16, floor=floor)
             self.synced_ms = since_ms
             self.gap = False
             self._gap_handled = False

@@ -91,7 +91,7 @@ class SspTarget:
         state = self.state
         await self.loading.forget_rows()  # every view and row, fresh shard processes
         since_vs = int(time.time() * 1000) << 16
-        state.cursor.reset(since_vs)
+        state.cursor.reset(since_vs, floor=True)
         await self.loading.bootstrap()  # tables from the restored database, live views back
         await state.allowlist.load(state.db)  # the restored database's allowlist, as at start
         # The tail starts where this bootstrap began, without the usual margin: the feed still

@@ -54,3 +54,18 @@ def test_one_duration_parser(text: str, ns: int) -> None:
 def test_what_is_not_a_duration_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration_ns(text)
+
+
+def test_a_feed_cursor_reset_with_a_floor_keeps_it_across_a_restart() -> None:
+    """After a restore the re-read overlap must never reach the old database's changes: the
+    floor is part of the persisted position."""
+    from dbclient.feed import FeedCursor
+
+    cur = FeedCursor(5 << 16)
+    assert cur.floor == 0
+    cur.reset(100 << 16, floor=True)
+    again = FeedCursor.from_state(cur.state())
+    assert again.floor == 100 << 16 and again.base == 100 << 16
+    cur.reset(200 << 16)  # a plain reset (a re-clone) keeps the overlap
+    assert FeedCursor.from_state(cur.state()).floor == 0
+    assert FeedCursor.from_state({"base": 1, "cursors": {}}).floor == 0  # older state files
