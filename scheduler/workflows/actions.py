@@ -19,6 +19,7 @@ from scheduler.workflows.ids import key_of as _key
 from scheduler.workflows.ids import ms as _ms
 from scheduler.workflows.ids import rid as _rid
 from scheduler.workflows.ids import step_rid as _step_rid
+from scheduler.workflows.state import EngineState
 from scheduler.workflows.tables import CURRENT, schema_version
 
 if TYPE_CHECKING:
@@ -27,19 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["OperatorActions"]
 
 
-class OperatorActions:
+class OperatorActions(EngineState):
     """Mixed into the engine; uses its state and its private helpers."""
-
-    # the engine's attributes and helpers this part relies on
-    db: Any
-    lock: Any
-    runs: dict[str, Run]
-    fires: dict[str, Any]
-    schedules: dict[str, Sched]
-    state: str
-    version: int | None
-    incidents: Any
-    now: Any
 
     def _require_ready(self) -> None:
         if self.state == "disabled":

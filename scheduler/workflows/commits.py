@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import Database, DbQueryError
+from dbclient import DbQueryError
 from ipc.backoff import delay
-from project.workflows import Workflow
-from scheduler.workflows.config import WorkflowConfig
-from scheduler.workflows.state import Fire, Run, Sched, Unit
+from scheduler.workflows.state import EngineState, Unit
 
 log = logging.getLogger("scheduler.workflows")
 
@@ -47,21 +44,8 @@ def retryable(e: DbQueryError) -> bool:
 # owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
 # on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
 # module, as `scheduler.core` does with the scheduler.
-class Commits:
+class Commits(EngineState):
     """Commits units; the engine resyncs when one is refused without a handler."""
-
-    # the engine's state this part works on (`WorkflowEngine.__init__`)
-    db: Database
-    cfg: WorkflowConfig
-    lock: asyncio.Lock
-    now: Callable[[], datetime]
-    workflows: dict[str, tuple[Workflow | None, str | None, str]]
-    schedules: dict[str, Sched]
-    runs: dict[str, Run]
-    fires: dict[str, Fire]
-    stats: dict[str, int]
-    incidents: Any
-    _resync: bool
 
     async def _commit(self, units: list[Unit]) -> None:
         """Units of one round (independent of each other by construction) in transactions of

@@ -14,16 +14,14 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import Database, DbQueryError
+from dbclient import DbQueryError
 from engine.values import record_id_text
-from project.workflows import Workflow
 from scheduler.workflows import clock, errors, rollups
 from scheduler.workflows.commits import already_exists
-from scheduler.workflows.config import WorkflowConfig
 from scheduler.workflows.errors import run_error
 from scheduler.workflows.ids import ms as _ms
 from scheduler.workflows.ids import rid as _rid
-from scheduler.workflows.state import Fire, Run, Sched, Unit
+from scheduler.workflows.state import EngineState, Fire, Sched, Unit
 
 log = logging.getLogger("scheduler.workflows")
 
@@ -40,21 +38,8 @@ _CREATE_FIRED_DONE = ("CREATE $f CONTENT object::extend($c, {fired_at: time::now
 # owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
 # on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
 # module, as `scheduler.core` does with the scheduler.
-class Firing:
+class Firing(EngineState):
     """Units that fire schedules and end fires."""
-
-    # the engine's state this part works on (`WorkflowEngine.__init__`)
-    db: Database
-    cfg: WorkflowConfig
-    lock: asyncio.Lock
-    now: Callable[[], datetime]
-    workflows: dict[str, tuple[Workflow | None, str | None, str]]
-    schedules: dict[str, Sched]
-    runs: dict[str, Run]
-    fires: dict[str, Fire]
-    stats: dict[str, int]
-    incidents: Any
-    _resync: bool
 
     def _fires_by_schedule(self) -> dict[str, list[Fire]]:
         out: dict[str, list[Fire]] = {}

@@ -4,25 +4,21 @@ job into the end of its step or fire, and the job plane's dispatch and kill call
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import Database, DbError, DbQueryError
+from dbclient import DbError, DbQueryError
 from engine.values import record_id_text
-from project.workflows import Workflow
 from scheduler.workflows import errors, runs
-from scheduler.workflows.config import WorkflowConfig
 from scheduler.workflows.errors import run_error
 from scheduler.workflows.ids import ms as _ms
 from scheduler.workflows.ids import step_rid as _step_rid
 from scheduler.workflows.loading import READ_CHUNK
-from scheduler.workflows.state import Fire, Run, Sched, Step, Unit
+from scheduler.workflows.state import EngineState, Run, Step, Unit
 
 log = logging.getLogger("scheduler.workflows")
 
@@ -37,23 +33,8 @@ _ERROR_ENTRY = "{ at: time::now(), attempt: 0, kind: $kind, status: NULL, error:
 # owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
 # on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
 # module, as `scheduler.core` does with the scheduler.
-class Following:
+class Following(EngineState):
     """Job rows to step and fire endings; poke and kill through the job plane."""
-
-    # the engine's state this part works on (`WorkflowEngine.__init__`)
-    db: Database
-    cfg: WorkflowConfig
-    lock: asyncio.Lock
-    now: Callable[[], datetime]
-    workflows: dict[str, tuple[Workflow | None, str | None, str]]
-    schedules: dict[str, Sched]
-    runs: dict[str, Run]
-    fires: dict[str, Fire]
-    stats: dict[str, int]
-    incidents: Any
-    _resync: bool
-    _last_full: float
-    _dirty: set[str]
 
     def _followed(self) -> dict[str, tuple[RecordID, str, str, str | None]]:
         """job id text -> (job, "step", run key, step) | (job, "fire", fire key, None)."""

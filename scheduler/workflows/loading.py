@@ -4,15 +4,12 @@ database error, the active runs, steps and fires (`_recover`)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import Database
 from engine.values import record_id_text
 from project.workflows import (
     DefinitionError,
@@ -21,10 +18,9 @@ from project.workflows import (
     load_workflow,
 )
 from scheduler.workflows import clock, errors, runs
-from scheduler.workflows.config import WorkflowConfig
 from scheduler.workflows.errors import run_error
 from scheduler.workflows.ids import key_of as _key
-from scheduler.workflows.state import Fire, Run, Sched, Step
+from scheduler.workflows.state import EngineState, Fire, Run, Sched, Step
 
 log = logging.getLogger("scheduler.workflows")
 
@@ -36,22 +32,8 @@ READ_CHUNK = 500  # ids per `IN $ids` read
 # owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
 # on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
 # module, as `scheduler.core` does with the scheduler.
-class Loading:
+class Loading(EngineState):
     """Definitions and recovery."""
-
-    # the engine's state this part works on (`WorkflowEngine.__init__`)
-    db: Database
-    cfg: WorkflowConfig
-    lock: asyncio.Lock
-    now: Callable[[], datetime]
-    workflows: dict[str, tuple[Workflow | None, str | None, str]]
-    schedules: dict[str, Sched]
-    runs: dict[str, Run]
-    fires: dict[str, Fire]
-    stats: dict[str, int]
-    incidents: Any
-    _resync: bool
-    _defs_seen: tuple[Any, ...] | None
 
     async def _reload_definitions(self) -> None:
         wrows = await self.db.query_one(

@@ -5,7 +5,6 @@ owning fire)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import secrets
@@ -15,7 +14,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import Database, DbQueryError
+from dbclient import DbQueryError
 from engine.values import record_id_text
 from project.workflows import (
     Workflow,
@@ -23,12 +22,11 @@ from project.workflows import (
 )
 from scheduler.workflows import errors, rollups, runs
 from scheduler.workflows.commits import already_exists
-from scheduler.workflows.config import WorkflowConfig
 from scheduler.workflows.errors import run_error
 from scheduler.workflows.ids import ms as _ms
 from scheduler.workflows.ids import rid as _rid
 from scheduler.workflows.ids import step_rid as _step_rid
-from scheduler.workflows.state import Fire, Run, Sched, Step, Unit
+from scheduler.workflows.state import EngineState, Run, Step, Unit
 
 log = logging.getLogger("scheduler.workflows")
 
@@ -56,21 +54,8 @@ def _run_key(now: datetime) -> str:
 # owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
 # on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
 # module, as `scheduler.core` does with the scheduler.
-class RunStates:
+class RunStates(EngineState):
     """Units that move runs and steps along."""
-
-    # the engine's state this part works on (`WorkflowEngine.__init__`)
-    db: Database
-    cfg: WorkflowConfig
-    lock: asyncio.Lock
-    now: Callable[[], datetime]
-    workflows: dict[str, tuple[Workflow | None, str | None, str]]
-    schedules: dict[str, Sched]
-    runs: dict[str, Run]
-    fires: dict[str, Fire]
-    stats: dict[str, int]
-    incidents: Any
-    _resync: bool
 
     def _run_units(self, now: datetime) -> list[Unit]:
         units: list[Unit] = []

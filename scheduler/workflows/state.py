@@ -4,6 +4,7 @@ once they committed). Plain data; the engine (`scheduler.workflows.engine`) owns
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -13,12 +14,13 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import DbQueryError
-from project.workflows import Schedule
+from dbclient import Database, DbQueryError
+from project.workflows import Schedule, Workflow
 from scheduler.workflows import clock, runs
+from scheduler.workflows.config import WorkflowConfig
 from scheduler.workflows.ids import rid as _rid
 
-__all__ = ["Fire", "Run", "Sched", "Step", "Unit"]
+__all__ = ["EngineState", "Fire", "Run", "Sched", "Step", "Unit"]
 
 
 @dataclass
@@ -122,3 +124,34 @@ class Unit:
     #: a schedule's cursor move (`last_due_at`): written with the unit, grouped per due time
     #: across the units of one transaction (one UPDATE of many schedules, not one each)
     cursor: tuple[RecordID, datetime] | None = None
+
+
+class EngineState:
+    """The state the workflow engine's parts (its mixins: `loading`, `commits`, `following`,
+    `runstate`, `firing`, `actions`) work on, declared once; `WorkflowEngine.__init__` sets it.
+    (The parts also call each other's methods, which mypy cannot see from one part alone: the
+    override in pyproject.toml.)"""
+
+    db: Database
+    cfg: WorkflowConfig
+    lock: asyncio.Lock
+    now: Callable[[], datetime]
+    #: name -> (definition or None when refused, the refusal code, its message)
+    workflows: dict[str, tuple[Workflow | None, str | None, str]]
+    schedules: dict[str, Sched]
+    runs: dict[str, Run]
+    fires: dict[str, Fire]
+    stats: dict[str, int]
+    incidents: Any
+    state: str  # starting | no_schema | ready | disabled
+    version: int | None
+    _resync: bool
+    _last_full: float
+    _dirty: set[str]
+    _defs_seen: tuple[Any, ...] | None
+    _wake: asyncio.Event
+    _poking: dict[str, bool]
+    _by_schedule: dict[str, list[Fire]]
+    _job_plane: Callable[[], Any]
+    _ssps_ready: Callable[[], bool]
+    run_end_hooks: list[Callable[[str, str, dict[str, Any] | None], None]]

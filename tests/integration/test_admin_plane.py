@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.admin_cluster import prepare_admin_db
 from tests.support.admin_stack import (
-    ACCESS_SCHEMA,
     BREAKGLASS,
     AdminScheduler,
     SupervisedSsp,
@@ -32,7 +32,7 @@ from tests.support.admin_stack import (
     start_ssp,
 )
 from tests.support.procs import ROOT, DbHost, base_env
-from tests.support.ssp_stack import apply_schema, edges, root_db, wait_for
+from tests.support.ssp_stack import edges, root_db, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -107,35 +107,19 @@ def host(shared_db_host: DbHost) -> DbHost:
     return shared_db_host
 
 
+async def _more_rows(root: Any) -> None:
+    await root.query("CREATE user:bob SET name = 'bob', "
+                     "pass = crypto::argon2::generate('bob-pw')")
+    await root.query("CREATE job:wf_run7_build_r1 SET status = 'completed', path = '/b', "
+                     "created_at = time::now(), finished_at = time::now(), "
+                     "workflow_run = 'run7'")
+    await root.query("CREATE mail:m1 SET status = 'pending', path = '/mail', "
+                     "created_at = time::now()")
+
+
 async def _prepare(host: DbHost, ns: str) -> None:
-    root = await root_db(host, ns, ns)
-    try:
-        await root.query(ACCESS_SCHEMA)
-        apply_schema(host, ns, ns)
-        await root.query("CREATE user:alice SET name = 'alice', email = 'alice@example.com', "
-                         "pass = crypto::argon2::generate('alice-pw')")
-        await root.query("CREATE user:bob SET name = 'bob', "
-                         "pass = crypto::argon2::generate('bob-pw')")
-        for i in range(10):
-            await root.query("CREATE type::record('post', $k) SET owner = user:alice, "
-                             "title = 't', n = $n", {"k": f"p{i}", "n": i})
-        # job tables: `job` from the scheduler's YAML, `mail` from _00_retention; no SSP runs
-        # them (no SVC_JOB_CONFIG), so their rows stay as written
-        await root.query("DEFINE TABLE job SCHEMALESS; DEFINE TABLE mail SCHEMALESS; "
-                         "CREATE _00_retention:main SET job_tables = ['mail']")
-        for i in range(5):
-            await root.query("CREATE type::record('job', $k) SET status = $s, path = $p, "
-                             "payload = {n: $i}, created_at = time::now(), "
-                             "finished_at = IF $s = 'pending' THEN NONE ELSE time::now() END",
-                             {"k": f"j{i}", "i": i, "p": f"/send/{i}",
-                              "s": ["completed", "failed", "pending", "completed", "failed"][i]})
-        await root.query("CREATE job:wf_run7_build_r1 SET status = 'completed', path = '/b', "
-                         "created_at = time::now(), finished_at = time::now(), "
-                         "workflow_run = 'run7'")
-        await root.query("CREATE mail:m1 SET status = 'pending', path = '/mail', "
-                         "created_at = time::now()")
-    finally:
-        await root.close()
+    await prepare_admin_db(host, ns, more=_more_rows,
+                           job_statuses=("completed", "failed", "pending", "completed", "failed"))
 
 
 async def _connect(sched: AdminScheduler, host: DbHost, ns: str,

@@ -12,7 +12,7 @@ import threading
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -143,7 +143,16 @@ class AdminCluster:
         return {s["id"] for s in ov["ssps"] if s["state"] == "ready" and not s["flagged"]}
 
 
-async def _prepare(host: DbHost, ns: str) -> None:
+# the job rows `prepare_admin_db` writes by default: j0..j3 with these statuses
+JOB_STATUSES = ("completed", "failed", "pending", "completed")
+
+
+async def prepare_admin_db(host: DbHost, ns: str, *, job_statuses: Sequence[str] = JOB_STATUSES,
+                           more: Callable[[Any], Awaitable[None]] | None = None) -> None:
+    """The admin plane tests' database: record access, the app schema, user:alice (password
+    `alice-pw`), ten posts, the job tables `job` and `mail` (the latter from _00_retention) and
+    one `job` row per status in `job_statuses` (`job:j<i>`, path `/send/<i>`); `more` adds
+    to it over the same root connection."""
     root = await root_db(host, ns, ns)
     try:
         await root.query(ACCESS_SCHEMA)
@@ -153,14 +162,16 @@ async def _prepare(host: DbHost, ns: str) -> None:
         for i in range(10):
             await root.query("CREATE type::record('post', $k) SET owner = user:alice, "
                              "title = 't', n = $n", {"k": f"p{i}", "n": i})
+        # no SSP runs these job tables (no SVC_JOB_CONFIG): their rows stay as written
         await root.query("DEFINE TABLE job SCHEMALESS; DEFINE TABLE mail SCHEMALESS; "
                          "CREATE _00_retention:main SET job_tables = ['mail']")
-        for i in range(4):
+        for i, status in enumerate(job_statuses):
             await root.query("CREATE type::record('job', $k) SET status = $s, path = $p, "
                              "payload = {n: $i}, created_at = time::now(), "
                              "finished_at = IF $s = 'pending' THEN NONE ELSE time::now() END",
-                             {"k": f"j{i}", "i": i, "p": f"/send/{i}",
-                              "s": ["completed", "failed", "pending", "completed"][i]})
+                             {"k": f"j{i}", "i": i, "p": f"/send/{i}", "s": status})
+        if more is not None:
+            await more(root)
     finally:
         await root.close()
 
@@ -183,7 +194,7 @@ def wait_until(pred: Any, timeout: float, what: str) -> Any:
 def admin_cluster(host: DbHost, tmp: Path, prefix: str, **env: str) -> Iterator[AdminCluster]:
     """The module's cluster: prepared, started, both SSPs Ready, signed in; always stopped."""
     ns = prefix + uuid.uuid4().hex[:8]
-    run_async(_prepare(host, ns))
+    run_async(prepare_admin_db(host, ns))
     backend = SwitchableBackend()
     backends = json.dumps([{"name": "pay", "url": backend.url,
                             "env": {"PAY_KEY": "very-secret-value"}}])
