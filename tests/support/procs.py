@@ -6,6 +6,7 @@ test's tmp dir (shown when it fails to start), and is always stopped: SIGTERM, t
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -20,11 +21,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Under pytest-xdist (`ops/test` runs the suite on workers gw0, gw1, ...) each worker takes its
+# ports from a range of its own below the kernel's ephemeral range (32768-60999 here), so two
+# workers never pick the same port between one's probe and its process's bind, and no outgoing
+# connection's ephemeral port can take one either. A single process keeps the kernel's choice.
+_WORKER_PORTS_BASE = 20_000
+_WORKER_PORTS_SPAN = 3_000  # 4 workers fit below 32768
+_next_port = itertools.count()
+
+
+def _worker_index() -> int | None:
+    w = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(w[2:]) if w.startswith("gw") and w[2:].isdigit() else None
+
+
 def free_port() -> int:
     """A loopback TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    w = _worker_index()
+    if w is None or w >= 4:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    base = _WORKER_PORTS_BASE + w * _WORKER_PORTS_SPAN
+    for _ in range(_WORKER_PORTS_SPAN):
+        port = base + next(_next_port) % _WORKER_PORTS_SPAN
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                # no SO_REUSEADDR: a port with connections in TIME_WAIT is passed over
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port left in worker gw{w}'s range from {base}")
 
 
 def http_status(url: str, timeout: float = 2.0) -> int | None:
