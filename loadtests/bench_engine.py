@@ -667,13 +667,13 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
     return [reg_res, one]
 
 
-def run_mix_subprocess(s: Sizes, quick: bool, seed: int) -> list[Result]:
+def run_mix_subprocess(s: Sizes, quick: bool, seed: int, gc_mode: str) -> list[Result]:
     """The mix in a fresh interpreter, so its total RSS is its own."""
     import json
     import subprocess
 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--only", "mix", "--json",
-           "--seed", str(seed)] + (["--quick"] if quick else [])
+           "--seed", str(seed), "--gc", gc_mode] + (["--quick"] if quick else [])
     over = {k[4:]: v for k, v in s.__dict__.items()
             if k.startswith("mix_") and v != (QUICK if quick else FULL).__dict__[k]}
     if over:
@@ -742,9 +742,16 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated subset of {', '.join(SCENARIOS)}")
     parser.add_argument("--json", action="store_true",
                         help="print the rows as one JSON line (used for the mix subprocess)")
+    parser.add_argument("--gc", choices=("engine", "default"), default="engine",
+                        help="the collector's settings: the shard's (engine.gcpolicy, as "
+                             "deployed) or CPython's defaults")
     parser.add_argument("--mix", default="",
                         help="override mix sizes, e.g. threads=5000,comments=25000,writes=3000")
     args = parser.parse_args(argv)
+    if args.gc == "engine":
+        from engine import gcpolicy
+
+        gcpolicy.configure()
     s = QUICK if args.quick else FULL
     if args.mix:
         over = dict(kv.split("=", 1) for kv in args.mix.split(","))
@@ -767,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         results += run_w2(s, args.seed, make_data(s, random.Random(args.seed)))
         gc.collect()
     if "mix" in only:
-        results += run_mix_subprocess(s, args.quick, args.seed)
+        results += run_mix_subprocess(s, args.quick, args.seed, args.gc)
     if only & {"w1", "naive"}:
         w1, data, views, events, one = run_w1(s, args.seed)
         if "w1" in only:
@@ -788,7 +795,8 @@ def main(argv: list[str] | None = None) -> int:
           f"ratio = naive cost per change / this row's cost per change")
     import engine
 
-    print(f"engine package: {Path(engine.__file__).resolve().parent}")
+    print(f"engine package: {Path(engine.__file__).resolve().parent}; collector: "
+          f"{args.gc} (thresholds {gc.get_threshold()})")
     print_table(results, naive_cost)
     print(f"total {time.perf_counter() - started:.1f}s")
     return 0

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from engine import gcpolicy
 from engine.arena import ArenaError, ArenaReader
 from engine.values import pack_value, record_id_text, unpack_value
 from engine.worker import ShardWorker, delta_to_wire
@@ -185,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s shard-{args.index} %(levelname)s %(message)s")
+    gcpolicy.configure()  # a shard holds a view engine: see engine.gcpolicy
     try:
         import uvloop
 

@@ -1,0 +1,35 @@
+"""The garbage collector's settings for a process that holds a view engine (an SSP shard).
+
+A shard keeps millions of long-lived objects (rows, projections, memberships, windows) and
+makes many short-lived ones for every change (deltas, keys, tuples). With CPython's default
+first-generation threshold (700 allocations) the collector runs every few changes and each
+younger-generation collection promotes survivors that a full collection later walks again.
+The engine builds no reference cycles on its hot path (its structures are trees of dicts,
+lists and tuples freed by reference counting), so collections find almost nothing: their cost
+is pure overhead. `configure` makes them rarer; `settle` moves what a bulk load built (a
+bootstrap, a large registration) out of the collector's sight, as `gc.freeze` documents for
+long-lived state. Cyclic garbage is still collected, only later.
+
+`loadtests/bench_engine.py --gc default` measures the difference against the defaults.
+"""
+
+from __future__ import annotations
+
+import gc
+
+__all__ = ["GEN0_THRESHOLD", "configure", "settle"]
+
+#: allocations (net of frees) between two first-generation collections (CPython: 700)
+GEN0_THRESHOLD = 50_000
+
+
+def configure() -> None:
+    """Apply the engine process's thresholds (older generations keep CPython's ratios)."""
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)
+
+
+def settle() -> None:
+    """After a bulk load: collect once, then keep the survivors out of later collections."""
+    gc.collect()
+    gc.freeze()
