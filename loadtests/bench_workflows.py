@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 import sys
 import tempfile
@@ -181,6 +182,24 @@ async def lateness(stack: WorkflowStack, target: str, n: int, minutes: int) -> d
             "job_p50": pct(job_at, 50), "job_p99": pct(job_at, 99)}
 
 
+def print_rounds(stack: WorkflowStack) -> None:
+    """The engine's ten longest rounds of decisions, from its debug log."""
+    pat = re.compile(r"workflows: (\d+) units \((\d+) statements\) decided in ([\d.]+) ms, "
+                     r"committed in ([\d.]+) ms")
+    rounds = []
+    for f in stack.sched.log_dir.glob("*.log"):
+        for line in f.read_text(errors="replace").splitlines():
+            m = pat.search(line)
+            if m:
+                rounds.append((float(m[3]) + float(m[4]), line[:23], *m.groups()))
+    rounds.sort(reverse=True)
+    print(f"\nLongest rounds of decisions ({len(rounds)} logged)\n")
+    print("| at | units | statements | decide ms | commit ms |")
+    print("|---|---|---|---|---|")
+    for _, at, u, st, dec, com in rounds[:10]:
+        print(f"| {at} | {u} | {st} | {dec} | {com} |")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--schedules", type=int, default=1000)
@@ -188,6 +207,9 @@ async def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--targets", default="table,workflow")
+    ap.add_argument("--rounds-log", action="store_true",
+                    help="log the engine's rounds (SVC_LOG_LEVEL=debug) and print the ten "
+                         "longest: units, statements, decide and commit ms")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-wf-"))
     host = start_db_host(tmp)
@@ -195,7 +217,8 @@ async def main() -> None:
     try:
         ns = "bench_" + uuid.uuid4().hex[:8]
         await prepare(host, ns)
-        stack = await asyncio.to_thread(start_stack, tmp, host, ns, scheduler_env=PROD)
+        env = {**PROD, **({"SVC_LOG_LEVEL": "debug"} if args.rounds_log else {})}
+        stack = await asyncio.to_thread(start_stack, tmp, host, ns, scheduler_env=env)
         chain = {f"s{i:02d}": {"table": "job_one", "path": "/ok",
                                "depends_on": [f"s{i - 1:02d}"] if i else []}
                  for i in range(args.steps)}
@@ -230,6 +253,8 @@ async def main() -> None:
             print(f"| {r['target']} | {r['fires']} | {min(r['per_minute'])}-"
                   f"{max(r['per_minute'])} | {r['p50']:.0f} | {r['p99']:.0f} | {r['max']:.0f} "
                   f"| {r['job_p50']:.0f} / {r['job_p99']:.0f} |")
+        if args.rounds_log:
+            print_rounds(stack)
     finally:
         if stack is not None:
             stack.stop()

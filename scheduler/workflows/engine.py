@@ -232,10 +232,16 @@ class WorkflowEngine(OperatorActions, Loading, Commits, Following, RunStates, Fi
                 return
             now = self.now()
             self._by_schedule = self._fires_by_schedule()
+            t0 = time.perf_counter()
             units = self._schedule_units(now) + self._run_units(now) + self._queue_units(now)
             if not units:
                 return
+            t1 = time.perf_counter()
             await self._commit(units)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("workflows: %d units (%d statements) decided in %.1f ms, committed "
+                          "in %.1f ms", len(units), sum(len(u.statements) for u in units),
+                          (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
             self._changed()
         log.error("workflows: decisions did not settle in %d rounds", ROUNDS_MAX)
 

@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # connection's ephemeral port can take one either. A single process keeps the kernel's choice.
 _WORKER_PORTS_BASE = 20_000
 _WORKER_PORTS_SPAN = 3_000  # 4 workers fit below 32768
+# Ports handed out are this far apart: a service given port p may take the next ones too
+# (`ops/run --ssps 2 --ssp-bind p` serves the second SSP on p + 1).
+_PORT_STRIDE = 10
 _next_port = itertools.count()
 
 
@@ -43,8 +46,8 @@ def free_port() -> int:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
     base = _WORKER_PORTS_BASE + w * _WORKER_PORTS_SPAN
-    for _ in range(_WORKER_PORTS_SPAN):
-        port = base + next(_next_port) % _WORKER_PORTS_SPAN
+    for _ in range(_WORKER_PORTS_SPAN // _PORT_STRIDE):
+        port = base + (next(_next_port) * _PORT_STRIDE) % _WORKER_PORTS_SPAN
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 # no SO_REUSEADDR: a port with connections in TIME_WAIT is passed over
