@@ -6,18 +6,17 @@ first-generation threshold (700 allocations) the collector runs every few change
 younger-generation collection promotes survivors that a full collection later walks again.
 The engine builds no reference cycles on its hot path (its structures are trees of dicts,
 lists and tuples freed by reference counting), so collections find almost nothing: their cost
-is pure overhead. `configure` makes them rarer; `settle` moves what a bulk load built (a
-bootstrap, a large registration) out of the collector's sight, as `gc.freeze` documents for
-long-lived state. Cyclic garbage is still collected, only later.
+is pure overhead. `configure` makes them rarer; cyclic garbage is still collected, only later.
 
-`loadtests/bench_engine.py --gc default` measures the difference against the defaults.
+`loadtests/bench_engine.py --gc default` measures the difference against the defaults (the
+view mix: 13,108 -> 15,333 changes/s on an idle 2-core machine, 2026-11-26).
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["GEN0_THRESHOLD", "configure", "settle"]
+__all__ = ["GEN0_THRESHOLD", "configure"]
 
 #: allocations (net of frees) between two first-generation collections (CPython: 700)
 GEN0_THRESHOLD = 50_000
@@ -28,8 +27,3 @@ def configure() -> None:
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)
 
-
-def settle() -> None:
-    """After a bulk load: collect once, then keep the survivors out of later collections."""
-    gc.collect()
-    gc.freeze()

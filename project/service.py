@@ -1,11 +1,12 @@
 """What a service process takes from the project file: the one rule for the root file's settings.
 
-The root file's `refMode` and `sync.transport` are defaults for the environment variables
-`SVC_SSP_REF_MODE` and `SVC_INGEST_TRANSPORT`: a variable set to a non-blank value wins (the
+The root file's `refMode`, `sync.transport` and `impersonation.enabled` are defaults for the
+environment variables `SVC_SSP_REF_MODE`, `SVC_INGEST_TRANSPORT` and `SVC_IMPERSONATION`
+(`on` / `off`): a variable set to a non-blank value wins (the
 environment describes this deployment, the file is checked in and shared); without it the
 file's value applies; without either the component keeps its own default. The SSP, the
 scheduler and `svc schema apply` all call :func:`with_project_defaults`, so the rule lives here
-only. `impersonation.enabled` is not wired (the impersonation flag is parsed elsewhere).
+only.
 
 Nothing here reads `os.environ`: callers pass their environment mapping.
 """
@@ -31,6 +32,7 @@ PROJECT_FILE_VAR = "SVC_PROJECT_FILE"
 ROOT_DEFAULTS: dict[str, str] = {
     "SVC_SSP_REF_MODE": "refMode",
     "SVC_INGEST_TRANSPORT": "sync.transport",
+    "SVC_IMPERSONATION": "impersonation.enabled",
 }
 
 
@@ -44,6 +46,8 @@ def load_service_project(env: Mapping[str, str]) -> Project | None:
 def root_defaults(root: RootConfig) -> dict[str, str]:
     """The environment defaults the root file gives (only the keys it sets)."""
     values = {"SVC_SSP_REF_MODE": root.refMode, "SVC_INGEST_TRANSPORT": root.sync.transport}
+    if "enabled" in root.impersonation.model_fields_set:  # only when the file says it
+        values["SVC_IMPERSONATION"] = "on" if root.impersonation.enabled else "off"
     return {name: value for name, value in values.items() if value is not None}
 
 

@@ -49,6 +49,28 @@ def test_the_root_settings_fill_only_unset_variables(tmp_path: Path) -> None:
     assert load_service_project({"SVC_PROJECT_FILE": " "}) is None
 
 
+def test_impersonation_enabled_in_the_root_file_turns_the_routes_on_unless_the_variable_says(
+        tmp_path: Path) -> None:
+    on = _root(tmp_path, "impersonation: {enabled: true}\n")
+    assert SspConfig.from_env({**DB, "SVC_PROJECT_FILE": str(on)}).impersonation is True
+    assert SchedulerConfig.load(None, {**DB, "SVC_PROJECT_FILE": str(on)}).impersonation is True
+    project = load_project(on)
+    assert setting_source({}, project, "SVC_IMPERSONATION") == (
+        f"project file {project.file} (impersonation.enabled)")
+    # the variable wins, either way
+    assert SspConfig.from_env({**DB, "SVC_PROJECT_FILE": str(on),
+                               "SVC_IMPERSONATION": "off"}).impersonation is False
+    off = tmp_path / "off"
+    off.mkdir()
+    off_file = _root(off, "impersonation: {enabled: false}\n")
+    assert SchedulerConfig.load(None, {**DB, "SVC_PROJECT_FILE": str(off_file),
+                                       "SVC_IMPERSONATION": "on"}).impersonation is True
+    assert SspConfig.from_env({**DB, "SVC_PROJECT_FILE": str(off_file)}).impersonation is False
+    # a file that does not name it leaves the variable's own default (off)
+    assert "SVC_IMPERSONATION" not in with_project_defaults({}, load_project(
+        _root(off, "refMode: single\n")))
+
+
 def test_the_ssp_takes_ref_mode_and_transport_from_the_project_file(tmp_path: Path) -> None:
     root = _root(tmp_path, "refMode: single\nsync: {transport: changefeed}\n")
     cfg = SspConfig.from_env({**DB, "SVC_PROJECT_FILE": str(root)})
