@@ -45,7 +45,8 @@ def load_service_project(env: Mapping[str, str]) -> Project | None:
 
 def root_defaults(root: RootConfig) -> dict[str, str]:
     """The environment defaults the root file gives (only the keys it sets)."""
-    values = {"SVC_SSP_REF_MODE": root.refMode, "SVC_INGEST_TRANSPORT": root.sync.transport}
+    values: dict[str, str | None] = {"SVC_SSP_REF_MODE": root.refMode,
+                                     "SVC_INGEST_TRANSPORT": root.sync.transport}
     if "enabled" in root.impersonation.model_fields_set:  # only when the file says it
         values["SVC_IMPERSONATION"] = "on" if root.impersonation.enabled else "off"
     return {name: value for name, value in values.items() if value is not None}
