@@ -251,6 +251,8 @@ class Firing(EngineState):
             # The job (table target) was refused: the fire is recorded as failed.
             err = run_error(errors.SPAWN_FAILED, f"the database refused the fire's records: "
                             f"{e.engine_message}"[:400])
+            log.warning("schedule %s: fire %s failed (spawn_failed): %s", s.name, key,
+                        e.engine_message[:300])
             fire.status = "running"
             fail_unit = self._fire_end_unit(fire, "failed", err)
             fail_unit.statements[:0] = [(_CREATE_FIRED, {"f": fire.rid, "c": {
@@ -310,6 +312,8 @@ class Firing(EngineState):
                 "status": status, "started_at": now, **link,
                 **({"error": problem, "finished_at": now} if problem else {})}}))
         if problem is not None:
+            log.warning("schedule %s: fire %s failed (%s): %s", s.name, fire.key,
+                        problem["code"], problem["message"])
             # Recorded as failed at once, counted like any failed fire.
             end = self._fire_end_unit(fire, "failed", problem)
             stmts += end.statements[1:]

@@ -36,10 +36,13 @@ class Loading(EngineState):
     """Definitions and recovery."""
 
     async def _reload_definitions(self) -> None:
-        wrows = await self.db.query_one(
-            "SELECT record::id(id) AS name, spec, hash FROM _00_workflow", idempotent=True) or []
-        srows = await self.db.query_one("SELECT *, record::id(id) AS name FROM _00_schedule",
-                                        idempotent=True) or []
+        # Both tables in one transaction: `svc workflows apply` writes them in one, and a
+        # schedule read after it with its workflow read before it would fire as
+        # `no_target_table` (a trigger right after an apply did).
+        got = await self.db.transaction([
+            ("SELECT record::id(id) AS name, spec, hash FROM _00_workflow", None),
+            ("SELECT *, record::id(id) AS name FROM _00_schedule", None)])
+        wrows, srows = got[0] or [], got[1] or []
         seen = (tuple(sorted((str(r["name"]), r.get("hash")) for r in wrows)),
                 tuple(sorted((str(r["name"]), r.get("hash")) for r in srows)))
         if seen == self._defs_seen:
