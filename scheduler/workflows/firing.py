@@ -312,14 +312,14 @@ class Firing(EngineState):
                 "status": status, "started_at": now, **link,
                 **({"error": problem, "finished_at": now} if problem else {})}}))
         if problem is not None:
-            log.warning("schedule %s: fire %s failed (%s): %s", s.name, fire.key,
-                        problem["code"], problem["message"])
             # Recorded as failed at once, counted like any failed fire.
             end = self._fire_end_unit(fire, "failed", problem)
             stmts += end.statements[1:]
             fire.status = "running"
 
-            def ok() -> None:
+            def ok() -> None:  # logged once recorded (a decision may be made again)
+                log.warning("schedule %s: fire %s failed (%s): %s", s.name, fire.key,
+                            problem["code"], problem["message"])
                 if end.ok is not None:
                     end.ok()
             return stmts, ok

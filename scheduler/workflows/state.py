@@ -136,7 +136,7 @@ class EngineState:
     cfg: WorkflowConfig
     lock: asyncio.Lock
     now: Callable[[], datetime]
-    #: name -> (definition or None when refused, the refusal code, its message)
+    #: name -> (definition, or None when refused; why it was refused; the stored hash)
     workflows: dict[str, tuple[Workflow | None, str | None, str]]
     schedules: dict[str, Sched]
     runs: dict[str, Run]

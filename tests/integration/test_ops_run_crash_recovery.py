@@ -34,9 +34,8 @@ from surrealdb import RecordID
 from dbclient import Database, DbConfig, DbError, DbQueryError
 from engine.values import record_id_text
 from tests.integration.test_ssp_consistency import USERS, VIEWS, expected
-from tests.integration.test_ssp_scheduler_mode_ops_run import _consecutive_free_ports
 from tests.support import proctable
-from tests.support.procs import ROOT, base_env, free_port
+from tests.support.procs import ROOT, base_env, free_port, free_ports
 from tests.support.ssp_stack import APP_SCHEMA, edges, wait_for
 
 pytestmark = pytest.mark.slow
@@ -97,7 +96,7 @@ class RunningStack:
 
 def _start(tmp: Path) -> RunningStack:
     db_port, sched_port = free_port(), free_port()
-    ssp_port = _consecutive_free_ports(2)
+    ssp_port = free_ports(2)
     token, password = uuid.uuid4().hex, "crash-test-" + uuid.uuid4().hex[:8]
     log = tmp / "stack.log"
     stack_tmp = tmp / "t"

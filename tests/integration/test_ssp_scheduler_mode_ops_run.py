@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,26 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.test_ops_run import _descendants
-from tests.support.procs import ROOT, base_env, free_port, http_status
-
-
-def _consecutive_free_ports(n: int) -> int:
-    """A port p such that p .. p+n-1 were all free a moment ago."""
-    for _ in range(200):
-        start = free_port()
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", start + i))
-            return start
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of free ports found")
+from tests.support.procs import ROOT, base_env, free_port, free_ports, http_status
 
 
 def _get_json(url: str) -> tuple[int | None, Any]:
@@ -72,7 +52,7 @@ def _wait(pred: Any, proc: subprocess.Popen[bytes], log: Path, what: str,
 
 def test_ops_run_cluster_mode_relaunches_ssps_after_a_resync(tmp_path: Path) -> None:
     db_port, sched_port = free_port(), free_port()
-    ssp_port = _consecutive_free_ports(2)
+    ssp_port = free_ports(2)
     sched = f"http://127.0.0.1:{sched_port}"
     ssps = [f"http://127.0.0.1:{ssp_port + i}" for i in range(2)]
     log = tmp_path / "ops-run.log"

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # workers never pick the same port between one's probe and its process's bind, and no outgoing
 # connection's ephemeral port can take one either. A single process keeps the kernel's choice.
 _WORKER_PORTS_BASE = 20_000
-_WORKER_PORTS_SPAN = 3_000  # 4 workers fit below 32768
+_WORKER_PORTS_SPAN = 3_000
+_WORKER_RANGES = (32_768 - _WORKER_PORTS_BASE) // _WORKER_PORTS_SPAN  # 4; more: the kernel's
 # Ports handed out are this far apart: a service given port p may take the next ones too
 # (`ops/run --ssps 2 --ssp-bind p` serves the second SSP on p + 1).
 _PORT_STRIDE = 10
@@ -41,7 +42,7 @@ def _worker_index() -> int | None:
 def free_port() -> int:
     """A loopback TCP port that was free a moment ago."""
     w = _worker_index()
-    if w is None or w >= 4:
+    if w is None or w >= _WORKER_RANGES:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
@@ -56,6 +57,26 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port left in worker gw{w}'s range from {base}")
+
+
+def free_ports(n: int) -> int:
+    """A port p such that p .. p+n-1 were all free a moment ago (a service that takes the
+    ports after the one it is given: `ops/run --ssps n --ssp-bind p`)."""
+    for _ in range(200):
+        start = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", start + i))
+            return start
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no run of free ports found")
 
 
 def http_status(url: str, timeout: float = 2.0) -> int | None:
