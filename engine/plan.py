@@ -260,6 +260,11 @@ class Plan:
                 whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
                 self.item_fields.append(None if whole else frozenset(acc))
         self.flat = _compile_flat(q) if self.simple and not self.star_only else None
+        # the row fields a simple projection without `*` reads: a change to other fields
+        # leaves its output as it is (None: unknown or the whole row)
+        self.out_fields: frozenset[str] | None = None
+        if self.simple and all(it.kind == "field" for it in q.items):
+            self.out_fields = frozenset(it.path[0] for it in q.items)
         self.item_keys = _item_keys(q)
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links

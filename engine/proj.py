@@ -354,8 +354,9 @@ class Proj:
                 return None
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
-        tree = _tree_of(out, item_keys, itrees) if item_keys is not None else None
-        if tree is None:
+        if item_keys is not None:
+            tree = _tree_of(out, item_keys, itrees)
+        else:
             tree = {}
             tree_members(out, tree)  # of the output: a later item may hide an earlier one
         return out, _merge_deps(ideps), tree
@@ -390,6 +391,17 @@ class Proj:
             if rid not in self.dirty:
                 self.dirty[rid] = set()
 
+    def _same_output(self, prev: dict[str, Any], row: dict[str, Any]) -> bool:
+        """Whether a row change leaves a simple projection's output as it is (the changed
+        fields are not read: a thread moving to another author in `SELECT id, title`)."""
+        fields = self.plan.out_fields
+        if fields is None:
+            return False
+        for f in fields:
+            if not same(prev.get(f, NONE), row.get(f, NONE)):
+                return False
+        return True
+
     def process(self, held: Any) -> None:
         """Re-project, project or drop the dirty rows; ``held(proj, rid, row)`` says whether
         some materialisation of the group shows the row now. Fills ``recs``."""
@@ -416,7 +428,7 @@ class Proj:
                     p = prev.get(rid, _ABSENT)
                     if p is None:
                         self.project(rid, row, None)  # deleted and created again
-                    elif p is not _ABSENT or toks:
+                    elif toks or (p is not _ABSENT and not self._same_output(p, row)):
                         self.project(rid, row, toks, p)
                 t1 = self.tree(rid)
             else:
@@ -441,34 +453,50 @@ class Proj:
 def _members_of(v: Any) -> dict[str, Any] | None:
     """The members inside one item value (None when it cannot hold any)."""
     t = type(v)
-    if t is not dict and t is not list:
+    if t is list:
+        # a subquery's rows (the common value): tree_members unrolled one level
+        acc: dict[str, Any] = {}
+        for o in v:
+            to = type(o)
+            if to is dict:
+                i = o.get("id")
+                if type(i) is RecordID:
+                    acc[rid_text(i)] = o
+                for x in o.values():
+                    tx = type(x)
+                    if tx is dict or tx is list:
+                        tree_members(x, acc)
+            elif to is list:
+                tree_members(o, acc)
+        return acc
+    if t is not dict:
         return None
-    acc: dict[str, Any] = {}
+    acc = {}
     tree_members(v, acc)
     return acc
 
 
-def _tree_of(out: dict[str, Any], keys: dict[str, int],
-             itrees: list[Any]) -> dict[str, Any] | None:
+def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> dict[str, Any]:
     """``tree_members(out)`` from the members of each item value, kept per row, so a changed
-    row or subquery does not walk the unchanged values again; None when a row-only value is
-    nested (the caller then walks the output). Same visiting order as ``tree_members``: the
-    output itself, then its values in key order, a later visit overwriting an earlier one."""
+    row or subquery does not walk the unchanged values again (a nested row-only value, such
+    as a list of tags, is walked where it stands). Same visiting order as ``tree_members``:
+    the output itself, then its values in key order, a later visit overwriting an earlier
+    one."""
     tree: dict[str, Any] = {}
     i = out.get("id")
     if type(i) is RecordID:
         tree[rid_text(i)] = out
     get = keys.get
     for k, v in out.items():
-        j = get(k)
-        if j is not None:
-            t = itrees[j]
-            if t:
-                tree.update(t)
-        else:
-            tv = type(v)
-            if tv is dict or tv is list:
-                return None
+        tv = type(v)
+        if tv is dict or tv is list:  # only containers hold members
+            j = get(k)
+            if j is None:
+                tree_members(v, tree)
+            else:
+                t = itrees[j]
+                if t:
+                    tree.update(t)
     return tree
 
 

@@ -73,8 +73,9 @@ def ikey(v: Any) -> Any:
         return v
     if t is RecordID:
         k = v.id
-        if type(k) is str:
-            return ("\0r", v.table_name, k)
+        tk = type(k)
+        if tk is str or (tk is int and -_EXACT < k < _EXACT):
+            return ("\0r", v.table_name, k)  # ikey(k) is k itself
         return ("\0r", v.table_name, ikey(k))
     if t is list or t is tuple:
         return ("\0a", tuple(ikey(x) for x in v))
