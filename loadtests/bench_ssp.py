@@ -3,7 +3,7 @@ views over 1,000 users, next to the naive baseline, for 1 and 2 shards, in one r
 
     .venv/bin/python loadtests/bench_ssp.py [--users 1000] [--views-per-user 10]
         [--seconds 15] [--shards 1,2] [--throttle-ms 100] [--concurrency 64] [--rate 3000]
-        [--ref-modes dedicated,single]
+        [--ref-modes dedicated,single] [--large-views 0] [--ssp-root PATH]
 
 Both edge publication modes run: `dedicated` (the default: one edge table per user, so 1,000
 tables here) and `single` (one shared `_00_list_ref`). They differ because of a measured cost
@@ -27,6 +27,11 @@ probe: the source rows are not written, the SSP path alone is measured).
 - latency: per view and flush, time from the arrival of the oldest change of that view at the
   hub to the commit of the transaction holding its edges (`/debug/memory` publication
   p50/p99), so it includes the throttle window.
+- `--large-views N`: N more views of issue 19's class (LARGE below: every post above a
+  constant with its owner's top-5 posts, constants 0..99), registered after the others
+  ("large s": their registration until their edges are committed). Each post change then
+  reaches many views. `--ssp-root` runs the SSP of another checkout (say, the commit before
+  the shared-projection engine) against the same benchmark, for a before/after pair.
 - naive baseline: for each event, write the source row, then re-run the affected view's query
   in SurrealDB and rewrite its edges (delete all, insert all) in one transaction; events/s and
   per-event latency of the re-run + rewrite, same concurrency.
@@ -67,6 +72,11 @@ DEFINE INDEX post_owner_cat ON post FIELDS owner, cat;
 """
 PLAIN = "SELECT * FROM post WHERE owner = $auth.id AND cat = $cat"
 TOP = PLAIN + " ORDER BY n DESC LIMIT 5"
+# --large-views: issue 19's class, an unbounded list with a correlated top-5 subquery per row
+# over many distinct constants (each view shows about half of the posts and, through the
+# subquery, the top posts of their owners)
+LARGE = ("SELECT *, (SELECT id, n FROM post WHERE owner = $parent.owner ORDER BY n DESC "
+         "LIMIT 5) AS peers FROM post WHERE n > $min")
 POSTS_PER_USER = 5
 
 
@@ -114,7 +124,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
     await db.connect()
     posts = await seed(db, args.users)
     apply_schema(host, ns, dbn, "changefeed")
-    ssp = start_ssp(tmp, host, ns, dbn, SVC_SSP_SHARDS=str(shards), SVC_INGEST_TRANSPORT="http",
+    ssp = start_ssp(tmp, host, ns, dbn, args.ssp_root, SVC_SSP_SHARDS=str(shards),
+                    SVC_INGEST_TRANSPORT="http",
                     SVC_SSP_QUERY_UPDATE_THROTTLE_MS=str(args.throttle_ms),
                     SVC_SCHEMA_POLL_SECS="0", SVC_SSP_REF_MODE=ref_mode)
     client: RpcClient | None = None
@@ -134,7 +145,20 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                 assert r["status"] == 200, r
         await asyncio.gather(*(reg(u, c) for u, c in todo))
         reg_secs = time.perf_counter() - t0
+        # the large views last (their own timing): constants 0..99 drawn at random
+        t_large = time.perf_counter()
+        crng = random.Random(7)
+
+        async def reg_large(i: int) -> None:
+            async with sem:
+                r = await hub_call(client, "POST /view/register", {  # type: ignore[arg-type]
+                    "id": f"query:large{i}", "surql": LARGE, "clientId": "bench",
+                    "ttl": "1h", "params": {"auth_id": f"user:u{i % args.users}",
+                                            "min": crng.randrange(100)}})
+                assert r["status"] == 200, r
+        await asyncio.gather(*(reg_large(i) for i in range(args.large_views)))
         await drained(client)
+        large_secs = time.perf_counter() - t_large
         await hub_call(client, "GET /debug/memory", query={"reset_latency": "1"})
         # Sustained ingest.
         rng = random.Random(shards)
@@ -190,7 +214,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         drain_s = time.perf_counter() - t2
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
         pub = mem["publication"]
-        return {"shards": shards, "ref_mode": ref_mode, "views": len(todo), "register_per_s": len(todo) / reg_secs,
+        return {"shards": shards, "ref_mode": ref_mode, "views": len(todo),
+                "register_per_s": len(todo) / reg_secs, "large_s": large_secs,
                 "events_per_s": ok[0] / elapsed, "rejected_503": busy[0],
                 "p50_ms": pub["latency_p50_ms"], "p99_ms": pub["latency_p99_ms"],
                 "flushes": pub["flushes"], "failures": pub["failures"], "drain_s": drain_s}
@@ -252,8 +277,15 @@ async def run_naive(host: Any, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(args.concurrency, 16))))
         elapsed = time.perf_counter() - t0
+        large_ms: list[float] = []
+        for m in (10, 50, 90) if args.large_views else ():
+            # the naive cost of one large view: re-run its query (the edge rewrite not counted)
+            t = time.perf_counter()
+            await db.query_one(LARGE, {"min": m})
+            large_ms.append((time.perf_counter() - t) * 1000)
         return {"events_per_s": done[0] / elapsed, "p50_ms": pct(lat, 0.5),
-                "p99_ms": pct(lat, 0.99), "mean_ms": statistics.fmean(lat) if lat else 0}
+                "p99_ms": pct(lat, 0.99), "mean_ms": statistics.fmean(lat) if lat else 0,
+                "large_ms": statistics.fmean(large_ms) if large_ms else 0.0}
     finally:
         await db.close()
 
@@ -270,6 +302,12 @@ async def main() -> int:
                    help="edge publication modes to run (SVC_SSP_REF_MODE), comma-separated")
     p.add_argument("--rate", type=float, default=0,
                    help="target ingest events/s (0: as fast as the SSP accepts)")
+    p.add_argument("--large-views", type=int, default=0,
+                   help="also register this many views of the large class (LARGE: a "
+                        "correlated top-5 subquery per row over distinct constants)")
+    p.add_argument("--ssp-root", type=Path, default=None,
+                   help="run the SSP from another checkout (a 'before' figure; the "
+                        "benchmark and the database host stay this checkout's)")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-ssp-"))
     host = start_db_host(tmp, memory=True)
@@ -281,18 +319,31 @@ async def main() -> int:
         host.process.stop()
     views = args.users * args.views_per_user
     rate = f"target {args.rate:.0f}/s" if args.rate else "unpaced"
-    print(f"\nSSP benchmark: {views} views over {args.users} users, throttle "
+    root = args.ssp_root or ROOT
+    print(f"\nSSP from {root} ({_commit(root)}); {args.large_views} large views "
+          f"(`{LARGE}`)")
+    print(f"SSP benchmark: {views} views over {args.users} users, throttle "
           f"{args.throttle_ms} ms, {args.seconds:.0f} s per run, concurrency {args.concurrency}, "
           f"{rate}")
     print(f"{'run':<20} {'events/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'503s':>7} "
-          f"{'reg/s':>8} {'x naive':>8} {'drain s':>8} {'flushes':>8} {'failed':>7}")
+          f"{'reg/s':>8} {'large s':>8} {'x naive':>8} {'drain s':>8} {'flushes':>8} "
+          f"{'failed':>7}")
     for r in results:
         print(f"{'ssp ' + str(r['shards']) + ' sh ' + r['ref_mode']:<20} {r['events_per_s']:>10.0f} "
               f"{r['p50_ms'] or 0:>9.1f} {r['p99_ms'] or 0:>9.1f} {r['rejected_503']:>7} "
-              f"{r['register_per_s']:>8.0f} {r['events_per_s'] / naive['events_per_s']:>8.1f} "
+              f"{r['register_per_s']:>8.0f} {r['large_s']:>8.1f} "
+              f"{r['events_per_s'] / naive['events_per_s']:>8.1f} "
               f"{r['drain_s']:>8.1f} {r['flushes']:>8} {r['failures']:>7}")
     print(f"{'naive':<20} {naive['events_per_s']:>10.0f} {naive['p50_ms']:>9.1f} "
-          f"{naive['p99_ms']:>9.1f} {'-':>7} {'-':>8} {1.0:>8.1f}")
+          f"{naive['p99_ms']:>9.1f} {'-':>7} {'-':>8} {'-':>8} {1.0:>8.1f}")
+    if args.large_views:
+        # a post change moves the post across the constants between its old and new `n` and
+        # changes `peers` in every large view showing a post of its owner: most of them
+        print(f"naive with large views: one re-run of the large query takes "
+              f"{naive['large_ms']:.0f} ms in SurrealDB; an event reaching all "
+              f"{args.large_views} large views costs {args.large_views * naive['large_ms']:,.0f}"
+              f" ms of re-runs, {1000 / max(args.large_views * naive['large_ms'], 1e-9):.2f} "
+              f"events/s at one at a time (the x naive column ignores the large views)")
     by = {(r["ref_mode"], r["shards"]): r for r in results}
     for mode in args.ref_modes.split(","):
         one, two = by.get((mode, 1)), by.get((mode, 2))
@@ -301,6 +352,17 @@ async def main() -> int:
                   f"{two['events_per_s'] / one['events_per_s']:.2f}, p99 "
                   f"{(two['p99_ms'] or 0) / max(one['p99_ms'] or 1, 1e-9):.2f}")
     return 0
+
+
+def _commit(root: Path) -> str:
+    """The checkout's commit (short hash), or '?' outside git."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -9,8 +9,9 @@ which clients read). `subscribers` counts the distinct client ids of every regis
 group, in each of the group's `_00_query` rows: written when a registration joins (the others'
 rows updated too), when a client re-registers, and when a member of the group goes away.
 
-The group of a view is found by a scan of the held views (a registration already does database
-round trips; an index would have to follow every path that adds or drops a view).
+The views of each group are kept beside the held views (`ssp.hub.state.ViewRegistry`): a scan
+of every held view per registration made registering N views cost O(N^2) (21% of the hub's
+time at 10,000 views, `loadtests/bench_ssp.py`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def share_key(auth: RecordID | None, surql: str, params: dict[str, Any] | None) 
 
 def peers(state: HubState, key: str, exclude: str | None = None) -> list[ViewState]:
     """The held views of group `key` (but `exclude`), by view id."""
-    return sorted((v for v in state.views.values() if v.share == key and v.view_id != exclude),
-                  key=lambda v: v.view_id)
+    group = state.views.groups.get(key)
+    if not group:
+        return []
+    return sorted((v for v in group.values() if v.view_id != exclude), key=lambda v: v.view_id)
 
 
 def subscribers(state: HubState, view: ViewState) -> int:

@@ -68,6 +68,62 @@ class ViewState(PubView):
     share: str = ""  # registrations with the same key share a graph (ssp.hub.sharing)
 
 
+class ViewRegistry(dict[str, ViewState]):
+    """The held views by id, with the views of each sharing group (`ViewState.share`) kept
+    beside them, so finding a view's group does not scan every view (`ssp.hub.sharing`).
+    Every way of adding or removing a view goes through the methods below."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: dict[str, dict[str, ViewState]] = {}
+
+    def __setitem__(self, vid: str, view: ViewState) -> None:
+        old = self.get(vid)
+        if old is not None:
+            self._leave(vid, old)
+        super().__setitem__(vid, view)
+        self.groups.setdefault(view.share, {})[vid] = view
+
+    def __delitem__(self, vid: str) -> None:
+        view = self[vid]
+        super().__delitem__(vid)
+        self._leave(vid, view)
+
+    def pop(self, vid: str, *default: Any) -> Any:
+        if vid not in self:
+            if default:
+                return default[0]
+            raise KeyError(vid)
+        view = self[vid]
+        del self[vid]
+        return view
+
+    def popitem(self) -> tuple[str, ViewState]:
+        vid, view = super().popitem()
+        self._leave(vid, view)
+        return vid, view
+
+    def setdefault(self, vid: str, view: ViewState) -> ViewState:
+        if vid not in self:
+            self[vid] = view
+        return self[vid]
+
+    def update(self, *args: Any, **kw: Any) -> None:
+        for vid, view in dict(*args, **kw).items():
+            self[vid] = view
+
+    def clear(self) -> None:
+        super().clear()
+        self.groups.clear()
+
+    def _leave(self, vid: str, view: ViewState) -> None:
+        group = self.groups.get(view.share)
+        if group is not None:
+            group.pop(vid, None)
+            if not group:
+                del self.groups[view.share]
+
+
 class HubState:
     """The hub's shared state (see the module docstring)."""
 
@@ -78,7 +134,7 @@ class HubState:
         self.pub_db = Database(cfg.db)
         self.status = "bootstrapping"
         self.started = time.monotonic()
-        self.views: dict[str, ViewState] = {}
+        self.views = ViewRegistry()
         # Row bytes and table hashes, once per host, in the arena the shards map read-only.
         self.arena = HubRows(cfg.arena_dir, cfg.arena_segment_mb, cfg.memory_limit_mb)
         self.rows = self.arena.store

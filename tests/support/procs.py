@@ -121,6 +121,7 @@ class ManagedProcess:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    cwd: Path | None = None  # another checkout to run from (a benchmark's "before")
 
     def start(self) -> ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +129,7 @@ class ManagedProcess:
         self.proc = subprocess.Popen(
             self.argv,
             env=self.env,
-            cwd=str(ROOT),
+            cwd=str(self.cwd or ROOT),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() reaches grandchildren

@@ -103,8 +103,10 @@ class Ssp:
         return self.process.stop(timeout=40)
 
 
-def start_ssp(tmp: Path, host: DbHost, ns: str, db: str, **extra: str) -> Ssp:
-    """Start `python -m ssp` (changefeed transport, 2 shards unless overridden)."""
+def start_ssp(tmp: Path, host: DbHost, ns: str, db: str, root: Path | None = None,
+              **extra: str) -> Ssp:
+    """Start `python -m ssp` (changefeed transport, 2 shards unless overridden), from this
+    checkout or from ``root``."""
     port = free_port()
     run_dir = tmp / f"ssp-run-{uuid.uuid4().hex[:6]}"
     env = base_env(**db_env(host, ns, db), SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}",
@@ -113,7 +115,7 @@ def start_ssp(tmp: Path, host: DbHost, ns: str, db: str, **extra: str) -> Ssp:
                    SVC_SCHEMA_POLL_SECS="1")
     env.update(extra)
     mp = ManagedProcess("svc-ssp", [sys.executable, "-m", "ssp"], env,
-                        tmp / f"svc-ssp-{port}.log").start()
+                        tmp / f"svc-ssp-{port}.log", cwd=root).start()
     return Ssp(mp, run_dir, port)
 
 
