@@ -33,7 +33,7 @@ from engine.circuit import Circuit, Mat, WMat, exact_key
 from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
 from engine.deps import Deps
 from engine.errors import QueryRejected
-from engine.parser import parse
+from engine.parser import parse_cached
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
 from engine.shape import normalise
@@ -76,8 +76,6 @@ class ViewEngine:
         self._circuits: set[Circuit] = set()
         self._mats: set[WMat] = set()
         self._projs: set[Proj] = set()
-        # Parsed queries by text: many views share a text (per-user views), parsing is pure.
-        self._parsed: dict[str, Any] = {}
         # flushes that changed something: a materialisation's cached member set is valid
         # while the count has not moved (many views registering the same per-user query)
         self._epoch = 0
@@ -108,13 +106,7 @@ class ViewEngine:
         """Register (or replace) a view; returns its members. Raises QueryRejected."""
         if not isinstance(view_id, str) or not view_id:
             raise QueryRejected("the view id must be a non-empty string")
-        q = self._parsed.get(surql) if isinstance(surql, str) else None
-        if q is None:
-            q = parse(surql)
-            if len(self._parsed) > 10_000:
-                self._parsed.clear()
-            self._parsed[surql] = q
-        shape, S = normalise(q, params)
+        shape, S = normalise(parse_cached(surql), params)
         if view_id in self.views:
             self.unregister(view_id)
         circuit = self.circuits.get(shape)

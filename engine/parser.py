@@ -47,7 +47,7 @@ from engine.syntax import (
 )
 
 __all__ = ["COMPARISON_OPS", "MAX_DEPTH", "MAX_QUERY_CHARS", "Expr", "Item", "Path", "Query",
-           "Tok", "parse", "parse_datetime", "query_tables", "tokenize"]
+           "Tok", "parse", "parse_cached", "parse_datetime", "query_tables", "tokenize"]
 
 _COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object"})
 
@@ -110,4 +110,22 @@ def parse(text: str) -> Query:
         raise QueryRejected("the query is empty")
     q = _Parser(text).statement()
     _check_heights(q)
+    return q
+
+
+_PARSED: dict[str, Query] = {}
+_PARSED_MAX = 10_000
+
+
+def parse_cached(text: str) -> Query:
+    """:func:`parse`, remembered by text: many registrations share a query text (per-user
+    views), parsing is pure and a ``Query`` is immutable. A query that does not parse is
+    not remembered (it raises every time); the memory is cleared when it holds
+    ``_PARSED_MAX`` texts."""
+    q = _PARSED.get(text) if type(text) is str else None
+    if q is None:
+        q = parse(text)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[text] = q
     return q

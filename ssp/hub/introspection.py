@@ -13,7 +13,7 @@ import xxhash
 from engine.errors import QueryRejected
 from engine.hashing import hash_text
 from engine.jsonvalues import to_json
-from engine.parser import parse, query_tables
+from engine.parser import parse_cached, query_tables
 from ipc.messages import ErrorCode, error_reply, normalize_view_id, reply
 from ssp.shards import ShardDown, ShardError
 
@@ -32,7 +32,7 @@ def _query_tables(surql: str) -> tuple[list[str], list[str]]:
     """(tables the view's query names, its subquery tables); empty for an unparsable text
     (a held view always parsed when it registered)."""
     try:
-        return query_tables(parse(surql))
+        return query_tables(parse_cached(surql))
     except QueryRejected:
         return [], []
 

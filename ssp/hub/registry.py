@@ -16,7 +16,7 @@ from surrealdb import RecordID
 
 from dbclient import DbError, DbTimeout
 from engine.errors import QueryRejected
-from engine.parser import parse
+from engine.parser import parse_cached
 from engine.shape import normalise
 from ipc.messages import ErrorCode, ViewRegistration, error_reply, not_ready, reply
 from ssp.hub.errors import shard_refusal
@@ -80,7 +80,7 @@ class Registry:
         suffix = kept(vid, held)
         try:
             # The engine's own verdict (the shard would give the same), before any change.
-            query = parse(surql)
+            query = parse_cached(surql)
             normalise(query, engine_params(params, auth))
         except QueryRejected as e:
             return error_reply(400, ErrorCode.REJECTED, f"{e}{suffix}")

@@ -94,3 +94,20 @@ def test_query_tables_names_the_view_table_and_every_subquery_table() -> None:
               "FROM post WHERE owner = $parent.id) AS posts FROM user WHERE id = $auth.id")
     assert query_tables(q) == (["post", "tag", "user"], ["post", "tag"])
     assert query_tables(parse("SELECT * FROM post WHERE owner.name = 'a'")) == (["post"], [])
+
+
+def test_parse_cached_remembers_a_text_and_never_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.parser as P
+
+    monkeypatch.setattr(P, "_PARSED", {})
+    monkeypatch.setattr(P, "_PARSED_MAX", 3)
+    text = "SELECT * FROM post WHERE owner = $auth.id"
+    q = P.parse_cached(text)
+    assert q == P.parse(text) and P.parse_cached(text) is q  # parsed once, then shared
+    for _ in range(2):
+        with pytest.raises(QueryRejected):
+            P.parse_cached("SELECT FROM")
+    assert list(P._PARSED) == [text]
+    for i in range(3):
+        P.parse_cached(f"SELECT * FROM t{i}")
+    assert len(P._PARSED) <= 3  # bounded: cleared when full
