@@ -46,6 +46,26 @@ class ViewTracker:
             self._db.clear()
             self._db.commit()
         self._mem: dict[str, dict[str, Any]] = dict(self._db.items())
+        # views per SSP id, kept with every write: placement reads it per registration, and
+        # counting the tracked views each time made N registrations cost O(N^2)
+        self._counts: dict[str | None, int] = {}
+        for e in self._mem.values():
+            self._count(e["ssp_id"], 1)
+
+    def _count(self, ssp_id: str | None, d: int) -> None:
+        n = self._counts.get(ssp_id, 0) + d
+        if n:
+            self._counts[ssp_id] = n
+        else:
+            self._counts.pop(ssp_id, None)
+
+    def _put(self, view_id: str, entry: dict[str, Any]) -> None:
+        old = self._mem.get(view_id)
+        if old is not None:
+            self._count(old["ssp_id"], -1)
+        self._mem[view_id] = entry
+        self._count(entry["ssp_id"], 1)
+        self._db[view_id] = entry
 
     def __len__(self) -> int:
         return len(self._mem)
@@ -64,8 +84,7 @@ class ViewTracker:
     def set(self, view_id: str, ssp_id: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         """Record ``view_id`` on ``ssp_id`` now; returns the stored entry."""
         entry = {"ssp_id": ssp_id, "body": dict(body), "assigned_at": time.time()}
-        self._mem[view_id] = entry
-        self._db[view_id] = entry
+        self._put(view_id, entry)
         self._db.commit()
         return entry
 
@@ -73,6 +92,7 @@ class ViewTracker:
         """Forget ``view_id``; returns its entry (None when unknown)."""
         entry = self._mem.pop(view_id, None)
         if entry is not None:
+            self._count(entry["ssp_id"], -1)
             del self._db[view_id]
             self._db.commit()
         return entry
@@ -81,9 +101,7 @@ class ViewTracker:
         """Mark every view of ``ssp_id`` as unplaced; returns their ids."""
         moved = [v for v, e in self._mem.items() if e["ssp_id"] == ssp_id]
         for v in moved:
-            entry = dict(self._mem[v], ssp_id=None)
-            self._mem[v] = entry
-            self._db[v] = entry
+            self._put(v, dict(self._mem[v], ssp_id=None))
         if moved:
             self._db.commit()
         return moved
@@ -93,11 +111,8 @@ class ViewTracker:
         return [v for v, e in self._mem.items() if e["ssp_id"] == ssp_id]
 
     def counts(self) -> dict[str | None, int]:
-        """Tracked views per SSP id."""
-        out: dict[str | None, int] = {}
-        for e in self._mem.values():
-            out[e["ssp_id"]] = out.get(e["ssp_id"], 0) + 1
-        return out
+        """Tracked views per SSP id (a copy)."""
+        return dict(self._counts)
 
     def close(self) -> None:
         """Commit and close the file."""

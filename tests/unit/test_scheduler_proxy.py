@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -173,3 +174,33 @@ async def test_the_served_statements_are_exactly_what_an_ssp_bootstrap_sends() -
     assert sorted(kinds) == sorted(["info_db", "tables", "info_table", "first", "after",
                                     "count"])
     assert len(SUPPORTED) == len(set(kinds))
+
+
+def test_tracker_counts_are_kept_with_every_write(tmp_path: Path) -> None:
+    # placement reads the counts per registration: they are kept, not recounted, and must
+    # equal a count of the entries after any sequence of writes, and after a reopen
+    r = random.Random(3)
+    path = tmp_path / "views.sqlite"
+    t = ViewTracker(path, clear=False)
+
+    def recount(tr: ViewTracker) -> dict[str | None, int]:
+        out: dict[str | None, int] = {}
+        for _, e in tr.items():
+            out[e["ssp_id"]] = out.get(e["ssp_id"], 0) + 1
+        return out
+
+    for _ in range(400):
+        vid = f"query:v{r.randrange(40)}"
+        op = r.random()
+        if op < 0.55:
+            t.set(vid, r.choice(["s1", "s2", "s3", None]), {"id": vid})
+        elif op < 0.85:
+            t.pop(vid)
+        else:
+            t.unassign(r.choice(["s1", "s2", "s3"]))
+        assert t.counts() == recount(t)
+    before = t.counts()
+    t.close()
+    t = ViewTracker(path, clear=False)
+    assert t.counts() == before == recount(t)
+    t.close()
