@@ -34,6 +34,12 @@ state (bytes: a Loro snapshot), rev, updated_at}`, no access for record users. T
 starts from an empty document: a value written to the field without Loro is not seeded into
 it, and the next apply overwrites it.
 
+A deleted record's documents are removed by a sweep every `TTL_CLEANUP_INTERVAL_SECS`
+(`sweep_orphans`: the state rows whose `rid` no longer exists, and their cached documents).
+A record created again under that id starts from an empty document, as a new one does: an
+apply finding its document's stored state gone (swept by this or another SSP while cached
+here) starts over from the update alone instead of writing the old document back.
+
 `SVC_CRDT_CACHE_SIZE` (10000) documents stay decoded in an LRU; an evicted one is read back from
 `_00_crdt`.
 """
@@ -51,9 +57,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from loro import ExportMode, LoroDoc, VersionVector
+from surrealdb import RecordID
 
-from dbclient import Database, DbQueryError, DbTimeout
+from dbclient import Database, DbError, DbQueryError, DbTimeout
 from engine.jsonvalues import to_json
+from engine.values import parse_record_id, record_id_text
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
 
 __all__ = ["CrdtFields", "crdt_routes"]
@@ -235,6 +243,14 @@ class CrdtFields:
             stored, rev = await self._read(req)
             if stored is not None:
                 _import(doc, stored, "stored state")
+            else:
+                # the stored state is gone (its record was deleted and swept): the document
+                # starts over, like the first apply of a new record
+                doc = LoroDoc()
+                status = _import(doc, req.update, "update: Loro cannot import it")
+                if status.pending is not None:
+                    raise _invalid("update: it depends on changes this server does not have;"
+                                   " send a snapshot (the document was reset)")
         else:
             raise Refused(503, "the document is being written by others; try again")
         self._remember(key, _Entry(doc, rev + 1))
@@ -296,6 +312,33 @@ class CrdtFields:
              {"rid": req.rid, "v": value}),
         ])
 
+    async def sweep_orphans(self) -> int:
+        """Delete the stored documents of records that no longer exist, and their cached
+        documents; returns how many rows went."""
+        try:
+            gone = await self.db.query_one(
+                f"DELETE {STATE_TABLE} WHERE !record::exists(rid) RETURN BEFORE") or []
+        except DbQueryError as e:
+            if "does not exist" in e.engine_message:
+                return 0  # no document was ever stored
+            raise
+        dropped = {(record_id_text(r["rid"]), r.get("field")) for r in gone
+                   if isinstance(r.get("rid"), RecordID)}
+        for key in [k for k in self.cache if (_canonical(k[0]), k[1]) in dropped]:
+            del self.cache[key]
+        return len(gone)
+
+    async def sweep_loop(self, interval_secs: float) -> None:
+        """`sweep_orphans` every `interval_secs`."""
+        while True:
+            await asyncio.sleep(interval_secs)
+            try:
+                n = await self.sweep_orphans()
+                if n:
+                    log.info("removed the CRDT state of %d deleted record field(s)", n)
+            except DbError as e:
+                log.warning("CRDT state sweep failed: %s", e)
+
     def _remember(self, key: tuple[str, str], entry: _Entry) -> None:
         if self.cache_size == 0:
             return
@@ -303,6 +346,14 @@ class CrdtFields:
         self.cache.move_to_end(key)
         while len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
+
+
+def _canonical(rid: str) -> str:
+    """The canonical text of a record id as a client sent it (itself when unparsable)."""
+    try:
+        return record_id_text(parse_record_id(rid))
+    except ValueError:
+        return rid
 
 
 def crdt_routes(fields_of: Callable[[Any], CrdtFields]) -> dict[str, Route]:

@@ -242,3 +242,61 @@ async def test_two_processes_merge_through_the_stored_revision(env: Env) -> None
     assert status == 200 and reply["value"] == "[>base<", reply
     vv = VersionVector.decode(base64.b64decode(reply["version"]))
     assert isinstance(vv, VersionVector)
+
+
+async def test_a_deleted_records_documents_are_swept_and_a_new_record_starts_empty(
+        env: Env) -> None:
+    """`sweep_orphans` removes the state of records that no longer exist (and only those),
+    and a process whose cached document was swept elsewhere starts over instead of writing
+    the old document back under the new record."""
+    await env.root.query("CREATE doc:gone SET title = 'g'; CREATE doc:kept SET title = 'k'")
+    mine = CrdtFields(env.root, {}, 100)  # this process caches both documents
+    sweeper = CrdtFields(env.root, {}, 100)  # another SSP, which sweeps
+    old = edit(writer(None), lambda t: t.insert(0, "old text"))
+    for rid in ("doc:gone", "doc:kept"):
+        assert (await mine.apply({"id": rid, "field": "body", "update": b64(old)}))[
+            "value"] == "old text"
+    assert await sweeper.sweep_orphans() == 0  # both records exist
+    await env.root.query("DELETE doc:gone")
+    assert await sweeper.sweep_orphans() == 1
+    assert await env.state_rev("doc:gone", "body") is None
+    assert await env.state_rev("doc:kept", "body") == 1
+    # the record comes back under the same id; a new client edits an empty document
+    await env.root.query("CREATE doc:gone SET title = 'again'")
+    fresh = edit(writer(None), lambda t: t.insert(0, "new"))
+    out = await mine.apply({"id": "doc:gone", "field": "body", "update": b64(fresh)})
+    assert out["value"] == "new"
+    assert (await env.row("doc:gone"))["body"] == "new"
+    assert await env.state_rev("doc:gone", "body") == 1
+    # the sweeping process drops its own cached copy of a swept document too
+    await sweeper.apply({"id": "doc:kept", "field": "body", "update": b64(old)})
+    assert ("doc:kept", "body") in sweeper.cache
+    await env.root.query("DELETE doc:kept")
+    assert await sweeper.sweep_orphans() == 1
+    assert ("doc:kept", "body") not in sweeper.cache
+
+
+async def test_the_ssp_sweeps_the_documents_of_deleted_records(host: DbHost,
+                                                               tmp_path: Path) -> None:
+    ns, db = unique_db()
+    root = await root_db(host, ns, db)
+    await root.query(APP_SCHEMA + DOC_SCHEMA + "CREATE doc:1 SET title = 'one';")
+    apply_schema(host, ns, db)
+    ssp = start_ssp(tmp_path, host, ns, db, TTL_CLEANUP_INTERVAL_SECS="1")
+    http = aiohttp.ClientSession()
+    try:
+        await ssp.wait_ready()
+        env = Env(ssp, root, http)
+        update = edit(writer(None), lambda t: t.insert(0, "text"))
+        status, _ = await env.apply({"id": "doc:1", "field": "body", "update": b64(update)})
+        assert status == 200 and await env.state_rev("doc:1", "body") == 1
+        await root.query("DELETE doc:1")
+
+        async def swept() -> bool:
+            return await env.state_rev("doc:1", "body") is None
+        await wait_for(swept, timeout=30, what="the deleted record's state swept")
+    finally:
+        await http.close()
+        code = ssp.stop()
+        await root.close()
+        assert code == 0, ssp.process.log_text()[-3000:]
