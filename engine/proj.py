@@ -453,25 +453,9 @@ class Proj:
 def _members_of(v: Any) -> dict[str, Any] | None:
     """The members inside one item value (None when it cannot hold any)."""
     t = type(v)
-    if t is list:
-        # a subquery's rows (the common value): tree_members unrolled one level
-        acc: dict[str, Any] = {}
-        for o in v:
-            to = type(o)
-            if to is dict:
-                i = o.get("id")
-                if type(i) is RecordID:
-                    acc[rid_text(i)] = o
-                for x in o.values():
-                    tx = type(x)
-                    if tx is dict or tx is list:
-                        tree_members(x, acc)
-            elif to is list:
-                tree_members(o, acc)
-        return acc
-    if t is not dict:
+    if t is not dict and t is not list:
         return None
-    acc = {}
+    acc: dict[str, Any] = {}
     tree_members(v, acc)
     return acc
 
