@@ -14,7 +14,7 @@ only routes operations to its Ready SSPs:
   shape-checked.
 - `POST /job/result {job_id, status, result?, error?}`: 200; the latest status per job is
   kept in memory (bounded) for `/metrics` `running_jobs` (jobs whose latest status is
-  `pending` or `running`). The SSPs post one for every status change of a job they run
+  `pending` or `running`, plus the machine pools' jobs waiting or on a machine). The SSPs post one for every status change of a job they run
   (`ssp.jobreports.ResultReporter`); anyone else may post too.
 - `POST /job/kill {id}`: sent to every Ready SSP (the owner cancels, the others flag the row);
   200 `{id, dispatched, ssps}` (`dispatched`: how many SSPs answered 200, `ssps`: their ids);
@@ -146,7 +146,11 @@ class JobPlane:
         return ready[k:] + ready[:k]
 
     def running_jobs(self) -> int:
-        return sum(1 for r in self.results.values() if r["status"] in ("pending", "running"))
+        """Jobs pending or running: by the latest `/job/result` of each, plus the pools'."""
+        n = sum(1 for r in self.results.values() if r["status"] in ("pending", "running"))
+        if self.pooled is not None:
+            n += self.pooled.running_jobs()
+        return n
 
     # ------------------------------------------------------------------ operations
 

@@ -409,6 +409,13 @@ class PoolService(Sizing):
                 "total_slots": sum(m.slots for m in live if m.state != "booting"),
                 "jobs_waiting": p.waiting, "last_sweep_error": p.last_sweep_error}
 
+    def running_jobs(self) -> int:
+        """Pooled jobs pending or running: waiting for a slot, or on a live machine (handed
+        out or running). The scheduler adds them to its `running_jobs`, since no SSP posts a
+        `/job/result` for them."""
+        return (sum(p.waiting for p in self.pools.values())
+                + sum(len(m.running) for m in self.machines.values() if m.active))
+
     def list_pools(self) -> list[dict[str, Any]]:
         return [self.pool_view(self.pools[n]) for n in self.pool_names()]
 

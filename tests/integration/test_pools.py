@@ -214,6 +214,8 @@ async def test_jobs_run_on_agent_processes_within_the_slot_limit(
         await wait_for(settled, 30, "pool view: 4 busy slots, 6 waiting, 2 ready")
         p = await st.pool()
         assert p["status"] == "healthy" and p["total_slots"] == 4
+        # the overview counts pooled jobs (no SSP reports them): 4 running, 6 pending
+        assert (await st.get("/admin/api/overview"))["totals"]["running_jobs"] == 10
         machines = await st.machines()
         assert len(machines) == 2
         for m in machines:
@@ -225,6 +227,9 @@ async def test_jobs_run_on_agent_processes_within_the_slot_limit(
         st.backend.release.set()
         await wait_for(lambda: st.all_completed(ids), 60, "every job completed")
 
+        async def none_running() -> bool:
+            return bool((await st.get("/admin/api/overview"))["totals"]["running_jobs"] == 0)
+        await wait_for(none_running, 30, "the overview's running_jobs back to 0")
         rows = await st.rows()
         by_machine: dict[str, list[tuple[float, float]]] = {}
         for c in st.backend.calls:
