@@ -316,8 +316,10 @@ class CrdtFields:
         """Delete the stored documents of records that no longer exist, and their cached
         documents; returns how many rows went."""
         try:
+            # the ids alone come back (a row's state can be megabytes)
             gone = await self.db.query_one(
-                f"DELETE {STATE_TABLE} WHERE !record::exists(rid) RETURN BEFORE") or []
+                f"DELETE {STATE_TABLE} WHERE !record::exists(rid) "
+                "RETURN $before.rid AS rid, $before.field AS field") or []
         except DbQueryError as e:
             if "does not exist" in e.engine_message:
                 return 0  # no document was ever stored
