@@ -234,7 +234,8 @@ def test_bulk_cancel_states_scope_and_count_and_kills_the_selected_runs(
     assert all(run_status(stack, k)["status"] == "running" for k in keys)
     bulk.click()
     page.locator("#confirm-ok").click()
-    expect(page.locator("[data-bulk-result]")).to_contain_text("of 2")
+    result = page.locator("[data-bulk-result][data-bulk-done]")  # progress, then the count
+    expect(result).to_contain_text("cancelled 2 of 2")
     for k in keys[:2]:
         wait_run(stack, k, "killed")
     page.goto(stack.sched.admin + "/admin/workflows?name=held")

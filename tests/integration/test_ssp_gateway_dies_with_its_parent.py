@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import time
 from pathlib import Path
 
 from gateway.serve import gunicorn_argv
@@ -28,7 +29,13 @@ def test_killing_the_gunicorn_master_kills_its_workers_and_frees_the_port(
     try:
         gw.wait_http(f"http://127.0.0.1:{port}/no-such-route", want=404, timeout=60)
         assert gw.proc is not None
+        # gunicorn forks its workers one after the other: the first may answer before the
+        # second exists (the race this test once lost under load), so wait for both
+        deadline = time.monotonic() + 60
         workers = proctable.descendants(gw.proc.pid)
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            workers = proctable.descendants(gw.proc.pid)
         assert len(workers) == 2, workers
         os.kill(gw.proc.pid, signal.SIGKILL)  # the master only, not its group
         gw.proc.wait()
