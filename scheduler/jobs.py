@@ -14,8 +14,9 @@ only routes operations to its Ready SSPs:
   shape-checked.
 - `POST /job/result {job_id, status, result?, error?}`: 200; the latest status per job is
   kept in memory (bounded) for `/metrics` `running_jobs` (jobs whose latest status is
-  `pending` or `running`, plus the machine pools' jobs waiting or on a machine). The SSPs post one for every status change of a job they run
-  (`ssp.jobreports.ResultReporter`); anyone else may post too.
+  `pending` or `running`, plus the machine pools' jobs waiting or on a machine). The SSPs
+  post one for every status change of a job they run (`ssp.jobreports.ResultReporter`);
+  anyone else may post too.
 - `POST /job/kill {id}`: sent to every Ready SSP (the owner cancels, the others flag the row);
   200 `{id, dispatched, ssps}` (`dispatched`: how many SSPs answered 200, `ssps`: their ids);
   503 `no_ssp` when none is Ready.

@@ -155,6 +155,15 @@ def _import(doc: LoroDoc, data: bytes, what: str) -> Any:
     return _loro_call(what, lambda: doc.import_(data))
 
 
+def _with_update(doc: LoroDoc, update: bytes, hint: str) -> LoroDoc:
+    """`doc` with a client's update imported; Refused 400 when Loro cannot decode it or when
+    it depends on changes `doc` lacks (`hint` says what to send instead)."""
+    status = _import(doc, update, "update: Loro cannot import it")
+    if status.pending is not None:
+        raise _invalid(f"update: it depends on changes this server does not have; {hint}")
+    return doc
+
+
 def detect(structure: Mapping[str, Any]) -> list[str]:
     """The `@crdt` fields of an `INFO FOR TABLE t STRUCTURE` result (top-level names)."""
     out = []
@@ -201,7 +210,7 @@ class CrdtFields:
         if req.field not in await self.fields_of(req.table):
             raise _invalid(f"field {req.field} of {req.table} is not a @crdt field (mark it "
                            "with COMMENT '@crdt' or list it in SVC_CRDT_FIELDS)")
-        key = (req.rid, req.field)
+        key = (_canonical(req.rid), req.field)  # one document however the id is spelled
         lock = self._locks.setdefault(key, asyncio.Lock())
         try:
             async with lock:
@@ -215,11 +224,8 @@ class CrdtFields:
         if entry is None:
             entry = await self._load(req)
         # A fork takes the update: the cached document changes only once the write succeeded.
-        doc = entry.doc.fork()
-        status = _import(doc, req.update, "update: Loro cannot import it")
-        if status.pending is not None:
-            raise _invalid("update: it depends on changes this server does not have; send "
-                           "the updates since the server's version (or a snapshot)")
+        doc = _with_update(entry.doc.fork(), req.update,
+                           "send the updates since the server's version (or a snapshot)")
         since = None
         if req.version is not None:
             version = req.version
@@ -246,11 +252,8 @@ class CrdtFields:
             else:
                 # the stored state is gone (its record was deleted and swept): the document
                 # starts over, like the first apply of a new record
-                doc = LoroDoc()
-                status = _import(doc, req.update, "update: Loro cannot import it")
-                if status.pending is not None:
-                    raise _invalid("update: it depends on changes this server does not have;"
-                                   " send a snapshot (the document was reset)")
+                doc = _with_update(LoroDoc(), req.update,
+                                   "send a snapshot (the document was reset)")
         else:
             raise Refused(503, "the document is being written by others; try again")
         self._remember(key, _Entry(doc, rev + 1))
@@ -324,10 +327,9 @@ class CrdtFields:
             if "does not exist" in e.engine_message:
                 return 0  # no document was ever stored
             raise
-        dropped = {(record_id_text(r["rid"]), r.get("field")) for r in gone
-                   if isinstance(r.get("rid"), RecordID)}
-        for key in [k for k in self.cache if (_canonical(k[0]), k[1]) in dropped]:
-            del self.cache[key]
+        for r in gone:
+            if isinstance(r.get("rid"), RecordID):
+                self.cache.pop((record_id_text(r["rid"]), r.get("field")), None)
         return len(gone)
 
     async def sweep_loop(self, interval_secs: float) -> None:
