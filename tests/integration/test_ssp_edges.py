@@ -139,7 +139,11 @@ async def test_another_user_never_sees_the_edges(stack: Stack) -> None:
         assert note["result"]["out"] == RecordID("post", "secret")
         # Bob cannot read alice's edge table, nor subscribe to anything in it.
         assert await bob.query(f"SELECT * FROM {a_table}") == []
-        assert await edges(stack.root, b_table, "vb") == {"post:bobs"}
+        # Bob's post is a later change than alice's note: wait for its edge, not assume it.
+        async def bobs_edge() -> bool:
+            return await edges(stack.root, b_table, "vb") == {"post:bobs"}
+
+        await wait_for(bobs_edge, what="bob's edge")
         rows = await bob.query(f"SELECT * FROM {b_table}")
         assert [r["out"] for r in rows] == [RecordID("post", "bobs")]
         # Alice's stream got nothing of bob's: a later change of hers arrives next.
