@@ -270,6 +270,17 @@ class BackupService:
                 out.append(entry)
         return sorted(out, key=lambda e: e.get("created_at_ms") or 0, reverse=True)
 
+    async def known(self, backup_id: str) -> bool:
+        """Whether ``backup_id`` names a backup this service can tell about: one in the local
+        registry, one a restore was started from, or one in the catalog (object storage)."""
+        bid = check_id(backup_id, "backup_id")
+        if bid in self.registry.backups or self.registry.latest_restore(bid) is not None:
+            return True
+        if not self.enabled:
+            return False
+        entry = await asyncio.to_thread(self.store.get_json, catalog_key(self.prefix, bid))
+        return isinstance(entry, dict)
+
     async def soft_delete(self, backup_id: str) -> dict[str, Any]:
         bid = check_id(backup_id, "backup_id")
         local = self.registry.backups.get(bid)

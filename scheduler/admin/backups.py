@@ -16,7 +16,9 @@
   scheduler is Ready, except while a failed restore holds it in Restoring (a new restore is
   one way out); 409 ``restore_running``;
 * ``GET /admin/api/backups/:id/restore``: ``{cloud, local, stage}`` of the latest restore of
-  that backup (``cloud`` is null until linked);
+  that backup (``cloud`` is null until linked), nulls for a backup never restored; 404 for a
+  backup neither the local registry, a restore nor the catalog knows, 400 for a malformed
+  id;
 * ``POST /admin/api/restore/release`` (ours): the other way out of a held Restoring: the
   database is accepted as it is now, the replica re-cloned, every SSP re-bootstrapped; 202
   with the operation; 409 ``not_restoring`` unless held.
@@ -39,7 +41,13 @@ import falcon.asgi
 
 from backup.objstore import StorageError
 from backup.service import BackupError
-from scheduler.admin.errors import AdminError, Conflict, NotImplementedYet, Unavailable
+from scheduler.admin.errors import (
+    AdminError,
+    Conflict,
+    NotFound,
+    NotImplementedYet,
+    Unavailable,
+)
 from scheduler.admin.values import read_json
 
 log = logging.getLogger("scheduler.admin.backups")
@@ -227,8 +235,18 @@ class BackupRoutes:
         self._ops[rec["restore_id"]] = op["id"]
         return {"operation": op, "restore_id": rec["restore_id"]}
 
-    def restore_status(self, backup_id: str) -> dict[str, Any]:
-        rec = self.bp.service.registry.latest_restore(backup_id)
+    async def restore_status(self, backup_id: str) -> dict[str, Any]:
+        svc = self.bp.service
+        try:
+            known = await svc.known(backup_id)
+        except BackupError as e:
+            raise _refusal(e) from None
+        except StorageError as e:
+            raise AdminError(str(e), code="storage", status=502) from None
+        if not known:
+            raise NotFound(f"no backup {backup_id} (local registry or catalog)",
+                           code="not_found")
+        rec = svc.registry.latest_restore(backup_id)
         return {"cloud": None, "local": rec, "stage": rec.get("stage") if rec else None}
 
     def release(self, who: dict[str, Any]) -> dict[str, Any]:
@@ -294,7 +312,7 @@ class _Restore(_Base):
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                      backup_id: str) -> None:
-        resp.media = self.r.restore_status(backup_id)
+        resp.media = await self.r.restore_status(backup_id)
 
 
 class _Release(_Base):

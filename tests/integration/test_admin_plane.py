@@ -449,6 +449,18 @@ async def test_scheduler_and_ssp_logs_stream_as_server_sent_events(
         assert status == code, (bad, body)
 
 
+async def test_restore_status_of_an_unknown_backup_is_404_and_a_malformed_id_400(
+        cluster: Cluster, http: aiohttp.ClientSession) -> None:
+    # This cluster has no object storage: no catalog, an empty local registry.
+    admin, tok = cluster.sched.admin, cluster.token
+    status, body = await jreq(http, "GET", admin + "/admin/api/backups/bk-none/restore",
+                              token=tok)
+    assert status == 404 and body["code"] == "not_found" and "bk-none" in body["message"]
+    status, body = await jreq(http, "GET", admin + "/admin/api/backups/not%20an%20id/restore",
+                              token=tok)
+    assert status == 400 and "backup_id" in body["message"], body
+
+
 async def test_jobs_routes_refuse_other_tables_and_the_stream_sends_samples(
         cluster: Cluster, http: aiohttp.ClientSession) -> None:
     admin, tok = cluster.sched.admin, cluster.token

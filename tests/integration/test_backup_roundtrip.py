@@ -22,7 +22,7 @@ from backup.config import objstore_from_env
 from backup.dumpformat import DumpError, read_dump
 from backup.objstore import ObjectStore
 from backup.schema import escape_ident
-from backup.service import BackupService, NoObjectStorage, catalog_key
+from backup.service import BackupInvalid, BackupService, NoObjectStorage, catalog_key
 from dbclient import Database, DbConfig
 from tests.support.objstore import BUCKET, S3Server, start_s3
 from tests.support.procs import DbHost
@@ -162,6 +162,12 @@ async def test_restore_brings_back_rows_types_edges_schema_and_views(
         entry = store.get_json(catalog_key("proj", rec["backup_id"]))
         assert entry["sha256"] == done["sha256"] and entry["storage_path"] == done["storage_path"]
         assert store.size(done["storage_path"]) == done["bytes"]
+        # Another service on the bucket (an empty registry) knows the backup by its catalog.
+        other = service(db, s3, tmp_path / "other")
+        assert await other.known(rec["backup_id"]) is True
+        assert await other.known("bk-none") is False
+        with pytest.raises(BackupInvalid):
+            await other.known("not an id")
 
         # More writes, a schema change, a table dropped and one added: all undone.
         await db.query("UPDATE user SET name = name + ' changed' WHERE id < user:u5")
@@ -236,6 +242,7 @@ async def test_a_truncated_dump_is_refused_before_anything_is_wiped(
         res = await wait_for(svc, "restore", r["restore_id"])
         assert res["stage"] == "failed" and res["failed_stage"] == "running"
         assert await content(db) == before
+        assert await svc.known("missing") is True  # by its restore, though in no catalog
     finally:
         await svc.stop()
 

@@ -114,6 +114,13 @@ async def test_restore_of_100k_rows_brings_back_database_replica_and_edges(
             assert st == 202, made
             backup_id = made["backup_id"]
             op_id = made["operation"]["id"]
+            st, never = await jreq(http, "GET",
+                                   f"{sched.admin}/admin/api/backups/{backup_id}/restore",
+                                   token=token)
+            assert st == 200 and never == {"cloud": None, "local": None, "stage": None}, never
+            st, none = await jreq(http, "GET", f"{sched.admin}/admin/api/backups/bk-x/restore",
+                                  token=token)
+            assert st == 404 and none["code"] == "not_found", none
 
             async def op_done(op: str) -> dict[str, Any] | None:
                 _, ops = await jreq(http, "GET", sched.admin + "/admin/api/operations",
