@@ -15,11 +15,13 @@ from dbclient.feed import feed_change
 from engine import wire
 from ssp.config import ConfigError, SspConfig
 from ssp.hub import PUBLICATION_SLOTS, Hub, LogRing, claimed_auth
-from ssp.naming import edge_suffix, edge_table, view_record
+from ssp.naming import SINGLE_TABLE, edge_suffix, edge_table, view_record
 from ssp.publisher import (
     MARK_READY,
     MAX_PENDING_OPS,
-    UPSERT_EDGES,
+    UPSERT_FLAT,
+    UPSERT_FLAT_SINGLE,
+    UPSERT_GROUPS_SINGLE,
     Publisher,
     PubView,
     Teardown,
@@ -175,6 +177,20 @@ async def test_health_and_unknown_routes() -> None:
     assert (await hub.handle("junk"))["status"] == 400
 
 
+def upserted(stmts: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """The edges a flush's upsert statements write, as maps (flat rows and groups read back)."""
+    out: list[dict[str, Any]] = []
+    for sql, p in stmts:
+        p = p or {}
+        for r in p.get("rows", []) if sql in (UPSERT_FLAT, UPSERT_FLAT_SINGLE) else []:
+            out.append({"table": r[0], "in": r[1], "out": r[2], "rv": r[3], "seq": p["seq"],
+                        "auth_id": r[4] if len(r) > 4 else None})
+        for g in p.get("groups", []):
+            out.extend({"table": g[0], "in": g[1], "out": m, "rv": rv, "seq": p["seq"],
+                        "auth_id": g[2]} for m, rv in g[3])
+    return out
+
+
 def make_pub(views: dict[str, PubView], db: FakeDb) -> Publisher:
     return Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
                      view_lookup=views.get, rv_lookup=lambda rid: 7)
@@ -192,11 +208,38 @@ async def test_flush_writes_members_as_upserts_and_others_as_deletes_in_one_tran
     pub.mark("query:v", ["post:1", "post:2"])
     await pub.flush()
     [tx] = db.transactions
-    assert [s for s, _ in tx] == ["DELETE $ids", UPSERT_EDGES]
+    assert [s for s, _ in tx] == ["DELETE $ids", UPSERT_FLAT]
     assert tx[0][1]["ids"] == [RecordID("_00_list_ref_user_alice",
                                         [v.record, RecordID("post", 2)])]
-    [row] = tx[1][1]["rows"]
-    assert row["in"] == v.record and row["out"] == RecordID("post", 1) and row["rv"] == 7
+    # a flat row: [table, view, member, rv]; the flush's seq is one parameter
+    assert tx[1][1]["rows"] == [["_00_list_ref_user_alice", v.record, RecordID("post", 1), 7]]
+    assert isinstance(tx[1][1]["seq"], int)
+    assert not pub.pending
+
+
+async def test_a_view_with_many_edges_goes_as_groups_of_at_most_a_chunk_and_small_ones_flat(
+        ) -> None:
+    db = FakeDb()
+    big = PubView("query:big", RecordID("_00_query", "big"), SINGLE_TABLE,
+                  RecordID("user", "bob"), {f"post:{i}" for i in range(2500)})
+    small = PubView("query:s", RecordID("_00_query", "s"), SINGLE_TABLE, None, {"post:x"})
+    views = {"query:big": big, "query:s": small}
+    pub = Publisher(db, ref_mode="single", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup=views.get, rv_lookup=lambda rid: len(rid), max_ops=10_000)
+    pub.mark("query:big", sorted(big.members))
+    pub.mark("query:s", ["post:x"])
+    await pub.flush()
+    [tx] = db.transactions
+    assert [s for s, _ in tx] == [UPSERT_GROUPS_SINGLE, UPSERT_GROUPS_SINGLE,
+                                  UPSERT_FLAT_SINGLE, UPSERT_GROUPS_SINGLE]
+    groups = [g for s, p in tx if s == UPSERT_GROUPS_SINGLE for g in p["groups"]]
+    assert [len(g[3]) for g in groups] == [1000, 1000, 500]
+    assert all(g[:3] == [SINGLE_TABLE, big.record, big.auth] for g in groups)
+    sent = {str(out): rv for g in groups for out, rv in g[3]}
+    assert sent == {str(RecordID("post", i)): len(f"post:{i}") for i in range(2500)}
+    [flat] = [p["rows"] for s, p in tx if s == UPSERT_FLAT_SINGLE]
+    assert flat == [[SINGLE_TABLE, small.record, RecordID("post", "x"), 6, None]]
+    assert len({p["seq"] for _, p in tx}) == 1  # one flush, one seq
     assert not pub.pending
 
 
@@ -221,7 +264,7 @@ async def test_a_failed_flush_is_retried_with_nothing_lost() -> None:
         await pub.flush()
     assert pub.pending
     await pub.flush()
-    assert len(db.transactions) == 1 and db.transactions[0][0][0] == UPSERT_EDGES
+    assert len(db.transactions) == 1 and db.transactions[0][0][0] == UPSERT_FLAT
 
 
 async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registration() -> None:
@@ -257,7 +300,7 @@ async def test_flush_loop_with_throttle_coalesces_many_marks_into_one_transactio
     finally:
         await pub.stop()
     assert len(db.transactions) == 1
-    inserted = [r for c in db.transactions for _, p in c for r in (p or {}).get("rows", [])]
+    inserted = [r for c in db.transactions for r in upserted(c)]
     assert sorted(str(r["out"]) for r in inserted) == sorted(
         str(RecordID("post", i)) for i in range(50))
 
@@ -286,7 +329,7 @@ async def test_a_timed_out_flush_is_retried_smaller() -> None:
         except DbTimeout:
             pass
     assert not pub.pending
-    written = sorted(str(r["out"]) for c in db.transactions for _, p in c for r in (p or {}).get("rows", []))
+    written = sorted(str(r["out"]) for c in db.transactions for r in upserted(c))
     assert written == sorted(str(RecordID("post", i)) for i in range(400))
 
 
@@ -316,7 +359,7 @@ async def test_concurrent_flushes_never_share_a_view_and_hold_waits_for_them() -
     assert not held.done()  # waits for the flush holding a
     gate.set()
     await asyncio.gather(first, second, held)
-    rows = [[str(r["out"]) for _, p in c for r in (p or {}).get("rows", [])] for c in db.transactions]
+    rows = [[str(r["out"]) for r in upserted(c)] for c in db.transactions]
     assert sorted(rows) == [["post:1"], ["post:2"]]
     assert pub.dirty == {"query:a": {"post:1"}}  # still pending for the next flush
 
@@ -372,9 +415,9 @@ async def test_a_flush_writes_at_most_max_tables_edge_tables_and_the_rest_follow
         before = len(db.transactions)
         assert await pub.flush()
         stmts = db.transactions[before]
-        rows = [r for _, p in stmts for r in (p or {}).get("rows", [])]
+        rows = upserted(stmts)
         ids = [i for _, p in stmts for i in (p or {}).get("ids", [])]
-        written.append({r["id"].table_name for r in rows} | {i.table_name for i in ids})
+        written.append({r["table"] for r in rows} | {i.table_name for i in ids})
     assert len(written) == 2
     assert all(len(t) <= MAX_TABLES_PER_FLUSH for t in written)
     assert set().union(*written) == {v.edge_table for v in views.values()}
