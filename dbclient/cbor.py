@@ -151,6 +151,19 @@ def decode_whole(data: bytes) -> tuple[Any, int]:
     return value, stream.tell()
 
 
+def _keep_tag(tag: Any, immutable: bool) -> Any:
+    return tag
+
+
+def decode_whole_shallow(data: bytes) -> tuple[Any, int]:
+    """Like :func:`decode_whole`, but SurrealDB's own tags stay ``cbor2.CBORTag`` objects
+    (the structure is checked, no SDK value is built): for a reader that needs a request's
+    method and id, not its parameters (the database host)."""
+    stream = io.BytesIO(data)
+    value = cbor2.CBORDecoder(stream, tag_hook=_keep_tag).decode()
+    return value, stream.tell()
+
+
 _installed = False
 
 

@@ -97,7 +97,7 @@ class RpcConnection:
         if m == "kill":
             await self.live.rpc_kill(self, req.params)
             return self._reply(req, None)
-        if m == "query" and self.live.query_needs_host(req.params):
+        if m == "query" and self.live.query_needs_host(req.query_text()):
             return self._reply(req, await self.live.run_query(self, sid, req.params, req.session))
         if m == "reset":
             # SurrealDB's reset also ends the session's live queries.

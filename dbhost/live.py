@@ -215,10 +215,10 @@ class LiveHub:
 
     # -- RPC entry points -----------------------------------------------------------------
 
-    def query_needs_host(self, params: Any) -> bool:
-        """Whether a `query` request holds LIVE or KILL statements the host must answer."""
-        return (isinstance(params, list) and bool(params) and isinstance(params[0], str)
-                and mentions_live(params[0]))
+    def query_needs_host(self, text: str | None) -> bool:
+        """Whether a `query` request's text holds LIVE or KILL statements the host must
+        answer (``Request.query_text()``)."""
+        return text is not None and mentions_live(text)
 
     async def rpc_live(self, conn: RpcConnection, sid: str, params: Any,
                        client_session: Any = None) -> uuid.UUID:

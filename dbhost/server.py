@@ -211,7 +211,7 @@ class DbHostServer:
             if failure is not None:
                 return web.Response(body=error_frame(req.id, failure.code, failure.message),
                                     content_type=CBOR)
-            if req.method == "query" and self.live.query_needs_host(req.params):
+            if req.method == "query" and self.live.query_needs_host(req.query_text()):
                 return web.Response(
                     body=error_frame(req.id, METHOD_NOT_FOUND,
                                      "LIVE and KILL need a WebSocket connection"),

@@ -138,3 +138,25 @@ async def test_values_the_engine_cannot_decode_get_an_error_not_silence(raw: Any
     assert reply["error"]["code"] == -32602
     assert "decode" in reply["error"]["message"]
     await still_answers(raw)
+
+
+async def test_a_malformed_value_deep_in_the_params_gets_an_error_and_the_connection_goes_on(
+        raw: Any) -> None:
+    # The host reads a request's method and id, not its parameters (the engine decodes those):
+    # a record id tag around a number is well-formed CBOR but no SurrealDB value.
+    import cbor2
+
+    frame = cbor2.dumps({"id": "deep", "method": "query",
+                         "params": ["RETURN $r", {"r": [1, cbor2.CBORTag(8, 42)]}]})
+    reply = await send_raw(raw, frame)
+    assert reply["id"] == "deep" and reply["error"]["code"] in (-32602, -32700), reply
+    await still_answers(raw)
+
+
+async def test_record_ids_in_params_reach_the_engine_intact(raw: Any) -> None:
+    from surrealdb.data.types.record_id import RecordID
+
+    reply = await call(raw, {"id": 15, "method": "query",
+                             "params": ["RETURN [$a, $b]", {"a": RecordID("t", [1, "x"]),
+                                                           "b": {"k": RecordID("u", 2)}}]})
+    assert reply["result"][0]["result"] == [RecordID("t", [1, "x"]), {"k": RecordID("u", 2)}]

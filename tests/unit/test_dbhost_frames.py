@@ -75,3 +75,21 @@ def test_engine_session_is_removed_or_restored_in_replies() -> None:
     # An unusual layout takes the slow path and is still right.
     odd = encode({"session": uuid.UUID(sid), "id": 2, "result": None})
     assert decode(restore_session(odd, sid, None)) == {"id": 2, "result": None}
+
+
+def test_params_are_decoded_only_when_asked_for() -> None:
+    import cbor2
+
+    msg = {"id": "q2", "method": "query",
+           "params": ["SELECT * FROM $r", {"r": RecordID("t", 1)}]}
+    req = parse_request(encode(msg), LIMIT)
+    assert req.query_text() == "SELECT * FROM $r"
+    assert isinstance(req.shallow["params"][1]["r"], cbor2.CBORTag)  # not built
+    assert req.params == msg["params"]  # built on first use, with the SDK's types
+    assert req.fields == msg
+
+
+def test_an_id_in_a_surrealdb_type_is_taken_as_the_sdk_builds_it() -> None:
+    req = parse_request(encode({"id": RecordID("req", 1), "method": "ping"}), LIMIT)
+    assert req.id == RecordID("req", 1)
+    assert _code(encode({"id": RecordID("req", 1), "method": "nope"})) == METHOD_NOT_FOUND
