@@ -31,6 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from dbclient import DbError
+from engine import gcpolicy
 from ipc.lifeline import lifeline_argv
 from ipc.rpc import RpcServer
 from ssp.config import ConfigError, SspConfig
@@ -154,6 +155,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except ConfigError as e:
         print(f"svc-ssp: configuration error: {e}", file=sys.stderr)
         return 2
+    # The hub keeps every view's members and the publication state (long-lived) and makes
+    # many short-lived containers per request and flush: the shards' collector settings.
+    gcpolicy.configure()
     try:
         import uvloop
 
