@@ -449,12 +449,28 @@ def parse_record_id(text: str) -> RecordID:
     """
     if type(text) is not str:
         raise ValueSyntaxError(f"record id text must be a string, got {type(text).__name__}")
+    rid = _PARSED.get(text)
+    if rid is not None:
+        return rid
     try:
-        return _Parser(text).record_whole()
+        rid = _Parser(text).record_whole()
     except (IndexError, ValueError, InvalidOperation) as e:
         if isinstance(e, ValueSyntaxError):
             raise
         raise ValueSyntaxError(f"invalid record id {text!r}: {e}") from None
+    if type(rid.id) in _SHARED_KEYS:
+        # The SSP parses each view member it publishes, the same members for many views and
+        # flushes: ids with an immutable key are parsed once and shared (nobody mutates a
+        # RecordID; array and object keys, which could be, are parsed every time).
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[text] = rid
+    return rid
+
+
+_PARSED: dict[str, RecordID] = {}
+_PARSED_MAX = 100_000  # about 20 MB at most
+_SHARED_KEYS = (int, str)
 
 
 def parse_value(text: str) -> Any:
