@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 import xxhash
+from surrealdb import RecordID
 
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PARAM_CHARS = re.compile(r"[A-Za-z0-9_]")
@@ -204,7 +205,24 @@ def check_params(vars_: Mapping[str, Any]) -> None:
     """
     for name, value in vars_.items():
         require_identifier(name, "parameter")
-        _check_value(value, f"${name}")
+        if not _plainly_valid(value):
+            _check_value(value, f"${name}")
+
+
+def _plainly_valid(v: Any) -> bool:
+    """True when ``v`` is made of exact builtin types `_check_value` accepts (False: let it
+    decide, and name the offending path). A flush sends thousands of edge rows: the walk with
+    a path string per element was a tenth of the SSP hub's time."""
+    t = type(v)
+    if t is str or t is bool or t is float or v is None:
+        return True
+    if t is int:
+        return bool(_I64_MIN <= v <= _I64_MAX)
+    if t is list or t is tuple:
+        return all(map(_plainly_valid, v))
+    if t is dict:
+        return all(type(k) is str for k in v) and all(map(_plainly_valid, v.values()))
+    return t is RecordID
 
 
 def _check_value(value: Any, path: str) -> None:

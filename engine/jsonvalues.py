@@ -18,6 +18,7 @@ from uuid import UUID
 from surrealdb import RecordID
 from surrealdb.data.types.duration import Duration
 
+from engine.store import rid_text
 from engine.values import NONE, format_value, record_id_text
 
 __all__ = ["json_default", "to_json"]
@@ -25,6 +26,21 @@ __all__ = ["json_default", "to_json"]
 
 def to_json(v: Any) -> Any:
     """`v` with every SurrealDB-typed value inside replaced by its JSON form (see above)."""
+    # Exact types first: a registration answers with every row of its view (5,000 rows of a
+    # large view: 68 -> 57 ms); subclasses and the rest take the general path below.
+    t = type(v)
+    if t is str or t is int or t is bool or v is None:
+        return v
+    if t is dict:
+        return {k if type(k) is str else str(k): to_json(x) for k, x in v.items()}
+    if t is list:
+        return [to_json(x) for x in v]
+    if t is RecordID:
+        return rid_text(v)  # cached for int and string keys
+    return _to_json(v)
+
+
+def _to_json(v: Any) -> Any:
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
