@@ -1,4 +1,5 @@
-"""The garbage collector's settings for a process that holds a view engine (an SSP shard).
+"""The garbage collector's settings for a process that holds a view engine (an SSP shard) or
+the view registry and edge publication (the SSP hub).
 
 A shard keeps millions of long-lived objects (rows, projections, memberships, windows) and
 makes many short-lived ones for every change (deltas, keys, tuples). With CPython's default
@@ -9,7 +10,10 @@ lists and tuples freed by reference counting), so collections find almost nothin
 is pure overhead. `configure` makes them rarer; cyclic garbage is still collected, only later.
 
 `loadtests/bench_engine.py --gc default` measures the difference against the defaults (the
-view mix: 13,108 -> 15,333 changes/s on an idle 2-core machine, 2026-11-26).
+view mix: 13,108 -> 15,333 changes/s on an idle 2-core machine, 2026-11-26). In the hub,
+registering 20 large views (90,000 edges) took 3.9 s of its CPU with the defaults and 2.9 s
+with these settings (the collector walked its member sets at every few thousand
+allocations).
 """
 
 from __future__ import annotations

@@ -59,10 +59,12 @@ INITIAL_COST = 10
 # One edge row as a map with its full id was ~25 CBOR items; as `[member, rv]` inside a view's
 # group it is 5, and the database host decodes a request's parameters before the engine runs
 # it. Measured with `CHANGEFEED 1h INCLUDE ORIGINAL` tables (loadtests/probe_edge_rows.py, 1,000
-# edges in one transaction): one view 88 ms as maps -> 62 ms grouped; 100 views of 10 edges
-# 117 -> 84 ms grouped; 1,000 views of one edge 114 -> 81 ms flat (103 ms grouped). Inside a
-# group its fields are read into LET variables first: the engine copies `$g` (all its rows) on
-# each `$g[i]` read, which made a 1,000-edge group 4x slower than the maps. `auth_id` is set in mode `single` only (NONE leaves it absent).
+# edges in one transaction), when the host still built every parameter in Python: one view
+# 88 ms as maps -> 62 ms grouped; 100 views of 10 edges 117 -> 84 ms grouped; 1,000 views of
+# one edge 114 -> 81 ms flat (103 ms grouped). Since the host leaves parameters to the engine
+# (dbhost.frames.Request): 67 -> 55, 71 -> 56 and 69 -> 69 ms (grouped: 85). Inside a group
+# its fields are read into LET variables first: the engine copies `$g` (all its rows) on each
+# `$g[i]` read, which made a 1,000-edge group 4x slower than the maps. `auth_id` is set in mode `single` only (NONE leaves it absent).
 UPSERT_FLAT = ("FOR $r IN $rows { RELATE ($r[1])->(type::record($r[0], [$r[1], $r[2]]))->($r[2])"
                " SET rv = $r[3], seq = $seq RETURN NONE }")
 UPSERT_FLAT_SINGLE = ("FOR $r IN $rows { RELATE ($r[1])->(type::record($r[0], [$r[1], $r[2]]))"
