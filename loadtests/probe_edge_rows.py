@@ -19,6 +19,12 @@ edges over views (one view; 100 views of 10 edges; one edge per view), in three 
 
 Every form writes the same rows (checked at the end). The SSP sends views with at least
 `GROUP_MIN` edges grouped and the others flat.
+
+Then a view is materialised again over edges it already has (half of them no longer
+members), as the SSP does after a restart or a re-registration: the prior edges that are not
+members go, either by ``out NOTINSIDE $members`` before the upserts (the form before
+2026-11-26; the engine copies the array for every edge it tests) or by ``seq != $seq`` after
+the upserts stamped the members with the flush's seq.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ async def run(edges: int, repeat: int) -> None:
         for form in FORMS:
             await db.query(f"DEFINE TABLE e_{form} TYPE RELATION SCHEMALESS CHANGEFEED 1h "
                            "INCLUDE ORIGINAL")
+        await db.query("DEFINE TABLE e_again TYPE RELATION SCHEMALESS CHANGEFEED 1h "
+                       "INCLUDE ORIGINAL")
         auth = RecordID("user", "u1")
         print(f"{edges:,} edge upserts in one transaction, ms (mean of {repeat}); ratio vs maps")
         print(f"{'spread':>22} " + " ".join(f"{f:>10}" for f in FORMS) + f" {'flat x':>8} "
@@ -93,6 +101,34 @@ async def run(edges: int, repeat: int) -> None:
             label = f"{views_n:,} view(s) x {per:,}"
             print(f"{label:>22} " + " ".join(f"{ms[f]:>10.0f}" for f in FORMS)
                   + f" {ms['maps'] / ms['flat']:>7.2f}x {ms['maps'] / ms['grouped']:>8.2f}x")
+        print(f"\nmaterialising a view again over its edges (half no longer members), ms")
+        print(f"{'edges':>8} {'NOTINSIDE':>10} {'seq':>8} {'x':>7}")
+        for size in (1000, 5000, 10000):
+            took = {}
+            for how in ("notinside", "seq"):
+                q = RecordID("_00_query", f"again{size}{how}")
+                table = "e_again"
+                members = [RecordID("post", i) for i in range(size)]
+                first = statements("grouped", table, [q], size, auth, 1)
+                await db.transaction([first])
+                kept = members[: size // 2]
+                group = {"groups": [[table, q, auth, [[o, 2] for o in kept]]], "seq": 2}
+                if how == "notinside":
+                    stmts = [(f"DELETE {table} WHERE in = $q AND out NOTINSIDE $outs",
+                              {"q": q, "outs": kept}), (UPSERT_GROUPS_SINGLE, group)]
+                else:
+                    stmts = [(UPSERT_GROUPS_SINGLE, group),
+                             (f"DELETE {table} WHERE in = $q AND seq != $seq",
+                              {"q": q, "seq": 2})]
+                t = time.perf_counter()
+                await db.transaction(stmts)
+                took[how] = (time.perf_counter() - t) * 1000
+                left = await db.query_one(f"SELECT VALUE out FROM {table} WHERE in = $q",
+                                          {"q": q})
+                if sorted(str(o) for o in left) != sorted(str(o) for o in kept):
+                    raise SystemExit(f"{how}: the view's edges are not its members")
+            print(f"{size:>8,} {took['notinside']:>10.0f} {took['seq']:>8.0f} "
+                  f"{took['notinside'] / took['seq']:>6.1f}x")
         rows = {}
         for form in FORMS:
             rows[form] = await db.query_one(

@@ -275,7 +275,11 @@ async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registra
     pub.materialise(v)
     await pub.flush()
     [tx] = db.transactions
-    assert tx[0][0].startswith("DELETE _00_list_ref_user_alice WHERE in = $q AND out NOTINSIDE")
+    # members upserted with the flush's seq, then the view's edges with another seq deleted
+    assert [s for s, _ in tx] == [UPSERT_FLAT,
+                                  "DELETE _00_list_ref_user_alice WHERE in = $q AND seq != $seq",
+                                  MARK_READY]
+    assert tx[1][1] == {"q": v.record, "seq": tx[0][1]["seq"]}
     assert tx[-1] == (MARK_READY, {"ups": [{"q": v.record, "n": 2}]})
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 99))
     await pub.flush()  # still registered: the teardown is dropped
