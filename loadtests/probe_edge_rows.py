@@ -101,7 +101,7 @@ async def run(edges: int, repeat: int) -> None:
             label = f"{views_n:,} view(s) x {per:,}"
             print(f"{label:>22} " + " ".join(f"{ms[f]:>10.0f}" for f in FORMS)
                   + f" {ms['maps'] / ms['flat']:>7.2f}x {ms['maps'] / ms['grouped']:>8.2f}x")
-        print(f"\nmaterialising a view again over its edges (half no longer members), ms")
+        print("\nmaterialising a view again over its edges (half no longer members), ms")
         print(f"{'edges':>8} {'NOTINSIDE':>10} {'seq':>8} {'x':>7}")
         for size in (1000, 5000, 10000):
             took = {}
