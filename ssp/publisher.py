@@ -66,7 +66,8 @@ INITIAL_COST = 10
 # one edge 114 -> 81 ms flat (103 ms grouped). Since the host leaves parameters to the engine
 # (dbhost.frames.Request): 67 -> 55, 71 -> 56 and 69 -> 69 ms (grouped: 85). Inside a group
 # its fields are read into LET variables first: the engine copies `$g` (all its rows) on each
-# `$g[i]` read, which made a 1,000-edge group 4x slower than the maps. `auth_id` is set in mode `single` only (NONE leaves it absent).
+# `$g[i]` read, which made a 1,000-edge group 4x slower than the maps. `auth_id` is set in
+# mode `single` only (NONE leaves it absent).
 UPSERT_FLAT = ("FOR $r IN $rows { RELATE ($r[1])->(type::record($r[0], [$r[1], $r[2]]))->($r[2])"
                " SET rv = $r[3], seq = $seq RETURN NONE }")
 UPSERT_FLAT_SINGLE = ("FOR $r IN $rows { RELATE ($r[1])->(type::record($r[0], [$r[1], $r[2]]))"
