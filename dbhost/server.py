@@ -216,7 +216,14 @@ class DbHostServer:
                     body=error_frame(req.id, METHOD_NOT_FOUND,
                                      "LIVE and KILL need a WebSocket connection"),
                     content_type=CBOR)
-            reply = await self.engine.execute(with_session(req, sid))
+            try:
+                # a re-addressed session decodes the whole frame (Request.fields) and a value
+                # in it may be refused there
+                frame = with_session(req, sid)
+                reply = await self.engine.execute(frame)
+            except RpcError as exc:
+                return web.Response(body=error_frame(req.id, exc.code, exc.message),
+                                    content_type=CBOR)
             if req.method in WRITE_METHODS:
                 self.live.wake()
             return web.Response(body=restore_session(reply, sid, req.session),

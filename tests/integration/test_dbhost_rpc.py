@@ -146,3 +146,18 @@ async def test_live_over_http_is_refused_clearly(host: DbHost) -> None:
     with pytest.raises(SurrealError, match="WebSocket"):
         await client.query("LIVE SELECT * FROM item")
     assert await client.query("RETURN 2") == 2
+
+
+def test_an_http_rpc_the_engine_cannot_decode_gets_an_error_frame(host: DbHost) -> None:
+    # An integer beyond 64 bits (a CBOR bignum): the engine refuses to decode the request.
+    # Over HTTP that is an error reply like over ws, never a 500.
+    from surrealdb.data.cbor import decode, encode
+
+    frame = encode({"id": "h1", "method": "query", "params": ["RETURN $a", {"a": 2**70}]})
+    req = urllib.request.Request(f"{host.http_url}/rpc", data=frame, method="POST",
+                                 headers={"Content-Type": "application/cbor",
+                                          "Accept": "application/cbor"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+        reply = decode(r.read())
+    assert reply["id"] == "h1" and reply["error"]["code"] == -32602, reply
