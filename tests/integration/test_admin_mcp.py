@@ -149,11 +149,12 @@ async def test_every_read_tool_answers_through_the_admin_api(cluster: AdminClust
             "job_get": {"job_id": "job:j0"},
             "incidents_list": {"state": "recorded"},
             "incident_get": {"incident_id": incidents["incidents"][0]["id"]},
-            "backups_list": {}, "backup_restore_status": {"backup_id": "never-made"},
+            "backups_list": {},
         }
         answers = {name: payload(await client.call_tool(name, args))
                    for name, args in calls.items()}
-        assert READ_TOOLS - set(calls) == {"cloud_deployment"} | WORKFLOW_READ | POOL_READ
+        assert READ_TOOLS - set(calls) == ({"cloud_deployment", "backup_restore_status"}
+                                           | WORKFLOW_READ | POOL_READ)
         # the same data the routes answer
         assert answers["admin_config"]["breakglass_available"] is True
         assert {s["id"] for s in answers["overview"]["ssps"]} == {s.ssp_id
@@ -169,8 +170,10 @@ async def test_every_read_tool_answers_through_the_admin_api(cluster: AdminClust
         # no object storage in this cluster: the plane is off, nothing in its registry
         assert answers["backups_list"]["storage"]["configured"] is False
         assert answers["backups_list"]["catalog"] is None
-        assert answers["backup_restore_status"] == {"cloud": None, "local": None,
-                                                    "stage": None}
+        # ... so a backup id is one nobody knows: the route's 404, as a tool error
+        res = await client.call_tool("backup_restore_status", {"backup_id": "never-made"})
+        assert res.is_error and res.structured_content["status"] == 404
+        assert res.structured_content["code"] == "not_found"
         logs = answers["logs_recent"]
         assert 0 < len(logs["lines"]) <= 20 and all("message" in ln for ln in logs["lines"])
         ssp_logs = payload(await client.call_tool("logs_recent", {"source": f"ssp:{ssp}",

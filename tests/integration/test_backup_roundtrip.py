@@ -242,7 +242,7 @@ async def test_a_truncated_dump_is_refused_before_anything_is_wiped(
         res = await wait_for(svc, "restore", r["restore_id"])
         assert res["stage"] == "failed" and res["failed_stage"] == "running"
         assert await content(db) == before
-        assert await svc.known("missing") is True  # by its restore, though in no catalog
+        assert await svc.known("cut") is True  # by its restore, though in no catalog
     finally:
         await svc.stop()
 
