@@ -352,10 +352,12 @@ async def test_backup_and_restore_through_the_mcp_tools(host: DbHost, tmp_path: 
             made = payload(await client.call_tool("backup_create", {"name": "by mcp"}))
             assert made["operation"]["kind"] == "backup"
 
+            seen: dict[str, Any] = {}
+
             async def op_done(op_id: str) -> Any:
                 body = payload(await client.call_tool("operations_list",
                                                       {"operation_id": op_id}))
-                got = body["operations"][0]
+                got = seen[op_id] = body["operations"][0]
                 return got if got["status"] != "running" else None
 
             op = await wait_for(lambda: op_done(made["operation"]["id"]), 120, "backup op")
@@ -368,7 +370,11 @@ async def test_backup_and_restore_through_the_mcp_tools(host: DbHost, tmp_path: 
             assert await digests(rig.root) != at_backup
             r = payload(await client.call_tool("backup_restore",
                                                {"backup_id": made["backup_id"]}))
-            op = await wait_for(lambda: op_done(r["operation"]["id"]), 120, "restore op")
+            try:
+                op = await wait_for(lambda: op_done(r["operation"]["id"]), 120, "restore op")
+            except AssertionError as e:  # say where it stood (stage, progress, note)
+                raise AssertionError(f"{e}: {seen.get(r['operation']['id'])}; scheduler log, last lines: "
+                                     f"{rig.sched.process.log_text()[-3000:]}") from None
             assert op["status"] == "done", op
             st = payload(await client.call_tool("backup_restore_status",
                                                 {"backup_id": made["backup_id"]}))
