@@ -131,13 +131,16 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
             rows = rec["rows"]
             stmt = _INSERT_EDGES if rec.get("edge") else _INSERT
             for i in range(0, len(rows), batch_rows):
-                await put((stmt, [_nulls(r) for r in rows[i:i + batch_rows]]))
+                part = rows[i:i + batch_rows]
+                await put((stmt, [_nulls(r) for r in part]))
+                done += len(part)
+                # per batch, not per dump record: a record (an export page) may hold a whole
+                # table, and the failpoint must still land inside one
+                if halfway is not None and total and done * 2 >= total:
+                    await _drained(queue, tasks)
+                    await halfway()
+                    halfway = None
             counts[table] = counts.get(table, 0) + len(rows)
-            done += len(rows)
-            if halfway is not None and total and done * 2 >= total:
-                await _drained(queue, tasks)
-                await halfway()
-                halfway = None
             if progress is not None:
                 out = progress({"table": table, "rows_done": done, "rows_total": total})
                 if asyncio.iscoroutine(out):
