@@ -109,21 +109,25 @@ def requalify(mat: WMat, rid: str, row: dict[str, Any] | None, store: Any, deps:
     if mat.lo == 0 and hi is not None:
         # the window is the first `hi` entries: a removal above the cut pulls the entry at
         # the cut in, an insertion above it pushes the last one out (no re-slice)
+        # `visible` is the first `hi` entries' rows, so membership tells the position;
+        # after an insertion the entry at `hi` is the one just outside (entries are unique)
         if old_e is not None:
-            p = ordered.bisect_left(old_e)
-            del ordered[p]
+            ordered.remove(old_e)
             del mat.entries[rid]
-            if p < hi:
+            if rid in mat.visible:
                 hide(mat, rid)
                 if len(ordered) >= hi:
                     show(mat, ordered[hi - 1][-1])
         if new_e is not None:
             ordered.add(new_e)
             mat.entries[rid] = new_e
-            if ordered.bisect_left(new_e) < hi:
+            if len(ordered) <= hi:
                 show(mat, rid)
-                if len(ordered) > hi:
-                    hide(mat, ordered[hi][-1])
+            else:
+                out = ordered[hi]
+                if new_e < out:
+                    show(mat, rid)
+                    hide(mat, out[-1])
         return
     first = None
     if old_e is not None:
