@@ -19,7 +19,7 @@ from surrealdb import RecordID
 from surrealdb.data.types.duration import Duration
 
 from engine.store import rid_text
-from engine.values import NONE, format_value, record_id_text
+from engine.values import NONE, format_value
 
 __all__ = ["json_default", "to_json"]
 
@@ -41,7 +41,9 @@ def to_json(v: Any) -> Any:
 
 
 def _to_json(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, str)):
+    # what to_json's exact-type checks did not take: subclasses (an IntEnum, a str
+    # subclass) and the other types
+    if isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
         return v if math.isfinite(v) else None  # JSON has no NaN or infinity
@@ -55,7 +57,7 @@ def _to_json(v: Any) -> Any:
 def json_default(v: Any) -> Any:
     """The JSON form of one non-JSON value (a `json.dumps(default=...)` hook)."""
     if isinstance(v, RecordID):
-        return record_id_text(v)
+        return rid_text(v)
     if isinstance(v, datetime):
         return v.isoformat().replace("+00:00", "Z")
     if isinstance(v, (Decimal, UUID)):
