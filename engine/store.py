@@ -165,7 +165,12 @@ class TableStore:
             idx = {}
             bucket = idx.get
             for rid, row in self.rows.items():
-                k = ikey(row.get(field, NONE))
+                v = row.get(field, NONE)
+                k: Any
+                if type(v) is RecordID and type(v.id) is int and -_EXACT < v.id < _EXACT:
+                    k = ("\0r", v.table_name, v.id)  # ikey of a link, inline (the usual key)
+                else:
+                    k = ikey(v)
                 s = bucket(k)
                 if s is None:
                     idx[k] = {rid}
