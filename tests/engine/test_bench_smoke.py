@@ -58,3 +58,16 @@ def test_bench_ssp_start_warm_start_ends_in_the_cold_state() -> None:
     assert "warm yes, cold yes" in out, out
     rows = [line for line in out.splitlines() if line.startswith("| ")]
     assert [r.split(":")[0] for r in rows[1:]] == ["| cold", "| warm", "| cold again"], out
+
+
+def test_probe_columnar_topk_finds_the_engines_members() -> None:
+    # The probe exits 1 when the members it computes column-wise differ from the engine's
+    # (ties on votes break by comment id, as in SurrealDB).
+    proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "probe_columnar_topk.py"),
+                           "--rows", "500", "--repeat", "1"],
+                          check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = [line.split("|")[1].strip() for line in proc.stdout.splitlines()
+             if line.startswith("| ") and not line.startswith("| step")]
+    assert steps == ["engine (baseline)", "columns from dicts", "top-k from arrays",
+                     "member texts", "columnar total"], proc.stdout
