@@ -573,20 +573,44 @@ class ViewEngine:
                         events[c] = [(rid, ms, [], [])]
                     else:
                         evs.append((rid, ms, [], []))
+        acc_get = acc.get
         for c, evs in events.items():
             if len(evs) == 1:
                 # one row event: every materialisation gets at most one entry
                 self._emit(c, *evs[0], out)
                 continue
+            # several row events (a batch): entries per materialisation, in event order; a
+            # change reaches every materialisation of a range prefix, so this loop is the
+            # batch's hottest (inline, the row's change tested once when one group serves)
+            only = next(iter(c.projs.values())) if len(c.projs) == 1 else None
             for rid, st, le, en in evs:
-                for m in st:
-                    held = m.proj.recs.get(rid)
-                    if held is not None and held.changed():
-                        touch(acc, m, rid, True, True)
-                for m in le:
-                    touch(acc, m, rid, True, False)
-                for m in en:
-                    touch(acc, m, rid, False, True)
+                if st:
+                    if only is not None:
+                        held = only.recs.get(rid)
+                        if held is None or not held.changed():
+                            st = []
+                    ent = (rid, True, True)
+                    for m in st:
+                        if only is None:
+                            held = m.proj.recs.get(rid)
+                            if held is None or not held.changed():
+                                continue
+                        cur = acc_get(m)
+                        if cur is None:
+                            acc[m] = ent
+                        elif type(cur) is tuple:
+                            acc[m] = [cur, ent]
+                        else:
+                            cur.append(ent)
+                for ms, ent in ((le, (rid, True, False)), (en, (rid, False, True))):
+                    for m in ms:
+                        cur = acc_get(m)
+                        if cur is None:
+                            acc[m] = ent
+                        elif type(cur) is tuple:
+                            acc[m] = [cur, ent]
+                        else:
+                            cur.append(ent)
         for m in wmats:
             vis = m.visible
             for rid, was in m.vis0.items():
@@ -597,6 +621,10 @@ class ViewEngine:
         used = projs
         if acc:
             used = set(projs)
+            # materialisations with the same entries share the delta when every row's
+            # members are clean (it depends on the rows alone): in a batch, those of one
+            # range prefix all have the same entries
+            merged: dict[tuple[Proj, tuple[Any, ...]], Any] = {}
             for m, e in acc.items():
                 proj = m.proj
                 used.add(proj)
@@ -608,12 +636,20 @@ class ViewEngine:
                         d = general_delta([e], proj.rec, proj.owners, m.holds_start,
                                           m.holds_now)
                 else:
-                    item_recs = [proj.rec(rid) for rid, _, _ in e]
-                    if all(r.clean for r in item_recs):
-                        d = merge_clean(r.delta(was, now)
-                                        for r, (_, was, now) in zip(item_recs, e))
-                    else:
+                    key = (proj, tuple(e))
+                    got = merged.get(key, _UNSEEN)
+                    if got is _UNSEEN:
+                        item_recs = [proj.rec(rid) for rid, _, _ in e]
+                        if all(r.clean for r in item_recs):
+                            got = merge_clean(r.delta(was, now)
+                                              for r, (_, was, now) in zip(item_recs, e))
+                        else:
+                            got = _NOT_CLEAN
+                        merged[key] = got
+                    if got is _NOT_CLEAN:
                         d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
+                    else:
+                        d = got
                 if d is not None:
                     out.append((m.vt, d))
         for c in circuits:
@@ -711,6 +747,8 @@ def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
 
 
 _MISSING = object()
+_UNSEEN = object()  # no delta computed yet for these entries (see _settle)
+_NOT_CLEAN = object()  # entries whose delta depends on the materialisation
 
 
 _CANON: dict[str, str] = {}
