@@ -28,6 +28,7 @@ from typing import Any
 from backup.dumpformat import DumpError, read_dump
 from backup.schema import SchemaPlan, escape_ident
 from dbclient import SQL_NULL, Database
+from dbclient.tasks import cancel_and_wait
 
 __all__ = ["BATCH_ROWS", "WORKERS", "ImportMismatch", "import_dump"]
 
@@ -149,9 +150,8 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
             await put(None)
         await asyncio.gather(*tasks)
     except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # a worker whose cancel is lost would go back to queue.get() for ever (dbclient.tasks)
+        await cancel_and_wait(*tasks)
         raise
     if end is None:
         raise DumpError("the dump ends before its end record (truncated)")

@@ -40,6 +40,7 @@ from typing import Any
 
 from dbclient import Database, DbError, LiveSubscription
 from dbclient.feed import FeedCursor, feed_change
+from dbclient.tasks import cancel_and_wait
 from engine.values import parse_record_id
 from ipc.messages import parse_duration_ns
 
@@ -157,12 +158,17 @@ class ChangefeedTail:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="changefeed")
 
     async def stop(self) -> None:
-        """Stop the loop and the doorbell; the cursor file keeps the position."""
+        """Stop the loop and the doorbell; the cursor file keeps the position.
+
+        The loop has ended when this returns: a cancel that Python 3.11's ``wait_for`` loses
+        (the doorbell wait or a database answer completing in the same turn) is repeated
+        (``dbclient.tasks``); a bare ``await task`` waited forever, and a restore's
+        ``hold_for_restore`` with it. A cancel of the caller is not swallowed."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
+            if not task.cancelled():
+                task.result()  # the loop died of an error: raise it, as awaiting it did
         live, self._live = self._live, None
         if live is not None:
             try:

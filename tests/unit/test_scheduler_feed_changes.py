@@ -1,7 +1,9 @@
-"""Changefeed entries -> row-change events, retention text, the re-read window (no database)."""
+"""Changefeed entries -> row-change events, retention text, the re-read window, stopping the
+tail (no database)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -91,3 +93,39 @@ def test_the_saved_cursor_is_loaded_and_a_damaged_file_is_refused(tmp_path: Path
     path.write_text("{not json")
     with pytest.raises(ValueError, match="unreadable"):
         ChangefeedTail(None, submit, path, tables)  # type: ignore[arg-type]
+
+
+class _NoFeedDb:
+    async def table_definitions(self) -> dict[str, str]:
+        return {}
+
+
+async def test_stop_ends_the_loop_when_the_cancel_lands_as_its_wait_completes(
+        tmp_path: Path) -> None:
+    """A doorbell ring just before a restore's hold: the loop's wait for it completes in the
+    same turn as stop()'s cancel, and Python 3.11's wait_for loses that cancel. stop() must
+    still end the loop, not wait for it forever (the restore stuck at main_db)."""
+    async def tables() -> list[str]:
+        return []
+
+    async def submit(events: list[dict]) -> list[int]:
+        return []
+
+    tail = ChangefeedTail(_NoFeedDb(), submit, tmp_path / "c.json", tables,  # type: ignore[arg-type]
+                          doorbell_table=None, poll_secs=60)
+    await tail.start()
+    task = tail._task
+    assert task is not None
+    async with asyncio.timeout(10):
+        while tail._persisted_synced == float("-inf"):  # one catch-up done and persisted
+            await asyncio.sleep(0.01)
+    for _ in range(3):  # ... and the loop parked in its wait for the doorbell
+        await asyncio.sleep(0)
+    tail.wake()
+    await asyncio.sleep(0)  # the wait completes; the loop has not resumed yet
+    guard = asyncio.timeout(10)  # a hang guard: the old stop() returned only when it fired
+    async with guard:
+        await tail.stop()
+    assert not guard.expired(), "stop() waited on a loop that lost its cancel"
+    assert task.done() and task.cancelled()
+    assert tail._task is None
