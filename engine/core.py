@@ -625,6 +625,9 @@ class ViewEngine:
             # members are clean (it depends on the rows alone): in a batch, those of one
             # range prefix all have the same entries
             merged: dict[tuple[Proj, tuple[Any, ...]], Any] = {}
+            # per group, entry -> (row's members clean, its delta): a batch's entry reaches
+            # many materialisations
+            parts: dict[Proj, dict[tuple[str, bool, bool], Any]] = {}
             for m, e in acc.items():
                 proj = m.proj
                 used.add(proj)
@@ -639,11 +642,22 @@ class ViewEngine:
                     key = (proj, tuple(e))
                     got = merged.get(key, _UNSEEN)
                     if got is _UNSEEN:
-                        item_recs = [proj.rec(rid) for rid, _, _ in e]
-                        if all(r.clean for r in item_recs):
-                            got = merge_clean(r.delta(was, now)
-                                              for r, (_, was, now) in zip(item_recs, e))
+                        part = parts.get(proj)
+                        if part is None:
+                            part = parts[proj] = {}
+                        ds = []
+                        for ent in e:
+                            p = part.get(ent)
+                            if p is None:
+                                r = proj.rec(ent[0])
+                                p = part[ent] = (r.clean, r.delta(ent[1], ent[2]))
+                            if not p[0]:
+                                break
+                            if p[1] is not None:
+                                ds.append(p[1])
                         else:
+                            got = merge_clean(ds)
+                        if got is _UNSEEN:
                             got = _NOT_CLEAN
                         merged[key] = got
                     if got is _NOT_CLEAN:
