@@ -34,6 +34,7 @@ from backup.objstore import ObjectStore, StorageError
 from backup.registry import Registry, now_ms
 from backup.restore import RestoreRun, RestoreTarget, new_restore
 from dbclient import Database, DbConfig
+from dbclient.tasks import cancel_and_wait
 
 log = logging.getLogger("backup")
 
@@ -143,8 +144,8 @@ class BackupService:
 
     async def stop(self) -> None:
         if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
+            # a job between database calls may lose the cancel, then wait on the queue
+            await cancel_and_wait(self._worker)  # (dbclient.tasks)
             self._worker = None
         if self._db is not None:
             await self._db.close()

@@ -26,6 +26,7 @@ from surrealdb.data.types.table import Table
 
 from dbclient.cbor import encode
 from dbclient.feed import ENGINE_PAGE_MAX, split_by_table
+from dbclient.tasks import cancel_and_wait
 from dbhost.engine import Engine, EngineError, StatementError, quote_ident
 from dbhost.frames import INVALID_PARAMS, LIVE_ERROR, RpcError
 from dbhost.liveql import (
@@ -193,11 +194,10 @@ class LiveHub:
     async def stop(self) -> None:
         """Stop the feed loop and forget every subscription."""
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            # the loop's wake wait (wait_for) may lose a cancel (dbclient.tasks)
+            await cancel_and_wait(self._task)
+            if not self._task.cancelled():
+                self._task.result()  # the loop died of an error: raise it, as awaiting it did
         self.queries.clear()
         self.feeds.clear()
         for sid in self._tail_sessions.values():

@@ -26,6 +26,7 @@ from pathlib import Path
 import uvicorn
 import uvloop
 
+from dbclient.tasks import cancel_and_wait
 from ipc import otel
 from ipc.http import SERVER_KEEPALIVE_SECS
 from scheduler.admin.app import create_admin_app
@@ -106,8 +107,7 @@ async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
         if admin_serving is not None:
             await asyncio.gather(admin_serving, return_exceptions=True)
         if not starting.done():
-            starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
+            await cancel_and_wait(starting)  # start's database calls may lose it (dbclient.tasks)
     finally:
         await pools.close()
         await scheduler.close()

@@ -56,6 +56,7 @@ import aiohttp
 
 from dbclient import Database, DbError
 from dbclient.fieldtypes import FieldTypes
+from dbclient.tasks import cancel_and_wait
 from ipc.http import client_session
 from ipc.messages import parse_timestamp
 from scheduler.admin.incidents import IncidentStore
@@ -233,20 +234,12 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self._closed = True
         if self.feed is not None:
             await self.feed.stop()
-        for t in self._loops:
-            t.cancel()
-        if self._clone_task is not None:
-            self._clone_task.cancel()
-        for e in self.entries.values():
-            if e.sender is not None:
-                e.sender.cancel()
-        for t in list(self._tasks):
-            t.cancel()
         pending = [*self._loops, *self._tasks,
                    *(e.sender for e in self.entries.values() if e.sender is not None)]
         if self._clone_task is not None:
             pending.append(self._clone_task)
-        await asyncio.gather(*pending, return_exceptions=True)
+        # a loop whose cancel Python 3.11's wait_for loses runs on (dbclient.tasks)
+        await cancel_and_wait(*pending)
         task = self.committer._task
         if task is not None and not task.done():
             await asyncio.gather(task, return_exceptions=True)

@@ -48,6 +48,7 @@ from typing import Any, Protocol
 import falcon
 import falcon.asgi
 
+from dbclient.tasks import cancel_and_wait
 from engine.values import parse_record_id, record_id_text
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import bad_request
@@ -134,8 +135,7 @@ class JobPlane:
 
     async def stop(self) -> None:
         if self._sweep is not None:
-            self._sweep.cancel()
-            await asyncio.gather(self._sweep, return_exceptions=True)
+            await cancel_and_wait(self._sweep)  # a lost cancel: dbclient.tasks
         await self.backends.stop()
 
     def _rotation(self) -> list[str]:

@@ -74,6 +74,7 @@ import aiohttp
 from surrealdb import RecordID
 
 from dbclient import Database, DbError
+from dbclient.tasks import cancel_and_wait
 from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
 from ipc.http import client_session
@@ -218,10 +219,9 @@ class JobRunner:
         for timer in list(self._timers):
             timer.cancel()
         running = list(self.inflight.values())
-        for r in running:
-            r.task.cancel()
         if running:
-            await asyncio.gather(*(r.task for r in running), return_exceptions=True)
+            # a job between database calls may lose its cancel and retry on (dbclient.tasks)
+            await cancel_and_wait(*(r.task for r in running))
             for r in running:
                 with contextlib.suppress(DbError):
                     got = await self.db.query_one(

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dbclient.tasks import cancel_and_wait
 from scheduler.admin.cluster import Cluster
 from scheduler.admin.errors import AdminError, Conflict, Invalid, NotFound, Unavailable
 from scheduler.admin.operations import OperationLog
@@ -106,9 +107,8 @@ class Actions:
             log.error("admin action %s failed", task.get_name(), exc_info=task.exception())
 
     async def stop(self) -> None:
-        for t in list(self._tasks):
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # an action between database calls may lose its cancel (dbclient.tasks)
+        await cancel_and_wait(*self._tasks)
 
     # ------------------------------------------------------------------ SSPs
     def _busy(self, ssp_id: str) -> bool:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dbclient.tasks import cancel_and_wait
 from scheduler.admin.actions import Actions
 from scheduler.admin.cluster import Cluster, SchedulerCluster
 from scheduler.admin.jobsampler import JobSampler
@@ -74,9 +75,8 @@ class AdminPlane:
         self.actions.continue_restarts()
 
     async def stop(self) -> None:
-        for t in self._loops:
-            t.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        # a sampler whose cancel Python 3.11's wait_for loses runs on (dbclient.tasks)
+        await cancel_and_wait(*self._loops)
         await self.actions.stop()
         self.ops.shutdown()
         await self.cluster.stop()

@@ -12,6 +12,7 @@ from typing import Any
 import uvicorn
 
 from dbclient import Database
+from dbclient.tasks import cancel_and_wait
 from ipc.http import SERVER_KEEPALIVE_SECS
 from scheduler.config import SchedulerConfig
 from scheduler.pools.app import create_pool_app
@@ -82,7 +83,6 @@ class PoolRunner:
             self.should_exit()
             await asyncio.gather(self.serving, return_exceptions=True)
         if self.starting is not None and not self.starting.done():
-            self.starting.cancel()
-            await asyncio.gather(self.starting, return_exceptions=True)
+            await cancel_and_wait(self.starting)  # a lost cancel: dbclient.tasks
         if self.service is not None:
             await self.service.close()

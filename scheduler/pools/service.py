@@ -48,6 +48,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import Database, DbError
+from dbclient.tasks import cancel_and_wait
 from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
 from maintenance.jobpolicy import (
@@ -145,8 +146,7 @@ class PoolService(Sizing):
         """Stop sizing; end this process's machines and hand their jobs back."""
         self.stopping = True
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+            await cancel_and_wait(self._loop_task)  # a lost cancel: dbclient.tasks
         for m in list(self.machines.values()):
             if m.active:
                 await self._remove(m, "destroyed", "scheduler stopped", force=False)

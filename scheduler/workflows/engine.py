@@ -40,6 +40,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dbclient import Database, DbError
+from dbclient.tasks import cancel_and_wait
 from ipc.backoff import delay
 from project.workflows import Workflow
 from scheduler.workflows.actions import OperatorActions
@@ -117,11 +118,8 @@ class WorkflowEngine(OperatorActions, Loading, Commits, Following, RunStates, Fi
         self._task = asyncio.get_running_loop().create_task(self._main(), name="workflows")
 
     async def stop(self) -> None:
-        for t in [self._task, *self._bg]:
-            if t is not None:
-                t.cancel()
-        await asyncio.gather(*(t for t in [self._task, *self._bg] if t is not None),
-                             return_exceptions=True)
+        # the loop's wake wait (wait_for) may lose a cancel (dbclient.tasks)
+        await cancel_and_wait(*(t for t in [self._task, *self._bg] if t is not None))
 
     def wake(self) -> None:
         self._wake.set()

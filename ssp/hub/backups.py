@@ -25,7 +25,6 @@ The plane is made on first use (a process that never backs up pays nothing); its
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from backup import requests
 from backup.objstore import StorageError
 from backup.service import BackupError, BackupService
+from dbclient.tasks import cancel_and_wait
 from ipc.messages import error_reply, reply
 
 if TYPE_CHECKING:
@@ -62,9 +62,8 @@ class SspTarget:
     async def _stop_loops(self) -> None:
         tasks = self.state.tasks
         stopping = [t for t in tasks if t.get_name() in _LOOPS and not t.done()]
-        for t in stopping:
-            t.cancel()
-        await asyncio.gather(*stopping, return_exceptions=True)
+        # the changefeed tail's wake wait (wait_for) may lose a cancel (dbclient.tasks)
+        await cancel_and_wait(*stopping)
         tasks[:] = [t for t in tasks if t not in stopping]
         await self.tail.stop()  # its LIVE subscription: a new one comes with the new tail
 
