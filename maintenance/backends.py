@@ -163,8 +163,15 @@ class BackendMonitor:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            # the loop's wake wait runs under wait_for, which on Python 3.11 can lose a cancel
+            # that lands as the wait completes: cancel until it has ended (the same as
+            # dbclient.tasks.cancel_and_wait, which this package may not import)
+            task = self._task
+            while not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=0.5)
+            if not task.cancelled():
+                task.exception()  # retrieved: the loop logs its own errors
             self._task = None
         if self._session is not None:
             await self._session.close()
