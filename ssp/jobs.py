@@ -214,8 +214,9 @@ class JobRunner:
 
     async def stop(self) -> None:
         """Stop admitting; hand the jobs in flight back (`pending`) so another run takes them."""
-        for task in self._tasks:
-            task.cancel()
+        # admission has ended before the jobs in flight are listed: a loop that lost its
+        # cancel (dbclient.tasks) could otherwise start a job that is never handed back
+        await cancel_and_wait(*self._tasks)
         for timer in list(self._timers):
             timer.cancel()
         running = list(self.inflight.values())
