@@ -31,6 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from dbclient import DbError
+from dbclient.tasks import cancel_and_wait
 from engine import gcpolicy
 from ipc.lifeline import lifeline_argv
 from ipc.rpc import RpcServer
@@ -94,7 +95,7 @@ class Supervisor:
         elif start in done:
             await asyncio.wait({stop_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED)
         else:
-            start.cancel()
+            await cancel_and_wait(start)  # a bootstrap cut short ends before the shutdown
         if exit_wait.done() and self.hub.exit_code is not None:
             code = self.hub.exit_code
             log.warning("SSP exits with code %d (the supervisor should relaunch it)", code)

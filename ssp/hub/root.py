@@ -13,6 +13,7 @@ from typing import Any
 import zmq.asyncio
 
 from dbclient import DbAuthError, DbError
+from dbclient.tasks import cancel_and_wait
 from ipc.backoff import Backoff
 from ssp import VERSION
 from ssp.backends import backend_routes
@@ -137,8 +138,9 @@ class Hub(HubState):
         await self.backend_health.stop()
         if not self.wiped:
             self.snapshot.write()
-        for t in self.tasks:
-            t.cancel()
+        # the loops have ended before the shards and connections go (a loop that lost its
+        # cancel would run on against them: dbclient.tasks)
+        await cancel_and_wait(*self.tasks)
         for s in self.shards:
             await s.stop()
         self.arena.close()
