@@ -589,20 +589,11 @@ class ViewEngine:
                         held = only.recs.get(rid)
                         if held is None or not held.changed():
                             st = []
-                    ent = (rid, True, True)
-                    for m in st:
-                        if only is None:
-                            held = m.proj.recs.get(rid)
-                            if held is None or not held.changed():
-                                continue
-                        cur = acc_get(m)
-                        if cur is None:
-                            acc[m] = ent
-                        elif type(cur) is tuple:
-                            acc[m] = [cur, ent]
-                        else:
-                            cur.append(ent)
-                for ms, ent in ((le, (rid, True, False)), (en, (rid, False, True))):
+                    else:
+                        st = [m for m in st if (h := m.proj.recs.get(rid)) is not None
+                              and h.changed()]
+                for ms, ent in ((st, (rid, True, True)), (le, (rid, True, False)),
+                                (en, (rid, False, True))):
                     for m in ms:
                         cur = acc_get(m)
                         if cur is None:
