@@ -72,3 +72,16 @@ def test_probe_columnar_topk_finds_the_engines_members() -> None:
              if line.startswith("| ") and not line.startswith("| step")]
     assert steps == ["engine (baseline)", "columns from dicts", "top-k from arrays",
                      "member texts", "columnar total"], proc.stdout
+
+
+def test_probe_shard_batches_prints_every_size() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "probe_shard_batches.py"),
+                           "--quick", "--sizes", "1,50"],
+                          check=False, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| batch")]
+    assert [r[0] for r in rows] == ["1", "50"], proc.stdout
+    assert rows[0][3] == "1.00", proc.stdout  # the baseline's own ratio
+    # a view gets one merged delta per batch: the replies of batches are never larger
+    assert float(rows[1][5]) <= float(rows[0][5]), proc.stdout
