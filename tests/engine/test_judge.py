@@ -76,9 +76,11 @@ def _thread_comments(judge: Judge, surql: str, patched: bool) -> list[tuple[int,
 
 
 def test_upstream_subquery_order_by_limit_bug_canary() -> None:
-    # SurrealDB 3.2.4 drops rows of a correlated ORDER BY + LIMIT subquery for every parent
-    # after the first. The judge works around it (array::slice of the ordered subquery). If
-    # this canary fails, upstream fixed the bug: drop the workaround in judge.py.
+    # SurrealDB 3.2.4 drops rows of a correlated ORDER BY + LIMIT subquery for parents after
+    # the first, but not every time (2026-11-26: 2 of 120 runs kept some of them, and one
+    # full-suite run got the whole right answer), so one run proves nothing either way. The judge works around it
+    # (array::slice of the ordered subquery). If this canary fails on its last assertion,
+    # upstream fixed the bug: drop the workaround in judge.py.
     judge = Judge()
     judge.load("thread", [{"id": RecordID("thread", i)} for i in range(1, 5)])
     judge.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", 1 + i % 4),
@@ -87,8 +89,13 @@ def test_upstream_subquery_order_by_limit_bug_canary() -> None:
              "ORDER BY n DESC LIMIT 2) AS c FROM thread")
     correct = [(1, [12, 8]), (2, [9, 5]), (3, [10, 6]), (4, [11, 7])]
     assert _thread_comments(judge, surql, patched=True) == correct
-    assert _thread_comments(judge, surql, patched=False) == [(1, [12, 8]), (2, [9]), (3, [10]),
-                                                            (4, [11])]
+    unpatched = [_thread_comments(judge, surql, patched=False) for _ in range(20)]
+    for got in unpatched:
+        # the bug only drops rows: each parent keeps a non-empty prefix of its right answer
+        assert [t for t, _ in got] == [t for t, _ in correct], got
+        for (_, cs), (_, want) in zip(got, correct):
+            assert cs and cs == want[:len(cs)], got
+    assert any(got != correct for got in unpatched), "upstream fixed the bug: drop the workaround"
     judge.close()
 
 
