@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["RECANCEL_SECS", "cancel_and_wait"]
+__all__ = ["RECANCEL_SECS", "cancel_and_wait", "stop_loops"]
 
 RECANCEL_SECS = 0.5  # a lost cancel is repeated this often
 
@@ -31,3 +31,12 @@ async def cancel_and_wait(*tasks: asyncio.Task[object] | asyncio.Future[object],
     for t in tasks:
         if not t.cancelled():
             t.exception()
+
+
+async def stop_loops(*tasks: asyncio.Task[object]) -> None:
+    """:func:`cancel_and_wait`, then raise the first error a loop died of (as awaiting it
+    after ``cancel()`` did; a cancelled loop is the normal end)."""
+    await cancel_and_wait(*tasks)
+    for t in tasks:
+        if not t.cancelled():
+            t.result()

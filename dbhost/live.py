@@ -26,7 +26,7 @@ from surrealdb.data.types.table import Table
 
 from dbclient.cbor import encode
 from dbclient.feed import ENGINE_PAGE_MAX, split_by_table
-from dbclient.tasks import cancel_and_wait
+from dbclient.tasks import stop_loops
 from dbhost.engine import Engine, EngineError, StatementError, quote_ident
 from dbhost.frames import INVALID_PARAMS, LIVE_ERROR, RpcError
 from dbhost.liveql import (
@@ -195,9 +195,7 @@ class LiveHub:
         """Stop the feed loop and forget every subscription."""
         if self._task is not None:
             # the loop's wake wait (wait_for) may lose a cancel (dbclient.tasks)
-            await cancel_and_wait(self._task)
-            if not self._task.cancelled():
-                self._task.result()  # the loop died of an error: raise it, as awaiting it did
+            await stop_loops(self._task)
         self.queries.clear()
         self.feeds.clear()
         for sid in self._tail_sessions.values():

@@ -40,7 +40,7 @@ from typing import Any
 
 from dbclient import Database, DbError, LiveSubscription
 from dbclient.feed import FeedCursor, feed_change
-from dbclient.tasks import cancel_and_wait
+from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ipc.messages import parse_duration_ns
 
@@ -166,9 +166,7 @@ class ChangefeedTail:
         ``hold_for_restore`` with it. A cancel of the caller is not swallowed."""
         task, self._task = self._task, None
         if task is not None:
-            await cancel_and_wait(task)
-            if not task.cancelled():
-                task.result()  # the loop died of an error: raise it, as awaiting it did
+            await stop_loops(task)
         live, self._live = self._live, None
         if live is not None:
             try:

@@ -35,7 +35,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import Database, DbError, DbTimeout
-from dbclient.tasks import cancel_and_wait
+from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ipc.backoff import Backoff
 from ssp.naming import SINGLE_TABLE, edge_id
@@ -346,10 +346,7 @@ class Publisher:
     async def stop(self) -> None:
         """Stop the loops (call `drain` first to flush what is pending)."""
         # a loop whose cancel Python 3.11's wait_for loses flushes on (dbclient.tasks)
-        await cancel_and_wait(*self._tasks)
-        for t in self._tasks:
-            if not t.cancelled():
-                t.result()  # a loop died of an error: raise it, as awaiting it did
+        await stop_loops(*self._tasks)
         self._tasks = []
         if self.metrics is not None:
             await self.metrics.write(self.db)  # the last figures (errors are logged, not raised)

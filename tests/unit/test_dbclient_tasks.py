@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from dbclient.tasks import cancel_and_wait
+from dbclient.tasks import cancel_and_wait, stop_loops
 
 
 def _stubborn(lost: int, ended: list[str]) -> asyncio.Task[None]:
@@ -64,3 +64,17 @@ async def test_the_callers_cancel_propagates() -> None:
     ended.append("stop")  # let the loop end now
     await cancel_and_wait(task)
     assert task.cancelled()
+
+
+async def test_stop_loops_raises_the_error_a_loop_died_of() -> None:
+    async def dies() -> None:
+        raise ValueError("loop broke")
+
+    ended: list[str] = []
+    broken = asyncio.get_running_loop().create_task(dies())
+    running = _stubborn(1, ended)
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="loop broke"):
+        await stop_loops(running, broken)
+    assert running.cancelled()
+    await stop_loops(_stubborn(0, ended))  # a loop that ends by its cancel: no error
