@@ -20,7 +20,7 @@ Structure (see ``engine/README.md``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -273,6 +273,31 @@ class ViewEngine:
         Raises ValueError for a malformed event; the events before it stay applied (and
         their effect on the views is settled), the malformed one and those after it are not.
         """
+        parts = self.ingest_batch_groups(events)
+        return _gather(parts) if parts else {}
+
+    def ingest_groups(
+        self, table: str, op: str, id: str, record: Mapping[str, Any] | None = None
+    ) -> list[tuple[Collection[str], ViewDelta]]:
+        """:meth:`ingest` with the deltas as ``(view ids, delta)`` groups: see
+        :meth:`ingest_batch_groups`."""
+        try:
+            self._apply(table, op, id, record)
+        except BaseException:
+            self._flush_parts()
+            raise
+        return self._flush_parts()
+
+    def ingest_batch_groups(
+        self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
+    ) -> list[tuple[Collection[str], ViewDelta]]:
+        """:meth:`ingest_batch` with the deltas as ``(view ids, delta)`` groups, each view in
+        one group at most: the form the engine computes them in (every view of a
+        materialisation, often of many, shares one delta object), without the dict of one
+        entry per view that :meth:`ingest_batch` builds from it. A change reaching a
+        materialisation of 100 views costs one group, not 100 entries. The view-id
+        collections are the engine's own: read them before the next call, never change them.
+        """
         try:
             for event in events:
                 if len(event) != 4:
@@ -280,9 +305,9 @@ class ViewEngine:
                 table, op, rid, record = event
                 self._apply(table, op, rid, record)
         except BaseException:
-            self._flush()
+            self._flush_parts()
             raise
-        return self._flush()
+        return self._flush_parts()
 
     # ------------------------------------------------------------------ membership
     def _shown(self, mat: Mat) -> Iterable[str]:
@@ -487,20 +512,24 @@ class ViewEngine:
 
     # ------------------------------------------------------------------ flush
     def _flush(self) -> dict[str, ViewDelta]:
-        out: dict[str, ViewDelta] = {}
+        parts = self._flush_parts()
+        return _gather(parts) if parts else {}
+
+    def _flush_parts(self) -> list[tuple[Collection[str], ViewDelta]]:
+        parts: list[tuple[Collection[str], ViewDelta]] = []
         if self._circuits or self._mats or self._projs:
             self._epoch += 1
-            parts: list[tuple[Iterable[str], ViewDelta]] = []
             self._settle(parts)
-            if parts:
-                out = _gather(parts)
         if self._sync_each_call:
             self.sync_arena()
-        return out
+        return parts
 
-    def _settle(self, out: list[tuple[Iterable[str], ViewDelta]]) -> None:
-        # `out` collects (view ids, delta) parts; _gather builds the result dict once
-        # (containers are replaced only when used: a flush runs once per ingest call)
+    def _settle(self, out: list[tuple[Collection[str], ViewDelta]]) -> None:
+        # `out` collects (view ids, delta) parts, each materialisation (so each view) in one
+        # part at most: a materialisation belongs to one circuit, an implicit circuit's single
+        # row event reaches its materialisations through `_emit` (in one class each), and
+        # every other materialisation through one `acc` entry. _gather builds the result
+        # dict once (containers are replaced only when used: a flush runs once per ingest call)
         circuits = self._circuits
         if circuits:
             self._circuits = set()
@@ -666,7 +695,7 @@ class ViewEngine:
             m.vis0.clear()
 
     def _emit(self, c: Circuit, rid: str, st: list[Mat], le: list[Mat], en: list[Mat],
-              out: list[tuple[Iterable[str], ViewDelta]]) -> None:
+              out: list[tuple[Collection[str], ViewDelta]]) -> None:
         """Deltas of one row event of an implicit circuit: each class of materialisations
         (shown before and after, left, entered) shares one delta when the row's members
         are clean."""
@@ -710,10 +739,9 @@ class ViewEngine:
                     out.append((m.vt, d))
 
 
-def _gather(parts: list[tuple[Iterable[str], ViewDelta]]) -> dict[str, ViewDelta]:
-    """The deltas by view id from (view ids, delta) parts, later parts winning (a view
-    belongs to one materialisation, so parts do not overlap in practice): one dict built in
-    place instead of merging one temporary dict per part."""
+def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDelta]:
+    """The deltas by view id from (view ids, delta) parts (a view is in one part at most, see
+    `_settle`): one dict built in place instead of merging one temporary dict per part."""
     views, d = parts[0]
     out = dict.fromkeys(views, d)
     for views, d in parts[1:]:

@@ -13,7 +13,10 @@ Requests (``kind``):
   refused (or failed) replacement leaves the old view exactly as it was.
 - ``{"kind": "unregister", "view_id": str}`` -> ``{"ok": True}``
 - ``{"kind": "ingest", "events": [[table, op, id, record], ...]}``
-  -> ``{"ok": True, "deltas": {view_id: {"added": [...], "removed": [...], "updated": [...]}}}``
+  -> ``{"ok": True, "groups": [[[view_id, ...], {"added": [...], "removed": [...],
+  "updated": [...]}], ...]}``: the views sharing one delta travel as one group (a change
+  reaching a materialisation of 100 views is one delta on the wire, not 100 copies); each view
+  is in one group at most (:meth:`ViewEngine.ingest_batch_groups`).
 - ``{"kind": "members", "view_id": str}`` -> ``{"ok": True, "members": [...]}``
 - ``{"kind": "hashes", "tables": [str, ...]}`` -> ``{"ok": True, "hashes": {table: int}, "counts": {...}}``
 
@@ -27,7 +30,7 @@ inconsistent, so the caller should rebuild the shard). The message is never empt
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from engine.core import ViewDelta, ViewEngine
@@ -45,16 +48,18 @@ def delta_to_wire(d: ViewDelta) -> dict[str, list[str]]:
     return {"added": sorted(d.added), "removed": sorted(d.removed), "updated": sorted(d.updated)}
 
 
-def deltas_to_wire(deltas: Mapping[str, ViewDelta]) -> dict[str, dict[str, list[str]]]:
-    """Every view's delta as wire dicts; views sharing one delta object (a change reaching
-    many views of one shape) share one converted dict, sorted once."""
-    out: dict[str, dict[str, list[str]]] = {}
-    done: dict[int, dict[str, list[str]]] = {}
-    for v, d in deltas.items():
-        w = done.get(id(d))
-        if w is None:
-            w = done[id(d)] = delta_to_wire(d)
-        out[v] = w
+def groups_to_wire(parts: list[tuple[Collection[str], ViewDelta]]) -> list[list[Any]]:
+    """``(view ids, delta)`` groups as wire lists ``[[view_id, ...], wire delta]``; groups
+    holding the same delta object are merged (one conversion, one copy on the wire)."""
+    out: list[list[Any]] = []
+    done: dict[int, list[Any]] = {}
+    for views, d in parts:
+        g = done.get(id(d))
+        if g is None:
+            g = done[id(d)] = [list(views), delta_to_wire(d)]
+            out.append(g)
+        else:
+            g[0].extend(views)
     return out
 
 
@@ -118,9 +123,9 @@ class ShardWorker:
             if len(e) != 4:
                 raise ValueError("an event is [table, op, id, record]")
             events.append((e[0], e[1], e[2], e[3]))
-        deltas = self.engine.ingest_batch(events)
+        groups = self.engine.ingest_batch_groups(events)
         self.events_applied += len(events)
-        return {"ok": True, "deltas": deltas_to_wire(deltas)}
+        return {"ok": True, "groups": groups_to_wire(groups)}
 
     def _members(self, msg: Mapping[str, Any]) -> dict[str, Any]:
         return {"ok": True, "members": sorted(self.engine.members(msg["view_id"]))}

@@ -3,9 +3,9 @@
     .venv/bin/python loadtests/probe_shard_batches.py [--quick] [--sizes 1,100,2000]
 
 An SSP shard takes what the hub's sequencer gathered (up to its `BATCH_MAX` = 2,000 events
-under load), applies it with `ViewEngine.ingest_batch`, turns the deltas into the reply
-(`engine.worker.deltas_to_wire`, views sharing a delta object share its lists) and sends it
-as msgpack. This probe runs that path in-process over `bench_engine.py`'s view mix (1,000
+under load), applies it with `ViewEngine.ingest_batch_groups`, turns the groups of views
+sharing a delta into the reply (`engine.worker.groups_to_wire`: one wire delta per group)
+and sends it as msgpack. This probe runs that path in-process over `bench_engine.py`'s view mix (1,000
 views, a fifth of them large range views with a correlated top-5 subquery) and its 20,000
 writes, once per batch size, each size on an engine of its own registered the same way.
 Batch size 1 (every write its own call and reply) is the baseline of the ratio column. CPU
@@ -32,7 +32,7 @@ import msgpack  # noqa: E402
 from engine import ViewEngine  # noqa: E402
 from engine.gcpolicy import configure  # noqa: E402
 from engine.values import record_id_text  # noqa: E402
-from engine.worker import deltas_to_wire  # noqa: E402
+from engine.worker import groups_to_wire  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = 0
         for i in range(0, len(events), size):
             t = time.process_time()
-            deltas = eng.ingest_batch(events[i:i + size])
+            groups = eng.ingest_batch_groups(events[i:i + size])
             engine_cpu += time.process_time() - t
-            nbytes += len(msgpack.packb({"ok": True, "deltas": deltas_to_wire(deltas)}))
+            nbytes += len(msgpack.packb({"ok": True, "groups": groups_to_wire(groups)}))
         rows.append((size, time.process_time() - cpu, engine_cpu, nbytes))
         del eng
     base = rows[0][1]

@@ -143,13 +143,21 @@ class Sequencer:
         views = self.state.views
         marks: list[tuple[str, list[str]]] = []
         for r in replies:
-            for vid, d in (r.get("deltas") or {}).items():
-                view = views.get(vid)
-                if view is None:
-                    continue
-                view.members.difference_update(d["removed"])
-                view.members.update(d["added"])
-                marks.append((vid, [*d["added"], *d["removed"], *d["updated"]]))
+            # `ingest` answers groups of views sharing one delta; `load_many` a dict by view
+            groups = r.get("groups")
+            if groups is None:
+                groups = [([vid], d) for vid, d in (r.get("deltas") or {}).items()]
+            for vids, d in groups:
+                touched = None
+                for vid in vids:
+                    view = views.get(vid)
+                    if view is None:
+                        continue
+                    view.members.difference_update(d["removed"])
+                    view.members.update(d["added"])
+                    if touched is None:
+                        touched = [*d["added"], *d["removed"], *d["updated"]]
+                    marks.append((vid, touched))
         if not marks:
             return
         if defer and self.visibility.publish_after_commit(kept, marks, arrived):

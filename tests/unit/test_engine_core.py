@@ -158,6 +158,65 @@ def test_a_batch_gives_each_range_view_the_delta_it_gets_alone() -> None:
                 assert got.get(f"v{j}") == want, (size, start, j)
 
 
+def test_groups_hold_each_view_once_with_the_delta_the_dict_gives_it() -> None:
+    # ingest_groups / ingest_batch_groups answer (view ids, delta) groups, which the shard
+    # sends as they are: every view in one group at most, with the delta that ingest /
+    # ingest_batch (the dict by view) gives it; the wire form merges groups sharing a delta.
+    import random
+
+    from engine.worker import delta_to_wire, groups_to_wire
+
+    r = random.Random(11)
+    shapes = [
+        ("SELECT *, (SELECT id, n FROM comment WHERE thread = $parent.id ORDER BY n DESC "
+         "LIMIT 2) AS cs FROM thread WHERE score > $min", lambda: {"min": r.randrange(-1, 12)}),
+        ("SELECT id, score FROM thread WHERE author = $a",
+         lambda: {"a": RecordID("user", r.randrange(1, 4))}),
+        ("SELECT id, score FROM thread WHERE author = $a ORDER BY score DESC LIMIT 2",
+         lambda: {"a": RecordID("user", r.randrange(1, 4))}),
+        ("SELECT * FROM comment WHERE n >= $lo", lambda: {"lo": r.randrange(0, 30)}),
+    ]
+    views = [(f"v{i}", q, make()) for i, (q, make) in
+             enumerate(shapes[k % len(shapes)] for k in range(60))]
+    events: list[tuple[str, str, str, Any]] = []
+    for k in range(60):
+        i = r.randrange(1, 14)
+        if r.random() < 0.5:
+            op = "DELETE" if r.random() < 0.1 else "UPDATE" if i <= 10 else "CREATE"
+            events.append(("thread", op, f"thread:{i}", None if op == "DELETE" else
+                           _t(i, score=r.randrange(0, 12),
+                              author=RecordID("user", r.randrange(1, 4)))))
+        else:
+            c = r.randrange(1, 12)
+            events.append(("comment", "UPDATE" if c < 10 else "CREATE", f"comment:{c}",
+                           {"id": RecordID("comment", c),
+                            "thread": RecordID("thread", r.randrange(1, 11)), "n": k}))
+    for size in (1, 7):
+        grouped, plain = _engine(), _engine()
+        for vid, q, params in views:
+            grouped.register(vid, q, params)
+            plain.register(vid, q, params)
+        seen_groups = 0
+        for start in range(0, len(events), size):
+            batch = events[start:start + size]
+            if size == 1:
+                groups = grouped.ingest_groups(*batch[0])
+                want = plain.ingest(*batch[0])
+            else:
+                groups = grouped.ingest_batch_groups(batch)
+                want = plain.ingest_batch(batch)
+            flat = [(v, d) for vs, d in groups for v in vs]
+            assert len({v for v, _ in flat}) == len(flat), (size, start)
+            assert dict(flat) == want, (size, start)
+            wire = groups_to_wire(groups)
+            on_wire = [v for vs, _ in wire for v in vs]
+            assert sorted(on_wire) == sorted(want)
+            assert {v: w for vs, w in wire for v in vs} == {
+                v: delta_to_wire(d) for v, d in want.items()}
+            seen_groups += sum(1 for vs, _ in groups if len(vs) > 1)
+        assert seen_groups, "no group held several views: the test does not reach sharing"
+
+
 def test_identical_views_share_a_materialisation_and_eq_index_limits_work() -> None:
     e = _engine()
     for i in range(100):
@@ -190,7 +249,7 @@ def test_shard_worker_round_trip_and_bad_messages() -> None:
     r = w.handle({"kind": "register", "view_id": "v", "surql": "SELECT * FROM thread", "params": {}})
     assert r == {"ok": True, "members": ["thread:1"]}
     r = w.handle({"kind": "ingest", "events": [["thread", "CREATE", "thread:2", _t(2)]]})
-    assert r["deltas"]["v"]["added"] == ["thread:2"]
+    assert r["groups"] == [[["v"], {"added": ["thread:2"], "removed": [], "updated": []}]]
     assert w.handle({"kind": "register", "view_id": "x", "surql": "SELECT count() FROM t"})[
         "error"] == "rejected"
     assert w.handle({"kind": "ingest", "events": [["thread", "BOGUS", "thread:2", None]]})[
