@@ -33,7 +33,7 @@ from typing import Any
 from engine import gcpolicy
 from engine.arena import ArenaError, ArenaReader
 from engine.values import pack_value, record_id_text, unpack_value
-from engine.worker import ShardWorker, delta_to_wire
+from engine.worker import ShardWorker, groups_to_wire
 from ipc.rpc import RpcServer
 from ssp.rowarena import unpack_handles
 
@@ -108,7 +108,7 @@ class Shard:
         table loaded late (found by the schema poll) get their deltas instead of silently
         missing the rows."""
         eng = self.worker.engine
-        deltas: dict[str, dict[str, list[str]]] = {}
+        groups: list[list[Any]] = []  # in table order: a view reading two tables gets both
         for table, rows in payload.get("tables", {}).items():
             if not eng.views:
                 out = self.worker.handle({"kind": "load", "table": table, "rows": rows})
@@ -116,13 +116,12 @@ class Shard:
                     return out
                 continue
             try:
-                got = eng.ingest_batch(
+                got = eng.ingest_batch_groups(
                     [(table, "CREATE", record_id_text(r["id"]), r) for r in rows])
             except (KeyError, TypeError, ValueError) as e:
                 return {"ok": False, "error": "bad_message", "message": str(e)}
-            for vid, d in got.items():
-                deltas[vid] = delta_to_wire(d)
-        return {"ok": True, "deltas": deltas}
+            groups.extend(groups_to_wire(got))
+        return {"ok": True, "groups": groups}
 
     def _load_handles(self, payload: dict[str, Any]) -> dict[str, Any]:
         """`load_many` with each table's rows given as arena handles (`pack_handles` bytes)."""

@@ -143,11 +143,8 @@ class Sequencer:
         views = self.state.views
         marks: list[tuple[str, list[str]]] = []
         for r in replies:
-            # `ingest` answers groups of views sharing one delta; `load_many` a dict by view
-            groups = r.get("groups")
-            if groups is None:
-                groups = [([vid], d) for vid, d in (r.get("deltas") or {}).items()]
-            for vids, d in groups:
+            # groups of views sharing one delta, in order (a view may recur: apply each)
+            for vids, d in r.get("groups") or ():
                 touched = None
                 for vid in vids:
                     view = views.get(vid)

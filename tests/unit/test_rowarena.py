@@ -110,7 +110,7 @@ async def test_a_shard_loads_rows_by_handle_from_the_arena(tmp_path: Path) -> No
         shard = Shard(0, str(tmp_path / "arena"))
         raw = pack_handles(rows.store.handles("post"))
         out = await shard.handle(encode_request("load_handles", {"tables": {"post": raw}}))
-        assert out == {"ok": True, "deltas": {}}
+        assert out == {"ok": True, "groups": []}
         assert shard.worker.engine.table_count("post") == 50
         reg = await shard.handle(encode_request("register", {
             "view_id": "v", "surql": "SELECT * FROM post WHERE owner = $o AND n < 20",
@@ -121,12 +121,32 @@ async def test_a_shard_loads_rows_by_handle_from_the_arena(tmp_path: Path) -> No
                                             "owner": RecordID("user", "u1"), "n": 4})
         raw = pack_handles([rows.store.handle("post", "post:100")])  # type: ignore[list-item]
         out = await shard.handle(encode_request("load_handles", {"tables": {"post": raw}}))
-        assert out["deltas"]["v"]["added"] == ["post:100"]
+        assert out["groups"] == [[["v"], {"added": ["post:100"], "removed": [], "updated": []}]]
         # The rows decoded from the arena keep their SurrealDB types.
         res = await shard.handle({"kind": "result", "data": pack_value({"view_id": "v"})})
         assert all(isinstance(r["owner"], RecordID) for r in unpack_value(res["data"]))
     finally:
         rows.close()
+
+
+async def test_a_load_of_two_tables_reports_both_tables_deltas_in_order() -> None:
+    # One `load_many` carrying two tables a view reads: each table's deltas reach the hub in
+    # table order (a reply keyed by view kept only the last table's, losing `a:1`).
+    shard = Shard(0)
+    reg = await shard.handle(encode_request("register", {
+        "view_id": "v", "surql": "SELECT *, (SELECT id FROM b WHERE a = $parent.id) AS bs "
+                                "FROM a", "params": {}}))
+    assert reg == {"ok": True, "members": []}
+    out = await shard.handle(encode_request("load_many", {"tables": {
+        "a": [{"id": RecordID("a", 1)}],
+        "b": [{"id": RecordID("b", 1), "a": RecordID("a", 1)}]}}))
+    assert out["ok"], out
+    seen: set[str] = set()
+    for vids, d in out["groups"]:
+        if "v" in vids:
+            seen.difference_update(d["removed"])
+            seen.update(d["added"])
+    assert seen == {"a:1", "b:1"}, out
 
 
 async def test_bad_handles_and_a_shard_without_arena_are_errors_not_crashes(
