@@ -10,6 +10,9 @@ Public API (stable; used by the SSP shards, the tests and the benchmarks)::
                                                    #    raises QueryRejected naming the clause
     delta = eng.ingest(table, op, id, record)      # -> {view_id: ViewDelta(added, removed, updated)}
     deltas = eng.ingest_batch(events)              # events: (table, op, id, record); net delta per view
+    groups = eng.ingest_groups(table, op, id, record)  # -> [(view ids, ViewDelta)], each view once:
+    groups = eng.ingest_batch_groups(events)       #    the same deltas, one per group of views
+                                                   #    sharing it (what the shards send)
     eng.members(view_id); eng.unregister(view_id)
     eng.table_count(table); eng.table_hash(table)  # rows; XOR of xxh3_64 over canonical row bytes
     eng.result(view_id)                            # current result rows (SurrealDB-shaped)
