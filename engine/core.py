@@ -258,12 +258,7 @@ class ViewEngine:
         self, table: str, op: str, id: str, record: Mapping[str, Any] | None = None
     ) -> dict[str, ViewDelta]:
         """Apply one row change; returns the deltas of the views that changed."""
-        try:
-            self._apply(table, op, id, record)
-        except BaseException:
-            self._flush()
-            raise
-        return self._flush()
+        return _gather(self.ingest_groups(table, op, id, record))
 
     def ingest_batch(
         self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
@@ -273,8 +268,7 @@ class ViewEngine:
         Raises ValueError for a malformed event; the events before it stay applied (and
         their effect on the views is settled), the malformed one and those after it are not.
         """
-        parts = self.ingest_batch_groups(events)
-        return _gather(parts) if parts else {}
+        return _gather(self.ingest_batch_groups(events))
 
     def ingest_groups(
         self, table: str, op: str, id: str, record: Mapping[str, Any] | None = None
@@ -284,9 +278,9 @@ class ViewEngine:
         try:
             self._apply(table, op, id, record)
         except BaseException:
-            self._flush_parts()
+            self._flush()
             raise
-        return self._flush_parts()
+        return self._flush()
 
     def ingest_batch_groups(
         self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
@@ -305,9 +299,9 @@ class ViewEngine:
                 table, op, rid, record = event
                 self._apply(table, op, rid, record)
         except BaseException:
-            self._flush_parts()
+            self._flush()
             raise
-        return self._flush_parts()
+        return self._flush()
 
     # ------------------------------------------------------------------ membership
     def _shown(self, mat: Mat) -> Iterable[str]:
@@ -511,11 +505,7 @@ class ViewEngine:
                 self._projs.add(proj)
 
     # ------------------------------------------------------------------ flush
-    def _flush(self) -> dict[str, ViewDelta]:
-        parts = self._flush_parts()
-        return _gather(parts) if parts else {}
-
-    def _flush_parts(self) -> list[tuple[Collection[str], ViewDelta]]:
+    def _flush(self) -> list[tuple[Collection[str], ViewDelta]]:
         parts: list[tuple[Collection[str], ViewDelta]] = []
         if self._circuits or self._mats or self._projs:
             self._epoch += 1
@@ -742,6 +732,8 @@ class ViewEngine:
 def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDelta]:
     """The deltas by view id from (view ids, delta) parts (a view is in one part at most, see
     `_settle`): one dict built in place instead of merging one temporary dict per part."""
+    if not parts:
+        return {}
     views, d = parts[0]
     out = dict.fromkeys(views, d)
     for views, d in parts[1:]:
