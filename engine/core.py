@@ -33,11 +33,12 @@ from engine.circuit import Circuit, Mat, WMat, exact_key
 from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
 from engine.deps import Deps
 from engine.errors import QueryRejected
+from engine.lazy import bulk, child_parent, deep
 from engine.parser import parse_cached
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
 from engine.shape import normalise
-from engine.store import Store, TableStore, rid_text
+from engine.store import Store, TableStore, ikey, rid_text
 from engine.values import NONE, parse_record_id, record_id_text
 from engine.versions import is_stale
 
@@ -83,6 +84,8 @@ class ViewEngine:
         # range index again and again): tuple of mats -> view ids; cleared whenever a view
         # registers or unregisters, so it never names a stale view
         self._vcache: dict[tuple[Mat, ...], dict[str, None]] = {}
+        # table -> projection groups with lazy rows reading it (engine.lazy)
+        self._lazy: dict[str, set[Proj]] = {}
 
     # ------------------------------------------------------------------ public API
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -191,7 +194,10 @@ class ViewEngine:
             rows = mat.circuit.rows
             cx = Cx(self.store)
             ids = sorted(self._shown(mat), key=lambda r: plan.entry(rows[r], r, cx))
-        outs = mat.proj.outs
+        proj = mat.proj
+        for r in ids:
+            proj.force(r)  # a lazy row is projected to be shown
+        outs = proj.outs
         return [outs[r] for r in ids]
 
     def subquery_state(self, view_id: str) -> dict[str, dict[str, int]]:
@@ -204,7 +210,15 @@ class ViewEngine:
             raise KeyError(view_id)
         parents: dict[str, int] = {}
         keys: dict[str, set[Any]] = {}
-        for deps in mat.proj.pdeps.values():
+        proj = mat.proj
+        if proj.lazy:
+            # a lazy row scans its subquery's table by its own id (engine.lazy)
+            assert proj.spec is not None
+            st = proj.spec.sub.table
+            parents[st] = len(proj.lazy)
+            rows = mat.circuit.rows
+            keys[st] = {(proj.spec.link, _hashable(ikey(rows[r]["id"]))) for r in proj.lazy}
+        for deps in proj.pdeps.values():
             seen: set[str] = set()
             for table, field, key in deps[1]:
                 keys.setdefault(table, set()).add((field, _hashable(key)))
@@ -315,8 +329,9 @@ class ViewEngine:
         if plan.eq is not None:
             cands = list(plan.candidates(self.store, mat.S, NONE, Cx(self.store)))
         else:
-            # every shown row is projected: the group's rows are the candidates
-            cands = mat.proj.outs.keys()
+            # every shown row is projected or lazy: the group's rows are the candidates
+            proj = mat.proj
+            cands = chain(proj.outs, proj.lazy) if proj.lazy else proj.outs.keys()
         holds = mat.holds
         return [r for r in cands if holds(rows.get(r))]
 
@@ -326,8 +341,12 @@ class ViewEngine:
         tree = proj.tree
         out: set[str] = set()
         flat: list[str] = []
+        lazy = proj.lazy
         for rid in self._shown(mat) if shown is None else shown:
-            if trees.get(rid, 0) is None and proj.outs[rid] is mat.circuit.rows.get(rid):
+            if lazy and rid in lazy:
+                flat.append(rid)  # a lazy row: itself and the children it shows
+                out.update(lazy[rid])
+            elif trees.get(rid, 0) is None and proj.outs[rid] is mat.circuit.rows.get(rid):
                 flat.append(rid)  # a flat `SELECT *` row: its only member is itself
             else:
                 out.update(tree(rid))
@@ -369,6 +388,13 @@ class ViewEngine:
                     else:
                         outs[rid] = row
                         trees[rid] = None
+            return shown
+        if proj.spec is not None:
+            bulk(proj, shown)
+            if proj.lazy:
+                lz = self._lazy
+                lz.setdefault(circuit.table, set()).add(proj)
+                lz.setdefault(proj.spec.sub.table, set()).add(proj)
             return shown
         for rid in shown:
             if rid not in outs:
@@ -422,6 +448,8 @@ class ViewEngine:
         if op == "DELETE":
             if old is None:
                 return
+            if self._lazy and table in self._lazy:
+                self._force_lazy(table, text, old, None)
             ts.delete(text)
             new = None
         else:
@@ -430,8 +458,42 @@ class ViewEngine:
             text2, new = self._prepare(table, text, record)
             if text2 != text:
                 raise ValueError(f"record id {text2} does not match event id {text}")
+            if self._lazy and table in self._lazy:
+                self._force_lazy(table, text, old, new)
             ts.put(text, new)
         self._propagate(ts, text, old, new)
+
+    def _force_lazy(self, table: str, text: str, old: dict[str, Any] | None,
+                    new: dict[str, Any] | None) -> None:
+        """Before a write to ``table`` reaches the store: project the lazy rows it may change
+        (:mod:`engine.lazy`), so they hold what they showed before it."""
+        projs = self._lazy[table]
+        for proj in list(projs):
+            lazy = proj.lazy
+            if not lazy:
+                projs.discard(proj)
+                continue
+            spec = proj.spec
+            assert spec is not None  # a group with lazy rows has its lazy form
+            ptable = proj.plan.table
+            if ptable == table:
+                if new is not None and deep(new, spec.name):
+                    proj.end_lazy()  # its values may hold members: no laziness from now on
+                    projs.discard(proj)
+                elif text in lazy:
+                    proj.force(text)
+            else:
+                for r in (old, new):
+                    p = child_parent(spec.link, ptable, r)
+                    if p is None:
+                        continue
+                    if p is ...:
+                        proj.end_lazy()
+                        projs.discard(proj)
+                        break
+                    t = rid_text(p)
+                    if t in lazy:
+                        proj.force(t)
 
     def _propagate(
         self, ts: TableStore, text: str, old: dict[str, Any] | None, new: dict[str, Any] | None

@@ -25,6 +25,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.delta import NO_TREE, Rec, has_nested, same
+from engine.lazy import Spec, spec_of
 from engine.plan import Cx, Plan, tree_members
 from engine.store import Store, rid_text
 from engine.values import NONE
@@ -47,9 +48,9 @@ NOLINKS = NoLinks()
 class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
-    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "multi",
-                 "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan", "prev", "recs",
-                 "refs", "store", "trees")
+    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "lazy",
+                 "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan", "prev",
+                 "recs", "refs", "spec", "store", "trees")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -76,6 +77,9 @@ class Proj:
         self.recs: dict[str, Rec] = {}
         # materialisations with windows or link predicates count the views showing a row
         self.refs: dict[str, int] = {}
+        # rows shown but not projected yet -> the children they show (engine.lazy)
+        self.lazy: dict[str, tuple[str, ...]] = {}
+        self.spec: Spec | None = None if circuit.explicit else spec_of(self.plan)
 
     # -- reading ------------------------------------------------------------------------
     def tree(self, rid: str) -> dict[str, Any]:
@@ -219,9 +223,24 @@ class Proj:
                 else:
                     self.pdeps[rid] = deps
 
+    def force(self, rid: str) -> None:
+        """Project a lazy row (engine.lazy): a write is about to change what it reads."""
+        if self.lazy.pop(rid, _ABSENT) is not _ABSENT:
+            self.project(rid, self.store.table(self.plan.table).rows[rid], None)
+
+    def end_lazy(self) -> None:
+        """Project every lazy row; the group never makes rows lazy again."""
+        self.spec = None
+        rows = self.store.table(self.plan.table).rows
+        lazy = self.lazy
+        self.lazy = {}
+        for rid in lazy:
+            self.project(rid, rows[rid], None)
+
     def drop(self, rid: str) -> None:
         """Forget a row no materialisation of the group shows any more."""
         if rid not in self.outs:
+            self.lazy.pop(rid, None)
             return
         del self.outs[rid]
         old_tree = self.trees.pop(rid)
@@ -236,6 +255,7 @@ class Proj:
 
     def drop_all(self) -> None:
         """Forget every row (the group's last materialisation went away)."""
+        self.lazy = {}
         for rid in list(self.outs):
             self.drop(rid)
 

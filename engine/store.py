@@ -18,6 +18,7 @@ from typing import Any
 
 from surrealdb import Duration, RecordID
 
+from engine.columns import Columns
 from engine.values import NONE, NoneType, eq_key, record_id_text
 
 _PLAIN_KEY_TYPES = frozenset(
@@ -94,7 +95,7 @@ class RowCache(dict):
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("caches", "changed", "indexes", "name", "rows")
+    __slots__ = ("caches", "changed", "cols", "indexes", "name", "rows")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -104,6 +105,8 @@ class TableStore:
         self.indexes: dict[str, dict[Any, set[str]]] = {}
         # weak references: a cache lives as long as the plan that fills it
         self.caches: list[weakref.ref[RowCache]] = []
+        # numpy columns of chosen fields (engine.columns), kept once some shape asked for one
+        self.cols: Columns | None = None
 
     def cache(self) -> RowCache:
         """A new row cache over this table (kept while the caller holds it)."""
@@ -125,6 +128,8 @@ class TableStore:
         self.changed.add(rid)
         if self.caches:
             self._forget(rid)
+        if self.cols is not None:
+            self.cols.put(rid, row)
         for field, idx in self.indexes.items():
             if old is not None:
                 ok = ikey(old.get(field, NONE))
@@ -149,6 +154,8 @@ class TableStore:
         self.changed.add(rid)
         if self.caches:
             self._forget(rid)
+        if self.cols is not None:
+            self.cols.delete(rid)
         for field, idx in self.indexes.items():
             ok = ikey(old.get(field, NONE))
             s = idx.get(ok)
@@ -178,6 +185,15 @@ class TableStore:
                     s.add(rid)
             self.indexes[field] = idx
         return idx
+
+    def columns(self, fields: list[str]) -> Columns:
+        """The columns of ``fields`` (each built on first use, then kept by put/delete)."""
+        cols = self.cols
+        if cols is None:
+            cols = self.cols = Columns(self.rows)
+        for f in fields:
+            cols.add(f, self.rows)
+        return cols
 
     def count(self) -> int:
         """Number of rows."""

@@ -1,0 +1,188 @@
+"""Lazy projected rows: a new view's rows shown without projecting them one by one.
+
+A shape ``SELECT *, (SELECT id, n FROM child WHERE link = $parent.id ORDER BY n DESC LIMIT
+k) AS name FROM parent WHERE ...`` ("each row with its top children") projects a row by
+running the subquery for it: 40-60 us per row, so half a second for a view over 10,000 rows.
+Yet a view's registration needs only its members: the rows, and the children each row shows.
+Over the child table's columns (:mod:`engine.columns`) those are one sort for all rows
+(:func:`engine.columns.top_per_parent`).
+
+So :func:`bulk` keeps such rows *lazy*: ``Proj.lazy`` maps the row to the record ids of the
+children it shows (in rank order), and nothing else is stored for it: no output, no tree, no
+dependency, no owner. A lazy row is projected for real (:meth:`engine.proj.Proj.force`) on
+the first write that can change it, before the write reaches the store
+(:meth:`engine.core.ViewEngine._force_lazy`): the row itself, or a child row whose link
+names it before or after the write. It is then exactly the projection the row had when the
+view registered (nothing it reads changed since, or it would have been projected then), and
+the flush proceeds as for any projected row.
+
+Laziness needs every member of a lazy row to be held by that row alone, so that no
+other row's change can depend on it:
+
+- a child belongs to one parent (``link = $parent.id``, the child table is not the parent's);
+- the parent's own values hold no members: a row with an object (or a list holding objects
+  or lists) is projected at once, and a write of such a row to the parent table projects
+  every lazy row of the group and ends its laziness (:data:`engine.proj.Proj.spec` None);
+- a link whose key is neither an int nor a string can equal an int key (``t:1.0`` is
+  ``t:1``): a child written with one projects every lazy row of the group.
+
+Anything the columns cannot decide exactly (a sort value that is not an int, a child key
+that is not an int) falls back to projecting each row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from surrealdb import RecordID
+
+from engine.columns import table_code, top_per_parent
+from engine.plan import Plan
+from engine.shape import order_source
+
+LAZY_MIN = 64  # fewer new rows are projected at once: not worth a pass over the columns
+_EXACT = 2**53
+
+
+class Spec(NamedTuple):
+    """What a lazy shape reads: its subquery, the link, the output key, the sort fields."""
+
+    sub: Plan
+    link: str
+    name: str
+    order: list[tuple[str, bool]]
+    parent_code: int
+    own_code: int
+
+
+def spec_of(plan: Plan) -> Spec | None:
+    """The lazy form of ``plan``'s projection, or None when it has none."""
+    if plan.fetch or len(plan.items) != 2 or plan.items[0][0] != "all":
+        return None
+    item = plan.items[1]
+    if item[0] != "sub" or item[2] is not None or len(item[3]) != 1:
+        return None
+    sub: Plan = item[1]
+    q = sub.q
+    if sub.eq is None or sub.residual is not None or sub.fetch or sub.flat is None:
+        return None
+    link, other = sub.eq
+    if other[0] != "parent" or tuple(other[1]) != ("id",) or link == "id":
+        return None
+    if sub.table == plan.table or not sub.row_entries:
+        return None
+    order: list[tuple[str, bool]] = []
+    for path, desc in q.order:
+        src = order_source(q, path)
+        if len(src) != 1:
+            return None
+        order.append((src[0], desc))
+    has_id = False
+    allowed = {f for f, _ in order}
+    for it in q.items:
+        if it.kind != "field" or len(it.path) != 1:
+            return None
+        if it.path == ("id",):
+            if it.out != ("id",):
+                return None
+            has_id = True
+        elif it.path[0] not in allowed:
+            return None  # a value that may hold members of its own
+    if not has_id:
+        return None
+    return Spec(sub, link, item[3][0], order, table_code(plan.table), table_code(sub.table))
+
+
+def deep(row: dict[str, Any], skip: str) -> bool:
+    """Whether a row's own values may hold members (an object, a list of objects or lists);
+    the output key ``skip`` is replaced by the subquery's value and does not count."""
+    for k, v in row.items():
+        t = type(v)
+        if t is dict:
+            if k != skip:
+                return True
+        elif t is list and k != skip:
+            for x in v:
+                tx = type(x)
+                if tx is dict or tx is list:
+                    return True
+    return False
+
+
+def bulk(proj: Any, shown: list[str]) -> None:
+    """Show ``shown`` (rows a new materialisation of ``proj`` shows): rows already projected
+    or lazy stay, the others become lazy where :func:`spec_of` allows, else are projected."""
+    outs = proj.outs
+    lazy = proj.lazy
+    rows = proj.store.table(proj.plan.table).rows
+    todo = [r for r in shown if r not in outs and r not in lazy]
+    spec: Spec | None = proj.spec
+    if spec is not None and len(todo) >= LAZY_MIN:
+        name = spec.name
+        ids: list[int] = []
+        lz: list[str] = []
+        eager: list[str] = []
+        for rid in todo:
+            row = rows[rid]
+            if deep(row, name):
+                # a row whose values may hold members: no laziness for this group
+                proj.end_lazy()
+                break
+            k = row["id"].id
+            if type(k) is int and -_EXACT < k < _EXACT:
+                lz.append(rid)
+                ids.append(k)
+            else:
+                eager.append(rid)
+        else:
+            if _lazy_rows(proj, spec, lz, ids):
+                todo = eager
+    project = proj.project
+    for rid in todo:
+        if rid not in outs:
+            project(rid, rows[rid], None)
+
+
+def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int]) -> bool:
+    """Make ``lz`` (parent int keys ``ids``) lazy; False when the columns cannot decide."""
+    sub = spec.sub
+    cols = proj.store.table(sub.table).columns([spec.link, "id"] + [f for f, _ in spec.order])
+    lo, hi = sub.window(proj.S)
+    got = top_per_parent(cols, spec.link, spec.parent_code, np.array(ids, dtype=np.int64),
+                         spec.order, spec.own_code, lo, hi)
+    if got is None:
+        return False
+    keys, slots = got
+    rid_of = cols.rid_of
+    texts = [rid_of[s] for s in slots.tolist()]
+    groups: dict[int, tuple[str, ...]] = {}
+    if len(keys):
+        first = np.empty(len(keys), dtype=bool)
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        starts = np.flatnonzero(first).tolist()
+        klist = keys.tolist()
+        ends = starts[1:] + [len(klist)]
+        for a, b in zip(starts, ends):
+            groups[klist[a]] = tuple(texts[a:b])
+    empty: tuple[str, ...] = ()
+    get = groups.get
+    lazy = proj.lazy
+    for rid, k in zip(lz, ids):
+        lazy[rid] = get(k, empty)
+    return True
+
+
+def child_parent(link: str, parent_table: str, row: dict[str, Any] | None) -> Any:
+    """The parent record id a child row's ``link`` names (None: none); ``...`` when the
+    link's key may equal an int key without being one (project every lazy row)."""
+    if row is None:
+        return None
+    v = row.get(link)
+    if type(v) is not RecordID or v.table_name != parent_table:
+        return None
+    tk = type(v.id)
+    if tk is int or tk is str:
+        return v
+    return ...

@@ -1,0 +1,303 @@
+"""Lazy projected rows (engine.lazy): a new view's rows shown from the child table's columns,
+projected for real only when a write may change them.
+
+Three judges:
+
+- SurrealDB itself (``runner.run_case``): lazy-friendly initial rows (int keys and votes),
+  then random writes of every kind and value (floats, NULL, objects, dangling links), so
+  rows are forced by child writes, parent writes, moves between parents and deletes, and
+  laziness ends when an object-valued row arrives;
+- the same engine with laziness off, over larger data and many materialisations of one
+  shape, write by write and in batches (every delta equal);
+- white-box checks that rows really were lazy, and which writes project which rows.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from surrealdb import RecordID
+
+import engine.lazy
+from engine.columns import Columns, top_per_parent
+from tests.engine.codec import Case, View, dump_case
+from tests.engine.gen import make_writes
+from tests.engine.runner import engine_api, run_case
+
+LARGE = ("SELECT *, (SELECT id, votes FROM comment WHERE thread = $parent.id "
+         "ORDER BY votes DESC LIMIT {k}) AS cs FROM thread WHERE score > $c")
+
+
+@pytest.fixture
+def lazy_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every registration makes its rows lazy where it can (not only 64 rows and more)."""
+    monkeypatch.setattr(engine.lazy, "LAZY_MIN", 1)
+
+
+def _friendly_rows(r: random.Random) -> dict[str, list[dict[str, Any]]]:
+    threads = [{"id": RecordID("thread", i), "title": f"t{i}", "score": r.randint(0, 9),
+                "tags": r.sample(["a", "b", "c"], r.randint(0, 2))}
+               for i in range(1, 9) if r.random() < 0.85]
+    comments = []
+    for i in range(1, 15):
+        if r.random() < 0.8:
+            link = r.choice([RecordID("thread", r.randint(1, 8)) for _ in range(6)]
+                            + [RecordID("thread", 99), RecordID("user", 1)])
+            row: dict[str, Any] = {"id": RecordID("comment", i), "votes": r.randint(0, 6),
+                                   "body": f"c{i}"}
+            if r.random() < 0.95:
+                row["thread"] = link
+            comments.append(row)
+    users = [{"id": RecordID("user", i), "name": f"u{i}"} for i in range(1, 4)]
+    return {"user": users, "thread": threads, "comment": comments}
+
+
+def make_lazy_case(seed: int) -> Case:
+    r = random.Random(seed)
+    rows = _friendly_rows(r)
+    k = r.choice([1, 2, 3])
+    views = [View(LARGE.format(k=k), {"c": c}) for c in sorted(r.sample(range(-1, 8), 4))]
+    if r.random() < 0.3:
+        # a START as well: ranks k.. of each thread
+        views.append(View("SELECT *, (SELECT id, votes FROM comment WHERE thread = $parent.id "
+                          "ORDER BY votes LIMIT 2 START 1) AS cs FROM thread WHERE score > $c",
+                          {"c": r.randint(0, 5)}))
+    return Case(rows=rows, views=views, writes=make_writes(r, rows, 30),
+                note=f"lazy seed {seed}", check_updated=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(81_000, 81_030))
+def test_lazy_rows_agree_with_surrealdb(seed: int, lazy_always: None) -> None:
+    case = make_lazy_case(seed)
+    mismatch = run_case(case, check_updated=True)
+    assert mismatch is None, f"seed {seed}: {mismatch}\n{dump_case(case)}"
+
+
+def test_the_lazy_case_generator_makes_rows_lazy(lazy_always: None) -> None:
+    # the SurrealDB cases above are about laziness only if registration leaves rows lazy
+    view_engine, _ = engine_api()
+    lazy_cases = 0
+    for seed in range(81_000, 81_030):
+        case = make_lazy_case(seed)
+        e = view_engine()
+        for table, rs in case.rows.items():
+            e.load(table, rs)
+        for i, v in enumerate(case.views):
+            e.register(f"v{i}", v.surql, v.params)
+        lazy_cases += any(p.lazy for c in e.circuits.values() for p in c.projs.values())
+    assert lazy_cases >= 25
+
+
+# ------------------------------------------------------------------ lazy against eager
+
+
+def _big_data(r: random.Random, threads: int, comments: int) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "thread": [{"id": RecordID("thread", i), "title": f"t{i}", "score": r.randint(0, 99),
+                    "tags": ["x"]} for i in range(threads)],
+        "comment": [{"id": RecordID("comment", i), "votes": r.randint(0, 20),
+                     "thread": RecordID("thread", r.randrange(threads + 5))}
+                    for i in range(comments)],
+    }
+
+
+def _writes(r: random.Random, threads: int, comments: int, n: int) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for _ in range(n):
+        x = r.random()
+        if x < 0.45:
+            i = r.randrange(comments + 50)
+            row: dict[str, Any] = {"id": RecordID("comment", i), "votes": r.randint(0, 20),
+                                   "thread": RecordID("thread", r.randrange(threads + 5))}
+            y = r.random()
+            if y < 0.05:
+                row["votes"] = 2.5  # a float: the columns cannot rank it, the engine can
+            elif y < 0.08:
+                del row["thread"]
+            out.append(("comment", "UPDATE" if r.random() < 0.8 else "DELETE",
+                        f"comment:{i}", row))
+        elif x < 0.9:
+            i = r.randrange(threads + 5)
+            out.append(("thread", "UPDATE" if r.random() < 0.85 else "DELETE", f"thread:{i}",
+                        {"id": RecordID("thread", i), "title": f"t{i}'",
+                         "score": r.randint(0, 99), "tags": ["y"]}))
+        else:
+            i = r.randrange(comments)
+            out.append(("comment", "UPDATE", f"comment:{i}",
+                        {"id": RecordID("comment", i), "votes": 1,
+                         "thread": RecordID("thread", r.randrange(threads))}))
+    return out
+
+
+def _engines(r: random.Random, threads: int, comments: int, constants: list[int],
+             monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    view_engine, _ = engine_api()
+    data = _big_data(r, threads, comments)
+    pair = []
+    for lazy_min in (10**9, 1):
+        monkeypatch.setattr(engine.lazy, "LAZY_MIN", lazy_min)
+        e = view_engine()
+        for table, rs in data.items():
+            e.load(table, [dict(x) for x in rs])
+        for c in constants:
+            e.register(f"v{c}", LARGE.format(k=3), {"c": c})
+        pair.append(e)
+    eager, lazy = pair
+    for c in constants:
+        assert eager.members(f"v{c}") == lazy.members(f"v{c}")
+    return eager, lazy
+
+
+def _lazy_count(e: Any) -> int:
+    return sum(len(p.lazy) for c in e.circuits.values() for p in c.projs.values())
+
+
+def test_lazy_rows_give_every_materialisation_the_eager_deltas(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    r = random.Random(5)
+    constants = [5 * i for i in range(19)]
+    eager, lazy = _engines(r, 400, 2000, constants, monkeypatch)
+    assert _lazy_count(lazy) > 300 and _lazy_count(eager) == 0
+    writes = _writes(r, 400, 2000, 600)
+    for i, ev in enumerate(writes):
+        a = eager.ingest(*ev)
+        b = lazy.ingest(*ev)
+        assert a == b, f"write {i} {ev}"
+    assert _lazy_count(lazy) > 0  # some rows were never touched: still lazy
+    for c in constants:
+        assert eager.members(f"v{c}") == lazy.members(f"v{c}")
+        assert eager.result(f"v{c}") == lazy.result(f"v{c}")
+
+
+@pytest.mark.parametrize("size", [3, 40])
+def test_lazy_rows_give_the_eager_deltas_in_batches(size: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    r = random.Random(size)
+    constants = [7 * i for i in range(14)]
+    eager, lazy = _engines(r, 300, 1500, constants, monkeypatch)
+    writes = _writes(r, 300, 1500, 480)
+    for i in range(0, len(writes), size):
+        batch = writes[i:i + size]
+        assert eager.ingest_batch(batch) == lazy.ingest_batch(batch), f"batch at {i}"
+    for c in constants:
+        assert eager.result(f"v{c}") == lazy.result(f"v{c}")
+
+
+def test_views_registered_and_dropped_between_writes_see_the_eager_members(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    r = random.Random(9)
+    eager, lazy = _engines(r, 300, 1500, [50], monkeypatch)
+    writes = _writes(r, 300, 1500, 200)
+    for step in range(0, 200, 20):
+        for ev in writes[step:step + 20]:
+            assert eager.ingest(*ev) == lazy.ingest(*ev)
+        c = r.randrange(100)
+        for e in (eager, lazy):
+            e.register(f"n{step}", LARGE.format(k=3), {"c": c})
+        assert eager.members(f"n{step}") == lazy.members(f"n{step}")
+        if step % 40 == 0:
+            for e in (eager, lazy):
+                e.unregister(f"n{step}")
+    assert eager.subquery_state("v50") == lazy.subquery_state("v50")
+
+
+def test_a_child_write_projects_only_the_parents_it_names(lazy_always: None) -> None:
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": 5} for i in range(1, 6)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i,
+                        "thread": RecordID("thread", 1 + i % 5)} for i in range(20)])
+    members = e.register("v", LARGE.format(k=2), {"c": 0})
+    assert members == {f"thread:{i}" for i in range(1, 6)} | {
+        f"comment:{i}" for i in range(10, 20)}
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    assert sorted(proj.lazy) == [f"thread:{i}" for i in range(1, 6)] and not proj.outs
+    # comment:3 moves from thread:4 to thread:2: both are projected before it, no other
+    d = e.ingest("comment", "UPDATE", "comment:3",
+                 {"id": RecordID("comment", 3), "votes": 50, "thread": RecordID("thread", 2)})
+    assert sorted(proj.outs) == ["thread:2", "thread:4"]
+    assert d["v"].added == {"comment:3"} and d["v"].removed == {"comment:11"}
+    # a thread write projects that thread
+    e.ingest("thread", "UPDATE", "thread:5", {"id": RecordID("thread", 5), "score": 6})
+    assert sorted(proj.outs) == ["thread:2", "thread:4", "thread:5"]
+    # a thread holding an object ends laziness: every row is projected
+    e.ingest("thread", "UPDATE", "thread:1",
+             {"id": RecordID("thread", 1), "score": 6, "meta": {"id": RecordID("comment", 9)}})
+    assert not proj.lazy and proj.spec is None and len(proj.outs) == 5
+
+
+def test_a_link_with_a_float_key_names_the_int_keyed_parent(lazy_always: None) -> None:
+    # thread:1.0 is thread:1 to SurrealDB: a child linking it must reach the lazy thread:1
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": 5} for i in range(1, 4)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i,
+                        "thread": RecordID("thread", 2)} for i in range(3)])
+    e.register("v", LARGE.format(k=2), {"c": 0})
+    d = e.ingest("comment", "CREATE", "comment:9",
+                 {"id": RecordID("comment", 9), "votes": 9, "thread": RecordID("thread", 1.0)})
+    assert d["v"].added == {"comment:9"} and "thread:1" in d["v"].updated
+
+
+# ------------------------------------------------------------------ columns
+
+
+def test_columns_follow_writes_and_deletes() -> None:
+    r = random.Random(3)
+    rows: dict[str, dict[str, Any]] = {}
+    for i in range(200):
+        rows[f"c:{i}"] = {"v": r.randint(0, 9), "l": RecordID("t", r.randrange(5))}
+    cols = Columns(rows)
+    cols.add("v", rows)
+    cols.add("l", rows)
+    for _ in range(500):
+        i = r.randrange(260)
+        rid = f"c:{i}"
+        if r.random() < 0.3:
+            rows.pop(rid, None)
+            cols.delete(rid)
+        else:
+            row = {"v": r.choice([r.randint(0, 9), 2.5, None, "s"]),
+                   "l": r.choice([RecordID("t", r.randrange(5)), RecordID("t", "k"), None])}
+            rows[rid] = row
+            cols.put(rid, row)
+    fresh = Columns(rows)
+    fresh.add("v", rows)
+    fresh.add("l", rows)
+    for rid in rows:
+        a, b = cols.slot[rid], fresh.slot[rid]
+        for f in ("v", "l"):
+            assert (cols.tags[f][a], cols.nums[f][a]) == (fresh.tags[f][b], fresh.nums[f][b])
+    for s, rid in enumerate(cols.rid_of):
+        if rid is None:
+            assert all(cols.tags[f][s] == 0 for f in ("v", "l"))
+
+
+def test_top_per_parent_declines_what_it_cannot_rank_exactly() -> None:
+    rows = {f"c:{i}": {"id": RecordID("c", i), "v": i % 3, "l": RecordID("t", i % 4)}
+            for i in range(12)}
+    cols = Columns(rows)
+    for f in ("id", "v", "l"):
+        cols.add(f, rows)
+    from engine.columns import table_code
+    got = top_per_parent(cols, "l", table_code("t"), np.array([0, 2]), [("v", True)],
+                         table_code("c"), 0, 2)
+    assert got is not None
+    keys, slots = got
+    # thread 0: c:0 (v0), c:4 (v1), c:8 (v2) -> v desc: c:8, c:4; thread 2: c:2 v2, c:6 v0,
+    # c:10 v1 -> c:2, c:10
+    assert keys.tolist() == [0, 0, 2, 2]
+    assert [cols.rid_of[s] for s in slots.tolist()] == ["c:8", "c:4", "c:2", "c:10"]
+    rows["c:4"] = {"id": RecordID("c", 4), "v": 1.5, "l": RecordID("t", 0)}
+    cols.put("c:4", rows["c:4"])
+    assert top_per_parent(cols, "l", table_code("t"), np.array([0]), [("v", True)],
+                          table_code("c"), 0, 2) is None
+    rows["c:5"] = {"id": RecordID("c", 5), "v": 1, "l": RecordID("t", 1.0)}
+    cols.put("c:5", rows["c:5"])
+    assert top_per_parent(cols, "l", table_code("t"), np.array([2]), [("v", True)],
+                          table_code("c"), 0, 2) is None
