@@ -23,6 +23,7 @@ Freed slots hold ``OTHER`` in every column.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,8 @@ UNSURE = -1
 _EXACT = 2**53
 
 _TABLES: dict[str, int] = {}
+_TABLE_NAME = attrgetter("table_name")
+_KEY = attrgetter("id")
 
 
 def table_code(table: str) -> int:
@@ -64,9 +67,10 @@ def encode(v: Any) -> tuple[int, int]:
     return OTHER, 0
 
 
-def _bulk(vals: list[Any], tags: np.ndarray, nums: np.ndarray) -> bool:
+def _bulk(vals: list[Any], tags: np.ndarray, nums: np.ndarray, own: bool) -> bool:
     """Encode a column of one common kind at once (all exact ints, or all links of one table
-    with exact int keys); False to encode value by value."""
+    with exact int keys; ``own``: the rows' own ids, all of the table's own table); False to
+    encode value by value."""
     n = len(vals)
     if not n:
         return True
@@ -75,21 +79,25 @@ def _bulk(vals: list[Any], tags: np.ndarray, nums: np.ndarray) -> bool:
         return False
     kind = next(iter(kinds))
     if kind is int:
-        if not (-_EXACT < min(vals) and max(vals) < _EXACT):
+        tag = INT
+    elif kind is RecordID:
+        name = vals[0].table_name
+        if not own and set(map(_TABLE_NAME, vals)) != {name}:
             return False
-        nums[:n] = np.array(vals, dtype=np.int64)
-        tags[:n] = INT
-        return True
-    if kind is not RecordID:
+        vals = list(map(_KEY, vals))
+        if set(map(type, vals)) != {int}:
+            return False
+        tag = table_code(name)
+    else:
         return False
-    names = {v.table_name for v in vals}
-    keys = [v.id for v in vals]
-    if len(names) != 1 or set(map(type, keys)) != {int}:
+    try:
+        arr = np.fromiter(vals, dtype=np.int64, count=n)
+    except OverflowError:
         return False
-    if not (-_EXACT < min(keys) and max(keys) < _EXACT):
+    if not ((arr > -_EXACT) & (arr < _EXACT)).all():
         return False
-    nums[:n] = np.array(keys, dtype=np.int64)
-    tags[:n] = table_code(next(iter(names)))
+    nums[:n] = arr
+    tags[:n] = tag
     return True
 
 
@@ -119,7 +127,7 @@ class Columns:
             vals = [r.get(field, NONE) for r in rows.values()]
         else:
             vals = [rows[r].get(field, NONE) if r is not None else NONE for r in self.rid_of]
-        if _bulk(vals, tags, nums):
+        if _bulk(vals, tags, nums, field == "id"):
             self.tags[field] = tags
             self.nums[field] = nums
             return
@@ -188,10 +196,21 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
     ltags = ltags[:n]
     cand = np.flatnonzero(ltags == parent_code)
     keys = cols.nums[link][cand]
-    ps = np.sort(parents)
-    pos = np.searchsorted(ps, keys)
-    pos[pos >= len(ps)] = 0
-    hit = ps[pos] == keys if len(ps) else np.zeros(len(keys), dtype=bool)
+    if not len(parents):
+        hit = np.zeros(len(keys), dtype=bool)
+    else:
+        lo_p = int(parents.min())
+        hi_p = int(parents.max())
+        if lo_p >= 0 and hi_p < 4 * (len(cols.rid_of) + len(parents)) + 1024:
+            # small non-negative keys (the usual): a lookup table
+            lut = np.zeros(hi_p + 2, dtype=bool)
+            lut[parents] = True
+            hit = lut[np.clip(keys, -1, hi_p + 1)]  # -1 and hi_p + 1: False
+        else:
+            ps = np.sort(parents)
+            pos = np.searchsorted(ps, keys)
+            pos[pos >= len(ps)] = 0
+            hit = ps[pos] == keys
     cand = cand[hit]
     keys = keys[hit]
     if not len(cand):

@@ -21,7 +21,7 @@ Structure (see ``engine/README.md``):
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from itertools import chain
+from itertools import chain, islice
 from operator import attrgetter
 from typing import Any
 
@@ -173,6 +173,49 @@ class ViewEngine:
                 lst.remove(circuit)
             if not lst:
                 self.by_table.pop(circuit.table, None)
+
+    def has_lazy(self) -> bool:
+        """Whether some rows may be lazy (cheap; :meth:`lazy_rows` counts them)."""
+        return bool(self._lazy)
+
+    def lazy_rows(self) -> int:
+        """Rows shown but not projected yet (:mod:`engine.lazy`)."""
+        seen: set[Proj] = set()
+        for table, projs in list(self._lazy.items()):
+            for p in list(projs):
+                if not p.lazy:
+                    projs.discard(p)  # projected or dropped since
+            if not projs:
+                del self._lazy[table]
+            seen |= projs
+        return sum(len(p.lazy) for p in seen)
+
+    def complete(self, limit: int | None = None) -> int:
+        """Project up to ``limit`` lazy rows (all with None); returns how many are left.
+
+        Lazy rows make registration fast and are projected by the first write that can
+        change them; projecting them ahead, when idle (the SSP's shards do), keeps that cost
+        off the writes. Never call it during an ingest call (between calls is always right).
+        """
+        left = limit
+        for table, projs in list(self._lazy.items()):
+            for proj in list(projs):
+                lazy = proj.lazy
+                if not lazy:
+                    projs.discard(proj)
+                    if not projs:
+                        del self._lazy[table]
+                    continue
+                if left is None:
+                    take = list(lazy)
+                else:
+                    take = list(islice(lazy, left))
+                    left -= len(take)
+                for rid in take:
+                    proj.force(rid)
+                if left is not None and left <= 0:
+                    return self.lazy_rows()
+        return self.lazy_rows()
 
     def members(self, view_id: str) -> set[str]:
         """Record ids currently in the view's result tree."""

@@ -32,6 +32,7 @@ that is not an int) falls back to projecting each row.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -125,16 +126,24 @@ def bulk(proj: Any, shown: list[str]) -> None:
         eager: list[str] = []
         for rid in todo:
             row = rows[rid]
-            if deep(row, name):
-                # a row whose values may hold members: no laziness for this group
-                proj.end_lazy()
-                break
-            k = row["id"].id
-            if type(k) is int and -_EXACT < k < _EXACT:
-                lz.append(rid)
-                ids.append(k)
+            for k, v in row.items():
+                t = type(v)
+                if t is list:
+                    if k != name and not _flat_list(v):
+                        break
+                elif t is dict and k != name:
+                    break
             else:
-                eager.append(rid)
+                k = row["id"].id
+                if type(k) is int and -_EXACT < k < _EXACT:
+                    lz.append(rid)
+                    ids.append(k)
+                else:
+                    eager.append(rid)
+                continue
+            # a row whose values may hold members: no laziness for this group
+            proj.end_lazy()
+            break
         else:
             if _lazy_rows(proj, spec, lz, ids):
                 todo = eager
@@ -142,6 +151,14 @@ def bulk(proj: Any, shown: list[str]) -> None:
     for rid in todo:
         if rid not in outs:
             project(rid, rows[rid], None)
+
+
+def _flat_list(v: list[Any]) -> bool:
+    for x in v:
+        t = type(x)
+        if t is dict or t is list:
+            return False
+    return True
 
 
 def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int]) -> bool:
@@ -154,21 +171,23 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int]) -> bool:
     if got is None:
         return False
     keys, slots = got
+    lazy = proj.lazy
+    if not len(keys):
+        lazy.update(dict.fromkeys(lz, ()))
+        return True
+    sl = slots.tolist()
     rid_of = cols.rid_of
-    texts = [rid_of[s] for s in slots.tolist()]
-    groups: dict[int, tuple[str, ...]] = {}
-    if len(keys):
-        first = np.empty(len(keys), dtype=bool)
-        first[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        starts = np.flatnonzero(first).tolist()
-        klist = keys.tolist()
-        ends = starts[1:] + [len(klist)]
-        for a, b in zip(starts, ends):
-            groups[klist[a]] = tuple(texts[a:b])
+    texts: tuple[str, ...] = itemgetter(*sl)(rid_of) if len(sl) > 1 else (rid_of[sl[0]],)
+    first = np.empty(len(keys), dtype=bool)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    starts = np.flatnonzero(first).tolist()
+    klist = keys[first].tolist()
+    ends = starts[1:]
+    ends.append(len(texts))
+    groups = {k: texts[a:b] for k, a, b in zip(klist, starts, ends)}
     empty: tuple[str, ...] = ()
     get = groups.get
-    lazy = proj.lazy
     for rid, k in zip(lz, ids):
         lazy[rid] = get(k, empty)
     return True

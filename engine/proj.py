@@ -27,7 +27,7 @@ from surrealdb import RecordID
 from engine.delta import NO_TREE, Rec, has_nested, same
 from engine.lazy import Spec, spec_of
 from engine.plan import Cx, Plan, tree_members
-from engine.store import Store, rid_text
+from engine.store import Store, ikey, rid_text
 from engine.values import NONE
 
 _ABSENT = object()
@@ -204,6 +204,11 @@ class Proj:
             if got is None:
                 return  # a partial re-projection changed no item value: nothing to do
             out, deps, tree = got
+        self._install(rid, out, tree, deps)
+
+    def _install(self, rid: str, out: dict[str, Any], tree: dict[str, Any] | None,
+                 deps: Any) -> None:
+        """Store a row's new projection: output, tree, owners of its members, dependencies."""
         old_tree = self.trees.get(rid, _ABSENT)
         if old_tree is not _ABSENT or tree is not None:
             self._set_owners(rid, old_tree, tree)
@@ -224,9 +229,40 @@ class Proj:
                     self.pdeps[rid] = deps
 
     def force(self, rid: str) -> None:
-        """Project a lazy row (engine.lazy): a write is about to change what it reads."""
-        if self.lazy.pop(rid, _ABSENT) is not _ABSENT:
-            self.project(rid, self.store.table(self.plan.table).rows[rid], None)
+        """Project a lazy row (engine.lazy): a write is about to change what it reads.
+
+        Nothing the row reads changed since it became lazy, so its children are still the
+        ones kept for it: the projection is assembled from them, as the subquery would
+        (same values, dependencies and members), without running it."""
+        children: Any = self.lazy.pop(rid, _ABSENT)
+        if children is _ABSENT:
+            return
+        row = self.store.table(self.plan.table).rows[rid]
+        spec = self.spec
+        if spec is None:
+            self.project(rid, row, None)
+            return
+        sub = spec.sub
+        t = self.store.table(sub.table)
+        crows = t.rows
+        sub._caches(t)  # the subquery's per-row caches over this table (as its runs use)
+        fcache = sub._fcache
+        flat = sub.flat
+        assert fcache is not None and flat is not None
+        value = []
+        for m in children:
+            o = fcache.get(m)
+            if o is None:
+                o = fcache[m] = flat(crows[m])
+            value.append(o)
+        plan = self.plan
+        ideps: list[Any] = [None, (set(), [(sub.table, spec.link, ikey(row["id"]))])]
+        vals: list[Any] = [None, value]
+        itrees: list[Any] = [None, _members_of(value)]
+        self.istate[rid] = (vals, ideps, itrees)
+        out = plan.assemble(row, vals)
+        assert plan.item_keys is not None
+        self._install(rid, out, _tree_of(out, plan.item_keys, itrees), _merge_deps(ideps))
 
     def end_lazy(self) -> None:
         """Project every lazy row; the group never makes rows lazy again."""

@@ -645,6 +645,13 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
     reg = time.perf_counter() - start
     cpu = time.process_time() - cpu
     gc.collect()
+    rss_lazy = rss_bytes()
+    lazy_rows = eng.lazy_rows() if hasattr(eng, "lazy_rows") else 0
+    t = time.perf_counter()
+    if lazy_rows:
+        eng.complete()  # what a shard does when idle (engine.lazy)
+    completed = time.perf_counter() - t
+    gc.collect()
     rss_views = rss_bytes()
     added = 0
     for j, params in enumerate(extra):
@@ -657,7 +664,9 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
                       for k, v in spent.items())
     reg_res = Result(f"mix: register {len(views):,} views", len(views), reg,
                      latencies_ns=[int(x * 1e9) for v in spent.values() for x in v],
-                     note=f"{members:,} members; {kinds}", ratio="-", cpu_seconds=cpu)
+                     note=f"{members:,} members; {kinds}; {lazy_rows:,} rows left lazy "
+                          f"(RSS {(rss_lazy - rss_data) / 2**20:,.0f} MiB), projected "
+                          f"after in {completed:.2f}s", ratio="-", cpu_seconds=cpu)
     one = feed_one_by_one(eng, "mix ingest (one by one)", events)
     gc.collect()
     rss_end = rss_bytes()
@@ -665,13 +674,24 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
     # the SSP's shards take `ingest_batch` (up to the hub's BATCH_MAX events under load): the
     # same writes in batches, each size on an engine of its own registered the same way
     batches = []
-    for size in (100, 2000):
+    for size in (1, 100, 2000):
         gc.collect()
         eng = view_engine()
         for table, rows in data.rows.items():
             eng.load(table, rows)
         for i, (_, surql, params) in enumerate(views):
             eng.register(f"m{i}", surql, params)
+        if size == 1:
+            # rows left lazy: the first write reaching each projects it (a shard never idle)
+            if not lazy_rows:
+                continue
+            res = feed_one_by_one(eng, "mix ingest (one by one), rows left lazy", events)
+            res.note = f"{lazy_rows:,} lazy rows projected by the writes that reach them"
+            batches.append(res)
+            del eng
+            continue
+        if lazy_rows:
+            eng.complete()
         res = feed_batches(eng, f"mix ingest_batch ({size} per batch)", events, size)
         res.ratio = "-"
         if one.cpu_seconds and res.cpu_seconds:
@@ -714,17 +734,35 @@ def run_register_large(s: Sizes, seed: int) -> list[Result]:
     eng.load("comment", [comment_row(i, r, 10, n * 2) for i in range(n * 10)])
     gc.collect()
     out = []
-    for label, low in (("builds its projection", 499), ("shares the projection", 500)):
+    steps = (("builds projection + columns", 499, False),
+             ("shares the projection", 500, False),
+             ("builds projection, columns kept", 499, True))
+    for label, low, again in steps:
+        if again:
+            # every view gone (the projection with them); the table keeps its columns
+            eng.unregister("big499")
+            eng.unregister("big500")
+            gc.collect()
         cpu = time.process_time()
         start = time.perf_counter()
         members = eng.register(f"big{low}", LARGE, {"min": low})
         took = time.perf_counter() - start
         cpu = time.process_time() - cpu
         rows = sum(1 for m in members if m.startswith("thread:"))
-        out.append(Result(f"register 1 large view, {label}", 1, took, per_change_s=took,
+        lazy = eng.lazy_rows() if hasattr(eng, "lazy_rows") else 0
+        out.append(Result(f"register large view: {label}", 1, took, per_change_s=took,
                           latencies_ns=[int(took * 1e9)], cpu_seconds=cpu,
                           note=f"{rows:,} threads with their top-5 comments, {len(members):,} "
-                               f"members", ratio="-"))
+                               f"members; {lazy:,} rows lazy", ratio="-"))
+    if hasattr(eng, "complete"):
+        lazy = eng.lazy_rows()
+        cpu = time.process_time()
+        start = time.perf_counter()
+        eng.complete()
+        took = time.perf_counter() - start
+        out.append(Result("large view: project lazy rows (idle work)", lazy, took,
+                          latencies_ns=[int(took * 1e9)], cpu_seconds=time.process_time() - cpu,
+                          note="changes = rows projected", ratio="-"))
     return out
 
 

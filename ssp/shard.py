@@ -12,6 +12,10 @@ and record links included:
 
 Each shard still keeps the decoded rows its circuits evaluate (the engine's working set).
 
+A registration may leave rows lazy (`engine.lazy`: shown from columns, not projected yet);
+while no request has arrived for `IDLE_S`, the shard projects them in slices of
+`COMPLETE_SLICE` rows (`Shard.complete_when_idle`), so later writes do not pay for it.
+
 Wire format (over `ipc.rpc`, msgpack): `{"kind": str, "data": bytes}` where `data` is
 `engine.values.pack_value(payload)` so SurrealDB types (record ids, datetimes, decimals,
 durations) cross the process boundary intact. The payload is the `engine.worker` message minus
@@ -27,6 +31,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +43,9 @@ from ipc.rpc import RpcServer
 from ssp.rowarena import unpack_handles
 
 log = logging.getLogger("ssp.shard")
+
+IDLE_S = 0.002  # no request for this long: the shard is idle
+COMPLETE_SLICE = 256  # lazy rows projected per idle slice (a few ms; a request waits that)
 
 
 def encode_request(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +61,21 @@ class Shard:
         self.worker = ShardWorker()
         self.arena_dir = arena_dir
         self._reader: ArenaReader | None = None
+        self.last_request = 0.0  # time.monotonic() when the last request was answered
+        self.lazy_work = asyncio.Event()  # set when a request may have left lazy rows
+
+    async def complete_when_idle(self) -> None:
+        """Project the engine's lazy rows while no request arrives (runs until cancelled)."""
+        while True:
+            await self.lazy_work.wait()
+            self.lazy_work.clear()
+            while self.worker.engine.lazy_rows():
+                idle = time.monotonic() - self.last_request
+                if idle < IDLE_S:
+                    await asyncio.sleep(IDLE_S - idle)
+                    continue
+                self.worker.engine.complete(COMPLETE_SLICE)
+                await asyncio.sleep(0)  # let a request that arrived meanwhile in first
 
     async def handle(self, msg: Any) -> dict[str, Any]:
         """Answer one request (the engine work is synchronous, so requests run in order).
@@ -68,6 +91,10 @@ class Shard:
             return {"ok": False, "error": "internal",
                     "message": f"shard {self.index} failed on {kind}: "
                                f"{type(e).__name__}: {text[:500]}"}
+        finally:
+            self.last_request = time.monotonic()
+            if self.worker.engine.has_lazy():
+                self.lazy_work.set()
 
     def _handle(self, msg: Any) -> dict[str, Any]:
         if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
@@ -86,6 +113,7 @@ class Shard:
         if kind == "stats":
             eng = self.worker.engine
             return {"ok": True, "views": len(eng.views), "circuits": len(eng.circuits),
+                    "lazy_rows": eng.lazy_rows(),
                     "tables": {t: eng.table_count(t) for t in eng.store.tables},
                     "events_applied": self.worker.events_applied}
         if kind == "subqueries":  # GET /debug/view/:id (ssp.hub.introspection)
@@ -158,6 +186,7 @@ async def serve(index: int, endpoint: str, arena_dir: str | None = None) -> None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     task = loop.create_task(server.serve())
+    completer = loop.create_task(shard.complete_when_idle())
     parent = os.getppid()
 
     async def orphan_watch() -> None:
@@ -172,6 +201,7 @@ async def serve(index: int, endpoint: str, arena_dir: str | None = None) -> None
     log.info("shard %d serving on %s (pid %d)", index, endpoint, os.getpid())
     await stop.wait()
     watch.cancel()
+    completer.cancel()
     task.cancel()
     server.close()
 

@@ -19,7 +19,10 @@ def test_bench_engine_quick_prints_its_table() -> None:
                  "naive: SurrealDB", "pydbsp", "scaling: thread at", "register 1 view",
                  "W2 moves", "mix: register", "mix ingest (one by one)",
                  "mix ingest_batch (100 per batch)", "mix ingest_batch (2000 per batch)",
-                 "register 1 large view, builds", "register 1 large view, shares"):
+                 "mix ingest (one by one), rows left lazy",
+                 "register large view: builds projection + columns",
+                 "register large view: shares", "register large view: builds projection, columns",
+                 "large view: project lazy rows"):
         assert any(name in line for line in lines), f"missing row {name!r}:\n{proc.stdout}"
 
 

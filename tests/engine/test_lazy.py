@@ -301,3 +301,43 @@ def test_top_per_parent_declines_what_it_cannot_rank_exactly() -> None:
     cols.put("c:5", rows["c:5"])
     assert top_per_parent(cols, "l", table_code("t"), np.array([2]), [("v", True)],
                           table_code("c"), 0, 2) is None
+
+
+def test_a_forced_row_holds_what_projecting_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Proj.force assembles the projection from the kept children instead of running the
+    # subquery: output, members, per-item state, dependencies and owners must be the same
+    r = random.Random(11)
+    eager, lazy = _engines(r, 200, 1000, [10, 60], monkeypatch)
+    (pe,) = next(iter(eager.circuits.values())).projs.values()
+    (pl,) = next(iter(lazy.circuits.values())).projs.values()
+    rids = list(pl.lazy)
+    assert len(rids) > 100
+    for rid in rids:
+        pl.force(rid)
+    assert not pl.lazy and sorted(pl.outs) == sorted(pe.outs)
+    for rid in rids:
+        assert pl.outs[rid] == pe.outs[rid]
+        assert pl.trees[rid] == pe.trees[rid]
+        assert pl.istate[rid] == pe.istate[rid]
+        assert pl.pdeps.get(rid) == pe.pdeps.get(rid)
+    assert pl.own == pe.own and pl.multi == pe.multi
+    assert lazy.deps.scans == {"comment": {"thread": {
+        k: {pl: v[pe]} for k, v in eager.deps.scans["comment"]["thread"].items()}}}
+
+
+def test_complete_projects_lazy_rows_in_slices_and_changes_no_delta(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    r = random.Random(21)
+    eager, lazy = _engines(r, 300, 1500, [20, 70], monkeypatch)
+    n = lazy.lazy_rows()
+    assert n > 200 and lazy.has_lazy() and eager.lazy_rows() == 0
+    assert lazy.complete(100) == n - 100
+    writes = _writes(r, 300, 1500, 150)
+    for ev in writes[:75]:
+        assert eager.ingest(*ev) == lazy.ingest(*ev)
+    assert lazy.complete() == 0 and not lazy.has_lazy()
+    for ev in writes[75:]:
+        assert eager.ingest(*ev) == lazy.ingest(*ev)
+    for v in ("v20", "v70"):
+        lazy.unregister(v)
+    assert lazy.lazy_rows() == 0
