@@ -11,9 +11,10 @@ equality index).
 Each value is kept as a tag and a 64-bit number:
 
 - ``INT`` (1): an int in the exactly representable range (``num`` = the value);
-- ``2 + k``: a record link of table ``k`` (:func:`table_code`) with such an int key
-  (``num`` = the key);
-- ``OTHER`` (0): any other value (NONE, NULL, strings, floats, links with string keys...);
+- ``k`` (:func:`table_code`, even, >= 2): a record link of table ``k`` with such an int key
+  (``num`` = the key); ``k + 1``: a link of that table with a string key (``num`` = the
+  string's code in :attr:`Columns.strs`, codes are per table and never reused);
+- ``OTHER`` (0): any other value (NONE, NULL, strings, floats, bools...);
 - ``UNSURE`` (-1): a link whose key is neither an int nor a string. Its equality key may
   meet an int key (``thread:1.0`` and ``thread:1`` are one record to SurrealDB), so a column
   holding one cannot decide a join on its own.
@@ -42,69 +43,19 @@ _KEY = attrgetter("id")
 
 
 def table_code(table: str) -> int:
-    """The tag of a link to ``table`` (stable for the life of the process)."""
+    """The tag of a link to ``table`` with an int key (+1: a string key); stable for the
+    life of the process."""
     code = _TABLES.get(table)
     if code is None:
-        code = _TABLES[table] = 2 + len(_TABLES)
+        code = _TABLES[table] = 2 + 2 * len(_TABLES)
     return code
-
-
-def encode(v: Any) -> tuple[int, int]:
-    """(tag, number) of one value."""
-    t = type(v)
-    if t is int:
-        return (INT, v) if -_EXACT < v < _EXACT else (OTHER, 0)
-    if t is RecordID:
-        k = v.id
-        tk = type(k)
-        if tk is int:
-            if -_EXACT < k < _EXACT:
-                return table_code(v.table_name), k
-            return UNSURE, 0
-        if tk is str:
-            return OTHER, 0
-        return UNSURE, 0
-    return OTHER, 0
-
-
-def _bulk(vals: list[Any], tags: np.ndarray, nums: np.ndarray, own: bool) -> bool:
-    """Encode a column of one common kind at once (all exact ints, or all links of one table
-    with exact int keys; ``own``: the rows' own ids, all of the table's own table); False to
-    encode value by value."""
-    n = len(vals)
-    if not n:
-        return True
-    kinds = set(map(type, vals))
-    if len(kinds) != 1:
-        return False
-    kind = next(iter(kinds))
-    if kind is int:
-        tag = INT
-    elif kind is RecordID:
-        name = vals[0].table_name
-        if not own and set(map(_TABLE_NAME, vals)) != {name}:
-            return False
-        vals = list(map(_KEY, vals))
-        if set(map(type, vals)) != {int}:
-            return False
-        tag = table_code(name)
-    else:
-        return False
-    try:
-        arr = np.fromiter(vals, dtype=np.int64, count=n)
-    except OverflowError:
-        return False
-    if not ((arr > -_EXACT) & (arr < _EXACT)).all():
-        return False
-    nums[:n] = arr
-    tags[:n] = tag
-    return True
 
 
 class Columns:
     """The columns of one table (see the module docstring)."""
 
-    __slots__ = ("cap", "free", "in_order", "nums", "rid_of", "slot", "tags")
+    __slots__ = ("cap", "free", "in_order", "nums", "rid_of", "slot", "strs", "strs_of",
+                 "tags")
 
     def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
         n = len(rows)
@@ -116,6 +67,34 @@ class Columns:
         self.in_order = True  # slot i holds the i-th row of the table's dict (no delete yet)
         self.tags: dict[str, np.ndarray] = {}
         self.nums: dict[str, np.ndarray] = {}
+        # string record keys met in link and id columns -> their code, and back
+        self.strs: dict[str, int] = {}
+        self.strs_of: list[str] = []
+
+    def code(self, s: str) -> int:
+        """The code of a string record key (a new one the first time)."""
+        c = self.strs.get(s)
+        if c is None:
+            c = self.strs[s] = len(self.strs_of)
+            self.strs_of.append(s)
+        return c
+
+    def encode(self, v: Any) -> tuple[int, int]:
+        """(tag, number) of one value."""
+        t = type(v)
+        if t is int:
+            return (INT, v) if -_EXACT < v < _EXACT else (OTHER, 0)
+        if t is RecordID:
+            k = v.id
+            tk = type(k)
+            if tk is int:
+                if -_EXACT < k < _EXACT:
+                    return table_code(v.table_name), k
+                return UNSURE, 0
+            if tk is str:
+                return table_code(v.table_name) + 1, self.code(k)
+            return UNSURE, 0
+        return OTHER, 0
 
     def add(self, field: str, rows: dict[str, dict[str, Any]]) -> None:
         """Keep ``field`` (its values read from ``rows``, in slot order) from now on."""
@@ -127,17 +106,54 @@ class Columns:
             vals = [r.get(field, NONE) for r in rows.values()]
         else:
             vals = [rows[r].get(field, NONE) if r is not None else NONE for r in self.rid_of]
-        if _bulk(vals, tags, nums, field == "id"):
-            self.tags[field] = tags
-            self.nums[field] = nums
-            return
-        for i, v in enumerate(vals):
-            tag, num = encode(v)
-            if tag:
-                tags[i] = tag
-                nums[i] = num
+        if not self._bulk(vals, tags, nums, field == "id"):
+            encode = self.encode
+            for i, v in enumerate(vals):
+                tag, num = encode(v)
+                if tag:
+                    tags[i] = tag
+                    nums[i] = num
         self.tags[field] = tags
         self.nums[field] = nums
+
+    def _bulk(self, vals: list[Any], tags: np.ndarray, nums: np.ndarray, own: bool) -> bool:
+        """Encode a column of one common kind at once (all exact ints; all links of one
+        table with exact int keys, or all with string keys; ``own``: the rows' own ids, of
+        the table's own table); False to encode value by value."""
+        n = len(vals)
+        if not n:
+            return True
+        kinds = set(map(type, vals))
+        if len(kinds) != 1:
+            return False
+        kind = next(iter(kinds))
+        if kind is int:
+            tag = INT
+        elif kind is RecordID:
+            name = vals[0].table_name
+            if not own and set(map(_TABLE_NAME, vals)) != {name}:
+                return False
+            vals = list(map(_KEY, vals))
+            kinds = set(map(type, vals))
+            if kinds == {str}:
+                code = self.code
+                nums[:n] = np.fromiter(map(code, vals), dtype=np.int64, count=n)
+                tags[:n] = table_code(name) + 1
+                return True
+            if kinds != {int}:
+                return False
+            tag = table_code(name)
+        else:
+            return False
+        try:
+            arr = np.fromiter(vals, dtype=np.int64, count=n)
+        except OverflowError:
+            return False
+        if not ((arr > -_EXACT) & (arr < _EXACT)).all():
+            return False
+        nums[:n] = arr
+        tags[:n] = tag
+        return True
 
     def put(self, rid: str, row: dict[str, Any]) -> None:
         """A row was written."""
@@ -152,6 +168,7 @@ class Columns:
                 if s >= self.cap:
                     self._grow()
             self.slot[rid] = s
+        encode = self.encode
         for field, tags in self.tags.items():
             tag, num = encode(row.get(field, NONE))
             tags[s] = tag
@@ -180,44 +197,80 @@ class Columns:
         self.cap = cap
 
 
+def _member(keys: np.ndarray, parents: np.ndarray, size: int) -> np.ndarray:
+    """Which ``keys`` are among ``parents`` (both int64)."""
+    if not len(parents):
+        return np.zeros(len(keys), dtype=bool)
+    lo_p = int(parents.min())
+    hi_p = int(parents.max())
+    if lo_p >= 0 and hi_p < 4 * (size + len(parents)) + 1024:
+        # small non-negative keys (the usual): a lookup table
+        lut = np.zeros(hi_p + 2, dtype=bool)
+        lut[parents] = True
+        return lut[np.clip(keys, -1, hi_p + 1)]  # -1 and hi_p + 1: False
+    ps = np.sort(parents)
+    pos = np.searchsorted(ps, keys)
+    pos[pos >= len(ps)] = 0
+    return ps[pos] == keys
+
+
+def _own_rank(cols: Columns, cand: np.ndarray, own_code: int) -> list[np.ndarray] | None:
+    """Sort keys (least significant first) ordering ``cand`` by their own record key as
+    the engine does: int keys, then string keys in code-point order. None when a row's own
+    key is neither (or a string holds a NUL, which numpy's strings drop)."""
+    tags = cols.tags["id"][cand]
+    nums = cols.nums["id"][cand]
+    is_str = tags == own_code + 1
+    if not is_str.any():
+        return [nums] if (tags == own_code).all() else None
+    if not ((tags == own_code) | is_str).all():
+        return None
+    strs_of = cols.strs_of
+    texts = [strs_of[c] for c in nums[is_str].tolist()]
+    if any("\0" in t for t in texts):
+        return None
+    rank = np.zeros(len(cand), dtype=np.int64)
+    order = np.argsort(np.array(texts), kind="stable")
+    ranks = np.empty(len(texts), dtype=np.int64)
+    ranks[order] = np.arange(len(texts))
+    rank[is_str] = ranks
+    rank[~is_str] = nums[~is_str]
+    return [rank, is_str.astype(np.int64)]
+
+
 def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarray,
-                   order: list[tuple[str, bool]], own_code: int, lo: int,
-                   hi: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+                   parent_strs: list[str], order: list[tuple[str, bool]], own_code: int,
+                   lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray] | None:
     """The rows ranked ``lo``..``hi`` per parent by ``order`` (fields, descending?) then by
-    their own int key, among the rows whose ``link`` is a link of table ``parent_code`` to
-    one of ``parents`` (int keys). Returns (parent keys, row slots), grouped by parent in
-    rank order; None when the columns cannot decide it exactly (a link with an unsure key, a
-    non-int sort value or row key among the candidates): the caller then runs the subquery
+    their own record key, among the rows whose ``link`` is a link of table ``parent_code``
+    to one of ``parents`` (int keys) or ``parent_strs`` (string keys). Returns (group keys,
+    row slots), grouped by parent in rank order; a parent's group key is ``2 * key`` for an
+    int key and ``2 * code + 1`` for a string key (:meth:`Columns.code`). None when the
+    columns cannot decide it exactly (a link with an unsure key, a sort value that is not an
+    int, an own key that is neither an int nor a string): the caller then runs the subquery
     row by row."""
     ltags = cols.tags[link]
     if (ltags == UNSURE).any():
         return None
     n = len(cols.rid_of)
     ltags = ltags[:n]
-    cand = np.flatnonzero(ltags == parent_code)
-    keys = cols.nums[link][cand]
-    if not len(parents):
-        hit = np.zeros(len(keys), dtype=bool)
+    lnums = cols.nums[link][:n]
+    cand_i = np.flatnonzero(ltags == parent_code)
+    cand_i = cand_i[_member(lnums[cand_i], parents, n)]
+    keys = lnums[cand_i] * 2
+    if parent_strs:
+        codes = [c for c in map(cols.strs.get, parent_strs) if c is not None]
+        cand_s = np.flatnonzero(ltags == parent_code + 1)
+        cand_s = cand_s[_member(lnums[cand_s], np.array(codes, dtype=np.int64), n)]
+        keys = np.concatenate([keys, lnums[cand_s] * 2 + 1])
+        cand = np.concatenate([cand_i, cand_s])
     else:
-        lo_p = int(parents.min())
-        hi_p = int(parents.max())
-        if lo_p >= 0 and hi_p < 4 * (len(cols.rid_of) + len(parents)) + 1024:
-            # small non-negative keys (the usual): a lookup table
-            lut = np.zeros(hi_p + 2, dtype=bool)
-            lut[parents] = True
-            hit = lut[np.clip(keys, -1, hi_p + 1)]  # -1 and hi_p + 1: False
-        else:
-            ps = np.sort(parents)
-            pos = np.searchsorted(ps, keys)
-            pos[pos >= len(ps)] = 0
-            hit = ps[pos] == keys
-    cand = cand[hit]
-    keys = keys[hit]
+        cand = cand_i
     if not len(cand):
         return keys, cand
-    if (cols.tags["id"][cand] != own_code).any():
+    sort_keys = _own_rank(cols, cand, own_code)
+    if sort_keys is None:
         return None
-    sort_keys = [cols.nums["id"][cand]]
     for field, desc in reversed(order):
         if (cols.tags[field][cand] != INT).any():
             return None

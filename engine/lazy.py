@@ -123,6 +123,8 @@ def bulk(proj: Any, shown: list[str]) -> None:
         name = spec.name
         ids: list[int] = []
         lz: list[str] = []
+        strs: list[str] = []
+        lzs: list[str] = []
         eager: list[str] = []
         for rid in todo:
             row = rows[rid]
@@ -135,9 +137,13 @@ def bulk(proj: Any, shown: list[str]) -> None:
                     break
             else:
                 k = row["id"].id
-                if type(k) is int and -_EXACT < k < _EXACT:
+                tk = type(k)
+                if tk is int and -_EXACT < k < _EXACT:
                     lz.append(rid)
                     ids.append(k)
+                elif tk is str:
+                    lzs.append(rid)
+                    strs.append(k)
                 else:
                     eager.append(rid)
                 continue
@@ -145,7 +151,7 @@ def bulk(proj: Any, shown: list[str]) -> None:
             proj.end_lazy()
             break
         else:
-            if _lazy_rows(proj, spec, lz, ids):
+            if _lazy_rows(proj, spec, lz, ids, lzs, strs):
                 todo = eager
     project = proj.project
     for rid in todo:
@@ -161,35 +167,41 @@ def _flat_list(v: list[Any]) -> bool:
     return True
 
 
-def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int]) -> bool:
-    """Make ``lz`` (parent int keys ``ids``) lazy; False when the columns cannot decide."""
+def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[str],
+               strs: list[str]) -> bool:
+    """Make ``lz`` (parents with int keys ``ids``) and ``lzs`` (string keys ``strs``) lazy;
+    False when the columns cannot decide."""
     sub = spec.sub
     cols = proj.store.table(sub.table).columns([spec.link, "id"] + [f for f, _ in spec.order])
     lo, hi = sub.window(proj.S)
     got = top_per_parent(cols, spec.link, spec.parent_code, np.array(ids, dtype=np.int64),
-                         spec.order, spec.own_code, lo, hi)
+                         strs, spec.order, spec.own_code, lo, hi)
     if got is None:
         return False
     keys, slots = got
     lazy = proj.lazy
-    if not len(keys):
-        lazy.update(dict.fromkeys(lz, ()))
-        return True
-    sl = slots.tolist()
-    rid_of = cols.rid_of
-    texts: tuple[str, ...] = itemgetter(*sl)(rid_of) if len(sl) > 1 else (rid_of[sl[0]],)
-    first = np.empty(len(keys), dtype=bool)
-    first[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=first[1:])
-    starts = np.flatnonzero(first).tolist()
-    klist = keys[first].tolist()
-    ends = starts[1:]
-    ends.append(len(texts))
-    groups = {k: texts[a:b] for k, a, b in zip(klist, starts, ends)}
     empty: tuple[str, ...] = ()
+    groups: dict[int, tuple[str, ...]] = {}
+    if len(keys):
+        sl = slots.tolist()
+        rid_of = cols.rid_of
+        texts: tuple[str, ...] = itemgetter(*sl)(rid_of) if len(sl) > 1 else (rid_of[sl[0]],)
+        first = np.empty(len(keys), dtype=bool)
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        starts = np.flatnonzero(first).tolist()
+        klist = keys[first].tolist()
+        ends = starts[1:]
+        ends.append(len(texts))
+        groups = {k: texts[a:b] for k, a, b in zip(klist, starts, ends)}
     get = groups.get
     for rid, k in zip(lz, ids):
-        lazy[rid] = get(k, empty)
+        lazy[rid] = get(2 * k, empty)
+    if lzs:
+        code = cols.strs.get
+        for rid, s in zip(lzs, strs):
+            c = code(s)
+            lazy[rid] = empty if c is None else get(2 * c + 1, empty)
     return True
 
 

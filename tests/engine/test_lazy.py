@@ -22,7 +22,8 @@ import pytest
 from surrealdb import RecordID
 
 import engine.lazy
-from engine.columns import Columns, top_per_parent
+from engine.columns import Columns, table_code, top_per_parent
+from engine.values import record_id_text
 from tests.engine.codec import Case, View, dump_case
 from tests.engine.gen import make_writes
 from tests.engine.runner import engine_api, run_case
@@ -38,13 +39,16 @@ def lazy_always(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _friendly_rows(r: random.Random) -> dict[str, list[dict[str, Any]]]:
+    # mostly int keys, some string keys (thread:x, comment:z9: gen's id pools), so rows of
+    # both kinds are lazy and ties break across key kinds
+    tids: list[Any] = [*range(1, 9), "x"]
     threads = [{"id": RecordID("thread", i), "title": f"t{i}", "score": r.randint(0, 9),
                 "tags": r.sample(["a", "b", "c"], r.randint(0, 2))}
-               for i in range(1, 9) if r.random() < 0.85]
+               for i in tids if r.random() < 0.85]
     comments = []
-    for i in range(1, 15):
+    for i in [*range(1, 15), "z9"]:
         if r.random() < 0.8:
-            link = r.choice([RecordID("thread", r.randint(1, 8)) for _ in range(6)]
+            link = r.choice([RecordID("thread", r.choice(tids)) for _ in range(6)]
                             + [RecordID("thread", 99), RecordID("user", 1)])
             row: dict[str, Any] = {"id": RecordID("comment", i), "votes": r.randint(0, 6),
                                    "body": f"c{i}"}
@@ -95,48 +99,60 @@ def test_the_lazy_case_generator_makes_rows_lazy(lazy_always: None) -> None:
 # ------------------------------------------------------------------ lazy against eager
 
 
-def _big_data(r: random.Random, threads: int, comments: int) -> dict[str, list[dict[str, Any]]]:
+def _t(i: int, mixed: bool) -> RecordID:
+    """A thread id: with ``mixed`` every third one has a string key (SurrealDB's default
+    ids are strings)."""
+    return RecordID("thread", f"t{i}" if mixed and i % 3 == 0 else i)
+
+
+def _c(i: int, mixed: bool) -> RecordID:
+    return RecordID("comment", f"c{i:05}" if mixed and i % 4 == 0 else i)
+
+
+def _big_data(r: random.Random, threads: int, comments: int,
+              mixed: bool) -> dict[str, list[dict[str, Any]]]:
     return {
-        "thread": [{"id": RecordID("thread", i), "title": f"t{i}", "score": r.randint(0, 99),
+        "thread": [{"id": _t(i, mixed), "title": f"t{i}", "score": r.randint(0, 99),
                     "tags": ["x"]} for i in range(threads)],
-        "comment": [{"id": RecordID("comment", i), "votes": r.randint(0, 20),
-                     "thread": RecordID("thread", r.randrange(threads + 5))}
+        "comment": [{"id": _c(i, mixed), "votes": r.randint(0, 20),
+                     "thread": _t(r.randrange(threads + 5), mixed)}
                     for i in range(comments)],
     }
 
 
-def _writes(r: random.Random, threads: int, comments: int, n: int) -> list[tuple[Any, ...]]:
+def _writes(r: random.Random, threads: int, comments: int, n: int,
+            mixed: bool = False) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     for _ in range(n):
         x = r.random()
         if x < 0.45:
-            i = r.randrange(comments + 50)
-            row: dict[str, Any] = {"id": RecordID("comment", i), "votes": r.randint(0, 20),
-                                   "thread": RecordID("thread", r.randrange(threads + 5))}
+            rid = _c(r.randrange(comments + 50), mixed)
+            row: dict[str, Any] = {"id": rid, "votes": r.randint(0, 20),
+                                   "thread": _t(r.randrange(threads + 5), mixed)}
             y = r.random()
             if y < 0.05:
                 row["votes"] = 2.5  # a float: the columns cannot rank it, the engine can
             elif y < 0.08:
                 del row["thread"]
             out.append(("comment", "UPDATE" if r.random() < 0.8 else "DELETE",
-                        f"comment:{i}", row))
+                        record_id_text(rid), row))
         elif x < 0.9:
             i = r.randrange(threads + 5)
-            out.append(("thread", "UPDATE" if r.random() < 0.85 else "DELETE", f"thread:{i}",
-                        {"id": RecordID("thread", i), "title": f"t{i}'",
-                         "score": r.randint(0, 99), "tags": ["y"]}))
+            rid = _t(i, mixed)
+            out.append(("thread", "UPDATE" if r.random() < 0.85 else "DELETE",
+                        record_id_text(rid), {"id": rid, "title": f"t{i}'",
+                                              "score": r.randint(0, 99), "tags": ["y"]}))
         else:
-            i = r.randrange(comments)
-            out.append(("comment", "UPDATE", f"comment:{i}",
-                        {"id": RecordID("comment", i), "votes": 1,
-                         "thread": RecordID("thread", r.randrange(threads))}))
+            rid = _c(r.randrange(comments), mixed)
+            out.append(("comment", "UPDATE", record_id_text(rid),
+                        {"id": rid, "votes": 1, "thread": _t(r.randrange(threads), mixed)}))
     return out
 
 
 def _engines(r: random.Random, threads: int, comments: int, constants: list[int],
-             monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+             monkeypatch: pytest.MonkeyPatch, mixed: bool = False) -> tuple[Any, Any]:
     view_engine, _ = engine_api()
-    data = _big_data(r, threads, comments)
+    data = _big_data(r, threads, comments, mixed)
     pair = []
     for lazy_min in (10**9, 1):
         monkeypatch.setattr(engine.lazy, "LAZY_MIN", lazy_min)
@@ -156,13 +172,18 @@ def _lazy_count(e: Any) -> int:
     return sum(len(p.lazy) for c in e.circuits.values() for p in c.projs.values())
 
 
+@pytest.mark.parametrize("mixed", [False, True], ids=["int keys", "int and string keys"])
 def test_lazy_rows_give_every_materialisation_the_eager_deltas(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        mixed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     r = random.Random(5)
     constants = [5 * i for i in range(19)]
-    eager, lazy = _engines(r, 400, 2000, constants, monkeypatch)
+    eager, lazy = _engines(r, 400, 2000, constants, monkeypatch, mixed)
     assert _lazy_count(lazy) > 300 and _lazy_count(eager) == 0
-    writes = _writes(r, 400, 2000, 600)
+    if mixed:
+        (circuit,) = lazy.circuits.values()
+        (proj,) = circuit.projs.values()
+        assert any(":t" in rid for rid in proj.lazy)  # string-keyed parents are lazy too
+    writes = _writes(r, 400, 2000, 600, mixed)
     for i, ev in enumerate(writes):
         a = eager.ingest(*ev)
         b = lazy.ingest(*ev)
@@ -178,8 +199,8 @@ def test_lazy_rows_give_the_eager_deltas_in_batches(size: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     r = random.Random(size)
     constants = [7 * i for i in range(14)]
-    eager, lazy = _engines(r, 300, 1500, constants, monkeypatch)
-    writes = _writes(r, 300, 1500, 480)
+    eager, lazy = _engines(r, 300, 1500, constants, monkeypatch, mixed=size == 40)
+    writes = _writes(r, 300, 1500, 480, mixed=size == 40)
     for i in range(0, len(writes), size):
         batch = writes[i:i + size]
         assert eager.ingest_batch(batch) == lazy.ingest_batch(batch), f"batch at {i}"
@@ -269,10 +290,14 @@ def test_columns_follow_writes_and_deletes() -> None:
     fresh = Columns(rows)
     fresh.add("v", rows)
     fresh.add("l", rows)
+
+    def value(c: Columns, f: str, s: int) -> tuple[int, Any]:
+        tag, num = int(c.tags[f][s]), int(c.nums[f][s])
+        return (tag, c.strs_of[num]) if tag >= 2 and tag % 2 else (tag, num)
     for rid in rows:
         a, b = cols.slot[rid], fresh.slot[rid]
         for f in ("v", "l"):
-            assert (cols.tags[f][a], cols.nums[f][a]) == (fresh.tags[f][b], fresh.nums[f][b])
+            assert value(cols, f, a) == value(fresh, f, b)
     for s, rid in enumerate(cols.rid_of):
         if rid is None:
             assert all(cols.tags[f][s] == 0 for f in ("v", "l"))
@@ -284,30 +309,46 @@ def test_top_per_parent_declines_what_it_cannot_rank_exactly() -> None:
     cols = Columns(rows)
     for f in ("id", "v", "l"):
         cols.add(f, rows)
-    from engine.columns import table_code
-    got = top_per_parent(cols, "l", table_code("t"), np.array([0, 2]), [("v", True)],
-                         table_code("c"), 0, 2)
+    t, c = table_code("t"), table_code("c")
+    got = top_per_parent(cols, "l", t, np.array([0, 2]), [], [("v", True)], c, 0, 2)
     assert got is not None
     keys, slots = got
     # thread 0: c:0 (v0), c:4 (v1), c:8 (v2) -> v desc: c:8, c:4; thread 2: c:2 v2, c:6 v0,
-    # c:10 v1 -> c:2, c:10
-    assert keys.tolist() == [0, 0, 2, 2]
+    # c:10 v1 -> c:2, c:10 (group keys: twice an int key)
+    assert keys.tolist() == [0, 0, 4, 4]
     assert [cols.rid_of[s] for s in slots.tolist()] == ["c:8", "c:4", "c:2", "c:10"]
     rows["c:4"] = {"id": RecordID("c", 4), "v": 1.5, "l": RecordID("t", 0)}
     cols.put("c:4", rows["c:4"])
-    assert top_per_parent(cols, "l", table_code("t"), np.array([0]), [("v", True)],
-                          table_code("c"), 0, 2) is None
+    assert top_per_parent(cols, "l", t, np.array([0]), [], [("v", True)], c, 0, 2) is None
     rows["c:5"] = {"id": RecordID("c", 5), "v": 1, "l": RecordID("t", 1.0)}
     cols.put("c:5", rows["c:5"])
-    assert top_per_parent(cols, "l", table_code("t"), np.array([2]), [("v", True)],
-                          table_code("c"), 0, 2) is None
+    assert top_per_parent(cols, "l", t, np.array([2]), [], [("v", True)], c, 0, 2) is None
+
+
+def test_top_per_parent_ranks_string_keys_after_int_keys_in_code_point_order() -> None:
+    # ties on v are broken by the row's own key: ints first, then strings as Python orders
+    # them (code points: "B" < "a" < "é"), as the engine's sort entries do
+    keys = [3, "a", "B", 1, "é", "aa", 2]
+    rows = {f"c:{k}": {"id": RecordID("c", k), "v": 7, "l": RecordID("t", "p")}
+            for k in keys}
+    rows["c:x"] = {"id": RecordID("c", "x"), "v": 8, "l": RecordID("t", 5)}
+    cols = Columns(rows)
+    for f in ("id", "v", "l"):
+        cols.add(f, rows)
+    got = top_per_parent(cols, "l", table_code("t"), np.array([5]), ["p", "nobody"],
+                         [("v", True)], table_code("c"), 0, None)
+    assert got is not None
+    gk, slots = got
+    assert [cols.rid_of[s] for s in slots.tolist()] == [
+        "c:x", "c:1", "c:2", "c:3", "c:B", "c:a", "c:aa", "c:é"]
+    assert gk.tolist() == [10] + [2 * cols.strs["p"] + 1] * 7
 
 
 def test_a_forced_row_holds_what_projecting_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     # Proj.force assembles the projection from the kept children instead of running the
     # subquery: output, members, per-item state, dependencies and owners must be the same
     r = random.Random(11)
-    eager, lazy = _engines(r, 200, 1000, [10, 60], monkeypatch)
+    eager, lazy = _engines(r, 200, 1000, [10, 60], monkeypatch, mixed=True)
     (pe,) = next(iter(eager.circuits.values())).projs.values()
     (pl,) = next(iter(lazy.circuits.values())).projs.values()
     rids = list(pl.lazy)
