@@ -5,8 +5,8 @@ WHERE thread = $parent.id ORDER BY n DESC LIMIT 5)``) needs, to show a new view'
 top rows of every parent at once. Read row by row that is one scattered dict read per child
 (about 1 us each on a 2-core VM: 50 ms for 50,000 comments); over columns it is a sort of
 arrays (:func:`top_per_parent`). The table keeps the columns of the fields some shape asked
-for, from that shape's first registration on, as rows are written and deleted (like an
-equality index).
+for, from that shape's first registration on (like an equality index): a write notes the
+row, and the next use of the columns encodes the rows noted since (:meth:`Columns.refresh`).
 
 Each value is kept as a tag and a 64-bit number:
 
@@ -54,8 +54,8 @@ def table_code(table: str) -> int:
 class Columns:
     """The columns of one table (see the module docstring)."""
 
-    __slots__ = ("cap", "free", "in_order", "nums", "rid_of", "slot", "strs", "strs_of",
-                 "tags")
+    __slots__ = ("cap", "dirty", "free", "in_order", "nums", "rid_of", "slot", "strs",
+                 "strs_of", "tags")
 
     def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
         n = len(rows)
@@ -70,6 +70,8 @@ class Columns:
         # string record keys met in link and id columns -> their code, and back
         self.strs: dict[str, int] = {}
         self.strs_of: list[str] = []
+        # rows written or deleted since the last refresh
+        self.dirty: set[str] = set()
 
     def code(self, s: str) -> int:
         """The code of a string record key (a new one the first time)."""
@@ -155,8 +157,23 @@ class Columns:
         tags[:n] = tag
         return True
 
+    def refresh(self, rows: dict[str, dict[str, Any]]) -> None:
+        """Bring the columns up to ``rows`` for the rows written or deleted since the last
+        refresh (``dirty``, noted by the table store: a write costs a set insertion, not an
+        encoding, and a row written many times in between is encoded once)."""
+        dirty = self.dirty
+        if not dirty:
+            return
+        self.dirty = set()
+        for rid in dirty:
+            row = rows.get(rid)
+            if row is None:
+                self.delete(rid)
+            else:
+                self.put(rid, row)
+
     def put(self, rid: str, row: dict[str, Any]) -> None:
-        """A row was written."""
+        """Encode a row's current values (see :meth:`refresh`)."""
         s = self.slot.get(rid)
         if s is None:
             if self.free:
@@ -168,6 +185,7 @@ class Columns:
                 if s >= self.cap:
                     self._grow()
             self.slot[rid] = s
+            self.in_order = False  # refreshed rows come in no particular order
         encode = self.encode
         for field, tags in self.tags.items():
             tag, num = encode(row.get(field, NONE))
@@ -175,7 +193,7 @@ class Columns:
             self.nums[field][s] = num
 
     def delete(self, rid: str) -> None:
-        """A row was deleted."""
+        """Free a deleted row's slot (see :meth:`refresh`)."""
         s = self.slot.pop(rid, None)
         if s is None:
             return

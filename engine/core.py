@@ -33,7 +33,7 @@ from engine.circuit import Circuit, Mat, WMat, exact_key
 from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
 from engine.deps import Deps
 from engine.errors import QueryRejected
-from engine.lazy import bulk, child_parent, deep
+from engine.lazy import bulk, child_parent, deep, warm
 from engine.parser import parse_cached
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
@@ -213,6 +213,7 @@ class ViewEngine:
                     left -= len(take)
                 for rid in take:
                     proj.force(rid)
+                warm(proj, take)
                 if left is not None and left <= 0:
                     return self.lazy_rows()
         return self.lazy_rows()

@@ -39,8 +39,9 @@ import numpy as np
 from surrealdb import RecordID
 
 from engine.columns import table_code, top_per_parent
-from engine.plan import Plan
+from engine.plan import Cx, Plan
 from engine.shape import order_source
+from engine.store import ikey
 
 LAZY_MIN = 64  # fewer new rows are projected at once: not worth a pass over the columns
 _EXACT = 2**53
@@ -203,6 +204,33 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[s
             c = code(s)
             lazy[rid] = empty if c is None else get(2 * c + 1, empty)
     return True
+
+
+def warm(proj: Any, rids: list[str]) -> None:
+    """After projecting lazy rows ahead of writes: compute the sort entries of all their
+    children (a re-projection after a child changes reads every child's), as running the
+    subquery would have, so the first write reaching a row does not."""
+    spec: Spec | None = proj.spec
+    if spec is None or not rids:
+        return
+    sub = spec.sub
+    store = proj.store
+    t = store.table(sub.table)
+    ecache = sub._caches(t)
+    idx = t.index(spec.link)
+    crows = t.rows
+    prows = store.table(proj.plan.table).rows
+    entry = sub.entry
+    cx = Cx(store)
+    for rid in rids:
+        row = prows.get(rid)
+        if row is None:
+            continue
+        for c in idx.get(ikey(row["id"]), ()):
+            if c not in ecache:
+                crow = crows.get(c)
+                if crow is not None:
+                    ecache[c] = entry(crow, c, cx)
 
 
 def child_parent(link: str, parent_table: str, row: dict[str, Any] | None) -> Any:

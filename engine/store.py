@@ -129,7 +129,7 @@ class TableStore:
         if self.caches:
             self._forget(rid)
         if self.cols is not None:
-            self.cols.put(rid, row)
+            self.cols.dirty.add(rid)
         for field, idx in self.indexes.items():
             if old is not None:
                 ok = ikey(old.get(field, NONE))
@@ -155,7 +155,7 @@ class TableStore:
         if self.caches:
             self._forget(rid)
         if self.cols is not None:
-            self.cols.delete(rid)
+            self.cols.dirty.add(rid)
         for field, idx in self.indexes.items():
             ok = ikey(old.get(field, NONE))
             s = idx.get(ok)
@@ -187,10 +187,13 @@ class TableStore:
         return idx
 
     def columns(self, fields: list[str]) -> Columns:
-        """The columns of ``fields`` (each built on first use, then kept by put/delete)."""
+        """The columns of ``fields``, up to date (each built on first use, then refreshed
+        from the rows written since the last use)."""
         cols = self.cols
         if cols is None:
             cols = self.cols = Columns(self.rows)
+        else:
+            cols.refresh(self.rows)
         for f in fields:
             cols.add(f, self.rows)
         return cols

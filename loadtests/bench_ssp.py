@@ -3,7 +3,8 @@ views over 1,000 users, next to the naive baseline, for 1 and 2 shards, in one r
 
     .venv/bin/python loadtests/bench_ssp.py [--users 1000] [--views-per-user 10]
         [--seconds 15] [--shards 1,2] [--throttle-ms 100] [--concurrency 64] [--rate 3000]
-        [--ref-modes dedicated,single] [--large-views 0] [--ssp-root PATH]
+        [--ref-modes dedicated,single] [--large-views 0] [--large-kind peers|children]
+        [--ssp-root PATH]
 
 Both edge publication modes run: `dedicated` (the default: one edge table per user, so 1,000
 tables here) and `single` (one shared `_00_list_ref`). They differ because of a measured cost
@@ -30,7 +31,9 @@ probe: the source rows are not written, the SSP path alone is measured).
 - `--large-views N`: N more views of issue 19's class (LARGE below: every post above a
   constant with its owner's top-5 posts, constants 0..99), registered after the others
   ("large s": their registration until their edges are committed). Each post change then
-  reaches many views. `--ssp-root` runs the SSP of another checkout (say, the commit before
+  reaches many views. `--large-kind children` registers instead every user above a level
+  with their own top-5 posts (CHILDREN: the shape whose rows `engine.lazy` shows from
+  columns). `--ssp-root` runs the SSP of another checkout (say, the commit before
   the shared-projection engine) against the same benchmark, for a before/after pair.
 - naive baseline: for each event, write the source row, then re-run the affected view's query
   in SurrealDB and rewrite its edges (delete all, insert all) in one transaction; events/s and
@@ -77,6 +80,11 @@ TOP = PLAIN + " ORDER BY n DESC LIMIT 5"
 # subquery, the top posts of their owners)
 LARGE = ("SELECT *, (SELECT id, n FROM post WHERE owner = $parent.owner ORDER BY n DESC "
          "LIMIT 5) AS peers FROM post WHERE n > $min")
+# --large-kind children: each user above a level with their own top-5 posts (the children of
+# the row: engine.lazy shows them from the post columns at registration)
+CHILDREN = ("SELECT *, (SELECT id, n FROM post WHERE owner = $parent.id ORDER BY n DESC "
+            "LIMIT 5) AS top FROM user WHERE level > $min")
+LARGE_KINDS = {"peers": LARGE, "children": CHILDREN}
 POSTS_PER_USER = 5
 
 
@@ -96,7 +104,8 @@ async def seed(db: Database, users: int) -> list[tuple[str, int, int]]:
     await db.query(SCHEMA)
     for i in range(0, users, 500):
         await db.query("INSERT INTO user $rows",
-                       {"rows": [{"id": RecordID("user", f"u{j}"), "name": f"u{j}"}
+                       {"rows": [{"id": RecordID("user", f"u{j}"), "name": f"u{j}",
+                                  "level": (j * 37) % 100}
                                  for j in range(i, min(users, i + 500))]})
     posts = []
     rng = random.Random(1)
@@ -152,7 +161,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         async def reg_large(i: int) -> None:
             async with sem:
                 r = await hub_call(client, "POST /view/register", {  # type: ignore[arg-type]
-                    "id": f"query:large{i}", "surql": LARGE, "clientId": "bench",
+                    "id": f"query:large{i}", "surql": LARGE_KINDS[args.large_kind],
+                    "clientId": "bench",
                     "ttl": "1h", "params": {"auth_id": f"user:u{i % args.users}",
                                             "min": crng.randrange(100)}})
                 assert r["status"] == 200, r
@@ -283,7 +293,7 @@ async def run_naive(host: Any, args: argparse.Namespace) -> dict[str, Any]:
             # counted); None when it outlasts the client's timeout
             t = time.perf_counter()
             try:
-                await db.query_one(LARGE, {"min": 50})
+                await db.query_one(LARGE_KINDS[args.large_kind], {"min": 50})
                 large_ms = (time.perf_counter() - t) * 1000
             except DbTimeout:
                 large_ms = None
@@ -309,6 +319,9 @@ async def main() -> int:
     p.add_argument("--large-views", type=int, default=0,
                    help="also register this many views of the large class (LARGE: a "
                         "correlated top-5 subquery per row over distinct constants)")
+    p.add_argument("--large-kind", choices=sorted(LARGE_KINDS), default="peers",
+                   help="peers: every post above a constant with its owner's top-5 posts; "
+                        "children: every user above a level with their own top-5 posts")
     p.add_argument("--ssp-root", type=Path, default=None,
                    help="run the SSP from another checkout (a 'before' figure; the "
                         "benchmark and the database host stay this checkout's)")
@@ -325,7 +338,7 @@ async def main() -> int:
     rate = f"target {args.rate:.0f}/s" if args.rate else "unpaced"
     root = args.ssp_root or ROOT
     print(f"\nSSP from {root} ({_commit(root)}); {args.large_views} large views "
-          f"(`{LARGE}`)")
+          f"(`{LARGE_KINDS[args.large_kind]}`)")
     print(f"SSP benchmark: {views} views over {args.users} users, throttle "
           f"{args.throttle_ms} ms, {args.seconds:.0f} s per run, concurrency {args.concurrency}, "
           f"{rate}")

@@ -382,3 +382,26 @@ def test_complete_projects_lazy_rows_in_slices_and_changes_no_delta(
     for v in ("v20", "v70"):
         lazy.unregister(v)
     assert lazy.lazy_rows() == 0
+
+
+def test_the_table_store_refreshes_its_columns_from_the_rows_written_since() -> None:
+    from engine.store import TableStore
+    r = random.Random(8)
+    ts = TableStore("c")
+    for i in range(100):
+        ts.put(f"c:{i}", {"id": RecordID("c", i), "v": i % 7})
+    cols = ts.columns(["v"])
+    for _ in range(300):
+        i = r.randrange(150)
+        if r.random() < 0.3:
+            ts.delete(f"c:{i}")
+        else:
+            ts.put(f"c:{i}", {"id": RecordID("c", i), "v": r.choice([r.randint(0, 9), None])})
+    assert ts.columns(["v", "id"]) is cols and not cols.dirty
+    fresh = Columns(ts.rows)
+    fresh.add("v", ts.rows)
+    assert sorted(r for r in cols.rid_of if r is not None) == sorted(ts.rows)
+    for rid in ts.rows:
+        a, b = cols.slot[rid], fresh.slot[rid]
+        assert (cols.tags["v"][a], cols.nums["v"][a]) == (fresh.tags["v"][b], fresh.nums["v"][b])
+        assert cols.nums["id"][a] == ts.rows[rid]["id"].id
