@@ -66,8 +66,8 @@ def test_bench_ssp_start_warm_start_ends_in_the_cold_state() -> None:
 
 def test_probe_columnar_topk_finds_the_engines_members() -> None:
     # The probe exits 1 when the members it computes column-wise (from columns read in order
-    # or gathered per thread) differ from the engine's (ties on votes break by comment id, as
-    # in SurrealDB).
+    # or gathered per thread), or the engine's lazy registration, differ from the engine's
+    # projected rows (ties on votes break by comment id, as in SurrealDB).
     proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "probe_columnar_topk.py"),
                            "--rows", "500", "--repeat", "1"],
                           check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -75,7 +75,8 @@ def test_probe_columnar_topk_finds_the_engines_members() -> None:
     steps = [line.split("|")[1].strip() for line in proc.stdout.splitlines()
              if line.startswith("| ") and not line.startswith("| step")]
     assert steps == ["engine (baseline)", "columns from dicts", "top-k from arrays",
-                     "member texts", "columnar total", "top-k, rows gathered per thread"], \
+                     "member texts", "columnar total", "top-k, rows gathered per thread",
+                     "engine, lazy rows + columns built", "engine, lazy rows, columns kept"], \
         proc.stdout
 
 
