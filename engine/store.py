@@ -190,6 +190,11 @@ class TableStore:
         """The columns of ``fields``, up to date (each built on first use, then refreshed
         from the rows written since the last use)."""
         cols = self.cols
+        if cols is not None and len(cols.dirty) * 4 > len(self.rows):
+            # most rows were written since (a reload): encoding the columns again in bulk
+            # is cheaper than row by row
+            fields = list(dict.fromkeys([*cols.tags, *fields]))
+            cols = None
         if cols is None:
             cols = self.cols = Columns(self.rows)
         else:

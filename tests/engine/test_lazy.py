@@ -388,11 +388,11 @@ def test_the_table_store_refreshes_its_columns_from_the_rows_written_since() -> 
     from engine.store import TableStore
     r = random.Random(8)
     ts = TableStore("c")
-    for i in range(100):
+    for i in range(400):
         ts.put(f"c:{i}", {"id": RecordID("c", i), "v": i % 7})
     cols = ts.columns(["v"])
-    for _ in range(300):
-        i = r.randrange(150)
+    for _ in range(90):  # under a quarter of the table: refreshed row by row, not rebuilt
+        i = r.randrange(450)
         if r.random() < 0.3:
             ts.delete(f"c:{i}")
         else:
@@ -405,3 +405,22 @@ def test_the_table_store_refreshes_its_columns_from_the_rows_written_since() -> 
         a, b = cols.slot[rid], fresh.slot[rid]
         assert (cols.tags["v"][a], cols.nums["v"][a]) == (fresh.tags["v"][b], fresh.nums["v"][b])
         assert cols.nums["id"][a] == ts.rows[rid]["id"].id
+
+
+def test_columns_rebuilt_after_most_rows_were_rewritten_agree_with_the_rows() -> None:
+    from engine.store import TableStore
+    ts = TableStore("c")
+    for i in range(100):
+        ts.put(f"c:{i}", {"id": RecordID("c", i), "v": i % 7, "l": RecordID("t", f"k{i % 5}")})
+    first = ts.columns(["v", "l"])
+    for i in range(60, 160):  # 60 rewritten, 60 new: more than a quarter of the table
+        ts.put(f"c:{i}", {"id": RecordID("c", i), "v": i % 3, "l": RecordID("t", i % 4)})
+    ts.delete("c:1")
+    cols = ts.columns(["id"])
+    assert cols is not first and set(cols.tags) == {"v", "l", "id"} and not cols.dirty
+    for rid, row in ts.rows.items():
+        s = cols.slot[rid]
+        assert cols.nums["v"][s] == row["v"] and cols.nums["id"][s] == row["id"].id
+        key = row["l"].id
+        assert (cols.strs_of[cols.nums["l"][s]] if isinstance(key, str)
+                else cols.nums["l"][s]) == key
