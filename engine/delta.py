@@ -34,8 +34,17 @@ class ViewDelta(NamedTuple):
     updated: frozenset[str]
 
 
+_MISSING = object()
+# kinds whose equality is type-exact already (compared inline, without a call)
+_PLAIN = frozenset({int, str, float, bool, type(None)})
+
+
 def same(a: Any, b: Any) -> bool:
-    """Type-exact equality of result values (1 and 1.0 differ, as a client sees them)."""
+    """Type-exact equality of result values (1 and 1.0 differ, as a client sees them).
+
+    Outputs compared here mostly share their values (an output is rebuilt from the same row,
+    a subquery's rows come from a cache): each element is tested for identity, and plain
+    scalars of one type compared, before any recursive call."""
     if a is b:
         return True
     ta = type(a)
@@ -44,12 +53,35 @@ def same(a: Any, b: Any) -> bool:
     if ta is dict:
         if len(a) != len(b):
             return False
+        get = b.get
         for k, v in a.items():
-            if k not in b or not same(v, b[k]):
+            w = get(k, _MISSING)
+            if v is w:
+                continue
+            tv = type(v)
+            if tv is not type(w):
+                return False
+            if tv in _PLAIN:
+                if v != w:
+                    return False
+            elif not same(v, w):
                 return False
         return True
     if ta is list or ta is tuple:
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if len(a) != len(b):
+            return False
+        for v, w in zip(a, b):
+            if v is w:
+                continue
+            tv = type(v)
+            if tv is not type(w):
+                return False
+            if tv in _PLAIN:
+                if v != w:
+                    return False
+            elif not same(v, w):
+                return False
+        return True
     if ta is RecordID:
         return bool(a.table_name == b.table_name) and same(a.id, b.id)
     return bool(a == b)
