@@ -303,3 +303,21 @@ def test_anonymous_arena_holds_the_rows_once_synced() -> None:
     e.ingest("thread", "UPDATE", "thread:7", _t(7, x="seven"))
     assert e.table_hash("thread") == table_hash(rows.values())  # table_hash syncs first
     assert e.row_store.get("thread", "thread:7") == _t(7, x="seven")
+
+
+def test_same_is_type_exact_at_every_depth() -> None:
+    from decimal import Decimal
+
+    from surrealdb import RecordID
+
+    from engine.delta import same
+    nan = float("nan")
+    shared = {"x": [1, "a"]}
+    assert same({"a": 1, "b": shared}, {"a": 1, "b": shared})
+    assert same({"a": [1, {"b": RecordID("t", 1)}]}, {"a": [1, {"b": RecordID("t", 1)}]})
+    for a, b in [({"a": 1}, {"a": 1.0}), ({"a": True}, {"a": 1}), ([1], [True]),
+                 ({"a": None}, {}), ({"a": 1}, {"b": 1}), ([nan], [float("nan")]),
+                 ({"a": Decimal("1")}, {"a": 1}), ({"a": [1, 2]}, {"a": [1, 2, 3]}),
+                 ({"a": RecordID("t", 1)}, {"a": RecordID("t", 1.0)}),
+                 ({"a": RecordID("t", 1)}, {"a": RecordID("u", 1)}), ((1, 2), [1, 2])]:
+        assert not same(a, b) and not same(b, a), (a, b)
