@@ -90,7 +90,8 @@ class ViewEngine:
     # ------------------------------------------------------------------ public API
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Bulk bootstrap: store rows (dicts with ``id``) without reporting deltas."""
-        if self.by_table.get(table) or self.deps.watched(table):
+        if self.by_table.get(table) or self.deps.watched(table) or table in self._lazy:
+            # something reads the table (lazy rows register no dependency, yet read theirs)
             events = []
             for row in rows:
                 rid = row.get("id")

@@ -424,3 +424,27 @@ def test_columns_rebuilt_after_most_rows_were_rewritten_agree_with_the_rows() ->
         key = row["l"].id
         assert (cols.strs_of[cols.nums["l"][s]] if isinstance(key, str)
                 else cols.nums["l"][s]) == key
+
+
+def test_a_load_of_the_child_table_reaches_lazy_rows(lazy_always: None) -> None:
+    # every shown row lazy: no projected row registered a dependency on comment, yet a later
+    # load of comments must go through the views (not the silent bootstrap path)
+    view_engine, _ = engine_api()
+    engines = []
+    for lazy_min in (10**9, 1):
+        engine.lazy.LAZY_MIN = lazy_min
+        e = view_engine()
+        e.load("thread", [{"id": RecordID("thread", i), "score": 5} for i in range(1, 4)])
+        e.load("comment", [{"id": RecordID("comment", i), "votes": i,
+                            "thread": RecordID("thread", 1 + i % 3)} for i in range(6)])
+        e.register("v", LARGE.format(k=2), {"c": 0})
+        engines.append(e)
+    eager, lazy = engines
+    assert _lazy_count(lazy) == 3
+    more = [{"id": RecordID("comment", 10 + i), "votes": 100 + i,
+             "thread": RecordID("thread", 1 + i % 3)} for i in range(3)]
+    for e in engines:
+        e.load("comment", [dict(x) for x in more])
+    assert lazy.members("v") == eager.members("v")
+    assert {"comment:10", "comment:11", "comment:12"} <= lazy.members("v")
+    assert lazy.result("v") == eager.result("v")
