@@ -232,10 +232,13 @@ def _member(keys: np.ndarray, parents: np.ndarray, size: int) -> np.ndarray:
     return ps[pos] == keys
 
 
-def _own_rank(cols: Columns, cand: np.ndarray, own_code: int) -> list[np.ndarray] | None:
+def _own_rank(cols: Columns, cand: np.ndarray, own_code: int,
+              tied: np.ndarray | None) -> list[np.ndarray] | None:
     """Sort keys (least significant first) ordering ``cand`` by their own record key as
-    the engine does: int keys, then string keys in code-point order. None when a row's own
-    key is neither (or a string holds a NUL, which numpy's strings drop)."""
+    the engine does: int keys, then string keys in code-point order. Only the rows in
+    ``tied`` (None: all) need a true rank: the others are ordered by the keys before it.
+    None when a row's own key is neither (or a string holds a NUL, which numpy's strings
+    drop)."""
     tags = cols.tags["id"][cand]
     nums = cols.nums["id"][cand]
     is_str = tags == own_code + 1
@@ -243,17 +246,33 @@ def _own_rank(cols: Columns, cand: np.ndarray, own_code: int) -> list[np.ndarray
         return [nums] if (tags == own_code).all() else None
     if not ((tags == own_code) | is_str).all():
         return None
+    ranked = is_str if tied is None else is_str & tied
     strs_of = cols.strs_of
-    texts = [strs_of[c] for c in nums[is_str].tolist()]
+    texts = [strs_of[c] for c in nums[ranked].tolist()]
     if any("\0" in t for t in texts):
         return None
     rank = np.zeros(len(cand), dtype=np.int64)
-    order = np.argsort(np.array(texts), kind="stable")
-    ranks = np.empty(len(texts), dtype=np.int64)
-    ranks[order] = np.arange(len(texts))
-    rank[is_str] = ranks
+    if texts:
+        order = np.argsort(np.array(texts), kind="stable")
+        ranks = np.empty(len(texts), dtype=np.int64)
+        ranks[order] = np.arange(len(texts))
+        rank[ranked] = ranks
     rank[~is_str] = nums[~is_str]
     return [rank, is_str.astype(np.int64)]
+
+
+def _tied(sort_keys: list[np.ndarray]) -> np.ndarray:
+    """Rows equal to another row in every one of ``sort_keys``."""
+    idx = np.lexsort(sort_keys)
+    n = len(idx)
+    eq = np.ones(n - 1, dtype=bool)
+    for k in sort_keys:
+        s = k[idx]
+        eq &= s[1:] == s[:-1]
+    tied = np.zeros(n, dtype=bool)
+    tied[idx[1:][eq]] = True
+    tied[idx[:-1][eq]] = True
+    return tied
 
 
 def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarray,
@@ -286,16 +305,19 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
         cand = cand_i
     if not len(cand):
         return keys, cand
-    sort_keys = _own_rank(cols, cand, own_code)
-    if sort_keys is None:
-        return None
+    by: list[np.ndarray] = []
     for field, desc in reversed(order):
         if (cols.tags[field][cand] != INT).any():
             return None
         v = cols.nums[field][cand]
-        sort_keys.append(-v if desc else v)
-    sort_keys.append(keys)
-    idx = np.lexsort(sort_keys)
+        by.append(-v if desc else v)
+    by.append(keys)
+    # string keys are ranked (a sort of texts) only where the sort values tie
+    own = _own_rank(cols, cand, own_code,
+                    _tied(by) if (cols.tags["id"][cand] != own_code).any() else None)
+    if own is None:
+        return None
+    idx = np.lexsort(own + by)
     keys = keys[idx]
     cand = cand[idx]
     first = np.empty(len(keys), dtype=bool)
