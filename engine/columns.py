@@ -215,6 +215,14 @@ class Columns:
         self.cap = cap
 
 
+def group_firsts(keys: np.ndarray) -> np.ndarray:
+    """True where a sorted, non-empty ``keys`` starts a run of equal keys."""
+    first = np.empty(len(keys), dtype=bool)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    return first
+
+
 def _member(keys: np.ndarray, parents: np.ndarray, size: int) -> np.ndarray:
     """Which ``keys`` are among ``parents`` (both int64)."""
     if not len(parents):
@@ -320,10 +328,7 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
     idx = np.lexsort(own + by)
     keys = keys[idx]
     cand = cand[idx]
-    first = np.empty(len(keys), dtype=bool)
-    first[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    starts = np.flatnonzero(group_firsts(keys))
     counts = np.diff(np.append(starts, len(keys)))
     rank = np.arange(len(keys)) - np.repeat(starts, counts)
     keep = rank >= lo

@@ -199,14 +199,11 @@ class ViewEngine:
         off the writes. Never call it during an ingest call (between calls is always right).
         """
         left = limit
-        for table, projs in list(self._lazy.items()):
+        for projs in list(self._lazy.values()):
             for proj in list(projs):
                 lazy = proj.lazy
                 if not lazy:
-                    projs.discard(proj)
-                    if not projs:
-                        del self._lazy[table]
-                    continue
+                    continue  # lazy_rows() forgets it
                 if left is None:
                     take = list(lazy)
                 else:

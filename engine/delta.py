@@ -44,7 +44,9 @@ def same(a: Any, b: Any) -> bool:
 
     Outputs compared here mostly share their values (an output is rebuilt from the same row,
     a subquery's rows come from a cache): each element is tested for identity, and plain
-    scalars of one type compared, before any recursive call."""
+    scalars of one type compared, before any recursive call. The dict and list loops are
+    written out twice on purpose: one helper over (value, value) pairs for both measured
+    +1.5% instructions on the mix (callgrind), the whole gain of the inline tests."""
     if a is b:
         return True
     ta = type(a)

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from surrealdb import RecordID
 
-from engine.columns import table_code, top_per_parent
+from engine.columns import group_firsts, table_code, top_per_parent
 from engine.plan import Cx, Plan
 from engine.shape import order_source
 from engine.store import ikey
@@ -129,28 +129,20 @@ def bulk(proj: Any, shown: list[str]) -> None:
         eager: list[str] = []
         for rid in todo:
             row = rows[rid]
-            for k, v in row.items():
-                t = type(v)
-                if t is list:
-                    if k != name and not _flat_list(v):
-                        break
-                elif t is dict and k != name:
-                    break
+            if deep(row, name):
+                # a row whose values may hold members: no laziness for this group
+                proj.end_lazy()
+                break
+            k = row["id"].id
+            tk = type(k)
+            if tk is int and -_EXACT < k < _EXACT:
+                lz.append(rid)
+                ids.append(k)
+            elif tk is str:
+                lzs.append(rid)
+                strs.append(k)
             else:
-                k = row["id"].id
-                tk = type(k)
-                if tk is int and -_EXACT < k < _EXACT:
-                    lz.append(rid)
-                    ids.append(k)
-                elif tk is str:
-                    lzs.append(rid)
-                    strs.append(k)
-                else:
-                    eager.append(rid)
-                continue
-            # a row whose values may hold members: no laziness for this group
-            proj.end_lazy()
-            break
+                eager.append(rid)
         else:
             if _lazy_rows(proj, spec, lz, ids, lzs, strs):
                 todo = eager
@@ -158,14 +150,6 @@ def bulk(proj: Any, shown: list[str]) -> None:
     for rid in todo:
         if rid not in outs:
             project(rid, rows[rid], None)
-
-
-def _flat_list(v: list[Any]) -> bool:
-    for x in v:
-        t = type(x)
-        if t is dict or t is list:
-            return False
-    return True
 
 
 def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[str],
@@ -187,9 +171,7 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[s
         sl = slots.tolist()
         rid_of = cols.rid_of
         texts: tuple[str, ...] = itemgetter(*sl)(rid_of) if len(sl) > 1 else (rid_of[sl[0]],)
-        first = np.empty(len(keys), dtype=bool)
-        first[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        first = group_firsts(keys)
         starts = np.flatnonzero(first).tolist()
         klist = keys[first].tolist()
         ends = starts[1:]
@@ -216,7 +198,7 @@ def warm(proj: Any, rids: list[str]) -> None:
     sub = spec.sub
     store = proj.store
     t = store.table(sub.table)
-    ecache = sub._caches(t)
+    ecache, _ = sub.row_caches(t)
     idx = t.index(spec.link)
     crows = t.rows
     prows = store.table(proj.plan.table).rows

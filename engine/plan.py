@@ -419,6 +419,10 @@ class Plan:
             return [flat(row) for _, row in pairs]
         return [self.project(store, S, row, cx) for _, row in pairs]
 
+    def row_caches(self, t: Any) -> tuple[Any, Any]:
+        """(sort entries, flat outputs) this plan keeps per row of table store ``t``."""
+        return self._caches(t), self._fcache
+
     def _caches(self, t: Any) -> Any:
         ecache = self._ecache
         if ecache is None or self._ctable is not t:

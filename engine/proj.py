@@ -245,8 +245,7 @@ class Proj:
         sub = spec.sub
         t = self.store.table(sub.table)
         crows = t.rows
-        sub._caches(t)  # the subquery's per-row caches over this table (as its runs use)
-        fcache = sub._fcache
+        _, fcache = sub.row_caches(t)  # the flat outputs the subquery's runs share
         flat = sub.flat
         assert fcache is not None and flat is not None
         value = []

@@ -646,10 +646,9 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
     cpu = time.process_time() - cpu
     gc.collect()
     rss_lazy = rss_bytes()
-    lazy_rows = eng.lazy_rows() if hasattr(eng, "lazy_rows") else 0
+    lazy_rows = eng.lazy_rows()
     t = time.perf_counter()
-    if lazy_rows:
-        eng.complete()  # what a shard does when idle (engine.lazy)
+    eng.complete()  # what a shard does when idle (engine.lazy)
     completed = time.perf_counter() - t
     gc.collect()
     rss_views = rss_bytes()
@@ -673,25 +672,27 @@ def run_mix(s: Sizes, seed: int) -> list[Result]:
     del eng
     # the SSP's shards take `ingest_batch` (up to the hub's BATCH_MAX events under load): the
     # same writes in batches, each size on an engine of its own registered the same way
-    batches = []
-    for size in (1, 100, 2000):
-        gc.collect()
-        eng = view_engine()
+    def registered() -> Any:
+        e = view_engine()
         for table, rows in data.rows.items():
-            eng.load(table, rows)
+            e.load(table, rows)
         for i, (_, surql, params) in enumerate(views):
-            eng.register(f"m{i}", surql, params)
-        if size == 1:
-            # rows left lazy: the first write reaching each projects it (a shard never idle)
-            if not lazy_rows:
-                continue
-            res = feed_one_by_one(eng, "mix ingest (one by one), rows left lazy", events)
-            res.note = f"{lazy_rows:,} lazy rows projected by the writes that reach them"
-            batches.append(res)
-            del eng
-            continue
-        if lazy_rows:
-            eng.complete()
+            e.register(f"m{i}", surql, params)
+        return e
+
+    batches = []
+    if lazy_rows:
+        # rows left lazy: the first write reaching each projects it (a shard never idle)
+        gc.collect()
+        eng = registered()
+        res = feed_one_by_one(eng, "mix ingest (one by one), rows left lazy", events)
+        res.note = f"{lazy_rows:,} lazy rows projected by the writes that reach them"
+        batches.append(res)
+        del eng
+    for size in (100, 2000):
+        gc.collect()
+        eng = registered()
+        eng.complete()
         res = feed_batches(eng, f"mix ingest_batch ({size} per batch)", events, size)
         res.ratio = "-"
         if one.cpu_seconds and res.cpu_seconds:
@@ -749,20 +750,19 @@ def run_register_large(s: Sizes, seed: int) -> list[Result]:
         took = time.perf_counter() - start
         cpu = time.process_time() - cpu
         rows = sum(1 for m in members if m.startswith("thread:"))
-        lazy = eng.lazy_rows() if hasattr(eng, "lazy_rows") else 0
+        lazy = eng.lazy_rows()
         out.append(Result(f"register large view: {label}", 1, took, per_change_s=took,
                           latencies_ns=[int(took * 1e9)], cpu_seconds=cpu,
                           note=f"{rows:,} threads with their top-5 comments, {len(members):,} "
                                f"members; {lazy:,} rows lazy", ratio="-"))
-    if hasattr(eng, "complete"):
-        lazy = eng.lazy_rows()
-        cpu = time.process_time()
-        start = time.perf_counter()
-        eng.complete()
-        took = time.perf_counter() - start
-        out.append(Result("large view: project lazy rows (idle work)", lazy, took,
-                          latencies_ns=[int(took * 1e9)], cpu_seconds=time.process_time() - cpu,
-                          note="changes = rows projected", ratio="-"))
+    lazy = eng.lazy_rows()
+    cpu = time.process_time()
+    start = time.perf_counter()
+    eng.complete()
+    took = time.perf_counter() - start
+    out.append(Result("large view: project lazy rows (idle work)", lazy, took,
+                      latencies_ns=[int(took * 1e9)], cpu_seconds=time.process_time() - cpu,
+                      note="changes = rows projected", ratio="-"))
     return out
 
 
