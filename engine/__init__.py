@@ -36,7 +36,12 @@ Public API (stable; used by the SSP shards, the tests and the benchmarks)::
   ``sync_arena``). Evaluation reads a decoded copy.
 """
 
-from engine.core import ViewDelta, ViewEngine
-from engine.errors import QueryRejected
+from engine import native
+
+# the compiled modules (engine.native), when a build of exactly these sources is installed
+native.activate(__path__)
+
+from engine.core import ViewDelta, ViewEngine  # noqa: E402
+from engine.errors import QueryRejected  # noqa: E402
 
 __all__ = ["QueryRejected", "ViewDelta", "ViewEngine"]

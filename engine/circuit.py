@@ -61,6 +61,7 @@ class Mat:
 
     __slots__ = ("S", "__weakref__", "bkey", "circuit", "hi_pos", "key", "lo_pos", "mcache",
                  "pred", "proj", "views", "vt")
+    proj: Proj  # set by Circuit.add
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
@@ -72,7 +73,6 @@ class Mat:
         # with `dict.fromkeys(vt, d)`, which reads the stored hashes instead of each id string
         self.vt: dict[str, None] = {}
         self.mcache: tuple[int, frozenset[str]] | None = None  # (engine flush count, members)
-        self.proj: Proj = None  # type: ignore[assignment]  # set by Circuit.add
         self.bkey: Any = ()
         self.lo_pos: Any = None
         self.hi_pos: Any = None

@@ -106,8 +106,10 @@ class ViewEngine:
         if self._sync_each_call:
             self.sync_arena(table)
 
-    def register(self, view_id: str, surql: str, params: Mapping[str, Any] | None = None) -> set[str]:
-        """Register (or replace) a view; returns its members. Raises QueryRejected."""
+    def register(self, view_id: Any, surql: Any, params: Any = None) -> set[str]:
+        """Register (or replace) a view; returns its members. Raises QueryRejected, also for
+        arguments of the wrong type (typed Any: the compiled engine would raise TypeError at
+        the call instead)."""
         if not isinstance(view_id, str) or not view_id:
             raise QueryRejected("the view id must be a non-empty string")
         shape, S = normalise(parse_cached(surql), params)

@@ -205,7 +205,8 @@ class Plan:
             self.order.append((compile_value(src), desc))
             sources.append((src, desc))
         # the same entries as the generic method, built by one generated function
-        self.entry = _compile_entry(sources, self.order)  # type: ignore[method-assign]
+        self.entry: Callable[[dict[str, Any], str, Any], tuple[Any, ...]] = _compile_entry(
+            sources, self.order)
         # Rows can move in or out of the qualifying set (or move in the order) when a linked
         # record changes only if the predicate or a sort key follows a link.
         self.qlinks = pred_links or order_links
@@ -280,7 +281,7 @@ class Plan:
             return lo, None
         return lo, lo + S[self.limit_slot]
 
-    def entry(self, row: dict[str, Any], rid: str, cx: Any) -> tuple[Any, ...]:
+    def generic_entry(self, row: dict[str, Any], rid: str, cx: Any) -> tuple[Any, ...]:
         """The sort entry of a row: ORDER BY keys, then the record id (scan order).
 
         Equal to ``(desc_key(sort_key(v)) or sort_key(v), ..., sort_key(id), rid)``, with the
@@ -520,7 +521,7 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
 
 def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
                    order: list[tuple[Callable[..., Any], bool]]) -> Callable[..., Any]:
-    """``entry(row, rid, cx)`` as one generated function: :meth:`Plan.entry` unrolled over
+    """``entry(row, rid, cx)`` as one generated function: :meth:`Plan.generic_entry` unrolled over
     the ORDER BY keys, one-segment paths read inline (a window or subquery computes an entry
     per qualifying row)."""
     lines = ["def _entry(row, rid, cx):"]

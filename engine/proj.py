@@ -33,10 +33,14 @@ from engine.values import NONE
 _ABSENT = object()
 
 
-class NoLinks:
-    """Context for evaluation that never follows links (nothing to record)."""
+class NoLinks(Cx):
+    """Context for evaluation that never follows links (nothing to record): a :class:`Cx`
+    with no store, so the compiled engine (engine.native) takes it where a Cx is typed."""
 
     __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
 
     def fetch(self, rid: RecordID) -> None:  # pragma: no cover - never called
         raise AssertionError("a link-free predicate followed a link")
@@ -184,7 +188,7 @@ class Proj:
                 tree = {}
                 tree_members(row, tree)
         elif plan.simple:
-            out = plan.project(self.store, self.S, row, NOLINKS)  # type: ignore[arg-type]
+            out = plan.project(self.store, self.S, row, NOLINKS)
             tree = None
             if has_nested(out):
                 tree = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -174,7 +175,8 @@ def test_unexpected_engine_error_is_answered_internal_with_its_text(
     def boom(*_a: Any, **_k: Any) -> Any:
         raise RecursionError("maximum recursion depth exceeded")
 
-    w.engine.register = boom  # type: ignore[method-assign]
+    # a stand-in engine: the compiled ViewEngine's methods cannot be replaced on an instance
+    w.engine = SimpleNamespace(register=boom, views={})  # type: ignore[assignment]
     r = w.handle({"kind": "register", "view_id": "v", "surql": "SELECT * FROM t"})
     assert r["ok"] is False and r["error"] == "internal"
     assert "RecursionError: maximum recursion depth exceeded" in r["message"]
