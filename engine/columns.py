@@ -24,7 +24,6 @@ Freed slots hold ``OTHER`` in every column.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -38,8 +37,7 @@ UNSURE = -1
 _EXACT = 2**53
 
 _TABLES: dict[str, int] = {}
-_TABLE_NAME = attrgetter("table_name")
-_KEY = attrgetter("id")
+_NO_ROW: dict[str, Any] = {}  # a freed slot's row: every field NONE
 
 
 def table_code(table: str) -> int:
@@ -54,15 +52,16 @@ def table_code(table: str) -> int:
 class Columns:
     """The columns of one table (see the module docstring)."""
 
-    __slots__ = ("cap", "dirty", "free", "in_order", "nums", "rid_of", "slot", "strs",
+    __slots__ = ("_slot", "cap", "dirty", "free", "in_order", "nums", "rid_of", "strs",
                  "strs_of", "tags")
 
     def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
         n = len(rows)
         self.cap = max(1024, 1 << (n + n // 4).bit_length())
-        ids = list(rows)
-        self.slot: dict[str, int] = dict(zip(ids, range(n)))
-        self.rid_of: list[str | None] = ids  # type: ignore[assignment]
+        self.rid_of: list[str | None] = list(rows)
+        # row id -> slot, made when a write first needs it (a registration only reads
+        # `rid_of`: building the map for 100,000 rows would cost it 13 ms)
+        self._slot: dict[str, int] | None = None
         self.free: list[int] = []
         self.in_order = True  # slot i holds the i-th row of the table's dict (no delete yet)
         self.tags: dict[str, np.ndarray] = {}
@@ -72,6 +71,15 @@ class Columns:
         self.strs_of: list[str] = []
         # rows written or deleted since the last refresh
         self.dirty: set[str] = set()
+
+    @property
+    def slot(self) -> dict[str, int]:
+        """Row id -> slot."""
+        m = self._slot
+        if m is None:
+            rid_of = self.rid_of
+            m = self._slot = {r: i for i, r in enumerate(rid_of) if r is not None}
+        return m
 
     def code(self, s: str) -> int:
         """The code of a string record key (a new one the first time)."""
@@ -98,52 +106,65 @@ class Columns:
             return UNSURE, 0
         return OTHER, 0
 
-    def add(self, field: str, rows: dict[str, dict[str, Any]]) -> None:
-        """Keep ``field`` (its values read from ``rows``, in slot order) from now on."""
-        if field in self.tags:
+    def add(self, fields: list[str], rows: dict[str, dict[str, Any]]) -> None:
+        """Keep ``fields`` (their values read from ``rows``, in slot order) from now on."""
+        new = [f for f in dict.fromkeys(fields) if f not in self.tags]
+        if not new:
             return
-        tags = np.zeros(self.cap, dtype=np.int16)
-        nums = np.zeros(self.cap, dtype=np.int64)
-        if self.in_order:
-            vals = [r.get(field, NONE) for r in rows.values()]
-        else:
-            vals = [rows[r].get(field, NONE) if r is not None else NONE for r in self.rid_of]
-        if not self._bulk(vals, tags, nums, field == "id"):
-            encode = self.encode
-            for i, v in enumerate(vals):
-                tag, num = encode(v)
-                if tag:
-                    tags[i] = tag
-                    nums[i] = num
-        self.tags[field] = tags
-        self.nums[field] = nums
+        src: Any = rows.values()
+        if not self.in_order:
+            src = [rows[r] if r is not None else _NO_ROW for r in self.rid_of]
+        for f in new:
+            vals = [r.get(f, NONE) for r in src]
+            tags = np.zeros(self.cap, dtype=np.int16)
+            nums = np.zeros(self.cap, dtype=np.int64)
+            if not self._bulk(vals, tags, nums):
+                encode = self.encode
+                for i, v in enumerate(vals):
+                    tag, num = encode(v)
+                    if tag:
+                        tags[i] = tag
+                        nums[i] = num
+            self.tags[f] = tags
+            self.nums[f] = nums
 
-    def _bulk(self, vals: list[Any], tags: np.ndarray, nums: np.ndarray, own: bool) -> bool:
+    def _bulk(self, vals: list[Any], tags: np.ndarray, nums: np.ndarray) -> bool:
         """Encode a column of one common kind at once (all exact ints; all links of one
-        table with exact int keys, or all with string keys; ``own``: the rows' own ids, of
-        the table's own table); False to encode value by value."""
+        table with exact int keys, or all with string keys); False to encode value by
+        value."""
         n = len(vals)
         if not n:
             return True
-        kinds = set(map(type, vals))
-        if len(kinds) != 1:
-            return False
-        kind = next(iter(kinds))
-        if kind is int:
+        # one typed loop per check (compiled: a pointer compare per value)
+        first = type(vals[0])
+        if first is int:
+            for v in vals:
+                if type(v) is not int:
+                    return False
             tag = INT
-        elif kind is RecordID:
+        elif first is RecordID:
             name = vals[0].table_name
-            if not own and set(map(_TABLE_NAME, vals)) != {name}:
+            keys: list[Any] = []
+            add = keys.append
+            for v in vals:
+                if type(v) is not RecordID:
+                    return False
+                t = v.table_name
+                if t is not name and t != name:
+                    return False
+                add(v.id)
+            kind = type(keys[0])
+            if kind is not int and kind is not str:
                 return False
-            vals = list(map(_KEY, vals))
-            kinds = set(map(type, vals))
-            if kinds == {str}:
+            for k in keys:
+                if type(k) is not kind:
+                    return False
+            if kind is str:
                 code = self.code
-                nums[:n] = np.fromiter(map(code, vals), dtype=np.int64, count=n)
+                nums[:n] = np.fromiter(map(code, keys), dtype=np.int64, count=n)
                 tags[:n] = table_code(name) + 1
                 return True
-            if kinds != {int}:
-                return False
+            vals = keys
             tag = table_code(name)
         else:
             return False
@@ -240,60 +261,53 @@ def _member(keys: np.ndarray, parents: np.ndarray, size: int) -> np.ndarray:
     return ps[pos] == keys
 
 
-def _own_rank(cols: Columns, cand: np.ndarray, own_code: int,
-              tied: np.ndarray | None) -> list[np.ndarray] | None:
-    """Sort keys (least significant first) ordering ``cand`` by their own record key as
-    the engine does: int keys, then string keys in code-point order. Only the rows in
-    ``tied`` (None: all) need a true rank: the others are ordered by the keys before it.
-    None when a row's own key is neither (or a string holds a NUL, which numpy's strings
-    drop)."""
-    tags = cols.tags["id"][cand]
-    nums = cols.nums["id"][cand]
-    is_str = tags == own_code + 1
-    if not is_str.any():
-        return [nums] if (tags == own_code).all() else None
-    if not ((tags == own_code) | is_str).all():
-        return None
-    ranked = is_str if tied is None else is_str & tied
-    strs_of = cols.strs_of
-    texts = [strs_of[c] for c in nums[ranked].tolist()]
-    if any("\0" in t for t in texts):
-        return None
-    rank = np.zeros(len(cand), dtype=np.int64)
-    if texts:
-        order = np.argsort(np.array(texts), kind="stable")
-        ranks = np.empty(len(texts), dtype=np.int64)
-        ranks[order] = np.arange(len(texts))
-        rank[ranked] = ranks
-    rank[~is_str] = nums[~is_str]
-    return [rank, is_str.astype(np.int64)]
-
-
-def _tied(sort_keys: list[np.ndarray]) -> np.ndarray:
-    """Rows equal to another row in every one of ``sort_keys``."""
-    idx = np.lexsort(sort_keys)
-    n = len(idx)
-    eq = np.ones(n - 1, dtype=bool)
-    for k in sort_keys:
-        s = k[idx]
-        eq &= s[1:] == s[:-1]
-    tied = np.zeros(n, dtype=bool)
-    tied[idx[1:][eq]] = True
-    tied[idx[:-1][eq]] = True
-    return tied
+def _break_ties(cand: np.ndarray, eq: np.ndarray, cuts: np.ndarray,
+                rid_of: list[str | None], rows: dict[str, dict[str, Any]]) -> bool:
+    """Order by the rows' own record keys, in place, the runs of ``cand`` that the window
+    cuts: ``eq[p]`` says rows ``p`` and ``p + 1`` tie on every sort key, ``cuts`` are the
+    ``p`` where a window boundary falls between two tied rows. The engine's sort entries
+    order ints by value, then strings in code-point order; only the rows of cut runs are
+    read. False when one of them has a key that is neither (the caller then declines)."""
+    n = len(cand)
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = ~eq
+    run = np.maximum.accumulate(np.where(starts, np.arange(n), 0))  # each row's run start
+    pos = np.flatnonzero(np.isin(run, run[cuts]))
+    ents: list[tuple[int, int, Any, int]] = []  # (run, int 0 / string 1, key, slot)
+    add = ents.append
+    for r, slot in zip(run[pos].tolist(), cand[pos].tolist()):
+        rid = rid_of[slot]
+        i = rows[rid].get("id") if rid is not None else None
+        if type(i) is not RecordID:
+            return False
+        key = i.id
+        tk = type(key)
+        if tk is int:
+            add((r, 0, key, slot))
+        elif tk is str:
+            add((r, 1, key, slot))
+        else:
+            return False
+    ents.sort()  # never compares an int key with a string key: the kind comes first
+    # runs are contiguous and in position order: the sorted entries fill them in turn
+    cand[pos] = np.array([e[3] for e in ents], dtype=cand.dtype)
+    return True
 
 
 def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarray,
-                   parent_strs: list[str], order: list[tuple[str, bool]], own_code: int,
-                   lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+                   parent_strs: list[str], order: list[tuple[str, bool]],
+                   rows: dict[str, dict[str, Any]], lo: int, hi: int | None,
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
     """The rows ranked ``lo``..``hi`` per parent by ``order`` (fields, descending?) then by
-    their own record key, among the rows whose ``link`` is a link of table ``parent_code``
-    to one of ``parents`` (int keys) or ``parent_strs`` (string keys). Returns (group keys,
-    row slots), grouped by parent in rank order; a parent's group key is ``2 * key`` for an
-    int key and ``2 * code + 1`` for a string key (:meth:`Columns.code`). None when the
-    columns cannot decide it exactly (a link with an unsure key, a sort value that is not an
-    int, an own key that is neither an int nor a string): the caller then runs the subquery
-    row by row."""
+    their own record key (read from ``rows``, the table's rows, where a window boundary
+    falls between rows with the same sort values), among the rows whose ``link`` is a link
+    of table ``parent_code`` to one of ``parents`` (int keys) or ``parent_strs`` (string
+    keys). Returns (group keys, row slots), grouped by parent, each group in the order of
+    the sort values (rows tying on all of them in no particular order); a parent's group
+    key is ``2 * key`` for an int key and ``2 * code + 1`` for a string key
+    (:meth:`Columns.code`). None when the columns cannot decide it exactly (a link with an
+    unsure key, a sort value that is not an int, an own key at a cut tie that is neither an
+    int nor a string): the caller then runs the subquery row by row."""
     ltags = cols.tags[link]
     if (ltags == UNSURE).any():
         return None
@@ -320,17 +334,29 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
         v = cols.nums[field][cand]
         by.append(-v if desc else v)
     by.append(keys)
-    # string keys are ranked (a sort of texts) only where the sort values tie
-    own = _own_rank(cols, cand, own_code,
-                    _tied(by) if (cols.tags["id"][cand] != own_code).any() else None)
-    if own is None:
-        return None
-    idx = np.lexsort(own + by)
+    idx = np.lexsort(by)
     keys = keys[idx]
     cand = cand[idx]
+    n = len(keys)
     starts = np.flatnonzero(group_firsts(keys))
-    counts = np.diff(np.append(starts, len(keys)))
-    rank = np.arange(len(keys)) - np.repeat(starts, counts)
+    counts = np.diff(np.append(starts, n))
+    rank = np.arange(n) - np.repeat(starts, counts)
+    if n > 1:
+        # rows tying on every sort key are ordered by their own record key; that order
+        # decides membership only where a window boundary falls inside such a run (the
+        # order inside a group is the caller's: Proj.force sorts a row's children)
+        eq = np.ones(n - 1, dtype=bool)
+        for k in by:
+            s = k[idx]
+            eq &= s[1:] == s[:-1]
+        cut = np.zeros(n - 1, dtype=bool)
+        if lo > 0:
+            cut |= rank[1:] == lo
+        if hi is not None:
+            cut |= rank[1:] == hi
+        cut &= eq
+        if cut.any() and not _break_ties(cand, eq, np.flatnonzero(cut), cols.rid_of, rows):
+            return None
     keep = rank >= lo
     if hi is not None:
         keep &= rank < hi

@@ -55,7 +55,6 @@ class Spec(NamedTuple):
     name: str
     order: list[tuple[str, bool]]
     parent_code: int
-    own_code: int
 
 
 def spec_of(plan: Plan) -> Spec | None:
@@ -93,7 +92,7 @@ def spec_of(plan: Plan) -> Spec | None:
             return None  # a value that may hold members of its own
     if not has_id:
         return None
-    return Spec(sub, link, item[3][0], order, table_code(plan.table), table_code(sub.table))
+    return Spec(sub, link, item[3][0], order, table_code(plan.table))
 
 
 def deep(row: dict[str, Any], skip: str) -> bool:
@@ -157,10 +156,11 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[s
     """Make ``lz`` (parents with int keys ``ids``) and ``lzs`` (string keys ``strs``) lazy;
     False when the columns cannot decide."""
     sub = spec.sub
-    cols = proj.store.table(sub.table).columns([spec.link, "id"] + [f for f, _ in spec.order])
+    t = proj.store.table(sub.table)
+    cols = t.columns([spec.link] + [f for f, _ in spec.order])
     lo, hi = sub.window(proj.S)
     got = top_per_parent(cols, spec.link, spec.parent_code, np.array(ids, dtype=np.int64),
-                         strs, spec.order, spec.own_code, lo, hi)
+                         strs, spec.order, t.rows, lo, hi)
     if got is None:
         return False
     keys, slots = got

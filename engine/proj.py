@@ -249,9 +249,21 @@ class Proj:
         sub = spec.sub
         t = self.store.table(sub.table)
         crows = t.rows
-        _, fcache = sub.row_caches(t)  # the flat outputs the subquery's runs share
+        ecache, fcache = sub.row_caches(t)  # what the subquery's runs share
         flat = sub.flat
-        assert fcache is not None and flat is not None
+        assert ecache is not None and fcache is not None and flat is not None
+        if len(children) > 1:
+            # in the subquery's order (the columns leave rows with equal sort values in any
+            # order): its own sort entries, cached per child as a run caches them
+            entry = sub.entry
+            ents = []
+            for m in children:
+                e = ecache.get(m)
+                if e is None:
+                    e = ecache[m] = entry(crows[m], m, NOLINKS)
+                ents.append(e)
+            ents.sort()
+            children = [e[-1] for e in ents]
         value = []
         for m in children:
             o = fcache.get(m)

@@ -199,8 +199,7 @@ class TableStore:
             cols = self.cols = Columns(self.rows)
         else:
             cols.refresh(self.rows)
-        for f in fields:
-            cols.add(f, self.rows)
+        cols.add(fields, self.rows)
         return cols
 
     def count(self) -> int:

@@ -274,8 +274,7 @@ def test_columns_follow_writes_and_deletes() -> None:
     for i in range(200):
         rows[f"c:{i}"] = {"v": r.randint(0, 9), "l": RecordID("t", r.randrange(5))}
     cols = Columns(rows)
-    cols.add("v", rows)
-    cols.add("l", rows)
+    cols.add(["v", "l"], rows)
     for _ in range(500):
         i = r.randrange(260)
         rid = f"c:{i}"
@@ -288,8 +287,7 @@ def test_columns_follow_writes_and_deletes() -> None:
             rows[rid] = row
             cols.put(rid, row)
     fresh = Columns(rows)
-    fresh.add("v", rows)
-    fresh.add("l", rows)
+    fresh.add(["v", "l"], rows)
 
     def value(c: Columns, f: str, s: int) -> tuple[int, Any]:
         tag, num = int(c.tags[f][s]), int(c.nums[f][s])
@@ -307,10 +305,9 @@ def test_top_per_parent_declines_what_it_cannot_rank_exactly() -> None:
     rows = {f"c:{i}": {"id": RecordID("c", i), "v": i % 3, "l": RecordID("t", i % 4)}
             for i in range(12)}
     cols = Columns(rows)
-    for f in ("id", "v", "l"):
-        cols.add(f, rows)
-    t, c = table_code("t"), table_code("c")
-    got = top_per_parent(cols, "l", t, np.array([0, 2]), [], [("v", True)], c, 0, 2)
+    cols.add(["v", "l"], rows)
+    t = table_code("t")
+    got = top_per_parent(cols, "l", t, np.array([0, 2]), [], [("v", True)], rows, 0, 2)
     assert got is not None
     keys, slots = got
     # thread 0: c:0 (v0), c:4 (v1), c:8 (v2) -> v desc: c:8, c:4; thread 2: c:2 v2, c:6 v0,
@@ -319,29 +316,95 @@ def test_top_per_parent_declines_what_it_cannot_rank_exactly() -> None:
     assert [cols.rid_of[s] for s in slots.tolist()] == ["c:8", "c:4", "c:2", "c:10"]
     rows["c:4"] = {"id": RecordID("c", 4), "v": 1.5, "l": RecordID("t", 0)}
     cols.put("c:4", rows["c:4"])
-    assert top_per_parent(cols, "l", t, np.array([0]), [], [("v", True)], c, 0, 2) is None
+    assert top_per_parent(cols, "l", t, np.array([0]), [], [("v", True)], rows, 0, 2) is None
     rows["c:5"] = {"id": RecordID("c", 5), "v": 1, "l": RecordID("t", 1.0)}
     cols.put("c:5", rows["c:5"])
-    assert top_per_parent(cols, "l", t, np.array([2]), [], [("v", True)], c, 0, 2) is None
+    assert top_per_parent(cols, "l", t, np.array([2]), [], [("v", True)], rows, 0, 2) is None
 
 
 def test_top_per_parent_ranks_string_keys_after_int_keys_in_code_point_order() -> None:
-    # ties on v are broken by the row's own key: ints first, then strings as Python orders
-    # them (code points: "B" < "a" < "é"), as the engine's sort entries do
+    # ties on v are broken by the row's own key where the window cuts them: ints first, then
+    # strings as Python orders them (code points: "B" < "a" < "é"), as the engine's sort
+    # entries do. Ranked: 1, 2, 3, B, a, aa, é -> ranks 2-4 are 3, B, a
     keys = [3, "a", "B", 1, "é", "aa", 2]
     rows = {f"c:{k}": {"id": RecordID("c", k), "v": 7, "l": RecordID("t", "p")}
             for k in keys}
     rows["c:x"] = {"id": RecordID("c", "x"), "v": 8, "l": RecordID("t", 5)}
     cols = Columns(rows)
-    for f in ("id", "v", "l"):
-        cols.add(f, rows)
+    cols.add(["v", "l"], rows)
     got = top_per_parent(cols, "l", table_code("t"), np.array([5]), ["p", "nobody"],
-                         [("v", True)], table_code("c"), 0, None)
+                         [("v", True)], rows, 2, 5)
     assert got is not None
     gk, slots = got
-    assert [cols.rid_of[s] for s in slots.tolist()] == [
-        "c:x", "c:1", "c:2", "c:3", "c:B", "c:a", "c:aa", "c:é"]
-    assert gk.tolist() == [10] + [2 * cols.strs["p"] + 1] * 7
+    assert sorted(cols.rid_of[s] for s in slots.tolist()) == ["c:3", "c:B", "c:a"]
+    assert gk.tolist() == [2 * cols.strs["p"] + 1] * 3  # thread:5 has one row, ranked 0
+    got = top_per_parent(cols, "l", table_code("t"), np.array([5]), ["p"], [("v", True)],
+                         rows, 0, 2)
+    assert got is not None
+    assert sorted(cols.rid_of[s] for s in got[1].tolist()) == ["c:1", "c:2", "c:x"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_per_parent_equals_a_sort_of_the_rows(seed: int) -> None:
+    # many ties (sort values 0-3), own keys ints and strings mixed, two sort fields, windows:
+    # the columns' answer is the rows sorted as the engine's entries sort them
+    r = random.Random(seed)
+    rows: dict[str, dict[str, Any]] = {}
+    for i in range(600):
+        key: Any = r.choice([i, -i, f"k{r.randrange(10**6)}", chr(0x41 + r.randrange(60)) + str(i)])
+        parent: Any = r.choice([r.randrange(12), f"p{r.randrange(4)}"])
+        rows[f"c:{key}"] = {"id": RecordID("c", key), "a": r.randrange(4), "b": r.randrange(3),
+                            "l": RecordID("t", parent)}
+    cols = Columns(rows)
+    cols.add(["l", "a", "b"], rows)
+    order = [("a", True), ("b", False)]
+    ints, strs = [0, 3, 4, 7, 11, 99], ["p0", "p2", "p3"]
+    lo, hi = r.choice([(0, 5), (2, 4), (0, None), (1, None)])
+    got = top_per_parent(cols, "l", table_code("t"), np.array(ints), strs, order, rows, lo, hi)
+    assert got is not None
+    groups: dict[Any, list[tuple[Any, ...]]] = {}
+    for rid, row in rows.items():
+        p = row["l"].id
+        if p in ints or p in strs:
+            k = row["id"].id
+            groups.setdefault(p, []).append(
+                (-row["a"], row["b"], (0, k) if isinstance(k, int) else (1, k), rid))
+    want: list[str] = []
+    for p in [*ints, *strs]:
+        want += [e[-1] for e in sorted(groups.get(p, []))[lo:hi]]
+    keys, slots = got
+    have = [cols.rid_of[s] for s in slots.tolist()]
+    assert sorted(have) == sorted(want)
+    # grouped by parent: each group holds the engine's rows for it, in sort-value order
+    by_parent: dict[int, list[str]] = {}
+    for k, rid in zip(keys.tolist(), have):
+        by_parent.setdefault(k, []).append(rid)
+    for p in [*ints, *strs]:
+        gk = 2 * p if isinstance(p, int) else 2 * cols.strs[p] + 1
+        group = by_parent.get(gk, [])
+        assert sorted(group) == sorted(e[-1] for e in sorted(groups.get(p, []))[lo:hi])
+        values = [(-rows[rid]["a"], rows[rid]["b"]) for rid in group]
+        assert values == sorted(values)
+
+
+def test_only_a_tied_row_needs_an_own_key_the_columns_can_rank() -> None:
+    # a float own key is fine where no other row of its parent has its sort values, or where
+    # no window boundary falls inside their run; where one does, the order needs the
+    # engine's comparison of that key: the columns decline
+    rows = {"c:1": {"id": RecordID("c", 1), "v": 5, "l": RecordID("t", 1)},
+            "c:x": {"id": RecordID("c", 2.5), "v": 4, "l": RecordID("t", 1)}}
+    cols = Columns(rows)
+    cols.add(["v", "l"], rows)
+
+    def top(lo: int, hi: int | None) -> list[str] | None:
+        got = top_per_parent(cols, "l", table_code("t"), np.array([1]), [], [("v", True)],
+                             rows, lo, hi)
+        return None if got is None else [str(cols.rid_of[s]) for s in got[1].tolist()]
+    assert top(0, 1) == ["c:1"]
+    rows["c:1"] = {"id": RecordID("c", 1), "v": 4, "l": RecordID("t", 1)}
+    cols.put("c:1", rows["c:1"])
+    assert top(0, None) is not None and sorted(top(0, None) or []) == ["c:1", "c:x"]
+    assert top(0, 1) is None and top(1, None) is None
 
 
 def test_a_forced_row_holds_what_projecting_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -399,7 +462,7 @@ def test_the_table_store_refreshes_its_columns_from_the_rows_written_since() -> 
             ts.put(f"c:{i}", {"id": RecordID("c", i), "v": r.choice([r.randint(0, 9), None])})
     assert ts.columns(["v", "id"]) is cols and not cols.dirty
     fresh = Columns(ts.rows)
-    fresh.add("v", ts.rows)
+    fresh.add(["v"], ts.rows)
     assert sorted(r for r in cols.rid_of if r is not None) == sorted(ts.rows)
     for rid in ts.rows:
         a, b = cols.slot[rid], fresh.slot[rid]
