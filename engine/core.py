@@ -312,9 +312,9 @@ class ViewEngine:
         """Registered view ids."""
         return list(self.views)
 
-    def ingest(
-        self, table: str, op: str, id: str, record: Mapping[str, Any] | None = None
-    ) -> dict[str, ViewDelta]:
+    # The entry points take Any where they validate the value themselves (ValueError): the
+    # compiled engine (engine.native) would otherwise answer a wrong type with TypeError.
+    def ingest(self, table: Any, op: Any, id: Any, record: Any = None) -> dict[str, ViewDelta]:
         """Apply one row change; returns the deltas of the views that changed."""
         return _gather(self.ingest_groups(table, op, id, record))
 
@@ -328,9 +328,8 @@ class ViewEngine:
         """
         return _gather(self.ingest_batch_groups(events))
 
-    def ingest_groups(
-        self, table: str, op: str, id: str, record: Mapping[str, Any] | None = None
-    ) -> list[tuple[Collection[str], ViewDelta]]:
+    def ingest_groups(self, table: Any, op: Any, id: Any, record: Any = None,
+                      ) -> list[tuple[Collection[str], ViewDelta]]:
         """:meth:`ingest` with the deltas as ``(view ids, delta)`` groups: see
         :meth:`ingest_batch_groups`."""
         try:
@@ -465,7 +464,7 @@ class ViewEngine:
             raise ValueError(f"record {record_id_text(ident)} is not in table {table}")
         return rid_text(ident), row
 
-    def _apply(self, table: str, op: str, rid: str, record: Mapping[str, Any] | None) -> None:
+    def _apply(self, table: Any, op: Any, rid: Any, record: Any) -> None:
         if op not in OPS:
             raise ValueError(f"unknown op {op!r} (expected CREATE, UPDATE or DELETE)")
         if not isinstance(table, str) or not table:

@@ -11,7 +11,6 @@ ingest path never serialises a row.
 from __future__ import annotations
 
 import uuid
-import weakref
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from surrealdb import Duration, RecordID
 
 from engine.columns import Columns
+from engine.rowcache import RowCache, RowCaches
 from engine.values import NONE, NoneType, eq_key, record_id_text
 
 _PLAIN_KEY_TYPES = frozenset(
@@ -87,11 +87,6 @@ def ikey(v: Any) -> Any:
     return ("\0x", type(v).__name__, repr(v))
 
 
-class RowCache(dict):
-    """Values computed from one row each (sort entries, flat projections), keyed by row id;
-    the table drops a row's value whenever the row is written or deleted."""
-
-
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
@@ -103,31 +98,22 @@ class TableStore:
         # ids put or deleted since their bytes were last written to the arena
         self.changed: set[str] = set()
         self.indexes: dict[str, dict[Any, set[str]]] = {}
-        # weak references: a cache lives as long as the plan that fills it
-        self.caches: list[weakref.ref[RowCache]] = []
+        # row caches, held weakly: a cache lives as long as the plan that fills it
+        self.caches = RowCaches()
         # numpy columns of chosen fields (engine.columns), kept once some shape asked for one
         self.cols: Columns | None = None
 
     def cache(self) -> RowCache:
         """A new row cache over this table (kept while the caller holds it)."""
-        c = RowCache()
-        self.caches = [r for r in self.caches if r() is not None]
-        self.caches.append(weakref.ref(c))
-        return c
-
-    def _forget(self, rid: str) -> None:
-        for r in self.caches:
-            c = r()
-            if c is not None:
-                c.pop(rid, None)
+        return self.caches.new()
 
     def put(self, rid: str, row: dict[str, Any]) -> dict[str, Any] | None:
         """Store ``row`` under ``rid``; returns the previous row (or None)."""
         old = self.rows.get(rid)
         self.rows[rid] = row
         self.changed.add(rid)
-        if self.caches:
-            self._forget(rid)
+        if self.caches.refs:
+            self.caches.forget(rid)
         if self.cols is not None:
             self.cols.dirty.add(rid)
         for field, idx in self.indexes.items():
@@ -152,8 +138,8 @@ class TableStore:
         if old is None:
             return None
         self.changed.add(rid)
-        if self.caches:
-            self._forget(rid)
+        if self.caches.refs:
+            self.caches.forget(rid)
         if self.cols is not None:
             self.cols.dirty.add(rid)
         for field, idx in self.indexes.items():

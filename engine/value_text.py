@@ -442,7 +442,7 @@ def _parse_datetime(text: str) -> datetime:
     return d.astimezone(UTC)
 
 
-def parse_record_id(text: str) -> RecordID:
+def parse_record_id(text: object) -> RecordID:
     """Parse record-id text (``user:1``, ``user:`a-b` ``, ``user:⟨a-b⟩``, ``user:[1,'a']``...).
 
     The inverse of :func:`record_id_text`. Raises :class:`ValueSyntaxError` on malformed text.

@@ -18,6 +18,9 @@ BAD_EVENTS: list[tuple[Any, ...]] = [
     ("user", "UPDATE", "user:1", None),
     ("user", "CREATE", "user:2", "not a row"),
     ("user", "CREATE", "user:2", ["not", "a", "row"]),
+    (5, "CREATE", "user:2", {"id": RecordID("user", 2), "age": 1}),
+    ("user", "CREATE", 7, {"age": 1}),
+    ("user", None, "user:2", {"id": RecordID("user", 2), "age": 1}),
 ]
 
 

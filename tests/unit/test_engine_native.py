@@ -116,3 +116,35 @@ def test_status_and_usage() -> None:
                          timeout=120)
     assert bad.returncode == 2 and "usage" in bad.stderr
     assert native.build() is False  # current: nothing to do
+
+
+def test_row_caches_outlived_by_their_table_are_dropped_safely() -> None:
+    # plans come and go while their table stays: the table's weak references to their row
+    # caches are called after the caches died (mypyc 2.4 compiled that call into a crash,
+    # hence engine.rowcache stays Python). In a child: a crash must not take pytest with it.
+    code = """
+from surrealdb import RecordID
+from engine import ViewEngine
+from engine.store import TableStore
+t = TableStore("x")
+for i in range(50):
+    c = t.cache()
+    c["x:1"] = i
+    del c
+    t.put(f"x:{i}", {"id": RecordID("x", i)})
+    t.delete(f"x:{i}")
+kept = t.cache()
+kept["x:1"] = 1
+t.put("x:1", {"id": RecordID("x", 1)})
+assert "x:1" not in kept and len(t.caches.refs) == 1
+eng = ViewEngine()
+eng.load("post", [{"id": RecordID("post", i), "n": i} for i in range(20)])
+for i in range(30):  # each registration after the last unregistration compiles a new plan
+    eng.register("v", "SELECT id, n FROM post ORDER BY n DESC LIMIT 3", {})
+    eng.ingest("post", "UPDATE", f"post:{i % 20}", {"id": RecordID("post", i % 20), "n": 100 + i})
+    eng.unregister("v")
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
