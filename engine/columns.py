@@ -341,12 +341,12 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
     starts = np.flatnonzero(group_firsts(keys))
     counts = np.diff(np.append(starts, n))
     rank = np.arange(n) - np.repeat(starts, counts)
-    if n > 1:
+    if n > 1 and (lo > 0 or hi is not None):
         # rows tying on every sort key are ordered by their own record key; that order
         # decides membership only where a window boundary falls inside such a run (the
         # order inside a group is the caller's: Proj.force sorts a row's children)
-        eq = np.ones(n - 1, dtype=bool)
-        for k in by:
+        eq = keys[1:] == keys[:-1]
+        for k in by[:-1]:  # the sort values (the last is the parent key, sorted above)
             s = k[idx]
             eq &= s[1:] == s[:-1]
         cut = np.zeros(n - 1, dtype=bool)

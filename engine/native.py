@@ -64,9 +64,9 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
-def _current(d: Path) -> bool:
+def _current(d: Path, fp: str | None = None) -> bool:
     try:
-        return (d / "stamp").read_text().strip() == fingerprint()
+        return (d / "stamp").read_text().strip() == (fp or fingerprint())
     except OSError:
         return False
 
@@ -94,9 +94,9 @@ def build(force: bool = False) -> bool:
     """Compile :data:`MODULES` into :func:`home` unless a current build is there; True when
     it built. Raises RuntimeError with the compiler's output when the build fails."""
     d = home()
-    if not force and _current(d):
-        return False
     fp = fingerprint()
+    if not force and _current(d, fp):
+        return False
     d.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="engine-native-", dir=d.parent) as tmp:
         out = Path(tmp) / "out"
