@@ -24,6 +24,7 @@ Freed slots hold ``OTHER`` in every column.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -106,70 +107,103 @@ class Columns:
             return UNSURE, 0
         return OTHER, 0
 
-    def add(self, fields: list[str], rows: dict[str, dict[str, Any]]) -> None:
-        """Keep ``fields`` (their values read from ``rows``, in slot order) from now on."""
+    def add(self, fields: list[str], rows: dict[str, dict[str, Any]],
+            bulk_only: bool = False) -> None:
+        """Keep ``fields`` (their values read from ``rows``, in slot order) from now on;
+        ``bulk_only``: only those whose values all encode in bulk (:meth:`_bulk`)."""
         new = [f for f in dict.fromkeys(fields) if f not in self.tags]
         if not new:
             return
-        src: Any = rows.values()
-        if not self.in_order:
+        # a typed list: the compiled loops below index it and read its dicts directly
+        src: list[dict[str, Any]]
+        if self.in_order:
+            src = list(rows.values())
+        else:
             src = [rows[r] if r is not None else _NO_ROW for r in self.rid_of]
         for f in new:
-            vals = [r.get(f, NONE) for r in src]
             tags = np.zeros(self.cap, dtype=np.int16)
             nums = np.zeros(self.cap, dtype=np.int64)
-            if not self._bulk(vals, tags, nums):
-                encode = self.encode
-                for i, v in enumerate(vals):
-                    tag, num = encode(v)
-                    if tag:
-                        tags[i] = tag
-                        nums[i] = num
+            if not self._bulk(src, f, tags, nums):
+                if bulk_only:
+                    continue
+                self._encode_each(src, f, tags, nums)
             self.tags[f] = tags
             self.nums[f] = nums
 
-    def _bulk(self, vals: list[Any], tags: np.ndarray, nums: np.ndarray) -> bool:
-        """Encode a column of one common kind at once (all exact ints; all links of one
-        table with exact int keys, or all with string keys); False to encode value by
-        value."""
-        n = len(vals)
-        if not n:
+    def extend(self, new: list[str], rows: dict[str, dict[str, Any]]) -> None:
+        """Append the rows ``new`` (ids not held yet, the table's last rows in its order)
+        to every column, encoded in bulk: a load adds its rows at the cost of encoding them,
+        not of a rebuild, and a load in pages costs what one load costs."""
+        n0 = len(self.rid_of)
+        k = len(new)
+        self.rid_of.extend(new)
+        if self._slot is not None:
+            self._slot.update(zip(new, range(n0, n0 + k)))
+        while n0 + k > self.cap:
+            self._grow()
+        src = [rows[r] for r in new]
+        for f, tags in self.tags.items():
+            tv = tags[n0:n0 + k]
+            nv = self.nums[f][n0:n0 + k]
+            if not self._bulk(src, f, tv, nv):
+                self._encode_each(src, f, tv, nv)
+
+    def _encode_each(self, src: list[dict[str, Any]], f: str, tags: np.ndarray,
+                     nums: np.ndarray) -> None:
+        """Encode field ``f`` of ``src`` value by value (the values are of mixed kinds)."""
+        encode = self.encode
+        for i, r in enumerate(src):
+            tag, num = encode(r.get(f, NONE))
+            if tag:
+                tags[i] = tag
+                nums[i] = num
+
+    def _bulk(self, src: list[dict[str, Any]], f: str, tags: np.ndarray, nums: np.ndarray,
+              ) -> bool:
+        """Encode field ``f`` of the rows ``src`` at once when all its values are of one
+        common kind (exact ints; links of one table with exact int keys, or all with string
+        keys); False to encode value by value. One pass reads each row once (a read is a
+        cache miss per row: reading the values first and checking them after costs more)."""
+        if not src:
             return True
-        # one typed loop per check (compiled: a pointer compare per value)
-        first = type(vals[0])
-        if first is int:
-            for v in vals:
+        keys: list[Any] = []
+        v0 = src[0].get(f, NONE)
+        k0 = type(v0)
+        if k0 is int:
+            for r in src:
+                v = r.get(f, NONE)
                 if type(v) is not int:
                     return False
+                keys.append(v)
             tag = INT
-        elif first is RecordID:
-            name = vals[0].table_name
-            keys: list[Any] = []
-            add = keys.append
-            for v in vals:
+        elif k0 is RecordID:
+            name = v0.table_name
+            kind = type(v0.id)
+            if kind is not int and kind is not str:
+                return False
+            for r in src:
+                v = r.get(f, NONE)
                 if type(v) is not RecordID:
                     return False
                 t = v.table_name
                 if t is not name and t != name:
                     return False
-                add(v.id)
-            kind = type(keys[0])
-            if kind is not int and kind is not str:
-                return False
-            for k in keys:
+                k = v.id
                 if type(k) is not kind:
                     return False
+                keys.append(k)
+            n = len(keys)
             if kind is str:
                 code = self.code
                 nums[:n] = np.fromiter(map(code, keys), dtype=np.int64, count=n)
                 tags[:n] = table_code(name) + 1
                 return True
-            vals = keys
             tag = table_code(name)
         else:
             return False
+        n = len(keys)
         try:
-            arr = np.fromiter(vals, dtype=np.int64, count=n)
+            arr = np.fromiter(keys, dtype=np.int64, count=n)
         except OverflowError:
             return False
         if not ((arr > -_EXACT) & (arr < _EXACT)).all():
@@ -178,20 +212,37 @@ class Columns:
         tags[:n] = tag
         return True
 
-    def refresh(self, rows: dict[str, dict[str, Any]]) -> None:
+    def refresh(self, rows: dict[str, dict[str, Any]]) -> bool:
         """Bring the columns up to ``rows`` for the rows written or deleted since the last
         refresh (``dirty``, noted by the table store: a write costs a set insertion, not an
-        encoding, and a row written many times in between is encoded once)."""
+        encoding, and a row written many times in between is encoded once). Rows added at
+        the end of the table since, none deleted (a load), are appended in bulk. False, and
+        nothing done, when more than a quarter of the rows would be encoded one by one:
+        building the columns again in bulk is cheaper then."""
         dirty = self.dirty
         if not dirty:
-            return
+            return True
+        n0 = len(self.rid_of)
+        new: list[str] = []
+        if self.in_order and len(rows) > n0:
+            # no row left the table since the columns last matched it (a delete clears
+            # `in_order`): its first n0 rows are still the slots' rows, the rest are new
+            # (read from the end: a load in pages must not walk the rows it loaded before)
+            new = list(islice(reversed(rows), len(rows) - n0))
+            new.reverse()
+        if (len(dirty) - len(new)) * 4 > len(rows):
+            return False
         self.dirty = set()
+        if new:
+            self.extend(new, rows)
+            dirty.difference_update(new)
         for rid in dirty:
             row = rows.get(rid)
             if row is None:
                 self.delete(rid)
             else:
                 self.put(rid, row)
+        return True
 
     def put(self, rid: str, row: dict[str, Any]) -> None:
         """Encode a row's current values (see :meth:`refresh`)."""
@@ -272,7 +323,9 @@ def _break_ties(cand: np.ndarray, eq: np.ndarray, cuts: np.ndarray,
     starts = np.ones(n, dtype=bool)
     starts[1:] = ~eq
     run = np.maximum.accumulate(np.where(starts, np.arange(n), 0))  # each row's run start
-    pos = np.flatnonzero(np.isin(run, run[cuts]))
+    cut_run = np.zeros(n, dtype=bool)
+    cut_run[run[cuts]] = True
+    pos = np.flatnonzero(cut_run[run])
     ents: list[tuple[int, int, Any, int]] = []  # (run, int 0 / string 1, key, slot)
     add = ents.append
     for r, slot in zip(run[pos].tolist(), cand[pos].tolist()):
@@ -292,6 +345,51 @@ def _break_ties(cand: np.ndarray, eq: np.ndarray, cuts: np.ndarray,
     # runs are contiguous and in position order: the sorted entries fill them in turn
     cand[pos] = np.array([e[3] for e in ents], dtype=cand.dtype)
     return True
+
+
+def _sort_groups(parts: list[np.ndarray], cand: np.ndarray,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort ``cand`` by ``parts`` (int64 keys, most significant first, the first being the
+    group key). Returns the sorted group keys and rows, and ``same[p]``: rows ``p`` and
+    ``p + 1`` tie on every part. Rows tying on every part come in no particular order.
+
+    When the parts' ranges multiply to less than 2**62 they make one key (mixed radix), so
+    one sort replaces a lexicographic one (2-3x faster at 50,000 rows); when the rows'
+    positions fit beside it too, the positions ride in its low digits and a plain sort of
+    values replaces the argsort."""
+    n = len(cand)
+    lows: list[int] = []
+    span = 1
+    spans: list[int] = []
+    for p in parts:
+        low = int(p.min())
+        s = int(p.max()) - low + 1
+        lows.append(low)
+        spans.append(s)
+        span *= s
+    if span >= 1 << 62:
+        idx = np.lexsort(parts[::-1])
+        sorted_parts = [p[idx] for p in parts]
+        same = np.ones(n - 1, dtype=bool)
+        for sp in sorted_parts:
+            same &= sp[1:] == sp[:-1]
+        return sorted_parts[0], cand[idx], same
+    comb = np.zeros(n, dtype=np.int64)
+    for p, low, s in zip(parts, lows, spans):
+        comb *= s
+        comb += p
+        comb -= low
+    if span * n < 1 << 62:
+        comb *= n
+        comb += np.arange(n, dtype=np.int64)
+        comb.sort()
+        idx = comb % n
+        comb //= n
+    else:
+        idx = np.argsort(comb)
+        comb = comb[idx]
+    same = comb[1:] == comb[:-1]
+    return comb // (span // spans[0]) + lows[0], cand[idx], same
 
 
 def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarray,
@@ -327,16 +425,13 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
         cand = cand_i
     if not len(cand):
         return keys, cand
-    by: list[np.ndarray] = []
-    for field, desc in reversed(order):
+    parts = [keys]  # most significant first: the parent, then each sort value
+    for field, desc in order:
         if (cols.tags[field][cand] != INT).any():
             return None
         v = cols.nums[field][cand]
-        by.append(-v if desc else v)
-    by.append(keys)
-    idx = np.lexsort(by)
-    keys = keys[idx]
-    cand = cand[idx]
+        parts.append(-v if desc else v)
+    keys, cand, same = _sort_groups(parts, cand)
     n = len(keys)
     starts = np.flatnonzero(group_firsts(keys))
     counts = np.diff(np.append(starts, n))
@@ -345,17 +440,13 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
         # rows tying on every sort key are ordered by their own record key; that order
         # decides membership only where a window boundary falls inside such a run (the
         # order inside a group is the caller's: Proj.force sorts a row's children)
-        eq = keys[1:] == keys[:-1]
-        for k in by[:-1]:  # the sort values (the last is the parent key, sorted above)
-            s = k[idx]
-            eq &= s[1:] == s[:-1]
         cut = np.zeros(n - 1, dtype=bool)
         if lo > 0:
             cut |= rank[1:] == lo
         if hi is not None:
             cut |= rank[1:] == hi
-        cut &= eq
-        if cut.any() and not _break_ties(cand, eq, np.flatnonzero(cut), cols.rid_of, rows):
+        cut &= same
+        if cut.any() and not _break_ties(cand, same, np.flatnonzero(cut), cols.rid_of, rows):
             return None
     keep = rank >= lo
     if hi is not None:

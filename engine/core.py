@@ -103,6 +103,7 @@ class ViewEngine:
         for row in rows:
             text, new = self._prepare(table, None, row)
             ts.put(text, new)
+        ts.keep_links()
         if self._sync_each_call:
             self.sync_arena(table)
 
@@ -386,9 +387,10 @@ class ViewEngine:
         flat: list[str] = []
         lazy = proj.lazy
         for rid in self._shown(mat) if shown is None else shown:
-            if lazy and rid in lazy:
+            kids = lazy.get(rid) if lazy else None
+            if kids is not None:
                 flat.append(rid)  # a lazy row: itself and the children it shows
-                out.update(lazy[rid])
+                out.update(kids)
             elif trees.get(rid, 0) is None and proj.outs[rid] is mat.circuit.rows.get(rid):
                 flat.append(rid)  # a flat `SELECT *` row: its only member is itself
             else:

@@ -140,8 +140,10 @@ class TableStore:
         self.changed.add(rid)
         if self.caches.refs:
             self.caches.forget(rid)
-        if self.cols is not None:
-            self.cols.dirty.add(rid)
+        cols = self.cols
+        if cols is not None:
+            cols.dirty.add(rid)
+            cols.in_order = False  # the table's order no longer follows the slots
         for field, idx in self.indexes.items():
             ok = ikey(old.get(field, NONE))
             s = idx.get(ok)
@@ -176,17 +178,36 @@ class TableStore:
         """The columns of ``fields``, up to date (each built on first use, then refreshed
         from the rows written since the last use)."""
         cols = self.cols
-        if cols is not None and len(cols.dirty) * 4 > len(self.rows):
+        if cols is not None and not cols.refresh(self.rows):
             # most rows were written since (a reload): encoding the columns again in bulk
             # is cheaper than row by row
             fields = list(dict.fromkeys([*cols.tags, *fields]))
             cols = None
         if cols is None:
             cols = self.cols = Columns(self.rows)
-        else:
-            cols.refresh(self.rows)
         cols.add(fields, self.rows)
         return cols
+
+    def keep_links(self) -> None:
+        """After a bulk load: keep the columns of the fields holding record links (those of
+        the table's first row, each only if all its values encode in bulk), or extend the
+        columns kept. A correlated subquery over this table (``WHERE link = $parent.id``)
+        then finds them ready: its first view's registration does not read every row (about
+        0.15 us per row and field here, against the 10-30 us a row costs to fetch from
+        the database and decode)."""
+        cols = self.cols
+        if cols is not None:
+            cols.refresh(self.rows)  # a reload of most rows: rebuilt on next use instead
+            return
+        first = next(iter(self.rows.values()), None)
+        if first is None:
+            return
+        fields = [k for k, v in first.items() if type(v) is RecordID and k != "id"]
+        if fields:
+            cols = Columns(self.rows)
+            cols.add(fields, self.rows, bulk_only=True)
+            if cols.tags:
+                self.cols = cols
 
     def count(self) -> int:
         """Number of rows."""

@@ -20,8 +20,10 @@ def test_bench_engine_quick_prints_its_table() -> None:
                  "W2 moves", "mix: register", "mix ingest (one by one)",
                  "mix ingest_batch (100 per batch)", "mix ingest_batch (2000 per batch)",
                  "mix ingest (one by one), rows left lazy",
-                 "register large view: builds projection + columns",
+                 "load 10,000 comments", "keep the link columns ['thread', 'author']",
+                 "register large view: builds projection + sort column",
                  "register large view: shares", "register large view: builds projection, columns",
+                 "register large view: builds projection + every column",
                  "large view: project lazy rows"):
         assert any(name in line for line in lines), f"missing row {name!r}:\n{proc.stdout}"
 
