@@ -53,8 +53,8 @@ def table_code(table: str) -> int:
 class Columns:
     """The columns of one table (see the module docstring)."""
 
-    __slots__ = ("_slot", "cap", "dirty", "free", "in_order", "nums", "rid_of", "strs",
-                 "strs_of", "tags")
+    __slots__ = ("_slot", "cap", "dirty", "free", "in_order", "nums", "rid_of", "stale",
+                 "strs", "strs_of", "tags")
 
     def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
         n = len(rows)
@@ -72,6 +72,9 @@ class Columns:
         self.strs_of: list[str] = []
         # rows written or deleted since the last refresh
         self.dirty: set[str] = set()
+        # more rows were written since than a refresh would encode one by one: `dirty` no
+        # longer grows (see `note`) and the next use builds the columns again
+        self.stale = False
 
     @property
     def slot(self) -> dict[str, int]:
@@ -212,13 +215,28 @@ class Columns:
         tags[:n] = tag
         return True
 
+    def note(self, rid: str, size: int) -> None:
+        """Note that row ``rid`` was written or deleted (``size``: the table's rows). Past
+        a quarter of the table (and 4,096 rows) the columns turn stale instead: building
+        them again costs less than encoding those rows one by one, and columns nobody
+        reads do not keep a set of every row written."""
+        if self.stale:
+            return
+        d = self.dirty
+        d.add(rid)
+        if len(d) > 4096 and len(d) * 4 > size:
+            self.stale = True
+            self.dirty = set()
+
     def refresh(self, rows: dict[str, dict[str, Any]]) -> bool:
         """Bring the columns up to ``rows`` for the rows written or deleted since the last
         refresh (``dirty``, noted by the table store: a write costs a set insertion, not an
         encoding, and a row written many times in between is encoded once). Rows added at
         the end of the table since, none deleted (a load), are appended in bulk. False, and
-        nothing done, when more than a quarter of the rows would be encoded one by one:
-        building the columns again in bulk is cheaper then."""
+        nothing done, when more than a quarter of the rows would be encoded one by one
+        (or the columns are stale): building the columns again in bulk is cheaper then."""
+        if self.stale:
+            return False
         dirty = self.dirty
         if not dirty:
             return True

@@ -115,7 +115,7 @@ class TableStore:
         if self.caches.refs:
             self.caches.forget(rid)
         if self.cols is not None:
-            self.cols.dirty.add(rid)
+            self.cols.note(rid, len(self.rows))
         for field, idx in self.indexes.items():
             if old is not None:
                 ok = ikey(old.get(field, NONE))
@@ -142,7 +142,7 @@ class TableStore:
             self.caches.forget(rid)
         cols = self.cols
         if cols is not None:
-            cols.dirty.add(rid)
+            cols.note(rid, len(self.rows))
             cols.in_order = False  # the table's order no longer follows the slots
         for field, idx in self.indexes.items():
             ok = ikey(old.get(field, NONE))
@@ -197,7 +197,10 @@ class TableStore:
         the database and decode)."""
         cols = self.cols
         if cols is not None:
-            cols.refresh(self.rows)  # a reload of most rows: rebuilt on next use instead
+            if not cols.refresh(self.rows):
+                # most rows loaded again (or stale): built again in bulk, as they were kept
+                self.cols = None
+                self.columns(list(cols.tags))
             return
         first = next(iter(self.rows.values()), None)
         if first is None:

@@ -647,3 +647,32 @@ def test_a_large_view_over_children_loaded_in_pages_equals_the_eager_engine(
     for i in range(3):  # (a result projects the rows it shows)
         assert lazy.result(f"v{i}") == eager.result(f"v{i}")
     assert "comment:7" in lazy.members("v0") and "comment:5" not in lazy.members("v0")
+
+
+def test_columns_written_past_a_quarter_of_the_table_turn_stale_and_are_built_again() -> None:
+    # the set of written rows stops growing (columns nobody reads must not keep one entry
+    # per row written) and the next use, or the next load, encodes the rows in bulk again
+    from engine.store import TableStore
+    ts = TableStore("c")
+    for i in range(6000):
+        ts.put(f"c:{i}", {"id": RecordID("c", i), "l": RecordID("t", i % 50), "v": i % 9})
+    ts.keep_links()
+    cols = ts.cols
+    assert cols is not None and set(cols.tags) == {"l"}
+    ts.columns(["l", "v"])
+    for i in range(5000):
+        ts.put(f"c:{i}", {"id": RecordID("c", i), "l": RecordID("t", (i * 7) % 50), "v": 3})
+        assert len(cols.dirty) <= 4097
+    assert cols.stale and not cols.dirty
+    again = ts.columns(["l"])
+    assert again is not cols and not again.stale and set(again.tags) == {"l", "v"}
+    _assert_columns_match_the_rows(again, ts.rows, ["l", "v"])
+    for i in range(5000):
+        ts.put(f"c:{i}", {"id": RecordID("c", i), "l": RecordID("t", i % 3), "v": 1})
+    for i in range(6000, 6500):
+        ts.put(f"c:{i}", {"id": RecordID("c", i), "l": RecordID("t", 9), "v": 2})
+    assert again.stale
+    ts.keep_links()  # a load's end: stale columns are built again at once
+    loaded = ts.cols
+    assert loaded is not None and loaded is not again and not loaded.stale
+    _assert_columns_match_the_rows(loaded, ts.rows, ["l", "v"])
