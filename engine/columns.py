@@ -4,9 +4,13 @@ A shape whose projection runs a correlated subquery per row (``(SELECT id, n FRO
 WHERE thread = $parent.id ORDER BY n DESC LIMIT 5)``) needs, to show a new view's rows, the
 top rows of every parent at once. Read row by row that is one scattered dict read per child
 (about 1 us each on a 2-core VM: 50 ms for 50,000 comments); over columns it is a sort of
-arrays (:func:`top_per_parent`). The table keeps the columns of the fields some shape asked
-for, from that shape's first registration on (like an equality index): a write notes the
-row, and the next use of the columns encodes the rows noted since (:meth:`Columns.refresh`).
+arrays (:func:`top_per_parent`). The table keeps the columns of its record-link fields from
+its bulk loads on (:meth:`engine.store.TableStore.keep_links`, like an index on a foreign
+key: the link column is the costly one to build, a read of every row and of two attributes
+of each link) and those of the fields some shape asked for from that shape's first
+registration on. A write notes the row, and the next use of the columns encodes the rows
+noted since (:meth:`Columns.refresh`); rows loaded at the end of the table are appended in
+bulk (:meth:`Columns.extend`).
 
 Each value is kept as a tag and a 64-bit number:
 
