@@ -98,6 +98,7 @@ class ViewEngine:
                 text = rid_text(rid) if type(rid) is RecordID else _canon_text(str(rid))
                 events.append((table, "CREATE", text, row))
             self.ingest_batch(events)
+            self.store.table(table).keep_links()
             return
         ts = self.store.table(table)
         for row in rows:

@@ -189,7 +189,7 @@ class TableStore:
         return cols
 
     def keep_links(self) -> None:
-        """After a bulk load: keep the columns of the fields holding record links (those of
+        """After a load (`ViewEngine.load`): keep the columns of the fields holding record links (those of
         the table's first row, each only if all its values encode in bulk), or extend the
         columns kept. A correlated subquery over this table (``WHERE link = $parent.id``)
         then finds them ready: its first view's registration does not read every row. The

@@ -676,3 +676,32 @@ def test_columns_written_past_a_quarter_of_the_table_turn_stale_and_are_built_ag
     loaded = ts.cols
     assert loaded is not None and loaded is not again and not loaded.stale
     _assert_columns_match_the_rows(loaded, ts.rows, ["l", "v"])
+
+
+def test_a_load_into_a_table_a_view_reads_keeps_its_link_columns_too() -> None:
+    # loads that go through the views (something reads the table) keep the link columns as
+    # silent bootstrap loads do; a large view registered afterwards reads them as they are
+    view_engine, _ = engine_api()
+    engines = []
+    for lazy_min in (10**9, 1):
+        e = view_engine()
+        e.register("hot", "SELECT id FROM comment WHERE votes > 3", {})
+        e.load("thread", [{"id": RecordID("thread", i), "score": i % 4} for i in range(30)])
+        for p in range(3):
+            e.load("comment", [{"id": RecordID("comment", 50 * p + i), "votes": (p + i) % 7,
+                                "thread": RecordID("thread", (7 * i + p) % 30)}
+                               for i in range(50)])
+        cols = e.store.table("comment").cols
+        assert cols is not None and "thread" in cols.tags and not cols.dirty
+        assert len(cols.rid_of) == 150 and cols._slot is None  # appended in bulk
+        engine.lazy.LAZY_MIN = lazy_min
+        try:
+            e.register("v", LARGE.format(k=2), {"c": 0})
+        finally:
+            engine.lazy.LAZY_MIN = 64
+        engines.append(e)
+    eager, lazy = engines
+    assert _lazy_count(lazy) > 0
+    assert lazy.members("v") == eager.members("v")
+    assert lazy.members("hot") == eager.members("hot")
+    assert lazy.result("v") == eager.result("v")
