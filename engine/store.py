@@ -195,12 +195,8 @@ class TableStore:
         then finds them ready: its first view's registration does not read every row. The
         load pays about 0.12 us per row and link field; a shard's bootstrap from the
         database costs about 94 us a row (engine/README, ninth pass)."""
-        cols = self.cols
-        if cols is not None:
-            if not cols.refresh(self.rows):
-                # most rows loaded again (or stale): built again in bulk, as they were kept
-                self.cols = None
-                self.columns(list(cols.tags))
+        if self.cols is not None:
+            self.columns([])  # refreshed, or built again in bulk with the fields it kept
             return
         first = next(iter(self.rows.values()), None)
         if first is None:
