@@ -51,10 +51,38 @@ _SCOPE_KEY = "svc.cloud"
 Scope = dict[str, Any]
 
 INSTRUCTIONS = ("Manage hosted projects: tenants, projects, env variables, vault secrets, "
-                "domains, repo links, usage. Tools take tenant_id (default: personal) and "
-                "answer the tenant they acted in. Lists take limit and cursor (next_cursor). "
-                "Destructive tools need confirm equal to the target's slug, id or name. "
-                "Secret values are redacted unless the token holds secrets:reveal.")
+                "domains, repo links, usage. Arguments shared by many tools: tenant_id (tenant "
+                "id or slug; default your personal tenant; every result names the tenant it "
+                "acted in), project (project slug or id), limit (1-100, default 20) and "
+                "cursor (next_cursor of the previous page) on lists, confirm on destructive "
+                "tools (equal to the target's slug, id or name). Secret values are redacted "
+                "(a keyed fingerprint instead) unless the token holds secrets:reveal.")
+
+#: shared arguments, described once in INSTRUCTIONS instead of in every tool
+_COMMON = frozenset({"tenant_id", "project", "limit", "cursor", "confirm"})
+#: bounds the server checks anyway: not advertised, so tools/list stays small
+_UNADVERTISED = frozenset({"minLength", "maxLength", "maxProperties", "minimum", "maximum",
+                           "additionalProperties"})
+
+
+def _lean(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _lean(v) for k, v in schema.items() if k not in _UNADVERTISED}
+    if isinstance(schema, list):
+        return [_lean(v) for v in schema]
+    return schema
+
+
+def advertised_schema(op: Op) -> dict[str, Any]:
+    """The arguments as ``tools/list`` shows them: names, types, enums, required, and a
+    description where an argument is not one of the shared ones. The full schema (bounds,
+    no unknown arguments) is what calls are checked against (``cloud.api.validate``) and what
+    ``GET /v1/tools`` documents."""
+    full = _lean(op.input_schema())
+    for name in _COMMON & set(full["properties"]):
+        full["properties"][name] = {k: v for k, v in full["properties"][name].items()
+                                    if k != "description"}
+    return dict(full)
 
 
 async def _send_json(send: Any, status: int, body: Any, headers: dict[str, str] | None = None
@@ -74,11 +102,14 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 
 
 def tool_of(op: Op) -> types.Tool:
+    # Hints at their defaults are left out (readOnlyHint false; destructiveHint means nothing
+    # on a read-only tool), except destructiveHint false on writes, whose default is true.
     return types.Tool(
-        name=op.name, description=op.description, input_schema=op.input_schema(),
+        name=op.name, description=op.description, input_schema=advertised_schema(op),
         annotations=types.ToolAnnotations(
-            read_only_hint=op.read_only, destructive_hint=op.kind == "destructive",
-            idempotent_hint=op.read_only, open_world_hint=False))
+            read_only_hint=True if op.read_only else None,
+            destructive_hint=None if op.read_only else op.kind == "destructive",
+            open_world_hint=False))
 
 
 def _tool_error(e: CloudError) -> types.CallToolResult:

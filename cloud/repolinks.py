@@ -31,7 +31,7 @@ log = logging.getLogger("cloud.repolinks")
 __all__ = ["GitRemote", "RepoLinks", "check_branch", "check_url"]
 
 _SCP = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-]+$")
-_BRANCH = re.compile(r"^(?!/)(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/-]{1,200}(?<![/.])$")
+_BRANCH = re.compile(r"^(?![/-])(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/-]{1,200}(?<![/.])$")
 _PATH = re.compile(r"^[A-Za-z0-9._/-]{0,200}$")
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 GIT_TIMEOUT_SECS = 20.0

@@ -35,6 +35,7 @@ log = logging.getLogger("cloud.rest")
 __all__ = ["MAX_BODY", "create_rest_app", "tool_catalog"]
 
 MAX_BODY = 1024 * 1024
+DRAIN_LIMIT = 8 * 1024 * 1024
 VERSION = "0.1.0"
 ALL_KINDS = ("session", "api_key", "mcp")
 
@@ -54,6 +55,13 @@ async def _body(req: falcon.asgi.Request) -> dict[str, Any]:
         doc = parse_json(data)
     except falcon.HTTPError as e:
         if e.status_code == 413:
+            # Read what is left of a body up to a few MiB before answering: a client still
+            # sending when the answer and the close came would see a reset, not the 413.
+            drained = 0
+            async for chunk in req.stream:
+                drained += len(chunk)
+                if drained > DRAIN_LIMIT:
+                    break
             raise TooLarge(f"request body exceeds {MAX_BODY} bytes") from None
         raise BadRequest(str(getattr(e, "message", None) or e.description)) from None
     if doc is None:
@@ -198,7 +206,11 @@ class Credentials(Authenticated):
         _send(resp, 201, await self.services.identity.mint(p, self.kind, await _body(req)))
 
 
-class Credential(Credentials):
+class Credential(Authenticated):
+    def __init__(self, services: Services, kind: str) -> None:
+        super().__init__(services)
+        self.kind = kind
+
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                         token_id: str) -> None:
         p = await self.principal(req)

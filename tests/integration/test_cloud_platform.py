@@ -208,8 +208,8 @@ async def test_tools_list_follows_each_scope(cloud: Cloud, people: People, mode:
         for o in OPS:
             if o.name in listed:
                 ann = listed[o.name].annotations
-                assert ann is not None and ann.read_only_hint is o.read_only
-                assert ann.destructive_hint is (o.kind == "destructive")
+                assert ann is not None and bool(ann.read_only_hint) is o.read_only
+                assert bool(ann.destructive_hint) is (o.kind == "destructive")
         # revoke as we go: the user's live-credential limit stays far away
         tid = token.split("_")[2]
         cloud.ok("DELETE", f"/v1/tokens/{tid}", people.carol_s)
