@@ -10,7 +10,11 @@ consecutive ports from the `--ssp-bind` port (default 8667), ids `ssp-<port>`. W
 admin plane). `--objstore`: also a local S3 server for backups (`rclone serve s3` on
 `--objstore-bind`, default 127.0.0.1:9670, data in `<data>/objstore`), started before the
 services, with
-`OBJSTORE_*` given to the scheduler and the SSPs.
+`OBJSTORE_*` given to the scheduler and the SSPs. `--cloud`: also the hosted platform's
+control plane (`svc-cloud` on `--cloud-bind`, default 127.0.0.1:9680, its state in namespace
+`svc_cloud` of the same database); without `SVC_CLOUD_KEYRING` / `SVC_CLOUD_FINGERPRINT_KEY`
+development keys are made once and kept in `<data>/cloud/dev-keys.json` (mode 0600; per run
+with `--memory`), so the vault stays readable across runs.
 
 Every process is supervised (`stack.supervisor`): one that dies, by a signal too, is relaunched
 with backoff and a crash budget; an SSP's exits 2-6 are requested relaunches. The database host
@@ -21,6 +25,7 @@ files) is removed when the stack stops, and left-overs of a killed stack on the 
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -31,6 +36,7 @@ import yaml
 
 from backup.config import DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY
 from backup.localserver import serve_argv, serve_env
+from cloud.crypto import KeyRing
 from stack import rundir
 from stack.config import StackConfig, parse
 from stack.supervisor import RELAUNCH_CODES, Child, Supervisor
@@ -84,7 +90,39 @@ def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> lis
         children.append(Child("svc-ssp", [sys.executable, "-m", "ssp"], ssp_env,
                               health_url=f"http://{cfg.ssp_bind}/health",
                               relaunch_codes=RELAUNCH_CODES))
+    if cfg.cloud:
+        children.append(cloud_child(cfg, child_env, run_root))
     return children
+
+
+def dev_cloud_keys(cfg: StackConfig, env: dict[str, str], run_root: Path) -> dict[str, str]:
+    """The vault's key ring and fingerprint key for a local run: the environment's, else
+    development keys made once and kept beside the data (a key ring made per run would leave
+    the vault of `./data` unreadable on the next one)."""
+    if env.get("SVC_CLOUD_KEYRING") and env.get("SVC_CLOUD_FINGERPRINT_KEY"):
+        return {}
+    path = (run_root if cfg.data_dir is None else cfg.data_dir) / "cloud" / "dev-keys.json"
+    if path.is_file():
+        return dict(json.loads(path.read_text()))
+    keys = {"SVC_CLOUD_KEYRING": KeyRing.generate_entry("dev1"),
+            "SVC_CLOUD_FINGERPRINT_KEY": base64.b64encode(os.urandom(32)).decode()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(keys, f)
+    return keys
+
+
+def cloud_child(cfg: StackConfig, env: dict[str, str], run_root: Path) -> Child:
+    """`svc-cloud` on `--cloud-bind`, its state in the stack's database (namespace
+    `svc_cloud`), local repositories allowed (development)."""
+    cloud_env = dict(env)
+    cloud_env.setdefault("SVC_CLOUD_DB_URL", cfg.effective_db_url)
+    cloud_env["SVC_CLOUD_BIND"] = cfg.cloud_bind
+    cloud_env.setdefault("SVC_CLOUD_LOCAL_REPOS", "true")
+    cloud_env.update(dev_cloud_keys(cfg, env, run_root))
+    return Child("svc-cloud", [sys.executable, "-m", "cloud"], cloud_env,
+                 health_url=f"http://{cfg.cloud_bind}/v1/health")
 
 
 def objstore_child(cfg: StackConfig, env: dict[str, str], run_root: Path) -> Child:
@@ -205,6 +243,11 @@ def _run(cfg: StackConfig, env: dict[str, str], run_root: Path) -> int:
         if cfg.objstore:
             lines.append(f"  object storage  http://{cfg.objstore_bind}  (S3 for backups; "
                          "POST /admin/api/backups, or /backup/create)")
+        if cfg.cloud:
+            lines.append(f"  cloud           http://{cfg.cloud_bind}  (platform REST API /v1, "
+                         f"MCP at http://{cfg.cloud_bind}/v1/mcp)")
+            lines.append(f"    start with: svc cloud --api http://{cfg.cloud_bind} signup "
+                         "you@example.com, then svc cloud login you@example.com")
         lines.append("Ctrl-C stops everything.")
         print("\n".join(lines), flush=True)
 

@@ -30,6 +30,9 @@ class StackConfig:
     #: `--objstore`: a local S3 server (`rclone serve s3`) for backups, on `objstore_bind`
     objstore: bool = False
     objstore_bind: str = "127.0.0.1:9670"
+    #: `--cloud`: the hosted platform's control plane (`svc-cloud`) on `cloud_bind`
+    cloud: bool = False
+    cloud_bind: str = "127.0.0.1:9680"
 
     @property
     def starts_host(self) -> bool:
@@ -78,6 +81,11 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
                         "and point the backup plane at it (OBJSTORE_*)")
     p.add_argument("--objstore-bind", default="127.0.0.1:9670",
                    help="address of the --objstore server (default 127.0.0.1:9670)")
+    p.add_argument("--cloud", action="store_true",
+                   help="also start the hosted platform's control plane (svc-cloud: REST API "
+                        "and the MCP endpoint /v1/mcp), its state in the same database")
+    p.add_argument("--cloud-bind", default="127.0.0.1:9680",
+                   help="address of the --cloud control plane (default 127.0.0.1:9680)")
     a = p.parse_args(list(argv))
     if a.ssps is not None and a.ssps < 1:
         p.error("--ssps must be 1 or more (--standalone runs one SSP without a scheduler)")
@@ -87,7 +95,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
         p.error("--standalone excludes --ssps and --no-ssp")
     ssps = 0 if a.standalone or a.no_ssp else (a.ssps or 1)
     for name, bind in (("--ssp-bind", a.ssp_bind), ("--scheduler-bind", a.scheduler_bind),
-                       ("--admin-bind", a.admin_bind), ("--objstore-bind", a.objstore_bind)):
+                       ("--admin-bind", a.admin_bind), ("--objstore-bind", a.objstore_bind),
+                       ("--cloud-bind", a.cloud_bind)):
         _, sep, port = bind.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
             p.error(f"{name} must be host:port, got {bind!r}")
@@ -116,4 +125,6 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
         admin_password_generated=generated,
         objstore=a.objstore,
         objstore_bind=a.objstore_bind,
+        cloud=a.cloud,
+        cloud_bind=a.cloud_bind,
     )

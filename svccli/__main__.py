@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = proj_sub.add_parser(action, help=text, description=text)
         p.add_argument("--project", metavar="FILE", help="root project file (validate also "
                        "takes one app's project.yml)")
+    from svccli import cloud
+
+    cloud.add_parser(sub)
     return parser
 
 
@@ -122,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _tool(args)
     if args.command in ("workflows", "migrate"):
         return _workflows(args)
+    if args.command == "cloud":
+        from svccli import cloud
+
+        return cloud.run(args)
     if args.command == "project":
         from svccli import project
 

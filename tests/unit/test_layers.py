@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("engine", "ipc", "dbclient", "maintenance", "backup", "dbhost", "ssp", "scheduler",
-            "gateway", "stack", "svccli", "project")
+            "gateway", "stack", "svccli", "project", "cloud")
 
 # package -> the packages of ours it must never import (directly).
 FORBIDDEN: dict[str, set[str]] = {
@@ -30,6 +30,10 @@ FORBIDDEN: dict[str, set[str]] = {
     "backup": set(PACKAGES) - {"backup", "dbclient"},
     "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli"},
     "scheduler": {"ssp", "gateway", "stack", "svccli"},
+    # the hosted platform's control plane: its own process over the database client, the
+    # shared HTTP helpers and the project files' models; no part of the cluster it hosts
+    "cloud": {"engine", "maintenance", "backup", "dbhost", "ssp", "scheduler", "gateway",
+              "stack", "svccli"},
 }
 
 
