@@ -22,6 +22,9 @@ class DataKeys:
         self.store = store
         self.ring = ring
         self._cache: dict[tuple[str, str], bytes] = {}  # (tenant, blob) -> key
+        # A tenant's data key never changes (re-wrapping changes only its wrapping, and
+        # tenant ids are never reused): once unwrapped it is served without a read.
+        self._by_tenant: dict[str, bytes] = {}
 
     def _unwrap(self, tenant: str, row: dict[str, Any]) -> bytes:
         wrapped = WrappedKey(row["kid"], row["blob"])
@@ -39,6 +42,14 @@ class DataKeys:
 
     async def get(self, tenant: str) -> bytes:
         """The tenant's data key, created (and stored wrapped) the first time."""
+        hit = self._by_tenant.get(tenant)
+        if hit is not None:
+            return hit
+        key = await self._load(tenant)
+        self._by_tenant[tenant] = key
+        return key
+
+    async def _load(self, tenant: str) -> bytes:
         row = await self.store.get("tenant_key", tenant)
         if row is not None:
             return self._unwrap(tenant, row)
