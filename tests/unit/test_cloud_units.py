@@ -10,6 +10,7 @@ import logging
 import os
 import pickle
 import re
+from pathlib import Path
 
 import mcp_types as types
 import pytest
@@ -258,3 +259,16 @@ def test_the_vault_needs_its_own_key_ring() -> None:
 def test_bad_settings_are_refused(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         CloudConfig.from_env(_env(**{name: value}))
+
+
+def test_every_setting_is_documented() -> None:
+    import cloud.config
+
+    source = Path(cloud.config.__file__).read_text()
+    doc = cloud.config.__doc__ or ""
+    body = source[source.index('"""', 10) + 3:]  # after the module docstring
+    read = set(re.findall(r'"(SVC_CLOUD_\w+)"', body))
+    table = set(re.findall(r"``(SVC_CLOUD_\w+)``", doc))
+    assert read and read <= table | {"SVC_CLOUD_DB_PASS"}, read - table
+    readme = (Path(cloud.config.__file__).parent / "README.md").read_text()
+    assert "SVC_CLOUD_KEYRING" in readme and "SVC_CLOUD_FINGERPRINT_KEY" in readme
