@@ -21,15 +21,14 @@ import os
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx2
 import mcp_types as types
+from bench_mcp import WARMUP, row, timed  # the admin endpoint's benchmark: same method
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -38,27 +37,6 @@ from cloud.ops import OPS
 from cloud.scopes import expand
 from tests.support.cloud_stack import running_cloud
 from tests.support.procs import start_db_host
-
-WARMUP = 10
-
-
-async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
-    for _ in range(WARMUP):
-        await fn()
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        await fn()
-        out.append((time.perf_counter() - t) * 1000)
-    return out
-
-
-def row(name: str, ms: list[float], base: float | None) -> str:
-    s = sorted(ms)
-    p50 = statistics.median(s)
-    p99 = s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
-    vs = f"{p50 / base:.2f}x" if base else "1.00x"
-    return f"| {name} | {p50:.1f} | {p99:.1f} | {s[-1]:.1f} | {vs} |"
 
 
 async def run(url: str, token: str, calls: int) -> list[str]:
