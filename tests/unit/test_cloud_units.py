@@ -272,3 +272,28 @@ def test_every_setting_is_documented() -> None:
     assert read and read <= table | {"SVC_CLOUD_DB_PASS"}, read - table
     readme = (Path(cloud.config.__file__).parent / "README.md").read_text()
     assert "SVC_CLOUD_KEYRING" in readme and "SVC_CLOUD_FINGERPRINT_KEY" in readme
+
+
+class _OneRowStore:
+    """The store port of ``DataKeys``: one stored ``tenant_key`` row."""
+
+    def __init__(self, row: dict[str, object]) -> None:
+        self.row = row
+
+    async def get(self, table: str, key: str) -> dict[str, object]:
+        return self.row
+
+
+async def test_a_ring_without_the_tenants_key_answers_503_keyring() -> None:
+    from cloud.errors import Unavailable
+    from cloud.keys import DataKeys
+
+    old = KeyRing.parse(KeyRing.generate_entry("k1"))
+    _, wrapped = old.new_data_key("ten_a")
+    other = KeyRing.parse(KeyRing.generate_entry("k3"))
+    keys = DataKeys(_OneRowStore({"kid": wrapped.kid, "blob": wrapped.blob}), other)  # type: ignore[arg-type]
+    with pytest.raises(Unavailable) as e:
+        await keys.get("ten_a")
+    assert e.value.status == 503 and e.value.code == "keyring"
+    good = DataKeys(_OneRowStore({"kid": wrapped.kid, "blob": wrapped.blob}), old)  # type: ignore[arg-type]
+    assert len(await good.get("ten_a")) == 32
