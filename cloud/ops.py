@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from cloud.api import Ctx, Op
-from cloud.errors import BadRequest
+from cloud.errors import BadRequest, NotFound
 from cloud.values import check_key, check_scope
 
 __all__ = ["OPS", "op_named"]
@@ -29,8 +29,12 @@ _ROLE = {"enum": ["viewer", "member", "admin", "owner"]}
 
 # ---------------------------------------------------------------------- tenants
 async def tenants_list(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
-    return {"items": [m.public() for m in ctx.principal.usable()],
-            "personal_tenant": ctx.principal.personal_tenant}
+    usable = [m for m in ctx.principal.usable() if ctx.after is None or m.slug > ctx.after]
+    usable.sort(key=lambda m: m.slug)
+    page = usable[:ctx.limit]
+    nxt = page[-1].slug if len(usable) > ctx.limit else None
+    return ctx.page([m.public() for m in page], nxt,
+                    personal_tenant=ctx.principal.personal_tenant)
 
 
 async def tenant_get(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
@@ -178,8 +182,7 @@ async def env_delete(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
                                         extra=ctx.audit(target=key,
                                                         detail={"environment": env}))
     if not out["removed"]:
-        raise BadRequest(f"key: {key} is not set in {env}" + (f"/{app}" if app else ""),
-                         code="not_set")
+        raise NotFound(f"key: {key} is not set in {env}" + (f"/{app}" if app else ""))
     return out
 
 
@@ -227,7 +230,7 @@ async def vault_delete(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
                                         extra=ctx.audit(target=key,
                                                         detail={"environment": env}))
     if not out["removed"]:
-        raise BadRequest(f"key: {key} is not in the vault of {env}", code="not_set")
+        raise NotFound(f"key: {key} is not in the vault of {env}")
     return out
 
 
@@ -427,7 +430,7 @@ LINKS: tuple[Op, ...] = (
 
 TENANTS: tuple[Op, ...] = (
     _read("tenants_list", "Tenants this credential may use, with your role.",
-          "tenants:read", "/v1/tenants", tenants_list, tenant=False),
+          "tenants:read", "/v1/tenants", tenants_list, tenant=False, paged=True),
     _read("tenant_get", "One tenant with member and project counts.", "tenants:read", _T,
           tenant_get),
     _read("members_list", "Members of a tenant with their roles.", "tenants:read",
