@@ -15,9 +15,12 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from surrealdb import RecordID
 
+from cloud.config import DEFAULT_LIMITS
 from cloud.ops import OPS
 from cloud.scopes import READ_SCOPES, WRITE_SCOPES, expand
+from dbclient import Database, DbConfig
 from tests.support.cloud_stack import Cloud, digest, running_cloud
 from tests.support.dns_server import LocalDns
 from tests.support.procs import DbHost
@@ -489,3 +492,64 @@ def test_no_secret_value_reaches_the_log(cloud: Cloud, people: People) -> None:
     count = cloud.log_text().count(SENTINEL)
     assert count == 0
     assert "Traceback" not in cloud.log_text()
+
+
+async def _cloud_db(cloud: Cloud, host: DbHost) -> Database:
+    db = Database(DbConfig.from_env({
+        "SVC_DB_URL": host.ws_url, "SVC_DB_USER": host.user, "SVC_DB_PASS": host.password,
+        "SVC_DB_NS": cloud.env["SVC_CLOUD_DB_NS"], "SVC_DB_NAME": "control"}))
+    await db.connect()
+    return db
+
+
+async def test_an_expired_token_is_refused(cloud: Cloud, people: People, host: DbHost) -> None:
+    token = cloud.mint(people.alice_s, ["mcp:read"])
+    assert cloud.call("GET", "/v1/tenants", token).status_code == 200
+    db = await _cloud_db(cloud, host)
+    try:  # the shortest lifetime is a day: the clock is moved in the row instead
+        await db.query("UPDATE $id SET expires_at = time::now() - 1s",
+                       {"id": RecordID("token", token.split("_")[2])})
+    finally:
+        await db.close()
+    r = cloud.call("GET", "/v1/tenants", token)
+    assert r.status_code == 401 and "expired" in r.json()["message"]
+
+
+async def test_a_tenant_limit_is_checked_with_the_write(cloud: Cloud, people: People) -> None:
+    team = people.team
+    in_use = cloud.ok("GET", f"/v1/tenants/{team}/limits", people.alice_s)["in_use"]
+    r = cloud.call("PUT", f"/v1/tenants/{team}/limits", people.bob_s,
+                   {"limits": {"projects": 0}})
+    assert r.status_code == 403 and r.json()["error"] == "role"  # owners set limits
+    cloud.ok("PUT", f"/v1/tenants/{team}/limits", people.alice_s,
+             {"limits": {"projects": in_use["projects"]}})
+    r = cloud.call("POST", "/v1/projects", people.alice_s,
+                   {"slug": f"over-{id(people) % 9999}", "tenant_id": team})
+    assert r.status_code == 409 and r.json()["error"] == "limit_reached"
+    cloud.ok("PUT", f"/v1/tenants/{team}/limits", people.alice_s, {"limits": {"projects": None}})
+    assert cloud.ok("GET", f"/v1/tenants/{team}/limits", people.alice_s)["limits"][
+        "projects"] == DEFAULT_LIMITS["projects"]
+
+
+async def test_a_deleted_project_is_purged_after_its_retention(cloud: Cloud, people: People,
+                                                               host: DbHost) -> None:
+    slug = f"purged-{id(people) % 9999}"
+    cloud.ok("POST", "/v1/projects", people.alice_s, {"slug": slug})
+    cloud.ok("PATCH", f"/v1/projects/{slug}/env", people.alice_s, {"vars": {"A": "1"}})
+    cloud.ok("DELETE", f"/v1/projects/{slug}", people.alice_s, params={"confirm": slug})
+    db = await _cloud_db(cloud, host)
+    try:  # the retention is days: the row's deadline is moved instead
+        await db.query("UPDATE project SET purge_after = time::now() - 1s WHERE slug = $s",
+                       {"s": slug})
+        deadline = time.monotonic() + 30
+        while (await db.query_one("SELECT VALUE id FROM project WHERE slug = $s", {"s": slug})
+               or await db.query_one("SELECT VALUE id FROM value WHERE key = 'A' AND "
+                                     "type::record('project', project) = NONE")):
+            assert time.monotonic() < deadline  # the worker purges on its sample tick (1 s)
+            time.sleep(0.3)
+    finally:
+        await db.close()
+    r = cloud.call("POST", f"/v1/projects/{slug}/restore", people.alice_s)
+    assert r.status_code == 404
+    # the slug is free again
+    cloud.ok("POST", "/v1/projects", people.alice_s, {"slug": slug})
