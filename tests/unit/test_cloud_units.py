@@ -84,7 +84,8 @@ def test_data_keys_unwrap_after_the_ring_rotates() -> None:
 
 
 @pytest.mark.parametrize("text", ["", "k1", "k1:notbase64!", "k1:" + base64.b64encode(
-    b"short").decode(), "bad id:" + base64.b64encode(os.urandom(32)).decode()])
+    b"short").decode(), "bad id:" + base64.b64encode(bytes(range(32))).decode()],
+    ids=["empty", "no-key", "not-base64", "short", "bad-id"])
 def test_a_malformed_key_ring_is_refused_without_echoing_material(text: str) -> None:
     with pytest.raises(KeyRingError) as e:
         KeyRing.parse(text)
