@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd = args[0] if args else "status"
     if cmd == "build":
         start = time.monotonic()
+        if "--force" in args or not _current(home(), fingerprint()):
+            # Said before the wait: on a first run this is minutes of silence otherwise.
+            print(f"engine: compiling {len(MODULES)} modules with mypyc (1 to 3 minutes, once "
+                  "per change of the engine's sources)", file=sys.stderr, flush=True)
         try:
             built = build(force="--force" in args)
         except RuntimeError as exc:

@@ -8,7 +8,8 @@ EXTRAS="${1:-}"
 if [ ! -x "$VENV/bin/python" ]; then
   echo "ops: creating virtual environment in $VENV" >&2
   "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip >"$VENV/pip-upgrade.log" 2>&1 \
+    || { cat "$VENV/pip-upgrade.log" >&2; exit 1; }
 fi
 want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-$EXTRAS"
 stamp="$VENV/.installed"
@@ -17,17 +18,24 @@ have="$(cat "$stamp" 2>/dev/null || true)"
 if [ "$have" = "$want" ] || { [ -z "$EXTRAS" ] && [ "$have" = "${want}test" ]; }; then
   :
 else
-  echo "ops: installing the project${EXTRAS:+ with [$EXTRAS]} into $VENV" >&2
+  echo "ops: installing the project${EXTRAS:+ with [$EXTRAS]} into $VENV" \
+       "(about 3 minutes on a first run; pip's output goes to .venv/pip-install.log)" >&2
   spec="$ROOT"
   [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
-  # pip's notes about this machine's local wheel folders are noise: keep real errors only.
-  "$VENV/bin/python" -m pip install --quiet -e "$spec" 2>&1 \
-    | grep -v -e "^WARNING: Location" -e "BuildBackendWarning" -e "return '" >&2 || true
+  # pip and setuptools print pages of notes about this machine's wheel folders and the build:
+  # kept in a log, shown only when the install fails.
+  started=$SECONDS
+  if ! "$VENV/bin/python" -m pip install --quiet -e "$spec" >"$VENV/pip-install.log" 2>&1; then
+    tail -n 40 "$VENV/pip-install.log" >&2
+    echo "ops: installing the project failed (whole output: .venv/pip-install.log)" >&2
+    exit 1
+  fi
   "$VENV/bin/python" -c "import surrealdb_embedded, falcon, zmq, numpy, xxhash" \
     || { echo "ops: installing the project failed" >&2; exit 1; }
+  echo "ops: installed in $((SECONDS - started)) s" >&2
   echo "$want" > "$stamp"
 fi
 # The compiled engine (engine.native): mypyc builds the hot engine modules into the venv,
-# about 35 s, again only after the engine's sources changed.
+# 1 to 3 minutes (it says so first), again only after the engine's sources changed.
 "$VENV/bin/python" -m engine build \
   || { echo "ops: building the compiled engine failed" >&2; exit 1; }
