@@ -219,12 +219,24 @@ def _outbox_table(app: AppConfig, app_dir: Path, shown: str) -> tuple[str | None
     return defined[0], []
 
 
+def _rules_of_the_rest(doc: dict[str, Any], err: ValidationError, shown: str) -> list[Issue]:
+    """The rules between properties, checked on the properties that are valid on their own:
+    a file with a wrong type and a missing `baseUrl` gets both lines, not only the first."""
+    bad = {e["loc"][0] for e in err.errors() if e["loc"]}
+    rest = {k: v for k, v in doc.items() if k not in bad}
+    try:
+        app = AppConfig.model_validate(rest)
+    except ValidationError:
+        return []  # what is left still fails (a required property): the errors above say why
+    return [Issue(shown, p, r) for p, r in app_rules(app) if p.split(".")[0] not in bad]
+
+
 def _check_app_doc(doc: dict[str, Any], file: Path, shown: str
                    ) -> tuple[AppConfig | None, str | None, list[Issue]]:
     try:
         app = AppConfig.model_validate(doc)
     except ValidationError as e:
-        return None, None, _issues(e, shown)
+        return None, None, _issues(e, shown) + _rules_of_the_rest(doc, e, shown)
     issues = [Issue(shown, p, r) for p, r in app_rules(app)]
     if app.spec is not None and not (file.parent / app.spec).is_file():
         issues.append(Issue(shown, "spec", f"{app.spec} is not a file"))

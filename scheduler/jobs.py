@@ -19,6 +19,7 @@ only routes operations to its Ready SSPs:
   anyone else may post too.
 - `POST /job/kill {id}`: sent to every Ready SSP (the owner cancels, the others flag the row);
   200 `{id, dispatched, ssps}` (`dispatched`: how many SSPs answered 200, `ssps`: their ids);
+  when every SSP refused the id (404: no such job, not a job table) their verdict verbatim;
   503 `no_ssp` when none is Ready.
 - `POST /job/retry {id}`: forwarded to one Ready SSP; 200 `{id, status: 'pending',
   assigned_to}`; the SSP's 404 / 409 relayed verbatim; an unreachable SSP or a 5xx moves on
@@ -193,7 +194,7 @@ class JobPlane:
         while len(self.results) > RESULTS_KEPT:
             self.results.popitem(last=False)
 
-    async def kill(self, job_id: str) -> tuple[int, Any]:
+    async def kill(self, job_id: str) -> tuple[int, Any] | tuple[int, bytes, str]:
         if self.pooled is not None and self.pooled.owns(job_id):
             return await self.pooled.kill_job(job_id)
         ready = self.s.ready_ids()
@@ -201,6 +202,11 @@ class JobPlane:
             return _no_ssp("no SSP is ready")
         answers = await asyncio.gather(*(self._kill_on(i, job_id) for i in ready))
         ok = [i for i, a in zip(ready, answers) if a is not None and a[0] == 200]
+        refused = [a for a in answers if a is not None and 400 <= a[0] < 500]
+        if not ok and refused and len(refused) == len(answers):
+            # Every SSP judged the id (404: no such job or not a job table): its verdict, as
+            # retry relays it, rather than a 200 that killed nothing.
+            return refused[0]
         return 200, {"id": job_id, "dispatched": len(ok), "ssps": ok}
 
     async def _kill_on(self, ssp_id: str, job_id: str) -> tuple[int, bytes, str] | None:

@@ -7,8 +7,8 @@
 | ``POST /admin/api/pools/{name}/pause``, ``/resume`` | ``{pool}``: paused, no machine boots and no job is handed out; running jobs finish; kept across restarts |
 | ``POST /admin/api/machines/{id}/drain`` | ``{machine}``: takes no new job, finishes its jobs, then is destroyed; 409 when already terminal |
 
-Without any pool configured the routes answer 503 ``pools_off``; an unknown pool or machine
-is 404.
+Without any pool configured there is no pool: the list is empty, and every pool or machine
+named is unknown (404), as it is with pools configured.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import falcon.asgi
 
-from scheduler.admin.errors import Conflict, Invalid, NotFound, Unavailable
+from scheduler.admin.errors import Conflict, Invalid, NotFound
 from scheduler.pools.service import PoolError, PoolService
 
 __all__ = ["pool_routes"]
@@ -26,11 +26,12 @@ __all__ = ["pool_routes"]
 PATH_MAX = 300
 
 
-def _service(plane: Any) -> PoolService:
+def _service(plane: Any, what: str) -> PoolService:
+    """The pool service; without one, ``what`` (the pool or machine named) is unknown."""
     s = getattr(plane, "pools", None)
     if s is None:
-        raise Unavailable("no machine pool is configured (SVC_POOLS, or a backend with "
-                          "run_on)", code="pools_off")
+        raise NotFound(f"{what}: unknown (no machine pool is configured: SVC_POOLS, or a "
+                       "backend with run_on)")
     return s
 
 
@@ -55,7 +56,8 @@ class _Base:
 
 class PoolsList(_Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        resp.media = {"pools": _service(self.plane).list_pools(),
+        pools = getattr(self.plane, "pools", None)
+        resp.media = {"pools": pools.list_pools() if pools is not None else [],
                       "server_time_ms": int(time.time() * 1000)}
 
 
@@ -63,7 +65,8 @@ class PoolMachines(_Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                      name: str) -> None:
         try:
-            machines = _service(self.plane).list_machines(_param(name, "pool name"))
+            machines = _service(self.plane, f"pool {name!r}").list_machines(
+                _param(name, "pool name"))
         except PoolError as e:
             raise _relay(e) from None
         resp.media = {"pool": name, "machines": machines,
@@ -78,8 +81,8 @@ class PoolPause(_Base):
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                       name: str) -> None:
         try:
-            resp.media = {"pool": _service(self.plane).pause(_param(name, "pool name"),
-                                                             self.paused)}
+            resp.media = {"pool": _service(self.plane, f"pool {name!r}").pause(
+                _param(name, "pool name"), self.paused)}
         except PoolError as e:
             raise _relay(e) from None
 
@@ -88,7 +91,7 @@ class MachineDrain(_Base):
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                       machine_id: str) -> None:
         try:
-            resp.media = {"machine": _service(self.plane).drain(
+            resp.media = {"machine": _service(self.plane, f"machine {machine_id!r}").drain(
                 _param(machine_id, "machine id"))}
         except PoolError as e:
             raise _relay(e) from None

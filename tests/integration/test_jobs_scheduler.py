@@ -149,6 +149,11 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             assert (await _post(http, s.url + "/job/retry", {"id": "nocolon"}))[0] == 400
             await _post(http, s.url + "/job/kill", {"id": "job:k1"})
             await row_in(hung, "failed")
+            # A kill of no job is refused by every SSP: their 404, as retry relays it.
+            status, body = await _post(http, s.url + "/job/kill", {"id": "job:missing"})
+            assert status == 404 and body["error"] == "not_found", body
+            status, body = await _post(http, s.url + "/job/kill", {"id": "post:1"})
+            assert status == 404 and "not a job table" in body["message"], body
 
             # An SSP killed mid-job: the scheduler's sweep has the other one reclaim it.
             held = await add("h1", "/hold")

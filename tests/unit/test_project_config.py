@@ -137,6 +137,15 @@ def test_validate_reports_every_problem_of_every_file_at_once(tmp_path: Path,
                      f"{tmp_path / 'b.yml'}: method: only for type backend",
                      f"{tmp_path / 'b.yml'}: deploy.timeout: backend only"):
         assert expected in err, err
+    # the rules between properties still run when other properties are wrong on their own
+    (tmp_path / "a.yml").write_text("type: backend\nscope: devOnly\ncolour: red\n"
+                                    "deploy: {port: eighty}\nhosting: external\n")
+    code = svc_main(["project", "validate", "--project", str(tmp_path / "project.yml")])
+    err = capsys.readouterr().err
+    assert code == 2
+    for expected in (f"{tmp_path / 'a.yml'}: colour: ", f"{tmp_path / 'a.yml'}: deploy.port: ",
+                     f"{tmp_path / 'a.yml'}: baseUrl: required when hosting is external"):
+        assert expected in err, err
 
 
 def test_cli_finds_the_file_from_svc_project_file_then_the_working_directory(

@@ -56,7 +56,8 @@ function listPage({ root }) {
     ], b.pools, { empty: 'No machine pool is configured (SVC_POOLS, or a backend with run_on).',
                   rowAttrs: (p) => ({ dataset: { pool: p.name, status: p.status, paused: String(p.paused) } }) }));
   };
-  const onError = (e) => fill(err, errorBox(e, 'Pools'));
+  // An error before the first answer must not leave "Loading" on screen for ever.
+  const onError = (e) => { fill(err, errorBox(e, 'Pools')); if (body.querySelector('p.loading')) fill(body); };
   function refresh() { load().then(draw, onError); }
   stop = poller(load, () => live.refreshSecs(), { onData: draw, onError });
   return () => stop && stop();
