@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ipc.otel import OtelConfigError, metrics_exporters
+from ipc.peerauth import ssp_credential
 from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
@@ -228,6 +229,12 @@ class SspConfig:
     @property
     def standalone(self) -> bool:
         return self.scheduler_url is None
+
+    @property
+    def scheduler_bearer(self) -> str | None:
+        """What this SSP sends its scheduler: its own credential derived from the secret
+        (`ipc.peerauth`), never the secret itself; None without a secret."""
+        return ssp_credential(self.auth_secret, self.ssp_id) if self.auth_secret else None
 
     @property
     def hub_endpoint(self) -> str:

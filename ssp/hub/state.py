@@ -173,7 +173,8 @@ class HubState:
         # Outbox jobs and backend health (ssp.jobs, maintenance.backends): own connection, own loops.
         self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
                               sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone,
-                              scheduler_url=cfg.scheduler_url, auth_secret=cfg.auth_secret)
+                              scheduler_url=cfg.scheduler_url,
+                              auth_secret=cfg.scheduler_bearer)
         self.backend_health = BackendMonitor(
             parse_backends(list(cfg.backends)), interval_secs=cfg.health_check_interval_secs,
             down_after_secs=cfg.backend_down_after_secs,
