@@ -24,8 +24,8 @@ log = logging.getLogger("scheduler")
 # it with one): these bound what a flood of registrations can hold. Each Bootstrapping entry
 # freezes the replica and buffers events, so at most MAX_BOOTSTRAPPING may exist at once, and
 # at most MAX_SSPS entries in all; an entry whose URL has not answered a single health poll
-# UNANSWERED_EVICT_SECS after it registered is removed (a real SSP's gateway answers
-# `bootstrapping` within seconds of its registration).
+# UNANSWERED_EVICT_SECS after it registered (or `bootstrap_timeout_secs`, when shorter) is
+# removed (a real SSP's gateway answers `bootstrapping` within seconds of its registration).
 MAX_BOOTSTRAPPING = 32
 MAX_SSPS = 256
 UNANSWERED_EVICT_SECS = 30.0
@@ -178,9 +178,10 @@ class SspPool:
         now = time.monotonic()
         if answered and e.answered_at is None:
             e.answered_at = now
-        if e.answered_at is None and now - e.registered_at > UNANSWERED_EVICT_SECS:
+        evict_after = min(UNANSWERED_EVICT_SECS, float(self.cfg.bootstrap_timeout_secs))
+        if e.answered_at is None and now - e.registered_at > evict_after:
             self.remove_ssp(e.ssp_id, f"its URL never answered a health poll within "
-                                      f"{UNANSWERED_EVICT_SECS:g}s of registering")
+                                      f"{evict_after:g}s of registering")
             return
         if ready:
             log.info("SSP %s bootstrapped; replaying %d buffered events", e.ssp_id, len(e.queue))

@@ -7,10 +7,11 @@ and are marked "ours" below.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+import secrets
+import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
+from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.otel import OtelConfigError, metrics_exporters
 from ipc.peerauth import ssp_credential
 from ipc.transport import TransportError, ingest_transport
@@ -75,6 +77,7 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
 
 
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENT_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def _impersonation(env: Mapping[str, str]) -> bool:
@@ -214,6 +217,15 @@ class SspConfig:
     publish_flushers: int
     gateway_workers: int
     run_dir: Path
+    # Where the ipc sockets live: `run_dir`, or a short private directory when `run_dir`'s
+    # path is too long for a Unix socket address (never the abstract namespace: it has no
+    # file permissions, so any local user could connect to the hub).
+    ipc_dir: Path | None = None
+    # the run dir is ours (no SVC_SSP_RUN_DIR): made at start, removed at exit
+    run_dir_owned: bool = False
+    # ours, SVC_HTTP_READ_TIMEOUT_SECS: the gateway closes a connection that waits this long
+    # for a request (idle keep-alive, or a request head sent a byte at a time)
+    http_read_timeout_secs: int = SERVER_KEEPALIVE_SECS
     # OpenTelemetry (standard OTEL_* names, `ssp.telemetry`): exporters to run, `()` = none
     metrics_exporters: tuple[str, ...] = ()
     metrics_export_interval_ms: int = 60_000
@@ -244,15 +256,14 @@ class SspConfig:
     def shard_endpoint(self, index: int) -> str:
         return self._ipc(f"shard-{index}.sock")
 
+    @property
+    def socket_dir(self) -> Path:
+        """The directory of the ipc sockets (`ipc_dir` when set, else `run_dir`)."""
+        return self.ipc_dir or self.run_dir
+
     def _ipc(self, name: str) -> str:
-        """A ZeroMQ ipc endpoint in `run_dir`; where that path is longer than a Unix socket
-        address allows (108 bytes with its NUL, e.g. a deep TMPDIR), the Linux abstract
-        namespace under a name derived from `run_dir` instead (no file, nothing to clean)."""
-        path = f"{self.run_dir}/{name}"
-        if len(path.encode()) <= UNIX_PATH_MAX:
-            return f"ipc://{path}"
-        digest = hashlib.blake2b(str(self.run_dir).encode(), digest_size=10).hexdigest()
-        return f"ipc://@svc-ssp-{digest}-{name}"
+        """A ZeroMQ ipc endpoint in `socket_dir` (private: `ssp.rundir.secure_dir`)."""
+        return f"ipc://{self.socket_dir}/{name}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SspConfig:
@@ -301,6 +312,15 @@ class SspConfig:
         arena_dir = env.get("SVC_SSP_ARENA_DIR", "").strip()
         ssp_id = env.get("SVC_SSP_ID", "").strip() or f"ssp-{uuid.uuid4()}"
         run_dir = env.get("SVC_SSP_RUN_DIR", "").strip()  # ours: where the ipc sockets live
+        # Without SVC_SSP_RUN_DIR: a name nobody can guess (a predictable /tmp path could be
+        # made first by another local user); ssp.rundir makes it private at start either way.
+        run_path = Path(run_dir) if run_dir else Path(tempfile.gettempdir()) / (
+            f"svc-ssp-{_IDENT_SAFE.sub('_', ssp_id)[:40]}-{secrets.token_hex(6)}")
+        ipc_path = None
+        if len(f"{run_path}/shard-9999.sock".encode()) > UNIX_PATH_MAX:
+            ipc_path = Path(tempfile.gettempdir()) / f"svc-ipc-{secrets.token_hex(8)}"
+            if len(f"{ipc_path}/shard-9999.sock".encode()) > UNIX_PATH_MAX:
+                ipc_path = Path("/tmp") / f"svc-ipc-{secrets.token_hex(8)}"
         return cls(
             listen_host=host,
             listen_port=port,
@@ -337,7 +357,11 @@ class SspConfig:
             publish_flushers=_int(env, "SVC_SSP_PUBLISH_FLUSHERS", 2, minimum=1,
                                   maximum=8),  # ours
             gateway_workers=_int(env, "SVC_SSP_GATEWAY_WORKERS", 1, minimum=1),  # ours
-            run_dir=Path(run_dir) if run_dir else Path(f"/tmp/svc-ssp-{ssp_id}"),
+            run_dir=run_path,
+            ipc_dir=ipc_path,
+            run_dir_owned=not run_dir,
+            http_read_timeout_secs=_int(env, "SVC_HTTP_READ_TIMEOUT_SECS",
+                                        SERVER_KEEPALIVE_SECS, minimum=1),
             metrics_exporters=_metrics_exporters(env),
             metrics_export_interval_ms=_int(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000,
                                             minimum=1),

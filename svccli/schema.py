@@ -17,7 +17,8 @@ What it writes
   and, only with `SVC_IMPERSONATION=on` (which needs `SVC_AUTH_SECRET`), the record access
   `_00_impersonate`: HS256 JWTs signed with `maintenance.impersonation.signing_key` (derived
   from the secret), whose AUTHENTICATE block refuses a token whose `imp` session is revoked,
-  expired or for another target; sessions last 5 minutes. With the flag off the access method
+  expired or for another target; sessions last 10 seconds (a revoked or expired
+  impersonation ends within them). With the flag off the access method
   is removed, so every impersonation token stops authenticating.
 - With a project file: each backend's outbox schema (`method.schema`), after the meta tables
   and before the sync hooks, so its tables are synced in the same run (`svccli.outbox`).
@@ -102,7 +103,12 @@ META_TABLES: tuple[MetaTable, ...] = (
             f"params TYPE any {_SERVICE_ONLY}",
             f"clientId TYPE option<string> {_SERVICE_ONLY}",
             f"auth_id TYPE any {_SERVICE_ONLY}",
-            "lastActiveAt TYPE option<datetime | string>",
+            # Record users refresh it on their own rows: never later than now (plus skew), so
+            # a date in the far future cannot keep a view alive for ever (ssp.hub.loops also
+            # ignores such a value); a string must read as a date.
+            ("lastActiveAt TYPE option<datetime | string> ASSERT $value = NONE OR (IF "
+             "type::is_string($value) THEN <datetime> $value ELSE $value END) "
+             "<= time::now() + 1m"),
             f"ttl TYPE option<duration | string> {_SERVICE_ONLY}",
             f"subscribers TYPE option<int> {_SERVICE_ONLY}",
             f"rowCount TYPE option<int> {_SERVICE_ONLY}",
@@ -186,10 +192,13 @@ IMPERSONATE_FUNCTIONS: tuple[str, ...] = (
 )
 
 #: How long a connection authenticated with an impersonation token stays signed in. The
-#: engine checks revocation only when a token authenticates, and a session outlives its
-#: token (measured: core 3.2.4 keeps a session past the token's `exp`), so this bounds how
-#: long a revoked impersonation can keep an already open connection.
-IMPERSONATION_SESSION = "5m"
+#: engine checks revocation only when a token authenticates, a session outlives its token
+#: (measured: core 3.2.4 keeps a session past the token's `exp`), and the session duration is
+#: fixed when the access is defined (an expression there is evaluated once, then): so this
+#: bounds how long a revoked or expired impersonation keeps an already open connection. A
+#: client re-authenticates with its token when the session ends (the token lasts up to 1 h);
+#: each time the AUTHENTICATE block checks the session row again.
+IMPERSONATION_SESSION = "10s"
 
 
 def impersonation_access_sql(key: str) -> str:

@@ -206,7 +206,10 @@ class McpEndpoint:
         except jsonschema.ValidationError as e:
             where = "/".join(str(p) for p in e.absolute_path) or "arguments"
             return _tool_error(400, {"error": "invalid", "message": f"{where}: {e.message}"})
-        call = t.request(args)
+        try:
+            call = t.request(args)
+        except ValueError as e:  # an argument that cannot be put in its route's path
+            return _tool_error(400, {"error": "invalid", "message": str(e)})
         try:
             status, headers, raw = await self.inproc.request(scope, token, call)
         except TimeoutError:

@@ -235,8 +235,8 @@ class TokenAuthority:
     # ------------------------------------------------------------------ list and revoke
     def listing(self, by: Principal) -> list[dict[str, Any]]:
         """``GET /admin/api/tokens``: every token this scheduler issued that has not expired,
-        newest first (references, never the tokens)."""
-        self._may_manage(by, "list tokens")
+        newest first (references, never the tokens). Any token may read it (it opens
+        nothing); revoking needs a full session (:meth:`revoke_ref`)."""
         self._prune()
         out = []
         for ref, e in self._registry.items():

@@ -60,8 +60,9 @@ class Registry:
         except ValueError as e:
             return error_reply(400, ErrorCode.INVALID, str(e))
         vid, surql, params = reg.id, reg.surql, reg.params
-        last_ms = (int(reg.last_active_at.timestamp() * 1000) if reg.last_active_at is not None
-                   else now_ms())
+        # never later than now: a registration dated in the future would never expire
+        last_ms = (min(int(reg.last_active_at.timestamp() * 1000), now_ms())
+                   if reg.last_active_at is not None else now_ms())
         row = await state.db.query_one("SELECT * FROM ONLY $q", {"q": view_record(vid)},
                                        idempotent=True)
         row_auth = row.get("auth_id") if isinstance(row, dict) else None

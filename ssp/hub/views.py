@@ -15,7 +15,7 @@ from surrealdb import RecordID
 from dbclient import DbError
 from engine.jsonvalues import to_json
 from engine.values import unpack_value
-from ipc.messages import epoch_ms, normalize_view_id, not_ready, reply, ttl_ms
+from ipc.messages import activity_ms, normalize_view_id, not_ready, reply, ttl_ms
 from ssp.hub.sharing import peers, share_key, write_counts
 from ssp.hub.state import ViewState, now_ms
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of, view_record
@@ -72,7 +72,7 @@ class ViewLifecycle:
             auth = row.get("auth_id")
             auth = auth if isinstance(auth, RecordID) else None
             ttl = ttl_ms(row.get("ttl"))
-            last = epoch_ms(row.get("lastActiveAt"))
+            last = activity_ms(row.get("lastActiveAt"), now)
             if last is None or last + ttl <= now:
                 state.teardown(vid, edge_table(auth, state.cfg.ref_mode))
                 continue
