@@ -1,0 +1,170 @@
+"""Attacker-side tests that need a stack of their own (SECURITY.md): a scheduler run without
+`SVC_AUTH_SECRET` (development, where anyone on the private network may register an SSP) and
+flooded with fake registrations, and SSPs whose run directory another local user could reach.
+Real processes on loopback ports, always stopped."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import stat
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.support.admin_stack import BREAKGLASS, start_scheduler
+from tests.support.procs import DbHost, ManagedProcess, base_env, free_port
+from tests.support.ssp_stack import APP_SCHEMA, apply_schema, db_env, root_db, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+async def _json(http: aiohttp.ClientSession, method: str, url: str, **kw: Any
+                ) -> tuple[int, Any]:
+    async with http.request(method, url, **kw) as r:
+        return r.status, await r.json(content_type=None)
+
+
+async def test_without_a_secret_a_registration_flood_is_capped_evicted_and_costs_one_incident(
+        host: DbHost, tmp_path: Path) -> None:
+    """Medium: 41 fake registrations froze the replica, were never evicted and opened 41
+    incidents (the store keeps 2,000, so a flood could flush the history)."""
+    ns = "open_" + uuid.uuid4().hex[:8]
+    root = await root_db(host, ns, ns)
+    await root.query("DEFINE TABLE post SCHEMALESS PERMISSIONS FULL")
+    await root.close()
+    sched = start_scheduler(tmp_path, host, ns, env={"SVC_AUTH_SECRET": ""},
+                            bootstrap_timeout_secs=4)
+    # a tarpit: answers every health poll with `bootstrapping`, for ever
+    hits: list[str] = []
+
+    async def health(req: web.Request) -> web.Response:
+        hits.append(req.path)
+        return web.json_response({"status": "bootstrapping"})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    tarpit = free_port()
+    await web.TCPSite(runner, "127.0.0.1", tarpit).start()
+    dead = free_port()  # nothing listens there
+    try:
+        async with aiohttp.ClientSession() as http:
+            statuses = []
+            for i in range(40):
+                url = f"http://127.0.0.1:{tarpit if i % 2 else dead}"
+                status, _ = await _json(http, "POST", sched.url + "/ssp/register",
+                                        json={"ssp_id": f"fake-{i}", "url": url})
+                statuses.append(status)
+            assert statuses[:32] == [202] * 32 and statuses[32:] == [503] * 8
+            status, _ = await _json(http, "POST", sched.url + "/ingest", json={
+                "table": "post", "op": "CREATE", "id": "post:1", "record": {"id": "post:1"}})
+            assert status == 200
+            _, snap = await _json(http, "GET", sched.url + "/health/snapshot")
+            assert snap["frozen"] is True  # held for the fakes' bootstrap
+
+            async def gone() -> bool:
+                _, m = await _json(http, "GET", sched.url + "/metrics")
+                return m["scheduler"]["total_ssps"] == 0
+
+            # unanswered URLs go after the bootstrap timeout (4 s here), tarpits are flagged
+            # then and removed one grace period later
+            await wait_for(gone, 60, "every fake SSP evicted")
+            assert hits  # the tarpits were polled, and answered
+
+            _, snap = await _json(http, "GET", sched.url + "/health/snapshot")
+            assert snap["frozen"] is False
+            status, s = await _json(http, "POST", sched.admin + "/admin/api/session",
+                                    json={"password": BREAKGLASS})
+            assert status == 200
+            _, inc = await _json(http, "GET", sched.admin + "/admin/api/incidents",
+                                 headers={"Authorization": f"Bearer {s['token']}"})
+            kinds = sorted(i["kind"] for i in inc["incidents"])
+            assert kinds == ["scheduler_started", "ssp_unverified"], kinds
+            (agg,) = [i for i in inc["incidents"] if i["kind"] == "ssp_unverified"]
+            assert agg["event_count"] >= 32
+    finally:
+        await runner.cleanup()
+        code = sched.process.stop()
+        assert code == 0, sched.process.log_text()[-3000:]
+
+
+def _ssp(tmp: Path, host: DbHost, ns: str, port: int, **env: str) -> ManagedProcess:
+    full = base_env(**db_env(host, ns, ns), SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}",
+                    SVC_SSP_SHARDS="1", SVC_INGEST_TRANSPORT="changefeed",
+                    SVC_AUTH_SECRET="local-test-secret", **env)
+    return ManagedProcess("svc-ssp", [sys.executable, "-m", "ssp"], full,
+                          tmp / f"svc-ssp-{port}.log").start()
+
+
+async def _http_ready(port: int, proc: ManagedProcess) -> None:
+    async with aiohttp.ClientSession() as http:
+        async def ready() -> bool:
+            assert proc.alive(), proc.log_text()[-3000:]
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/health") as r:
+                    return r.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        await wait_for(ready, 90, "the SSP ready")
+
+
+async def test_the_ssp_run_dir_is_private_and_a_foreign_one_refuses_the_start(
+        host: DbHost, tmp_path: Path) -> None:
+    """Low: the run directory was `/tmp/svc-ssp-<id>` made with `exist_ok` (another local
+    user could make it first, and reach the hub's sockets, which skip the bearer check), and a
+    deep path fell back to abstract sockets (no file permissions at all)."""
+    ns = "rundir_" + uuid.uuid4().hex[:8]
+    root = await root_db(host, ns, ns)
+    await root.query(APP_SCHEMA)
+    await root.close()
+    apply_schema(host, ns, ns)
+    # 1. no SVC_SSP_RUN_DIR: a name nobody can guess, private, removed at exit
+    ssp_id = "rd-" + uuid.uuid4().hex[:6]
+    port = free_port()
+    proc = _ssp(tmp_path, host, ns, port, SVC_SSP_ID=ssp_id)
+    try:
+        await _http_ready(port, proc)
+        tmp = tempfile.gettempdir()
+        assert not os.path.exists(f"{tmp}/svc-ssp-{ssp_id}")
+        (made,) = glob.glob(f"{tmp}/svc-ssp-{ssp_id}-*")
+        st = os.stat(made)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+        assert not any("@svc-ssp" in line for line in open("/proc/net/unix"))
+    finally:
+        assert proc.stop() == 0, proc.log_text()[-3000:]
+    assert not os.path.exists(made)
+    # 2. a directory of ours that others may write to is made private before use
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    port = free_port()
+    proc = _ssp(tmp_path, host, ns, port, SVC_SSP_RUN_DIR=str(loose))
+    try:
+        await _http_ready(port, proc)
+        assert stat.S_IMODE(os.stat(loose).st_mode) == 0o700
+    finally:
+        assert proc.stop() == 0
+    # 3. a directory another user made first (chown needs root, as these tests run): refused
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)
+    port = free_port()
+    proc = _ssp(tmp_path, host, ns, port, SVC_SSP_RUN_DIR=str(foreign))
+
+    async def exited() -> bool:
+        return not proc.alive()
+
+    await wait_for(exited, 60, "the SSP to refuse its run dir")
+    assert proc.stop() == 2
+    assert "belongs to another user" in proc.log_text()
+    assert json.dumps(os.listdir(foreign)) == "[]"  # no socket was put there
