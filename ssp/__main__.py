@@ -76,7 +76,7 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         try:
-            for d in {self.cfg.run_dir, self.cfg.socket_dir}:
+            for d in self.cfg.socket_dirs:
                 secure_dir(d)
         except OSError as err:
             log.error("SSP cannot start: %s", err)
@@ -120,8 +120,8 @@ class Supervisor:
         if self.meter_provider is not None:
             # The last figures (a final export); bounded so a dead collector cannot hang us.
             await asyncio.to_thread(self.meter_provider.shutdown, 5_000)
-        for d in ({self.cfg.run_dir, self.cfg.socket_dir} if self.cfg.run_dir_owned
-                  else {self.cfg.socket_dir} - {self.cfg.run_dir}):
+        for d in (self.cfg.socket_dirs if self.cfg.run_dir_owned
+                  else self.cfg.socket_dirs - {self.cfg.run_dir}):
             shutil.rmtree(d, ignore_errors=True)  # ours alone, made at start
         log.info("SSP stopped")
         return code

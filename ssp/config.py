@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
+VIEW_PERMISSION_MODES = ("enforce", "off")
 # sun_path holds 108 bytes with the terminating NUL; keep a little margin.
 UNIX_PATH_MAX = 100
 
@@ -217,12 +218,15 @@ class SspConfig:
     publish_flushers: int
     gateway_workers: int
     run_dir: Path
-    # Where the ipc sockets live: `run_dir`, or a short private directory when `run_dir`'s
-    # path is too long for a Unix socket address (never the abstract namespace: it has no
-    # file permissions, so any local user could connect to the hub).
+    # Where the ipc sockets whose path in `run_dir` would be too long for a Unix socket
+    # address live: a short private directory (never the abstract namespace: it has no file
+    # permissions, so any local user could connect to the hub). None: they all fit.
     ipc_dir: Path | None = None
     # the run dir is ours (no SVC_SSP_RUN_DIR): made at start, removed at exit
     run_dir_owned: bool = False
+    # ours, SVC_SSP_VIEW_PERMISSIONS: `enforce` (views honour their owner's select
+    # permission, ssp.permissions) or `off` (computed as root, as before)
+    view_permissions: str = "enforce"
     # ours, SVC_HTTP_READ_TIMEOUT_SECS: the gateway closes a connection that waits this long
     # for a request (idle keep-alive, or a request head sent a byte at a time)
     http_read_timeout_secs: int = SERVER_KEEPALIVE_SECS
@@ -257,13 +261,17 @@ class SspConfig:
         return self._ipc(f"shard-{index}.sock")
 
     @property
-    def socket_dir(self) -> Path:
-        """The directory of the ipc sockets (`ipc_dir` when set, else `run_dir`)."""
-        return self.ipc_dir or self.run_dir
+    def socket_dirs(self) -> set[Path]:
+        """Every directory an ipc socket may live in (each made private at start)."""
+        return {self.run_dir} | ({self.ipc_dir} if self.ipc_dir is not None else set())
 
     def _ipc(self, name: str) -> str:
-        """A ZeroMQ ipc endpoint in `socket_dir` (private: `ssp.rundir.secure_dir`)."""
-        return f"ipc://{self.socket_dir}/{name}"
+        """A ZeroMQ ipc endpoint: in `run_dir` when its path fits a Unix socket address, else
+        in `ipc_dir` (both private: `ssp.rundir.secure_dir`)."""
+        path = f"{self.run_dir}/{name}"
+        if len(path.encode()) <= UNIX_PATH_MAX or self.ipc_dir is None:
+            return f"ipc://{path}"
+        return f"ipc://{self.ipc_dir}/{name}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SspConfig:
@@ -342,6 +350,8 @@ class SspConfig:
             view_metrics_flush_ms=_int(env, "SVC_SSP_VIEW_METRICS_FLUSH_MS", 2000, minimum=1),
             anon_live_queries=_bool(env, "SVC_SSP_ANON_LIVE_QUERIES", False),
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
+            view_permissions=_choice(env, "SVC_SSP_VIEW_PERMISSIONS", "enforce",
+                                     VIEW_PERMISSION_MODES),
             query_update_throttle_ms=_int(env, "SVC_SSP_QUERY_UPDATE_THROTTLE_MS", 100),
             bootstrap_page_size=_int(env, "SVC_SSP_BOOTSTRAP_PAGE_SIZE", 500, minimum=1),
             impersonation=_impersonation(env),

@@ -148,6 +148,7 @@ class Loops:
             if name in current and self.fingerprints.get(name) != fp:
                 self.fingerprints[name] = fp
                 await loading.field_types(name)
+                state.permissions.invalidate()  # its select permission may have moved
         for t in sorted(state.tables - current):
             self._missing[t] = self._missing.get(t, 0) + 1
             if self._missing[t] >= 2:

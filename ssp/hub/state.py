@@ -28,6 +28,7 @@ from ssp.config import SspConfig
 from ssp.hub.logring import LogRing
 from ssp.jobs import JobRunner
 from ssp.naming import view_record
+from ssp.permissions import ViewPermissions
 from ssp.publisher import Publisher, PubView, Teardown
 from ssp.rowarena import HubRows
 from ssp.shards import ShardHandle
@@ -66,6 +67,10 @@ class ViewState(PubView):
     format: str | None = None
     registered_ms: int = 0
     share: str = ""  # registrations with the same key share a graph (ssp.hub.sharing)
+    # What the engine evaluates (ssp.permissions): the query with the tables' select rules in
+    # it ("" = `surql` as it is) and the identity's record fields those rules read.
+    engine_surql: str = ""
+    auth_fields: dict[str, Any] | None = None
 
 
 class ViewRegistry(dict[str, ViewState]):
@@ -155,6 +160,7 @@ class HubState:
                                                        self._view_size))
         self.logs = LogRing()
         self.allowlist = Allowlist(cfg.query_allowlist)
+        self.permissions = ViewPermissions(self.db, cfg.view_permissions)
         self.generation = 0
         self.overload_rejections = 0
         self.last_seq = 0  # highest scheduler `seq` applied (batched ingest dedup)

@@ -168,3 +168,70 @@ async def test_the_ssp_run_dir_is_private_and_a_foreign_one_refuses_the_start(
     assert proc.stop() == 2
     assert "belongs to another user" in proc.log_text()
     assert json.dumps(os.listdir(foreign)) == "[]"  # no socket was put there
+
+
+async def test_the_database_holds_an_ingest_only_credential_that_no_dump_carries(
+        host: DbHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """High: with transport `http` the master secret sat in a database param
+    (`$_00_ingest_secret`): readable with the VIEWER role, printed by `INFO FOR DB`, and so
+    written into every backup dump. The param now holds a credential that opens an SSP's
+    `/ingest` and `/view/unregister` only, and no dump carries it.
+
+    The embedded host runs no `http::*` functions, so `svc schema apply --transport http`
+    refuses it at its probe: the apply runs in-process with the probe alone left out; the
+    database, the viewer session and the export are real."""
+    import gzip
+
+    from surrealdb import AsyncSurreal
+
+    from backup.dumpformat import read_dump
+    from backup.exporter import export_database
+    from dbclient import Database, DbConfig
+    from ipc.peerauth import ingest_credential
+    from svccli import schema
+    from svccli.settings import resolve_settings
+    from tests.support.dbhost_clients import close
+
+    secret = "db-param-test-secret-" + uuid.uuid4().hex
+    ns = "param_" + uuid.uuid4().hex[:8]
+    env = {**db_env(host, ns, ns), "SVC_AUTH_SECRET": secret}
+    root = Database(DbConfig.from_env(env))
+    await root.connect()
+    try:
+        await root.query("DEFINE TABLE post SCHEMALESS PERMISSIONS FULL; "
+                         "DEFINE PARAM $_00_ingest_secret VALUE $s PERMISSIONS NONE; "  # older
+                         "DEFINE USER watcher ON DATABASE PASSWORD 'watch-pw' ROLES VIEWER",
+                         {"s": secret})
+
+        async def no_probe(db: Any, url: str) -> None:
+            return None
+
+        monkeypatch.setattr(schema, "probe_http_functions", no_probe)
+        settings = resolve_settings(env, transport_flag="http", project_flag=None,
+                                    ingest_url_flag="http://127.0.0.1:9/ingest",
+                                    retention_flag=None, cwd=tmp_path)
+        await schema.apply_schema(root, settings)
+        # what a viewer-role database user reads
+        viewer = AsyncSurreal(host.ws_url)
+        await viewer.signin({"namespace": ns, "database": ns, "username": "watcher",
+                             "password": "watch-pw"})
+        await viewer.use(ns, ns)
+        try:
+            info = json.dumps(await viewer.query("INFO FOR DB"), default=str)
+        finally:
+            await close(viewer)
+        assert secret not in info
+        assert "_00_ingest_secret" not in info
+        assert ingest_credential(secret) in info  # the events need it: ingest-only
+        # a dump of the database
+        chunks: list[bytes] = []
+        await export_database(root, chunks.append, backup_id="b1")
+        raw = gzip.decompress(b"".join(chunks))
+        assert secret.encode() not in raw
+        assert ingest_credential(secret).encode() not in raw
+        dump = tmp_path / "dump.cbor.gz"
+        dump.write_bytes(b"".join(chunks))
+        (schema_rec,) = [r for r in read_dump(dump) if r.get("t") == "schema"]
+        assert set(schema_rec["db"]["params"]) == {"_00_ingest_url", "_00_unregister_url"}
+    finally:
+        await root.close()

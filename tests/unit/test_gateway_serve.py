@@ -85,6 +85,7 @@ async def test_a_run_dir_too_deep_for_a_unix_socket_puts_the_sockets_in_a_privat
     # never the abstract namespace (no file permissions: any local user could connect)
     assert not deep.hub_endpoint.startswith("ipc://@") and deep.ipc_dir is not None
     assert deep.hub_endpoint.startswith(f"ipc://{deep.ipc_dir}/")
+    assert deep.socket_dirs == {deep_dir, deep.ipc_dir}
     assert deep.hub_endpoint != other.hub_endpoint  # two SSPs never share a socket
     assert len({deep.hub_endpoint, deep.shard_endpoint(0), deep.shard_endpoint(1)}) == 3
     secure_dir(deep.ipc_dir)
