@@ -31,6 +31,7 @@ views registered after the change.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -42,7 +43,7 @@ from surrealdb import RecordID
 from dbclient import Database, DbError
 from engine.errors import QueryRejected
 from engine.lexer import Tok, tokenize
-from engine.parser import Query, parse, parse_cached, query_tables
+from engine.parser import Query, parse_cached, query_tables
 from engine.syntax import Expr
 
 log = logging.getLogger("ssp.permissions")
@@ -92,6 +93,7 @@ def _clause_starts(toks: list[Tok], i: int) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1024)
 def _rule_text(rule: str) -> str:
     """The rule with `$auth` alone read as `$auth.id` (the engine's `$auth` is an object)."""
     toks = tokenize(rule)
@@ -112,7 +114,14 @@ def _rule_text(rule: str) -> str:
 
 def with_rules(text: str, rules: Mapping[str, str]) -> str:
     """`text` with `rules[table]` ANDed into the WHERE of every (sub)query on `table` (see
-    the module docstring); PermissionRefused when the result is not exactly that query."""
+    the module docstring); PermissionRefused when the result is not exactly that query.
+    Cached: the clients of an app register a few query texts many times over."""
+    return _with_rules(text, tuple(sorted(rules.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _with_rules(text: str, rule_items: tuple[tuple[str, str], ...]) -> str:
+    rules = dict(rule_items)
     toks = tokenize(text)
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), applied from the end
     # one frame per SELECT: [depth, table, state, where_start]; state: proj|table|after|where
@@ -175,7 +184,7 @@ def _close_where(frame: list[Any], pos: int, rules: Mapping[str, str],
 
 
 def _rule_expr(table: str, rule: str) -> Expr:
-    where = parse(f"SELECT * FROM {table} WHERE {rule}").where
+    where = parse_cached(f"SELECT * FROM {table} WHERE {rule}").where
     assert where is not None
     return where
 
