@@ -511,3 +511,22 @@ async def test_forwarded_headers_neither_reset_the_limit_nor_reach_the_log(stack
                                headers={"X-Forwarded-For": "203.0.113.99"})
         assert status == 401  # the TCP peer used up its failures, whatever the header says
     assert "203.0.113." not in stack.sched.process.log_text()
+
+
+async def test_failures_from_many_addresses_together_meet_a_global_limit(
+        stack: Stack) -> None:
+    """Medium: the per-address limit alone let many addresses (a botnet, or the rotated
+    forged addresses above) guess without end. 300 failures in all within the window stop
+    every further attempt, the right password included. Last: it blocks all sign-ins."""
+    admin = stack.sched.admin + "/admin/api/session"
+
+    async def fail_from(addr: str) -> list[int]:
+        async with client(addr) as http:
+            return [(await jreq(http, "POST", admin, body={"password": "nope"}))[0]
+                    for _ in range(10)]
+
+    codes = await asyncio.gather(*(fail_from(f"127.0.1.{i}") for i in range(1, 31)))
+    assert {c for cs in codes for c in cs} == {401}
+    async with client("127.0.2.1") as http:  # a fresh address, the right password
+        status, _ = await jreq(http, "POST", admin, body={"password": BREAKGLASS})
+        assert status == 401
