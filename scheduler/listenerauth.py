@@ -11,7 +11,10 @@ default, SECURITY.md):
 | `SSP` | `/proxy/*`, `/job/*` | the secret, or any SSP's credential (`ipc.peerauth`) |
 | `SSP_SELF` | `/ssp/register`, `/ssp/heartbeat` | the secret, or the credential of the SSP the body names |
 | `OPTIONAL` | `/ssp/bootstrap-progress` | none needed (the spec says 200 always); kept only when authenticated |
-| `MASTER` | `/admin/resync`, `/backup/*`, `PUT /backends`, `/impersonate/*` | the secret |
+| `MASTER` | `/admin/resync`, `/backup/*`, `PUT /backends` | the secret |
+
+`/impersonate/*` take the secret too, checked by the routes themselves after their 404 while
+impersonation is off (`scheduler.impersonate`, spec).
 
 Without the secret every route stays open, as before (development). The verdict is left in
 `req.context.peer`: `"*"` for the secret (everyone without a secret), an SSP id for an SSP
@@ -42,7 +45,7 @@ _BY_TEMPLATE = {
     "/job/dispatch": SSP, "/job/result": SSP, "/job/kill": SSP, "/job/retry": SSP,
     "/job/recover": SSP,
     "/admin/resync": MASTER, "/backends": MASTER,
-    "/impersonate/mint": MASTER, "/impersonate/users": MASTER,
+    # `/impersonate/*` check the secret themselves, after their 404 while disabled (spec)
 }
 
 

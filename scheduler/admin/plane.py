@@ -82,6 +82,7 @@ class AdminPlane:
         await cancel_and_wait(*self._loops)
         await self.actions.stop()
         self.ops.shutdown()
+        self.tokens.flush()
         await self.cluster.stop()
         logging.getLogger().removeHandler(self.ring)
 

@@ -16,7 +16,10 @@ revoked) and revokes one by reference (``DELETE /admin/api/tokens/{id}``), so an
 end a leaked token without holding it. The registry and every revocation except a logout
 (the spec keeps that one in memory) are written to ``admin-tokens.json`` beside the replica
 (temporary file, fsync, rename) and kept until the token's own expiry, so they survive a
-restart. A file of an older release, ``admin-revoked.json`` (revoked ids), is read too.
+restart: a revocation or a mint is written at once, a sign-in's new session at most once per
+``WRITE_INTERVAL_SECS`` (a burst of sign-ins must not fsync the whole file each time; a
+session issued in the last second before a crash verifies after it but is not listed). A file
+of an older release, ``admin-revoked.json`` (revoked ids), is read too.
 
 A token also has to stand when it is used (:meth:`TokenAuthority.check`, the ``standing``
 callable the admin plane sets, ``scheduler.admin.sessions.Standing``): its subject must still
@@ -61,6 +64,7 @@ LABEL_MAX = 200
 REGISTRY_FILE = "admin-tokens.json"
 LEGACY_REVOKED_FILE = "admin-revoked.json"
 REGISTRY_MAX = 10_000  # entries kept (the soonest to expire go first beyond it)
+WRITE_INTERVAL_SECS = 1.0  # new sessions are written at most this often
 BREAKGLASS_SUBJECT = "breakglass"
 _INFO = b"surreal-views admin token v1"
 _SALT = b"surreal-views/scheduler/admin"
@@ -123,6 +127,8 @@ class TokenAuthority:
         self._legacy = directory / LEGACY_REVOKED_FILE if directory is not None else None
         #: set by the admin plane: may this principal still act (roster, break-glass)?
         self.standing: Callable[[Principal], Awaitable[bool]] | None = None
+        self._written_at = float("-inf")
+        self._dirty = False
         self._load()
 
     @property
@@ -140,7 +146,7 @@ class TokenAuthority:
         self._registry[p.ref] = {"kind": kind, "label": label, "scope": scope, "mode": mode,
                                  "subject": subject, "created_at": now,
                                  "expires_at": p.expires_at, "revoked_at": None}
-        self._write()
+        self._write(force=kind == "minted")
         if self.key is None:
             token = "sva_" + secrets.token_urlsafe(32)
             self._random[token] = p
@@ -348,9 +354,20 @@ class TokenAuthority:
                     "created_at": 0, "expires_at": exp, "revoked_at": None})
                 entry["revoked_at"] = entry.get("revoked_at") or int(time.time())
 
-    def _write(self) -> None:
+    def flush(self) -> None:
+        """Write what a debounced write left (the admin plane calls it when it stops)."""
+        if self._dirty:
+            self._write(force=True)
+
+    def _write(self, *, force: bool = True) -> None:
         if self.path is None or self.key is None:
             return  # random tokens die with the process: nothing to remember
+        now = time.monotonic()
+        if not force and now - self._written_at < WRITE_INTERVAL_SECS:
+            self._dirty = True
+            return
+        self._written_at = now
+        self._dirty = False
         self._prune()
         tmp = self.path.with_suffix(".json.tmp")
         try:

@@ -214,3 +214,25 @@ def test_the_log_ring_reports_lines_lost_before_a_viewer_read_them() -> None:
         assert ring.tail_cursor(2) == 10
     finally:
         logger.removeHandler(ring)
+
+
+def test_a_burst_of_sign_ins_writes_the_registry_at_most_once_a_second(tmp_path: Path) -> None:
+    a = TokenAuthority(SECRET, 60, tmp_path)
+    writes = []
+    real = a._write
+
+    def counting(*, force: bool = True) -> None:
+        before = a._written_at
+        real(force=force)
+        if a._written_at != before:
+            writes.append(force)
+
+    a._write = counting  # type: ignore[method-assign]
+    for _ in range(200):
+        a.session("breakglass", "breakglass")
+    assert len(writes) <= 2  # the first, and perhaps one a second later on a slow machine
+    a.flush()
+    b = TokenAuthority(SECRET, 60, tmp_path)
+    _, s = b.session("breakglass", "breakglass")
+    assert len(b.listing(s)) == 201  # every session of the burst is listed after a restart
+

@@ -72,7 +72,7 @@ def test_the_scheduler_listener_policy_per_route() -> None:
     assert policy_of("/proxy/query") == SSP and policy_of("/job/result") == SSP
     assert policy_of("/ssp/register") == SSP_SELF and policy_of("/ssp/heartbeat") == SSP_SELF
     assert policy_of("/ssp/bootstrap-progress") == OPTIONAL
-    for master in ("/admin/resync", "/backends", "/backup/restore", "/impersonate/mint"):
+    for master in ("/admin/resync", "/backends", "/backup/restore"):
         assert policy_of(master) == MASTER, master
     for open_route in ("/ingest", "/view/register", "/view/unregister", "/health",
                        "/health/snapshot", "/metrics", "/info", None):
