@@ -154,7 +154,23 @@ async def test_the_ssp_run_dir_is_private_and_a_foreign_one_refuses_the_start(
         assert stat.S_IMODE(os.stat(loose).st_mode) == 0o700
     finally:
         assert proc.stop() == 0
-    # 3. a directory another user made first (chown needs root, as these tests run): refused
+    # 3. a run dir too deep for a Unix socket address: the sockets go to a private short
+    # directory beside it, not to the abstract namespace (which has no file permissions)
+    deep = tmp_path / ("deep-" + "d" * 90)
+    before = set(glob.glob(f"{tempfile.gettempdir()}/svc-ipc-*"))
+    port = free_port()
+    proc = _ssp(tmp_path, host, ns, port, SVC_SSP_RUN_DIR=str(deep))
+    try:
+        await _http_ready(port, proc)
+        (short,) = set(glob.glob(f"{tempfile.gettempdir()}/svc-ipc-*")) - before
+        st = os.stat(short)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+        assert any(name.endswith(".sock") for name in os.listdir(short))
+        assert not any("@svc-ssp" in line for line in open("/proc/net/unix"))
+    finally:
+        assert proc.stop() == 0, proc.log_text()[-3000:]
+    assert not os.path.exists(short)
+    # 4. a directory another user made first (chown needs root, as these tests run): refused
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     os.chown(foreign, 65534, 65534)
@@ -235,3 +251,83 @@ async def test_the_database_holds_an_ingest_only_credential_that_no_dump_carries
         assert set(schema_rec["db"]["params"]) == {"_00_ingest_url", "_00_unregister_url"}
     finally:
         await root.close()
+
+
+async def test_revocations_outlive_a_restart_and_a_new_break_glass_password_ends_old_tokens(
+        host: DbHost, tmp_path: Path) -> None:
+    """Medium: minted tokens and sessions could not be revoked by id, and changing the
+    break-glass password left its sessions (8 h) and the tokens they minted (365 days) working.
+    Also: a configured reverse proxy's `X-Forwarded-For` is believed (and only then, see
+    test_security's forged-header test), so the per-address limit counts the real client."""
+    ns = "bg_" + uuid.uuid4().hex[:8]
+    root = await root_db(host, ns, ns)
+    await root.query("DEFINE TABLE post SCHEMALESS PERMISSIONS FULL")
+    await root.close()
+    proxy = "127.0.0.5"
+    sched = start_scheduler(tmp_path, host, ns, env={"SVC_ADMIN_TRUSTED_PROXIES": proxy})
+    admin = sched.admin + "/admin/api"
+
+    def auth(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    async def me(http: aiohttp.ClientSession, token: str) -> int:
+        async with http.get(admin + "/me", headers=auth(token)) as r:
+            return r.status
+
+    async def sign_in(http: aiohttp.ClientSession, password: str,
+                      forwarded: str | None = None) -> tuple[int, Any]:
+        headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+        return await _json(http, "POST", admin + "/session", json={"password": password},
+                           headers=headers)
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, s = await sign_in(http, BREAKGLASS)
+            assert status == 200
+            session = s["token"]
+            minted = {}
+            for label in ("kept", "gone"):
+                status, m = await _json(http, "POST", admin + "/tokens", headers=auth(session),
+                                        json={"label": label, "scope": "read", "ttl_days": 30})
+                assert status == 201
+                minted[label] = m["token"]
+            _, gone = await _json(http, "GET", admin + "/me", headers=auth(minted["gone"]))
+            async with http.delete(admin + f"/tokens/{gone['id']}",
+                                   headers=auth(session)) as r:
+                assert r.status == 204
+            assert await me(http, minted["gone"]) == 401
+
+        # behind the configured proxy: the forwarded client is the one the limit counts
+        proxied = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(proxy, 0)))
+        async with proxied as http:
+            for i in range(10):
+                status, _ = await sign_in(http, f"wrong-{i}", "203.0.113.7")
+                assert status == 401
+            status, _ = await sign_in(http, BREAKGLASS, "203.0.113.7")
+            assert status == 401  # that client used up its failures
+            status, _ = await sign_in(http, BREAKGLASS, "203.0.113.8")
+            assert status == 200  # another client behind the same proxy is not blocked
+
+        # a restart: the revocation by id holds, the live session and token still work
+        assert sched.process.stop() == 0
+        sched.restart()
+        async with aiohttp.ClientSession() as http:
+            assert [await me(http, t) for t in (session, minted["kept"], minted["gone"])] \
+                == [200, 200, 401]
+            _, listing = await _json(http, "GET", admin + "/tokens", headers=auth(session))
+            by_label = {t["label"]: t for t in listing["tokens"] if t["kind"] == "minted"}
+            assert by_label["gone"]["revoked"] and not by_label["kept"]["revoked"]
+
+        # a new break-glass password: the old password's session and its tokens stop
+        assert sched.process.stop() == 0
+        sched.env["SVC_ADMIN_PASSWORD"] = "a-new-break-glass-password"
+        sched.restart()
+        async with aiohttp.ClientSession() as http:
+            assert [await me(http, t) for t in (session, minted["kept"])] == [401, 401]
+            status, _ = await sign_in(http, BREAKGLASS)
+            assert status == 401
+            status, s2 = await sign_in(http, "a-new-break-glass-password")
+            assert status == 200 and await me(http, s2["token"]) == 200
+    finally:
+        code = sched.process.stop()
+        assert code == 0, sched.process.log_text()[-3000:]
