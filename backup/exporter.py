@@ -27,7 +27,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from backup.dumpformat import FORMAT, VERSION, DumpWriter
-from backup.schema import escape_ident, is_view, table_kind
+from backup.schema import escape_ident, is_view, table_kind, without_credentials
 from dbclient import Database
 
 __all__ = ["PAGE_ROWS", "export_database", "pages"]
@@ -90,7 +90,7 @@ async def export_database(db: Database, sink: Callable[[bytes], None], *, backup
     sink error propagates (the caller aborts the upload: no ``end`` record was written)."""
     started = time.monotonic()
     cfg = db.config
-    info = await db.query_one("INFO FOR DB", idempotent=True) or {}
+    info = without_credentials(await db.query_one("INFO FOR DB", idempotent=True) or {})
     tables = {str(k): str(v) for k, v in (info.get("tables") or {}).items()}
     table_info = {}
     for name in sorted(tables):

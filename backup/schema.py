@@ -15,6 +15,11 @@ Order of a restore (the wipe first removes every table, function, param and anal
 5. the computed views (``DEFINE TABLE ... AS SELECT``): defined last, the engine fills them
    from the imported rows; their rows are not in the dump.
 
+Params that hold a credential (:data:`CREDENTIAL_PARAMS`: the ingest credential the http
+transport's events send) are never written into a dump (:func:`without_credentials`): a dump
+sits in object storage, read by whoever reads backups. A restore keeps the database's own
+(the wipe leaves them), so the events keep working; ``svc schema apply`` rewrites them.
+
 Access methods and database users: ``INFO`` prints their keys and password hashes as
 ``[REDACTED]``, so a dump cannot carry them. A restore keeps the ones the database has; an
 access method the dump names and the database lacks is defined with its key clauses left
@@ -31,13 +36,19 @@ from typing import Any
 from dbclient.sql import is_identifier
 
 __all__ = [
+    "CREDENTIAL_PARAMS",
     "DB_KINDS_REPLAYED",
     "SchemaPlan",
     "escape_ident",
     "is_view",
     "overwrite",
     "table_kind",
+    "without_credentials",
 ]
+
+#: database params holding a credential (written by `svc schema apply`; `_00_ingest_secret` is
+#: the name older releases kept the shared secret itself under)
+CREDENTIAL_PARAMS = frozenset({"_00_ingest_token", "_00_ingest_secret"})
 
 #: database-level kinds replayed from the dump (accesses and users are not: see above)
 DB_KINDS_REPLAYED = ("analyzers", "params", "functions", "sequences", "configs", "apis",
@@ -49,6 +60,15 @@ _DEFINE_RE = re.compile(r"^\s*DEFINE\s+([A-Z]+)\s+(?!OVERWRITE\b|IF\s+NOT\s+EXIS
 _REDACTED_KEY = re.compile(r"\s+WITH\s+(?:JWT\s+ALGORITHM\s+\w+\s+KEY|ISSUER\s+KEY)\s+"
                            r"'\[REDACTED\]'", re.IGNORECASE)
 _REDACTED_BARE = re.compile(r"\s+(?:ALGORITHM\s+\w+\s+)?KEY\s+'\[REDACTED\]'", re.IGNORECASE)
+
+
+def without_credentials(info: Mapping[str, Any]) -> dict[str, Any]:
+    """``INFO FOR DB`` minus the params of :data:`CREDENTIAL_PARAMS` (what a dump keeps)."""
+    out = dict(info)
+    params = out.get("params")
+    if isinstance(params, Mapping):
+        out["params"] = {k: v for k, v in params.items() if str(k) not in CREDENTIAL_PARAMS}
+    return out
 
 
 def escape_ident(name: str) -> str:
@@ -100,6 +120,8 @@ class SchemaPlan:
         out = [f"REMOVE TABLE IF EXISTS {escape_ident(t)}" for t in order]
         for kind, form in _REMOVED_KINDS.items():
             for name in sorted(_texts(self.current.get(kind))):
+                if kind == "params" and name in CREDENTIAL_PARAMS:
+                    continue  # the database's own credential stays (never in a dump)
                 if all(is_identifier(part) for part in name.split("::")):
                     out.append("REMOVE " + form.format(name).replace(" ", " IF EXISTS ", 1))
         return out
@@ -108,7 +130,8 @@ class SchemaPlan:
     def database_level(self) -> list[str]:
         out = []
         for kind in DB_KINDS_REPLAYED:
-            out += [overwrite(t) for _, t in sorted(_texts(self.dump_db.get(kind)).items())]
+            out += [overwrite(t) for name, t in sorted(_texts(self.dump_db.get(kind)).items())
+                    if not (kind == "params" and name in CREDENTIAL_PARAMS)]
         have = _texts(self.current.get("accesses"))
         for name, text in sorted(_texts(self.dump_db.get("accesses")).items()):
             if name in have:

@@ -13,8 +13,10 @@ never does (argv is visible to every user): the worker reads `SVC_AUTH_SECRET` i
 - `--graceful-timeout 5`: on SIGTERM workers finish in-flight requests; open `GET /logs`
   streams never finish by themselves, so they are cut after 5 s rather than holding the
   SSP's shutdown for gunicorn's default 30 s.
-- `--keep-alive`: idle connections stay open `ipc.http.SERVER_KEEPALIVE_SECS`, longer than our
-  clients pool them (gunicorn's 2 s default raced the scheduler's reuse of a pooled connection).
+- `--keep-alive`: idle connections stay open `ipc.http.SERVER_KEEPALIVE_SECS` (or the
+  configured `SVC_HTTP_READ_TIMEOUT_SECS`), longer than our clients pool them (gunicorn's 2 s
+  default raced the scheduler's reuse of a pooled connection). The hooks also hold a new
+  connection's first request to that time (`gateway.gunicorn_hooks`).
 - `-c python:gateway.gunicorn_hooks`: each worker dies with its master (a parent-death signal set
   after the fork), so no worker outlives a master that was killed and keeps the port bound. The
   hub starts the master itself through `ipc.lifeline`, so the master dies with the hub.
@@ -24,8 +26,6 @@ from __future__ import annotations
 
 import sys
 from typing import Protocol
-
-from ipc.http import SERVER_KEEPALIVE_SECS
 
 APP_SPEC = "gateway.ssp_app:create_app({endpoint!r})"
 HOOKS = "python:gateway.gunicorn_hooks"
@@ -52,6 +52,9 @@ class GatewayConfig(Protocol):
     @property
     def hub_endpoint(self) -> str: ...
 
+    @property
+    def http_read_timeout_secs(self) -> int: ...
+
 
 def gunicorn_argv(
     cfg: GatewayConfig, *, python: str = sys.executable, graceful_timeout_secs: int = 5, access_log: bool = False
@@ -64,7 +67,7 @@ def gunicorn_argv(
         "-b", bind_address(cfg.listen_host, cfg.listen_port),
         "--no-control-socket",
         "--graceful-timeout", str(graceful_timeout_secs),
-        "--keep-alive", str(SERVER_KEEPALIVE_SECS),
+        "--keep-alive", str(cfg.http_read_timeout_secs),
         "-c", HOOKS,
     ]
     if access_log:

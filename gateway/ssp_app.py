@@ -17,7 +17,9 @@ Everything else is the hub's reply, status and body unchanged.
 Decisions (where the spec leaves room):
 
 - Without `SVC_AUTH_SECRET` any bearer token is accepted, but a request with no
-  `Authorization: Bearer <token>` at all is still 401 (`ipc.bearer`).
+  `Authorization: Bearer <token>` at all is still 401 (`ipc.bearer`). With it, the secret opens
+  every route; the scheduler's credential for this SSP (`ipc.peerauth`) every route except
+  `/impersonate/*`; the ingest credential only `/ingest` and `/view/unregister`.
 - Content-Type: absent, `application/json` (any parameters) or `application/*+json`; anything
   else is 400, so `curl -d` (form-encoded) needs `-H 'Content-Type: application/json'`.
   `POST /ingest` also takes `ipc.typed.CONTENT_TYPE` (the scheduler's typed deliveries: record
@@ -94,6 +96,8 @@ class GatewaySettings:
 
     auth_secret: str | None
     hub_endpoint: str
+    #: this SSP's id (`SVC_SSP_ID`, passed by the hub): a scheduler credential must name it
+    ssp_id: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     logs_poll_interval: float = 0.25
     logs_keepalive: float = 5.0
@@ -117,6 +121,7 @@ class GatewaySettings:
             log.error("request metrics not exported: %s", e)
             exporters, interval = (), otel.DEFAULT_EXPORT_INTERVAL_MS
         return cls(auth_secret=env.get("SVC_AUTH_SECRET") or None, hub_endpoint=hub_endpoint,
+                   ssp_id=env.get("SVC_SSP_ID") or None,
                    copy_logs_to_hub=True, metrics_exporters=exporters,
                    metrics_export_interval_ms=interval,
                    instance_id=f"{env.get('SVC_SSP_ID') or 'ssp'}/gateway-{os.getpid()}")
@@ -227,6 +232,10 @@ class PostRoute:
         self.route = route
         self.max_body_bytes = max_body_bytes
         self.needs_body = route in BODY_ROUTES
+        # Who may call it besides holders of the secret (`ipc.bearer`): the database's events
+        # post row changes and view deletions; impersonation is for the secret alone.
+        self.ingest_route = route in INGEST_ROUTES
+        self.master_only = route in MASTER_ONLY_ROUTES
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         """Validate the body and forward it."""
@@ -350,6 +359,11 @@ GET_ROUTES: tuple[tuple[str, str, bool], ...] = (
     ("/backup/restore/status/{restore_id}", "GET /backup/restore/status/{restore_id}", False),
 )
 
+#: routes the database's events call with the ingest credential (`ipc.peerauth`)
+INGEST_ROUTES = frozenset({"POST /ingest", "POST /view/unregister"})
+#: routes no derived credential opens: minting impersonation tokens needs the secret itself
+MASTER_ONLY_ROUTES = frozenset({"POST /impersonate/mint", "POST /impersonate/users"})
+
 POST_ROUTES: tuple[str, ...] = (
     "/ingest",
     "/view/register",
@@ -388,7 +402,8 @@ def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = No
             gateway_log.setLevel(logging.WARNING)
     fwd = Forwarder(hub, settings.hub_timeout_secs)
     app = GatewayApp(
-        middleware=[otel.RequestMetrics(meter), BearerAuth(settings.auth_secret),
+        middleware=[otel.RequestMetrics(meter),
+                    BearerAuth(settings.auth_secret, own_id=settings.ssp_id),
                     Lifespan(hub, handler, provider)],
         cors_enable=False,
     )

@@ -407,6 +407,18 @@ def epoch_ms(value: Any) -> int | None:
     return None
 
 
+#: how far in the future a `lastActiveAt` may lie (clock skew between a client and us)
+ACTIVITY_SKEW_MS = 60_000
+
+
+def activity_ms(value: Any, now: int) -> int | None:
+    """A `lastActiveAt` as epoch milliseconds, None when unreadable or later than `now` plus
+    the skew: a record user may write its own rows' `lastActiveAt`, and a date in the far
+    future would otherwise keep a view alive for ever."""
+    ms = epoch_ms(value)
+    return None if ms is None or ms > now + ACTIVITY_SKEW_MS else ms
+
+
 def normalize_view_id(text: str) -> str:
     """`query:abc`, `_00_query:abc` and a bare `abc` all name the view `query:abc`."""
     value = text.strip()

@@ -13,7 +13,10 @@ and the scheduler share, so both answer the same.
   session_remaining_secs).
 - `UserSearch` / `shape_users`: `{table, fields?, search?, limit?}` -> rows of `table` whose id
   or one of `fields` contains `search` (case-insensitive), ordered by id, each with `is_admin`.
-  A row carries only `id`, the named `fields` and `is_admin` (never, say, a password hash).
+  A row carries only `id`, the named `fields` and `is_admin`. The search runs as root, so
+  `fields` are limited to the names a people picker shows (`USER_FIELDS`): naming `pass` would
+  return password hashes, and even searching it without returning it (a substring match per
+  request) would read a hash out a character at a time. Service tables (`_00_*`) are refused.
 
 The signing key is derived from the shared secret (`signing_key`), never the secret itself:
 the database stores the key in its access definition, and a reader of that definition must not
@@ -39,6 +42,7 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_TOKEN_SECS",
     "SESSION_TABLE",
+    "USER_FIELDS",
     "FlagError",
     "Impersonation",
     "Invalid",
@@ -59,6 +63,9 @@ _OFF = frozenset({"off", "false", "0", "no", ""})
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MAX_ID = 512
 _KEY_LABEL = b"surreal-views impersonation HS256 v1"
+#: the fields `/impersonate/users` may search and return: what identifies a person on screen
+USER_FIELDS = frozenset({"name", "username", "email", "display_name", "displayName", "login",
+                         "handle", "first_name", "last_name", "firstName", "lastName", "nickname"})
 
 
 class FlagError(ValueError):
@@ -158,9 +165,15 @@ class UserSearch:
         table = body.get("table")
         if not is_identifier(table):
             raise Invalid(f"table: must be a plain identifier, got {str(table)[:80]!r}")
+        if str(table).startswith("_00_"):
+            raise Invalid("table: the service's own tables hold no users")
         fields = body.get("fields") or []
         if not isinstance(fields, list) or not all(is_identifier(f) for f in fields):
             raise Invalid("fields: must be an array of plain identifiers")
+        refused = [f for f in fields if f not in USER_FIELDS and f != "id"]
+        if refused:
+            raise Invalid(f"fields: {', '.join(refused[:5])} may not be searched; allowed: "
+                          f"{', '.join(sorted(USER_FIELDS))}")
         if len(fields) > 32:
             raise Invalid("fields: at most 32 fields")
         search = body.get("search") or ""
@@ -186,7 +199,8 @@ class UserSearch:
                   for f in self.fields]
         text = (
             "LET $r = IF (INFO FOR DB).tables._00_admin != NONE "
-            "{ (SELECT VALUE ident FROM _00_admin) } ELSE { [] }; RETURN $r; "
+            "{ (SELECT VALUE IF record != NONE { <string> record } ELSE { ident } "
+            "FROM _00_admin) } ELSE { [] }; RETURN $r; "
             f"SELECT {columns} FROM {self.table} WHERE {' OR '.join(tests)} ORDER BY id LIMIT $n;")
         return text, {"s": self.search.lower(), "n": self.limit}
 
@@ -194,19 +208,14 @@ class UserSearch:
 def shape_users(rows: list[dict[str, Any]], roster: Any, fields: tuple[str, ...]
                 ) -> list[dict[str, Any]]:
     """Rows (already in their JSON form) with `is_admin`: true when the row's own `is_admin`
-    field is true, or its id or one of the searched `fields` (a sign-in name, an e-mail) is on
-    the `_00_admin` roster, whose entries are such identifiers (`svc admin add`)."""
+    field is true, or its id is a record on the `_00_admin` roster (an entry's bound record,
+    or an entry that is a record id: `svc admin add`), exactly, as the admin sign-in matches:
+    a look-alike name is not an admin."""
     if isinstance(roster, str):
         roster = [roster]
     entries = {str(e) for e in roster or []}
-    lowered = {e.lower() for e in entries}
-    out = []
-    for row in rows:
-        ids = [row.get("id")] + [row.get(f) for f in fields]
-        on_roster = any(isinstance(v, str) and (v in entries or v.lower() in lowered)
-                        for v in ids)
-        out.append({**row, "is_admin": row.get("is_admin") is True or on_roster})
-    return out
+    return [{**row, "is_admin": row.get("is_admin") is True or (
+        isinstance(row.get("id"), str) and row["id"] in entries)} for row in rows]
 
 
 class Impersonation:

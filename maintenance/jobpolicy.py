@@ -72,12 +72,29 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
+class JobPathError(ValueError):
+    """A row's `path` would leave the backend's base path (the job fails, never retried)."""
+
+
 def job_url(base_url: str, path: Any) -> str:
-    """`base_url` + the row's `path` (one slash between them)."""
+    """`base_url` + the row's `path` (one slash between them).
+
+    The backend's bearer goes with every call, so the path must stay under the base path:
+    JobPathError for a `.` or `..` segment (also percent-encoded, or with a backslash, which
+    some servers read as a slash), a `//` that an HTTP client may take for a new authority,
+    or a control character."""
     p = str(path or "")
     if not p:
         return base_url
-    return base_url.rstrip("/") + "/" + p.lstrip("/")
+    rel = p.lstrip("/")
+    head = rel.split("?", 1)[0].split("#", 1)[0]
+    if any(ord(c) < 0x20 or c == "\x7f" for c in p):
+        raise JobPathError("the job path holds a control character")
+    decoded = unquote(unquote(head)).replace("\\", "/")
+    if any(seg in (".", "..") for seg in decoded.split("/")) or "//" in decoded:
+        raise JobPathError(f"the job path {p[:120]!r} leaves the backend's base path "
+                           "(a . or .. segment, or //): refused")
+    return base_url.rstrip("/") + "/" + rel
 
 
 def row_timeout(v: Any) -> float | None:

@@ -1,8 +1,9 @@
 """A project with every default filled in and every secret masked, for `svc project show`.
 
 Masked: `auth.token` (its `${NAME}` references are listed with where each resolves), every
-environment value (inline maps, dotenv files, `deploy.build_args`) and the SSP job config's
-`auth_token`. Environment sources are merged in order for each side (`dev`, `cloud`), later
+environment value (inline maps, dotenv files, `deploy.build_args`), the SSP job config's
+`auth_token`, and the shell commands `dev` (as a string) and `deploy.cmd`: people write
+`API_KEY=... node server.js` there, so only their length is shown. Environment sources are merged in order for each side (`dev`, `cloud`), later
 sources overriding earlier ones, as the app would see them; vault variables are shown as
 coming from the vault (their values are not known here).
 """
@@ -62,6 +63,11 @@ def merged_env(env: Any, side: str, app_dir: Path, project_dir: Path) -> dict[st
     return out
 
 
+def masked_command(text: str) -> str:
+    """A shell command as `show` prints it: it may carry inline credentials."""
+    return f"{MASK} (shell command, {len(text)} characters)"
+
+
 def _source(found: Variable | None) -> str:
     return "not set" if found is None else f"set ({found.source})"
 
@@ -70,6 +76,10 @@ def _app(app: LoadedApp, project: Project, env: Mapping[str, str]) -> dict[str, 
     cfg: AppConfig = app.config
     doc = cfg.model_dump(by_alias=True, exclude_none=True, exclude={"env"})
     doc["file"] = str(app.file)
+    if isinstance(doc.get("dev"), str):
+        doc["dev"] = masked_command(doc["dev"])
+    if isinstance(doc.get("deploy"), dict) and isinstance(doc["deploy"].get("cmd"), str):
+        doc["deploy"]["cmd"] = masked_command(doc["deploy"]["cmd"])
     if cfg.auth is not None:
         refs = token_refs(cfg.auth.token)
         lookup = token_lookup(app, project, env)

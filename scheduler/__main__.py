@@ -35,6 +35,7 @@ from scheduler.app import create_app
 from scheduler.config import ConfigError, SchedulerConfig
 from scheduler.core import Scheduler
 from scheduler.pools.run import PoolRunner
+from scheduler.serving import guarded_protocol
 from scheduler.wal import WalCorrupt
 
 log = logging.getLogger("scheduler")
@@ -55,10 +56,14 @@ async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
     meter, meter_provider = otel.setup_meter(
         cfg.metrics_exporters, interval_ms=cfg.metrics_export_interval_ms,
         service_name="svc-scheduler", instance_id=cfg.scheduler_id, meter_name="scheduler")
+    protocol = guarded_protocol(cfg.http_read_timeout_secs)
+    # No listener believes X-Forwarded-* by default (uvicorn trusts them from loopback): the
+    # admin listener only from SVC_ADMIN_TRUSTED_PROXIES, so a forged header never picks the
+    # address the sign-in limit counts or the one the log shows.
     server = _Server(uvicorn.Config(create_app(scheduler, meter), host=cfg.ingest_host,
                                     port=cfg.ingest_port, loop="uvloop", lifespan="on",
-                                    timeout_keep_alive=SERVER_KEEPALIVE_SECS,
-                                    log_level="warning"))
+                                    timeout_keep_alive=SERVER_KEEPALIVE_SECS, http=protocol,
+                                    proxy_headers=False, log_level="warning"))
     loop = asyncio.get_running_loop()
     exit_code = 0
     admin_server: _Server | None = None
@@ -77,10 +82,13 @@ async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
 
     if cfg.admin.enabled:
         plane = AdminPlane(scheduler, request_exit=request_exit)
+        trusted = list(cfg.admin.trusted_proxies)
         admin_server = _Server(uvicorn.Config(create_admin_app(plane, meter), host=cfg.admin.host,
                                               port=cfg.admin.port, loop="uvloop",
                                               lifespan="on",
                                               timeout_keep_alive=SERVER_KEEPALIVE_SECS,
+                                              http=protocol, proxy_headers=bool(trusted),
+                                              forwarded_allow_ips=trusted or None,
                                               log_level="warning"))
         plane.pools = pools.attach(scheduler)  # type: ignore[attr-defined]
     else:

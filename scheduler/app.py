@@ -4,8 +4,8 @@ Served by uvicorn in the scheduler's own process (the state lives there). Every 
 listener decides is ``{"error": code, "message": text}`` (``ipc.httperrors``): malformed JSON,
 a body of the wrong shape or a field of the wrong type is 400 ``invalid`` naming the field,
 never a 500. Unknown routes are 404, wrong methods 405. The listener is unauthenticated except
-``/proxy/*`` when ``SVC_AUTH_SECRET`` is set and ``/impersonate/*`` (``scheduler.impersonate``;
-spec, Authentication 2).
+the routes of ``scheduler.listenerauth`` when ``SVC_AUTH_SECRET`` is set: ``/proxy/*`` (spec,
+Authentication 2), the SSP and job routes, and what changes the cluster.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from surrealdb.data.cbor import decode as cbor_decode
 
 from dbclient import DbError
 from ipc import otel
-from ipc.bearer import BearerAuth
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import HttpError, bad_request, serialize_error
 from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
@@ -29,6 +28,7 @@ from scheduler.backups import add_backup_routes
 from scheduler.core import Reply, Scheduler, SchedulerBusy
 from scheduler.impersonate import add_impersonation_routes
 from scheduler.jobs import add_job_routes
+from scheduler.listenerauth import ListenerAuth, peer_names, require_peer
 from scheduler.proxy import ProxyInvalid, encode_cbor, encode_json, parse_statement, run_statement
 from scheduler.workflows.wiring import attach_workflows
 
@@ -36,6 +36,8 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("scheduler.http")
 _MAX_BATCH_BODY = 64 * 1024 * 1024
+SSP_ID_MAX = 200
+URL_MAX = 2048
 
 
 def _send(resp: falcon.asgi.Response, reply: Reply) -> None:
@@ -111,13 +113,10 @@ class Ingest:
 
 
 class ProxyQuery:
-    def __init__(self, s: Scheduler, auth: BearerAuth | None) -> None:
+    def __init__(self, s: Scheduler) -> None:
         self.s = s
-        self.auth = auth
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        if self.auth is not None:
-            self.auth.check(req.get_header("Authorization"))
         ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
         if ctype == "application/cbor":
             data = await read_bytes(req, DEFAULT_MAX_BODY_BYTES)
@@ -154,12 +153,7 @@ class ProxyQuery:
 
 
 class ProxyNoop:
-    def __init__(self, auth: BearerAuth | None) -> None:
-        self.auth = auth
-
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        if self.auth is not None:
-            self.auth.check(req.get_header("Authorization"))
         resp.media = {}
 
 
@@ -203,7 +197,11 @@ class SspRegister:
             raise bad_request("ssp_id: must not be empty")
         if not url.startswith(("http://", "https://")) or len(url) < 9:
             raise bad_request("url: must start with http:// or https://")
-        _send(resp, await self.s.register_ssp(ssp_id, url))
+        if len(ssp_id) > SSP_ID_MAX or len(url) > URL_MAX:
+            raise bad_request(f"ssp_id and url: at most {SSP_ID_MAX} and {URL_MAX} characters")
+        require_peer(req, ssp_id)
+        _send(resp, await self.s.register_ssp(ssp_id, url,
+                                              verified=self.s.peer_keys is not None))
 
 
 class SspHeartbeat:
@@ -212,7 +210,9 @@ class SspHeartbeat:
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = _obj(await _json_body(req))
-        _str_field(body, "ssp_id")
+        ssp_id = _str_field(body, "ssp_id")
+        assert ssp_id is not None
+        require_peer(req, ssp_id)
         _num_field(body, "timestamp", required=True)
         _num_field(body, "views", required=True)
         _num_field(body, "cpu_usage", required=False)
@@ -238,7 +238,8 @@ class SspProgress:
         except falcon.HTTPError as e:
             log.debug("bootstrap progress ignored: %s", e.description)
             body = None
-        if isinstance(body, dict):
+        # Kept only from the SSP it is about: anyone may post, nobody else is believed.
+        if isinstance(body, dict) and peer_names(req, body.get("ssp_id")):
             self.s.bootstrap_progress(body)
         resp.media = {"ok": True}
 
@@ -280,14 +281,14 @@ def create_app(s: Scheduler, meter: Meter | None = None
     """The ingest listener's routes bound to ``s``; request metrics on ``meter``
     (``ipc.otel``; None: not measured)."""
     app: falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response] = falcon.asgi.App(
-        middleware=[otel.RequestMetrics(meter or NoOpMeter("scheduler"))])
+        middleware=[otel.RequestMetrics(meter or NoOpMeter("scheduler")),
+                    ListenerAuth(s.cfg.auth_secret)])
     app.set_error_serializer(serialize_error)
     app.add_error_handler(Exception, _handle_unexpected)
-    auth = BearerAuth(s.cfg.auth_secret) if s.cfg.auth_secret else None
     app.add_route("/ingest", Ingest(s))
-    app.add_route("/proxy/query", ProxyQuery(s, auth))
-    app.add_route("/proxy/signin", ProxyNoop(auth))
-    app.add_route("/proxy/use", ProxyNoop(auth))
+    app.add_route("/proxy/query", ProxyQuery(s))
+    app.add_route("/proxy/signin", ProxyNoop())
+    app.add_route("/proxy/use", ProxyNoop())
     app.add_route("/view/register", ViewRegister(s))
     app.add_route("/view/unregister", ViewUnregister(s))
     app.add_route("/ssp/register", SspRegister(s))

@@ -37,6 +37,7 @@ import yaml
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ipc import otel
+from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.messages import INGEST_BATCH_MAX
 from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
@@ -120,6 +121,10 @@ class AdminConfig:
     # ours, SVC_SUPERVISED=1: a supervisor (ops/run) relaunches the scheduler when it exits, so
     # `POST /admin/api/scheduler/restart {mode: restart}` may exit the process.
     supervised: bool = False
+    # ours, SVC_ADMIN_TRUSTED_PROXIES: addresses whose X-Forwarded-For / X-Forwarded-Proto the
+    # admin listener believes (a reverse proxy in front of it); empty: none, the TCP peer is
+    # the client (a forged header must not pick the address the login limit counts)
+    trusted_proxies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,9 @@ class SchedulerConfig:
     # OpenTelemetry request metrics of both listeners (`ipc.otel`, standard OTEL_* names)
     metrics_exporters: tuple[str, ...] = ()
     metrics_export_interval_ms: int = 60_000
+    # ours, SVC_HTTP_READ_TIMEOUT_SECS: a connection of any listener that waits for or reads a
+    # request this long is closed (scheduler.serving); the default is the keep-alive time
+    http_read_timeout_secs: int = SERVER_KEEPALIVE_SECS
 
     @property
     def data_dir(self) -> Path:
@@ -435,6 +443,9 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
         objstore=objstore_from_env(env),  # one parser, shared with the SSP
         backup_pause_at=_pause_at(env),
         supervised=_env_bool(env, "SVC_SUPERVISED", False),
+        trusted_proxies=tuple(a.strip() for a in
+                              (_env_str(env, "SVC_ADMIN_TRUSTED_PROXIES") or "").split(",")
+                              if a.strip()),
     )
 
 
@@ -574,4 +585,5 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         ),
         metrics_exporters=metrics_exporters,
         metrics_export_interval_ms=export_interval,
+        http_read_timeout_secs=_env_int(env, "SVC_HTTP_READ_TIMEOUT_SECS", SERVER_KEEPALIVE_SECS),
     )

@@ -59,6 +59,7 @@ from dbclient.fieldtypes import FieldTypes
 from dbclient.tasks import cancel_and_wait
 from ipc.http import client_session
 from ipc.messages import parse_timestamp
+from ipc.peerauth import SCHEDULER, PeerKeys
 from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.delivery import Delivery
@@ -133,7 +134,8 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self._clone_task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
-        self._auth = {"Authorization": f"Bearer {cfg.auth_secret or 'scheduler'}"}
+        # Credentials of the hops to and from the SSPs (`ipc.peerauth`); None without a secret.
+        self.peer_keys = PeerKeys(cfg.auth_secret) if cfg.auth_secret else None
         # Changefeed transport and drift (scheduler.feed, scheduler.drift) through the hooks.
         self.feed: ChangefeedTail | None = None
         if cfg.ingest_transport is IngestTransport.CHANGEFEED:
@@ -251,6 +253,12 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self.wal.close()
         self.tracker.close()
         self.replica.close()
+
+    def peer_auth(self, ssp_id: str) -> dict[str, str]:
+        """The Authorization header the scheduler sends SSP ``ssp_id``: the credential derived
+        for that SSP alone (any bearer passes an SSP without a secret)."""
+        token = "scheduler" if self.peer_keys is None else self.peer_keys.issue(SCHEDULER, ssp_id)
+        return {"Authorization": f"Bearer {token}"}
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> None:
         task = asyncio.ensure_future(coro)

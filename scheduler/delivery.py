@@ -130,6 +130,7 @@ class Delivery:
                     await backoff.sleep()
             if e.state is SspState.REPLAYING and not e.queue and e.flagged is None:
                 e.state = SspState.READY
+                e.was_ready = True
                 log.info("SSP %s ready (sent through seq %d)", e.ssp_id, e.sent_seq)
                 self._spawn(self._resend_views(e), f"views-{e.ssp_id}")
 
@@ -148,7 +149,7 @@ class Delivery:
         ctype = typed.CONTENT_TYPE if e.typed else "application/json"
         try:
             async with self._session.post(f"{e.url}/ingest", data=data,
-                                          headers={**self._auth, "Content-Type": ctype}) as r:
+                                          headers={**e.auth, "Content-Type": ctype}) as r:
                 status, text = r.status, await r.text()
         except (aiohttp.ClientError, TimeoutError) as err:
             log.info("SSP %s unreachable for ingest (%s); retrying", e.ssp_id,

@@ -92,6 +92,15 @@ class SspEntry:
     # first heartbeat only when its bootstrap ends, and that heartbeat must still find the
     # entry to get its 409 (not a 404, which skips the clean wipe).
     reap_grace: float = 0.0
+    # What the scheduler sends this SSP: its own derived credential (`ipc.peerauth`), never
+    # the shared secret.
+    auth: dict[str, str] = field(default_factory=dict, repr=False)
+    # Registered with a valid SSP credential (False only without SVC_AUTH_SECRET).
+    verified: bool = False
+    # When the SSP's URL first answered anything (a health poll); None: not yet.
+    answered_at: float | None = None
+    # Ready at least once since it registered.
+    was_ready: bool = False
 
     def cpu(self) -> float:
         v = self.metrics.get("cpu_usage")

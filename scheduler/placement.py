@@ -57,7 +57,7 @@ class Placement:
         try:
             async with self._session.post(
                     f"{e.url}{path}", data=json.dumps(body, default=json_default).encode(),
-                    headers={**self._auth, "Content-Type": "application/json"}) as r:
+                    headers={**e.auth, "Content-Type": "application/json"}) as r:
                 return r.status, await r.read(), r.headers.get("Content-Type",
                                                                 "application/json")
         except (aiohttp.ClientError, TimeoutError) as err:

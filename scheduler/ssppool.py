@@ -20,6 +20,16 @@ from scheduler.entries import (
 
 log = logging.getLogger("scheduler")
 
+# Registration is open to the private network without SVC_AUTH_SECRET (and to every holder of
+# it with one): these bound what a flood of registrations can hold. Each Bootstrapping entry
+# freezes the replica and buffers events, so at most MAX_BOOTSTRAPPING may exist at once, and
+# at most MAX_SSPS entries in all; an entry whose URL has not answered a single health poll
+# UNANSWERED_EVICT_SECS after it registered (or `bootstrap_timeout_secs`, when shorter) is
+# removed (a real SSP's gateway answers `bootstrapping` within seconds of its registration).
+MAX_BOOTSTRAPPING = 32
+MAX_SSPS = 256
+UNANSWERED_EVICT_SECS = 30.0
+
 
 # A mixin of `scheduler.core.Scheduler`, not a component: the listener, the admin plane and
 # the tests use one Scheduler object (`s.entries`, `s.flag_ssp(...)`, `s.health()`), and these
@@ -29,12 +39,22 @@ class SspPool:
     """Registers SSPs and moves them through their states."""
 
     # ------------------------------------------------------------------ SSP registry
-    async def register_ssp(self, ssp_id: str, url: str) -> Reply:
-        """``POST /ssp/register`` (body already validated): 202 ``{snapshot_seq}``."""
+    async def register_ssp(self, ssp_id: str, url: str, *, verified: bool = False) -> Reply:
+        """``POST /ssp/register`` (body already validated, caller authenticated where the
+        secret is set: ``verified``): 202 ``{snapshot_seq}``; 503 while the scheduler is not
+        ready or too many SSPs bootstrap (see ``MAX_BOOTSTRAPPING``)."""
         if self.state != "ready":  # cloning, or restoring (scheduler.backups)
             return Reply(503, {"error": self.state,
                                "message": f"the scheduler is {self.state}; retry"})
         old = self.entries.get(ssp_id)
+        others = [e for e in self.entries.values() if e.ssp_id != ssp_id]
+        booting = sum(1 for e in others if e.state is SspState.BOOTSTRAPPING)
+        if booting >= MAX_BOOTSTRAPPING or (old is None and len(others) >= MAX_SSPS):
+            log.warning("registration of SSP %.80s refused: %d SSPs bootstrapping, %d in all",
+                        ssp_id, booting, len(others))
+            return Reply(503, {"error": "busy", "message": (
+                f"too many SSPs registered or bootstrapping ({booting} of {MAX_BOOTSTRAPPING} "
+                f"bootstrapping, {len(others)} of {MAX_SSPS} in all); retry later")})
         if old is not None:
             self._drop_entry(old)
         self._note(ssp_id, "registered" if old is None else "reregistered",
@@ -45,7 +65,8 @@ class SspPool:
             # No await from here on: the backfill and the entry appear atomically w.r.t.
             # publication, so every seq > snapshot_seq reaches the queue exactly once.
             snapshot_seq = self.replica.freeze()
-            entry = SspEntry(ssp_id, url.rstrip("/"), snapshot_seq)
+            entry = SspEntry(ssp_id, url.rstrip("/"), snapshot_seq,
+                             auth=self.peer_auth(ssp_id), verified=verified)
             for seq, ev in self.wal.replay(snapshot_seq):
                 if seq >= self._next_pub:
                     break
@@ -143,14 +164,24 @@ class SspPool:
 
     async def _poll_one(self, e: SspEntry) -> None:
         assert self._session is not None
+        answered = False
         try:
-            async with self._session.get(f"{e.url}/health",
+            async with self._session.get(f"{e.url}/health", allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=5)) as r:
+                answered = True
                 body = await r.json(content_type=None)
             ready = isinstance(body, dict) and body.get("status") == "ready"
         except (aiohttp.ClientError, TimeoutError, ValueError):
             ready = False
         if self.entries.get(e.ssp_id) is not e or e.flagged is not None:
+            return
+        now = time.monotonic()
+        if answered and e.answered_at is None:
+            e.answered_at = now
+        evict_after = min(UNANSWERED_EVICT_SECS, float(self.cfg.bootstrap_timeout_secs))
+        if e.answered_at is None and now - e.registered_at > evict_after:
+            self.remove_ssp(e.ssp_id, f"its URL never answered a health poll within "
+                                      f"{evict_after:g}s of registering")
             return
         if ready:
             log.info("SSP %s bootstrapped; replaying %d buffered events", e.ssp_id, len(e.queue))

@@ -26,6 +26,7 @@ import asyncio
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,7 @@ from ipc.rpc import RpcServer
 from ssp.config import ConfigError, SspConfig
 from ssp.hub import Hub
 from ssp.link import SchedulerExit
+from ssp.rundir import secure_dir
 from ssp.telemetry import attach, setup_meter
 
 log = logging.getLogger("ssp")
@@ -73,7 +75,12 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
-        self.cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for d in self.cfg.socket_dirs:
+                secure_dir(d)
+        except OSError as err:
+            log.error("SSP cannot start: %s", err)
+            return 2
         self.server = RpcServer(self.cfg.hub_endpoint, self.hub.handle)
         serve = loop.create_task(self.server.serve(), name="hub-rpc")
         gw = loop.create_task(self._run_gateway(), name="gateway")
@@ -113,6 +120,9 @@ class Supervisor:
         if self.meter_provider is not None:
             # The last figures (a final export); bounded so a dead collector cannot hang us.
             await asyncio.to_thread(self.meter_provider.shutdown, 5_000)
+        for d in (self.cfg.socket_dirs if self.cfg.run_dir_owned
+                  else self.cfg.socket_dirs - {self.cfg.run_dir}):
+            shutil.rmtree(d, ignore_errors=True)  # ours alone, made at start
         log.info("SSP stopped")
         return code
 

@@ -7,10 +7,11 @@ and are marked "ours" below.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+import secrets
+import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
+from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.otel import OtelConfigError, metrics_exporters
+from ipc.peerauth import ssp_credential
 from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 
 REF_MODES = ("dedicated", "single")
 ALLOWLIST_MODES = ("off", "warn", "enforce")
+VIEW_PERMISSION_MODES = ("enforce", "off")
 # sun_path holds 108 bytes with the terminating NUL; keep a little margin.
 UNIX_PATH_MAX = 100
 
@@ -74,6 +78,7 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
 
 
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENT_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def _impersonation(env: Mapping[str, str]) -> bool:
@@ -213,6 +218,18 @@ class SspConfig:
     publish_flushers: int
     gateway_workers: int
     run_dir: Path
+    # Where the ipc sockets whose path in `run_dir` would be too long for a Unix socket
+    # address live: a short private directory (never the abstract namespace: it has no file
+    # permissions, so any local user could connect to the hub). None: they all fit.
+    ipc_dir: Path | None = None
+    # the run dir is ours (no SVC_SSP_RUN_DIR): made at start, removed at exit
+    run_dir_owned: bool = False
+    # ours, SVC_SSP_VIEW_PERMISSIONS: `enforce` (views honour their owner's select
+    # permission, ssp.permissions) or `off` (computed as root, as before)
+    view_permissions: str = "enforce"
+    # ours, SVC_HTTP_READ_TIMEOUT_SECS: the gateway closes a connection that waits this long
+    # for a request (idle keep-alive, or a request head sent a byte at a time)
+    http_read_timeout_secs: int = SERVER_KEEPALIVE_SECS
     # OpenTelemetry (standard OTEL_* names, `ssp.telemetry`): exporters to run, `()` = none
     metrics_exporters: tuple[str, ...] = ()
     metrics_export_interval_ms: int = 60_000
@@ -230,6 +247,12 @@ class SspConfig:
         return self.scheduler_url is None
 
     @property
+    def scheduler_bearer(self) -> str | None:
+        """What this SSP sends its scheduler: its own credential derived from the secret
+        (`ipc.peerauth`), never the secret itself; None without a secret."""
+        return ssp_credential(self.auth_secret, self.ssp_id) if self.auth_secret else None
+
+    @property
     def hub_endpoint(self) -> str:
         """ZeroMQ endpoint where the hub's ROUTER listens for gateway workers."""
         return self._ipc("hub.sock")
@@ -237,15 +260,18 @@ class SspConfig:
     def shard_endpoint(self, index: int) -> str:
         return self._ipc(f"shard-{index}.sock")
 
+    @property
+    def socket_dirs(self) -> set[Path]:
+        """Every directory an ipc socket may live in (each made private at start)."""
+        return {self.run_dir} | ({self.ipc_dir} if self.ipc_dir is not None else set())
+
     def _ipc(self, name: str) -> str:
-        """A ZeroMQ ipc endpoint in `run_dir`; where that path is longer than a Unix socket
-        address allows (108 bytes with its NUL, e.g. a deep TMPDIR), the Linux abstract
-        namespace under a name derived from `run_dir` instead (no file, nothing to clean)."""
+        """A ZeroMQ ipc endpoint: in `run_dir` when its path fits a Unix socket address, else
+        in `ipc_dir` (both private: `ssp.rundir.secure_dir`)."""
         path = f"{self.run_dir}/{name}"
-        if len(path.encode()) <= UNIX_PATH_MAX:
+        if len(path.encode()) <= UNIX_PATH_MAX or self.ipc_dir is None:
             return f"ipc://{path}"
-        digest = hashlib.blake2b(str(self.run_dir).encode(), digest_size=10).hexdigest()
-        return f"ipc://@svc-ssp-{digest}-{name}"
+        return f"ipc://{self.ipc_dir}/{name}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SspConfig:
@@ -294,6 +320,15 @@ class SspConfig:
         arena_dir = env.get("SVC_SSP_ARENA_DIR", "").strip()
         ssp_id = env.get("SVC_SSP_ID", "").strip() or f"ssp-{uuid.uuid4()}"
         run_dir = env.get("SVC_SSP_RUN_DIR", "").strip()  # ours: where the ipc sockets live
+        # Without SVC_SSP_RUN_DIR: a name nobody can guess (a predictable /tmp path could be
+        # made first by another local user); ssp.rundir makes it private at start either way.
+        run_path = Path(run_dir) if run_dir else Path(tempfile.gettempdir()) / (
+            f"svc-ssp-{_IDENT_SAFE.sub('_', ssp_id)[:40]}-{secrets.token_hex(6)}")
+        ipc_path = None
+        if len(f"{run_path}/shard-9999.sock".encode()) > UNIX_PATH_MAX:
+            ipc_path = Path(tempfile.gettempdir()) / f"svc-ipc-{secrets.token_hex(8)}"
+            if len(f"{ipc_path}/shard-9999.sock".encode()) > UNIX_PATH_MAX:
+                ipc_path = Path("/tmp") / f"svc-ipc-{secrets.token_hex(8)}"
         return cls(
             listen_host=host,
             listen_port=port,
@@ -315,6 +350,8 @@ class SspConfig:
             view_metrics_flush_ms=_int(env, "SVC_SSP_VIEW_METRICS_FLUSH_MS", 2000, minimum=1),
             anon_live_queries=_bool(env, "SVC_SSP_ANON_LIVE_QUERIES", False),
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
+            view_permissions=_choice(env, "SVC_SSP_VIEW_PERMISSIONS", "enforce",
+                                     VIEW_PERMISSION_MODES),
             query_update_throttle_ms=_int(env, "SVC_SSP_QUERY_UPDATE_THROTTLE_MS", 100),
             bootstrap_page_size=_int(env, "SVC_SSP_BOOTSTRAP_PAGE_SIZE", 500, minimum=1),
             impersonation=_impersonation(env),
@@ -330,7 +367,11 @@ class SspConfig:
             publish_flushers=_int(env, "SVC_SSP_PUBLISH_FLUSHERS", 2, minimum=1,
                                   maximum=8),  # ours
             gateway_workers=_int(env, "SVC_SSP_GATEWAY_WORKERS", 1, minimum=1),  # ours
-            run_dir=Path(run_dir) if run_dir else Path(f"/tmp/svc-ssp-{ssp_id}"),
+            run_dir=run_path,
+            ipc_dir=ipc_path,
+            run_dir_owned=not run_dir,
+            http_read_timeout_secs=_int(env, "SVC_HTTP_READ_TIMEOUT_SECS",
+                                        SERVER_KEEPALIVE_SECS, minimum=1),
             metrics_exporters=_metrics_exporters(env),
             metrics_export_interval_ms=_int(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000,
                                             minimum=1),

@@ -82,6 +82,7 @@ from ipc.messages import ErrorCode, error_reply, not_ready, reply
 from maintenance.jobpolicy import (
     ERROR_ENTRY,
     ERROR_TEXT_MAX,
+    JobPathError,
     _error,
     _max_retries,
     _result,
@@ -408,7 +409,11 @@ class JobRunner:
     async def _call(self, t: _Table, row: dict[str, Any], key: str, attempt: int) -> _Attempt:
         """One backend call, classified (see the module docstring)."""
         assert self.session is not None
-        url = job_url(t.spec.base_url, row.get("path"))
+        try:
+            url = job_url(t.spec.base_url, row.get("path"))
+        except JobPathError as e:  # never sent: the bearer would go outside the base path
+            return _Attempt(error=_error("rejected", str(e)[:ERROR_TEXT_MAX], attempt=attempt),
+                            retry=False)
         headers = {"X-Job-Id": key}
         timeout = row_timeout(row.get("timeout_secs")) or t.spec.timeout_secs
         if t.spec.auth_token:

@@ -10,7 +10,8 @@ Sequence (contract "SSP scheduler mode"):
 2. The hub loads every synced table through `POST {scheduler}/proxy/query` (`ProxySource`,
    the same reads as `dbclient.Database`: `INFO FOR DB`, keyset pages, `INFO FOR TABLE`,
    `count()`), asking for CBOR (decoded with the SDK's decoder, so record ids, datetimes and
-   decimals keep their types) with `Authorization: Bearer <SVC_AUTH_SECRET>` when set. A
+   decimals keep their types) with `Authorization: Bearer <this SSP's credential>` (derived
+   from `SVC_AUTH_SECRET` when set, `ipc.peerauth`; the same on every call below). A
    progress POST after every table (advisory: failures are logged, never retried).
    `last_seq` starts at `snapshot_seq` (events up to it are in the snapshot).
 3. Integrity: own per-table counts and hashes vs `GET {scheduler}/health/snapshot`, over the
@@ -220,7 +221,9 @@ class SchedulerLink:
         assert cfg.scheduler_url is not None
         self.hub = hub
         self.base = cfg.scheduler_url
-        self.secret = cfg.auth_secret
+        # Our own credential (ipc.peerauth), not the secret: the scheduler's URL is configured,
+        # but a credential that opens nothing else is what we send anywhere.
+        self.secret = cfg.scheduler_bearer
         self.session: aiohttp.ClientSession | None = None
         self.snapshot_seq: int | None = None
         self.heartbeats_sent = 0

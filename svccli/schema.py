@@ -17,7 +17,8 @@ What it writes
   and, only with `SVC_IMPERSONATION=on` (which needs `SVC_AUTH_SECRET`), the record access
   `_00_impersonate`: HS256 JWTs signed with `maintenance.impersonation.signing_key` (derived
   from the secret), whose AUTHENTICATE block refuses a token whose `imp` session is revoked,
-  expired or for another target; sessions last 5 minutes. With the flag off the access method
+  expired or for another target; sessions last 10 seconds (a revoked or expired
+  impersonation ends within them). With the flag off the access method
   is removed, so every impersonation token stops authenticating.
 - With a project file: each backend's outbox schema (`method.schema`), after the meta tables
   and before the sync hooks, so its tables are synced in the same run (`svccli.outbox`).
@@ -34,10 +35,14 @@ What it writes
     `_00_version`/`_00_list_ref` by tailing changefeeds).
   - transport `http`: events `_00_<t>_mutation` and `_00_<t>_delete` that bump `_00_version` and
     `http::post` `{table, op, id, record}` to the ingest URL with `Authorization: Bearer
-    <SVC_AUTH_SECRET>`, and `_00_dbsp_cleanup` on `_00_query` posting `{id}` to
-    `/view/unregister`. The URL and the secret live in database params `$_00_ingest_url`,
-    `$_00_unregister_url` and `$_00_ingest_secret` (PERMISSIONS NONE), bound as parameters
-    when defined, so the secret never appears in this command's output or in event text.
+    <ingest credential>`, and `_00_dbsp_cleanup` on `_00_query` posting `{id}` to
+    `/view/unregister`. The credential is derived from `SVC_AUTH_SECRET`
+    (`ipc.peerauth.ingest_credential`) and opens only those two routes: the database holds it
+    (a viewer or `INFO FOR DB` can read a param, and a backup would copy it if the exporter did
+    not skip it), so it must not be the secret. The URL and the credential live in database
+    params `$_00_ingest_url`, `$_00_unregister_url` and `$_00_ingest_token` (PERMISSIONS NONE),
+    bound as parameters when defined; the `$_00_ingest_secret` of older releases (which held
+    the secret itself) is removed.
 - `_00_schema_state`: one row per synced table with its fingerprint (xxh3 of DEFINE TABLE +
   INFO FOR TABLE), rewritten only when it moves; rows of tables no longer synced are removed.
 
@@ -55,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient import Database, DbQueryError, is_identifier, schema_fingerprint
+from ipc.peerauth import ingest_credential
 from maintenance.impersonation import signing_key
 from svccli.outbox import OutboxResult, OutboxSchema, outbox_schemas
 from svccli.settings import ConfigError, SchemaSettings, parse_duration_ns
@@ -97,7 +103,12 @@ META_TABLES: tuple[MetaTable, ...] = (
             f"params TYPE any {_SERVICE_ONLY}",
             f"clientId TYPE option<string> {_SERVICE_ONLY}",
             f"auth_id TYPE any {_SERVICE_ONLY}",
-            "lastActiveAt TYPE option<datetime | string>",
+            # Record users refresh it on their own rows: never later than now (plus skew), so
+            # a date in the far future cannot keep a view alive for ever (ssp.hub.loops also
+            # ignores such a value); a string must read as a date.
+            ("lastActiveAt TYPE option<datetime | string> ASSERT $value = NONE OR (IF "
+             "type::is_string($value) THEN <datetime> $value ELSE $value END) "
+             "<= time::now() + 1m"),
             f"ttl TYPE option<duration | string> {_SERVICE_ONLY}",
             f"subscribers TYPE option<int> {_SERVICE_ONLY}",
             f"rowCount TYPE option<int> {_SERVICE_ONLY}",
@@ -139,7 +150,11 @@ META_TABLES: tuple[MetaTable, ...] = (
     ),
 )
 
-HTTP_PARAMS = ("_00_ingest_url", "_00_unregister_url", "_00_ingest_secret")
+HTTP_PARAMS = ("_00_ingest_url", "_00_unregister_url", "_00_ingest_token")
+#: params of older releases, removed by every apply (`_00_ingest_secret` held the secret)
+RETIRED_PARAMS = ("_00_ingest_secret",)
+#: params that hold a credential: never written into a backup (backup/schema.py reads this)
+CREDENTIAL_PARAMS = ("_00_ingest_token", *RETIRED_PARAMS)
 
 #: `fn::_00_impersonate::*`. `start` and `active` are for system users only (the backend
 #: that opens a session; the access method's AUTHENTICATE block, which runs as the system);
@@ -177,10 +192,13 @@ IMPERSONATE_FUNCTIONS: tuple[str, ...] = (
 )
 
 #: How long a connection authenticated with an impersonation token stays signed in. The
-#: engine checks revocation only when a token authenticates, and a session outlives its
-#: token (measured: core 3.2.4 keeps a session past the token's `exp`), so this bounds how
-#: long a revoked impersonation can keep an already open connection.
-IMPERSONATION_SESSION = "5m"
+#: engine checks revocation only when a token authenticates, a session outlives its token
+#: (measured: core 3.2.4 keeps a session past the token's `exp`), and the session duration is
+#: fixed when the access is defined (an expression there is evaluated once, then): so this
+#: bounds how long a revoked or expired impersonation keeps an already open connection. A
+#: client re-authenticates with its token when the session ends (the token lasts up to 1 h);
+#: each time the AUTHENTICATE block checks the session row again.
+IMPERSONATION_SESSION = "10s"
 
 
 def impersonation_access_sql(key: str) -> str:
@@ -288,7 +306,7 @@ def synced_table_sql(table: str, transport: str, retention: str,
              f"ELSE {{ {version_upsert(table, 'after', False)}; }}; }}"),
         ]
     else:
-        headers = "{ Authorization: 'Bearer ' + $_00_ingest_secret }"
+        headers = "{ Authorization: 'Bearer ' + $_00_ingest_token }"
         out += [
             f"REMOVE EVENT IF EXISTS _00_{table}_version ON {table}",
             (f"DEFINE EVENT OVERWRITE _00_{table}_mutation ON {table} "
@@ -310,7 +328,7 @@ def query_cleanup_sql(transport: str) -> str:
         return "REMOVE EVENT IF EXISTS _00_dbsp_cleanup ON _00_query"
     return ("DEFINE EVENT OVERWRITE _00_dbsp_cleanup ON _00_query WHEN $event = 'DELETE' THEN { "
             "http::post($_00_unregister_url, { id: <string> record::id($before.id) }, "
-            "{ Authorization: 'Bearer ' + $_00_ingest_secret }); }")
+            "{ Authorization: 'Bearer ' + $_00_ingest_token }); }")
 
 
 # ---------------------------------------------------------------------- apply
@@ -413,11 +431,15 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
              {"v": settings.ingest_url}),
             ("DEFINE PARAM OVERWRITE $_00_unregister_url VALUE $v PERMISSIONS NONE",
              {"v": settings.service_base_url + "/view/unregister"}),
-            ("DEFINE PARAM OVERWRITE $_00_ingest_secret VALUE $v PERMISSIONS NONE",
-             {"v": settings.auth_secret}),
+            ("DEFINE PARAM OVERWRITE $_00_ingest_token VALUE $v PERMISSIONS NONE",
+             # without a secret the SSP takes any bearer, but a bearer there must be
+             {"v": ingest_credential(settings.auth_secret) if settings.auth_secret
+              else "no-secret"}),
+            *((f"REMOVE PARAM IF EXISTS ${p}", None) for p in RETIRED_PARAMS),
         ])
     else:
-        await db.transaction([(f"REMOVE PARAM IF EXISTS ${p}", None) for p in HTTP_PARAMS])
+        await db.transaction([(f"REMOVE PARAM IF EXISTS ${p}", None)
+                              for p in (*HTTP_PARAMS, *RETIRED_PARAMS)])
 
     # The functions exist either way (the access method calls one); the access method only
     # while impersonation is on, so switching it off ends every impersonation token.

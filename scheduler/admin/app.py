@@ -8,8 +8,8 @@ their own system), under ``/admin/api`` unless said:
 
 * ``GET /``, ``GET /admin``, ``GET /admin/{path}``: the dashboard (:mod:`.dashboard`);
 * ``GET config`` (public): :meth:`AdminPlane.config`;
-* ``POST session`` (public), ``POST logout``, ``GET me``, ``POST``/``DELETE tokens``:
-  :mod:`.sessions`, :mod:`.tokens`;
+* ``POST session`` (public), ``POST logout``, ``GET me``, ``GET``/``POST``/``DELETE tokens``,
+  ``DELETE tokens/{id}`` (revoke by the id the listing shows): :mod:`.sessions`, :mod:`.tokens`;
 * ``GET overview``, ``presence``, ``views``, ``views/{key}``: :mod:`.plane`, :mod:`.presence`,
   :mod:`.views`; ``GET backends``, ``backends/{name}``: the backend monitor;
 * ``GET logs``: :mod:`.logs`; ``GET jobs``, ``jobs/stream``, ``jobs/{id}``: :mod:`.jobsampler`;
@@ -47,12 +47,14 @@ from scheduler.admin.errors import (
     Invalid,
     NotFound,
     NotImplementedYet,
+    Unauthorized,
     serialize_error,
 )
 from scheduler.admin.jobsampler import ORIGINS, STATUSES
 from scheduler.admin.mcp import AdminAsgi
 from scheduler.admin.plane import AdminPlane
 from scheduler.admin.pools import pool_routes
+from scheduler.admin.sessions import LOGIN_FAILED
 from scheduler.admin.sse import channel_stream
 from scheduler.admin.values import q_enum, q_int, q_str, read_json
 from scheduler.admin.workflows import workflow_routes
@@ -91,14 +93,25 @@ class Session(Base):
     public = True  # signing in is how a bearer is obtained
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        body = await read_json(req)
-        token, p = await self.plane.signin.login(body, req.remote_addr or "unknown")
+        addr = req.remote_addr or "unknown"
+        limiter = self.plane.signin.limiter
+        if limiter.blocked(addr):
+            raise Unauthorized(LOGIN_FAILED)
+        try:
+            body = await read_json(req)
+        except AdminError:
+            # malformed, too deep, too large: an attempt all the same (else it is free)
+            limiter.fail(addr)
+            raise
+        token, p = await self.plane.signin.login(body, addr)
         resp.media = {"token": token, "subject": p.subject, "mode": p.mode, "scope": p.scope,
                       "expires_at_ms": p.expires_at * 1000,
                       "persistent": self.plane.tokens.persistent}
 
 
 class Logout(Base):
+    any_scope = True  # a read-only token may end itself (it is a POST)
+
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         self.plane.tokens.revoke(req.context.principal, req.context.token)
         resp.media = {"ok": True}
@@ -118,6 +131,10 @@ class Tokens(Base):
                       "expires_at_ms": p.expires_at * 1000,
                       "note": "shown once: store it now"}
 
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"tokens": self.plane.tokens.listing(req.context.principal),
+                      "persistent": self.plane.tokens.persistent}
+
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await read_json(req)
         if not isinstance(body, dict) or not isinstance(body.get("token"), str) \
@@ -125,6 +142,13 @@ class Tokens(Base):
             raise Invalid("the body must be an object {token}")
         if not self.plane.tokens.revoke_token(body["token"]):
             raise NotFound("not a minted token of this scheduler")
+        resp.status = 204
+
+
+class TokenById(Base):
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                        ref: str) -> None:
+        self.plane.tokens.revoke_ref(req.context.principal, _path_param(ref, "token id"))
         resp.status = 204
 
 
@@ -358,7 +382,8 @@ def create_falcon_app(plane: AdminPlane,
     api = "/admin/api"
     routes: list[tuple[str, Any]] = [
         ("/config", Config(plane)), ("/session", Session(plane)), ("/logout", Logout(plane)),
-        ("/me", Me(plane)), ("/tokens", Tokens(plane)), ("/overview", Overview(plane)),
+        ("/me", Me(plane)), ("/tokens", Tokens(plane)),
+        ("/tokens/{ref}", TokenById(plane)), ("/overview", Overview(plane)),
         ("/presence", PresenceRoute(plane)), ("/views", ViewsList(plane)),
         ("/views/{key}", ViewDetail(plane)), ("/backends", BackendsList(plane)),
         ("/backends/{name}", BackendDetail(plane)), ("/logs", LogsRoute(plane)),

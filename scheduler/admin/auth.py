@@ -4,11 +4,14 @@ Falcon middleware, run after routing (an unknown path stays a 404):
 
 * resources outside ``/admin/api`` (the dashboard, ``GET /``) and those marked
   ``public = True`` (``GET /admin/api/config``, ``POST /admin/api/session``) need nothing;
-* every other resource needs ``Authorization: Bearer <token>`` naming a live token
-  (401 ``unauthorized`` otherwise: missing, malformed, unknown, expired or revoked);
+* every other resource needs ``Authorization: Bearer <token>`` naming a live token whose
+  subject still stands (401 ``unauthorized`` otherwise: missing, malformed, unknown, expired,
+  revoked, or its subject left the roster or the break-glass password changed:
+  :meth:`TokenAuthority.check`);
 * a token of scope ``read`` may only ``GET`` (and ``HEAD``): any other method is 403
   ``read_only`` with a message saying so, checked before the route runs, so a refused request
-  changes nothing. A resource marked ``mcp_exempt = True`` skips this method check. (The MCP
+  changes nothing. A resource marked ``mcp_exempt = True`` skips this method check, and so
+  does one marked ``any_scope = True`` (a logout: a read-only token may end itself). (The MCP
   endpoint is not a Falcon resource: :mod:`scheduler.admin.mcp` checks its bearer before the
   SDK and enforces scope per tool.)
 
@@ -46,9 +49,10 @@ class AdminAuth:
         token = bearer_token(req.get_header("Authorization"))
         if token is None:
             raise Unauthorized("missing or malformed Authorization header (want: Bearer <token>)")
-        principal = self.tokens.verify(token)
+        principal = await self.tokens.check(token)
         if principal.scope != "full" and req.method not in _READ_METHODS \
-                and not getattr(resource, "mcp_exempt", False):
+                and not getattr(resource, "mcp_exempt", False) \
+                and not getattr(resource, "any_scope", False):
             raise ReadOnly()
         req.context.principal = principal
         req.context.token = token

@@ -62,6 +62,8 @@ class SspInfo:
     publication: Mapping[str, Any] | None = None
     bootstrap_progress: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Registered with a credential, or Ready at least once: its troubles are worth an incident.
+    trusted: bool = True
 
     @property
     def serving(self) -> bool:
@@ -125,7 +127,6 @@ class SchedulerCluster:
         self.db: Database = scheduler.db
         self.incidents: IncidentStore = scheduler.incidents
         self._session: aiohttp.ClientSession | None = None
-        self._auth = {"Authorization": f"Bearer {self.cfg.auth_secret or 'scheduler'}"}
         self._registered_ms: dict[int, int] = {}
 
     async def start(self) -> None:
@@ -202,7 +203,8 @@ class SchedulerCluster:
             acked_seq=acked if isinstance(acked, int) and not isinstance(acked, bool) else None,
             send_failures=e.send_failures,
             publication=m.get("publication") if isinstance(m.get("publication"), dict) else None,
-            bootstrap_progress=self._s.progress.get(e.ssp_id))
+            bootstrap_progress=self._s.progress.get(e.ssp_id),
+            trusted=bool(e.verified or e.was_ready))
 
     def ssps(self) -> list[SspInfo]:
         now = time.monotonic()
@@ -275,7 +277,7 @@ class SchedulerCluster:
         if e is None or self._session is None:
             return None
         data = None if body is None else json.dumps(body).encode()
-        headers = {**self._auth}
+        headers = {**e.auth}
         if data is not None:
             headers["Content-Type"] = "application/json"
         try:
@@ -303,7 +305,7 @@ class SchedulerCluster:
             return
         try:
             resp = await self._session.get(f"{e.url}{path}", params=dict(params),
-                                           headers={**self._auth, **(headers or {})},
+                                           headers={**e.auth, **(headers or {})},
                                            timeout=aiohttp.ClientTimeout(total=None,
                                                                          sock_connect=5))
         except (aiohttp.ClientError, TimeoutError):

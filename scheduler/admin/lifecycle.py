@@ -19,6 +19,12 @@ unless said), when each opens, and how it ends:
   ``recorded``.
 * ``scheduler_reclone`` (info, component ``scheduler:<id>``): the replica is being re-cloned
   (not the start-up clone); ``recovered`` when the scheduler is ready again.
+* ``ssp_unverified`` (info, component ``scheduler:<id>``): without ``SVC_AUTH_SECRET`` anyone
+  on the private network can register an SSP, so the troubles of an SSP that registered
+  without a credential and was never Ready open no incident of their own: they become events
+  of this one incident (at most one open; 64 events kept, ``event_count`` counts them all),
+  ``recorded`` after ``UNVERIFIED_QUIET_SECS`` without a new one. A flood of fake
+  registrations therefore costs one incident, and cannot push real ones out of the store.
 
 Operator actions (``operator_action``) are recorded by the operation log; flags an operator
 action caused (reason ``operator ...``) are not recorded twice. Every event of an SSP's open
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from scheduler.admin.cluster import Cluster, SspInfo
@@ -39,6 +46,7 @@ log = logging.getLogger("scheduler.admin.lifecycle")
 __all__ = ["Lifecycle"]
 
 POLL_SECS = 1.0
+UNVERIFIED_QUIET_SECS = 600.0
 SSP_KINDS = ("ssp_lagging", "ssp_heartbeat_lost", "ssp_bootstrap_failed", "ssp_resync")
 
 
@@ -51,6 +59,8 @@ class Lifecycle:
         self._states: dict[str, str] = {}
         self._cloning = False
         self._seen_ready = False  # the start-up clone is not a reclone
+        self._trusted: set[str] = set()  # ids seen trusted (an entry gone by its event)
+        self._unverified_at = 0.0  # monotonic time of the last ssp_unverified event
         self.component = f"scheduler:{cluster.scheduler_id}"
         cluster.on_ssp_event(self.on_event)
 
@@ -67,8 +77,32 @@ class Lifecycle:
         if self.store.find_open(f"ssp:{ssp_id}", kind) is None:
             self.store.open(f"ssp:{ssp_id}", kind, summary, severity=severity)
 
+    def _untrusted(self, ssp_id: str) -> bool:
+        if self.cluster.cfg.auth_secret:
+            return False  # every registration proved it holds the secret
+        info = self.cluster.ssp(ssp_id)
+        if info is not None and info.trusted:
+            self._trusted.add(ssp_id)
+        return ssp_id not in self._trusted
+
+    def _unverified(self, ssp_id: str, what: str, reason: str) -> None:
+        comp = self.component
+        summary = f"SSP {ssp_id} (registered without a credential, never Ready) {what}: {reason}"
+        iid = self.store.find_open(comp, "ssp_unverified")
+        if iid is None:
+            self.store.open(comp, "ssp_unverified", summary, severity="info")
+        else:
+            self.store.event(iid, summary)
+        self._unverified_at = time.monotonic()
+
     def on_event(self, ssp_id: str, what: str, reason: str) -> None:
         """The scheduler's SSP events (see ``scheduler.core``)."""
+        if what in ("removed", "flagged", "reregistered") and self._untrusted(ssp_id):
+            if what != "reregistered" or reason == "bootstrapping":
+                self._unverified(ssp_id, what, reason)
+            if what in ("removed", "reregistered"):
+                self._states.pop(ssp_id, None)
+            return
         if what == "removed":
             if reason.startswith("no heartbeat"):
                 self._open(ssp_id, "ssp_heartbeat_lost", f"SSP {ssp_id} removed: {reason}")
@@ -102,6 +136,11 @@ class Lifecycle:
     def poll(self) -> None:
         """Lagging and Ready transitions, and the scheduler's own clone state."""
         seen: dict[str, SspInfo] = {s.id: s for s in self.cluster.ssps()}
+        self._trusted = {i for i in self._trusted if i in seen} | {
+            i for i, info in seen.items() if info.trusted}
+        quiet = self.store.find_open(self.component, "ssp_unverified")
+        if quiet is not None and time.monotonic() - self._unverified_at > UNVERIFIED_QUIET_SECS:
+            self.store.end(quiet, "recorded", "no further trouble from unverified SSPs")
         for ssp_id, info in seen.items():
             prev = self._states.get(ssp_id)
             self._states[ssp_id] = info.state

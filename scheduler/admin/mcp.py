@@ -46,7 +46,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from scheduler.admin.auth import bearer_token
-from scheduler.admin.errors import Unauthorized, error_body
+from scheduler.admin.errors import AdminError, Unauthorized, error_body
 from scheduler.admin.mcptools import TOOLS, AdminTool, ApiCall, tool_named
 from scheduler.admin.tokens import Principal, TokenAuthority
 
@@ -206,7 +206,10 @@ class McpEndpoint:
         except jsonschema.ValidationError as e:
             where = "/".join(str(p) for p in e.absolute_path) or "arguments"
             return _tool_error(400, {"error": "invalid", "message": f"{where}: {e.message}"})
-        call = t.request(args)
+        try:
+            call = t.request(args)
+        except ValueError as e:  # an argument that cannot be put in its route's path
+            return _tool_error(400, {"error": "invalid", "message": str(e)})
         try:
             status, headers, raw = await self.inproc.request(scope, token, call)
         except TimeoutError:
@@ -279,9 +282,12 @@ class AdminAsgi:
             if token is None:
                 raise Unauthorized("missing or malformed Authorization header "
                                    "(want: Bearer <token>)")
-            principal = self.tokens.verify(token)
+            principal = await self.tokens.check(token)
         except Unauthorized as e:
             await _send_json(send, 401, error_body(e), {"WWW-Authenticate": "Bearer"})
+            return
+        except AdminError as e:  # the roster could not be read (503)
+            await _send_json(send, e.status_code, error_body(e))
             return
         inner = dict(scope)
         inner[_SCOPE_KEY] = {"principal": principal, "token": token}

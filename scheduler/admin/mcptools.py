@@ -66,8 +66,14 @@ class AdminTool:
 
 
 def _seg(value: Any) -> str:
-    """A path segment: percent-encoded, so an id with ``/`` or ``?`` stays one segment."""
-    return quote(str(value), safe=":@")
+    """A path segment, percent-encoded (``?``, ``#``, ``%`` stay inside it). ValueError for a
+    value the route could not take as one segment: the ASGI path is decoded before routing,
+    so a ``/`` would split it and ``..`` would name another route (a tool must call its own
+    route, whatever its arguments)."""
+    text = str(value)
+    if "/" in text or text in (".", ".."):
+        raise ValueError(f"{text[:80]!r} cannot name one path segment (no / and not . or ..)")
+    return quote(text, safe=":@")
 
 
 def _q(args: dict[str, Any], *names: str) -> dict[str, Any]:

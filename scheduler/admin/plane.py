@@ -23,7 +23,7 @@ from scheduler.admin.logs import Logs
 from scheduler.admin.operations import OperationLog
 from scheduler.admin.presence import Presence
 from scheduler.admin.ratelimit import LoginLimiter
-from scheduler.admin.sessions import SignIn
+from scheduler.admin.sessions import SignIn, Standing
 from scheduler.admin.sse import LogRing
 from scheduler.admin.tokens import TokenAuthority
 from scheduler.admin.views import Views
@@ -43,7 +43,10 @@ class AdminPlane:
         self.cfg = cfg
         self.ring = LogRing()
         logging.getLogger().addHandler(self.ring)
-        self.tokens = TokenAuthority(cfg.auth_secret, cfg.admin.session_ttl_secs, cfg.data_dir)
+        self.tokens = TokenAuthority(cfg.auth_secret, cfg.admin.session_ttl_secs, cfg.data_dir,
+                                     breakglass_password=cfg.admin.password)
+        # every use of a token re-checks its subject (roster, break-glass password)
+        self.tokens.standing = Standing(self.cluster.db, self.tokens)
         self.limiter = LoginLimiter()
         self.signin = SignIn(self.cluster, self.tokens, self.limiter)
         self.ops = OperationLog(cfg.data_dir, self.cluster.incidents)
@@ -79,6 +82,7 @@ class AdminPlane:
         await cancel_and_wait(*self._loops)
         await self.actions.stop()
         self.ops.shutdown()
+        self.tokens.flush()
         await self.cluster.stop()
         logging.getLogger().removeHandler(self.ring)
 

@@ -6,15 +6,25 @@
   record user through the app's record-access method, ``SVC_ADMIN_ACCESS`` when set, else
   every record access ``INFO FOR DB`` lists (service accesses ``_00_*`` excepted, in name
   order), passing the identifier as ``$username`` and then as ``$email`` (with ``$password``).
-  The user must then be on the ``_00_admin`` roster (``svc admin add``): an entry equal to the
-  signed-in record id (``user:alice``) or to the identifier given.
+  The user must then be on the ``_00_admin`` roster (``svc admin add``): an entry whose
+  ``record`` is the signed-in record, or whose ``ident`` is that record's id text
+  (``user:alice``), exactly. What the user typed is never compared with the roster: anyone
+  may sign up as ``CAROL``, or as ``carol`` through another access method, and neither is the
+  record ``svc admin add carol`` resolved to (``svccli.admin``). An entry of an older release
+  that names no record matches nobody (a warning says to add it again).
 * ``{password}`` (break-glass): compared in constant time with ``SVC_ADMIN_PASSWORD``;
   disabled when that is unset (no default). Sessions are flagged ``mode: breakglass``.
 
 Every failure (unknown user, wrong password, not on the roster, break-glass disabled, the
 address rate limited) answers the same 401 body (:data:`LOGIN_FAILED`); only an unreachable
 tenant database is told apart (503 ``db_unreachable``) and does not count as a failure. A body
-that is not an object of strings is 400. Success: 200 ``{token, subject, mode, scope,
+that is not an object of strings is 400, and counts as a failure (so does a body that is not
+JSON at all: the route, ``scheduler.admin.app``).
+
+:class:`Standing` re-checks on every use of a token that its subject may still act: a roster
+subject must still be on the roster (looked up at most every ``STANDING_CACHE_SECS`` per
+subject), a break-glass one must carry the fingerprint of the current ``SVC_ADMIN_PASSWORD``
+(changing or unsetting it ends those sessions and the tokens they minted). Success: 200 ``{token, subject, mode, scope,
 expires_at_ms, persistent}``; the token is a session token (:mod:`scheduler.admin.tokens`).
 """
 
@@ -24,22 +34,29 @@ import hashlib
 import hmac
 import logging
 import re
+import time
 from typing import Any
 
+from surrealdb import RecordID
+
 from dbclient import DbAuthError, DbConnectionError, DbError, DbTimeout, record_signin
-from engine.values import record_id_text
+from engine.values import parse_record_id, record_id_text
 from scheduler.admin.cluster import Cluster
 from scheduler.admin.errors import Invalid, Unauthorized, Unavailable
 from scheduler.admin.ratelimit import LoginLimiter
-from scheduler.admin.tokens import Principal, TokenAuthority
+from scheduler.admin.tokens import BREAKGLASS_SUBJECT, Principal, TokenAuthority
 
 log = logging.getLogger("scheduler.admin.sessions")
 
-__all__ = ["LOGIN_FAILED", "SignIn"]
+__all__ = ["LOGIN_FAILED", "SignIn", "Standing", "roster_has"]
 
 LOGIN_FAILED = "sign-in failed"
 FIELD_MAX = 1024
 SIGNIN_TIMEOUT_SECS = 10.0
+#: how long a roster answer is reused for one subject (a removal takes effect within it)
+STANDING_CACHE_SECS = 5.0
+#: how long a roster answer still stands while the database is unreachable
+STANDING_STALE_SECS = 300.0
 _ACCESS_RECORD = re.compile(r"\bTYPE\s+RECORD\b", re.IGNORECASE)
 
 
@@ -57,23 +74,21 @@ class SignIn:
         pw = cluster.cfg.admin.password
         self._breakglass = _digest(pw) if pw else None
         self._warned_no_access = False
+        self._warned_unbound = False
 
     @property
     def breakglass_available(self) -> bool:
         return self._breakglass is not None
 
     async def login(self, body: Any, addr: str) -> tuple[str, Principal]:
-        if not isinstance(body, dict):
-            raise Invalid("the body must be an object {username, password} or {password}")
-        for key in ("username", "password"):
-            v = body.get(key)
-            if v is not None and (not isinstance(v, str) or len(v) > FIELD_MAX):
-                raise Invalid(f"{key}: must be a string of at most {FIELD_MAX} characters")
-        password = body.get("password")
-        if not isinstance(password, str):
-            raise Invalid("password: is required (a string)")
         if self.limiter.blocked(addr):
             raise Unauthorized(LOGIN_FAILED)
+        try:
+            self._check_shape(body)
+        except Invalid:
+            self.limiter.fail(addr)
+            raise
+        password = body["password"]
         username = body.get("username")
         subject: str | None
         if username is None:
@@ -87,11 +102,23 @@ class SignIn:
         log.info("admin sign-in: %s (%s) from %s", subject, mode, addr)
         return self.tokens.session(subject, mode)
 
+    @staticmethod
+    def _check_shape(body: Any) -> None:
+        if not isinstance(body, dict):
+            raise Invalid("the body must be an object {username, password} or {password}")
+        for key in ("username", "password"):
+            v = body.get(key)
+            if v is not None and (not isinstance(v, str) or len(v) > FIELD_MAX):
+                raise Invalid(f"{key}: must be a string of at most {FIELD_MAX} characters")
+        if not isinstance(body.get("password"), str):
+            raise Invalid("password: is required (a string)")
+
     def _check_breakglass(self, password: str) -> str | None:
         if self._breakglass is None:
             _digest(password)  # the same work either way
             return None
-        return "breakglass" if hmac.compare_digest(_digest(password), self._breakglass) else None
+        return BREAKGLASS_SUBJECT if hmac.compare_digest(_digest(password), self._breakglass) \
+            else None
 
     async def _accesses(self) -> list[str]:
         pinned = self.cluster.cfg.admin.access
@@ -115,6 +142,9 @@ class SignIn:
     async def _check_roster(self, username: str, password: str) -> str | None:
         if not username.strip():
             return None
+        if not self._warned_unbound:
+            self._warned_unbound = True
+            await warn_unbound(self.cluster.db)
         try:
             accesses = await self._accesses()
         except DbError:
@@ -133,21 +163,74 @@ class SignIn:
                 if rid is None:
                     continue
                 who = record_id_text(rid) if not isinstance(rid, str) else rid
-                if await self._on_roster([who, username, username.lower()]):
+                if await roster_has(self.cluster.db, who):
                     return who
                 log.info("admin sign-in: %s signed in but is not on the _00_admin roster", who)
                 return None
         return None
 
-    async def _on_roster(self, candidates: list[str]) -> bool:
+
+
+async def roster_has(db: Any, who: str) -> bool:
+    """``who`` (a record id text) is on the ``_00_admin`` roster: an entry bound to that record,
+    or whose identifier is that record id. Unavailable when the database cannot be reached."""
+    try:
+        rid = parse_record_id(who)
+    except ValueError:
+        return False
+    try:
+        found = await db.query_one(
+            "SELECT VALUE ident FROM _00_admin WHERE record = $r OR ident = $t LIMIT 1",
+            {"r": RecordID(rid.table_name, rid.id), "t": who}, idempotent=True)
+    except (DbConnectionError, DbTimeout) as e:
+        raise Unavailable("the tenant database is unreachable; try again",
+                          code="db_unreachable") from e
+    except DbError as e:
+        log.info("roster unreadable (%s): nobody is on it", type(e).__name__)
+        return False
+    return bool(found)
+
+
+async def warn_unbound(db: Any) -> None:
+    """Log the roster entries of older releases (an identifier bound to no record): they match
+    nobody now, since matching what a user typed is what let look-alikes in."""
+    try:
+        idents = await db.query_one(
+            "SELECT VALUE ident FROM _00_admin WHERE record = NONE "
+            "AND !string::contains(<string> ident, ':')", idempotent=True) or []
+    except DbError:
+        return
+    for ident in idents[:20]:
+        log.warning("roster entry %r names no record and matches nobody: add it again "
+                    "(svc admin add %s) to bind it to its user's record", str(ident)[:80],
+                    str(ident)[:80])
+
+
+class Standing:
+    """Whether a token's subject may still act (see the module docstring)."""
+
+    def __init__(self, db: Any, tokens: TokenAuthority,
+                 clock: Any = time.monotonic) -> None:
+        self.db = db
+        self.tokens = tokens
+        self.clock = clock
+        self._cache: dict[str, tuple[float, bool]] = {}
+
+    async def __call__(self, p: Principal) -> bool:
+        if p.subject == BREAKGLASS_SUBJECT:
+            return self.tokens.breakglass_current(p)
+        now = self.clock()
+        hit = self._cache.get(p.subject)
+        if hit is not None and now - hit[0] < STANDING_CACHE_SECS:
+            return hit[1]
         try:
-            found = await self.cluster.db.query_one(
-                "SELECT VALUE ident FROM _00_admin WHERE ident IN $c LIMIT 1",
-                {"c": candidates}, idempotent=True)
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the tenant database is unreachable; try again",
-                              code="db_unreachable") from e
-        except DbError as e:
-            log.info("roster unreadable (%s): nobody is on it", type(e).__name__)
-            return False
-        return bool(found)
+            ok = await roster_has(self.db, p.subject)
+        except Unavailable:
+            # The database is away: the last answer stands for a while, then nobody.
+            if hit is not None and now - hit[0] < STANDING_STALE_SECS:
+                return hit[1]
+            raise
+        self._cache[p.subject] = (now, ok)
+        if len(self._cache) > 10_000:
+            self._cache.pop(next(iter(self._cache)))
+        return ok

@@ -119,3 +119,5 @@ async def read_json(req: falcon.asgi.Request) -> Any:
         return json.loads(data, parse_constant=lambda c: math.nan)
     except (ValueError, UnicodeDecodeError) as e:
         raise Invalid(f"the body is not valid JSON ({type(e).__name__})") from None
+    except RecursionError:  # json's decoder gives up on deep nesting: still the body's fault
+        raise Invalid("the body is nested too deeply") from None

@@ -57,6 +57,8 @@ async def _body(req: falcon.asgi.Request) -> dict[str, Any]:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise PoolError(400, "invalid", "the body is not valid JSON") from None
+    except RecursionError:  # json's C decoder gives up on deep nesting: still the body's fault
+        raise PoolError(400, "invalid", "the body is nested too deeply") from None
     if not isinstance(doc, dict):
         raise PoolError(400, "invalid", "the body must be a JSON object")
     return doc

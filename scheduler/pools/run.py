@@ -18,6 +18,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.pools.app import create_pool_app
 from scheduler.pools.config import PoolsConfig
 from scheduler.pools.service import PoolService
+from scheduler.serving import guarded_protocol
 
 log = logging.getLogger("scheduler.pools")
 
@@ -52,6 +53,7 @@ class PoolRunner:
         self.server = server_cls(uvicorn.Config(
             create_pool_app(self.service), host=self.pools_cfg.host, port=self.pools_cfg.port,
             loop="uvloop", lifespan="off", timeout_keep_alive=SERVER_KEEPALIVE_SECS,
+            http=guarded_protocol(self.cfg.http_read_timeout_secs), proxy_headers=False,
             log_level="warning"))
         self.starting = asyncio.create_task(self._start(), name="pools-start")
         self.serving = asyncio.create_task(self.server.serve(), name="pool-http")

@@ -54,6 +54,7 @@ from engine.values import parse_record_id, record_id_text
 from maintenance.jobpolicy import (
     ERROR_ENTRY,
     ERROR_TEXT_MAX,
+    JobPathError,
     _error,
     _max_retries,
     _result,
@@ -474,12 +475,22 @@ class PoolService(Sizing):
                 {"id": rid, "me": m.id, "n": attempts,
                  "e": _error("killed", "killed", attempt=attempts)})
             return None
+        try:
+            url = job_url(t.base_url, row.get("path"))
+        except JobPathError as e:  # never handed out: the bearer would leave the base path
+            await self.db.query_one(
+                f"UPDATE $id SET status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
+                "finished_at = time::now(), lease_until = NONE WHERE status = 'processing' "
+                "AND assignee = $me RETURN id",
+                {"id": rid, "me": m.id, "n": attempts + 1,
+                 "e": _error("rejected", str(e), attempt=attempts + 1)})
+            return None
         self.assigned[key] = _Assigned(m.id, t, attempts, _max_retries(row.get("max_retries")))
         m.running.append(key)
         headers = {"X-Job-Id": key}
         if t.auth_token:
             headers["Authorization"] = f"Bearer {t.auth_token}"
-        return {"id": key, "url": job_url(t.base_url, row.get("path")),
+        return {"id": key, "url": url,
                 "payload": jsonable(row.get("payload")), "headers": headers,
                 "timeout_secs": t.timeout_secs, "attempt": attempts + 1}
 

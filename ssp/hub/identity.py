@@ -7,11 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from surrealdb import RecordID
 
-from engine.parser import MAX_DEPTH
+from engine.errors import QueryRejected
+from engine.parser import MAX_DEPTH, Query, parse_cached
+from engine.shape import normalise
 from ssp.naming import auth_record
+from ssp.permissions import Effective, PermissionRefused
 
 if TYPE_CHECKING:
-    from ssp.hub.state import ViewState
+    from ssp.hub.state import HubState, ViewState
 
 
 def claimed_auth(params: dict[str, Any] | None) -> RecordID | None:
@@ -51,14 +54,34 @@ def check_params(params: dict[str, Any] | None) -> None:
         stack.extend((c, depth + 1) for c in children)
 
 
-def engine_params(params: dict[str, Any] | None, auth: RecordID | None) -> dict[str, Any]:
-    """The params the engine evaluates the view with: `$auth.id` is the view's identity."""
+def engine_params(params: dict[str, Any] | None, auth: RecordID | None,
+                  auth_fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The params the engine evaluates the view with: `$auth.id` is the view's identity, and
+    `auth_fields` (its record as the database holds it, read for a select permission that
+    names `$auth.<field>`: ssp.permissions) win over fields the registration gave."""
     out = {k: v for k, v in (params or {}).items() if k != "auth_id"}
     if auth is not None:
         given = out.get("auth")
         base: dict[str, Any] = given if isinstance(given, dict) else {}
+        if auth_fields is not None:
+            base = {**base, **auth_fields}
         out["auth"] = {**base, "id": auth}
     return out
+
+
+async def effective_query(state: HubState, surql: str, query: Query, auth: RecordID | None,
+                          params: dict[str, Any] | None) -> Effective:
+    """What the engine runs for the view: its query with the owner's select permissions in
+    it (`ssp.permissions`), checked by the engine as the query itself was; PermissionRefused
+    (a 400 `rejected`) otherwise."""
+    eff = await state.permissions.effective(surql, query, auth)
+    if eff.surql != surql or eff.auth_fields is not None:
+        try:
+            normalise(parse_cached(eff.surql), engine_params(params, auth, eff.auth_fields))
+        except QueryRejected as e:
+            raise PermissionRefused(f"with the tables' select permissions in it the query is "
+                                    f"refused: {e}") from None
+    return eff
 
 
 def kept(vid: str, held: ViewState | None) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from surrealdb import RecordID
 
 from dbclient import DbError
-from ipc.messages import epoch_ms, ttl_ms
+from ipc.messages import activity_ms, ttl_ms
 from ssp.hub.state import cold_cursor, now_ms
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of
 
@@ -77,7 +77,7 @@ class Loops:
         expired = []
         for vid, view in list(state.views.items()):
             r = by_id.get(vid)
-            last = epoch_ms(r.get("lastActiveAt")) if r else None
+            last = activity_ms(r.get("lastActiveAt"), now) if r else None
             ttl = ttl_ms(r.get("ttl")) if r else view.ttl_ms
             last = max(last or 0, view.last_active_ms)
             if last + ttl <= now:
@@ -90,7 +90,7 @@ class Loops:
             for vid, r in by_id.items():
                 if vid in state.views:
                     continue
-                last = epoch_ms(r.get("lastActiveAt"))
+                last = activity_ms(r.get("lastActiveAt"), now)
                 if last is not None and last + ttl_ms(r.get("ttl")) > now:
                     log.warning("_00_query row of %s is live but no view holds it: removed", vid)
                 else:
@@ -148,6 +148,7 @@ class Loops:
             if name in current and self.fingerprints.get(name) != fp:
                 self.fingerprints[name] = fp
                 await loading.field_types(name)
+                state.permissions.invalidate()  # its select permission may have moved
         for t in sorted(state.tables - current):
             self._missing[t] = self._missing.get(t, 0) + 1
             if self._missing[t] >= 2:

@@ -20,10 +20,11 @@ from engine.parser import parse_cached
 from engine.shape import normalise
 from ipc.messages import ErrorCode, ViewRegistration, error_reply, not_ready, reply
 from ssp.hub.errors import shard_refusal
-from ssp.hub.identity import check_params, claimed_auth, engine_params, kept
+from ssp.hub.identity import check_params, claimed_auth, effective_query, engine_params, kept
 from ssp.hub.sharing import peers, subscribers, write_counts
 from ssp.hub.state import now_ms
 from ssp.naming import view_record
+from ssp.permissions import PermissionRefused
 from ssp.shards import ShardDown, ShardError
 
 if TYPE_CHECKING:
@@ -60,8 +61,9 @@ class Registry:
         except ValueError as e:
             return error_reply(400, ErrorCode.INVALID, str(e))
         vid, surql, params = reg.id, reg.surql, reg.params
-        last_ms = (int(reg.last_active_at.timestamp() * 1000) if reg.last_active_at is not None
-                   else now_ms())
+        # never later than now: a registration dated in the future would never expire
+        last_ms = (min(int(reg.last_active_at.timestamp() * 1000), now_ms())
+                   if reg.last_active_at is not None else now_ms())
         row = await state.db.query_one("SELECT * FROM ONLY $q", {"q": view_record(vid)},
                                        idempotent=True)
         row_auth = row.get("auth_id") if isinstance(row, dict) else None
@@ -88,6 +90,11 @@ class Registry:
         verdict = await state.allowlist.check(state.db, surql, parsed=query)
         if not verdict.allowed:
             return error_reply(403, ErrorCode.NOT_ALLOWLISTED, verdict.reason)
+        try:
+            # the owner's select permission, in the query the engine runs (ssp.permissions)
+            eff = await effective_query(state, surql, query, auth, params)
+        except PermissionRefused as e:
+            return error_reply(400, ErrorCode.REJECTED, f"{e}{suffix}")
         # The awaits above let other requests run: the held view may be gone or replaced.
         held = state.views.get(vid)
         if held is not None and held.auth != auth:
@@ -100,6 +107,7 @@ class Registry:
         view = self.views.new(vid, surql, params, auth, reg.client_id, reg.ttl, reg.ttl_ms,
                               last_ms, reg.format,
                               shard=held.shard if held is not None else None)
+        view.engine_surql, view.auth_fields = eff.surql, eff.auth_fields
         try:
             async with state.exclusive():
                 await self.pool.register(view)

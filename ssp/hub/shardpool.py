@@ -103,8 +103,10 @@ class ShardPool:
         `members`. A view id the shard holds is replaced only once the new view is built
         there, so a refusal (ShardError `rejected`) leaves the old one registered."""
         shard = self.state.shards[view.shard]
-        r = await shard.call("register", {"view_id": view.view_id, "surql": view.surql,
-                                          "params": engine_params(view.params, view.auth)},
+        r = await shard.call("register", {"view_id": view.view_id,
+                                          "surql": view.engine_surql or view.surql,
+                                          "params": engine_params(view.params, view.auth,
+                                                                  view.auth_fields)},
                              timeout=self.state.cfg.shard_call_timeout_secs)
         view.members = set(r["members"])
 

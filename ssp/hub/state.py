@@ -28,6 +28,7 @@ from ssp.config import SspConfig
 from ssp.hub.logring import LogRing
 from ssp.jobs import JobRunner
 from ssp.naming import view_record
+from ssp.permissions import ViewPermissions
 from ssp.publisher import Publisher, PubView, Teardown
 from ssp.rowarena import HubRows
 from ssp.shards import ShardHandle
@@ -66,6 +67,10 @@ class ViewState(PubView):
     format: str | None = None
     registered_ms: int = 0
     share: str = ""  # registrations with the same key share a graph (ssp.hub.sharing)
+    # What the engine evaluates (ssp.permissions): the query with the tables' select rules in
+    # it ("" = `surql` as it is) and the identity's record fields those rules read.
+    engine_surql: str = ""
+    auth_fields: dict[str, Any] | None = None
 
 
 class ViewRegistry(dict[str, ViewState]):
@@ -155,6 +160,7 @@ class HubState:
                                                        self._view_size))
         self.logs = LogRing()
         self.allowlist = Allowlist(cfg.query_allowlist)
+        self.permissions = ViewPermissions(self.db, cfg.view_permissions)
         self.generation = 0
         self.overload_rejections = 0
         self.last_seq = 0  # highest scheduler `seq` applied (batched ingest dedup)
@@ -173,7 +179,8 @@ class HubState:
         # Outbox jobs and backend health (ssp.jobs, maintenance.backends): own connection, own loops.
         self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
                               sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone,
-                              scheduler_url=cfg.scheduler_url, auth_secret=cfg.auth_secret)
+                              scheduler_url=cfg.scheduler_url,
+                              auth_secret=cfg.scheduler_bearer)
         self.backend_health = BackendMonitor(
             parse_backends(list(cfg.backends)), interval_secs=cfg.health_check_interval_secs,
             down_after_secs=cfg.backend_down_after_secs,

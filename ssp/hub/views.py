@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING, Any
 from surrealdb import RecordID
 
 from dbclient import DbError
+from engine.errors import QueryRejected
 from engine.jsonvalues import to_json
+from engine.parser import parse_cached
 from engine.values import unpack_value
-from ipc.messages import epoch_ms, normalize_view_id, not_ready, reply, ttl_ms
+from ipc.messages import activity_ms, normalize_view_id, not_ready, reply, ttl_ms
+from ssp.hub.identity import effective_query
 from ssp.hub.sharing import peers, share_key, write_counts
 from ssp.hub.state import ViewState, now_ms
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of, view_record
@@ -72,17 +75,21 @@ class ViewLifecycle:
             auth = row.get("auth_id")
             auth = auth if isinstance(auth, RecordID) else None
             ttl = ttl_ms(row.get("ttl"))
-            last = epoch_ms(row.get("lastActiveAt"))
+            last = activity_ms(row.get("lastActiveAt"), now)
             if last is None or last + ttl <= now:
                 state.teardown(vid, edge_table(auth, state.cfg.ref_mode))
                 continue
             try:
                 params = row.get("params") if isinstance(row.get("params"), dict) else None
-                view = self.new(vid, str(row.get("surql") or ""), params, auth,
+                surql = str(row.get("surql") or "")
+                view = self.new(vid, surql, params, auth,
                                 str(row.get("clientId") or ""), str(row.get("ttl") or "10m"),
                                 ttl, last, None)
+                eff = await effective_query(state, surql, parse_cached(surql), auth, params)
+                view.engine_surql, view.auth_fields = eff.surql, eff.auth_fields
                 await self._restore_one(view)
-            except (ShardError, ShardDown, KeyError, ValueError, TypeError) as e:
+            except (ShardError, ShardDown, KeyError, ValueError, TypeError, QueryRejected,
+                    DbError) as e:
                 log.warning("bootstrap: view %s not restored (%s); its row and edges are "
                             "removed", vid, e)
                 if isinstance(e, ShardTimeout) or (isinstance(e, ShardError)

@@ -241,6 +241,24 @@ def test_a_read_token_session_has_the_destructive_buttons_disabled(
     ctx.close()
 
 
+def test_tokens_are_listed_by_id_and_revoked_from_the_list(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    page.goto(cluster.admin + "/admin/access")
+    page.locator("#mint input[name=label]").fill("browser-listed")
+    page.get_by_role("button", name="Mint token").click()
+    token = page.locator("#minted-token").input_value()
+    assert cluster.api("GET", "/admin/api/me", token=token)[0] == 200
+    row = page.locator("#token-list tr", has_text="browser-listed")
+    expect(row).to_contain_text("minted (mcp)")
+    expect(page.locator("#token-list")).not_to_contain_text(token)  # listed by id only
+    row.get_by_role("button", name="Revoke").click()
+    page.locator("#confirm-ok").click()
+    expect(page.locator("#token-list tr", has_text="browser-listed")).to_contain_text("revoked")
+    page.screenshot(path=artifacts / "access-tokens.png", full_page=True)
+    assert cluster.api("GET", "/admin/api/me", token=token)[0] == 401
+
+
 async def _many_sign_ins(admin: str, n: int) -> None:
     """`n` successful break-glass sign-ins: each writes one line to the scheduler's log."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:

@@ -288,3 +288,18 @@ def test_the_scheduler_log_stream_resumes_after_last_event_id(cluster: AdminClus
         # beyond the newest line: this process numbered again (a restart) -> a gap first
         ahead = h.get(url, headers={**auth, "Last-Event-ID": str(10**9)}).text
         assert ahead.split("event: gap", 1)[0].count("data:") == 0 and "event: gap" in ahead
+
+
+async def test_a_tool_argument_stays_one_path_segment_or_is_refused(
+        cluster: AdminCluster) -> None:
+    """Issue 32: the endpoint decoded a tool's path before routing it, so an id holding `/`
+    split into other segments (another route, or another route's action)."""
+    async with mcp_client(cluster, cluster.token, MODES[0]) as client:
+        for name, args in (("job_get", {"job_id": "job:a/kill"}),
+                           ("view_get", {"key": "../backends"}),
+                           ("ssp_restart", {"ssp_id": "..", "mode": "restart"})):
+            res = await client.call_tool(name, args)
+            assert res.is_error is True, (name, res.content)
+            assert res.structured_content["status"] == 400, (name, res.structured_content)
+            assert "one path segment" in res.content[0].text
+

@@ -218,6 +218,42 @@ async def test_expired_session_or_token_stops_authenticating(env: Env) -> None:
                                     {"s": session2, "t": alice_id}) is True
 
 
+@pytest.mark.parametrize("end", ["revoked", "expired"])
+async def test_an_open_impersonation_connection_ends_soon_after_revocation_or_expiry(
+        env: Env, end: str) -> None:
+    """Issue 32: a connection signed in with an impersonation token read as the target for up
+    to 5 minutes after the session was revoked or expired (the access method's session length;
+    the engine checks the session row only when a token authenticates). It now ends within
+    10 s."""
+    alice = await record_user(env.host, env.name, env.name, "alice")
+    bob = await record_user(env.host, env.name, env.name, "bob")
+    await close(alice, bob)
+    alice_id, bob_id = await user_id(env.root, "alice"), await user_id(env.root, "bob")
+    session, remaining = await env.start_session(bob_id, alice_id)
+    token = (await env.mint(env.ssp_url, session, alice_id, bob_id, remaining))["token"]
+    imp = await env.as_token(token)
+    try:
+        assert await imp.query("RETURN $auth") == alice_id
+        if end == "revoked":
+            await env.root.query("RETURN fn::_00_impersonate::revoke(<record> $s)",
+                                 {"s": session})
+        else:
+            await env.root.query("UPDATE <record> $s SET expires_at = time::now() - 1s",
+                                 {"s": session})
+
+        async def ended() -> bool:
+            try:
+                await imp.query("RETURN $auth")
+            except Exception:  # noqa: BLE001 - the SDK's error for an expired session
+                return True
+            return False
+
+        await wait_for(ended, timeout=30, what=f"the {end} session to end")
+        assert not await env.token_works(token)  # and it cannot sign in again
+    finally:
+        await close(imp)
+
+
 @pytest.mark.parametrize("which", ["ssp", "scheduler"])
 async def test_routes_check_bearer_body_and_search_users(env: Env, which: str) -> None:
     base = env.ssp_url if which == "ssp" else env.scheduler_url

@@ -206,3 +206,21 @@ async def _call_cancelled(st: JobStack) -> None:
     async def backend_saw_disconnect() -> bool:
         return st.backend.inflight == 0
     await wait_for(backend_saw_disconnect, 30.0, "the backend call cancelled")
+
+
+async def test_a_job_path_that_leaves_the_base_path_fails_without_a_call(
+        host: DbHost, tmp_path: Path) -> None:
+    """Issue 32: a row's `path` with `../` or `%2e%2e` reached the backend outside its base
+    path, still carrying the backend's bearer. It now fails at once (`rejected`), uncalled."""
+    st_tables = {"main": {"base_url": "{backend}/api"}}
+    async with job_stack(host, tmp_path, tables=st_tables) as st:
+        bad = [await st.add_job("job", f"esc{i}", path, max_retries=3)
+               for i, path in enumerate(("../admin", "%2e%2e/admin", "x/../../admin"))]
+        good = await st.add_job("job", "in1", "/ok", max_retries=0)
+        for rid in bad:
+            row = await st.wait_status(rid, "failed")
+            assert [e["kind"] for e in row["errors"]] == ["rejected"]
+            assert "base path" in row["errors"][0]["error"]
+        await st.wait_status(good, "completed")
+        assert [c.path for c in st.backend.calls] == ["/api/ok"]
+        assert all(c.auth == f"Bearer {TOKEN}" for c in st.backend.calls)

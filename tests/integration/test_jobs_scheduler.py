@@ -27,7 +27,8 @@ ENV_SECRET = "scheduler-backend-env-value-77aa"
 
 
 async def _post(http: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, Any]:
-    async with http.post(url, json=body) as r:
+    # the job routes need the secret once it is set (SECURITY.md); /ingest takes it too
+    async with http.post(url, json=body, headers={"Authorization": f"Bearer {SECRET}"}) as r:
         text = await r.text()
         return r.status, json.loads(text) if text else None
 
@@ -51,6 +52,8 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
     ssps = []
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            async with http.post(s.url + "/job/kill", json={"id": "job:x"}) as r:
+                assert r.status == 401  # anyone on the network killing jobs: no more
             status, body = await _post(http, s.url + "/job/kill", {"id": "job:x"})
             assert status == 503 and body["error"] == "no_ssp"
             status, body = await _post(http, s.url + "/job/dispatch",
@@ -173,13 +176,17 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
                 health = await r.json()
             listed = health["backends"]["list"]
             assert listed[0]["env"] == {"KEY": "***"}
-            async with http.put(s.url + "/backends", json=[{"name": "x", "url": 3}]) as r:
+            async with http.put(s.url + "/backends", json=[]) as r:
+                assert r.status == 401  # the backend list is the secret holder's to change
+            auth = {"Authorization": f"Bearer {SECRET}"}
+            async with http.put(s.url + "/backends", json=[{"name": "x", "url": 3}],
+                                headers=auth) as r:
                 assert r.status == 400
             # A list replaced at run time: one backend up, one where nothing listens. The
             # aggregate says degraded, and the dead one becomes a backend_down incident
             # (SVC_BACKEND_DOWN_AFTER_SECS=1) in the scheduler's data dir.
             dead = f"http://127.0.0.1:{free_port()}/health"
-            async with http.put(s.url + "/backends", json=[
+            async with http.put(s.url + "/backends", headers=auth, json=[
                     {"name": "api", "url": f"{backend.url}/health", "env": {"KEY": ENV_SECRET}},
                     {"name": "dead", "url": dead}]) as r:
                 assert r.status == 200
@@ -205,7 +212,7 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             async def incident() -> Any:
                 return down_incident()
             await wait_for(incident, 30.0, "a backend_down incident for 'dead'")
-            async with http.put(s.url + "/backends", json=[]) as r:
+            async with http.put(s.url + "/backends", json=[], headers=auth) as r:
                 assert r.status == 200
             async with http.get(s.url + "/health") as r:  # no list, no `backends`
                 assert "backends" not in await r.json()

@@ -257,6 +257,9 @@ async def _listener_refuses_bad_calls(st: PoolStack, machine_id: str) -> None:
               "invalid"),
              (f"/machines/{machine_id}/take", b"[1]", {"Authorization": "Bearer x"}, 400,
               "invalid"),
+             # nested past the decoder's recursion limit: a 400, not a 500 with a traceback
+             (f"/machines/{machine_id}/take", b"[" * 30_000 + b"]" * 30_000,
+              {"Authorization": "Bearer x"}, 400, "invalid"),
              (f"/machines/{machine_id}/result", b"x", {"Content-Type": "text/plain"}, 415,
               "unsupported"),
              (f"/machines/{machine_id}/take", b"{" + b" " * 300_000 + b"}", {}, 413,

@@ -6,6 +6,7 @@ import itertools
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -234,12 +235,14 @@ async def test_record_users_see_only_their_own_list_ref_edges_and_no_meta(
         await client.query("RELATE _00_query:v1->_00_list_ref->post:z SET auth_id = $auth.id")
         assert len(await db.query_one("SELECT * FROM _00_list_ref")) == 2
 
-        # A client refreshes lastActiveAt on its own view row, and nothing else.
+        # A client refreshes lastActiveAt on its own view row, and nothing else (never to a
+        # date in the future: test_security).
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         await client.query("UPDATE _00_query:v1 SET lastActiveAt = $t, surql = 'x', "
-                           "auth_id = user:someone_else", {"t": "2030-01-01T00:00:00Z"})
-        await client.query("UPDATE _00_query:v2 SET lastActiveAt = $t", {"t": "2030"})
+                           "auth_id = user:someone_else", {"t": now})
+        await client.query("UPDATE _00_query:v2 SET lastActiveAt = $t", {"t": now})
         rows = {r["id"].id: r for r in await db.query_one("SELECT * FROM _00_query")}
-        assert rows["v1"]["lastActiveAt"] == "2030-01-01T00:00:00Z"
+        assert rows["v1"]["lastActiveAt"] == now
         assert rows["v1"]["surql"] == "SELECT * FROM post" and rows["v1"]["auth_id"] == me
         assert "lastActiveAt" not in rows["v2"]
         await client.query("DELETE _00_query:v2; DELETE _00_query:v1")

@@ -21,6 +21,7 @@ from surrealdb.data.cbor import encode as cbor_encode
 from dbclient import Database
 from engine.hashing import hash_text, table_hash
 from engine.values import parse_record_id
+from ipc.peerauth import ssp_credential
 from ssp.hub import Hub
 from tests.support.procs import DbHost, free_port
 from tests.support.ssp_stack import (
@@ -37,6 +38,8 @@ from tests.support.ssp_stack import (
 
 SECRET = "scheduler-mode-test-secret"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
+# what the SSP sends its scheduler: its own credential, never the secret (ipc.peerauth)
+SSP_BEARER = f"Bearer {ssp_credential(SECRET, 'ssp-under-test')}"
 
 
 class FakeScheduler:
@@ -96,7 +99,7 @@ class FakeScheduler:
         query = body["query"]
         self.proxy_calls.append((query, req.headers.get("Accept", ""),
                                  req.headers.get("Authorization", "")))
-        if req.headers.get("Authorization") != f"Bearer {SECRET}":
+        if req.headers.get("Authorization") != SSP_BEARER:
             return web.json_response({"error": "unauthorized"}, status=401)
         if query.strip().upper() == "TABLES":
             result: Any = sorted(await self._tables())
@@ -208,7 +211,7 @@ async def test_register_bootstrap_batches_heartbeats_and_a_clean_resync(linked: 
 
             # Bootstrap went through the proxy, in CBOR, with the bearer, in keyset pages.
             queries = [q for q, _, _ in sched.proxy_calls]
-            assert all(a == "application/cbor" and z == f"Bearer {SECRET}"
+            assert all(a == "application/cbor" and z == SSP_BEARER
                        for _, a, z in sched.proxy_calls)
             assert "INFO FOR DB" in queries
             assert any("WHERE id > $last" in q for q in queries)

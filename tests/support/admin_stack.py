@@ -116,7 +116,11 @@ def start_scheduler(tmp: Path, host: DbHost, ns: str, *, env: dict[str, str] | N
     mp = ManagedProcess("svc-scheduler", [SCHEDULER, "--config", str(config)], full_env,
                         tmp / f"scheduler-{port}.log").start()
     s = AdminScheduler(mp, port, admin_port, data, config, full_env, tmp)
-    s.wait_ready()
+    try:
+        s.wait_ready()
+    except BaseException:
+        mp.stop()  # never leave a scheduler that did not come up running after the test
+        raise
     return s
 
 

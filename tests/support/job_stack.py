@@ -125,7 +125,8 @@ class Backend:
 
 
 def job_config(base_url: str, **per_table: dict[str, Any]) -> str:
-    """`SVC_JOB_CONFIG` with tables `job`, `job_one`, `job_c3` (overrides per table key)."""
+    """`SVC_JOB_CONFIG` with tables `job`, `job_one`, `job_c3` (overrides per table key; in a
+    text, `{backend}` stands for `base_url`)."""
     tables = {
         "main": {"name": "job", "base_url": base_url, "auth_token": TOKEN, "concurrency": 4,
                  "timeout_secs": 5, "lease_secs": 3, "backoff_ms": 50},
@@ -135,7 +136,8 @@ def job_config(base_url: str, **per_table: dict[str, Any]) -> str:
                "timeout_secs": 30, "lease_secs": 3, "backoff_ms": 50},
     }
     for key, extra in per_table.items():
-        tables[key].update(extra)
+        tables[key].update({k: v.replace("{backend}", base_url) if isinstance(v, str) else v
+                            for k, v in extra.items()})
     return json.dumps({"job_tables": tables})
 
 

@@ -191,9 +191,15 @@ class ManagedProcess:
 
 
 def base_env(**overrides: str) -> dict[str, str]:
-    """The test runner's environment minus SVC_* leakage, plus overrides."""
+    """The test runner's environment minus SVC_* leakage, plus overrides.
+
+    `SVC_SSP_VIEW_PERMISSIONS=off` unless a test says otherwise: most tests (and benchmarks)
+    register views over tables defined without permissions, which record users cannot read,
+    so the default `enforce` refuses them (ssp/permissions.py). The tests of that rule set
+    `enforce` themselves (tests/integration/test_view_permissions.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["SVC_SSP_VIEW_PERMISSIONS"] = "off"
     env.update(overrides)
     return env
 

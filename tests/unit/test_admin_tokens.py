@@ -6,14 +6,15 @@ import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
 
-from scheduler.admin.errors import Forbidden, Invalid, Unauthorized, error_body
+from scheduler.admin.errors import Forbidden, Invalid, NotFound, Unauthorized, error_body
 from scheduler.admin.ratelimit import LoginLimiter
 from scheduler.admin.sse import Channel, LogRing, channel_stream
-from scheduler.admin.tokens import AUDIENCE, TokenAuthority, derive_key
+from scheduler.admin.tokens import AUDIENCE, TokenAuthority, derive_key, token_ref
 
 SECRET = "a-shared-secret-for-the-unit-tests"
 
@@ -48,8 +49,69 @@ def test_minted_revocations_persist_until_expiry(tmp_path: Path) -> None:
     assert a.revoke_token(token) and not a.revoke_token("garbage")
     with pytest.raises(Unauthorized):
         TokenAuthority(SECRET, 60, tmp_path).verify(token)
-    saved = json.loads((tmp_path / "admin-revoked.json").read_text())
-    assert saved == {minted.token_id: minted.expires_at}
+    saved = json.loads((tmp_path / "admin-tokens.json").read_text())
+    # kept by reference (a digest of the id), never the token or its id
+    assert minted.token_id not in json.dumps(saved) and token not in json.dumps(saved)
+    entry = saved["tokens"][token_ref(minted.token_id)]
+    assert entry["revoked_at"] is not None and entry["expires_at"] == minted.expires_at
+    assert (tmp_path / "admin-tokens.json").stat().st_mode & 0o077 == 0
+
+
+def test_tokens_are_listed_and_revoked_by_reference_across_a_restart(tmp_path: Path) -> None:
+    a = TokenAuthority(SECRET, 60, tmp_path)
+    s_token, session = a.session("user:alice", "roster")
+    ci_token, ci = a.mint(session, {"label": "ci", "scope": "full", "ttl_days": 30})
+    rows = {r["id"]: r for r in a.listing(session)}
+    assert rows[ci.ref]["label"] == "ci" and rows[ci.ref]["subject"] == "user:alice"
+    assert rows[session.ref]["current"] and not rows[ci.ref]["revoked"]
+    assert {r["id"] for r in a.listing(ci)} == set(rows)  # reading the list opens nothing
+    with pytest.raises(Forbidden):
+        a.revoke_ref(ci, session.ref)  # a minted token revokes nothing
+    b = TokenAuthority(SECRET, 60, tmp_path)  # a restart: the registry is read back
+    b.revoke_ref(b.verify(s_token), ci.ref)
+    with pytest.raises(NotFound):
+        b.revoke_ref(session, "0" * 24)
+    for authority in (b, TokenAuthority(SECRET, 60, tmp_path)):
+        with pytest.raises(Unauthorized):
+            authority.verify(ci_token)
+        assert authority.verify(s_token).subject == "user:alice"
+    # a session revoked by reference stays revoked after a restart too (unlike a logout)
+    b.revoke_ref(session, session.ref)
+    with pytest.raises(Unauthorized):
+        TokenAuthority(SECRET, 60, tmp_path).verify(s_token)
+
+
+def test_a_revocation_file_of_an_older_release_still_revokes(tmp_path: Path) -> None:
+    a = TokenAuthority(SECRET, 60, tmp_path)
+    _, session = a.session("breakglass", "breakglass")
+    token, minted = a.mint(session, {"label": "old", "scope": "read", "ttl_days": 1})
+    (tmp_path / "admin-tokens.json").unlink()
+    (tmp_path / "admin-revoked.json").write_text(json.dumps({minted.token_id:
+                                                             minted.expires_at}))
+    with pytest.raises(Unauthorized):
+        TokenAuthority(SECRET, 60, tmp_path).verify(token)
+
+
+async def test_break_glass_tokens_fall_when_the_password_changes(tmp_path: Path) -> None:
+    a = TokenAuthority(SECRET, 60, tmp_path, breakglass_password="pw-one")
+    token, p = a.session("breakglass", "breakglass")
+    minted, _ = a.mint(p, {"label": "m", "scope": "read", "ttl_days": 1})
+    claims = jwt.decode(token, derive_key(SECRET), algorithms=["HS256"], audience=AUDIENCE)
+    assert claims["bg"] and "pw-one" not in json.dumps(claims)
+    same = TokenAuthority(SECRET, 60, tmp_path, breakglass_password="pw-one")
+    changed = TokenAuthority(SECRET, 60, tmp_path, breakglass_password="pw-two")
+    unset = TokenAuthority(SECRET, 60, tmp_path)
+    for t in (token, minted):
+        assert same.breakglass_current(same.verify(t))
+        assert not changed.breakglass_current(changed.verify(t))
+        assert not unset.breakglass_current(unset.verify(t))
+
+    async def stands(p: Any) -> bool:
+        return changed.breakglass_current(p)
+
+    changed.standing = stands
+    with pytest.raises(Unauthorized):
+        await changed.check(token)
 
 
 def test_mint_rules(tmp_path: Path) -> None:
@@ -90,6 +152,17 @@ def test_the_limiter_allows_ten_failures_per_window_per_address() -> None:
     assert lim.blocked("a")
     now[0] = 300.5
     assert not lim.blocked("a")
+
+
+def test_the_limiter_bounds_failures_from_all_addresses_together() -> None:
+    now = [0.0]
+    lim = LoginLimiter(clock=lambda: now[0], max_global_failures=30)
+    for i in range(30):  # a new address for every guess (rotated addresses)
+        assert not lim.blocked(f"10.0.0.{i}")
+        lim.fail(f"10.0.0.{i}")
+    assert lim.blocked("10.0.0.200") and lim.blocked("127.0.0.1")
+    now[0] = 300.5
+    assert not lim.blocked("10.0.0.200")
 
 
 def test_error_bodies_have_one_shape() -> None:
@@ -141,3 +214,25 @@ def test_the_log_ring_reports_lines_lost_before_a_viewer_read_them() -> None:
         assert ring.tail_cursor(2) == 10
     finally:
         logger.removeHandler(ring)
+
+
+def test_a_burst_of_sign_ins_writes_the_registry_at_most_once_a_second(tmp_path: Path) -> None:
+    a = TokenAuthority(SECRET, 60, tmp_path)
+    writes = []
+    real = a._write
+
+    def counting(*, force: bool = True) -> None:
+        before = a._written_at
+        real(force=force)
+        if a._written_at != before:
+            writes.append(force)
+
+    a._write = counting  # type: ignore[method-assign]
+    for _ in range(200):
+        a.session("breakglass", "breakglass")
+    assert len(writes) <= 2  # the first, and perhaps one a second later on a slow machine
+    a.flush()
+    b = TokenAuthority(SECRET, 60, tmp_path)
+    _, s = b.session("breakglass", "breakglass")
+    assert len(b.listing(s)) == 201  # every session of the burst is listed after a restart
+

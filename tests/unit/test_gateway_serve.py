@@ -70,19 +70,26 @@ async def test_create_app_reads_the_secret_from_the_environment(
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-async def test_a_run_dir_too_deep_for_a_unix_socket_uses_abstract_endpoints_that_work(
+async def test_a_run_dir_too_deep_for_a_unix_socket_puts_the_sockets_in_a_private_dir(
         tmp_path: Path) -> None:
     import zmq
     import zmq.asyncio
+
+    from ssp.rundir import secure_dir
 
     short = SspConfig.from_env({**ENV, "SVC_SSP_RUN_DIR": "/tmp/x"})
     assert short.hub_endpoint == "ipc:///tmp/x/hub.sock"
     deep_dir = tmp_path / ("d" * 60) / ("e" * 60)
     deep = SspConfig.from_env({**ENV, "SVC_SSP_RUN_DIR": str(deep_dir)})
     other = SspConfig.from_env({**ENV, "SVC_SSP_RUN_DIR": str(deep_dir) + "2"})
-    assert deep.hub_endpoint.startswith("ipc://@") and deep.shard_endpoint(0).startswith("ipc://@")
+    # never the abstract namespace (no file permissions: any local user could connect)
+    assert not deep.hub_endpoint.startswith("ipc://@") and deep.ipc_dir is not None
+    assert deep.hub_endpoint.startswith(f"ipc://{deep.ipc_dir}/")
+    assert deep.socket_dirs == {deep_dir, deep.ipc_dir}
     assert deep.hub_endpoint != other.hub_endpoint  # two SSPs never share a socket
     assert len({deep.hub_endpoint, deep.shard_endpoint(0), deep.shard_endpoint(1)}) == 3
+    secure_dir(deep.ipc_dir)
+    assert deep.ipc_dir.stat().st_mode & 0o777 == 0o700
     ctx = zmq.asyncio.Context()
     server, client = ctx.socket(zmq.REP), ctx.socket(zmq.REQ)
     try:
@@ -94,3 +101,4 @@ async def test_a_run_dir_too_deep_for_a_unix_socket_uses_abstract_endpoints_that
         server.close(0)
         client.close(0)
         ctx.term()
+        shutil.rmtree(deep.ipc_dir, ignore_errors=True)

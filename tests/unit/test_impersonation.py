@@ -114,16 +114,22 @@ def test_user_search_validation() -> None:
     assert "SELECT id, name, email, is_admin FROM user WHERE" in text and "(name ?? '')" in text
     for bad in ({"table": "user; DELETE user"}, {"table": "user", "fields": ["a-b"]},
                 {"table": "user", "fields": "name"}, {"table": "user", "limit": 0},
-                {"table": "user", "limit": "5"}, {"table": "user", "search": 3}, []):
+                {"table": "user", "limit": "5"}, {"table": "user", "search": 3}, [],
+                # root reads here: a password hash must be neither returned nor searchable
+                {"table": "user", "fields": ["pass"]}, {"table": "user", "fields": ["token"]},
+                {"table": "_00_admin", "fields": ["name"]}):
         with pytest.raises(Invalid):
             UserSearch.from_body(bad)
 
 
 def test_is_admin_from_roster_or_own_field() -> None:
     rows = [{"id": "user:alice", "name": "alice"}, {"id": "user:bob", "email": "Bob@x.io"},
-            {"id": "user:carol", "is_admin": True}, {"id": "user:dan"}]
+            {"id": "user:carol", "is_admin": True}, {"id": "user:dan"},
+            {"id": "user:x", "name": "ALICE"}]
+    # the roster as the query reads it: bound records, or record-id entries; a name that only
+    # looks like an entry (bob@x.io typed by anyone, ALICE) is not an admin
     out = shape_users(rows, ["user:alice", "bob@x.io"], ("name", "email"))
-    assert [r["is_admin"] for r in out] == [True, True, True, False]
+    assert [r["is_admin"] for r in out] == [True, False, True, False, False]
     assert shape_users(rows[:1], "user:alice", ())[0]["is_admin"] is True
 
 

@@ -279,6 +279,23 @@ def test_show_prints_the_resolved_project_with_secrets_masked(
     assert doc["ssp_job_config"]["job_tables"]["api"]["auth_token"] == "(not set: ${API_TOKEN})"
 
 
+def test_show_masks_the_shell_commands_people_put_credentials_in(tmp_path: Path) -> None:
+    """Issue 32 (low): `svc project show` printed `dev` and `deploy.cmd` verbatim. Run as the
+    console command an operator types (its output is what lands in a terminal or a CI log)."""
+    root = _project(tmp_path, api_extra=f"dev: 'API_KEY={INLINE_SECRET} node server.js'\n")
+    text = (tmp_path / "api.yml").read_text().replace(
+        "deploy: {port: 9001,", f"deploy: {{cmd: 'run --token {INLINE_SECRET}', port: 9001,")
+    (tmp_path / "api.yml").write_text(text)
+    run = subprocess.run([sys.executable, "-m", "svccli", "project", "show", "--project",
+                          str(root)], capture_output=True, text=True, check=False, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert INLINE_SECRET not in run.stderr
+    assert INLINE_SECRET not in out
+    api = json.loads(out)["apps"]["api"]
+    assert api["dev"].startswith("*** (shell command") and api["deploy"]["cmd"].startswith("***")
+
+
 def test_job_config_substitutes_the_token_and_refuses_an_unset_reference(tmp_path: Path) -> None:
     project = load_project(_project(tmp_path))
     cfg = job_config(project, {"API_TOKEN": TOKEN})

@@ -33,7 +33,8 @@ def test_changefeed_hooks_replace_http_events_and_vice_versa() -> None:
     assert "DEFINE EVENT OVERWRITE _00_post_mutation ON post" in http
     assert "DEFINE EVENT OVERWRITE _00_post_delete ON post" in http
     assert "CHANGEFEED" not in http
-    assert "$_00_ingest_secret" in http  # the secret is a param, never inlined
+    assert "$_00_ingest_token" in http  # the credential is a param, never inlined
+    assert "_00_ingest_secret" not in http
 
 
 def test_synced_hooks_refuse_non_identifier_tables() -> None:

@@ -1,10 +1,11 @@
-// Access: mint a read or full token (shown once) and revoke one. Read-only and MCP sessions
-// cannot mint (the API says 403): the form says so instead of failing.
+// Access: mint a read or full token (shown once), list every token by id (never the token
+// itself) and revoke one from the list or by its text. Read-only and MCP sessions cannot mint
+// or revoke (the API says 403): the form says so instead of failing.
 import { api } from '../api.js';
 import { h, fill } from '../dom.js';
 import { isoTime } from '../format.js';
 import { session } from '../session.js';
-import { errorBox, kv } from '../ui.js';
+import { actionButton, badge, errorBox, kv, table } from '../ui.js';
 import { registerPage } from './registry.js';
 
 function render({ root }) {
@@ -29,6 +30,7 @@ function render({ root }) {
         kv([['Label', t.label], ['Scope', t.scope], ['Expires', isoTime(t.expires_at_ms)],
             ['MCP endpoint', h('code', `${location.origin}/admin/api/mcp`)]])));
       field.select();
+      loadTokens();
     } catch (err) { fill(out, errorBox(err, 'Minting')); }
   });
   const revokeOut = h('div', { role: 'status', 'aria-live': 'polite' });
@@ -43,10 +45,35 @@ function render({ root }) {
       fill(revokeOut, h('span.badge.s-ok', 'revoked'), ' it is refused from now on, across restarts too.');
     } catch (err) { fill(revokeOut, errorBox(err, 'Revoking')); }
   });
+  const list = h('div', { id: 'token-list' });
+  const listOut = h('div', { role: 'status', 'aria-live': 'polite' });
+  async function loadTokens() {
+    try {
+      const { tokens } = await api.get('/tokens');
+      fill(list, table([
+        { label: 'Label', cell: (t) => t.label },
+        { label: 'Kind', cell: (t) => `${t.kind} (${t.mode})` },
+        { label: 'Subject', cell: (t) => t.subject },
+        { label: 'Scope', cell: (t) => t.scope },
+        { label: 'Expires', cell: (t) => isoTime(t.expires_at_ms) },
+        { label: 'State', cell: (t) => (t.revoked ? badge('revoked', 'failed')
+          : badge(t.current ? 'this session' : 'live', 'ok')) },
+        { label: '', cell: (t) => (t.revoked ? '' : actionButton('Revoke', {
+          id: `revoke:${t.id}`, danger: true, out: listOut,
+          confirm: () => ({ title: 'Revoke this token?', ok: 'Revoke',
+            body: `“${t.label}” of ${t.subject} is refused from now on, across restarts too.` }),
+          run: () => api.del(`/tokens/${encodeURIComponent(t.id)}`),
+          onDone: loadTokens })) },
+      ], tokens, { empty: 'No token issued yet.', caption: 'Tokens issued by this scheduler' }));
+    } catch (err) { fill(list, errorBox(err, 'Listing tokens')); }
+  }
+  loadTokens();
   fill(root, h('h1', 'Access'),
     h('p.muted', 'Tokens for the admin API and its MCP endpoint (POST /admin/api/mcp with Authorization: Bearer <token>). A read token may only read; a full token may do what an operator can, but never mint tokens.'),
     h('h2', 'Mint a token'), why ? h('p.why', { role: 'note' }, why) : null, mint, out,
-    h('h2', 'Revoke a token'), revoke, revokeOut,
+    h('h2', 'Tokens'), h('p.muted', 'Every session and minted token this scheduler issued that has not expired, listed by id: revoke one without holding it. Removing an operator from the roster, or changing the break-glass password, ends their tokens too.'),
+    list, listOut,
+    h('h2', 'Revoke a token by its text'), revoke, revokeOut,
     h('h2', 'This session'), kv([['Subject', s.subject], ['Mode', s.mode], ['Scope', s.scope],
                                  ['Expires', s.expires_at_ms ? isoTime(s.expires_at_ms) : '–']]));
 }
