@@ -172,18 +172,19 @@ class TokenAuthority:
 
     def mint(self, by: Principal, body: Any) -> tuple[str, Principal]:
         """``POST /admin/api/tokens``: 403 for an MCP-minted or read-only token; 400 for a
-        body that is not ``{label, scope: read|full, ttl_days: 1..365}``."""
+        body that is not ``{label, scope: read|full, ttl_days: 1..365 whole days}`` (``ttl_days``
+        defaults to 30; the scope is required)."""
         self._may_manage(by, "mint tokens")
         if not isinstance(body, dict):
             raise Invalid("the body must be an object {label, scope, ttl_days}")
-        label, scope, ttl = body.get("label"), body.get("scope", "read"), body.get("ttl_days", 30)
+        label, scope, ttl = body.get("label"), body.get("scope"), body.get("ttl_days", 30)
         if not isinstance(label, str) or not label.strip() or len(label) > LABEL_MAX:
             raise Invalid(f"label: a non-empty string of at most {LABEL_MAX} characters")
+        # The scope is never guessed: a token's power is what its minter asked for in words.
         if scope not in ("read", "full"):
-            raise Invalid("scope: must be read or full")
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) \
-                or not 0 < ttl <= MAX_TTL_DAYS:
-            raise Invalid(f"ttl_days: a number of days, more than 0 and at most {MAX_TTL_DAYS}")
+            raise Invalid("scope: required, read or full")
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL_DAYS:
+            raise Invalid(f"ttl_days: a whole number of days from 1 to {MAX_TTL_DAYS}")
         return self.issue(by.subject, "mcp", scope, label.strip(), "minted",
                           max(1, int(ttl * 86400)))
 

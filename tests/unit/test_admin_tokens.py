@@ -122,7 +122,9 @@ def test_mint_rules(tmp_path: Path) -> None:
         a.mint(mcp, {"label": "y", "scope": "read", "ttl_days": 1})
     for bad in ({"label": "x", "scope": "read", "ttl_days": 365.5}, {"label": " "},
                 {"label": "x", "scope": "root"}, {"label": "x", "ttl_days": True},
-                {"label": "x", "ttl_days": 0}, None, []):
+                {"label": "x", "ttl_days": 0}, {"label": "x", "scope": "read", "ttl_days": 1.5},
+                {"label": "x", "ttl_days": 30}, {"label": "x", "scope": "read", "ttl_days": "7"},
+                None, []):
         with pytest.raises(Invalid):
             a.mint(session, bad)
 

@@ -16,7 +16,7 @@ function render({ root }) {
   const mint = h('form.filters', { id: 'mint', 'aria-label': 'Mint a token' },
     h('label', 'Label', h('input', { name: 'label', required: true, maxlength: '200', placeholder: 'e.g. claude-desktop' })),
     h('label', 'Scope', h('select', { name: 'scope' }, h('option', { value: 'read' }, 'read (GET only, read tools)'), h('option', { value: 'full' }, 'full'))),
-    h('label', 'Days valid', h('input', { name: 'ttl_days', type: 'number', min: '1', max: '365', value: '30', size: 5 })),
+    h('label', 'Days valid', h('input', { name: 'ttl_days', type: 'number', min: '1', max: '365', step: '1', value: '30', size: 5 })),
     h('button.primary', { type: 'submit', disabled: !!why, title: why || '' }, 'Mint token'));
   mint.addEventListener('submit', async (e) => {
     e.preventDefault();
