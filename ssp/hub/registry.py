@@ -162,6 +162,7 @@ class Registry:
                     ("UPSERT $q CONTENT $c RETURN NONE", {"q": view.record,
                                               "c": self._row_content(view, "ready")}),
                 ])
+                view.row_count = 0
 
     async def _refresh(self, view: ViewState, row: Any, client_id: str, ttl: str, ttl_ms: int,
                        last_ms: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ssp.hub.edgetables import EdgeTables
 from ssp.hub.introspection import Introspection
 from ssp.hub.loading import Loading, syncs_table
 from ssp.hub.loops import Loops
+from ssp.hub.reconcile import Reconciler
 from ssp.hub.registry import Registry
 from ssp.hub.sequencer import Event, Sequencer
 from ssp.hub.shardpool import ShardPool
@@ -58,7 +59,8 @@ class Hub(HubState):
         self.loops = Loops(self, self.loading, self.lifecycle, self.sequencer)
         self.registry = Registry(self, self.pool, self.lifecycle, self.edges, self.loops.know_table)
         self.admission = Admission(self, self.sequencer)
-        self.introspection = Introspection(self, VERSION)
+        self.reconciler = Reconciler(self)
+        self.introspection = Introspection(self, VERSION, self.reconciler.stats)
         self.backups = Backups(self, SspTarget(self, self.loading, self.snapshot, self.tail))
         self.crdt = CrdtFields(self.db, cfg.crdt_fields, cfg.crdt_cache_size)
         self.handlers = routes.bind(self, {
@@ -110,6 +112,8 @@ class Hub(HubState):
         self.spawn(self.loops.db_watch(), "db-watch")
         if cfg.schema_poll_secs > 0:
             self.spawn(self.loops.schema_poll(), "schema-poll")
+        if cfg.reconcile_ms > 0:
+            self.spawn(self.reconciler.run(), "reconcile")
         if cfg.snapshot_dir is not None:
             self.spawn(self.snapshot.checkpoints(), "checkpoint")
         await self.jobs.start()

@@ -1,12 +1,16 @@
-"""Unit tests of how the SSP keeps edges right when the database changes them itself: the
-sequencer's batch boundary at a re-written deleted id, and the publisher's dropped tables."""
+"""Unit tests of how the SSP keeps edges right when others change them: the sequencer's batch
+boundary at a re-written deleted id, the publisher's dropped tables, the reconciler's read-back
+(the same paths run through real processes in tests/integration/test_edges_*.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
+from typing import Any
 
 from surrealdb import RecordID
 
+from ssp.hub.reconcile import SLICE_EDGES, Reconciler
 from ssp.hub.sequencer import ends_batch
 from ssp.publisher import MARK_READY, Publisher, PubView, Teardown
 from tests.support.fakedb import FakeDb
@@ -84,3 +88,68 @@ async def test_quiesce_waits_for_a_flush_holding_a_view_of_the_table() -> None:
     pub.drop_table("_00_list_ref_user_a")
     await pub.quiesce("_00_list_ref_user_a")
     assert flush.done() and len(db.transactions) == 1
+
+
+class _ReadBack:
+    """The database as the reconciler reads it: edges per view record, `_00_query` rows."""
+
+    def __init__(self, edges: dict[str, list[RecordID]], rows: list[dict[str, Any]]) -> None:
+        self.edges, self.rows = edges, rows
+        self.reads: list[int] = []  # views per read
+
+    async def query(self, sql: str, params: dict[str, Any], **_kw: Any) -> list[Any]:
+        views = [params[f"q{i}"] for i in range(len(params) - 1)]
+        self.reads.append(len(views))
+        return [self.edges.get(str(q.id), []) for q in views] + [self.rows]
+
+
+def _reconciler(views: dict[str, PubView], db: _ReadBack) -> tuple[Reconciler, Publisher]:
+    pub = Publisher(FakeDb(), ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup=views.get, rv_lookup=lambda rid: 1)
+    state = SimpleNamespace(views=views, publisher=pub, db=db, status="ready")
+    return Reconciler(state), pub  # type: ignore[arg-type]
+
+
+async def test_the_reconciler_marks_missing_and_extra_edges_and_repairs_a_changed_row() -> None:
+    t = "_00_list_ref_user_a"
+    a = PubView("query:a", RecordID("_00_query", "a"), t, None, {"c:1", "c:2"}, row_count=2)
+    b = PubView("query:b", RecordID("_00_query", "b"), t, None, {"c:3"}, row_count=1)
+    ok = PubView("query:ok", RecordID("_00_query", "ok"), t, None, {"c:4"}, row_count=1)
+    views = {"query:a": a, "query:b": b, "query:ok": ok}
+    db = _ReadBack({"a": [RecordID("c", 1), RecordID("c", 9)], "b": [RecordID("c", 3)],
+                    "ok": [RecordID("c", 4)]},
+                   [{"id": a.record, "state": "ready", "rowCount": 2},
+                    {"id": b.record, "state": "ready", "rowCount": 7},
+                    {"id": ok.record, "state": "ready", "rowCount": 1}])
+    rec, pub = _reconciler(views, db)
+    assert await rec.check_slice() == 2
+    assert pub.dirty == {"query:a": {"c:2", "c:9"}}  # one missing, one extra
+    assert set(pub.initial) == {"query:b"}  # its row's count was changed: written again
+    assert rec.stats.as_dict() | {"last_error": ""} == {
+        "passes": 1, "views_checked": 3, "edges_marked": 2, "rows_repaired": 1,
+        "last_error": ""}
+
+
+async def test_the_reconciler_skips_busy_and_unpublished_views_without_spinning() -> None:
+    t = "_00_list_ref_user_a"
+    busy = PubView("query:x", RecordID("_00_query", "x"), t, None, {"c:1"}, row_count=1)
+    new = PubView("query:n", RecordID("_00_query", "n"), t, None, {"c:2"})  # no row_count yet
+    views = {"query:x": busy, "query:n": new}
+    db = _ReadBack({}, [])
+    rec, pub = _reconciler(views, db)
+    pub.mark("query:x", ["c:1"])
+    assert await rec.check_slice() == 0 and db.reads == []
+    assert rec.stats.passes == 1
+
+
+async def test_a_slice_reads_at_most_its_edge_budget_and_a_pass_covers_every_view() -> None:
+    t = "_00_list_ref_user_a"
+    views = {f"query:v{i}": PubView(f"query:v{i}", RecordID("_00_query", f"v{i}"), t, None,
+                                    {f"c:{i}_{j}" for j in range(SLICE_EDGES // 2)},
+                                    row_count=SLICE_EDGES // 2) for i in range(5)}
+    db = _ReadBack({f"v{i}": [RecordID("c", f"{i}_{j}") for j in range(SLICE_EDGES // 2)]
+                    for i in range(5)}, [])
+    rec, _pub = _reconciler(views, db)
+    for _ in range(3):
+        await rec.check_slice()
+    assert db.reads == [2, 2, 1] and rec.stats.views_checked == 5 and rec.stats.passes == 1
