@@ -240,6 +240,10 @@ class Publisher:
         self.dirty: dict[str, set[str]] = {}
         self.initial: dict[str, int] = {}  # view id -> generation to (re)materialise
         self.teardowns: dict[str, Teardown] = {}
+        # Edge tables the database no longer has (their user was deleted): nothing is written
+        # to them (a RELATE would create the table again, without its select rule) until the
+        # hub defines them again and re-materialises their views (`drop_table`).
+        self.dropped: set[str] = set()
         self._since: dict[str, float] = {}  # view id -> monotonic time of its oldest mark
         self.pending_ops = 0
         self.flushers = flushers
@@ -293,6 +297,29 @@ class Publisher:
         self.teardowns[td.view_id] = td
         self.pending_ops += 1
         self._kick()
+
+    def drop_table(self, table: str) -> None:
+        """`table` is being removed from the database: from now on its views' marks and
+        materialisations are discarded (their edges went with the table), and a teardown of
+        one of its views deletes only the `_00_query` row. `quiesce` waits for the flushes
+        that hold one of its views; `restore_table` ends this once it is defined again."""
+        self.dropped.add(table)
+        self._kick()  # the next flush discards what is pending for it
+
+    def restore_table(self, table: str) -> None:
+        """`table` exists again: its views are written again (the caller materialises them)."""
+        self.dropped.discard(table)
+
+    async def quiesce(self, table: str) -> None:
+        """Wait until no flush or hold has a view whose edges live in `table`."""
+        def idle() -> bool:
+            for vid in self._inflight:
+                v = self._view(vid)
+                if v is not None and v.edge_table == table:
+                    return False
+            return True
+        async with self._changed:
+            await self._changed.wait_for(idle)
 
     def _kick(self) -> None:
         self._wake.set()
@@ -460,7 +487,8 @@ class Publisher:
             b.views.add(vid)
             if self._view(vid) is not None:
                 continue  # registered again since: the teardown is dropped
-            b.stmts.append((f"DELETE {td.edge_table} WHERE in = $q", {"q": td.record}))
+            if td.edge_table not in self.dropped:  # (a dropped table took its edges along)
+                b.stmts.append((f"DELETE {td.edge_table} WHERE in = $q", {"q": td.record}))
             b.stmts.append(("DELETE $q", {"q": td.record}))
             budget -= INITIAL_COST
         for vid in list(self.initial):
@@ -469,6 +497,10 @@ class Publisher:
             if vid in busy or vid in b.views:
                 continue
             view = self._view(vid)
+            if view is not None and view.edge_table in self.dropped:
+                del self.initial[vid]  # written again when its table is back
+                self._since.pop(vid, None)
+                continue
             if view is not None and not room(view.edge_table):
                 continue
             b.initial[vid] = self.initial.pop(vid)
@@ -495,6 +527,10 @@ class Publisher:
             if vid in busy or vid in b.views:
                 continue
             view = self._view(vid)
+            if view is not None and view.edge_table in self.dropped:
+                self.pending_ops -= len(self.dirty.pop(vid))  # written again when it is back
+                self._since.pop(vid, None)
+                continue
             if view is not None and not room(view.edge_table):
                 continue
             members = self.dirty[vid]

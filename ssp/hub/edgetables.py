@@ -1,6 +1,12 @@
-"""Per-user edge tables (ref mode `per_user`): `_00_list_ref_user_<key>` defined with a select
+"""Per-user edge tables (ref mode `dedicated`): `_00_list_ref_user_<key>` defined with a select
 permission fixed to that user, at registration and on `user` CREATE; removed on `user` DELETE
-(ssp/README.md, "Edge tables")."""
+(ssp/README.md, "Edge tables").
+
+The user's views outlive its table: their edges went with it, so while it is gone the publisher
+writes nothing there (`Publisher.drop_table`; a RELATE would create the table again without its
+select rule), and once it is defined again every view of the user is materialised again. The
+definitions and removals of one SSP run one at a time, in the order the events came (a user
+deleted and created again in one batch is dropped, then defined)."""
 
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ class EdgeTables:
             self.state.spawn_tracked(self._define_quietly(table, auth))
         else:
             self.known.discard(table)
+            self.state.publisher.drop_table(table)  # before any delta of this batch is marked
             self.state.spawn_tracked(self._drop(table))
 
     async def ensure(self, table: str, auth: RecordID | None) -> None:
@@ -71,6 +78,7 @@ class EdgeTables:
                         f"CHANGEFEED 1h INCLUDE ORIGINAL PERMISSIONS FOR select WHERE {perm} "
                         "FOR create, update, delete NONE")
                     self.known.add(table)
+                    self._back(table)
                     return
                 except DbError as e:
                     log.warning("defining edge table %s failed (attempt %d): %s", table,
@@ -79,6 +87,16 @@ class EdgeTables:
                         raise
                     await backoff.sleep()
 
+    def _back(self, table: str) -> None:
+        """`table` was defined: if it had been dropped, its views' edges are written again."""
+        publisher = self.state.publisher
+        if table not in publisher.dropped:
+            return
+        publisher.restore_table(table)
+        for view in self.state.views.values():
+            if view.edge_table == table:
+                publisher.materialise(view)
+
     async def _define_quietly(self, table: str, auth: RecordID) -> None:
         try:
             await self.ensure(table, auth)
@@ -86,7 +104,13 @@ class EdgeTables:
             log.error("edge table %s not defined: %s", table, e)
 
     async def _drop(self, table: str) -> None:
-        try:
-            await self.state.pub_db.query(f"REMOVE TABLE IF EXISTS {table}")
-        except DbError as e:
-            log.warning("removing edge table %s failed: %s", table, e)
+        async with self._lock:
+            if table in self.known:
+                return  # defined again before this ran: it stays
+            # A flush holding one of its views commits first: its RELATEs would otherwise
+            # create the table again after the removal.
+            await self.state.publisher.quiesce(table)
+            try:
+                await self.state.pub_db.query(f"REMOVE TABLE IF EXISTS {table}")
+            except DbError as e:
+                log.warning("removing edge table %s failed: %s", table, e)

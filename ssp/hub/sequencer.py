@@ -1,9 +1,9 @@
 """The sequencer: the one order every event is applied in.
 
 `submit` queues events; the sequencer loop takes them in batches (up to BATCH_MAX, one kind at
-a time: deferred or not), stores each batch in the row arena (`store`: stale versions
-skipped), and sends it to every shard without waiting for the previous batch's replies (up
-to PIPELINE_DEPTH in flight). The collector takes the replies in send order and `deliver`s
+a time: deferred or not; a batch ends before a write of an id it deleted, `ends_batch`),
+stores each batch in the row arena (`store`: stale versions skipped), and sends it to every
+shard without waiting for the previous batch's replies (up to PIPELINE_DEPTH in flight). The collector takes the replies in send order and `deliver`s
 the per-view deltas: member sets updated, publisher marked (for transport http once the
 commit is visible, `ssp.hub.visibility`). The exclusive section (`HubState.exclusive`) waits
 for every batch in flight.
@@ -70,9 +70,13 @@ class Sequencer:
         while True:
             first = await queue.get()
             batch = [first]
-            # Batch what queued up, keeping events of one kind (deferred or not) together.
+            # Batch what queued up, keeping events of one kind (deferred or not) together,
+            # and never a write of an id after that id's DELETE (see `ends_batch`).
+            deleted: set[str] = set()
+            ends_batch(first[0], deleted)
             while (len(batch) < BATCH_MAX and not queue.empty()
-                   and queue._queue[0][2] == first[2]):  # type: ignore[attr-defined]
+                   and queue._queue[0][2] == first[2]  # type: ignore[attr-defined]
+                   and not ends_batch(queue._queue[0][0], deleted)):  # type: ignore[attr-defined]
                 batch.append(queue.get_nowait())
             try:
                 async with state.apply_lock:
@@ -162,6 +166,24 @@ class Sequencer:
         publisher = self.state.publisher
         for vid, members in marks:
             publisher.mark(vid, members, at=arrived)
+
+
+def ends_batch(event: Event, deleted: set[str]) -> bool:
+    """True when `event` may not join a batch whose DELETEs are `deleted` (which it updates).
+
+    SurrealDB deletes every edge pointing at a record inside the transaction that deletes the
+    record. A record deleted and written again within one batch nets to "no change" in the
+    engine (the projected row can be the same before and after), so no delta would name it and
+    its edge, already gone from the database, would never be written again. Starting a new
+    batch at such a write makes the engine report the member leaving (first batch) and coming
+    back (second), so the publisher deletes and re-creates the edge in order; this holds for a
+    member seen only through a link as well. Re-creates within one batch are rare: the extra
+    shard round trip is paid only then."""
+    _table, op, rid, _row = event
+    if op == "DELETE":
+        deleted.add(rid)
+        return False
+    return bool(deleted) and rid in deleted
 
 
 def _fail_all(batch: list[Queued], error: BaseException) -> None:
