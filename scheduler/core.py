@@ -398,12 +398,27 @@ class Scheduler(SspPool, Delivery, Placement, Status):
 
     async def hold_for_restore(self, reason: str) -> None:
         """Enter Restoring (a restore replaces the database): ingest, reclone and SSP
-        registration answer 503 and the changefeed tail stops until :meth:`release_restore`."""
+        registration answer 503 and the changefeed tail stops until :meth:`release_restore`.
+        Every SSP hears it in its next heartbeat's answer (`restoring`) and its periodic
+        writers hold still; this waits for those answers (at most one heartbeat timeout) so
+        the wipe does not race them."""
         self.restore_hold = reason
         self.state = "restoring"
+        held_at = time.monotonic()
         if self.feed is not None:
             await self.feed.stop()
         log.warning("scheduler restoring: %s", reason)
+        deadline = held_at + self.cfg.heartbeat_timeout_ms / 1000
+
+        def told() -> bool:
+            return all(e.last_heartbeat is not None and e.last_heartbeat >= held_at
+                       for e in self.entries.values()
+                       if e.flagged is None and e.last_heartbeat is not None)
+        while not told() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if not told():
+            log.warning("restore: some SSPs did not heartbeat within %.0f s; going on",
+                        self.cfg.heartbeat_timeout_ms / 1000)
 
     async def release_restore(self, reason: str) -> None:
         """Leave Restoring: re-clone the replica from the database as it is now (every SSP

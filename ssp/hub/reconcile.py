@@ -75,7 +75,7 @@ class Reconciler:
         interval = self.state.cfg.reconcile_ms / 1000.0
         while True:
             await asyncio.sleep(interval)
-            if self.state.status != "ready":
+            if self.state.writers_hold():
                 continue
             try:
                 await self.check_slice()

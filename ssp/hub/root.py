@@ -108,7 +108,8 @@ class Hub(HubState):
         if cfg.ingest_transport == "changefeed" and self.link is None:
             self.spawn(self.tail.run(), "changefeed")  # the scheduler feeds a linked SSP
         self.spawn(self.loops.ttl_sweep(), "ttl-sweep")
-        self.spawn(self.crdt.sweep_loop(cfg.ttl_cleanup_interval_secs), "crdt-sweep")
+        self.spawn(self.crdt.sweep_loop(cfg.ttl_cleanup_interval_secs, self.writers_hold),
+                   "crdt-sweep")
         self.spawn(self.loops.db_watch(), "db-watch")
         if cfg.schema_poll_secs > 0:
             self.spawn(self.loops.schema_poll(), "schema-poll")
