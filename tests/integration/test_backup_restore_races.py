@@ -119,7 +119,12 @@ async def test_restores_race_the_writers_that_keep_running_and_end_done(
                 assert st == 202, r
                 restore_id = r["restore_id"]
                 paused = work / "paused-main_db"
-                await wait_for(lambda p=paused: _exists(p), 120, f"restore {k} at main_db")
+
+                async def at_pause(rid: str = restore_id, p: Path = paused) -> bool:
+                    _, b = await jreq(http, "GET", f"{sched.url}/backup/restore/status/{rid}")
+                    assert b["stage"] != "failed", b  # e.g. a row a writer created collided
+                    return p.exists()
+                await wait_for(at_pause, 120, f"restore {k} at main_db")
 
                 # The SSP heard the scheduler is restoring: its periodic writers hold still.
                 async with http.get(ssp.url + "/debug/heartbeat",
@@ -160,7 +165,3 @@ async def imported_row(root: Database) -> RecordID:
             assert isinstance(got[0], RecordID)
             return got[0]
     raise AssertionError("the import wrote nothing before its halfway pause")
-
-
-async def _exists(p: Path) -> bool:
-    return p.exists()
