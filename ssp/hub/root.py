@@ -57,7 +57,10 @@ class Hub(HubState):
         self.loading = Loading(self, self.pool, self.sequencer, self.snapshot, self.lifecycle,
                                self.tail.catch_up)
         self.loops = Loops(self, self.loading, self.lifecycle, self.sequencer)
-        self.registry = Registry(self, self.pool, self.lifecycle, self.edges, self.loops.know_table)
+        tails = cfg.ingest_transport == "changefeed" and cfg.standalone
+        self.registry = Registry(self, self.pool, self.lifecycle, self.edges,
+                                 self.loops.know_table,
+                                 catch_up=self.tail.catch_up if tails else None)
         self.admission = Admission(self, self.sequencer)
         self.reconciler = Reconciler(self)
         self.introspection = Introspection(self, VERSION, self.reconciler.stats)
