@@ -11,7 +11,9 @@ request) and their `_00_query` rows:
 
 * an edge missing, or one that is not a member, is marked for the publisher, which writes it
   from the view's current members like any other change (a mark is only "look at this one
-  again", so a needless mark costs a write, never a wrong edge);
+  again", so a needless mark costs a write, never a wrong edge); an edge under an id other
+  than the one the SSP gives it (`ssp.naming.edge_id`) is deleted here (the publisher never
+  writes that id, so nothing it does can race the delete);
 * a row whose `state` is not `ready` or whose `rowCount` is not the one this SSP wrote gets the
   view materialised again (its edges written, then `ready` and the count).
 
@@ -36,6 +38,7 @@ from surrealdb import RecordID
 
 from dbclient import DbError, DbQueryError
 from engine.values import record_id_text
+from ssp.naming import edge_id
 
 if TYPE_CHECKING:
     from ssp.hub.state import HubState, ViewState
@@ -123,7 +126,8 @@ class Reconciler:
         rows = {record_id_text(r["id"]): r for r in results[-1] or []}
         self.stats.views_checked += len(views)
         repaired = 0
-        for view, outs in zip(views, results, strict=False):
+        foreign: list[RecordID] = []
+        for view, edges in zip(views, results, strict=False):
             vid = view.view_id
             if (state.views.get(vid) is not view or pub.busy(vid) or view.members != before[vid]
                     or view.edge_table in pub.dropped):
@@ -138,7 +142,14 @@ class Reconciler:
                 self.stats.rows_repaired += 1
                 repaired += 1
                 continue
-            have = {record_id_text(o) for o in outs or () if isinstance(o, RecordID)}
+            have = set()
+            for e in edges or ():
+                out = e.get("out")
+                if isinstance(out, RecordID) and e.get("id") == edge_id(view.edge_table,
+                                                                       view.record, out):
+                    have.add(record_id_text(out))
+                else:  # an id this SSP never writes: nothing of its own can be lost there
+                    foreign.append(e.get("id"))
             wrong = (view.members - have) | (have - view.members)
             if wrong:
                 log.warning("view %s: %d edges differ from its members (written by another "
@@ -146,13 +157,17 @@ class Reconciler:
                 pub.mark(vid, wrong)
                 self.stats.edges_marked += len(wrong)
                 repaired += 1
+        if foreign:
+            log.warning("%d edges under ids this SSP does not write: deleted", len(foreign))
+            await state.pub_db.query("DELETE $ids", {"ids": foreign})
+            self.stats.edges_marked += len(foreign)
         return repaired
 
     async def _read(self, views: list[ViewState]) -> tuple[list[ViewState], list[Any]]:
         """Each view's edge `out`s, then their rows, in one request. A view whose edge table
         is missing (removed by someone else) fails its statement: it is left out, logged."""
         while True:
-            sql = "; ".join(f"SELECT VALUE out FROM {v.edge_table} WHERE in = $q{i}"
+            sql = "; ".join(f"SELECT id, out FROM {v.edge_table} WHERE in = $q{i}"
                             for i, v in enumerate(views))
             params: dict[str, Any] = {f"q{i}": v.record for i, v in enumerate(views)}
             params["rows"] = [v.record for v in views]

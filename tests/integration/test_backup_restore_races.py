@@ -74,13 +74,18 @@ async def test_restores_race_the_writers_that_keep_running_and_end_done(
     root = await root_db(host, ns, ns)
     await seed(root, USERS, POSTS, 0)
     apply_schema(host, ns, ns)
-    s3 = start_s3(tmp_path)
-    sched = start_scheduler(tmp_path, host, ns, env={
-        "SVC_INGEST_TRANSPORT": "changefeed", "SVC_BACKUP_PAUSE_AT": "main_db", **s3.env()})
-    ssp = start_ssp(tmp_path, host, ns, sched, SVC_SSP_VIEW_METRICS_FLUSH_MS="50", TTL_CLEANUP_INTERVAL_SECS="1",
-                    SVC_SSP_RECONCILE_MS="100")
-    work = sched.data / "backup-work"
+    started: list[Any] = []
     try:
+        s3 = start_s3(tmp_path)
+        started.append(s3)
+        sched = start_scheduler(tmp_path, host, ns, env={
+            "SVC_INGEST_TRANSPORT": "changefeed", "SVC_BACKUP_PAUSE_AT": "main_db",
+            **s3.env()})
+        started.append(sched.process)
+        ssp = start_ssp(tmp_path, host, ns, sched, SVC_SSP_VIEW_METRICS_FLUSH_MS="50",
+                        TTL_CLEANUP_INTERVAL_SECS="1", SVC_SSP_RECONCILE_MS="100")
+        started.append(ssp.process)
+        work = sched.data / "backup-work"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
             async def ssp_ready() -> bool:
                 _, m = await jreq(http, "GET", sched.url + "/metrics")
@@ -150,9 +155,8 @@ async def test_restores_race_the_writers_that_keep_running_and_end_done(
                 assert not junk_left, junk_left
                 await wait_for(lambda: views_match(root), 120, f"views after restore {k}")
     finally:
-        ssp.process.stop()
-        sched.process.stop()
-        s3.stop()
+        for p in reversed(started):
+            p.stop()
         await root.close()
 
 

@@ -212,8 +212,9 @@ async def differences(root: Database, stack: Stack, views: list[ViewCase],
         params[f"q{i}"] = RecordID("_00_query", v.key)
         table = edge_table(v.owner, stack.ref_mode)
         # (no table: gone with its owner, so no edge)
-        stmts.append(f"SELECT VALUE out FROM {table} WHERE in = $q{i}" if table in tables
-                     else "RETURN []")
+        # (retired edges, `removed = true` in mode dedicated, are not members)
+        stmts.append(f"SELECT VALUE out FROM {table} WHERE in = $q{i} AND !removed"
+                     if table in tables else "RETURN []")
         stmts.append(f"SELECT state, rowCount, auth_id FROM ONLY $q{i}")
     try:
         results = await root.query("; ".join(stmts), params)

@@ -11,25 +11,25 @@ from typing import Any
 from surrealdb import RecordID
 
 from ssp.hub.reconcile import SLICE_EDGES, Reconciler
-from ssp.hub.sequencer import ends_batch
+from ssp.hub.sequencer import Sequencer
 from ssp.publisher import MARK_READY, Publisher, PubView, Teardown
 from tests.support.fakedb import FakeDb
 
 
 def batches(events: list[tuple[str, str, str, None]]) -> list[list[str]]:
-    """How the sequencer's rule cuts a queue of events into batches (op + id per event)."""
-    out: list[list[str]] = []
-    deleted: set[str] = set()
+    """How the sequencer cuts a queue of events into batches (op + id per event)."""
+    seq = Sequencer(SimpleNamespace(), None, None, None)  # type: ignore[arg-type]
+    loop = asyncio.get_event_loop()
     for ev in events:
-        if not out or ends_batch(ev, deleted):
-            deleted = set()
-            ends_batch(ev, deleted)
-            out.append([])
-        out[-1].append(f"{ev[1]} {ev[2]}")
+        seq._queue.put_nowait((ev, loop.create_future(), False, 0.0))
+    out: list[list[str]] = []
+    while not seq._queue.empty():
+        batch = seq.take_batch(seq._queue.get_nowait())
+        out.append([f"{b[0][1]} {b[0][2]}" for b in batch])
     return out
 
 
-def test_a_batch_ends_before_a_write_of_an_id_it_deleted() -> None:
+async def test_a_batch_ends_before_a_write_of_an_id_it_deleted() -> None:
     ev = [("c", "CREATE", "c:1", None), ("c", "DELETE", "c:1", None),
           ("c", "UPDATE", "c:2", None), ("c", "CREATE", "c:1", None),
           ("c", "DELETE", "c:2", None), ("c", "DELETE", "c:2", None),
@@ -39,7 +39,7 @@ def test_a_batch_ends_before_a_write_of_an_id_it_deleted() -> None:
                            ["UPDATE c:2"]]
 
 
-def test_writes_without_a_prior_delete_share_a_batch() -> None:
+async def test_writes_without_a_prior_delete_share_a_batch() -> None:
     ev = [("c", op, f"c:{i % 3}", None) for i, op in enumerate(["CREATE", "UPDATE"] * 5)]
     assert len(batches(ev)) == 1
 
@@ -90,28 +90,48 @@ async def test_quiesce_waits_for_a_flush_holding_a_view_of_the_table() -> None:
     assert flush.done() and len(db.transactions) == 1
 
 
-class _ReadBack:
-    """The database as the reconciler reads it: edges per view record, `_00_query` rows."""
+T = "_00_list_ref_user_a"
 
-    def __init__(self, edges: dict[str, list[RecordID]], rows: list[dict[str, Any]]) -> None:
-        self.edges, self.rows = edges, rows
+
+class _ReadBack:
+    """The database as the reconciler reads it: per view key its edges' `out`s (under the
+    ids the SSP gives them) and (id, out) pairs under other ids; the `_00_query` rows."""
+
+    def __init__(self, edges: dict[str, list[RecordID]], rows: list[dict[str, Any]],
+                 foreign: dict[str, list[tuple[RecordID, RecordID]]] | None = None) -> None:
+        self.edges, self.rows, self.foreign = edges, rows, foreign or {}
         self.reads: list[int] = []  # views per read
 
     async def query(self, sql: str, params: dict[str, Any], **_kw: Any) -> list[Any]:
         views = [params[f"q{i}"] for i in range(len(params) - 1)]
         self.reads.append(len(views))
-        return [self.edges.get(str(q.id), []) for q in views] + [self.rows]
+        return [[{"id": RecordID(T, [q, o]), "out": o} for o in self.edges.get(str(q.id), [])]
+                + [{"id": i, "out": o} for i, o in self.foreign.get(str(q.id), [])]
+                for q in views] + [self.rows]
 
 
-def _reconciler(views: dict[str, PubView], db: _ReadBack) -> tuple[Reconciler, Publisher]:
+def _reconciler(views: dict[str, PubView], db: _ReadBack,
+                pub_db: FakeDb | None = None) -> tuple[Reconciler, Publisher]:
     pub = Publisher(FakeDb(), ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
                     view_lookup=views.get, rv_lookup=lambda rid: 1)
-    state = SimpleNamespace(views=views, publisher=pub, db=db, status="ready")
+    state = SimpleNamespace(views=views, publisher=pub, db=db, pub_db=pub_db or FakeDb(),
+                            status="ready")
     return Reconciler(state), pub  # type: ignore[arg-type]
 
 
+async def test_the_reconciler_deletes_edges_under_ids_the_ssp_never_writes() -> None:
+    v = PubView("query:f", RecordID("_00_query", "f"), T, None, {"c:1"}, row_count=1)
+    stray = RecordID(T, "random")
+    db = _ReadBack({"f": [RecordID("c", 1)]}, [], foreign={"f": [(stray, RecordID("c", 1))]})
+    pub_db = FakeDb()
+    rec, pub = _reconciler({"query:f": v}, db, pub_db)
+    await rec.check_slice()
+    assert pub_db.queries == [("DELETE $ids", {"ids": [stray]})]
+    assert not pub.dirty  # its own edge is right: nothing to write
+
+
 async def test_the_reconciler_marks_missing_and_extra_edges_and_repairs_a_changed_row() -> None:
-    t = "_00_list_ref_user_a"
+    t = T
     a = PubView("query:a", RecordID("_00_query", "a"), t, None, {"c:1", "c:2"}, row_count=2)
     b = PubView("query:b", RecordID("_00_query", "b"), t, None, {"c:3"}, row_count=1)
     ok = PubView("query:ok", RecordID("_00_query", "ok"), t, None, {"c:4"}, row_count=1)
