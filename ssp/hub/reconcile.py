@@ -145,11 +145,11 @@ class Reconciler:
             have = set()
             for e in edges or ():
                 out = e.get("out")
-                if isinstance(out, RecordID) and e.get("id") == edge_id(view.edge_table,
-                                                                       view.record, out):
+                if not (isinstance(out, RecordID)
+                        and e.get("id") == edge_id(view.edge_table, view.record, out)):
+                    foreign.append(e.get("id"))  # an id this SSP never writes: nothing to race
+                elif e.get("removed") is not True:  # (retired, mode dedicated: not a member)
                     have.add(record_id_text(out))
-                else:  # an id this SSP never writes: nothing of its own can be lost there
-                    foreign.append(e.get("id"))
             wrong = (view.members - have) | (have - view.members)
             if wrong:
                 log.warning("view %s: %d edges differ from its members (written by another "
@@ -167,7 +167,7 @@ class Reconciler:
         """Each view's edge `out`s, then their rows, in one request. A view whose edge table
         is missing (removed by someone else) fails its statement: it is left out, logged."""
         while True:
-            sql = "; ".join(f"SELECT id, out FROM {v.edge_table} WHERE in = $q{i}"
+            sql = "; ".join(f"SELECT id, out, removed FROM {v.edge_table} WHERE in = $q{i}"
                             for i, v in enumerate(views))
             params: dict[str, Any] = {f"q{i}": v.record for i, v in enumerate(views)}
             params["rows"] = [v.record for v in views]

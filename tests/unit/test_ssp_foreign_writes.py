@@ -119,6 +119,24 @@ def _reconciler(views: dict[str, PubView], db: _ReadBack,
     return Reconciler(state), pub  # type: ignore[arg-type]
 
 
+async def test_a_retired_edge_is_not_a_member_for_the_reconciler() -> None:
+    v = PubView("query:r", RecordID("_00_query", "r"), T, None, {"c:1"}, row_count=1)
+    db = _ReadBack({}, [])
+    db.query = _with_retired(db.query, RecordID(T, [v.record, RecordID("c", 1)]),
+                             RecordID("c", 1))  # type: ignore[method-assign]
+    rec, pub = _reconciler({"query:r": v}, db)
+    await rec.check_slice()
+    assert pub.dirty == {"query:r": {"c:1"}}  # its member's edge is retired: written again
+
+
+def _with_retired(query: Any, eid: RecordID, out: RecordID) -> Any:
+    async def q(sql: str, params: dict[str, Any], **kw: Any) -> list[Any]:
+        res = await query(sql, params, **kw)
+        res[0] = [*res[0], {"id": eid, "out": out, "removed": True}]
+        return list(res)
+    return q
+
+
 async def test_the_reconciler_deletes_edges_under_ids_the_ssp_never_writes() -> None:
     v = PubView("query:f", RecordID("_00_query", "f"), T, None, {"c:1"}, row_count=1)
     stray = RecordID(T, "random")
