@@ -162,6 +162,7 @@ class Introspection:
                       "segment_bytes": s.rows.arena.segment_bytes},
             "views": len(s.views), "shards": shards,
             "publication": s.publisher.figures().debug_memory(),
+            "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
             "ingested": s.ingested,
         })
 
