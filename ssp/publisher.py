@@ -90,6 +90,12 @@ UPSERT_GROUPS = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; "
 # Mode `dedicated`: members that left are retired, not deleted (module docstring). An edge
 # already retired is left alone (no second notification); a missing one stays missing.
 RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
+# A (re)materialisation's prior edges (not stamped with this flush's seq by the upserts
+# before it) are retired, and all of the view's retired edges are the block's value, for the
+# reaper. (Not `RETURN $gone`: a RETURN ends the whole transaction, skipping what follows.)
+RETIRE_STALE = ("{{ LET $gone = (SELECT VALUE id FROM {table} WHERE in = $q AND seq != $seq); "
+                "UPDATE $gone SET removed = true, seq = $seq WHERE !removed RETURN NONE; "
+                "$gone }}")
 UPSERT_GROUPS_SINGLE = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; LET $a = $g[2]; "
                         "FOR $r IN $g[3] { RELATE $q->(type::record($t, [$q, $r[0]]))->($r[0]) "
                         "SET rv = $r[1], seq = $seq, auth_id = $a RETURN NONE } }")
@@ -559,12 +565,10 @@ class Publisher:
             # and created.)
             inserts.append((view, view.members))
             if self.retire:
-                # Retired edges of an earlier run are listed too: the reaper's queue is memory.
-                stale.append((f"UPDATE {view.edge_table} SET removed = true, seq = $seq "
-                              "WHERE in = $q AND seq != $seq AND !removed RETURN NONE",
-                              {"q": view.record, "seq": seq}, None))
-                stale.append((f"SELECT VALUE id FROM {view.edge_table} "
-                              "WHERE in = $q AND removed = true", {"q": view.record}, vid))
+                # One scan of the view's edges: retire the prior ones, and list them with
+                # those an earlier run retired (the reaper's queue is memory) for the reaper.
+                stale.append((RETIRE_STALE.format(table=view.edge_table),
+                              {"q": view.record, "seq": seq}, vid))
             else:
                 stale.append((f"DELETE {view.edge_table} WHERE in = $q AND seq != $seq",
                               {"q": view.record, "seq": seq}, None))

@@ -20,6 +20,7 @@ from ssp.publisher import (
     MARK_READY,
     MAX_PENDING_OPS,
     RETIRE,
+    RETIRE_STALE,
     UPSERT_FLAT,
     UPSERT_FLAT_SINGLE,
     UPSERT_GROUPS_SINGLE,
@@ -320,11 +321,7 @@ async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registra
     # members upserted with the flush's seq, then the view's edges with another seq retired,
     # and every retired edge of the view listed for the reaper (an earlier run's too)
     assert [s for s, _ in tx] == [
-        UPSERT_FLAT,
-        "UPDATE _00_list_ref_user_alice SET removed = true, seq = $seq WHERE in = $q AND "
-        "seq != $seq AND !removed RETURN NONE",
-        "SELECT VALUE id FROM _00_list_ref_user_alice WHERE in = $q AND removed = true",
-        MARK_READY]
+        UPSERT_FLAT, RETIRE_STALE.format(table="_00_list_ref_user_alice"), MARK_READY]
     assert tx[1][1] == {"q": v.record, "seq": tx[0][1]["seq"]}
     assert tx[-1] == (MARK_READY, {"ups": [{"q": v.record, "n": 2}]})
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 99))
