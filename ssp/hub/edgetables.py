@@ -1,6 +1,12 @@
 """Per-user edge tables (ref mode `dedicated`): `_00_list_ref_user_<key>` defined with a select
-permission fixed to that user, at registration and on `user` CREATE; removed on `user` DELETE
+permission fixed to that user when a view of that user is registered (and on the user's
+`user` CREATE only when this SSP holds a view of that user); removed on `user` DELETE
 (ssp/README.md, "Edge tables").
+
+Only users owning a view get a table: every table defined in the database makes each DELETE
+in it slower (SurrealDB 3.2.4 pays ~7 us per per-user edge table on every deleted record, the
+application's own deletes included; `loadtests/probe_edge_removal.py`), so a table per `user`
+row would tax every write of a database with many users for tables nobody reads.
 
 The user's views outlive its table: their edges went with it, so while it is gone the publisher
 writes nothing there (`Publisher.drop_table`; a RELATE would create the table again without its
@@ -38,8 +44,9 @@ class EdgeTables:
         self._lock = asyncio.Lock()
 
     def user_changed(self, op: str, rid: str) -> None:
-        """A `user` row was created or deleted: define or drop its edge table (in the
-        background: the ingest does not wait for DDL)."""
+        """A `user` row was created or deleted: define (when this SSP holds a view of the user:
+        a user deleted and created again) or drop its edge table (in the background: the
+        ingest does not wait for DDL)."""
         if self.state.cfg.ref_mode == "single":
             return
         try:
@@ -48,7 +55,8 @@ class EdgeTables:
             return
         table = edge_table(auth, self.state.cfg.ref_mode)
         if op == "CREATE":
-            self.state.spawn_tracked(self._define_quietly(table, auth))
+            if any(v.edge_table == table for v in self.state.views.values()):
+                self.state.spawn_tracked(self._define_quietly(table, auth))
         else:
             self.known.discard(table)
             self.state.publisher.drop_table(table)  # before any delta of this batch is marked

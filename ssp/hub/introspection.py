@@ -166,6 +166,7 @@ class Introspection:
             "views": len(s.views), "shards": shards,
             "publication": s.publisher.figures().debug_memory(),
             "reconcile": self.reconcile.as_dict(),
+            "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
             "ingested": s.ingested,
         })
 

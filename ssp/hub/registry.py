@@ -187,7 +187,8 @@ class Registry:
         republish = not isinstance(row, dict)
         if not republish and view.members and view.view_id not in pub.initial:
             n = await state.db.query_one(
-                f"SELECT count() AS n FROM {view.edge_table} WHERE in = $q GROUP ALL",
+                f"SELECT count() AS n FROM {view.edge_table} WHERE in = $q AND !removed "
+                "GROUP ALL",
                 {"q": view.record}, idempotent=True)
             have = n[0]["n"] if n else 0
             republish = have < len(view.members) and view.view_id not in pub.dirty

@@ -191,3 +191,24 @@ async def test_a_slice_reads_at_most_its_edge_budget_and_a_pass_covers_every_vie
     for _ in range(3):
         await rec.check_slice()
     assert db.reads == [2, 2, 1] and rec.stats.views_checked == 5 and rec.stats.passes == 1
+
+
+async def test_the_reaper_forgets_retired_edges_of_a_dropped_table() -> None:
+    # A DELETE naming a record of a missing table fails its whole transaction: the reaper
+    # must not hold such edges, or it would fail for ever.
+    db = FakeDb()
+    gone = _view("_00_list_ref_user_a", set())
+    kept = _view("_00_list_ref_user_b", set(), key="w")
+    views = {"query:v": gone, "query:w": kept}
+    pub = Publisher(db, ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup=views.get, rv_lookup=lambda rid: 1)
+    assert pub.reaper is not None
+    e1 = RecordID("_00_list_ref_user_a", [gone.record, RecordID("c", 1)])
+    e2 = RecordID("_00_list_ref_user_b", [kept.record, RecordID("c", 2)])
+    pub.reaper.add("query:v", [e1])
+    pub.reaper.add("query:w", [e2])
+    pub.drop_table("_00_list_ref_user_a")
+    await pub.reaper.reap_once()
+    [tx] = db.transactions
+    assert tx[0][1]["ids"] == [e2]
+    assert pub.reaper.figures()["queued"] == 0
