@@ -1,12 +1,13 @@
 """The sequencer: the one order every event is applied in.
 
 `submit` queues events; the sequencer loop takes them in batches (up to BATCH_MAX, one kind at
-a time: deferred or not; a batch ends before a write of an id it deleted, `take_batch`),
-stores each batch in the row arena (`store`: stale versions skipped), and sends it to every
-shard without waiting for the previous batch's replies (up to PIPELINE_DEPTH in flight). The collector takes the replies in send order and `deliver`s
-the per-view deltas: member sets updated, publisher marked (for transport http once the
-commit is visible, `ssp.hub.visibility`). The exclusive section (`HubState.exclusive`) waits
-for every batch in flight.
+a time: deferred or not, `take_batch`), stores each batch in the row arena (`store`: stale
+versions skipped), and sends it to every shard without waiting for the previous batch's
+replies (up to PIPELINE_DEPTH in flight). The collector takes the replies in send order and
+`deliver`s the per-view deltas: member sets updated, publisher marked (for transport http once
+the commit is visible, `ssp.hub.visibility`), and the members whose edges a DELETE took along
+marked again (`ssp.hub.members`). The exclusive section (`HubState.exclusive`) waits for every
+batch in flight.
 """
 
 from __future__ import annotations
@@ -88,34 +89,13 @@ class Sequencer:
                 _fail_all(batch, e)
 
     def take_batch(self, first: Queued) -> list[Queued]:
-        """`first` and what queued up behind it, up to BATCH_MAX: events of one kind (deferred
-        or not), and never a write of an id after that id's DELETE in the same batch.
-
-        SurrealDB deletes every edge pointing at a record inside the transaction that deletes
-        the record. Deleted and written again within one batch, a record nets to "no change"
-        in the engine (its projected row can be the same before and after), so no delta would
-        name it and its edge, already gone from the database, would never be written again.
-        Cutting the batch before such a write makes the engine report the member leaving (this
-        batch) and coming back (the next), so the publisher deletes and re-creates the edge in
-        order; members seen only through a link included. The extra shard round trip is paid
-        only when a batch re-creates an id; the rule costs ~0.4 us per event (inline: a call
-        per event cost three times that, measured)."""
+        """`first` and what queued up behind it, up to BATCH_MAX, of one kind (deferred or
+        not)."""
         queue = self._queue
         pending = queue._queue  # type: ignore[attr-defined]  # a deque: peek without taking
         batch = [first]
         kind = first[2]
-        deleted: set[str] = set()
-        if first[0][1] == "DELETE":
-            deleted.add(first[0][2])
-        while len(batch) < BATCH_MAX and pending:
-            nxt = pending[0]
-            if nxt[2] != kind:
-                break
-            _table, op, rid, _row = nxt[0]
-            if op == "DELETE":
-                deleted.add(rid)
-            elif deleted and rid in deleted:
-                break
+        while len(batch) < BATCH_MAX and pending and pending[0][2] == kind:
             batch.append(queue.get_nowait())
         return batch
 
@@ -167,8 +147,10 @@ class Sequencer:
     def deliver(self, kept: list[Event], replies: list[dict[str, Any]], defer: bool,
                 arrived: float | None) -> None:
         """Per-view deltas -> member sets -> publisher marks (deferred until commit-visible
-        for transport http)."""
+        for transport http). Then every view still holding a record the batch deleted gets
+        that member marked too: the database took its edge along (`ssp.hub.members`)."""
         views = self.state.views
+        index = views.members
         marks: list[tuple[str, list[str]]] = []
         for r in replies:
             # groups of views sharing one delta, in order (a view may recur: apply each)
@@ -178,11 +160,19 @@ class Sequencer:
                     view = views.get(vid)
                     if view is None:
                         continue
-                    view.members.difference_update(d["removed"])
-                    view.members.update(d["added"])
+                    removed, added = d["removed"], d["added"]
+                    view.members.difference_update(removed)
+                    view.members.update(added)
+                    if removed:
+                        index.remove(vid, removed)
+                    if added:
+                        index.add(vid, added)
                     if touched is None:
-                        touched = [*d["added"], *d["removed"], *d["updated"]]
+                        touched = [*added, *removed, *d["updated"]]
                     marks.append((vid, touched))
+        for _table, op, rid, _row in kept:
+            if op == "DELETE":
+                marks.extend((vid, [rid]) for vid in index.views_of(rid))
         if not marks:
             return
         if defer and self.visibility.publish_after_commit(kept, marks, arrived):

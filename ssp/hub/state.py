@@ -26,6 +26,7 @@ from maintenance.backends import BackendMonitor, parse_backends
 from ssp.allowlist import Allowlist
 from ssp.config import SspConfig
 from ssp.hub.logring import LogRing
+from ssp.hub.members import MemberIndex
 from ssp.jobs import JobRunner
 from ssp.naming import view_record
 from ssp.publisher import Publisher, PubView, Teardown
@@ -70,12 +71,14 @@ class ViewState(PubView):
 
 class ViewRegistry(dict[str, ViewState]):
     """The held views by id, with the views of each sharing group (`ViewState.share`) kept
-    beside them, so finding a view's group does not scan every view (`ssp.hub.sharing`).
-    Every way of adding or removing a view goes through the methods below."""
+    beside them, so finding a view's group does not scan every view (`ssp.hub.sharing`), and
+    the views of each member (`ssp.hub.members`). Every way of adding or removing a view goes
+    through the methods below."""
 
     def __init__(self) -> None:
         super().__init__()
         self.groups: dict[str, dict[str, ViewState]] = {}
+        self.members = MemberIndex()
 
     def __setitem__(self, vid: str, view: ViewState) -> None:
         old = self.get(vid)
@@ -83,6 +86,7 @@ class ViewRegistry(dict[str, ViewState]):
             self._leave(vid, old)
         super().__setitem__(vid, view)
         self.groups.setdefault(view.share, {})[vid] = view
+        self.members.add(vid, view.members)
 
     def __delitem__(self, vid: str) -> None:
         view = self[vid]
@@ -115,8 +119,10 @@ class ViewRegistry(dict[str, ViewState]):
     def clear(self) -> None:
         super().clear()
         self.groups.clear()
+        self.members.clear()
 
     def _leave(self, vid: str, view: ViewState) -> None:
+        self.members.remove(vid, view.members)
         group = self.groups.get(view.share)
         if group is not None:
             group.pop(vid, None)

@@ -1,6 +1,7 @@
-"""Unit tests of how the SSP keeps edges right when others change them: the sequencer's batch
-boundary at a re-written deleted id, the publisher's dropped tables, the reconciler's read-back
-(the same paths run through real processes in tests/integration/test_edges_*.py)."""
+"""Unit tests of how the SSP keeps edges right when others change them: the member index and
+the marks a DELETE adds, the publisher's dropped tables, the reaper beside them, the
+reconciler's read-back (the same paths run through real processes in
+tests/integration/test_edges_*.py)."""
 
 from __future__ import annotations
 
@@ -10,38 +11,81 @@ from typing import Any
 
 from surrealdb import RecordID
 
+from ssp.hub.members import MemberIndex
 from ssp.hub.reconcile import SLICE_EDGES, Reconciler
 from ssp.hub.sequencer import Sequencer
+from ssp.hub.state import ViewRegistry, ViewState
 from ssp.publisher import MARK_READY, Publisher, PubView, Teardown
 from tests.support.fakedb import FakeDb
 
 
-def batches(events: list[tuple[str, str, str, None]]) -> list[list[str]]:
-    """How the sequencer cuts a queue of events into batches (op + id per event)."""
+def test_the_member_index_follows_adds_and_removes_of_several_views() -> None:
+    idx = MemberIndex()
+    idx.add("v1", ["c:1", "c:2"])
+    idx.add("v2", ["c:2"])
+    idx.add("v2", ["c:2"])  # twice: still one
+    assert sorted(idx.views_of("c:2")) == ["v1", "v2"] and list(idx.views_of("c:1")) == ["v1"]
+    idx.remove("v1", ["c:2", "c:9"])
+    assert list(idx.views_of("c:2")) == ["v2"]
+    idx.remove("v2", ["c:2"])
+    idx.remove("v1", ["c:1"])
+    assert len(idx) == 0 and list(idx.views_of("c:1")) == []
+
+
+def test_the_registry_keeps_the_member_index_with_its_views() -> None:
+    reg = ViewRegistry()
+    a = ViewState("query:a", RecordID("_00_query", "a"), "t", None, {"c:1", "c:2"})
+    b = ViewState("query:b", RecordID("_00_query", "b"), "t", None, {"c:2"})
+    reg["query:a"] = a
+    reg["query:b"] = b
+    assert sorted(reg.members.views_of("c:2")) == ["query:a", "query:b"]
+    reg["query:a"] = ViewState("query:a", RecordID("_00_query", "a"), "t", None, {"c:3"})
+    assert list(reg.members.views_of("c:1")) == [] and list(reg.members.views_of("c:3")) == [
+        "query:a"]
+    reg.pop("query:b")
+    assert list(reg.members.views_of("c:2")) == []
+    reg.clear()
+    assert len(reg.members) == 0
+
+
+def _delivering(views: dict[str, ViewState]) -> tuple[Sequencer, Publisher]:
+    reg = ViewRegistry()
+    for vid, v in views.items():
+        reg[vid] = v
+    pub = Publisher(FakeDb(), ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup=reg.get, rv_lookup=lambda rid: 1)
+    state = SimpleNamespace(views=reg, publisher=pub)
+    return Sequencer(state, None, None, None), pub  # type: ignore[arg-type]
+
+
+def test_a_delete_marks_the_views_that_still_hold_the_record_after_the_batch() -> None:
+    # comment:1 deleted and created again in one batch (the engine reports nothing), user:5
+    # deleted but still a member by reference (an id inside a row): the database took both
+    # edges along, so both are marked; comment:2 left its view (a delta) and is marked once.
+    v = ViewState("query:v", RecordID("_00_query", "v"), "t", None,
+                  {"comment:1", "comment:2", "user:5"})
+    seq, pub = _delivering({"query:v": v})
+    kept = [("comment", "DELETE", "comment:1", None), ("comment", "CREATE", "comment:1", {}),
+            ("user", "DELETE", "user:5", None), ("comment", "DELETE", "comment:2", None),
+            ("comment", "DELETE", "comment:9", None)]
+    reply = {"groups": [[["query:v"], {"added": [], "removed": ["comment:2"],
+                                       "updated": []}]]}
+    seq.deliver(kept, [reply], False, None)
+    assert pub.dirty == {"query:v": {"comment:1", "comment:2", "user:5"}}
+    assert v.members == {"comment:1", "user:5"}
+    assert list(seq.state.views.members.views_of("comment:2")) == []
+
+
+async def test_take_batch_keeps_one_kind_of_event_together() -> None:
     seq = Sequencer(SimpleNamespace(), None, None, None)  # type: ignore[arg-type]
-    loop = asyncio.get_event_loop()
-    for ev in events:
-        seq._queue.put_nowait((ev, loop.create_future(), False, 0.0))
-    out: list[list[str]] = []
+    loop = asyncio.get_running_loop()
+    for i, deferred in enumerate([False, False, True, False]):
+        seq._queue.put_nowait((("c", "UPDATE", f"c:{i}", {}), loop.create_future(), deferred,
+                               0.0))
+    sizes = []
     while not seq._queue.empty():
-        batch = seq.take_batch(seq._queue.get_nowait())
-        out.append([f"{b[0][1]} {b[0][2]}" for b in batch])
-    return out
-
-
-async def test_a_batch_ends_before_a_write_of_an_id_it_deleted() -> None:
-    ev = [("c", "CREATE", "c:1", None), ("c", "DELETE", "c:1", None),
-          ("c", "UPDATE", "c:2", None), ("c", "CREATE", "c:1", None),
-          ("c", "DELETE", "c:2", None), ("c", "DELETE", "c:2", None),
-          ("c", "UPDATE", "c:1", None), ("c", "UPDATE", "c:2", None)]
-    assert batches(ev) == [["CREATE c:1", "DELETE c:1", "UPDATE c:2"],
-                           ["CREATE c:1", "DELETE c:2", "DELETE c:2", "UPDATE c:1"],
-                           ["UPDATE c:2"]]
-
-
-async def test_writes_without_a_prior_delete_share_a_batch() -> None:
-    ev = [("c", op, f"c:{i % 3}", None) for i, op in enumerate(["CREATE", "UPDATE"] * 5)]
-    assert len(batches(ev)) == 1
+        sizes.append(len(seq.take_batch(seq._queue.get_nowait())))
+    assert sizes == [2, 1, 1]
 
 
 def _view(table: str, members: set[str], key: str = "v") -> PubView:
