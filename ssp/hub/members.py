@@ -32,15 +32,16 @@ class MemberIndex:
     def add(self, view_id: str, members: Iterable[str]) -> None:
         """`view_id` holds `members` (from now on)."""
         index = self._views
+        get = index.get
         for m in members:
-            cur = index.get(m)
+            cur = get(m)
             if cur is None:
                 index[m] = view_id
-            elif isinstance(cur, str):
+            elif cur.__class__ is str:
                 if cur != view_id:
                     index[m] = {cur, view_id}
             else:
-                cur.add(view_id)
+                cur.add(view_id)  # type: ignore[union-attr]
 
     def remove(self, view_id: str, members: Iterable[str]) -> None:
         """`view_id` no longer holds `members`."""
