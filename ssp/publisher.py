@@ -196,6 +196,8 @@ class PubView:
     auth: RecordID | None
     members: set[str]
     generation: int = 0
+    # The `rowCount` this SSP last wrote in the view's `_00_query` row (None: not yet known).
+    row_count: int | None = None
 
 
 @dataclass
@@ -217,6 +219,7 @@ class _Batch:
     dirty: dict[str, set[str]] = field(default_factory=dict)
     initial: dict[str, int] = field(default_factory=dict)
     teardown: dict[str, Teardown] = field(default_factory=dict)
+    row_counts: dict[str, int] = field(default_factory=dict)  # rowCount written per view
     started: list[float] = field(default_factory=list)
     # per view: (view id, when its oldest change arrived, operations, initial edges?)
     per_view: list[tuple[str, float, int, bool]] = field(default_factory=list)
@@ -369,6 +372,12 @@ class Publisher:
             self._inflight.difference_update(view_ids)
             self._changed.notify_all()
         self._kick()
+
+    def busy(self, view_id: str) -> bool:
+        """True while the view has work queued or held by a flush (its edges and row may not
+        show its members yet)."""
+        return (view_id in self.dirty or view_id in self.initial or view_id in self.teardowns
+                or view_id in self._inflight)
 
     @property
     def pending(self) -> bool:
@@ -573,6 +582,7 @@ class Publisher:
                 stale.append((f"DELETE {view.edge_table} WHERE in = $q AND seq != $seq",
                               {"q": view.record, "seq": seq}, None))
             ready_updates.append({"q": view.record, "n": len(view.members)})
+            b.row_counts[vid] = len(view.members)
             budget -= len(view.members) + INITIAL_COST
             b.started.append(self._since.pop(vid, time.monotonic()))
             b.per_view.append((vid, b.started[-1], len(view.members), True))
@@ -656,6 +666,10 @@ class Publisher:
                 for i, vid in b.retired_lists:
                     self.reaper.add(vid, (r for r in results[i] or []
                                           if isinstance(r, RecordID)))
+            for vid, n in b.row_counts.items():
+                view = self._view(vid)
+                if view is not None:
+                    view.row_count = n
             now = time.monotonic()
             self.telemetry.transaction(began)
             self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)

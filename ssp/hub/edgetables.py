@@ -101,9 +101,12 @@ class EdgeTables:
         if table not in publisher.dropped:
             return
         publisher.restore_table(table)
+        n = 0
         for view in self.state.views.values():
             if view.edge_table == table:
                 publisher.materialise(view)
+                n += 1
+        log.info("edge table %s defined again: %d views written again", table, n)
 
     async def _define_quietly(self, table: str, auth: RecordID) -> None:
         try:
@@ -120,5 +123,6 @@ class EdgeTables:
             await self.state.publisher.quiesce(table)
             try:
                 await self.state.pub_db.query(f"REMOVE TABLE IF EXISTS {table}")
+                log.info("edge table %s removed with its user", table)
             except DbError as e:
                 log.warning("removing edge table %s failed: %s", table, e)

@@ -147,12 +147,15 @@ class HubState:
         self.seq = 0  # events sequenced (the ingest reply's `seq`)
         self.ingested = 0  # events applied (stale versions left out)
         self.shards: list[ShardHandle] = []  # built by the shard pool
+        # Scheduler mode: the scheduler is restoring a backup (its heartbeat answer says so).
+        self.upstream_restoring = False
         self.publisher = Publisher(self.pub_db, ref_mode=cfg.ref_mode,
                                    throttle_ms=cfg.query_update_throttle_ms,
                                    view_lookup=self.views.get, rv_lookup=self.rv.get,
                                    flushers=cfg.publish_flushers,
                                    metrics=ViewMetrics(cfg.ssp_id, cfg.view_metrics_flush_ms,
-                                                       self._view_size))
+                                                       self._view_size,
+                                                       hold=self.writers_hold))
         self.logs = LogRing()
         self.allowlist = Allowlist(cfg.query_allowlist)
         self.generation = 0
@@ -183,6 +186,13 @@ class HubState:
     def _view_size(self, view_id: str) -> tuple[RecordID, int] | None:
         view = self.views.get(view_id)
         return None if view is None else (view.record, len(view.members))
+
+    def writers_hold(self) -> bool:
+        """True while a restore replaces the database (standalone: this SSP is not ready;
+        scheduler mode: the scheduler says it is restoring): the periodic writers (view
+        metrics, TTL sweep, CRDT sweep, reconciler) hold still meanwhile, so they neither
+        write rows the import is about to create nor delete rows it has just created."""
+        return self.status != "ready" or self.upstream_restoring
 
     def stalled(self) -> bool:
         """True while a database connection's calls are timing out (ingest fails fast)."""

@@ -1,31 +1,35 @@
-"""Unit tests of how the SSP keeps edges right when the database changes them itself: the
-sequencer's batch boundary at a re-written deleted id, and the publisher's dropped tables."""
+"""Unit tests of how the SSP keeps edges right when others change them: the sequencer's batch
+boundary at a re-written deleted id, the publisher's dropped tables, the reconciler's read-back
+(the same paths run through real processes in tests/integration/test_edges_*.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
+from typing import Any
 
 from surrealdb import RecordID
 
-from ssp.hub.sequencer import ends_batch
+from ssp.hub.reconcile import SLICE_EDGES, Reconciler
+from ssp.hub.sequencer import Sequencer
 from ssp.publisher import MARK_READY, Publisher, PubView, Teardown
 from tests.support.fakedb import FakeDb
 
 
 def batches(events: list[tuple[str, str, str, None]]) -> list[list[str]]:
-    """How the sequencer's rule cuts a queue of events into batches (op + id per event)."""
-    out: list[list[str]] = []
-    deleted: set[str] = set()
+    """How the sequencer cuts a queue of events into batches (op + id per event)."""
+    seq = Sequencer(SimpleNamespace(), None, None, None)  # type: ignore[arg-type]
+    loop = asyncio.get_event_loop()
     for ev in events:
-        if not out or ends_batch(ev, deleted):
-            deleted = set()
-            ends_batch(ev, deleted)
-            out.append([])
-        out[-1].append(f"{ev[1]} {ev[2]}")
+        seq._queue.put_nowait((ev, loop.create_future(), False, 0.0))
+    out: list[list[str]] = []
+    while not seq._queue.empty():
+        batch = seq.take_batch(seq._queue.get_nowait())
+        out.append([f"{b[0][1]} {b[0][2]}" for b in batch])
     return out
 
 
-def test_a_batch_ends_before_a_write_of_an_id_it_deleted() -> None:
+async def test_a_batch_ends_before_a_write_of_an_id_it_deleted() -> None:
     ev = [("c", "CREATE", "c:1", None), ("c", "DELETE", "c:1", None),
           ("c", "UPDATE", "c:2", None), ("c", "CREATE", "c:1", None),
           ("c", "DELETE", "c:2", None), ("c", "DELETE", "c:2", None),
@@ -35,7 +39,7 @@ def test_a_batch_ends_before_a_write_of_an_id_it_deleted() -> None:
                            ["UPDATE c:2"]]
 
 
-def test_writes_without_a_prior_delete_share_a_batch() -> None:
+async def test_writes_without_a_prior_delete_share_a_batch() -> None:
     ev = [("c", op, f"c:{i % 3}", None) for i, op in enumerate(["CREATE", "UPDATE"] * 5)]
     assert len(batches(ev)) == 1
 
@@ -84,3 +88,106 @@ async def test_quiesce_waits_for_a_flush_holding_a_view_of_the_table() -> None:
     pub.drop_table("_00_list_ref_user_a")
     await pub.quiesce("_00_list_ref_user_a")
     assert flush.done() and len(db.transactions) == 1
+
+
+T = "_00_list_ref_user_a"
+
+
+class _ReadBack:
+    """The database as the reconciler reads it: per view key its edges' `out`s (under the
+    ids the SSP gives them) and (id, out) pairs under other ids; the `_00_query` rows."""
+
+    def __init__(self, edges: dict[str, list[RecordID]], rows: list[dict[str, Any]],
+                 foreign: dict[str, list[tuple[RecordID, RecordID]]] | None = None) -> None:
+        self.edges, self.rows, self.foreign = edges, rows, foreign or {}
+        self.reads: list[int] = []  # views per read
+
+    async def query(self, sql: str, params: dict[str, Any], **_kw: Any) -> list[Any]:
+        views = [params[f"q{i}"] for i in range(len(params) - 1)]
+        self.reads.append(len(views))
+        return [[{"id": RecordID(T, [q, o]), "out": o} for o in self.edges.get(str(q.id), [])]
+                + [{"id": i, "out": o} for i, o in self.foreign.get(str(q.id), [])]
+                for q in views] + [self.rows]
+
+
+def _reconciler(views: dict[str, PubView], db: _ReadBack,
+                pub_db: FakeDb | None = None) -> tuple[Reconciler, Publisher]:
+    pub = Publisher(FakeDb(), ref_mode="dedicated", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup=views.get, rv_lookup=lambda rid: 1)
+    state = SimpleNamespace(views=views, publisher=pub, db=db, pub_db=pub_db or FakeDb(),
+                            status="ready")
+    return Reconciler(state), pub  # type: ignore[arg-type]
+
+
+async def test_a_retired_edge_is_not_a_member_for_the_reconciler() -> None:
+    v = PubView("query:r", RecordID("_00_query", "r"), T, None, {"c:1"}, row_count=1)
+    db = _ReadBack({}, [])
+    db.query = _with_retired(db.query, RecordID(T, [v.record, RecordID("c", 1)]),
+                             RecordID("c", 1))  # type: ignore[method-assign]
+    rec, pub = _reconciler({"query:r": v}, db)
+    await rec.check_slice()
+    assert pub.dirty == {"query:r": {"c:1"}}  # its member's edge is retired: written again
+
+
+def _with_retired(query: Any, eid: RecordID, out: RecordID) -> Any:
+    async def q(sql: str, params: dict[str, Any], **kw: Any) -> list[Any]:
+        res = await query(sql, params, **kw)
+        res[0] = [*res[0], {"id": eid, "out": out, "removed": True}]
+        return list(res)
+    return q
+
+
+async def test_the_reconciler_deletes_edges_under_ids_the_ssp_never_writes() -> None:
+    v = PubView("query:f", RecordID("_00_query", "f"), T, None, {"c:1"}, row_count=1)
+    stray = RecordID(T, "random")
+    db = _ReadBack({"f": [RecordID("c", 1)]}, [], foreign={"f": [(stray, RecordID("c", 1))]})
+    pub_db = FakeDb()
+    rec, pub = _reconciler({"query:f": v}, db, pub_db)
+    await rec.check_slice()
+    assert pub_db.queries == [("DELETE $ids", {"ids": [stray]})]
+    assert not pub.dirty  # its own edge is right: nothing to write
+
+
+async def test_the_reconciler_marks_missing_and_extra_edges_and_repairs_a_changed_row() -> None:
+    t = T
+    a = PubView("query:a", RecordID("_00_query", "a"), t, None, {"c:1", "c:2"}, row_count=2)
+    b = PubView("query:b", RecordID("_00_query", "b"), t, None, {"c:3"}, row_count=1)
+    ok = PubView("query:ok", RecordID("_00_query", "ok"), t, None, {"c:4"}, row_count=1)
+    views = {"query:a": a, "query:b": b, "query:ok": ok}
+    db = _ReadBack({"a": [RecordID("c", 1), RecordID("c", 9)], "b": [RecordID("c", 3)],
+                    "ok": [RecordID("c", 4)]},
+                   [{"id": a.record, "state": "ready", "rowCount": 2},
+                    {"id": b.record, "state": "ready", "rowCount": 7},
+                    {"id": ok.record, "state": "ready", "rowCount": 1}])
+    rec, pub = _reconciler(views, db)
+    assert await rec.check_slice() == 2
+    assert pub.dirty == {"query:a": {"c:2", "c:9"}}  # one missing, one extra
+    assert set(pub.initial) == {"query:b"}  # its row's count was changed: written again
+    assert rec.stats.as_dict() | {"last_error": ""} == {
+        "passes": 1, "views_checked": 3, "edges_marked": 2, "rows_repaired": 1,
+        "last_error": ""}
+
+
+async def test_the_reconciler_skips_busy_and_unpublished_views_without_spinning() -> None:
+    t = "_00_list_ref_user_a"
+    busy = PubView("query:x", RecordID("_00_query", "x"), t, None, {"c:1"}, row_count=1)
+    new = PubView("query:n", RecordID("_00_query", "n"), t, None, {"c:2"})  # no row_count yet
+    views = {"query:x": busy, "query:n": new}
+    db = _ReadBack({}, [])
+    rec, pub = _reconciler(views, db)
+    pub.mark("query:x", ["c:1"])
+    assert await rec.check_slice() == 0 and db.reads == []
+    assert rec.stats.passes == 1
+
+
+async def test_a_slice_reads_at_most_its_edge_budget_and_a_pass_covers_every_view() -> None:
+    t = "_00_list_ref_user_a"
+    views = {f"query:v{i}": PubView(f"query:v{i}", RecordID("_00_query", f"v{i}"), t, None,
+                                    {f"c:{i}_{j}" for j in range(SLICE_EDGES // 2)},
+                                    row_count=SLICE_EDGES // 2) for i in range(5)}
+    db = _ReadBack({f"v{i}": [RecordID("c", f"{i}_{j}") for j in range(SLICE_EDGES // 2)]
+                    for i in range(5)}, [])
+    rec, _pub = _reconciler(views, db)
+    for _ in range(3):
+        await rec.check_slice()
+    assert db.reads == [2, 2, 1] and rec.stats.views_checked == 5 and rec.stats.passes == 1
