@@ -4,7 +4,7 @@ write-to-edge latency per window.
     .venv/bin/python loadtests/soak_stack.py [--minutes 10] [--rate 500] [--rows 20000]
         [--users 1000] [--view-users 200] [--views-per-user 10] [--ssps 2] [--window 60]
         [--ref-mode dedicated|single] [--data DIR] [--stack-root PATH]
-    .venv/bin/python loadtests/soak_stack.py --short          # a 40-second smoke run
+    .venv/bin/python loadtests/soak_stack.py --short          # a 20-second smoke run
 
 What runs: `python -m stack --memory --ssps 2` (database host, `svc schema apply`, the
 scheduler, two SSPs in scheduler mode, changefeed transport), exactly as `ops/run` starts them,
@@ -698,13 +698,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="run the stack from another checkout (a 'before' figure; the "
                         "benchmark stays this checkout's)")
     p.add_argument("--short", action="store_true",
-                   help="smoke run: 40 s, 2,000 posts, 100 views, 100 updates/s, 10 s windows")
+                   help="smoke run: 20 s, 1,000 posts, 50 views, 100 updates/s, 5 s windows")
     args = p.parse_args(argv)
     # The writer counts its failed writes; the client's own warnings would flood the table.
     logging.basicConfig(level=logging.ERROR)
     if args.short:
-        args.minutes, args.rate, args.rows, args.users = 40 / 60, 100, 2000, 100
-        args.view_users, args.views_per_user, args.window = 20, 5, 10
+        args.minutes, args.rate, args.rows, args.users = 20 / 60, 100, 1000, 100
+        args.view_users, args.views_per_user, args.window = 10, 5, 5
     if args.p99_ms is None:
         args.p99_ms = 300 + args.throttle_ms
     tmp = Path(tempfile.mkdtemp(prefix="soak-stack-"))
