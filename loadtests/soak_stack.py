@@ -642,18 +642,50 @@ async def soak(run: Run) -> int:
         drain_s = await drained(http, run, 600)
         await asyncio.sleep(3)  # the reaper of retired edges works once publication is idle
         bad = await compare_edges(run, db, specs)
+        notes = await explain(http, run, db, bad[:10])
         await db.close()
-    return verdict(run, drain_s, bad, len(specs))
+    return verdict(run, drain_s, bad, len(specs), notes)
+
+
+async def explain(http: aiohttp.ClientSession, run: Run, db: Database,
+                  bad: list[tuple[str, set[str], set[str]]]) -> dict[str, str]:
+    """For each differing view: whether the SSP holding it counts the differing records as
+    members (`/debug/view`: the engine's answer; if it agrees with the edges, publication is
+    right and the view's circuit is wrong, else the edges are), and those records' rows."""
+    out: dict[str, str] = {}
+    for vid, extra, missing in bad:
+        held: list[str] | None = None
+        for port in run.ssp_ports:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                async with http.get(f"http://127.0.0.1:{port}/debug/view/{vid}",
+                                    headers={"Authorization": "Bearer soak"},
+                                    timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    if r.status == 200:
+                        held = list((await r.json(content_type=None)).get("cache") or [])
+        rows = []
+        for rid in sorted(extra | missing)[:3]:
+            with contextlib.suppress(DbError):
+                row = await db.query_one(
+                    "SELECT id, category, score, author, author.active AS author_active "
+                    "FROM ONLY type::record($r)", {"r": rid})
+                rows.append(str(row))
+        in_ssp = ("not held by any SSP" if held is None else
+                  f"SSP members: extra held {sorted(extra & set(held))}, "
+                  f"missing held {sorted(missing & set(held))}")
+        out[vid] = f"{in_ssp}; rows {rows}"
+    return out
 
 
 def verdict(run: Run, drain_s: float, bad: list[tuple[str, set[str], set[str]]],
-            views: int) -> int:
+            views: int, notes: dict[str, str]) -> int:
     args = run.args
     print(f"\nwrites: {run.writes:,} ({run.write_errors} failed); probe flips not seen within "
           f"120 s: {run.probe_timeouts}; backlog drained {drain_s:.1f} s after the load stopped")
     print(f"edges equal SurrealDB's answer for {views - len(bad)}/{views} views")
     for vid, extra, missing in bad[:10]:
         print(f"  {vid}: extra {sorted(extra)[:5]} missing {sorted(missing)[:5]}")
+        if vid in notes:
+            print(f"    {notes[vid]}")
     ok = not bad and drain_s != float("inf")
     if args.short:
         return 0 if ok else 1
