@@ -726,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="write-to-edge p99 limit per window (default 300 + the throttle)")
     p.add_argument("--data", type=Path, default=None,
                    help="run the stack with --data DIR (surrealkv on disk) instead of --memory")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an extra variable for the stack's processes (repeatable), e.g. "
+                        "SVC_SSP_RECONCILE_MS=0")
     p.add_argument("--stack-root", type=Path, default=None,
                    help="run the stack from another checkout (a 'before' figure; the "
                         "benchmark stays this checkout's)")
@@ -745,6 +748,11 @@ def main(argv: list[str] | None = None) -> int:
                SVC_ADMIN_PASSWORD=secrets.token_hex(8), SVC_DB_NS=NS, SVC_DB_NAME=DB,
                SVC_SSP_REF_MODE=args.ref_mode, SVC_SCHEMA_POLL_SECS="2",
                SVC_SSP_QUERY_UPDATE_THROTTLE_MS=str(args.throttle_ms))
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            p.error(f"--env takes NAME=VALUE, got {item!r}")
+        env[name] = value
     base = free_ports(args.ssps)
     run = Run(args, tmp, env, free_port(), free_port(), free_port(),
               [base + i for i in range(args.ssps)])
