@@ -6,14 +6,14 @@ views over 1,000 users, next to the naive baseline, for 1 and 2 shards, in one r
         [--ref-modes dedicated,single] [--large-views 0] [--large-kind peers|children]
         [--reconcile-ms 1000] [--ssp-root PATH]
 
-Both edge publication modes run: `dedicated` (the default: one edge table per user, so 1,000
-tables here) and `single` (one shared `_00_list_ref`). They differ because of a measured cost
-of the engine: in SurrealDB 3.2.4 (surrealdb-embedded) a DELETE reads every table's definition,
-per deleted record: ~1.1 us per plain table, more per table with a permission rule (1,000
-per-user edge tables: ~3.8 ms per deleted edge; an UPDATE stays at 25 us; see
-`probe_delete_cost.py`). An edge leaving a view is a DELETE, so in `dedicated` each removal
-costs milliseconds of engine time. The table also shows flushes and failed flushes
-(`SVC_SSP_PUBLISH_FLUSHERS` transactions run at once; a failed one is retried).
+Both edge publication modes run: `dedicated` (the default: one edge table per user owning a
+view, so 1,000 tables here) and `single` (one shared `_00_list_ref`). In SurrealDB 3.2.4
+(surrealdb-embedded) every DELETE pays for every table defined in the database (~7 us per
+per-user edge table: ~7 ms per deleted edge here; an UPDATE ~70 us; `probe_edge_removal.py`),
+so `dedicated` retires the edge of a member that left (an UPDATE) and its reaper deletes
+retired edges while publication is quiet (ssp/README.md, "Edge removal"); `single` deletes.
+The table also shows flushes and failed flushes (`SVC_SSP_PUBLISH_FLUSHERS` transactions run
+at once; a failed one is retried).
 
 What runs: a database host (`python -m dbhost --memory`) and, per shard count, a fresh
 database and a real `python -m ssp` (hub + shard processes, transport http so the benchmark

@@ -4,7 +4,7 @@ write-to-edge latency per window.
     .venv/bin/python loadtests/soak_stack.py [--minutes 10] [--rate 500] [--rows 20000]
         [--users 1000] [--view-users 200] [--views-per-user 10] [--ssps 2] [--window 60]
         [--ref-mode dedicated|single] [--data DIR] [--stack-root PATH]
-    .venv/bin/python loadtests/soak_stack.py --short          # a 40-second smoke run
+    .venv/bin/python loadtests/soak_stack.py --short          # a 20-second smoke run
 
 What runs: `python -m stack --memory --ssps 2` (database host, `svc schema apply`, the
 scheduler, two SSPs in scheduler mode, changefeed transport), exactly as `ops/run` starts them,
@@ -642,18 +642,50 @@ async def soak(run: Run) -> int:
         drain_s = await drained(http, run, 600)
         await asyncio.sleep(3)  # the reaper of retired edges works once publication is idle
         bad = await compare_edges(run, db, specs)
+        notes = await explain(http, run, db, bad[:10])
         await db.close()
-    return verdict(run, drain_s, bad, len(specs))
+    return verdict(run, drain_s, bad, len(specs), notes)
+
+
+async def explain(http: aiohttp.ClientSession, run: Run, db: Database,
+                  bad: list[tuple[str, set[str], set[str]]]) -> dict[str, str]:
+    """For each differing view: whether the SSP holding it counts the differing records as
+    members (`/debug/view`: the engine's answer; if it agrees with the edges, publication is
+    right and the view's circuit is wrong, else the edges are), and those records' rows."""
+    out: dict[str, str] = {}
+    for vid, extra, missing in bad:
+        held: list[str] | None = None
+        for port in run.ssp_ports:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                async with http.get(f"http://127.0.0.1:{port}/debug/view/{vid}",
+                                    headers={"Authorization": "Bearer soak"},
+                                    timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    if r.status == 200:
+                        held = list((await r.json(content_type=None)).get("cache") or [])
+        rows = []
+        for rid in sorted(extra | missing)[:3]:
+            with contextlib.suppress(DbError):
+                row = await db.query_one(
+                    "SELECT id, category, score, author, author.active AS author_active "
+                    "FROM ONLY type::record($r)", {"r": rid})
+                rows.append(str(row))
+        in_ssp = ("not held by any SSP" if held is None else
+                  f"SSP members: extra held {sorted(extra & set(held))}, "
+                  f"missing held {sorted(missing & set(held))}")
+        out[vid] = f"{in_ssp}; rows {rows}"
+    return out
 
 
 def verdict(run: Run, drain_s: float, bad: list[tuple[str, set[str], set[str]]],
-            views: int) -> int:
+            views: int, notes: dict[str, str]) -> int:
     args = run.args
     print(f"\nwrites: {run.writes:,} ({run.write_errors} failed); probe flips not seen within "
           f"120 s: {run.probe_timeouts}; backlog drained {drain_s:.1f} s after the load stopped")
     print(f"edges equal SurrealDB's answer for {views - len(bad)}/{views} views")
     for vid, extra, missing in bad[:10]:
         print(f"  {vid}: extra {sorted(extra)[:5]} missing {sorted(missing)[:5]}")
+        if vid in notes:
+            print(f"    {notes[vid]}")
     ok = not bad and drain_s != float("inf")
     if args.short:
         return 0 if ok else 1
@@ -694,17 +726,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="write-to-edge p99 limit per window (default 300 + the throttle)")
     p.add_argument("--data", type=Path, default=None,
                    help="run the stack with --data DIR (surrealkv on disk) instead of --memory")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an extra variable for the stack's processes (repeatable), e.g. "
+                        "SVC_SSP_RECONCILE_MS=0")
     p.add_argument("--stack-root", type=Path, default=None,
                    help="run the stack from another checkout (a 'before' figure; the "
                         "benchmark stays this checkout's)")
     p.add_argument("--short", action="store_true",
-                   help="smoke run: 40 s, 2,000 posts, 100 views, 100 updates/s, 10 s windows")
+                   help="smoke run: 20 s, 1,000 posts, 50 views, 100 updates/s, 5 s windows")
     args = p.parse_args(argv)
     # The writer counts its failed writes; the client's own warnings would flood the table.
     logging.basicConfig(level=logging.ERROR)
     if args.short:
-        args.minutes, args.rate, args.rows, args.users = 40 / 60, 100, 2000, 100
-        args.view_users, args.views_per_user, args.window = 20, 5, 10
+        args.minutes, args.rate, args.rows, args.users = 20 / 60, 100, 1000, 100
+        args.view_users, args.views_per_user, args.window = 10, 5, 5
     if args.p99_ms is None:
         args.p99_ms = 300 + args.throttle_ms
     tmp = Path(tempfile.mkdtemp(prefix="soak-stack-"))
@@ -713,6 +748,11 @@ def main(argv: list[str] | None = None) -> int:
                SVC_ADMIN_PASSWORD=secrets.token_hex(8), SVC_DB_NS=NS, SVC_DB_NAME=DB,
                SVC_SSP_REF_MODE=args.ref_mode, SVC_SCHEMA_POLL_SECS="2",
                SVC_SSP_QUERY_UPDATE_THROTTLE_MS=str(args.throttle_ms))
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            p.error(f"--env takes NAME=VALUE, got {item!r}")
+        env[name] = value
     base = free_ports(args.ssps)
     run = Run(args, tmp, env, free_port(), free_port(), free_port(),
               [base + i for i in range(args.ssps)])

@@ -354,12 +354,6 @@ class Publisher:
     def _kick(self) -> None:
         self._wake.set()
 
-    def busy(self, view_id: str) -> bool:
-        """True while the view has work queued or held by a flush (its edges and row may not
-        show its members yet)."""
-        return (view_id in self.dirty or view_id in self.initial or view_id in self.teardowns
-                or view_id in self._inflight)
-
     def quiet(self) -> bool:
         """True when no flush or hold is in progress and publication is not falling behind
         (nothing pending for longer than the throttle window): the reaper's turn."""
@@ -378,6 +372,12 @@ class Publisher:
             self._inflight.difference_update(view_ids)
             self._changed.notify_all()
         self._kick()
+
+    def busy(self, view_id: str) -> bool:
+        """True while the view has work queued or held by a flush (its edges and row may not
+        show its members yet)."""
+        return (view_id in self.dirty or view_id in self.initial or view_id in self.teardowns
+                or view_id in self._inflight)
 
     @property
     def pending(self) -> bool:
@@ -660,16 +660,16 @@ class Publisher:
                     self.budget = max(MIN_OPS, self.budget // 2)
                 raise
             self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
-            for vid, n in b.row_counts.items():
-                view = self._view(vid)
-                if view is not None:
-                    view.row_count = n
             if self.reaper is not None:
                 for vid, ids in b.retired.items():
                     self.reaper.add(vid, ids)
                 for i, vid in b.retired_lists:
                     self.reaper.add(vid, (r for r in results[i] or []
                                           if isinstance(r, RecordID)))
+            for vid, n in b.row_counts.items():
+                view = self._view(vid)
+                if view is not None:
+                    view.row_count = n
             now = time.monotonic()
             self.telemetry.transaction(began)
             self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)

@@ -165,8 +165,8 @@ class Introspection:
                       "segment_bytes": s.rows.arena.segment_bytes},
             "views": len(s.views), "shards": shards,
             "publication": s.publisher.figures().debug_memory(),
-            "reconcile": self.reconcile.as_dict(),
             "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
+            "reconcile": self.reconcile.as_dict(),
             "ingested": s.ingested,
         })
 
