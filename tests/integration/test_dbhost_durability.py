@@ -100,7 +100,10 @@ async def test_a_memory_host_leaves_no_data_behind_even_when_killed(tmp_path: Pa
     first = start_db_host(tmp_path, memory=True, extra_env={"TMPDIR": str(temp)})
     try:
         await _write(first, range(5))
-        [killed] = scratch_dirs()  # the data lives there while the host runs
+        [killed] = scratch_dirs()  # the data lives there while the host runs ...
+        # ... in the engine's on-disk storage: `mem://` kept every version of every key in
+        # memory, so a host under steady updates grew without bound (issue 31)
+        assert any((killed / "data").iterdir())
         first.process.kill9()
     finally:
         first.process.stop()
