@@ -108,7 +108,12 @@ class ShardPool:
                                           "params": engine_params(view.params, view.auth,
                                                                   view.auth_fields)},
                              timeout=self.state.cfg.shard_call_timeout_secs)
-        view.members = set(r["members"])
+        members = set(r["members"])
+        views = self.state.views
+        if views.get(view.view_id) is view:  # held already (a rebuild, a reload)
+            views.members.remove(view.view_id, view.members)
+            views.members.add(view.view_id, members)
+        view.members = members
 
     # ------------------------------------------------------------------ supervision
 
