@@ -26,15 +26,25 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from surrealdb import RecordID
 
 from dbclient import DbError
 from engine.values import record_id_text
 
-if TYPE_CHECKING:
-    from ssp.publisher import Publisher
+
+class Publication(Protocol):
+    """What the reaper needs of the publisher (``ssp.publisher.Publisher``), named here so
+    the reaper does not import the module that owns it."""
+
+    dropped: set[str]
+
+    def quiet(self) -> bool: ...
+
+    def claim(self, view_id: str) -> bool: ...
+
+    async def unclaim(self, view_ids: Iterable[str]) -> None: ...
 
 log = logging.getLogger("ssp.reaper")
 
@@ -60,7 +70,7 @@ class ReaperStats:
 class EdgeReaper:
     """The background deleter of retired edges (see the module docstring)."""
 
-    def __init__(self, db: Any, publisher: Publisher) -> None:
+    def __init__(self, db: Any, publisher: Publication) -> None:
         self.db = db
         self.publisher = publisher
         # retired edge (its id's text: a RecordID with an array key is not hashable) ->
