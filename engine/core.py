@@ -29,8 +29,8 @@ from surrealdb import RecordID
 
 from engine import gcpolicy, window
 from engine.arena import Arena, RowStore
-from engine.circuit import Circuit, Mat, WMat, exact_key
-from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
+from engine.circuit import Circuit, Mat, Order, WMat, exact_key
+from engine.delta import ViewDelta, apply_counts, counted_delta, has_nested, merge_clean, same
 from engine.deps import Deps
 from engine.errors import QueryRejected
 from engine.lazy import bulk, child_parent, deep, warm
@@ -100,7 +100,8 @@ class ViewEngine:
             gcpolicy.resume(token)
 
     def _load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        if self.by_table.get(table) or self.deps.watched(table) or table in self._lazy:
+        if (self.by_table.get(table) or self.deps.watched(table) or table in self._lazy
+                or table in self.store.joins):
             # something reads the table (lazy rows register no dependency, yet read theirs)
             events = []
             for row in rows:
@@ -145,6 +146,10 @@ class ViewEngine:
         if mat is None:
             mat = circuit.new_mat(S, key)
             shown = self._build(mat)
+            if circuit.plan.may_share:
+                # members held by several rows: the view's counts from the start (else the
+                # first write holding such a member would count the whole view)
+                self._count_members(mat, shown)
         mat.views.add(view_id)
         mat.vt[view_id] = None
         if self._vcache:
@@ -265,8 +270,9 @@ class ViewEngine:
             raise KeyError(view_id)
         plan = mat.circuit.plan
         if isinstance(mat, WMat) and plan.bounded:
-            assert mat.ordered is not None
-            ids = [e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)]
+            ordered = mat.order.ordered
+            assert ordered is not None
+            ids = [e[-1] for e in ordered.islice(mat.lo, mat.hi)]
         else:
             rows = mat.circuit.rows
             cx = Cx(self.store)
@@ -297,7 +303,8 @@ class ViewEngine:
             keys[st] = {(proj.spec.link, _hashable(ikey(rows[r]["id"]))) for r in proj.lazy}
         for deps in proj.pdeps.values():
             seen: set[str] = set()
-            for table, field, key in deps[1]:
+            for tok in deps[1]:
+                table, field, key = tok if type(tok) is tuple else tok.scan()
                 keys.setdefault(table, set()).add((field, _hashable(key)))
                 if table not in seen:
                     seen.add(table)
@@ -356,6 +363,8 @@ class ViewEngine:
             c.mats = {}
             c.projs = {}
             c.buckets = {}
+            c.orders = {}
+            c.loose = []
         self.circuits = {}
         self.by_table = {}
         self.views = {}
@@ -365,6 +374,11 @@ class ViewEngine:
         self._mats = set()
         self._projs = set()
         self.deps.clear()
+        for joins in self.store.joins.values():
+            for j in list(joins):
+                j.clear()
+                j.plan.forget_join(j)
+        self.store.joins = {}
 
     def __del__(self) -> None:
         self.close()
@@ -613,14 +627,19 @@ class ViewEngine:
     ) -> None:
         table = ts.name
         circuits = self.by_table.get(table)
+        joins = self.store.joins.get(table)
         changed = None
-        if circuits and old is not None and new is not None:
+        if (circuits or joins) and old is not None and new is not None:
             changed = _changed_fields(old, new)
             if not changed:
                 # the same row again (type-exact): nothing computed from it can change
-                # (checked only where shapes read the table: elsewhere the dependency
-                # lookups below are cheaper than the comparison)
+                # (checked only where shapes or subqueries read the table: elsewhere the
+                # dependency lookups below are cheaper than the comparison)
                 return
+        if joins:
+            # subqueries over the table (engine.join): the windows the row moves in or out of
+            for j in list(joins):
+                j.touch(text, old, new, changed, self._mark)
         if circuits:
             # an UPDATE: skip shapes that read none of the changed fields
             for circuit in circuits:
@@ -639,12 +658,12 @@ class ViewEngine:
         if quals:
             w = quals.get(text)
             if w:
-                for mat, ids in list(w.items()):
-                    rows = mat.circuit.rows
+                for order, ids in list(w.items()):
+                    rows = order.circuit.rows
                     for r in list(ids):
-                        window.requalify(mat, r, rows.get(r), self.store, self.deps,
+                        window.requalify(order, r, rows.get(r), self.store, self.deps,
                                          self._mats)
-                    for proj in mat.circuit.projs.values():
+                    for proj in order.circuit.projs.values():
                         if proj.dirty:
                             self._projs.add(proj)
         self.deps.touch_proj(table, text, old, new, self._mark)
@@ -659,20 +678,21 @@ class ViewEngine:
         b, exact_b = circuit.lookup(new) if new is not None else ([], True)
         store, deps, pending = self.store, self.deps, self._mats
         requalify = window.requalify
+        # the materialisations' orders (pages of one filter share one): each once
+        ob = _orders(b)
         if exact_a and exact_b:
-            # the index is the filter: a materialisation keeps or takes the row exactly when
-            # the new row's lookup names it
+            # the index is the filter: an order keeps or takes the row exactly when the new
+            # row's lookup names it
             if a is not b:
-                now = set(b)
-                for mat in a:
-                    if mat not in now:
-                        requalify(mat, text, None, store, deps, pending)  # type: ignore[arg-type]
-            for mat in list(b):
-                requalify(mat, text, new, store, deps, pending, True)  # type: ignore[arg-type]
+                for o in _orders(a):
+                    if o not in ob:
+                        requalify(o, text, None, store, deps, pending)
+            for o in ob:
+                requalify(o, text, new, store, deps, pending, True)
         else:
-            cands = a if a is b else list(dict.fromkeys(a + b))
-            for mat in list(cands):
-                requalify(mat, text, new, store, deps, pending)  # type: ignore[arg-type]
+            cands = ob if a is b else {**_orders(a), **ob}
+            for o in cands:
+                requalify(o, text, new, store, deps, pending)
         for proj in circuit.projs.values():
             if text in proj.outs:
                 proj.mark_row(text, old)
@@ -820,9 +840,10 @@ class ViewEngine:
                     rec = proj.rec(e[0])
                     if rec.clean:
                         d = rec.delta(e[1], e[2])
+                        if m.cnt is not None:
+                            apply_counts([e], proj.rec, m.cnt)
                     else:
-                        d = general_delta([e], proj.rec, proj.owners, m.holds_start,
-                                          m.holds_now)
+                        d = self._counted(m, [e])
                 else:
                     key = (proj, tuple(e))
                     got = merged.get(key, _UNSEEN)
@@ -846,9 +867,11 @@ class ViewEngine:
                             got = _NOT_CLEAN
                         merged[key] = got
                     if got is _NOT_CLEAN:
-                        d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
+                        d = self._counted(m, e)
                     else:
                         d = got
+                        if m.cnt is not None:
+                            apply_counts(e, proj.rec, m.cnt)
                 if d is not None:
                     out.append((m.vt, d))
         for c in circuits:
@@ -875,6 +898,10 @@ class ViewEngine:
                 continue
             if rec is not None and rec.clean:
                 d = rec.delta(was, now)
+                if c.counted:
+                    for m in ms:
+                        if m.cnt is not None:
+                            apply_counts([(rid, was, now)], m.proj.rec, m.cnt)
                 if d is not None:
                     if len(ms) == 1:
                         out.append((ms[0].vt, d))
@@ -897,11 +924,43 @@ class ViewEngine:
                     continue
                 if r.clean:
                     d = r.delta(was, now)
+                    if m.cnt is not None:
+                        apply_counts([(rid, was, now)], proj.rec, m.cnt)
                 else:
-                    d = general_delta([(rid, was, now)], proj.rec, proj.owners, m.holds_start,
-                                      m.holds_now)
+                    d = self._counted(m, [(rid, was, now)])
                 if d is not None:
                     out.append((m.vt, d))
+
+    def _counted(self, m: Mat, entries: list[tuple[str, bool, bool]]) -> ViewDelta | None:
+        """The delta of a materialisation whose entries hold members other rows may hold too:
+        through its member counts (engine.delta.counted_delta), counted now if it has
+        none yet."""
+        cnt = m.cnt
+        fresh = cnt is None
+        if cnt is None:
+            cnt = self._count_members(m)
+        return counted_delta(entries, m.proj.rec, cnt, fresh, m.holds_start, m.holds_now)
+
+    def _count_members(self, m: Mat, shown: Iterable[str] | None = None) -> dict[str, int]:
+        """Count, per nested member, the rows ``m`` shows now whose tree holds it; kept on
+        the materialisation (and moved by every later flush) from now on."""
+        proj = m.proj
+        lazy = proj.lazy
+        tree = proj.tree
+        cnt: dict[str, int] = {}
+        get = cnt.get
+        for rid in self._shown(m) if shown is None else shown:
+            kids = lazy.get(rid) if lazy else None
+            if kids is not None:
+                for k in kids:
+                    cnt[k] = get(k, 0) + 1
+                continue
+            for k in tree(rid):
+                if k != rid:
+                    cnt[k] = get(k, 0) + 1
+        m.cnt = cnt
+        m.circuit.counted += 1
+        return cnt
 
 
 def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDelta]:
@@ -915,6 +974,11 @@ def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDel
         for v in views:
             out[v] = d
     return out
+
+
+def _orders(mats: list[Any]) -> dict[Order, None]:
+    """The orders of explicit materialisations (engine.window), each once, in their order."""
+    return dict.fromkeys([m.order for m in mats])
 
 
 def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:

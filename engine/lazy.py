@@ -189,19 +189,26 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[s
 
 
 def warm(proj: Any, rids: list[str]) -> None:
-    """After projecting lazy rows ahead of writes: compute the sort entries of all their
-    children (a re-projection after a child changes reads every child's), as running the
-    subquery would have, so the first write reaching a row does not."""
+    """After projecting lazy rows ahead of writes: build the groups of their subquery's join
+    (engine.join; a run's sort entries of every child otherwise), as running the subquery
+    would have, so the first write reaching a row does not."""
     spec: Spec | None = proj.spec
     if spec is None or not rids:
         return
     sub = spec.sub
     store = proj.store
+    prows = store.table(proj.plan.table).rows
+    j = sub.join(store, proj.S)
+    if j is not None:
+        for rid in rids:
+            row = prows.get(rid)
+            if row is not None:
+                j.warm(row)
+        return
     t = store.table(sub.table)
     ecache, _ = sub.row_caches(t)
     idx = t.index(spec.link)
     crows = t.rows
-    prows = store.table(proj.plan.table).rows
     entry = sub.entry
     cx = Cx(store)
     for rid in rids:

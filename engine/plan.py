@@ -21,6 +21,9 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.compile import compile_predicate, compile_value, walk
+from engine.cx import Cx
+from engine.join import Join, JoinSpec, join_spec
+from engine.matindex import exact_key
 from engine.parser import Expr, Query
 from engine.shape import order_source
 from engine.store import Store, ikey, rid_text
@@ -76,26 +79,6 @@ def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(k) == 1:
         return (-r,)
     return (-r, Desc(k[1:]))
-
-
-class Cx:
-    """Evaluation context: follows record links through the store and records what it read."""
-
-    __slots__ = ("reads", "store", "subs")
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.reads: set[str] = set()
-        self.subs: list[tuple[str, str | None, Any]] = []
-
-    def fetch(self, rid: RecordID) -> dict[str, Any] | None:
-        """The linked row (None when it does not exist); the read is recorded."""
-        text = rid_text(rid)
-        self.reads.add(text)
-        t = self.store.tables.get(rid.table_name)
-        if t is None:
-            return None
-        return t.rows.get(text)
 
 
 def _conjuncts(e: Expr | None) -> list[Expr]:
@@ -267,8 +250,24 @@ class Plan:
         if self.simple and all(it.kind == "field" for it in q.items):
             self.out_fields = frozenset(it.path[0] for it in q.items)
         self.item_keys = _item_keys(q)
+        # whether a member of the output may be held by several rows of the shape (a linked
+        # record, a subquery's row that other parents can show too): its views then count
+        # their members from registration on (engine.delta.counted_delta)
+        self.may_share = bool(q.fetch) or any(
+            it.kind == "linkall" or (it.kind == "sub" and it.sub is not None
+                                     and not _own_children(it.sub, q.table))
+            for it in q.items)
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links
+        # the first ORDER BY key's field when it is one segment (a join's bounds, engine.join)
+        self.first_source: str | None = sources[0][0][0] if sources and len(
+            sources[0][0]) == 1 else None
+        # a subquery's join states (engine.join), by the values of the slots it reads
+        self.jspec: JoinSpec | None = None
+        self._jdone = False
+        self._joins: dict[Any, Join] = {}
+        self._jS: Any = None
+        self._jlast: Join | None = None
         self._ecache: Any = None
         self._fcache: Any = None
         self._ctable: Any = None
@@ -336,8 +335,40 @@ class Plan:
             return ()
         return t.index(field).get(key, ())
 
+    def join(self, store: Store, S: tuple[Any, ...]) -> Join | None:
+        """This subquery's join state for slot values ``S`` (None: it runs per parent)."""
+        if not self._jdone:
+            self.jspec = join_spec(self)
+            self._jdone = True
+        spec = self.jspec
+        if spec is None:
+            return None
+        last = self._jlast
+        if S is self._jS and last is not None and last.store is store:
+            return last
+        key = exact_key(tuple([S[i] for i in spec.slots])) if spec.slots else ()
+        j = self._joins.get(key)
+        if j is None or j.store is not store:
+            j = self._joins[key] = Join(self, spec, S, store)
+        self._jS = S
+        self._jlast = j
+        return j
+
+    def forget_join(self, j: Join) -> None:
+        """``j`` holds no group any more (engine.join)."""
+        for k, v in list(self._joins.items()):
+            if v is j:
+                del self._joins[k]
+        if self._jlast is j:
+            self._jlast = None
+            self._jS = None
+
     def run(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx) -> list[Any]:
-        """Evaluate this (sub)query for one parent row: filter, order, window, project."""
+        """Evaluate this (sub)query for one parent row: filter, order, window, project
+        (through its join state, engine.join, when it has one)."""
+        j = self.join(store, S)
+        if j is not None:
+            return j.run(S, par, cx)
         t = store.table(self.table)
         rows = t.rows
         test: Any = self.pred
@@ -571,6 +602,21 @@ def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
     # Generated from our own AST (field names go through repr), never from raw query text.
     exec(compile("\n".join(lines) + "\n", "<view-entry>", "exec"), env)  # noqa: S102
     return env["_entry"]
+
+
+def _own_children(sub: Query, table: str) -> bool:
+    """Whether each row a subquery shows belongs to one parent: rows of another table
+    correlated by ``field = $parent.id``, projected to plain fields."""
+    if sub.table == table or sub.fetch:
+        return False
+    if any(it.kind not in ("field", "all") or len(it.path) > 1 for it in sub.items):
+        return False
+    for c in _conjuncts(sub.where):
+        if c[0] == "cmp" and c[1] == "=":
+            for f, other in ((c[2], c[3]), (c[3], c[2])):
+                if f[0] == "field" and len(f[1]) == 1 and other == ("parent", ("id",)):
+                    return True
+    return False
 
 
 def _item_keys(q: Query) -> dict[str, int] | None:

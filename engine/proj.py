@@ -24,29 +24,16 @@ from typing import Any
 
 from surrealdb import RecordID
 
+from engine.cx import NOLINKS, Cx
 from engine.delta import NO_TREE, Rec, has_nested, same
 from engine.lazy import Spec, spec_of
-from engine.plan import Cx, Plan, tree_members
+from engine.plan import Plan, tree_members
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE
 
 _ABSENT = object()
 
 
-class NoLinks(Cx):
-    """Context for evaluation that never follows links (nothing to record): a :class:`Cx`
-    with no store, so the compiled engine (engine.native) takes it where a Cx is typed."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        pass
-
-    def fetch(self, rid: RecordID) -> None:  # pragma: no cover - never called
-        raise AssertionError("a link-free predicate followed a link")
-
-
-NOLINKS = NoLinks()
 
 
 class Proj:
@@ -105,32 +92,6 @@ class Proj:
             r = Rec(rid, t, t, self._clean(rid, t, t))
             self.recs[rid] = r
         return r
-
-    def owners(self, m: str) -> tuple[list[str], list[str]]:
-        """Rows whose tree held ``m`` before the flush and hold it now."""
-        now = self._owner_list(self.own.get(m))
-        if self.own0 is not None and m in self.own0:
-            before = self._owner_list(self.own0[m])
-        else:
-            before = list(now)
-        r = self.recs.get(m)
-        if r is not None:
-            if m in r.t0:
-                before.append(m)
-            if m in r.t1:
-                now.append(m)
-        elif m in self.tree(m):
-            before.append(m)
-            now.append(m)
-        return before, now
-
-    @staticmethod
-    def _owner_list(o: Any) -> list[str]:
-        if o is None:
-            return []
-        if type(o) is str:
-            return [o]
-        return list(o)
 
     def _clean(self, rid: str, t0: dict[str, Any], t1: dict[str, Any]) -> bool:
         """Whether ``rid`` alone holds every member of its trees, before and after."""
@@ -252,16 +213,16 @@ class Proj:
         ecache, fcache = sub.row_caches(t)  # what the subquery's runs share
         flat = sub.flat
         assert ecache is not None and fcache is not None and flat is not None
-        if len(children) > 1:
-            # in the subquery's order (the columns leave rows with equal sort values in any
-            # order): its own sort entries, cached per child as a run caches them
-            entry = sub.entry
-            ents = []
-            for m in children:
-                e = ecache.get(m)
-                if e is None:
-                    e = ecache[m] = entry(crows[m], m, NOLINKS)
-                ents.append(e)
+        # in the subquery's order (the columns leave rows with equal sort values in any
+        # order): its own sort entries, cached per child as a run caches them
+        entry = sub.entry
+        ents = []
+        for m in children:
+            e = ecache.get(m)
+            if e is None:
+                e = ecache[m] = entry(crows[m], m, NOLINKS)
+            ents.append(e)
+        if len(ents) > 1:
             ents.sort()
             children = [e[-1] for e in ents]
         value = []
@@ -271,7 +232,10 @@ class Proj:
                 o = fcache[m] = flat(crows[m])
             value.append(o)
         plan = self.plan
-        ideps: list[Any] = [None, (set(), [(sub.table, spec.link, ikey(row["id"]))])]
+        j = sub.join(self.store, self.S)
+        tok: Any = (sub.table, spec.link, ikey(row["id"])) if j is None else j.adopt(
+            row, ents, value)
+        ideps: list[Any] = [None, (set(), [tok])]
         vals: list[Any] = [None, value]
         itrees: list[Any] = [None, _members_of(value)]
         self.istate[rid] = (vals, ideps, itrees)

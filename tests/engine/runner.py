@@ -368,3 +368,18 @@ def _fix_ops(rows: dict[str, list[dict[str, Any]]], writes: list[Event]) -> list
             present.add(key)
         out.append((table, op, rid, record))
     return out
+
+
+def plain(x: Any) -> Any:
+    """A projection's state (``Proj.pdeps``, ``Proj.istate``) with the subquery windows it
+    reads (engine.join) by what they are instead of which object: comparable across
+    engines."""
+    from engine.join import Win
+
+    if isinstance(x, Win):
+        return x.describe()
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(plain(v) for v in x)
+    return x

@@ -103,7 +103,8 @@ def test_bench_mixes_quick_prints_every_shape_and_the_worst() -> None:
     out = proc.stdout
     shapes = [line.split()[0] for line in out.splitlines() if line.startswith("  S")]
     assert len(shapes) == 12, out
-    rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in shapes]
+    rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in shapes
+            and not line.startswith(" ")]
     assert len(rows) == 12, out
     for name in ("mix ", "mix b", "worst shape (x budget)", "=== summary"):
         assert name in out, f"missing {name!r}:\n{out}"
