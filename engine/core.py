@@ -30,7 +30,16 @@ from surrealdb import RecordID
 from engine import gcpolicy, window
 from engine.arena import Arena, RowStore
 from engine.circuit import Circuit, Mat, Order, WMat, exact_key
-from engine.delta import ViewDelta, apply_counts, counted_delta, has_nested, merge_clean, same
+from engine.delta import (
+    MANY,
+    ViewDelta,
+    apply_counts,
+    counted_delta,
+    has_nested,
+    merge_clean,
+    owner_delta,
+    same,
+)
 from engine.deps import Deps
 from engine.errors import QueryRejected
 from engine.lazy import bulk, child_parent, deep, warm
@@ -933,13 +942,18 @@ class ViewEngine:
 
     def _counted(self, m: Mat, entries: list[tuple[str, bool, bool]]) -> ViewDelta | None:
         """The delta of a materialisation whose entries hold members other rows may hold too:
-        through its member counts (engine.delta.counted_delta), counted now if it has
-        none yet."""
+        from the rows holding each member when they are few, else through its member counts
+        (engine.delta.counted_delta), counted now if it has none yet."""
         cnt = m.cnt
         fresh = cnt is None
+        proj = m.proj
         if cnt is None:
+            # few rows hold each member (a comment moving to another thread): ask them
+            d = owner_delta(entries, proj.rec, proj.owners, m.holds_start, m.holds_now)
+            if d is not MANY:
+                return d
             cnt = self._count_members(m)
-        return counted_delta(entries, m.proj.rec, cnt, fresh, m.holds_start, m.holds_now)
+        return counted_delta(entries, proj.rec, cnt, fresh, m.holds_start, m.holds_now)
 
     def _count_members(self, m: Mat, shown: Iterable[str] | None = None) -> dict[str, int]:
         """Count, per nested member, the rows ``m`` shows now whose tree holds it; kept on

@@ -169,6 +169,58 @@ def merge_clean(parts: Iterable[ViewDelta | None]) -> ViewDelta | None:
                      updated - added if updated and added else updated)
 
 
+#: a member held by more rows than this: the view counts its members (:func:`counted_delta`)
+#: instead of asking each holder whether the view shows it (:func:`owner_delta`)
+FEW_OWNERS = 16
+#: what :func:`owner_delta` answers when some member has more holders than it walks
+MANY = object()
+
+
+def owner_delta(
+    entries: Iterable[Entry],
+    rec: Callable[[str], Rec],
+    owners: Callable[[str, int], tuple[list[str], list[str]] | None],
+    holds_start: Callable[[str], bool],
+    holds_now: Callable[[str], bool],
+) -> Any:
+    """A view's net delta when some member may be held by several rows, from the rows that
+    hold each member (``owners(member, limit)``: before and now, None past the limit), when
+    every member involved has at most :data:`FEW_OWNERS` (a comment moving from one
+    thread to another); :data:`MANY` otherwise."""
+    cand: set[str] = set()
+    for rid, was, now in entries:
+        r = rec(rid)
+        if was:
+            cand.update(r.t0)
+        if now:
+            cand.update(r.t1)
+    added: list[str] = []
+    removed: list[str] = []
+    updated: list[str] = []
+    for m in cand:
+        got = owners(m, FEW_OWNERS)
+        if got is None:
+            return MANY
+        before, after = got
+        c0 = [rec(o).t0[m] for o in before if holds_start(o)]
+        c1 = [rec(o).t1[m] for o in after if holds_now(o)]
+        if c1 and not c0:
+            added.append(m)
+        elif c0 and not c1:
+            removed.append(m)
+        elif c0 and c1:
+            now_set = set(after)
+            common = [o for o in before if o in now_set and holds_start(o) and holds_now(o)]
+            if common:
+                if any(not same(rec(o).t0[m], rec(o).t1[m]) for o in common):
+                    updated.append(m)
+            elif not same(c0[0], c1[0]):
+                updated.append(m)
+    if added or removed or updated:
+        return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
+    return None
+
+
 def apply_counts(entries: Iterable[Entry], rec: Callable[[str], Rec],
                  cnt: dict[str, int]) -> None:
     """Move a view's member counts (see :func:`counted_delta`) by entries whose delta was

@@ -93,6 +93,39 @@ class Proj:
             self.recs[rid] = r
         return r
 
+    def owners(self, m: str, limit: int) -> tuple[list[str], list[str]] | None:
+        """Rows whose tree held ``m`` before the flush and hold it now; None when more than
+        ``limit`` rows hold it (a view counts its members instead, engine.delta)."""
+        o = self.own.get(m)
+        if o is not None and type(o) is not str and len(o) > limit:
+            return None
+        now = self._owner_list(o)
+        if self.own0 is not None and m in self.own0:
+            o0 = self.own0[m]
+            if o0 is not None and type(o0) is not str and len(o0) > limit:
+                return None
+            before = self._owner_list(o0)
+        else:
+            before = list(now)
+        r = self.recs.get(m)
+        if r is not None:
+            if m in r.t0:
+                before.append(m)
+            if m in r.t1:
+                now.append(m)
+        elif m in self.tree(m):
+            before.append(m)
+            now.append(m)
+        return before, now
+
+    @staticmethod
+    def _owner_list(o: Any) -> list[str]:
+        if o is None:
+            return []
+        if type(o) is str:
+            return [o]
+        return list(o)
+
     def _clean(self, rid: str, t0: dict[str, Any], t1: dict[str, Any]) -> bool:
         """Whether ``rid`` alone holds every member of its trees, before and after."""
         own = self.own

@@ -697,8 +697,8 @@ def shop_shapes() -> list[Shape]:
               "product WHERE category = $parent.category AND price < $parent.price ORDER BY "
               "price DESC LIMIT 3) AS cheaper FROM product WHERE brand = $brand",
               lambda d: {"brand": d.brand()}, frozenset({"product"}), 0.35),
-        Shape("P6", "sub-uncorrelated", "SELECT id, total, (SELECT id, name, price FROM product"
-              " WHERE stock > 0 ORDER BY rating DESC LIMIT 5) AS featured FROM order WHERE "
+        Shape("P6", "sub-uncorrelated", "SELECT id, total, (SELECT id, name, price, rating FROM "
+              "product WHERE stock > 0 ORDER BY rating DESC LIMIT 5) AS featured FROM order WHERE "
               "user = $auth.id", lambda d: {"auth": {"id": d.user()}},
               frozenset({"order", "product"}), 1),
         Shape("P7", "where-link", "SELECT id, qty, status FROM order WHERE product.category = "
