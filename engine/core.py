@@ -27,7 +27,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from engine import window
+from engine import gcpolicy, window
 from engine.arena import Arena, RowStore
 from engine.circuit import Circuit, Mat, WMat, exact_key
 from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
@@ -88,8 +88,18 @@ class ViewEngine:
         self._lazy: dict[str, set[Proj]] = {}
 
     # ------------------------------------------------------------------ public API
+    # Every entry point that changes the engine's state runs with the collector paused and
+    # freezes what the calls kept (engine.gcpolicy): no collection walks the engine's
+    # structures inside a call, whatever the process's thresholds.
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Bulk bootstrap: store rows (dicts with ``id``) without reporting deltas."""
+        token = gcpolicy.pause()
+        try:
+            self._load(table, rows)
+        finally:
+            gcpolicy.resume(token)
+
+    def _load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
         if self.by_table.get(table) or self.deps.watched(table) or table in self._lazy:
             # something reads the table (lazy rows register no dependency, yet read theirs)
             events = []
@@ -97,7 +107,7 @@ class ViewEngine:
                 rid = row.get("id")
                 text = rid_text(rid) if type(rid) is RecordID else _canon_text(str(rid))
                 events.append((table, "CREATE", text, row))
-            self.ingest_batch(events)
+            self._ingest_batch(events)
             self.store.table(table).keep_links()
             return
         ts = self.store.table(table)
@@ -112,11 +122,18 @@ class ViewEngine:
         """Register (or replace) a view; returns its members. Raises QueryRejected, also for
         arguments of the wrong type (typed Any: the compiled engine would raise TypeError at
         the call instead)."""
+        token = gcpolicy.pause()
+        try:
+            return self._register(view_id, surql, params)
+        finally:
+            gcpolicy.resume(token)
+
+    def _register(self, view_id: Any, surql: Any, params: Any) -> set[str]:
         if not isinstance(view_id, str) or not view_id:
             raise QueryRejected("the view id must be a non-empty string")
         shape, S = normalise(parse_cached(surql), params)
         if view_id in self.views:
-            self.unregister(view_id)
+            self._unregister(view_id)
         circuit = self.circuits.get(shape)
         if circuit is None:
             circuit = Circuit(shape, self.store, self.deps)
@@ -143,6 +160,13 @@ class ViewEngine:
 
     def unregister(self, view_id: str) -> None:
         """Forget a view (unknown ids are ignored)."""
+        token = gcpolicy.pause()
+        try:
+            self._unregister(view_id)
+        finally:
+            gcpolicy.resume(token)
+
+    def _unregister(self, view_id: str) -> None:
         mat = self.views.pop(view_id, None)
         if mat is None:
             return
@@ -202,6 +226,13 @@ class ViewEngine:
         change them; projecting them ahead, when idle (the SSP's shards do), keeps that cost
         off the writes. Never call it during an ingest call (between calls is always right).
         """
+        token = gcpolicy.pause()
+        try:
+            return self._complete(limit)
+        finally:
+            gcpolicy.resume(token)
+
+    def _complete(self, limit: int | None) -> int:
         left = limit
         for projs in list(self._lazy.values()):
             for proj in list(projs):
@@ -314,6 +345,30 @@ class ViewEngine:
         """Registered view ids."""
         return list(self.views)
 
+    def close(self) -> None:
+        """Forget every view now (the engine is empty afterwards; its rows stay).
+
+        Shapes, materialisations, projection groups and dependency indexes refer to each
+        other; the entry points freeze what they keep out of the collector's reach
+        (engine.gcpolicy), so those references are cut here, and when the engine goes away,
+        for reference counting alone to free them."""
+        for c in self.circuits.values():
+            c.mats = {}
+            c.projs = {}
+            c.buckets = {}
+        self.circuits = {}
+        self.by_table = {}
+        self.views = {}
+        self._vcache = {}
+        self._lazy = {}
+        self._circuits = set()
+        self._mats = set()
+        self._projs = set()
+        self.deps.clear()
+
+    def __del__(self) -> None:
+        self.close()
+
     # The entry points take Any where they validate the value themselves (ValueError): the
     # compiled engine (engine.native) would otherwise answer a wrong type with TypeError.
     def ingest(self, table: Any, op: Any, id: Any, record: Any = None) -> dict[str, ViewDelta]:
@@ -334,12 +389,16 @@ class ViewEngine:
                       ) -> list[tuple[Collection[str], ViewDelta]]:
         """:meth:`ingest` with the deltas as ``(view ids, delta)`` groups: see
         :meth:`ingest_batch_groups`."""
+        token = gcpolicy.pause()
         try:
-            self._apply(table, op, id, record)
-        except BaseException:
-            self._flush()
-            raise
-        return self._flush()
+            try:
+                self._apply(table, op, id, record)
+            except BaseException:
+                self._flush()
+                raise
+            return self._flush()
+        finally:
+            gcpolicy.resume(token)
 
     def ingest_batch_groups(
         self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
@@ -351,6 +410,14 @@ class ViewEngine:
         materialisation of 100 views costs one group, not 100 entries. The view-id
         collections are the engine's own: read them before the next call, never change them.
         """
+        token = gcpolicy.pause()
+        try:
+            return self._ingest_batch(events)
+        finally:
+            gcpolicy.resume(token)
+
+    def _ingest_batch(self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
+                      ) -> list[tuple[Collection[str], ViewDelta]]:
         try:
             for event in events:
                 if len(event) != 4:

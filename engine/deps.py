@@ -36,6 +36,12 @@ class Deps:
         self.scans: dict[str, dict[str | None, dict[Any, dict[Any, set[str]]]]] = {}
         self.quals: dict[str, dict[Any, set[str]]] = {}
 
+    def clear(self) -> None:
+        """Forget every dependency (the engine closes)."""
+        self.reads = {}
+        self.scans = {}
+        self.quals = {}
+
     def watched(self, table: str) -> bool:
         """True when some row depends on rows of ``table`` (a load must then propagate)."""
         if table in self.scans:
