@@ -26,7 +26,7 @@ from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, exact_key, posit
 from engine.parser import Query
 from engine.plan import Plan, expr_fields
 from engine.proj import NOLINKS, Proj
-from engine.shape import order_source
+from engine.shape import order_key
 from engine.values import NONE
 
 _START = object()  # marker: the row did not change in this flush
@@ -513,14 +513,17 @@ def _query_slots(q: Query, acc: set[int]) -> None:
     for it in q.items:
         if it.sub is not None:
             _query_slots(it.sub, acc)
+        _slots(it.expr, acc)
 
 
 def projection_slots(q: Query) -> tuple[int, ...]:
-    """Slots the projection reads (those of its subqueries): the projection group key."""
+    """Slots the projection reads (its subqueries' and expressions'): the projection group
+    key."""
     acc: set[int] = set()
     for it in q.items:
         if it.sub is not None:
             _query_slots(it.sub, acc)
+        _slots(it.expr, acc)
     return tuple(sorted(acc))
 
 
@@ -532,6 +535,9 @@ def read_fields(q: Query) -> frozenset[str] | None:
             return None
         if it.kind in ("field", "linkall"):
             acc.add(it.path[0])
+        elif it.kind == "expr":
+            if not expr_fields(it.expr, acc, False):
+                return None
         elif it.kind == "sub":
             sub = it.sub
             assert sub is not None
@@ -541,8 +547,8 @@ def read_fields(q: Query) -> frozenset[str] | None:
         return None
     for path, _desc in q.order:
         acc.add(path[0])
-        src = order_source(q, path)
-        acc.add(src[0])
+        if not expr_fields(order_key(q, path), acc, False):
+            return None
     for path in q.fetch:
         acc.add(path[0])
     return frozenset(acc)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from surrealdb import RecordID
 
+from engine import functions as F
 from engine import values as V
 from engine.errors import QueryRejected
 from engine.parser import Expr
@@ -67,14 +68,37 @@ _CMP_FUNCS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+# nodes whose evaluation can raise EvalError (SurrealDB answers an error there)
+_RAISING = frozenset({"arith", "neg", "call"})
+
+
+def can_raise(e: Any) -> bool:
+    """Whether evaluating ``e`` may raise :class:`engine.functions.EvalError`."""
+    if type(e) is not tuple or not e:
+        return False
+    if e[0] in _RAISING:
+        return True
+    return any(can_raise(x) for x in e[1:] if type(x) is tuple)
+
+
 class _Gen:
     def __init__(self) -> None:
         self.consts: list[Any] = []
+        self.fns: list[Any] = []
         self.uses_links = False
+        self.temps = 0
 
     def const(self, v: Any) -> str:
         self.consts.append(v)
         return f"K[{len(self.consts) - 1}]"
+
+    def fn(self, f: Any) -> str:
+        self.fns.append(f)
+        return f"FN[{len(self.fns) - 1}]"
+
+    def temp(self) -> str:
+        self.temps += 1
+        return f"_t{self.temps}"
 
     def value(self, e: Expr) -> str:
         k = e[0]
@@ -102,7 +126,34 @@ class _Gen:
             return "[" + ", ".join(self.value(x) for x in e[1]) + "]"
         if k == "object":
             return "{" + ", ".join(f"{key!r}: {self.value(x)}" for key, x in zip(e[1], e[2])) + "}"
-        if k in ("cmp", "and", "or", "not"):
+        if k == "arith":
+            return f"AR({e[1]!r}, {self.value(e[2])}, {self.value(e[3])})"
+        if k == "neg":
+            return f"NEG({self.value(e[1])})"
+        if k == "call":
+            args = ", ".join(self.value(x) for x in e[2])
+            return f"{self.fn(F.FUNCTIONS[e[1]][0])}({args})"
+        if k == "index":
+            i = e[2]
+            iv = "..." if i[0] == "last" else self.value(i)
+            return f"IDX({self.value(e[1])}, {iv})"
+        if k == "get":
+            self.uses_links = True
+            return f"walk({self.value(e[1])}, {tuple(e[2])!r}, cx)"
+        if k == "nullish":
+            t = self.temp()
+            if e[1] == "??":
+                return f"({self.value(e[3])} if NN({t} := {self.value(e[2])}) else {t})"
+            return f"({t} if truthy({t} := {self.value(e[2])}) else {self.value(e[3])})"
+        if k in ("and", "or"):
+            # SurrealDB's AND/OR answer an operand, not a bool (`0 OR 'x'` is 'x')
+            t = self.temp()
+            first = self.value(e[1])
+            second = self.value(e[2])
+            if k == "and":
+                return f"({second} if truthy({t} := {first}) else {t})"
+            return f"({t} if truthy({t} := {first}) else {second})"
+        if k in ("cmp", "not"):
             return self.boolean(e)
         raise QueryRejected(f"unsupported expression {k}")
 
@@ -126,24 +177,58 @@ def _fname(op: str) -> str:
     return "op_" + {"=": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}.get(op, op)
 
 
-def compile_predicate(e: Expr | None) -> tuple[Callable[..., bool], bool]:
-    """Compile a WHERE expression into ``f(row, S, par, cx)``; also say whether it reads links."""
-    if e is None:
-        return (lambda row, S, par, cx: True), False
-    g = _Gen()
-    body = g.boolean(e)
+def _env(g: _Gen) -> dict[str, Any]:
     env: dict[str, Any] = {
         "NONE": NONE,
         "walk": walk,
         "truthy": V.truthy,
         "K": g.consts,
+        "FN": g.fns,
+        "AR": F.arith,
+        "NEG": F.negate,
+        "IDX": F.index,
+        "NN": F.is_none_or_null,
+        "EvalError": F.EvalError,
     }
     for op, f in _CMP_FUNCS.items():
         env[_fname(op)] = f
-    src = f"def _pred(row, S, par, cx):\n    return {body}\n"
+    return env
+
+
+def compile_predicate(e: Expr | None) -> tuple[Callable[..., bool], bool]:
+    """Compile a WHERE expression into ``f(row, S, par, cx)``; also say whether it reads links.
+
+    A row whose condition raises (a function given the wrong type: SurrealDB fails the whole
+    query there) does not qualify: the predicate answers False for it."""
+    if e is None:
+        return (lambda row, S, par, cx: True), False
+    g = _Gen()
+    body = g.boolean(e)
+    env = _env(g)
+    if can_raise(e):
+        src = (f"def _pred(row, S, par, cx):\n    try:\n        return {body}\n"
+               f"    except EvalError:\n        return False\n")
+    else:
+        src = f"def _pred(row, S, par, cx):\n    return {body}\n"
     # Generated from our own AST (field names go through repr), never from raw query text.
     exec(compile(src, "<view-predicate>", "exec"), env)  # noqa: S102
     return env["_pred"], g.uses_links
+
+
+def compile_expr(e: Expr) -> tuple[Callable[..., Any], bool]:
+    """Compile a value expression into ``f(row, S, par, cx)`` (a projection item, an ORDER BY
+    key); also say whether it reads links. Where SurrealDB would raise, the value is NONE."""
+    g = _Gen()
+    body = g.value(e)
+    env = _env(g)
+    if can_raise(e):
+        src = (f"def _value(row, S, par, cx):\n    try:\n        return {body}\n"
+               f"    except EvalError:\n        return NONE\n")
+    else:
+        src = f"def _value(row, S, par, cx):\n    return {body}\n"
+    # Generated from our own AST (field names go through repr), never from raw query text.
+    exec(compile(src, "<view-expression>", "exec"), env)  # noqa: S102
+    return env["_value"], g.uses_links
 
 
 def compile_value(path: tuple[str, ...]) -> Callable[[dict[str, Any], Resolver], Any]:

@@ -13,6 +13,13 @@ Expression nodes:
 - ``("array", items)``             array literal whose items are expressions
 - ``("and", a, b)``, ``("or", a, b)``, ``("not", a)``
 - ``("cmp", op, a, b)``            op in :data:`COMPARISON_OPS`
+- ``("arith", op, a, b)``          ``+ - * / % **``
+- ``("neg", a)``                   unary minus of a non-literal
+- ``("nullish", op, a, b)``        ``a ?? b`` (a unless NONE/NULL), ``a ?: b`` (a when truthy)
+- ``("call", name, args)``         a function of :mod:`engine.functions`
+- ``("index", base, i)``           ``base[i]``: i is ``("lit", int | str)``, a parameter or
+                                   ``("last",)`` for ``[$]``
+- ``("get", base, path)``          a field path read from a computed value (``tags[0].name``)
 - ``("slot", i)``                  only after normalisation (see :mod:`engine.shape`)
 
 A chain of ``n`` terms joined by the same AND (or OR) is built as a balanced binary tree
@@ -49,7 +56,8 @@ from engine.syntax import (
 __all__ = ["COMPARISON_OPS", "MAX_DEPTH", "MAX_QUERY_CHARS", "Expr", "Item", "Path", "Query",
            "Tok", "parse", "parse_cached", "parse_datetime", "query_tables", "tokenize"]
 
-_COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object"})
+_COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object", "arith", "nullish",
+                        "neg", "call", "index", "get"})
 
 
 def _height(e: Expr) -> int:
@@ -63,12 +71,16 @@ def _height(e: Expr) -> int:
         level = above + 1
         best = max(best, level)
         k = node[0]
-        if k == "cmp":
+        if k in ("cmp", "arith", "nullish"):
             children: Any = (node[2], node[3])
         elif k == "array":
             children = node[1]
-        elif k == "object":
+        elif k in ("object", "call"):
             children = node[2]
+        elif k == "index":
+            children = (node[1], node[2])
+        elif k == "get":
+            children = (node[1],)
         else:
             children = node[1:]
         stack.extend((c, level) for c in children)
@@ -80,7 +92,8 @@ def _check_heights(q: Query) -> None:
     queries = [q]
     while queries:
         cur = queries.pop()
-        for e in (cur.where, cur.limit, cur.start):
+        exprs = [cur.where, cur.limit, cur.start, *(it.expr for it in cur.items)]
+        for e in exprs:
             if e is not None and _height(e) > MAX_DEPTH:
                 raise QueryRejected(_too_deep())
         queries.extend(it.sub for it in cur.items if it.sub is not None)

@@ -20,12 +20,12 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from engine.compile import compile_predicate, compile_value, walk
+from engine.compile import compile_expr, compile_predicate, compile_value, walk
 from engine.cx import Cx
 from engine.join import Join, JoinSpec, join_spec
 from engine.matindex import exact_key
 from engine.parser import Expr, Query
-from engine.shape import order_source
+from engine.shape import order_key
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE, sort_key
 
@@ -158,6 +158,25 @@ def _fetch_at(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
     return v
 
 
+def _cut(v: Any, path: tuple[str, ...]) -> Any:
+    """``v`` without the field at ``path`` (OMIT): objects are copied where they change, an
+    array has the field cut from each element."""
+    t = type(v)
+    if t is dict:
+        head = path[0]
+        if head not in v:
+            return v
+        out = dict(v)
+        if len(path) == 1:
+            del out[head]
+        else:
+            out[head] = _cut(v[head], path[1:])
+        return out
+    if t is list:
+        return [_cut(x, path) for x in v]
+    return v
+
+
 def _set_path(out: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     cur = out
     for seg in path[:-1]:
@@ -180,13 +199,20 @@ class Plan:
         self.pred, pred_links = compile_predicate(q.where)
         self.order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
         order_links = False
-        sources = []
+        sources: list[tuple[tuple[str, ...] | None, bool]] = []
         for path, desc in q.order:
-            src = order_source(q, path)
-            if len(src) > 1:
-                order_links = True
-            self.order.append((compile_value(src), desc))
-            sources.append((src, desc))
+            key = order_key(q, path)
+            if key[0] == "field":
+                src = tuple(key[1])
+                if len(src) > 1:
+                    order_links = True
+                self.order.append((compile_value(src), desc))
+                sources.append((src, desc))
+            else:
+                fn, links = compile_expr(key)
+                order_links = order_links or links
+                self.order.append((_row_value(fn), desc))
+                sources.append((None, desc))
         # the same entries as the generic method, built by one generated function
         self.entry: Callable[[dict[str, Any], str, Any], tuple[Any, ...]] = _compile_entry(
             sources, self.order)
@@ -217,6 +243,10 @@ class Plan:
                 self.items.append(("field", compile_value(it.path), it.out))
                 if len(it.path) > 1:
                     simple = False
+            elif it.kind == "expr":
+                assert it.expr is not None
+                self.items.append(("expr", compile_expr(it.expr)[0], it.out))
+                simple = False
             elif it.kind == "linkall":
                 self.items.append(("linkall", compile_value(it.path), it.out))
                 simple = False
@@ -224,6 +254,12 @@ class Plan:
                 assert it.sub is not None
                 self.items.append(("sub", Plan(it.sub), it.index, it.out))
                 simple = False
+        # SELECT VALUE: a row's output is its one item's value (its members: the row itself
+        # and every record inside the value; engine/README, "Members")
+        self.value = q.value
+        self.omit = q.omit
+        if self.value or self.omit:
+            simple = star_only = False
         self.star_only = star_only and not self.fetch
         # A simple projection reads nothing beyond the row: no link, subquery or FETCH.
         self.simple = simple and not self.fetch
@@ -239,6 +275,9 @@ class Plan:
                 self.item_fields.append(None)
             elif it.kind in ("field", "linkall"):
                 self.item_fields.append(frozenset(it.path[:1]))
+            elif it.kind == "expr":
+                whole = not expr_fields(it.expr, acc, False)
+                self.item_fields.append(None if whole else frozenset(acc))
             else:
                 assert it.sub is not None
                 whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
@@ -257,11 +296,14 @@ class Plan:
             it.kind == "linkall" or (it.kind == "sub" and it.sub is not None
                                      and not _own_children(it.sub, q.table))
             for it in q.items)
+        # items whose value can carry members that are no dict in it (VALUE subqueries)
+        self.item_extra = [it.sub is not None and _has_value(it.sub) for it in q.items]
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links
         # the first ORDER BY key's field when it is one segment (a join's bounds, engine.join)
-        self.first_source: str | None = sources[0][0][0] if sources and len(
-            sources[0][0]) == 1 else None
+        first = sources[0][0] if sources else None
+        self.first_source: str | None = first[0] if first is not None and len(
+            first) == 1 else None
         # a subquery's join states (engine.join), by the values of the slots it reads
         self.jspec: JoinSpec | None = None
         self._jdone = False
@@ -435,6 +477,10 @@ class Plan:
                         o = fcache[rid] = flat(rows[rid])
                     out.append(o)
                 return out
+            if self.value:
+                pairs = [(e[-1], self.project(store, S, rows[e[-1]], cx)) for e in hits]
+                cx.last = pairs
+                return [v for _, v in pairs]
             return [self.project(store, S, rows[e[-1]], cx) for e in hits]
         pairs = []
         for rid in cands:
@@ -449,6 +495,10 @@ class Plan:
         flat = self.flat
         if flat is not None:
             return [flat(row) for _, row in pairs]
+        if self.value:
+            done = [(e[-1], self.project(store, S, row, cx)) for e, row in pairs]
+            cx.last = done
+            return [v for _, v in done]
         return [self.project(store, S, row, cx) for _, row in pairs]
 
     def row_caches(self, t: Any) -> tuple[Any, Any]:
@@ -469,6 +519,8 @@ class Plan:
             return row
         if self.flat is not None:
             return self.flat(row)
+        if self.value:
+            return self.item_value(self.items[0], store, S, row, cx)
         out: dict[str, Any] = {}
         for item in self.items:
             kind = item[0]
@@ -484,14 +536,18 @@ class Plan:
             elif kind == "linkall":
                 v = link_all(item[1](row, cx), cx)
                 _set_path(out, item[2], v)
+            elif kind == "expr":
+                v = item[1](row, S, NONE, cx)
+                if len(item[2]) == 1:
+                    out[item[2][0]] = v
+                else:
+                    _set_path(out, item[2], v)
             else:
-                sub: Plan = item[1]
-                res: Any = sub.run(store, S, row, cx)
-                if item[2] is not None:
-                    res = res[item[2]] if item[2] < len(res) else NONE
-                _set_path(out, item[3], res)
+                _set_path(out, item[3], self.item_value(item, store, S, row, cx))
         for path in self.fetch:
             out = _fetch_at(out, path, cx)
+        for path in self.omit:
+            out = _cut(out, path)
         return out
 
 
@@ -505,14 +561,31 @@ class Plan:
             return item[1](row, cx)
         if kind == "linkall":
             return link_all(item[1](row, cx), cx)
+        if kind == "expr":
+            return item[1](row, S, NONE, cx)
         sub: Plan = item[1]
         res: Any = sub.run(store, S, row, cx)
+        if not sub.value:
+            if item[2] is not None:
+                res = res[item[2]] if item[2] < len(res) else NONE
+            return res
+        # the rows of a VALUE subquery are members of the result (the ones shown)
+        pairs = cx.last
+        cx.last = []
         if item[2] is not None:
-            res = res[item[2]] if item[2] < len(res) else NONE
+            i = item[2]
+            res = res[i] if i < len(res) else NONE
+            pairs = pairs[i:i + 1]
+        extra = cx.extra
+        for rid, v in pairs:
+            if rid not in extra:
+                extra[rid] = v
         return res
 
-    def assemble(self, row: dict[str, Any], values: list[Any]) -> dict[str, Any]:
+    def assemble(self, row: dict[str, Any], values: list[Any]) -> Any:
         """Build the output from per-item values (``*`` items take the row; no FETCH)."""
+        if self.value:
+            return values[0]
         out: dict[str, Any] = {}
         for item, v in zip(self.items, values):
             if item[0] == "all":
@@ -523,6 +596,8 @@ class Plan:
                     out[out_path[0]] = v
                 else:
                     _set_path(out, out_path, v)
+        for path in self.omit:
+            out = _cut(out, path)
         return out
 
 
@@ -544,13 +619,29 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
         return expr_fields(e[2], acc, parent) and expr_fields(e[3], acc, parent)
     elif k == "array":
         return all(expr_fields(x, acc, parent) for x in e[1])
-    elif k == "object":
+    elif k in ("object", "call"):
         return all(expr_fields(x, acc, parent) for x in e[2])
+    elif k in ("arith", "nullish"):
+        return expr_fields(e[2], acc, parent) and expr_fields(e[3], acc, parent)
+    elif k in ("neg", "get"):
+        return expr_fields(e[1], acc, parent)
+    elif k == "index":
+        return expr_fields(e[1], acc, parent) and expr_fields(e[2], acc, parent)
     return True
 
 
 
-def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
+def _has_value(q: Query) -> bool:
+    """Whether ``q`` or a subquery of its projection is a SELECT VALUE."""
+    return q.value or any(it.sub is not None and _has_value(it.sub) for it in q.items)
+
+
+def _row_value(fn: Callable[..., Any]) -> Callable[[dict[str, Any], Any], Any]:
+    """An ORDER BY expression as a getter of the row (it reads no slot: engine.shape)."""
+    return lambda row, cx: fn(row, (), NONE, cx)
+
+
+def _compile_entry(sources: list[tuple[tuple[str, ...] | None, bool]],
                    order: list[tuple[Callable[..., Any], bool]]) -> Callable[..., Any]:
     """``entry(row, rid, cx)`` as one generated function: :meth:`Plan.generic_entry` unrolled over
     the ORDER BY keys, one-segment paths read inline (a window or subquery computes an entry
@@ -561,7 +652,8 @@ def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
         v = f"v{n}"
         k = f"k{n}"
         names.append(k)
-        get = f"row.get({src[0]!r}, NONE)" if len(src) == 1 else f"G[{n}](row, cx)"
+        get = (f"row.get({src[0]!r}, NONE)" if src is not None and len(src) == 1
+               else f"G[{n}](row, cx)")
         lines += [
             f"    {v} = {get}",
             f"    t = type({v})",
@@ -623,7 +715,7 @@ def _item_keys(q: Query) -> dict[str, int] | None:
     """Output key -> index of each item that does not read the row alone, when an output's
     members can be assembled from per-item members (``engine.proj._tree_of``): one-segment
     distinct output keys, ``*`` (if any) first, no FETCH. None otherwise."""
-    if q.fetch:
+    if q.fetch or q.omit or q.value:
         return None
     keys: dict[str, int] = {}
     seen: set[str] = set()

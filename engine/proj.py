@@ -196,6 +196,9 @@ class Proj:
             out = plan.project(self.store, self.S, row, cx)
             tree = {}
             tree_members(out, tree)
+            for m, v in cx.extra.items():  # the rows of VALUE subqueries
+                if m not in tree:
+                    tree[m] = v
             deps = (cx.reads, cx.subs)
         else:
             got = self._project_items(rid, row, tokens, prev)
@@ -376,7 +379,7 @@ class Proj:
                 v = plan.item_value(item, store, S, row, icx)
                 vals.append(v)
                 ideps.append((icx.reads, icx.subs))
-                itrees.append(_members_of(v) if keyed else None)
+                itrees.append(_item_tree(v, keyed, icx.extra))
         else:
             assert tokens is not None
             vals = list(state[0])
@@ -403,11 +406,14 @@ class Proj:
                 icx = Cx(store)
                 v = plan.item_value(item, store, S, row, icx)
                 ideps[i] = (icx.reads, icx.subs)
-                if not same(v, vals[i]):
-                    vals[i] = v
-                    if keyed:
-                        itrees[i] = _members_of(v)
-                    moved = True
+                changed = not same(v, vals[i])
+                if changed or plan.item_extra[i]:
+                    # a VALUE subquery may show the same values from other rows
+                    t = _item_tree(v, keyed, icx.extra)
+                    if changed or not same(t, itrees[i]):
+                        vals[i] = v
+                        itrees[i] = t
+                        moved = True
             if not moved:
                 # same output; the dependencies may still differ (a scan key, a link read)
                 self.istate[rid] = (vals, ideps, itrees)
@@ -427,6 +433,14 @@ class Proj:
         else:
             tree = {}
             tree_members(out, tree)  # of the output: a later item may hide an earlier one
+            for t in itrees:
+                if t:  # the rows of VALUE subqueries (no dict of theirs in the output)
+                    for m, v in t.items():
+                        if m not in tree:
+                            tree[m] = v
+        if plan.value:
+            # a VALUE row: the row itself is a member, its value what it shows
+            tree.setdefault(rid, out)
         return out, _merge_deps(ideps), tree
 
     # -- flush ----------------------------------------------------------------------------
@@ -528,6 +542,20 @@ def _members_of(v: Any) -> dict[str, Any] | None:
     return acc
 
 
+def _item_tree(v: Any, keyed: bool, extra: dict[str, Any]) -> dict[str, Any] | None:
+    """What an item keeps of its value's members: all of them when the output's members
+    are assembled per item (``keyed``), else only those the output does not show as dicts
+    (the rows of VALUE subqueries, in ``extra``)."""
+    t = _members_of(v) if keyed else None
+    if extra:
+        if t is None:
+            return dict(extra)
+        for m, x in extra.items():
+            if m not in t:
+                t[m] = x
+    return t
+
+
 def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> dict[str, Any]:
     """``tree_members(out)`` from the members of each item value, kept per row, so a changed
     row or subquery does not walk the unchanged values again (a nested row-only value, such
@@ -540,15 +568,15 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> di
         tree[rid_text(i)] = out
     get = keys.get
     for k, v in out.items():
+        j = get(k)
+        if j is not None:
+            t = itrees[j]
+            if t:  # a VALUE subquery's rows, even when it shows a scalar (`[0]`)
+                tree.update(t)
+            continue
         tv = type(v)
         if tv is dict or tv is list:  # only containers hold members
-            j = get(k)
-            if j is None:
-                tree_members(v, tree)
-            else:
-                t = itrees[j]
-                if t:
-                    tree.update(t)
+            tree_members(v, tree)
     return tree
 
 

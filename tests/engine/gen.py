@@ -218,6 +218,8 @@ class QueryBuilder:
     params: dict[str, Any]
     param_rate: float = 0.2  # how often an operand is a bound parameter instead of a literal
     param_kinds: dict[str, str] = field(default_factory=dict)
+    expressions: bool = True  # functions, arithmetic and indexing in WHERE and projections
+    exprs: list[str] = field(default_factory=list)  # aliases of projection expressions
 
     def value_for(self, kind: str) -> Any:
         v = typed(self.r, kind)
@@ -236,17 +238,24 @@ class QueryBuilder:
             return f"${name}"
         return literal(value)
 
-    def condition(self, table: str, depth: int = 0) -> str:
+    def condition(self, table: str, depth: int = 0, safe: bool = False) -> str:
+        """A WHERE condition; ``safe``: one that never raises (SurrealDB fails the whole query
+        where a function gets the wrong type; only a top-level WHERE may raise, see
+        runner.Replay)."""
         r = self.r
         roll = r.random()
         if depth < 2 and roll < 0.12:
             op = r.choice([" AND ", " OR "])
-            return f"({self.condition(table, depth + 1)}{op}{self.condition(table, depth + 1)})"
+            return (f"({self.condition(table, depth + 1, safe)}{op}"
+                    f"{self.condition(table, depth + 1, safe)})")
         if depth < 2 and roll < 0.17:
             neg = r.choice(["!", "NOT "])
-            return f"{neg}({self.condition(table, depth + 1)})"
+            return f"{neg}({self.condition(table, depth + 1, safe)})"
         if depth < 2 and roll < 0.25:
-            return f"{self.condition(table, depth + 1)} AND {self.condition(table, depth + 1)}"
+            return (f"{self.condition(table, depth + 1, safe)} AND "
+                    f"{self.condition(table, depth + 1, safe)}")
+        if self.expressions and roll < 0.42:
+            return self.expr_condition(table, safe)
         if roll < 0.3:
             ids = [literal(rid) for rid in r.sample(IDS[table], 3)]
             return r.choice([f"id = {ids[0]}", f"id != {ids[0]}", f"id IN [{', '.join(ids)}]",
@@ -268,6 +277,82 @@ class QueryBuilder:
                 return self.compare(f"{path}.{sub}.{sub2}", sub2_kind)
             return self.compare(f"{path}.{sub}", sub_kind)
         return self.compare(path, kind)
+
+    def expr_condition(self, table: str, safe: bool) -> str:
+        """A condition over functions, arithmetic and indexing of a field."""
+        r = self.r
+        path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
+                               if not k.startswith("link:") and k != "date"])
+        if kind == "objarr":
+            return r.choice([f"items[0].x = {self.operand('num')}", "items[$].x > 0",
+                             "array::len(items) > 1" if not safe else "count(items) > 1"])
+        guard = {"str": "type::is_string", "num": "type::is_number", "bool": "type::is_bool",
+                 "arr": "type::is_array"}[kind]
+        forms: list[str]
+        if kind == "str":
+            forms = [f"string::lowercase({path}) = {self.operand('str')}",
+                     f"string::len({path}) > {r.randint(0, 3)}",
+                     f"string::starts_with({path}, {literal(r.choice(['a', 'A', 'b', '']))})",
+                     f"string::contains({path}, "
+                     f"{literal(r.choice(STRINGS)) if safe else self.operand('str')})",
+                     f"string::uppercase({path}) IN ['ALPHA', 'B', 'ZETA']"]
+            safe_forms = [f"string::concat({path}, '!') = {literal(r.choice(STRINGS) + '!')}",
+                          f"({path} ?? 'b') = 'b'", f"({path} ?: 'x') = 'x'"]
+        elif kind == "num":
+            forms = [f"{path} + 1 > {self.operand('num')}", f"{path} * 2 <= {r.randint(-2, 6)}",
+                     f"math::abs({path}) >= {self.operand('num')}", f"-{path} < 0",
+                     f"{path} % 2 = 1", f"math::floor({path}) = 2",
+                     f"{path} - 1 IN [0, 1, 1.5]", f"math::round({path}) != 3"]
+            safe_forms = [f"({path} ?? 0) > {self.operand('num')}",
+                          f"{path} / 2 > 1", f"({path} ?: 7) = 7"]
+        elif kind == "bool":
+            forms = [f"{path} + 0 = 1"]
+            safe_forms = [f"!{path} = true", f"({path} ?? false) = true"]
+        else:
+            forms = [f"array::len({path}) > {r.randint(0, 2)}",
+                     f"array::first({path}) = {literal(r.choice(TAGS))}",
+                     f"array::distinct({path}) CONTAINS {literal(r.choice(TAGS))}",
+                     f"array::len(array::union({path}, ['a'])) = 2"]
+            safe_forms = [f"{path}[0] = {literal(r.choice(TAGS))}",
+                          f"{path}[$] = {literal(r.choice(TAGS))}", f"count({path}) > 1",
+                          f"{path}[1] IS NONE"]
+        if safe:
+            if r.random() < 0.5 or kind == "bool":  # `+` raises on every bool: no guard helps
+                return r.choice(safe_forms)
+            return f"({guard}({path}) AND {r.choice(forms)})"
+        return r.choice(forms + safe_forms)
+
+    def projection_expr(self, table: str) -> str:
+        """A projection item that is an expression (never raising: SurrealDB would fail the
+        whole query; the engine's rule there, a NONE value, has a targeted test)."""
+        r = self.r
+        path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
+                               if not k.startswith("link:") and "." not in p])
+        name = f"x{len(self.exprs)}"
+        self.exprs.append(name)
+        if kind == "str":
+            e = r.choice([f"type::is_string({path}) AND string::uppercase({path})",
+                          f"string::concat({path}, '/')", f"{path} ?? 'none'",
+                          f"type::is_string({path}) AND string::len({path}) > 2"])
+        elif kind == "num":
+            e = r.choice([f"type::is_number({path}) AND {path} * 2",
+                          f"type::is_number({path}) AND math::abs({path})",
+                          f"{path} > 2", f"{path} ?: 0"])
+        elif kind in ("arr", "objarr"):
+            e = r.choice([f"{path}[0]", f"count({path})",
+                          f"type::is_array({path}) AND array::len({path})",
+                          f"type::is_array({path}) AND array::reverse({path})"])
+            if e == f"{path}[0]" and r.random() < 0.3:
+                self.exprs.pop()
+                return e  # unaliased: SurrealDB names it by the field
+        elif kind == "date":
+            e = f"type::is_datetime({path})"
+        else:
+            e = f"string::concat({path})"
+        if r.random() < 0.15 and _single_call(e):
+            self.exprs.pop()
+            return e  # a call unaliased: named by its function
+        return f"{e} AS {name}"
 
     def compare(self, path: str, kind: str) -> str:
         r = self.r
@@ -300,12 +385,18 @@ class QueryBuilder:
         """A SELECT over ``table``; ``correlated`` is the subquery's $parent condition."""
         r = self.r
         fields = list(FIELDS[table])
+        if self.expressions and not single and r.random() < (0.08 if depth == 0 else 0.04):
+            return self.value_select(table, depth, correlated)
         star = r.random() < 0.5
         items: list[str] = ["*"] if star else ["id"]
         plain: list[str] = []  # projected field paths (ORDER BY must use these in 3.x)
         if not star:
             plain = r.sample(fields, r.randint(0, 3))
             items += plain
+        if self.expressions and r.random() < 0.3:
+            before = len(self.exprs)
+            items.append(self.projection_expr(table))
+            plain += self.exprs[before:]
         links = [p for p, k in FIELDS[table].items() if k.startswith("link:")]
         if depth == 0 or r.random() < 0.3:
             for link in links:
@@ -324,12 +415,18 @@ class QueryBuilder:
                 items.append(link)
                 plain.append(link)
             fetch = f" FETCH {link}"
-        text = f"SELECT {', '.join(items)} FROM {table}"
+        omit = ""
+        if self.expressions and r.random() < 0.08:
+            # OMIT: fields (or a nested field) left out of every row
+            pool = [p for p in fields if p not in plain] if not star else fields
+            if pool:
+                omit = " OMIT " + ", ".join(r.sample(pool, min(len(pool), r.randint(1, 2))))
+        text = f"SELECT {', '.join(items)}{omit} FROM {table}"
         conds: list[str] = []
         if correlated:
             conds.append(correlated)
         if r.random() < (0.75 if depth == 0 else 0.4):
-            conds.append(self.condition(table))
+            conds.append(self.condition(table, safe=depth > 0))
         if conds:
             text += " WHERE " + " AND ".join(conds)
         if single:
@@ -347,11 +444,35 @@ class QueryBuilder:
             text += f" START {r.randint(1, 3)}"
         return text + fetch
 
+    def value_select(self, table: str, depth: int, correlated: str | None) -> str:
+        """``SELECT VALUE e FROM table ...``: each row shows one value (its members: the row
+        itself and the records inside the value)."""
+        r = self.r
+        path, kind = r.choice(list(FIELDS[table].items()))
+        e = r.choice([path, "id", f"{path} ?? 'none'", "{ k: id, v: " + path + " }"])
+        if kind.startswith("link:") and r.random() < 0.4:
+            e = f"{path}.*"
+        text = f"SELECT VALUE {e} FROM {table}"
+        conds = [correlated] if correlated else []
+        if r.random() < 0.6:
+            conds.append(self.condition(table, safe=depth > 0))
+        if conds:
+            text += " WHERE " + " AND ".join(conds)
+        if r.random() < 0.6:
+            keys = r.sample(list(FIELDS[table]) + ["id"], r.randint(1, 2))
+            text += " ORDER BY " + ", ".join(k + r.choice(["", " DESC"]) for k in keys)
+        if r.random() < 0.4:
+            text += f" LIMIT {r.randint(1, 4)}"
+        return text
+
     def subqueries(self, table: str, depth: int) -> list[str]:
         r = self.r
         out: list[str] = []
         if table == "thread" and r.random() < 0.35:
             out.append(f"({self.select('comment', depth + 1, 'thread = $parent.id')}) AS comments")
+        if self.expressions and table == "thread" and r.random() < 0.1:
+            sub = self.value_select("comment", depth + 1, "thread = $parent.id")
+            out.append(f"({sub}){'[0]' if r.random() < 0.3 else ''} AS vals")
         if table == "thread" and r.random() < 0.08:
             # correlated on a non-id field of the parent: the parent's own change moves it
             sub = self.select("comment", depth + 1, "author = $parent.author")
@@ -368,6 +489,20 @@ class QueryBuilder:
         if table == "user" and r.random() < 0.3:
             out.append(f"({self.select('thread', depth + 1, 'author = $parent.id')}) AS threads")
         return out
+
+
+def _single_call(e: str) -> bool:
+    """``name(...)`` and nothing around it."""
+    head, sep, _ = e.partition("(")
+    if not sep or " " in head or not e.endswith(")"):
+        return False
+    depth = 0
+    for i, c in enumerate(e):
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0 and i < len(e) - 1 and c == ")":
+            return False
+    return True
 
 
 def make_view(r: random.Random) -> View:
