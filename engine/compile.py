@@ -237,17 +237,3 @@ def compile_value(path: tuple[str, ...]) -> Callable[[dict[str, Any], Resolver],
         key = path[0]
         return lambda row, cx: row.get(key, NONE)
     return lambda row, cx: walk(row, path, cx)
-
-
-def compile_expr(e: Expr) -> Callable[..., Any]:
-    """Compile a value expression (a ``$parent`` path, a slot, an array of them...) into
-    ``f(row, S, par, cx)``, evaluated with the operators of :func:`compile_predicate`."""
-    g = _Gen()
-    body = g.value(e)
-    env: dict[str, Any] = {"NONE": NONE, "walk": walk, "truthy": V.truthy, "K": g.consts}
-    for op, f in _CMP_FUNCS.items():
-        env[_fname(op)] = f
-    src = f"def _value(row, S, par, cx):\n    return {body}\n"
-    # Generated from our own AST (field names go through repr), never from raw query text.
-    exec(compile(src, "<view-value>", "exec"), env)  # noqa: S102
-    return env["_value"]

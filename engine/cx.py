@@ -19,12 +19,16 @@ from engine.store import Store, rid_text
 class Cx:
     """Evaluation context: follows record links through the store and records what it read."""
 
-    __slots__ = ("reads", "store", "subs")
+    __slots__ = ("extra", "last", "reads", "store", "subs")
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.reads: set[str] = set()
         self.subs: list[Any] = []
+        # members that are no dict in the output: the rows of SELECT VALUE subqueries
+        # (record id text -> the value it shows), and the last VALUE run's (id, value) pairs
+        self.extra: dict[str, Any] = {}
+        self.last: list[tuple[str, Any]] = []
 
     def fetch(self, rid: RecordID) -> dict[str, Any] | None:
         """The linked row (None when it does not exist); the read is recorded."""

@@ -135,9 +135,12 @@ def _reads(e: Any, acc: dict[str, Any]) -> None:
     k = e[0]
     if k in ("lit", "slot"):
         return
-    if k == "object":
-        for x in e[2]:
+    if k == "object" or k == "call":
+        for x in e[2]:  # (keys or the function's name, values or arguments)
             _reads(x, acc)
+        return
+    if k == "get":
+        _reads(e[1], acc)  # (base, path read from its value)
         return
     if k == "parent":
         acc["parent"].append(tuple(e[1]))
@@ -199,7 +202,7 @@ def join_spec(plan: Any) -> JoinSpec | None:
     desc = False
     if q.order:
         src = order_source(q, q.order[0][0])
-        if len(src) == 1:
+        if src is not None and len(src) == 1:
             first = src[0]
         desc = q.order[0][1]
     spec = JoinSpec()
@@ -228,20 +231,20 @@ def join_spec(plan: Any) -> JoinSpec | None:
                 low = op in ((">", ">=") if not desc else ("<", "<="))
                 strict = op in (">", "<")
                 if low and lo is None:
-                    lo = (compile_expr(other), strict)
+                    lo = (compile_expr(other)[0], strict)
                     continue
                 if not low and hi is None:
-                    hi = (compile_expr(other), not strict)
+                    hi = (compile_expr(other)[0], not strict)
                     continue
         resid.append(c)
     spec.kfields = tuple(k for k, _ in keys)
-    spec.kfns = [compile_expr(other) for _, other in keys]
+    spec.kfns = [compile_expr(other)[0] for _, other in keys]
     if inner:
         spec.inner = compile_predicate(_and(inner))[0]
         for c in inner:
             if (c[0] == "cmp" and c[1] == "=" and c[2][0] == "field" and len(c[2][1]) == 1
                     and c[3][0] in ("slot", "lit")):
-                spec.build = (c[2][1][0], compile_expr(c[3]))
+                spec.build = (c[2][1][0], compile_expr(c[3])[0])
                 break
     spec.lo = lo
     spec.hi = hi
@@ -253,7 +256,7 @@ def join_spec(plan: Any) -> JoinSpec | None:
         if any(not p for p in paths):
             spec.rfns = None  # reads $parent itself: windows are per parent row
         else:
-            spec.rfns = [compile_expr(("parent", p)) for p in dict.fromkeys(paths)]
+            spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
     if resid or (lo is not None and hi is not None):
         spec.mode = ANY
     elif lo is not None:
@@ -267,7 +270,11 @@ def join_spec(plan: Any) -> JoinSpec | None:
         for p in _what(c)["fields"]:
             acc.add(p[0])
     for path, _d in q.order:
-        acc.add(order_source(q, path)[0])
+        src = order_source(q, path)
+        if src is None:
+            whole = True  # ORDER BY an expression: the fields it reads are not listed here
+        else:
+            acc.add(src[0])
     out: set[str] = {"id"}
     for it in q.items:
         if it.kind == "all":
@@ -275,8 +282,9 @@ def join_spec(plan: Any) -> JoinSpec | None:
         elif it.kind in ("field", "linkall"):
             out.add(it.path[0])
         else:
-            whole = True  # a nested subquery: what it reads of this row is not tracked here
-    if q.fetch:
+            # an expression, a nested subquery: what it reads of this row is not listed here
+            whole = True
+    if q.fetch or q.omit:
         whole = True
     rfields: set[str] = set()
     for c in resid:
@@ -311,7 +319,7 @@ def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
 class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
-    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "parents", "value")
+    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "pairs", "parents", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -322,6 +330,8 @@ class Win:
         # (projection group, row) -> how many times its projection read this window
         self.parents: dict[tuple[Any, str], int] = {}
         self.value: list[Any] | None = None
+        # SELECT VALUE: (row, value) of each row shown (its members: engine.plan.item_value)
+        self.pairs: list[tuple[str, Any]] | None = None
         self.attached = True
 
     def add(self, proj: Any, rid: str) -> None:
@@ -516,6 +526,8 @@ class Join:
         w = g.wins.get(wk)
         if w is not None and w.value is not None:
             cx.subs.append(w)
+            if w.pairs is not None:
+                cx.last = w.pairs
             return w.value
         entries = g.entries
         if entries is None:
@@ -562,17 +574,29 @@ class Join:
         else:
             if wcx is None:
                 wcx = Cx(self.store)
-            value = [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids]
+            if plan.value:
+                pairs = [(e[-1], plan.project(self.store, S, rows[e[-1]], wcx)) for e in ids]
+                value = [v for _, v in pairs]
+                cx.last = pairs
+            else:
+                value = [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids]
         if w is None:
             w = Win(g, wk, lo, hi)
             self._attach(g, w)
         w.cut = cut
-        if wcx is None or (not wcx.reads and not wcx.subs):
+        if wcx is None or (not wcx.reads and not wcx.subs and not wcx.extra):
             w.value = value
+            if plan.value:
+                w.pairs = cx.last
         else:
-            # the rows' outputs read other records: each parent reads them itself
+            # the rows' outputs read other records (or hold the rows of VALUE subqueries):
+            # each parent reads them itself
             cx.reads |= wcx.reads
             cx.subs.extend(wcx.subs)
+            extra = cx.extra
+            for m, v in wcx.extra.items():
+                if m not in extra:
+                    extra[m] = v
         cx.subs.append(w)
         return value
 

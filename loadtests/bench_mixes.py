@@ -456,9 +456,34 @@ class ShapeGen:
             return f"({a} OR {b})"
         if roll < 0.24 and depth < 1:
             return f"NOT ({self.atom(table, p, tables, depth + 1)})"
+        if roll < 0.34:
+            got = self.expr_atom(table, p)
+            if got is not None:
+                return got
         fields = [f for f in SCHEMA[table] if SCHEMA[table][f] not in ("str", "date")]
         f = r.choice(fields)
         return self.compare(table, f, f, p)
+
+    def expr_atom(self, table: str, p: _P) -> str | None:
+        """A condition on a computed value: a function, arithmetic, an index."""
+        r = self.r
+        kinds = SCHEMA[table]
+        choices: list[str] = []
+        if "tags" in kinds:
+            choices += [f"array::len(tags) >= {p.add(lambda d: d.r.randint(1, 3))}",
+                        f"tags[0] = {p.add(lambda d: d.tag())}"]
+        cats = [f for f, k in kinds.items() if k.startswith("cat:")]
+        if cats:
+            f = r.choice(cats)
+            samp = _cat_sampler(kinds[f][4:])
+            choices += [f"string::uppercase({f}) = {p.add(lambda d: samp(d).upper())}",
+                        f"string::starts_with({f}, {p.add(lambda d: samp(d)[:1])})"]
+        nums = [f for f, k in kinds.items() if k.startswith("num:")]
+        if nums:
+            f = r.choice(nums)
+            samp2 = _num_sampler(kinds[f][4:])
+            choices.append(f"{f} * 2 > {p.add(lambda d: 2 * samp2(d))}")
+        return r.choice(choices) if choices else None
 
     def compare(self, table: str, f: str, path: str, p: _P) -> str:
         r = self.r
@@ -549,18 +574,24 @@ class ShapeGen:
             extra = self.atom(child, p, tables, 1)
         where = " AND ".join(c for c in (cond, extra) if c)
         cols = self.columns(child, r.randint(1, 2))
-        keys = [c for c in cols if not SCHEMA[child][c].startswith(("tags", "link"))]
+        value = r.random() < 0.2
+        if value:
+            # SELECT VALUE: the rows' one value (ordered by any field of the row)
+            cols = [r.choice(["id", *[c for c in cols if not c.startswith("tags")]])]
+            kind += " value"
+        keys = [c for c in (list(SCHEMA[child]) if value else cols)
+                if not SCHEMA[child].get(c, "link").startswith(("tags", "link"))]
         order = ""
         if keys:
             k = r.choice(keys)
             order = f" ORDER BY {k} {r.choice(['ASC', 'DESC', 'DESC'])}"
-        items = ["id", *cols]
-        if depth == 0 and r.random() < 0.15:
+        items = ["id", *cols] if not value else cols
+        if depth == 0 and not value and r.random() < 0.15:
             inner, _ = self.subquery(child, tables, p, depth + 1)
             items.append(inner)
             kind += "+nested"
         limit = f" LIMIT {r.choice([1, 3, 5, 10])}" if r.random() < 0.85 or not cond else ""
-        text = f"(SELECT {', '.join(items)} FROM {child}"
+        text = f"(SELECT {'VALUE ' if value else ''}{', '.join(items)} FROM {child}"
         if where:
             text += f" WHERE {where}"
         return f"{text}{order}{limit}) AS {name}", kind
@@ -599,6 +630,17 @@ class ShapeGen:
                 items.append(f"{link}.* AS {link}_row")
                 tables.add(target)
                 kinds.append("link.*")
+        if r.random() < 0.2:
+            kinds.append("expr")
+            exprs = []
+            if "tags" in SCHEMA[table]:
+                exprs += ["array::len(tags) AS ntags", "tags[0] AS tag0"]
+            for f, k in SCHEMA[table].items():
+                if k.startswith("num:"):
+                    exprs.append(f"{f} * 2 AS {f}2")
+                elif k.startswith("cat:") or k == "str":
+                    exprs.append(f"string::uppercase({f}) AS {f}_up")
+            items += r.sample(exprs, min(len(exprs), r.randint(1, 2)))
         if r.random() < 0.4:
             for _ in range(1 if r.random() < 0.8 else 2):
                 text, kind = self.subquery(table, tables, p, 0)
@@ -616,11 +658,17 @@ class ShapeGen:
         conds = [self.atom(table, p, tables) for _ in range(r.choices([0, 1, 2, 3],
                                                                        (1, 5, 3, 1))[0])]
         for c in conds:
-            if "." in c.split(" ")[0]:
+            if "." in c.split(" ")[0] and "::" not in c.split(" ")[0]:
                 kinds.append("where-link")
+            if "(" in c.split(" ")[0] or " * " in c or "[0]" in c:
+                kinds.append("where-expr")
             if " IN " in c or "CONTAINSANY" in c:
                 kinds.append("list")
-        text = f"SELECT {', '.join(items)} FROM {table}"
+        omit = ""
+        if star and r.random() < 0.15:
+            omit = f" OMIT {r.choice([f for f in SCHEMA[table] if f not in ('id',)])}"
+            kinds.append("omit")
+        text = f"SELECT {', '.join(items)}{omit} FROM {table}"
         if conds:
             text += " WHERE " + " AND ".join(conds)
         keys = (list(SCHEMA[table]) if star else plain) + ["id"]
