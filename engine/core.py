@@ -95,6 +95,9 @@ class ViewEngine:
         self._vcache: dict[tuple[Mat, ...], dict[str, None]] = {}
         # table -> projection groups with lazy rows reading it (engine.lazy)
         self._lazy: dict[str, set[Proj]] = {}
+        # explicit shapes whose predicate follows links one hop (Plan.qhop): a write to a
+        # record reaches the rows linking to it through the table's index on those fields
+        self._hops: list[Circuit] = []
 
     # ------------------------------------------------------------------ public API
     # Every entry point that changes the engine's state runs with the collector paused and
@@ -110,7 +113,7 @@ class ViewEngine:
 
     def _load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
         if (self.by_table.get(table) or self.deps.watched(table) or table in self._lazy
-                or table in self.store.joins):
+                or table in self.store.joins or self._hops):
             # something reads the table (lazy rows register no dependency, yet read theirs)
             events = []
             for row in rows:
@@ -149,6 +152,12 @@ class ViewEngine:
             circuit = Circuit(shape, self.store, self.deps)
             self.circuits[shape] = circuit
             self.by_table.setdefault(circuit.table, []).append(circuit)
+            hop = circuit.plan.qhop
+            if circuit.explicit and hop is not None:
+                ts = self.store.table(circuit.table)
+                for f in hop:
+                    ts.index(f)  # kept from now on: the rows linking to a written record
+                self._hops.append(circuit)
         key = exact_key(S)
         mat = circuit.mats.get(key)
         shown = None
@@ -211,6 +220,8 @@ class ViewEngine:
                         proj.drop(rid)
         if not circuit.mats:
             del self.circuits[circuit.shape]
+            if circuit in self._hops:
+                self._hops.remove(circuit)
             lst = self.by_table.get(circuit.table, [])
             if circuit in lst:
                 lst.remove(circuit)
@@ -379,6 +390,7 @@ class ViewEngine:
         self.views = {}
         self._vcache = {}
         self._lazy = {}
+        self._hops = []
         self._circuits = set()
         self._mats = set()
         self._projs = set()
@@ -675,7 +687,38 @@ class ViewEngine:
                     for proj in order.circuit.projs.values():
                         if proj.dirty:
                             self._projs.add(proj)
+        if self._hops:
+            self._hop_requalify(old if old is not None else new)
         self.deps.touch_proj(table, text, old, new, self._mark)
+
+    def _hop_requalify(self, written: dict[str, Any] | None) -> None:
+        """Re-qualify the rows whose one-hop link predicate reads the written record: those
+        holding its link in a field the predicate follows (the table's index on it)."""
+        if written is None:
+            return
+        key = ikey(written.get("id"))
+        store, deps, pending = self.store, self.deps, self._mats
+        for c in self._hops:
+            hop = c.plan.qhop
+            assert hop is not None
+            t = store.table(c.table)
+            rows = t.rows
+            reached = False
+            for f in hop:
+                hits = t.index(f).get(key)
+                if not hits:
+                    continue
+                reached = True
+                for r in list(hits):
+                    row = rows.get(r)
+                    if row is None:
+                        continue
+                    for o in _orders(c.lookup(row)[0]):
+                        window.requalify(o, r, row, store, deps, pending)
+            if reached:
+                for proj in c.projs.values():
+                    if proj.dirty:
+                        self._projs.add(proj)
 
     def _mark(self, proj: Proj, rid: str, token: Any) -> None:
         proj.mark(rid, token)

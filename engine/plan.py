@@ -219,6 +219,11 @@ class Plan:
         # Rows can move in or out of the qualifying set (or move in the order) when a linked
         # record changes only if the predicate or a sort key follows a link.
         self.qlinks = pred_links or order_links
+        # the row fields through which WHERE / ORDER BY follow links, when every such path is
+        # one hop (`author.name`): the records a row's predicate reads are then the links it
+        # holds in those fields, found from the table's equality index on each field
+        # (engine.core, "_hops") instead of being registered row by row
+        self.qhop: tuple[str, ...] | None = _one_hop(q) if self.qlinks else None
         self.limit_slot = q.limit[1] if q.limit is not None else None
         self.start_slot = q.start[1] if q.start is not None else None
         self.bounded = self.limit_slot is not None or self.start_slot is not None
@@ -694,6 +699,51 @@ def _compile_entry(sources: list[tuple[tuple[str, ...] | None, bool]],
     # Generated from our own AST (field names go through repr), never from raw query text.
     exec(compile("\n".join(lines) + "\n", "<view-entry>", "exec"), env)  # noqa: S102
     return env["_entry"]
+
+
+def _field_paths(e: Any, acc: list[tuple[str, ...]]) -> bool:
+    """Collect the field paths an expression reads; False when it holds a part this walk
+    does not know (a nested query)."""
+    if type(e) is not tuple or not e:
+        return False
+    k = e[0]
+    if k == "field":
+        acc.append(tuple(e[1]))
+        return True
+    if k in ("lit", "slot", "param", "parent", "last"):
+        return True
+    if k == "object" or k == "call":
+        return all(_field_paths(x, acc) for x in e[2])
+    if k == "get":
+        return _field_paths(e[1], acc)
+    if k == "array":
+        return all(_field_paths(x, acc) for x in e[1])
+    for x in e[1:]:
+        if type(x) is tuple and x and type(x[0]) is str:
+            if not _field_paths(x, acc):
+                return False
+        elif type(x) is not str:
+            return False
+    return True
+
+
+def _one_hop(q: Query) -> tuple[str, ...] | None:
+    """The fields WHERE and ORDER BY follow links through, when every path through one is
+    one hop long (``f.x``); None otherwise."""
+    paths: list[tuple[str, ...]] = []
+    if q.where is not None and not _field_paths(q.where, paths):
+        return None
+    for path, _desc in q.order:
+        key = order_key(q, path)
+        if not _field_paths(key, paths):
+            return None
+    hops: dict[str, None] = {}
+    for p in paths:
+        if len(p) > 2:
+            return None
+        if len(p) == 2:
+            hops[p[0]] = None
+    return tuple(hops) or None
 
 
 def _own_children(sub: Query, table: str) -> bool:

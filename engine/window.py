@@ -57,12 +57,16 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
         pred = plan.pred
         entries = order.entries
         if plan.qlinks:
+            hop = plan.qhop
+            cx = Cx(store)
             for rid in cands:
                 row = rows[rid]
-                cx = Cx(store)
                 if pred(row, S, NONE, cx):
                     entries[rid] = plan.entry(row, rid, cx) if plan.ordered else 1
-                set_qdeps(order, rid, cx.reads, deps)
+                if cx.reads:
+                    if hop is None or not covered(row, hop):
+                        set_qdeps(order, rid, cx.reads, deps)
+                    cx.reads = set()
         else:
             entry = circuit.entry
             for rid in cands:
@@ -95,7 +99,9 @@ def requalify(order: Order, rid: str, row: dict[str, Any] | None, store: Any, de
             cx = Cx(store)
             if plan.pred(row, order.S, NONE, cx):
                 new_e = plan.entry(row, rid, cx) if plan.ordered else 1
-            set_qdeps(order, rid, cx.reads, deps)
+            hop = plan.qhop
+            set_qdeps(order, rid, cx.reads if hop is None or not covered(row, hop) else set(),
+                      deps)
         elif known or plan.pred(row, order.S, NONE, NOLINKS):
             new_e = circuit.entry(rid, row)
     elif plan.qlinks:
@@ -165,6 +171,17 @@ def rewindow(mat: WMat) -> None:
         hide(mat, r)
     for r in new_set - old_set:
         show(mat, r)
+
+
+def covered(row: dict[str, Any], hop: tuple[str, ...]) -> bool:
+    """Whether the records a one-hop predicate read of ``row`` are the links its ``hop``
+    fields hold (found by the table's index on them, engine.core) rather than links inside
+    arrays there (registered for the row, ``Deps.quals``)."""
+    for f in hop:
+        t = type(row.get(f))
+        if t is list or t is tuple:
+            return False
+    return True
 
 
 def set_qdeps(order: Order, rid: str, reads: set[str], deps: Any) -> None:

@@ -196,3 +196,49 @@ def test_shared_members_are_counted_per_view() -> None:
     assert d["u0"].added == {"order:0", "product:4", "product:3"}
     _same_as_rebuilt(e, views)
     assert record_id_text(RecordID("product", 4)) in e.members("u1")
+
+
+def test_one_hop_link_predicates_follow_the_records_they_read() -> None:
+    # rows holding one link are found through the table's index on the field; rows holding
+    # a list of links register what they read (Deps.quals): both follow every write
+    r = random.Random(5)
+    e = ViewEngine()
+
+    def order(i: int) -> dict[str, Any]:
+        roll = r.random()
+        link: Any = RecordID("user", r.randrange(12))
+        if roll < 0.15:
+            link = [RecordID("user", r.randrange(12)) for _ in range(2)]
+        elif roll < 0.2:
+            link = {"nested": RecordID("user", 1)}
+        return {"id": RecordID("order", i), "user": link, "qty": r.randint(0, 3)}
+
+    def user(i: int) -> dict[str, Any]:
+        return {"id": RecordID("user", i), "country": r.choice("ab")}
+
+    e.load("user", [user(i) for i in range(10)])
+    e.load("order", [order(i) for i in range(50)])
+    views = {
+        "top": ("SELECT id, qty FROM order WHERE user.country = $c ORDER BY qty DESC LIMIT 5",
+                {"c": "a"}),
+        "all": ("SELECT id FROM order WHERE user.country = $c AND qty > 0", {"c": "b"}),
+        "two": ("SELECT id FROM order WHERE user.country = 'a' OR user.nested.country = 'b'",
+                {}),
+    }
+    for vid, (q, p) in views.items():
+        e.register(vid, q, p)
+    (top,) = [c for c in e.circuits.values() if c.plan.limit_slot is not None]
+    assert top.plan.qhop == ("user",) and top in e._hops
+    for n in range(100):
+        if r.random() < 0.6:
+            i = r.randrange(12)
+            if r.random() < 0.2:
+                e.ingest("user", "DELETE", f"user:{i}", None)
+            else:
+                e.ingest("user", "UPDATE", f"user:{i}", user(i))
+        else:
+            i = r.randrange(55)
+            e.ingest("order", "UPDATE", f"order:{i}", order(i))
+        if n % 25 == 0:
+            _same_as_rebuilt(e, views)
+    _same_as_rebuilt(e, views)
