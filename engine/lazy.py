@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from surrealdb import RecordID
 
-from engine.columns import group_firsts, table_code, top_per_parent
+from engine.columns import CONTAINER, group_firsts, table_code, top_per_parent
 from engine.plan import Cx, Plan
 from engine.shape import order_source
 from engine.store import ikey
@@ -48,13 +48,15 @@ _EXACT = 2**53
 
 
 class Spec(NamedTuple):
-    """What a lazy shape reads: its subquery, the link, the output key, the sort fields."""
+    """What a lazy shape reads: its subquery, the link, the output key, the sort fields, the
+    other fields its rows show."""
 
     sub: Plan
     link: str
     name: str
     order: list[tuple[str, bool]]
     parent_code: int
+    shown: list[str]
 
 
 def spec_of(plan: Plan) -> Spec | None:
@@ -80,7 +82,8 @@ def spec_of(plan: Plan) -> Spec | None:
             return None
         order.append((src[0], desc))
     has_id = False
-    allowed = {f for f, _ in order}
+    sort = {f for f, _ in order}
+    shown: list[str] = []
     for it in q.items:
         if it.kind != "field" or len(it.path) != 1:
             return None
@@ -88,11 +91,12 @@ def spec_of(plan: Plan) -> Spec | None:
             if it.out != ("id",):
                 return None
             has_id = True
-        elif it.path[0] not in allowed:
-            return None  # a value that may hold members of its own
+        elif it.path[0] not in sort:
+            # a value that may hold members of its own: the shown children's are checked
+            shown.append(it.path[0])
     if not has_id:
         return None
-    return Spec(sub, link, item[3][0], order, table_code(plan.table))
+    return Spec(sub, link, item[3][0], order, table_code(plan.table), shown)
 
 
 def deep(row: dict[str, Any], skip: str) -> bool:
@@ -157,13 +161,16 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[s
     False when the columns cannot decide."""
     sub = spec.sub
     t = proj.store.table(sub.table)
-    cols = t.columns([spec.link] + [f for f, _ in spec.order])
+    cols = t.columns([spec.link] + [f for f, _ in spec.order] + spec.shown)
     lo, hi = sub.window(proj.S)
     got = top_per_parent(cols, spec.link, spec.parent_code, np.array(ids, dtype=np.int64),
                          strs, spec.order, t.rows, lo, hi)
     if got is None:
         return False
     keys, slots = got
+    for f in spec.shown:
+        if len(slots) and (cols.tags[f][slots] == CONTAINER).any():
+            return False  # a child shows an object or array: projected row by row
     lazy = proj.lazy
     empty: tuple[str, ...] = ()
     groups: dict[int, tuple[str, ...]] = {}

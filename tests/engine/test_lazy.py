@@ -717,3 +717,22 @@ def test_a_load_into_a_table_a_view_reads_keeps_its_link_columns_too() -> None:
     assert lazy.members("v") == eager.members("v")
     assert lazy.members("hot") == eager.members("hot")
     assert lazy.result("v") == eager.result("v")
+
+
+def test_children_showing_other_plain_fields_stay_lazy_and_objects_do_not(
+        lazy_always: None) -> None:
+    view_engine, _ = engine_api()
+    q = ("SELECT *, (SELECT id, body, votes FROM comment WHERE thread = $parent.id "
+         "ORDER BY votes DESC LIMIT 2) AS cs FROM thread")
+    for body, lazy in (("text", True), ({"id": RecordID("user", 7), "x": 1}, False)):
+        e = view_engine()
+        e.load("thread", [{"id": RecordID("thread", i)} for i in range(1, 4)])
+        e.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", 1 + i % 3),
+                            "votes": i, "body": body if i == 4 else f"b{i}"}
+                           for i in range(9)])
+        got = e.register("v", q, {})
+        assert (e.lazy_rows() > 0) == lazy
+        assert ("user:7" in got) == (not lazy)
+        assert got == {"thread:1", "thread:2", "thread:3", "comment:3", "comment:6",
+                       "comment:4", "comment:7", "comment:5", "comment:8"} | (
+            set() if lazy else {"user:7"})
