@@ -20,8 +20,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sortedcontainers import SortedList
-
 from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, exact_key, position, xkey
 from engine.parser import Query
 from engine.plan import Plan, expr_fields
@@ -80,19 +78,26 @@ class Mat:
 class Order:
     """The qualifying rows of the explicit materialisations of one shape whose slot values
     differ only in LIMIT/START (pages of one filter share it): their sort entries by row,
-    in order, and the linked records each row's predicate read."""
+    the first of them in order (``head``, see engine.window), and the linked records each
+    row's predicate read."""
 
-    __slots__ = ("S", "built", "circuit", "entries", "key", "mats", "ordered", "qdeps")
+    __slots__ = ("S", "built", "built_head", "circuit", "entries", "full", "head", "key",
+                 "mats", "need", "qdeps")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
         self.S = S  # a representative: the filter's slots are every materialisation's
         self.key = key
         self.entries: dict[str, Any] = {}
-        self.ordered: SortedList | None = SortedList() if circuit.plan.ordered else None
+        # the smallest entries in order: all of them (`full`), or at least one more than
+        # the windows reach (`need`), every other entry following the last
+        self.head: list[Any] = []
+        self.full = True
+        self.need: int | None = 0  # the end of the furthest window (None: no end)
         self.qdeps: dict[str, set[str]] = {}
         self.mats: list[WMat] = []
         self.built = False
+        self.built_head = False
 
 
 class WMat(Mat):

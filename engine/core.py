@@ -290,9 +290,7 @@ class ViewEngine:
             raise KeyError(view_id)
         plan = mat.circuit.plan
         if isinstance(mat, WMat) and plan.bounded:
-            ordered = mat.order.ordered
-            assert ordered is not None
-            ids = [e[-1] for e in ordered.islice(mat.lo, mat.hi)]
+            ids = [e[-1] for e in mat.order.head[mat.lo:mat.hi]]
         else:
             rows = mat.circuit.rows
             cx = Cx(self.store)

@@ -25,7 +25,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
-from engine.delta import NO_TREE, Rec, has_nested, same
+from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan, tree_members
 from engine.store import Store, ikey, rid_text
@@ -102,7 +102,8 @@ class Proj:
         now = self._owner_list(o)
         if self.own0 is not None and m in self.own0:
             o0 = self.own0[m]
-            if o0 is not None and type(o0) is not str and len(o0) > limit:
+            if o0 is MANY_OWNERS or (o0 is not None and type(o0) is not str
+                                     and len(o0) > limit):
                 return None
             before = self._owner_list(o0)
         else:
@@ -595,6 +596,14 @@ def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
 
 
 def _copy(o: Any) -> Any:
+    """The owners of a member as `own0` keeps them: a member many rows hold (a featured
+    product in every order) is only said to be held by many, not copied at every flush."""
     if o is None or type(o) is str:
         return o
+    if len(o) > FEW_OWNERS:
+        return MANY_OWNERS
     return set(o)
+
+
+#: `own0`'s value for a member held by more than FEW_OWNERS rows when the flush began
+MANY_OWNERS = "\0many"

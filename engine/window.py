@@ -1,8 +1,14 @@
 """Explicit materialisations: ORDER BY + LIMIT/START windows and link-following predicates.
 
-- **Top-k.** A ``SortedList`` of entries ``(keys..., id sort key, id)`` over the whole
-  qualifying set (entries depend on the row only, so windows of one shape share them); a
-  change re-slices the window only when its position is inside ``[0, start + limit)``, so a
+- **Top-k.** Entries ``(keys..., id sort key, id)`` of the whole qualifying set by row
+  (entries depend on the row only, so windows of one shape share them), and the smallest of
+  them in order (:attr:`~engine.circuit.Order.head`, a plain list): at least one more than
+  the furthest window reaches, at most twice that plus 32, every other entry following its
+  last. A write whose entry falls after the head, before and after, costs a dict
+  operation; one inside it an insertion or removal in a short list; the head is filled
+  again from the other entries (one pass, ``heapq.nsmallest``) when removals leave it no
+  longer than the windows, so at most once per ``max(windows' end, 32)`` removals. A
+  change re-slices a window only when its position is inside ``[0, start + limit)``, so a
   removal refills from below. Ties break by record id ascending in both directions, as
   SurrealDB's scan order does.
 - **Pages.** Materialisations whose slot values differ only in LIMIT/START (pages of one
@@ -21,6 +27,8 @@ group (``Proj.refs``).
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
@@ -73,10 +81,14 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
                 row = rows[rid]
                 if pred(row, S, NONE, NOLINKS):
                     entries[rid] = entry(rid, row)
-        if order.ordered is not None:
-            order.ordered.update(entries.values())
-    if order.ordered is not None:
-        mat.visible = {e[-1] for e in order.ordered.islice(mat.lo, mat.hi)}
+    if plan.ordered:
+        need = _need(order)
+        if not order.built_head or (not order.full and (
+                need is None or (order.need is not None and need > order.need))):
+            order.need = need
+            fill(order)
+        order.need = need
+        mat.visible = {e[-1] for e in order.head[mat.lo:mat.hi]}
     else:
         mat.visible = set(order.entries)
     ref = mat.proj.ref
@@ -108,8 +120,7 @@ def requalify(order: Order, rid: str, row: dict[str, Any] | None, store: Any, de
         set_qdeps(order, rid, set(), deps)
     if old_e is None and new_e is None:
         return
-    ordered = order.ordered
-    if ordered is None:
+    if not plan.ordered:
         if new_e is None:
             del entries[rid]
             for m in order.mats:
@@ -123,15 +134,40 @@ def requalify(order: Order, rid: str, row: dict[str, Any] | None, store: Any, de
         return
     if old_e == new_e:
         return
-    q = p = -1  # where the entry was (in the list before) and is (in the list after)
+    head = order.head
+    full = order.full
+    # where the entry was (in the head before) and is (in the head after): -1 absent,
+    # BEYOND after the head (after every window)
+    q = p = -1
     if old_e is not None:
-        q = ordered.bisect_left(old_e)
-        del ordered[q]
         del entries[rid]
+        if full or old_e <= head[-1]:
+            q = bisect_left(head, old_e)
+            del head[q]
+        else:
+            q = BEYOND
     if new_e is not None:
-        p = ordered.bisect_left(new_e)
-        ordered.add(new_e)
         entries[rid] = new_e
+        if full or (head and new_e < head[-1]):
+            p = bisect_left(head, new_e)
+            head.insert(p, new_e)
+            need = order.need
+            if need is not None and len(head) > 2 * _cap(need):
+                # the rest stays in `entries`, after the head
+                del head[_cap(need):]
+                order.full = False
+        else:
+            p = BEYOND
+    if not order.full and (order.need is None or len(head) <= order.need):
+        fill(order)  # removals left the head no longer than the windows: fill it again
+        head = order.head
+    # an entry after the head is after every window: as absent as a missing one there
+    if q == BEYOND:
+        q = -1
+    if p == BEYOND:
+        p = -1
+    if q < 0 and p < 0:
+        return  # nothing moved inside the head: no window changed
     first = q if p < 0 or (0 <= q < p) else p
     last = max(q, p)
     moved = q >= 0 and p >= 0
@@ -145,26 +181,59 @@ def requalify(order: Order, rid: str, row: dict[str, Any] | None, store: Any, de
         pending.add(m)
         if lo == 0 and hi is not None:
             # the window is the first `hi` entries: the row itself comes or goes, and at
-            # most one other row at the window's end makes room or fills in
+            # most one other row at the window's end makes room or fills in (the head
+            # holds more than `hi` entries unless it holds them all)
             was = rid in m.visible
-            now = p >= 0 and p < hi
+            now = 0 <= p < hi
             if was and not now:
                 hide(m, rid)
-                if len(ordered) >= hi:
-                    show(m, ordered[hi - 1][-1])
+                if len(head) >= hi:
+                    show(m, head[hi - 1][-1])
             elif now and not was:
                 show(m, rid)
-                if len(ordered) > hi:
-                    hide(m, ordered[hi][-1])
+                if len(head) > hi:
+                    hide(m, head[hi][-1])
             continue
         rewindow(m)
 
 
+#: a position after the head (and after every window)
+BEYOND = 1 << 62
+
+
+def _cap(need: int) -> int:
+    """How many entries a head keeps for windows ending at ``need``."""
+    return need + max(need, 32)
+
+
+def _need(order: Order) -> int | None:
+    """Where the furthest window of ``order`` ends (None: one has no end)."""
+    need = 0
+    for m in order.mats:
+        if m.hi is None:
+            return None
+        if m.hi > need:
+            need = m.hi
+    return need
+
+
+def fill(order: Order) -> None:
+    """Build the head from every entry: all of them in order when they are few or a window
+    has no end, else the smallest ``_cap(need)``."""
+    entries = order.entries
+    need = order.need
+    if need is None or len(entries) <= _cap(need):
+        order.head = sorted(entries.values())
+        order.full = True
+    else:
+        order.head = heapq.nsmallest(_cap(need), entries.values())
+        order.full = False
+    order.built_head = True
+
+
 def rewindow(mat: WMat) -> None:
     """Recompute the visible slice of the ordered qualifying set."""
-    ordered = mat.order.ordered
-    assert ordered is not None
-    new_list = [e[-1] for e in ordered.islice(mat.lo, mat.hi)]
+    new_list = [e[-1] for e in mat.order.head[mat.lo:mat.hi]]
     new_set = set(new_list)
     old_set = mat.visible
     for r in old_set - new_set:
