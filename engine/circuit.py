@@ -23,9 +23,10 @@ from typing import Any
 from sortedcontainers import SortedList
 from surrealdb import RecordID
 
+from engine.aggregate import AggSpec, AggState
 from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, position, xkey
 from engine.parser import Query
-from engine.plan import Plan, expr_fields
+from engine.plan import expr_fields, grouped_plan
 from engine.proj import NOLINKS, Proj
 from engine.shape import order_key
 from engine.values import NONE, Duration
@@ -59,8 +60,8 @@ _CONTAINERS = frozenset({list, tuple, str, dict, uuid.UUID})
 class Mat:
     """An implicit materialisation: slot values, the views sharing them, nothing per row."""
 
-    __slots__ = ("S", "__weakref__", "bkey", "circuit", "hi_pos", "key", "lo_pos", "mcache",
-                 "pred", "proj", "views", "vt")
+    __slots__ = ("S", "__weakref__", "agg", "bkey", "circuit", "hi_pos", "key", "lo_pos",
+                 "mcache", "pred", "proj", "views", "vt")
     proj: Proj  # set by Circuit.add
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
@@ -76,6 +77,8 @@ class Mat:
         self.bkey: Any = ()
         self.lo_pos: Any = None
         self.hi_pos: Any = None
+        # the groups of a grouped shape (engine.aggregate), filled by the engine's _build
+        self.agg: AggState | None = None
 
     def holds(self, row: dict[str, Any] | None) -> bool:
         """Whether the view shows ``row`` (None: an absent row)."""
@@ -124,7 +127,9 @@ class Circuit:
 
     def __init__(self, shape: Query, store: Any, deps: Any) -> None:
         self.shape = shape
-        self.plan = Plan(shape)
+        # a grouped shape runs its row-level query; its materialisations keep the groups
+        self.plan = grouped_plan(shape)
+        self.agg: AggSpec | None = self.plan.agg
         self.table = self.plan.table
         self.store = store
         self.deps = deps

@@ -126,6 +126,9 @@ class _Gen:
             return "[" + ", ".join(self.value(x) for x in e[1]) + "]"
         if k == "object":
             return "{" + ", ".join(f"{key!r}: {self.value(x)}" for key, x in zip(e[1], e[2])) + "}"
+        if k == "aggval":
+            # an aggregate's value over a group (engine.aggregate passes them as `par`)
+            return f"par[{int(e[1])}]"
         if k == "arith":
             return f"AR({e[1]!r}, {self.value(e[2])}, {self.value(e[3])})"
         if k == "neg":

@@ -28,6 +28,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine import gcpolicy, window
+from engine.aggregate import AggState
 from engine.arena import Arena, RowStore
 from engine.circuit import Circuit, Mat, WMat, exact_key
 from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
@@ -86,6 +87,8 @@ class ViewEngine:
         self._vcache: dict[tuple[Mat, ...], dict[str, None]] = {}
         # table -> projection groups with lazy rows reading it (engine.lazy)
         self._lazy: dict[str, set[Proj]] = {}
+        # grouped shapes registered (their materialisations keep groups: engine.aggregate)
+        self._grouped = 0
 
     # ------------------------------------------------------------------ public API
     # Every entry point that changes the engine's state runs with the collector paused and
@@ -139,6 +142,8 @@ class ViewEngine:
             circuit = Circuit(shape, self.store, self.deps)
             self.circuits[shape] = circuit
             self.by_table.setdefault(circuit.table, []).append(circuit)
+            if circuit.agg is not None:
+                self._grouped += 1
         key = exact_key(S)
         mat = circuit.mats.get(key)
         shown = None
@@ -197,6 +202,8 @@ class ViewEngine:
                         proj.drop(rid)
         if not circuit.mats:
             del self.circuits[circuit.shape]
+            if circuit.agg is not None:
+                self._grouped -= 1
             lst = self.by_table.get(circuit.table, [])
             if circuit in lst:
                 lst.remove(circuit)
@@ -264,6 +271,10 @@ class ViewEngine:
         if mat is None:
             raise KeyError(view_id)
         plan = mat.circuit.plan
+        spec = mat.circuit.agg
+        if spec is not None:
+            assert mat.agg is not None
+            return spec.rows(mat.agg, mat.S)
         if isinstance(mat, WMat) and plan.bounded:
             assert mat.ordered is not None
             ids = [e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)]
@@ -484,6 +495,8 @@ class ViewEngine:
                 if rid in proj.refs:
                     proj.ensure(rid, rows[rid])
             proj.dirty = {}
+            if circuit.agg is not None:
+                self._fill_groups(mat, mat.visible)
             return None
         pred = plan.pred
         S = mat.S
@@ -512,7 +525,23 @@ class ViewEngine:
         for rid in shown:
             if rid not in outs:
                 project(rid, rows[rid], None)
+        if circuit.agg is not None:
+            self._fill_groups(mat, shown)
         return shown
+
+    def _fill_groups(self, mat: Mat, shown: Iterable[str]) -> None:
+        """The groups of a new materialisation of a grouped shape, from its rows'
+        contributions (engine.aggregate)."""
+        spec = mat.circuit.agg
+        assert spec is not None
+        outs = mat.proj.outs
+
+        def rows_of() -> list[tuple[str, Any]]:
+            return [(r, outs[r]) for r in self._shown(mat)]
+
+        state = mat.agg = AggState(spec, rows_of)
+        for rid in shown:
+            state.move(rid, None, outs[rid])
 
     # ------------------------------------------------------------------ ingest
     def _prepare(
@@ -802,6 +831,8 @@ class ViewEngine:
                 now = rid in vis
                 if was or now:
                     touch(acc, m, rid, was, now)
+        if self._grouped:
+            _regroup(events, acc)
         # 4. deltas (shared objects when every member involved is clean)
         used = projs
         if acc:
@@ -902,6 +933,36 @@ class ViewEngine:
                                       m.holds_now)
                 if d is not None:
                     out.append((m.vt, d))
+
+
+def _regroup(events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]],
+             acc: dict[Mat, Any]) -> None:
+    """Move the flush's rows between the groups of grouped materialisations: each entry
+    (row, shown before, shown now) takes its old contribution out and puts the new one in
+    (engine.aggregate)."""
+    for c, evs in events.items():
+        if c.agg is None:
+            continue
+        for rid, st, le, en in evs:
+            for ms, was, now in ((st, True, True), (le, True, False), (en, False, True)):
+                for m in ms:
+                    _regroup_row(m, rid, was, now)
+    for m, e in acc.items():
+        if m.agg is None or not isinstance(m, WMat):
+            continue  # implicit materialisations came through their events
+        for ent in ([e] if type(e) is tuple else e):
+            _regroup_row(m, ent[0], ent[1], ent[2])
+
+
+def _regroup_row(m: Mat, rid: str, was: bool, now: bool) -> None:
+    rec = m.proj.rec(rid)
+    old = rec.t0.get(rid) if was else None
+    new = rec.t1.get(rid) if now else None
+    if old is new:
+        return
+    state = m.agg
+    assert state is not None
+    state.move(rid, old, new)
 
 
 def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDelta]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
+from engine.aggregate import AggSpec, AggState, row_query
 from engine.compile import compile_expr, compile_predicate, compile_value, walk
 from engine.parser import Expr, Query
 from engine.shape import order_key
@@ -90,7 +91,7 @@ class Cx:
         # members that are no dict in the output: the rows of SELECT VALUE subqueries
         # (record id text -> the value it shows), and the last VALUE run's (id, value) pairs
         self.extra: dict[str, Any] = {}
-        self.last: list[tuple[str, Any]] = []
+        self.last: list[list[tuple[str, Any]]] = []
 
     def fetch(self, rid: RecordID) -> dict[str, Any] | None:
         """The linked row (None when it does not exist); the read is recorded."""
@@ -273,12 +274,18 @@ class Plan:
                 simple = False
             else:
                 assert it.sub is not None
-                self.items.append(("sub", Plan(it.sub), it.index, it.out))
+                self.items.append(("sub", grouped_plan(it.sub), it.index, it.out))
                 simple = False
         # SELECT VALUE: a row's output is its one item's value (its members: the row itself
         # and every record inside the value; engine/README, "Members")
         self.value = q.value
         self.omit = q.omit
+        # the row is a member of its own output (VALUE rows; the contribution rows of a
+        # grouped shape, engine.aggregate), and items whose members do not count (the
+        # aggregate arguments of a grouped shape)
+        self.self_member = q.value
+        self.quiet = [False] * len(q.items)
+        self.agg: AggSpec | None = None  # set by grouped_plan
         if self.value or self.omit:
             simple = star_only = False
         self.star_only = star_only and not self.fetch
@@ -415,6 +422,8 @@ class Plan:
             if type(val) is RecordID and type(val.id) in _EXACT_KEYS:
                 # the index key of a link with an int/str key is exact: no equality test
                 test = self.residual
+        if self.agg is not None:
+            return self._run_grouped(store, S, par, cx, rows, cands, test)
         entry = self.entry
         # sort entries (and flat outputs) depend on the row alone: kept per row until it
         # changes, so a re-run after one sibling changed recomputes that sibling only
@@ -451,7 +460,7 @@ class Plan:
                 return out
             if self.value:
                 pairs = [(e[-1], self.project(store, S, rows[e[-1]], cx)) for e in hits]
-                cx.last = pairs
+                cx.last = [[p] for p in pairs]
                 return [v for _, v in pairs]
             return [self.project(store, S, rows[e[-1]], cx) for e in hits]
         pairs = []
@@ -469,7 +478,7 @@ class Plan:
             return [flat(row) for _, row in pairs]
         if self.value:
             done = [(e[-1], self.project(store, S, row, cx)) for e, row in pairs]
-            cx.last = done
+            cx.last = [[p] for p in done]
             return [v for _, v in done]
         return [self.project(store, S, row, cx) for _, row in pairs]
 
@@ -537,22 +546,45 @@ class Plan:
             return item[1](row, S, NONE, cx)
         sub: Plan = item[1]
         res: Any = sub.run(store, S, row, cx)
-        if not sub.value:
+        if not sub.self_member:
             if item[2] is not None:
                 res = res[item[2]] if item[2] < len(res) else NONE
             return res
-        # the rows of a VALUE subquery are members of the result (the ones shown)
-        pairs = cx.last
+        # the rows of a VALUE or grouped subquery are members of the result (those its
+        # output rows stand for): one list of (row, what it shows) per output row
+        shown = cx.last
         cx.last = []
         if item[2] is not None:
             i = item[2]
             res = res[i] if i < len(res) else NONE
-            pairs = pairs[i:i + 1]
+            shown = shown[i:i + 1]
         extra = cx.extra
-        for rid, v in pairs:
-            if rid not in extra:
-                extra[rid] = v
+        for rows in shown:
+            for rid, v in rows:
+                if rid not in extra:
+                    extra[rid] = v
         return res
+
+    def _run_grouped(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx,
+                     rows: dict[str, Any], cands: Any, test: Any) -> list[Any]:
+        """A grouped subquery for one parent row: its groups computed from the rows that
+        qualify (a run costs the rows of its correlation key, as any subquery run)."""
+        spec = self.agg
+        assert spec is not None
+        contribs: list[tuple[str, Any]] = []
+        for rid in cands:
+            row = rows.get(rid)
+            if row is not None and (test is None or test(row, S, par, cx)):
+                contribs.append((rid, self.project(store, S, row, cx)))
+        state = AggState(spec, lambda: contribs)
+        for rid, c in contribs:
+            state.move(rid, None, c)
+        out = spec.rows_grouped(state, S)
+        members: dict[Any, list[tuple[str, Any]]] = {}
+        for rid, c in contribs:
+            members.setdefault(spec.group_of(c), []).append((rid, c))
+        cx.last = [members.get(gk, []) for gk, _ in out]
+        return [o for _, o in out]
 
     def assemble(self, row: dict[str, Any], values: list[Any]) -> Any:
         """Build the output from per-item values (``*`` items take the row; no FETCH)."""
@@ -604,8 +636,22 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
 
 
 def _has_value(q: Query) -> bool:
-    """Whether ``q`` or a subquery of its projection is a SELECT VALUE."""
-    return q.value or any(it.sub is not None and _has_value(it.sub) for it in q.items)
+    """Whether ``q`` or a subquery of its projection is a SELECT VALUE or grouped."""
+    return q.value or q.group is not None or any(
+        it.sub is not None and _has_value(it.sub) for it in q.items)
+
+
+def grouped_plan(q: Query) -> Plan:
+    """The plan of a query level: a grouped query runs its row-level query (each row's
+    group key and aggregate arguments, engine.aggregate) and keeps the spec of its groups."""
+    if q.group is None:
+        return Plan(q)
+    spec = AggSpec(q)
+    plan = Plan(row_query(q))
+    plan.agg = spec
+    plan.self_member = True
+    plan.quiet = [it.out[0].startswith("a") for it in plan.q.items]
+    return plan
 
 
 def _row_value(fn: Callable[..., Any]) -> Callable[[dict[str, Any], Any], Any]:

@@ -382,7 +382,8 @@ class Proj:
                 v = plan.item_value(item, store, S, row, icx)
                 vals.append(v)
                 ideps.append((icx.reads, icx.subs))
-                itrees.append(_item_tree(v, keyed, icx.extra))
+                itrees.append(None if plan.quiet[len(itrees)] else
+                              _item_tree(v, keyed, icx.extra))
         else:
             assert tokens is not None
             vals = list(state[0])
@@ -412,7 +413,7 @@ class Proj:
                 changed = not same(v, vals[i])
                 if changed or plan.item_extra[i]:
                     # a VALUE subquery may show the same values from other rows
-                    t = _item_tree(v, keyed, icx.extra)
+                    t = None if plan.quiet[i] else _item_tree(v, keyed, icx.extra)
                     if changed or not same(t, itrees[i]):
                         vals[i] = v
                         itrees[i] = t
@@ -441,8 +442,9 @@ class Proj:
                     for m, v in t.items():
                         if m not in tree:
                             tree[m] = v
-        if plan.value:
-            # a VALUE row: the row itself is a member, its value what it shows
+        if plan.self_member:
+            # a VALUE row, a grouped shape's row: the row itself is a member, its value (its
+            # contribution) what it shows
             tree.setdefault(rid, out)
         return out, _merge_deps(ideps), tree
 

@@ -17,6 +17,7 @@ from engine.parser import Expr, Query
 from engine.values import NONE, get_path, truthy
 
 _FOLDABLE = frozenset({"arith", "neg", "nullish", "call", "index"})
+_AGGREGATES = frozenset({"count", "math::sum", "math::mean", "math::min", "math::max"})
 
 
 def _has_param(e: Any) -> bool:
@@ -34,6 +35,7 @@ class _Normaliser:
         # projection expressions keep their literals (a projection's constants are part of
         # its shape; only parameters vary between the views of one shape)
         self.keep_literals = False
+        self.grouped = False  # normalising the items of a GROUP BY query
 
     def slot(self, value: Any) -> Expr:
         self.values.append(value)
@@ -72,6 +74,8 @@ class _Normaliser:
                 obj[key] = v
             return True, obj
         if k in _FOLDABLE:
+            if k == "call" and self.grouped and e[1] in _AGGREGATES:
+                return False, None  # over a group, not a constant (`count()`)
             return self._fold(e)
         return False, None
 
@@ -163,10 +167,11 @@ class _Normaliser:
             elif it.kind == "expr":
                 assert it.expr is not None
                 self.keep_literals = True
+                self.grouped = q.group is not None
                 try:
                     items.append(replace(it, expr=self.expr(it.expr)))
                 finally:
-                    self.keep_literals = False
+                    self.keep_literals = self.grouped = False
             else:
                 items.append(it)
         where = self.expr(q.where) if q.where is not None else None
@@ -228,7 +233,7 @@ def _has_slot(e: Any) -> bool:
 
 def validate(q: Query) -> None:
     """Reject queries SurrealDB itself would refuse or that the engine cannot order."""
-    for path, _desc in q.order:
+    for path, _desc in q.order if q.group is None else ():
         key = order_key(q, path)
         if key[0] != "field" and _has_slot(key):
             raise QueryRejected(
@@ -243,7 +248,9 @@ def validate(q: Query) -> None:
     if q.split:
         raise QueryRejected("SPLIT is not supported")
     if q.group is not None:
-        raise QueryRejected("GROUP BY is not supported")
+        from engine.aggregate import AggSpec
+
+        AggSpec(q)  # refuses what a grouped view cannot keep
     if q.value:
         if q.fetch:
             raise QueryRejected("FETCH with SELECT VALUE is not supported: follow the link in "

@@ -473,6 +473,11 @@ class QueryBuilder:
         if self.expressions and table == "thread" and r.random() < 0.1:
             sub = self.value_select("comment", depth + 1, "thread = $parent.id")
             out.append(f"({sub}){'[0]' if r.random() < 0.3 else ''} AS vals")
+        if self.expressions and table in ("thread", "user") and r.random() < 0.08:
+            child, link = ("comment", "thread") if table == "thread" else ("thread", "author")
+            sub = group_select(self, child, f"{link} = $parent.id")
+            index = "[0]" if " GROUP ALL" in sub and r.random() < 0.6 else ""
+            out.append(f"({sub}){index} AS stats")
         if table == "thread" and r.random() < 0.08:
             # correlated on a non-id field of the parent: the parent's own change moves it
             sub = self.select("comment", depth + 1, "author = $parent.author")
@@ -505,10 +510,63 @@ def _single_call(e: str) -> bool:
     return True
 
 
+# grouped views: keys and aggregate arguments per table
+GROUP_KEYS = {"user": ["active", "profile.city", "tags", "age"],
+              "thread": ["status", "author", "meta.flag", "tags", "score"],
+              "comment": ["thread", "author", "votes"]}
+AGG_ARGS = {"user": ["age", "profile.score", "name"], "thread": ["score", "meta.pri", "title"],
+            "comment": ["votes", "body"]}
+
+
+def group_select(b: QueryBuilder, table: str, correlated: str | None = None) -> str:
+    """``SELECT keys, aggregates FROM table [WHERE] GROUP BY keys | GROUP ALL [ORDER BY]``;
+    ``correlated``: the $parent condition of a subquery (whose conditions never raise)."""
+    r = b.r
+    keys: list[str] = []
+    items: list[str] = []
+    if r.random() < 0.75:
+        for path in r.sample(GROUP_KEYS[table], r.randint(1, 2)):
+            if r.random() < 0.2 and "." not in path:
+                name = f"k{len(keys)}"
+                items.append(r.choice([f"type::is_string({path}) AND string::len({path})",
+                                       f"{path} ?? 'none'", f"type::is_number({path})"])
+                             + f" AS {name}")
+                keys.append(name)
+            else:
+                items.append(path)
+                keys.append(path)
+    outs: list[str] = []
+    for n in range(r.randint(1, 3)):
+        arg = r.choice(AGG_ARGS[table])
+        fn = r.choice(["count()", f"count({arg})", f"math::sum({arg})", f"math::mean({arg})",
+                       f"math::min({arg})", f"math::max({arg})", f"count({arg} > 2)"])
+        if r.random() < 0.15:
+            fn = r.choice([f"{fn} + 1", f"{fn} * 2", f"{fn} > 1"])
+        if (r.random() < 0.1 and fn.endswith(")") and " " not in fn
+                and not any("(" in it and " AS " not in it for it in items)):
+            items.append(fn)  # unaliased: named by its function
+        else:
+            items.append(f"{fn} AS a{n}")
+            outs.append(f"a{n}")
+    text = f"SELECT {', '.join(items)} FROM {table}"
+    conds = [correlated] if correlated else []
+    if r.random() < 0.6:
+        conds.append(b.condition(table, safe=correlated is not None))
+    if conds:
+        text += " WHERE " + " AND ".join(conds)
+    text += " GROUP BY " + ", ".join(keys) if keys else " GROUP ALL"
+    if keys + outs and r.random() < 0.4:
+        chosen = r.sample(keys + outs, r.randint(1, min(2, len(keys + outs))))
+        text += " ORDER BY " + ", ".join(k + r.choice(["", " DESC"]) for k in chosen)
+    return text
+
+
 def make_view(r: random.Random) -> View:
     """One random view over a random table."""
     builder = QueryBuilder(r, {})
     table = r.choice(["user", "thread", "thread", "comment"])
+    if r.random() < 0.1:
+        return View(group_select(builder, table), builder.params)
     return View(builder.select(table), builder.params)
 
 
@@ -545,7 +603,11 @@ def make_family_case(seed: int, views: int = 6, writes: int = 30) -> Case:
     while True:
         builder.params.clear()
         builder.param_kinds.clear()
-        surql = builder.select(r.choice(["user", "thread", "thread", "comment"]))
+        table = r.choice(["user", "thread", "thread", "comment"])
+        if r.random() < 0.1:
+            surql = group_select(builder, table)
+        else:
+            surql = builder.select(table)
         if builder.params:
             break
     family = []

@@ -110,6 +110,7 @@ _START = re.compile(r"\bSTART\s+(?:AT\s+)?(\d+)", re.IGNORECASE)
 _ORDER = re.compile(r"\bORDER\s+BY\b", re.IGNORECASE)
 _SUBSELECT = re.compile(r"\(\s*SELECT\b", re.IGNORECASE)
 _FROM = re.compile(r"\bFROM\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+_GROUP = re.compile(r"\bGROUP\s+(BY|ALL)\b", re.IGNORECASE)
 _WHERE = re.compile(r"\bWHERE\b", re.IGNORECASE)
 _CLAUSE_AFTER_WHERE = re.compile(r"\b(SPLIT|GROUP|ORDER|LIMIT|START|FETCH)\b", re.IGNORECASE)
 
@@ -241,6 +242,39 @@ def value_sources(surql: str) -> str:
             extra = "".join(f", {p}" for p in paths if p and p != "id")
         head = f"SELECT id AS {_SRC}, {expr} AS {_VAL}{extra} "
         out = out[:m.start()] + head + out[m.end() + f.start():]
+
+
+def group_sources(surql: str) -> str:
+    """``surql`` with every grouped subquery ``(SELECT ... FROM t WHERE w GROUP ...)[n]``
+    replaced by the rows it aggregates, ``(SELECT id FROM t WHERE w)``: what its output
+    rows stand for (engine/README "Members"). Exact for GROUP ALL and for a grouped
+    subquery without ``[n]`` (the generators use no other)."""
+    out = surql
+    pos = 0
+    while True:
+        m = _SUBSELECT.search(_mask(out, parens=False), pos)
+        if m is None:
+            return out
+        close = _matching_paren(out, m.start())
+        inner = out[m.start() + 1:close]
+        top = _mask(inner)
+        if not _GROUP.search(top):
+            pos = m.start() + 1
+            continue
+        f = _FROM.search(top)
+        assert f is not None
+        w = _WHERE.search(top, f.end())
+        rows = f"(SELECT id FROM {f.group(1)}"
+        if w is not None:
+            end = _CLAUSE_AFTER_WHERE.search(top, w.end())
+            rows += " WHERE " + inner[w.end():end.start() if end else len(inner)]
+        rows += ")"
+        after = close + 1
+        idx = re.match(r"\[\d+\]", out[after:])
+        if idx:
+            after += idx.end()
+        out = out[:m.start()] + rows + out[after:]
+        pos = m.start() + len(rows)
 
 
 def iter_record_ids(tree: Any) -> Iterable[RecordID]:
@@ -384,10 +418,25 @@ class Judge:
 
     def members(self, surql: str, params: Mapping[str, Any] | None = None) -> set[str]:
         """Membership: ids of every dict with a record-id `id` anywhere in the result tree,
-        and the rows of SELECT VALUE statements (:func:`value_sources`)."""
+        the rows of SELECT VALUE statements (:func:`value_sources`), and the rows a grouped
+        query aggregates (every row its WHERE keeps)."""
+        grouped = _GROUP.search(_mask(surql)) is not None
         if _VALUE.search(_mask(surql, parens=False)):
             surql = value_sources(surql)
-        return {self.record_text(rid) for rid in iter_record_ids(self.query(surql, params))}
+        if _GROUP.search(_mask(surql, parens=False)):
+            surql = group_sources(surql)
+        out = {self.record_text(rid) for rid in iter_record_ids(self.query(surql, params))}
+        if grouped:
+            masked = _mask(surql)
+            m = _FROM.search(masked)
+            assert m is not None
+            w = _WHERE.search(masked, m.end())
+            rows = f"SELECT VALUE id FROM {m.group(1)}"
+            if w is not None:
+                end = _CLAUSE_AFTER_WHERE.search(masked, w.end())
+                rows += " WHERE " + surql[w.end():end.start() if end else len(surql)]
+            out |= {self.record_text(rid) for rid in self.query(rows, params)}
+        return out
 
     def table_ids(self, table: str) -> set[str]:
         """Ids currently stored in a table."""

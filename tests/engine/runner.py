@@ -223,7 +223,7 @@ def strict(value: Any) -> Any:
     if isinstance(value, int):
         return ("int", value)
     if isinstance(value, float):
-        return ("float", value)
+        return ("float", "NaN") if value != value else ("float", value)
     if isinstance(value, Decimal):
         return ("dec", value)
     if isinstance(value, str):
