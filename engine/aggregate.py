@@ -39,7 +39,7 @@ from sortedcontainers import SortedList
 from engine.compile import compile_expr
 from engine.errors import QueryRejected
 from engine.functions import _dec, _to_decimal, _wrap
-from engine.matindex import xkey
+from engine.matindex import exact_key, xkey
 from engine.parser import Expr, Item, Path, Query
 from engine.values import NONE, sort_key, truthy
 
@@ -503,6 +503,4 @@ def _values(contrib: Any, spec: AggSpec) -> tuple[Any, ...]:
 
 
 def _exact(v: Any) -> Any:
-    from engine.circuit import exact_key
-
     return exact_key(v)

@@ -21,35 +21,16 @@ import uuid
 from typing import Any
 
 from sortedcontainers import SortedList
-from surrealdb import RecordID
 
 from engine.aggregate import AggSpec, AggState
-from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, position, xkey
+from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, exact_key, position, xkey
 from engine.parser import Query
 from engine.plan import expr_fields, grouped_plan
 from engine.proj import NOLINKS, Proj
 from engine.shape import order_key
-from engine.values import NONE, Duration
+from engine.values import NONE
 
 _START = object()  # marker: the row did not change in this flush
-
-
-def exact_key(v: Any) -> Any:
-    """A hashable key that distinguishes every value (types included): identical params."""
-    t = type(v)
-    if t is list or t is tuple:
-        return ("a", tuple(exact_key(x) for x in v))
-    if t is dict:
-        return ("o", tuple(sorted((k, exact_key(x)) for k, x in v.items())))
-    if t is RecordID:
-        return ("r", v.table_name, exact_key(v.id))
-    if t is Duration:
-        return ("d", v.elapsed)
-    try:
-        hash(v)
-    except TypeError:
-        return ("x", t.__name__, repr(v))
-    return (t.__name__, v)
 
 
 # the kinds of value `CONTAINS` can be true of (engine.value_ops.contains); of any other
@@ -404,6 +385,9 @@ def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int] | None, 
 
 
 def _slots(e: Any, acc: set[int]) -> None:
+    if isinstance(e, Query):  # `x IN (SELECT VALUE ...)`: the set depends on its slots
+        _query_slots(e, acc)
+        return
     if type(e) is not tuple or not e:
         return
     if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:

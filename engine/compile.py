@@ -82,11 +82,12 @@ def can_raise(e: Any) -> bool:
 
 
 class _Gen:
-    def __init__(self) -> None:
+    def __init__(self, semis: list[Any] | None = None) -> None:
         self.consts: list[Any] = []
         self.fns: list[Any] = []
         self.uses_links = False
         self.temps = 0
+        self.semis = semis  # where the semi-joins of a condition go (engine.semijoin)
 
     def const(self, v: Any) -> str:
         self.consts.append(v)
@@ -158,6 +159,8 @@ class _Gen:
             return f"({t} if truthy({t} := {first}) else {second})"
         if k in ("cmp", "not"):
             return self.boolean(e)
+        if k == "subquery":
+            raise QueryRejected(_SUBQUERY_FORMS)
         raise QueryRejected(f"unsupported expression {k}")
 
     def boolean(self, e: Expr) -> str:
@@ -170,18 +173,38 @@ class _Gen:
             return f"(not {self.boolean(e[1])})"
         if k == "cmp":
             op = e[1]
+            if e[3][0] == "subquery" and op in ("inside", "notinside"):
+                return self.semi(e[3][1], e[2], op == "notinside")
+            if e[2][0] == "subquery" and op in ("contains", "containsnot"):
+                return self.semi(e[2][1], e[3], op == "containsnot")
             a = self.value(e[2])
             b = self.value(e[3])
             return f"{_fname(op)}({a}, {b})"
         return f"truthy({self.value(e)})"
+
+    def semi(self, q: Any, x: Expr, negate: bool) -> str:
+        """``x IN (SELECT VALUE ...)``: a lookup in the inner query's live set."""
+        from engine.semijoin import SemiSpec
+
+        if self.semis is None:
+            raise QueryRejected(_SUBQUERY_FORMS)
+        self.semis.append(SemiSpec(q))
+        self.uses_links = True  # the row's qualification reads the set (engine.semijoin)
+        test = f"SJ[{len(self.semis) - 1}].contains(S, {self.value(x)}, cx)"
+        return f"(not {test})" if negate else test
 
 
 def _fname(op: str) -> str:
     return "op_" + {"=": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}.get(op, op)
 
 
+_SUBQUERY_FORMS = ("a subquery in WHERE is supported as `x IN (SELECT VALUE f FROM t WHERE ...)` "
+                   "(also NOT IN, INSIDE, NOTINSIDE, and `(SELECT VALUE ...) CONTAINS x`)")
+
+
 def _env(g: _Gen) -> dict[str, Any]:
     env: dict[str, Any] = {
+        "SJ": g.semis,
         "NONE": NONE,
         "walk": walk,
         "truthy": V.truthy,
@@ -198,14 +221,16 @@ def _env(g: _Gen) -> dict[str, Any]:
     return env
 
 
-def compile_predicate(e: Expr | None) -> tuple[Callable[..., bool], bool]:
-    """Compile a WHERE expression into ``f(row, S, par, cx)``; also say whether it reads links.
+def compile_predicate(e: Expr | None, semis: list[Any] | None = None,
+                      ) -> tuple[Callable[..., bool], bool]:
+    """Compile a WHERE expression into ``f(row, S, par, cx)``; also say whether it reads links
+    (or the live sets of semi-joins, appended to ``semis``: without it a subquery is refused).
 
     A row whose condition raises (a function given the wrong type: SurrealDB fails the whole
     query there) does not qualify: the predicate answers False for it."""
     if e is None:
         return (lambda row, S, par, cx: True), False
-    g = _Gen()
+    g = _Gen(semis)
     body = g.boolean(e)
     env = _env(g)
     if can_raise(e):

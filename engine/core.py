@@ -32,12 +32,13 @@ from engine.aggregate import AggState
 from engine.arena import Arena, RowStore
 from engine.circuit import Circuit, Mat, WMat, exact_key
 from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
-from engine.deps import Deps
+from engine.deps import Deps, table_prefix
 from engine.errors import QueryRejected
 from engine.lazy import bulk, child_parent, deep, warm
 from engine.parser import parse_cached
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
+from engine.semijoin import InnerSet
 from engine.shape import normalise
 from engine.store import Store, TableStore, ikey, rid_text
 from engine.values import NONE, parse_record_id, record_id_text
@@ -89,6 +90,10 @@ class ViewEngine:
         self._lazy: dict[str, set[Proj]] = {}
         # grouped shapes registered (their materialisations keep groups: engine.aggregate)
         self._grouped = 0
+        # table -> the live sets of semi-joins over it (engine.semijoin), and record -> the
+        # sets with a row that read it through a link
+        self._semis: dict[str, set[InnerSet]] = {}
+        self._semi_links: dict[str, set[InnerSet]] = {}
 
     # ------------------------------------------------------------------ public API
     # Every entry point that changes the engine's state runs with the collector paused and
@@ -103,7 +108,8 @@ class ViewEngine:
             gcpolicy.resume(token)
 
     def _load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        if self.by_table.get(table) or self.deps.watched(table) or table in self._lazy:
+        if (self.by_table.get(table) or self.deps.watched(table) or table in self._lazy
+                or table in self._semis or self._semi_reads(table)):
             # something reads the table (lazy rows register no dependency, yet read theirs)
             events = []
             for row in rows:
@@ -120,6 +126,13 @@ class ViewEngine:
         ts.keep_links()
         if self._sync_each_call:
             self.sync_arena(table)
+
+    def _semi_reads(self, table: str) -> bool:
+        """Whether a semi-join's inner row read a record of ``table`` through a link."""
+        if not self._semi_links:
+            return False
+        prefix = table_prefix(table)
+        return any(k.startswith(prefix) for k in self._semi_links)
 
     def register(self, view_id: Any, surql: Any, params: Any = None) -> set[str]:
         """Register (or replace) a view; returns its members. Raises QueryRejected, also for
@@ -149,6 +162,9 @@ class ViewEngine:
         shown = None
         if mat is None:
             mat = circuit.new_mat(S, key)
+            for spec in circuit.plan.all_semis():
+                inner = spec.open(S, self.store, self._semi_links)
+                self._semis.setdefault(spec.table, set()).add(inner)
             shown = self._build(mat)
         mat.views.add(view_id)
         mat.vt[view_id] = None
@@ -183,6 +199,14 @@ class ViewEngine:
             return
         circuit = mat.circuit
         proj = mat.proj
+        for spec in circuit.plan.all_semis():
+            inner = spec.close(mat.S)
+            if inner is not None:
+                semis = self._semis.get(spec.table)
+                if semis is not None:
+                    semis.discard(inner)
+                    if not semis:
+                        del self._semis[spec.table]
         if isinstance(mat, WMat):
             window.teardown(mat, self.deps)
             circuit.drop_mat(mat)
@@ -664,19 +688,41 @@ class ViewEngine:
                     if text not in ch:
                         ch[text] = old
                     self._circuits.add(circuit)
-        quals = self.deps.quals
-        if quals:
-            w = quals.get(text)
-            if w:
-                for mat, ids in list(w.items()):
-                    rows = mat.circuit.rows
-                    for r in list(ids):
-                        window.requalify(mat, r, rows.get(r), self.store, self.deps,
-                                         self._mats)
-                    for proj in mat.circuit.projs.values():
-                        if proj.dirty:
-                            self._projs.add(proj)
+        if self._semis:
+            semis = self._semis.get(table)
+            if semis:
+                for inner in list(semis):
+                    inner.update(text, new, self._flipped)
+            linked = self._semi_links.get(text)
+            if linked:
+                for inner in list(linked):
+                    inner.reread(text, self._flipped)
+        if self.deps.quals:
+            self._requalify_readers(text)
         self.deps.touch_proj(table, text, old, new, self._mark)
+
+    def _requalify_readers(self, token: str) -> None:
+        """Qualify again the rows whose condition read ``token`` (a linked record's id, a
+        semi-join's key)."""
+        w = self.deps.quals.get(token)
+        if not w:
+            return
+        for mat, ids in list(w.items()):
+            rows = mat.circuit.rows
+            for r in list(ids):
+                window.requalify(mat, r, rows.get(r), self.store, self.deps, self._mats)
+            for proj in mat.circuit.projs.values():
+                if proj.dirty:
+                    self._projs.add(proj)
+
+    def _flipped(self, token: str) -> None:
+        """A value entered or left a semi-join's set: the rows that asked for it."""
+        self._requalify_readers(token)
+        readers = self.deps.reads.get(token)
+        if readers:
+            for proj, ids in list(readers.items()):
+                for rid in list(ids):
+                    self._mark(proj, rid, token)
 
     def _mark(self, proj: Proj, rid: str, token: Any) -> None:
         proj.mark(rid, token)

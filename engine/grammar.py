@@ -564,7 +564,15 @@ class _Parser:
             return self.param()
         if self.is_op("("):
             if self.is_kw("SELECT", tok=self.peek()):
-                raise QueryRejected("subqueries in WHERE are not supported")
+                # a subquery as a value (`x IN (SELECT VALUE ...)`: engine.semijoin)
+                self.advance()
+                self.enter()
+                sub = self.select()
+                self.leave()
+                if not self.is_op(")"):
+                    self._reject_trailing()
+                self.advance()
+                return ("subquery", sub)
             self.advance()
             self.enter()
             e = self.expr()

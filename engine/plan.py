@@ -218,7 +218,9 @@ class Plan:
     def __init__(self, q: Query) -> None:
         self.q = q
         self.table = q.table
-        self.pred, pred_links = compile_predicate(q.where)
+        # semi-joins of the condition (`x IN (SELECT VALUE ...)`: engine.semijoin)
+        self.semis: list[Any] = []
+        self.pred, pred_links = compile_predicate(q.where, self.semis)
         self.order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
         order_links = False
         sources: list[tuple[tuple[str, ...] | None, bool]] = []
@@ -251,7 +253,7 @@ class Plan:
         # only the rest of the WHERE clause is evaluated (None: nothing else).
         self.residual = None
         if found is not None and found[1] is not None:
-            self.residual = compile_predicate(found[1])[0]
+            self.residual = compile_predicate(found[1], self.semis)[0]
         self.fetch = q.fetch
         self.items: list[tuple[Any, ...]] = []
         star_only = True
@@ -324,6 +326,15 @@ class Plan:
         self._ecache: Any = None
         self._fcache: Any = None
         self._ctable: Any = None
+
+    def all_semis(self) -> list[Any]:
+        """The semi-joins of this level and of its projection subqueries (their live sets
+        are opened for each materialisation: engine.core)."""
+        out = list(self.semis)
+        for item in self.items:
+            if item[0] == "sub":
+                out += item[1].all_semis()
+        return out
 
     # -- rows ---------------------------------------------------------------------------
     def window(self, S: tuple[Any, ...]) -> tuple[int, int | None]:

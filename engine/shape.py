@@ -144,6 +144,13 @@ class _Normaliser:
             return ("index", self.expr(e[1]), i)
         if k == "get":
             return ("get", self.expr(e[1]), e[2])
+        if k == "subquery":
+            keep = self.keep_literals
+            self.keep_literals = False
+            try:
+                return ("subquery", self.query(e[1]))
+            finally:
+                self.keep_literals = keep
         return e  # field, parent
 
     def count(self, e: Expr | None, clause: str) -> Expr | None:

@@ -220,6 +220,7 @@ class QueryBuilder:
     param_kinds: dict[str, str] = field(default_factory=dict)
     expressions: bool = True  # functions, arithmetic and indexing in WHERE and projections
     exprs: list[str] = field(default_factory=list)  # aliases of projection expressions
+    no_links: bool = False  # conditions of a semi-join's inner query read their own row
 
     def value_for(self, kind: str) -> Any:
         v = typed(self.r, kind)
@@ -256,6 +257,8 @@ class QueryBuilder:
                     f"{self.condition(table, depth + 1, safe)}")
         if self.expressions and roll < 0.42:
             return self.expr_condition(table, safe)
+        if self.expressions and not self.no_links and roll < 0.47:
+            return self.semi_condition(table)
         if roll < 0.3:
             ids = [literal(rid) for rid in r.sample(IDS[table], 3)]
             return r.choice([f"id = {ids[0]}", f"id != {ids[0]}", f"id IN [{', '.join(ids)}]",
@@ -263,7 +266,7 @@ class QueryBuilder:
         path, kind = r.choice(list(FIELDS[table].items()))
         if kind == "objarr" and r.random() < 0.6:
             path, kind = "items.x", "numarr"
-        if kind.startswith("link:") and r.random() < 0.45:
+        if kind.startswith("link:") and not self.no_links and r.random() < 0.45:
             target = kind.split(":", 1)[1]
             if target == "user" and r.random() < 0.4:
                 self.params["auth"] = {"id": r.choice(USER_IDS)}
@@ -277,6 +280,29 @@ class QueryBuilder:
                 return self.compare(f"{path}.{sub}.{sub2}", sub2_kind)
             return self.compare(f"{path}.{sub}", sub_kind)
         return self.compare(path, kind)
+
+    def semi_condition(self, table: str) -> str:
+        """``x IN (SELECT VALUE v FROM t WHERE ...)`` and its other spellings."""
+        r = self.r
+        forms = {
+            "thread": [("author", "user", "id"), ("id", "comment", "thread"),
+                       ("author", "comment", "author")],
+            "comment": [("thread", "thread", "id"), ("author", "thread", "author"),
+                        ("author", "user", "id")],
+            "user": [("id", "thread", "author"), ("id", "comment", "author")],
+        }[table]
+        x, inner, value = r.choice(forms)
+        sub = f"SELECT VALUE {value} FROM {inner}"
+        if r.random() < 0.8:
+            self.no_links = True
+            try:
+                sub += " WHERE " + self.condition(inner, depth=1, safe=True)
+            finally:
+                self.no_links = False
+        op = r.choice(["IN", "INSIDE", "NOT IN", "NOTINSIDE", "CONTAINS", "CONTAINSNOT"])
+        if op.startswith("CONTAINS"):
+            return f"({sub}) {op} {x}"
+        return f"{x} {op} ({sub})"
 
     def expr_condition(self, table: str, safe: bool) -> str:
         """A condition over functions, arithmetic and indexing of a field."""

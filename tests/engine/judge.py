@@ -196,6 +196,9 @@ def _slice_if_ordered_limit(inner: str) -> str:
 _VALUE = re.compile(r"\bSELECT\s+VALUE\b", re.IGNORECASE)
 _KEYWORD_AT = re.compile(r"\b(FROM|ORDER\s+BY|LIMIT|START|FETCH|WHERE|SPLIT|GROUP)\b",
                          re.IGNORECASE)
+_CONDITION_BEFORE = re.compile(r"\b(IN|INSIDE|NOTINSIDE|CONTAINS|CONTAINSNOT)\s*\(\s*$",
+                               re.IGNORECASE)
+_CONDITION_AFTER = re.compile(r"\s*(CONTAINS|CONTAINSNOT)\b", re.IGNORECASE)
 _SRC = "__judge_src"
 _VAL = "__judge_value"
 
@@ -221,12 +224,16 @@ def value_sources(surql: str) -> str:
     the membership of VALUE rows (the row itself, engine/README "Members") can be read
     from SurrealDB's answer (:func:`iter_record_ids`)."""
     out = surql
+    pos = 0
     while True:
         masked = _mask(out, parens=False)
-        m = _VALUE.search(masked)
+        m = _VALUE.search(masked, pos)
         if m is None:
             return out
         end = _statement_end(out, m.end())
+        if _CONDITION_BEFORE.search(out[:m.start()]) or _CONDITION_AFTER.match(out, end + 1):
+            pos = m.end()  # a set a condition reads (`x IN (SELECT VALUE ...)`): no members
+            continue
         top = _mask(out[m.end():end])  # this statement's own clauses (parens blanked)
         f = re.search(r"\bFROM\b", top, re.IGNORECASE)
         if f is None:
@@ -242,6 +249,7 @@ def value_sources(surql: str) -> str:
             extra = "".join(f", {p}" for p in paths if p and p != "id")
         head = f"SELECT id AS {_SRC}, {expr} AS {_VAL}{extra} "
         out = out[:m.start()] + head + out[m.end() + f.start():]
+        pos = m.start() + len(head)
 
 
 def group_sources(surql: str) -> str:

@@ -41,8 +41,9 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "SELECT * FROM thread WHERE tags[-1] = 'a'": ("negative", "[$]"),
     "SELECT id, score * $k AS s FROM thread ORDER BY s": ("parameter", "ORDER BY"),
     "SELECT * FROM thread WHERE created_at > time::now() - 1d": ("time::now", "-"),
-    "SELECT * FROM thread WHERE score IN (SELECT VALUE age FROM user)": (
-        "subquery", "SELECT", "VALUE", "IN"),
+    "SELECT * FROM thread WHERE score IN (SELECT age FROM user)": ("VALUE",),
+    "SELECT * FROM thread WHERE id IN (SELECT VALUE thread FROM comment WHERE author = "
+    "$parent.author)": ("$parent",),
     "SELECT * FROM thread ORDER BY rand()": ("rand", "ORDER"),
     "SELECT VALUE author FROM thread FETCH author": ("FETCH", "VALUE"),
     "SELECT id, title FROM thread ORDER BY title COLLATE": ("COLLATE",),
