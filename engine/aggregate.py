@@ -98,7 +98,7 @@ class AggSpec:
             raise QueryRejected("LIMIT/START over groups is not supported: a grouped view "
                                 "shows every group (ORDER BY orders them); filter the rows "
                                 "with WHERE")
-        outs = {it.out: it for it in q.items if it.kind != "all"}
+        outs = {it.out: it for it in q.items if it.kind != "all" and not it.implicit}
         if any(it.kind == "all" for it in q.items):
             raise QueryRejected("SELECT * cannot be grouped (SurrealDB refuses it too): name "
                                 "the grouped fields and the aggregates")

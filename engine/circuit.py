@@ -442,6 +442,8 @@ def read_fields(q: Query) -> frozenset[str] | None:
             return None
     for path in q.fetch:
         acc.add(path[0])
+    for path in q.split:
+        acc.add(path[0])
     return frozenset(acc)
 
 

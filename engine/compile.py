@@ -17,6 +17,7 @@ from engine import functions as F
 from engine import values as V
 from engine.errors import QueryRejected
 from engine.parser import Expr
+from engine.store import ikey
 from engine.values import NONE
 
 
@@ -50,6 +51,78 @@ def walk(v: Any, path: tuple[str, ...], cx: Resolver) -> Any:
             return NONE
         i += 1
     return v
+
+
+def deref(v: Any, cx: Any) -> Any:
+    """``v.*``: a record id becomes its row (NONE when missing), arrays map over their
+    elements, objects stay, anything else is NONE."""
+    t = type(v)
+    if t is RecordID:
+        row = cx.fetch(v)
+        return NONE if row is None else row
+    if t is list or t is tuple:
+        return [deref_element(x, cx) for x in v]
+    if t is dict:
+        return v
+    return NONE
+
+
+def deref_element(v: Any, cx: Any) -> Any:
+    if type(v) is RecordID:
+        row = cx.fetch(v)
+        return NONE if row is None else row
+    return v
+
+
+def traverse(row: dict[str, Any], hops: tuple[tuple[str, str, str | None], ...],
+             cx: Any) -> list[Any]:
+    """``->edge->table`` from ``row``: at each hop, the edges whose ``in`` (``->``) or
+    ``out`` (``<-``) is one of the current records, in edge id order (SurrealDB's graph
+    index order), then their other end when it is in the target table. An edge is a row of
+    the edge table with record links ``in`` and ``out``. Reads are recorded in ``cx`` as
+    subquery scans ``(edge table, in|out, key)`` and as tokens (engine.core requalifies
+    the rows of views whose condition traversed a changed edge)."""
+    start = row.get("id", NONE)
+    if type(start) is not RecordID:
+        return []
+    current: list[Any] = [start]
+    store = cx.store
+    for arrow, edge, target in hops:
+        near, far = ("in", "out") if arrow == "->" else ("out", "in")
+        t = store.table(edge)
+        index = t.index(near)
+        rows = t.rows
+        found: list[Any] = []
+        for r in current:
+            key = ikey(r)
+            cx.subs.append((edge, near, key))
+            cx.reads.add(graph_token(edge, near, key))
+            edges = []
+            for eid in index.get(key, ()):
+                e = rows[eid]
+                other = e.get(near)
+                if type(other) is RecordID and V.equals(other, r) and \
+                        type(e.get(far)) is RecordID:
+                    edges.append((V.sort_key(e["id"]), e))
+            edges.sort(key=_first)
+            for _k, e in edges:
+                if target is None:
+                    found.append(e["id"])
+                else:
+                    o = e[far]
+                    if target == "?" or o.table_name == target:
+                        found.append(o)
+        current = found
+    return current
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def graph_token(edge: str, field: str, key: Any) -> str:
+    """What a view's condition depends on when it traversed ``edge`` by ``field = key``."""
+    return f"\0graph:{edge}:{field}:{key!r}"
 
 
 _CMP_FUNCS: dict[str, Callable[[Any, Any], bool]] = {
@@ -144,6 +217,12 @@ class _Gen:
         if k == "get":
             self.uses_links = True
             return f"walk({self.value(e[1])}, {tuple(e[2])!r}, cx)"
+        if k == "deref":
+            self.uses_links = True
+            return f"DEREF({self.value(e[1])}, cx)"
+        if k == "graph":
+            self.uses_links = True  # reads the edge tables (engine.graph)
+            return f"GRAPH(row, {tuple(e[1])!r}, cx)"
         if k == "nullish":
             t = self.temp()
             if e[1] == "??":
@@ -214,6 +293,8 @@ def _env(g: _Gen) -> dict[str, Any]:
         "NEG": F.negate,
         "IDX": F.index,
         "NN": F.is_none_or_null,
+        "GRAPH": traverse,
+        "DEREF": deref,
         "EvalError": F.EvalError,
     }
     for op, f in _CMP_FUNCS.items():

@@ -31,6 +31,7 @@ from engine import gcpolicy, window
 from engine.aggregate import AggState
 from engine.arena import Arena, RowStore
 from engine.circuit import Circuit, Mat, WMat, exact_key
+from engine.compile import graph_token
 from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
 from engine.deps import Deps, table_prefix
 from engine.errors import QueryRejected
@@ -128,11 +129,16 @@ class ViewEngine:
             self.sync_arena(table)
 
     def _semi_reads(self, table: str) -> bool:
-        """Whether a semi-join's inner row read a record of ``table`` through a link."""
-        if not self._semi_links:
-            return False
-        prefix = table_prefix(table)
-        return any(k.startswith(prefix) for k in self._semi_links)
+        """Whether a semi-join's inner row read a record of ``table`` through a link, or a
+        view's condition traversed ``table`` as an edge table."""
+        if self._semi_links:
+            prefix = table_prefix(table)
+            if any(k.startswith(prefix) for k in self._semi_links):
+                return True
+        if self.deps.quals:
+            edge = graph_token(table, "", "")[:-3]
+            return any(k.startswith(edge) for k in self.deps.quals)
+        return False
 
     def register(self, view_id: Any, surql: Any, params: Any = None) -> set[str]:
         """Register (or replace) a view; returns its members. Raises QueryRejected, also for
@@ -310,6 +316,17 @@ class ViewEngine:
         for r in ids:
             proj.force(r)  # a lazy row is projected to be shown
         outs = proj.outs
+        if plan.split:
+            # each row's split documents, ordered among all by ORDER BY (ties: the row's
+            # id, then the element's position)
+            rows = mat.circuit.rows
+            cx = Cx(self.store)
+            split = []
+            for r in ids:
+                for i, (doc, out) in enumerate(zip(plan.split_docs(rows[r]), outs[r])):
+                    split.append((plan.entry(doc, r, cx) + (i,), out))
+            split.sort(key=_first)
+            return [out for _, out in split]
         return [outs[r] for r in ids]
 
     def subquery_state(self, view_id: str) -> dict[str, dict[str, int]]:
@@ -699,6 +716,13 @@ class ViewEngine:
                     inner.reread(text, self._flipped)
         if self.deps.quals:
             self._requalify_readers(text)
+            for r in (old, new):
+                if r is not None:
+                    # an edge: the views whose condition traversed from either end
+                    for end in ("in", "out"):
+                        v = r.get(end)
+                        if type(v) is RecordID:
+                            self._requalify_readers(graph_token(table, end, ikey(v)))
         self.deps.touch_proj(table, text, old, new, self._mark)
 
     def _requalify_readers(self, token: str) -> None:
@@ -979,6 +1003,10 @@ class ViewEngine:
                                       m.holds_now)
                 if d is not None:
                     out.append((m.vt, d))
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
 
 
 def _regroup(events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]],

@@ -22,6 +22,9 @@ Expression nodes:
 - ``("get", base, path)``          a field path read from a computed value (``tags[0].name``)
 - ``("subquery", Query)``          ``(SELECT VALUE ...)`` as a value (only ``x IN (sub)``:
                                    :mod:`engine.semijoin`)
+- ``("graph", hops)``              ``->edge->table`` from the row: hops ``(arrow, edge,
+                                   target)``, target None when the path ends at the edges
+- ``("deref", e)``                 ``e.*``: record ids replaced by their rows
 - ``("slot", i)``                  only after normalisation (see :mod:`engine.shape`)
 
 A chain of ``n`` terms joined by the same AND (or OR) is built as a balanced binary tree
@@ -59,7 +62,7 @@ __all__ = ["COMPARISON_OPS", "MAX_DEPTH", "MAX_QUERY_CHARS", "Expr", "Item", "Pa
            "Tok", "parse", "parse_cached", "parse_datetime", "query_tables", "tokenize"]
 
 _COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object", "arith", "nullish",
-                        "neg", "call", "index", "get"})
+                        "neg", "call", "index", "get", "deref"})
 
 
 def _height(e: Expr) -> int:
@@ -81,7 +84,7 @@ def _height(e: Expr) -> int:
             children = node[2]
         elif k == "index":
             children = (node[1], node[2])
-        elif k == "get":
+        elif k in ("get", "deref"):
             children = (node[1],)
         else:
             children = node[1:]

@@ -180,6 +180,30 @@ def _fetch_at(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
     return v
 
 
+def _first_of(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def _path_value(doc: Any, path: tuple[str, ...]) -> Any:
+    """The value at a path of nested objects (NONE when absent; no links are followed)."""
+    for seg in path:
+        if type(doc) is not dict:
+            return NONE
+        doc = doc.get(seg, NONE)
+    return doc
+
+
+def _with_path(doc: dict[str, Any], path: tuple[str, ...], v: Any) -> dict[str, Any]:
+    """A copy of ``doc`` with ``v`` at ``path`` (the objects on the way copied)."""
+    out = dict(doc)
+    if len(path) == 1:
+        out[path[0]] = v
+    else:
+        inner = out.get(path[0])
+        out[path[0]] = _with_path(inner if type(inner) is dict else {}, path[1:], v)
+    return out
+
+
 def _cut(v: Any, path: tuple[str, ...]) -> Any:
     """``v`` without the field at ``path`` (OMIT): objects are copied where they change, an
     array has the field cut from each element."""
@@ -282,13 +306,16 @@ class Plan:
         # and every record inside the value; engine/README, "Members")
         self.value = q.value
         self.omit = q.omit
+        # SPLIT: each row is projected once per element of the arrays at these source paths
+        # (its output is the list of those outputs; engine.core.result flattens it)
+        self.split = q.split
         # the row is a member of its own output (VALUE rows; the contribution rows of a
         # grouped shape, engine.aggregate), and items whose members do not count (the
         # aggregate arguments of a grouped shape)
         self.self_member = q.value
         self.quiet = [False] * len(q.items)
         self.agg: AggSpec | None = None  # set by grouped_plan
-        if self.value or self.omit:
+        if self.value or self.omit or self.split:
             simple = star_only = False
         self.star_only = star_only and not self.fetch
         # A simple projection reads nothing beyond the row: no link, subquery or FETCH.
@@ -435,6 +462,8 @@ class Plan:
                 test = self.residual
         if self.agg is not None:
             return self._run_grouped(store, S, par, cx, rows, cands, test)
+        if self.split:
+            return self._run_split(store, S, par, cx, rows, cands, test)
         entry = self.entry
         # sort entries (and flat outputs) depend on the row alone: kept per row until it
         # changes, so a re-run after one sibling changed recomputes that sibling only
@@ -505,8 +534,29 @@ class Plan:
             self._ctable = t
         return ecache
 
+    def split_docs(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """SPLIT: the row once per combination of the elements of its arrays at the split
+        paths (a value that is no array, or an empty array, stays as it is)."""
+        docs = [row]
+        for path in self.split:
+            out = []
+            for doc in docs:
+                v = _path_value(doc, path)
+                if type(v) is list and v:
+                    out += [_with_path(doc, path, x) for x in v]
+                else:
+                    out.append(doc)
+            docs = out
+        return docs
+
     def project(self, store: Store, S: tuple[Any, ...], row: dict[str, Any], cx: Cx) -> Any:
-        """The output document of ``row`` (SurrealDB's shape for this projection)."""
+        """The output document of ``row`` (SurrealDB's shape for this projection); with
+        SPLIT, the list of the outputs of its split documents."""
+        if self.split:
+            return [self._project(store, S, doc, cx) for doc in self.split_docs(row)]
+        return self._project(store, S, row, cx)
+
+    def _project(self, store: Store, S: tuple[Any, ...], row: dict[str, Any], cx: Cx) -> Any:
         if self.star_only:
             return row
         if self.flat is not None:
@@ -576,6 +626,18 @@ class Plan:
                     extra[rid] = v
         return res
 
+    def _run_split(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx,
+                   rows: dict[str, Any], cands: Any, test: Any) -> list[Any]:
+        """A SPLIT subquery for one parent row: its split documents in order."""
+        docs = []
+        for rid in cands:
+            row = rows.get(rid)
+            if row is not None and (test is None or test(row, S, par, cx)):
+                for i, doc in enumerate(self.split_docs(row)):
+                    docs.append((self.entry(doc, rid, cx) + (i,), doc))
+        docs.sort(key=_first_of)
+        return [self._project(store, S, doc, cx) for _, doc in docs]
+
     def _run_grouped(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx,
                      rows: dict[str, Any], cands: Any, test: Any) -> list[Any]:
         """A grouped subquery for one parent row: its groups computed from the rows that
@@ -638,8 +700,10 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
         return all(expr_fields(x, acc, parent) for x in e[2])
     elif k in ("arith", "nullish"):
         return expr_fields(e[2], acc, parent) and expr_fields(e[3], acc, parent)
-    elif k in ("neg", "get"):
+    elif k in ("neg", "get", "deref"):
         return expr_fields(e[1], acc, parent)
+    elif k == "graph" and not parent:
+        acc.add("id")  # a traversal starts at the row's id
     elif k == "index":
         return expr_fields(e[1], acc, parent) and expr_fields(e[2], acc, parent)
     return True
@@ -729,7 +793,7 @@ def _item_keys(q: Query) -> dict[str, int] | None:
     """Output key -> index of each item that does not read the row alone, when an output's
     members can be assembled from per-item members (``engine.proj._tree_of``): one-segment
     distinct output keys, ``*`` (if any) first, no FETCH. None otherwise."""
-    if q.fetch or q.omit or q.value:
+    if q.fetch or q.omit or q.value or q.split:
         return None
     keys: dict[str, int] = {}
     seen: set[str] = set()

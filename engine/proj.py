@@ -197,11 +197,13 @@ class Proj:
                 i = out.get("id")
                 if type(i) is RecordID and rid_text(i) != rid:
                     tree = {rid_text(i): out}
-        elif plan.fetch:
+        elif plan.fetch or plan.split:
             cx = Cx(self.store)
             out = plan.project(self.store, self.S, row, cx)
             tree = {}
             tree_members(out, tree)
+            if plan.split and rid in tree:
+                tree[rid] = out  # what the row shows is all its split rows
             for m, v in cx.extra.items():  # the rows of VALUE subqueries
                 if m not in tree:
                     tree[m] = v

@@ -144,6 +144,8 @@ class _Normaliser:
             return ("index", self.expr(e[1]), i)
         if k == "get":
             return ("get", self.expr(e[1]), e[2])
+        if k == "deref":
+            return ("deref", self.expr(e[1]))
         if k == "subquery":
             keep = self.keep_literals
             self.keep_literals = False
@@ -209,7 +211,7 @@ def order_key(q: Query, path: tuple[str, ...]) -> Expr:
     for it in q.items:
         if it.kind == "field" and path[: len(it.out)] == it.out:
             return ("field", it.path + path[len(it.out):])
-        if it.kind == "expr" and path[: len(it.out)] == it.out:
+        if it.kind == "expr" and not it.implicit and path[: len(it.out)] == it.out:
             assert it.expr is not None
             if len(path) > len(it.out):
                 return ("get", it.expr, path[len(it.out):])
@@ -228,6 +230,20 @@ def order_source(q: Query, path: tuple[str, ...]) -> tuple[str, ...] | None:
     the key is a computed expression."""
     key = order_key(q, path)
     return tuple(key[1]) if key[0] == "field" else None
+
+
+def _check_split(q: Query) -> None:
+    """SPLIT splits the row on a source path the selection reads (SurrealDB refuses another:
+    missing split idiom); no window over split rows, no grouping or VALUE."""
+    if q.limit is not None or q.start is not None:
+        raise QueryRejected("SPLIT with LIMIT/START is not supported: a window over split rows "
+                            "can hold part of a row; select the rows without SPLIT")
+    if q.value or q.group is not None:
+        raise QueryRejected("SPLIT with SELECT VALUE or GROUP BY is not supported")
+    star = any(it.kind == "all" for it in q.items)
+    for path in q.split:
+        if not star and not any(it.kind == "field" and it.path == path for it in q.items):
+            raise QueryRejected(f"SPLIT {'.'.join(path)} must name a field of the selection")
 
 
 def _has_slot(e: Any) -> bool:
@@ -253,7 +269,7 @@ def validate(q: Query) -> None:
             assert it.sub is not None
             validate(it.sub)
     if q.split:
-        raise QueryRejected("SPLIT is not supported")
+        _check_split(q)
     if q.group is not None:
         from engine.aggregate import AggSpec
 

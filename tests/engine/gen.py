@@ -24,7 +24,9 @@ USER_IDS = [RecordID("user", i) for i in range(1, 6)] + [
 # mixed id kinds: the table scan order (ties, LIMIT without ORDER BY) follows the id key order
 THREAD_IDS = [RecordID("thread", i) for i in range(1, 9)] + [RecordID("thread", "x")]
 COMMENT_IDS = [RecordID("comment", i) for i in range(1, 15)] + [RecordID("comment", "z9")]
-IDS = {"user": USER_IDS, "thread": THREAD_IDS, "comment": COMMENT_IDS}
+# edges user -> thread (a relation table: `in` and `out` are set once, at RELATE)
+LIKE_IDS = [RecordID("likes", i) for i in range(1, 9)] + [RecordID("likes", "q")]
+IDS = {"user": USER_IDS, "thread": THREAD_IDS, "comment": COMMENT_IDS, "likes": LIKE_IDS}
 # Links to records that never exist: a view must treat them like a missing row.
 DANGLING = {"user": RecordID("user", 99), "thread": RecordID("thread", 99)}
 
@@ -51,7 +53,9 @@ FIELDS: dict[str, dict[str, str]] = {
                "items": "objarr"},
     "comment": {"thread": "link:thread", "author": "link:user", "body": "str",
                 "created_at": "date", "votes": "num"},
+    "likes": {"in": "link:user", "out": "link:thread", "weight": "num"},
 }
+EDGE_ENDS = ("in", "out")
 
 NONE = object()  # generator-local marker: leave the key out of the row
 
@@ -118,7 +122,12 @@ def typed(r: random.Random, kind: str) -> Any:
 def make_row(r: random.Random, table: str, rid: RecordID) -> dict[str, Any]:
     """A random schemaless row; nested paths become nested objects."""
     row: dict[str, Any] = {"id": rid}
+    if table == "likes":  # an edge: its ends are records (some never exist)
+        row["in"] = r.choice(USER_IDS + [DANGLING["user"]])
+        row["out"] = r.choice(THREAD_IDS + [DANGLING["thread"]])
     for path, kind in FIELDS[table].items():
+        if table == "likes" and path in EDGE_ENDS:
+            continue
         if r.random() < 0.1:
             continue  # NONE: the field is absent
         value = typed(r, kind)
@@ -138,7 +147,7 @@ def mutate_row(r: random.Random, table: str, row: dict[str, Any]) -> dict[str, A
     """The row with one or two fields changed or removed (small moves cross view boundaries)."""
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in row.items()}
     for _ in range(r.randint(1, 2)):
-        path = r.choice(list(FIELDS[table]))
+        path = r.choice([p for p in FIELDS[table] if table != "likes" or p not in EDGE_ENDS])
         head, _, sub = path.partition(".")
         value = typed(r, FIELDS[table][path]) if r.random() < 0.85 else NONE
         if sub:
@@ -307,6 +316,8 @@ class QueryBuilder:
     def expr_condition(self, table: str, safe: bool) -> str:
         """A condition over functions, arithmetic and indexing of a field."""
         r = self.r
+        if table in GRAPH_WHERE and not self.no_links and r.random() < 0.25:
+            return r.choice(GRAPH_WHERE[table])
         path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
                                if not k.startswith("link:") and k != "date"])
         if kind == "objarr":
@@ -352,9 +363,12 @@ class QueryBuilder:
         """A projection item that is an expression (never raising: SurrealDB would fail the
         whole query; the engine's rule there, a NONE value, has a targeted test)."""
         r = self.r
+        name = f"x{len(self.exprs)}"
+        if table in GRAPH and r.random() < 0.3:
+            self.exprs.append(name)
+            return f"{r.choice(GRAPH[table])} AS {name}"
         path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
                                if not k.startswith("link:") and "." not in p])
-        name = f"x{len(self.exprs)}"
         self.exprs.append(name)
         if kind == "str":
             e = r.choice([f"type::is_string({path}) AND string::uppercase({path})",
@@ -457,12 +471,19 @@ class QueryBuilder:
             text += " WHERE " + " AND ".join(conds)
         if single:
             return text + " LIMIT 1"
+        arrays = [p for p, k in FIELDS[table].items() if k in ("arr", "objarr")
+                  and (star or p in plain)]
+        split = self.expressions and arrays and r.random() < 0.1
+        if split:
+            text += " SPLIT " + r.choice(arrays)
         keys = (fields + ["id"]) if star else (plain + ["id"])
         if r.random() < 0.6:
             chosen = r.sample(keys, r.randint(1, min(3, len(keys))))
             text += " ORDER BY " + ", ".join(
                 k + r.choice(["", " ASC", " DESC", " DESC"]) for k in chosen)
-        if r.random() < 0.45:
+        if split:
+            pass  # no window over split rows (refused: a window could hold part of a row)
+        elif r.random() < 0.45:
             text += f" LIMIT {r.randint(1, 6)}"
             if r.random() < 0.3:
                 text += f" START {r.randint(0, 3)}"
@@ -520,6 +541,22 @@ class QueryBuilder:
         if table == "user" and r.random() < 0.3:
             out.append(f"({self.select('thread', depth + 1, 'author = $parent.id')}) AS threads")
         return out
+
+
+# graph traversals over `likes` (user -> thread), as projection items and conditions
+GRAPH = {
+    "user": ["->likes->thread", "count(->likes)", "->likes->thread.title", "->likes.weight",
+             "->likes->thread.*", "->likes", "->likes->thread<-likes<-user",
+             "array::len(->likes->?)"],
+    "thread": ["<-likes<-user", "count(<-likes)", "<-likes<-user.name", "<-likes.*",
+               "<-likes<-user->likes->thread"],
+}
+GRAPH_WHERE = {
+    "user": ["->likes->thread CONTAINS thread:1", "count(->likes) > 1",
+             "array::len(->likes) = 0", "->likes.weight CONTAINS 2"],
+    "thread": ["count(<-likes) >= 1", "<-likes<-user CONTAINS user:1",
+               "<-likes<-user.active CONTAINS true"],
+}
 
 
 def _single_call(e: str) -> bool:
@@ -603,7 +640,7 @@ def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int)
     state = {t: {row["id"].id: row for row in rs} for t, rs in rows.items()}
     events: list[Event] = []
     for _ in range(n):
-        table = r.choice(["user", "thread", "thread", "comment", "comment"])
+        table = r.choice(["user", "thread", "thread", "comment", "comment", "likes"])
         rid = r.choice(IDS[table])
         current = state[table].get(rid.id)
         if current is None:
@@ -611,10 +648,19 @@ def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int)
             events.append((table, "CREATE", rid, row))
             state[table][rid.id] = row
         elif r.random() < 0.25:
+            # SurrealDB deletes the edges of a deleted record in the same transaction; its
+            # change feed carries their deletes too (here first, so that every state the
+            # runner checks is one SurrealDB can be in)
+            for eid, edge in list(state["likes"].items()):
+                if rid in (edge["in"], edge["out"]) and table != "likes":
+                    events.append(("likes", "DELETE", edge["id"], None))
+                    del state["likes"][eid]
             events.append((table, "DELETE", rid, None))
             del state[table][rid.id]
         else:
             row = mutate_row(r, table, current) if r.random() < 0.7 else make_row(r, table, rid)
+            if table == "likes":
+                row.update({end: current[end] for end in EDGE_ENDS})  # an edge keeps its ends
             events.append((table, "UPDATE", rid, row))
             state[table][rid.id] = row
     return events

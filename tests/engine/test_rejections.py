@@ -20,9 +20,8 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "SELECT status, count() AS n FROM thread GROUP BY status LIMIT 2": ("LIMIT",),
     "SELECT status, count() + score AS n FROM thread GROUP BY status": ("outside an aggregate",),
     "SELECT math::sum(math::max(score)) AS n FROM thread GROUP ALL": ("of an aggregate",),
-    "SELECT ->wrote->thread AS t FROM user": ("->", "graph", "edge"),
-    "SELECT id, <-wrote<-user AS u FROM thread": ("<-", "graph", "edge"),
-    "SELECT * FROM thread SPLIT tags": ("SPLIT",),
+    "SELECT id, <->wrote<->user AS u FROM thread": ("<->",),
+    "SELECT * FROM thread SPLIT tags LIMIT 2": ("SPLIT", "LIMIT"),
     "SELECT * FROM thread WITH NOINDEX": ("WITH",),
     "SELECT * FROM thread TIMEOUT 1s": ("TIMEOUT",),
     "SELECT * FROM thread EXPLAIN": ("EXPLAIN",),
@@ -69,6 +68,7 @@ NOT_SURREALQL = [
     "SELECT * FROM thread LIMIT -1x",
     "SELECT * FROM thread ORDER BY string::len(title)",
     "SELECT count() AS n FROM thread GROUP BY status",
+    "SELECT id, title FROM thread SPLIT tags",
 ]
 
 
