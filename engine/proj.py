@@ -215,7 +215,7 @@ class Proj:
             out, deps, tree = got
         self._install(rid, out, tree, deps)
 
-    def _install(self, rid: str, out: dict[str, Any], tree: dict[str, Any] | None,
+    def _install(self, rid: str, out: Any, tree: dict[str, Any] | None,
                  deps: Any) -> None:
         """Store a row's new projection: output, tree, owners of its members, dependencies."""
         old_tree = self.trees.get(rid, _ABSENT)
@@ -358,7 +358,7 @@ class Proj:
                 o.add(rid)
 
     def _project_items(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
-                       prev: Any) -> tuple[dict[str, Any], Any, dict[str, Any]] | None:
+                       prev: Any) -> tuple[Any, Any, dict[str, Any]] | None:
         """(output, dependencies, tree) item by item; with ``tokens`` only the items that read
         one of them (or, with ``prev``, a changed field) rerun, and None when no value
         changed."""
