@@ -20,9 +20,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from engine.aggregate import AggSpec, AggState
 from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, exact_key, position, xkey
 from engine.parser import Query
-from engine.plan import Plan, expr_fields
+from engine.plan import expr_fields, grouped_plan
 from engine.proj import NOLINKS, Proj
 from engine.shape import order_key
 from engine.values import NONE
@@ -38,7 +39,8 @@ _CONTAINERS = frozenset({list, tuple, str, dict, uuid.UUID})
 class Mat:
     """An implicit materialisation: slot values, the views sharing them, nothing per row."""
 
-    __slots__ = ("S", "__weakref__", "bkey", "circuit", "cnt", "hi_pos", "key", "lo_pos",
+    __slots__ = ("S", "__weakref__", "agg", "bkey", "circuit", "cnt", "hi_pos", "key",
+                 "lo_pos",
                  "mcache", "pred", "proj", "views", "vt")
     proj: Proj  # set by Circuit.add
 
@@ -58,6 +60,8 @@ class Mat:
         self.cnt: dict[str, int] | None = None
         self.lo_pos: Any = None
         self.hi_pos: Any = None
+        # the groups of a grouped shape (engine.aggregate), filled by the engine's _build
+        self.agg: AggState | None = None
 
     def holds(self, row: dict[str, Any] | None) -> bool:
         """Whether the view shows ``row`` (None: an absent row)."""
@@ -129,7 +133,9 @@ class Circuit:
 
     def __init__(self, shape: Query, store: Any, deps: Any) -> None:
         self.shape = shape
-        self.plan = Plan(shape)
+        # a grouped shape runs its row-level query; its materialisations keep the groups
+        self.plan = grouped_plan(shape)
+        self.agg: AggSpec | None = self.plan.agg
         self.table = self.plan.table
         self.store = store
         self.deps = deps
@@ -502,6 +508,9 @@ def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int, str] | N
 
 
 def _slots(e: Any, acc: set[int]) -> None:
+    if isinstance(e, Query):  # `x IN (SELECT VALUE ...)`: the set depends on its slots
+        _query_slots(e, acc)
+        return
     if type(e) is not tuple or not e:
         return
     if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
@@ -555,6 +564,8 @@ def read_fields(q: Query) -> frozenset[str] | None:
         if not expr_fields(order_key(q, path), acc, False):
             return None
     for path in q.fetch:
+        acc.add(path[0])
+    for path in q.split:
         acc.add(path[0])
     return frozenset(acc)
 

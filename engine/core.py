@@ -28,8 +28,10 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine import gcpolicy, window
+from engine.aggregate import AggState
 from engine.arena import Arena, RowStore
 from engine.circuit import Circuit, Mat, Order, WMat, exact_key
+from engine.compile import graph_token
 from engine.delta import (
     MANY,
     ViewDelta,
@@ -40,12 +42,13 @@ from engine.delta import (
     owner_delta,
     same,
 )
-from engine.deps import Deps
+from engine.deps import Deps, table_prefix
 from engine.errors import QueryRejected
 from engine.lazy import bulk, child_parent, deep, warm
 from engine.parser import parse_cached
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
+from engine.semijoin import InnerSet
 from engine.shape import normalise
 from engine.store import Store, TableStore, ikey, rid_text
 from engine.values import NONE, parse_record_id, record_id_text
@@ -98,6 +101,12 @@ class ViewEngine:
         # explicit shapes whose predicate follows links one hop (Plan.qhop): a write to a
         # record reaches the rows linking to it through the table's index on those fields
         self._hops: list[Circuit] = []
+        # grouped shapes registered (their materialisations keep groups: engine.aggregate)
+        self._grouped = 0
+        # table -> the live sets of semi-joins over it (engine.semijoin), and record -> the
+        # sets with a row that read it through a link
+        self._semis: dict[str, set[InnerSet]] = {}
+        self._semi_links: dict[str, set[InnerSet]] = {}
 
     # ------------------------------------------------------------------ public API
     # Every entry point that changes the engine's state runs with the collector paused and
@@ -113,7 +122,8 @@ class ViewEngine:
 
     def _load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
         if (self.by_table.get(table) or self.deps.watched(table) or table in self._lazy
-                or table in self.store.joins or self._hops):
+                or table in self.store.joins or self._hops or table in self._semis
+                or self._semi_reads(table)):
             # something reads the table (lazy rows register no dependency, yet read theirs)
             events = []
             for row in rows:
@@ -130,6 +140,18 @@ class ViewEngine:
         ts.keep_links()
         if self._sync_each_call:
             self.sync_arena(table)
+
+    def _semi_reads(self, table: str) -> bool:
+        """Whether a semi-join's inner row read a record of ``table`` through a link, or a
+        view's condition traversed ``table`` as an edge table."""
+        if self._semi_links:
+            prefix = table_prefix(table)
+            if any(k.startswith(prefix) for k in self._semi_links):
+                return True
+        if self.deps.quals:
+            edge = graph_token(table, "", "")[:-3]
+            return any(k.startswith(edge) for k in self.deps.quals)
+        return False
 
     def register(self, view_id: Any, surql: Any, params: Any = None) -> set[str]:
         """Register (or replace) a view; returns its members. Raises QueryRejected, also for
@@ -158,11 +180,16 @@ class ViewEngine:
                 for f in hop:
                     ts.index(f)  # kept from now on: the rows linking to a written record
                 self._hops.append(circuit)
+            if circuit.agg is not None:
+                self._grouped += 1
         key = exact_key(S)
         mat = circuit.mats.get(key)
         shown = None
         if mat is None:
             mat = circuit.new_mat(S, key)
+            for spec in circuit.plan.all_semis():
+                inner = spec.open(S, self.store, self._semi_links)
+                self._semis.setdefault(spec.table, set()).add(inner)
             shown = self._build(mat)
             if circuit.plan.may_share:
                 # members held by several rows: the view's counts from the start (else the
@@ -201,6 +228,14 @@ class ViewEngine:
             return
         circuit = mat.circuit
         proj = mat.proj
+        for spec in circuit.plan.all_semis():
+            inner = spec.close(mat.S)
+            if inner is not None:
+                semis = self._semis.get(spec.table)
+                if semis is not None:
+                    semis.discard(inner)
+                    if not semis:
+                        del self._semis[spec.table]
         if isinstance(mat, WMat):
             window.teardown(mat, self.deps)
             circuit.drop_mat(mat)
@@ -222,6 +257,8 @@ class ViewEngine:
             del self.circuits[circuit.shape]
             if circuit in self._hops:
                 self._hops.remove(circuit)
+            if circuit.agg is not None:
+                self._grouped -= 1
             lst = self.by_table.get(circuit.table, [])
             if circuit in lst:
                 lst.remove(circuit)
@@ -289,6 +326,10 @@ class ViewEngine:
         if mat is None:
             raise KeyError(view_id)
         plan = mat.circuit.plan
+        spec = mat.circuit.agg
+        if spec is not None:
+            assert mat.agg is not None
+            return spec.rows(mat.agg, mat.S)
         if isinstance(mat, WMat) and plan.bounded:
             ids = [e[-1] for e in mat.order.head[mat.lo:mat.hi]]
         else:
@@ -299,6 +340,17 @@ class ViewEngine:
         for r in ids:
             proj.force(r)  # a lazy row is projected to be shown
         outs = proj.outs
+        if plan.split:
+            # each row's split documents, ordered among all by ORDER BY (ties: the row's
+            # id, then the element's position)
+            rows = mat.circuit.rows
+            cx = Cx(self.store)
+            split = []
+            for r in ids:
+                for i, (doc, out) in enumerate(zip(plan.split_docs(rows[r]), outs[r])):
+                    split.append((plan.entry(doc, r, cx) + (i,), out))
+            split.sort(key=_first)
+            return [out for _, out in split]
         return [outs[r] for r in ids]
 
     def subquery_state(self, view_id: str) -> dict[str, dict[str, int]]:
@@ -517,6 +569,8 @@ class ViewEngine:
                 if rid in proj.refs:
                     proj.ensure(rid, rows[rid])
             proj.dirty = {}
+            if circuit.agg is not None:
+                self._fill_groups(mat, mat.visible)
             return None
         pred = plan.pred
         S = mat.S
@@ -545,7 +599,23 @@ class ViewEngine:
         for rid in shown:
             if rid not in outs:
                 project(rid, rows[rid], None)
+        if circuit.agg is not None:
+            self._fill_groups(mat, shown)
         return shown
+
+    def _fill_groups(self, mat: Mat, shown: Iterable[str]) -> None:
+        """The groups of a new materialisation of a grouped shape, from its rows'
+        contributions (engine.aggregate)."""
+        spec = mat.circuit.agg
+        assert spec is not None
+        outs = mat.proj.outs
+
+        def rows_of() -> list[tuple[str, Any]]:
+            return [(r, outs[r]) for r in self._shown(mat)]
+
+        state = mat.agg = AggState(spec, rows_of)
+        for rid in shown:
+            state.move(rid, None, outs[rid])
 
     # ------------------------------------------------------------------ ingest
     def _prepare(
@@ -673,22 +743,50 @@ class ViewEngine:
                     if text not in ch:
                         ch[text] = old
                     self._circuits.add(circuit)
-        quals = self.deps.quals
-        if quals:
-            w = quals.get(text)
-            if w:
-                for order, ids in list(w.items()):
-                    rows = order.circuit.rows
-                    for r in list(ids):
-                        window.requalify(order, r, rows.get(r), self.store, self.deps,
-                                         self._mats)
-                    for proj in order.circuit.projs.values():
-                        if proj.dirty:
-                            self._projs.add(proj)
+        if self._semis:
+            semis = self._semis.get(table)
+            if semis:
+                for inner in list(semis):
+                    inner.update(text, new, self._flipped)
+            linked = self._semi_links.get(text)
+            if linked:
+                for inner in list(linked):
+                    inner.reread(text, self._flipped)
+        if self.deps.quals:
+            self._requalify_readers(text)
+            for r in (old, new):
+                if r is not None:
+                    # an edge: the views whose condition traversed from either end
+                    for end in ("in", "out"):
+                        v = r.get(end)
+                        if type(v) is RecordID:
+                            self._requalify_readers(graph_token(table, end, ikey(v)))
         if self._hops:
             self._hop_requalify(old if old is not None else new)
         self.deps.touch_proj(table, text, old, new, self._mark)
 
+    def _requalify_readers(self, token: str) -> None:
+        """Qualify again the rows whose condition read ``token`` (a linked record's id, a
+        semi-join's key, an edge's end)."""
+        w = self.deps.quals.get(token)
+        if not w:
+            return
+        for order, ids in list(w.items()):
+            rows = order.circuit.rows
+            for r in list(ids):
+                window.requalify(order, r, rows.get(r), self.store, self.deps, self._mats)
+            for proj in order.circuit.projs.values():
+                if proj.dirty:
+                    self._projs.add(proj)
+
+    def _flipped(self, token: str) -> None:
+        """A value entered or left a semi-join's set: the rows that asked for it."""
+        self._requalify_readers(token)
+        readers = self.deps.reads.get(token)
+        if readers:
+            for proj, ids in list(readers.items()):
+                for rid in list(ids):
+                    self._mark(proj, rid, token)
     def _hop_requalify(self, written: dict[str, Any] | None) -> None:
         """Re-qualify the rows whose one-hop link predicate reads the written record: those
         holding its link in a field the predicate follows (the table's index on it)."""
@@ -872,6 +970,8 @@ class ViewEngine:
                 now = rid in vis
                 if was or now:
                     touch(acc, m, rid, was, now)
+        if self._grouped:
+            _regroup(events, acc)
         # 4. deltas (shared objects when every member involved is clean)
         used = projs
         if acc:
@@ -1016,6 +1116,40 @@ class ViewEngine:
         m.cnt = cnt
         m.circuit.counted += 1
         return cnt
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def _regroup(events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]],
+             acc: dict[Mat, Any]) -> None:
+    """Move the flush's rows between the groups of grouped materialisations: each entry
+    (row, shown before, shown now) takes its old contribution out and puts the new one in
+    (engine.aggregate)."""
+    for c, evs in events.items():
+        if c.agg is None:
+            continue
+        for rid, st, le, en in evs:
+            for ms, was, now in ((st, True, True), (le, True, False), (en, False, True)):
+                for m in ms:
+                    _regroup_row(m, rid, was, now)
+    for m, e in acc.items():
+        if m.agg is None or not isinstance(m, WMat):
+            continue  # implicit materialisations came through their events
+        for ent in ([e] if type(e) is tuple else e):
+            _regroup_row(m, ent[0], ent[1], ent[2])
+
+
+def _regroup_row(m: Mat, rid: str, was: bool, now: bool) -> None:
+    rec = m.proj.rec(rid)
+    old = rec.t0.get(rid) if was else None
+    new = rec.t1.get(rid) if now else None
+    if old is new:
+        return
+    state = m.agg
+    assert state is not None
+    state.move(rid, old, new)
 
 
 def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDelta]:

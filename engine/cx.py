@@ -26,9 +26,10 @@ class Cx:
         self.reads: set[str] = set()
         self.subs: list[Any] = []
         # members that are no dict in the output: the rows of SELECT VALUE subqueries
-        # (record id text -> the value it shows), and the last VALUE run's (id, value) pairs
+        # (record id text -> the value it shows), and per output row of the last VALUE or
+        # grouped run, the (id, value) pairs of the rows it stands for
         self.extra: dict[str, Any] = {}
-        self.last: list[tuple[str, Any]] = []
+        self.last: list[list[tuple[str, Any]]] = []
 
     def fetch(self, rid: RecordID) -> dict[str, Any] | None:
         """The linked row (None when it does not exist); the read is recorded."""

@@ -299,8 +299,6 @@ class _Parser:
                 raise QueryRejected("a subquery in the projection needs AS alias")
             self.advance()
             return Item("sub", (), self.alias(), sub, index)
-        if self.is_op("->", "<-", "<->"):
-            raise QueryRejected("graph traversal is not supported")
         linkall = self._linkall_path()
         if linkall is not None:
             out: Path = linkall
@@ -316,7 +314,7 @@ class _Parser:
         if e[0] == "field":
             return Item("field", e[1], alias if alias is not None else e[1])
         if alias is None:
-            alias = _default_name(e) if named else ("",)
+            return Item("expr", (), _default_name(e) if named else ("",), expr=e, implicit=True)
         return Item("expr", (), alias, expr=e)
 
     def _linkall_path(self) -> Path | None:
@@ -489,6 +487,10 @@ class _Parser:
                 self.expect_op("]")
             elif self.is_op(".") and e[0] != "field":
                 self.advance()
+                if self.is_op("*"):
+                    self.advance()  # every field of the linked records (as `link.*`)
+                    e = ("deref", e)
+                    continue
                 path = self._dotted()
                 e = ("get", e, path) if e[0] != "get" else ("get", e[1], e[2] + path)
             else:
@@ -564,7 +566,15 @@ class _Parser:
             return self.param()
         if self.is_op("("):
             if self.is_kw("SELECT", tok=self.peek()):
-                raise QueryRejected("subqueries in WHERE are not supported")
+                # a subquery as a value (`x IN (SELECT VALUE ...)`: engine.semijoin)
+                self.advance()
+                self.enter()
+                sub = self.select()
+                self.leave()
+                if not self.is_op(")"):
+                    self._reject_trailing()
+                self.advance()
+                return ("subquery", sub)
             self.advance()
             self.enter()
             e = self.expr()
@@ -605,7 +615,7 @@ class _Parser:
             self.leave()
             return ("object", tuple(keys), tuple(vals))
         if self.is_op("->", "<-", "<->"):
-            raise QueryRejected("graph traversal is not supported")
+            return self.graph()
         if t.kind == "ident":
             return self.ident_expr()
         if t.kind == "eof":
@@ -647,8 +657,51 @@ class _Parser:
         if self.is_op(".") and self.is_op("*", tok=self.peek()):
             raise QueryRejected("path.* is only supported as a projection item (`link.*`)")
         if self.is_op("->", "<-", "<->"):
-            raise QueryRejected("graph traversal is not supported")
+            raise QueryRejected("graph traversal from a field is not supported: traverse from "
+                                "the row (`->edge->table`), or select the linked rows with a "
+                                "subquery")
         return ("field", tuple(parts))
+
+    def graph(self) -> Expr:
+        """``->edge->table...`` / ``<-edge<-table...`` from the current row: hops of
+        (direction, edge table, target table; None when the path ends at the edges, "?" for
+        any table)."""
+        hops: list[tuple[str, str, str | None]] = []
+        while self.is_op("->", "<-", "<->"):
+            arrow = self.advance().value
+            if arrow == "<->":
+                raise QueryRejected("graph traversal both ways (<->) is not supported: write the "
+                                    "two directions as two items")
+            edge = self._graph_table(arrow, "edge")
+            target: str | None = None
+            if self.is_op(arrow):
+                self.advance()
+                target = self._graph_table(arrow, "target")
+            elif self.is_op("->", "<-", "<->"):
+                raise QueryRejected("a graph hop keeps one direction (`->edge->table` or "
+                                    "`<-edge<-table`)")
+            hops.append((arrow, edge, target))
+            if target is None and self.is_op("->", "<-", "<->"):
+                raise QueryRejected("a graph path continues from a table, not from an edge")
+        return ("graph", tuple(hops))
+
+    def _graph_table(self, arrow: str, what: str) -> str:
+        t = self.tok
+        if t.kind == "op" and t.value == "?":
+            if what == "edge":
+                raise QueryRejected("traversing any edge table (`->?`) is not supported: name "
+                                    "the edge table")
+            self.advance()
+            return "?"
+        if t.kind == "op" and t.value == "(":
+            raise QueryRejected("filters in a graph path (`->(edge WHERE ...)`) are not "
+                                "supported; filter the result with a subquery or WHERE")
+        if t.kind != "ident":
+            raise QueryRejected(f"expected a table name after {arrow}, found {self._desc()}")
+        self.advance()
+        if self.is_op(":") and self.tok.glued:
+            raise QueryRejected("graph paths through a record id are not supported")
+        return str(t.value)
 
     def call(self, first: Tok) -> Expr:
         """``name(args)`` / ``name::name(args)`` after its first name token."""

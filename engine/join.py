@@ -135,6 +135,10 @@ def _reads(e: Any, acc: dict[str, Any]) -> None:
     k = e[0]
     if k in ("lit", "slot"):
         return
+    if k in ("graph", "deref"):
+        # reads other tables (edges, linked rows): no group's entries may depend on it
+        acc["opaque"] = True
+        return
     if k == "object" or k == "call":
         for x in e[2]:  # (keys or the function's name, values or arguments)
             _reads(x, acc)
@@ -198,6 +202,8 @@ def join_spec(plan: Any) -> JoinSpec | None:
     q = plan.q
     if not plan.row_entries:
         return None  # ORDER BY follows a link: entries depend on other tables
+    if plan.agg is not None or plan.split:
+        return None  # a grouped or SPLIT subquery: its rows are no ordered window of entries
     first: str | None = None
     desc = False
     if q.order:
@@ -331,7 +337,7 @@ class Win:
         self.parents: dict[tuple[Any, str], int] = {}
         self.value: list[Any] | None = None
         # SELECT VALUE: (row, value) of each row shown (its members: engine.plan.item_value)
-        self.pairs: list[tuple[str, Any]] | None = None
+        self.pairs: list[list[tuple[str, Any]]] | None = None
         self.attached = True
 
     def add(self, proj: Any, rid: str) -> None:
@@ -577,7 +583,7 @@ class Join:
             if plan.value:
                 pairs = [(e[-1], plan.project(self.store, S, rows[e[-1]], wcx)) for e in ids]
                 value = [v for _, v in pairs]
-                cx.last = pairs
+                cx.last = [[p] for p in pairs]
             else:
                 value = [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids]
         if w is None:

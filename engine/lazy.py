@@ -61,7 +61,8 @@ class Spec(NamedTuple):
 
 def spec_of(plan: Plan) -> Spec | None:
     """The lazy form of ``plan``'s projection, or None when it has none."""
-    if plan.fetch or plan.omit or len(plan.items) != 2 or plan.items[0][0] != "all":
+    if (plan.fetch or plan.omit or plan.split or len(plan.items) != 2
+            or plan.items[0][0] != "all"):
         return None
     item = plan.items[1]
     if item[0] != "sub" or item[2] is not None or len(item[3]) != 1:

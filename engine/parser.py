@@ -20,6 +20,11 @@ Expression nodes:
 - ``("index", base, i)``           ``base[i]``: i is ``("lit", int | str)``, a parameter or
                                    ``("last",)`` for ``[$]``
 - ``("get", base, path)``          a field path read from a computed value (``tags[0].name``)
+- ``("subquery", Query)``          ``(SELECT VALUE ...)`` as a value (only ``x IN (sub)``:
+                                   :mod:`engine.semijoin`)
+- ``("graph", hops)``              ``->edge->table`` from the row: hops ``(arrow, edge,
+                                   target)``, target None when the path ends at the edges
+- ``("deref", e)``                 ``e.*``: record ids replaced by their rows
 - ``("slot", i)``                  only after normalisation (see :mod:`engine.shape`)
 
 A chain of ``n`` terms joined by the same AND (or OR) is built as a balanced binary tree
@@ -57,7 +62,7 @@ __all__ = ["COMPARISON_OPS", "MAX_DEPTH", "MAX_QUERY_CHARS", "Expr", "Item", "Pa
            "Tok", "parse", "parse_cached", "parse_datetime", "query_tables", "tokenize"]
 
 _COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object", "arith", "nullish",
-                        "neg", "call", "index", "get"})
+                        "neg", "call", "index", "get", "deref"})
 
 
 def _height(e: Expr) -> int:
@@ -79,12 +84,25 @@ def _height(e: Expr) -> int:
             children = node[2]
         elif k == "index":
             children = (node[1], node[2])
-        elif k == "get":
+        elif k in ("get", "deref"):
             children = (node[1],)
         else:
             children = node[1:]
         stack.extend((c, level) for c in children)
     return best
+
+
+def _subqueries(e: Any, acc: list[Query]) -> None:
+    """The subqueries used as values inside an expression (``x IN (SELECT VALUE ...)``)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if type(node) is not tuple or not node:
+            continue
+        if node[0] == "subquery":
+            acc.append(node[1])
+            continue
+        stack.extend(x for x in node if type(x) is tuple)
 
 
 def _check_heights(q: Query) -> None:
@@ -96,6 +114,7 @@ def _check_heights(q: Query) -> None:
         for e in exprs:
             if e is not None and _height(e) > MAX_DEPTH:
                 raise QueryRejected(_too_deep())
+            _subqueries(e, queries)
         queries.extend(it.sub for it in cur.items if it.sub is not None)
 
 
@@ -105,10 +124,12 @@ def query_tables(q: Query) -> tuple[list[str], list[str]]:
     are not included (which ones depends on the data)."""
     subs: set[str] = set()
     pending = [it.sub for it in q.items if it.sub is not None]
+    _subqueries(q.where, pending)
     while pending:
         cur = pending.pop()
         subs.add(cur.table)
         pending.extend(it.sub for it in cur.items if it.sub is not None)
+        _subqueries(cur.where, pending)
     return sorted(subs | {q.table}), sorted(subs)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
+from engine.aggregate import AggSpec, AggState, row_query
 from engine.compile import compile_expr, compile_predicate, compile_value, walk
 from engine.cx import Cx
 from engine.join import Join, JoinSpec, join_spec
@@ -158,6 +159,30 @@ def _fetch_at(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
     return v
 
 
+def _first_of(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def _path_value(doc: Any, path: tuple[str, ...]) -> Any:
+    """The value at a path of nested objects (NONE when absent; no links are followed)."""
+    for seg in path:
+        if type(doc) is not dict:
+            return NONE
+        doc = doc.get(seg, NONE)
+    return doc
+
+
+def _with_path(doc: dict[str, Any], path: tuple[str, ...], v: Any) -> dict[str, Any]:
+    """A copy of ``doc`` with ``v`` at ``path`` (the objects on the way copied)."""
+    out = dict(doc)
+    if len(path) == 1:
+        out[path[0]] = v
+    else:
+        inner = out.get(path[0])
+        out[path[0]] = _with_path(inner if type(inner) is dict else {}, path[1:], v)
+    return out
+
+
 def _cut(v: Any, path: tuple[str, ...]) -> Any:
     """``v`` without the field at ``path`` (OMIT): objects are copied where they change, an
     array has the field cut from each element."""
@@ -196,7 +221,9 @@ class Plan:
     def __init__(self, q: Query) -> None:
         self.q = q
         self.table = q.table
-        self.pred, pred_links = compile_predicate(q.where)
+        # semi-joins of the condition (`x IN (SELECT VALUE ...)`: engine.semijoin)
+        self.semis: list[Any] = []
+        self.pred, pred_links = compile_predicate(q.where, self.semis)
         self.order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
         order_links = False
         sources: list[tuple[tuple[str, ...] | None, bool]] = []
@@ -234,7 +261,7 @@ class Plan:
         # only the rest of the WHERE clause is evaluated (None: nothing else).
         self.residual = None
         if found is not None and found[1] is not None:
-            self.residual = compile_predicate(found[1])[0]
+            self.residual = compile_predicate(found[1], self.semis)[0]
         self.fetch = q.fetch
         self.items: list[tuple[Any, ...]] = []
         star_only = True
@@ -257,13 +284,22 @@ class Plan:
                 simple = False
             else:
                 assert it.sub is not None
-                self.items.append(("sub", Plan(it.sub), it.index, it.out))
+                self.items.append(("sub", grouped_plan(it.sub), it.index, it.out))
                 simple = False
         # SELECT VALUE: a row's output is its one item's value (its members: the row itself
         # and every record inside the value; engine/README, "Members")
         self.value = q.value
         self.omit = q.omit
-        if self.value or self.omit:
+        # SPLIT: each row is projected once per element of the arrays at these source paths
+        # (its output is the list of those outputs; engine.core.result flattens it)
+        self.split = q.split
+        # the row is a member of its own output (VALUE rows; the contribution rows of a
+        # grouped shape, engine.aggregate), and items whose members do not count (the
+        # aggregate arguments of a grouped shape)
+        self.self_member = q.value
+        self.quiet = [False] * len(q.items)
+        self.agg: AggSpec | None = None  # set by grouped_plan
+        if self.value or self.omit or self.split:
             simple = star_only = False
         self.star_only = star_only and not self.fetch
         # A simple projection reads nothing beyond the row: no link, subquery or FETCH.
@@ -318,6 +354,15 @@ class Plan:
         self._ecache: Any = None
         self._fcache: Any = None
         self._ctable: Any = None
+
+    def all_semis(self) -> list[Any]:
+        """The semi-joins of this level and of its projection subqueries (their live sets
+        are opened for each materialisation: engine.core)."""
+        out = list(self.semis)
+        for item in self.items:
+            if item[0] == "sub":
+                out += item[1].all_semis()
+        return out
 
     # -- rows ---------------------------------------------------------------------------
     def window(self, S: tuple[Any, ...]) -> tuple[int, int | None]:
@@ -448,6 +493,10 @@ class Plan:
             if type(val) is RecordID and type(val.id) in _EXACT_KEYS:
                 # the index key of a link with an int/str key is exact: no equality test
                 test = self.residual
+        if self.agg is not None:
+            return self._run_grouped(store, S, par, cx, rows, cands, test)
+        if self.split:
+            return self._run_split(store, S, par, cx, rows, cands, test)
         entry = self.entry
         # sort entries (and flat outputs) depend on the row alone: kept per row until it
         # changes, so a re-run after one sibling changed recomputes that sibling only
@@ -484,7 +533,7 @@ class Plan:
                 return out
             if self.value:
                 pairs = [(e[-1], self.project(store, S, rows[e[-1]], cx)) for e in hits]
-                cx.last = pairs
+                cx.last = [[p] for p in pairs]
                 return [v for _, v in pairs]
             return [self.project(store, S, rows[e[-1]], cx) for e in hits]
         pairs = []
@@ -502,7 +551,7 @@ class Plan:
             return [flat(row) for _, row in pairs]
         if self.value:
             done = [(e[-1], self.project(store, S, row, cx)) for e, row in pairs]
-            cx.last = done
+            cx.last = [[p] for p in done]
             return [v for _, v in done]
         return [self.project(store, S, row, cx) for _, row in pairs]
 
@@ -518,8 +567,29 @@ class Plan:
             self._ctable = t
         return ecache
 
+    def split_docs(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """SPLIT: the row once per combination of the elements of its arrays at the split
+        paths (a value that is no array, or an empty array, stays as it is)."""
+        docs = [row]
+        for path in self.split:
+            out = []
+            for doc in docs:
+                v = _path_value(doc, path)
+                if type(v) is list and v:
+                    out += [_with_path(doc, path, x) for x in v]
+                else:
+                    out.append(doc)
+            docs = out
+        return docs
+
     def project(self, store: Store, S: tuple[Any, ...], row: dict[str, Any], cx: Cx) -> Any:
-        """The output document of ``row`` (SurrealDB's shape for this projection)."""
+        """The output document of ``row`` (SurrealDB's shape for this projection); with
+        SPLIT, the list of the outputs of its split documents."""
+        if self.split:
+            return [self._project(store, S, doc, cx) for doc in self.split_docs(row)]
+        return self._project(store, S, row, cx)
+
+    def _project(self, store: Store, S: tuple[Any, ...], row: dict[str, Any], cx: Cx) -> Any:
         if self.star_only:
             return row
         if self.flat is not None:
@@ -570,22 +640,57 @@ class Plan:
             return item[1](row, S, NONE, cx)
         sub: Plan = item[1]
         res: Any = sub.run(store, S, row, cx)
-        if not sub.value:
+        if not sub.self_member:
             if item[2] is not None:
                 res = res[item[2]] if item[2] < len(res) else NONE
             return res
-        # the rows of a VALUE subquery are members of the result (the ones shown)
-        pairs = cx.last
+        # the rows of a VALUE or grouped subquery are members of the result (those its
+        # output rows stand for): one list of (row, what it shows) per output row
+        shown = cx.last
         cx.last = []
         if item[2] is not None:
             i = item[2]
             res = res[i] if i < len(res) else NONE
-            pairs = pairs[i:i + 1]
+            shown = shown[i:i + 1]
         extra = cx.extra
-        for rid, v in pairs:
-            if rid not in extra:
-                extra[rid] = v
+        for rows in shown:
+            for rid, v in rows:
+                if rid not in extra:
+                    extra[rid] = v
         return res
+
+    def _run_split(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx,
+                   rows: dict[str, Any], cands: Any, test: Any) -> list[Any]:
+        """A SPLIT subquery for one parent row: its split documents in order."""
+        docs = []
+        for rid in cands:
+            row = rows.get(rid)
+            if row is not None and (test is None or test(row, S, par, cx)):
+                for i, doc in enumerate(self.split_docs(row)):
+                    docs.append((self.entry(doc, rid, cx) + (i,), doc))
+        docs.sort(key=_first_of)
+        return [self._project(store, S, doc, cx) for _, doc in docs]
+
+    def _run_grouped(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx,
+                     rows: dict[str, Any], cands: Any, test: Any) -> list[Any]:
+        """A grouped subquery for one parent row: its groups computed from the rows that
+        qualify (a run costs the rows of its correlation key, as any subquery run)."""
+        spec = self.agg
+        assert spec is not None
+        contribs: list[tuple[str, Any]] = []
+        for rid in cands:
+            row = rows.get(rid)
+            if row is not None and (test is None or test(row, S, par, cx)):
+                contribs.append((rid, self.project(store, S, row, cx)))
+        state = AggState(spec, lambda: contribs)
+        for rid, c in contribs:
+            state.move(rid, None, c)
+        out = spec.rows_grouped(state, S)
+        members: dict[Any, list[tuple[str, Any]]] = {}
+        for rid, c in contribs:
+            members.setdefault(spec.group_of(c), []).append((rid, c))
+        cx.last = [members.get(gk, []) for gk, _ in out]
+        return [o for _, o in out]
 
     def assemble(self, row: dict[str, Any], values: list[Any]) -> Any:
         """Build the output from per-item values (``*`` items take the row; no FETCH)."""
@@ -628,8 +733,10 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
         return all(expr_fields(x, acc, parent) for x in e[2])
     elif k in ("arith", "nullish"):
         return expr_fields(e[2], acc, parent) and expr_fields(e[3], acc, parent)
-    elif k in ("neg", "get"):
+    elif k in ("neg", "get", "deref"):
         return expr_fields(e[1], acc, parent)
+    elif k == "graph" and not parent:
+        acc.add("id")  # a traversal starts at the row's id
     elif k == "index":
         return expr_fields(e[1], acc, parent) and expr_fields(e[2], acc, parent)
     return True
@@ -637,8 +744,22 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
 
 
 def _has_value(q: Query) -> bool:
-    """Whether ``q`` or a subquery of its projection is a SELECT VALUE."""
-    return q.value or any(it.sub is not None and _has_value(it.sub) for it in q.items)
+    """Whether ``q`` or a subquery of its projection is a SELECT VALUE or grouped."""
+    return q.value or q.group is not None or any(
+        it.sub is not None and _has_value(it.sub) for it in q.items)
+
+
+def grouped_plan(q: Query) -> Plan:
+    """The plan of a query level: a grouped query runs its row-level query (each row's
+    group key and aggregate arguments, engine.aggregate) and keeps the spec of its groups."""
+    if q.group is None:
+        return Plan(q)
+    spec = AggSpec(q)
+    plan = Plan(row_query(q))
+    plan.agg = spec
+    plan.self_member = True
+    plan.quiet = [it.out[0].startswith("a") for it in plan.q.items]
+    return plan
 
 
 def _row_value(fn: Callable[..., Any]) -> Callable[[dict[str, Any], Any], Any]:
@@ -765,7 +886,7 @@ def _item_keys(q: Query) -> dict[str, int] | None:
     """Output key -> index of each item that does not read the row alone, when an output's
     members can be assembled from per-item members (``engine.proj._tree_of``): one-segment
     distinct output keys, ``*`` (if any) first, no FETCH. None otherwise."""
-    if q.fetch or q.omit or q.value:
+    if q.fetch or q.omit or q.value or q.split:
         return None
     keys: dict[str, int] = {}
     seen: set[str] = set()

@@ -176,6 +176,7 @@ class Proj:
         field; ``tokens`` None reruns everything."""
         plan = self.plan
         deps: Any = None
+        out: Any  # a dict, or any value for a VALUE row (the compiled engine checks it)
         if plan.star_only:
             out = row
             tree: dict[str, Any] | None = None
@@ -192,11 +193,13 @@ class Proj:
                 i = out.get("id")
                 if type(i) is RecordID and rid_text(i) != rid:
                     tree = {rid_text(i): out}
-        elif plan.fetch:
+        elif plan.fetch or plan.split:
             cx = Cx(self.store)
             out = plan.project(self.store, self.S, row, cx)
             tree = {}
             tree_members(out, tree)
+            if plan.split and rid in tree:
+                tree[rid] = out  # what the row shows is all its split rows
             for m, v in cx.extra.items():  # the rows of VALUE subqueries
                 if m not in tree:
                     tree[m] = v
@@ -208,7 +211,7 @@ class Proj:
             out, deps, tree = got
         self._install(rid, out, tree, deps)
 
-    def _install(self, rid: str, out: dict[str, Any], tree: dict[str, Any] | None,
+    def _install(self, rid: str, out: Any, tree: dict[str, Any] | None,
                  deps: Any) -> None:
         """Store a row's new projection: output, tree, owners of its members, dependencies."""
         old_tree = self.trees.get(rid, _ABSENT)
@@ -354,7 +357,7 @@ class Proj:
                 o.add(rid)
 
     def _project_items(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
-                       prev: Any) -> tuple[dict[str, Any], Any, dict[str, Any]] | None:
+                       prev: Any) -> tuple[Any, Any, dict[str, Any]] | None:
         """(output, dependencies, tree) item by item; with ``tokens`` only the items that read
         one of them (or, with ``prev``, a changed field) rerun, and None when no value
         changed."""
@@ -380,7 +383,8 @@ class Proj:
                 v = plan.item_value(item, store, S, row, icx)
                 vals.append(v)
                 ideps.append((icx.reads, icx.subs))
-                itrees.append(_item_tree(v, keyed, icx.extra))
+                itrees.append(None if plan.quiet[len(itrees)] else
+                              _item_tree(v, keyed, icx.extra))
         else:
             assert tokens is not None
             vals = list(state[0])
@@ -410,7 +414,7 @@ class Proj:
                 changed = not same(v, vals[i])
                 if changed or plan.item_extra[i]:
                     # a VALUE subquery may show the same values from other rows
-                    t = _item_tree(v, keyed, icx.extra)
+                    t = None if plan.quiet[i] else _item_tree(v, keyed, icx.extra)
                     if changed or not same(t, itrees[i]):
                         vals[i] = v
                         itrees[i] = t
@@ -439,8 +443,9 @@ class Proj:
                     for m, v in t.items():
                         if m not in tree:
                             tree[m] = v
-        if plan.value:
-            # a VALUE row: the row itself is a member, its value what it shows
+        if plan.self_member:
+            # a VALUE row, a grouped shape's row: the row itself is a member, its value (its
+            # contribution) what it shows
             tree.setdefault(rid, out)
         return out, _merge_deps(ideps), tree
 

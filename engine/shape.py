@@ -17,6 +17,7 @@ from engine.parser import Expr, Query
 from engine.values import NONE, get_path, truthy
 
 _FOLDABLE = frozenset({"arith", "neg", "nullish", "call", "index"})
+_AGGREGATES = frozenset({"count", "math::sum", "math::mean", "math::min", "math::max"})
 
 
 def _has_param(e: Any) -> bool:
@@ -34,6 +35,7 @@ class _Normaliser:
         # projection expressions keep their literals (a projection's constants are part of
         # its shape; only parameters vary between the views of one shape)
         self.keep_literals = False
+        self.grouped = False  # normalising the items of a GROUP BY query
 
     def slot(self, value: Any) -> Expr:
         self.values.append(value)
@@ -72,6 +74,8 @@ class _Normaliser:
                 obj[key] = v
             return True, obj
         if k in _FOLDABLE:
+            if k == "call" and self.grouped and e[1] in _AGGREGATES:
+                return False, None  # over a group, not a constant (`count()`)
             return self._fold(e)
         return False, None
 
@@ -140,6 +144,15 @@ class _Normaliser:
             return ("index", self.expr(e[1]), i)
         if k == "get":
             return ("get", self.expr(e[1]), e[2])
+        if k == "deref":
+            return ("deref", self.expr(e[1]))
+        if k == "subquery":
+            keep = self.keep_literals
+            self.keep_literals = False
+            try:
+                return ("subquery", self.query(e[1]))
+            finally:
+                self.keep_literals = keep
         return e  # field, parent
 
     def count(self, e: Expr | None, clause: str) -> Expr | None:
@@ -163,10 +176,11 @@ class _Normaliser:
             elif it.kind == "expr":
                 assert it.expr is not None
                 self.keep_literals = True
+                self.grouped = q.group is not None
                 try:
                     items.append(replace(it, expr=self.expr(it.expr)))
                 finally:
-                    self.keep_literals = False
+                    self.keep_literals = self.grouped = False
             else:
                 items.append(it)
         where = self.expr(q.where) if q.where is not None else None
@@ -197,7 +211,7 @@ def order_key(q: Query, path: tuple[str, ...]) -> Expr:
     for it in q.items:
         if it.kind == "field" and path[: len(it.out)] == it.out:
             return ("field", it.path + path[len(it.out):])
-        if it.kind == "expr" and path[: len(it.out)] == it.out:
+        if it.kind == "expr" and not it.implicit and path[: len(it.out)] == it.out:
             assert it.expr is not None
             if len(path) > len(it.out):
                 return ("get", it.expr, path[len(it.out):])
@@ -218,6 +232,20 @@ def order_source(q: Query, path: tuple[str, ...]) -> tuple[str, ...] | None:
     return tuple(key[1]) if key[0] == "field" else None
 
 
+def _check_split(q: Query) -> None:
+    """SPLIT splits the row on a source path the selection reads (SurrealDB refuses another:
+    missing split idiom); no window over split rows, no grouping or VALUE."""
+    if q.limit is not None or q.start is not None:
+        raise QueryRejected("SPLIT with LIMIT/START is not supported: a window over split rows "
+                            "can hold part of a row; select the rows without SPLIT")
+    if q.value or q.group is not None:
+        raise QueryRejected("SPLIT with SELECT VALUE or GROUP BY is not supported")
+    star = any(it.kind == "all" for it in q.items)
+    for path in q.split:
+        if not star and not any(it.kind == "field" and it.path == path for it in q.items):
+            raise QueryRejected(f"SPLIT {'.'.join(path)} must name a field of the selection")
+
+
 def _has_slot(e: Any) -> bool:
     if type(e) is not tuple or not e:
         return False
@@ -228,7 +256,7 @@ def _has_slot(e: Any) -> bool:
 
 def validate(q: Query) -> None:
     """Reject queries SurrealDB itself would refuse or that the engine cannot order."""
-    for path, _desc in q.order:
+    for path, _desc in q.order if q.group is None else ():
         key = order_key(q, path)
         if key[0] != "field" and _has_slot(key):
             raise QueryRejected(
@@ -241,9 +269,11 @@ def validate(q: Query) -> None:
             assert it.sub is not None
             validate(it.sub)
     if q.split:
-        raise QueryRejected("SPLIT is not supported")
+        _check_split(q)
     if q.group is not None:
-        raise QueryRejected("GROUP BY is not supported")
+        from engine.aggregate import AggSpec
+
+        AggSpec(q)  # refuses what a grouped view cannot keep
     if q.value:
         if q.fetch:
             raise QueryRejected("FETCH with SELECT VALUE is not supported: follow the link in "

@@ -79,6 +79,9 @@ class Item:
     sub: Query | None = None
     index: int | None = None
     expr: Expr | None = None
+    # named by SurrealDB's default rather than AS (`tags[0]` shows as `tags`): such a name
+    # is no ORDER BY or SPLIT idiom
+    implicit: bool = False
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ USER_IDS = [RecordID("user", i) for i in range(1, 6)] + [
 # mixed id kinds: the table scan order (ties, LIMIT without ORDER BY) follows the id key order
 THREAD_IDS = [RecordID("thread", i) for i in range(1, 9)] + [RecordID("thread", "x")]
 COMMENT_IDS = [RecordID("comment", i) for i in range(1, 15)] + [RecordID("comment", "z9")]
-IDS = {"user": USER_IDS, "thread": THREAD_IDS, "comment": COMMENT_IDS}
+# edges user -> thread (a relation table: `in` and `out` are set once, at RELATE)
+LIKE_IDS = [RecordID("likes", i) for i in range(1, 9)] + [RecordID("likes", "q")]
+IDS = {"user": USER_IDS, "thread": THREAD_IDS, "comment": COMMENT_IDS, "likes": LIKE_IDS}
 # Links to records that never exist: a view must treat them like a missing row.
 DANGLING = {"user": RecordID("user", 99), "thread": RecordID("thread", 99)}
 
@@ -51,7 +53,9 @@ FIELDS: dict[str, dict[str, str]] = {
                "items": "objarr"},
     "comment": {"thread": "link:thread", "author": "link:user", "body": "str",
                 "created_at": "date", "votes": "num"},
+    "likes": {"in": "link:user", "out": "link:thread", "weight": "num"},
 }
+EDGE_ENDS = ("in", "out")
 
 NONE = object()  # generator-local marker: leave the key out of the row
 
@@ -118,7 +122,12 @@ def typed(r: random.Random, kind: str) -> Any:
 def make_row(r: random.Random, table: str, rid: RecordID) -> dict[str, Any]:
     """A random schemaless row; nested paths become nested objects."""
     row: dict[str, Any] = {"id": rid}
+    if table == "likes":  # an edge: its ends are records (some never exist)
+        row["in"] = r.choice(USER_IDS + [DANGLING["user"]])
+        row["out"] = r.choice(THREAD_IDS + [DANGLING["thread"]])
     for path, kind in FIELDS[table].items():
+        if table == "likes" and path in EDGE_ENDS:
+            continue
         if r.random() < 0.1:
             continue  # NONE: the field is absent
         value = typed(r, kind)
@@ -138,7 +147,7 @@ def mutate_row(r: random.Random, table: str, row: dict[str, Any]) -> dict[str, A
     """The row with one or two fields changed or removed (small moves cross view boundaries)."""
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in row.items()}
     for _ in range(r.randint(1, 2)):
-        path = r.choice(list(FIELDS[table]))
+        path = r.choice([p for p in FIELDS[table] if table != "likes" or p not in EDGE_ENDS])
         head, _, sub = path.partition(".")
         value = typed(r, FIELDS[table][path]) if r.random() < 0.85 else NONE
         if sub:
@@ -220,6 +229,7 @@ class QueryBuilder:
     param_kinds: dict[str, str] = field(default_factory=dict)
     expressions: bool = True  # functions, arithmetic and indexing in WHERE and projections
     exprs: list[str] = field(default_factory=list)  # aliases of projection expressions
+    no_links: bool = False  # conditions of a semi-join's inner query read their own row
 
     def value_for(self, kind: str) -> Any:
         v = typed(self.r, kind)
@@ -256,6 +266,8 @@ class QueryBuilder:
                     f"{self.condition(table, depth + 1, safe)}")
         if self.expressions and roll < 0.42:
             return self.expr_condition(table, safe)
+        if self.expressions and not self.no_links and roll < 0.47:
+            return self.semi_condition(table)
         if roll < 0.3:
             ids = [literal(rid) for rid in r.sample(IDS[table], 3)]
             return r.choice([f"id = {ids[0]}", f"id != {ids[0]}", f"id IN [{', '.join(ids)}]",
@@ -263,7 +275,7 @@ class QueryBuilder:
         path, kind = r.choice(list(FIELDS[table].items()))
         if kind == "objarr" and r.random() < 0.6:
             path, kind = "items.x", "numarr"
-        if kind.startswith("link:") and r.random() < 0.45:
+        if kind.startswith("link:") and not self.no_links and r.random() < 0.45:
             target = kind.split(":", 1)[1]
             if target == "user" and r.random() < 0.4:
                 self.params["auth"] = {"id": r.choice(USER_IDS)}
@@ -278,9 +290,34 @@ class QueryBuilder:
             return self.compare(f"{path}.{sub}", sub_kind)
         return self.compare(path, kind)
 
+    def semi_condition(self, table: str) -> str:
+        """``x IN (SELECT VALUE v FROM t WHERE ...)`` and its other spellings."""
+        r = self.r
+        forms = {
+            "thread": [("author", "user", "id"), ("id", "comment", "thread"),
+                       ("author", "comment", "author")],
+            "comment": [("thread", "thread", "id"), ("author", "thread", "author"),
+                        ("author", "user", "id")],
+            "user": [("id", "thread", "author"), ("id", "comment", "author")],
+        }[table]
+        x, inner, value = r.choice(forms)
+        sub = f"SELECT VALUE {value} FROM {inner}"
+        if r.random() < 0.8:
+            self.no_links = True
+            try:
+                sub += " WHERE " + self.condition(inner, depth=1, safe=True)
+            finally:
+                self.no_links = False
+        op = r.choice(["IN", "INSIDE", "NOT IN", "NOTINSIDE", "CONTAINS", "CONTAINSNOT"])
+        if op.startswith("CONTAINS"):
+            return f"({sub}) {op} {x}"
+        return f"{x} {op} ({sub})"
+
     def expr_condition(self, table: str, safe: bool) -> str:
         """A condition over functions, arithmetic and indexing of a field."""
         r = self.r
+        if table in GRAPH_WHERE and not self.no_links and r.random() < 0.25:
+            return r.choice(GRAPH_WHERE[table])
         path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
                                if not k.startswith("link:") and k != "date"])
         if kind == "objarr":
@@ -326,9 +363,12 @@ class QueryBuilder:
         """A projection item that is an expression (never raising: SurrealDB would fail the
         whole query; the engine's rule there, a NONE value, has a targeted test)."""
         r = self.r
+        name = f"x{len(self.exprs)}"
+        if table in GRAPH and r.random() < 0.3:
+            self.exprs.append(name)
+            return f"{r.choice(GRAPH[table])} AS {name}"
         path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
                                if not k.startswith("link:") and "." not in p])
-        name = f"x{len(self.exprs)}"
         self.exprs.append(name)
         if kind == "str":
             e = r.choice([f"type::is_string({path}) AND string::uppercase({path})",
@@ -431,12 +471,19 @@ class QueryBuilder:
             text += " WHERE " + " AND ".join(conds)
         if single:
             return text + " LIMIT 1"
+        arrays = [p for p, k in FIELDS[table].items() if k in ("arr", "objarr")
+                  and (star or p in plain)]
+        split = self.expressions and arrays and r.random() < 0.1
+        if split:
+            text += " SPLIT " + r.choice(arrays)
         keys = (fields + ["id"]) if star else (plain + ["id"])
         if r.random() < 0.6:
             chosen = r.sample(keys, r.randint(1, min(3, len(keys))))
             text += " ORDER BY " + ", ".join(
                 k + r.choice(["", " ASC", " DESC", " DESC"]) for k in chosen)
-        if r.random() < 0.45:
+        if split:
+            pass  # no window over split rows (refused: a window could hold part of a row)
+        elif r.random() < 0.45:
             text += f" LIMIT {r.randint(1, 6)}"
             if r.random() < 0.3:
                 text += f" START {r.randint(0, 3)}"
@@ -473,6 +520,11 @@ class QueryBuilder:
         if self.expressions and table == "thread" and r.random() < 0.1:
             sub = self.value_select("comment", depth + 1, "thread = $parent.id")
             out.append(f"({sub}){'[0]' if r.random() < 0.3 else ''} AS vals")
+        if self.expressions and table in ("thread", "user") and r.random() < 0.08:
+            child, link = ("comment", "thread") if table == "thread" else ("thread", "author")
+            sub = group_select(self, child, f"{link} = $parent.id")
+            index = "[0]" if " GROUP ALL" in sub and r.random() < 0.6 else ""
+            out.append(f"({sub}){index} AS stats")
         if table == "thread" and r.random() < 0.08:
             # correlated on a non-id field of the parent: the parent's own change moves it
             sub = self.select("comment", depth + 1, "author = $parent.author")
@@ -491,6 +543,22 @@ class QueryBuilder:
         return out
 
 
+# graph traversals over `likes` (user -> thread), as projection items and conditions
+GRAPH = {
+    "user": ["->likes->thread", "count(->likes)", "->likes->thread.title", "->likes.weight",
+             "->likes->thread.*", "->likes", "->likes->thread<-likes<-user",
+             "array::len(->likes->?)"],
+    "thread": ["<-likes<-user", "count(<-likes)", "<-likes<-user.name", "<-likes.*",
+               "<-likes<-user->likes->thread"],
+}
+GRAPH_WHERE = {
+    "user": ["->likes->thread CONTAINS thread:1", "count(->likes) > 1",
+             "array::len(->likes) = 0", "->likes.weight CONTAINS 2"],
+    "thread": ["count(<-likes) >= 1", "<-likes<-user CONTAINS user:1",
+               "<-likes<-user.active CONTAINS true"],
+}
+
+
 def _single_call(e: str) -> bool:
     """``name(...)`` and nothing around it."""
     head, sep, _ = e.partition("(")
@@ -505,10 +573,63 @@ def _single_call(e: str) -> bool:
     return True
 
 
+# grouped views: keys and aggregate arguments per table
+GROUP_KEYS = {"user": ["active", "profile.city", "tags", "age"],
+              "thread": ["status", "author", "meta.flag", "tags", "score"],
+              "comment": ["thread", "author", "votes"]}
+AGG_ARGS = {"user": ["age", "profile.score", "name"], "thread": ["score", "meta.pri", "title"],
+            "comment": ["votes", "body"]}
+
+
+def group_select(b: QueryBuilder, table: str, correlated: str | None = None) -> str:
+    """``SELECT keys, aggregates FROM table [WHERE] GROUP BY keys | GROUP ALL [ORDER BY]``;
+    ``correlated``: the $parent condition of a subquery (whose conditions never raise)."""
+    r = b.r
+    keys: list[str] = []
+    items: list[str] = []
+    if r.random() < 0.75:
+        for path in r.sample(GROUP_KEYS[table], r.randint(1, 2)):
+            if r.random() < 0.2 and "." not in path:
+                name = f"k{len(keys)}"
+                items.append(r.choice([f"type::is_string({path}) AND string::len({path})",
+                                       f"{path} ?? 'none'", f"type::is_number({path})"])
+                             + f" AS {name}")
+                keys.append(name)
+            else:
+                items.append(path)
+                keys.append(path)
+    outs: list[str] = []
+    for n in range(r.randint(1, 3)):
+        arg = r.choice(AGG_ARGS[table])
+        fn = r.choice(["count()", f"count({arg})", f"math::sum({arg})", f"math::mean({arg})",
+                       f"math::min({arg})", f"math::max({arg})", f"count({arg} > 2)"])
+        if r.random() < 0.15:
+            fn = r.choice([f"{fn} + 1", f"{fn} * 2", f"{fn} > 1"])
+        if (r.random() < 0.1 and fn.endswith(")") and " " not in fn
+                and not any("(" in it and " AS " not in it for it in items)):
+            items.append(fn)  # unaliased: named by its function
+        else:
+            items.append(f"{fn} AS a{n}")
+            outs.append(f"a{n}")
+    text = f"SELECT {', '.join(items)} FROM {table}"
+    conds = [correlated] if correlated else []
+    if r.random() < 0.6:
+        conds.append(b.condition(table, safe=correlated is not None))
+    if conds:
+        text += " WHERE " + " AND ".join(conds)
+    text += " GROUP BY " + ", ".join(keys) if keys else " GROUP ALL"
+    if keys + outs and r.random() < 0.4:
+        chosen = r.sample(keys + outs, r.randint(1, min(2, len(keys + outs))))
+        text += " ORDER BY " + ", ".join(k + r.choice(["", " DESC"]) for k in chosen)
+    return text
+
+
 def make_view(r: random.Random) -> View:
     """One random view over a random table."""
     builder = QueryBuilder(r, {})
     table = r.choice(["user", "thread", "thread", "comment"])
+    if r.random() < 0.1:
+        return View(group_select(builder, table), builder.params)
     return View(builder.select(table), builder.params)
 
 
@@ -519,7 +640,7 @@ def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int)
     state = {t: {row["id"].id: row for row in rs} for t, rs in rows.items()}
     events: list[Event] = []
     for _ in range(n):
-        table = r.choice(["user", "thread", "thread", "comment", "comment"])
+        table = r.choice(["user", "thread", "thread", "comment", "comment", "likes"])
         rid = r.choice(IDS[table])
         current = state[table].get(rid.id)
         if current is None:
@@ -527,10 +648,19 @@ def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int)
             events.append((table, "CREATE", rid, row))
             state[table][rid.id] = row
         elif r.random() < 0.25:
+            # SurrealDB deletes the edges of a deleted record in the same transaction; its
+            # change feed carries their deletes too (here first, so that every state the
+            # runner checks is one SurrealDB can be in)
+            for eid, edge in list(state["likes"].items()):
+                if rid in (edge["in"], edge["out"]) and table != "likes":
+                    events.append(("likes", "DELETE", edge["id"], None))
+                    del state["likes"][eid]
             events.append((table, "DELETE", rid, None))
             del state[table][rid.id]
         else:
             row = mutate_row(r, table, current) if r.random() < 0.7 else make_row(r, table, rid)
+            if table == "likes":
+                row.update({end: current[end] for end in EDGE_ENDS})  # an edge keeps its ends
             events.append((table, "UPDATE", rid, row))
             state[table][rid.id] = row
     return events
@@ -545,7 +675,11 @@ def make_family_case(seed: int, views: int = 6, writes: int = 30) -> Case:
     while True:
         builder.params.clear()
         builder.param_kinds.clear()
-        surql = builder.select(r.choice(["user", "thread", "thread", "comment"]))
+        table = r.choice(["user", "thread", "thread", "comment"])
+        if r.random() < 0.1:
+            surql = group_select(builder, table)
+        else:
+            surql = builder.select(table)
         if builder.params:
             break
     family = []

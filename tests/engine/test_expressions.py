@@ -176,3 +176,20 @@ def test_time_now_is_refused_with_the_rule_and_what_to_write() -> None:
         view_engine().register("v", "SELECT * FROM thread WHERE created_at > time::now()", {})
     text = str(info.value)
     assert "time::now()" in text and "parameter" in text and "$since" in text
+
+
+SPLIT_VIEWS = [
+    "SELECT * FROM thread SPLIT tags",
+    "SELECT id, tags AS t, score FROM thread SPLIT tags ORDER BY score DESC",
+    "SELECT id, tags FROM thread WHERE score > 0 SPLIT tags ORDER BY tags",
+    "SELECT id, meta.list, tags FROM thread SPLIT meta.list, tags",
+    "SELECT id, (SELECT id, tags FROM thread WHERE author = $parent.id SPLIT tags) AS t "
+    "FROM user",
+]
+
+
+@pytest.mark.parametrize("surql", SPLIT_VIEWS)
+def test_split_view_agrees_with_surrealdb_after_every_write(surql: str) -> None:
+    case = Case(rows=ROWS, views=[View(surql, {})], writes=WRITES, note=surql)
+    mismatch = run_case(case, check_updated=True)
+    assert mismatch is None, str(mismatch)
