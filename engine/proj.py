@@ -181,6 +181,7 @@ class Proj:
         field; ``tokens`` None reruns everything."""
         plan = self.plan
         deps: Any = None
+        out: Any  # a dict, or any value for a VALUE row (the compiled engine checks it)
         if plan.star_only:
             out = row
             tree: dict[str, Any] | None = None
