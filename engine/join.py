@@ -204,6 +204,9 @@ def join_spec(plan: Any) -> JoinSpec | None:
         return None  # ORDER BY follows a link: entries depend on other tables
     if plan.agg is not None or plan.split:
         return None  # a grouped or SPLIT subquery: its rows are no ordered window of entries
+    if plan.semis:
+        # a semi-join in its WHERE: the live sets the plan opened answer it, per parent run
+        return None
     first: str | None = None
     desc = False
     if q.order:

@@ -638,6 +638,8 @@ def make_view(r: random.Random) -> View:
 def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int) -> list[Event]:
     """A random CREATE/UPDATE/DELETE sequence consistent with the current contents."""
     state = {t: {row["id"].id: row for row in rs} for t, rs in rows.items()}
+    for t in IDS:
+        state.setdefault(t, {})  # a case may start without rows of a table (edges)
     events: list[Event] = []
     for _ in range(n):
         table = r.choice(["user", "thread", "thread", "comment", "comment", "likes"])
