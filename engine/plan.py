@@ -45,6 +45,12 @@ class Desc:
     def __gt__(self, other: Desc) -> bool:
         return bool(other.k > self.k)
 
+    def __le__(self, other: Desc) -> bool:
+        return bool(other.k <= self.k)
+
+    def __ge__(self, other: Desc) -> bool:
+        return bool(other.k >= self.k)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Desc) and bool(self.k == other.k)
 
