@@ -2,19 +2,23 @@
 
     python loadtests/bench_mixes.py [--mix random|forum|shop] [--seeds 1,2,3] [--quick]
                                     [--gc default|tuned] [--only S03,S07] [--no-shapes]
+                                    [--naive N [--naive-views K]]
 
 A *mix* is a set of view shapes over one app's tables (users, forum threads and comments,
-shop products and orders; skewed data: Zipf-distributed links, categories and tags, a few
-hot threads and products), each shape registered as many views with random constants and
+shop products and orders, ``likes`` edges from users to threads; skewed data: Zipf-distributed
+links, categories and tags, a few hot threads and products), each shape registered as many views with random constants and
 parameters, then a stream of writes (70% UPDATE, 20% CREATE, 10% DELETE) to the tables the
 mix reads.
 
 - ``--mix random`` (default): shapes drawn at random from the supported grammar (filters on
   equalities, ranges, ``IN $list``, ``CONTAINS``, ``CONTAINSANY``, record-link paths,
-  ``$auth.id``, OR/NOT; projections of fields, one- and two-hop links, ``link.*``, FETCH;
+  ``$auth.id``, OR/NOT, functions, arithmetic and indexing, semi-joins ``link IN (SELECT
+  VALUE id FROM ...)``; projections of fields, one- and two-hop links, ``link.*``, FETCH,
+  functions, graph paths over ``likes`` (``->likes->thread``, ``<-likes<-user``), OMIT;
   correlated subqueries on the parent's id, on other fields of the parent, with bounds from
-  the parent, uncorrelated ones, nested ones; ORDER BY of one or two keys, LIMIT, pages with
-  START), one mix per seed.
+  the parent, uncorrelated ones, nested ones, VALUE ones; ORDER BY of one or two keys, LIMIT,
+  pages with START; GROUP BY / GROUP ALL with count and math aggregates; SPLIT), one mix per
+  seed.
 - ``--mix forum`` / ``--mix shop``: the two app mixes of issue 33 (per-user lists, score
   ranges, tag top-k, threads with their top-5 comments; projections through links, two-key
   pages, ``IN $list``, ``CONTAINSANY``, subqueries correlated on non-id fields and
@@ -28,6 +32,16 @@ in batches, with its memory. ``budget`` is the issue's target for the shape: 2 u
 emitted change, and at least 20,000 writes/s (50 us) where a write changes fewer than 5
 view rows; ``x budget`` above 1 misses it. The worst shape closes each seed, and a summary
 of every seed closes the run.
+
+``--naive N`` adds the baseline, measured in the same run: the seed's rows loaded into
+SurrealDB itself (the embedded engine the differential tests judge with, indexes on the link
+and category fields), and per shape N writes sampled from those to the tables the shape
+reads, each applied and followed by re-running K of the shape's views (``--naive-views``):
+their mean CPU times the shape's views is what a write to those tables costs when every view
+reading the table is run again, and writes to other tables cost nothing. ``naive us/w`` is
+that cost per write of the whole stream; ``naive/this`` divides it by the engine's. The
+sampled writes are applied to that one database in sample order (shape after shape), so its
+state drifts from the engine's by a few writes; a view's cost hardly depends on them.
 
 CPU is the process's CPU time (``time.process_time``), so another process on the machine
 slows the wall clock, not these figures (caches still suffer: compare runs of the same
@@ -85,14 +99,15 @@ class Sizes:
     comments: int
     products: int
     orders: int
+    likes: int
     views: int
     writes: int
     batch: int
 
 
 FULL = Sizes(users=5_000, threads=20_000, comments=100_000, products=20_000, orders=50_000,
-             views=1_000, writes=5_000, batch=100)
-QUICK = Sizes(users=200, threads=800, comments=4_000, products=800, orders=2_000,
+             likes=40_000, views=1_000, writes=5_000, batch=100)
+QUICK = Sizes(users=200, threads=800, comments=4_000, products=800, orders=2_000, likes=1_600,
               views=80, writes=400, batch=50)
 
 
@@ -210,6 +225,10 @@ class Data:
                                                                 (10, 30, 30, 25, 5))[0],
                     "total": self.price() * r.randint(1, 3),
                     "created_at": T0 + timedelta(seconds=5 * i)}
+        if table == "likes":
+            # an edge (what RELATE writes): user -> likes -> thread
+            return {"id": RecordID("likes", i), "in": self.user(), "out": self.thread(),
+                    "weight": r.randint(1, 5), "created_at": T0 + timedelta(seconds=7 * i)}
         raise ValueError(table)
 
     def touch(self, table: str, row: dict[str, Any]) -> None:
@@ -267,6 +286,8 @@ class Data:
                 row["name"] = f"product {row['id'].id:05d} v{r.randrange(10)}"
             else:
                 row["category"] = self.scat()
+        elif table == "likes":
+            row["weight"] = r.randint(1, 5)  # an edge keeps its ends for life
         else:
             f = r.choice(["status", "status", "qty", "total", "product"])
             if f == "status":
@@ -280,7 +301,7 @@ class Data:
 
 
 TABLE_SIZES = {"user": "users", "thread": "threads", "comment": "comments",
-               "product": "products", "order": "orders"}
+               "product": "products", "order": "orders", "likes": "likes"}
 
 
 def make_data(s: Sizes, seed: int) -> Data:
@@ -439,8 +460,18 @@ class ShapeGen:
     def atom(self, table: str, p: _P, tables: set[str], depth: int = 0) -> str:
         """One condition on ``table``'s rows."""
         r = self.r
-        roll = r.random()
         links = _fields(table, "link:")
+        if links and depth < 1 and r.random() < 0.07:
+            # a semi-join: the link's target among the rows of an inner query
+            link = r.choice(links)
+            target = SCHEMA[table][link].split(":", 1)[1]
+            tables.add(target)
+            fields = [f for f in SCHEMA[target] if SCHEMA[target][f].split(":")[0]
+                      in ("cat", "num", "tags")]
+            f = r.choice(fields)
+            inner = self.compare(target, f, f, p)
+            return f"{link} IN (SELECT VALUE id FROM {target} WHERE {inner})"
+        roll = r.random()
         if roll < 0.12 and links:
             # through a record link: the linked row's change moves this row
             link = r.choice(links)
@@ -607,6 +638,11 @@ class ShapeGen:
         tables = {table}
         p = _P()
         kinds: list[str] = []
+        roll = r.random()
+        if roll < 0.12:
+            return self.grouped(name, table, tables, p)
+        if roll < 0.17 and "tags" in SCHEMA[table]:
+            return self.split(name, table, tables, p)
         star = r.random() < 0.3
         items: list[str] = ["*"] if star else ["id"]
         plain: list[str] = [] if star else self.columns(table, r.randint(1, 3))
@@ -630,6 +666,16 @@ class ShapeGen:
                 items.append(f"{link}.* AS {link}_row")
                 tables.add(target)
                 kinds.append("link.*")
+        if table in ("user", "thread") and r.random() < 0.15:
+            # graph paths over the likes edges (user -> likes -> thread)
+            tables.add("likes")
+            kinds.append("graph")
+            if table == "user":
+                items.append(r.choice(["->likes->thread AS liked",
+                                       "->likes->thread.title AS liked_titles"]))
+            else:
+                items.append(r.choice(["<-likes<-user AS fans",
+                                       "array::len(<-likes) AS nlikes"]))
         if r.random() < 0.2:
             kinds.append("expr")
             exprs = []
@@ -662,7 +708,9 @@ class ShapeGen:
                 kinds.append("where-link")
             if "(" in c.split(" ")[0] or " * " in c or "[0]" in c:
                 kinds.append("where-expr")
-            if " IN " in c or "CONTAINSANY" in c:
+            if "(SELECT VALUE" in c:
+                kinds.append("semi-join")
+            elif " IN " in c or "CONTAINSANY" in c:
                 kinds.append("list")
         omit = ""
         if star and r.random() < 0.15:
@@ -689,6 +737,39 @@ class ShapeGen:
         text += fetch
         return Shape(name, " ".join(dict.fromkeys(kinds)) or "filter", text, p.build(),
                      frozenset(tables), weight=r.choice([0.5, 1, 1, 2, 4]))
+
+
+    def grouped(self, name: str, table: str, tables: set[str], p: _P) -> Shape:
+        """GROUP BY a categorical field (or GROUP ALL) with count and math aggregates."""
+        r = self.r
+        kinds = SCHEMA[table]
+        cats = [f for f, k in kinds.items() if k.startswith("cat:")]
+        nums = [f for f, k in kinds.items() if k.startswith("num:") or k == "float"]
+        aggs = ["count() AS n"]
+        for f in r.sample(nums, min(len(nums), r.randint(1, 2))):
+            fn = r.choice(["sum", "mean", "min", "max"])
+            aggs.append(f"math::{fn}({f}) AS {fn}_{f}")
+        conds = [self.atom(table, p, tables, 1) for _ in range(r.choice([0, 1, 1, 2]))]
+        where = " WHERE " + " AND ".join(conds) if conds else ""
+        if cats and r.random() < 0.6:
+            key = r.choice(cats)
+            text = f"SELECT {key}, {', '.join(aggs)} FROM {table}{where} GROUP BY {key}"
+            kind = "group-by"
+        else:
+            text = f"SELECT {', '.join(aggs)} FROM {table}{where} GROUP ALL"
+            kind = "group-all"
+        return Shape(name, kind, text, p.build(), frozenset(tables),
+                     weight=r.choice([0.5, 1, 2]))
+
+    def split(self, name: str, table: str, tables: set[str], p: _P) -> Shape:
+        """SPLIT tags: one output row per tag (no window over split rows)."""
+        r = self.r
+        cols = [c for c in self.columns(table, 2) if c != "tags"]
+        conds = [self.atom(table, p, tables, 1) for _ in range(r.choice([1, 1, 2]))]
+        text = (f"SELECT {', '.join(['id', 'tags', *cols])} FROM {table} WHERE "
+                f"{' AND '.join(conds)} SPLIT tags")
+        return Shape(name, "split", text, p.build(), frozenset(tables),
+                     weight=r.choice([0.5, 1, 2]))
 
 
 def random_shapes(seed: int, n: int) -> list[Shape]:
@@ -762,9 +843,9 @@ def shop_shapes() -> list[Shape]:
 
 def write_weights(shapes: list[Shape]) -> dict[str, int]:
     """Writes go to the tables the mix reads; child tables (comments, orders) most."""
-    base = {"user": 1, "thread": 3, "comment": 4, "product": 3, "order": 4}
+    base = {"user": 1, "thread": 3, "comment": 4, "product": 3, "order": 4, "likes": 2}
     tables = set().union(*(s.tables for s in shapes))
-    return {t: base[t] for t in SCHEMA if t in tables}
+    return {t: base[t] for t in (*SCHEMA, "likes") if t in tables}
 
 
 # ------------------------------------------------------------------------------ running
@@ -796,6 +877,7 @@ class Run:
     rejected: str = ""
     rss: float = 0.0
     lat_us: list[float] = field(default_factory=list)
+    naive: Naive | None = None
 
     @property
     def us_write(self) -> float:
@@ -887,6 +969,84 @@ def run_engine(label: str, kind: str, base: dict[str, dict[int, dict[str, Any]]]
     return run
 
 
+@dataclass
+class Naive:
+    """The baseline: SurrealDB (embedded) re-running a shape's views after each write to a
+    table they read, on a sample of writes and views, extrapolated to every write."""
+
+    us_write: float = float("nan")  # CPU per write of the whole stream
+    ms_view: float = float("nan")  # CPU of re-running one view
+    sampled: int = 0
+    error: str = ""
+
+
+class NaiveJudge:
+    """One embedded SurrealDB database holding the seed's base rows (indexes on the link and
+    category fields a query plan can use), shared by the shapes of a seed."""
+
+    INDEXES = (("thread", "author"), ("thread", "category"), ("comment", "thread"),
+               ("comment", "author"), ("product", "category"), ("product", "seller"),
+               ("product", "brand"), ("order", "user"), ("order", "product"))
+
+    def __init__(self, base: dict[str, dict[int, dict[str, Any]]]) -> None:
+        from tests.engine.judge import Judge
+
+        self.judge = Judge(tables=list(base))
+        for table, field_ in self.INDEXES:
+            self.judge.run(f"DEFINE INDEX {table}_{field_} ON {table} FIELDS {field_}")
+        for table, rows in base.items():
+            vals = list(rows.values())
+            for i in range(0, len(vals), 1000):  # one INSERT of >1,000 rows degrades on mem://
+                verb = "INSERT RELATION INTO" if table == "likes" else "INSERT INTO"
+                self.judge.run(f"{verb} {table} $rows", {"rows": vals[i:i + 1000]})
+
+    def close(self) -> None:
+        self.judge.close()
+
+
+def run_naive(nj: NaiveJudge, shape: Shape, views: list[tuple[str, View]],
+              events: list[Event], n_writes: int, n_views: int, seed: int) -> Naive:
+    """Per sampled write to a table the shape reads: apply it, re-run ``n_views`` of the
+    shape's views (each reads the written table, so each would be re-run), take their mean
+    CPU times the number of views; writes to other tables cost nothing."""
+    from engine.values import parse_record_id
+
+    r = random.Random(seed)
+    hits = [e for e in events if e[0] in shape.tables]
+    out = Naive()
+    if not hits or not views:
+        out.us_write = 0.0
+        return out
+    sample = sorted(r.sample(range(len(hits)), min(n_writes, len(hits))))
+    per_write: list[float] = []
+    per_view: list[float] = []
+    pt = time.process_time
+    for i in sample:
+        table, op, rid, rec = hits[i]
+        try:
+            nj.judge.write(table, op, parse_record_id(rid), rec)
+        except Exception as exc:  # noqa: BLE001 - a write SurrealDB refuses is skipped
+            out.error = f"write: {str(exc)[:80]}"
+            continue
+        spent = []
+        for _, (surql, params) in r.sample(views, min(n_views, len(views))):
+            c = pt()
+            try:
+                nj.judge.query(surql, params)
+            except Exception as exc:  # noqa: BLE001 - reported in the table
+                out.error = f"query: {str(exc)[:80]}"
+                return out
+            spent.append(pt() - c)
+        mean = sum(spent) / len(spent)
+        per_view += spent
+        per_write.append(mean * len(views))
+    if per_write:
+        out.sampled = len(per_write)
+        out.us_write = 1e6 * statistics.mean(per_write) * len(hits) / len(events)
+        out.ms_view = 1e3 * statistics.mean(per_view)
+    return out
+
+
 def pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
@@ -913,9 +1073,9 @@ def print_row(cols: list[str], widths: list[int]) -> None:
                                                                                   widths))))
 
 
-WIDTHS = [10, 5, 5, 22, 9, 11, 9, 9, 9, 8]
+WIDTHS = [10, 5, 5, 22, 9, 11, 9, 9, 9, 8, 11, 10]
 HEAD = ["shape", "views", "mats", "reg cpu ms p50/p99/max", "ch/write", "writes/s cpu",
-        "us/write", "us/change", "budget us", "x budget"]
+        "us/write", "us/change", "budget us", "x budget", "naive us/w", "naive/this"]
 
 
 def run_row(run: Run) -> list[str]:
@@ -923,13 +1083,21 @@ def run_row(run: Run) -> list[str]:
         return [run.label, str(run.views), "-", "rejected: " + run.rejected[:60]]
     reg = (f"{pct(run.reg_ms, 0.5):.2f}/{pct(run.reg_ms, 0.99):.1f}/"
            f"{max(run.reg_ms, default=0):.1f}")
-    return [run.label, str(run.views), str(run.mats), reg, f"{run.per_write:.1f}",
+    cols = [run.label, str(run.views), str(run.mats), reg, f"{run.per_write:.1f}",
             f"{run.writes / run.cpu if run.cpu else 0:,.0f}", f"{run.us_write:.1f}",
             f"{run.us_change:.2f}", f"{run.budget:.0f}", f"{run.x_budget:.2f}"]
+    nv = run.naive
+    if nv is not None:
+        if nv.error and not nv.sampled:
+            cols += ["-", nv.error[:40]]
+        else:
+            ratio = nv.us_write / run.us_write if run.us_write else float("nan")
+            cols += [f"{nv.us_write:,.0f}", f"{ratio:,.0f}x"]
+    return cols
 
 
 def run_seed(mix: str, seed: int, s: Sizes, only: set[str] | None, shapes_too: bool,
-             mix_too: bool, n_shapes: int) -> dict[str, Any]:
+             mix_too: bool, n_shapes: int, naive: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     if mix == "forum":
         shapes = forum_shapes()
     elif mix == "shop":
@@ -948,15 +1116,27 @@ def run_seed(mix: str, seed: int, s: Sizes, only: set[str] | None, shapes_too: b
         print(f"  {sh.name} [{sh.kind}] {sh.surql}")
     out: dict[str, Any] = {"seed": seed, "runs": []}
     if shapes_too:
+        nj = None
+        if naive[0]:
+            t = time.perf_counter()
+            nj = NaiveJudge(base)
+            print("\n  naive baseline: SurrealDB embedded (in this process), "
+                  f"base rows loaded in {time.perf_counter() - t:.0f} s; per shape "
+                  f"{naive[0]} writes x {naive[1]} views sampled")
         print()
-        print_row(HEAD, WIDTHS)
+        print_row(HEAD, WIDTHS if nj else WIDTHS[:10])
         for sh in shapes:
             if only and sh.name not in only:
                 continue
             run = run_engine(sh.name, sh.kind, base, assigned[sh.name], events)
+            if nj is not None and not run.rejected:
+                run.naive = run_naive(nj, sh, assigned[sh.name], events, naive[0], naive[1],
+                                      seed)
             out["runs"].append(run)
             print_row(run_row(run), WIDTHS)
             sys.stdout.flush()
+        if nj is not None:
+            nj.close()
     if mix_too:
         views = [v for sh in shapes if not only or sh.name in only for v in assigned[sh.name]]
         one = run_engine("mix", "all shapes", base, views, events)
@@ -1001,6 +1181,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writes", type=int, default=0)
     ap.add_argument("--no-shapes", action="store_true", help="only the whole mix")
     ap.add_argument("--no-mix", action="store_true", help="only the shapes one by one")
+    ap.add_argument("--naive", type=int, default=0, metavar="N",
+                    help="the baseline: SurrealDB re-running each shape's views after N "
+                         "sampled writes (0: none)")
+    ap.add_argument("--naive-views", type=int, default=3, metavar="K",
+                    help="views of the shape re-run per sampled write (their mean counts "
+                         "for every view)")
     args = ap.parse_args(argv)
     s = QUICK if args.quick else FULL
     if args.views:
@@ -1021,7 +1207,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'compiled' if native.compiled() else 'pure Python'}, load average {load_avg}")
     only = set(args.only.split(",")) if args.only else None
     results = [run_seed(args.mix, int(x), s, only, not args.no_shapes, not args.no_mix,
-                        args.shapes) for x in args.seeds.split(",")]
+                        args.shapes, (args.naive, args.naive_views))
+               for x in args.seeds.split(",")]
     print("\n=== summary")
     print("seed  worst shape               x budget  us/write  ch/write  mix writes/s  "
           "mix ch/write  mix us/change  batch x  reg p99 ms  RSS MiB")

@@ -97,7 +97,7 @@ def test_probe_shard_batches_prints_every_size() -> None:
 
 def test_bench_mixes_quick_prints_every_shape_and_the_worst() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "bench_mixes.py"), "--quick",
-                           "--seeds", "5"],
+                           "--seeds", "5", "--naive", "1", "--naive-views", "1"],
                           check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -106,7 +106,10 @@ def test_bench_mixes_quick_prints_every_shape_and_the_worst() -> None:
     rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in shapes
             and not line.startswith(" ")]
     assert len(rows) == 12, out
-    for name in ("mix ", "mix b", "worst shape (x budget)", "=== summary"):
+    # every shape registered, ran, and has the baseline's ratio (SurrealDB re-running it)
+    assert all(r.split()[-1].endswith("x") and not r.split()[3].startswith("rejected")
+               for r in rows), out
+    for name in ("mix ", "mix b", "worst shape (x budget)", "=== summary", "naive/this"):
         assert name in out, f"missing {name!r}:\n{out}"
     for preset in ("forum", "shop"):
         proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "bench_mixes.py"),
