@@ -27,8 +27,10 @@ Public API (stable; used by the SSP shards, the tests and the benchmarks)::
 - Values are SurrealDB-typed (``RecordID``, tz-aware ``datetime``, ``Decimal``, ``Duration``,
   ``UUID``...); an absent key is NONE, ``None`` is NULL.
 - Membership: every dict with a record-id ``id`` anywhere in the view's result tree (top-level
-  rows, subquery rows, ``link.*`` and FETCHed records). ``added``/``removed`` are the records
-  that entered/left; ``updated`` the members whose content in the result changed.
+  rows, subquery rows, ``link.*`` and FETCHed records), and the records a row without an id
+  stands for: a ``SELECT VALUE`` row's source row, the rows a GROUP BY row aggregates
+  (engine/README, "Members"). ``added``/``removed`` are the records that entered/left;
+  ``updated`` the members whose content in the result changed.
 - Supported language: see ``engine/README.md``; anything else raises :class:`QueryRejected`.
 - Rows are stored as canonical bytes in numpy memmap arenas (``eng.row_store``): file-backed
   in ``arena_dir`` (written at the end of every ingest/load call, readable by another process

@@ -20,35 +20,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sortedcontainers import SortedList
-from surrealdb import RecordID
-
-from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, position, xkey
+from engine.aggregate import AggSpec, AggState
+from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, exact_key, position, xkey
 from engine.parser import Query
-from engine.plan import Plan, expr_fields
+from engine.plan import expr_fields, grouped_plan
 from engine.proj import NOLINKS, Proj
-from engine.shape import order_source
-from engine.values import NONE, Duration
+from engine.shape import order_key
+from engine.values import NONE
 
 _START = object()  # marker: the row did not change in this flush
-
-
-def exact_key(v: Any) -> Any:
-    """A hashable key that distinguishes every value (types included): identical params."""
-    t = type(v)
-    if t is list or t is tuple:
-        return ("a", tuple(exact_key(x) for x in v))
-    if t is dict:
-        return ("o", tuple(sorted((k, exact_key(x)) for k, x in v.items())))
-    if t is RecordID:
-        return ("r", v.table_name, exact_key(v.id))
-    if t is Duration:
-        return ("d", v.elapsed)
-    try:
-        hash(v)
-    except TypeError:
-        return ("x", t.__name__, repr(v))
-    return (t.__name__, v)
 
 
 # the kinds of value `CONTAINS` can be true of (engine.value_ops.contains); of any other
@@ -59,8 +39,9 @@ _CONTAINERS = frozenset({list, tuple, str, dict, uuid.UUID})
 class Mat:
     """An implicit materialisation: slot values, the views sharing them, nothing per row."""
 
-    __slots__ = ("S", "__weakref__", "bkey", "circuit", "hi_pos", "key", "lo_pos", "mcache",
-                 "pred", "proj", "views", "vt")
+    __slots__ = ("S", "__weakref__", "agg", "bkey", "circuit", "cnt", "hi_pos", "key",
+                 "lo_pos",
+                 "mcache", "pred", "proj", "views", "vt")
     proj: Proj  # set by Circuit.add
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
@@ -74,8 +55,13 @@ class Mat:
         self.vt: dict[str, None] = {}
         self.mcache: tuple[int, frozenset[str]] | None = None  # (engine flush count, members)
         self.bkey: Any = ()
+        # per nested member, the shown rows whose tree holds it (engine.delta.counted_delta);
+        # None until the view needs them
+        self.cnt: dict[str, int] | None = None
         self.lo_pos: Any = None
         self.hi_pos: Any = None
+        # the groups of a grouped shape (engine.aggregate), filled by the engine's _build
+        self.agg: AggState | None = None
 
     def holds(self, row: dict[str, Any] | None) -> bool:
         """Whether the view shows ``row`` (None: an absent row)."""
@@ -93,19 +79,42 @@ class Mat:
         return self.holds(row)
 
 
-class WMat(Mat):
-    """An explicit materialisation: qualifying entries, the window, the visible rows."""
+class Order:
+    """The qualifying rows of the explicit materialisations of one shape whose slot values
+    differ only in LIMIT/START (pages of one filter share it): their sort entries by row,
+    the first of them in order (``head``, see engine.window), and the linked records each
+    row's predicate read."""
 
-    __slots__ = ("entries", "hi", "lo", "ordered", "qdeps", "vis0", "visible")
+    __slots__ = ("S", "built", "built_head", "circuit", "entries", "full", "head", "key",
+                 "mats", "need", "qdeps")
+
+    def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
+        self.circuit = circuit
+        self.S = S  # a representative: the filter's slots are every materialisation's
+        self.key = key
+        self.entries: dict[str, Any] = {}
+        # the smallest entries in order: all of them (`full`), or at least one more than
+        # the windows reach (`need`), every other entry following the last
+        self.head: list[Any] = []
+        self.full = True
+        self.need: int | None = 0  # the end of the furthest window (None: no end)
+        self.qdeps: dict[str, set[str]] = {}
+        self.mats: list[WMat] = []
+        self.built = False
+        self.built_head = False
+
+
+class WMat(Mat):
+    """An explicit materialisation: its window over the shared qualifying set (`Order`),
+    the visible rows."""
+
+    __slots__ = ("hi", "lo", "order", "vis0", "visible")
+    order: Order  # set by Circuit.new_mat
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         super().__init__(circuit, S, key)
-        plan = circuit.plan
-        self.entries: dict[str, Any] = {}
-        self.ordered: SortedList | None = SortedList() if plan.ordered else None
-        self.lo, self.hi = plan.window(S)
+        self.lo, self.hi = circuit.plan.window(S)
         self.visible: set[str] = set()
-        self.qdeps: dict[str, set[str]] = {}
         # rows whose visibility changed in this flush -> visible when it began
         self.vis0: dict[str, bool] = {}
 
@@ -124,7 +133,9 @@ class Circuit:
 
     def __init__(self, shape: Query, store: Any, deps: Any) -> None:
         self.shape = shape
-        self.plan = Plan(shape)
+        # a grouped shape runs its row-level query; its materialisations keep the groups
+        self.plan = grouped_plan(shape)
+        self.agg: AggSpec | None = self.plan.agg
         self.table = self.plan.table
         self.store = store
         self.deps = deps
@@ -135,8 +146,17 @@ class Circuit:
         self.eq_slots: tuple[int, ...] = tuple(i for _, i in eqs)
         # `field CONTAINS $slot`: bucketed by the slot value like an equality, looked up
         # once per distinct element of an array row value (any other value: every bucket)
+        # a membership conjunct (see `analyse`): `field CONTAINS $slot` buckets a
+        # materialisation by the slot value and a row is looked up once per distinct element
+        # of its array; `field IN $list` buckets it under each element of its list (a row is
+        # looked up by its value); `field CONTAINSANY $list` both; `field CONTAINSALL $list`
+        # under its list's first element (the predicate then decides)
         self.mfield = member[0] if member is not None else None
         self.mslot = member[1] if member is not None else None
+        self.mkind: str | None = member[2] if member is not None else None
+        # materialisations whose membership constant cannot be bucketed (not a list): every
+        # lookup returns them, the predicate decides
+        self.loose: list[Mat] = []
         self.keyed = bool(eqs) or member is not None
         self.rfield = rfield
         self.lo = lo
@@ -145,6 +165,13 @@ class Circuit:
         # the index answers the predicate exactly: no evaluation per materialisation
         self.exact = exact and not self.plan.qlinks
         self.buckets: dict[Any, Any] = {}
+        # explicit shapes: the qualifying sets shared by materialisations differing only in
+        # their window (`Order`), by their slot values without LIMIT/START
+        self.orders: dict[Any, Order] = {}
+        # materialisations holding member counts (engine.delta.counted_delta)
+        self.counted = 0
+        self.wslots = frozenset(i for i in (self.plan.limit_slot, self.plan.start_slot)
+                                if i is not None)
         # Top-level fields the whole view reads (None: all, e.g. SELECT *); an UPDATE that
         # changes none of them cannot change the view.
         self.fields: frozenset[str] | None = read_fields(shape)
@@ -165,7 +192,19 @@ class Circuit:
     # -- materialisations -----------------------------------------------------------------
     def new_mat(self, S: tuple[Any, ...], key: Any) -> Mat:
         """Create, index and attach (to its projection group) a materialisation."""
-        mat: Mat = WMat(self, S, key) if self.explicit else Mat(self, S, key)
+        mat: Mat
+        if self.explicit:
+            wmat = WMat(self, S, key)
+            # pages of one filter (slot values equal but for LIMIT/START) share one order
+            fkey = exact_key(tuple(None if i in self.wslots else v for i, v in enumerate(S)))
+            order = self.orders.get(fkey)
+            if order is None:
+                order = self.orders[fkey] = Order(self, S, fkey)
+            order.mats.append(wmat)
+            wmat.order = order
+            mat = wmat
+        else:
+            mat = Mat(self, S, key)
         pkey = tuple(exact_key(S[i]) for i in self.pslots)
         proj = self.projs.get(pkey)
         if proj is None:
@@ -179,27 +218,54 @@ class Circuit:
                 mat.lo_pos = bound(self.lo[1], S[self.lo[0]])[1]
             if self.hi is not None:
                 mat.hi_pos = bound(self.hi[1], S[self.hi[0]])[1]
-            b = self.buckets.get(mat.bkey)
+        if mat.bkey is None:
+            self.loose.append(mat)
+        elif self.mkind is None or self.mkind == "contains":
+            self._bucket(mat.bkey, mat)
+        else:
+            for k in mat.bkey:
+                self._bucket(k, mat)
+        return mat
+
+    def _bucket(self, key: Any, mat: Mat) -> None:
+        if self.rfield is not None:
+            b = self.buckets.get(key)
             if b is None:
-                b = self.buckets[mat.bkey] = RangeIndex()
+                b = self.buckets[key] = RangeIndex()
             b.add(mat, mat.lo_pos, mat.hi_pos)
         else:
-            self.buckets.setdefault(mat.bkey, []).append(mat)
-        return mat
+            self.buckets.setdefault(key, []).append(mat)
+
+    def _unbucket(self, key: Any, mat: Mat) -> None:
+        b = self.buckets.get(key)
+        if b is None:
+            return
+        if self.rfield is not None:
+            b.remove(mat, mat.lo_pos, mat.hi_pos)
+            if not b.all():
+                del self.buckets[key]
+        else:
+            b.remove(mat)
+            if not b:
+                del self.buckets[key]
 
     def drop_mat(self, mat: Mat) -> None:
         """Unindex a materialisation (its projection group keeps its rows; see the engine)."""
         self.mats.pop(mat.key, None)
-        b = self.buckets.get(mat.bkey)
-        if b is not None:
-            if self.rfield is not None:
-                b.remove(mat, mat.lo_pos, mat.hi_pos)
-                if not b.all():
-                    del self.buckets[mat.bkey]
-            else:
-                b.remove(mat)
-                if not b:
-                    del self.buckets[mat.bkey]
+        if mat.cnt is not None:
+            self.counted -= 1
+        if isinstance(mat, WMat):
+            order = mat.order
+            order.mats = [m for m in order.mats if m is not mat]
+            if not order.mats:
+                self.orders.pop(order.key, None)
+        if mat.bkey is None:
+            self.loose = [m for m in self.loose if m is not mat]
+        elif self.mkind is None or self.mkind == "contains":
+            self._unbucket(mat.bkey, mat)
+        else:
+            for k in mat.bkey:
+                self._unbucket(k, mat)
         proj = mat.proj
         proj.nmats -= 1
         if proj.nmats == 0:
@@ -207,10 +273,24 @@ class Circuit:
             del self.projs[proj.key]
 
     def _bkey_of_slots(self, S: tuple[Any, ...]) -> Any:
+        """A materialisation's bucket key; with an `IN`/`CONTAINSANY`/`CONTAINSALL` list, the
+        list of its bucket keys (None: its constant is not a list, see `loose`)."""
         key = self._join([xkey(S[i]) for i in self.eq_slots])
-        if self.mslot is not None:
-            key = (key, xkey(S[self.mslot]))
-        return key
+        kind = self.mkind
+        if kind is None:
+            return key
+        assert self.mslot is not None
+        v = S[self.mslot]
+        if kind == "contains":
+            return (key, xkey(v))
+        if type(v) is not list:
+            return None
+        elems = list(dict.fromkeys([xkey(x) for x in v]))
+        if kind == "containsall":
+            # every row holding all of them holds the first: the predicate decides the rest
+            # (an empty list holds for any array: not bucketed)
+            return [(key, elems[0])] if elems else None
+        return [(key, x) for x in elems]
 
     @staticmethod
     def _join(parts: list[Any]) -> Any:
@@ -234,7 +314,10 @@ class Circuit:
         """(candidates, whether they are exactly the materialisations whose predicate
         holds)."""
         if self.mfield is not None:
-            return self._member_lookup(row)
+            c, exact = self._member_lookup(row)
+            if self.loose:
+                return c + self.loose, False
+            return c, exact
         b = self.buckets.get(self.bkey(row) if self.eq_fields else ())
         if b is None:
             return [], self.exact
@@ -245,6 +328,15 @@ class Circuit:
     def _member_lookup(self, row: dict[str, Any]) -> tuple[list[Mat], bool]:
         v: Any = row.get(self.mfield, NONE)  # type: ignore[arg-type]
         tv = type(v)
+        kind = self.mkind
+        if kind == "inside":
+            # `field IN $list`: the row's value is one key (whatever its kind)
+            b = self.buckets.get((self.bkey(row), xkey(v)))
+            if b is None:
+                return [], self.exact
+            if self.rfield is not None:
+                return b.stab(position(row.get(self.rfield, NONE))), self.exact
+            return b, self.exact
         if tv is not list:
             if tv not in _CONTAINERS:
                 # NONE, NULL, numbers, links...: `v CONTAINS x` is false for every x
@@ -260,7 +352,10 @@ class Circuit:
             b = buckets.get((prefix, k))
             if b is not None:
                 out += b if rfield is None else b.stab(p)
-        return out, self.exact
+        if kind != "contains" and len(out) > 1:
+            # a materialisation is in the bucket of each of its list's elements
+            out = list(dict.fromkeys(out))
+        return out, self.exact and kind != "containsall"
 
     def matching(self, row: dict[str, Any] | None) -> list[Mat]:
         """Implicit circuits: the materialisations showing ``row``."""
@@ -278,7 +373,7 @@ class Circuit:
         that went from ``r0`` to ``r1`` (None: absent)."""
         if r0 is None or r1 is None:
             return [], self.matching(r0), self.matching(r1)
-        if self.mfield is not None:
+        if self.mfield is not None or self.loose:
             before = self.matching(r0)
             after = self.matching(r1)
             sa = set(before)
@@ -349,27 +444,41 @@ def conjuncts(e: Any) -> list[Any]:
     return [e]
 
 
-def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int] | None, str | None,
-                                 Any, Any, bool]:
+# membership conjuncts the index buckets: (op, left kind, right kind) -> kind of bucketing
+_MEMBER_OPS = {
+    ("contains", "field", "slot"): "contains",  # field CONTAINS $v
+    ("inside", "slot", "field"): "contains",  # $v IN field
+    ("inside", "field", "slot"): "inside",  # field IN $list
+    ("contains", "slot", "field"): "inside",  # $list CONTAINS field
+    ("containsany", "field", "slot"): "containsany",  # field CONTAINSANY $list
+    ("containsall", "field", "slot"): "containsall",  # field CONTAINSALL $list
+}
+
+
+def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int, str] | None,
+                                 str | None, Any, Any, bool]:
     """Index plan of a WHERE clause: equality conjuncts ``field = $slot`` (one per field), a
-    membership conjunct ``field CONTAINS $slot`` (``$slot IN field``), the range field with its
-    first lower and upper bound ``(slot, op)``, and whether these cover every conjunct (then
-    the index is the filter, for a membership conjunct when the row holds an array)."""
+    membership conjunct (``field CONTAINS $slot`` or ``$slot IN field``; ``field IN $list``;
+    ``field CONTAINSANY $list``; ``field CONTAINSALL $list``) as ``(field, slot, kind)``,
+    the range field with its first lower and upper bound ``(slot, op)``, and whether these
+    cover every conjunct (then the index is the filter, for CONTAINS and CONTAINSANY when
+    the row holds an array; CONTAINSALL always leaves the rest to the predicate)."""
     parts = conjuncts(where)
     eqs: list[tuple[str, int]] = []
     ranges: list[tuple[str, str, int]] = []
-    member: tuple[str, int] | None = None
+    member: tuple[str, int, str] | None = None
     used = 0
     for c in parts:
         if c[0] != "cmp":
             continue
         op, a, b = c[1], c[2], c[3]
-        if member is None and (op, a[0], b[0]) in (("contains", "field", "slot"),
-                                                    ("inside", "slot", "field")):
-            f, slot = (a, b) if op == "contains" else (b, a)
+        kind = _MEMBER_OPS.get((op, a[0], b[0])) if member is None else None
+        if kind is not None:
+            f, slot = (a, b) if a[0] == "field" else (b, a)
             if len(f[1]) == 1:
-                member = (f[1][0], slot[1])
-                used += 1
+                member = (f[1][0], slot[1], kind)
+                if kind != "containsall":
+                    used += 1
                 continue
         pair = None
         if a[0] == "field" and len(a[1]) == 1 and b[0] == "slot":
@@ -399,6 +508,9 @@ def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int] | None, 
 
 
 def _slots(e: Any, acc: set[int]) -> None:
+    if isinstance(e, Query):  # `x IN (SELECT VALUE ...)`: the set depends on its slots
+        _query_slots(e, acc)
+        return
     if type(e) is not tuple or not e:
         return
     if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
@@ -415,14 +527,17 @@ def _query_slots(q: Query, acc: set[int]) -> None:
     for it in q.items:
         if it.sub is not None:
             _query_slots(it.sub, acc)
+        _slots(it.expr, acc)
 
 
 def projection_slots(q: Query) -> tuple[int, ...]:
-    """Slots the projection reads (those of its subqueries): the projection group key."""
+    """Slots the projection reads (its subqueries' and expressions'): the projection group
+    key."""
     acc: set[int] = set()
     for it in q.items:
         if it.sub is not None:
             _query_slots(it.sub, acc)
+        _slots(it.expr, acc)
     return tuple(sorted(acc))
 
 
@@ -434,6 +549,9 @@ def read_fields(q: Query) -> frozenset[str] | None:
             return None
         if it.kind in ("field", "linkall"):
             acc.add(it.path[0])
+        elif it.kind == "expr":
+            if not expr_fields(it.expr, acc, False):
+                return None
         elif it.kind == "sub":
             sub = it.sub
             assert sub is not None
@@ -443,9 +561,11 @@ def read_fields(q: Query) -> frozenset[str] | None:
         return None
     for path, _desc in q.order:
         acc.add(path[0])
-        src = order_source(q, path)
-        acc.add(src[0])
+        if not expr_fields(order_key(q, path), acc, False):
+            return None
     for path in q.fetch:
+        acc.add(path[0])
+    for path in q.split:
         acc.add(path[0])
     return frozenset(acc)
 

@@ -21,7 +21,9 @@ Each value is kept as a tag and a 64-bit number:
 - ``OTHER`` (0): any other value (NONE, NULL, strings, floats, bools...);
 - ``UNSURE`` (-1): a link whose key is neither an int nor a string. Its equality key may
   meet an int key (``thread:1.0`` and ``thread:1`` are one record to SurrealDB), so a column
-  holding one cannot decide a join on its own.
+  holding one cannot decide a join on its own;
+- ``CONTAINER`` (-2): an object or an array, which may hold members of its own (a lazy
+  row's children show plain values only, :mod:`engine.lazy`).
 
 Freed slots hold ``OTHER`` in every column.
 """
@@ -39,6 +41,7 @@ from engine.values import NONE
 OTHER = 0
 INT = 1
 UNSURE = -1
+CONTAINER = -2
 _EXACT = 2**53
 
 _TABLES: dict[str, int] = {}
@@ -100,6 +103,8 @@ class Columns:
     def encode(self, v: Any) -> tuple[int, int]:
         """(tag, number) of one value."""
         t = type(v)
+        if t is dict or t is list or t is tuple:
+            return CONTAINER, 0
         if t is int:
             return (INT, v) if -_EXACT < v < _EXACT else (OTHER, 0)
         if t is RecordID:
@@ -169,7 +174,7 @@ class Columns:
               ) -> bool:
         """Encode field ``f`` of the rows ``src`` at once when all its values are of one
         common kind (exact ints; links of one table with exact int keys, or all with string
-        keys); False to encode value by value. One pass reads each row once (a read is a
+        keys; strings); False to encode value by value. One pass reads each row once (a read is a
         cache miss per row: reading the values first and checking them after costs more)."""
         if not src:
             return True
@@ -183,6 +188,12 @@ class Columns:
                     return False
                 keys.append(v)
             tag = INT
+        elif k0 is str:
+            # text (a comment's body): OTHER everywhere, as the arrays start
+            for r in src:
+                if type(r.get(f, NONE)) is not str:
+                    return False
+            return True
         elif k0 is RecordID:
             name = v0.table_name
             kind = type(v0.id)

@@ -13,9 +13,11 @@ from typing import Any, Protocol
 
 from surrealdb import RecordID
 
+from engine import functions as F
 from engine import values as V
 from engine.errors import QueryRejected
 from engine.parser import Expr
+from engine.store import ikey
 from engine.values import NONE
 
 
@@ -51,6 +53,78 @@ def walk(v: Any, path: tuple[str, ...], cx: Resolver) -> Any:
     return v
 
 
+def deref(v: Any, cx: Any) -> Any:
+    """``v.*``: a record id becomes its row (NONE when missing), arrays map over their
+    elements, objects stay, anything else is NONE."""
+    t = type(v)
+    if t is RecordID:
+        row = cx.fetch(v)
+        return NONE if row is None else row
+    if t is list or t is tuple:
+        return [deref_element(x, cx) for x in v]
+    if t is dict:
+        return v
+    return NONE
+
+
+def deref_element(v: Any, cx: Any) -> Any:
+    if type(v) is RecordID:
+        row = cx.fetch(v)
+        return NONE if row is None else row
+    return v
+
+
+def traverse(row: dict[str, Any], hops: tuple[tuple[str, str, str | None], ...],
+             cx: Any) -> list[Any]:
+    """``->edge->table`` from ``row``: at each hop, the edges whose ``in`` (``->``) or
+    ``out`` (``<-``) is one of the current records, in edge id order (SurrealDB's graph
+    index order), then their other end when it is in the target table. An edge is a row of
+    the edge table with record links ``in`` and ``out``. Reads are recorded in ``cx`` as
+    subquery scans ``(edge table, in|out, key)`` and as tokens (engine.core requalifies
+    the rows of views whose condition traversed a changed edge)."""
+    start = row.get("id", NONE)
+    if type(start) is not RecordID:
+        return []
+    current: list[Any] = [start]
+    store = cx.store
+    for arrow, edge, target in hops:
+        near, far = ("in", "out") if arrow == "->" else ("out", "in")
+        t = store.table(edge)
+        index = t.index(near)
+        rows = t.rows
+        found: list[Any] = []
+        for r in current:
+            key = ikey(r)
+            cx.subs.append((edge, near, key))
+            cx.reads.add(graph_token(edge, near, key))
+            edges = []
+            for eid in index.get(key, ()):
+                e = rows[eid]
+                other = e.get(near)
+                if type(other) is RecordID and V.equals(other, r) and \
+                        type(e.get(far)) is RecordID:
+                    edges.append((V.sort_key(e["id"]), e))
+            edges.sort(key=_first)
+            for _k, e in edges:
+                if target is None:
+                    found.append(e["id"])
+                else:
+                    o = e[far]
+                    if target == "?" or o.table_name == target:
+                        found.append(o)
+        current = found
+    return current
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def graph_token(edge: str, field: str, key: Any) -> str:
+    """What a view's condition depends on when it traversed ``edge`` by ``field = key``."""
+    return f"\0graph:{edge}:{field}:{key!r}"
+
+
 _CMP_FUNCS: dict[str, Callable[[Any, Any], bool]] = {
     "=": V.equals,
     "!=": V.not_equals,
@@ -67,14 +141,38 @@ _CMP_FUNCS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+# nodes whose evaluation can raise EvalError (SurrealDB answers an error there)
+_RAISING = frozenset({"arith", "neg", "call"})
+
+
+def can_raise(e: Any) -> bool:
+    """Whether evaluating ``e`` may raise :class:`engine.functions.EvalError`."""
+    if type(e) is not tuple or not e:
+        return False
+    if e[0] in _RAISING:
+        return True
+    return any(can_raise(x) for x in e[1:] if type(x) is tuple)
+
+
 class _Gen:
-    def __init__(self) -> None:
+    def __init__(self, semis: list[Any] | None = None) -> None:
         self.consts: list[Any] = []
+        self.fns: list[Any] = []
         self.uses_links = False
+        self.temps = 0
+        self.semis = semis  # where the semi-joins of a condition go (engine.semijoin)
 
     def const(self, v: Any) -> str:
         self.consts.append(v)
         return f"K[{len(self.consts) - 1}]"
+
+    def fn(self, f: Any) -> str:
+        self.fns.append(f)
+        return f"FN[{len(self.fns) - 1}]"
+
+    def temp(self) -> str:
+        self.temps += 1
+        return f"_t{self.temps}"
 
     def value(self, e: Expr) -> str:
         k = e[0]
@@ -102,8 +200,46 @@ class _Gen:
             return "[" + ", ".join(self.value(x) for x in e[1]) + "]"
         if k == "object":
             return "{" + ", ".join(f"{key!r}: {self.value(x)}" for key, x in zip(e[1], e[2])) + "}"
-        if k in ("cmp", "and", "or", "not"):
+        if k == "aggval":
+            # an aggregate's value over a group (engine.aggregate passes them as `par`)
+            return f"par[{int(e[1])}]"
+        if k == "arith":
+            return f"AR({e[1]!r}, {self.value(e[2])}, {self.value(e[3])})"
+        if k == "neg":
+            return f"NEG({self.value(e[1])})"
+        if k == "call":
+            args = ", ".join(self.value(x) for x in e[2])
+            return f"{self.fn(F.FUNCTIONS[e[1]][0])}({args})"
+        if k == "index":
+            i = e[2]
+            iv = "..." if i[0] == "last" else self.value(i)
+            return f"IDX({self.value(e[1])}, {iv})"
+        if k == "get":
+            self.uses_links = True
+            return f"walk({self.value(e[1])}, {tuple(e[2])!r}, cx)"
+        if k == "deref":
+            self.uses_links = True
+            return f"DEREF({self.value(e[1])}, cx)"
+        if k == "graph":
+            self.uses_links = True  # reads the edge tables (engine.graph)
+            return f"GRAPH(row, {tuple(e[1])!r}, cx)"
+        if k == "nullish":
+            t = self.temp()
+            if e[1] == "??":
+                return f"({self.value(e[3])} if NN({t} := {self.value(e[2])}) else {t})"
+            return f"({t} if truthy({t} := {self.value(e[2])}) else {self.value(e[3])})"
+        if k in ("and", "or"):
+            # SurrealDB's AND/OR answer an operand, not a bool (`0 OR 'x'` is 'x')
+            t = self.temp()
+            first = self.value(e[1])
+            second = self.value(e[2])
+            if k == "and":
+                return f"({second} if truthy({t} := {first}) else {t})"
+            return f"({t} if truthy({t} := {first}) else {second})"
+        if k in ("cmp", "not"):
             return self.boolean(e)
+        if k == "subquery":
+            raise QueryRejected(_SUBQUERY_FORMS)
         raise QueryRejected(f"unsupported expression {k}")
 
     def boolean(self, e: Expr) -> str:
@@ -116,34 +252,92 @@ class _Gen:
             return f"(not {self.boolean(e[1])})"
         if k == "cmp":
             op = e[1]
+            if e[3][0] == "subquery" and op in ("inside", "notinside"):
+                return self.semi(e[3][1], e[2], op == "notinside")
+            if e[2][0] == "subquery" and op in ("contains", "containsnot"):
+                return self.semi(e[2][1], e[3], op == "containsnot")
             a = self.value(e[2])
             b = self.value(e[3])
             return f"{_fname(op)}({a}, {b})"
         return f"truthy({self.value(e)})"
+
+    def semi(self, q: Any, x: Expr, negate: bool) -> str:
+        """``x IN (SELECT VALUE ...)``: a lookup in the inner query's live set."""
+        from engine.semijoin import SemiSpec
+
+        if self.semis is None:
+            raise QueryRejected(_SUBQUERY_FORMS)
+        self.semis.append(SemiSpec(q))
+        self.uses_links = True  # the row's qualification reads the set (engine.semijoin)
+        test = f"SJ[{len(self.semis) - 1}].contains(S, {self.value(x)}, cx)"
+        return f"(not {test})" if negate else test
 
 
 def _fname(op: str) -> str:
     return "op_" + {"=": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}.get(op, op)
 
 
-def compile_predicate(e: Expr | None) -> tuple[Callable[..., bool], bool]:
-    """Compile a WHERE expression into ``f(row, S, par, cx)``; also say whether it reads links."""
-    if e is None:
-        return (lambda row, S, par, cx: True), False
-    g = _Gen()
-    body = g.boolean(e)
+_SUBQUERY_FORMS = ("a subquery in WHERE is supported as `x IN (SELECT VALUE f FROM t WHERE ...)` "
+                   "(also NOT IN, INSIDE, NOTINSIDE, and `(SELECT VALUE ...) CONTAINS x`)")
+
+
+def _env(g: _Gen) -> dict[str, Any]:
     env: dict[str, Any] = {
+        "SJ": g.semis,
         "NONE": NONE,
         "walk": walk,
         "truthy": V.truthy,
         "K": g.consts,
+        "FN": g.fns,
+        "AR": F.arith,
+        "NEG": F.negate,
+        "IDX": F.index,
+        "NN": F.is_none_or_null,
+        "GRAPH": traverse,
+        "DEREF": deref,
+        "EvalError": F.EvalError,
     }
     for op, f in _CMP_FUNCS.items():
         env[_fname(op)] = f
-    src = f"def _pred(row, S, par, cx):\n    return {body}\n"
+    return env
+
+
+def compile_predicate(e: Expr | None, semis: list[Any] | None = None,
+                      ) -> tuple[Callable[..., bool], bool]:
+    """Compile a WHERE expression into ``f(row, S, par, cx)``; also say whether it reads links
+    (or the live sets of semi-joins, appended to ``semis``: without it a subquery is refused).
+
+    A row whose condition raises (a function given the wrong type: SurrealDB fails the whole
+    query there) does not qualify: the predicate answers False for it."""
+    if e is None:
+        return (lambda row, S, par, cx: True), False
+    g = _Gen(semis)
+    body = g.boolean(e)
+    env = _env(g)
+    if can_raise(e):
+        src = (f"def _pred(row, S, par, cx):\n    try:\n        return {body}\n"
+               f"    except EvalError:\n        return False\n")
+    else:
+        src = f"def _pred(row, S, par, cx):\n    return {body}\n"
     # Generated from our own AST (field names go through repr), never from raw query text.
     exec(compile(src, "<view-predicate>", "exec"), env)  # noqa: S102
     return env["_pred"], g.uses_links
+
+
+def compile_expr(e: Expr) -> tuple[Callable[..., Any], bool]:
+    """Compile a value expression into ``f(row, S, par, cx)`` (a projection item, an ORDER BY
+    key); also say whether it reads links. Where SurrealDB would raise, the value is NONE."""
+    g = _Gen()
+    body = g.value(e)
+    env = _env(g)
+    if can_raise(e):
+        src = (f"def _value(row, S, par, cx):\n    try:\n        return {body}\n"
+               f"    except EvalError:\n        return NONE\n")
+    else:
+        src = f"def _value(row, S, par, cx):\n    return {body}\n"
+    # Generated from our own AST (field names go through repr), never from raw query text.
+    exec(compile(src, "<view-expression>", "exec"), env)  # noqa: S102
+    return env["_value"], g.uses_links
 
 
 def compile_value(path: tuple[str, ...]) -> Callable[[dict[str, Any], Resolver], Any]:

@@ -27,16 +27,28 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from engine import window
+from engine import gcpolicy, window
+from engine.aggregate import AggState
 from engine.arena import Arena, RowStore
-from engine.circuit import Circuit, Mat, WMat, exact_key
-from engine.delta import ViewDelta, general_delta, has_nested, merge_clean, same
-from engine.deps import Deps
+from engine.circuit import Circuit, Mat, Order, WMat, exact_key
+from engine.compile import graph_token
+from engine.delta import (
+    MANY,
+    ViewDelta,
+    apply_counts,
+    counted_delta,
+    has_nested,
+    merge_clean,
+    owner_delta,
+    same,
+)
+from engine.deps import Deps, table_prefix
 from engine.errors import QueryRejected
 from engine.lazy import bulk, child_parent, deep, warm
 from engine.parser import parse_cached
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
+from engine.semijoin import InnerSet
 from engine.shape import normalise
 from engine.store import Store, TableStore, ikey, rid_text
 from engine.values import NONE, parse_record_id, record_id_text
@@ -86,18 +98,39 @@ class ViewEngine:
         self._vcache: dict[tuple[Mat, ...], dict[str, None]] = {}
         # table -> projection groups with lazy rows reading it (engine.lazy)
         self._lazy: dict[str, set[Proj]] = {}
+        # explicit shapes whose predicate follows links one hop (Plan.qhop): a write to a
+        # record reaches the rows linking to it through the table's index on those fields
+        self._hops: list[Circuit] = []
+        # grouped shapes registered (their materialisations keep groups: engine.aggregate)
+        self._grouped = 0
+        # table -> the live sets of semi-joins over it (engine.semijoin), and record -> the
+        # sets with a row that read it through a link
+        self._semis: dict[str, set[InnerSet]] = {}
+        self._semi_links: dict[str, set[InnerSet]] = {}
 
     # ------------------------------------------------------------------ public API
+    # Every entry point that changes the engine's state runs with the collector paused and
+    # freezes what the calls kept (engine.gcpolicy): no collection walks the engine's
+    # structures inside a call, whatever the process's thresholds.
     def load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Bulk bootstrap: store rows (dicts with ``id``) without reporting deltas."""
-        if self.by_table.get(table) or self.deps.watched(table) or table in self._lazy:
+        token = gcpolicy.pause()
+        try:
+            self._load(table, rows)
+        finally:
+            gcpolicy.resume(token)
+
+    def _load(self, table: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        if (self.by_table.get(table) or self.deps.watched(table) or table in self._lazy
+                or table in self.store.joins or self._hops or table in self._semis
+                or self._semi_reads(table)):
             # something reads the table (lazy rows register no dependency, yet read theirs)
             events = []
             for row in rows:
                 rid = row.get("id")
                 text = rid_text(rid) if type(rid) is RecordID else _canon_text(str(rid))
                 events.append((table, "CREATE", text, row))
-            self.ingest_batch(events)
+            self._ingest_batch(events)
             self.store.table(table).keep_links()
             return
         ts = self.store.table(table)
@@ -108,26 +141,60 @@ class ViewEngine:
         if self._sync_each_call:
             self.sync_arena(table)
 
+    def _semi_reads(self, table: str) -> bool:
+        """Whether a semi-join's inner row read a record of ``table`` through a link, or a
+        view's condition traversed ``table`` as an edge table."""
+        if self._semi_links:
+            prefix = table_prefix(table)
+            if any(k.startswith(prefix) for k in self._semi_links):
+                return True
+        if self.deps.quals:
+            edge = graph_token(table, "", "")[:-3]
+            return any(k.startswith(edge) for k in self.deps.quals)
+        return False
+
     def register(self, view_id: Any, surql: Any, params: Any = None) -> set[str]:
         """Register (or replace) a view; returns its members. Raises QueryRejected, also for
         arguments of the wrong type (typed Any: the compiled engine would raise TypeError at
         the call instead)."""
+        token = gcpolicy.pause()
+        try:
+            return self._register(view_id, surql, params)
+        finally:
+            gcpolicy.resume(token)
+
+    def _register(self, view_id: Any, surql: Any, params: Any) -> set[str]:
         if not isinstance(view_id, str) or not view_id:
             raise QueryRejected("the view id must be a non-empty string")
         shape, S = normalise(parse_cached(surql), params)
         if view_id in self.views:
-            self.unregister(view_id)
+            self._unregister(view_id)
         circuit = self.circuits.get(shape)
         if circuit is None:
             circuit = Circuit(shape, self.store, self.deps)
             self.circuits[shape] = circuit
             self.by_table.setdefault(circuit.table, []).append(circuit)
+            hop = circuit.plan.qhop
+            if circuit.explicit and hop is not None:
+                ts = self.store.table(circuit.table)
+                for f in hop:
+                    ts.index(f)  # kept from now on: the rows linking to a written record
+                self._hops.append(circuit)
+            if circuit.agg is not None:
+                self._grouped += 1
         key = exact_key(S)
         mat = circuit.mats.get(key)
         shown = None
         if mat is None:
             mat = circuit.new_mat(S, key)
+            for spec in circuit.plan.all_semis():
+                inner = spec.open(S, self.store, self._semi_links)
+                self._semis.setdefault(spec.table, set()).add(inner)
             shown = self._build(mat)
+            if circuit.plan.may_share:
+                # members held by several rows: the view's counts from the start (else the
+                # first write holding such a member would count the whole view)
+                self._count_members(mat, shown)
         mat.views.add(view_id)
         mat.vt[view_id] = None
         if self._vcache:
@@ -143,6 +210,13 @@ class ViewEngine:
 
     def unregister(self, view_id: str) -> None:
         """Forget a view (unknown ids are ignored)."""
+        token = gcpolicy.pause()
+        try:
+            self._unregister(view_id)
+        finally:
+            gcpolicy.resume(token)
+
+    def _unregister(self, view_id: str) -> None:
         mat = self.views.pop(view_id, None)
         if mat is None:
             return
@@ -154,6 +228,14 @@ class ViewEngine:
             return
         circuit = mat.circuit
         proj = mat.proj
+        for spec in circuit.plan.all_semis():
+            inner = spec.close(mat.S)
+            if inner is not None:
+                semis = self._semis.get(spec.table)
+                if semis is not None:
+                    semis.discard(inner)
+                    if not semis:
+                        del self._semis[spec.table]
         if isinstance(mat, WMat):
             window.teardown(mat, self.deps)
             circuit.drop_mat(mat)
@@ -173,6 +255,10 @@ class ViewEngine:
                         proj.drop(rid)
         if not circuit.mats:
             del self.circuits[circuit.shape]
+            if circuit in self._hops:
+                self._hops.remove(circuit)
+            if circuit.agg is not None:
+                self._grouped -= 1
             lst = self.by_table.get(circuit.table, [])
             if circuit in lst:
                 lst.remove(circuit)
@@ -202,6 +288,13 @@ class ViewEngine:
         change them; projecting them ahead, when idle (the SSP's shards do), keeps that cost
         off the writes. Never call it during an ingest call (between calls is always right).
         """
+        token = gcpolicy.pause()
+        try:
+            return self._complete(limit)
+        finally:
+            gcpolicy.resume(token)
+
+    def _complete(self, limit: int | None) -> int:
         left = limit
         for projs in list(self._lazy.values()):
             for proj in list(projs):
@@ -233,9 +326,12 @@ class ViewEngine:
         if mat is None:
             raise KeyError(view_id)
         plan = mat.circuit.plan
+        spec = mat.circuit.agg
+        if spec is not None:
+            assert mat.agg is not None
+            return spec.rows(mat.agg, mat.S)
         if isinstance(mat, WMat) and plan.bounded:
-            assert mat.ordered is not None
-            ids = [e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)]
+            ids = [e[-1] for e in mat.order.head[mat.lo:mat.hi]]
         else:
             rows = mat.circuit.rows
             cx = Cx(self.store)
@@ -244,6 +340,17 @@ class ViewEngine:
         for r in ids:
             proj.force(r)  # a lazy row is projected to be shown
         outs = proj.outs
+        if plan.split:
+            # each row's split documents, ordered among all by ORDER BY (ties: the row's
+            # id, then the element's position)
+            rows = mat.circuit.rows
+            cx = Cx(self.store)
+            split = []
+            for r in ids:
+                for i, (doc, out) in enumerate(zip(plan.split_docs(rows[r]), outs[r])):
+                    split.append((plan.entry(doc, r, cx) + (i,), out))
+            split.sort(key=_first)
+            return [out for _, out in split]
         return [outs[r] for r in ids]
 
     def subquery_state(self, view_id: str) -> dict[str, dict[str, int]]:
@@ -266,7 +373,8 @@ class ViewEngine:
             keys[st] = {(proj.spec.link, _hashable(ikey(rows[r]["id"]))) for r in proj.lazy}
         for deps in proj.pdeps.values():
             seen: set[str] = set()
-            for table, field, key in deps[1]:
+            for tok in deps[1]:
+                table, field, key = tok if type(tok) is tuple else tok.scan()
                 keys.setdefault(table, set()).add((field, _hashable(key)))
                 if table not in seen:
                     seen.add(table)
@@ -314,6 +422,38 @@ class ViewEngine:
         """Registered view ids."""
         return list(self.views)
 
+    def close(self) -> None:
+        """Forget every view now (the engine is empty afterwards; its rows stay).
+
+        Shapes, materialisations, projection groups and dependency indexes refer to each
+        other; the entry points freeze what they keep out of the collector's reach
+        (engine.gcpolicy), so those references are cut here, and when the engine goes away,
+        for reference counting alone to free them."""
+        for c in self.circuits.values():
+            c.mats = {}
+            c.projs = {}
+            c.buckets = {}
+            c.orders = {}
+            c.loose = []
+        self.circuits = {}
+        self.by_table = {}
+        self.views = {}
+        self._vcache = {}
+        self._lazy = {}
+        self._hops = []
+        self._circuits = set()
+        self._mats = set()
+        self._projs = set()
+        self.deps.clear()
+        for joins in self.store.joins.values():
+            for j in list(joins):
+                j.clear()
+                j.plan.forget_join(j)
+        self.store.joins = {}
+
+    def __del__(self) -> None:
+        self.close()
+
     # The entry points take Any where they validate the value themselves (ValueError): the
     # compiled engine (engine.native) would otherwise answer a wrong type with TypeError.
     def ingest(self, table: Any, op: Any, id: Any, record: Any = None) -> dict[str, ViewDelta]:
@@ -334,12 +474,16 @@ class ViewEngine:
                       ) -> list[tuple[Collection[str], ViewDelta]]:
         """:meth:`ingest` with the deltas as ``(view ids, delta)`` groups: see
         :meth:`ingest_batch_groups`."""
+        token = gcpolicy.pause()
         try:
-            self._apply(table, op, id, record)
-        except BaseException:
-            self._flush()
-            raise
-        return self._flush()
+            try:
+                self._apply(table, op, id, record)
+            except BaseException:
+                self._flush()
+                raise
+            return self._flush()
+        finally:
+            gcpolicy.resume(token)
 
     def ingest_batch_groups(
         self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
@@ -351,6 +495,14 @@ class ViewEngine:
         materialisation of 100 views costs one group, not 100 entries. The view-id
         collections are the engine's own: read them before the next call, never change them.
         """
+        token = gcpolicy.pause()
+        try:
+            return self._ingest_batch(events)
+        finally:
+            gcpolicy.resume(token)
+
+    def _ingest_batch(self, events: Iterable[tuple[str, str, str, Mapping[str, Any] | None]]
+                      ) -> list[tuple[Collection[str], ViewDelta]]:
         try:
             for event in events:
                 if len(event) != 4:
@@ -417,6 +569,8 @@ class ViewEngine:
                 if rid in proj.refs:
                     proj.ensure(rid, rows[rid])
             proj.dirty = {}
+            if circuit.agg is not None:
+                self._fill_groups(mat, mat.visible)
             return None
         pred = plan.pred
         S = mat.S
@@ -445,7 +599,23 @@ class ViewEngine:
         for rid in shown:
             if rid not in outs:
                 project(rid, rows[rid], None)
+        if circuit.agg is not None:
+            self._fill_groups(mat, shown)
         return shown
+
+    def _fill_groups(self, mat: Mat, shown: Iterable[str]) -> None:
+        """The groups of a new materialisation of a grouped shape, from its rows'
+        contributions (engine.aggregate)."""
+        spec = mat.circuit.agg
+        assert spec is not None
+        outs = mat.proj.outs
+
+        def rows_of() -> list[tuple[str, Any]]:
+            return [(r, outs[r]) for r in self._shown(mat)]
+
+        state = mat.agg = AggState(spec, rows_of)
+        for rid in shown:
+            state.move(rid, None, outs[rid])
 
     # ------------------------------------------------------------------ ingest
     def _prepare(
@@ -546,14 +716,19 @@ class ViewEngine:
     ) -> None:
         table = ts.name
         circuits = self.by_table.get(table)
+        joins = self.store.joins.get(table)
         changed = None
-        if circuits and old is not None and new is not None:
+        if (circuits or joins) and old is not None and new is not None:
             changed = _changed_fields(old, new)
             if not changed:
                 # the same row again (type-exact): nothing computed from it can change
-                # (checked only where shapes read the table: elsewhere the dependency
-                # lookups below are cheaper than the comparison)
+                # (checked only where shapes or subqueries read the table: elsewhere the
+                # dependency lookups below are cheaper than the comparison)
                 return
+        if joins:
+            # subqueries over the table (engine.join): the windows the row moves in or out of
+            for j in list(joins):
+                j.touch(text, old, new, changed, self._mark)
         if circuits:
             # an UPDATE: skip shapes that read none of the changed fields
             for circuit in circuits:
@@ -568,19 +743,78 @@ class ViewEngine:
                     if text not in ch:
                         ch[text] = old
                     self._circuits.add(circuit)
-        quals = self.deps.quals
-        if quals:
-            w = quals.get(text)
-            if w:
-                for mat, ids in list(w.items()):
-                    rows = mat.circuit.rows
-                    for r in list(ids):
-                        window.requalify(mat, r, rows.get(r), self.store, self.deps,
-                                         self._mats)
-                    for proj in mat.circuit.projs.values():
-                        if proj.dirty:
-                            self._projs.add(proj)
+        if self._semis:
+            semis = self._semis.get(table)
+            if semis:
+                for inner in list(semis):
+                    inner.update(text, new, self._flipped)
+            linked = self._semi_links.get(text)
+            if linked:
+                for inner in list(linked):
+                    inner.reread(text, self._flipped)
+        if self.deps.quals:
+            self._requalify_readers(text)
+            for r in (old, new):
+                if r is not None:
+                    # an edge: the views whose condition traversed from either end
+                    for end in ("in", "out"):
+                        v = r.get(end)
+                        if type(v) is RecordID:
+                            self._requalify_readers(graph_token(table, end, ikey(v)))
+        if self._hops:
+            self._hop_requalify(old if old is not None else new)
         self.deps.touch_proj(table, text, old, new, self._mark)
+
+    def _requalify_readers(self, token: str) -> None:
+        """Qualify again the rows whose condition read ``token`` (a linked record's id, a
+        semi-join's key, an edge's end)."""
+        w = self.deps.quals.get(token)
+        if not w:
+            return
+        for order, ids in list(w.items()):
+            rows = order.circuit.rows
+            for r in list(ids):
+                window.requalify(order, r, rows.get(r), self.store, self.deps, self._mats)
+            for proj in order.circuit.projs.values():
+                if proj.dirty:
+                    self._projs.add(proj)
+
+    def _flipped(self, token: str) -> None:
+        """A value entered or left a semi-join's set: the rows that asked for it."""
+        self._requalify_readers(token)
+        readers = self.deps.reads.get(token)
+        if readers:
+            for proj, ids in list(readers.items()):
+                for rid in list(ids):
+                    self._mark(proj, rid, token)
+    def _hop_requalify(self, written: dict[str, Any] | None) -> None:
+        """Re-qualify the rows whose one-hop link predicate reads the written record: those
+        holding its link in a field the predicate follows (the table's index on it)."""
+        if written is None:
+            return
+        key = ikey(written.get("id"))
+        store, deps, pending = self.store, self.deps, self._mats
+        for c in self._hops:
+            hop = c.plan.qhop
+            assert hop is not None
+            t = store.table(c.table)
+            rows = t.rows
+            reached = False
+            for f in hop:
+                hits = t.index(f).get(key)
+                if not hits:
+                    continue
+                reached = True
+                for r in list(hits):
+                    row = rows.get(r)
+                    if row is None:
+                        continue
+                    for o in _orders(c.lookup(row)[0]):
+                        window.requalify(o, r, row, store, deps, pending)
+            if reached:
+                for proj in c.projs.values():
+                    if proj.dirty:
+                        self._projs.add(proj)
 
     def _mark(self, proj: Proj, rid: str, token: Any) -> None:
         proj.mark(rid, token)
@@ -592,20 +826,21 @@ class ViewEngine:
         b, exact_b = circuit.lookup(new) if new is not None else ([], True)
         store, deps, pending = self.store, self.deps, self._mats
         requalify = window.requalify
+        # the materialisations' orders (pages of one filter share one): each once
+        ob = _orders(b)
         if exact_a and exact_b:
-            # the index is the filter: a materialisation keeps or takes the row exactly when
-            # the new row's lookup names it
+            # the index is the filter: an order keeps or takes the row exactly when the new
+            # row's lookup names it
             if a is not b:
-                now = set(b)
-                for mat in a:
-                    if mat not in now:
-                        requalify(mat, text, None, store, deps, pending)  # type: ignore[arg-type]
-            for mat in list(b):
-                requalify(mat, text, new, store, deps, pending, True)  # type: ignore[arg-type]
+                for o in _orders(a):
+                    if o not in ob:
+                        requalify(o, text, None, store, deps, pending)
+            for o in ob:
+                requalify(o, text, new, store, deps, pending, True)
         else:
-            cands = a if a is b else list(dict.fromkeys(a + b))
-            for mat in list(cands):
-                requalify(mat, text, new, store, deps, pending)  # type: ignore[arg-type]
+            cands = ob if a is b else {**_orders(a), **ob}
+            for o in cands:
+                requalify(o, text, new, store, deps, pending)
         for proj in circuit.projs.values():
             if text in proj.outs:
                 proj.mark_row(text, old)
@@ -735,6 +970,8 @@ class ViewEngine:
                 now = rid in vis
                 if was or now:
                     touch(acc, m, rid, was, now)
+        if self._grouped:
+            _regroup(events, acc)
         # 4. deltas (shared objects when every member involved is clean)
         used = projs
         if acc:
@@ -753,9 +990,10 @@ class ViewEngine:
                     rec = proj.rec(e[0])
                     if rec.clean:
                         d = rec.delta(e[1], e[2])
+                        if m.cnt is not None:
+                            apply_counts([e], proj.rec, m.cnt)
                     else:
-                        d = general_delta([e], proj.rec, proj.owners, m.holds_start,
-                                          m.holds_now)
+                        d = self._counted(m, [e])
                 else:
                     key = (proj, tuple(e))
                     got = merged.get(key, _UNSEEN)
@@ -779,9 +1017,11 @@ class ViewEngine:
                             got = _NOT_CLEAN
                         merged[key] = got
                     if got is _NOT_CLEAN:
-                        d = general_delta(e, proj.rec, proj.owners, m.holds_start, m.holds_now)
+                        d = self._counted(m, e)
                     else:
                         d = got
+                        if m.cnt is not None:
+                            apply_counts(e, proj.rec, m.cnt)
                 if d is not None:
                     out.append((m.vt, d))
         for c in circuits:
@@ -808,6 +1048,10 @@ class ViewEngine:
                 continue
             if rec is not None and rec.clean:
                 d = rec.delta(was, now)
+                if c.counted:
+                    for m in ms:
+                        if m.cnt is not None:
+                            apply_counts([(rid, was, now)], m.proj.rec, m.cnt)
                 if d is not None:
                     if len(ms) == 1:
                         out.append((ms[0].vt, d))
@@ -830,11 +1074,82 @@ class ViewEngine:
                     continue
                 if r.clean:
                     d = r.delta(was, now)
+                    if m.cnt is not None:
+                        apply_counts([(rid, was, now)], proj.rec, m.cnt)
                 else:
-                    d = general_delta([(rid, was, now)], proj.rec, proj.owners, m.holds_start,
-                                      m.holds_now)
+                    d = self._counted(m, [(rid, was, now)])
                 if d is not None:
                     out.append((m.vt, d))
+
+    def _counted(self, m: Mat, entries: list[tuple[str, bool, bool]]) -> ViewDelta | None:
+        """The delta of a materialisation whose entries hold members other rows may hold too:
+        from the rows holding each member when they are few, else through its member counts
+        (engine.delta.counted_delta), counted now if it has none yet."""
+        cnt = m.cnt
+        fresh = cnt is None
+        proj = m.proj
+        if cnt is None:
+            # few rows hold each member (a comment moving to another thread): ask them
+            d = owner_delta(entries, proj.rec, proj.owners, m.holds_start, m.holds_now)
+            if d is not MANY:
+                return d
+            cnt = self._count_members(m)
+        return counted_delta(entries, proj.rec, cnt, fresh, m.holds_start, m.holds_now)
+
+    def _count_members(self, m: Mat, shown: Iterable[str] | None = None) -> dict[str, int]:
+        """Count, per nested member, the rows ``m`` shows now whose tree holds it; kept on
+        the materialisation (and moved by every later flush) from now on."""
+        proj = m.proj
+        lazy = proj.lazy
+        tree = proj.tree
+        cnt: dict[str, int] = {}
+        get = cnt.get
+        for rid in self._shown(m) if shown is None else shown:
+            kids = lazy.get(rid) if lazy else None
+            if kids is not None:
+                for k in kids:
+                    cnt[k] = get(k, 0) + 1
+                continue
+            for k in tree(rid):
+                if k != rid:
+                    cnt[k] = get(k, 0) + 1
+        m.cnt = cnt
+        m.circuit.counted += 1
+        return cnt
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def _regroup(events: dict[Circuit, list[tuple[str, list[Mat], list[Mat], list[Mat]]]],
+             acc: dict[Mat, Any]) -> None:
+    """Move the flush's rows between the groups of grouped materialisations: each entry
+    (row, shown before, shown now) takes its old contribution out and puts the new one in
+    (engine.aggregate)."""
+    for c, evs in events.items():
+        if c.agg is None:
+            continue
+        for rid, st, le, en in evs:
+            for ms, was, now in ((st, True, True), (le, True, False), (en, False, True)):
+                for m in ms:
+                    _regroup_row(m, rid, was, now)
+    for m, e in acc.items():
+        if m.agg is None or not isinstance(m, WMat):
+            continue  # implicit materialisations came through their events
+        for ent in ([e] if type(e) is tuple else e):
+            _regroup_row(m, ent[0], ent[1], ent[2])
+
+
+def _regroup_row(m: Mat, rid: str, was: bool, now: bool) -> None:
+    rec = m.proj.rec(rid)
+    old = rec.t0.get(rid) if was else None
+    new = rec.t1.get(rid) if now else None
+    if old is new:
+        return
+    state = m.agg
+    assert state is not None
+    state.move(rid, old, new)
 
 
 def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDelta]:
@@ -848,6 +1163,11 @@ def _gather(parts: list[tuple[Collection[str], ViewDelta]]) -> dict[str, ViewDel
         for v in views:
             out[v] = d
     return out
+
+
+def _orders(mats: list[Any]) -> dict[Order, None]:
+    """The orders of explicit materialisations (engine.window), each once, in their order."""
+    return dict.fromkeys([m.order for m in mats])
 
 
 def _touch(acc: dict[Mat, Any], m: Mat, rid: str, was: bool, now: bool) -> None:

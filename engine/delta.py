@@ -169,19 +169,24 @@ def merge_clean(parts: Iterable[ViewDelta | None]) -> ViewDelta | None:
                      updated - added if updated and added else updated)
 
 
-def general_delta(
+#: a member held by more rows than this: the view counts its members (:func:`counted_delta`)
+#: instead of asking each holder whether the view shows it (:func:`owner_delta`)
+FEW_OWNERS = 16
+#: what :func:`owner_delta` answers when some member has more holders than it walks
+MANY = object()
+
+
+def owner_delta(
     entries: Iterable[Entry],
     rec: Callable[[str], Rec],
-    owners: Callable[[str], tuple[Iterable[str], Iterable[str]]],
+    owners: Callable[[str, int], tuple[list[str], list[str]] | None],
     holds_start: Callable[[str], bool],
     holds_now: Callable[[str], bool],
-) -> ViewDelta | None:
-    """A view's net delta when some member may be held by several rows.
-
-    ``rec(row)`` gives the row's trees before/after; ``owners(member)`` the rows whose tree
-    held the member before and holds it now; ``holds_start``/``holds_now`` whether the view
-    showed a row before / shows it now.
-    """
+) -> Any:
+    """A view's net delta when some member may be held by several rows, from the rows that
+    hold each member (``owners(member, limit)``: before and now, None past the limit), when
+    every member involved has at most :data:`FEW_OWNERS` (a comment moving from one
+    thread to another); :data:`MANY` otherwise."""
     cand: set[str] = set()
     for rid, was, now in entries:
         r = rec(rid)
@@ -193,26 +198,121 @@ def general_delta(
     removed: list[str] = []
     updated: list[str] = []
     for m in cand:
-        before, after = owners(m)
+        got = owners(m, FEW_OWNERS)
+        if got is None:
+            return MANY
+        before, after = got
         c0 = [rec(o).t0[m] for o in before if holds_start(o)]
         c1 = [rec(o).t1[m] for o in after if holds_now(o)]
         if c1 and not c0:
             added.append(m)
         elif c0 and not c1:
             removed.append(m)
-        elif c0 and c1 and _content_changed(m, before, after, rec, holds_start, holds_now, c0, c1):
-            updated.append(m)
+        elif c0 and c1:
+            now_set = set(after)
+            common = [o for o in before if o in now_set and holds_start(o) and holds_now(o)]
+            if common:
+                if any(not same(rec(o).t0[m], rec(o).t1[m]) for o in common):
+                    updated.append(m)
+            elif not same(c0[0], c1[0]):
+                updated.append(m)
     if added or removed or updated:
         return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
     return None
 
 
-def _content_changed(
-    m: str, before: Iterable[str], after: Iterable[str], rec: Callable[[str], Rec],
-    holds_start: Callable[[str], bool], holds_now: Callable[[str], bool],
-    c0: list[Any], c1: list[Any],
-) -> bool:
-    common = [o for o in before if o in set(after) and holds_start(o) and holds_now(o)]
-    if common:
-        return any(not same(rec(o).t0[m], rec(o).t1[m]) for o in common)
-    return not same(c0[0], c1[0])
+def apply_counts(entries: Iterable[Entry], rec: Callable[[str], Rec],
+                 cnt: dict[str, int]) -> None:
+    """Move a view's member counts (see :func:`counted_delta`) by entries whose delta was
+    computed without them (every member involved clean)."""
+    for rid, was, now in entries:
+        r = rec(rid)
+        if was:
+            for m in r.t0:
+                if m != rid:
+                    n = cnt.get(m, 0) - 1
+                    if n > 0:
+                        cnt[m] = n
+                    else:
+                        cnt.pop(m, None)
+        if now:
+            for m in r.t1:
+                if m != rid:
+                    cnt[m] = cnt.get(m, 0) + 1
+
+
+def counted_delta(
+    entries: Iterable[Entry],
+    rec: Callable[[str], Rec],
+    cnt: dict[str, int],
+    fresh: bool,
+    holds_start: Callable[[str], bool],
+    holds_now: Callable[[str], bool],
+) -> ViewDelta | None:
+    """A view's net delta when some member may be held by several rows.
+
+    ``cnt`` counts, per member, the view's visible rows whose tree holds it (the row itself
+    not counted: its own visibility says whether it is shown): the multiplicities of the
+    view's nested members, as DBSP's ``distinct`` keeps them. A member is in the view when
+    its count is positive or it is a visible row. ``fresh``: the counts were just computed
+    from the current state (they already include these entries); otherwise they are moved
+    by them here. ``rec(row)`` gives the row's trees before/after; ``holds_start`` /
+    ``holds_now`` whether the view showed a row before / shows it now. Costs the entries'
+    trees, never the number of rows holding a member.
+    """
+    d: dict[str, int] = {}
+    c0: dict[str, Any] = {}  # a content of each member before, from an entry row
+    c1: dict[str, Any] = {}
+    upd: set[str] = set()
+    top: dict[str, tuple[bool, bool]] = {}
+    for rid, was, now in entries:
+        r = rec(rid)
+        top[rid] = (was, now)
+        t0 = r.t0 if was else NO_TREE
+        t1 = r.t1 if now else NO_TREE
+        for m, c in t0.items():
+            if m != rid:
+                d[m] = d.get(m, 0) - 1
+            if m not in c0:
+                c0[m] = c
+        for m, c in t1.items():
+            if m != rid:
+                d[m] = d.get(m, 0) + 1
+            if m not in c1:
+                c1[m] = c
+            if was:
+                o = t0.get(m, _MISSING)
+                if o is not _MISSING and not same(o, c):
+                    upd.add(m)  # a row holding it throughout shows it changed
+    added: list[str] = []
+    removed: list[str] = []
+    updated: list[str] = []
+    for m in {**d, **top}:
+        n = cnt.get(m, 0)
+        dm = d.get(m, 0)
+        if fresh:
+            before, after = n - dm, n
+        else:
+            before, after = n, n + dm
+            if dm:
+                if after > 0:
+                    cnt[m] = after
+                else:
+                    cnt.pop(m, None)
+        vis = top.get(m)
+        if vis is None:
+            pb = before > 0 or holds_start(m)
+            pa = after > 0 or holds_now(m)
+        else:
+            pb = before > 0 or vis[0]
+            pa = after > 0 or vis[1]
+        if pa:
+            if not pb:
+                added.append(m)
+            elif m in upd or (m in c0 and m in c1 and not same(c0[m], c1[m])):
+                updated.append(m)
+        elif pb:
+            removed.append(m)
+    if added or removed or updated:
+        return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
+    return None

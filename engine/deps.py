@@ -36,6 +36,12 @@ class Deps:
         self.scans: dict[str, dict[str | None, dict[Any, dict[Any, set[str]]]]] = {}
         self.quals: dict[str, dict[Any, set[str]]] = {}
 
+    def clear(self) -> None:
+        """Forget every dependency (the engine closes)."""
+        self.reads = {}
+        self.scans = {}
+        self.quals = {}
+
     def watched(self, table: str) -> bool:
         """True when some row depends on rows of ``table`` (a load must then propagate)."""
         if table in self.scans:
@@ -45,9 +51,15 @@ class Deps:
             k.startswith(prefix) for k in self.reads)
 
     # -- projection dependencies ----------------------------------------------------------
-    def set_proj(self, proj: Any, rid: str, old: tuple[set[str], list[Scan]] | None,
-                 new: tuple[set[str], list[Scan]] | None) -> None:
-        """Replace the registrations of one projected row (``None``: none)."""
+    def set_proj(self, proj: Any, rid: str, old: tuple[set[str], list[Any]] | None,
+                 new: tuple[set[str], list[Any]] | None) -> None:
+        """Replace the registrations of one projected row (``None``: none). A subquery token
+        is a scan ``(table, field, key)`` or a join window (engine.join), which counts its
+        parents: windows read before and after stay registered throughout."""
+        if new is not None:
+            for t in new[1]:
+                if type(t) is not tuple:
+                    t.add(proj, rid)
         if old is not None:
             reads = self.reads
             for t in old[0]:
@@ -60,8 +72,12 @@ class Deps:
                             del w[proj]
                             if not w:
                                 del reads[t]
-            for table, field, key in old[1]:
-                self._unscan(proj, rid, table, field, key)
+            for t in old[1]:
+                if type(t) is tuple:
+                    self._unscan(proj, rid, t[0], t[1], t[2])
+            for t in old[1]:
+                if type(t) is not tuple:
+                    t.drop(proj, rid)
         if new is None:
             return
         if new[0]:
@@ -77,7 +93,10 @@ class Deps:
                     else:
                         s.add(rid)
         scans = self.scans
-        for table, field, key in new[1]:
+        for t in new[1]:
+            if type(t) is not tuple:
+                continue
+            table, field, key = t
             tw = scans.get(table)
             if tw is None:
                 tw = scans[table] = {}

@@ -8,6 +8,7 @@ import re
 from surrealdb import RecordID
 
 from engine.errors import QueryRejected
+from engine.functions import check_call
 from engine.lexer import (
     Tok,
     _parse_number,
@@ -15,12 +16,17 @@ from engine.lexer import (
     tokenize,
 )
 from engine.syntax import (
+    _ARITH_NAMES,
     _KEYWORD_OPS,
     _SYMBOL_OPS,
     _UNSUPPORTED_CLAUSES,
     _UNSUPPORTED_KEYWORD_OPS,
     _UNSUPPORTED_SYMBOL_OPS,
+    ADDITIVE_OPS,
+    EQUALITY_OPS,
     MAX_DEPTH,
+    MULTIPLICATIVE_OPS,
+    NULLISH_OPS,
     Expr,
     Item,
     Path,
@@ -101,7 +107,7 @@ class _Parser:
             word = t.value.upper()
             if word in _UNSUPPORTED_CLAUSES:
                 raise QueryRejected(f"{_UNSUPPORTED_CLAUSES[word]} is not supported")
-            if word in ("WHERE", "ORDER", "LIMIT", "START", "FETCH"):
+            if word in ("WHERE", "SPLIT", "GROUP", "ORDER", "LIMIT", "START", "FETCH", "OMIT"):
                 raise QueryRejected(f"clause {word} is out of order or repeated")
         raise QueryRejected(f"unexpected {self._desc()} at position {t.pos}")
 
@@ -113,11 +119,24 @@ class _Parser:
                 )
             raise QueryRejected("only SELECT statements are supported")
         self.advance()
+        value = False
         if self.is_kw("VALUE"):
-            raise QueryRejected("SELECT VALUE is not supported")
-        items = self.projection()
+            self.advance()
+            value = True
+            items = [self.proj_item(named=False)]
+            if items[0].kind == "all":
+                raise QueryRejected("SELECT VALUE * is not valid: VALUE takes one expression")
+            if self.is_op(","):
+                raise QueryRejected("SELECT VALUE takes one expression, not a list")
+        else:
+            items = self.projection()
+        omit: list[Path] = []
         if self.is_kw("OMIT"):
-            raise QueryRejected("OMIT is not supported")
+            self.advance()
+            omit.append(self.plain_path("OMIT"))
+            while self.is_op(","):
+                self.advance()
+                omit.append(self.plain_path("OMIT"))
         self.expect_kw("FROM")
         if self.is_kw("ONLY"):
             raise QueryRejected("FROM ONLY is not supported")
@@ -133,10 +152,28 @@ class _Parser:
         if self.is_kw("WHERE"):
             self.advance()
             where = self.expr()
+        split: list[Path] = []
         if self.is_kw("SPLIT"):
-            raise QueryRejected("SPLIT is not supported")
+            self.advance()
+            if self.is_kw("ON"):
+                self.advance()
+            split.append(self.plain_path("SPLIT"))
+            while self.is_op(","):
+                self.advance()
+                split.append(self.plain_path("SPLIT"))
+        group: list[Path] | None = None
         if self.is_kw("GROUP"):
-            raise QueryRejected("GROUP BY is not supported")
+            self.advance()
+            group = []
+            if self.is_kw("ALL"):
+                self.advance()
+            else:
+                if self.is_kw("BY"):
+                    self.advance()
+                group.append(self.plain_path("GROUP BY"))
+                while self.is_op(","):
+                    self.advance()
+                    group.append(self.plain_path("GROUP BY"))
         if self.is_kw("ORDER"):
             self.advance()
             if self.is_kw("BY"):
@@ -160,7 +197,8 @@ class _Parser:
             while self.is_op(","):
                 self.advance()
                 fetch.append(self.plain_path("FETCH"))
-        return Query(tuple(items), table, where, tuple(order), limit, start, tuple(fetch))
+        return Query(tuple(items), table, where, tuple(order), limit, start, tuple(fetch),
+                     value, tuple(omit), None if group is None else tuple(group), tuple(split))
 
     def table_name(self) -> str:
         t = self.tok
@@ -218,8 +256,9 @@ class _Parser:
                 raise QueryRejected(f"{clause} expects a field path, found {self._desc()}")
             self.advance()
             parts.append(t.value)
-        if self.is_op("(") and self.tok.glued:
-            raise QueryRejected(f"function {'::'.join(parts)}() is not supported in {clause}")
+        if (self.is_op("(") and self.tok.glued) or self.is_op("::"):
+            raise QueryRejected(f"{clause} supports only field paths: name the expression in the "
+                                f"projection (`expr AS name`) and use that name in {clause}")
         if self.is_op("[", "->", "<-", "<->", ":"):
             raise QueryRejected(f"{clause} supports only plain field paths")
         return tuple(parts)
@@ -232,81 +271,71 @@ class _Parser:
             items.append(self.proj_item())
         return items
 
-    def proj_item(self) -> Item:
+    def proj_item(self, named: bool = True) -> Item:
+        """One projection item; ``named``: its output needs a name (not under VALUE)."""
         if self.is_op("*"):
             self.advance()
             if self.is_kw("AS"):
                 raise QueryRejected("* AS alias is not supported")
             return Item("all")
-        if self.is_op("("):
-            if self.is_kw("SELECT", tok=self.peek()):
-                self.advance()
-                self.enter()
-                sub = self.select()
-                self.leave()
-                if not self.is_op(")"):
-                    self._reject_trailing()
-                self.advance()
-                index = None
-                if self.is_op("["):
-                    self.advance()
-                    t = self.tok
-                    if t.kind != "num" or not re.fullmatch(r"\d+", t.value):
-                        raise QueryRejected("a subquery index must be a literal integer like [0]")
-                    self.advance()
-                    index = int(t.value)
-                    self.expect_op("]")
-                if not self.is_kw("AS"):
-                    raise QueryRejected("a subquery in the projection needs AS alias")
-                self.advance()
-                alias = self.alias()
-                return Item("sub", (), alias, sub, index)
-            raise QueryRejected("only subqueries may be parenthesised in the projection")
-        t = self.tok
-        if self.is_op("->", "<-", "<->"):
-            raise QueryRejected("graph traversal is not supported")
-        if t.kind == "param":
-            raise QueryRejected("parameters in the projection are not supported")
-        if t.kind != "ident":
-            raise QueryRejected(f"unsupported projection item {self._desc()}")
-        if self.is_op("::", tok=self.peek()):
+        if self.is_op("(") and self.is_kw("SELECT", tok=self.peek()):
             self.advance()
-            self._reject_function(t)
-        if self.is_op("(", tok=self.peek()):
-            raise QueryRejected(f"function {t.value}() is not supported")
-        if self.is_op("->", "<-", "<->", tok=self.peek()):
-            raise QueryRejected("graph traversal is not supported")
-        parts = [t.value]
-        self.advance()
-        linkall = False
-        while self.is_op("."):
+            self.enter()
+            sub = self.select()
+            self.leave()
+            if not self.is_op(")"):
+                self._reject_trailing()
             self.advance()
-            if self.is_op("*"):
+            index = None
+            if self.is_op("["):
                 self.advance()
-                linkall = True
-                break
-            n = self.tok
-            if n.kind != "ident":
-                raise QueryRejected(f"unsupported projection path near {self._desc()}")
+                t = self.tok
+                if t.kind != "num" or not re.fullmatch(r"\d+", t.value):
+                    raise QueryRejected("a subquery index must be a literal integer like [0]")
+                self.advance()
+                index = int(t.value)
+                self.expect_op("]")
+            if not self.is_kw("AS"):
+                raise QueryRejected("a subquery in the projection needs AS alias")
             self.advance()
-            parts.append(n.value)
-        if self.is_op("::") or (self.is_op(":") and self.tok.glued):
-            raise QueryRejected(f"function or record id in projection near {t.text} is not supported")
-        if self.is_op("("):
-            raise QueryRejected(f"function {'.'.join(parts)}() is not supported")
-        if self.is_op("["):
-            raise QueryRejected("index or filter expressions in the projection are not supported")
-        if self.is_op("->", "<-", "<->"):
-            raise QueryRejected("graph traversal is not supported")
-        if self.tok.kind == "op" and self.tok.value in _UNSUPPORTED_SYMBOL_OPS | set(_SYMBOL_OPS):
-            raise QueryRejected(f"operator {self.tok.value} in the projection is not supported")
-        out: Path = tuple(parts)
+            return Item("sub", (), self.alias(), sub, index)
+        linkall = self._linkall_path()
+        if linkall is not None:
+            out: Path = linkall
+            if self.is_kw("AS"):
+                self.advance()
+                out = self.alias()
+            return Item("linkall", linkall, out)
+        e = self.expr()
+        alias: Path | None = None
         if self.is_kw("AS"):
             self.advance()
-            out = self.alias()
-        if linkall:
-            return Item("linkall", tuple(parts), out)
-        return Item("field", tuple(parts), out)
+            alias = self.alias()
+        if e[0] == "field":
+            return Item("field", e[1], alias if alias is not None else e[1])
+        if alias is None:
+            return Item("expr", (), _default_name(e) if named else ("",), expr=e, implicit=True)
+        return Item("expr", (), alias, expr=e)
+
+    def _linkall_path(self) -> Path | None:
+        """``a.b.*`` ahead (a projection of every field of the linked record): its path,
+        consumed; None (nothing consumed) otherwise."""
+        j = self.i
+        toks = self.toks
+        if toks[j].kind != "ident" or self.is_op("(", "::", tok=toks[j + 1]):
+            return None
+        parts = [toks[j].value]
+        j += 1
+        while toks[j].kind == "op" and toks[j].value == ".":
+            nxt = toks[j + 1]
+            if nxt.kind == "op" and nxt.value == "*":
+                self.i = j + 2
+                return tuple(parts)
+            if nxt.kind != "ident":
+                return None
+            parts.append(nxt.value)
+            j += 2
+        return None
 
     def alias(self) -> Path:
         t = self.tok
@@ -324,6 +353,9 @@ class _Parser:
         return tuple(parts)
 
     # -- expressions ----------------------------------------------------------------------
+    # Binding, loosest first (as SurrealDB 3.x parses): OR, AND, `??` `?:`, equality
+    # (`= != IS`), relations (`< > CONTAINS IN`...), `+ -`, `* / %`, `**` (left to right),
+    # unary `- ! NOT`, then postfix `.field` and `[index]`.
     def expr(self) -> Expr:
         terms = [self.and_expr()]
         while self.is_kw("OR") or self.is_op("||"):
@@ -332,11 +364,18 @@ class _Parser:
         return _balanced("or", terms)
 
     def and_expr(self) -> Expr:
-        terms = [self.cmp_expr()]
+        terms = [self.nullish_expr()]
         while self.is_kw("AND") or self.is_op("&&"):
             self.advance()
-            terms.append(self.cmp_expr())
+            terms.append(self.nullish_expr())
         return _balanced("and", terms)
+
+    def nullish_expr(self) -> Expr:
+        left = self.cmp_expr()
+        while self.tok.kind == "op" and self.tok.value in NULLISH_OPS:
+            op = self.advance().value
+            left = ("nullish", op, left, self.cmp_expr())
+        return left
 
     def _cmp_op(self) -> str | None:
         t = self.tok
@@ -348,7 +387,7 @@ class _Parser:
             if t.value == "|" or t.value == "&":
                 return None
             if t.value in _UNSUPPORTED_SYMBOL_OPS:
-                raise QueryRejected(f"operator {t.value} is not supported")
+                raise QueryRejected(_operator_refusal(t.value))
             return None
         if t.kind == "ident" and not t.quoted:
             w = t.value.upper()
@@ -372,13 +411,50 @@ class _Parser:
         return None
 
     def cmp_expr(self) -> Expr:
-        left = self.unary()
+        """Equality over relations: `a = b < c` is `a = (b < c)`, as in SurrealDB."""
+        left = self.relation_expr()
         while True:
+            save = self.i
             op = self._cmp_op()
             if op is None:
                 return left
-            right = self.unary()
-            left = ("cmp", op, left, right)
+            if op not in EQUALITY_OPS:
+                self.i = save
+                return left
+            left = ("cmp", op, left, self.relation_expr())
+
+    def relation_expr(self) -> Expr:
+        left = self.additive()
+        while True:
+            save = self.i
+            op = self._cmp_op()
+            if op is None:
+                return left
+            if op in EQUALITY_OPS:
+                self.i = save
+                return left
+            left = ("cmp", op, left, self.additive())
+
+    def additive(self) -> Expr:
+        left = self.multiplicative()
+        while self.tok.kind == "op" and self.tok.value in ADDITIVE_OPS:
+            op = self.advance().value
+            left = ("arith", op, left, self.multiplicative())
+        return left
+
+    def multiplicative(self) -> Expr:
+        left = self.power()
+        while self.tok.kind == "op" and self.tok.value in MULTIPLICATIVE_OPS:
+            op = self.advance().value
+            left = ("arith", _ARITH_NAMES.get(op, op), left, self.power())
+        return left
+
+    def power(self) -> Expr:
+        left = self.unary()
+        while self.is_op("**"):
+            self.advance()
+            left = ("arith", "**", left, self.unary())
+        return left
 
     def unary(self) -> Expr:
         if self.is_op("!") or self.is_kw("NOT"):
@@ -392,11 +468,73 @@ class _Parser:
             if nt.kind == "num" and nt.glued:
                 self.advance()
                 self.advance()
-                return ("lit", _parse_number(nt.value, True))
-            raise QueryRejected("arithmetic (unary -) is not supported")
+                return self.postfix(("lit", _parse_number(nt.value, True)))
+            self.advance()
+            self.enter()
+            inner = self.unary()
+            self.leave()
+            return ("neg", inner)
         if self.is_op("+"):
-            raise QueryRejected("operator + is not supported")
-        return self.primary()
+            raise QueryRejected("unary + is not supported (write the value itself)")
+        return self.postfix(self.primary())
+
+    def postfix(self, e: Expr) -> Expr:
+        """``e[index]`` and ``e.field`` after a value (a field path reads through links)."""
+        while True:
+            if self.is_op("[") and self.tok.glued:
+                self.advance()
+                e = ("index", e, self.index_expr())
+                self.expect_op("]")
+            elif self.is_op(".") and e[0] != "field":
+                self.advance()
+                if self.is_op("*"):
+                    self.advance()  # every field of the linked records (as `link.*`)
+                    e = ("deref", e)
+                    continue
+                path = self._dotted()
+                e = ("get", e, path) if e[0] != "get" else ("get", e[1], e[2] + path)
+            else:
+                return e
+
+    def _dotted(self) -> Path:
+        parts: list[str] = []
+        while True:
+            n = self.tok
+            if n.kind == "op" and n.value == "*":
+                raise QueryRejected("path.* is only supported as a projection item (`link.*`)")
+            if n.kind != "ident":
+                raise QueryRejected(f"expected a field name after '.', found {self._desc()}")
+            self.advance()
+            if self.is_op("("):
+                raise QueryRejected(_method_refusal(n.value))
+            parts.append(n.value)
+            if not self.is_op(".") or self.peek().kind != "ident":
+                return tuple(parts)
+            self.advance()
+
+    def index_expr(self) -> Expr:
+        t = self.tok
+        if t.kind == "op" and t.value == "$":
+            self.advance()
+            return ("last",)
+        if t.kind == "num" and re.fullmatch(r"\d+", t.value):
+            self.advance()
+            return ("lit", int(t.value))
+        if t.kind == "str":
+            self.advance()
+            return ("lit", t.value)
+        if t.kind == "param":
+            return self.param()
+        if t.kind == "op" and t.value in ("*", "?", "WHERE"):
+            raise QueryRejected("filters and `[*]` inside [] are not supported; index with a "
+                                "number (`tags[0]`) or `[$]` for the last element")
+        if self.is_kw("WHERE"):
+            raise QueryRejected("filters inside [] (`[WHERE ...]`) are not supported")
+        if self.is_op("-"):
+            raise QueryRejected("negative indexes are not supported (SurrealDB answers NONE "
+                                "for them); use `[$]` for the last element")
+        raise QueryRejected(f"an index must be a non-negative integer, a string, `$` or a "
+                            f"parameter, found {self._desc()}")
 
     def primary(self) -> Expr:
         t = self.tok
@@ -428,7 +566,15 @@ class _Parser:
             return self.param()
         if self.is_op("("):
             if self.is_kw("SELECT", tok=self.peek()):
-                raise QueryRejected("subqueries in WHERE are not supported")
+                # a subquery as a value (`x IN (SELECT VALUE ...)`: engine.semijoin)
+                self.advance()
+                self.enter()
+                sub = self.select()
+                self.leave()
+                if not self.is_op(")"):
+                    self._reject_trailing()
+                self.advance()
+                return ("subquery", sub)
             self.advance()
             self.enter()
             e = self.expr()
@@ -469,7 +615,7 @@ class _Parser:
             self.leave()
             return ("object", tuple(keys), tuple(vals))
         if self.is_op("->", "<-", "<->"):
-            raise QueryRejected("graph traversal is not supported")
+            return self.graph()
         if t.kind == "ident":
             return self.ident_expr()
         if t.kind == "eof":
@@ -487,10 +633,8 @@ class _Parser:
             if w == "NULL":
                 return ("lit", None)
         # Function call: name(...) or name::name(...)
-        if self.is_op("::"):
-            self._reject_function(t)
-        if self.is_op("(") and not t.quoted:
-            raise QueryRejected(f"function {t.value}() is not supported")
+        if self.is_op("::") or (self.is_op("(") and not t.quoted):
+            return self.call(t)
         # Record id literal: table:id (no whitespace around ':').
         if self.is_op(":") and self.tok.glued and self.peek().glued:
             self.advance()
@@ -504,32 +648,88 @@ class _Parser:
                 return ("lit", RecordID(t.value, -int(n.value)))
             raise QueryRejected(f"unsupported record id literal near {t.text}:{idt.text}")
         parts = [t.value]
-        while self.is_op("."):
+        while self.is_op(".") and self.peek().kind == "ident":
             self.advance()
-            n = self.tok
-            if n.kind == "op" and n.value == "*":
-                raise QueryRejected("path.* is not supported in WHERE")
-            if n.kind != "ident":
-                raise QueryRejected(f"expected a field name after '.', found {self._desc()}")
-            self.advance()
+            n = self.advance()
+            if self.is_op("("):
+                raise QueryRejected(_method_refusal(n.value))
             parts.append(n.value)
-        if self.is_op("("):
-            raise QueryRejected(f"function or method {'.'.join(parts)}() is not supported")
-        if self.is_op("["):
-            raise QueryRejected("index or filter expressions on fields are not supported")
+        if self.is_op(".") and self.is_op("*", tok=self.peek()):
+            raise QueryRejected("path.* is only supported as a projection item (`link.*`)")
         if self.is_op("->", "<-", "<->"):
-            raise QueryRejected("graph traversal is not supported")
+            raise QueryRejected("graph traversal from a field is not supported: traverse from "
+                                "the row (`->edge->table`), or select the linked rows with a "
+                                "subquery")
         return ("field", tuple(parts))
 
-    def _reject_function(self, first: Tok) -> None:
-        """Called on the `::` after ``first``: name the whole function and refuse it."""
+    def graph(self) -> Expr:
+        """``->edge->table...`` / ``<-edge<-table...`` from the current row: hops of
+        (direction, edge table, target table; None when the path ends at the edges, "?" for
+        any table)."""
+        hops: list[tuple[str, str, str | None]] = []
+        while self.is_op("->", "<-", "<->"):
+            arrow = self.advance().value
+            if arrow == "<->":
+                raise QueryRejected("graph traversal both ways (<->) is not supported: write the "
+                                    "two directions as two items")
+            edge = self._graph_table(arrow, "edge")
+            target: str | None = None
+            if self.is_op(arrow):
+                self.advance()
+                target = self._graph_table(arrow, "target")
+            elif self.is_op("->", "<-", "<->"):
+                raise QueryRejected("a graph hop keeps one direction (`->edge->table` or "
+                                    "`<-edge<-table`)")
+            hops.append((arrow, edge, target))
+            if target is None and self.is_op("->", "<-", "<->"):
+                raise QueryRejected("a graph path continues from a table, not from an edge")
+        return ("graph", tuple(hops))
+
+    def _graph_table(self, arrow: str, what: str) -> str:
+        t = self.tok
+        if t.kind == "op" and t.value == "?":
+            if what == "edge":
+                raise QueryRejected("traversing any edge table (`->?`) is not supported: name "
+                                    "the edge table")
+            self.advance()
+            return "?"
+        if t.kind == "op" and t.value == "(":
+            raise QueryRejected("filters in a graph path (`->(edge WHERE ...)`) are not "
+                                "supported; filter the result with a subquery or WHERE")
+        if t.kind != "ident":
+            raise QueryRejected(f"expected a table name after {arrow}, found {self._desc()}")
+        self.advance()
+        if self.is_op(":") and self.tok.glued:
+            raise QueryRejected("graph paths through a record id are not supported")
+        return str(t.value)
+
+    def call(self, first: Tok) -> Expr:
+        """``name(args)`` / ``name::name(args)`` after its first name token."""
         parts = [first.value]
         while self.is_op("::"):
             self.advance()
             if self.tok.kind != "ident":
-                break
+                raise QueryRejected(f"expected a function name after ::, found {self._desc()}")
             parts.append(self.advance().value)
-        raise QueryRejected(f"function {'::'.join(parts)}() is not supported")
+        name = "::".join(parts)
+        if not self.is_op("("):
+            raise QueryRejected(f"{name} is not supported (constants and functions are called "
+                                "with parentheses)")
+        self.advance()
+        self.enter()
+        args: list[Expr] = []
+        while not self.is_op(")"):
+            args.append(self.expr())
+            if self.is_op(","):
+                self.advance()
+            elif not self.is_op(")"):
+                raise QueryRejected(f"expected ',' or ')' in the arguments of {name}(), found "
+                                    f"{self._desc()}")
+        self.advance()
+        self.leave()
+        check_call(name, len(args))
+        return ("call", name, tuple(args))
+
 
     def param(self) -> Expr:
         t = self.advance()
@@ -541,8 +741,8 @@ class _Parser:
                 raise QueryRejected(f"expected a field name after ${t.value}., found {self._desc()}")
             self.advance()
             parts.append(n.value)
-        if self.is_op("[") or self.is_op("("):
-            raise QueryRejected(f"indexing or calling ${t.value} is not supported")
+        if self.is_op("("):
+            raise QueryRejected(f"calling ${t.value} is not supported")
         name = t.value
         if name == "parent":
             return ("parent", tuple(parts))
@@ -560,6 +760,37 @@ def _balanced(kind: str, terms: list[Expr]) -> Expr:
             paired.append(terms[-1])
         terms = paired
     return terms[0]
+
+
+def _default_name(e: Expr) -> Path:
+    """The output name SurrealDB gives an unaliased projection expression: a function call
+    is named by the function (`string::len`), an indexed field by its path (`tags[0]` is
+    `tags`). Other expressions are named by SurrealDB's own text of them: refused, with AS
+    as the way out."""
+    if e[0] == "call":
+        return (e[1],)
+    if e[0] == "index":
+        base = e[1]
+        while base[0] == "index":
+            base = base[1]
+        if base[0] == "field":
+            return tuple(base[1])
+    raise QueryRejected("name this projection expression with AS (`... AS total`): "
+                        "SurrealDB names it by its own text of the expression")
+
+
+def _method_refusal(name: str) -> str:
+    return (f"method calls (`value.{name}()`) are not supported; call the function instead "
+            f"(for example `string::{name}(value)` or `array::{name}(value)`)")
+
+
+def _operator_refusal(op: str) -> str:
+    if op in ("?=", "*="):
+        return (f"operator {op} is not supported; write `array CONTAINS value` (any element "
+                "equal) or `array CONTAINSALL [...]`")
+    if op in ("->", "<-", "<->"):
+        return "graph traversal is not supported"
+    return f"operator {op} is not supported"
 
 
 def _too_deep(pos: int | None = None) -> str:

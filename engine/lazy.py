@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from surrealdb import RecordID
 
-from engine.columns import group_firsts, table_code, top_per_parent
+from engine.columns import CONTAINER, group_firsts, table_code, top_per_parent
 from engine.plan import Cx, Plan
 from engine.shape import order_source
 from engine.store import ikey
@@ -48,18 +48,21 @@ _EXACT = 2**53
 
 
 class Spec(NamedTuple):
-    """What a lazy shape reads: its subquery, the link, the output key, the sort fields."""
+    """What a lazy shape reads: its subquery, the link, the output key, the sort fields, the
+    other fields its rows show."""
 
     sub: Plan
     link: str
     name: str
     order: list[tuple[str, bool]]
     parent_code: int
+    shown: list[str]
 
 
 def spec_of(plan: Plan) -> Spec | None:
     """The lazy form of ``plan``'s projection, or None when it has none."""
-    if plan.fetch or len(plan.items) != 2 or plan.items[0][0] != "all":
+    if (plan.fetch or plan.omit or plan.split or len(plan.items) != 2
+            or plan.items[0][0] != "all"):
         return None
     item = plan.items[1]
     if item[0] != "sub" or item[2] is not None or len(item[3]) != 1:
@@ -76,11 +79,12 @@ def spec_of(plan: Plan) -> Spec | None:
     order: list[tuple[str, bool]] = []
     for path, desc in q.order:
         src = order_source(q, path)
-        if len(src) != 1:
+        if src is None or len(src) != 1:
             return None
         order.append((src[0], desc))
     has_id = False
-    allowed = {f for f, _ in order}
+    sort = {f for f, _ in order}
+    shown: list[str] = []
     for it in q.items:
         if it.kind != "field" or len(it.path) != 1:
             return None
@@ -88,11 +92,12 @@ def spec_of(plan: Plan) -> Spec | None:
             if it.out != ("id",):
                 return None
             has_id = True
-        elif it.path[0] not in allowed:
-            return None  # a value that may hold members of its own
+        elif it.path[0] not in sort:
+            # a value that may hold members of its own: the shown children's are checked
+            shown.append(it.path[0])
     if not has_id:
         return None
-    return Spec(sub, link, item[3][0], order, table_code(plan.table))
+    return Spec(sub, link, item[3][0], order, table_code(plan.table), shown)
 
 
 def deep(row: dict[str, Any], skip: str) -> bool:
@@ -157,13 +162,16 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[s
     False when the columns cannot decide."""
     sub = spec.sub
     t = proj.store.table(sub.table)
-    cols = t.columns([spec.link] + [f for f, _ in spec.order])
+    cols = t.columns([spec.link] + [f for f, _ in spec.order] + spec.shown)
     lo, hi = sub.window(proj.S)
     got = top_per_parent(cols, spec.link, spec.parent_code, np.array(ids, dtype=np.int64),
                          strs, spec.order, t.rows, lo, hi)
     if got is None:
         return False
     keys, slots = got
+    for f in spec.shown:
+        if len(slots) and (cols.tags[f][slots] == CONTAINER).any():
+            return False  # a child shows an object or array: projected row by row
     lazy = proj.lazy
     empty: tuple[str, ...] = ()
     groups: dict[int, tuple[str, ...]] = {}
@@ -189,19 +197,26 @@ def _lazy_rows(proj: Any, spec: Spec, lz: list[str], ids: list[int], lzs: list[s
 
 
 def warm(proj: Any, rids: list[str]) -> None:
-    """After projecting lazy rows ahead of writes: compute the sort entries of all their
-    children (a re-projection after a child changes reads every child's), as running the
-    subquery would have, so the first write reaching a row does not."""
+    """After projecting lazy rows ahead of writes: build the groups of their subquery's join
+    (engine.join; a run's sort entries of every child otherwise), as running the subquery
+    would have, so the first write reaching a row does not."""
     spec: Spec | None = proj.spec
     if spec is None or not rids:
         return
     sub = spec.sub
     store = proj.store
+    prows = store.table(proj.plan.table).rows
+    j = sub.join(store, proj.S)
+    if j is not None:
+        for rid in rids:
+            row = prows.get(rid)
+            if row is not None:
+                j.warm(row)
+        return
     t = store.table(sub.table)
     ecache, _ = sub.row_caches(t)
     idx = t.index(spec.link)
     crows = t.rows
-    prows = store.table(proj.plan.table).rows
     entry = sub.entry
     cx = Cx(store)
     for rid in rids:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from engine.values import RecordID, sort_key
+from engine.values import Duration, RecordID, sort_key
 
 RANGE_OPS = frozenset({"<", "<=", ">", ">="})
 # operator as seen from the field: `$c < score` is `score > $c`
@@ -31,6 +31,24 @@ FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 # A bounded interval covering more elementary segments than this goes to the `wide` list
 # (checked one by one) instead of being copied into every segment it covers.
 WIDE_SEGMENTS = 32
+
+
+def exact_key(v: Any) -> Any:
+    """A hashable key that distinguishes every value (types included): identical params."""
+    t = type(v)
+    if t is list or t is tuple:
+        return ("a", tuple(exact_key(x) for x in v))
+    if t is dict:
+        return ("o", tuple(sorted((k, exact_key(x)) for k, x in v.items())))
+    if t is RecordID:
+        return ("r", v.table_name, exact_key(v.id))
+    if t is Duration:
+        return ("d", v.elapsed)
+    try:
+        hash(v)
+    except TypeError:
+        return ("x", t.__name__, repr(v))
+    return (t.__name__, v)
 
 
 def xkey(v: Any) -> Any:

@@ -30,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-MODULES = ("circuit", "columns", "core", "delta", "deps", "lazy", "matindex", "plan", "proj", "store",
+MODULES = ("circuit", "columns", "core", "cx", "delta", "deps", "join", "lazy", "matindex", "plan",
+           "proj", "store",
            "value_ops", "value_order", "value_text", "values", "window")
 GROUP = "engine_native"
 _SRC = Path(__file__).resolve().parent

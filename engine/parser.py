@@ -13,6 +13,18 @@ Expression nodes:
 - ``("array", items)``             array literal whose items are expressions
 - ``("and", a, b)``, ``("or", a, b)``, ``("not", a)``
 - ``("cmp", op, a, b)``            op in :data:`COMPARISON_OPS`
+- ``("arith", op, a, b)``          ``+ - * / % **``
+- ``("neg", a)``                   unary minus of a non-literal
+- ``("nullish", op, a, b)``        ``a ?? b`` (a unless NONE/NULL), ``a ?: b`` (a when truthy)
+- ``("call", name, args)``         a function of :mod:`engine.functions`
+- ``("index", base, i)``           ``base[i]``: i is ``("lit", int | str)``, a parameter or
+                                   ``("last",)`` for ``[$]``
+- ``("get", base, path)``          a field path read from a computed value (``tags[0].name``)
+- ``("subquery", Query)``          ``(SELECT VALUE ...)`` as a value (only ``x IN (sub)``:
+                                   :mod:`engine.semijoin`)
+- ``("graph", hops)``              ``->edge->table`` from the row: hops ``(arrow, edge,
+                                   target)``, target None when the path ends at the edges
+- ``("deref", e)``                 ``e.*``: record ids replaced by their rows
 - ``("slot", i)``                  only after normalisation (see :mod:`engine.shape`)
 
 A chain of ``n`` terms joined by the same AND (or OR) is built as a balanced binary tree
@@ -49,7 +61,8 @@ from engine.syntax import (
 __all__ = ["COMPARISON_OPS", "MAX_DEPTH", "MAX_QUERY_CHARS", "Expr", "Item", "Path", "Query",
            "Tok", "parse", "parse_cached", "parse_datetime", "query_tables", "tokenize"]
 
-_COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object"})
+_COMPOSITE = frozenset({"and", "or", "not", "cmp", "array", "object", "arith", "nullish",
+                        "neg", "call", "index", "get", "deref"})
 
 
 def _height(e: Expr) -> int:
@@ -63,16 +76,33 @@ def _height(e: Expr) -> int:
         level = above + 1
         best = max(best, level)
         k = node[0]
-        if k == "cmp":
+        if k in ("cmp", "arith", "nullish"):
             children: Any = (node[2], node[3])
         elif k == "array":
             children = node[1]
-        elif k == "object":
+        elif k in ("object", "call"):
             children = node[2]
+        elif k == "index":
+            children = (node[1], node[2])
+        elif k in ("get", "deref"):
+            children = (node[1],)
         else:
             children = node[1:]
         stack.extend((c, level) for c in children)
     return best
+
+
+def _subqueries(e: Any, acc: list[Query]) -> None:
+    """The subqueries used as values inside an expression (``x IN (SELECT VALUE ...)``)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if type(node) is not tuple or not node:
+            continue
+        if node[0] == "subquery":
+            acc.append(node[1])
+            continue
+        stack.extend(x for x in node if type(x) is tuple)
 
 
 def _check_heights(q: Query) -> None:
@@ -80,9 +110,11 @@ def _check_heights(q: Query) -> None:
     queries = [q]
     while queries:
         cur = queries.pop()
-        for e in (cur.where, cur.limit, cur.start):
+        exprs = [cur.where, cur.limit, cur.start, *(it.expr for it in cur.items)]
+        for e in exprs:
             if e is not None and _height(e) > MAX_DEPTH:
                 raise QueryRejected(_too_deep())
+            _subqueries(e, queries)
         queries.extend(it.sub for it in cur.items if it.sub is not None)
 
 
@@ -92,10 +124,12 @@ def query_tables(q: Query) -> tuple[list[str], list[str]]:
     are not included (which ones depends on the data)."""
     subs: set[str] = set()
     pending = [it.sub for it in q.items if it.sub is not None]
+    _subqueries(q.where, pending)
     while pending:
         cur = pending.pop()
         subs.add(cur.table)
         pending.extend(it.sub for it in cur.items if it.sub is not None)
+        _subqueries(cur.where, pending)
     return sorted(subs | {q.table}), sorted(subs)
 
 

@@ -20,9 +20,13 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from engine.compile import compile_predicate, compile_value, walk
+from engine.aggregate import AggSpec, AggState, row_query
+from engine.compile import compile_expr, compile_predicate, compile_value, walk
+from engine.cx import Cx
+from engine.join import Join, JoinSpec, join_spec
+from engine.matindex import exact_key
 from engine.parser import Expr, Query
-from engine.shape import order_source
+from engine.shape import order_key
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE, sort_key
 
@@ -40,6 +44,12 @@ class Desc:
 
     def __gt__(self, other: Desc) -> bool:
         return bool(other.k > self.k)
+
+    def __le__(self, other: Desc) -> bool:
+        return bool(other.k <= self.k)
+
+    def __ge__(self, other: Desc) -> bool:
+        return bool(other.k >= self.k)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Desc) and bool(self.k == other.k)
@@ -76,26 +86,6 @@ def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(k) == 1:
         return (-r,)
     return (-r, Desc(k[1:]))
-
-
-class Cx:
-    """Evaluation context: follows record links through the store and records what it read."""
-
-    __slots__ = ("reads", "store", "subs")
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.reads: set[str] = set()
-        self.subs: list[tuple[str, str | None, Any]] = []
-
-    def fetch(self, rid: RecordID) -> dict[str, Any] | None:
-        """The linked row (None when it does not exist); the read is recorded."""
-        text = rid_text(rid)
-        self.reads.add(text)
-        t = self.store.tables.get(rid.table_name)
-        if t is None:
-            return None
-        return t.rows.get(text)
 
 
 def _conjuncts(e: Expr | None) -> list[Expr]:
@@ -175,6 +165,49 @@ def _fetch_at(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
     return v
 
 
+def _first_of(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def _path_value(doc: Any, path: tuple[str, ...]) -> Any:
+    """The value at a path of nested objects (NONE when absent; no links are followed)."""
+    for seg in path:
+        if type(doc) is not dict:
+            return NONE
+        doc = doc.get(seg, NONE)
+    return doc
+
+
+def _with_path(doc: dict[str, Any], path: tuple[str, ...], v: Any) -> dict[str, Any]:
+    """A copy of ``doc`` with ``v`` at ``path`` (the objects on the way copied)."""
+    out = dict(doc)
+    if len(path) == 1:
+        out[path[0]] = v
+    else:
+        inner = out.get(path[0])
+        out[path[0]] = _with_path(inner if type(inner) is dict else {}, path[1:], v)
+    return out
+
+
+def _cut(v: Any, path: tuple[str, ...]) -> Any:
+    """``v`` without the field at ``path`` (OMIT): objects are copied where they change, an
+    array has the field cut from each element."""
+    t = type(v)
+    if t is dict:
+        head = path[0]
+        if head not in v:
+            return v
+        out = dict(v)
+        if len(path) == 1:
+            del out[head]
+        else:
+            out[head] = _cut(v[head], path[1:])
+        return out
+    if t is list:
+        return [_cut(x, path) for x in v]
+    return v
+
+
 def _set_path(out: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     cur = out
     for seg in path[:-1]:
@@ -194,22 +227,36 @@ class Plan:
     def __init__(self, q: Query) -> None:
         self.q = q
         self.table = q.table
-        self.pred, pred_links = compile_predicate(q.where)
+        # semi-joins of the condition (`x IN (SELECT VALUE ...)`: engine.semijoin)
+        self.semis: list[Any] = []
+        self.pred, pred_links = compile_predicate(q.where, self.semis)
         self.order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
         order_links = False
-        sources = []
+        sources: list[tuple[tuple[str, ...] | None, bool]] = []
         for path, desc in q.order:
-            src = order_source(q, path)
-            if len(src) > 1:
-                order_links = True
-            self.order.append((compile_value(src), desc))
-            sources.append((src, desc))
+            key = order_key(q, path)
+            if key[0] == "field":
+                src = tuple(key[1])
+                if len(src) > 1:
+                    order_links = True
+                self.order.append((compile_value(src), desc))
+                sources.append((src, desc))
+            else:
+                fn, links = compile_expr(key)
+                order_links = order_links or links
+                self.order.append((_row_value(fn), desc))
+                sources.append((None, desc))
         # the same entries as the generic method, built by one generated function
         self.entry: Callable[[dict[str, Any], str, Any], tuple[Any, ...]] = _compile_entry(
             sources, self.order)
         # Rows can move in or out of the qualifying set (or move in the order) when a linked
         # record changes only if the predicate or a sort key follows a link.
         self.qlinks = pred_links or order_links
+        # the row fields through which WHERE / ORDER BY follow links, when every such path is
+        # one hop (`author.name`): the records a row's predicate reads are then the links it
+        # holds in those fields, found from the table's equality index on each field
+        # (engine.core, "_hops") instead of being registered row by row
+        self.qhop: tuple[str, ...] | None = _one_hop(q) if self.qlinks else None
         self.limit_slot = q.limit[1] if q.limit is not None else None
         self.start_slot = q.start[1] if q.start is not None else None
         self.bounded = self.limit_slot is not None or self.start_slot is not None
@@ -220,7 +267,7 @@ class Plan:
         # only the rest of the WHERE clause is evaluated (None: nothing else).
         self.residual = None
         if found is not None and found[1] is not None:
-            self.residual = compile_predicate(found[1])[0]
+            self.residual = compile_predicate(found[1], self.semis)[0]
         self.fetch = q.fetch
         self.items: list[tuple[Any, ...]] = []
         star_only = True
@@ -234,13 +281,32 @@ class Plan:
                 self.items.append(("field", compile_value(it.path), it.out))
                 if len(it.path) > 1:
                     simple = False
+            elif it.kind == "expr":
+                assert it.expr is not None
+                self.items.append(("expr", compile_expr(it.expr)[0], it.out))
+                simple = False
             elif it.kind == "linkall":
                 self.items.append(("linkall", compile_value(it.path), it.out))
                 simple = False
             else:
                 assert it.sub is not None
-                self.items.append(("sub", Plan(it.sub), it.index, it.out))
+                self.items.append(("sub", grouped_plan(it.sub), it.index, it.out))
                 simple = False
+        # SELECT VALUE: a row's output is its one item's value (its members: the row itself
+        # and every record inside the value; engine/README, "Members")
+        self.value = q.value
+        self.omit = q.omit
+        # SPLIT: each row is projected once per element of the arrays at these source paths
+        # (its output is the list of those outputs; engine.core.result flattens it)
+        self.split = q.split
+        # the row is a member of its own output (VALUE rows; the contribution rows of a
+        # grouped shape, engine.aggregate), and items whose members do not count (the
+        # aggregate arguments of a grouped shape)
+        self.self_member = q.value
+        self.quiet = [False] * len(q.items)
+        self.agg: AggSpec | None = None  # set by grouped_plan
+        if self.value or self.omit or self.split:
+            simple = star_only = False
         self.star_only = star_only and not self.fetch
         # A simple projection reads nothing beyond the row: no link, subquery or FETCH.
         self.simple = simple and not self.fetch
@@ -256,6 +322,9 @@ class Plan:
                 self.item_fields.append(None)
             elif it.kind in ("field", "linkall"):
                 self.item_fields.append(frozenset(it.path[:1]))
+            elif it.kind == "expr":
+                whole = not expr_fields(it.expr, acc, False)
+                self.item_fields.append(None if whole else frozenset(acc))
             else:
                 assert it.sub is not None
                 whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
@@ -267,11 +336,39 @@ class Plan:
         if self.simple and all(it.kind == "field" for it in q.items):
             self.out_fields = frozenset(it.path[0] for it in q.items)
         self.item_keys = _item_keys(q)
+        # whether a member of the output may be held by several rows of the shape (a linked
+        # record, a subquery's row that other parents can show too): its views then count
+        # their members from registration on (engine.delta.counted_delta)
+        self.may_share = bool(q.fetch) or any(
+            it.kind == "linkall" or (it.kind == "sub" and it.sub is not None
+                                     and not _own_children(it.sub, q.table))
+            for it in q.items)
+        # items whose value can carry members that are no dict in it (VALUE subqueries)
+        self.item_extra = [it.sub is not None and _has_value(it.sub) for it in q.items]
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links
+        # the first ORDER BY key's field when it is one segment (a join's bounds, engine.join)
+        first = sources[0][0] if sources else None
+        self.first_source: str | None = first[0] if first is not None and len(
+            first) == 1 else None
+        # a subquery's join states (engine.join), by the values of the slots it reads
+        self.jspec: JoinSpec | None = None
+        self._jdone = False
+        self._joins: dict[Any, Join] = {}
+        self._jS: Any = None
+        self._jlast: Join | None = None
         self._ecache: Any = None
         self._fcache: Any = None
         self._ctable: Any = None
+
+    def all_semis(self) -> list[Any]:
+        """The semi-joins of this level and of its projection subqueries (their live sets
+        are opened for each materialisation: engine.core)."""
+        out = list(self.semis)
+        for item in self.items:
+            if item[0] == "sub":
+                out += item[1].all_semis()
+        return out
 
     # -- rows ---------------------------------------------------------------------------
     def window(self, S: tuple[Any, ...]) -> tuple[int, int | None]:
@@ -336,8 +433,40 @@ class Plan:
             return ()
         return t.index(field).get(key, ())
 
+    def join(self, store: Store, S: tuple[Any, ...]) -> Join | None:
+        """This subquery's join state for slot values ``S`` (None: it runs per parent)."""
+        if not self._jdone:
+            self.jspec = join_spec(self)
+            self._jdone = True
+        spec = self.jspec
+        if spec is None:
+            return None
+        last = self._jlast
+        if S is self._jS and last is not None and last.store is store:
+            return last
+        key = exact_key(tuple([S[i] for i in spec.slots])) if spec.slots else ()
+        j = self._joins.get(key)
+        if j is None or j.store is not store:
+            j = self._joins[key] = Join(self, spec, S, store)
+        self._jS = S
+        self._jlast = j
+        return j
+
+    def forget_join(self, j: Join) -> None:
+        """``j`` holds no group any more (engine.join)."""
+        for k, v in list(self._joins.items()):
+            if v is j:
+                del self._joins[k]
+        if self._jlast is j:
+            self._jlast = None
+            self._jS = None
+
     def run(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx) -> list[Any]:
-        """Evaluate this (sub)query for one parent row: filter, order, window, project."""
+        """Evaluate this (sub)query for one parent row: filter, order, window, project
+        (through its join state, engine.join, when it has one)."""
+        j = self.join(store, S)
+        if j is not None:
+            return j.run(S, par, cx)
         t = store.table(self.table)
         rows = t.rows
         test: Any = self.pred
@@ -370,6 +499,10 @@ class Plan:
             if type(val) is RecordID and type(val.id) in _EXACT_KEYS:
                 # the index key of a link with an int/str key is exact: no equality test
                 test = self.residual
+        if self.agg is not None:
+            return self._run_grouped(store, S, par, cx, rows, cands, test)
+        if self.split:
+            return self._run_split(store, S, par, cx, rows, cands, test)
         entry = self.entry
         # sort entries (and flat outputs) depend on the row alone: kept per row until it
         # changes, so a re-run after one sibling changed recomputes that sibling only
@@ -404,6 +537,10 @@ class Plan:
                         o = fcache[rid] = flat(rows[rid])
                     out.append(o)
                 return out
+            if self.value:
+                pairs = [(e[-1], self.project(store, S, rows[e[-1]], cx)) for e in hits]
+                cx.last = [[p] for p in pairs]
+                return [v for _, v in pairs]
             return [self.project(store, S, rows[e[-1]], cx) for e in hits]
         pairs = []
         for rid in cands:
@@ -418,6 +555,10 @@ class Plan:
         flat = self.flat
         if flat is not None:
             return [flat(row) for _, row in pairs]
+        if self.value:
+            done = [(e[-1], self.project(store, S, row, cx)) for e, row in pairs]
+            cx.last = [[p] for p in done]
+            return [v for _, v in done]
         return [self.project(store, S, row, cx) for _, row in pairs]
 
     def row_caches(self, t: Any) -> tuple[Any, Any]:
@@ -432,12 +573,35 @@ class Plan:
             self._ctable = t
         return ecache
 
+    def split_docs(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """SPLIT: the row once per combination of the elements of its arrays at the split
+        paths (a value that is no array, or an empty array, stays as it is)."""
+        docs = [row]
+        for path in self.split:
+            out = []
+            for doc in docs:
+                v = _path_value(doc, path)
+                if type(v) is list and v:
+                    out += [_with_path(doc, path, x) for x in v]
+                else:
+                    out.append(doc)
+            docs = out
+        return docs
+
     def project(self, store: Store, S: tuple[Any, ...], row: dict[str, Any], cx: Cx) -> Any:
-        """The output document of ``row`` (SurrealDB's shape for this projection)."""
+        """The output document of ``row`` (SurrealDB's shape for this projection); with
+        SPLIT, the list of the outputs of its split documents."""
+        if self.split:
+            return [self._project(store, S, doc, cx) for doc in self.split_docs(row)]
+        return self._project(store, S, row, cx)
+
+    def _project(self, store: Store, S: tuple[Any, ...], row: dict[str, Any], cx: Cx) -> Any:
         if self.star_only:
             return row
         if self.flat is not None:
             return self.flat(row)
+        if self.value:
+            return self.item_value(self.items[0], store, S, row, cx)
         out: dict[str, Any] = {}
         for item in self.items:
             kind = item[0]
@@ -453,14 +617,18 @@ class Plan:
             elif kind == "linkall":
                 v = link_all(item[1](row, cx), cx)
                 _set_path(out, item[2], v)
+            elif kind == "expr":
+                v = item[1](row, S, NONE, cx)
+                if len(item[2]) == 1:
+                    out[item[2][0]] = v
+                else:
+                    _set_path(out, item[2], v)
             else:
-                sub: Plan = item[1]
-                res: Any = sub.run(store, S, row, cx)
-                if item[2] is not None:
-                    res = res[item[2]] if item[2] < len(res) else NONE
-                _set_path(out, item[3], res)
+                _set_path(out, item[3], self.item_value(item, store, S, row, cx))
         for path in self.fetch:
             out = _fetch_at(out, path, cx)
+        for path in self.omit:
+            out = _cut(out, path)
         return out
 
 
@@ -474,14 +642,66 @@ class Plan:
             return item[1](row, cx)
         if kind == "linkall":
             return link_all(item[1](row, cx), cx)
+        if kind == "expr":
+            return item[1](row, S, NONE, cx)
         sub: Plan = item[1]
         res: Any = sub.run(store, S, row, cx)
+        if not sub.self_member:
+            if item[2] is not None:
+                res = res[item[2]] if item[2] < len(res) else NONE
+            return res
+        # the rows of a VALUE or grouped subquery are members of the result (those its
+        # output rows stand for): one list of (row, what it shows) per output row
+        shown = cx.last
+        cx.last = []
         if item[2] is not None:
-            res = res[item[2]] if item[2] < len(res) else NONE
+            i = item[2]
+            res = res[i] if i < len(res) else NONE
+            shown = shown[i:i + 1]
+        extra = cx.extra
+        for rows in shown:
+            for rid, v in rows:
+                if rid not in extra:
+                    extra[rid] = v
         return res
 
-    def assemble(self, row: dict[str, Any], values: list[Any]) -> dict[str, Any]:
+    def _run_split(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx,
+                   rows: dict[str, Any], cands: Any, test: Any) -> list[Any]:
+        """A SPLIT subquery for one parent row: its split documents in order."""
+        docs = []
+        for rid in cands:
+            row = rows.get(rid)
+            if row is not None and (test is None or test(row, S, par, cx)):
+                for i, doc in enumerate(self.split_docs(row)):
+                    docs.append((self.entry(doc, rid, cx) + (i,), doc))
+        docs.sort(key=_first_of)
+        return [self._project(store, S, doc, cx) for _, doc in docs]
+
+    def _run_grouped(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx,
+                     rows: dict[str, Any], cands: Any, test: Any) -> list[Any]:
+        """A grouped subquery for one parent row: its groups computed from the rows that
+        qualify (a run costs the rows of its correlation key, as any subquery run)."""
+        spec = self.agg
+        assert spec is not None
+        contribs: list[tuple[str, Any]] = []
+        for rid in cands:
+            row = rows.get(rid)
+            if row is not None and (test is None or test(row, S, par, cx)):
+                contribs.append((rid, self.project(store, S, row, cx)))
+        state = AggState(spec, lambda: contribs)
+        for rid, c in contribs:
+            state.move(rid, None, c)
+        out = spec.rows_grouped(state, S)
+        members: dict[Any, list[tuple[str, Any]]] = {}
+        for rid, c in contribs:
+            members.setdefault(spec.group_of(c), []).append((rid, c))
+        cx.last = [members.get(gk, []) for gk, _ in out]
+        return [o for _, o in out]
+
+    def assemble(self, row: dict[str, Any], values: list[Any]) -> Any:
         """Build the output from per-item values (``*`` items take the row; no FETCH)."""
+        if self.value:
+            return values[0]
         out: dict[str, Any] = {}
         for item, v in zip(self.items, values):
             if item[0] == "all":
@@ -492,6 +712,8 @@ class Plan:
                     out[out_path[0]] = v
                 else:
                     _set_path(out, out_path, v)
+        for path in self.omit:
+            out = _cut(out, path)
         return out
 
 
@@ -513,13 +735,45 @@ def expr_fields(e: Any, acc: set[str], parent: bool) -> bool:
         return expr_fields(e[2], acc, parent) and expr_fields(e[3], acc, parent)
     elif k == "array":
         return all(expr_fields(x, acc, parent) for x in e[1])
-    elif k == "object":
+    elif k in ("object", "call"):
         return all(expr_fields(x, acc, parent) for x in e[2])
+    elif k in ("arith", "nullish"):
+        return expr_fields(e[2], acc, parent) and expr_fields(e[3], acc, parent)
+    elif k in ("neg", "get", "deref"):
+        return expr_fields(e[1], acc, parent)
+    elif k == "graph" and not parent:
+        acc.add("id")  # a traversal starts at the row's id
+    elif k == "index":
+        return expr_fields(e[1], acc, parent) and expr_fields(e[2], acc, parent)
     return True
 
 
 
-def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
+def _has_value(q: Query) -> bool:
+    """Whether ``q`` or a subquery of its projection is a SELECT VALUE or grouped."""
+    return q.value or q.group is not None or any(
+        it.sub is not None and _has_value(it.sub) for it in q.items)
+
+
+def grouped_plan(q: Query) -> Plan:
+    """The plan of a query level: a grouped query runs its row-level query (each row's
+    group key and aggregate arguments, engine.aggregate) and keeps the spec of its groups."""
+    if q.group is None:
+        return Plan(q)
+    spec = AggSpec(q)
+    plan = Plan(row_query(q))
+    plan.agg = spec
+    plan.self_member = True
+    plan.quiet = [it.out[0].startswith("a") for it in plan.q.items]
+    return plan
+
+
+def _row_value(fn: Callable[..., Any]) -> Callable[[dict[str, Any], Any], Any]:
+    """An ORDER BY expression as a getter of the row (it reads no slot: engine.shape)."""
+    return lambda row, cx: fn(row, (), NONE, cx)
+
+
+def _compile_entry(sources: list[tuple[tuple[str, ...] | None, bool]],
                    order: list[tuple[Callable[..., Any], bool]]) -> Callable[..., Any]:
     """``entry(row, rid, cx)`` as one generated function: :meth:`Plan.generic_entry` unrolled over
     the ORDER BY keys, one-segment paths read inline (a window or subquery computes an entry
@@ -530,7 +784,8 @@ def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
         v = f"v{n}"
         k = f"k{n}"
         names.append(k)
-        get = f"row.get({src[0]!r}, NONE)" if len(src) == 1 else f"G[{n}](row, cx)"
+        get = (f"row.get({src[0]!r}, NONE)" if src is not None and len(src) == 1
+               else f"G[{n}](row, cx)")
         lines += [
             f"    {v} = {get}",
             f"    t = type({v})",
@@ -573,11 +828,71 @@ def _compile_entry(sources: list[tuple[tuple[str, ...], bool]],
     return env["_entry"]
 
 
+def _field_paths(e: Any, acc: list[tuple[str, ...]]) -> bool:
+    """Collect the field paths an expression reads; False when it holds a part this walk
+    does not know (a nested query)."""
+    if type(e) is not tuple or not e:
+        return False
+    k = e[0]
+    if k == "field":
+        acc.append(tuple(e[1]))
+        return True
+    if k in ("lit", "slot", "param", "parent", "last"):
+        return True
+    if k == "object" or k == "call":
+        return all(_field_paths(x, acc) for x in e[2])
+    if k == "get":
+        return _field_paths(e[1], acc)
+    if k == "array":
+        return all(_field_paths(x, acc) for x in e[1])
+    for x in e[1:]:
+        if type(x) is tuple and x and type(x[0]) is str:
+            if not _field_paths(x, acc):
+                return False
+        elif type(x) is not str:
+            return False
+    return True
+
+
+def _one_hop(q: Query) -> tuple[str, ...] | None:
+    """The fields WHERE and ORDER BY follow links through, when every path through one is
+    one hop long (``f.x``); None otherwise."""
+    paths: list[tuple[str, ...]] = []
+    if q.where is not None and not _field_paths(q.where, paths):
+        return None
+    for path, _desc in q.order:
+        key = order_key(q, path)
+        if not _field_paths(key, paths):
+            return None
+    hops: dict[str, None] = {}
+    for p in paths:
+        if len(p) > 2:
+            return None
+        if len(p) == 2:
+            hops[p[0]] = None
+    return tuple(hops) or None
+
+
+def _own_children(sub: Query, table: str) -> bool:
+    """Whether each row a subquery shows belongs to one parent: rows of another table
+    correlated by ``field = $parent.id``, projected to plain fields."""
+    if sub.table == table or sub.fetch:
+        return False
+    if any(it.kind not in ("field", "all") or len(it.path) > 1 for it in sub.items):
+        return False
+    for c in _conjuncts(sub.where):
+        if c[0] == "cmp" and c[1] == "=":
+            for f, other in ((c[2], c[3]), (c[3], c[2])):
+                if f[0] == "field" and len(f[1]) == 1 and other == ("parent", ("id",)):
+                    return True
+    return False
+
+
 def _item_keys(q: Query) -> dict[str, int] | None:
     """Output key -> index of each item that does not read the row alone, when an output's
     members can be assembled from per-item members (``engine.proj._tree_of``): one-segment
     distinct output keys, ``*`` (if any) first, no FETCH. None otherwise."""
-    if q.fetch:
+    if q.fetch or q.omit or q.value or q.split:
         return None
     keys: dict[str, int] = {}
     seen: set[str] = set()

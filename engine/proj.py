@@ -24,29 +24,16 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from engine.delta import NO_TREE, Rec, has_nested, same
+from engine.cx import NOLINKS, Cx
+from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same
 from engine.lazy import Spec, spec_of
-from engine.plan import Cx, Plan, tree_members
+from engine.plan import Plan, tree_members
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE
 
 _ABSENT = object()
 
 
-class NoLinks(Cx):
-    """Context for evaluation that never follows links (nothing to record): a :class:`Cx`
-    with no store, so the compiled engine (engine.native) takes it where a Cx is typed."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        pass
-
-    def fetch(self, rid: RecordID) -> None:  # pragma: no cover - never called
-        raise AssertionError("a link-free predicate followed a link")
-
-
-NOLINKS = NoLinks()
 
 
 class Proj:
@@ -106,11 +93,19 @@ class Proj:
             self.recs[rid] = r
         return r
 
-    def owners(self, m: str) -> tuple[list[str], list[str]]:
-        """Rows whose tree held ``m`` before the flush and hold it now."""
-        now = self._owner_list(self.own.get(m))
+    def owners(self, m: str, limit: int) -> tuple[list[str], list[str]] | None:
+        """Rows whose tree held ``m`` before the flush and hold it now; None when more than
+        ``limit`` rows hold it (a view counts its members instead, engine.delta)."""
+        o = self.own.get(m)
+        if o is not None and type(o) is not str and len(o) > limit:
+            return None
+        now = self._owner_list(o)
         if self.own0 is not None and m in self.own0:
-            before = self._owner_list(self.own0[m])
+            o0 = self.own0[m]
+            if o0 is MANY_OWNERS or (o0 is not None and type(o0) is not str
+                                     and len(o0) > limit):
+                return None
+            before = self._owner_list(o0)
         else:
             before = list(now)
         r = self.recs.get(m)
@@ -181,6 +176,7 @@ class Proj:
         field; ``tokens`` None reruns everything."""
         plan = self.plan
         deps: Any = None
+        out: Any  # a dict, or any value for a VALUE row (the compiled engine checks it)
         if plan.star_only:
             out = row
             tree: dict[str, Any] | None = None
@@ -197,11 +193,16 @@ class Proj:
                 i = out.get("id")
                 if type(i) is RecordID and rid_text(i) != rid:
                     tree = {rid_text(i): out}
-        elif plan.fetch:
+        elif plan.fetch or plan.split:
             cx = Cx(self.store)
             out = plan.project(self.store, self.S, row, cx)
             tree = {}
             tree_members(out, tree)
+            if plan.split and rid in tree:
+                tree[rid] = out  # what the row shows is all its split rows
+            for m, v in cx.extra.items():  # the rows of VALUE subqueries
+                if m not in tree:
+                    tree[m] = v
             deps = (cx.reads, cx.subs)
         else:
             got = self._project_items(rid, row, tokens, prev)
@@ -210,7 +211,7 @@ class Proj:
             out, deps, tree = got
         self._install(rid, out, tree, deps)
 
-    def _install(self, rid: str, out: dict[str, Any], tree: dict[str, Any] | None,
+    def _install(self, rid: str, out: Any, tree: dict[str, Any] | None,
                  deps: Any) -> None:
         """Store a row's new projection: output, tree, owners of its members, dependencies."""
         old_tree = self.trees.get(rid, _ABSENT)
@@ -252,16 +253,16 @@ class Proj:
         ecache, fcache = sub.row_caches(t)  # what the subquery's runs share
         flat = sub.flat
         assert ecache is not None and fcache is not None and flat is not None
-        if len(children) > 1:
-            # in the subquery's order (the columns leave rows with equal sort values in any
-            # order): its own sort entries, cached per child as a run caches them
-            entry = sub.entry
-            ents = []
-            for m in children:
-                e = ecache.get(m)
-                if e is None:
-                    e = ecache[m] = entry(crows[m], m, NOLINKS)
-                ents.append(e)
+        # in the subquery's order (the columns leave rows with equal sort values in any
+        # order): its own sort entries, cached per child as a run caches them
+        entry = sub.entry
+        ents = []
+        for m in children:
+            e = ecache.get(m)
+            if e is None:
+                e = ecache[m] = entry(crows[m], m, NOLINKS)
+            ents.append(e)
+        if len(ents) > 1:
             ents.sort()
             children = [e[-1] for e in ents]
         value = []
@@ -271,7 +272,10 @@ class Proj:
                 o = fcache[m] = flat(crows[m])
             value.append(o)
         plan = self.plan
-        ideps: list[Any] = [None, (set(), [(sub.table, spec.link, ikey(row["id"]))])]
+        j = sub.join(self.store, self.S)
+        tok: Any = (sub.table, spec.link, ikey(row["id"])) if j is None else j.adopt(
+            row, ents, value)
+        ideps: list[Any] = [None, (set(), [tok])]
         vals: list[Any] = [None, value]
         itrees: list[Any] = [None, _members_of(value)]
         self.istate[rid] = (vals, ideps, itrees)
@@ -353,7 +357,7 @@ class Proj:
                 o.add(rid)
 
     def _project_items(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
-                       prev: Any) -> tuple[dict[str, Any], Any, dict[str, Any]] | None:
+                       prev: Any) -> tuple[Any, Any, dict[str, Any]] | None:
         """(output, dependencies, tree) item by item; with ``tokens`` only the items that read
         one of them (or, with ``prev``, a changed field) rerun, and None when no value
         changed."""
@@ -379,7 +383,8 @@ class Proj:
                 v = plan.item_value(item, store, S, row, icx)
                 vals.append(v)
                 ideps.append((icx.reads, icx.subs))
-                itrees.append(_members_of(v) if keyed else None)
+                itrees.append(None if plan.quiet[len(itrees)] else
+                              _item_tree(v, keyed, icx.extra))
         else:
             assert tokens is not None
             vals = list(state[0])
@@ -406,11 +411,14 @@ class Proj:
                 icx = Cx(store)
                 v = plan.item_value(item, store, S, row, icx)
                 ideps[i] = (icx.reads, icx.subs)
-                if not same(v, vals[i]):
-                    vals[i] = v
-                    if keyed:
-                        itrees[i] = _members_of(v)
-                    moved = True
+                changed = not same(v, vals[i])
+                if changed or plan.item_extra[i]:
+                    # a VALUE subquery may show the same values from other rows
+                    t = None if plan.quiet[i] else _item_tree(v, keyed, icx.extra)
+                    if changed or not same(t, itrees[i]):
+                        vals[i] = v
+                        itrees[i] = t
+                        moved = True
             if not moved:
                 # same output; the dependencies may still differ (a scan key, a link read)
                 self.istate[rid] = (vals, ideps, itrees)
@@ -430,6 +438,15 @@ class Proj:
         else:
             tree = {}
             tree_members(out, tree)  # of the output: a later item may hide an earlier one
+            for t in itrees:
+                if t:  # the rows of VALUE subqueries (no dict of theirs in the output)
+                    for m, v in t.items():
+                        if m not in tree:
+                            tree[m] = v
+        if plan.self_member:
+            # a VALUE row, a grouped shape's row: the row itself is a member, its value (its
+            # contribution) what it shows
+            tree.setdefault(rid, out)
         return out, _merge_deps(ideps), tree
 
     # -- flush ----------------------------------------------------------------------------
@@ -531,6 +548,20 @@ def _members_of(v: Any) -> dict[str, Any] | None:
     return acc
 
 
+def _item_tree(v: Any, keyed: bool, extra: dict[str, Any]) -> dict[str, Any] | None:
+    """What an item keeps of its value's members: all of them when the output's members
+    are assembled per item (``keyed``), else only those the output does not show as dicts
+    (the rows of VALUE subqueries, in ``extra``)."""
+    t = _members_of(v) if keyed else None
+    if extra:
+        if t is None:
+            return dict(extra)
+        for m, x in extra.items():
+            if m not in t:
+                t[m] = x
+    return t
+
+
 def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> dict[str, Any]:
     """``tree_members(out)`` from the members of each item value, kept per row, so a changed
     row or subquery does not walk the unchanged values again (a nested row-only value, such
@@ -543,15 +574,15 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> di
         tree[rid_text(i)] = out
     get = keys.get
     for k, v in out.items():
+        j = get(k)
+        if j is not None:
+            t = itrees[j]
+            if t:  # a VALUE subquery's rows, even when it shows a scalar (`[0]`)
+                tree.update(t)
+            continue
         tv = type(v)
         if tv is dict or tv is list:  # only containers hold members
-            j = get(k)
-            if j is None:
-                tree_members(v, tree)
-            else:
-                t = itrees[j]
-                if t:
-                    tree.update(t)
+            tree_members(v, tree)
     return tree
 
 
@@ -570,6 +601,14 @@ def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
 
 
 def _copy(o: Any) -> Any:
+    """The owners of a member as `own0` keeps them: a member many rows hold (a featured
+    product in every order) is only said to be held by many, not copied at every flush."""
     if o is None or type(o) is str:
         return o
+    if len(o) > FEW_OWNERS:
+        return MANY_OWNERS
     return set(o)
+
+
+#: `own0`'s value for a member held by more than FEW_OWNERS rows when the flush began
+MANY_OWNERS = "\0many"

@@ -214,10 +214,12 @@ class TableStore:
 
 
 class Store:
-    """All tables."""
+    """All tables, and the join states over them (engine.join) by inner table."""
 
     def __init__(self) -> None:
         self.tables: dict[str, TableStore] = {}
+        # table -> the subquery join states holding groups of its rows (an ordered set)
+        self.joins: dict[str, dict[Any, None]] = {}
 
     def table(self, name: str) -> TableStore:
         """The table ``name`` (created empty on first use)."""

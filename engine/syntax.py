@@ -40,22 +40,27 @@ _UNSUPPORTED_KEYWORD_OPS = {
     "CONTAINSNONE", "NONEINSIDE", "ALLINSIDE", "ANYINSIDE", "OUTSIDE", "INTERSECTS", "MATCHES",
 }
 _SYMBOL_OPS = {"=": "=", "==": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+#: comparisons SurrealDB evaluates after the relational ones (`true = 2 < 1` is false)
+EQUALITY_OPS = frozenset({"=", "!="})
+#: arithmetic operators (AST ``("arith", op, a, b)``), by binding level
+ADDITIVE_OPS = frozenset({"+", "-"})
+MULTIPLICATIVE_OPS = frozenset({"*", "/", "%", "×", "÷"})
+_ARITH_NAMES = {"×": "*", "÷": "/"}
+#: null-coalescing (`??`: the left side unless NONE or NULL) and truthy-or (`?:`)
+NULLISH_OPS = frozenset({"??", "?:"})
 _UNSUPPORTED_SYMBOL_OPS = {
-    "?=", "*=", "!~", "?~", "*~", "~", "+", "-", "*", "/", "**", "??", "?:", "@@", "∋", "∌", "⊇",
-    "⊃", "⊅", "∈", "∉", "⊆", "⊂", "⊄", "×", "÷", "+=", "-=", "->", "<-", "<->", "%",
+    "?=", "*=", "!~", "?~", "*~", "~", "@@", "∋", "∌", "⊇",
+    "⊃", "⊅", "∈", "∉", "⊆", "⊂", "⊄", "+=", "-=", "->", "<-", "<->",
 }
 
 # Clauses SurrealDB's SELECT accepts that this engine does not; each is refused by name.
 _UNSUPPORTED_CLAUSES = {
-    "GROUP": "GROUP BY",
-    "SPLIT": "SPLIT",
     "WITH": "WITH",
     "TIMEOUT": "TIMEOUT",
     "PARALLEL": "PARALLEL",
     "EXPLAIN": "EXPLAIN",
     "TEMPFILES": "TEMPFILES",
     "VERSION": "VERSION",
-    "OMIT": "OMIT",
 }
 
 
@@ -64,7 +69,8 @@ class Item:
     """One projection item.
 
     kind: ``all`` (``*``), ``field`` (a path, output at ``out``), ``linkall`` (``path.*``),
-    ``sub`` (a subquery, optionally indexed with ``[n]``).
+    ``sub`` (a subquery, optionally indexed with ``[n]``), ``expr`` (any other expression:
+    functions, arithmetic, indexing, comparisons; its value is put at ``out``).
     """
 
     kind: str
@@ -72,11 +78,20 @@ class Item:
     out: Path = ()
     sub: Query | None = None
     index: int | None = None
+    expr: Expr | None = None
+    # named by SurrealDB's default rather than AS (`tags[0]` shows as `tags`): such a name
+    # is no ORDER BY or SPLIT idiom
+    implicit: bool = False
 
 
 @dataclass(frozen=True)
 class Query:
-    """A parsed SELECT statement of the supported subset."""
+    """A parsed SELECT statement of the supported subset.
+
+    ``value``: ``SELECT VALUE`` (one item; each row is that item's value, not an object).
+    ``omit``: paths removed from every output row (``OMIT``). ``group``: the ``GROUP BY``
+    output names (``()`` with ``GROUP ALL``; None without grouping). ``split``: ``SPLIT``
+    paths (each row repeated once per element of the array at that path)."""
 
     items: tuple[Item, ...]
     table: str
@@ -85,3 +100,7 @@ class Query:
     limit: Expr | None = None
     start: Expr | None = None
     fetch: tuple[Path, ...] = field(default_factory=tuple)
+    value: bool = False
+    omit: tuple[Path, ...] = ()
+    group: tuple[Path, ...] | None = None
+    split: tuple[Path, ...] = ()

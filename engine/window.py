@@ -1,10 +1,21 @@
 """Explicit materialisations: ORDER BY + LIMIT/START windows and link-following predicates.
 
-- **Top-k.** A ``SortedList`` of entries ``(keys..., id sort key, id)`` over the whole
-  qualifying set (entries depend on the row only, so windows of one shape share them); a
-  change re-slices the window only when its position is inside ``[0, start + limit)``, so a
+- **Top-k.** Entries ``(keys..., id sort key, id)`` of the whole qualifying set by row
+  (entries depend on the row only, so windows of one shape share them), and the smallest of
+  them in order (:attr:`~engine.circuit.Order.head`, a plain list): at least one more than
+  the furthest window reaches, at most twice that plus 32, every other entry following its
+  last. A write whose entry falls after the head, before and after, costs a dict
+  operation; one inside it an insertion or removal in a short list; the head is filled
+  again from the other entries (one pass, ``heapq.nsmallest``) when removals leave it no
+  longer than the windows, so at most once per ``max(windows' end, 32)`` removals. A
+  change re-slices a window only when its position is inside ``[0, start + limit)``, so a
   removal refills from below. Ties break by record id ascending in both directions, as
   SurrealDB's scan order does.
+- **Pages.** Materialisations whose slot values differ only in LIMIT/START (pages of one
+  list) share one :class:`~engine.circuit.Order`: the qualifying set is kept and re-sorted
+  once per change, then each page checks its own window: a page ending before the first
+  position the change touched, or (for a move) starting after the last, is left alone; a
+  page starting at 0 moves at most one row at its end; any other page re-slices itself.
 - **Record-link predicates.** When WHERE or ORDER BY follows a link (``author.name = 'x'``),
   the records read while qualifying each row are registered in ``Deps.quals``; a change to
   ``user:1`` re-qualifies exactly the rows that read it.
@@ -16,12 +27,13 @@ group (``Proj.refs``).
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
-from engine.circuit import WMat
-from engine.plan import Cx
-from engine.proj import NOLINKS
+from engine.circuit import Order, WMat
+from engine.cx import NOLINKS, Cx
 from engine.values import NONE
 
 
@@ -42,113 +54,186 @@ def hide(mat: WMat, rid: str) -> None:
 
 
 def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, deps: Any) -> None:
-    """Fill a new explicit materialisation from the stored rows (registration)."""
+    """Fill a new explicit materialisation from the stored rows (registration): its order's
+    qualifying set unless another page of the same filter built it, then its window."""
+    order = mat.order
     circuit = mat.circuit
     plan = circuit.plan
-    S = mat.S
-    pred = plan.pred
-    entries = mat.entries
-    if plan.qlinks:
-        for rid in cands:
-            row = rows[rid]
+    if not order.built:
+        order.built = True
+        S = order.S
+        pred = plan.pred
+        entries = order.entries
+        if plan.qlinks:
+            hop = plan.qhop
             cx = Cx(store)
-            if pred(row, S, NONE, cx):
-                entries[rid] = plan.entry(row, rid, cx) if plan.ordered else 1
-            set_qdeps(mat, rid, cx.reads, deps)
-    else:
-        entry = circuit.entry
-        for rid in cands:
-            row = rows[rid]
-            if pred(row, S, NONE, NOLINKS):
-                entries[rid] = entry(rid, row)
+            for rid in cands:
+                row = rows[rid]
+                if pred(row, S, NONE, cx):
+                    entries[rid] = plan.entry(row, rid, cx) if plan.ordered else 1
+                if cx.reads:
+                    if hop is None or not covered(row, hop):
+                        set_qdeps(order, rid, cx.reads, deps)
+                    cx.reads = set()
+        else:
+            entry = circuit.entry
+            for rid in cands:
+                row = rows[rid]
+                if pred(row, S, NONE, NOLINKS):
+                    entries[rid] = entry(rid, row)
     if plan.ordered:
-        assert mat.ordered is not None
-        mat.ordered.update(entries.values())
-        mat.visible = {e[-1] for e in mat.ordered.islice(mat.lo, mat.hi)}
+        need = _need(order)
+        if not order.built_head or (not order.full and (
+                need is None or (order.need is not None and need > order.need))):
+            order.need = need
+            fill(order)
+        order.need = need
+        mat.visible = {e[-1] for e in order.head[mat.lo:mat.hi]}
     else:
-        mat.visible = set(entries)
+        mat.visible = set(order.entries)
     ref = mat.proj.ref
     for rid in mat.visible:
         ref(rid, 1)
 
 
-def requalify(mat: WMat, rid: str, row: dict[str, Any] | None, store: Any, deps: Any,
+def requalify(order: Order, rid: str, row: dict[str, Any] | None, store: Any, deps: Any,
               pending: set[WMat], known: bool = False) -> None:
-    """Re-evaluate one top-level row of an explicit materialisation (filter, order, window);
-    ``known``: the caller's exact index lookup says the (non-None) row qualifies."""
-    circuit = mat.circuit
+    """Re-evaluate one top-level row of the explicit materialisations sharing ``order``
+    (filter, order, each one's window); ``known``: the caller's exact index lookup says the
+    (non-None) row qualifies."""
+    circuit = order.circuit
     plan = circuit.plan
-    old_e = mat.entries.get(rid)
+    entries = order.entries
+    old_e = entries.get(rid)
     new_e = None
     if row is not None:
         if plan.qlinks:
             cx = Cx(store)
-            if plan.pred(row, mat.S, NONE, cx):
+            if plan.pred(row, order.S, NONE, cx):
                 new_e = plan.entry(row, rid, cx) if plan.ordered else 1
-            set_qdeps(mat, rid, cx.reads, deps)
-        elif known or plan.pred(row, mat.S, NONE, NOLINKS):
+            hop = plan.qhop
+            set_qdeps(order, rid, cx.reads if hop is None or not covered(row, hop) else set(),
+                      deps)
+        elif known or plan.pred(row, order.S, NONE, NOLINKS):
             new_e = circuit.entry(rid, row)
     elif plan.qlinks:
-        set_qdeps(mat, rid, set(), deps)
+        set_qdeps(order, rid, set(), deps)
     if old_e is None and new_e is None:
         return
-    pending.add(mat)
     if not plan.ordered:
         if new_e is None:
-            del mat.entries[rid]
-            hide(mat, rid)
+            del entries[rid]
+            for m in order.mats:
+                pending.add(m)
+                hide(m, rid)
         elif old_e is None:
-            mat.entries[rid] = new_e
-            show(mat, rid)
+            entries[rid] = new_e
+            for m in order.mats:
+                pending.add(m)
+                show(m, rid)
         return
     if old_e == new_e:
         return
-    ordered = mat.ordered
-    assert ordered is not None
-    hi = mat.hi
-    if mat.lo == 0 and hi is not None:
-        # the window is the first `hi` entries: a removal above the cut pulls the entry at
-        # the cut in, an insertion above it pushes the last one out (no re-slice)
-        # `visible` is the first `hi` entries' rows, so membership tells the position;
-        # after an insertion the entry at `hi` is the one just outside (entries are unique)
-        if old_e is not None:
-            ordered.remove(old_e)
-            del mat.entries[rid]
-            if rid in mat.visible:
-                hide(mat, rid)
-                if len(ordered) >= hi:
-                    show(mat, ordered[hi - 1][-1])
-        if new_e is not None:
-            ordered.add(new_e)
-            mat.entries[rid] = new_e
-            if len(ordered) <= hi:
-                show(mat, rid)
-            else:
-                out = ordered[hi]
-                if new_e < out:
-                    show(mat, rid)
-                    hide(mat, out[-1])
-        return
-    first = None
+    head = order.head
+    full = order.full
+    # where the entry was (in the head before) and is (in the head after): -1 absent,
+    # BEYOND after the head (after every window)
+    q = p = -1
     if old_e is not None:
-        first = ordered.bisect_left(old_e)
-        ordered.remove(old_e)
-        del mat.entries[rid]
+        del entries[rid]
+        if full or old_e <= head[-1]:
+            q = bisect_left(head, old_e)
+            del head[q]
+        else:
+            q = BEYOND
     if new_e is not None:
-        ordered.add(new_e)
-        mat.entries[rid] = new_e
-        p = ordered.bisect_left(new_e)
-        first = p if first is None or p < first else first
-    if mat.hi is not None and first is not None and first >= mat.hi:
-        return
-    rewindow(mat)
+        entries[rid] = new_e
+        if full or (head and new_e < head[-1]):
+            p = bisect_left(head, new_e)
+            head.insert(p, new_e)
+            need = order.need
+            if need is not None and len(head) > 2 * _cap(need):
+                # the rest stays in `entries`, after the head
+                del head[_cap(need):]
+                order.full = False
+        else:
+            p = BEYOND
+    if not order.full and (order.need is None or len(head) <= order.need):
+        fill(order)  # removals left the head no longer than the windows: fill it again
+        head = order.head
+    # an entry after the head is after every window: as absent as a missing one there
+    if q == BEYOND:
+        q = -1
+    if p == BEYOND:
+        p = -1
+    if q < 0 and p < 0:
+        return  # nothing moved inside the head: no window changed
+    first = q if p < 0 or (0 <= q < p) else p
+    last = max(q, p)
+    moved = q >= 0 and p >= 0
+    for m in order.mats:
+        hi = m.hi
+        if hi is not None and first >= hi:
+            continue  # the change is after the window
+        lo = m.lo
+        if moved and lo > last:
+            continue  # rows before the window moved among themselves
+        pending.add(m)
+        if lo == 0 and hi is not None:
+            # the window is the first `hi` entries: the row itself comes or goes, and at
+            # most one other row at the window's end makes room or fills in (the head
+            # holds more than `hi` entries unless it holds them all)
+            was = rid in m.visible
+            now = 0 <= p < hi
+            if was and not now:
+                hide(m, rid)
+                if len(head) >= hi:
+                    show(m, head[hi - 1][-1])
+            elif now and not was:
+                show(m, rid)
+                if len(head) > hi:
+                    hide(m, head[hi][-1])
+            continue
+        rewindow(m)
+
+
+#: a position after the head (and after every window)
+BEYOND = 1 << 62
+
+
+def _cap(need: int) -> int:
+    """How many entries a head keeps for windows ending at ``need``."""
+    return need + max(need, 32)
+
+
+def _need(order: Order) -> int | None:
+    """Where the furthest window of ``order`` ends (None: one has no end)."""
+    need = 0
+    for m in order.mats:
+        if m.hi is None:
+            return None
+        if m.hi > need:
+            need = m.hi
+    return need
+
+
+def fill(order: Order) -> None:
+    """Build the head from every entry: all of them in order when they are few or a window
+    has no end, else the smallest ``_cap(need)``."""
+    entries = order.entries
+    need = order.need
+    if need is None or len(entries) <= _cap(need):
+        order.head = sorted(entries.values())
+        order.full = True
+    else:
+        order.head = heapq.nsmallest(_cap(need), entries.values())
+        order.full = False
+    order.built_head = True
 
 
 def rewindow(mat: WMat) -> None:
     """Recompute the visible slice of the ordered qualifying set."""
-    ordered = mat.ordered
-    assert ordered is not None
-    new_list = [e[-1] for e in ordered.islice(mat.lo, mat.hi)]
+    new_list = [e[-1] for e in mat.order.head[mat.lo:mat.hi]]
     new_set = set(new_list)
     old_set = mat.visible
     for r in old_set - new_set:
@@ -157,22 +242,36 @@ def rewindow(mat: WMat) -> None:
         show(mat, r)
 
 
-def set_qdeps(mat: WMat, rid: str, reads: set[str], deps: Any) -> None:
-    """Remember which linked records ``rid``'s predicate/sort read for ``mat``."""
-    old = mat.qdeps.get(rid)
+def covered(row: dict[str, Any], hop: tuple[str, ...]) -> bool:
+    """Whether the records a one-hop predicate read of ``row`` are the links its ``hop``
+    fields hold (found by the table's index on them, engine.core) rather than links inside
+    arrays there (registered for the row, ``Deps.quals``)."""
+    for f in hop:
+        t = type(row.get(f))
+        if t is list or t is tuple:
+            return False
+    return True
+
+
+def set_qdeps(order: Order, rid: str, reads: set[str], deps: Any) -> None:
+    """Remember which linked records ``rid``'s predicate/sort read for ``order``."""
+    old = order.qdeps.get(rid)
     if old == reads:
         return
-    deps.set_qual(mat, rid, old, reads)
+    deps.set_qual(order, rid, old, reads)
     if reads:
-        mat.qdeps[rid] = reads
+        order.qdeps[rid] = reads
     else:
-        mat.qdeps.pop(rid, None)
+        order.qdeps.pop(rid, None)
 
 
 def teardown(mat: WMat, deps: Any) -> None:
-    """Release the rows and dependencies of an explicit materialisation."""
-    for rid in list(mat.qdeps):
-        set_qdeps(mat, rid, set(), deps)
+    """Release the rows of an explicit materialisation, and its order's dependencies when it
+    is the order's last materialisation."""
+    order = mat.order
+    if len(order.mats) <= 1:
+        for rid in list(order.qdeps):
+            set_qdeps(order, rid, set(), deps)
     ref = mat.proj.ref
     for rid in mat.visible:
         ref(rid, -1)

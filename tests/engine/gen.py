@@ -24,7 +24,9 @@ USER_IDS = [RecordID("user", i) for i in range(1, 6)] + [
 # mixed id kinds: the table scan order (ties, LIMIT without ORDER BY) follows the id key order
 THREAD_IDS = [RecordID("thread", i) for i in range(1, 9)] + [RecordID("thread", "x")]
 COMMENT_IDS = [RecordID("comment", i) for i in range(1, 15)] + [RecordID("comment", "z9")]
-IDS = {"user": USER_IDS, "thread": THREAD_IDS, "comment": COMMENT_IDS}
+# edges user -> thread (a relation table: `in` and `out` are set once, at RELATE)
+LIKE_IDS = [RecordID("likes", i) for i in range(1, 9)] + [RecordID("likes", "q")]
+IDS = {"user": USER_IDS, "thread": THREAD_IDS, "comment": COMMENT_IDS, "likes": LIKE_IDS}
 # Links to records that never exist: a view must treat them like a missing row.
 DANGLING = {"user": RecordID("user", 99), "thread": RecordID("thread", 99)}
 
@@ -51,7 +53,9 @@ FIELDS: dict[str, dict[str, str]] = {
                "items": "objarr"},
     "comment": {"thread": "link:thread", "author": "link:user", "body": "str",
                 "created_at": "date", "votes": "num"},
+    "likes": {"in": "link:user", "out": "link:thread", "weight": "num"},
 }
+EDGE_ENDS = ("in", "out")
 
 NONE = object()  # generator-local marker: leave the key out of the row
 
@@ -118,7 +122,12 @@ def typed(r: random.Random, kind: str) -> Any:
 def make_row(r: random.Random, table: str, rid: RecordID) -> dict[str, Any]:
     """A random schemaless row; nested paths become nested objects."""
     row: dict[str, Any] = {"id": rid}
+    if table == "likes":  # an edge: its ends are records (some never exist)
+        row["in"] = r.choice(USER_IDS + [DANGLING["user"]])
+        row["out"] = r.choice(THREAD_IDS + [DANGLING["thread"]])
     for path, kind in FIELDS[table].items():
+        if table == "likes" and path in EDGE_ENDS:
+            continue
         if r.random() < 0.1:
             continue  # NONE: the field is absent
         value = typed(r, kind)
@@ -138,7 +147,7 @@ def mutate_row(r: random.Random, table: str, row: dict[str, Any]) -> dict[str, A
     """The row with one or two fields changed or removed (small moves cross view boundaries)."""
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in row.items()}
     for _ in range(r.randint(1, 2)):
-        path = r.choice(list(FIELDS[table]))
+        path = r.choice([p for p in FIELDS[table] if table != "likes" or p not in EDGE_ENDS])
         head, _, sub = path.partition(".")
         value = typed(r, FIELDS[table][path]) if r.random() < 0.85 else NONE
         if sub:
@@ -218,6 +227,9 @@ class QueryBuilder:
     params: dict[str, Any]
     param_rate: float = 0.2  # how often an operand is a bound parameter instead of a literal
     param_kinds: dict[str, str] = field(default_factory=dict)
+    expressions: bool = True  # functions, arithmetic and indexing in WHERE and projections
+    exprs: list[str] = field(default_factory=list)  # aliases of projection expressions
+    no_links: bool = False  # conditions of a semi-join's inner query read their own row
 
     def value_for(self, kind: str) -> Any:
         v = typed(self.r, kind)
@@ -236,17 +248,26 @@ class QueryBuilder:
             return f"${name}"
         return literal(value)
 
-    def condition(self, table: str, depth: int = 0) -> str:
+    def condition(self, table: str, depth: int = 0, safe: bool = False) -> str:
+        """A WHERE condition; ``safe``: one that never raises (SurrealDB fails the whole query
+        where a function gets the wrong type; only a top-level WHERE may raise, see
+        runner.Replay)."""
         r = self.r
         roll = r.random()
         if depth < 2 and roll < 0.12:
             op = r.choice([" AND ", " OR "])
-            return f"({self.condition(table, depth + 1)}{op}{self.condition(table, depth + 1)})"
+            return (f"({self.condition(table, depth + 1, safe)}{op}"
+                    f"{self.condition(table, depth + 1, safe)})")
         if depth < 2 and roll < 0.17:
             neg = r.choice(["!", "NOT "])
-            return f"{neg}({self.condition(table, depth + 1)})"
+            return f"{neg}({self.condition(table, depth + 1, safe)})"
         if depth < 2 and roll < 0.25:
-            return f"{self.condition(table, depth + 1)} AND {self.condition(table, depth + 1)}"
+            return (f"{self.condition(table, depth + 1, safe)} AND "
+                    f"{self.condition(table, depth + 1, safe)}")
+        if self.expressions and roll < 0.42:
+            return self.expr_condition(table, safe)
+        if self.expressions and not self.no_links and roll < 0.47:
+            return self.semi_condition(table)
         if roll < 0.3:
             ids = [literal(rid) for rid in r.sample(IDS[table], 3)]
             return r.choice([f"id = {ids[0]}", f"id != {ids[0]}", f"id IN [{', '.join(ids)}]",
@@ -254,7 +275,7 @@ class QueryBuilder:
         path, kind = r.choice(list(FIELDS[table].items()))
         if kind == "objarr" and r.random() < 0.6:
             path, kind = "items.x", "numarr"
-        if kind.startswith("link:") and r.random() < 0.45:
+        if kind.startswith("link:") and not self.no_links and r.random() < 0.45:
             target = kind.split(":", 1)[1]
             if target == "user" and r.random() < 0.4:
                 self.params["auth"] = {"id": r.choice(USER_IDS)}
@@ -268,6 +289,110 @@ class QueryBuilder:
                 return self.compare(f"{path}.{sub}.{sub2}", sub2_kind)
             return self.compare(f"{path}.{sub}", sub_kind)
         return self.compare(path, kind)
+
+    def semi_condition(self, table: str) -> str:
+        """``x IN (SELECT VALUE v FROM t WHERE ...)`` and its other spellings."""
+        r = self.r
+        forms = {
+            "thread": [("author", "user", "id"), ("id", "comment", "thread"),
+                       ("author", "comment", "author")],
+            "comment": [("thread", "thread", "id"), ("author", "thread", "author"),
+                        ("author", "user", "id")],
+            "user": [("id", "thread", "author"), ("id", "comment", "author")],
+        }[table]
+        x, inner, value = r.choice(forms)
+        sub = f"SELECT VALUE {value} FROM {inner}"
+        if r.random() < 0.8:
+            self.no_links = True
+            try:
+                sub += " WHERE " + self.condition(inner, depth=1, safe=True)
+            finally:
+                self.no_links = False
+        op = r.choice(["IN", "INSIDE", "NOT IN", "NOTINSIDE", "CONTAINS", "CONTAINSNOT"])
+        if op.startswith("CONTAINS"):
+            return f"({sub}) {op} {x}"
+        return f"{x} {op} ({sub})"
+
+    def expr_condition(self, table: str, safe: bool) -> str:
+        """A condition over functions, arithmetic and indexing of a field."""
+        r = self.r
+        if table in GRAPH_WHERE and not self.no_links and r.random() < 0.25:
+            return r.choice(GRAPH_WHERE[table])
+        path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
+                               if not k.startswith("link:") and k != "date"])
+        if kind == "objarr":
+            return r.choice([f"items[0].x = {self.operand('num')}", "items[$].x > 0",
+                             "array::len(items) > 1" if not safe else "count(items) > 1"])
+        guard = {"str": "type::is_string", "num": "type::is_number", "bool": "type::is_bool",
+                 "arr": "type::is_array"}[kind]
+        forms: list[str]
+        if kind == "str":
+            forms = [f"string::lowercase({path}) = {self.operand('str')}",
+                     f"string::len({path}) > {r.randint(0, 3)}",
+                     f"string::starts_with({path}, {literal(r.choice(['a', 'A', 'b', '']))})",
+                     f"string::contains({path}, "
+                     f"{literal(r.choice(STRINGS)) if safe else self.operand('str')})",
+                     f"string::uppercase({path}) IN ['ALPHA', 'B', 'ZETA']"]
+            safe_forms = [f"string::concat({path}, '!') = {literal(r.choice(STRINGS) + '!')}",
+                          f"({path} ?? 'b') = 'b'", f"({path} ?: 'x') = 'x'"]
+        elif kind == "num":
+            forms = [f"{path} + 1 > {self.operand('num')}", f"{path} * 2 <= {r.randint(-2, 6)}",
+                     f"math::abs({path}) >= {self.operand('num')}", f"-{path} < 0",
+                     f"{path} % 2 = 1", f"math::floor({path}) = 2",
+                     f"{path} - 1 IN [0, 1, 1.5]", f"math::round({path}) != 3"]
+            safe_forms = [f"({path} ?? 0) > {self.operand('num')}",
+                          f"{path} / 2 > 1", f"({path} ?: 7) = 7"]
+        elif kind == "bool":
+            forms = [f"{path} + 0 = 1"]
+            safe_forms = [f"!{path} = true", f"({path} ?? false) = true"]
+        else:
+            forms = [f"array::len({path}) > {r.randint(0, 2)}",
+                     f"array::first({path}) = {literal(r.choice(TAGS))}",
+                     f"array::distinct({path}) CONTAINS {literal(r.choice(TAGS))}",
+                     f"array::len(array::union({path}, ['a'])) = 2"]
+            safe_forms = [f"{path}[0] = {literal(r.choice(TAGS))}",
+                          f"{path}[$] = {literal(r.choice(TAGS))}", f"count({path}) > 1",
+                          f"{path}[1] IS NONE"]
+        if safe:
+            if r.random() < 0.5 or kind == "bool":  # `+` raises on every bool: no guard helps
+                return r.choice(safe_forms)
+            return f"({guard}({path}) AND {r.choice(forms)})"
+        return r.choice(forms + safe_forms)
+
+    def projection_expr(self, table: str) -> str:
+        """A projection item that is an expression (never raising: SurrealDB would fail the
+        whole query; the engine's rule there, a NONE value, has a targeted test)."""
+        r = self.r
+        name = f"x{len(self.exprs)}"
+        if table in GRAPH and r.random() < 0.3:
+            self.exprs.append(name)
+            return f"{r.choice(GRAPH[table])} AS {name}"
+        path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
+                               if not k.startswith("link:") and "." not in p])
+        self.exprs.append(name)
+        if kind == "str":
+            e = r.choice([f"type::is_string({path}) AND string::uppercase({path})",
+                          f"string::concat({path}, '/')", f"{path} ?? 'none'",
+                          f"type::is_string({path}) AND string::len({path}) > 2"])
+        elif kind == "num":
+            e = r.choice([f"type::is_number({path}) AND {path} * 2",
+                          f"type::is_number({path}) AND math::abs({path})",
+                          f"{path} > 2", f"{path} ?: 0"])
+        elif kind in ("arr", "objarr"):
+            e = r.choice([f"{path}[0]", f"count({path})",
+                          f"type::is_array({path}) AND array::len({path})",
+                          f"type::is_array({path}) AND array::reverse({path})"])
+            if e == f"{path}[0]" and r.random() < 0.3:
+                self.exprs.pop()
+                return e  # unaliased: SurrealDB names it by the field
+        elif kind == "date":
+            e = f"type::is_datetime({path})"
+        else:
+            e = f"string::concat({path})"
+        if r.random() < 0.15 and _single_call(e):
+            self.exprs.pop()
+            return e  # a call unaliased: named by its function
+        return f"{e} AS {name}"
 
     def compare(self, path: str, kind: str) -> str:
         r = self.r
@@ -300,12 +425,18 @@ class QueryBuilder:
         """A SELECT over ``table``; ``correlated`` is the subquery's $parent condition."""
         r = self.r
         fields = list(FIELDS[table])
+        if self.expressions and not single and r.random() < (0.08 if depth == 0 else 0.04):
+            return self.value_select(table, depth, correlated)
         star = r.random() < 0.5
         items: list[str] = ["*"] if star else ["id"]
         plain: list[str] = []  # projected field paths (ORDER BY must use these in 3.x)
         if not star:
             plain = r.sample(fields, r.randint(0, 3))
             items += plain
+        if self.expressions and r.random() < 0.3:
+            before = len(self.exprs)
+            items.append(self.projection_expr(table))
+            plain += self.exprs[before:]
         links = [p for p, k in FIELDS[table].items() if k.startswith("link:")]
         if depth == 0 or r.random() < 0.3:
             for link in links:
@@ -324,22 +455,35 @@ class QueryBuilder:
                 items.append(link)
                 plain.append(link)
             fetch = f" FETCH {link}"
-        text = f"SELECT {', '.join(items)} FROM {table}"
+        omit = ""
+        if self.expressions and r.random() < 0.08:
+            # OMIT: fields (or a nested field) left out of every row
+            pool = [p for p in fields if p not in plain] if not star else fields
+            if pool:
+                omit = " OMIT " + ", ".join(r.sample(pool, min(len(pool), r.randint(1, 2))))
+        text = f"SELECT {', '.join(items)}{omit} FROM {table}"
         conds: list[str] = []
         if correlated:
             conds.append(correlated)
         if r.random() < (0.75 if depth == 0 else 0.4):
-            conds.append(self.condition(table))
+            conds.append(self.condition(table, safe=depth > 0))
         if conds:
             text += " WHERE " + " AND ".join(conds)
         if single:
             return text + " LIMIT 1"
+        arrays = [p for p, k in FIELDS[table].items() if k in ("arr", "objarr")
+                  and (star or p in plain)]
+        split = self.expressions and arrays and r.random() < 0.1
+        if split:
+            text += " SPLIT " + r.choice(arrays)
         keys = (fields + ["id"]) if star else (plain + ["id"])
         if r.random() < 0.6:
             chosen = r.sample(keys, r.randint(1, min(3, len(keys))))
             text += " ORDER BY " + ", ".join(
                 k + r.choice(["", " ASC", " DESC", " DESC"]) for k in chosen)
-        if r.random() < 0.45:
+        if split:
+            pass  # no window over split rows (refused: a window could hold part of a row)
+        elif r.random() < 0.45:
             text += f" LIMIT {r.randint(1, 6)}"
             if r.random() < 0.3:
                 text += f" START {r.randint(0, 3)}"
@@ -347,11 +491,40 @@ class QueryBuilder:
             text += f" START {r.randint(1, 3)}"
         return text + fetch
 
+    def value_select(self, table: str, depth: int, correlated: str | None) -> str:
+        """``SELECT VALUE e FROM table ...``: each row shows one value (its members: the row
+        itself and the records inside the value)."""
+        r = self.r
+        path, kind = r.choice(list(FIELDS[table].items()))
+        e = r.choice([path, "id", f"{path} ?? 'none'", "{ k: id, v: " + path + " }"])
+        if kind.startswith("link:") and r.random() < 0.4:
+            e = f"{path}.*"
+        text = f"SELECT VALUE {e} FROM {table}"
+        conds = [correlated] if correlated else []
+        if r.random() < 0.6:
+            conds.append(self.condition(table, safe=depth > 0))
+        if conds:
+            text += " WHERE " + " AND ".join(conds)
+        if r.random() < 0.6:
+            keys = r.sample(list(FIELDS[table]) + ["id"], r.randint(1, 2))
+            text += " ORDER BY " + ", ".join(k + r.choice(["", " DESC"]) for k in keys)
+        if r.random() < 0.4:
+            text += f" LIMIT {r.randint(1, 4)}"
+        return text
+
     def subqueries(self, table: str, depth: int) -> list[str]:
         r = self.r
         out: list[str] = []
         if table == "thread" and r.random() < 0.35:
             out.append(f"({self.select('comment', depth + 1, 'thread = $parent.id')}) AS comments")
+        if self.expressions and table == "thread" and r.random() < 0.1:
+            sub = self.value_select("comment", depth + 1, "thread = $parent.id")
+            out.append(f"({sub}){'[0]' if r.random() < 0.3 else ''} AS vals")
+        if self.expressions and table in ("thread", "user") and r.random() < 0.08:
+            child, link = ("comment", "thread") if table == "thread" else ("thread", "author")
+            sub = group_select(self, child, f"{link} = $parent.id")
+            index = "[0]" if " GROUP ALL" in sub and r.random() < 0.6 else ""
+            out.append(f"({sub}){index} AS stats")
         if table == "thread" and r.random() < 0.08:
             # correlated on a non-id field of the parent: the parent's own change moves it
             sub = self.select("comment", depth + 1, "author = $parent.author")
@@ -370,10 +543,93 @@ class QueryBuilder:
         return out
 
 
+# graph traversals over `likes` (user -> thread), as projection items and conditions
+GRAPH = {
+    "user": ["->likes->thread", "count(->likes)", "->likes->thread.title", "->likes.weight",
+             "->likes->thread.*", "->likes", "->likes->thread<-likes<-user",
+             "array::len(->likes->?)"],
+    "thread": ["<-likes<-user", "count(<-likes)", "<-likes<-user.name", "<-likes.*",
+               "<-likes<-user->likes->thread"],
+}
+GRAPH_WHERE = {
+    "user": ["->likes->thread CONTAINS thread:1", "count(->likes) > 1",
+             "array::len(->likes) = 0", "->likes.weight CONTAINS 2"],
+    "thread": ["count(<-likes) >= 1", "<-likes<-user CONTAINS user:1",
+               "<-likes<-user.active CONTAINS true"],
+}
+
+
+def _single_call(e: str) -> bool:
+    """``name(...)`` and nothing around it."""
+    head, sep, _ = e.partition("(")
+    if not sep or " " in head or not e.endswith(")"):
+        return False
+    depth = 0
+    for i, c in enumerate(e):
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0 and i < len(e) - 1 and c == ")":
+            return False
+    return True
+
+
+# grouped views: keys and aggregate arguments per table
+GROUP_KEYS = {"user": ["active", "profile.city", "tags", "age"],
+              "thread": ["status", "author", "meta.flag", "tags", "score"],
+              "comment": ["thread", "author", "votes"]}
+AGG_ARGS = {"user": ["age", "profile.score", "name"], "thread": ["score", "meta.pri", "title"],
+            "comment": ["votes", "body"]}
+
+
+def group_select(b: QueryBuilder, table: str, correlated: str | None = None) -> str:
+    """``SELECT keys, aggregates FROM table [WHERE] GROUP BY keys | GROUP ALL [ORDER BY]``;
+    ``correlated``: the $parent condition of a subquery (whose conditions never raise)."""
+    r = b.r
+    keys: list[str] = []
+    items: list[str] = []
+    if r.random() < 0.75:
+        for path in r.sample(GROUP_KEYS[table], r.randint(1, 2)):
+            if r.random() < 0.2 and "." not in path:
+                name = f"k{len(keys)}"
+                items.append(r.choice([f"type::is_string({path}) AND string::len({path})",
+                                       f"{path} ?? 'none'", f"type::is_number({path})"])
+                             + f" AS {name}")
+                keys.append(name)
+            else:
+                items.append(path)
+                keys.append(path)
+    outs: list[str] = []
+    for n in range(r.randint(1, 3)):
+        arg = r.choice(AGG_ARGS[table])
+        fn = r.choice(["count()", f"count({arg})", f"math::sum({arg})", f"math::mean({arg})",
+                       f"math::min({arg})", f"math::max({arg})", f"count({arg} > 2)"])
+        if r.random() < 0.15:
+            fn = r.choice([f"{fn} + 1", f"{fn} * 2", f"{fn} > 1"])
+        if (r.random() < 0.1 and fn.endswith(")") and " " not in fn
+                and not any("(" in it and " AS " not in it for it in items)):
+            items.append(fn)  # unaliased: named by its function
+        else:
+            items.append(f"{fn} AS a{n}")
+            outs.append(f"a{n}")
+    text = f"SELECT {', '.join(items)} FROM {table}"
+    conds = [correlated] if correlated else []
+    if r.random() < 0.6:
+        conds.append(b.condition(table, safe=correlated is not None))
+    if conds:
+        text += " WHERE " + " AND ".join(conds)
+    text += " GROUP BY " + ", ".join(keys) if keys else " GROUP ALL"
+    if keys + outs and r.random() < 0.4:
+        chosen = r.sample(keys + outs, r.randint(1, min(2, len(keys + outs))))
+        text += " ORDER BY " + ", ".join(k + r.choice(["", " DESC"]) for k in chosen)
+    return text
+
+
 def make_view(r: random.Random) -> View:
     """One random view over a random table."""
     builder = QueryBuilder(r, {})
     table = r.choice(["user", "thread", "thread", "comment"])
+    if r.random() < 0.1:
+        return View(group_select(builder, table), builder.params)
     return View(builder.select(table), builder.params)
 
 
@@ -382,9 +638,11 @@ def make_view(r: random.Random) -> View:
 def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int) -> list[Event]:
     """A random CREATE/UPDATE/DELETE sequence consistent with the current contents."""
     state = {t: {row["id"].id: row for row in rs} for t, rs in rows.items()}
+    for t in IDS:
+        state.setdefault(t, {})  # a case may start without rows of a table (edges)
     events: list[Event] = []
     for _ in range(n):
-        table = r.choice(["user", "thread", "thread", "comment", "comment"])
+        table = r.choice(["user", "thread", "thread", "comment", "comment", "likes"])
         rid = r.choice(IDS[table])
         current = state[table].get(rid.id)
         if current is None:
@@ -392,10 +650,19 @@ def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int)
             events.append((table, "CREATE", rid, row))
             state[table][rid.id] = row
         elif r.random() < 0.25:
+            # SurrealDB deletes the edges of a deleted record in the same transaction; its
+            # change feed carries their deletes too (here first, so that every state the
+            # runner checks is one SurrealDB can be in)
+            for eid, edge in list(state["likes"].items()):
+                if rid in (edge["in"], edge["out"]) and table != "likes":
+                    events.append(("likes", "DELETE", edge["id"], None))
+                    del state["likes"][eid]
             events.append((table, "DELETE", rid, None))
             del state[table][rid.id]
         else:
             row = mutate_row(r, table, current) if r.random() < 0.7 else make_row(r, table, rid)
+            if table == "likes":
+                row.update({end: current[end] for end in EDGE_ENDS})  # an edge keeps its ends
             events.append((table, "UPDATE", rid, row))
             state[table][rid.id] = row
     return events
@@ -410,7 +677,11 @@ def make_family_case(seed: int, views: int = 6, writes: int = 30) -> Case:
     while True:
         builder.params.clear()
         builder.param_kinds.clear()
-        surql = builder.select(r.choice(["user", "thread", "thread", "comment"]))
+        table = r.choice(["user", "thread", "thread", "comment"])
+        if r.random() < 0.1:
+            surql = group_select(builder, table)
+        else:
+            surql = builder.select(table)
         if builder.params:
             break
     family = []

@@ -93,3 +93,27 @@ def test_probe_shard_batches_prints_every_size() -> None:
     assert rows[0][3] == "1.00", proc.stdout  # the baseline's own ratio
     # every size measured its replies (the wire form: views sharing a delta grouped)
     assert all(float(r[2].replace(",", "")) > 0 and float(r[5]) > 0 for r in rows), proc.stdout
+
+
+def test_bench_mixes_quick_prints_every_shape_and_the_worst() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "bench_mixes.py"), "--quick",
+                           "--seeds", "5", "--naive", "1", "--naive-views", "1"],
+                          check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    shapes = [line.split()[0] for line in out.splitlines() if line.startswith("  S")]
+    assert len(shapes) == 12, out
+    rows = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in shapes
+            and not line.startswith(" ")]
+    assert len(rows) == 12, out
+    # every shape registered, ran, and has the baseline's ratio (SurrealDB re-running it)
+    assert all(r.split()[-1].endswith("x") and not r.split()[3].startswith("rejected")
+               for r in rows), out
+    for name in ("mix ", "mix b", "worst shape (x budget)", "=== summary", "naive/this"):
+        assert name in out, f"missing {name!r}:\n{out}"
+    for preset in ("forum", "shop"):
+        proc = subprocess.run([sys.executable, str(ROOT / "loadtests" / "bench_mixes.py"),
+                               "--quick", "--mix", preset, "--seeds", "1", "--no-mix"],
+                              check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "worst shape" in proc.stdout, proc.stdout

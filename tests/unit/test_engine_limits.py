@@ -188,7 +188,7 @@ def test_replacing_a_view_with_a_refused_query_keeps_the_old_view() -> None:
     w.handle({"kind": "load", "table": "t", "rows": [{"id": RecordID("t", 1), "a": 5}]})
     w.handle({"kind": "register", "view_id": "v", "surql": "SELECT * FROM t WHERE a > 3"})
     r = w.handle({"kind": "register", "view_id": "v",
-                  "surql": "SELECT * FROM t WHERE a > 3 SPLIT a"})
+                  "surql": "SELECT * FROM t WHERE a > 3 SPLIT a LIMIT 2"})
     assert r["error"] == "rejected" and "SPLIT" in r["message"]
     assert w.engine.view_ids() == ["v"]
     d = w.handle({"kind": "ingest", "events": [["t", "CREATE", "t:2", {"id": RecordID("t", 2),

@@ -1,0 +1,743 @@
+"""Projection subqueries maintained as joins: the inner table grouped by the correlation key
+once, each group's qualifying rows kept in order, windows shared by the parents that see the
+same rows, and a write reaching only the windows it can change.
+
+A subquery ``(SELECT ... FROM inner WHERE ... ORDER BY ... LIMIT l START s)`` projected for
+each parent row is, in DBSP's terms, a join of the parents with the inner table followed by
+a top-k per parent. Re-running it for every parent that scanned a changed key costs the size
+of the group (a hot thread's 3,000 comments sorted again for each vote) and, when many
+parents share a key (``category = $parent.category``: 2,500 products per category), that
+times the parents. Here instead (:class:`Join`, one per subquery plan and values of the
+slots it reads):
+
+- its WHERE is split once (:func:`join_spec`) into **keys** (``inner_field =
+  <expression of $parent>``: the group a parent reads), an **inner** filter (conjuncts that
+  read neither ``$parent`` nor a link: applied once per inner row, not per parent),
+  **bounds** (``first_order_field < <= > >= <expression of $parent>``: a slice of the
+  group's order, found by bisection) and a **residual** (anything else: tested per window
+  while it is read);
+- a :class:`Group` keeps the sort entries of its qualifying rows in order (a plain list:
+  bisection and slices in C), built from the table's equality index the first time a
+  parent reads it, and maintained row by row from then on;
+- a :class:`Win` is one window of a group: the parents with equal bounds (and equal values
+  of the ``$parent`` paths the residual reads) see the same rows, computed once and
+  shared (their value is the same list object). It records its **cut**: the last entry it
+  depends on (its last row when full, else the bound's end or none);
+- a write to the inner table moves the row's entry in its group(s) and reaches the windows
+  whose range ``(lower bound, cut]`` holds the entry before or after the write: those are
+  detached and their parents marked (the projection reruns them at the flush, through
+  :meth:`Join.run` again). Entries after a window's cut cannot change it, so a vote on the
+  50th comment of a thread showing its top 5 reaches nothing. With one bound from the
+  parent and no residual, a group's windows are sorted by that bound and their cuts follow
+  it, so the windows a write reaches are found by one bisection and a walk that stops at
+  the first window it cannot reach.
+
+A parent registers the windows it read through its dependencies (the :class:`Win` objects
+themselves are the tokens in ``Cx.subs``; :meth:`engine.deps.Deps.set_proj` adds and
+drops them). A group lives while some parent reads one of its windows.
+
+Not joins (run per parent as before, :meth:`engine.plan.Plan.run`): lookups by ``id``
+(``id = $parent.author``: one row, an index lookup already) and subqueries whose ORDER BY
+follows a record link. Cached window values are kept only for windows whose rows' outputs
+depend on those rows alone (a flat projection, a residual that read no link).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from decimal import Decimal
+from typing import Any
+
+from surrealdb import RecordID
+
+from engine.compile import compile_expr, compile_predicate
+from engine.cx import NOLINKS, Cx
+from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
+from engine.shape import order_source
+from engine.store import ikey
+from engine.values import NONE
+
+# window modes: how the windows a write reaches are found in a group
+ONE = 0  # no bound from the parent, no residual: one window per group
+LO = 1  # one lower bound from the parent: windows sorted by it, cuts follow
+HI = 2  # one upper bound from the parent: same, walked from the top
+ANY = 3  # anything else: every window of the group is tested
+
+
+class _Top:
+    """Compares above every value a sort entry holds: ``(k, TOP)`` follows every entry whose
+    first key is ``k``, where ``(k,)`` precedes them."""
+
+    __slots__ = ()
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return other is self
+
+    def __gt__(self, other: object) -> bool:
+        return other is not self
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __hash__(self) -> int:
+        return 7
+
+
+TOP = _Top()
+
+
+def jkey(v: Any) -> Any:
+    """The group key of a correlation value: :func:`engine.matindex.xkey`, with a link
+    whose key is an integral number read as the int key (``thread:1.0`` is ``thread:1``
+    to SurrealDB, as the equality index's keys have it)."""
+    if type(v) is RecordID:
+        k: Any = v.id
+        tk = type(k)
+        if (tk is float or tk is Decimal) and k == k and k == int(k):
+            return xkey(RecordID(v.table_name, int(k)))
+    return xkey(v)
+
+
+class JoinSpec:
+    """How a subquery plan's WHERE clause splits into keys, filter, bounds and residual."""
+
+    __slots__ = ("build", "fields", "inner", "kfields", "kfns", "lo", "hi", "mode",
+                 "out_fields", "resid", "rfns", "slots")
+
+    def __init__(self) -> None:
+        self.kfields: tuple[str, ...] = ()
+        self.kfns: list[Any] = []  # parent-side value of each key
+        self.inner: Any = None  # predicate on the inner row alone
+        self.lo: tuple[Any, bool] | None = None  # (parent-side value, strict) in entry order
+        self.hi: tuple[Any, bool] | None = None  # (parent-side value, inclusive)
+        self.resid: Any = None  # predicate f(row, S, par, cx) of the rest
+        self.rfns: list[Any] | None = []  # values of the $parent paths the residual reads
+        self.mode = ONE
+        self.build: tuple[str, Any] | None = None  # (field, value fn): an inner equality
+        self.fields: frozenset[str] | None = None  # inner fields read (None: whole row)
+        # inner fields the projection and the residual read
+        self.out_fields: frozenset[str] | None = None
+        self.slots: tuple[int, ...] = ()  # slots the window depends on
+
+
+def _reads(e: Any, acc: dict[str, Any]) -> None:
+    """Collect what an expression reads: ``parent`` (paths), ``fields`` (inner paths),
+    ``opaque`` (a part this walk does not know, e.g. a nested query)."""
+    if type(e) is not tuple or not e:
+        acc["opaque"] = True
+        return
+    k = e[0]
+    if k in ("lit", "slot"):
+        return
+    if k in ("graph", "deref"):
+        # reads other tables (edges, linked rows): no group's entries may depend on it
+        acc["opaque"] = True
+        return
+    if k == "object" or k == "call":
+        for x in e[2]:  # (keys or the function's name, values or arguments)
+            _reads(x, acc)
+        return
+    if k == "get":
+        _reads(e[1], acc)  # (base, path read from its value)
+        return
+    if k == "parent":
+        acc["parent"].append(tuple(e[1]))
+        return
+    if k == "field":
+        acc["fields"].append(tuple(e[1]))
+        return
+    for x in e[1:]:
+        if type(x) is tuple:
+            if x and type(x[0]) is str:
+                _reads(x, acc)
+            else:
+                for y in x:  # a tuple of expressions (array items, object values)
+                    if type(y) is tuple:
+                        _reads(y, acc)
+                    elif not isinstance(y, (str, int)):
+                        acc["opaque"] = True
+        elif not isinstance(x, (str, int, bool)) and x is not None:
+            acc["opaque"] = True
+
+
+def _what(e: Any) -> dict[str, Any]:
+    acc: dict[str, Any] = {"parent": [], "fields": [], "opaque": False}
+    _reads(e, acc)
+    return acc
+
+
+def _conjuncts(e: Any) -> list[Any]:
+    if e is None:
+        return []
+    if e[0] == "and":
+        return _conjuncts(e[1]) + _conjuncts(e[2])
+    return [e]
+
+
+def _and(parts: list[Any]) -> Any:
+    out = None
+    for c in parts:
+        out = c if out is None else ("and", out, c)
+    return out
+
+
+def _slots(e: Any, acc: set[int]) -> None:
+    if type(e) is not tuple or not e:
+        return
+    if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
+        acc.add(e[1])
+        return
+    for x in e:
+        _slots(x, acc)
+
+
+def join_spec(plan: Any) -> JoinSpec | None:
+    """The join form of a subquery plan, or None when it is run per parent."""
+    q = plan.q
+    if not plan.row_entries:
+        return None  # ORDER BY follows a link: entries depend on other tables
+    if plan.agg is not None or plan.split:
+        return None  # a grouped or SPLIT subquery: its rows are no ordered window of entries
+    if plan.semis:
+        # a semi-join in its WHERE: the live sets the plan opened answer it, per parent run
+        return None
+    first: str | None = None
+    desc = False
+    if q.order:
+        src = order_source(q, q.order[0][0])
+        if src is not None and len(src) == 1:
+            first = src[0]
+        desc = q.order[0][1]
+    spec = JoinSpec()
+    keys: list[tuple[str, Any]] = []
+    inner: list[Any] = []
+    resid: list[Any] = []
+    lo: tuple[Any, bool] | None = None
+    hi: tuple[Any, bool] | None = None
+    for c in _conjuncts(q.where):
+        w = _what(c)
+        multi = any(len(p) != 1 for p in w["fields"])
+        if not w["parent"]:
+            (resid if multi or w["opaque"] else inner).append(c)
+            continue
+        side = _field_vs_parent(c) if not w["opaque"] else None
+        if side is not None:
+            f, op, other = side
+            if op == "=":
+                if f == "id":
+                    return None  # a lookup by id: one row, the index path already
+                if all(f != k for k, _ in keys):
+                    keys.append((f, other))
+                    continue
+            elif op in RANGE_OPS and f == first:
+                # in the order of the entries (DESC reverses it), which end it bounds
+                low = op in ((">", ">=") if not desc else ("<", "<="))
+                strict = op in (">", "<")
+                if low and lo is None:
+                    lo = (compile_expr(other)[0], strict)
+                    continue
+                if not low and hi is None:
+                    hi = (compile_expr(other)[0], not strict)
+                    continue
+        resid.append(c)
+    spec.kfields = tuple(k for k, _ in keys)
+    spec.kfns = [compile_expr(other)[0] for _, other in keys]
+    if inner:
+        spec.inner = compile_predicate(_and(inner))[0]
+        for c in inner:
+            if (c[0] == "cmp" and c[1] == "=" and c[2][0] == "field" and len(c[2][1]) == 1
+                    and c[3][0] in ("slot", "lit")):
+                spec.build = (c[2][1][0], compile_expr(c[3])[0])
+                break
+    spec.lo = lo
+    spec.hi = hi
+    if resid:
+        spec.resid = compile_predicate(_and(resid))[0]
+        paths: list[tuple[str, ...]] = []
+        for c in resid:
+            paths += _what(c)["parent"]
+        if any(not p for p in paths):
+            spec.rfns = None  # reads $parent itself: windows are per parent row
+        else:
+            spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
+    if resid or (lo is not None and hi is not None):
+        spec.mode = ANY
+    elif lo is not None:
+        spec.mode = LO
+    elif hi is not None:
+        spec.mode = HI
+    # the inner fields anything reads: a write changing none of them changes no window
+    acc: set[str] = set()
+    whole = False
+    for c in _conjuncts(q.where):
+        for p in _what(c)["fields"]:
+            acc.add(p[0])
+    for path, _d in q.order:
+        src = order_source(q, path)
+        if src is None:
+            whole = True  # ORDER BY an expression: the fields it reads are not listed here
+        else:
+            acc.add(src[0])
+    out: set[str] = {"id"}
+    for it in q.items:
+        if it.kind == "all":
+            whole = True
+        elif it.kind in ("field", "linkall"):
+            out.add(it.path[0])
+        else:
+            # an expression, a nested subquery: what it reads of this row is not listed here
+            whole = True
+    if q.fetch or q.omit:
+        whole = True
+    rfields: set[str] = set()
+    for c in resid:
+        for p in _what(c)["fields"]:
+            rfields.add(p[0])
+    # a row staying at its place in its group changes a window through its output or what
+    # the residual reads of it
+    spec.out_fields = None if whole else frozenset(out | rfields)
+    spec.fields = None if whole else frozenset(acc | out)
+    own: set[int] = set()
+    _slots(q.where, own)
+    _slots(q.limit, own)
+    _slots(q.start, own)
+    spec.slots = tuple(sorted(own))
+    return spec
+
+
+def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
+    """``(inner field, op, parent-side expression)`` of a comparison between a one-segment
+    inner field and an expression reading ``$parent`` but no inner field."""
+    if c[0] != "cmp":
+        return None
+    op, a, b = c[1], c[2], c[3]
+    for f, other, o in ((a, b, op), (b, a, FLIP.get(op, op))):
+        if f[0] == "field" and len(f[1]) == 1:
+            w = _what(other)
+            if w["parent"] and not w["fields"] and not w["opaque"]:
+                return f[1][0], o, other
+    return None
+
+
+class Win:
+    """One window of a group: the rows some parents see, its cut, the parents."""
+
+    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "pairs", "parents", "value")
+
+    def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
+        self.group = group
+        self.key = key
+        self.lo = lo
+        self.hi = hi
+        self.cut: Any = None
+        # (projection group, row) -> how many times its projection read this window
+        self.parents: dict[tuple[Any, str], int] = {}
+        self.value: list[Any] | None = None
+        # SELECT VALUE: (row, value) of each row shown (its members: engine.plan.item_value)
+        self.pairs: list[list[tuple[str, Any]]] | None = None
+        self.attached = True
+
+    def add(self, proj: Any, rid: str) -> None:
+        """A parent's projection read this window (engine.deps)."""
+        k = (proj, rid)
+        n = self.parents.get(k)
+        if n is None:
+            self.parents[k] = 1
+            self.group.n += 1
+        else:
+            self.parents[k] = n + 1
+
+    def drop(self, proj: Any, rid: str) -> None:
+        """A parent's projection no longer reads this window."""
+        k = (proj, rid)
+        n = self.parents.get(k)
+        if n is None:
+            return
+        if n > 1:
+            self.parents[k] = n - 1
+            return
+        del self.parents[k]
+        g = self.group
+        g.n -= 1
+        if not self.parents and self.attached:
+            g.join.detach(g, self)
+        if g.n == 0:
+            g.join.drop_group(g)
+
+    def scan(self) -> tuple[str, str | None, Any]:
+        """``(table, field, key)`` as a scan would name it (``subquery_state``)."""
+        j = self.group.join
+        f = j.spec.kfields[0] if j.spec.kfields else None
+        return j.table, f, self.group.key
+
+    def describe(self) -> tuple[Any, ...]:
+        """What the window is, without object identities (tests compare engines)."""
+        return ("win", *self.scan(), self.lo, self.hi, self.cut)
+
+
+class Group:
+    """The qualifying rows of one correlation key, in order, and the windows read of them."""
+
+    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "pv", "wins")
+
+    def __init__(self, join: Join, key: Any, pv: Any) -> None:
+        self.join = join
+        self.key = key
+        self.pv = pv  # the parent-side value of the first key (the index lookup)
+        self.entries: list[Any] | None = None  # built on first read
+        self.wins: dict[Any, Win] = {}
+        # LO / HI modes: the windows sorted by their bound from the parent
+        self.bkeys: list[Any] = []
+        self.bwins: list[Win] = []
+        self.n = 0  # parents registered on its windows
+
+
+class Join:
+    """A subquery plan's join state for one value of the slots it reads."""
+
+    __slots__ = ("S", "built", "groups", "plan", "reached", "spec", "store", "table")
+
+    def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
+        self.plan = plan
+        self.spec = spec
+        self.S = S
+        self.store = store
+        self.table: str = plan.table
+        self.groups: dict[Any, Group] = {}
+        # work done, for tests and the debug route: groups built, windows a write reached
+        self.built = 0
+        self.reached = 0
+
+    # -- keys -------------------------------------------------------------------------
+    def row_key(self, row: dict[str, Any]) -> Any:
+        """The group an inner row belongs to."""
+        f = self.spec.kfields
+        if len(f) == 1:
+            return jkey(row.get(f[0], NONE))
+        return tuple([jkey(row.get(x, NONE)) for x in f])
+
+    def _parent_key(self, S: tuple[Any, ...], par: Any, cx: Any) -> tuple[Any, Any]:
+        fns = self.spec.kfns
+        if not fns:
+            return (), None
+        if len(fns) == 1:
+            v = fns[0](None, S, par, cx)
+            return jkey(v), v
+        vals = [fn(None, S, par, cx) for fn in fns]
+        return tuple([jkey(v) for v in vals]), vals[0]
+
+    def _group(self, key: Any, pv: Any) -> Group:
+        g = self.groups.get(key)
+        if g is None:
+            if not self.groups:
+                self.store.joins.setdefault(self.table, {})[self] = None
+            g = self.groups[key] = Group(self, key, pv)
+        return g
+
+    def drop_group(self, g: Group) -> None:
+        """Forget a group no parent reads."""
+        if self.groups.get(g.key) is g:
+            del self.groups[g.key]
+        g.wins = {}
+        g.bkeys = []
+        g.bwins = []
+        g.entries = None
+        if not self.groups:
+            joins = self.store.joins.get(self.table)
+            if joins is not None:
+                joins.pop(self, None)
+                if not joins:
+                    del self.store.joins[self.table]
+            self.plan.forget_join(self)
+
+    def clear(self) -> None:
+        """Forget every group (the engine closes)."""
+        for g in list(self.groups.values()):
+            for w in g.wins.values():
+                w.parents = {}
+            g.wins = {}
+            g.bwins = []
+        self.groups = {}
+
+    # -- reading ----------------------------------------------------------------------
+    def _probe(self, fn: Any, S: tuple[Any, ...], par: Any, cx: Any, top: bool) -> Any:
+        """The bound's position among the entries: ``(first key,)`` before the entries
+        whose first sort key equals the bound's, ``(first key, TOP)`` after them."""
+        src = self.plan.first_source
+        v = fn(None, S, par, cx)
+        k = self.plan.entry({src: v}, "", NOLINKS)[0]
+        return (k, TOP) if top else (k,)
+
+    def build(self, g: Group) -> list[Any]:
+        """The group's qualifying entries, in order, from the stored rows."""
+        spec = self.spec
+        plan = self.plan
+        t = self.store.table(self.table)
+        rows = t.rows
+        S = self.S
+        cands: Any
+        if spec.kfields:
+            cands = t.index(spec.kfields[0]).get(ikey(g.pv), ())
+        elif spec.build is not None:
+            cands = t.index(spec.build[0]).get(ikey(spec.build[1](None, S, NONE, NOLINKS)), ())
+        else:
+            cands = rows.keys()
+        keyed = bool(spec.kfields)
+        inner = spec.inner
+        ecache = plan.row_caches(t)[0]
+        entry = plan.entry
+        out: list[Any] = []
+        key = g.key
+        for rid in cands:
+            row = rows.get(rid)
+            if row is None:
+                continue
+            if keyed and self.row_key(row) != key:
+                continue
+            if inner is not None and not inner(row, S, NONE, NOLINKS):
+                continue
+            e = ecache.get(rid)
+            if e is None:
+                e = ecache[rid] = entry(row, rid, NOLINKS)
+            out.append(e)
+        out.sort()
+        g.entries = out
+        self.built += 1
+        return out
+
+    def run(self, S: tuple[Any, ...], par: Any, cx: Cx) -> list[Any]:
+        """The subquery's result for parent ``par``; the window read goes to ``cx.subs``."""
+        spec = self.spec
+        plan = self.plan
+        start, end = plan.window(S)
+        limit = None if end is None else end - start
+        if limit == 0:
+            return []
+        gk, pv = self._parent_key(S, par, cx)
+        g = self.groups.get(gk)
+        if g is None:
+            g = self._group(gk, pv)
+        lo = self._probe(spec.lo[0], S, par, cx, spec.lo[1]) if spec.lo is not None else None
+        hi = self._probe(spec.hi[0], S, par, cx, spec.hi[1]) if spec.hi is not None else None
+        rk: Any = ()
+        if spec.resid is not None:
+            if spec.rfns is None:
+                rk = exact_key(par)
+            else:
+                rk = tuple([exact_key(fn(None, S, par, cx)) for fn in spec.rfns])
+        wk = (lo, hi, rk)
+        w = g.wins.get(wk)
+        if w is not None and w.value is not None:
+            cx.subs.append(w)
+            if w.pairs is not None:
+                cx.last = w.pairs
+            return w.value
+        entries = g.entries
+        if entries is None:
+            entries = self.build(g)
+        a = bisect_left(entries, lo) if lo is not None else 0
+        b = bisect_left(entries, hi) if hi is not None else len(entries)
+        t = self.store.table(self.table)
+        rows = t.rows
+        wcx: Cx | None = None
+        cut: Any = hi
+        if spec.resid is None:
+            s0 = a + start
+            if limit is not None and s0 + limit <= b:
+                ids = entries[s0:s0 + limit]
+                cut = ids[-1]
+            else:
+                ids = entries[s0:b]
+        else:
+            resid = spec.resid
+            wcx = Cx(self.store)
+            ids = []
+            skip = start
+            for i in range(a, b):
+                e = entries[i]
+                if not resid(rows[e[-1]], S, par, wcx):
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                ids.append(e)
+                if limit is not None and len(ids) == limit:
+                    cut = e
+                    break
+        flat = plan.flat
+        if flat is not None:
+            fcache = plan.row_caches(t)[1]
+            value = []
+            for e in ids:
+                rid = e[-1]
+                o = fcache.get(rid)
+                if o is None:
+                    o = fcache[rid] = flat(rows[rid])
+                value.append(o)
+        else:
+            if wcx is None:
+                wcx = Cx(self.store)
+            if plan.value:
+                pairs = [(e[-1], plan.project(self.store, S, rows[e[-1]], wcx)) for e in ids]
+                value = [v for _, v in pairs]
+                cx.last = [[p] for p in pairs]
+            else:
+                value = [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids]
+        if w is None:
+            w = Win(g, wk, lo, hi)
+            self._attach(g, w)
+        w.cut = cut
+        if wcx is None or (not wcx.reads and not wcx.subs and not wcx.extra):
+            w.value = value
+            if plan.value:
+                w.pairs = cx.last
+        else:
+            # the rows' outputs read other records (or hold the rows of VALUE subqueries):
+            # each parent reads them itself
+            cx.reads |= wcx.reads
+            cx.subs.extend(wcx.subs)
+            extra = cx.extra
+            for m, v in wcx.extra.items():
+                if m not in extra:
+                    extra[m] = v
+        cx.subs.append(w)
+        return value
+
+    def adopt(self, par: Any, ents: list[Any], value: list[Any]) -> Win:
+        """The window a lazy row shows (engine.lazy): its children's entries in order and
+        their outputs, known without reading the group (which is built on first need)."""
+        gk, pv = self._parent_key(self.S, par, NOLINKS)
+        g = self.groups.get(gk)
+        if g is None:
+            g = self._group(gk, pv)
+        wk = (None, None, ())
+        w = g.wins.get(wk)
+        if w is not None and w.value is not None:
+            return w
+        start, end = self.plan.window(self.S)
+        limit = None if end is None else end - start
+        if w is None:
+            w = Win(g, wk, None, None)
+            self._attach(g, w)
+        w.cut = ents[-1] if limit is not None and len(ents) == limit and ents else None
+        w.value = value
+        return w
+
+    def warm(self, par: Any) -> None:
+        """Build the group ``par`` reads now (idle work: its first write will not)."""
+        gk, pv = self._parent_key(self.S, par, NOLINKS)
+        g = self.groups.get(gk)
+        if g is not None and g.entries is None:
+            self.build(g)
+
+    def _attach(self, g: Group, w: Win) -> None:
+        g.wins[w.key] = w
+        mode = self.spec.mode
+        if mode == LO or mode == HI:
+            k = w.lo if mode == LO else w.hi
+            i = bisect_left(g.bkeys, k)
+            g.bkeys.insert(i, k)
+            g.bwins.insert(i, w)
+
+    def detach(self, g: Group, w: Win) -> None:
+        """Take ``w`` out of its group: the next read of its bounds computes a new window."""
+        if not w.attached:
+            return
+        w.attached = False
+        if g.wins.get(w.key) is w:
+            del g.wins[w.key]
+        mode = self.spec.mode
+        if mode == LO or mode == HI:
+            k = w.lo if mode == LO else w.hi
+            i = bisect_left(g.bkeys, k)
+            while i < len(g.bwins):
+                if g.bwins[i] is w:
+                    del g.bkeys[i]
+                    del g.bwins[i]
+                    break
+                i += 1
+
+    # -- writes -----------------------------------------------------------------------
+    def _find(self, rid: str, row: dict[str, Any] | None, fresh: bool) -> Any:
+        """(group, entry or None when the row does not qualify) of an inner row, or None
+        when no parent reads its group."""
+        if row is None:
+            return None
+        g = self.groups.get(self.row_key(row) if self.spec.kfields else ())
+        if g is None:
+            return None
+        inner = self.spec.inner
+        if inner is not None and not inner(row, self.S, NONE, NOLINKS):
+            return (g, None)
+        plan = self.plan
+        if fresh:
+            ecache = plan.row_caches(self.store.table(self.table))[0]
+            e = ecache.get(rid)
+            if e is None:
+                e = ecache[rid] = plan.entry(row, rid, NOLINKS)
+            return (g, e)
+        return (g, plan.entry(row, rid, NOLINKS))
+
+    def touch(self, rid: str, old: dict[str, Any] | None, new: dict[str, Any] | None,
+              changed: set[str] | None, mark: Any) -> None:
+        """An inner row was written (``old`` -> ``new``, None: absent): move its entry and
+        mark the parents of the windows it can change."""
+        spec = self.spec
+        if changed is not None and spec.fields is not None and changed.isdisjoint(spec.fields):
+            return
+        go = self._find(rid, old, False)
+        gn = self._find(rid, new, True)
+        if go is None and gn is None:
+            return
+        if go is not None and gn is not None and go[0] is gn[0] and go[1] == gn[1]:
+            e = go[1]
+            if e is None:
+                return  # qualifies neither before nor after
+            out = spec.out_fields
+            if changed is not None and out is not None and changed.isdisjoint(out):
+                return  # same place, same output
+            self._reach(go[0], e, mark)
+            return
+        if go is not None and go[1] is not None:
+            g = go[0]
+            ents = g.entries
+            if ents is not None:
+                i = bisect_left(ents, go[1])
+                if i < len(ents) and ents[i] == go[1]:
+                    del ents[i]
+            self._reach(g, go[1], mark)
+        if gn is not None and gn[1] is not None:
+            g = gn[0]
+            if g.entries is not None:
+                insort(g.entries, gn[1])
+            self._reach(g, gn[1], mark)
+
+    def _reach(self, g: Group, e: Any, mark: Any) -> None:
+        """Detach the windows of ``g`` an entry at ``e`` can change; mark their parents."""
+        mode = self.spec.mode
+        hit: list[Win] = []
+        if mode == ONE or mode == ANY:
+            for w in g.wins.values():
+                if (w.lo is None or w.lo < e) and (w.cut is None or not w.cut < e):
+                    hit.append(w)
+        else:
+            # windows sorted by their bound; their cuts follow it (see the module docstring)
+            bwins = g.bwins
+            j = bisect_left(g.bkeys, e) - 1 if mode == LO else len(bwins) - 1
+            while j >= 0:
+                w = bwins[j]
+                if w.cut is not None and w.cut < e:
+                    break
+                hit.append(w)
+                j -= 1
+        self.reached += len(hit)
+        for w in hit:
+            self.detach(g, w)
+            for proj, rid in list(w.parents):
+                mark(proj, rid, w)

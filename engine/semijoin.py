@@ -1,0 +1,240 @@
+"""Semi-joins: ``WHERE x IN (SELECT VALUE v FROM t WHERE ...)``, kept from the inner side.
+
+The inner query is uncorrelated (its WHERE may read parameters, not ``$parent``), so its
+answer is one multiset of values per set of parameter values: an :class:`InnerSet` counts
+each value (by SurrealDB equality, ``engine.matindex.xkey``) and remembers what each inner
+row contributes. A write to the inner table moves one row's value; only when a value's
+count goes 0 -> 1 or 1 -> 0 can an outer row's condition change.
+
+An outer row evaluating ``x IN set`` records that it read the token of ``(set, key of x)``
+(a read like a record link's, ``engine.deps``): when that key enters or leaves the set,
+exactly the rows that asked for it are qualified again (views: ``Deps.quals``; projection
+subqueries: ``Deps.reads``). A write therefore costs the inner row's move plus the outer
+rows whose value flipped, never a scan of either table. Shapes with a semi-join keep their
+qualifying rows (explicit materialisations), as link-following conditions do.
+
+Supported forms: ``x IN (sub)``, ``x INSIDE (sub)``, ``x NOT IN (sub)``, ``x NOTINSIDE
+(sub)``, ``(sub) CONTAINS x``, ``(sub) CONTAINSNOT x``. The inner query is ``SELECT VALUE
+<expression> FROM table [WHERE <condition>]``: no ORDER BY, LIMIT or START (the set would
+depend on an order), no ``$parent`` and no nested subqueries. Where its value or condition
+follows a record link, the inner row is evaluated again when that record is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import count
+from typing import Any
+
+from engine.compile import compile_expr, compile_predicate
+from engine.errors import QueryRejected
+from engine.matindex import exact_key, xkey
+from engine.parser import Query
+from engine.plan import Cx
+from engine.values import NONE
+
+_IDS = count(1)
+
+
+def _correlated(e: Any) -> bool:
+    """Whether an expression reads ``$parent`` or holds a subquery."""
+    if type(e) is not tuple or not e:
+        return False
+    k = e[0]
+    if k in ("parent", "subquery"):
+        return True
+    parts = e[1:] if type(k) is str else e
+    return any(_correlated(x) for x in parts if type(x) is tuple)
+
+
+def _slots(e: Any, acc: set[int]) -> None:
+    if type(e) is not tuple or not e:
+        return
+    if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
+        acc.add(e[1])
+        return
+    for x in e:
+        _slots(x, acc)
+
+
+class SemiSpec:
+    """One semi-join of a shape's condition: the inner query compiled, and its live sets
+    (one per value of the inner query's parameters)."""
+
+    def __init__(self, q: Query) -> None:
+        if not q.value:
+            raise QueryRejected("a subquery in WHERE must be SELECT VALUE (`x IN (SELECT VALUE "
+                                "f FROM t WHERE ...)`): a plain SELECT answers objects")
+        bad = ("LIMIT" if q.limit is not None else "START" if q.start is not None else
+               "GROUP BY" if q.group is not None else "SPLIT" if q.split else None)
+        if bad is not None:
+            raise QueryRejected(f"{bad} in a WHERE subquery is not supported: the engine keeps "
+                                "the subquery's whole answer as a set")
+        # ORDER BY alone does not change which values the set holds
+        item = q.items[0]
+        if item.kind == "field":
+            value: Any = ("field", item.path)
+        elif item.kind == "expr" and item.expr is not None:
+            value = item.expr
+        else:
+            raise QueryRejected("a WHERE subquery's value must be a field or an expression of "
+                                "its row")
+        if _correlated(value) or _correlated(q.where):
+            raise QueryRejected("a WHERE subquery must not read $parent nor hold subqueries: "
+                                "the engine keeps its answer as one set (correlated semi-joins "
+                                "are not supported; select the parent's rows with a condition "
+                                "on their own fields)")
+        self.q = q
+        self.table = q.table
+        self.pred = compile_predicate(q.where)[0]
+        self.value = compile_expr(value)[0]
+        acc: set[int] = set()
+        _slots(q.where, acc)
+        _slots(value, acc)
+        self.slots = tuple(sorted(acc))
+        self.sets: dict[Any, InnerSet] = {}
+
+    def key(self, S: tuple[Any, ...]) -> Any:
+        """Which set a materialisation's slot values use."""
+        return tuple(exact_key(S[i]) for i in self.slots)
+
+    def contains(self, S: tuple[Any, ...], x: Any, cx: Any) -> bool:
+        """``x IN set``, noting the read of ``x``'s key (so a change of it requalifies)."""
+        s = self.sets[self.key(S)]
+        k = xkey(x)
+        cx.reads.add(s.token(k))
+        return k in s.counts
+
+    def open(self, S: tuple[Any, ...], store: Any,
+             links: dict[str, set[InnerSet]]) -> InnerSet:
+        """The set for ``S`` (built from the inner table's rows when new), one more user;
+        ``links``: the engine's index of the sets whose rows read a record through a link."""
+        key = self.key(S)
+        s = self.sets.get(key)
+        if s is None:
+            s = self.sets[key] = InnerSet(self, S, key, store, links)
+            s.build()
+        s.refs += 1
+        return s
+
+    def close(self, S: tuple[Any, ...]) -> InnerSet | None:
+        """One user less; the set when it was the last (dropped)."""
+        key = self.key(S)
+        s = self.sets.get(key)
+        if s is None:
+            return None
+        s.refs -= 1
+        if s.refs > 0:
+            return None
+        del self.sets[key]
+        for rid in list(s.linked):
+            s._relink(rid, s.linked[rid], set())
+        return s
+
+
+class InnerSet:
+    """The inner query's answer for one set of parameter values, as counts per value."""
+
+    __slots__ = ("S", "counts", "index", "key", "linked", "prefix", "readers", "refs", "rows",
+                 "spec", "store")
+
+    def __init__(self, spec: SemiSpec, S: tuple[Any, ...], key: Any, store: Any,
+                 index: dict[str, set[InnerSet]]) -> None:
+        self.spec = spec
+        self.index = index
+        self.S = S
+        self.key = key
+        self.store = store
+        self.counts: dict[Any, int] = {}
+        self.rows: dict[str, Any] = {}  # inner row -> the key of its value
+        # records read through links while evaluating an inner row: record -> inner rows,
+        # and inner row -> records (a write to one of them evaluates those rows again)
+        self.readers: dict[str, set[str]] = {}
+        self.linked: dict[str, set[str]] = {}
+        self.refs = 0
+        self.prefix = f"\0semi{next(_IDS)}:"
+
+    def token(self, k: Any) -> str:
+        """What an outer row reading key ``k`` depends on (never a record id text)."""
+        return self.prefix + repr(k)
+
+    def _value_key(self, rid: str, row: dict[str, Any] | None) -> Any:
+        spec = self.spec
+        cx = Cx(self.store)
+        k = _ABSENT
+        if row is not None and spec.pred(row, self.S, NONE, cx):
+            k = xkey(spec.value(row, self.S, NONE, cx))
+        old = self.linked.get(rid)
+        if old or cx.reads:
+            self._relink(rid, old or set(), cx.reads)
+        return k
+
+    def _relink(self, rid: str, old: set[str], new: set[str]) -> None:
+        readers = self.readers
+        index = self.index
+        for t in old - new:
+            s = readers.get(t)
+            if s is not None:
+                s.discard(rid)
+                if not s:
+                    del readers[t]
+                    sets = index.get(t)
+                    if sets is not None:
+                        sets.discard(self)
+                        if not sets:
+                            del index[t]
+        for t in new - old:
+            s = readers.get(t)
+            if s is None:
+                readers[t] = {rid}
+                index.setdefault(t, set()).add(self)
+            else:
+                s.add(rid)
+        if new:
+            self.linked[rid] = set(new)
+        else:
+            self.linked.pop(rid, None)
+
+    def build(self) -> None:
+        counts = self.counts
+        mine = self.rows
+        for rid, row in self.store.table(self.spec.table).rows.items():
+            k = self._value_key(rid, row)
+            if k is not _ABSENT:
+                mine[rid] = k
+                counts[k] = counts.get(k, 0) + 1
+
+    def reread(self, text: str, flipped: Callable[[Any], None]) -> None:
+        """The record ``text`` changed: evaluate again the inner rows that read it."""
+        rids = self.readers.get(text)
+        if rids:
+            rows = self.store.table(self.spec.table).rows
+            for rid in list(rids):
+                self.update(rid, rows.get(rid), flipped)
+
+    def update(self, rid: str, new: dict[str, Any] | None, flipped: Callable[[Any], None],
+               ) -> None:
+        """The inner row ``rid`` is now ``new`` (None: deleted); ``flipped(token)`` for each
+        value that entered or left the set."""
+        old_k = self.rows.get(rid, _ABSENT)
+        new_k = self._value_key(rid, new)
+        if old_k == new_k and (old_k is _ABSENT or type(old_k) is type(new_k)):
+            return
+        counts = self.counts
+        if old_k is not _ABSENT:
+            n = counts[old_k] - 1
+            if n:
+                counts[old_k] = n
+            else:
+                del counts[old_k]
+                flipped(self.token(old_k))
+            del self.rows[rid]
+        if new_k is not _ABSENT:
+            n = counts.get(new_k, 0)
+            counts[new_k] = n + 1
+            self.rows[rid] = new_k
+            if n == 0:
+                flipped(self.token(new_k))
+
+
+_ABSENT: Any = object()
