@@ -6,7 +6,9 @@
   stopped serving;
 * ``main_db``: the owner stops taking events (:meth:`RestoreTarget.hold`: the scheduler
   enters Restoring, a standalone SSP goes back to bootstrapping), then the main database is
-  wiped and re-imported (``backup.importer``);
+  wiped and re-imported (``backup.importer``); an attempt that fails for a reason that can
+  pass (a database error, a row deleted meanwhile) is run again from the wipe, up to
+  ``IMPORT_ATTEMPTS`` in all (the record's ``retries`` lists them);
 * ``replica``: the owner rebuilds what it derived from the database
   (:meth:`RestoreTarget.rebuild`: the scheduler re-clones its replica and every SSP is flagged
   to re-bootstrap; a standalone SSP re-bootstraps its circuit);
@@ -32,16 +34,20 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from backup.dumpformat import verify_dump
-from backup.importer import import_dump
+from backup.importer import ImportMismatch, import_dump
 from backup.objstore import ObjectStore
 from backup.registry import DESTRUCTIVE_STAGES, Registry, now_ms
-from dbclient import Database
+from dbclient import Database, DbError
 
 log = logging.getLogger("backup.restore")
 
 __all__ = ["STAGES", "RestoreRun", "RestoreTarget", "new_restore"]
 
 STAGES = ("queued", "running", "main_db", "replica", "done", "failed")
+# The import is run again from the wipe after a failure that can pass, this many times in
+# all, RETRY_SECS x the attempt apart.
+IMPORT_ATTEMPTS = 3
+RETRY_SECS = 1.0
 
 
 class RestoreTarget(Protocol):
@@ -118,10 +124,7 @@ class RestoreRun:
             self.rec["rows"] = checked["rows"]
             self._stage("main_db")
             await self.target.hold(reason)
-            report = await import_dump(self.db, path, rows_total=checked["rows"],
-                                       progress=lambda p: self._progress(
-                                           {"step": "import", **p}),
-                                       halfway=lambda: self._pause("main_db"))
+            report = await self._import(path, checked["rows"])
             self.rec["warnings"] = report["warnings"]
             self.rec["import_secs"] = report["secs"]
             self._stage("replica")
@@ -141,6 +144,30 @@ class RestoreRun:
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
         return self.rec
+
+    async def _import(self, path: Path, rows: int) -> dict[str, Any]:
+        """The import, again from the wipe when an attempt fails for a reason that can pass
+        (the database refused a statement or timed out, a writer still running deleted a
+        row meanwhile: `ImportMismatch`), at most IMPORT_ATTEMPTS times; each failed attempt
+        is kept in the record's `retries`. A dump that cannot be read is not retried."""
+        for attempt in range(1, IMPORT_ATTEMPTS + 1):
+            def progress(p: dict[str, Any], n: int = attempt) -> None:
+                self._progress({"step": "import", "attempt": n, **p})
+            try:
+                return await import_dump(
+                    self.db, path, rows_total=rows, progress=progress,
+                    halfway=(lambda: self._pause("main_db")) if attempt == 1 else None)
+            except (DbError, ImportMismatch) as e:
+                if attempt == IMPORT_ATTEMPTS:
+                    raise
+                msg = f"{type(e).__name__}: {e}"[:500]
+                log.warning("restore %s: import attempt %d failed (%s); importing again",
+                            self.rec["restore_id"], attempt, msg)
+                self.rec.setdefault("retries", []).append(
+                    {"attempt": attempt, "at_ms": now_ms(), "error": msg})
+                self.registry.put_restore(self.rec)
+                await asyncio.sleep(RETRY_SECS * attempt)
+        raise AssertionError("unreachable")
 
     async def _fail(self, e: Exception, reason: str) -> None:
         stage = self.rec["stage"]

@@ -38,6 +38,13 @@ Behaviour
       closed (1009) so a client cannot make the host buffer without bound.
     * ``--path``: a ``svc-db.lock`` flock in the directory; a second host exits 3 at once
       naming the directory. SIGTERM/SIGINT close clients and the engine and exit 0.
+    * ``--memory``: the engine's surrealkv in a scratch directory (``svc-db-memory-*`` in the
+      system temp dir, nothing fsynced) removed when the host stops, or by the next host after
+      a kill -9; not the engine's ``mem://``, which keeps every version of every key and
+      ~1 KB per write transaction forever (``dbhost.scratch``).
+    * The embedded engine never collects changefeed entries past their retention (the
+      server's background task that does is not in the embedded build): they stay on disk
+      (or, with ``mem://``, in memory) for the life of the data.
 
 Limits
     * The embedded engine refuses the ``begin``/``commit``/``cancel`` RPC methods; use

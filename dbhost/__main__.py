@@ -8,7 +8,9 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from dbhost import scratch as scratch_dir
 from dbhost.config import ConfigError, HostConfig, load_config
 from dbhost.engine import Engine, EngineError
 from dbhost.lock import DirectoryInUse, DirectoryLock
@@ -21,13 +23,15 @@ EXIT_IN_USE = 3
 EXIT_ENGINE = 4
 
 
-async def serve(config: HostConfig) -> int:
-    """Open the engine, create the root user, serve until a stop signal; returns the exit code."""
-    engine = Engine(config.engine_url)
+async def serve(config: HostConfig, scratch: Path | None = None) -> int:
+    """Open the engine, create the root user, serve until a stop signal; returns the exit code.
+    `scratch`: the memory-only host's scratch directory (`dbhost.scratch`)."""
+    url = config.engine_url(scratch)
+    engine = Engine(url)
     try:
         await engine.start()
     except Exception as exc:  # noqa: BLE001 - the engine raises its own types for storage
-        log.error("could not open the engine at %s: %s", config.engine_url, exc)
+        log.error("could not open the engine at %s: %s", url, exc)
         return EXIT_ENGINE
     try:
         await engine.ensure_root_user(config.user, config.password)
@@ -74,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("SVC_DB_USER/SVC_DB_PASS not set: using root/root because of "
                     "--insecure-default-root. NEVER do this outside local development.")
     lock: DirectoryLock | None = None
-    if config.path is not None:
+    scratch: Path | None = None
+    if config.path is None:
+        scratch = scratch_dir.create()
+    else:
         lock = DirectoryLock(config.path)
         try:
             lock.acquire()
@@ -87,10 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvloop.install()
         except ImportError:
             pass
-        return asyncio.run(serve(config))
+        return asyncio.run(serve(config, scratch))
     finally:
         if lock is not None:
             lock.release()
+        if scratch is not None:
+            scratch_dir.remove(scratch)
 
 
 if __name__ == "__main__":

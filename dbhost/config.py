@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dbhost.scratch import engine_url as scratch_url
+
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 DEFAULT_POLL_INTERVAL_MS = 100
 
@@ -21,7 +23,7 @@ class HostConfig:
 
     host: str
     port: int
-    path: Path | None  # None means memory only
+    path: Path | None  # None means memory only (scratch storage, `dbhost.scratch`)
     user: str
     password: str
     insecure_default_root: bool  # True when root/root was taken because nothing was set
@@ -29,10 +31,14 @@ class HostConfig:
     live_poll_interval_ms: int
     log_level: str
 
-    @property
-    def engine_url(self) -> str:
-        """The embedded engine's storage URL."""
-        return "mem://" if self.path is None else f"surrealkv://{self.path}"
+    def engine_url(self, scratch: Path | None = None) -> str:
+        """The embedded engine's storage URL: `--path` DIR, else the scratch directory
+        `scratch` that keeps a memory-only host's data until it stops (`dbhost.scratch`)."""
+        if self.path is not None:
+            return f"surrealkv://{self.path}"
+        if scratch is None:
+            raise ValueError("a memory-only host needs its scratch directory")
+        return scratch_url(scratch)
 
     def __repr__(self) -> str:  # never show the password
         return (f"HostConfig(host={self.host!r}, port={self.port}, path={self.path!r}, "
@@ -50,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT to listen on")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--memory", action="store_true", help="keep data in memory only (default)")
+    where.add_argument("--memory", action="store_true",
+                       help="keep no data after the host stops (default): the engine's "
+                            "storage lives in a scratch directory removed at exit")
     where.add_argument("--path", type=Path, help="surrealkv data directory (durable)")
     p.add_argument("--max-frame-bytes", type=int, default=None,
                    help=f"largest accepted RPC frame (default {DEFAULT_MAX_FRAME_BYTES})")

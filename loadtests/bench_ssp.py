@@ -4,16 +4,16 @@ views over 1,000 users, next to the naive baseline, for 1 and 2 shards, in one r
     .venv/bin/python loadtests/bench_ssp.py [--users 1000] [--views-per-user 10]
         [--seconds 15] [--shards 1,2] [--throttle-ms 100] [--concurrency 64] [--rate 3000]
         [--ref-modes dedicated,single] [--large-views 0] [--large-kind peers|children]
-        [--ssp-root PATH]
+        [--reconcile-ms 1000] [--ssp-root PATH]
 
-Both edge publication modes run: `dedicated` (the default: one edge table per user, so 1,000
-tables here) and `single` (one shared `_00_list_ref`). They differ because of a measured cost
-of the engine: in SurrealDB 3.2.4 (surrealdb-embedded) a DELETE reads every table's definition,
-per deleted record: ~1.1 us per plain table, more per table with a permission rule (1,000
-per-user edge tables: ~3.8 ms per deleted edge; an UPDATE stays at 25 us; see
-`probe_delete_cost.py`). An edge leaving a view is a DELETE, so in `dedicated` each removal
-costs milliseconds of engine time. The table also shows flushes and failed flushes
-(`SVC_SSP_PUBLISH_FLUSHERS` transactions run at once; a failed one is retried).
+Both edge publication modes run: `dedicated` (the default: one edge table per user owning a
+view, so 1,000 tables here) and `single` (one shared `_00_list_ref`). In SurrealDB 3.2.4
+(surrealdb-embedded) every DELETE pays for every table defined in the database (~7 us per
+per-user edge table: ~7 ms per deleted edge here; an UPDATE ~70 us; `probe_edge_removal.py`),
+so `dedicated` retires the edge of a member that left (an UPDATE) and its reaper deletes
+retired edges while publication is quiet (ssp/README.md, "Edge removal"); `single` deletes.
+The table also shows flushes and failed flushes (`SVC_SSP_PUBLISH_FLUSHERS` transactions run
+at once; a failed one is retried).
 
 What runs: a database host (`python -m dbhost --memory`) and, per shard count, a fresh
 database and a real `python -m ssp` (hub + shard processes, transport http so the benchmark
@@ -35,6 +35,9 @@ probe: the source rows are not written, the SSP path alone is measured).
   with their own top-5 posts (CHILDREN: the shape whose rows `engine.lazy` shows from
   columns). `--ssp-root` runs the SSP of another checkout (say, the commit before
   the shared-projection engine) against the same benchmark, for a before/after pair.
+- `--reconcile-ms 0,1000`: each run again per value of `SVC_SSP_RECONCILE_MS` (the
+  anti-entropy reader, `ssp.hub.reconcile`), with the ratio of each against the first
+  (0: off), so its cost on the same machine in the same hour is one line.
 - naive baseline: for each event, write the source row, then re-run the affected view's query
   in SurrealDB and rewrite its edges (delete all, insert all) in one transaction; events/s and
   per-event latency of the re-run + rewrite, same concurrency.
@@ -127,7 +130,7 @@ async def hub_call(client: RpcClient, route: str, body: Any = None, **kw: Any) -
 
 
 async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
-                  ref_mode: str = "dedicated") -> dict[str, Any]:
+                  ref_mode: str = "dedicated", reconcile_ms: int = 1000) -> dict[str, Any]:
     ns, dbn = "bench", f"s{shards}_{uuid.uuid4().hex[:6]}"
     db = Database(DbConfig.from_env(db_env(host, ns, dbn)))
     await db.connect()
@@ -136,7 +139,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
     ssp = start_ssp(tmp, host, ns, dbn, args.ssp_root, SVC_SSP_SHARDS=str(shards),
                     SVC_INGEST_TRANSPORT="http",
                     SVC_SSP_QUERY_UPDATE_THROTTLE_MS=str(args.throttle_ms),
-                    SVC_SCHEMA_POLL_SECS="0", SVC_SSP_REF_MODE=ref_mode)
+                    SVC_SCHEMA_POLL_SECS="0", SVC_SSP_REF_MODE=ref_mode,
+                    SVC_SSP_RECONCILE_MS=str(reconcile_ms))
     client: RpcClient | None = None
     try:
         await ssp.wait_ready(timeout=600)
@@ -224,7 +228,10 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         drain_s = time.perf_counter() - t2
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
         pub = mem["publication"]
+        mem = (await hub_call(client, "GET /debug/memory"))["body"]
         return {"shards": shards, "ref_mode": ref_mode, "views": len(todo),
+                "reconcile_ms": reconcile_ms,
+                "reconciled": (mem.get("reconcile") or {}).get("views_checked", "-"),
                 "register_per_s": len(todo) / reg_secs, "large_s": large_secs,
                 "events_per_s": ok[0] / elapsed, "rejected_503": busy[0],
                 "p50_ms": pub["latency_p50_ms"], "p99_ms": pub["latency_p99_ms"],
@@ -322,6 +329,9 @@ async def main() -> int:
     p.add_argument("--large-kind", choices=sorted(LARGE_KINDS), default="peers",
                    help="peers: every post above a constant with its owner's top-5 posts; "
                         "children: every user above a level with their own top-5 posts")
+    p.add_argument("--reconcile-ms", default="1000",
+                   help="SVC_SSP_RECONCILE_MS values to run, comma-separated (0: the "
+                        "reconciler off, the baseline of its cost)")
     p.add_argument("--ssp-root", type=Path, default=None,
                    help="run the SSP from another checkout (a 'before' figure; the "
                         "benchmark and the database host stay this checkout's)")
@@ -329,8 +339,9 @@ async def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-ssp-"))
     host = start_db_host(tmp, memory=True)
     try:
-        results = [await run_ssp(host, tmp, int(s), args, mode)
-                   for mode in args.ref_modes.split(",") for s in args.shards.split(",")]
+        results = [await run_ssp(host, tmp, int(s), args, mode, int(rec))
+                   for mode in args.ref_modes.split(",") for s in args.shards.split(",")
+                   for rec in args.reconcile_ms.split(",")]
         naive = await run_naive(host, args)
     finally:
         host.process.stop()
@@ -344,15 +355,28 @@ async def main() -> int:
           f"{rate}")
     print(f"{'run':<20} {'events/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'503s':>7} "
           f"{'reg/s':>8} {'large s':>8} {'x naive':>8} {'drain s':>8} {'flushes':>8} "
-          f"{'failed':>7}")
+          f"{'failed':>7} {'reconcile ms':>13} {'views read':>11}")
     for r in results:
         print(f"{'ssp ' + str(r['shards']) + ' sh ' + r['ref_mode']:<20} {r['events_per_s']:>10.0f} "
               f"{r['p50_ms'] or 0:>9.1f} {r['p99_ms'] or 0:>9.1f} {r['rejected_503']:>7} "
               f"{r['register_per_s']:>8.0f} {r['large_s']:>8.1f} "
               f"{r['events_per_s'] / naive['events_per_s']:>8.1f} "
-              f"{r['drain_s']:>8.1f} {r['flushes']:>8} {r['failures']:>7}")
+              f"{r['drain_s']:>8.1f} {r['flushes']:>8} {r['failures']:>7} "
+              f"{r['reconcile_ms']:>13} {r['reconciled']:>11}")
     print(f"{'naive':<20} {naive['events_per_s']:>10.0f} {naive['p50_ms']:>9.1f} "
           f"{naive['p99_ms']:>9.1f} {'-':>7} {'-':>8} {'-':>8} {1.0:>8.1f}")
+    recs = [int(x) for x in args.reconcile_ms.split(",")]
+    if len(recs) > 1:
+        # the reconciler's cost: each value against the first (give 0 first: off)
+        by_rec = {(r["ref_mode"], r["shards"], r["reconcile_ms"]): r for r in results}
+        for mode in args.ref_modes.split(","):
+            for sh in args.shards.split(","):
+                base = by_rec[(mode, int(sh), recs[0])]
+                for rec in recs[1:]:
+                    r = by_rec[(mode, int(sh), rec)]
+                    print(f"{mode} {sh} sh: reconcile {rec} ms / {recs[0]} ms events/s "
+                          f"{r['events_per_s'] / base['events_per_s']:.2f}, p99 "
+                          f"{(r['p99_ms'] or 0) / max(base['p99_ms'] or 1, 1e-9):.2f}")
     if args.large_views:
         # a post change moves the post across the constants between its old and new `n` and
         # changes `peers` in every large view showing a post of its owner: most of them
@@ -362,7 +386,7 @@ async def main() -> int:
         print(f"naive with large views: one re-run of the large query takes {took} in "
               f"SurrealDB, and an event reaches most of the {args.large_views} large views "
               f"(the x naive column ignores them)")
-    by = {(r["ref_mode"], r["shards"]): r for r in results}
+    by = {(r["ref_mode"], r["shards"]): r for r in results if r["reconcile_ms"] == recs[-1]}
     for mode in args.ref_modes.split(","):
         one, two = by.get((mode, 1)), by.get((mode, 2))
         if one and two:

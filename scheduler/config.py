@@ -159,6 +159,9 @@ class SchedulerConfig:
     backend_down_after_secs: int = 60  # ours, SVC_BACKEND_DOWN_AFTER_SECS: "one minute"
     bootstrap_page_size: int = 500
     clear_views_on_start: bool = True
+    # ours (SVC_SCHEMA_POLL_SECS, the SSP's variable): how often the schema watch looks for
+    # tables hooked upstream since its last look (0: only when a view registers)
+    schema_watch_secs: int = 5
     auth_secret: str | None = field(default=None, repr=False)
     ingest_transport: IngestTransport = IngestTransport.HTTP
     pool_port: int = 9669
@@ -560,6 +563,7 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         backend_down_after_secs=_env_int(env, "SVC_BACKEND_DOWN_AFTER_SECS", 60),
         bootstrap_page_size=_env_int(env, "SVC_BOOTSTRAP_PAGE_SIZE", 500),
         clear_views_on_start=_env_bool(env, "SVC_CLEAR_VIEWS_ON_START", True),
+        schema_watch_secs=_env_int(env, "SVC_SCHEMA_POLL_SECS", 5, minimum=0),
         auth_secret=_env_secret(env, "SVC_AUTH_SECRET"),
         ingest_transport=transport,
         pool_port=_env_int(env, "SVC_POOL_PORT", 9669, maximum=65535),

@@ -87,8 +87,6 @@ __all__ = ["LAGGING_HARD_LIMIT_FACTOR", "VERSION", "Outbound", "Reply", "Schedul
 
 log = logging.getLogger("scheduler")
 
-SCHEMA_WATCH_SECS = 5.0  # how often newly hooked tables are looked for (`_schema_watch`)
-
 
 class Scheduler(SspPool, Delivery, Placement, Status):
     """See the module docstring. ``open`` (sync, files) then ``start`` (async, tasks)."""
@@ -128,6 +126,12 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self._pending: dict[int, dict[str, Any]] = {}
         self._drain_lock = asyncio.Lock()
         self._rr_turn = 0
+        # Tables with a `_00_schema_state` row at the last look (None: not looked yet), and
+        # the registrations' sync with the database (`sync_sources`).
+        self._hooked: set[str] | None = None
+        self._hook_lock = asyncio.Lock()
+        self._sync_lock = asyncio.Lock()
+        self._synced_from = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._clone_task: asyncio.Task[None] | None = None
@@ -181,26 +185,56 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         await self.drift.check_once()
 
     async def _schema_watch(self) -> None:
-        """Every SCHEMA_WATCH_SECS: a table hooked upstream since the last look (`svc schema
-        apply` writes its `_00_schema_state` row) is backfilled at once
-        (:meth:`DriftChecker.backfill_new`), so the rows it had before the hooks reach the views
-        in seconds, not at the next drift check (after a drain, every snapshot interval)."""
-        seen: set[str] | None = None
+        """`backfill_hooked` at start and every `schema_watch_secs` (0: at start only; every
+        registration looks too, `sync_sources`), so the rows a table had before its hooks
+        reach the views in seconds, not at the next drift check (after a drain, every
+        snapshot interval)."""
         while True:
             try:
-                rows = await self.db.query_one("SELECT VALUE record::id(id) FROM _00_schema_state",
-                                               idempotent=True) or []
-                now = {str(r) for r in rows}
-                if seen is not None and now - seen and self.state == "ready":
-                    done = await self.drift.backfill_new(sorted(now - seen))
-                    if done:
-                        log.info("schema: backfilled newly hooked tables %s", ", ".join(done))
-                seen = now
+                await self.backfill_hooked()
             except DbError as e:
                 log.debug("schema watch: %s", e)  # no schema applied yet, or the db is away
             except Exception:
                 log.exception("schema watch failed")
-            await asyncio.sleep(SCHEMA_WATCH_SECS)
+            if self.cfg.schema_watch_secs <= 0:
+                return
+            await asyncio.sleep(self.cfg.schema_watch_secs)
+
+    async def backfill_hooked(self) -> list[str]:
+        """Backfill the tables hooked upstream since the last look (`svc schema apply` writes
+        their `_00_schema_state` rows; :meth:`DriftChecker.backfill_new`): their rows written
+        before the hooks are in no changefeed and no http event. The first look only notes
+        what is hooked (the clone read those tables). Returns the tables backfilled."""
+        rows = await self.db.query_one("SELECT VALUE record::id(id) FROM _00_schema_state",
+                                       idempotent=True) or []
+        now = {str(r) for r in rows}
+        async with self._hook_lock:
+            new = sorted(now - self._hooked) if self._hooked is not None else []
+            done = (await self.drift.backfill_new(new)
+                    if new and self.state == "ready" else [])
+            self._hooked = now
+        if done:
+            log.info("schema: backfilled newly hooked tables %s", ", ".join(done))
+        return done
+
+    async def sync_sources(self) -> None:
+        """Bring into the WAL every row the database holds now: tables hooked since the last
+        look are backfilled and the changefeed is read to its end (a write committed before
+        this call is then ingested). Registrations call it before they are forwarded, so a
+        view's initial set holds those rows. Calls that queue up share one sync: a sync
+        that started after a call was made covers it."""
+        asked = time.monotonic()
+        async with self._sync_lock:
+            if self._synced_from >= asked:
+                return
+            self._synced_from = time.monotonic()
+            try:
+                await self.backfill_hooked()
+                if self.feed is not None and self.restore_hold is None:
+                    await self.feed.catch_up()
+            except DbError as e:
+                # The view is still registered: rows it missed reach it as events.
+                log.warning("registration: the database could not be read up to now (%s)", e)
 
     def _undrained(self) -> bool:
         """Events the replica has not absorbed yet (drift compares only without them)."""
@@ -364,12 +398,27 @@ class Scheduler(SspPool, Delivery, Placement, Status):
 
     async def hold_for_restore(self, reason: str) -> None:
         """Enter Restoring (a restore replaces the database): ingest, reclone and SSP
-        registration answer 503 and the changefeed tail stops until :meth:`release_restore`."""
+        registration answer 503 and the changefeed tail stops until :meth:`release_restore`.
+        Every SSP hears it in its next heartbeat's answer (`restoring`) and its periodic
+        writers hold still; this waits for those answers (at most one heartbeat timeout) so
+        the wipe does not race them."""
         self.restore_hold = reason
         self.state = "restoring"
+        held_at = time.monotonic()
         if self.feed is not None:
             await self.feed.stop()
         log.warning("scheduler restoring: %s", reason)
+        deadline = held_at + self.cfg.heartbeat_timeout_ms / 1000
+
+        def told() -> bool:
+            return all(e.last_heartbeat is not None and e.last_heartbeat >= held_at
+                       for e in self.entries.values()
+                       if e.flagged is None and e.last_heartbeat is not None)
+        while not told() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if not told():
+            log.warning("restore: some SSPs did not heartbeat within %.0f s; going on",
+                        self.cfg.heartbeat_timeout_ms / 1000)
 
     async def release_restore(self, reason: str) -> None:
         """Leave Restoring: re-clone the replica from the database as it is now (every SSP

@@ -4,8 +4,10 @@ and unregistrations, re-sending tracked views and placing unassigned ones (see
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,6 +22,10 @@ from scheduler.entries import (
 from scheduler.views import DEFAULT_MEMORY_LIMIT_MB, Candidate, rank_candidates
 
 log = logging.getLogger("scheduler")
+
+# A registration waits at most this long for its SSP to have been sent every event ingested
+# before it (`Placement._sent_through`); a lagging SSP still gets the view after it.
+REGISTER_SYNC_SECS = 10.0
 
 
 # A mixin of `scheduler.core.Scheduler`, not a component: the listener, the admin plane and
@@ -74,7 +80,13 @@ class Placement:
             order.remove(tracked["ssp_id"])
             order.insert(0, tracked["ssp_id"])
         failures: list[str] = []
+        # The view's initial set must hold every row the database holds now (a table hooked
+        # a moment ago included): bring them into the WAL, then wait until the SSP was sent
+        # all of it before it computes the set.
+        await self.sync_sources()
+        target = self.wal.last_seq
         for ssp_id in order:
+            await self._sent_through(ssp_id, target)
             res = await self._forward(ssp_id, "/view/register", body)
             if res is None or res[0] >= 500:
                 failures.append(f"{ssp_id}: " + ("unreachable" if res is None else
@@ -91,6 +103,24 @@ class Placement:
         log.warning("view %s: no SSP accepted it (%s)", view_id, "; ".join(failures))
         return Reply(503, {"error": "no_ssp",
                            "message": "no SSP accepted the view: " + "; ".join(failures)})
+
+    async def _sent_through(self, ssp_id: str, seq: int) -> None:
+        """Wait until `ssp_id` answered 200 for every event up to `seq` (its in-memory step
+        is done), at most REGISTER_SYNC_SECS: a lagging SSP gets the view anyway, and the
+        events it has not applied yet reach the view as changes."""
+        deadline = time.monotonic() + REGISTER_SYNC_SECS
+        while True:
+            e = self.entries.get(ssp_id)
+            if e is None or e.flagged is not None:
+                return
+            if self._next_pub > seq and (not e.queue or e.queue[0].seq > seq):
+                return
+            if time.monotonic() >= deadline:
+                log.warning("SSP %s has not applied events through seq %d after %.0fs; "
+                            "registering the view there anyway", ssp_id, seq,
+                            REGISTER_SYNC_SECS)
+                return
+            await asyncio.sleep(0.005)
 
     def unregister_view(self, view_id: str) -> None:
         """Forget a view now; tell its SSP in the background."""

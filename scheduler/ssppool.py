@@ -125,7 +125,9 @@ class SspPool:
                   "version", "publication", "last_seq"):
             if k in body:
                 e.metrics[k] = body[k]
-        return Reply(200, {"ok": True})
+        # `restoring` (ours): the SSP's periodic writers hold still while a restore replaces
+        # the database (`hold_for_restore` waits for these answers before the wipe).
+        return Reply(200, {"ok": True, "restoring": self.restore_hold is not None})
 
     def bootstrap_progress(self, body: Mapping[str, Any]) -> None:
         ssp_id = body.get("ssp_id")

@@ -332,10 +332,14 @@ class CrdtFields:
                 self.cache.pop((record_id_text(r["rid"]), r.get("field")), None)
         return len(gone)
 
-    async def sweep_loop(self, interval_secs: float) -> None:
-        """`sweep_orphans` every `interval_secs`."""
+    async def sweep_loop(self, interval_secs: float,
+                         hold: Callable[[], bool] = lambda: False) -> None:
+        """`sweep_orphans` every `interval_secs`, except while `hold()` (a restore imports the
+        database table by table: a record not imported yet must not cost its CRDT state)."""
         while True:
             await asyncio.sleep(interval_secs)
+            if hold():
+                continue
             try:
                 n = await self.sweep_orphans()
                 if n:

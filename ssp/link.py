@@ -187,6 +187,16 @@ class Usage:
             return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2)
 
 
+def _restoring(text: str) -> bool:
+    """The heartbeat answer's `restoring` (ours; an older scheduler omits it): a restore is
+    replacing the database, so this SSP's periodic writers hold still (`HubState.writers_hold`)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("restoring") is True
+
+
 class HubPort(Protocol):
     """What the link needs of the hub (`ssp.hub.Hub` provides it): its state read for the
     heartbeats and the integrity check, and the loads a bootstrap from the scheduler does."""
@@ -202,6 +212,7 @@ class HubPort(Protocol):
     last_seq: int
     wiped: bool
     publisher: Publisher
+    upstream_restoring: bool  # set from the heartbeat answer: the scheduler is restoring
 
     def request_exit(self, code: int) -> None: ...
 
@@ -402,6 +413,8 @@ class SchedulerLink:
             raise SchedulerExit(EXIT_RESYNC, f"resync directive: {reason}")
         if status != 200:
             log.warning("heartbeat answered %d: %s", status, text[:200])
+        else:
+            self.hub.upstream_restoring = _restoring(text)
         return status
 
     async def heartbeats(self) -> None:
@@ -440,7 +453,8 @@ class SchedulerLink:
                 "last_heartbeat_seq": self.heartbeats_sent or None,
                 "last_heartbeat_status": self.last_heartbeat_status,
                 "last_heartbeat_epoch_ms": self.last_heartbeat_ms,
-                "snapshot_seq": self.snapshot_seq, "last_seq": self.hub.last_seq}
+                "snapshot_seq": self.snapshot_seq, "last_seq": self.hub.last_seq,
+                "upstream_restoring": self.hub.upstream_restoring}
 
 
 def parse_directive(text: str) -> tuple[str, bool]:

@@ -9,11 +9,20 @@ marks back to be retried (a delta is never lost).
 
 One flush = ONE database transaction (bound parameters only; table names are generated
 identifiers, see `ssp.naming`) holding, in order: teardowns of unregistered views, edge
-deletes, edge upserts (every member of a view being (re)materialised included), deletes of
+removals, edge upserts (every member of a view being (re)materialised included), removals of
 those views' prior edges that are not members now (the edges the upserts did not stamp with
 this flush's `seq`: the same final state as "delete all, insert members" without a
 delete+create pair per unchanged edge), and the `_00_query` `state='ready'`/`rowCount`
 updates of views whose initial edges it commits.
+
+A removal deletes the edge in mode `single`. In mode `dedicated` it *retires* the edge
+(`removed = true`, the flush's `seq`: an UPDATE, which LIVE subscribers see) and the
+`ssp.reaper` deletes retired edges later, when publication leaves the database time; an
+upsert of a retired edge (its member came back) clears `removed`. Why: SurrealDB 3.2.4 pays
+for every table defined in the database on each record it deletes (~7 us per per-user edge
+table), so with 1,000 users owning views a deleted edge costs ~7 ms of engine time and an
+UPDATE ~70 us (`loadtests/probe_edge_removal.py`); deleting at flush time made the spec's
+default mode fall seconds behind (ssp/README.md, "Edge removal").
 A flush takes at most `max_ops` operations (halved after a transaction that timed out); the
 rest stays queued for the next one at once. Up to `flushers` flushes run concurrently, each on
 views no other flush holds, so per-view order is kept while the database works on several
@@ -39,6 +48,7 @@ from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ipc.backoff import Backoff
 from ssp.naming import SINGLE_TABLE, edge_id
+from ssp.reaper import EdgeReaper
 from ssp.viewmetrics import ViewMetrics
 
 log = logging.getLogger("ssp.publisher")
@@ -69,13 +79,23 @@ INITIAL_COST = 10
 # its fields are read into LET variables first: the engine copies `$g` (all its rows) on each
 # `$g[i]` read, which made a 1,000-edge group 4x slower than the maps. `auth_id` is set in
 # mode `single` only (NONE leaves it absent).
+# Mode `dedicated` also clears `removed`: the edge may be a retired one whose member came back.
 UPSERT_FLAT = ("FOR $r IN $rows { RELATE ($r[1])->(type::record($r[0], [$r[1], $r[2]]))->($r[2])"
-               " SET rv = $r[3], seq = $seq RETURN NONE }")
+               " SET rv = $r[3], seq = $seq, removed = NONE RETURN NONE }")
 UPSERT_FLAT_SINGLE = ("FOR $r IN $rows { RELATE ($r[1])->(type::record($r[0], [$r[1], $r[2]]))"
                       "->($r[2]) SET rv = $r[3], seq = $seq, auth_id = $r[4] RETURN NONE }")
 UPSERT_GROUPS = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; "
                  "FOR $r IN $g[3] { RELATE $q->(type::record($t, [$q, $r[0]]))->($r[0]) "
-                 "SET rv = $r[1], seq = $seq RETURN NONE } }")
+                 "SET rv = $r[1], seq = $seq, removed = NONE RETURN NONE } }")
+# Mode `dedicated`: members that left are retired, not deleted (module docstring). An edge
+# already retired is left alone (no second notification); a missing one stays missing.
+RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
+# A (re)materialisation's prior edges (not stamped with this flush's seq by the upserts
+# before it) are retired, and all of the view's retired edges are the block's value, for the
+# reaper. (Not `RETURN $gone`: a RETURN ends the whole transaction, skipping what follows.)
+RETIRE_STALE = ("{{ LET $gone = (SELECT VALUE id FROM {table} WHERE in = $q AND seq != $seq); "
+                "UPDATE $gone SET removed = true, seq = $seq WHERE !removed RETURN NONE; "
+                "$gone }}")
 UPSERT_GROUPS_SINGLE = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; LET $a = $g[2]; "
                         "FOR $r IN $g[3] { RELATE $q->(type::record($t, [$q, $r[0]]))->($r[0]) "
                         "SET rv = $r[1], seq = $seq, auth_id = $a RETURN NONE } }")
@@ -176,6 +196,8 @@ class PubView:
     auth: RecordID | None
     members: set[str]
     generation: int = 0
+    # The `rowCount` this SSP last wrote in the view's `_00_query` row (None: not yet known).
+    row_count: int | None = None
 
 
 @dataclass
@@ -197,10 +219,15 @@ class _Batch:
     dirty: dict[str, set[str]] = field(default_factory=dict)
     initial: dict[str, int] = field(default_factory=dict)
     teardown: dict[str, Teardown] = field(default_factory=dict)
+    row_counts: dict[str, int] = field(default_factory=dict)  # rowCount written per view
     started: list[float] = field(default_factory=list)
     # per view: (view id, when its oldest change arrived, operations, initial edges?)
     per_view: list[tuple[str, float, int, bool]] = field(default_factory=list)
     ops: int = 0
+    # mode `dedicated`: edges the flush retires, per view (queued for the reaper on commit),
+    # and the statements whose results list a (re)materialised view's retired edges
+    retired: dict[str, list[RecordID]] = field(default_factory=dict)
+    retired_lists: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -232,6 +259,9 @@ class Publisher:
     ) -> None:
         self.db = db
         self.ref_mode = ref_mode
+        # Removals retire edges and the reaper deletes them later (module docstring).
+        self.retire = ref_mode != "single"
+        self.reaper: EdgeReaper | None = EdgeReaper(db, self) if self.retire else None
         self.throttle = throttle_ms / 1000.0
         self.max_ops = max_ops
         self.budget = max_ops  # shrinks after a timed-out flush, grows back on success
@@ -240,6 +270,10 @@ class Publisher:
         self.dirty: dict[str, set[str]] = {}
         self.initial: dict[str, int] = {}  # view id -> generation to (re)materialise
         self.teardowns: dict[str, Teardown] = {}
+        # Edge tables the database no longer has (their user was deleted): nothing is written
+        # to them (a RELATE would create the table again, without its select rule) until the
+        # hub defines them again and re-materialises their views (`drop_table`).
+        self.dropped: set[str] = set()
         self._since: dict[str, float] = {}  # view id -> monotonic time of its oldest mark
         self.pending_ops = 0
         self.flushers = flushers
@@ -294,8 +328,56 @@ class Publisher:
         self.pending_ops += 1
         self._kick()
 
+    def drop_table(self, table: str) -> None:
+        """`table` is being removed from the database: from now on its views' marks and
+        materialisations are discarded (their edges went with the table), and a teardown of
+        one of its views deletes only the `_00_query` row. `quiesce` waits for the flushes
+        that hold one of its views; `restore_table` ends this once it is defined again."""
+        self.dropped.add(table)
+        self._kick()  # the next flush discards what is pending for it
+
+    def restore_table(self, table: str) -> None:
+        """`table` exists again: its views are written again (the caller materialises them)."""
+        self.dropped.discard(table)
+
+    async def quiesce(self, table: str) -> None:
+        """Wait until no flush or hold has a view whose edges live in `table`."""
+        def idle() -> bool:
+            for vid in self._inflight:
+                v = self._view(vid)
+                if v is not None and v.edge_table == table:
+                    return False
+            return True
+        async with self._changed:
+            await self._changed.wait_for(idle)
+
     def _kick(self) -> None:
         self._wake.set()
+
+    def quiet(self) -> bool:
+        """True when no flush or hold is in progress and publication is not falling behind
+        (nothing pending for longer than the throttle window): the reaper's turn."""
+        return not self._inflight and self.oldest_age_ms() < max(self.throttle, 0.05) * 1000
+
+    def claim(self, view_id: str) -> bool:
+        """Hold `view_id` for the reaper's transaction unless a flush or a hold has it."""
+        if view_id in self._inflight:
+            return False
+        self._inflight.add(view_id)
+        return True
+
+    async def unclaim(self, view_ids: Iterable[str]) -> None:
+        """Release views taken with `claim`."""
+        async with self._changed:
+            self._inflight.difference_update(view_ids)
+            self._changed.notify_all()
+        self._kick()
+
+    def busy(self, view_id: str) -> bool:
+        """True while the view has work queued or held by a flush (its edges and row may not
+        show its members yet)."""
+        return (view_id in self.dirty or view_id in self.initial or view_id in self.teardowns
+                or view_id in self._inflight)
 
     @property
     def pending(self) -> bool:
@@ -342,6 +424,8 @@ class Publisher:
                        for i in range(self.flushers)]
         if self.metrics is not None:
             self._tasks.append(loop.create_task(self.metrics.run(self.db), name="view-metrics"))
+        if self.reaper is not None:
+            self._tasks.append(loop.create_task(self.reaper.run(), name="edge-reaper"))
 
     async def stop(self) -> None:
         """Stop the loops (call `drain` first to flush what is pending)."""
@@ -438,7 +522,9 @@ class Publisher:
         self._seq += 1
         seq = self._seq
         inserts: list[tuple[PubView, Iterable[str]]] = []  # (view, members to upsert)
-        stale: list[tuple[str, dict[str, Any]]] = []  # after the upserts: prior edges that go
+        # after the upserts: prior edges that go (and, retiring, the view whose retired edges
+        # the statement lists)
+        stale: list[tuple[str, dict[str, Any], str | None]] = []
         ready_updates: list[dict[str, Any]] = []
         deletes: list[RecordID] = []
         busy = self._inflight
@@ -460,7 +546,8 @@ class Publisher:
             b.views.add(vid)
             if self._view(vid) is not None:
                 continue  # registered again since: the teardown is dropped
-            b.stmts.append((f"DELETE {td.edge_table} WHERE in = $q", {"q": td.record}))
+            if td.edge_table not in self.dropped:  # (a dropped table took its edges along)
+                b.stmts.append((f"DELETE {td.edge_table} WHERE in = $q", {"q": td.record}))
             b.stmts.append(("DELETE $q", {"q": td.record}))
             budget -= INITIAL_COST
         for vid in list(self.initial):
@@ -469,6 +556,10 @@ class Publisher:
             if vid in busy or vid in b.views:
                 continue
             view = self._view(vid)
+            if view is not None and view.edge_table in self.dropped:
+                del self.initial[vid]  # written again when its table is back
+                self._since.pop(vid, None)
+                continue
             if view is not None and not room(view.edge_table):
                 continue
             b.initial[vid] = self.initial.pop(vid)
@@ -482,9 +573,16 @@ class Publisher:
             # re-inserting would show every unchanged edge to LIVE subscribers as deleted
             # and created.)
             inserts.append((view, view.members))
-            stale.append((f"DELETE {view.edge_table} WHERE in = $q AND seq != $seq",
-                          {"q": view.record, "seq": seq}))
+            if self.retire:
+                # One scan of the view's edges: retire the prior ones, and list them with
+                # those an earlier run retired (the reaper's queue is memory) for the reaper.
+                stale.append((RETIRE_STALE.format(table=view.edge_table),
+                              {"q": view.record, "seq": seq}, vid))
+            else:
+                stale.append((f"DELETE {view.edge_table} WHERE in = $q AND seq != $seq",
+                              {"q": view.record, "seq": seq}, None))
             ready_updates.append({"q": view.record, "n": len(view.members)})
+            b.row_counts[vid] = len(view.members)
             budget -= len(view.members) + INITIAL_COST
             b.started.append(self._since.pop(vid, time.monotonic()))
             b.per_view.append((vid, b.started[-1], len(view.members), True))
@@ -495,6 +593,10 @@ class Publisher:
             if vid in busy or vid in b.views:
                 continue
             view = self._view(vid)
+            if view is not None and view.edge_table in self.dropped:
+                self.pending_ops -= len(self.dirty.pop(vid))  # written again when it is back
+                self._since.pop(vid, None)
+                continue
             if view is not None and not room(view.edge_table):
                 continue
             members = self.dirty[vid]
@@ -518,7 +620,11 @@ class Publisher:
                 if m in view.members:
                     ups.append(m)
                 else:
-                    deletes.append(edge_id(view.edge_table, view.record, parse_record_id(m)))
+                    gone = edge_id(view.edge_table, view.record, parse_record_id(m))
+                    if self.retire:
+                        b.retired.setdefault(vid, []).append(gone)
+                    else:
+                        deletes.append(gone)
             if ups:
                 inserts.append((view, ups))
             budget -= len(members)
@@ -527,10 +633,16 @@ class Publisher:
         busy.update(b.views)
         if deletes:
             b.stmts.append(("DELETE $ids", {"ids": deletes}))
+        if b.retired:
+            b.stmts.append((RETIRE, {"ids": [e for es in b.retired.values() for e in es],
+                                     "seq": seq}))
         # Every row or group names its table, so one statement covers all the per-user
         # tables of the flush: statements per flush stay constant, not per user.
         b.stmts.extend(self._upserts(inserts, seq))
-        b.stmts.extend(stale)
+        for text, params, listed in stale:
+            if listed is not None:
+                b.retired_lists.append((len(b.stmts), listed))
+            b.stmts.append((text, params))
         if ready_updates:
             b.stmts.append((MARK_READY, {"ups": ready_updates}))
         return b
@@ -539,7 +651,7 @@ class Publisher:
         if b.stmts:
             began = time.monotonic()
             try:
-                await self.db.transaction(b.stmts)
+                results = await self.db.transaction(b.stmts)
             except BaseException as e:
                 self.telemetry.transaction(began, ok=False)
                 self._restore(b.dirty, b.initial, b.teardown)
@@ -548,6 +660,16 @@ class Publisher:
                     self.budget = max(MIN_OPS, self.budget // 2)
                 raise
             self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
+            if self.reaper is not None:
+                for vid, ids in b.retired.items():
+                    self.reaper.add(vid, ids)
+                for i, vid in b.retired_lists:
+                    self.reaper.add(vid, (r for r in results[i] or []
+                                          if isinstance(r, RecordID)))
+            for vid, n in b.row_counts.items():
+                view = self._view(vid)
+                if view is not None:
+                    view.row_count = n
             now = time.monotonic()
             self.telemetry.transaction(began)
             self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)

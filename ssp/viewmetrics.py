@@ -67,8 +67,10 @@ class ViewMetrics:
     """Accumulates per-view figures; :meth:`run` writes the changed ones periodically."""
 
     def __init__(self, ssp_id: str, flush_ms: int,
-                 view_of: Callable[[str], tuple[RecordID, int] | None]) -> None:
+                 view_of: Callable[[str], tuple[RecordID, int] | None],
+                 hold: Callable[[], bool] = lambda: False) -> None:
         self.ssp_id = ssp_id
+        self._hold = hold  # True while a restore replaces the database: no periodic write
         self.interval = flush_ms / 1000.0
         # view id -> (its `_00_query` record, member count); None once unregistered
         self._view_of = view_of
@@ -168,4 +170,5 @@ class ViewMetrics:
         """Write every `flush_ms` until cancelled."""
         while True:
             await asyncio.sleep(self.interval)
-            await self.write(db)
+            if not self._hold():
+                await self.write(db)

@@ -33,6 +33,7 @@ SIGTERM, SIGKILL after the stop timeout, started again at once, not counted as a
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import queue
@@ -193,7 +194,9 @@ class Child:
                 status, body = int(r.status), r.read()
         except urllib.error.HTTPError as e:
             status, body = int(e.code), e.read()
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
+            # nothing listening yet, or something that does not speak HTTP (a port another
+            # process still holds, a server half up): not healthy, asked again later
             return False
         ok = status == 200 if self.ready is None else self.ready(status, body)
         if ok:

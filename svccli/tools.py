@@ -34,7 +34,8 @@ async def _view_snapshot(db: Database, view_id: str, ref_mode: str) -> tuple[dic
     table = edge_table(auth_rid, ref_mode)
     try:
         outs = await db.query_one(
-            "SELECT VALUE out FROM type::table($t) WHERE in = $q", {"t": table, "q": rec})
+            "SELECT VALUE out FROM type::table($t) WHERE in = $q AND !removed",
+            {"t": table, "q": rec})
     except Exception:  # noqa: BLE001 - the edge table does not exist yet: no edges
         outs = []
     return row, {record_id_text(o) for o in outs or [] if isinstance(o, RecordID)}

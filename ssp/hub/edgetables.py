@@ -1,6 +1,18 @@
-"""Per-user edge tables (ref mode `per_user`): `_00_list_ref_user_<key>` defined with a select
-permission fixed to that user, at registration and on `user` CREATE; removed on `user` DELETE
-(ssp/README.md, "Edge tables")."""
+"""Per-user edge tables (ref mode `dedicated`): `_00_list_ref_user_<key>` defined with a select
+permission fixed to that user when a view of that user is registered (and on the user's
+`user` CREATE only when this SSP holds a view of that user); removed on `user` DELETE
+(ssp/README.md, "Edge tables").
+
+Only users owning a view get a table: every table defined in the database makes each DELETE
+in it slower (SurrealDB 3.2.4 pays ~7 us per per-user edge table on every deleted record, the
+application's own deletes included; `loadtests/probe_edge_removal.py`), so a table per `user`
+row would tax every write of a database with many users for tables nobody reads.
+
+The user's views outlive its table: their edges went with it, so while it is gone the publisher
+writes nothing there (`Publisher.drop_table`; a RELATE would create the table again without its
+select rule), and once it is defined again every view of the user is materialised again. The
+definitions and removals of one SSP run one at a time, in the order the events came (a user
+deleted and created again in one batch is dropped, then defined)."""
 
 from __future__ import annotations
 
@@ -32,8 +44,9 @@ class EdgeTables:
         self._lock = asyncio.Lock()
 
     def user_changed(self, op: str, rid: str) -> None:
-        """A `user` row was created or deleted: define or drop its edge table (in the
-        background: the ingest does not wait for DDL)."""
+        """A `user` row was created or deleted: define (when this SSP holds a view of the user:
+        a user deleted and created again) or drop its edge table (in the background: the
+        ingest does not wait for DDL)."""
         if self.state.cfg.ref_mode == "single":
             return
         try:
@@ -42,9 +55,11 @@ class EdgeTables:
             return
         table = edge_table(auth, self.state.cfg.ref_mode)
         if op == "CREATE":
-            self.state.spawn_tracked(self._define_quietly(table, auth))
+            if any(v.edge_table == table for v in self.state.views.values()):
+                self.state.spawn_tracked(self._define_quietly(table, auth))
         else:
             self.known.discard(table)
+            self.state.publisher.drop_table(table)  # before any delta of this batch is marked
             self.state.spawn_tracked(self._drop(table))
 
     async def ensure(self, table: str, auth: RecordID | None) -> None:
@@ -71,6 +86,7 @@ class EdgeTables:
                         f"CHANGEFEED 1h INCLUDE ORIGINAL PERMISSIONS FOR select WHERE {perm} "
                         "FOR create, update, delete NONE")
                     self.known.add(table)
+                    self._back(table)
                     return
                 except DbError as e:
                     log.warning("defining edge table %s failed (attempt %d): %s", table,
@@ -79,6 +95,19 @@ class EdgeTables:
                         raise
                     await backoff.sleep()
 
+    def _back(self, table: str) -> None:
+        """`table` was defined: if it had been dropped, its views' edges are written again."""
+        publisher = self.state.publisher
+        if table not in publisher.dropped:
+            return
+        publisher.restore_table(table)
+        n = 0
+        for view in self.state.views.values():
+            if view.edge_table == table:
+                publisher.materialise(view)
+                n += 1
+        log.info("edge table %s defined again: %d views written again", table, n)
+
     async def _define_quietly(self, table: str, auth: RecordID) -> None:
         try:
             await self.ensure(table, auth)
@@ -86,7 +115,14 @@ class EdgeTables:
             log.error("edge table %s not defined: %s", table, e)
 
     async def _drop(self, table: str) -> None:
-        try:
-            await self.state.pub_db.query(f"REMOVE TABLE IF EXISTS {table}")
-        except DbError as e:
-            log.warning("removing edge table %s failed: %s", table, e)
+        async with self._lock:
+            if table in self.known:
+                return  # defined again before this ran: it stays
+            # A flush holding one of its views commits first: its RELATEs would otherwise
+            # create the table again after the removal.
+            await self.state.publisher.quiesce(table)
+            try:
+                await self.state.pub_db.query(f"REMOVE TABLE IF EXISTS {table}")
+                log.info("edge table %s removed with its user", table)
+            except DbError as e:
+                log.warning("removing edge table %s failed: %s", table, e)

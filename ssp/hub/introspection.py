@@ -15,6 +15,7 @@ from engine.hashing import hash_text
 from engine.jsonvalues import to_json
 from engine.parser import parse_cached, query_tables
 from ipc.messages import ErrorCode, error_reply, normalize_view_id, reply
+from ssp.hub.reconcile import ReconcileStats
 from ssp.shards import ShardDown, ShardError
 
 if TYPE_CHECKING:
@@ -39,9 +40,11 @@ def _query_tables(surql: str) -> tuple[list[str], list[str]]:
 class Introspection:
     """The read-only routes over the hub's state."""
 
-    def __init__(self, state: HubState, version: str) -> None:
+    def __init__(self, state: HubState, version: str,
+                 reconcile: ReconcileStats | None = None) -> None:
         self.state = state
         self.version = version
+        self.reconcile = reconcile or ReconcileStats()
 
     async def health(self, req: dict[str, Any]) -> dict[str, Any]:
         s = self.state
@@ -162,6 +165,8 @@ class Introspection:
                       "segment_bytes": s.rows.arena.segment_bytes},
             "views": len(s.views), "shards": shards,
             "publication": s.publisher.figures().debug_memory(),
+            "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
+            "reconcile": self.reconcile.as_dict(),
             "ingested": s.ingested,
         })
 

@@ -54,6 +54,8 @@ class Loops:
         """`sweep_once` every `ttl_cleanup_interval_secs`."""
         while True:
             await asyncio.sleep(self.state.cfg.ttl_cleanup_interval_secs)
+            if self.state.writers_hold():
+                continue  # a restore replaces the database: its rows are not ours to judge
             try:
                 await self.sweep_once()
             except DbError as e:

@@ -39,12 +39,17 @@ class Registry:
     """Registers views (`know_table`: probe the schema for a table not loaded yet)."""
 
     def __init__(self, state: HubState, pool: ShardPool, views: ViewLifecycle, edges: EdgeTables,
-                 know_table: Callable[[str], Awaitable[None]]) -> None:
+                 know_table: Callable[[str], Awaitable[None]],
+                 catch_up: Callable[[], Awaitable[None]] | None = None) -> None:
         self.state = state
         self.pool = pool
         self.views = views
         self.edges = edges
         self._know_table = know_table
+        # Standalone with transport changefeed: read the feed to its end before a view's
+        # initial set is computed, so the set holds every row committed before the request
+        # (the scheduler does the same for its SSPs, `scheduler.placement`).
+        self._catch_up = catch_up
 
     async def register(self, req: dict[str, Any]) -> dict[str, Any]:
         """`POST /view/register` (see the module docstring)."""
@@ -85,6 +90,12 @@ class Registry:
         except QueryRejected as e:
             return error_reply(400, ErrorCode.REJECTED, f"{e}{suffix}")
         await self._know_table(query.table)  # a table created since the last schema probe
+        if self._catch_up is not None:
+            try:
+                await self._catch_up()
+            except DbError as e:  # the rows it misses reach the view as changes
+                log.warning("registration of %s: the changefeed could not be read up to now "
+                            "(%s)", vid, e)
         verdict = await state.allowlist.check(state.db, surql, parsed=query)
         if not verdict.allowed:
             return error_reply(403, ErrorCode.NOT_ALLOWLISTED, verdict.reason)
@@ -162,6 +173,7 @@ class Registry:
                     ("UPSERT $q CONTENT $c RETURN NONE", {"q": view.record,
                                               "c": self._row_content(view, "ready")}),
                 ])
+                view.row_count = 0
 
     async def _refresh(self, view: ViewState, row: Any, client_id: str, ttl: str, ttl_ms: int,
                        last_ms: int) -> dict[str, Any]:
@@ -175,7 +187,8 @@ class Registry:
         republish = not isinstance(row, dict)
         if not republish and view.members and view.view_id not in pub.initial:
             n = await state.db.query_one(
-                f"SELECT count() AS n FROM {view.edge_table} WHERE in = $q GROUP ALL",
+                f"SELECT count() AS n FROM {view.edge_table} WHERE in = $q AND !removed "
+                "GROUP ALL",
                 {"q": view.record}, idempotent=True)
             have = n[0]["n"] if n else 0
             republish = have < len(view.members) and view.view_id not in pub.dirty

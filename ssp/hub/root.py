@@ -26,6 +26,7 @@ from ssp.hub.edgetables import EdgeTables
 from ssp.hub.introspection import Introspection
 from ssp.hub.loading import Loading, syncs_table
 from ssp.hub.loops import Loops
+from ssp.hub.reconcile import Reconciler
 from ssp.hub.registry import Registry
 from ssp.hub.sequencer import Event, Sequencer
 from ssp.hub.shardpool import ShardPool
@@ -56,9 +57,13 @@ class Hub(HubState):
         self.loading = Loading(self, self.pool, self.sequencer, self.snapshot, self.lifecycle,
                                self.tail.catch_up)
         self.loops = Loops(self, self.loading, self.lifecycle, self.sequencer)
-        self.registry = Registry(self, self.pool, self.lifecycle, self.edges, self.loops.know_table)
+        tails = cfg.ingest_transport == "changefeed" and cfg.standalone
+        self.registry = Registry(self, self.pool, self.lifecycle, self.edges,
+                                 self.loops.know_table,
+                                 catch_up=self.tail.catch_up if tails else None)
         self.admission = Admission(self, self.sequencer)
-        self.introspection = Introspection(self, VERSION)
+        self.reconciler = Reconciler(self)
+        self.introspection = Introspection(self, VERSION, self.reconciler.stats)
         self.backups = Backups(self, SspTarget(self, self.loading, self.snapshot, self.tail))
         self.crdt = CrdtFields(self.db, cfg.crdt_fields, cfg.crdt_cache_size)
         self.handlers = routes.bind(self, {
@@ -106,10 +111,13 @@ class Hub(HubState):
         if cfg.ingest_transport == "changefeed" and self.link is None:
             self.spawn(self.tail.run(), "changefeed")  # the scheduler feeds a linked SSP
         self.spawn(self.loops.ttl_sweep(), "ttl-sweep")
-        self.spawn(self.crdt.sweep_loop(cfg.ttl_cleanup_interval_secs), "crdt-sweep")
+        self.spawn(self.crdt.sweep_loop(cfg.ttl_cleanup_interval_secs, self.writers_hold),
+                   "crdt-sweep")
         self.spawn(self.loops.db_watch(), "db-watch")
         if cfg.schema_poll_secs > 0:
             self.spawn(self.loops.schema_poll(), "schema-poll")
+        if cfg.reconcile_ms > 0:
+            self.spawn(self.reconciler.run(), "reconcile")
         if cfg.snapshot_dir is not None:
             self.spawn(self.snapshot.checkpoints(), "checkpoint")
         await self.jobs.start()

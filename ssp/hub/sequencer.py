@@ -1,12 +1,13 @@
 """The sequencer: the one order every event is applied in.
 
 `submit` queues events; the sequencer loop takes them in batches (up to BATCH_MAX, one kind at
-a time: deferred or not), stores each batch in the row arena (`store`: stale versions
-skipped), and sends it to every shard without waiting for the previous batch's replies (up
-to PIPELINE_DEPTH in flight). The collector takes the replies in send order and `deliver`s
-the per-view deltas: member sets updated, publisher marked (for transport http once the
-commit is visible, `ssp.hub.visibility`). The exclusive section (`HubState.exclusive`) waits
-for every batch in flight.
+a time: deferred or not, `take_batch`), stores each batch in the row arena (`store`: stale
+versions skipped), and sends it to every shard without waiting for the previous batch's
+replies (up to PIPELINE_DEPTH in flight). The collector takes the replies in send order and
+`deliver`s the per-view deltas: member sets updated, publisher marked (for transport http once
+the commit is visible, `ssp.hub.visibility`), and the members whose edges a DELETE took along
+marked again (`ssp.hub.members`). The exclusive section (`HubState.exclusive`) waits for every
+batch in flight.
 """
 
 from __future__ import annotations
@@ -69,11 +70,7 @@ class Sequencer:
         queue = self._queue
         while True:
             first = await queue.get()
-            batch = [first]
-            # Batch what queued up, keeping events of one kind (deferred or not) together.
-            while (len(batch) < BATCH_MAX and not queue.empty()
-                   and queue._queue[0][2] == first[2]):  # type: ignore[attr-defined]
-                batch.append(queue.get_nowait())
+            batch = self.take_batch(first)
             try:
                 async with state.apply_lock:
                     kept = self.store([b[0] for b in batch])
@@ -90,6 +87,17 @@ class Sequencer:
             except Exception as e:
                 log.exception("sequencing %d events failed", len(batch))
                 _fail_all(batch, e)
+
+    def take_batch(self, first: Queued) -> list[Queued]:
+        """`first` and what queued up behind it, up to BATCH_MAX, of one kind (deferred or
+        not)."""
+        queue = self._queue
+        pending = queue._queue  # type: ignore[attr-defined]  # a deque: peek without taking
+        batch = [first]
+        kind = first[2]
+        while len(batch) < BATCH_MAX and pending and pending[0][2] == kind:
+            batch.append(queue.get_nowait())
+        return batch
 
     async def collect(self) -> None:
         """Handle the shards' replies to each batch in send order."""
@@ -139,8 +147,10 @@ class Sequencer:
     def deliver(self, kept: list[Event], replies: list[dict[str, Any]], defer: bool,
                 arrived: float | None) -> None:
         """Per-view deltas -> member sets -> publisher marks (deferred until commit-visible
-        for transport http)."""
+        for transport http). Then every view still holding a record the batch deleted gets
+        that member marked too: the database took its edge along (`ssp.hub.members`)."""
         views = self.state.views
+        index = views.members
         marks: list[tuple[str, list[str]]] = []
         for r in replies:
             # groups of views sharing one delta, in order (a view may recur: apply each)
@@ -150,11 +160,19 @@ class Sequencer:
                     view = views.get(vid)
                     if view is None:
                         continue
-                    view.members.difference_update(d["removed"])
-                    view.members.update(d["added"])
+                    removed, added = d["removed"], d["added"]
+                    view.members.difference_update(removed)
+                    view.members.update(added)
+                    if removed:
+                        index.remove(vid, removed)
+                    if added:
+                        index.add(vid, added)
                     if touched is None:
-                        touched = [*d["added"], *d["removed"], *d["updated"]]
+                        touched = [*added, *removed, *d["updated"]]
                     marks.append((vid, touched))
+        for _table, op, rid, _row in kept:
+            if op == "DELETE":
+                marks.extend((vid, [rid]) for vid in index.views_of(rid))
         if not marks:
             return
         if defer and self.visibility.publish_after_commit(kept, marks, arrived):

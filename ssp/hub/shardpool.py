@@ -106,7 +106,12 @@ class ShardPool:
         r = await shard.call("register", {"view_id": view.view_id, "surql": view.surql,
                                           "params": engine_params(view.params, view.auth)},
                              timeout=self.state.cfg.shard_call_timeout_secs)
-        view.members = set(r["members"])
+        members = set(r["members"])
+        views = self.state.views
+        if views.get(view.view_id) is view:  # held already (a rebuild, a reload)
+            views.members.remove(view.view_id, view.members)
+            views.members.add(view.view_id, members)
+        view.members = members
 
     # ------------------------------------------------------------------ supervision
 

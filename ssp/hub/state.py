@@ -26,6 +26,7 @@ from maintenance.backends import BackendMonitor, parse_backends
 from ssp.allowlist import Allowlist
 from ssp.config import SspConfig
 from ssp.hub.logring import LogRing
+from ssp.hub.members import MemberIndex
 from ssp.jobs import JobRunner
 from ssp.naming import view_record
 from ssp.publisher import Publisher, PubView, Teardown
@@ -70,12 +71,14 @@ class ViewState(PubView):
 
 class ViewRegistry(dict[str, ViewState]):
     """The held views by id, with the views of each sharing group (`ViewState.share`) kept
-    beside them, so finding a view's group does not scan every view (`ssp.hub.sharing`).
-    Every way of adding or removing a view goes through the methods below."""
+    beside them, so finding a view's group does not scan every view (`ssp.hub.sharing`), and
+    the views of each member (`ssp.hub.members`). Every way of adding or removing a view goes
+    through the methods below."""
 
     def __init__(self) -> None:
         super().__init__()
         self.groups: dict[str, dict[str, ViewState]] = {}
+        self.members = MemberIndex()
 
     def __setitem__(self, vid: str, view: ViewState) -> None:
         old = self.get(vid)
@@ -83,6 +86,7 @@ class ViewRegistry(dict[str, ViewState]):
             self._leave(vid, old)
         super().__setitem__(vid, view)
         self.groups.setdefault(view.share, {})[vid] = view
+        self.members.add(vid, view.members)
 
     def __delitem__(self, vid: str) -> None:
         view = self[vid]
@@ -115,8 +119,10 @@ class ViewRegistry(dict[str, ViewState]):
     def clear(self) -> None:
         super().clear()
         self.groups.clear()
+        self.members.clear()
 
     def _leave(self, vid: str, view: ViewState) -> None:
+        self.members.remove(vid, view.members)
         group = self.groups.get(view.share)
         if group is not None:
             group.pop(vid, None)
@@ -147,12 +153,15 @@ class HubState:
         self.seq = 0  # events sequenced (the ingest reply's `seq`)
         self.ingested = 0  # events applied (stale versions left out)
         self.shards: list[ShardHandle] = []  # built by the shard pool
+        # Scheduler mode: the scheduler is restoring a backup (its heartbeat answer says so).
+        self.upstream_restoring = False
         self.publisher = Publisher(self.pub_db, ref_mode=cfg.ref_mode,
                                    throttle_ms=cfg.query_update_throttle_ms,
                                    view_lookup=self.views.get, rv_lookup=self.rv.get,
                                    flushers=cfg.publish_flushers,
                                    metrics=ViewMetrics(cfg.ssp_id, cfg.view_metrics_flush_ms,
-                                                       self._view_size))
+                                                       self._view_size,
+                                                       hold=self.writers_hold))
         self.logs = LogRing()
         self.allowlist = Allowlist(cfg.query_allowlist)
         self.generation = 0
@@ -183,6 +192,13 @@ class HubState:
     def _view_size(self, view_id: str) -> tuple[RecordID, int] | None:
         view = self.views.get(view_id)
         return None if view is None else (view.record, len(view.members))
+
+    def writers_hold(self) -> bool:
+        """True while a restore replaces the database (standalone: this SSP is not ready;
+        scheduler mode: the scheduler says it is restoring): the periodic writers (view
+        metrics, TTL sweep, CRDT sweep, reconciler) hold still meanwhile, so they neither
+        write rows the import is about to create nor delete rows it has just created."""
+        return self.status != "ready" or self.upstream_restoring
 
     def stalled(self) -> bool:
         """True while a database connection's calls are timing out (ingest fails fast)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from dbclient import DbError
@@ -36,6 +37,10 @@ class FeedTail:
         self.oversized = 0  # transactions with more feed entries than one read returns
         self._wake = asyncio.Event()
         self._live: Any = None
+        # One reader at a time (two rounds from one cursor would apply changes twice, an old
+        # DELETE after a newer write included); `_started` is when the last catch-up began.
+        self._lock = asyncio.Lock()
+        self._started = 0.0
 
     async def run(self) -> None:
         """Follow the feeds, woken by `_00_version` changes (LIVE) or every 2 s."""
@@ -65,9 +70,16 @@ class FeedTail:
                 log.info("killing the _00_version subscription failed: %s", e)
 
     async def catch_up(self) -> None:
-        """Read every feed until nothing new is left."""
-        while await self.round():
-            pass
+        """Read every feed until nothing new is left. Callers that queue up share one read: a
+        catch-up that began after a call was made covers it (a registration uses this to see
+        every commit made before it, `ssp.hub.registry`)."""
+        asked = time.monotonic()
+        async with self._lock:
+            if self._started >= asked:
+                return
+            self._started = time.monotonic()
+            while await self.round():
+                pass
 
     async def round(self) -> bool:
         """One round of the database's feed; True when more is waiting."""

@@ -1,4 +1,6 @@
-"""With --path, committed data survives a graceful restart and kill -9; one host per directory."""
+"""With --path, committed data survives a graceful restart and kill -9; one host per directory.
+With --memory, nothing is left behind: the scratch storage goes with the host, or with the next
+host when the first was killed."""
 
 from __future__ import annotations
 
@@ -86,3 +88,32 @@ async def test_sigterm_with_open_connections_exits_zero(tmp_path: Path) -> None:
     finally:
         await close(c)
     assert "connection close" in host.process.log_text()
+
+
+async def test_a_memory_host_leaves_no_data_behind_even_when_killed(tmp_path: Path) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+
+    def scratch_dirs() -> list[Path]:
+        return sorted(temp.glob("svc-db-memory-*"))
+
+    first = start_db_host(tmp_path, memory=True, extra_env={"TMPDIR": str(temp)})
+    try:
+        await _write(first, range(5))
+        [killed] = scratch_dirs()  # the data lives there while the host runs
+        first.process.kill9()
+    finally:
+        first.process.stop()
+    assert scratch_dirs() == [killed]  # a SIGKILL leaves it ...
+    second = start_db_host(tmp_path, memory=True, extra_env={"TMPDIR": str(temp)})
+    try:
+        [mine] = scratch_dirs()  # ... and the next host removes it
+        assert mine != killed
+        c = await root_client(second, NS, DB)
+        try:  # memory only: nothing of the first host's data, not even its table
+            assert "item" not in (await c.query("INFO FOR DB"))["tables"]
+        finally:
+            await close(c)
+    finally:
+        assert second.process.stop() == 0
+    assert scratch_dirs() == []  # a clean stop removes its own

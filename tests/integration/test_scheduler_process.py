@@ -64,7 +64,8 @@ def write_config(tmp: Path, host: DbHost, ns: str, port: int, **yaml_keys: Any) 
     return path
 
 
-def launch(tmp: Path, config: Path, port: int, ns: str, **env: str) -> SchedulerProc:
+def launch(tmp: Path, config: Path, port: int, ns: str, *, ready_timeout: float = 30.0,
+           **env: str) -> SchedulerProc:
     mp = ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(config)],
                         # Drift checks have their own tests; here they would act on events
                         # ingested without database rows behind them.
@@ -75,7 +76,11 @@ def launch(tmp: Path, config: Path, port: int, ns: str, **env: str) -> Scheduler
                                     "SVC_ADMIN_PORT": str(free_port()), **env}),
                         tmp / f"scheduler-{port}.log").start()
     proc = SchedulerProc(mp, port, config, ns)
-    wait_ready(proc)
+    try:
+        wait_ready(proc, ready_timeout)
+    except BaseException:
+        mp.stop()  # never left running by a start that failed
+        raise
     return proc
 
 

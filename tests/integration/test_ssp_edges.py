@@ -215,16 +215,66 @@ async def test_deleting_the_query_row_unregisters_the_view(stack: Stack) -> None
     await wait_for(gone, what="view unregistered from the feed")
 
 
-async def test_user_create_and_delete_manage_the_edge_table(stack: Stack) -> None:
-    await stack.root.query("CREATE user:carol SET name = 'carol', pass = 'x'")
-    async def defined() -> bool:
-        return "_00_list_ref_user_carol" in await stack.root.tables()
-    await wait_for(defined, what="edge table created")
+async def test_only_users_owning_a_view_get_an_edge_table_and_it_goes_with_the_user(
+        stack: Stack) -> None:
+    # A defined table makes every DELETE in the database slower (ssp/README.md, "Edge
+    # tables"): a `user` CREATE alone defines none; the user's first view does.
+    users = await stack.root.query_one("SELECT count() AS n FROM user GROUP ALL")
+    before = users[0]["n"] if users else 0
+    await stack.root.query("CREATE user:carol SET name = 'carol', pass = 'x'; "
+                           "CREATE user:dave SET name = 'dave', pass = 'x'")
+    await wait_for(lambda: _info_count(stack, "user", before + 2), what="users ingested")
+    assert not {"_00_list_ref_user_carol", "_00_list_ref_user_dave"} & set(
+        await stack.root.tables())
+    assert (await stack.ssp.call("POST /view/register", register_body(
+        "carols", "SELECT * FROM post WHERE owner = $auth.id",
+        RecordID("user", "carol"))))["status"] == 200
+    tables = set(await stack.root.tables())
+    assert "_00_list_ref_user_carol" in tables and "_00_list_ref_user_dave" not in tables
     await stack.root.query("DELETE user:carol")
     async def dropped() -> bool:
         return "_00_list_ref_user_carol" not in await stack.root.tables()
     await wait_for(dropped, what="edge table dropped")
+    # carol comes back while her view is still held: her table is defined again
+    await stack.root.query("CREATE user:carol SET name = 'carol', pass = 'x'")
+    async def defined() -> bool:
+        return "_00_list_ref_user_carol" in await stack.root.tables()
+    await wait_for(defined, what="edge table defined again")
 
 
 async def _has_edges(stack: Stack, table: str, key: str, want: set[str]) -> bool:
     return await edges(stack.root, table, key) == want
+
+
+async def test_a_member_that_leaves_is_retired_then_reaped_and_a_live_client_sees_both(
+        stack: Stack) -> None:
+    # Mode dedicated (ssp/README.md, "Edge removal"): the flush retires the edge (an UPDATE
+    # with `removed: true` the subscriber sees at once), the reaper deletes it afterwards, and
+    # a member coming back gets an edge without `removed`.
+    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
+    try:
+        alice_id = await user_id(stack.root, "alice")
+        assert (await stack.ssp.call("POST /view/register", register_body(
+            "pos", "SELECT * FROM post WHERE owner = $auth.id AND n > 0", alice_id)))[
+            "status"] == 200
+        table = f"_00_list_ref_user_{alice_id.id}"
+        notes = live_stream(alice, await alice.live(table))
+        await stack.root.query("CREATE post:r1 SET owner = $o, title = 't', n = 1",
+                               {"o": alice_id})
+        note = await asyncio.wait_for(notes.get(), 30)
+        assert note["action"] == "CREATE" and note["result"]["out"] == RecordID("post", "r1")
+        assert not note["result"].get("removed")
+        await stack.root.query("UPDATE post:r1 SET n = 0")  # leaves the view
+        note = await asyncio.wait_for(notes.get(), 30)
+        assert note["action"] == "UPDATE" and note["result"]["removed"] is True
+        assert await edges(stack.root, table, "pos") == set()
+        note = await asyncio.wait_for(notes.get(), 30)  # the reaper's delete
+        assert note["action"] == "DELETE" and note["result"]["out"] == RecordID("post", "r1")
+        assert await stack.root.query_one(f"SELECT * FROM {table}") == []
+        assert (await stack.ssp.call("GET /debug/memory"))["body"]["reaper"]["reaped"] >= 1
+        await stack.root.query("UPDATE post:r1 SET n = 5")  # back in the view
+        note = await asyncio.wait_for(notes.get(), 30)
+        assert note["action"] == "CREATE" and not note["result"].get("removed")
+        assert await edges(stack.root, table, "pos") == {"post:r1"}
+    finally:
+        await alice.close()

@@ -164,12 +164,13 @@ async def wait_for(pred: Any, timeout: float = 30.0, what: str = "condition") ->
 
 
 async def edges(db: Database, table: str, view_key: str) -> set[str]:
-    """Record-id texts of the `out` of every edge of view `_00_query:<view_key>` in `table`."""
+    """Record-id texts of the `out` of every edge of view `_00_query:<view_key>` in `table`
+    (the members: retired edges, mode `dedicated`, excluded)."""
     from surrealdb import RecordID
 
     from engine.values import record_id_text
 
-    rows = await db.query_one(f"SELECT out FROM {table} WHERE in = $q",
+    rows = await db.query_one(f"SELECT out FROM {table} WHERE in = $q AND !removed",
                               {"q": RecordID("_00_query", view_key)})
     return {record_id_text(r["out"]) for r in rows or []}
 

@@ -13,14 +13,18 @@ CREDS = {"SVC_DB_USER": "root", "SVC_DB_PASS": "s3cret"}
 
 def test_defaults_and_memory() -> None:
     c = load_config(["--bind", "127.0.0.1:9000", "--memory"], CREDS)
-    assert (c.host, c.port, c.path, c.engine_url) == ("127.0.0.1", 9000, None, "mem://")
+    assert (c.host, c.port, c.path) == ("127.0.0.1", 9000, None)
+    # memory only: surrealkv in the host's scratch directory, nothing fsynced (dbhost.scratch)
+    assert c.engine_url(Path("/tmp/x")) == "surrealkv:///tmp/x/data?sync=never"
+    with pytest.raises(ValueError):
+        c.engine_url()
     assert c.max_frame_bytes == DEFAULT_MAX_FRAME_BYTES
     assert "s3cret" not in repr(c)
 
 
 def test_path_gives_surrealkv(tmp_path: Path) -> None:
     c = load_config(["--path", str(tmp_path / "d")], CREDS)
-    assert c.engine_url == f"surrealkv://{tmp_path / 'd'}"
+    assert c.engine_url() == f"surrealkv://{tmp_path / 'd'}"
 
 
 def test_max_frame_from_env_and_flag_wins() -> None:

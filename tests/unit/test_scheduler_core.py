@@ -272,9 +272,11 @@ async def test_heartbeat_unknown_404_known_200_metrics_kept(make_scheduler, fake
     f = await fakes("a")
     await bring_up(s, f)
     r = s.heartbeat(hb("a", cpu_usage=12.5, memory_usage=300, version="0.1.0", last_seq=0))
-    assert (r.status, r.body) == (200, {"ok": True})
+    assert (r.status, r.body) == (200, {"ok": True, "restoring": False})
     m = s.metrics()["ssps"][0]
     assert (m["cpu_usage"], m["memory_usage"], m["version"]) == (12.5, 300, "0.1.0")
+    s.restore_hold = "a restore"  # the SSP's periodic writers hold still meanwhile
+    assert s.heartbeat(hb("a")).body == {"ok": True, "restoring": True}
 
 
 async def test_buffer_overflow_answers_409_clean_then_404(make_scheduler, fakes) -> None:

@@ -19,6 +19,8 @@ from ssp.naming import SINGLE_TABLE, edge_suffix, edge_table, view_record
 from ssp.publisher import (
     MARK_READY,
     MAX_PENDING_OPS,
+    RETIRE,
+    RETIRE_STALE,
     UPSERT_FLAT,
     UPSERT_FLAT_SINGLE,
     UPSERT_GROUPS_SINGLE,
@@ -26,6 +28,7 @@ from ssp.publisher import (
     PubView,
     Teardown,
 )
+from ssp.reaper import REAP
 from ssp.shards import shard_of
 from tests.support.fakedb import FakeDb
 
@@ -201,20 +204,60 @@ def view(members: set[str]) -> PubView:
                    RecordID("user", "alice"), members)
 
 
-async def test_flush_writes_members_as_upserts_and_others_as_deletes_in_one_transaction() -> None:
+async def test_flush_writes_members_as_upserts_and_retires_the_others_in_one_transaction(
+        ) -> None:
     db = FakeDb()
     v = view({"post:1"})
     pub = make_pub({"query:v": v}, db)
     pub.mark("query:v", ["post:1", "post:2"])
     await pub.flush()
     [tx] = db.transactions
-    assert [s for s, _ in tx] == ["DELETE $ids", UPSERT_FLAT]
-    assert tx[0][1]["ids"] == [RecordID("_00_list_ref_user_alice",
-                                        [v.record, RecordID("post", 2)])]
+    # mode dedicated: the edge of a member that left is retired (an UPDATE), not deleted
+    assert [s for s, _ in tx] == [RETIRE, UPSERT_FLAT]
+    gone = RecordID("_00_list_ref_user_alice", [v.record, RecordID("post", 2)])
+    assert tx[0][1]["ids"] == [gone]
     # a flat row: [table, view, member, rv]; the flush's seq is one parameter
     assert tx[1][1]["rows"] == [["_00_list_ref_user_alice", v.record, RecordID("post", 1), 7]]
-    assert isinstance(tx[1][1]["seq"], int)
+    assert isinstance(tx[1][1]["seq"], int) and tx[0][1]["seq"] == tx[1][1]["seq"]
     assert not pub.pending
+    # ... and queued for the reaper, which deletes it while publication is quiet
+    assert pub.reaper is not None and pub.reaper.figures()["queued"] == 1
+    assert pub.quiet()
+    await pub.reaper.reap_once()
+    assert db.transactions[1] == [(REAP, {"ids": [gone]})]
+    assert pub.reaper.figures()["queued"] == 0 and pub.reaper.figures()["reaped"] == 1
+
+
+async def test_mode_single_deletes_the_edges_of_members_that_left() -> None:
+    db = FakeDb()
+    v = PubView("query:v", RecordID("_00_query", "v"), SINGLE_TABLE, RecordID("user", "a"),
+                set())
+    pub = Publisher(db, ref_mode="single", throttle_ms=0,  # type: ignore[arg-type]
+                    view_lookup={"query:v": v}.get, rv_lookup=lambda rid: 7)
+    pub.mark("query:v", ["post:2"])
+    await pub.flush()
+    assert [s for s, _ in db.transactions[0]] == ["DELETE $ids"]
+    assert pub.reaper is None
+
+
+async def test_the_reaper_leaves_views_a_flush_holds_and_keeps_edges_a_failure_left() -> None:
+    db = FakeDb()
+    v = view(set())
+    views: dict[str, PubView] = {"query:v": v}
+    pub = make_pub(views, db)
+    assert pub.reaper is not None
+    pub.reaper.add("query:v", [RecordID("e", [v.record, RecordID("post", 1)])])
+    assert pub.claim("query:v")  # a flush holds the view: nothing to reap now
+    assert not pub.quiet() and await pub.reaper.reap_once() == 0.0
+    assert db.transactions == []
+    await pub.unclaim(["query:v"])
+    db.fail = 1
+    await pub.reaper.reap_once()  # fails: the edge stays queued, the view is released
+    assert pub.reaper.figures()["queued"] == 1 and pub.reaper.figures()["failures"] == 1
+    assert pub.claim("query:v")
+    await pub.unclaim(["query:v"])
+    await pub.reaper.reap_once()
+    assert len(db.transactions) == 1 and pub.reaper.figures()["queued"] == 0
 
 
 async def test_a_view_with_many_edges_goes_as_groups_of_at_most_a_chunk_and_small_ones_flat(
@@ -251,7 +294,7 @@ async def test_add_then_remove_within_a_window_coalesces_to_the_current_state() 
     pub.mark("query:v", ["post:1"])  # added, then removed: member set no longer has it
     await pub.flush()
     [tx] = db.transactions
-    assert [s for s, _ in tx] == ["DELETE $ids"]
+    assert [s for s, _ in tx] == [RETIRE]
 
 
 async def test_a_failed_flush_is_retried_with_nothing_lost() -> None:
@@ -275,10 +318,10 @@ async def test_materialise_marks_ready_and_teardown_is_dropped_after_re_registra
     pub.materialise(v)
     await pub.flush()
     [tx] = db.transactions
-    # members upserted with the flush's seq, then the view's edges with another seq deleted
-    assert [s for s, _ in tx] == [UPSERT_FLAT,
-                                  "DELETE _00_list_ref_user_alice WHERE in = $q AND seq != $seq",
-                                  MARK_READY]
+    # members upserted with the flush's seq, then the view's edges with another seq retired,
+    # and every retired edge of the view listed for the reaper (an earlier run's too)
+    assert [s for s, _ in tx] == [
+        UPSERT_FLAT, RETIRE_STALE.format(table="_00_list_ref_user_alice"), MARK_READY]
     assert tx[1][1] == {"q": v.record, "seq": tx[0][1]["seq"]}
     assert tx[-1] == (MARK_READY, {"ups": [{"q": v.record, "n": 2}]})
     pub.teardown(Teardown("query:v", v.record, v.edge_table, 99))

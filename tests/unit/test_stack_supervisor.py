@@ -295,3 +295,30 @@ def test_the_stack_directory_is_swept_only_when_its_owner_is_gone(tmp_path: Path
     assert mine.is_dir() and unknown.is_dir() and not dead.exists()
     rundir.remove(mine)
     assert not mine.exists()
+
+
+def test_a_health_port_answering_something_else_than_http_is_not_healthy_yet() -> None:
+    # Seen in a soak: the SSP's port answered the request line back, and the probe's
+    # BadStatusLine stopped the whole stack instead of counting as "not up yet".
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def echo() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.sendall(conn.recv(1024))
+
+    t = threading.Thread(target=echo, daemon=True)
+    t.start()
+    child = Child("ssp", [sys.executable, "-c", "import time; time.sleep(60)"], {},
+                  health_url=f"http://127.0.0.1:{port}/health")
+    child.start()
+    try:
+        assert child.probe(time.monotonic()) is False
+        assert not child.healthy
+    finally:
+        child.signal(signal.SIGKILL)
+        child.wait_exit(5)
+        srv.close()

@@ -1,0 +1,151 @@
+"""Deletes retired edges (mode `dedicated`) in the background, at a bounded share of the
+database's time.
+
+In mode `dedicated` a member leaving a view does not delete its edge: the flush *retires* it
+(`UPDATE ... SET removed = true`, see `ssp.publisher`), because SurrealDB 3.2.4 pays for every
+table defined in the database on each record it deletes: ~7 us per per-user edge table, so
+~7 ms of engine time per deleted edge with 1,000 users owning views, against ~70 us for the
+UPDATE (`loadtests/probe_edge_removal.py`). The reaper then deletes retired edges while
+publication leaves the database time, so the edge tables converge to "one row per member":
+
+- it runs only while no flush is in flight and publication is not falling behind (the oldest
+  pending mark younger than the throttle window), one transaction at a time, sized to take
+  about `TARGET_SECS` (the number of edges adapts to the measured cost per edge), and rests as
+  long as the transaction took before the next one: at most about half of one database worker;
+- `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
+  RELATE cleared `removed`) stays; the views of the edges it deletes are held
+  (`Publisher.claim`) so no flush writes them during its transaction;
+- the queue lives in memory, at most `MAX_QUEUED` edges (more are left to the view's next
+  materialisation, which queues every retired edge of the view again: after a restart too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from surrealdb import RecordID
+
+from dbclient import DbError
+from engine.values import record_id_text
+
+if TYPE_CHECKING:
+    from ssp.publisher import Publisher
+
+log = logging.getLogger("ssp.reaper")
+
+REAP = "DELETE $ids WHERE removed = true RETURN NONE"
+TARGET_SECS = 0.025  # one reap transaction
+MAX_PER_TXN = 500
+MAX_QUEUED = 200_000
+IDLE_POLL_SECS = 0.02
+
+
+@dataclass
+class ReaperStats:
+    """Counters for `/debug/memory`."""
+
+    queued: int = 0
+    reaped: int = 0  # edges in committed reap transactions (retired or not)
+    transactions: int = 0
+    failures: int = 0
+    dropped: int = 0  # not queued: the queue was full
+    us_per_edge: float = 0.0
+
+
+class EdgeReaper:
+    """The background deleter of retired edges (see the module docstring)."""
+
+    def __init__(self, db: Any, publisher: Publisher) -> None:
+        self.db = db
+        self.publisher = publisher
+        # retired edge (its id's text: a RecordID with an array key is not hashable) ->
+        # (the edge id, its view id); insertion ordered, so the oldest go first
+        self._queue: dict[str, tuple[RecordID, str]] = {}
+        self._wake = asyncio.Event()
+        self._per_edge = 0.001  # seconds per edge, measured (start pessimistic: few at first)
+        self.stats = ReaperStats()
+
+    def add(self, view_id: str, edges: Iterable[RecordID]) -> None:
+        """Queue retired edges of `view_id` for deletion."""
+        for e in edges:
+            key = record_id_text(e)
+            if key in self._queue:
+                continue
+            if len(self._queue) >= MAX_QUEUED:
+                self.stats.dropped += 1
+                continue
+            self._queue[key] = (e, view_id)
+        self.stats.queued = len(self._queue)
+        if self._queue:
+            self._wake.set()
+
+    def figures(self) -> dict[str, Any]:
+        """`/debug/memory`'s `reaper` object."""
+        s = self.stats
+        return {"queued": len(self._queue), "reaped": s.reaped, "transactions": s.transactions,
+                "failures": s.failures, "dropped": s.dropped,
+                "us_per_edge": round(self._per_edge * 1e6, 1)}
+
+    async def run(self) -> None:
+        """Reap forever (the publisher's `start` runs it, `stop` cancels it)."""
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            if not self.publisher.quiet():
+                await asyncio.sleep(IDLE_POLL_SECS)
+                continue
+            took = await self.reap_once()
+            # Rest as long as the transaction took: the database's other writers (flushes,
+            # the application) keep at least half of its time.
+            await asyncio.sleep(max(took, IDLE_POLL_SECS))
+
+    async def reap_once(self) -> float:
+        """One reap transaction over the oldest queued edges whose views no flush holds;
+        returns how long it took (0 when nothing could be taken)."""
+        want = max(1, min(MAX_PER_TXN, int(TARGET_SECS / self._per_edge)))
+        views: set[str] = set()
+        ids: list[RecordID] = []
+        keys: list[str] = []
+        claimed = self.publisher.claim
+        dropped = self.publisher.dropped
+        for key, (edge, vid) in list(self._queue.items()):
+            if len(ids) >= want:
+                break
+            if dropped and edge.table_name in dropped:
+                # the table went with its user and took the edge along; a DELETE naming a
+                # missing table fails the whole transaction
+                del self._queue[key]
+                continue
+            if vid not in views:
+                if not claimed(vid):
+                    continue  # a flush writes this view now: later
+                views.add(vid)
+            ids.append(edge)
+            keys.append(key)
+        if not ids:
+            await self.publisher.unclaim(views)
+            return 0.0
+        began = time.monotonic()
+        try:
+            await self.db.transaction([(REAP, {"ids": ids})])
+        except DbError as e:
+            self.stats.failures += 1
+            log.info("deleting %d retired edges failed (kept for later): %s", len(ids), e)
+            return time.monotonic() - began
+        finally:
+            await self.publisher.unclaim(views)
+        took = time.monotonic() - began
+        for key in keys:
+            self._queue.pop(key, None)
+        self.stats.queued = len(self._queue)
+        self.stats.reaped += len(ids)
+        self.stats.transactions += 1
+        # A moving average of the cost per edge sizes the next transaction.
+        self._per_edge = 0.7 * self._per_edge + 0.3 * (took / len(ids))
+        return took
