@@ -111,6 +111,9 @@ class Client:
         self.views: dict[str, Any] = {}  # view id -> View
         self.pending: list[Pending] = []
         self.failed_writes: list[FailedWrite] = []
+        # edge table -> (its LIVE query on the current connection, view record text -> wake-up)
+        self._follows: dict[str, tuple[Any, dict[str, asyncio.Event]]] = {}
+        self._follow_tasks: list[asyncio.Task[None]] = []
         self._http: aiohttp.ClientSession | None = None
         self._watch: asyncio.Task[None] | None = None
         self._closed = False
@@ -185,7 +188,8 @@ class Client:
                 task = self._socket_task()
                 if self.db is None or task is None or task.done():
                     dead = self.db
-                    await self._open()  # the old connection stays set until a new one works
+                    await self._open()
+                    self._forget_follows()  # the old connection stays set until a new one works
                     if dead is not None:
                         with contextlib.suppress(Exception):
                             await dead.close()
@@ -210,6 +214,7 @@ class Client:
         for v in list(self.views.values()):
             with contextlib.suppress(Exception):
                 await v.close()
+        self._forget_follows()
         if self.db is not None:
             with contextlib.suppress(Exception):
                 await self.db.close()
@@ -219,6 +224,43 @@ class Client:
     async def query(self, surql: str, params: dict[str, Any] | None = None) -> Any:
         """Every statement's result, as the signed-in user."""
         return await self.db.query_raw(surql, params or {})
+
+    async def follow(self, table: str, view: Any, wake: asyncio.Event) -> None:
+        """Wake `wake` on every notification of an edge of `view` in `table`."""
+        if table not in self._follows:
+            live_id = await self.db.live(table)
+            q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+            self.db.live_queues.setdefault(str(live_id), []).append(q)
+            self._follows[table] = (live_id, {})
+            self._follow_tasks.append(asyncio.create_task(self._dispatch(q, table)))
+        self._follows[table][1][str(view)] = wake
+
+    async def _dispatch(self, q: asyncio.Queue[dict[str, Any]], table: str) -> None:
+        while True:
+            note = await q.get()
+            row = note.get("result")
+            if not isinstance(row, dict) or table not in self._follows:
+                continue
+            wake = self._follows[table][1].get(str(row.get("in")))
+            if wake is not None:
+                wake.set()
+
+    async def unfollow(self, table: str, view: Any) -> None:
+        entry = self._follows.get(table)
+        if entry is None:
+            return
+        entry[1].pop(str(view), None)
+        if not entry[1]:
+            del self._follows[table]
+            with contextlib.suppress(Exception):
+                await self.db.kill(entry[0])
+
+    def _forget_follows(self) -> None:
+        """The connection is new: its LIVE queries are gone; views follow again."""
+        for t in self._follow_tasks:
+            t.cancel()
+        self._follow_tasks.clear()
+        self._follows.clear()
 
     # -- views -----------------------------------------------------------------------------
 

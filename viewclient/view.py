@@ -63,7 +63,6 @@ class View:
         self._queues: list[asyncio.Queue[Step]] = []
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._live_id: Any = None
         self._closed = False
         self._lock = asyncio.Lock()
 
@@ -80,20 +79,10 @@ class View:
         self._tasks = [asyncio.create_task(self._reader()), asyncio.create_task(self._refresher())]
 
     async def _subscribe(self) -> None:
-        """LIVE on the user's edge table (it exists once the registration answered); every
-        edge of this view wakes the reader."""
-        db = self.client.db
-        self._live_id = await db.live(self.edge_table)
-        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        db.live_queues.setdefault(str(self._live_id), []).append(q)
-        self._tasks.append(asyncio.create_task(self._follow(q)))
-
-    async def _follow(self, q: asyncio.Queue[dict[str, Any]]) -> None:
-        while True:
-            note = await q.get()
-            row = note.get("result") or {}
-            if isinstance(row, dict) and row.get("in") == self.record:
-                self._dirty.set()
+        """Follow the user's edge table (it exists once the registration answered): one LIVE
+        query per connection and table, shared by the session's views; an edge of this view
+        wakes its reader."""
+        await self.client.follow(self.edge_table, self.record, self._dirty)
 
     async def _reader(self) -> None:
         while not self._closed:
@@ -134,10 +123,6 @@ class View:
         """After a reconnect: register again (the service may have lost the view), LIVE again
         on the new connection, then read the rows (a change in between is in the read)."""
         await self.client.register(self.id, self.surql, self.params, self.ttl)
-        for t in self._tasks:
-            if t.get_coro().__name__ == "_follow":  # type: ignore[union-attr]
-                t.cancel()
-        self._tasks = [t for t in self._tasks if not t.cancelled()]
         await self._subscribe()
         self.status = MATERIALIZING
         await self._reread()
@@ -152,11 +137,9 @@ class View:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.client.unfollow(self.edge_table, self.record)
         db = self.client.db
         if db is not None:
-            with contextlib.suppress(Exception):
-                if self._live_id is not None:
-                    await db.kill(self._live_id)
             await db.query("DELETE $q", {"q": self.record})
         self.client.views.pop(self.id, None)
         for q in self._queues:

@@ -27,6 +27,7 @@ SCHEMA = """
 DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select WHERE id = $auth.id;
 DEFINE FIELD name ON user TYPE string;
 DEFINE FIELD pass ON user TYPE string;
+DEFINE INDEX user_name ON user FIELDS name UNIQUE;
 DEFINE ACCESS account ON DATABASE TYPE RECORD
     SIGNUP (CREATE user SET name = $name, pass = crypto::argon2::generate($pass))
     SIGNIN (SELECT * FROM user WHERE name = $name AND crypto::argon2::compare(pass, $pass))
@@ -196,7 +197,12 @@ async def test_two_sessions_of_one_user_are_two_views_and_close_deletes_only_its
             rows = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE auth_id = $u",
                                  {"u": one.auth_id})
             return {str(v1.record), str(v2.record)} <= {str(r) for r in rows}
-        await wait_for(both, 30, "a _00_query row for each session's view")
+        try:
+            await wait_for(both, 30, "a _00_query row for each session's view")
+        except AssertionError:
+            rows = await as_root(stack, "SELECT id, auth_id, state FROM _00_query")
+            raise AssertionError(f"{v1.record} {v2.record} {rows}\n"
+                                 + stack.ssp.log_text()[-3000:]) from None
         await v1.close()
         async def gone() -> bool:
             left = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE auth_id = $u",

@@ -89,6 +89,7 @@ export const SCHEMA = `
 DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select WHERE id = $auth.id;
 DEFINE FIELD name ON user TYPE string;
 DEFINE FIELD pass ON user TYPE string;
+DEFINE INDEX user_name ON user FIELDS name UNIQUE;
 DEFINE ACCESS account ON DATABASE TYPE RECORD
     SIGNUP (CREATE user SET name = $name, pass = crypto::argon2::generate($pass))
     SIGNIN (SELECT * FROM user WHERE name = $name AND crypto::argon2::compare(pass, $pass))
