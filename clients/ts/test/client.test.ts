@@ -8,11 +8,13 @@
  * user never sees another's rows; run() awaits an outbox job.
  */
 
+import { spawn, spawnSync } from "node:child_process";
+import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Surreal } from "surrealdb";
 import WebSocket from "ws";
 import { type Client, connect, membersQuery, type Step, type View } from "../src/index.js";
-import { Stack, waitFor } from "./stack.js";
+import { ROOT, Stack, waitFor } from "./stack.js";
 
 const TOP = "SELECT id, title, n, tag.label AS label FROM post WHERE owner = $auth.id AND " +
   "n >= $min ORDER BY n DESC, title LIMIT 5 START 1";
@@ -211,4 +213,26 @@ describe("client through the real stack", () => {
       await c.close();
     }
   }, 60000);
+
+  it("the top-10 example prints the list and its update", async () => {
+    const build = spawnSync("npx", ["tsc", "-p", "tsconfig.json"], { cwd: ROOT + "/clients/ts", encoding: "utf8" });
+    expect(build.status, build.stdout + build.stderr).toBe(0);
+    await stack.asRoot("CREATE thread:t1 SET title = 'first', score = 1");
+    const env: NodeJS.ProcessEnv = { ...process.env, SVC_DB_URL: stack.wsUrl, SVC_DB_USER: "root",
+      SVC_DB_PASS: "root-ts-pass", SVC_DB_NS: stack.ns, SVC_DB_NAME: stack.db,
+      SVC_SERVICE_URL: stack.serviceUrl };
+    const child = spawn("node", ["examples/top10.mjs", "--steps", "1"],
+      { cwd: ROOT + "/clients/ts", env, stdio: ["ignore", "pipe", "inherit"] });
+    const lines: string[] = [];
+    const exited = new Promise<number | null>((r) => child.once("exit", r));
+    createInterface({ input: child.stdout! }).on("line", (l) => lines.push(l));
+    try {
+      await waitFor(async () => lines.some((l) => l.startsWith("[ready] first (1)")), "the first list", 60000);
+      await stack.asRoot("CREATE thread:t2 SET title = 'second', score = 5");
+      expect(await exited).toBe(0);
+      expect(lines.join("\n")).toContain("second (5), first (1)");
+    } finally {
+      child.kill();
+    }
+  }, 90000);
 });

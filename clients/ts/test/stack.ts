@@ -106,6 +106,7 @@ DEFINE FIELD n ON post TYPE int DEFAULT 0;
 DEFINE FIELD locked ON post TYPE option<bool>;
 DEFINE FIELD tag ON post TYPE option<record<tag>>;
 DEFINE TABLE job SCHEMALESS PERMISSIONS FULL;
+DEFINE TABLE thread SCHEMALESS PERMISSIONS FOR select FULL;
 CREATE tag:a SET label = 'alpha';
 CREATE tag:b SET label = 'beta';
 `;
