@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from surrealdb import AsyncSurreal, RecordID
 
+from tests.integration.test_scheduler_process import launch, write_config
 from tests.support.job_stack import SECRET, job_stack
-from tests.support.procs import ROOT, DbHost, ManagedProcess, start_db_host
+from tests.support.procs import ROOT, DbHost, ManagedProcess, free_port, start_db_host
 from tests.support.ssp_stack import apply_schema, root_db, start_ssp, unique_db, wait_for
 from viewclient import GAP, READY, Client, Step, View, connect
 
@@ -355,3 +356,48 @@ async def test_the_top10_example_prints_the_list_and_its_update(stack: Stack) ->
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
+        shared_db_host: DbHost, tmp_path: Path) -> None:
+    """The client registers through the scheduler (which places the view on its SSP) and
+    follows the shared `_00_list_ref` (mode `single`, rows filtered by `auth_id`)."""
+    host = shared_db_host
+    name = "vc" + os.urandom(5).hex()
+    await _prepare(host, name, name)
+    apply_schema(host, name, name)
+    port = free_port()
+    sched = launch(tmp_path, write_config(tmp_path, host, name, port), port, name,
+                   ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed")
+    ssp = start_ssp(tmp_path, host, name, name, SVC_SSP_REF_MODE="single",
+                    SVC_SCHEDULER_URL=sched.url, SVC_SSP_ID="ssp-vc",
+                    HEARTBEAT_INTERVAL_MS="200")
+    s = Stack(host, name, name, ssp.process, ssp.port, tmp_path)
+    clients: list[Client] = []
+    try:
+        ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=120)
+        for who in ("hana", "ivan"):
+            creds = {"access": "account", "variables": {"name": who, "pass": f"{who}-pw"}}
+            probe = AsyncSurreal(host.ws_url)
+            await probe.signup({"namespace": name, "database": name, **creds})
+            await probe.close()
+            clients.append(await connect(host.ws_url, name, name, creds,
+                                         service_url=sched.url, ref_mode="single",
+                                         health_interval=0.3))
+        params = {"min": 1}
+        views = [await c.view(TOP, params) for c in clients]
+        rng = random.Random()
+        for _ in range(3):
+            stmts = [f"UPSERT post:s{rng.randrange(10)} SET owner = $o{i}, title = "
+                     f"'t{rng.randrange(4)}', n = {rng.randrange(5)}, tag = tag:a"
+                     for i in range(6)]
+            await as_root(s, "; ".join(stmts),
+                          {f"o{i}": rng.choice(clients).auth_id for i in range(6)})
+            for v, c in zip(views, clients):
+                await settles(v, c, TOP, params)
+    finally:
+        for c in clients:
+            await c.close()
+        code = ssp.stop()
+        sched.process.stop()
+        assert code == 0, ssp.process.log_text()[-3000:]
