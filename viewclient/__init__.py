@@ -24,7 +24,8 @@ How a view works here:
   job and waits for its result.
 """
 
-from viewclient.client import Client, FailedWrite, JobFailed, ViewError, connect, edge_table
+from viewclient.client import Client, FailedWrite, JobFailed, ViewError, connect
+from viewclient.naming import edge_table
 from viewclient.view import GAP, MATERIALIZING, READY, Step, View
 
 __all__ = ["Client", "FailedWrite", "JobFailed", "ViewError", "connect", "edge_table", "View",

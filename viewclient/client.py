@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import re
 import secrets
 import time
 import uuid
@@ -17,18 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from surrealdb import AsyncSurreal, RecordID
+from surrealdb import AsyncSurreal
 
+from viewclient.naming import edge_table, record_text, ttl_secs
 from viewclient.query import MEMBERS_PARAM, members_query
+from viewclient.view import View
 
 log = logging.getLogger("viewclient")
-
-QUERY_TABLE = "_00_query"
-SINGLE_TABLE = "_00_list_ref"
-_PLAIN_USER = re.compile(r"user:([A-Za-z0-9]+)")
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNIT_SECS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
 
 class ViewError(Exception):
     """The service refused a view (its status and message as the service said them)."""
@@ -36,37 +30,6 @@ class ViewError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
-
-
-def ttl_secs(ttl: str) -> float:
-    """`10m`, `30s`, `1h30m` -> seconds; ValueError on anything else."""
-    parts = _DURATION.findall(ttl)
-    if not parts or "".join(n + u for n, u in parts) != ttl:
-        raise ValueError(f"ttl {ttl!r} is not a duration such as 30s or 10m")
-    return sum(int(n) * _UNIT_SECS[u] for n, u in parts)
-
-
-def record_text(rid: Any) -> str:
-    """Canonical text of a record id as the SDK gives it (`user:alice`)."""
-    if isinstance(rid, RecordID):
-        key: Any = rid.id
-        if isinstance(key, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            return f"{rid.table_name}:⟨{key}⟩"
-        return f"{rid.table_name}:{key}"
-    return str(rid)
-
-
-def edge_table(auth_text: str, ref_mode: str) -> str:
-    """The edge table the service writes this user's view edges to, from the auth id's
-    canonical text as SurrealDB prints it (`<string> $auth.id`). The service's naming rule:
-    `_00_list_ref_user_<key>` for a plain `user:<alnum>`, else `_` + hex of that text; mode
-    `single` shares `_00_list_ref`."""
-    if ref_mode == "single":
-        return SINGLE_TABLE
-    text = auth_text
-    m = _PLAIN_USER.fullmatch(text)
-    suffix = m.group(1) if m else "_" + text.encode().hex()
-    return "_00_list_ref_user_" + suffix
 
 
 @dataclass
@@ -295,8 +258,6 @@ class Client:
     async def view(self, surql: str, params: dict[str, Any] | None = None, *,
                    ttl: str = "10m") -> Any:
         """Register a live view and read its first rows (see `View`)."""
-        from viewclient.view import View
-
         ttl_secs(ttl)
         vid = self.view_id(surql, params)
         v = View(self, vid, surql, params or {}, ttl)

@@ -10,15 +10,12 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from surrealdb import RecordID
 
-from viewclient.client import QUERY_TABLE, edge_table, record_text, ttl_secs
+from viewclient.naming import QUERY_TABLE, edge_table, record_text, ttl_secs
 from viewclient.query import MEMBERS_PARAM, members_query
-
-if TYPE_CHECKING:
-    from viewclient.client import Client
 
 log = logging.getLogger("viewclient")
 
@@ -46,7 +43,7 @@ class View:
     """Use `Client.view(...)`. `rows` and `status` are current; `subscribe(cb)` or
     `async for step in view` yields each Step."""
 
-    def __init__(self, client: Client, view_id: str, surql: str, params: dict[str, Any],
+    def __init__(self, client: Any, view_id: str, surql: str, params: dict[str, Any],
                  ttl: str) -> None:
         self.client = client
         self.id = view_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from viewclient.client import edge_table, ttl_secs
+from viewclient.naming import edge_table, ttl_secs
 from viewclient.query import UnsupportedQuery, members_query
 
 
