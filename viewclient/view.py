@@ -62,6 +62,7 @@ class View:
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self._lock = asyncio.Lock()
+        self._active_at = 0.0  # loop time of the last lastActiveAt write
 
     @property
     def edge_table(self) -> str:
@@ -70,6 +71,7 @@ class View:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def _start(self) -> None:
+        self._active_at = asyncio.get_running_loop().time()
         await self.client.register(self.id, self.surql, self.params, self.ttl)
         await self._subscribe()
         await self._reread()
@@ -95,8 +97,12 @@ class View:
     async def _refresher(self) -> None:
         """`lastActiveAt` at 0.9 x ttl (spec); a row that is gone is registered again."""
         period = 0.9 * ttl_secs(self.ttl)
+        loop = asyncio.get_running_loop()
         while not self._closed:
-            await asyncio.sleep(period)
+            # Counted from the last write of lastActiveAt (the registration's included), not
+            # from the end of the previous round: a slow read must not eat the 10% margin.
+            await asyncio.sleep(max(0.0, self._active_at + period - loop.time()))
+            self._active_at = loop.time()
             if self.status == GAP:
                 continue
             try:
