@@ -263,7 +263,7 @@ export class View implements AsyncIterable<Step> {
   private serverRows: Row[] = [];
   private callbacks = new Set<(s: Step) => void>();
   private live: { kill(): Promise<void>; subscribe(h: (m: any) => void): () => void } | undefined;
-  private refreshTimer: ReturnType<typeof setInterval> | undefined;
+  private refreshTimer: ReturnType<typeof setTimeout> | undefined;
   private reading: Promise<void> | undefined;
   private again = false;
   private closed = false;
@@ -280,11 +280,19 @@ export class View implements AsyncIterable<Step> {
   }
 
   async start(): Promise<void> {
+    const registeredAt = Date.now();
     await this.client.register(this.id, this.surql, this.params, this.ttl);
     await this.follow();
     await this.reread();
-    this.refreshTimer = setInterval(() => { void this.refresh().catch(() => undefined); },
-      900 * ttlSecs(this.ttl));
+    // Every 0.9 x ttl counted from the registration's lastActiveAt, not from the end of the
+    // first read: a slow read must not eat the 10% margin.
+    const period = 900 * ttlSecs(this.ttl);
+    const tick = (): void => {
+      if (this.closed) return;
+      this.refreshTimer = setTimeout(tick, period);
+      void this.refresh().catch(() => undefined);
+    };
+    this.refreshTimer = setTimeout(tick, Math.max(0, registeredAt + period - Date.now()));
   }
 
   private async follow(): Promise<void> {
@@ -416,7 +424,7 @@ export class View implements AsyncIterable<Step> {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    clearInterval(this.refreshTimer);
+    clearTimeout(this.refreshTimer);
     await this.live?.kill().catch(() => undefined);
     await this.client.db.query("DELETE $q", { q: this.record }).collect();
     this.client.views.delete(this.id);

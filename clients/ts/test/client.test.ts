@@ -141,7 +141,9 @@ describe("client through the real stack", () => {
     try {
       const kept = await c.view(TOP, { min: 1 }, { ttl: "5s" });
       const dropped = await c.view(TOP, { min: 2 }, { ttl: "3s" });
-      clearInterval((dropped as unknown as { refreshTimer: ReturnType<typeof setInterval> }).refreshTimer);
+      // This view's user went away: nothing refreshes it (close() would delete its row).
+      (dropped as unknown as { closed: boolean }).closed = true;
+      clearTimeout((dropped as unknown as { refreshTimer: ReturnType<typeof setTimeout> }).refreshTimer);
       const exists = async (v: View) => ((await stack.asRoot("SELECT VALUE id FROM _00_query WHERE id = $q",
         { q: v.record }))[0] as unknown[]).length > 0;
       await waitFor(async () => !(await exists(dropped)), "the unrefreshed view expired");
