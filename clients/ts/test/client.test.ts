@@ -1,0 +1,240 @@
+/**
+ * The TypeScript client through real processes (database host, SSP, backend: test/stack.ts),
+ * the same rules as the Python client's tests: rows equal SurrealDB's own answer (ordered, with
+ * links) after random writes, also when one request creates and deletes (a publication that
+ * retires and creates edges together); two sessions are two views; the refresh keeps a view
+ * alive past its ttl and its absence lets it expire; kill -9 of the SSP and of the database host
+ * end in `gap` and then the right rows; optimistic writes roll back on a permission error; one
+ * user never sees another's rows; run() awaits an outbox job.
+ */
+
+import { spawn, spawnSync } from "node:child_process";
+import { createInterface } from "node:readline";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Surreal } from "surrealdb";
+import WebSocket from "ws";
+import { type Client, connect, membersQuery, type Step, type View } from "../src/index.js";
+import { ROOT, Stack, waitFor } from "./stack.js";
+
+const TOP = "SELECT id, title, n, tag.label AS label FROM post WHERE owner = $auth.id AND " +
+  "n >= $min ORDER BY n DESC, title LIMIT 5 START 1";
+const WS = WebSocket as unknown;
+const stack = new Stack();
+
+beforeAll(async () => { await stack.start(); }, 120000);
+afterAll(async () => { await stack.stop(); }, 120000);
+
+async function user(name: string): Promise<Client> {
+  const creds = { access: "account", variables: { name, pass: `${name}-pw` } };
+  const probe = new Surreal({ websocketImpl: WS as typeof globalThis.WebSocket });
+  await probe.connect(stack.wsUrl, { reconnect: false });
+  await probe.signup({ namespace: stack.ns, database: stack.db, ...creds }).catch(() => undefined);
+  await probe.close();
+  return connect(stack.wsUrl, stack.ns, stack.db, creds,
+    { serviceUrl: stack.serviceUrl, WebSocket: WS, healthIntervalMs: 300 });
+}
+
+const text = (rows: unknown): string => JSON.stringify(rows, (_k, v) =>
+  (typeof v === "bigint" ? String(v) : v && typeof v === "object" && "table" in v && "id" in v &&
+    !Array.isArray(v) && typeof (v as { toString: unknown }).toString === "function" &&
+    v.constructor?.name?.includes("RecordId") ? String(v) : v));
+
+/** Wait until the view is ready and shows SurrealDB's own answer to its query. */
+async function settles(view: View, client: Client, surql: string, params: Record<string, unknown>,
+                       timeoutMs = 30000): Promise<Record<string, unknown>[]> {
+  let want: unknown;
+  try {
+    return await waitFor(async () => {
+      [want] = await client.db.query<[Record<string, unknown>[]]>(surql, params).collect();
+      return view.status === "ready" && text(view.rows) === text(want)
+        ? want as Record<string, unknown>[] : undefined;
+    }, "view rows == SurrealDB's answer", timeoutMs);
+  } catch (e) {
+    throw new Error(`view ${view.status} ${text(view.rows)}\n!= SurrealDB ${text(want)}`);
+  }
+}
+
+describe("membersQuery", () => {
+  it("keeps the query's shape and drops its window", () => {
+    expect(membersQuery("SELECT id, title FROM post ORDER BY n DESC LIMIT 5 START 1;"))
+      .toBe("SELECT id, title FROM $__members ORDER BY n DESC");
+    expect(membersQuery("SELECT * FROM t WHERE a = 'FROM x LIMIT 2' LIMIT 3"))
+      .toBe("SELECT * FROM $__members WHERE a = 'FROM x LIMIT 2'");
+    expect(() => membersQuery("UPDATE t SET a = 1")).toThrow();
+  });
+});
+
+describe("client through the real stack", () => {
+  it("rows equal SurrealDB's answer after random writes; users see only their own", async () => {
+    const alice = await user("alice");
+    const bob = await user("bob");
+    try {
+      const params = { min: 2 };
+      const va = await alice.view(TOP, params);
+      const vb = await bob.view(TOP, params);
+      const steps: Step[] = [];
+      va.subscribe((s) => steps.push(s));
+      let seed = Math.floor(Math.random() * 1e9);
+      console.log("seed", seed);
+      const rnd = (n: number) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+      const owners = [alice.authId, bob.authId];
+      for (let burst = 0; burst < 4; burst++) {
+        const stmts: string[] = [];
+        const vars: Record<string, unknown> = {};
+        for (let i = 0; i < 8; i++) {
+          vars[`o${i}`] = owners[rnd(2)];
+          if (rnd(5) === 0) stmts.push(`DELETE post:p${rnd(14)}`);
+          else {
+            stmts.push(`UPSERT post:p${rnd(14)} SET owner = $o${i}, title = 't${rnd(5)}', ` +
+              `n = ${rnd(6)}, tag = ${["tag:a", "tag:b", "NONE"][rnd(3)]}`);
+          }
+        }
+        await stack.asRoot(stmts.join("; "), vars);
+        const gotA = await settles(va, alice, TOP, params);
+        const gotB = await settles(vb, bob, TOP, params);
+        const [mine] = await alice.db.query<[{ id: unknown }[]]>(
+          "SELECT id FROM post WHERE owner = $auth.id").collect();
+        const mineIds = new Set(mine.map((r) => String(r.id)));
+        for (const r of gotA) expect(mineIds.has(String(r.id))).toBe(true);
+        for (const r of gotB) expect(mineIds.has(String(r.id))).toBe(false);
+      }
+      // One request that removes a member and adds another: the SDK's lost-notification case.
+      await stack.asRoot("UPSERT post:q1 SET owner = $o, title = 'q', n = 5; " +
+        "UPSERT post:q2 SET owner = $o, title = 'r', n = 5", { o: alice.authId });
+      await settles(va, alice, TOP, params);
+      await stack.asRoot("CREATE post:q3 SET owner = $o, title = 's', n = 5; DELETE post:q1",
+        { o: alice.authId });
+      const got = await settles(va, alice, TOP, params);
+      expect(got.map((r) => String(r.id))).not.toContain("post:q1");
+      expect(steps.some((s) => s.added.length || s.removed.length || s.changed.length)).toBe(true);
+    } finally {
+      await alice.close();
+      await bob.close();
+    }
+  }, 120000);
+
+  it("two sessions of one user are two views; close deletes only its row", async () => {
+    const one = await user("carol");
+    const two = await user("carol");
+    try {
+      const v1 = await one.view(TOP, { min: 0 });
+      const v2 = await two.view(TOP, { min: 0 });
+      expect(v1.id).not.toBe(v2.id);
+      const ids = async () => {
+        const res = await stack.asRoot("SELECT VALUE id FROM _00_query WHERE auth_id = $u",
+          { u: one.authId });
+        return new Set((res[0] as unknown[]).map(String));
+      };
+      await waitFor(async () => { const s = await ids(); return s.has(String(v1.record)) && s.has(String(v2.record)); },
+        "a row per session");
+      await v1.close();
+      await waitFor(async () => { const s = await ids(); return !s.has(String(v1.record)) && s.has(String(v2.record)); },
+        "only the closed view's row gone");
+    } finally {
+      await one.close();
+      await two.close();
+    }
+  }, 60000);
+
+  it("refresh keeps a view alive past its ttl; its absence lets it expire", async () => {
+    const c = await user("dave");
+    try {
+      const kept = await c.view(TOP, { min: 1 }, { ttl: "5s" });
+      const dropped = await c.view(TOP, { min: 2 }, { ttl: "3s" });
+      // This view's user went away: nothing refreshes it (close() would delete its row).
+      (dropped as unknown as { closed: boolean }).closed = true;
+      clearTimeout((dropped as unknown as { refreshTimer: ReturnType<typeof setTimeout> }).refreshTimer);
+      const exists = async (v: View) => ((await stack.asRoot("SELECT VALUE id FROM _00_query WHERE id = $q",
+        { q: v.record }))[0] as unknown[]).length > 0;
+      await waitFor(async () => !(await exists(dropped)), "the unrefreshed view expired");
+      await new Promise((r) => setTimeout(r, 8000));
+      expect(await exists(kept)).toBe(true);
+    } finally {
+      await c.close();
+    }
+  }, 60000);
+
+  for (const kill of ["ssp", "db"] as const) {
+    it(`kill -9 of the ${kill === "ssp" ? "SSP" : "database host"} ends in gap, then the right rows`, async () => {
+      const c = await user(`erin${kill}`);
+      try {
+        const params = { min: 0 };
+        const view = await c.view(TOP, params);
+        const statuses: string[] = [];
+        view.subscribe((s) => statuses.push(s.status));
+        for (let i = 0; i < 3; i++) {
+          await stack.asRoot(`UPSERT post:${kill}${i} SET owner = $o, title = 'e', n = ${i}`, { o: c.authId });
+        }
+        await settles(view, c, TOP, params);
+        if (kill === "ssp") await stack.ssp.kill9(); else await stack.host.kill9();
+        await waitFor(async () => statuses.includes("gap"), "gap");
+        if (kill === "ssp") {
+          await stack.asRoot(`UPSERT post:${kill}9 SET owner = $o, title = 'late', n = 9`, { o: c.authId });
+          await stack.restartSsp();
+        } else {
+          await stack.restartHost();
+          await stack.asRoot(`UPSERT post:${kill}9 SET owner = $o, title = 'late', n = 9`, { o: c.authId });
+          if (!stack.ssp.alive()) await stack.restartSsp();
+        }
+        const got = await settles(view, c, TOP, params, 60000);
+        expect(got.map((r) => String(r.id))).toEqual([2, 1, 0].map((i) => `post:${kill}${i}`));
+      } finally {
+        await c.close();
+      }
+    }, 120000);
+  }
+
+  it("optimistic writes show at once and roll back on a permission error", async () => {
+    const c = await user("frank");
+    try {
+      await stack.asRoot("UPSERT post:f1 SET owner = $o, title = 'locked', n = 5, locked = true; " +
+        "UPSERT post:f2 SET owner = $o, title = 'open', n = 4", { o: c.authId });
+      const q = TOP.replace(" START 1", "");
+      const view = await c.view(q, { min: 0 });
+      await settles(view, c, q, { min: 0 });
+      const steps: Step[] = [];
+      view.subscribe((s) => steps.push(s));
+      await expect(c.delete("post:f1")).rejects.toThrow();
+      expect(steps.some((s) => s.removed.some((r) => String(r.id) === "post:f1"))).toBe(true);
+      expect(view.rows.map((r) => String(r.id))).toContain("post:f1");
+      expect(c.failedWrites.map((w) => w.target)).toEqual(["post:f1"]);
+      await c.update("post:f2", { title: "edited" });
+      await settles(view, c, q, { min: 0 });
+      expect(view.rows.some((r) => r.title === "edited")).toBe(true);
+    } finally {
+      await c.close();
+    }
+  }, 60000);
+
+  it("run() writes an outbox job and returns its result", async () => {
+    const c = await user("gina");
+    try {
+      const result = await c.run("job", "/ok", { x: 1 }) as { ok: boolean };
+      expect(result.ok).toBe(true);
+    } finally {
+      await c.close();
+    }
+  }, 60000);
+
+  it("the top-10 example prints the list and its update", async () => {
+    const build = spawnSync("npx", ["tsc", "-p", "tsconfig.json"], { cwd: ROOT + "/clients/ts", encoding: "utf8" });
+    expect(build.status, build.stdout + build.stderr).toBe(0);
+    await stack.asRoot("CREATE thread:t1 SET title = 'first', score = 1");
+    const env: NodeJS.ProcessEnv = { ...process.env, SVC_DB_URL: stack.wsUrl, SVC_DB_USER: "root",
+      SVC_DB_PASS: "root-ts-pass", SVC_DB_NS: stack.ns, SVC_DB_NAME: stack.db,
+      SVC_SERVICE_URL: stack.serviceUrl };
+    const child = spawn("node", ["examples/top10.mjs", "--steps", "1"],
+      { cwd: ROOT + "/clients/ts", env, stdio: ["ignore", "pipe", "inherit"] });
+    const lines: string[] = [];
+    const exited = new Promise<number | null>((r) => child.once("exit", r));
+    createInterface({ input: child.stdout! }).on("line", (l) => lines.push(l));
+    try {
+      await waitFor(async () => lines.some((l) => l.startsWith("[ready] first (1)")), "the first list", 60000);
+      await stack.asRoot("CREATE thread:t2 SET title = 'second', score = 5");
+      expect(await exited).toBe(0);
+      expect(lines.join("\n")).toContain("second (5), first (1)");
+    } finally {
+      child.kill();
+    }
+  }, 90000);
+});

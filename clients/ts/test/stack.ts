@@ -1,0 +1,224 @@
+/**
+ * The real stack for the client's tests, started as the Python suite starts it: the database
+ * host (on disk, so it survives kill -9), `svc schema apply`, a standalone SSP (changefeed
+ * transport) and a small backend for outbox jobs, all on free loopback ports, from this
+ * checkout's virtual environment (`SVC_PYTHON`, else `<repo>/.venv/bin/python`).
+ */
+
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { type AddressInfo, createServer as netServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Surreal } from "surrealdb";
+import WebSocket from "ws";
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const PY = process.env.SVC_PYTHON ?? join(ROOT, ".venv/bin/python");
+const ROOT_USER = "root";
+const ROOT_PASS = "root-ts-pass";
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const s = netServer();
+    s.once("error", fail);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as AddressInfo;
+      s.close(() => ok(port));
+    });
+  });
+}
+
+async function waitHealth(url: string, proc: Proc, timeoutMs = 60000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (proc.child.exitCode !== null) {
+      throw new Error(`${proc.name} exited ${proc.child.exitCode}:\n${proc.log().slice(-3000)}`);
+    }
+    try {
+      const r = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      if (r.status === 200) return;
+    } catch { /* not up yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${proc.name}: ${url} not healthy:\n${proc.log().slice(-3000)}`);
+}
+
+export class Proc {
+  child: ChildProcess;
+  constructor(readonly name: string, readonly argv: string[], readonly env: NodeJS.ProcessEnv,
+              readonly logPath: string) {
+    this.child = this.spawn();
+  }
+  private spawn(): ChildProcess {
+    const fd = openSync(this.logPath, "a");
+    return spawn(this.argv[0], this.argv.slice(1), {
+      cwd: ROOT, env: this.env, stdio: ["ignore", fd, fd], detached: true,
+    });
+  }
+  log(): string {
+    try { return readFileSync(this.logPath, "utf8"); } catch { return ""; }
+  }
+  alive(): boolean { return this.child.exitCode === null && this.child.signalCode === null; }
+  async kill9(): Promise<void> {
+    if (!this.alive()) return;
+    const exited = new Promise((r) => this.child.once("exit", r));
+    process.kill(-this.child.pid!, "SIGKILL");
+    await exited;
+  }
+  async stop(): Promise<void> {
+    if (!this.alive()) return;
+    const exited = new Promise((r) => this.child.once("exit", r));
+    process.kill(-this.child.pid!, "SIGTERM");
+    const t = setTimeout(() => { try { process.kill(-this.child.pid!, "SIGKILL"); } catch { /* gone */ } }, 40000);
+    await exited;
+    clearTimeout(t);
+  }
+  restart(): void { this.child = this.spawn(); }
+}
+
+function baseEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("SVC_")) env[k] = v;
+  return { ...env, PYTHONUNBUFFERED: "1", ...extra };
+}
+
+export const SCHEMA = `
+DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select WHERE id = $auth.id;
+DEFINE FIELD name ON user TYPE string;
+DEFINE FIELD pass ON user TYPE string;
+DEFINE INDEX user_name ON user FIELDS name UNIQUE;
+DEFINE ACCESS account ON DATABASE TYPE RECORD
+    SIGNUP (CREATE user SET name = $name, pass = crypto::argon2::generate($pass))
+    SIGNIN (SELECT * FROM user WHERE name = $name AND crypto::argon2::compare(pass, $pass))
+    DURATION FOR SESSION 1h;
+DEFINE TABLE tag SCHEMAFULL PERMISSIONS FULL;
+DEFINE FIELD label ON tag TYPE string;
+DEFINE TABLE post SCHEMAFULL PERMISSIONS
+    FOR select WHERE owner = $auth.id
+    FOR create WHERE owner = $auth.id
+    FOR update, delete WHERE owner = $auth.id AND locked != true;
+DEFINE FIELD owner ON post TYPE record<user>;
+DEFINE FIELD title ON post TYPE string;
+DEFINE FIELD n ON post TYPE int DEFAULT 0;
+DEFINE FIELD locked ON post TYPE option<bool>;
+DEFINE FIELD tag ON post TYPE option<record<tag>>;
+DEFINE TABLE job SCHEMALESS PERMISSIONS FULL;
+DEFINE TABLE thread SCHEMALESS PERMISSIONS FOR select FULL;
+CREATE tag:a SET label = 'alpha';
+CREATE tag:b SET label = 'beta';
+`;
+
+export class Stack {
+  tmp = mkdtempSync(join(tmpdir(), "svc-ts-client-"));
+  ns = "tsclient";
+  db = "db" + Math.random().toString(16).slice(2, 10);
+  dbPort = 0;
+  sspPort = 0;
+  host!: Proc;
+  ssp!: Proc;
+  backend!: Server;
+
+  get wsUrl(): string { return `ws://127.0.0.1:${this.dbPort}/rpc`; }
+  get serviceUrl(): string { return `http://127.0.0.1:${this.sspPort}`; }
+
+  private dbEnv(): Record<string, string> {
+    return { SVC_DB_URL: this.wsUrl, SVC_DB_USER: ROOT_USER, SVC_DB_PASS: ROOT_PASS,
+      SVC_DB_NS: this.ns, SVC_DB_NAME: this.db };
+  }
+
+  async start(): Promise<void> {
+    this.backend = createServer((req, res) => {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ ok: true, path: req.url }));
+    });
+    await new Promise<void>((r) => this.backend.listen(0, "127.0.0.1", r));
+    const backendUrl = `http://127.0.0.1:${(this.backend.address() as AddressInfo).port}`;
+    this.dbPort = await freePort();
+    this.host = new Proc("svc-db", [PY, "-m", "dbhost", "--bind", `127.0.0.1:${this.dbPort}`,
+      "--path", join(this.tmp, "data")], baseEnv({ SVC_DB_USER: ROOT_USER, SVC_DB_PASS: ROOT_PASS }),
+    join(this.tmp, "db.log"));
+    await waitHealth(`http://127.0.0.1:${this.dbPort}/health`, this.host);
+    const root = await this.root();
+    await root.query(SCHEMA).collect();
+    await root.close();
+    const apply = spawnSync(PY, ["-m", "svccli", "schema", "apply", "--transport", "changefeed"],
+      { cwd: ROOT, env: baseEnv(this.dbEnv()), encoding: "utf8", timeout: 60000 });
+    if (apply.status !== 0) throw new Error("schema apply failed: " + apply.stderr + apply.stdout);
+    this.sspPort = await freePort();
+    const jobs = { job_tables: { main: { name: "job", base_url: backendUrl,
+      auth_token: "backend-token", concurrency: 2, timeout_secs: 5, lease_secs: 3,
+      backoff_ms: 50 } } };
+    this.ssp = new Proc("svc-ssp", [PY, "-m", "ssp"], baseEnv({
+      ...this.dbEnv(), SVC_SSP_LISTEN_ADDR: `127.0.0.1:${this.sspPort}`,
+      SVC_SSP_RUN_DIR: join(this.tmp, "ssp-run"), SVC_SSP_SHARDS: "2",
+      SVC_INGEST_TRANSPORT: "changefeed", SVC_SSP_QUERY_UPDATE_THROTTLE_MS: "20",
+      SVC_SCHEMA_POLL_SECS: "1", TTL_CLEANUP_INTERVAL_SECS: "1",
+      SVC_JOB_CONFIG: JSON.stringify(jobs), SVC_SSP_JOB_SWEEP_SECS: "1",
+    }), join(this.tmp, "ssp.log"));
+    await waitHealth(this.serviceUrl + "/health", this.ssp);
+  }
+
+  async restartSsp(): Promise<void> {
+    this.ssp.restart();
+    await waitHealth(this.serviceUrl + "/health", this.ssp);
+  }
+
+  async restartHost(): Promise<void> {
+    this.host.restart();
+    await waitHealth(`http://127.0.0.1:${this.dbPort}/health`, this.host);
+  }
+
+  async root(): Promise<Surreal> {
+    const db = new Surreal({ websocketImpl: WebSocket as unknown as typeof globalThis.WebSocket });
+    await db.connect(this.wsUrl, { authentication: { username: ROOT_USER, password: ROOT_PASS },
+      reconnect: false });
+    await db.query(`DEFINE NAMESPACE IF NOT EXISTS ${this.ns}; USE NS ${this.ns}; ` +
+      `DEFINE DATABASE IF NOT EXISTS ${this.db};`).collect();
+    await db.use({ namespace: this.ns, database: this.db });
+    return db;
+  }
+
+  /** A query as root, retried on a write conflict (an app's DELETE can meet the SSP's edges). */
+  async asRoot(sql: string, vars: Record<string, unknown> = {}): Promise<unknown[]> {
+    const root = await this.root();
+    try {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return await root.query(sql, vars).collect();
+        } catch (e) {
+          if (!String(e).includes("retried") || attempt > 6) throw e;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      }
+    } finally {
+      await root.close();
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.ssp?.stop();
+    await this.host?.stop();
+    await new Promise((r) => this.backend?.close(r));
+    rmSync(this.tmp, { recursive: true, force: true });
+  }
+}
+
+export async function waitFor<T>(pred: () => Promise<T | undefined | null | false>,
+                                 what: string, timeoutMs = 30000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const v = await pred();
+      if (v) return v;
+      last = v;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${what} not reached; last ${String(last)}`);
+}

@@ -1,0 +1,403 @@
+"""The Python app client (`viewclient`) through real processes: a database host on disk, a
+standalone SSP (changefeed transport, edge mode dedicated) shared by the module, record users
+signed in through the SDK. What the issue asks of a client: rows equal SurrealDB's own answer
+(ordered, with links), one view per session, the ttl refresh, gap and recovery after kill -9
+of the SSP and of the database host, optimistic writes rolled back on a permission error, no
+user seeing another's rows, and an outbox call awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from surrealdb import AsyncSurreal, RecordID
+
+from tests.integration.test_scheduler_process import launch, write_config
+from tests.support.job_stack import SECRET, job_stack
+from tests.support.procs import ROOT, DbHost, ManagedProcess, free_port, start_db_host
+from tests.support.ssp_stack import apply_schema, root_db, start_ssp, unique_db, wait_for
+from viewclient import GAP, READY, Client, Step, View, connect
+
+SCHEMA = """
+DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select WHERE id = $auth.id;
+DEFINE FIELD name ON user TYPE string;
+DEFINE FIELD pass ON user TYPE string;
+DEFINE INDEX user_name ON user FIELDS name UNIQUE;
+DEFINE ACCESS account ON DATABASE TYPE RECORD
+    SIGNUP (CREATE user SET name = $name, pass = crypto::argon2::generate($pass))
+    SIGNIN (SELECT * FROM user WHERE name = $name AND crypto::argon2::compare(pass, $pass))
+    DURATION FOR SESSION 1h;
+DEFINE TABLE tag SCHEMAFULL PERMISSIONS FULL;
+DEFINE FIELD label ON tag TYPE string;
+DEFINE TABLE post SCHEMAFULL PERMISSIONS
+    FOR select WHERE owner = $auth.id
+    FOR create WHERE owner = $auth.id
+    FOR update, delete WHERE owner = $auth.id AND locked != true;
+DEFINE FIELD owner ON post TYPE record<user>;
+DEFINE FIELD title ON post TYPE string;
+DEFINE FIELD n ON post TYPE int DEFAULT 0;
+DEFINE FIELD locked ON post TYPE option<bool>;
+DEFINE FIELD tag ON post TYPE option<record<tag>>;
+DEFINE TABLE thread SCHEMALESS PERMISSIONS FOR select FULL;
+"""
+
+TOP = ("SELECT id, title, n, tag.label AS label FROM post WHERE owner = $auth.id AND n >= $min "
+       "ORDER BY n DESC, title LIMIT 5 START 1")
+
+
+@dataclass
+class Stack:
+    host: DbHost
+    ns: str
+    db: str
+    ssp: ManagedProcess
+    port: int
+    tmp: Path
+
+    @property
+    def service_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def restart_ssp(self) -> None:
+        self.ssp = ManagedProcess(self.ssp.name, self.ssp.argv, self.ssp.env,
+                                  self.ssp.log_path).start()
+        self.ssp.wait_http(self.service_url + "/health", timeout=60)
+
+    def restart_host(self) -> None:
+        self.host = start_db_host(self.tmp, memory=False, path=self.host.path,
+                                  port=self.host.port)
+
+
+async def _prepare(host: DbHost, ns: str, db: str) -> None:
+    root = await root_db(host, ns, db)
+    try:
+        await root.query(SCHEMA)
+        await root.query("CREATE tag:a SET label = 'alpha'; CREATE tag:b SET label = 'beta'")
+    finally:
+        await root.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("viewclient")
+    host = start_db_host(tmp, memory=False)
+    ns, db = unique_db()
+    asyncio.run(_prepare(host, ns, db))
+    apply_schema(host, ns, db)
+    ssp = start_ssp(tmp, host, ns, db, TTL_CLEANUP_INTERVAL_SECS="1")
+    s = Stack(host, ns, db, ssp.process, ssp.port, tmp)
+    try:
+        s.ssp.wait_http(s.service_url + "/health", timeout=60)
+        yield s
+    finally:
+        s.ssp.stop(timeout=40)
+        s.host.process.stop()
+
+
+async def user(stack: Stack, name: str) -> Client:
+    """A Client signed in as record user `name` (signed up on first use)."""
+    creds = {"access": "account", "variables": {"name": name, "pass": f"{name}-pw"}}
+    probe = AsyncSurreal(stack.host.ws_url)
+    try:
+        await probe.signup({"namespace": stack.ns, "database": stack.db, **creds})
+    except Exception:  # noqa: BLE001 - already signed up by an earlier test
+        pass
+    finally:
+        await probe.close()
+    return await connect(stack.host.ws_url, stack.ns, stack.db, creds,
+                         service_url=stack.service_url, health_interval=0.3)
+
+
+async def as_root(stack: Stack, sql: str, vars: dict[str, Any] | None = None) -> Any:
+    root = await root_db(stack.host, stack.ns, stack.db)
+    try:
+        for attempt in range(8):
+            try:
+                return (await root.query(sql, vars))[-1]  # the last statement's result
+            except Exception as e:
+                if "can be retried" not in str(e) or attempt == 7:
+                    raise
+                await asyncio.sleep(0.02)
+    finally:
+        await root.close()
+
+
+async def settles(view: View, client: Client, surql: str, params: dict[str, Any],
+                  timeout: float = 30.0) -> list[Any]:
+    """Wait until the view shows SurrealDB's own answer to its query (as its user) and is
+    ready; returns that answer."""
+    async def same() -> tuple[list[Any]] | None:
+        try:
+            want = await client.db.query(surql, params)
+        except Exception:  # noqa: BLE001 - the client's connection is being replaced
+            return None
+        return (want,) if view.status == READY and view.rows == want else None
+    try:
+        got = await wait_for(same, timeout, "view rows == SurrealDB's answer")
+        return got[0]  # type: ignore[no-any-return]
+    except AssertionError:
+        want = await client.db.query(surql, params)
+        raise AssertionError(f"view {view.status} {view.rows}\n!= SurrealDB {want}") from None
+
+
+async def test_rows_equal_surrealdb_after_random_writes_and_users_see_only_their_own(
+        stack: Stack) -> None:
+    rng = random.Random()
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+    print("seed", seed, file=sys.stderr)
+    alice, bob = await user(stack, "alice"), await user(stack, "bob")
+    try:
+        params = {"min": 2}
+        va = await alice.view(TOP, params)
+        vb = await bob.view(TOP, params)
+        steps: list[Step] = []
+        va.subscribe(steps.append)
+        owners = [alice.auth_id, bob.auth_id]
+        for _burst in range(4):
+            stmts = []
+            for i in range(8):
+                key = f"p{rng.randrange(14)}"
+                op = rng.random()
+                if op < 0.2:
+                    stmts.append(f"DELETE post:{key}")
+                else:
+                    tag = rng.choice(["tag:a", "tag:b", "NONE"])
+                    stmts.append(
+                        f"UPSERT post:{key} SET owner = $o{i}, title = 't{rng.randrange(5)}', "
+                        f"n = {rng.randrange(6)}, tag = {tag}")
+            vars = {f"o{i}": rng.choice(owners) for i in range(8)}
+            await as_root(stack, "; ".join(stmts), vars)
+            got_a = await settles(va, alice, TOP, params)
+            got_b = await settles(vb, bob, TOP, params)
+            # Every row of alice's view is hers (the query names owner, the rows do not).
+            mine = {str(r["id"]) for r in await alice.db.query(
+                "SELECT id FROM post WHERE owner = $auth.id")}
+            assert {str(r["id"]) for r in got_a} <= mine
+            assert not {str(r["id"]) for r in got_b} & mine
+        assert any(s.added or s.removed or s.changed for s in steps)
+        assert all(s.status in ("materializing", READY) for s in steps)
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+async def test_two_sessions_of_one_user_are_two_views_and_close_deletes_only_its_row(
+        stack: Stack) -> None:
+    one, two = await user(stack, "carol"), await user(stack, "carol")
+    try:
+        v1 = await one.view(TOP, {"min": 0})
+        v2 = await two.view(TOP, {"min": 0})
+        assert v1.id != v2.id
+        async def both() -> bool:
+            rows = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE auth_id = $u",
+                                 {"u": one.auth_id})
+            return {str(v1.record), str(v2.record)} <= {str(r) for r in rows}
+        try:
+            await wait_for(both, 30, "a _00_query row for each session's view")
+        except AssertionError:
+            rows = await as_root(stack, "SELECT id, auth_id, state FROM _00_query")
+            raise AssertionError(f"{v1.record} {v2.record} {rows}\n"
+                                 + stack.ssp.log_text()[-3000:]) from None
+        await v1.close()
+        async def gone() -> bool:
+            left = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE auth_id = $u",
+                                 {"u": one.auth_id})
+            ids = {str(r) for r in left}
+            return str(v1.record) not in ids and str(v2.record) in ids
+        await wait_for(gone, 30, "only the closed view's row deleted")
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_refresh_keeps_a_view_alive_past_its_ttl_and_its_absence_lets_it_expire(
+        stack: Stack) -> None:
+    client = await user(stack, "dave")
+    try:
+        kept = await client.view(TOP, {"min": 1}, ttl="5s")
+        dropped = await client.view(TOP, {"min": 2}, ttl="3s")
+        for t in dropped._tasks:  # this view's user went away: nothing refreshes it
+            t.cancel()
+        async def expired() -> bool:
+            got = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE id = $q",
+                                {"q": dropped.record})
+            return not got
+        await wait_for(expired, 30, "the unrefreshed view expired")
+        await asyncio.sleep(8)  # past the kept view's ttl (5s): refreshed at 4.5s
+        got = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE id = $q",
+                            {"q": kept.record})
+        assert got == [kept.record]
+        await as_root(stack, "CREATE post:dave1 SET owner = $o, title = 'd', n = 3",
+                      {"o": client.auth_id})
+        await settles(kept, client, TOP, {"min": 1})
+    finally:
+        await client.close()
+
+
+async def _gap_then_right_rows(stack: Stack, kill: str) -> None:
+    client = await user(stack, f"erin{kill}")
+    try:
+        params = {"min": 0}
+        view = await client.view(TOP, params)
+        steps: asyncio.Queue[Step] = asyncio.Queue()
+        view.subscribe(steps.put_nowait)
+        for i in range(3):
+            await as_root(stack, f"UPSERT post:{kill}{i} SET owner = $o, title = 'e', n = {i}",
+                          {"o": client.auth_id})
+        await settles(view, client, TOP, params)
+        if kill == "ssp":
+            stack.ssp.kill9()
+        else:
+            stack.host.process.kill9()
+        while (await asyncio.wait_for(steps.get(), 30)).status != GAP:
+            pass
+        if kill == "ssp":
+            await as_root(stack, f"UPSERT post:{kill}9 SET owner = $o, title = 'late', n = 9",
+                          {"o": client.auth_id})
+            stack.restart_ssp()
+        else:
+            stack.restart_host()
+            await as_root(stack, f"UPSERT post:{kill}9 SET owner = $o, title = 'late', n = 9",
+                          {"o": client.auth_id})
+            if not stack.ssp.alive():
+                stack.restart_ssp()
+        got = await settles(view, client, TOP, params, timeout=60)
+        # n 9, 2, 1, 0 with START 1: the late write moved post 2 into the window.
+        assert [r["id"] for r in got] == [RecordID("post", f"{kill}{i}") for i in (2, 1, 0)]
+    finally:
+        await client.close()
+
+
+async def test_kill9_of_the_ssp_ends_in_gap_then_the_right_rows(stack: Stack) -> None:
+    await _gap_then_right_rows(stack, "ssp")
+
+
+async def test_kill9_of_the_database_host_ends_in_gap_then_the_right_rows(stack: Stack) -> None:
+    await _gap_then_right_rows(stack, "db")
+
+
+async def test_optimistic_writes_show_at_once_and_roll_back_on_a_permission_error(
+        stack: Stack) -> None:
+    client = await user(stack, "frank")
+    try:
+        params = {"min": 0}
+        await as_root(stack, "UPSERT post:f1 SET owner = $o, title = 'locked', n = 5, "
+                      "locked = true; UPSERT post:f2 SET owner = $o, title = 'open', n = 4",
+                      {"o": client.auth_id})
+        view = await client.view(TOP.replace(" START 1", ""), params)
+        await settles(view, client, TOP.replace(" START 1", ""), params)
+        steps: list[Step] = []
+        view.subscribe(steps.append)
+        with pytest.raises(PermissionError):
+            await client.delete("post:f1")
+        # Shown removed at once, then back when the database refused.
+        assert any(RecordID("post", "f1") in [r["id"] for r in s.removed] for s in steps)
+        assert RecordID("post", "f1") in [r["id"] for r in view.rows]
+        assert [w.target for w in client.failed_writes] == ["post:f1"]
+        await client.update("post:f2", {"title": "edited"})
+        await settles(view, client, TOP.replace(" START 1", ""), params)
+        assert any(r["title"] == "edited" for r in view.rows)
+        assert len(client.failed_writes) == 1
+    finally:
+        await client.close()
+
+
+async def test_run_writes_an_outbox_job_and_returns_its_result(
+        shared_db_host: DbHost, tmp_path: Path) -> None:
+    async def open_jobs(root: Any) -> None:
+        # An app lets its users write jobs; the SSP alone moves them on.
+        await root.query("ALTER TABLE job PERMISSIONS FULL")
+
+    async with job_stack(shared_db_host, tmp_path, before_start=open_jobs) as js:
+        creds = {"access": "account", "variables": {"name": "gina", "pass": "pw"}}
+        probe = AsyncSurreal(shared_db_host.ws_url)
+        await probe.signup({"namespace": js.ns, "database": js.dbname, **creds})
+        await probe.close()
+        client = await connect(shared_db_host.ws_url, js.ns, js.dbname, creds,
+                               service_url=js.base, service_token=SECRET)
+        try:
+            result = await client.run("job", "/ok", {"x": 1})
+            assert result["ok"] is True
+        finally:
+            await client.close()
+
+
+async def test_the_top10_example_prints_the_list_and_its_update(stack: Stack) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
+    env.update(SVC_DB_URL=stack.host.ws_url, SVC_DB_USER=stack.host.user,
+               SVC_DB_PASS=stack.host.password, SVC_DB_NS=stack.ns, SVC_DB_NAME=stack.db,
+               SVC_SERVICE_URL=stack.service_url, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    await as_root(stack, "CREATE thread:t1 SET title = 'first', score = 1")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "clients" / "examples" / "top10.py"), "--steps", "1",
+        env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    try:
+        first = b""
+        while b"[ready]" not in first:
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            assert line, first
+            first += line
+        assert b"[ready] first (1)" in first, first
+        await as_root(stack, "CREATE thread:t2 SET title = 'second', score = 5")
+        rest = await asyncio.wait_for(proc.stdout.read(), 60)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0, first + rest
+        assert b"second (5), first (1)" in rest, first + rest
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
+        shared_db_host: DbHost, tmp_path: Path) -> None:
+    """The client registers through the scheduler (which places the view on its SSP) and
+    follows the shared `_00_list_ref` (mode `single`, rows filtered by `auth_id`)."""
+    host = shared_db_host
+    name = "vc" + os.urandom(5).hex()
+    await _prepare(host, name, name)
+    apply_schema(host, name, name)
+    port = free_port()
+    sched = launch(tmp_path, write_config(tmp_path, host, name, port), port, name,
+                   ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed")
+    ssp = start_ssp(tmp_path, host, name, name, SVC_SSP_REF_MODE="single",
+                    SVC_SCHEDULER_URL=sched.url, SVC_SSP_ID="ssp-vc",
+                    HEARTBEAT_INTERVAL_MS="200")
+    s = Stack(host, name, name, ssp.process, ssp.port, tmp_path)
+    clients: list[Client] = []
+    try:
+        ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=120)
+        for who in ("hana", "ivan"):
+            creds = {"access": "account", "variables": {"name": who, "pass": f"{who}-pw"}}
+            probe = AsyncSurreal(host.ws_url)
+            await probe.signup({"namespace": name, "database": name, **creds})
+            await probe.close()
+            clients.append(await connect(host.ws_url, name, name, creds,
+                                         service_url=sched.url, ref_mode="single",
+                                         health_interval=0.3))
+        params = {"min": 1}
+        views = [await c.view(TOP, params) for c in clients]
+        rng = random.Random()
+        for _ in range(3):
+            stmts = [f"UPSERT post:s{rng.randrange(10)} SET owner = $o{i}, title = "
+                     f"'t{rng.randrange(4)}', n = {rng.randrange(5)}, tag = tag:a"
+                     for i in range(6)]
+            await as_root(s, "; ".join(stmts),
+                          {f"o{i}": rng.choice(clients).auth_id for i in range(6)})
+            for v, c in zip(views, clients):
+                await settles(v, c, TOP, params)
+    finally:
+        for c in clients:
+            await c.close()
+        code = ssp.stop()
+        sched.process.stop()
+        assert code == 0, ssp.process.log_text()[-3000:]

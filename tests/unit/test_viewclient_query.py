@@ -1,0 +1,50 @@
+"""`viewclient.query.members_query`: the view's query reads its known members with the
+query's own projection, WHERE and ORDER BY, without its window (START/LIMIT)."""
+
+from __future__ import annotations
+
+import pytest
+
+from viewclient.naming import edge_table, ttl_secs
+from viewclient.query import UnsupportedQuery, members_query
+
+
+@pytest.mark.parametrize(("surql", "want"), [
+    ("SELECT * FROM thread WHERE score > 3 ORDER BY score DESC LIMIT 10",
+     "SELECT * FROM $__members WHERE score > 3 ORDER BY score DESC"),
+    ("SELECT id, title FROM post ORDER BY n DESC, title LIMIT 5 START 1;",
+     "SELECT id, title FROM $__members ORDER BY n DESC, title"),
+    ("select * from post start at 2 limit by $n",
+     "select * FROM $__members"),
+    ("SELECT *, (SELECT * FROM comment WHERE thread = $parent.id ORDER BY at LIMIT 2) AS c "
+     "FROM thread WHERE title = 'a FROM b LIMIT 3' LIMIT 4",
+     "SELECT *, (SELECT * FROM comment WHERE thread = $parent.id ORDER BY at LIMIT 2) AS c "
+     "FROM $__members WHERE title = 'a FROM b LIMIT 3'"),
+    ("SELECT * FROM post FETCH owner", "SELECT * FROM $__members FETCH owner"),
+])
+def test_members_query_keeps_the_shape_and_drops_the_window(surql: str, want: str) -> None:
+    assert members_query(surql) == want
+
+
+@pytest.mark.parametrize("surql", ["UPDATE post SET n = 1", "SELECT 1", "RETURN 1"])
+def test_members_query_refuses_what_is_not_a_select_from(surql: str) -> None:
+    with pytest.raises(UnsupportedQuery):
+        members_query(surql)
+
+
+def test_edge_table_follows_the_services_naming_rule() -> None:
+    from surrealdb import RecordID
+
+    from ssp import naming
+
+    for rid in [RecordID("user", "alice"), RecordID("user", "a-b"), RecordID("user", 42),
+                RecordID("user", "42"), RecordID("person", "bo"), RecordID("user", "a b")]:
+        for mode in ("dedicated", "single"):
+            assert edge_table(naming.auth_text(rid), mode) == naming.edge_table(rid, mode)
+
+
+def test_ttl_parses_durations_and_refuses_garbage() -> None:
+    assert ttl_secs("10m") == 600
+    assert ttl_secs("1h30m") == 5400
+    with pytest.raises(ValueError):
+        ttl_secs("10 minutes")
