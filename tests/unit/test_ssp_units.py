@@ -28,7 +28,7 @@ from ssp.publisher import (
     PubView,
     Teardown,
 )
-from ssp.reaper import REAP
+from ssp.reaper import REAP, EdgeReaper
 from ssp.shards import shard_of
 from tests.support.fakedb import FakeDb
 
@@ -258,6 +258,42 @@ async def test_the_reaper_leaves_views_a_flush_holds_and_keeps_edges_a_failure_l
     await pub.unclaim(["query:v"])
     await pub.reaper.reap_once()
     assert len(db.transactions) == 1 and pub.reaper.figures()["queued"] == 0
+
+
+class _BusyPublication:
+    """A publication that is never quiet: a steady load keeps its flushes coming."""
+
+    def __init__(self) -> None:
+        self.dropped: set[str] = set()
+
+    def quiet(self) -> bool:
+        return False
+
+    def claim(self, view_id: str) -> bool:
+        return True
+
+    async def unclaim(self, view_ids: Any) -> None:
+        return None
+
+
+async def test_the_reaper_takes_its_share_while_publication_is_never_quiet() -> None:
+    # Waiting for quiet alone, retired edges piled up for as long as a steady load lasted.
+    db = FakeDb()
+    reaper = EdgeReaper(db, _BusyPublication())
+    reaper.add("query:v", [RecordID("e", [RecordID("_00_query", "v"), RecordID("post", i)])
+                           for i in range(3)])
+    task = asyncio.create_task(reaper.run())
+    try:
+        for _ in range(500):
+            if reaper.figures()["queued"] == 0:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    figures = reaper.figures()
+    assert figures["queued"] == 0 and figures["reaped"] == 3, figures
+    assert figures["busy_transactions"] >= 1 and db.transactions[0][0][0] == REAP
 
 
 async def test_a_view_with_many_edges_goes_as_groups_of_at_most_a_chunk_and_small_ones_flat(
