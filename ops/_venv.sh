@@ -19,7 +19,7 @@ if [ "$have" = "$want" ] || { [ -z "$EXTRAS" ] && [ "$have" = "${want}test" ]; }
   :
 else
   echo "ops: installing the project${EXTRAS:+ with [$EXTRAS]} into $VENV" \
-       "(about 3 minutes on a first run; pip's output goes to .venv/pip-install.log)" >&2
+       "(1 to 3 minutes on a first run; pip's output goes to .venv/pip-install.log)" >&2
   spec="$ROOT"
   [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
   # pip and setuptools print pages of notes about this machine's wheel folders and the build:
