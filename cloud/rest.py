@@ -243,8 +243,29 @@ async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
                       "(logged)"})
 
 
+class _UnreadBody:
+    """A request answered before its body was read (refused by its token, its route or its
+    size) leaves that body in the connection. The server then closes the keep-alive
+    connection after the answer, and a client that already sent its next request on it meets
+    a close without an answer. So the rest is read (up to `DRAIN_LIMIT`) before answering, or
+    the answer says `Connection: close` when there is more."""
+
+    async def process_response(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                               resource: Any, req_succeeded: bool) -> None:
+        length = req.content_length
+        if not length or req.stream.eof:
+            return
+        if length > DRAIN_LIMIT:
+            resp.set_header("Connection", "close")
+            return
+        try:
+            await req.stream.exhaust()
+        except Exception:  # a client gone meanwhile: nothing left to keep usable
+            resp.set_header("Connection", "close")
+
+
 def create_rest_app(services: Services) -> falcon.asgi.App:
-    app = falcon.asgi.App()
+    app = falcon.asgi.App(middleware=[_UnreadBody()])
     app.req_options.auto_parse_qs_csv = False
     app.add_error_handler(Exception, _unexpected)
     app.add_error_handler(falcon.HTTPError, _http_error)
