@@ -34,31 +34,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode
-
-import jsonschema
-import mcp_types as types
-from mcp.server.lowlevel.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 
 from scheduler.admin.auth import bearer_token
 from scheduler.admin.errors import AdminError, Unauthorized, error_body
-from scheduler.admin.mcptools import TOOLS, AdminTool, ApiCall, tool_named
-from scheduler.admin.tokens import Principal, TokenAuthority
+from scheduler.admin.mcptools import ApiCall
+from scheduler.admin.tokens import TokenAuthority
+
+if TYPE_CHECKING:
+    from scheduler.admin.mcpserver import McpEndpoint
 
 log = logging.getLogger("scheduler.admin.mcp")
 
-__all__ = ["MCP_PATH", "AdminAsgi", "McpEndpoint"]
+__all__ = ["MCP_PATH", "AdminAsgi", "InProcess"]
 
 MCP_PATH = "/admin/api/mcp"
-MAX_BODY = 64 * 1024
 CALL_TIMEOUT_SECS = 60.0
 _SCOPE_KEY = "svc.admin"  # where the dispatcher leaves the caller for the tool handlers
-READ_ONLY_MESSAGE = "this token is read-only: it may only use the read tools"
 
 Scope = dict[str, Any]
 
@@ -133,142 +126,63 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-class McpEndpoint:
-    """The SDK server and its session manager, with the admin tools."""
-
-    def __init__(self, falcon_app: Any, version: str) -> None:
-        self.inproc = InProcess(falcon_app)
-        self.server: Server[Any] = Server(
-            "svc-scheduler-admin", version=version,
-            instructions="Operate a surreal-views cluster: read its state (overview, views, "
-                         "presence, jobs, incidents, logs) and, with a full token, restart SSPs "
-                         "or the scheduler. Restarts answer an operation: follow it with "
-                         "operations_list until its status is done or failed.",
-            on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-            get_tool_input_schema=lambda name: (t.input_schema() if (t := tool_named(name))
-                                                else None))
-        self.manager = StreamableHTTPSessionManager(
-            self.server, json_response=True, stateless=True, max_request_body_size=MAX_BODY,
-            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        async with self.manager.run():
-            yield
-
-    async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
-        await self.manager.handle_request(scope, receive, send)
-
-    # ------------------------------------------------------------------ tools
-    @staticmethod
-    def _caller(ctx: Any) -> tuple[Principal, str, Scope] | None:
-        req = getattr(ctx, "request", None)
-        scope = getattr(req, "scope", None)
-        found = scope.get(_SCOPE_KEY) if isinstance(scope, dict) else None
-        if found is None:
-            return None
-        principal: Principal = found["principal"]
-        token: str = found["token"]
-        return principal, token, scope if isinstance(scope, dict) else {}
-
-    @staticmethod
-    def _tool(t: AdminTool) -> types.Tool:
-        return types.Tool(
-            name=t.name, title=t.title, description=t.description,
-            input_schema=t.input_schema(),
-            annotations=types.ToolAnnotations(
-                title=t.title, read_only_hint=t.read_only,
-                destructive_hint=t.kind == "destructive",
-                idempotent_hint=t.read_only, open_world_hint=False))
-
-    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        caller = self._caller(ctx)
-        full = caller is not None and caller[0].scope == "full"
-        return types.ListToolsResult(tools=[self._tool(t) for t in TOOLS
-                                            if full or t.read_only])
-
-    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams
-                         ) -> types.CallToolResult:
-        caller = self._caller(ctx)
-        if caller is None:  # the dispatcher always sets it; defensive
-            return _tool_error(401, {"error": "unauthorized", "message": "no bearer"})
-        principal, token, scope = caller
-        t = tool_named(params.name)
-        if t is None:
-            return _tool_error(404, {"error": "not_found",
-                                     "message": f"no tool {params.name[:80]}"})
-        if not t.read_only and principal.scope != "full":
-            return _tool_error(403, {"error": "forbidden", "code": "read_only",
-                                     "message": READ_ONLY_MESSAGE})
-        args = dict(params.arguments or {})
-        try:
-            jsonschema.validate(args, t.input_schema())
-        except jsonschema.ValidationError as e:
-            where = "/".join(str(p) for p in e.absolute_path) or "arguments"
-            return _tool_error(400, {"error": "invalid", "message": f"{where}: {e.message}"})
-        try:
-            call = t.request(args)
-        except ValueError as e:  # an argument that cannot be put in its route's path
-            return _tool_error(400, {"error": "invalid", "message": str(e)})
-        try:
-            status, headers, raw = await self.inproc.request(scope, token, call)
-        except TimeoutError:
-            return _tool_error(504, {"error": "timeout", "message": "the admin API did not "
-                                     f"answer within {CALL_TIMEOUT_SECS:.0f}s"})
-        ctype = headers.get("content-type", "")
-        body: Any
-        if ctype.startswith("application/json"):
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = raw.decode("utf-8", "replace")
-        else:
-            body = raw.decode("utf-8", "replace")
-        if status >= 400:
-            err = body if isinstance(body, dict) else {"error": f"http_{status}",
-                                                       "message": str(body)[:300]}
-            return _tool_error(status, err)
-        if t.shape is not None:
-            body = t.shape(args, body)
-        return _tool_ok(status, body)
-
-
-def _tool_ok(status: int, body: Any) -> types.CallToolResult:
-    structured = body if isinstance(body, dict) else {"result": body}
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps(body, default=str))],
-        structured_content=structured, is_error=False)
-
-
-def _tool_error(status: int, err: dict[str, Any]) -> types.CallToolResult:
-    text = f"HTTP {status} {err.get('error', '')}"
-    if err.get("code"):
-        text += f" ({err['code']})"
-    if err.get("message"):
-        text += f": {err['message']}"
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content={"status": status, **err}, is_error=True)
-
-
 class AdminAsgi:
-    """The admin listener's ASGI app: the MCP endpoint in front of the Falcon app."""
+    """The admin listener's ASGI app: the MCP endpoint in front of the Falcon app.
+
+    The SDK side (:mod:`scheduler.admin.mcpserver`) is imported and started on the endpoint's
+    first request, in a task of its own that lives until the listener's lifespan ends (the
+    SDK's task group must be entered and left in one task)."""
 
     def __init__(self, falcon_app: Any, tokens: TokenAuthority, version: str) -> None:
         self.falcon = falcon_app
         self.tokens = tokens
-        self.mcp = McpEndpoint(falcon_app, version)
+        self.version = version
+        self._mcp_ready: asyncio.Future[McpEndpoint] | None = None
+        self._mcp_stop = asyncio.Event()
+        self._mcp_task: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         kind = scope.get("type")
         if kind == "lifespan":
-            # the SDK's task group lives exactly as long as the listener
-            async with self.mcp.running():
+            try:
                 await self.falcon(scope, receive, send)
+            finally:
+                await self._stop_mcp()
             return
         if kind == "http" and scope.get("path", "").rstrip("/") == MCP_PATH:
             await self._mcp(scope, receive, send)
             return
         await self.falcon(scope, receive, send)
+
+    async def _endpoint(self) -> McpEndpoint:
+        if self._mcp_ready is None:
+            self._mcp_ready = asyncio.get_running_loop().create_future()
+            self._mcp_task = asyncio.create_task(self._run_mcp(self._mcp_ready),
+                                                 name="admin-mcp")
+        return await asyncio.shield(self._mcp_ready)
+
+    async def _run_mcp(self, ready: asyncio.Future[McpEndpoint]) -> None:
+        try:
+            from scheduler.admin.mcpserver import McpEndpoint
+
+            endpoint = McpEndpoint(InProcess(self.falcon), self.version, _SCOPE_KEY,
+                                   CALL_TIMEOUT_SECS)
+            async with endpoint.running():
+                ready.set_result(endpoint)
+                await self._mcp_stop.wait()
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e if isinstance(e, Exception) else
+                                    RuntimeError("the MCP endpoint stopped"))
+                self._mcp_ready = None  # the next request tries again
+            if not isinstance(e, Exception):
+                raise
+            log.exception("the admin MCP endpoint failed")
+
+    async def _stop_mcp(self) -> None:
+        self._mcp_stop.set()
+        if self._mcp_task is not None:
+            await asyncio.gather(self._mcp_task, return_exceptions=True)
 
     async def _mcp(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope.get("method") != "POST":
@@ -291,4 +205,5 @@ class AdminAsgi:
             return
         inner = dict(scope)
         inner[_SCOPE_KEY] = {"principal": principal, "token": token}
-        await self.mcp.handle(inner, receive, send)
+        endpoint = await self._endpoint()
+        await endpoint.handle(inner, receive, send)
