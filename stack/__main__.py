@@ -64,7 +64,7 @@ def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> lis
             # Its scratch storage (dbhost.scratch) lives in the stack's own directory: a host
             # killed with SIGKILL cannot remove it, the stack (which stops with it) does.
             scratch_base = run_root / "db-scratch"
-            scratch_base.mkdir(exist_ok=True)
+            scratch_base.mkdir(parents=True, exist_ok=True)
             db_env = {**child_env, "TMPDIR": str(scratch_base)}
         else:
             cfg.data_dir.mkdir(parents=True, exist_ok=True)
