@@ -12,7 +12,8 @@ bounded, and it is as fast here (`sync=never`: nothing is fsynced, as nothing mu
 
 The data still dies with the host: the directory (`svc-db-memory-*` in the system temp dir) is
 removed when the host stops, and one left by a killed host is removed by the next host that
-starts (`ipc.ownedtmp`).
+starts (`ipc.ownedtmp`). Under `ops/run` the host's TMPDIR is in the stack's own directory
+(`stack.rundir`), so the stack, which stops when its memory host dies, removes it too.
 """
 
 from __future__ import annotations

@@ -68,11 +68,15 @@ from tests.support.procs import free_port, free_ports  # noqa: E402
 
 NS, DB = "soak", "soak"
 CATEGORIES = 10
+# Select permissions as a forum's would be: every signed-in user reads every post and user
+# (the shared views need them), a post is written by its author only. Views honour them
+# (SVC_SSP_VIEW_PERMISSIONS=enforce, the default); a table without them would refuse views.
 SCHEMA = """
-DEFINE TABLE user SCHEMAFULL;
+DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select FULL;
 DEFINE FIELD name ON user TYPE string;
 DEFINE FIELD active ON user TYPE bool;
-DEFINE TABLE post SCHEMAFULL;
+DEFINE TABLE post SCHEMAFULL PERMISSIONS FOR select FULL,
+    FOR create, update, delete WHERE author = $auth.id;
 DEFINE FIELD author ON post TYPE record<user>;
 DEFINE FIELD category ON post TYPE string;
 DEFINE FIELD score ON post TYPE int;

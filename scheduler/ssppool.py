@@ -146,9 +146,13 @@ class SspPool:
                   "version", "publication", "last_seq"):
             if k in body:
                 e.metrics[k] = body[k]
-        # `restoring` (ours): the SSP's periodic writers hold still while a restore replaces
-        # the database (`hold_for_restore` waits for these answers before the wipe).
-        return Reply(200, {"ok": True, "restoring": self.restore_hold is not None})
+        # `restoring: true` (ours): the SSP's periodic writers hold still while a restore
+        # replaces the database (`hold_for_restore` waits for these answers before the wipe).
+        # Sent only while restoring: the spec's answer is a plain 200 and an SSP reads a
+        # missing field as false (`ssp.link`).
+        if self.restore_hold is not None:
+            return Reply(200, {"ok": True, "restoring": True})
+        return Reply(200, {"ok": True})
 
     def bootstrap_progress(self, body: Mapping[str, Any]) -> None:
         ssp_id = body.get("ssp_id")

@@ -48,7 +48,8 @@ from engine.syntax import Expr
 
 log = logging.getLogger("ssp.permissions")
 
-__all__ = ["MODES", "Effective", "PermissionRefused", "ViewPermissions", "with_rules"]
+__all__ = ["MODES", "Effective", "PermissionRefused", "PermissionsUnavailable", "ViewPermissions",
+           "with_rules"]
 
 MODES = ("enforce", "off")
 #: how long the tables' rules are reused before `INFO FOR DB STRUCTURE` is read again
@@ -63,6 +64,11 @@ _UNSAFE_PARAMS = {"token", "session", "access", "parent", "this", "value", "befo
 
 class PermissionRefused(ValueError):
     """A view whose tables' select permission cannot be honoured (400 `rejected`)."""
+
+
+class PermissionsUnavailable(Exception):
+    """The rules (or the identity's fields they read) could not be read from the database:
+    no verdict on the query, so a retryable 503 `SSP_NOT_READY`, never a 400."""
 
 
 @dataclass(frozen=True)
@@ -245,14 +251,15 @@ class ViewPermissions:
         return self._rules
 
     async def effective(self, surql: str, query: Query, auth: RecordID | None) -> Effective:
-        """The query the engine runs for a view of `auth` (PermissionRefused: 400)."""
+        """The query the engine runs for a view of `auth` (PermissionRefused: 400;
+        PermissionsUnavailable: 503, the database did not answer)."""
         if self.mode == "off":
             return Effective(surql)
         try:
             rules = await self._table_rules()
         except DbError as e:
-            raise PermissionRefused(f"the tables' select permissions are unreadable ({e}); "
-                                    "retry") from None
+            raise PermissionsUnavailable(f"the tables' select permissions are unreadable "
+                                         f"({e}); retry") from None
         texts: dict[str, str] = {}
         for table in query_tables(query)[0]:
             rule = rules.get(table, False)
@@ -283,8 +290,13 @@ class ViewPermissions:
         if _auth_fields_read(texts):
             fields = {}
             if auth is not None:
-                row = await self.db.query_one("SELECT * FROM ONLY $a", {"a": auth},
-                                              idempotent=True)
+                try:
+                    row = await self.db.query_one("SELECT * FROM ONLY $a", {"a": auth},
+                                                  idempotent=True)
+                except DbError as e:
+                    raise PermissionsUnavailable(
+                        f"the identity's fields the select permissions read are unreadable "
+                        f"({e}); retry") from None
                 fields = {k: v for k, v in (row or {}).items() if k != "id"}
         self.counters["rewritten"] += 1
         return Effective(rewritten, fields)

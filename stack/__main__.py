@@ -21,7 +21,8 @@ with backoff and a crash budget; an SSP's exits 2-6 are requested relaunches. Th
 with `--data` is relaunched like the others (surrealkv keeps what was committed across
 `kill -9`); with `--memory` its data dies with it, so its death stops the whole stack with a
 message saying so. Temporary state (`stack.rundir`: SSP run dirs, the `--memory` scheduler's
-files) is removed when the stack stops, and left-overs of a killed stack on the next start."""
+files and database host's scratch storage) is removed when the stack stops, and left-overs of a
+killed stack on the next start."""
 
 from __future__ import annotations
 
@@ -57,14 +58,20 @@ def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> lis
     child_env["SVC_DB_PASS"] = cfg.db_pass
     if cfg.starts_host:
         argv = [sys.executable, "-m", "dbhost", "--bind", cfg.db_bind]
+        db_env = child_env
         if cfg.data_dir is None:
             argv.append("--memory")
+            # Its scratch storage (dbhost.scratch) lives in the stack's own directory: a host
+            # killed with SIGKILL cannot remove it, the stack (which stops with it) does.
+            scratch_base = run_root / "db-scratch"
+            scratch_base.mkdir(parents=True, exist_ok=True)
+            db_env = {**child_env, "TMPDIR": str(scratch_base)}
         else:
             cfg.data_dir.mkdir(parents=True, exist_ok=True)
             argv += ["--path", str(cfg.data_dir)]
         # surrealkv keeps what was committed across kill -9: a --data host is relaunched; a
         # memory-only one cannot be (an empty database under running services).
-        children.append(Child("svc-db", argv, child_env, health_url=f"http://{cfg.db_bind}/health",
+        children.append(Child("svc-db", argv, db_env, health_url=f"http://{cfg.db_bind}/health",
                               relaunch=cfg.data_dir is not None, fatal_note=MEMORY_DB_LOST))
         child_env["SVC_DB_URL"] = cfg.effective_db_url
         # The embedded engine has no http::* functions: its ingest transport is the changefeed.

@@ -24,7 +24,7 @@ from ssp.hub.identity import check_params, claimed_auth, effective_query, engine
 from ssp.hub.sharing import peers, subscribers, write_counts
 from ssp.hub.state import now_ms
 from ssp.naming import view_record
-from ssp.permissions import PermissionRefused
+from ssp.permissions import PermissionRefused, PermissionsUnavailable
 from ssp.shards import ShardDown, ShardError
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ class Registry:
             eff = await effective_query(state, surql, query, auth, params)
         except PermissionRefused as e:
             return error_reply(400, ErrorCode.REJECTED, f"{e}{suffix}")
+        except PermissionsUnavailable as e:
+            return not_ready(f"{e}{suffix}")
         # The awaits above let other requests run: the held view may be gone or replaced.
         held = state.views.get(vid)
         if held is not None and held.auth != auth:

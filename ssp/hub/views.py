@@ -22,6 +22,7 @@ from ssp.hub.identity import effective_query
 from ssp.hub.sharing import peers, share_key, write_counts
 from ssp.hub.state import ViewState, now_ms
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of, view_record
+from ssp.permissions import PermissionsUnavailable
 from ssp.shards import ShardDown, ShardError, ShardTimeout, shard_of
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class ViewLifecycle:
                 view.engine_surql, view.auth_fields = eff.surql, eff.auth_fields
                 await self._restore_one(view)
             except (ShardError, ShardDown, KeyError, ValueError, TypeError, QueryRejected,
-                    DbError) as e:
+                    DbError, PermissionsUnavailable) as e:
                 log.warning("bootstrap: view %s not restored (%s); its row and edges are "
                             "removed", vid, e)
                 if isinstance(e, ShardTimeout) or (isinstance(e, ShardError)

@@ -33,7 +33,13 @@ import pytest
 
 from dbclient import Database
 from tests.integration.test_admin_mcp import mcp_client, payload
-from tests.support.admin_stack import BREAKGLASS, SCHEDULER, AdminScheduler, start_scheduler
+from tests.support.admin_stack import (
+    AUTH_SECRET,
+    BREAKGLASS,
+    SCHEDULER,
+    AdminScheduler,
+    start_scheduler,
+)
 from tests.support.backup_helpers import digests, jreq, seed
 from tests.support.objstore import S3Server, start_s3
 from tests.support.procs import DbHost, ManagedProcess
@@ -113,6 +119,7 @@ class Rig:
 
     async def backup(self) -> dict[str, Any]:
         st, rec = await jreq(self.http, "POST", self.sched.url + "/backup/create",
+                             token=AUTH_SECRET,
                              body={"backup_id": "bk-" + uuid.uuid4().hex[:8]})
         assert st == 202, rec
         return rec
@@ -123,7 +130,7 @@ class Rig:
                 else f"/backup/restore/status/{job_id}")
 
         async def finished() -> dict[str, Any] | None:
-            st, rec = await jreq(self.http, "GET", self.sched.url + path)
+            st, rec = await jreq(self.http, "GET", self.sched.url + path, token=AUTH_SECRET)
             assert st == 200, rec
             key = "status" if kind == "backup" else "stage"
             return rec if rec[key] in until else None
@@ -132,6 +139,7 @@ class Rig:
 
     async def restore(self, backup_id: str) -> dict[str, Any]:
         st, rec = await jreq(self.http, "POST", self.sched.url + "/backup/restore",
+                             token=AUTH_SECRET,
                              body={"backup_id": backup_id})
         assert st == 202, rec
         return rec
@@ -180,9 +188,10 @@ async def assert_held(rig: Rig) -> None:
     st, body = await jreq(rig.http, "POST", rig.sched.url + "/ingest", body={
         "table": "post", "op": "CREATE", "id": "post:x", "record": {"id": "post:x"}})
     assert st == 503 and body["error"] == "restoring", body
-    st, body = await jreq(rig.http, "POST", rig.sched.url + "/admin/resync", body={})
+    st, body = await jreq(rig.http, "POST", rig.sched.url + "/admin/resync",
+                          token=AUTH_SECRET, body={})
     assert st == 503 and body["error"] == "restoring", body
-    st, body = await jreq(rig.http, "POST", rig.sched.url + "/ssp/register",
+    st, body = await jreq(rig.http, "POST", rig.sched.url + "/ssp/register", token=AUTH_SECRET,
                           body={"ssp_id": "s1", "url": "http://127.0.0.1:1"})
     assert st == 503, body
     token = await rig.token()
@@ -290,7 +299,8 @@ async def test_kill9_with_a_restore_queued_behind_a_backup(host: DbHost, tmp_pat
         first = await rig.backup()  # pauses before its upload completes
         await rig.paused("upload")
         now = await digests(rig.root)
-        st, rec = await jreq(rig.http, "POST", rig.sched.url + "/backup/restore", body={
+        st, rec = await jreq(rig.http, "POST", rig.sched.url + "/backup/restore",
+                             token=AUTH_SECRET, body={
             "backup_id": "any", "storage_path": "default/any/dump.cbor.gz"})
         assert st == 202 and rec["stage"] == "queued", rec  # behind the paused backup
         rig.sched.process.kill9()
@@ -317,7 +327,7 @@ async def test_s3_stopping_during_the_download_fails_before_anything_is_replaced
         assert "unreachable" in status["error"]
         assert await rig.state() == "ready"
         assert await digests(rig.root) == now
-        _, st = await jreq(rig.http, "GET", rig.sched.url + "/backup/status")
+        _, st = await jreq(rig.http, "GET", rig.sched.url + "/backup/status", token=AUTH_SECRET)
         assert st["storage"]["reachable"] is False and st["held"] is None
 
 

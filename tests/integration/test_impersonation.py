@@ -151,9 +151,18 @@ async def test_minted_token_sees_exactly_what_the_target_sees_and_stops_when_rev
     r = await env.ssp.call("POST /view/register", view_body(
         "av", "SELECT * FROM post WHERE owner = $auth.id", record_id_text(alice_id)))
     assert r["status"] == 200, r
-    await env.root.query("CREATE post:p1 SET owner = $a, title = 'first'", {"a": alice_id})
+    # Bob's view too: an edge table exists only for a user owning a view, and the
+    # impersonation must see of Bob's exactly what Alice sees (nothing), not a missing table.
+    r = await env.ssp.call("POST /view/register", view_body(
+        "bv", "SELECT * FROM post WHERE owner = $auth.id", record_id_text(bob_id)))
+    assert r["status"] == 200, r
+    await env.root.query("CREATE post:p1 SET owner = $a, title = 'first'; "
+                         "CREATE post:pb SET owner = $b, title = 'bob'",
+                         {"a": alice_id, "b": bob_id})
     edge_table = f"_00_list_ref_user_{alice_id.id}"
+    bob_edges = f"_00_list_ref_user_{bob_id.id}"
     await wait_for(lambda: rows(alice, f"SELECT * FROM {edge_table}"), what="alice's edge")
+    await wait_for(lambda: rows(bob, f"SELECT * FROM {bob_edges}"), what="bob's edge")
 
     session, remaining = await env.start_session(bob_id, alice_id)
     assert 590 <= remaining <= 600
@@ -162,11 +171,12 @@ async def test_minted_token_sees_exactly_what_the_target_sees_and_stops_when_rev
     try:
         assert await imp.query("RETURN $auth") == alice_id
         for sql in ("SELECT * FROM note", "SELECT * FROM user", f"SELECT * FROM {edge_table}",
-                    f"SELECT * FROM _00_list_ref_user_{bob_id.id}", "SELECT * FROM _00_query",
+                    f"SELECT * FROM {bob_edges}", "SELECT * FROM _00_query",
                     "SELECT * FROM _00_impersonation"):
             assert await rows(imp, sql) == await rows(alice, sql), sql
         assert [n["t"] for n in await rows(imp, "SELECT * FROM note")] == ["alice 1", "alice 2"]
         assert await rows(imp, f"SELECT * FROM {edge_table}")
+        assert await rows(imp, f"SELECT * FROM {bob_edges}") == []  # Bob's edges stay his
         assert await rows(imp, "SELECT * FROM _00_impersonation") == []  # admin-only rows
         assert len(await rows(bob, "SELECT * FROM _00_impersonation")) == 1
 

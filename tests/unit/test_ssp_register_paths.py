@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from surrealdb import RecordID
 
-from dbclient import DbQueryError, DbTimeout
+from dbclient import DbConnectionError, DbQueryError, DbTimeout
 from engine.parser import MAX_DEPTH
 from ssp.config import SspConfig
 from ssp.hub import Hub, ViewState, check_params
@@ -46,9 +46,13 @@ class FakeShard:
         self.up = False
 
 
-def make_hub(shard: FakeShard, db_fail: BaseException | None = None) -> Hub:
+def make_hub(shard: FakeShard, db_fail: BaseException | None = None,
+             permissions: str = "off") -> Hub:
+    # Select permissions are off here (these tests are about the shard and the publication);
+    # with them on they are read from the database (`hub.permissions.db`), which is unreachable.
     hub = Hub(SspConfig.from_env({"SVC_DB_URL": "ws://127.0.0.1:1", "SVC_SSP_SHARDS": "1",
-                                  "SVC_SSP_RUN_DIR": "/tmp/ssp-unit"}))
+                                  "SVC_SSP_RUN_DIR": "/tmp/ssp-unit",
+                                  "SVC_SSP_VIEW_PERMISSIONS": permissions}))
     hub.status = "ready"
     hub.tables.add("post")
     hub.shards = [shard]  # type: ignore[list-item]
@@ -57,6 +61,13 @@ def make_hub(shard: FakeShard, db_fail: BaseException | None = None) -> Hub:
     hub.publisher.db = hub.pub_db  # type: ignore[assignment]
     hub.edges.known.add("_00_list_ref_user_alice")
     return hub
+
+
+class Unreachable:
+    """A database client whose database cannot be reached."""
+
+    async def query_one(self, sql: str, vars: Any = None, **_kw: Any) -> Any:
+        raise DbConnectionError("cannot reach the database at ws://127.0.0.1:1/rpc")
 
 
 def held_view(hub: Hub) -> ViewState:
@@ -99,6 +110,25 @@ async def test_a_held_view_survives_every_shard_failure_of_its_re_registration()
         # the old view again from the registry).
         assert shard.killed == (0 if isinstance(failure, ShardError)
                                 and failure.code == "rejected" else 1)
+
+
+async def test_unreadable_select_permissions_are_a_retryable_503_not_a_verdict() -> None:
+    # The database the permissions are read from cannot be reached: no verdict on the query
+    # (not a 400 `rejected`), a retryable 503. (The hub's own client, at an unreachable port,
+    # gives the same answer after its connection attempts, seconds later.)
+    for held in (False, True):
+        shard = FakeShard()
+        hub = make_hub(shard, permissions="enforce")
+        hub.permissions.db = Unreachable()  # type: ignore[assignment]
+        old = held_view(hub) if held else None
+        r = await hub.handle(register(NEW))
+        assert r["status"] == 503 and r["body"]["error"] == "SSP_NOT_READY", r
+        assert "select permissions are unreadable" in r["body"]["message"]
+        assert "retry" in r["body"]["message"]
+        assert ("keeps its previous query" in r["body"]["message"]) == held
+        assert not any(kind == "register" for kind, _ in shard.calls)
+        assert hub.views.get("query:v") is old
+        assert not hub.publisher.initial
 
 
 async def test_a_refused_query_is_decided_in_the_hub_before_the_shard_is_asked() -> None:
