@@ -155,12 +155,16 @@ def can_raise(e: Any) -> bool:
 
 
 class _Gen:
-    def __init__(self, semis: list[Any] | None = None) -> None:
+    def __init__(self, semis: list[Any] | None = None,
+                 make_semi: Callable[[Any], Any] | None = None) -> None:
         self.consts: list[Any] = []
         self.fns: list[Any] = []
         self.uses_links = False
         self.temps = 0
         self.semis = semis  # where the semi-joins of a condition go (engine.semijoin)
+        # engine.semijoin.SemiSpec, passed in: that module compiles its inner query with this
+        # one, so importing it here would tie the two modules (and the planner) in a cycle
+        self.make_semi = make_semi
 
     def const(self, v: Any) -> str:
         self.consts.append(v)
@@ -263,11 +267,9 @@ class _Gen:
 
     def semi(self, q: Any, x: Expr, negate: bool) -> str:
         """``x IN (SELECT VALUE ...)``: a lookup in the inner query's live set."""
-        from engine.semijoin import SemiSpec
-
-        if self.semis is None:
+        if self.semis is None or self.make_semi is None:
             raise QueryRejected(_SUBQUERY_FORMS)
-        self.semis.append(SemiSpec(q))
+        self.semis.append(self.make_semi(q))
         self.uses_links = True  # the row's qualification reads the set (engine.semijoin)
         test = f"SJ[{len(self.semis) - 1}].contains(S, {self.value(x)}, cx)"
         return f"(not {test})" if negate else test
@@ -303,15 +305,17 @@ def _env(g: _Gen) -> dict[str, Any]:
 
 
 def compile_predicate(e: Expr | None, semis: list[Any] | None = None,
+                      make_semi: Callable[[Any], Any] | None = None,
                       ) -> tuple[Callable[..., bool], bool]:
     """Compile a WHERE expression into ``f(row, S, par, cx)``; also say whether it reads links
-    (or the live sets of semi-joins, appended to ``semis``: without it a subquery is refused).
+    (or the live sets of semi-joins, built by ``make_semi`` from each subquery and appended to
+    ``semis``: without both a subquery is refused).
 
     A row whose condition raises (a function given the wrong type: SurrealDB fails the whole
     query there) does not qualify: the predicate answers False for it."""
     if e is None:
         return (lambda row, S, par, cx: True), False
-    g = _Gen(semis)
+    g = _Gen(semis, make_semi)
     body = g.boolean(e)
     env = _env(g)
     if can_raise(e):

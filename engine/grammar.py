@@ -34,6 +34,9 @@ from engine.syntax import (
 )
 from engine.values import NONE
 
+# Binding levels of the binary operators below AND, loosest first (_Parser.binary).
+_NULLISH, _EQUALITY, _RELATION, _ADDITIVE, _MULTIPLICATIVE, _POWER = range(1, 7)
+
 # --------------------------------------------------------------------------------------------
 # Parser
 
@@ -364,18 +367,11 @@ class _Parser:
         return _balanced("or", terms)
 
     def and_expr(self) -> Expr:
-        terms = [self.nullish_expr()]
+        terms = [self.binary()]
         while self.is_kw("AND") or self.is_op("&&"):
             self.advance()
-            terms.append(self.nullish_expr())
+            terms.append(self.binary())
         return _balanced("and", terms)
-
-    def nullish_expr(self) -> Expr:
-        left = self.cmp_expr()
-        while self.tok.kind == "op" and self.tok.value in NULLISH_OPS:
-            op = self.advance().value
-            left = ("nullish", op, left, self.cmp_expr())
-        return left
 
     def _cmp_op(self) -> str | None:
         t = self.tok
@@ -410,51 +406,45 @@ class _Parser:
                 raise QueryRejected(f"operator {w} is not supported")
         return None
 
-    def cmp_expr(self) -> Expr:
-        """Equality over relations: `a = b < c` is `a = (b < c)`, as in SurrealDB."""
-        left = self.relation_expr()
-        while True:
-            save = self.i
-            op = self._cmp_op()
-            if op is None:
-                return left
-            if op not in EQUALITY_OPS:
-                self.i = save
-                return left
-            left = ("cmp", op, left, self.relation_expr())
-
-    def relation_expr(self) -> Expr:
-        left = self.additive()
-        while True:
-            save = self.i
-            op = self._cmp_op()
-            if op is None:
-                return left
-            if op in EQUALITY_OPS:
-                self.i = save
-                return left
-            left = ("cmp", op, left, self.additive())
-
-    def additive(self) -> Expr:
-        left = self.multiplicative()
-        while self.tok.kind == "op" and self.tok.value in ADDITIVE_OPS:
-            op = self.advance().value
-            left = ("arith", op, left, self.multiplicative())
-        return left
-
-    def multiplicative(self) -> Expr:
-        left = self.power()
-        while self.tok.kind == "op" and self.tok.value in MULTIPLICATIVE_OPS:
-            op = self.advance().value
-            left = ("arith", _ARITH_NAMES.get(op, op), left, self.power())
-        return left
-
-    def power(self) -> Expr:
+    def binary(self, level: int = _NULLISH) -> Expr:
+        """The operators binding at ``level`` or tighter, each level left to right: one
+        function for the levels below AND (precedence climbing), so a parenthesised
+        expression costs 5 Python frames (expr, and_expr, binary, unary, primary) rather than
+        one per level, and MAX_DEPTH parentheses stay far inside the recursion limit."""
         left = self.unary()
-        while self.is_op("**"):
+        while True:
+            save = self.i
+            found = self._binary_op()
+            if found is None:
+                return left
+            op_level, kind, op = found
+            if op_level < level:
+                self.i = save  # an operator of a looser level: the caller's
+                return left
+            left = (kind, op, left, self.binary(op_level + 1))
+
+    def _binary_op(self) -> tuple[int, str, str] | None:
+        """The binary operator at the cursor, consumed: (its level, node kind, operator)."""
+        t = self.tok
+        if t.kind == "op":
+            if t.value == "**":
+                self.advance()
+                return _POWER, "arith", "**"
+            if t.value in MULTIPLICATIVE_OPS:
+                self.advance()
+                return _MULTIPLICATIVE, "arith", _ARITH_NAMES.get(t.value, t.value)
+            if t.value in ADDITIVE_OPS:
+                self.advance()
+                return _ADDITIVE, "arith", t.value
+        op = self._cmp_op()
+        if op is not None:
+            # equality over relations: `a = b < c` is `a = (b < c)`, as in SurrealDB
+            return (_EQUALITY if op in EQUALITY_OPS else _RELATION), "cmp", op
+        t = self.tok
+        if t.kind == "op" and t.value in NULLISH_OPS:
             self.advance()
-            left = ("arith", "**", left, self.unary())
-        return left
+            return _NULLISH, "nullish", t.value
+        return None
 
     def unary(self) -> Expr:
         if self.is_op("!") or self.is_kw("NOT"):

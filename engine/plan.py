@@ -26,6 +26,7 @@ from engine.cx import Cx
 from engine.join import Join, JoinSpec, join_spec
 from engine.matindex import exact_key
 from engine.parser import Expr, Query
+from engine.semijoin import SemiSpec
 from engine.shape import order_key
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE, sort_key
@@ -229,7 +230,7 @@ class Plan:
         self.table = q.table
         # semi-joins of the condition (`x IN (SELECT VALUE ...)`: engine.semijoin)
         self.semis: list[Any] = []
-        self.pred, pred_links = compile_predicate(q.where, self.semis)
+        self.pred, pred_links = compile_predicate(q.where, self.semis, SemiSpec)
         self.order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
         order_links = False
         sources: list[tuple[tuple[str, ...] | None, bool]] = []
@@ -267,7 +268,7 @@ class Plan:
         # only the rest of the WHERE clause is evaluated (None: nothing else).
         self.residual = None
         if found is not None and found[1] is not None:
-            self.residual = compile_predicate(found[1], self.semis)[0]
+            self.residual = compile_predicate(found[1], self.semis, SemiSpec)[0]
         self.fetch = q.fetch
         self.items: list[tuple[Any, ...]] = []
         star_only = True

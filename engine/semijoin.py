@@ -27,10 +27,10 @@ from itertools import count
 from typing import Any
 
 from engine.compile import compile_expr, compile_predicate
+from engine.cx import Cx
 from engine.errors import QueryRejected
 from engine.matindex import exact_key, xkey
 from engine.parser import Query
-from engine.plan import Cx
 from engine.values import NONE
 
 _IDS = count(1)

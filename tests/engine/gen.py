@@ -230,6 +230,11 @@ class QueryBuilder:
     expressions: bool = True  # functions, arithmetic and indexing in WHERE and projections
     exprs: list[str] = field(default_factory=list)  # aliases of projection expressions
     no_links: bool = False  # conditions of a semi-join's inner query read their own row
+    # every condition never raises, the top-level WHERE too: for a judge that compares with
+    # SurrealDB's whole answer, which one raising row fails (the engine's runner replays those)
+    safe_where: bool = False
+    # graph traversals: only for a judge whose `likes` rows are SurrealDB graph edges (RELATE)
+    graph: bool = True
 
     def value_for(self, kind: str) -> Any:
         v = typed(self.r, kind)
@@ -252,6 +257,7 @@ class QueryBuilder:
         """A WHERE condition; ``safe``: one that never raises (SurrealDB fails the whole query
         where a function gets the wrong type; only a top-level WHERE may raise, see
         runner.Replay)."""
+        safe = safe or self.safe_where
         r = self.r
         roll = r.random()
         if depth < 2 and roll < 0.12:
@@ -316,7 +322,7 @@ class QueryBuilder:
     def expr_condition(self, table: str, safe: bool) -> str:
         """A condition over functions, arithmetic and indexing of a field."""
         r = self.r
-        if table in GRAPH_WHERE and not self.no_links and r.random() < 0.25:
+        if self.graph and table in GRAPH_WHERE and not self.no_links and r.random() < 0.25:
             return r.choice(GRAPH_WHERE[table])
         path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()
                                if not k.startswith("link:") and k != "date"])
@@ -364,7 +370,7 @@ class QueryBuilder:
         whole query; the engine's rule there, a NONE value, has a targeted test)."""
         r = self.r
         name = f"x{len(self.exprs)}"
-        if table in GRAPH and r.random() < 0.3:
+        if self.graph and table in GRAPH and r.random() < 0.3:
             self.exprs.append(name)
             return f"{r.choice(GRAPH[table])} AS {name}"
         path, kind = r.choice([(p, k) for p, k in FIELDS[table].items()

@@ -287,6 +287,31 @@ def group_sources(surql: str) -> str:
         pos = m.start() + len(rows)
 
 
+def member_queries(surql: str) -> list[str]:
+    """The queries whose answers hold the members of view ``surql`` (every record id that is
+    the `id` of a dict anywhere in their trees, :func:`iter_record_ids`): the query with its
+    VALUE rows standing for their source rows (:func:`value_sources`) and its grouped
+    subqueries for the rows they aggregate (:func:`group_sources`), plus, when the query
+    itself is grouped, the rows its WHERE keeps (engine/README "Members")."""
+    grouped = _GROUP.search(_mask(surql)) is not None
+    if _VALUE.search(_mask(surql, parens=False)):
+        surql = value_sources(surql)
+    if _GROUP.search(_mask(surql, parens=False)):
+        surql = group_sources(surql)
+    out = [surql]
+    if grouped:
+        masked = _mask(surql)
+        m = _FROM.search(masked)
+        assert m is not None
+        w = _WHERE.search(masked, m.end())
+        rows = f"SELECT id FROM {m.group(1)}"
+        if w is not None:
+            end = _CLAUSE_AFTER_WHERE.search(masked, w.end())
+            rows += " WHERE " + surql[w.end():end.start() if end else len(surql)]
+        out.append(rows)
+    return out
+
+
 def iter_record_ids(tree: Any) -> Iterable[RecordID]:
     """Every record id that is the `id` of a dict anywhere in a result tree (the membership);
     a row of :func:`value_sources` stands for its source row and its value."""
@@ -438,23 +463,8 @@ class Judge:
         """Membership: ids of every dict with a record-id `id` anywhere in the result tree,
         the rows of SELECT VALUE statements (:func:`value_sources`), and the rows a grouped
         query aggregates (every row its WHERE keeps)."""
-        grouped = _GROUP.search(_mask(surql)) is not None
-        if _VALUE.search(_mask(surql, parens=False)):
-            surql = value_sources(surql)
-        if _GROUP.search(_mask(surql, parens=False)):
-            surql = group_sources(surql)
-        out = {self.record_text(rid) for rid in iter_record_ids(self.query(surql, params))}
-        if grouped:
-            masked = _mask(surql)
-            m = _FROM.search(masked)
-            assert m is not None
-            w = _WHERE.search(masked, m.end())
-            rows = f"SELECT VALUE id FROM {m.group(1)}"
-            if w is not None:
-                end = _CLAUSE_AFTER_WHERE.search(masked, w.end())
-                rows += " WHERE " + surql[w.end():end.start() if end else len(surql)]
-            out |= {self.record_text(rid) for rid in self.query(rows, params)}
-        return out
+        return {self.record_text(rid) for q in member_queries(surql)
+                for rid in iter_record_ids(self.query(q, params))}
 
     def table_ids(self, table: str) -> set[str]:
         """Ids currently stored in a table."""

@@ -219,7 +219,7 @@ async def test_changefeed_transport_two_real_ssps_follow_database_writes(
                 placed.add(reply["ssp_id"])
             assert placed == {"ssp-0", "ssp-1"}  # round robin: one view on each
             # The SSP's verdicts come back verbatim: 400 rejected, 409 auth_mismatch.
-            bad = {"id": "query:bad", "surql": "SELECT count() FROM post GROUP ALL",
+            bad = {"id": "query:bad", "surql": "SELECT count() FROM post GROUP ALL LIMIT 1",
                    "clientId": "c1", "ttl": "10m", "params": {"auth_id": "user:alice"}}
             async with http.post(s.url + "/view/register", json=bad) as r:
                 reply = await r.json()

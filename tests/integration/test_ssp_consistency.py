@@ -40,10 +40,10 @@ VIEWS = (
 USERS = ("u1", "u2", "u3")
 # Queries the engine refuses; registering a held id with one keeps its view as it was.
 REFUSED = (
-    "SELECT * FROM post WHERE owner = $auth.id SPLIT title",
+    "SELECT * FROM post WHERE owner = $auth.id SPLIT title LIMIT 2",
     "SELECT count() FROM post WHERE owner = $auth.id GROUP BY owner",
     "SELECT * FROM post WHERE " + "(" * 65 + "owner = $auth.id" + ")" * 65,
-    "SELECT * FROM post WHERE string::len(title) > 1",
+    "SELECT * FROM post WHERE owner = $auth.id AND title CONTAINSNONE ['x']",
 )
 
 

@@ -173,7 +173,7 @@ async def test_refused_query_is_400_rejected_before_any_write(stack: Stack) -> N
     await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
     alice_id = await user_id(stack.root, "alice")
     r = await stack.ssp.call("POST /view/register", register_body(
-        "bad", "SELECT * FROM post WHERE owner = $auth.id SPLIT title", alice_id))
+        "bad", "SELECT * FROM post WHERE owner = $auth.id SPLIT title LIMIT 2", alice_id))
     assert r["status"] == 400 and r["body"]["error"] == "rejected", r
     assert "SPLIT" in r["body"]["message"].upper()
     assert await stack.root.query_one("SELECT * FROM ONLY _00_query:bad") is None

@@ -43,7 +43,7 @@ DEFINE TABLE note SCHEMALESS PERMISSIONS FOR select WHERE owner = $auth.id
 DEFINE TABLE doc SCHEMALESS PERMISSIONS FOR select WHERE owner = $auth OR $auth.role = 'editor'
     FOR create, update, delete NONE;
 DEFINE TABLE vault SCHEMALESS PERMISSIONS NONE;
-DEFINE TABLE odd SCHEMALESS PERMISSIONS FOR select WHERE string::len(title) > 3;
+DEFINE TABLE odd SCHEMALESS PERMISSIONS FOR select WHERE title CONTAINSNONE ['x'];
 """
 
 
