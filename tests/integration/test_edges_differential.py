@@ -48,7 +48,7 @@ from tests.engine.judge import (
 )
 from tests.integration.test_scheduler_process import launch, write_config
 from tests.support.procs import DbHost, ManagedProcess, free_port
-from tests.support.ssp_stack import Ssp, apply_schema, root_db, start_ssp, wait_for
+from tests.support.ssp_stack import Ssp, app_write, apply_schema, root_db, start_ssp, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "edges_seeds.json"
 SEED = int(os.environ.get("SVC_EDGES_SEED") or random.SystemRandom().randrange(1, 2**31))
@@ -114,14 +114,17 @@ def _sql_values(v: Any) -> Any:
 
 
 async def seed_rows(root: Database, seed: int) -> None:
-    """The tables' rows as the seed makes them (every earlier row deleted first)."""
+    """The tables' rows as the seed makes them (every earlier row deleted first). Written as
+    an application writes (`app_write`): a DELETE also deletes the edges pointing at the
+    rows, so it can meet the SSP's edge transaction in a retryable write conflict."""
     rng = random.Random(seed)
     for table, ids in IDS.items():
-        await root.query(f"DELETE {table}")
+        await app_write(root, f"DELETE {table}")
         for rid in ids:
             if rng.random() < 0.7:
                 row = {k: v for k, v in make_row(rng, table, rid).items() if k != "id"}
-                await root.query("CREATE $id CONTENT $row", {"id": rid, "row": _sql_values(row)})
+                await app_write(root, "CREATE $id CONTENT $row",
+                                {"id": rid, "row": _sql_values(row)})
 
 
 async def _define(host: DbHost, name: str) -> None:
