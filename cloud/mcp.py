@@ -40,6 +40,8 @@ from cloud.ops import OPS, op_named
 from cloud.rest import MAX_BODY, VERSION
 from cloud.secret import render
 from cloud.services import Services
+from ipc.asgi import header as _header
+from ipc.asgi import send_json as _send_json
 from ipc.bearer import bearer_token
 
 log = logging.getLogger("cloud.mcp")
@@ -85,20 +87,8 @@ def advertised_schema(op: Op) -> dict[str, Any]:
     return dict(full)
 
 
-async def _send_json(send: Any, status: int, body: Any, headers: dict[str, str] | None = None
-                     ) -> None:
-    data = json.dumps(body).encode()
-    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    hdrs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": hdrs})
-    await send({"type": "http.response.body", "body": data})
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for k, v in scope.get("headers", []):
-        if k.lower() == name:
-            return bytes(v)
-    return None
 
 
 def tool_of(op: Op) -> types.Tool:

@@ -37,6 +37,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode
 
+from ipc.asgi import header as _header
+from ipc.asgi import send_json as _send_json
 from scheduler.admin.auth import bearer_token
 from scheduler.admin.errors import AdminError, Unauthorized, error_body
 from scheduler.admin.mcptools import ApiCall
@@ -56,13 +58,6 @@ _SCOPE_KEY = "svc.admin"  # where the dispatcher leaves the caller for the tool 
 Scope = dict[str, Any]
 
 
-async def _send_json(send: Any, status: int, body: Any, headers: dict[str, str] | None = None
-                     ) -> None:
-    data = json.dumps(body).encode()
-    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    hdrs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": hdrs})
-    await send({"type": "http.response.body", "body": data})
 
 
 class InProcess:
@@ -119,11 +114,6 @@ class InProcess:
         return status, out_headers, b"".join(chunks)
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for k, v in scope.get("headers", []):
-        if k.lower() == name:
-            return bytes(v)
-    return None
 
 
 class AdminAsgi:
