@@ -12,7 +12,9 @@ The user's views outlive its table: their edges went with it, so while it is gon
 writes nothing there (`Publisher.drop_table`; a RELATE would create the table again without its
 select rule), and once it is defined again every view of the user is materialised again. The
 definitions and removals of one SSP run one at a time, in the order the events came (a user
-deleted and created again in one batch is dropped, then defined)."""
+deleted and created again in one batch is dropped, then defined). Each event on a table takes
+the next generation, and a queued definition or removal runs only while its generation is still
+the table's latest: the last event decides (deleted, created and deleted again: no table)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,12 @@ class EdgeTables:
         self.state = state
         self.known: set[str] = set()  # defined by this SSP (or found defined)
         self._lock = asyncio.Lock()
+        self._gen: dict[str, int] = {}  # table -> generation of its latest event
+
+    def _next(self, table: str) -> int:
+        g = self._gen.get(table, 0) + 1
+        self._gen[table] = g
+        return g
 
     def user_changed(self, op: str, rid: str) -> None:
         """A `user` row was created or deleted: define (when this SSP holds a view of the user:
@@ -56,18 +64,22 @@ class EdgeTables:
         table = edge_table(auth, self.state.cfg.ref_mode)
         if op == "CREATE":
             if any(v.edge_table == table for v in self.state.views.values()):
-                self.state.spawn_tracked(self._define_quietly(table, auth))
+                self.state.spawn_tracked(self._define_quietly(table, auth, self._next(table)))
         else:
             self.known.discard(table)
             self.state.publisher.drop_table(table)  # before any delta of this batch is marked
-            self.state.spawn_tracked(self._drop(table))
+            self.state.spawn_tracked(self._drop(table, self._next(table)))
 
-    async def ensure(self, table: str, auth: RecordID | None) -> None:
-        """Define the user's edge table (select permission fixed to that user)."""
+    async def ensure(self, table: str, auth: RecordID | None, gen: int | None = None) -> None:
+        """Define the user's edge table (select permission fixed to that user). `gen`: the
+        `user` CREATE this answers (skipped once a later event on the table came); without
+        it (a registration) the definition is itself the table's latest event."""
         if table in self.known or table == SINGLE_TABLE:
             return
         if auth is None:
             return
+        if gen is None:
+            gen = self._next(table)
         # `$auth` is the signed-in record's id. Written as `$auth = <id>`, not `$auth.id =
         # <id>`: SurrealDB 3.2.4 reads every table's definition on each DELETE in the database,
         # so this expression is paid per table per deleted record (1,000 users: ~3.8 ms vs
@@ -78,7 +90,7 @@ class EdgeTables:
         async with self._lock:
             backoff = Backoff(0.05, factor=2.0)
             for attempt in range(DEFINE_ATTEMPTS):
-                if table in self.known:
+                if table in self.known or self._gen.get(table) != gen:
                     return
                 try:
                     await self.state.pub_db.query(
@@ -108,16 +120,16 @@ class EdgeTables:
                 n += 1
         log.info("edge table %s defined again: %d views written again", table, n)
 
-    async def _define_quietly(self, table: str, auth: RecordID) -> None:
+    async def _define_quietly(self, table: str, auth: RecordID, gen: int) -> None:
         try:
-            await self.ensure(table, auth)
+            await self.ensure(table, auth, gen)
         except DbError as e:  # registration defines it again before any edge is written
             log.error("edge table %s not defined: %s", table, e)
 
-    async def _drop(self, table: str) -> None:
+    async def _drop(self, table: str, gen: int) -> None:
         async with self._lock:
-            if table in self.known:
-                return  # defined again before this ran: it stays
+            if self._gen.get(table) != gen:
+                return  # a later event (or registration) decides whether the table stays
             # A flush holding one of its views commits first: its RELATEs would otherwise
             # create the table again after the removal.
             await self.state.publisher.quiesce(table)
