@@ -125,6 +125,9 @@ class AdminConfig:
     # admin listener believes (a reverse proxy in front of it); empty: none, the TCP peer is
     # the client (a forged header must not pick the address the login limit counts)
     trusted_proxies: tuple[str, ...] = ()
+    # ours, SVC_ADMIN_LOG_LINES: how many of its newest log lines the scheduler keeps for
+    # `/admin/api/logs` (memory against history; a viewer that falls further behind sees a gap)
+    log_lines: int = 5000
 
 
 @dataclass(frozen=True)
@@ -449,6 +452,7 @@ def _admin_config(env: Mapping[str, str]) -> AdminConfig:
         trusted_proxies=tuple(a.strip() for a in
                               (_env_str(env, "SVC_ADMIN_TRUSTED_PROXIES") or "").split(",")
                               if a.strip()),
+        log_lines=_env_int(env, "SVC_ADMIN_LOG_LINES", 5000, minimum=100),
     )
 
 

@@ -167,6 +167,13 @@ class ChangefeedTail:
         task, self._task = self._task, None
         if task is not None:
             await stop_loops(task)
+            # The cursor in memory holds exactly what was submitted (it advances only after a
+            # submit returned), but the cancel may have landed before the round wrote it: a
+            # restart would deliver that round again.
+            try:
+                await self._persist()
+            except OSError as e:
+                log.warning("saving the changefeed cursor at stop failed: %s", e)
         live, self._live = self._live, None
         if live is not None:
             try:

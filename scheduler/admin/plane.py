@@ -41,7 +41,7 @@ class AdminPlane:
         self.cluster: Cluster = cluster or SchedulerCluster(scheduler)
         cfg = self.cluster.cfg
         self.cfg = cfg
-        self.ring = LogRing()
+        self.ring = LogRing(cfg.admin.log_lines)
         logging.getLogger().addHandler(self.ring)
         self.tokens = TokenAuthority(cfg.auth_secret, cfg.admin.session_ttl_secs, cfg.data_dir,
                                      breakglass_password=cfg.admin.password)

@@ -32,7 +32,9 @@ expect.set_options(timeout=LONG)
 
 @pytest.fixture(scope="module")
 def cluster(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminCluster]:
-    with admin_cluster(host, tmp_path_factory.mktemp("dash"), "dash_") as c:
+    # a ring of 500 log lines: the logs page's gap needs 600 sign-ins, not 5,200
+    with admin_cluster(host, tmp_path_factory.mktemp("dash"), "dash_",
+                       SVC_ADMIN_LOG_LINES="500") as c:
         yield c
 
 
@@ -282,8 +284,9 @@ def test_the_logs_page_shows_a_gap_after_a_forced_overflow(
     expect(box.locator("[data-gap]")).to_have_count(0)
     page.locator("#log-pause").click()
     expect(page.locator("#log-state")).to_contain_text("paused")
-    # more lines than the scheduler's ring keeps (5,000) while this viewer is not reading
-    run_async(_many_sign_ins(cluster.admin, 5200))
+    # more lines than the scheduler's ring keeps (SVC_ADMIN_LOG_LINES=500 in this module)
+    # while this viewer is not reading
+    run_async(_many_sign_ins(cluster.admin, 600))
     page.locator("#log-pause").click()
     gap = box.locator("[data-gap]")
     expect(gap).to_have_count(1)

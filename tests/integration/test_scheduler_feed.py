@@ -46,7 +46,7 @@ async def hook_schema(db: Database, env: dict[str, str]) -> None:
     await apply_schema(db, settings)
 
 
-async def until(pred: Callable[[], Any], what: str, deadline: float = 30.0) -> None:
+async def until(pred: Callable[[], Any], what: str, deadline: float = 60.0) -> None:
     """Wait for a condition; the deadline only bounds a hung test, it measures nothing."""
     end = time.monotonic() + deadline
     while not pred():

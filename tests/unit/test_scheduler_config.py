@@ -227,6 +227,14 @@ def test_job_sampler_can_be_switched_off() -> None:
     assert cfg.admin.job_interval_secs == 0
 
 
+def test_the_admin_log_ring_size_is_read_and_bounded() -> None:
+    assert SchedulerConfig.load(None, BASE_ENV).admin.log_lines == 5000
+    cfg = SchedulerConfig.load(None, BASE_ENV | {"SVC_ADMIN_LOG_LINES": "700"})
+    assert cfg.admin.log_lines == 700
+    with pytest.raises(ConfigError, match="SVC_ADMIN_LOG_LINES"):
+        SchedulerConfig.load(None, BASE_ENV | {"SVC_ADMIN_LOG_LINES": "10"})
+
+
 def test_admin_dir_defaults_to_the_shipped_dashboard_and_empty_means_none() -> None:
     assert SchedulerConfig.load(None, BASE_ENV).admin.dir == DEFAULT_ADMIN_DIR
     cfg = SchedulerConfig.load(None, BASE_ENV | {"SVC_ADMIN_DIR": ""})

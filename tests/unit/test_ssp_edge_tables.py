@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from engine.values import parse_record_id
 from ssp.hub.edgetables import EdgeTables
 from ssp.naming import edge_table
-from engine.values import parse_record_id
 
 USER = "user:3"
 
