@@ -583,7 +583,7 @@ class JobRunner:
 def job_routes(runner_of: Callable[[Any], JobRunner], stalled: Callable[[Any], bool]
                ) -> dict[str, Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]]:
     """The hub's handlers for `POST /job/kill`, `/job/retry`, `/job/recover` (bodies already
-    shape-checked by the gateway, `ipc.messages.JobRef`)."""
+    shape-checked by the gateway, `ipc.routebodies.JobRef`)."""
 
     async def kill(hub: Any, req: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from ipc.messages import BodyError, normalize_body
+from ipc.routebodies import BodyError, normalize_body
 from maintenance.backends import MASK, BackendListError, BackendMonitor, parse_backends, shown_url
 from maintenance.jobpolicy import (
     backoff_secs,
