@@ -33,7 +33,7 @@ __all__ = ["FieldTypes", "field_kinds", "restore_types"]
 
 Kinds = dict[str, str]  # field name -> "record" | "datetime"
 # Datetime text -> value. Callers pass the ingest contract's parser
-# (`ipc.messages.parse_timestamp`: the same text, the same value), which this package cannot
+# (`timetext.timestamps.parse_timestamp`: the same text, the same value), which this package cannot
 # import (dbclient sits below ipc's users, not above ipc).
 ParseDatetime = Callable[[str], datetime]
 

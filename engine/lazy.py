@@ -11,7 +11,7 @@ So :func:`bulk` keeps such rows *lazy*: ``Proj.lazy`` maps the row to the record
 children it shows (in rank order), and nothing else is stored for it: no output, no tree, no
 dependency, no owner. A lazy row is projected for real (:meth:`engine.proj.Proj.force`) on
 the first write that can change it, before the write reaches the store
-(:meth:`engine.core.ViewEngine._force_lazy`): the row itself, or a child row whose link
+(:meth:`engine.write.WritePath._force_lazy`): the row itself, or a child row whose link
 names it before or after the write. It is then exactly the projection the row had when the
 view registered (nothing it reads changed since, or it would have been projected then), and
 the flush proceeds as for any projected row.

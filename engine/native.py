@@ -30,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-MODULES = ("circuit", "columns", "core", "cx", "delta", "deps", "join", "lazy", "matindex", "plan",
-           "proj", "store",
-           "value_ops", "value_order", "value_text", "values", "window")
+MODULES = ("circuit", "columns", "core", "cx", "delta", "deps", "flush", "join", "lazy", "matindex",
+           "membership", "plan", "proj", "store",
+           "value_ops", "value_order", "value_text", "values", "window", "write")
 GROUP = "engine_native"
 _SRC = Path(__file__).resolve().parent
 

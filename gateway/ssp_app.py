@@ -57,17 +57,8 @@ from ipc.body import (
     too_large,
 )
 from ipc.httperrors import HttpError, bad_request, serialize_error
-from ipc.messages import (
-    BODY_ROUTES,
-    BodyError,
-    ErrorCode,
-    check_reply,
-    is_identifier,
-    logs_poll,
-    normalize_body,
-    request,
-    route_timeout,
-)
+from ipc.messages import ErrorCode, check_reply, logs_poll, request, route_timeout
+from ipc.routebodies import BODY_ROUTES, BodyError, is_identifier, normalize_body
 
 from .hub import HubLink, HubUnavailable
 from .hublog import HubLogHandler

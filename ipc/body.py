@@ -1,7 +1,7 @@
 """Reading a POST body (the SSP gateway's and the scheduler's listeners): size limit, content
 type, JSON syntax, values the hub can receive.
 
-The shape of each route's body is checked by `ipc.messages.normalize_body`; this module gets
+The shape of each route's body is checked by `ipc.routebodies.normalize_body`; this module gets
 the bytes to a parsed JSON value or a precise 400/413. `POST /ingest` also takes the typed
 encoding of `ipc.typed` (the scheduler's deliveries): `parse_typed` decodes it with its ext
 values left opaque, enough to check the shape; the hub decodes the values themselves.
@@ -10,6 +10,7 @@ values left opaque, enough to check the shape; the hub decodes the values themse
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import falcon.asgi
@@ -17,7 +18,7 @@ import msgpack
 
 from ipc import typed
 from ipc.httperrors import HttpError, bad_request
-from ipc.messages import ErrorCode, finite_float
+from ipc.messages import ErrorCode
 
 #: Default body limit; an ingest event or a registration is a few KiB.
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -33,6 +34,14 @@ def too_large(limit: int) -> HttpError:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def finite_float(text: str) -> float:
+    """`json.loads(parse_float=...)`: refuse numbers that overflow to infinity."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
 
 
 # Built once: json.loads with options builds a decoder per call, a visible cost per request.

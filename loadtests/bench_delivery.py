@@ -59,10 +59,12 @@ from engine.jsonvalues import json_default
 from engine.values import canonical_bytes, pack_value, record_id_text, unpack_value
 from ipc import typed
 from ipc.body import parse_json, parse_typed
-from ipc.messages import normalize_body, parse_timestamp, request
+from ipc.messages import request
+from ipc.routebodies import normalize_body
 from scheduler.core import Outbound
 from tests.support.procs import start_db_host
 from tests.support.ssp_stack import apply_schema, db_env, start_ssp
+from timetext.timestamps import parse_timestamp
 
 SCHEMA = """
 DEFINE TABLE user SCHEMALESS;

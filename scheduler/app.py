@@ -23,7 +23,8 @@ from dbclient import DbError
 from ipc import otel
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import HttpError, bad_request, serialize_error
-from ipc.messages import BodyError, ErrorCode, RowChange, ViewRegistration, ViewUnregistration
+from ipc.messages import ErrorCode
+from ipc.routebodies import BodyError, RowChange, ViewRegistration, ViewUnregistration
 from scheduler.backups import add_backup_routes
 from scheduler.core import Reply, Scheduler, SchedulerBusy
 from scheduler.impersonate import add_impersonation_routes

@@ -38,7 +38,7 @@ from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ipc import otel
 from ipc.http import SERVER_KEEPALIVE_SECS
-from ipc.messages import INGEST_BATCH_MAX
+from ipc.routebodies import INGEST_BATCH_MAX
 from ipc.transport import TransportError, ingest_transport
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
@@ -295,7 +295,7 @@ def _chunk_size(doc: Mapping[str, Any]) -> int:
     """`bootstrap_chunk_size`: events per POST /ingest to an SSP (the replay of the events
     buffered during its bootstrap, and every later broadcast batch). The spec's value, 1000,
     is the default and the most: the SSP's batched /ingest takes 1 to INGEST_BATCH_MAX events
-    (ipc.messages), so a larger value could never be sent and is refused at start."""
+    (ipc.routebodies), so a larger value could never be sent and is refused at start."""
     if isinstance(doc.get("bootstrap_chunk_size"), int) and not isinstance(
             doc["bootstrap_chunk_size"], bool) and doc["bootstrap_chunk_size"] > INGEST_BATCH_MAX:
         raise ConfigError(

@@ -58,7 +58,6 @@ from dbclient import Database, DbError
 from dbclient.fieldtypes import FieldTypes
 from dbclient.tasks import cancel_and_wait
 from ipc.http import client_session
-from ipc.messages import parse_timestamp
 from ipc.peerauth import SCHEDULER, PeerKeys
 from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
@@ -80,6 +79,7 @@ from scheduler.ssppool import SspPool
 from scheduler.status import Status
 from scheduler.views import ViewTracker
 from scheduler.wal import GroupCommitter, Wal, validate_event
+from timetext.timestamps import parse_timestamp
 
 # The pool, delivery, placement and status are mixins (see `scheduler.ssppool`); the shared
 # types live in `scheduler.entries` and are named here for the modules that import them.

@@ -12,10 +12,10 @@ from typing import Any
 
 from engine import wire
 from engine.values import RecordID, parse_record_id
-from ipc.messages import INGEST_BATCH_MAX
+from ipc.routebodies import INGEST_BATCH_MAX
 
 # Events per POST /ingest to an SSP: the SSP's batched /ingest takes 1 to INGEST_BATCH_MAX
-# (ipc.messages); `bootstrap_chunk_size` may lower it, never raise it (scheduler.config).
+# (ipc.routebodies); `bootstrap_chunk_size` may lower it, never raise it (scheduler.config).
 BATCH_MAX = INGEST_BATCH_MAX
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0

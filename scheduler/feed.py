@@ -42,7 +42,7 @@ from dbclient import Database, DbError, LiveSubscription
 from dbclient.feed import FeedCursor, feed_change
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
-from ipc.messages import parse_duration_ns
+from timetext.durations import parse_duration_ns
 
 log = logging.getLogger("scheduler.feed")
 

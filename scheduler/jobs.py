@@ -53,7 +53,7 @@ from dbclient.tasks import cancel_and_wait
 from engine.values import parse_record_id, record_id_text
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import bad_request
-from ipc.messages import BodyError, JobRef
+from ipc.routebodies import BodyError, JobRef
 from maintenance.backends import Backend, BackendListError, BackendMonitor, parse_backends
 
 log = logging.getLogger("scheduler.jobs")

@@ -24,9 +24,9 @@ from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.otel import OtelConfigError, metrics_exporters
 from ipc.peerauth import ssp_credential
 from ipc.transport import TransportError, ingest_transport
+from jobs.tables import JobConfigError, JobTable, tables_from_specs
 from maintenance.backends import BackendListError, parse_backends
 from maintenance.impersonation import FlagError, parse_flag
-from maintenance.jobtables import JobConfigError, JobTable, tables_from_specs
 
 if TYPE_CHECKING:
     # imported where used: the project models (pydantic) load only when a project file is set

@@ -79,22 +79,22 @@ from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
 from ipc.http import client_session
 from ipc.messages import ErrorCode, error_reply, not_ready, reply
-from maintenance.jobpolicy import (
-    ERROR_ENTRY,
+from jobs import rows
+from jobs.policy import (
     ERROR_TEXT_MAX,
     JobPathError,
-    _error,
-    _max_retries,
-    _result,
     backoff_secs,
+    error_entry,
     job_url,
+    parse_result,
     redact,
     retried,
     retry_after_secs,
+    row_max_retries,
     row_timeout,
     secrets_of,
 )
-from maintenance.jobtables import JobTable
+from jobs.tables import JobTable
 from ssp.jobreports import ResultReporter
 
 log = logging.getLogger("ssp.jobs")
@@ -227,9 +227,7 @@ class JobRunner:
             for r in running:
                 with contextlib.suppress(DbError):
                     got = await self.db.query_one(
-                        "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE "
-                        "WHERE status = 'processing' AND assignee = $me RETURN id",
-                        {"id": r.rid, "me": self.ssp_id})
+                        *rows.hand_back(r.rid, self.ssp_id, recovered=False))
                     if got:
                         self._report(r.rid, "pending")
             log.info("job runner stopped: %d jobs in flight handed back", len(running))
@@ -308,11 +306,10 @@ class JobRunner:
                 if read_all and not t.refresh:
                     return  # every pending row was tried since the read
                 t.refresh = False
-                rows = await self.db.query_one(
-                    f"SELECT id, created_at FROM {t.spec.name} WHERE status = 'pending' "
-                    f"ORDER BY created_at, id LIMIT {limit}", idempotent=True) or []
-                read_all = len(rows) < limit
-                t.candidates = deque(r["id"] for r in rows)
+                pending = await self.db.query_one(
+                    rows.oldest_pending(t.spec.name, limit), idempotent=True) or []
+                read_all = len(pending) < limit
+                t.candidates = deque(r["id"] for r in pending)
                 if not t.candidates:
                     return
             # One round trip claims as many candidates as there are free slots; a candidate
@@ -326,16 +323,13 @@ class JobRunner:
     async def _claim(self, t: _Table, rids: list[RecordID]) -> list[dict[str, Any]]:
         """Claim `rids` in one conditional UPDATE; returns the rows won, in `rids` order."""
         got = await self.db.query_one(
-            "UPDATE $ids SET status = 'processing', assignee = $me, "
-            f"lease_until = time::now() + {int(t.spec.lease_secs * 1000)}ms, "
-            "started_at = time::now(), attempts = attempts OR 0 "
-            "WHERE status = 'pending' RETURN AFTER", {"ids": rids, "me": self.ssp_id}) or []
+            *rows.claim(rids, self.ssp_id, t.spec.lease_secs)) or []
         won = {record_id_text(r["id"]): r for r in got}
-        rows = [won[k] for k in map(record_id_text, rids) if k in won]
-        self.stats["claimed"] += len(rows)
-        for row in rows:
+        claimed = [won[k] for k in map(record_id_text, rids) if k in won]
+        self.stats["claimed"] += len(claimed)
+        for row in claimed:
             self._report(row["id"], "running")
-        return rows
+        return claimed
 
     def _launch(self, t: _Table, row: dict[str, Any]) -> None:
         key = record_id_text(row["id"])
@@ -354,19 +348,17 @@ class JobRunner:
         try:
             if row.get("kill_requested"):
                 self.stats["killed"] += 1
-                await self._finish_failed(rid, _error("killed", "killed", attempt=attempts),
+                await self._finish_failed(rid, error_entry("killed", "killed", attempt=attempts),
                                           attempts=attempts)
                 log.info("job %s killed before it ran", key)
                 return
-            max_retries = _max_retries(row.get("max_retries"))
+            max_retries = row_max_retries(row.get("max_retries"))
             while True:
                 attempts += 1
                 self.stats["attempts"] += 1
                 a = await self._call(t, row, key, attempts)
                 if a.error is None:
-                    if await self._write(rid, "status = 'completed', result = $r, attempts = $n, "
-                                         "finished_at = time::now(), lease_until = NONE",
-                                         {"r": a.result, "n": attempts}):
+                    if await self._write(rows.complete(rid, self.ssp_id, a.result, attempts)):
                         self._report(rid, "completed", result=a.result)
                     self.stats["completed"] += 1
                     return
@@ -376,8 +368,7 @@ class JobRunner:
                     log.info("job %s failed after %d attempts%s: %s", key, attempts,
                              "" if a.retry else " (not retried)", a.error["error"])
                     return
-                if not await self._write(rid, f"errors += {ERROR_ENTRY}, attempts = $n",
-                                         {"e": a.error, "n": attempts}):
+                if not await self._write(rows.note_error(rid, self.ssp_id, a.error, attempts)):
                     log.warning("job %s is no longer ours: no further attempt", key)
                     return
                 wait = backoff_secs(t.spec.backoff_ms, attempts)
@@ -388,7 +379,7 @@ class JobRunner:
                 raise  # shutdown or lost lease: the row is handed back or already not ours
             self.stats["killed"] += 1
             try:
-                await self._finish_failed(rid, _error("killed", "killed", attempt=attempts),
+                await self._finish_failed(rid, error_entry("killed", "killed", attempt=attempts),
                                           attempts=attempts)
             except DbError as e:
                 # The row keeps kill_requested: recovery hands it back and it fails at dequeue.
@@ -412,7 +403,7 @@ class JobRunner:
         try:
             url = job_url(t.spec.base_url, row.get("path"))
         except JobPathError as e:  # never sent: the bearer would go outside the base path
-            return _Attempt(error=_error("rejected", str(e)[:ERROR_TEXT_MAX], attempt=attempt),
+            return _Attempt(error=error_entry("rejected", str(e)[:ERROR_TEXT_MAX], attempt=attempt),
                             retry=False)
         headers = {"X-Job-Id": key}
         timeout = row_timeout(row.get("timeout_secs")) or t.spec.timeout_secs
@@ -425,21 +416,21 @@ class JobRunner:
                     timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 text = await resp.text(errors="replace")
                 if 200 <= resp.status < 300:
-                    return _Attempt(result=_result(text))
+                    return _Attempt(result=parse_result(text))
                 again = retried(resp.status)
                 message = redact(f"backend answered {resp.status}: {text}",
                                  t.secrets)[:ERROR_TEXT_MAX]
                 return _Attempt(
-                    error=_error("http" if again else "rejected", message, attempt=attempt,
+                    error=error_entry("http" if again else "rejected", message, attempt=attempt,
                                  status=resp.status),
                     retry=again,
                     wait=retry_after_secs(resp.headers.get("Retry-After")) if again else None)
         except TimeoutError:
-            return _Attempt(error=_error(
+            return _Attempt(error=error_entry(
                 "timeout", f"backend timed out after {timeout:g}s", attempt=attempt))
         except aiohttp.ClientError as e:
             message = redact(f"backend unreachable: {type(e).__name__}: {e}", t.secrets)
-            return _Attempt(error=_error("unreachable", message[:ERROR_TEXT_MAX],
+            return _Attempt(error=error_entry("unreachable", message[:ERROR_TEXT_MAX],
                                          attempt=attempt))
 
     async def _renew(self, t: _Table, rid: RecordID, key: str) -> None:
@@ -449,10 +440,7 @@ class JobRunner:
         while True:
             await asyncio.sleep(every)
             try:
-                got = await self.db.query_one(
-                    f"UPDATE $id SET lease_until = time::now() + {int(t.spec.lease_secs * 1000)}ms"
-                    " WHERE status = 'processing' AND assignee = $me RETURN id, kill_requested",
-                    {"id": rid, "me": self.ssp_id})
+                got = await self.db.query_one(*rows.renew(rid, self.ssp_id, t.spec.lease_secs))
             except DbError as e:
                 log.warning("job %s: lease renewal failed: %s", key, e)
                 continue
@@ -467,18 +455,15 @@ class JobRunner:
                 r.kill()
                 return
 
-    async def _write(self, rid: RecordID, sets: str, params: dict[str, Any]) -> bool:
-        """Update our processing row; False when it is no longer ours (nothing written)."""
-        got = await self.db.query_one(
-            f"UPDATE $id SET {sets} WHERE status = 'processing' AND assignee = $me RETURN id",
-            {"id": rid, "me": self.ssp_id, **params})
+    async def _write(self, stmt: rows.Statement) -> bool:
+        """Run a write to our processing row (`jobs.rows.owned`); False when it is no longer
+        ours (nothing written)."""
+        got = await self.db.query_one(*stmt)
         return bool(got)
 
     async def _finish_failed(self, rid: RecordID, err: dict[str, Any], *, attempts: int
                              ) -> None:
-        if await self._write(rid, f"status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
-                             "finished_at = time::now(), lease_until = NONE",
-                             {"e": err, "n": attempts}):
+        if await self._write(rows.fail(rid, self.ssp_id, err, attempts)):
             self._report(rid, "failed", error=str(err["error"]))
 
     # ------------------------------------------------------------------ operations
@@ -494,8 +479,7 @@ class JobRunner:
         return t, rid
 
     async def _status(self, rid: RecordID) -> str:
-        row = await self.db.query_one("SELECT status FROM ONLY $id", {"id": rid},
-                                      idempotent=True)
+        row = await self.db.query_one(*rows.status(rid), idempotent=True)
         if not isinstance(row, dict):
             raise JobNotFound(f"no job {record_id_text(rid)}")
         return str(row.get("status"))
@@ -508,9 +492,7 @@ class JobRunner:
         flagged = None
         if key not in self.inflight:
             # Any live row, ours included: this SSP may claim it during this UPDATE.
-            flagged = await self.db.query_one(
-                "UPDATE $id SET kill_requested = true WHERE status IN ['pending', 'processing'] "
-                "RETURN status", {"id": rid})
+            flagged = await self.db.query_one(*rows.flag_kill(rid))
         r = self.inflight.get(key)
         if r is not None:
             r.kill()
@@ -523,11 +505,7 @@ class JobRunner:
     async def retry(self, job_id: str) -> dict[str, Any]:
         """Terminal -> pending (errors kept) and admitted; NotTerminal / JobNotFound."""
         t, rid = self._job_id(job_id)
-        got = await self.db.query_one(
-            "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE, "
-            "kill_requested = NONE, attempts = 0, result = NONE, finished_at = NONE, "
-            "retried_at = time::now() WHERE status IN ['completed', 'failed'] RETURN id",
-            {"id": rid})
+        got = await self.db.query_one(*rows.reset_terminal(rid))
         if not got:
             raise NotTerminal(await self._status(rid))
         self._report(rid, "pending")
@@ -541,10 +519,7 @@ class JobRunner:
         for name, t in self.tables.items():
             if table is not None and name != table:
                 continue
-            got = await self.db.query_one(
-                f"UPDATE {name} SET status = 'pending', assignee = NONE, lease_until = NONE, "
-                "recovered_at = time::now() WHERE status = 'processing' AND "
-                "lease_until < time::now() RETURN id")
+            got = await self.db.query_one(rows.recover_expired(name))
             for row in got or []:
                 log.info("job %s: lease expired, back to pending", record_id_text(row["id"]))
                 self._report(row["id"], "pending")
@@ -561,8 +536,7 @@ class JobRunner:
         t, rid = self._job_id(job_id)
         await self.recover_once(t.spec.name)
         await t.admitted(DISPATCH_WAIT_SECS)
-        row = await self.db.query_one("SELECT status, assignee FROM ONLY $id", {"id": rid},
-                                      idempotent=True)
+        row = await self.db.query_one(*rows.read(rid, "status", "assignee"), idempotent=True)
         if not isinstance(row, dict):
             raise JobNotFound(f"no job {record_id_text(rid)}")
         return {"id": record_id_text(rid), "status": row.get("status"),
@@ -583,7 +557,7 @@ class JobRunner:
 def job_routes(runner_of: Callable[[Any], JobRunner], stalled: Callable[[Any], bool]
                ) -> dict[str, Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]]:
     """The hub's handlers for `POST /job/kill`, `/job/retry`, `/job/recover` (bodies already
-    shape-checked by the gateway, `ipc.messages.JobRef`)."""
+    shape-checked by the gateway, `ipc.routebodies.JobRef`)."""
 
     async def kill(hub: Any, req: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -16,11 +16,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dbclient import DbConfig
-from ipc.messages import parse_duration_ns as duration_ns
 from ipc.transport import DEFAULT_TRANSPORT, TransportError, parse_transport
 from maintenance.impersonation import FlagError, parse_flag
 from project.rootconfig import Project, ProjectInvalid, load_project
 from project.service import PROJECT_FILE_VAR, setting_source, with_project_defaults
+from timetext.durations import parse_duration_ns as duration_ns
 
 DEFAULT_RETENTION = "1h"
 
@@ -30,7 +30,7 @@ class ConfigError(ValueError):
 
 def parse_duration_ns(text: str) -> int:
     """A changefeed retention such as `1h`, `90m` or `1h30m` in nanoseconds
-    (`ipc.messages.parse_duration_ns`); ConfigError when it is not one."""
+    (`timetext.durations.parse_duration_ns`); ConfigError when it is not one."""
     try:
         return duration_ns(text)
     except ValueError as e:

@@ -12,8 +12,9 @@ import falcon.asgi
 from surrealdb import Duration
 
 from engine.jsonvalues import to_json as jsonable
-from ipc.messages import parse_duration_ms, parse_timestamp
 from scheduler.admin.errors import Invalid, PayloadTooLarge, UnsupportedMediaType
+from timetext.durations import parse_duration_ms
+from timetext.timestamps import parse_timestamp
 
 __all__ = ["MAX_BODY", "epoch_ms", "jsonable", "q_bool", "q_int", "q_str", "read_json", "ttl_ms"]
 

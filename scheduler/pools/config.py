@@ -2,7 +2,7 @@
 
 * ``SVC_BACKENDS``: a backend with ``run_on: {pool: <name>}`` has its jobs run on that pool. Its
   job table is the ``SVC_JOB_CONFIG`` entry keyed by the backend's name (the SSPs leave that
-  table alone: ``ssp.config``; both read it through ``maintenance.jobtables``).
+  table alone: ``ssp.config``; both read it through ``jobs.tables``).
 * ``SVC_POOLS`` (ours; the spec names no sizing keys): a JSON object ``{<pool>: {provider,
   slots, min_machines, max_machines, boot_timeout_secs, idle_secs, breaker_failures,
   breaker_cooldown_secs, command}}``, every key optional. A pool named by a backend but absent
@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.tables import JobConfigError, JobTable, parse_job_tables
 from maintenance.backends import BackendListError, parse_backends
-from maintenance.jobtables import JobConfigError, JobTable, parse_job_tables
 from scheduler.config import ConfigError
 
 PROVIDERS = ("local",)

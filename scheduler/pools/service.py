@@ -10,7 +10,7 @@ Jobs of a pooled backend are rows of its outbox job table, exactly as the SSPs r
 * heartbeat (every ``SVC_POOL_HEARTBEAT_MS``): renews the leases of the machine's jobs and
   answers which to cancel (killed on the row, or no longer ours) and whether to drain;
 * result: the agent reports the backend's raw answer; the service classifies it with the
-  SSP's policy (``maintenance.jobpolicy``: which failures are retried, error entries, secrets masked)
+  SSP's policy (``jobs.policy``: which failures are retried, error entries, secrets masked)
   and writes the row, conditional on it still being this machine's. A retried failure goes
   back to ``pending`` with ``not_before`` (the backoff), so any machine may take it next;
 * recovery: a machine that stops heartbeating for ``SVC_POOL_MACHINE_TIMEOUT_MS``, or whose
@@ -51,21 +51,21 @@ from dbclient import Database, DbError
 from dbclient.tasks import cancel_and_wait
 from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
-from maintenance.jobpolicy import (
-    ERROR_ENTRY,
+from jobs import rows
+from jobs.policy import (
     ERROR_TEXT_MAX,
     JobPathError,
-    _error,
-    _max_retries,
-    _result,
     backoff_secs,
+    error_entry,
     job_url,
+    parse_result,
     redact,
     retried,
     retry_after_secs,
+    row_max_retries,
     secrets_of,
 )
-from maintenance.jobtables import JobTable
+from jobs.tables import JobTable
 from scheduler.pools.config import PoolsConfig
 from scheduler.pools.provider import Provider, make_provider
 from scheduler.pools.sizing import Sizing, _hash, _Pool
@@ -253,24 +253,15 @@ class PoolService(Sizing):
         rid = parse_record_id(job_id)
         n = a.attempts + 1
         if outcome["kind"] == "completed":
-            sets = ("status = 'completed', result = $r, attempts = $n, "
-                    "finished_at = time::now(), lease_until = NONE")
-            params: dict[str, Any] = {"r": outcome["result"], "n": n}
+            stmt = rows.complete(rid, m.id, outcome["result"], n)
         elif outcome["retry"] and n <= a.max_retries:
             wait = backoff_secs(a.table.backoff_ms, n)
             if outcome["wait"] is not None:
                 wait = max(wait, outcome["wait"])
-            sets = (f"status = 'pending', errors += {ERROR_ENTRY}, attempts = $n, "
-                    "assignee = NONE, lease_until = NONE, "
-                    f"not_before = time::now() + {int(wait * 1000)}ms")
-            params = {"e": outcome["error"], "n": n}
+            stmt = rows.retry_later(rid, m.id, outcome["error"], n, wait)
         else:
-            sets = (f"status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
-                    "finished_at = time::now(), lease_until = NONE")
-            params = {"e": outcome["error"], "n": n}
-        got = await self.db.query_one(
-            f"UPDATE $id SET {sets} WHERE status = 'processing' AND assignee = $me RETURN id",
-            {"id": rid, "me": m.id, **params})
+            stmt = rows.fail(rid, m.id, outcome["error"], n)
+        got = await self.db.query_one(*stmt)
         self._forget(m, job_id)
         self.pools[m.pool].wake.set()  # a slot is free
         if not got:
@@ -338,19 +329,14 @@ class PoolService(Sizing):
         rid = parse_record_id(job_id)
         try:
             failed = await self.db.query_one(
-                f"UPDATE $id SET status = 'failed', errors += {ERROR_ENTRY}, "
-                "finished_at = time::now(), kill_requested = true WHERE status = 'pending' "
-                "RETURN id", {"id": rid, "e": _error("killed", "killed", attempt=0)})
+                *rows.fail_pending_killed(rid, error_entry("killed", "killed", attempt=0)))
             if failed:
                 return 200, {"id": job_id, "action": "failed", "status": "failed"}
-            flagged = await self.db.query_one(
-                "UPDATE $id SET kill_requested = true WHERE status = 'processing' "
-                "RETURN status, assignee", {"id": rid})
+            flagged = await self.db.query_one(*rows.flag_processing_kill(rid))
             if flagged:
                 return 200, {"id": job_id, "action": "flagged", "status": "processing",
                              "machine": flagged[0].get("assignee")}
-            row = await self.db.query_one("SELECT status FROM ONLY $id", {"id": rid},
-                                          idempotent=True)
+            row = await self.db.query_one(*rows.status(rid), idempotent=True)
         except DbError:
             return 503, {"error": "unavailable", "message": "the database did not answer"}
         if not isinstance(row, dict):
@@ -362,13 +348,8 @@ class PoolService(Sizing):
         `not_terminal`, as the SSP's retry."""
         rid = parse_record_id(job_id)
         try:
-            got = await self.db.query_one(
-                "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE, "
-                "kill_requested = NONE, attempts = 0, result = NONE, finished_at = NONE, "
-                "not_before = NONE, retried_at = time::now() "
-                "WHERE status IN ['completed', 'failed'] RETURN id", {"id": rid})
-            row = None if got else await self.db.query_one(
-                "SELECT status FROM ONLY $id", {"id": rid}, idempotent=True)
+            got = await self.db.query_one(*rows.reset_terminal(rid, clear_backoff=True))
+            row = None if got else await self.db.query_one(*rows.status(rid), idempotent=True)
         except DbError:
             return 503, {"error": "unavailable", "message": "the database did not answer"}
         if got:
@@ -438,18 +419,14 @@ class PoolService(Sizing):
                 free = min(want, m.slots - len(m.running)) - len(out)
                 if free <= 0:
                     break
-                rows = await self.db.query_one(
-                    f"SELECT id, created_at FROM {t.name} WHERE status = 'pending' AND "
-                    "(not_before = NONE OR not_before <= time::now()) "
-                    f"ORDER BY created_at, id LIMIT {free + PREFETCH}", idempotent=True) or []
-                ids = [r["id"] for r in rows][:free]
+                pending = await self.db.query_one(
+                    rows.oldest_pending(t.name, free + PREFETCH, runnable=True),
+                    idempotent=True) or []
+                ids = [r["id"] for r in pending][:free]
                 if not ids:
                     continue
                 got = await self.db.query_one(
-                    "UPDATE $ids SET status = 'processing', assignee = $me, "
-                    f"lease_until = time::now() + {int(t.lease_secs * 1000)}ms, "
-                    "started_at = time::now(), attempts = attempts OR 0, not_before = NONE "
-                    "WHERE status = 'pending' RETURN AFTER", {"ids": ids, "me": m.id}) or []
+                    *rows.claim(ids, m.id, t.lease_secs, clear_backoff=True)) or []
                 for row in got:
                     if m.state != "ready":
                         # drained (or removed) while this claim ran: not one job more
@@ -468,24 +445,16 @@ class PoolService(Sizing):
         key = record_id_text(rid)
         attempts = int(row.get("attempts") or 0)
         if row.get("kill_requested"):
-            await self.db.query_one(
-                f"UPDATE $id SET status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
-                "finished_at = time::now(), lease_until = NONE WHERE status = 'processing' "
-                "AND assignee = $me RETURN id",
-                {"id": rid, "me": m.id, "n": attempts,
-                 "e": _error("killed", "killed", attempt=attempts)})
+            await self.db.query_one(*rows.fail(
+                rid, m.id, error_entry("killed", "killed", attempt=attempts), attempts))
             return None
         try:
             url = job_url(t.base_url, row.get("path"))
         except JobPathError as e:  # never handed out: the bearer would leave the base path
-            await self.db.query_one(
-                f"UPDATE $id SET status = 'failed', errors += {ERROR_ENTRY}, attempts = $n, "
-                "finished_at = time::now(), lease_until = NONE WHERE status = 'processing' "
-                "AND assignee = $me RETURN id",
-                {"id": rid, "me": m.id, "n": attempts + 1,
-                 "e": _error("rejected", str(e), attempt=attempts + 1)})
+            await self.db.query_one(*rows.fail(
+                rid, m.id, error_entry("rejected", str(e), attempt=attempts + 1), attempts + 1))
             return None
-        self.assigned[key] = _Assigned(m.id, t, attempts, _max_retries(row.get("max_retries")))
+        self.assigned[key] = _Assigned(m.id, t, attempts, row_max_retries(row.get("max_retries")))
         m.running.append(key)
         headers = {"X-Job-Id": key}
         if t.auth_token:
@@ -500,12 +469,12 @@ class PoolService(Sizing):
         status = body.get("status")
         text = str(body.get("body") or "")[:RESULT_BODY_MAX]
         if kind is None and isinstance(status, int) and 200 <= status < 300:
-            return {"kind": "completed", "result": _result(text)}
+            return {"kind": "completed", "result": parse_result(text)}
         if kind == "killed":
             return {"kind": "failed", "retry": False, "wait": None,
-                    "error": _error("killed", "killed", attempt=n)}
+                    "error": error_entry("killed", "killed", attempt=n)}
         if kind == "timeout":
-            return {"kind": "failed", "retry": True, "wait": None, "error": _error(
+            return {"kind": "failed", "retry": True, "wait": None, "error": error_entry(
                 "timeout", f"backend timed out after {a.table.timeout_secs:g}s", attempt=n)}
         if kind is None and isinstance(status, int):
             again = retried(status)
@@ -513,11 +482,11 @@ class PoolService(Sizing):
                              p.secrets)[:ERROR_TEXT_MAX]
             return {"kind": "failed", "retry": again,
                     "wait": retry_after_secs(body.get("retry_after")) if again else None,
-                    "error": _error("http" if again else "rejected", message, attempt=n,
+                    "error": error_entry("http" if again else "rejected", message, attempt=n,
                                     status=status)}
         message = redact(f"backend unreachable: {body.get('error') or kind!s}", p.secrets)
         return {"kind": "failed", "retry": True, "wait": None,
-                "error": _error("unreachable", message[:ERROR_TEXT_MAX], attempt=n)}
+                "error": error_entry("unreachable", message[:ERROR_TEXT_MAX], attempt=n)}
 
     async def _reload(self, m: Machine, job_id: str) -> _Assigned | None:
         """An adopted job (scheduler restarted while it ran): its row, if still ours."""
@@ -528,13 +497,13 @@ class PoolService(Sizing):
         t = next((t for t in self.pools[m.pool].spec.tables if t.name == rid.table_name), None)
         if t is None:
             return None
-        row = await self.db.query_one("SELECT attempts, max_retries, assignee, status FROM "
-                                      "ONLY $id", {"id": rid}, idempotent=True)
+        row = await self.db.query_one(
+            *rows.read(rid, "attempts", "max_retries", "assignee", "status"), idempotent=True)
         if not isinstance(row, dict) or row.get("assignee") != m.id \
                 or row.get("status") != "processing":
             return None
         a = _Assigned(m.id, t, int(row.get("attempts") or 0),
-                      _max_retries(row.get("max_retries")))
+                      row_max_retries(row.get("max_retries")))
         self.assigned[job_id] = a
         return a
 
@@ -552,10 +521,7 @@ class PoolService(Sizing):
             t = tables.get(name)
             if t is None:
                 continue
-            got = await self.db.query_one(
-                f"UPDATE $ids SET lease_until = time::now() + {int(t.lease_secs * 1000)}ms "
-                "WHERE status = 'processing' AND assignee = $me RETURN id, kill_requested",
-                {"ids": rids, "me": m.id}) or []
+            got = await self.db.query_one(*rows.renew(rids, m.id, t.lease_secs)) or []
             for row in got:
                 out[record_id_text(row["id"])] = row.get("kill_requested") is True
         return out
@@ -569,10 +535,7 @@ class PoolService(Sizing):
 
     async def _release_one(self, m: Machine, job_id: str, why: str) -> None:
         with contextlib.suppress(ValueError, DbError):
-            got = await self.db.query_one(
-                "UPDATE $id SET status = 'pending', assignee = NONE, lease_until = NONE, "
-                "recovered_at = time::now() WHERE status = 'processing' AND assignee = $me "
-                "RETURN id", {"id": parse_record_id(job_id), "me": m.id})
+            got = await self.db.query_one(*rows.hand_back(parse_record_id(job_id), m.id))
             if got:
                 log.info("job %s back to pending (%s: %s)", job_id, m.id, why)
         self._forget(m, job_id)
@@ -583,10 +546,7 @@ class PoolService(Sizing):
         in memory: a take answered just before the machine died counts too)."""
         n = 0
         for t in self.pools[m.pool].spec.tables:
-            got = await self.db.query_one(
-                f"UPDATE {t.name} SET status = 'pending', assignee = NONE, lease_until = NONE, "
-                "recovered_at = time::now() WHERE status = 'processing' AND assignee = $me "
-                "RETURN id", {"me": m.id}) or []
+            got = await self.db.query_one(*rows.hand_back_all(t.name, m.id)) or []
             n += len(got)
         for job_id in list(m.running):
             self._forget(m, job_id)

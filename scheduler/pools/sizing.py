@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from dbclient import DbError
 from engine.values import record_id_text
+from jobs import rows
 from scheduler.pools.config import PoolSpec
 from scheduler.pools.provider import BootError, Provider
 from scheduler.pools.store import Machine, PoolState, now_ms
@@ -101,10 +102,7 @@ class Sizing:
 
     async def _sweep_leases(self, p: _Pool) -> None:
         for t in p.spec.tables:
-            got = await self.db.query_one(
-                f"UPDATE {t.name} SET status = 'pending', assignee = NONE, lease_until = NONE, "
-                "recovered_at = time::now() WHERE status = 'processing' AND "
-                "lease_until < time::now() RETURN id") or []
+            got = await self.db.query_one(rows.recover_expired(t.name)) or []
             for row in got:
                 key = record_id_text(row["id"])
                 a = self.assigned.get(key)
@@ -115,10 +113,7 @@ class Sizing:
     async def _count_waiting(self, p: _Pool) -> int:
         n = 0
         for t in p.spec.tables:
-            got = await self.db.query_one(
-                f"SELECT count() AS n FROM {t.name} WHERE status = 'pending' AND "
-                "(not_before = NONE OR not_before <= time::now()) GROUP ALL",
-                idempotent=True) or []
+            got = await self.db.query_one(rows.count_runnable(t.name), idempotent=True) or []
             n += int(got[0]["n"]) if got else 0
         return n
 

@@ -16,6 +16,7 @@ from surrealdb import RecordID
 
 from dbclient import DbQueryError
 from engine.values import record_id_text
+from jobs import rows
 from scheduler.workflows import clock, errors, rollups
 from scheduler.workflows.commits import already_exists
 from scheduler.workflows.errors import run_error
@@ -285,7 +286,7 @@ class Firing(EngineState):
             job = RecordID(s.spec.table, f"sch_{fire.key}")
             spec = s.job_spec
             link = {"job": job}
-            stmts.append(("CREATE $j CONTENT $c RETURN NONE", {"j": job, "c": self._job_content(
+            stmts.append(("CREATE $j CONTENT $c RETURN NONE", {"j": job, "c": rows.new_row(
                 spec, now, schedule=s.name, schedule_run=fire.rid)}))
             fire.job = job
         else:

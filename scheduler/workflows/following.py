@@ -13,6 +13,7 @@ from surrealdb import RecordID
 
 from dbclient import DbError, DbQueryError
 from engine.values import record_id_text
+from jobs import rows as jobrows
 from scheduler.workflows import errors, runs
 from scheduler.workflows.errors import run_error
 from scheduler.workflows.ids import ms as _ms
@@ -26,8 +27,6 @@ __all__ = ["Following"]
 
 JOB_FIELDS = ("id, status, created_at, finished_at, kill_requested, "
               "array::last(errors ?? []) AS last_error")
-# One `errors` entry as the SSPs write it (ssp.jobs.ERROR_ENTRY): same keys, status NULL.
-_ERROR_ENTRY = "{ at: time::now(), attempt: 0, kind: $kind, status: NULL, error: $text }"
 
 # A mixin of `scheduler.workflows.engine.WorkflowEngine`, not a component: the engine is one
 # owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
@@ -118,9 +117,7 @@ class Following(EngineState):
             error = run_error(errors.NEVER_DISPATCHED, text, job=job_text,
                               since=_ms(row["created_at"]))
             guard = [
-                (("LET $n = (UPDATE $j SET status = 'failed', kill_requested = true, "
-                 f"finished_at = time::now(), errors += {_ERROR_ENTRY} WHERE status = "
-                 "'pending' RETURN VALUE id)"),
+                (f"LET $n = ({jobrows.fail_pending('VALUE id')})",
                  {"j": job, "kind": "never_dispatched", "text": text}),
                 ("IF array::len($n) = 0 { THROW 'claimed meanwhile' }", None),
             ]
@@ -205,10 +202,7 @@ class Following(EngineState):
         for job in jobs:
             try:
                 await self.db.query(
-                    "UPDATE $j SET status = 'failed', kill_requested = true, finished_at = "
-                    f"time::now(), errors += {_ERROR_ENTRY} WHERE status = 'pending' "
-                    "RETURN NONE; UPDATE $j SET kill_requested = true WHERE status = "
-                    "'processing' RETURN NONE",
+                    f"{jobrows.fail_pending('NONE')}; {jobrows.FLAG_PROCESSING_KILL}",
                     {"j": job, "kind": "killed", "text": "killed"})
             except DbError as e:
                 log.warning("kill of %s: flagging failed: %s", record_id_text(job), e)

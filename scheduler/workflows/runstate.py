@@ -16,6 +16,7 @@ from surrealdb import RecordID
 
 from dbclient import DbQueryError
 from engine.values import record_id_text
+from jobs import rows
 from project.workflows import (
     Workflow,
     topological_order,
@@ -93,22 +94,13 @@ class RunStates(EngineState):
                 run.steps[name].status = runs.SKIPPED
         return Unit(f"run {run.key}: skip {len(doomed)}", stmts, ok)
 
-    def _job_content(self, spec: dict[str, Any], now: datetime, **links: Any) -> dict[str, Any]:
-        c: dict[str, Any] = {"status": "pending", "path": spec.get("path") or "/",
-                             "payload": spec.get("payload") or {},
-                             "max_retries": int(spec.get("retries", 3)), "created_at": now}
-        if spec.get("timeout"):
-            c["timeout_secs"] = float(spec["timeout"])
-        c.update({k: v for k, v in links.items() if v is not None})
-        return c
-
     def _dispatch_unit(self, run: Run, st: Step, now: datetime) -> Unit:
         job = RecordID(st.table, runs.job_key(run.key, st.name, st.attempt))
         step_rid = _step_rid(run.key, st.name)
         mark = (("UPDATE $s SET status = 'running', job = $j, started_at = time::now(), "
                 "jobs += $j RETURN NONE"), {"s": step_rid, "j": job})
         create = ("CREATE $j CONTENT $c RETURN NONE",
-                  {"j": job, "c": self._job_content(st.spec, now, workflow_run=run.rid,
+                  {"j": job, "c": rows.new_row(st.spec, now, workflow_run=run.rid,
                                                     step=st.name, attempt=st.attempt)})
 
         def ok() -> None:

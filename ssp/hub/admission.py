@@ -1,5 +1,5 @@
 """Ingest admission (`POST /ingest`): is the SSP ready, is there room (publication slots, the
-publisher's pending work), is the body a row change (`ipc.messages.RowChange`), can its
+publisher's pending work), is the body a row change (`ipc.routebodies.RowChange`), can its
 record be stored (types restored for JSON, checked for the typed encoding of `ipc.typed`).
 Only an admitted event reaches the sequencer; a refusal applies nothing."""
 
@@ -11,17 +11,10 @@ from typing import TYPE_CHECKING, Any
 from dbclient.fieldtypes import restore_types
 from engine.values import canonical_bytes, record_id_text
 from engine.wire import check_record, ext_hook
-from ipc.messages import (
-    BodyError,
-    ErrorCode,
-    RowChange,
-    error_reply,
-    not_ready,
-    parse_timestamp,
-    reply,
-    request_expired,
-)
+from ipc.messages import ErrorCode, error_reply, not_ready, reply, request_expired
+from ipc.routebodies import BodyError, RowChange
 from ipc.typed import decode as decode_typed
+from timetext.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from ssp.hub.sequencer import Event, Sequencer

@@ -14,7 +14,8 @@ from engine.errors import QueryRejected
 from engine.hashing import hash_text
 from engine.jsonvalues import to_json
 from engine.parser import parse_cached, query_tables
-from ipc.messages import ErrorCode, error_reply, normalize_view_id, reply
+from ipc.messages import ErrorCode, error_reply, reply
+from ipc.routebodies import normalize_view_id
 from ssp.hub.reconcile import ReconcileStats
 from ssp.shards import ShardDown, ShardError
 

@@ -15,10 +15,11 @@ from dbclient import DbError
 from dbclient.fieldtypes import field_kinds, restore_types
 from engine.hashing import bytes_hash
 from engine.values import canonical_bytes, record_id_text, unpack_value
-from ipc.messages import parse_timestamp, reply
+from ipc.messages import reply
 from ssp.hub.state import cold_cursor
 from ssp.link import SchedulerExit
 from ssp.naming import QUERY_TABLE
+from timetext.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from ssp.hub.sequencer import Sequencer

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from surrealdb import RecordID
 
 from dbclient import DbError
-from ipc.messages import activity_ms, ttl_ms
 from ssp.hub.state import cold_cursor, now_ms
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of
+from timetext.durations import ttl_ms
+from timetext.timestamps import activity_ms
 
 if TYPE_CHECKING:
     from ssp.hub.loading import Loading

@@ -18,7 +18,8 @@ from dbclient import DbError, DbTimeout
 from engine.errors import QueryRejected
 from engine.parser import parse_cached
 from engine.shape import normalise
-from ipc.messages import ErrorCode, ViewRegistration, error_reply, not_ready, reply
+from ipc.messages import ErrorCode, error_reply, not_ready, reply
+from ipc.routebodies import ViewRegistration
 from ssp.hub.errors import shard_refusal
 from ssp.hub.identity import check_params, claimed_auth, effective_query, engine_params, kept
 from ssp.hub.sharing import peers, subscribers, write_counts

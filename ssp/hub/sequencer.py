@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.values import canonical_bytes
 from engine.versions import rv_is_stale
-from ipc.messages import OPS
+from ipc.routebodies import OPS
 from ssp.hub.errors import RowArenaFull
 
 if TYPE_CHECKING:

@@ -17,13 +17,16 @@ from engine.errors import QueryRejected
 from engine.jsonvalues import to_json
 from engine.parser import parse_cached
 from engine.values import unpack_value
-from ipc.messages import activity_ms, normalize_view_id, not_ready, reply, ttl_ms
+from ipc.messages import not_ready, reply
+from ipc.routebodies import normalize_view_id
 from ssp.hub.identity import effective_query
 from ssp.hub.sharing import peers, share_key, write_counts
 from ssp.hub.state import ViewState, now_ms
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of, view_record
 from ssp.permissions import PermissionsUnavailable
 from ssp.shards import ShardDown, ShardError, ShardTimeout, shard_of
+from timetext.durations import ttl_ms
+from timetext.timestamps import activity_ms
 
 if TYPE_CHECKING:
     from ssp.hub.shardpool import ShardPool

@@ -9,8 +9,8 @@ import pytest
 from surrealdb import RecordID
 
 from dbclient.fieldtypes import FieldTypes, field_kinds, restore_types
-from ipc.messages import parse_timestamp
 from tests.support.fakedb import FakeDb
+from timetext.timestamps import parse_timestamp
 
 INFO = {"fields": {
     "owner": "DEFINE FIELD owner ON post TYPE record<user> PERMISSIONS FULL",

@@ -122,7 +122,7 @@ def test_ingest_batch_equals_one_by_one_net() -> None:
 
 def test_a_batch_gives_each_range_view_the_delta_it_gets_alone() -> None:
     # Many materialisations of one range shape see the same row events of a batch; those
-    # with the same entries share one merged delta (engine.core._settle). Every view's
+    # with the same entries share one merged delta (engine.flush._deltas). Every view's
     # delta, `updated` included, must be the one an engine holding that view alone computes.
     import random
 

@@ -12,22 +12,24 @@ from hypothesis import strategies as st
 from gateway.testing import LogBuffer
 from ipc.messages import (
     ROUTES,
-    BodyError,
-    LogEntry,
-    RowChange,
-    ViewRegistration,
     check_reply,
     error_reply,
-    normalize_body,
-    normalize_view_id,
     not_ready,
-    parse_duration_ms,
-    parse_timestamp,
     reply,
     request,
     request_expired,
     route_timeout,
 )
+from ipc.routebodies import (
+    BodyError,
+    LogEntry,
+    RowChange,
+    ViewRegistration,
+    normalize_body,
+    normalize_view_id,
+)
+from timetext.durations import parse_duration_ms
+from timetext.timestamps import parse_timestamp
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from engine import wire
 from engine.values import pack_wire
 from gateway.testing import GatewayUnderTest
 from ipc import typed
-from ipc.messages import INGEST_BATCH_MAX
+from ipc.routebodies import INGEST_BATCH_MAX
 
 SECRET = "s3cret-token"
 TYPED = {"Authorization": f"Bearer {SECRET}", "Content-Type": typed.CONTENT_TYPE}

@@ -13,9 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from ipc.messages import BodyError, normalize_body
-from maintenance.backends import MASK, BackendListError, BackendMonitor, parse_backends, shown_url
-from maintenance.jobpolicy import (
+from ipc.routebodies import BodyError, normalize_body
+from jobs.policy import (
     backoff_secs,
     job_url,
     redact,
@@ -23,6 +22,7 @@ from maintenance.jobpolicy import (
     retry_after_secs,
     secrets_of,
 )
+from maintenance.backends import MASK, BackendListError, BackendMonitor, parse_backends, shown_url
 from ssp.config import ConfigError, JobTable, SspConfig
 from ssp.jobreports import ResultReporter
 

@@ -14,10 +14,10 @@ from engine.parser import parse
 from ipc import peerauth
 from ipc.bearer import BearerAuth
 from ipc.httperrors import HttpError
-from ipc.messages import ACTIVITY_SKEW_MS, activity_ms
-from maintenance.jobpolicy import JobPathError, job_url
+from jobs.policy import JobPathError, job_url
 from scheduler.listenerauth import MASTER, OPEN, OPTIONAL, SSP, SSP_SELF, policy_of
 from ssp.permissions import PermissionRefused, _rule_text, with_rules
+from timetext.timestamps import ACTIVITY_SKEW_MS, activity_ms
 
 SECRET = "unit-test-shared-secret"
 

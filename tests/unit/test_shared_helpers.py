@@ -16,7 +16,7 @@ from surrealdb.data.types.duration import Duration
 from engine.jsonvalues import json_default, to_json
 from engine.values import NONE
 from ipc.backoff import Backoff, delay
-from ipc.messages import parse_duration_ms, parse_duration_ns
+from timetext.durations import parse_duration_ms, parse_duration_ns
 
 
 def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_reset() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.testing import GatewayUnderTest
-from ipc.messages import INGEST_BATCH_MAX, BodyError, normalize_body
+from ipc.routebodies import INGEST_BATCH_MAX, BodyError, normalize_body
 
 SECRET = "batch-test-token"
 AUTH = {"Authorization": f"Bearer {SECRET}"}

@@ -12,18 +12,14 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ipc.backoff import delay
+from jobs.tables import JobTable
 from maintenance.backends import MASK  # one mask text for every secret the SSP outputs
-from maintenance.jobtables import JobTable
 
 DEFAULT_MAX_RETRIES = 3
 ERROR_TEXT_MAX = 500
 RESULT_TEXT_MAX = 65_536
 RETRIED_4XX = frozenset({408, 425, 429})  # request timeout, too early, too many requests
 RETRY_AFTER_MAX_SECS = 300.0
-# One `errors` entry, always the same keys: a Python None travels as NONE, which would drop
-# `status` from the object, so a missing status is written as NULL.
-ERROR_ENTRY = ("{ at: $e.at, attempt: $e.attempt, kind: $e.kind, status: $e.status ?? NULL, "
-               "error: $e.error }")
 
 
 def backoff_secs(base_ms: int, attempt: int) -> float:
@@ -105,20 +101,24 @@ def row_timeout(v: Any) -> float | None:
     return None
 
 
-def _max_retries(v: Any) -> int:
+def row_max_retries(v: Any) -> int:
+    """A row's own `max_retries` when it is a non-negative integer, else the default (3)."""
     if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
         return v
     return DEFAULT_MAX_RETRIES
 
 
-def _error(kind: str, message: str, *, attempt: int, status: int | None = None
+def error_entry(kind: str, message: str, *, attempt: int, status: int | None = None
            ) -> dict[str, Any]:
-    """One `errors` entry; written with `ERROR_ENTRY`, which stores a missing status as null."""
+    """One `errors` entry; written with `jobs.rows.ERROR_ENTRY`, which stores a missing status
+    as null."""
     return {"at": datetime.now(UTC), "attempt": attempt, "kind": kind, "status": status,
             "error": message}
 
 
-def _result(text: str) -> Any:
+def parse_result(text: str) -> Any:
+    """A 2xx answer's text as the row's `result`: its JSON, `{}` when empty, else
+    `{"text": ...}` (capped)."""
     if not text.strip():
         return {}
     try:

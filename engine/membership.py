@@ -1,0 +1,155 @@
+"""What a materialisation shows and holds: its shown rows, its members, its member counts,
+and the filling of a new one from the stored rows.
+
+Read by the facade (:mod:`engine.core`: registration, ``members``, ``result``) and by the
+flush (:mod:`engine.flush`: a materialisation counts its members the first time a delta
+needs the counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import chain
+from typing import Any
+
+from engine import window
+from engine.aggregate import AggState
+from engine.circuit import Mat, WMat
+from engine.delta import has_nested
+from engine.deps import Deps
+from engine.lazy import bulk
+from engine.plan import Cx
+from engine.proj import NOLINKS, Proj
+from engine.store import Store
+from engine.values import NONE
+
+
+def shown(store: Store, mat: Mat) -> Iterable[str]:
+    """The top-level rows a materialisation shows."""
+    if isinstance(mat, WMat):
+        return mat.visible
+    circuit = mat.circuit
+    plan = circuit.plan
+    rows = circuit.rows
+    cands: Iterable[str]
+    if plan.eq is not None:
+        cands = list(plan.candidates(store, mat.S, NONE, Cx(store)))
+    else:
+        # every shown row is projected or lazy: the group's rows are the candidates
+        proj = mat.proj
+        cands = chain(proj.outs, proj.lazy) if proj.lazy else proj.outs.keys()
+    holds = mat.holds
+    return [r for r in cands if holds(rows.get(r))]
+
+
+def members(store: Store, mat: Mat, rows_shown: Iterable[str] | None = None) -> set[str]:
+    """The record ids in a materialisation's result tree (its rows and what they nest)."""
+    proj = mat.proj
+    trees = proj.trees
+    tree = proj.tree
+    out: set[str] = set()
+    flat: list[str] = []
+    lazy = proj.lazy
+    for rid in shown(store, mat) if rows_shown is None else rows_shown:
+        kids = lazy.get(rid) if lazy else None
+        if kids is not None:
+            flat.append(rid)  # a lazy row: itself and the children it shows
+            out.update(kids)
+        elif trees.get(rid, 0) is None and proj.outs[rid] is mat.circuit.rows.get(rid):
+            flat.append(rid)  # a flat `SELECT *` row: its only member is itself
+        else:
+            out.update(tree(rid))
+    out.update(flat)
+    return out
+
+
+def count_members(store: Store, m: Mat, rows_shown: Iterable[str] | None = None
+                  ) -> dict[str, int]:
+    """Count, per nested member, the rows ``m`` shows now whose tree holds it; kept on
+    the materialisation (and moved by every later flush) from now on."""
+    proj = m.proj
+    lazy = proj.lazy
+    tree = proj.tree
+    cnt: dict[str, int] = {}
+    get = cnt.get
+    for rid in shown(store, m) if rows_shown is None else rows_shown:
+        kids = lazy.get(rid) if lazy else None
+        if kids is not None:
+            for k in kids:
+                cnt[k] = get(k, 0) + 1
+            continue
+        for k in tree(rid):
+            if k != rid:
+                cnt[k] = get(k, 0) + 1
+    m.cnt = cnt
+    m.circuit.counted += 1
+    return cnt
+
+
+def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Mat
+          ) -> list[str] | None:
+    """Fill a new materialisation from the stored rows; project what it shows (returns
+    the rows shown by an implicit materialisation). A group left with lazy rows is noted in
+    ``lazy_by_table`` under the tables its rows read."""
+    circuit = mat.circuit
+    plan = circuit.plan
+    rows = circuit.rows
+    cands: Iterable[str]
+    if plan.eq is not None:
+        cands = list(plan.candidates(store, mat.S, NONE, Cx(store)))
+    else:
+        cands = rows.keys()
+    proj = mat.proj
+    if isinstance(mat, WMat):
+        window.build(mat, cands, rows, store, deps)
+        for rid in proj.dirty:
+            if rid in proj.refs:
+                proj.ensure(rid, rows[rid])
+        proj.dirty = {}
+        if circuit.agg is not None:
+            fill_groups(store, mat, mat.visible)
+        return None
+    pred = plan.pred
+    S = mat.S
+    outs = proj.outs
+    project = proj.project
+    rows_shown = [rid for rid in cands if pred(rows[rid], S, NONE, NOLINKS)]
+    if plan.star_only:
+        # SELECT * of flat rows: the row is its own output and only member
+        trees = proj.trees
+        for rid in rows_shown:
+            if rid not in outs:
+                row = rows[rid]
+                if has_nested(row):
+                    project(rid, row, None)
+                else:
+                    outs[rid] = row
+                    trees[rid] = None
+        return rows_shown
+    if proj.spec is not None:
+        bulk(proj, rows_shown)
+        if proj.lazy:
+            lazy_by_table.setdefault(circuit.table, set()).add(proj)
+            lazy_by_table.setdefault(proj.spec.sub.table, set()).add(proj)
+        return rows_shown
+    for rid in rows_shown:
+        if rid not in outs:
+            project(rid, rows[rid], None)
+    if circuit.agg is not None:
+        fill_groups(store, mat, rows_shown)
+    return rows_shown
+
+
+def fill_groups(store: Store, mat: Mat, rows_shown: Iterable[str]) -> None:
+    """The groups of a new materialisation of a grouped shape, from its rows'
+    contributions (engine.aggregate)."""
+    spec = mat.circuit.agg
+    assert spec is not None
+    outs = mat.proj.outs
+
+    def rows_of() -> list[tuple[str, Any]]:
+        return [(r, outs[r]) for r in shown(store, mat)]
+
+    state = mat.agg = AggState(spec, rows_of)
+    for rid in rows_shown:
+        state.move(rid, None, outs[rid])
