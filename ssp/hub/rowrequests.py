@@ -7,6 +7,7 @@ waits) or at the next start."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,10 @@ class RowRequests:
             self.state.spawn_tracked(self._register(view_id))
 
     async def scan(self) -> None:
-        """The request rows already in the database (written while this SSP was down)."""
+        """The request rows already in the database (written while this SSP was down),
+        once the SSP is ready (a registration before that would be a 503)."""
+        while self.state.status != "ready":
+            await asyncio.sleep(0.05)  # start-up only: bootstrap sets `ready` once
         rows = await self.state.db.query_one(
             f"SELECT * FROM {QUERY_TABLE} WHERE state = NONE AND error = NONE "
             "AND surql != NONE", idempotent=True) or []

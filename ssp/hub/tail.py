@@ -62,10 +62,7 @@ class FeedTail:
             except DbError as e:
                 log.warning("LIVE on %s unavailable (%s); its rows are read every %.0fs",
                             QUERY_TABLE, e, FEED_POLL_SECS)
-            try:
-                await self.requests.scan()
-            except DbError as e:
-                log.warning("reading the _00_query request rows failed: %s", e)
+            self.state.spawn(self._scan_requests(self.requests), "row-requests-scan")
         while True:
             try:
                 await self.catch_up()
@@ -76,6 +73,12 @@ class FeedTail:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), FEED_POLL_SECS)
             self._wake.clear()
+
+    async def _scan_requests(self, requests: RowRequests) -> None:
+        try:
+            await requests.scan()
+        except DbError as e:  # the rows are registered again on their next change
+            log.warning("reading the _00_query request rows failed: %s", e)
 
     async def stop(self) -> None:
         """End the LIVE subscription (best effort: the socket closes next anyway)."""
