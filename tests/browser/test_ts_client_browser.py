@@ -26,6 +26,7 @@ import pytest
 from playwright.sync_api import Browser
 from surrealdb import AsyncSurreal
 
+from tests.integration.test_viewclient import SCHEMA
 from tests.support.admin_cluster import run_async
 from tests.support.procs import ROOT, DbHost, ManagedProcess
 from tests.support.ssp_stack import apply_schema, root_db, start_ssp, unique_db
@@ -34,19 +35,6 @@ TS = ROOT / "clients" / "ts"
 BUNDLE = TS / "dist" / "browser" / "viewclient.js"
 SECRET = "browser-test-service-secret-91c2"
 LONG = 60_000  # ms
-
-SCHEMA = """
-DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select WHERE id = $auth.id;
-DEFINE FIELD name ON user TYPE string;
-DEFINE FIELD pass ON user TYPE string;
-DEFINE INDEX user_name ON user FIELDS name UNIQUE;
-DEFINE ACCESS account ON DATABASE TYPE RECORD
-    SIGNUP (CREATE user SET name = $name, pass = crypto::argon2::generate($pass))
-    SIGNIN (SELECT * FROM user WHERE name = $name AND crypto::argon2::compare(pass, $pass))
-    DURATION FOR SESSION 1h;
-DEFINE TABLE thread SCHEMALESS PERMISSIONS FOR select FULL;
-CREATE thread:t1 SET title = 'first', score = 1;
-"""
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>live top 10</title></head>
@@ -125,7 +113,8 @@ def _serve(ssp_url: str) -> ThreadingHTTPServer:
 async def _prepare(host: DbHost, ns: str, db: str) -> None:
     root = await root_db(host, ns, db)
     try:
-        await root.query(SCHEMA)
+        await root.query(SCHEMA)  # the Python client's tests' app: users, posts, threads
+        await root.query("CREATE thread:t1 SET title = 'first', score = 1")
     finally:
         await root.close()
     probe = AsyncSurreal(host.ws_url)

@@ -43,7 +43,10 @@ export async function freePort(): Promise<number> {
   });
 }
 
-async function waitHealth(url: string, proc: Proc, timeoutMs = 60000): Promise<void> {
+/** Until `url` answers 200 (with `anyStatus`: answers at all, as the scheduler's /health
+ * does with 503 until an SSP is ready). */
+async function waitHealth(url: string, proc: Proc, timeoutMs = 60000,
+                          anyStatus = false): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (proc.child.exitCode !== null) {
@@ -51,27 +54,11 @@ async function waitHealth(url: string, proc: Proc, timeoutMs = 60000): Promise<v
     }
     try {
       const r = await fetch(url, { signal: AbortSignal.timeout(1000) });
-      if (r.status === 200) return;
+      if (r.status === 200 || anyStatus) return;
     } catch { /* not up yet */ }
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error(`${proc.name}: ${url} not healthy:\n${proc.log().slice(-3000)}`);
-}
-
-/** Until `url` answers at all (the scheduler's /health is 503 until an SSP is ready). */
-async function waitStatus(url: string, proc: Proc, timeoutMs = 60000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (proc.child.exitCode !== null) {
-      throw new Error(`${proc.name} exited ${proc.child.exitCode}:\n${proc.log().slice(-3000)}`);
-    }
-    try {
-      await fetch(url, { signal: AbortSignal.timeout(1000) });
-      return;
-    } catch { /* not up yet */ }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`${proc.name}: ${url} not answering:\n${proc.log().slice(-3000)}`);
 }
 
 export class Proc {
@@ -201,7 +188,7 @@ export class Stack {
         SVC_DRIFT_CHECK: "false", SVC_ADMIN_HOST: "127.0.0.1",
         SVC_ADMIN_PORT: String(await freePort()), SVC_AUTH_SECRET: SERVICE_SECRET }),
       join(this.tmp, "scheduler.log"));
-      await waitStatus(`${this.serviceUrl}/health`, this.scheduler);
+      await waitHealth(`${this.serviceUrl}/health`, this.scheduler, 60000, true);
       Object.assign(linked, { SVC_SCHEDULER_URL: this.serviceUrl, SVC_SSP_ID: "ssp-ts",
         HEARTBEAT_INTERVAL_MS: "200" });
     }
