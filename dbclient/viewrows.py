@@ -59,6 +59,22 @@ def registration_body(view_id: str, row: Mapping[str, Any]) -> dict[str, Any]:
             "lastActiveAt": _text(row.get("lastActiveAt")), "format": None}
 
 
+def identity_of(body: Mapping[str, Any]) -> str | None:
+    """The identity text a registration body names (`params.auth_id`), None without one."""
+    params = body.get("params")
+    auth = params.get("auth_id") if isinstance(params, Mapping) else None
+    if isinstance(auth, RecordID):
+        return record_id_text(auth)
+    return auth if isinstance(auth, str) else None
+
+
+def too_many(limit: int) -> dict[str, Any]:
+    """The refusal of a row over the per-identity limit (`SVC_ROW_VIEWS_PER_USER`)."""
+    return {"error": "too_many_views", "status": 429,
+            "message": f"this user already holds {limit} views registered by their rows "
+                       "(SVC_ROW_VIEWS_PER_USER); close some first"}
+
+
 def refusal(status: int, body: Any) -> dict[str, Any]:
     """The `error` value written onto a refused row: the service's `{error, message}` and the
     status `/view/register` would have answered with."""

@@ -11,7 +11,14 @@ from typing import Any
 import aiohttp
 
 from dbclient import DbError
-from dbclient.viewrows import REFUSAL_SQL, is_request, refusal, registration_body
+from dbclient.viewrows import (
+    REFUSAL_SQL,
+    identity_of,
+    is_request,
+    refusal,
+    registration_body,
+    too_many,
+)
 from engine.jsonvalues import json_default
 from engine.values import RecordID
 from ipc import typed
@@ -90,11 +97,20 @@ class Delivery:
             if not is_request(row):
                 return
             body = registration_body(view_id, row)
+            who = identity_of(body)
+            limit = self.cfg.row_views_per_user
             try:
                 ViewRegistration.from_body(body)
             except BodyError as e:
                 reply = Reply(400, error_body(ErrorCode.INVALID, str(e)))
             else:
+                held = 0
+                if who is not None and self.tracker.get(view_id) is None:
+                    held = len([1 for _vid, entry in self.tracker.items()
+                                if identity_of(entry["body"]) == who])
+                if held >= limit:
+                    await self.db.query(REFUSAL_SQL, {"q": record, "e": too_many(limit)})
+                    return
                 reply = await self.register_view(view_id, body)
             if reply.status == 200:
                 return

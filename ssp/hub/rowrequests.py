@@ -1,6 +1,7 @@
 """Views registered from `_00_query` rows that record users created (`dbclient.viewrows`),
 in standalone mode: the feed tail hands each request row it reads here, and the row is
-registered through the same `Registry.register` as `POST /view/register`. A refusal (4xx) is
+registered through the same `Registry.register` as `POST /view/register` (at most
+`SVC_ROW_VIEWS_PER_USER` views per identity this way, else 429 `too_many_views`). A refusal (4xx) is
 written back onto the row; a 503 or 500 (not ready, the database failing) leaves the row a
 request, registered again on its next change (the client touches `lastActiveAt` while it
 waits) or at the next start."""
@@ -12,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from dbclient import DbError
-from dbclient.viewrows import REFUSAL_SQL, is_request, refusal, registration_body
+from dbclient.viewrows import REFUSAL_SQL, is_request, refusal, registration_body, too_many
 from ssp.naming import QUERY_TABLE, view_id_of, view_record
 
 if TYPE_CHECKING:
@@ -60,6 +61,14 @@ class RowRequests:
             row = await self.state.db.query_one("SELECT * FROM ONLY $q", {"q": record},
                                                 idempotent=True)
             if not is_request(row):
+                return
+            auth = row.get("auth_id")
+            limit = self.state.cfg.row_views_per_user
+            held = 0 if view_id in self.state.views or auth is None else sum(
+                1 for v in self.state.views.values() if v.auth == auth)
+            if held >= limit:
+                self.refused += 1
+                await self.state.db.query(REFUSAL_SQL, {"q": record, "e": too_many(limit)})
                 return
             out = await self.registry.register({"body": registration_body(view_id, row)})
             status = int(out.get("status", 500))

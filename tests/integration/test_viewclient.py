@@ -50,6 +50,7 @@ DEFINE TABLE thread SCHEMALESS PERMISSIONS FOR select FULL;
 """
 
 SERVICE_SECRET = "viewclient-service-secret-5e6f"
+ROW_VIEWS = 4  # SVC_ROW_VIEWS_PER_USER of the module's SSP
 
 TOP = ("SELECT id, title, n, tag.label AS label FROM post WHERE owner = $auth.id AND n >= $min "
        "ORDER BY n DESC, title LIMIT 5 START 1")
@@ -97,7 +98,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # The service has a secret the clients never hold: they register by their rows.
     # Views honour their owner's select permission, as in production.
     ssp = start_ssp(tmp, host, ns, db, TTL_CLEANUP_INTERVAL_SECS="1",
-                    SVC_AUTH_SECRET=SERVICE_SECRET, SVC_SSP_VIEW_PERMISSIONS="enforce")
+                    SVC_AUTH_SECRET=SERVICE_SECRET, SVC_SSP_VIEW_PERMISSIONS="enforce",
+                    SVC_ROW_VIEWS_PER_USER=str(ROW_VIEWS))
     s = Stack(host, ns, db, ssp.process, ssp.port, tmp)
     try:
         s.ssp.wait_http(s.service_url + "/health", timeout=60)
@@ -308,6 +310,19 @@ async def test_a_refused_query_is_an_error_on_the_client_and_its_row_goes(
         await client.close()
 
 
+async def test_a_user_holds_at_most_the_limit_of_views_by_rows(stack: Stack) -> None:
+    client = await user(stack, "quinn")
+    try:
+        for n in range(ROW_VIEWS):
+            await client.view(TOP, {"min": n})
+        with pytest.raises(ViewError) as e:
+            await client.view(TOP, {"min": 99})
+        assert e.value.status == 429 and "too_many_views" in str(e.value)
+        assert len(client.views) == ROW_VIEWS
+    finally:
+        await client.close()
+
+
 async def test_a_deleted_row_unregisters_its_view(stack: Stack) -> None:
     client = await user(stack, "olga")
     try:
@@ -508,7 +523,8 @@ async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
     apply_schema(host, name, name)
     port = free_port()
     sched = launch(tmp_path, write_config(tmp_path, host, name, port), port, name,
-                   ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed")
+                   ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed",
+                   SVC_ROW_VIEWS_PER_USER="2")
     ssp = start_ssp(tmp_path, host, name, name, SVC_SSP_REF_MODE="single",
                     SVC_SCHEDULER_URL=sched.url, SVC_SSP_ID="ssp-vc",
                     HEARTBEAT_INTERVAL_MS="200")
@@ -535,6 +551,11 @@ async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
                           {f"o{i}": rng.choice(clients).auth_id for i in range(6)})
             for v, c in zip(views, clients):
                 await settles(v, c, TOP, params)
+        # The scheduler's limit of views by rows per user (2 here).
+        await clients[0].view(TOP, {"min": 3})
+        with pytest.raises(ViewError) as e:
+            await clients[0].view(TOP, {"min": 4})
+        assert e.value.status == 429 and "too_many_views" in str(e.value)
     finally:
         for c in clients:
             await c.close()
