@@ -8,7 +8,13 @@ WRITES writes, each to a random slot, are made as root one at a time; for each, 
 the write's start to the callback of the view of that slot showing the new value, and to the
 notification of a plain `LIVE SELECT * FROM post` (SDK, same process) for the same write.
 
-    .venv/bin/python loadtests/bench_clients.py [--views 1000] [--writes 200]
+Registration: the VIEWS views register by their rows (the clients' default: the user creates
+the `_00_query` row, the SSP reads it from the changefeed and answers on the row). Then REG
+more views are registered one at a time, alternating a row-registering Client and a
+bearer-registering one (`POST /view/register` with the service's secret) of the same user,
+each timed from the call to the view's first rows; the bearer path is the baseline.
+
+    .venv/bin/python loadtests/bench_clients.py [--views 1000] [--writes 200] [--reg 100]
 """
 
 from __future__ import annotations
@@ -49,7 +55,10 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-async def main(views: int, writes: int) -> None:
+SECRET = "bench-clients-secret-3f1e"
+
+
+async def main(views: int, writes: int, reg: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-clients-"))
     host = start_db_host(tmp, memory=True)
     ns, db = unique_db()
@@ -58,13 +67,18 @@ async def main(views: int, writes: int) -> None:
     await root.query("FOR $i IN 0..$n { CREATE type::record('post', $i) SET slot = $i, n = 0 }",
                      {"n": views})
     apply_schema(host, ns, db)
-    ssp = start_ssp(tmp, host, ns, db, SVC_SSP_QUERY_UPDATE_THROTTLE_MS="5")
+    ssp = start_ssp(tmp, host, ns, db, SVC_SSP_QUERY_UPDATE_THROTTLE_MS="5",
+                    SVC_AUTH_SECRET=SECRET)
     ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=120)
     creds = {"access": "account", "variables": {"name": "bench", "pass": "pw"}}
     probe = AsyncSurreal(host.ws_url)
     await probe.signup({"namespace": ns, "database": db, **creds})
     await probe.close()
-    client = await connect(host.ws_url, ns, db, creds, service_url=f"http://127.0.0.1:{ssp.port}")
+    service = f"http://127.0.0.1:{ssp.port}"
+    client = await connect(host.ws_url, ns, db, creds, service_url=service)
+    by_row = await connect(host.ws_url, ns, db, creds, service_url=service)
+    by_bearer = await connect(host.ws_url, ns, db, creds, service_url=service,
+                              registration="bearer", service_token=SECRET)
     plain = AsyncSurreal(host.ws_url)
     await plain.signin({"username": host.user, "password": host.password})
     await plain.use(ns, db)
@@ -74,6 +88,13 @@ async def main(views: int, writes: int) -> None:
         for slot in range(views):
             handles.append(await client.view(QUERY, {"slot": slot}))
         reg_secs = time.perf_counter() - t0
+        reg_ms: dict[str, list[float]] = {"row": [], "bearer": []}
+        for i in range(reg):
+            for path, c in (("row", by_row), ("bearer", by_bearer)):
+                started = time.perf_counter()
+                extra = await c.view(QUERY, {"slot": i % views})
+                reg_ms[path].append((time.perf_counter() - started) * 1000)
+                await extra.close()
         waiting: dict[tuple[int, int], asyncio.Future[float]] = {}
         plain_waiting: dict[tuple[int, int], asyncio.Future[float]] = {}
 
@@ -129,7 +150,21 @@ async def main(views: int, writes: int) -> None:
                          (f"viewclient view callback ({views} views)", view_ms)):
             print(f"| {name} | {statistics.median(xs):.1f} | {pct(xs, 0.99):.1f} | "
                   f"{statistics.mean(xs):.1f} | {statistics.median(xs) / base:.2f}x |")
+        if reg:
+            print()
+            print(f"registration, {reg} views per path, alternating")
+            print()
+            print("| path | p50 ms | p99 ms | mean ms | vs bearer (p50) |")
+            print("|---|---|---|---|---|")
+            base = statistics.median(reg_ms["bearer"])
+            for name, xs in (("POST /view/register with the bearer (baseline)",
+                              reg_ms["bearer"]),
+                             ("_00_query row created by the user", reg_ms["row"])):
+                print(f"| {name} | {statistics.median(xs):.1f} | {pct(xs, 0.99):.1f} | "
+                      f"{statistics.mean(xs):.1f} | {statistics.median(xs) / base:.2f}x |")
     finally:
+        await by_row.close()
+        await by_bearer.close()
         await client.close()
         await plain.close()
         await root.close()
@@ -141,5 +176,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--views", type=int, default=1000)
     ap.add_argument("--writes", type=int, default=200)
+    ap.add_argument("--reg", type=int, default=100)
     a = ap.parse_args()
-    asyncio.run(main(a.views, a.writes))
+    asyncio.run(main(a.views, a.writes, a.reg))

@@ -172,6 +172,9 @@ class SchedulerConfig:
     schema_watch_secs: int = 5
     auth_secret: str | None = field(default=None, repr=False)
     ingest_transport: IngestTransport = IngestTransport.HTTP
+    # ours (SVC_ROW_VIEWS_PER_USER, as the SSP's): views one identity may hold by
+    # `_00_query` rows it created (scheduler.delivery)
+    row_views_per_user: int = 100
     pool_port: int = 9669
     admin: AdminConfig = field(default_factory=AdminConfig)
     workflows: WorkflowConfig = field(default_factory=WorkflowConfig)  # scheduler.workflows
@@ -581,6 +584,7 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         schema_watch_secs=_env_int(env, "SVC_SCHEMA_POLL_SECS", 5, minimum=0),
         auth_secret=_env_secret(env, "SVC_AUTH_SECRET"),
         ingest_transport=transport,
+        row_views_per_user=_env_int(env, "SVC_ROW_VIEWS_PER_USER", 100),
         pool_port=_env_int(env, "SVC_POOL_PORT", 9669, maximum=65535),
         admin=_admin_config(env),
         workflows=WorkflowConfig(

@@ -125,6 +125,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self.restore_hold: str | None = None
         self._next_pub = self.wal.last_seq + 1
         self._pending: dict[int, dict[str, Any]] = {}
+        self._row_requests: set[str] = set()  # view keys being registered from their rows
         self._drain_lock = asyncio.Lock()
         self._rr_turn = 0
         # Tables with a `_00_schema_state` row at the last look (None: not looked yet), and

@@ -11,16 +11,26 @@ from typing import Any
 import aiohttp
 
 from dbclient import DbError
+from dbclient.viewrows import (
+    REFUSAL_SQL,
+    identity_of,
+    is_request,
+    refusal,
+    registration_body,
+    too_many,
+)
 from engine.jsonvalues import json_default
 from engine.values import RecordID
 from ipc import typed
 from ipc.backoff import Backoff
+from ipc.messages import BodyError, ErrorCode, ViewRegistration, error_body
 from scheduler.entries import (
     _BACKOFF_MAX,
     _BACKOFF_MIN,
     BATCH_MAX,
     LAGGING_HARD_LIMIT_FACTOR,
     Outbound,
+    Reply,
     SspEntry,
     SspState,
     _query_record,
@@ -70,6 +80,55 @@ class Delivery:
             record = _query_record(event["id"])
             if record is not None:
                 self._spawn(self._unregister_if_gone(record), f"query-delete-query:{record.id!s}")
+        elif event["table"] == "_00_query" and is_request(event.get("record")):
+            record = _query_record(event["id"])
+            if record is not None and str(record.id) not in self._row_requests:
+                self._row_requests.add(str(record.id))
+                self._spawn(self._register_row(record), f"query-row-query:{record.id!s}")
+
+    async def _register_row(self, record: RecordID) -> None:
+        """A `_00_query` row a record user created (`dbclient.viewrows`): registered as `POST
+        /view/register` would; a refusal (4xx) written back onto the row; a 5xx (no SSP
+        ready) leaves it a request, registered again on the row's next change."""
+        view_id = f"query:{record.id!s}"
+        try:
+            # The row as it is now: the feed may be behind (registered, refused or deleted).
+            row = await self.db.query_one("SELECT * FROM ONLY $q", {"q": record})
+            if not is_request(row):
+                return
+            body = registration_body(view_id, row)
+            who = identity_of(body)
+            limit = self.cfg.row_views_per_user
+            try:
+                ViewRegistration.from_body(body)
+            except BodyError as e:
+                reply = Reply(400, error_body(ErrorCode.INVALID, str(e)))
+            else:
+                held = 0
+                if who is not None and self.tracker.get(view_id) is None:
+                    held = len([1 for _vid, entry in self.tracker.items()
+                                if identity_of(entry["body"]) == who])
+                if held >= limit:
+                    await self.db.query(REFUSAL_SQL, {"q": record, "e": too_many(limit)})
+                    return
+                reply = await self.register_view(view_id, body)
+            if reply.status == 200:
+                return
+            if reply.status >= 500:
+                log.info("view %s from its row: %d, left for its next change", view_id,
+                         reply.status)
+                return
+            answer: Any = reply.body
+            if reply.raw is not None:
+                try:
+                    answer = json.loads(reply.raw)
+                except ValueError:
+                    answer = reply.raw[:500].decode(errors="replace")
+            await self.db.query(REFUSAL_SQL, {"q": record, "e": refusal(reply.status, answer)})
+        except DbError as e:
+            log.warning("view %s from its row: database call failed (%s)", view_id, e)
+        finally:
+            self._row_requests.discard(str(record.id))
 
     async def _unregister_if_gone(self, record: RecordID) -> None:
         """The unregister rule for a `_00_query` DELETE from the feed: the view goes, unless

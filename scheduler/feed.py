@@ -14,8 +14,10 @@ re-read window, so a restart does not repeat them), `synced_ms` (local wall-cloc
 start of the last catch-up that reached the end of every feed).
 
 Waking: a LIVE subscription on `_00_version` (bumped in every synced write transaction) rings
-the doorbell; a poll every 2 s is the fallback (LIVE unavailable, or writes that do not touch
-`_00_version`). A reconnect of the subscription is counted and triggers a read.
+the doorbell, and so does one on `_00_query` (a record user's new row asks for a
+registration, `dbclient.viewrows`, and bumps no `_00_version`); a poll every 2 s is the
+fallback (LIVE unavailable, or writes that do not touch either). A reconnect of the
+subscription is counted and triggers a read.
 
 Gap: the feed keeps `retention` (the `CHANGEFEED <duration>` of the tables; the shortest one
 counts). When the last complete catch-up (`synced_ms`) is older than that, changes may have
@@ -55,6 +57,7 @@ CURSOR_MARGIN_MS = 5000  # no saved cursor: start a little before now (clone tim
 TABLES_REFRESH_SECS = 5.0
 RETENTION_REFRESH_SECS = 60.0
 DOORBELL_TABLE = "_00_version"
+QUERY_DOORBELL_TABLE = "_00_query"
 DOORBELL_RETRY_SECS = 30.0
 SYNCED_PERSIST_SECS = 60.0  # an idle tail still records that it is in sync, this often
 STALLED_AFTER_SECS = 30.0
@@ -108,6 +111,7 @@ class ChangefeedTail:
         self._round_note: str | None = None
         self._records: deque[tuple[float, int]] = deque()
         self._live: LiveSubscription | None = None
+        self._query_live: LiveSubscription | None = None
         self._doorbell_tried = float("-inf")
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -174,12 +178,13 @@ class ChangefeedTail:
                 await self._persist()
             except OSError as e:
                 log.warning("saving the changefeed cursor at stop failed: %s", e)
-        live, self._live = self._live, None
-        if live is not None:
-            try:
-                await live.kill()
-            except DbError as e:  # best effort: the socket may be gone already
-                log.info("killing the doorbell subscription failed: %s", e)
+        for live in (self._live, self._query_live):
+            if live is not None:
+                try:
+                    await live.kill()
+                except DbError as e:  # best effort: the socket may be gone already
+                    log.info("killing a doorbell subscription failed: %s", e)
+        self._live = self._query_live = None
         if self.doorbell_table is not None:
             self.doorbell = "connecting"
 
@@ -254,6 +259,11 @@ class ChangefeedTail:
             self.doorbell = "unavailable"
             log.warning("LIVE on %s unavailable (%s); polling every %.0fs",
                         self.doorbell_table, e, self.poll_secs)
+        if self._live is not None and self.doorbell_table != QUERY_DOORBELL_TABLE:
+            try:
+                self._query_live = await self.db.live(QUERY_DOORBELL_TABLE, self._ring)
+            except DbError as e:  # its rows are then read at the next poll
+                log.info("LIVE on %s unavailable (%s)", QUERY_DOORBELL_TABLE, e)
 
     def _ring(self, note: dict[str, Any]) -> None:
         if note.get("action") == "RECONNECTED":

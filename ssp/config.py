@@ -227,6 +227,9 @@ class SspConfig:
     # ours, SVC_SSP_VIEW_PERMISSIONS: `enforce` (views honour their owner's select
     # permission, ssp.permissions) or `off` (computed as root, as before)
     view_permissions: str = "enforce"
+    # ours, SVC_ROW_VIEWS_PER_USER: views one identity may hold by `_00_query` rows it
+    # created (ssp.hub.rowrequests); a record user cannot flood the SSP with views
+    row_views_per_user: int = 100
     # ours, SVC_HTTP_READ_TIMEOUT_SECS: the gateway closes a connection that waits this long
     # for a request (idle keep-alive, or a request head sent a byte at a time)
     http_read_timeout_secs: int = SERVER_KEEPALIVE_SECS
@@ -355,6 +358,7 @@ class SspConfig:
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
             view_permissions=_choice(env, "SVC_SSP_VIEW_PERMISSIONS", "enforce",
                                      VIEW_PERMISSION_MODES),
+            row_views_per_user=_int(env, "SVC_ROW_VIEWS_PER_USER", 100, minimum=1),
             query_update_throttle_ms=_int(env, "SVC_SSP_QUERY_UPDATE_THROTTLE_MS", 100),
             bootstrap_page_size=_int(env, "SVC_SSP_BOOTSTRAP_PAGE_SIZE", 500, minimum=1),
             impersonation=_impersonation(env),

@@ -2,11 +2,14 @@
 
 What it writes
 - Meta tables (all SCHEMALESS; record users are refused unless stated):
-  `_00_query` (view rows; a record user may read, refresh `lastActiveAt` on, and delete only
-  its own rows: `auth_id = $auth.id`; only the service creates them and the other fields are
-  not writable by record users), `_00_version` (per-record content versions, id
-  `[table, record key]`), `_00_list_ref` (shared edge table for ref mode `single`,
-  `TYPE RELATION`, readable where `auth_id = $auth.id`, never writable by record users),
+  `_00_query` (view rows; a record user may create, read, refresh `lastActiveAt` on, and
+  delete only its own rows: `auth_id = $auth.id`, with `auth_id` set to `$auth.id` by the
+  field's VALUE whatever the client sent. A row a client creates (`surql`, `params`,
+  `clientId`, `ttl`, `lastActiveAt`: written once, never updated by a record user) asks the
+  service to register the view (`dbclient.viewrows`); `state`, `rowCount`, `subscribers`
+  and `error` (a refusal written back) are the service's alone), `_00_version`
+  (per-record content versions, id `[table, record key]`), `_00_list_ref` (shared edge
+  table for ref mode `single`, `TYPE RELATION`, readable where `auth_id = $auth.id`, never writable by record users),
   `_00_schema_state` (per synced table schema fingerprint, id = table name),
   `_00_query_allowlist`, `_00_admin` (operator roster), `_00_crdt` (Loro state of `@crdt`
   fields, `ssp.crdt`), `_00_impersonation` (impersonation
@@ -81,6 +84,7 @@ class MetaTable:
     name: str
     comment: str
     select: str | None = None  # WHERE expression for record users; None = NONE
+    create: str | None = None
     update: str | None = None
     delete: str | None = None
     relation: bool = False
@@ -90,6 +94,9 @@ class MetaTable:
 
 
 _SERVICE_ONLY = "PERMISSIONS FOR select FULL, FOR create, update NONE"
+# Written by the record user that creates its row, then never changed by one (the service
+# registered the view with these values; a changed `surql` would go unnoticed).
+_CLIENT_ONCE = "PERMISSIONS FOR select FULL, FOR create FULL, FOR update NONE"
 _FIXED = "PERMISSIONS FOR select FULL, FOR create, update NONE"
 IMP_OWNER = "admin = $auth"
 
@@ -97,23 +104,28 @@ META_TABLES: tuple[MetaTable, ...] = (
     MetaTable(
         "_00_query",
         "view rows: one per client session x query; deleting a row unregisters the view",
-        select=OWN_ROWS, update=OWN_ROWS, delete=OWN_ROWS, changefeed=True,
+        select=OWN_ROWS, create=OWN_ROWS, update=OWN_ROWS, delete=OWN_ROWS, changefeed=True,
         fields=(
-            f"surql TYPE option<string> {_SERVICE_ONLY}",
-            f"params TYPE any {_SERVICE_ONLY}",
-            f"clientId TYPE option<string> {_SERVICE_ONLY}",
-            f"auth_id TYPE any {_SERVICE_ONLY}",
+            f"surql TYPE option<string> {_CLIENT_ONCE}",
+            f"params TYPE any {_CLIENT_ONCE}",
+            f"clientId TYPE option<string> {_CLIENT_ONCE}",
+            # A record user's row is always its own: the value it sent is replaced by its
+            # `$auth.id` (system users, the service, have no `$auth.id` and write it as given).
+            ("auth_id TYPE any VALUE IF $auth.id != NONE THEN $auth.id ELSE $value END "
+             "PERMISSIONS FOR select FULL, FOR create FULL, FOR update NONE"),
             # Record users refresh it on their own rows: never later than now (plus skew), so
             # a date in the far future cannot keep a view alive for ever (ssp.hub.loops also
             # ignores such a value); a string must read as a date.
             ("lastActiveAt TYPE option<datetime | string> ASSERT $value = NONE OR (IF "
              "type::is_string($value) THEN <datetime> $value ELSE $value END) "
              "<= time::now() + 1m"),
-            f"ttl TYPE option<duration | string> {_SERVICE_ONLY}",
+            f"ttl TYPE option<duration | string> {_CLIENT_ONCE}",
             f"subscribers TYPE option<int> {_SERVICE_ONLY}",
             f"rowCount TYPE option<int> {_SERVICE_ONLY}",
             ("state TYPE option<string> ASSERT $value = NONE OR $value IN "
              f"['materializing', 'ready'] {_SERVICE_ONLY}"),
+            # The service's refusal of a row's registration, `{error, message, status}`.
+            f"error TYPE option<object> {_SERVICE_ONLY}",
         ),
     ),
     MetaTable(
@@ -236,7 +248,7 @@ def meta_table_sql(t: MetaTable, retention: str | None, keep_feed: str | None = 
 
     return (
         f"DEFINE TABLE OVERWRITE {t.name} TYPE {kind} SCHEMALESS{feed} COMMENT '{t.comment}' "
-        f"PERMISSIONS FOR select {perm(t.select)} FOR create NONE "
+        f"PERMISSIONS FOR select {perm(t.select)} FOR create {perm(t.create)} "
         f"FOR update {perm(t.update)} FOR delete {perm(t.delete)}"
     )
 
@@ -249,7 +261,7 @@ def desired_meta_structure(t: MetaTable, retention_ns: int | None) -> dict[str, 
         "comment": t.comment,
         "permissions": {
             "select": t.select or False,
-            "create": False,
+            "create": t.create or False,
             "update": t.update or False,
             "delete": t.delete or False,
         },

@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from surrealdb import AsyncSurreal
+from surrealdb import AsyncSurreal, RecordID
 
-from viewclient.naming import edge_table, record_text, ttl_secs
+from viewclient.naming import QUERY_TABLE, edge_table, record_text, ttl_secs
 from viewclient.query import MEMBERS_PARAM, members_query
 from viewclient.view import View
 
 log = logging.getLogger("viewclient")
+
+# While a row waits for the service's answer, it is touched this often (see _register_row).
+ROW_POKE_SECS = 2.0
 
 class ViewError(Exception):
     """The service refused a view (its status and message as the service said them)."""
@@ -58,13 +61,16 @@ class Client:
 
     def __init__(self, url: str, namespace: str, database: str, auth: dict[str, Any], *,
                  service_url: str, service_token: str, ref_mode: str,
-                 health_interval: float, client_id: str | None) -> None:
+                 health_interval: float, client_id: str | None,
+                 registration: str = "row", register_timeout: float = 60.0) -> None:
         self.url, self.namespace, self.database = url, namespace, database
         self._auth = auth
         self.service_url = service_url.rstrip("/")
         self._service_token = service_token
         self.ref_mode = ref_mode
         self.health_interval = health_interval
+        self.registration = registration
+        self.register_timeout = register_timeout
         self.client_id = client_id or uuid.uuid4().hex
         # Per-session salt: the same query in two tabs (two Clients) hashes to two view ids.
         self.salt = secrets.token_hex(16)
@@ -232,9 +238,64 @@ class Client:
         return "query:c" + hashlib.sha256(body.encode()).hexdigest()[:32]
 
     async def register(self, view_id: str, surql: str, params: dict[str, Any] | None,
-                       ttl: str) -> dict[str, Any]:
-        """Ask the service to hold the view (spec: `/view/register`; the service writes the
-        `_00_query` row, which record users may only read, refresh and delete)."""
+                       ttl: str) -> None:
+        """Have the service hold the view: by writing its `_00_query` row as the user
+        (`registration="row"`, the default) or through `/view/register` with the service's
+        bearer (`registration="bearer"`, for server-side apps)."""
+        if self.registration == "bearer":
+            await self._register_bearer(view_id, surql, params, ttl)
+        else:
+            await self._register_row(view_id, surql, params, ttl)
+
+    async def _register_row(self, view_id: str, surql: str, params: dict[str, Any] | None,
+                            ttl: str) -> None:
+        """CREATE the view's `_00_query` row (the schema sets its `auth_id` to this user) and
+        wait until the service answered on it: `state` written (registered) or `error` (its
+        refusal, raised as ViewError). A row already there is waited on as it is. While no
+        answer comes, `lastActiveAt` is touched every `ROW_POKE_SECS` (a change the service
+        reads again: it may have been not ready)."""
+        record = RecordID(QUERY_TABLE, view_id.removeprefix("query:"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.register_timeout
+        poke_at = loop.time() + ROW_POKE_SECS
+        pause = 0.005
+        create = True
+        while True:
+            if create:
+                res = await self.db.query_raw(
+                    "CREATE $q SET surql = $s, params = $p, clientId = $c, ttl = $t, "
+                    "lastActiveAt = time::now() RETURN NONE",
+                    {"q": record, "s": surql, "p": params or {}, "c": self.client_id, "t": ttl})
+                err = _statement_error(res)
+                if err is not None and "already exists" not in err:
+                    raise ViewError(403, f"cannot write the view's row: {err}")
+                create = False
+            got = await self.db.query("SELECT state, error FROM $q", {"q": record})
+            row = got[0] if got else None
+            if row is None:
+                create = True  # gone (the service restarted, or dropped it): write it again
+            elif row.get("error"):
+                refused = row["error"]
+                with contextlib.suppress(Exception):
+                    await self.db.query("DELETE $q", {"q": record})
+                raise ViewError(int(refused.get("status") or 400),
+                                f"{refused.get('error')}: {refused.get('message')}")
+            elif row.get("state") is not None:
+                return
+            now = loop.time()
+            if now > deadline:
+                raise ViewError(503, f"the service did not answer on view {view_id}'s row "
+                                f"within {self.register_timeout:.0f}s")
+            if now > poke_at:
+                poke_at = now + ROW_POKE_SECS
+                await self.db.query("UPDATE $q SET lastActiveAt = time::now() RETURN NONE",
+                                    {"q": record})
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    async def _register_bearer(self, view_id: str, surql: str, params: dict[str, Any] | None,
+                               ttl: str) -> None:
+        """`POST /view/register` with the service's bearer; the service writes the row."""
         assert self._http is not None
         body = {"id": view_id, "surql": surql, "clientId": self.client_id, "ttl": ttl,
                 "params": {**(params or {}), "auth_id": self.auth_text},
@@ -249,11 +310,6 @@ class Client:
                 except (ValueError, AttributeError):
                     msg = text
                 raise ViewError(r.status, str(msg))
-            try:
-                out = json.loads(text)
-            except ValueError:
-                out = {}
-            return out if isinstance(out, dict) else {}
 
     async def view(self, surql: str, params: dict[str, Any] | None = None, *,
                    ttl: str = "10m") -> Any:
@@ -345,20 +401,37 @@ class JobFailed(Exception):
         self.errors = errors
 
 
+def _statement_error(res: dict[str, Any]) -> str | None:
+    """The first error of a `query_raw` answer, None when every statement succeeded."""
+    if res.get("error"):
+        err = res["error"]
+        return str(err.get("message") if isinstance(err, dict) else err)
+    for stmt in res.get("result") or []:
+        if stmt.get("status") != "OK":
+            return str(stmt.get("result"))
+    return None
+
+
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
 
 
 async def connect(url: str, namespace: str, database: str, auth: dict[str, Any], *,
                   service_url: str, service_token: str = "dev", ref_mode: str = "dedicated",
-                  health_interval: float = 1.0, client_id: str | None = None) -> Client:
+                  health_interval: float = 1.0, client_id: str | None = None,
+                  registration: str = "row", register_timeout: float = 60.0) -> Client:
     """Sign in as a record user (`auth`: `{"access": ..., "variables": {...}}`, or
-    `{"token": ...}`) and return the session's Client."""
+    `{"token": ...}`) and return the session's Client. `registration`: `row` (the user
+    writes its views' `_00_query` rows; no service secret) or `bearer` (`/view/register`
+    with `service_token`, for server-side apps)."""
     if ref_mode not in ("dedicated", "single"):
         raise ValueError("ref_mode is 'dedicated' or 'single'")
+    if registration not in ("row", "bearer"):
+        raise ValueError("registration is 'row' or 'bearer'")
     c = Client(url, namespace, database, auth, service_url=service_url,
                service_token=service_token, ref_mode=ref_mode,
-               health_interval=health_interval, client_id=client_id)
+               health_interval=health_interval, client_id=client_id,
+               registration=registration, register_timeout=register_timeout)
     await c.start()
     return c
 

@@ -13,6 +13,12 @@ rows come back exactly as SurrealDB would shape and order them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
+
+from surrealdb import RecordID
+
+from viewclient.naming import record_text
 
 MEMBERS_PARAM = "__members"
 
@@ -85,3 +91,101 @@ def members_query(surql: str) -> str:
     if rest_words and rest_words[0][0] > 0:
         keep.insert(0, rest[:rest_words[0][0]].strip())
     return (head + " ".join(k for k in keep if k)).strip()
+
+
+# -- optimistic creates: the view's WHERE, where the client can evaluate it ---------------
+
+_CMP = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=|!=|>=|<=|>|<)\s*(.+?)\s*$", re.S)
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+_PARAM = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)(\.id)?$")
+_UNKNOWN = object()
+
+
+def where_text(surql: str) -> str | None:
+    """The query's top-level WHERE expression, None without one."""
+    text = surql.strip().rstrip(";").strip()
+    words = _top_level_words(text)
+    where = [w for w in words if w[2] == "WHERE"]
+    if not where:
+        return None
+    start = where[0][1]
+    after = [w for w in words if w[0] > start and w[2] in _CLAUSES]
+    return text[start:after[0][0] if after else len(text)].strip()
+
+
+def _literal(text: str, params: dict[str, Any], auth_text: str) -> Any:
+    if _NUMBER.match(text):
+        return float(text)
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and "\\" not in text:
+        return text[1:-1]
+    upper = text.upper()
+    if upper in ("TRUE", "FALSE"):
+        return upper == "TRUE"
+    if upper in ("NONE", "NULL"):
+        return None
+    m = _PARAM.match(text)
+    if m and m.group(1) == "auth" and m.group(2):
+        return auth_text
+    if m and not m.group(2) and m.group(1) in params:
+        return params[m.group(1)]
+    return _UNKNOWN
+
+
+def _comparable(v: Any) -> Any:
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        return v
+    if isinstance(v, RecordID):
+        return record_text(v)
+    return _UNKNOWN
+
+
+def where_filter(surql: str) -> Callable[[dict[str, Any], dict[str, Any], str], bool | None]:
+    """A test of a new record against the view's WHERE: True or False when the WHERE is a
+    conjunction (`AND`/`&&`) of `field <op> value` comparisons (op `=`, `!=`, `<`, `<=`, `>`,
+    `>=`; value a number, a quoted string, true/false/NONE, a `$param` of the view or
+    `$auth.id`), else None (the client cannot tell; the database's answer decides). Anything
+    richer (OR, functions, paths, subqueries) would need SurrealDB's own evaluator."""
+    where = where_text(surql)
+    if where is None:
+        return lambda _row, _params, _auth: True
+    parts: list[str] = []
+    cut = 0
+    for s, e, word in _top_level_words(where):
+        if word == "AND":
+            parts.append(where[cut:s])
+            cut = e
+    parts.append(where[cut:])
+    terms: list[tuple[str, str, str]] = []
+    for part in (p for chunk in parts for p in chunk.split("&&")):
+        m = _CMP.match(part)
+        if m is None or any(w[2] in ("OR", "AND", "NOT", "IN", "CONTAINS", "IS")
+                            for w in _top_level_words(m.group(3))):
+            return lambda _row, _params, _auth: None
+        terms.append((m.group(1), m.group(2), m.group(3)))
+
+    def test(row: dict[str, Any], params: dict[str, Any], auth_text: str) -> bool | None:
+        for name, op, raw in terms:
+            want = _literal(raw, params, auth_text)
+            if want is _UNKNOWN:
+                return None
+            got, want = _comparable(row.get(name)), _comparable(want)
+            if got is _UNKNOWN or want is _UNKNOWN:
+                return None
+            if op in ("=", "=="):
+                ok = got == want
+            elif op == "!=":
+                ok = got != want
+            elif type(got) is not type(want) or got is None or isinstance(got, bool):
+                return None  # an order across types is SurrealDB's to decide
+            else:
+                ok = {"<": got < want, "<=": got <= want, ">": got > want,
+                      ">=": got >= want}[op]
+            if not ok:
+                return False
+        return True
+
+    return test

@@ -15,7 +15,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from viewclient.naming import QUERY_TABLE, edge_table, record_text, ttl_secs
-from viewclient.query import MEMBERS_PARAM, members_query
+from viewclient.query import MEMBERS_PARAM, members_query, where_filter
 
 log = logging.getLogger("viewclient")
 
@@ -53,6 +53,7 @@ class View:
         self.record = RecordID(QUERY_TABLE, view_id.removeprefix("query:"))
         self.table = _source_table(surql)
         self.read_query = members_query(surql)
+        self.where = where_filter(surql)  # optimistic creates outside the WHERE stay out
         self.status = MATERIALIZING
         self.rows: list[Any] = []
         self._server_rows: list[Any] = []
@@ -191,7 +192,9 @@ class View:
             elif p.op == "update" and idx is not None:
                 out[idx] = {**out[idx], **p.data}
             elif p.op == "create" and idx is None:
-                out.append({**p.data, "id": p.record})
+                # Shown unless the view's WHERE surely excludes it (None: cannot tell).
+                if self.where(p.data, self.params, self.client.auth_text) is not False:
+                    out.append({**p.data, "id": p.record})
         return out
 
     def _emit(self, rows: list[Any]) -> None:

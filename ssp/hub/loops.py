@@ -74,7 +74,8 @@ class Loops:
         it once the view is held, so a view being registered is never removed."""
         state = self.state
         rows = await state.db.query_one(
-            f"SELECT id, lastActiveAt, ttl, auth_id FROM {QUERY_TABLE}", idempotent=True) or []
+            f"SELECT id, lastActiveAt, ttl, auth_id, state, surql FROM {QUERY_TABLE}",
+            idempotent=True) or []
         by_id = {view_id_of(r["id"]): r for r in rows}
         now = now_ms()
         expired = []
@@ -94,7 +95,10 @@ class Loops:
                 if vid in state.views:
                     continue
                 last = activity_ms(r.get("lastActiveAt"), now)
-                if last is not None and last + ttl_ms(r.get("ttl")) > now:
+                live = last is not None and last + ttl_ms(r.get("ttl")) > now
+                if live and r.get("state") is None and r.get("surql") is not None:
+                    continue  # a client's request, or a refusal its client is to read
+                if live:
                     log.warning("_00_query row of %s is live but no view holds it: removed", vid)
                 else:
                     log.info("TTL expired (row of a view not held): %s", vid)

@@ -28,6 +28,7 @@ from ssp.hub.loading import Loading, syncs_table
 from ssp.hub.loops import Loops
 from ssp.hub.reconcile import Reconciler
 from ssp.hub.registry import Registry
+from ssp.hub.rowrequests import RowRequests
 from ssp.hub.sequencer import Event, Sequencer
 from ssp.hub.shardpool import ShardPool
 from ssp.hub.snapshot import Snapshot
@@ -61,6 +62,8 @@ class Hub(HubState):
         self.registry = Registry(self, self.pool, self.lifecycle, self.edges,
                                  self.loops.know_table,
                                  catch_up=self.tail.catch_up if tails else None)
+        if tails:
+            self.tail.requests = RowRequests(self, self.registry)
         self.admission = Admission(self, self.sequencer)
         self.reconciler = Reconciler(self)
         self.introspection = Introspection(self, VERSION, self.reconciler.stats)

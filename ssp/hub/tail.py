@@ -1,6 +1,7 @@
 """The standalone changefeed tail (transport `changefeed` without a scheduler): the synced
 tables' feeds and `_00_query`'s, read in commit order through `dbclient.feed.FeedCursor`,
-submitted to the sequencer; a `_00_query` delete unregisters its view. The cursor advances
+submitted to the sequencer; a `_00_query` delete unregisters its view, and a row a record
+user created registers one (`ssp.hub.rowrequests`). The cursor advances
 only after the round's events were applied, so nothing read is ever skipped (a round that
 fails is read again; a repeat is harmless: the arena skips stale versions)."""
 
@@ -18,6 +19,7 @@ from engine.values import parse_record_id
 from ssp.naming import QUERY_TABLE, view_id_of
 
 if TYPE_CHECKING:
+    from ssp.hub.rowrequests import RowRequests
     from ssp.hub.sequencer import Event, Sequencer
     from ssp.hub.state import HubState
     from ssp.hub.views import ViewLifecycle
@@ -37,6 +39,9 @@ class FeedTail:
         self.oversized = 0  # transactions with more feed entries than one read returns
         self._wake = asyncio.Event()
         self._live: Any = None
+        self._query_live: Any = None
+        # Set by the hub: registers the `_00_query` rows record users created.
+        self.requests: RowRequests | None = None
         # One reader at a time (two rounds from one cursor would apply changes twice, an old
         # DELETE after a newer write included); `_started` is when the last catch-up began.
         self._lock = asyncio.Lock()
@@ -49,6 +54,15 @@ class FeedTail:
         except DbError as e:
             log.warning("LIVE on _00_version unavailable (%s); polling every %.0fs", e,
                         FEED_POLL_SECS)
+        if self.requests is not None:
+            # A client's new `_00_query` row bumps no `_00_version`: its own wake-up.
+            try:
+                self._query_live = await self.state.db.live(QUERY_TABLE,
+                                                            lambda _n: self._wake.set())
+            except DbError as e:
+                log.warning("LIVE on %s unavailable (%s); its rows are read every %.0fs",
+                            QUERY_TABLE, e, FEED_POLL_SECS)
+            self.state.spawn(self._scan_requests(self.requests), "row-requests-scan")
         while True:
             try:
                 await self.catch_up()
@@ -60,14 +74,21 @@ class FeedTail:
                 await asyncio.wait_for(self._wake.wait(), FEED_POLL_SECS)
             self._wake.clear()
 
+    async def _scan_requests(self, requests: RowRequests) -> None:
+        try:
+            await requests.scan()
+        except DbError as e:  # the rows are registered again on their next change
+            log.warning("reading the _00_query request rows failed: %s", e)
+
     async def stop(self) -> None:
         """End the LIVE subscription (best effort: the socket closes next anyway)."""
-        live, self._live = self._live, None
-        if live is not None:
-            try:
-                await live.kill()
-            except DbError as e:
-                log.info("killing the _00_version subscription failed: %s", e)
+        for live in (self._live, self._query_live):
+            if live is not None:
+                try:
+                    await live.kill()
+                except DbError as e:
+                    log.info("killing a changefeed subscription failed: %s", e)
+        self._live = self._query_live = None
 
     async def catch_up(self) -> None:
         """Read every feed until nothing new is left. Callers that queue up share one read: a
@@ -89,6 +110,7 @@ class FeedTail:
         rnd = await cursor.read(state.db, tables)
         events: list[Event] = []
         deletes: list[tuple[str, int]] = []
+        requests: list[tuple[str, Any]] = []
         for vs, table, s in rnd.sets:
             for ch in s.get("changes") or []:
                 ev = feed_change(table, ch)
@@ -97,6 +119,8 @@ class FeedTail:
                 if table == QUERY_TABLE:
                     if ev[1] == "DELETE":
                         deletes.append((view_id_of(parse_record_id(ev[2])), vs >> 16))
+                    elif self.requests is not None:
+                        requests.append((view_id_of(parse_record_id(ev[2])), ev[3]))
                     continue
                 events.append(ev)
         if rnd.oversized:
@@ -108,4 +132,7 @@ class FeedTail:
                 await self.views.unregister(vid, deleted_at_ms=at_ms)
         # Only now: a round that failed above is read again from the same position.
         cursor.advance(rnd, [t for t in tables if t in cursor.cursors])
+        if self.requests is not None:
+            for vid, row in requests:  # each reads its row again first (dbclient.viewrows)
+                self.requests.seen(vid, row)
         return rnd.more

@@ -76,6 +76,10 @@ class ViewLifecycle:
             except (KeyError, ValueError, TypeError) as e:
                 log.warning("bootstrap: unreadable _00_query row %r: %s", row.get("id"), e)
                 continue
+            if row.get("state") is None and row.get("surql") is not None:
+                # A client's request (registered through the allowlist by the feed tail,
+                # `ssp.hub.rowrequests`) or a refusal left for its client to read.
+                continue
             auth = row.get("auth_id")
             auth = auth if isinstance(auth, RecordID) else None
             ttl = ttl_ms(row.get("ttl"))

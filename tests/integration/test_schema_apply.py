@@ -248,6 +248,25 @@ async def test_record_users_see_only_their_own_list_ref_edges_and_no_meta(
         await client.query("DELETE _00_query:v2; DELETE _00_query:v1")
         assert [r["id"].id for r in await db.query_one("SELECT id FROM _00_query")] == ["v2"]
 
+        # A record user creates its own view row (a registration request): `auth_id` is its
+        # own whatever it sends, and the service's fields stay unset.
+        await client.query("CREATE _00_query:v3 SET surql = 'SELECT * FROM post', ttl = '1m', "
+                           "params = {}, clientId = 'c', lastActiveAt = time::now(), "
+                           "auth_id = user:someone_else, state = 'ready', rowCount = 3, "
+                           "subscribers = 9, error = {error: 'x'}")
+        v3 = await db.query_one("SELECT * FROM ONLY _00_query:v3")
+        assert v3["auth_id"] == me and v3["surql"] == "SELECT * FROM post"
+        assert all(k not in v3 for k in ("state", "rowCount", "subscribers", "error")), v3
+        # ...and never changes what it asked for afterwards (the service registered that).
+        await client.query("UPDATE _00_query:v3 SET surql = 'SELECT * FROM user', ttl = '9h'")
+        v3 = await db.query_one("SELECT * FROM ONLY _00_query:v3")
+        assert v3["surql"] == "SELECT * FROM post" and v3["ttl"] == "1m"
+        # A system user (the service) writes `auth_id` as given.
+        await db.query("UPSERT _00_query:v4 SET auth_id = user:someone_else")
+        assert (await db.query_one("SELECT VALUE auth_id FROM ONLY _00_query:v4")) == \
+            RecordID("user", "someone_else")
+        await db.query("DELETE _00_query:v3; DELETE _00_query:v4")
+
         # A record user's write bumps _00_rv and _00_version (events run as the schema owner).
         for title in ("a", "b", "c"):
             await client.query("UPSERT post:mine SET title = $t, author = $auth.id", {"t": title})

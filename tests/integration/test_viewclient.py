@@ -24,7 +24,7 @@ from tests.integration.test_scheduler_process import launch, write_config
 from tests.support.job_stack import SECRET, job_stack
 from tests.support.procs import ROOT, DbHost, ManagedProcess, free_port, start_db_host
 from tests.support.ssp_stack import apply_schema, root_db, start_ssp, unique_db, wait_for
-from viewclient import GAP, READY, Client, Step, View, connect
+from viewclient import GAP, READY, Client, Step, View, ViewError, connect
 
 SCHEMA = """
 DEFINE TABLE user SCHEMAFULL PERMISSIONS FOR select WHERE id = $auth.id;
@@ -48,6 +48,9 @@ DEFINE FIELD locked ON post TYPE option<bool>;
 DEFINE FIELD tag ON post TYPE option<record<tag>>;
 DEFINE TABLE thread SCHEMALESS PERMISSIONS FOR select FULL;
 """
+
+SERVICE_SECRET = "viewclient-service-secret-5e6f"
+ROW_VIEWS = 4  # SVC_ROW_VIEWS_PER_USER of the module's SSP
 
 TOP = ("SELECT id, title, n, tag.label AS label FROM post WHERE owner = $auth.id AND n >= $min "
        "ORDER BY n DESC, title LIMIT 5 START 1")
@@ -92,7 +95,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     ns, db = unique_db()
     asyncio.run(_prepare(host, ns, db))
     apply_schema(host, ns, db)
-    ssp = start_ssp(tmp, host, ns, db, TTL_CLEANUP_INTERVAL_SECS="1")
+    # The service has a secret the clients never hold: they register by their rows.
+    # Views honour their owner's select permission, as in production.
+    ssp = start_ssp(tmp, host, ns, db, TTL_CLEANUP_INTERVAL_SECS="1",
+                    SVC_AUTH_SECRET=SERVICE_SECRET, SVC_SSP_VIEW_PERMISSIONS="enforce",
+                    SVC_ROW_VIEWS_PER_USER=str(ROW_VIEWS))
     s = Stack(host, ns, db, ssp.process, ssp.port, tmp)
     try:
         s.ssp.wait_http(s.service_url + "/health", timeout=60)
@@ -102,8 +109,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.host.process.stop()
 
 
-async def user(stack: Stack, name: str) -> Client:
-    """A Client signed in as record user `name` (signed up on first use)."""
+async def user(stack: Stack, name: str, **options: Any) -> Client:
+    """A Client signed in as record user `name` (signed up on first use); it registers its
+    views by their rows unless `options` say otherwise."""
     creds = {"access": "account", "variables": {"name": name, "pass": f"{name}-pw"}}
     probe = AsyncSurreal(stack.host.ws_url)
     try:
@@ -113,7 +121,7 @@ async def user(stack: Stack, name: str) -> Client:
     finally:
         await probe.close()
     return await connect(stack.host.ws_url, stack.ns, stack.db, creds,
-                         service_url=stack.service_url, health_interval=0.3)
+                         service_url=stack.service_url, health_interval=0.3, **options)
 
 
 async def as_root(stack: Stack, sql: str, vars: dict[str, Any] | None = None) -> Any:
@@ -183,6 +191,11 @@ async def test_rows_equal_surrealdb_after_random_writes_and_users_see_only_their
                 "SELECT id FROM post WHERE owner = $auth.id")}
             assert {str(r["id"]) for r in got_a} <= mine
             assert not {str(r["id"]) for r in got_b} & mine
+        # Some seeds leave alice's window (START 1) empty throughout: two posts of hers at the
+        # top make sure the steps have something to show.
+        await as_root(stack, "UPSERT post:top1 SET owner = $o, title = 'x', n = 9; "
+                      "UPSERT post:top2 SET owner = $o, title = 'y', n = 9", {"o": alice.auth_id})
+        await settles(va, alice, TOP, params)
         assert any(s.added or s.removed or s.changed for s in steps)
         assert all(s.status in ("materializing", READY) for s in steps)
     finally:
@@ -217,6 +230,128 @@ async def test_two_sessions_of_one_user_are_two_views_and_close_deletes_only_its
     finally:
         await one.close()
         await two.close()
+
+
+async def test_the_bearer_path_still_registers_for_server_side_apps(stack: Stack) -> None:
+    client = await user(stack, "kate", registration="bearer", service_token=SERVICE_SECRET)
+    try:
+        await as_root(stack, "UPSERT post:k1 SET owner = $o, title = 'k', n = 3",
+                      {"o": client.auth_id})
+        view = await client.view(TOP.replace(" START 1", ""), {"min": 0})
+        await settles(view, client, TOP.replace(" START 1", ""), {"min": 0})
+        assert [r["id"] for r in view.rows] == [RecordID("post", "k1")]
+    finally:
+        await client.close()
+    wrong = await user(stack, "kate", registration="bearer", service_token="not-the-secret")
+    try:
+        with pytest.raises(ViewError) as e:
+            await wrong.view(TOP, {"min": 0})
+        assert e.value.status == 401
+    finally:
+        await wrong.close()
+
+
+async def test_a_row_naming_another_user_registers_a_view_of_its_own_writer(
+        stack: Stack) -> None:
+    """The schema pins `auth_id` to the writer: a row claiming alice's identity (in the row
+    and in its params) is bob's view, maintained in bob's edge table with bob's rows."""
+    alice, bob = await user(stack, "lena"), await user(stack, "mike")
+    try:
+        await as_root(stack, "UPSERT post:l1 SET owner = $a, title = 'hers', n = 4; "
+                      "UPSERT post:m1 SET owner = $b, title = 'his', n = 4",
+                      {"a": alice.auth_id, "b": bob.auth_id})
+        q = RecordID("_00_query", "forged" + os.urandom(4).hex())
+        await bob.db.query(
+            "CREATE $q SET surql = 'SELECT id FROM post WHERE n >= 0', params = $p, "
+            "clientId = 'x', ttl = '1m', lastActiveAt = time::now(), auth_id = $a, "
+            "state = 'ready', rowCount = 7",
+            {"q": q, "a": alice.auth_id, "p": {"auth_id": alice.auth_text}})
+        async def registered() -> dict[str, Any] | None:
+            got = await as_root(stack, "SELECT * FROM $q", {"q": q})
+            row = got[0] if got else None
+            return row if row and row.get("state") == READY else None
+        row = await wait_for(registered, 30, "the forged row registered")
+        assert row["auth_id"] == bob.auth_id
+        assert row["params"]["auth_id"] == bob.auth_text
+        edges = await as_root(stack, f"SELECT VALUE out FROM {_edge_table(bob)} "
+                              "WHERE in = $q", {"q": q})
+        assert edges == [RecordID("post", "m1")]  # bob's select permission applied
+        # alice's row cannot be changed or deleted by bob either.
+        va = await alice.view(TOP, {"min": 0})
+        assert not await as_root(stack, f"SELECT VALUE out FROM {_edge_table(alice)} "
+                                 "WHERE in = $q", {"q": q})
+        await bob.db.query("UPDATE $q SET surql = 'SELECT * FROM post', lastActiveAt = "
+                           "time::now(); DELETE $q", {"q": va.record})
+        got = await as_root(stack, "SELECT surql FROM $q", {"q": va.record})
+        assert got == [{"surql": TOP}]
+        await as_root(stack, "DELETE $q", {"q": q})
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+def _edge_table(client: Client) -> str:
+    from viewclient import edge_table
+    return edge_table(client.auth_text, client.ref_mode)
+
+
+async def test_a_refused_query_is_an_error_on_the_client_and_its_row_goes(
+        stack: Stack) -> None:
+    client = await user(stack, "nina")
+    try:
+        with pytest.raises(ViewError) as e:
+            await client.view("SELECT * FROM post GROUP BY n")
+        assert e.value.status == 400 and "rejected" in str(e.value) and "grouped" in str(e.value)
+        assert not client.views
+        rows = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE auth_id = $u",
+                             {"u": client.auth_id})
+        assert rows == []
+    finally:
+        await client.close()
+
+
+async def test_a_user_holds_at_most_the_limit_of_views_by_rows(stack: Stack) -> None:
+    client = await user(stack, "quinn")
+    try:
+        for n in range(ROW_VIEWS):
+            await client.view(TOP, {"min": n})
+        with pytest.raises(ViewError) as e:
+            await client.view(TOP, {"min": 99})
+        assert e.value.status == 429 and "too_many_views" in str(e.value)
+        assert len(client.views) == ROW_VIEWS
+    finally:
+        await client.close()
+
+
+async def test_a_deleted_row_unregisters_its_view(stack: Stack) -> None:
+    client = await user(stack, "olga")
+    try:
+        q = TOP.replace(" START 1", "")
+        gone = await client.view(q, {"min": 0})
+        kept = await client.view(q, {"min": 1})
+        await as_root(stack, "UPSERT post:o1 SET owner = $o, title = 'o', n = 3",
+                      {"o": client.auth_id})
+        await settles(gone, client, q, {"min": 0})
+        table = _edge_table(client)
+        # The app stops following the view, then deletes its row as the user (what close()
+        # does): the view's edge deletions must not make it register the view again.
+        gone._closed = True
+        for t in gone._tasks:
+            t.cancel()
+        await client.unfollow(gone.edge_table, gone.record)
+        client.views.pop(gone.id, None)
+        await client.db.query("DELETE $q", {"q": gone.record})
+        async def no_edges() -> bool:
+            return not await as_root(stack, f"SELECT VALUE out FROM {table} WHERE in = $q",
+                                     {"q": gone.record})
+        await wait_for(no_edges, 30, "the deleted view's edges torn down")
+        await as_root(stack, "UPSERT post:o2 SET owner = $o, title = 'p', n = 5",
+                      {"o": client.auth_id})
+        await settles(kept, client, q, {"min": 1})
+        assert await no_edges(), "a write reached the unregistered view"
+        assert not await as_root(stack, "SELECT VALUE id FROM $q", {"q": gone.record})
+    finally:
+        await client.close()
 
 
 async def test_refresh_keeps_a_view_alive_past_its_ttl_and_its_absence_lets_it_expire(
@@ -260,9 +395,15 @@ async def _gap_then_right_rows(stack: Stack, kill: str) -> None:
             stack.host.process.kill9()
         while (await asyncio.wait_for(steps.get(), 30)).status != GAP:
             pass
+        pending = RecordID("_00_query", "whiledown" + os.urandom(4).hex())
         if kill == "ssp":
             await as_root(stack, f"UPSERT post:{kill}9 SET owner = $o, title = 'late', n = 9",
                           {"o": client.auth_id})
+            # A view asked for while no SSP runs: registered when it starts, not restored
+            # past the allowlist and the engine's verdict.
+            await client.db.query("CREATE $q SET surql = $s, params = {min: 0}, clientId = "
+                                  "'c', ttl = '1m', lastActiveAt = time::now()",
+                                  {"q": pending, "s": TOP})
             stack.restart_ssp()
         else:
             stack.restart_host()
@@ -273,6 +414,12 @@ async def _gap_then_right_rows(stack: Stack, kill: str) -> None:
         got = await settles(view, client, TOP, params, timeout=60)
         # n 9, 2, 1, 0 with START 1: the late write moved post 2 into the window.
         assert [r["id"] for r in got] == [RecordID("post", f"{kill}{i}") for i in (2, 1, 0)]
+        if kill == "ssp":
+            async def registered() -> bool:
+                got = await as_root(stack, "SELECT VALUE state FROM $q", {"q": pending})
+                return got == [READY]
+            await wait_for(registered, 30, "the row written while the SSP was down registered")
+            await client.db.query("DELETE $q", {"q": pending})
     finally:
         await client.close()
 
@@ -307,6 +454,14 @@ async def test_optimistic_writes_show_at_once_and_roll_back_on_a_permission_erro
         await settles(view, client, TOP.replace(" START 1", ""), params)
         assert any(r["title"] == "edited" for r in view.rows)
         assert len(client.failed_writes) == 1
+        # Optimistic creates honour the view's WHERE (`n >= $min`): one outside it is never
+        # shown, not even for the moment the database takes to answer; one inside is.
+        steps.clear()
+        await client.create("post:f3", {"owner": client.auth_id, "title": "out", "n": -1})
+        await client.create("post:f4", {"owner": client.auth_id, "title": "in", "n": 7})
+        shown = {str(r["id"]) for s in steps for r in s.added}
+        assert "post:f3" not in shown and "post:f4" in shown, shown
+        await settles(view, client, TOP.replace(" START 1", ""), params)
     finally:
         await client.close()
 
@@ -368,7 +523,8 @@ async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
     apply_schema(host, name, name)
     port = free_port()
     sched = launch(tmp_path, write_config(tmp_path, host, name, port), port, name,
-                   ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed")
+                   ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed",
+                   SVC_ROW_VIEWS_PER_USER="2")
     ssp = start_ssp(tmp_path, host, name, name, SVC_SSP_REF_MODE="single",
                     SVC_SCHEDULER_URL=sched.url, SVC_SSP_ID="ssp-vc",
                     HEARTBEAT_INTERVAL_MS="200")
@@ -395,6 +551,11 @@ async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
                           {f"o{i}": rng.choice(clients).auth_id for i in range(6)})
             for v, c in zip(views, clients):
                 await settles(v, c, TOP, params)
+        # The scheduler's limit of views by rows per user (2 here).
+        await clients[0].view(TOP, {"min": 3})
+        with pytest.raises(ViewError) as e:
+            await clients[0].view(TOP, {"min": 4})
+        assert e.value.status == 429 and "too_many_views" in str(e.value)
     finally:
         for c in clients:
             await c.close()

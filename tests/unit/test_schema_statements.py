@@ -48,7 +48,8 @@ def test_meta_table_sql_matches_its_desired_structure() -> None:
     text = meta_table_sql(q, "1h")
     assert "CHANGEFEED 1h INCLUDE ORIGINAL" in text
     assert "FOR select WHERE auth_id = $auth.id" in text
-    assert "FOR create NONE" in text
+    assert "FOR create WHERE auth_id = $auth.id" in text
+    assert "FOR create NONE" in meta_table_sql(by_name["_00_list_ref"], None)
     assert "CHANGEFEED" not in meta_table_sql(q, None)
     assert "TYPE RELATION" in meta_table_sql(by_name["_00_list_ref"], None)
 
@@ -56,7 +57,7 @@ def test_meta_table_sql_matches_its_desired_structure() -> None:
     engine_view = {
         "kind": {"kind": "NORMAL"}, "schemafull": False, "comment": q.comment,
         "changefeed": {"expiry": Duration(3_600 * 10**9), "original": True},
-        "permissions": {"select": "auth_id = $auth.id", "create": False,
+        "permissions": {"select": "auth_id = $auth.id", "create": "auth_id = $auth.id",
                         "update": "auth_id = $auth.id", "delete": "auth_id = $auth.id"},
     }
     assert current_structure(engine_view) == desired_meta_structure(q, 3_600 * 10**9)

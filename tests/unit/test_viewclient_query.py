@@ -3,10 +3,13 @@ query's own projection, WHERE and ORDER BY, without its window (START/LIMIT)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from surrealdb import RecordID
 
 from viewclient.naming import edge_table, ttl_secs
-from viewclient.query import UnsupportedQuery, members_query
+from viewclient.query import UnsupportedQuery, members_query, where_filter
 
 
 @pytest.mark.parametrize(("surql", "want"), [
@@ -48,3 +51,30 @@ def test_ttl_parses_durations_and_refuses_garbage() -> None:
     assert ttl_secs("1h30m") == 5400
     with pytest.raises(ValueError):
         ttl_secs("10 minutes")
+
+
+@pytest.mark.parametrize(("where", "row", "want"), [
+    ("owner = $auth.id AND n >= $min", {"owner": RecordID("user", "a"), "n": 3}, True),
+    ("owner = $auth.id AND n >= $min", {"owner": RecordID("user", "b"), "n": 3}, False),
+    ("owner = $auth.id AND n >= $min", {"owner": "user:a", "n": 1}, False),
+    ("owner = $auth.id && n >= $min", {"owner": "user:a", "n": 2}, True),
+    ("title = 'a AND b' AND done = false", {"title": "a AND b", "done": False}, True),
+    ("title != 'x'", {"title": "x"}, False),
+    ("n < 2.5", {"n": 2}, True),
+    # The client cannot tell (the database's answer decides): missing fields (a DEFAULT may
+    # fill them), order across types, OR, functions, paths, unknown params.
+    ("n >= $min", {}, None),
+    ("n >= 'a'", {"n": 1}, None),
+    ("a = 1 OR b = 2", {"a": 1}, None),
+    ("string::len(title) > 2", {"title": "abc"}, None),
+    ("owner.name = 'a'", {"owner": "user:a"}, None),
+    ("n = $unknown", {"n": 1}, None),
+])
+def test_where_filter_evaluates_simple_conjunctions_and_says_when_it_cannot(
+        where: str, row: dict[str, Any], want: bool | None) -> None:
+    test = where_filter(f"SELECT * FROM post WHERE {where} ORDER BY n DESC LIMIT 3")
+    assert test(row, {"min": 2}, "user:a") is want
+
+
+def test_where_filter_admits_everything_without_a_where() -> None:
+    assert where_filter("SELECT * FROM post ORDER BY n LIMIT 3")({"n": 1}, {}, "") is True

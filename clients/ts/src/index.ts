@@ -6,16 +6,19 @@
  * close(), reconnect with gap reporting, optimistic writes with rollback and a failed-writes
  * list, run(table, path, payload) through an outbox job.
  *
- * Edge notifications are only wake-ups: each one makes the view read its members and rows
- * again in one request. That also makes the client immune to the SDK 2.0.8 defect that loses
- * a notification arriving in the same tick as the one before it (ChannelIterator.submit keeps
- * its resolved waiter): the read triggered by the first already sees the second's write.
+ * Edge notifications are only wake-ups: each one makes the views read their members and rows
+ * again in one request. One LIVE query per edge table and client is shared by its views, and
+ * any notification on it wakes every one of them: the SDK 2.0.8 loses a notification arriving
+ * in the same tick as the one before it (ChannelIterator.submit keeps its resolved waiter),
+ * and the lost one may be another view's edge (two views of one user gaining the same row in
+ * one flush); the reads the first notification triggers already see the second's write.
  */
 
 import { RecordId, StringRecordId, Surreal, Table } from "surrealdb";
-import { MEMBERS_PARAM, edgeTable, membersQuery, ttlSecs } from "./query.js";
+import { MEMBERS_PARAM, type WhereTest, edgeTable, membersQuery, ttlSecs, whereFilter }
+  from "./query.js";
 
-export { edgeTable, membersQuery, ttlSecs } from "./query.js";
+export { edgeTable, membersQuery, ttlSecs, whereFilter } from "./query.js";
 
 export type Status = "materializing" | "ready" | "gap";
 export type Row = Record<string, unknown>;
@@ -33,8 +36,16 @@ export interface FailedWrite { op: string; target: string; data: unknown; error:
 export interface ConnectOptions {
   /** The SSP (standalone) or the scheduler's ingest listener. */
   serviceUrl: string;
-  /** Bearer for `/view/register` (any value when the service runs without a secret). */
+  /**
+   * How views are registered: `row` (default) writes the view's `_00_query` row as the
+   * signed-in user, which the service reads from the changefeed (no service secret, fit for
+   * a browser); `bearer` calls `/view/register` with `serviceToken` (server-side apps).
+   */
+  registration?: "row" | "bearer";
+  /** Bearer for `/view/register` (registration `bearer`; any value without a secret). */
   serviceToken?: string;
+  /** How long a registration waits for the service's answer on the row (ms). */
+  registerTimeoutMs?: number;
   refMode?: "dedicated" | "single";
   /** How often the service's /health is checked (ms); a failure is a gap. */
   healthIntervalMs?: number;
@@ -91,6 +102,8 @@ export class Client {
   private healthTimer: ReturnType<typeof setInterval> | undefined;
   private healthy = true;
   private unsubs: Array<() => void> = [];
+  /** Edge table -> its LIVE query (shared by this client's views on it) and those views. */
+  private follows = new Map<string, { live: Promise<{ kill(): Promise<void> }>; views: Set<View> }>();
 
   constructor(readonly db: Surreal, readonly opts: Required<Omit<ConnectOptions, "WebSocket">>) {}
 
@@ -153,13 +166,103 @@ export class Client {
     }
   }
 
+  /** Wake `view` on every notification of `table` (see the module comment). */
+  async follow(table: string, view: View): Promise<void> {
+    let entry = this.follows.get(table);
+    if (!entry) {
+      const views = new Set<View>();
+      // A managed LIVE query: the SDK starts it again after a reconnect.
+      const live = this.db.live(new Table(table)).then((sub) => {
+        sub.subscribe(() => { for (const v of views) v.wake(); });
+        return sub;
+      });
+      entry = { live, views };
+      this.follows.set(table, entry);
+    }
+    entry.views.add(view);
+    try {
+      await entry.live;
+    } catch (e) {
+      if (this.follows.get(table) === entry) this.follows.delete(table);
+      throw e;
+    }
+  }
+
+  async unfollow(table: string, view: View): Promise<void> {
+    const entry = this.follows.get(table);
+    if (!entry) return;
+    entry.views.delete(view);
+    if (entry.views.size === 0) {
+      this.follows.delete(table);
+      await (await entry.live).kill().catch(() => undefined);
+    }
+  }
+
   async viewId(surql: string, params: Row): Promise<string> {
     const h = await sha256Hex(JSON.stringify([this.salt, surql, params]));
     return "query:c" + h.slice(0, 32);
   }
 
-  /** Ask the service to hold the view; it writes the `_00_query` row. */
+  /** Have the service hold the view (by its row, or `/view/register`: `registration`). */
   async register(id: string, surql: string, params: Row, ttl: string): Promise<void> {
+    if (this.opts.registration === "bearer") await this.registerBearer(id, surql, params, ttl);
+    else await this.registerRow(id, surql, params, ttl);
+  }
+
+  /**
+   * CREATE the view's `_00_query` row (the schema sets `auth_id` to this user) and wait for
+   * the service's answer on it: `state` (registered) or `error` (its refusal, thrown as a
+   * ViewError after the row is deleted). A row already there is waited on; a row that is
+   * gone is written again; while no answer comes `lastActiveAt` is touched every 2 s (a
+   * change the service reads again: it may not have been ready).
+   */
+  private async registerRow(id: string, surql: string, params: Row, ttl: string): Promise<void> {
+    const q = new RecordId("_00_query", id.replace(/^query:/, ""));
+    const deadline = Date.now() + this.opts.registerTimeoutMs;
+    let pokeAt = Date.now() + 2000;
+    let pause = 5;
+    let create = true;
+    for (;;) {
+      if (create) {
+        try {
+          await this.db.query(
+            "CREATE $q SET surql = $s, params = $p, clientId = $c, ttl = $t, " +
+            "lastActiveAt = time::now() RETURN NONE",
+            { q, s: surql, p: params, c: this.opts.clientId, t: ttl }).collect();
+        } catch (e) {
+          if (!String(e).includes("already exists")) {
+            throw new ViewError(403, `cannot write the view's row: ${String(e)}`);
+          }
+        }
+        create = false;
+      }
+      const [rows] = await this.db.query<[Row[]]>("SELECT state, error FROM $q", { q }).collect();
+      const row = rows?.[0];
+      if (!row) {
+        create = true;
+      } else if (row.error) {
+        const err = row.error as { error?: string; message?: string; status?: number };
+        await this.db.query("DELETE $q", { q }).collect().catch(() => undefined);
+        throw new ViewError(Number(err.status ?? 400), `${err.error}: ${err.message}`);
+      } else if (row.state !== undefined && row.state !== null) {
+        return;
+      }
+      const now = Date.now();
+      if (now > deadline) {
+        throw new ViewError(503, `the service did not answer on view ${id}'s row in time`);
+      }
+      if (now > pokeAt) {
+        pokeAt = now + 2000;
+        await this.db.query("UPDATE $q SET lastActiveAt = time::now() RETURN NONE", { q })
+          .collect();
+      }
+      await new Promise((r) => setTimeout(r, pause));
+      pause = Math.min(pause * 2, 100);
+    }
+  }
+
+  /** `POST /view/register` with the service's bearer; the service writes the row. */
+  private async registerBearer(id: string, surql: string, params: Row, ttl: string): Promise<void> {
     const body = {
       id, surql, clientId: this.opts.clientId, ttl,
       params: { ...params, auth_id: this.authText },
@@ -260,9 +363,10 @@ export class View implements AsyncIterable<Step> {
   readonly record: RecordId;
   readonly table: string;
   private readonly readQuery: string;
+  /** Optimistic creates the view's WHERE surely excludes stay out of it. */
+  private readonly where: WhereTest;
   private serverRows: Row[] = [];
   private callbacks = new Set<(s: Step) => void>();
-  private live: { kill(): Promise<void>; subscribe(h: (m: any) => void): () => void } | undefined;
   private refreshTimer: ReturnType<typeof setTimeout> | undefined;
   private reading: Promise<void> | undefined;
   private again = false;
@@ -273,6 +377,7 @@ export class View implements AsyncIterable<Step> {
     this.record = new RecordId("_00_query", id.replace(/^query:/, ""));
     this.table = /\bFROM\s+([A-Za-z0-9_]+)/i.exec(surql)?.[1] ?? "";
     this.readQuery = membersQuery(surql);
+    this.where = whereFilter(surql);
   }
 
   get edgeTable(): string {
@@ -296,16 +401,10 @@ export class View implements AsyncIterable<Step> {
   }
 
   private async follow(): Promise<void> {
-    // A managed LIVE query: the SDK starts it again after a reconnect.
-    const live = await this.client.db.live(new Table(this.edgeTable));
-    live.subscribe((m) => {
-      const inn = m?.value?.in;
-      if (inn !== undefined && String(inn) === String(this.record)) this.wake();
-    });
-    this.live = live;
+    await this.client.follow(this.edgeTable, this);
   }
 
-  private wake(): void {
+  wake(): void {
     if (this.status === "gap" || this.closed) return;
     void this.reread().catch(() => undefined);
   }
@@ -379,7 +478,10 @@ export class View implements AsyncIterable<Step> {
       const idx = out.findIndex((r) => key(r) === p.record);
       if (p.op === "delete" && idx >= 0) out.splice(idx, 1);
       else if (p.op === "update" && idx >= 0) out[idx] = { ...out[idx], ...p.data };
-      else if (p.op === "create" && idx < 0) out.push({ ...p.data, id: new StringRecordId(p.record) });
+      else if (p.op === "create" && idx < 0 &&
+               this.where(p.data, this.params, this.client.authText) !== false) {
+        out.push({ ...p.data, id: new StringRecordId(p.record) });
+      }
     }
     return out;
   }
@@ -425,7 +527,7 @@ export class View implements AsyncIterable<Step> {
     if (this.closed) return;
     this.closed = true;
     clearTimeout(this.refreshTimer);
-    await this.live?.kill().catch(() => undefined);
+    await this.client.unfollow(this.edgeTable, this);
     await this.client.db.query("DELETE $q", { q: this.record }).collect();
     this.client.views.delete(this.id);
   }
@@ -441,7 +543,9 @@ export async function connect(url: string, namespace: string, database: string, 
     reconnect: { enabled: true, attempts: -1, retryDelay: 100, retryDelayMax: 2000 } });
   const client = new Client(db, {
     serviceUrl: opts.serviceUrl.replace(/\/$/, ""),
+    registration: opts.registration ?? "row",
     serviceToken: opts.serviceToken ?? "dev",
+    registerTimeoutMs: opts.registerTimeoutMs ?? 60000,
     refMode: opts.refMode ?? "dedicated",
     healthIntervalMs: opts.healthIntervalMs ?? 1000,
     clientId: opts.clientId ?? randomHex(16),

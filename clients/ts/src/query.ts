@@ -95,3 +95,88 @@ export function ttlSecs(ttl: string): number {
   }
   return parts.reduce((s, p) => s + Number(p[1]) * units[p[2]], 0);
 }
+
+/** The query's top-level WHERE expression, undefined without one. */
+export function whereText(surql: string): string | undefined {
+  const text = surql.trim().replace(/;+\s*$/, "").trim();
+  const words = topLevelWords(text);
+  const where = words.find((w) => w.word === "WHERE");
+  if (!where) return undefined;
+  const after = words.find((w) => w.start > where.end && CLAUSES.has(w.word));
+  return text.slice(where.end, after ? after.start : text.length).trim();
+}
+
+const UNKNOWN = Symbol("unknown");
+type Value = number | string | boolean | null | typeof UNKNOWN;
+
+function literal(text: string, params: Record<string, unknown>, authText: string): unknown {
+  if (/^-?\d+(\.\d+)?$/.test(text)) return Number(text);
+  if (text.length >= 2 && text[0] === text[text.length - 1] && `'"`.includes(text[0]) &&
+      !text.includes("\\")) return text.slice(1, -1);
+  const upper = text.toUpperCase();
+  if (upper === "TRUE" || upper === "FALSE") return upper === "TRUE";
+  if (upper === "NONE" || upper === "NULL") return null;
+  const m = /^\$([A-Za-z_][A-Za-z0-9_]*)(\.id)?$/.exec(text);
+  if (m && m[1] === "auth" && m[2]) return authText;
+  if (m && !m[2] && m[1] in params) return params[m[1]];
+  return UNKNOWN;
+}
+
+function comparable(v: unknown): Value {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "boolean" || typeof v === "string" || typeof v === "number") return v;
+  if (typeof v === "bigint") return Number(v);
+  // A RecordId (or StringRecordId) prints as table:key.
+  if (typeof v === "object" && v !== null && /RecordId/.test(v.constructor?.name ?? "")) {
+    return String(v);
+  }
+  return UNKNOWN;
+}
+
+export type WhereTest = (row: Record<string, unknown>, params: Record<string, unknown>,
+                         authText: string) => boolean | undefined;
+
+/**
+ * A test of a new record against the view's WHERE: true or false when the WHERE is a
+ * conjunction (`AND`/`&&`) of `field <op> value` comparisons (op `=`, `!=`, `<`, `<=`, `>`,
+ * `>=`; value a number, a quoted string, true/false/NONE, a `$param` of the view or
+ * `$auth.id`), else undefined (the client cannot tell; the database's answer decides).
+ * Same rule as the Python client (`viewclient.query.where_filter`).
+ */
+export function whereFilter(surql: string): WhereTest {
+  const where = whereText(surql);
+  if (where === undefined) return () => true;
+  const parts: string[] = [];
+  let cut = 0;
+  for (const w of topLevelWords(where)) {
+    if (w.word === "AND") { parts.push(where.slice(cut, w.start)); cut = w.end; }
+  }
+  parts.push(where.slice(cut));
+  const terms: Array<[string, string, string]> = [];
+  for (const part of parts.flatMap((p) => p.split("&&"))) {
+    const m = /^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=|!=|>=|<=|>|<)\s*([\s\S]+?)\s*$/.exec(part);
+    if (!m || topLevelWords(m[3]).some((w) => ["OR", "AND", "NOT", "IN", "CONTAINS", "IS"]
+      .includes(w.word))) return () => undefined;
+    terms.push([m[1], m[2], m[3]]);
+  }
+  return (row, params, authText) => {
+    for (const [name, op, raw] of terms) {
+      const lit = literal(raw, params, authText);
+      if (lit === UNKNOWN) return undefined;
+      const got = comparable(row[name]);
+      const want = comparable(lit);
+      if (got === UNKNOWN || want === UNKNOWN) return undefined;
+      let ok: boolean;
+      if (op === "=" || op === "==") ok = got === want;
+      else if (op === "!=") ok = got !== want;
+      else if (typeof got !== typeof want || got === null || typeof got === "boolean") {
+        return undefined;  // an order across types is SurrealDB's to decide
+      } else {
+        const [a, b] = [got as number | string, want as number | string];
+        ok = op === "<" ? a < b : op === "<=" ? a <= b : op === ">" ? a > b : a >= b;
+      }
+      if (!ok) return false;
+    }
+    return true;
+  };
+}

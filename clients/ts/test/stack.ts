@@ -3,10 +3,15 @@
  * host (on disk, so it survives kill -9), `svc schema apply`, a standalone SSP (changefeed
  * transport) and a small backend for outbox jobs, all on free loopback ports, from this
  * checkout's virtual environment (`SVC_PYTHON`, else `<repo>/.venv/bin/python`).
+ *
+ * `SVC_TS_MODE` picks the stack: `standalone` (default: the SSP alone, edge mode
+ * `dedicated`), `scheduler` (a scheduler tailing the changefeed, its SSP linked to it; the
+ * clients talk to the scheduler) or `single` (standalone, edge mode `single`). The service
+ * holds a secret the clients never get: they register their views by their rows.
  */
 
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { type AddressInfo, createServer as netServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -19,6 +24,13 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..")
 const PY = process.env.SVC_PYTHON ?? join(ROOT, ".venv/bin/python");
 const ROOT_USER = "root";
 const ROOT_PASS = "root-ts-pass";
+export const SERVICE_SECRET = "ts-client-service-secret-7a8b";
+export type Mode = "standalone" | "scheduler" | "single";
+export const MODE = (process.env.SVC_TS_MODE ?? "standalone") as Mode;
+if (!["standalone", "scheduler", "single"].includes(MODE)) {
+  throw new Error(`SVC_TS_MODE ${MODE} is not standalone, scheduler or single`);
+}
+export const REF_MODE = MODE === "single" ? "single" : "dedicated";
 
 export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
@@ -31,7 +43,10 @@ export async function freePort(): Promise<number> {
   });
 }
 
-async function waitHealth(url: string, proc: Proc, timeoutMs = 60000): Promise<void> {
+/** Until `url` answers 200 (with `anyStatus`: answers at all, as the scheduler's /health
+ * does with 503 until an SSP is ready). */
+async function waitHealth(url: string, proc: Proc, timeoutMs = 60000,
+                          anyStatus = false): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (proc.child.exitCode !== null) {
@@ -39,7 +54,7 @@ async function waitHealth(url: string, proc: Proc, timeoutMs = 60000): Promise<v
     }
     try {
       const r = await fetch(url, { signal: AbortSignal.timeout(1000) });
-      if (r.status === 200) return;
+      if (r.status === 200 || anyStatus) return;
     } catch { /* not up yet */ }
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -117,12 +132,18 @@ export class Stack {
   db = "db" + Math.random().toString(16).slice(2, 10);
   dbPort = 0;
   sspPort = 0;
+  schedPort = 0;
   host!: Proc;
   ssp!: Proc;
+  scheduler: Proc | undefined;
   backend!: Server;
 
   get wsUrl(): string { return `ws://127.0.0.1:${this.dbPort}/rpc`; }
-  get serviceUrl(): string { return `http://127.0.0.1:${this.sspPort}`; }
+  /** Where clients check health (and register with a bearer): the scheduler or the SSP. */
+  get serviceUrl(): string {
+    return `http://127.0.0.1:${MODE === "scheduler" ? this.schedPort : this.sspPort}`;
+  }
+  get sspUrl(): string { return `http://127.0.0.1:${this.sspPort}`; }
 
   private dbEnv(): Record<string, string> {
     return { SVC_DB_URL: this.wsUrl, SVC_DB_USER: ROOT_USER, SVC_DB_PASS: ROOT_PASS,
@@ -148,6 +169,29 @@ export class Stack {
       { cwd: ROOT, env: baseEnv(this.dbEnv()), encoding: "utf8", timeout: 60000 });
     if (apply.status !== 0) throw new Error("schema apply failed: " + apply.stderr + apply.stdout);
     this.sspPort = await freePort();
+    const linked: Record<string, string> = {};
+    if (MODE === "scheduler") {
+      this.schedPort = await freePort();
+      const config = join(this.tmp, "scheduler.json");  // YAML is a superset of JSON
+      writeFileSync(config, JSON.stringify({
+        db: { url: this.wsUrl, namespace: this.ns, database: this.db, username: ROOT_USER,
+          password: ROOT_PASS },
+        ingest_host: "127.0.0.1", ingest_port: this.schedPort,
+        replica_db_path: join(this.tmp, "sched/replica.sqlite3"),
+        wal_path: join(this.tmp, "sched/wal"),
+        ssp_poll_interval_ms: 50, heartbeat_interval_ms: 100,
+        // A killed SSP is noticed within it: the scheduler's /health fails, clients see a gap.
+        heartbeat_timeout_ms: 1500,
+      }));
+      this.scheduler = new Proc("svc-scheduler", [join(dirname(PY), "svc-scheduler"),
+        "--config", config], baseEnv({ SVC_INGEST_TRANSPORT: "changefeed",
+        SVC_DRIFT_CHECK: "false", SVC_ADMIN_HOST: "127.0.0.1",
+        SVC_ADMIN_PORT: String(await freePort()), SVC_AUTH_SECRET: SERVICE_SECRET }),
+      join(this.tmp, "scheduler.log"));
+      await waitHealth(`${this.serviceUrl}/health`, this.scheduler, 60000, true);
+      Object.assign(linked, { SVC_SCHEDULER_URL: this.serviceUrl, SVC_SSP_ID: "ssp-ts",
+        HEARTBEAT_INTERVAL_MS: "200" });
+    }
     const jobs = { job_tables: { main: { name: "job", base_url: backendUrl,
       auth_token: "backend-token", concurrency: 2, timeout_secs: 5, lease_secs: 3,
       backoff_ms: 50 } } };
@@ -157,13 +201,16 @@ export class Stack {
       SVC_INGEST_TRANSPORT: "changefeed", SVC_SSP_QUERY_UPDATE_THROTTLE_MS: "20",
       SVC_SCHEMA_POLL_SECS: "1", TTL_CLEANUP_INTERVAL_SECS: "1",
       SVC_JOB_CONFIG: JSON.stringify(jobs), SVC_SSP_JOB_SWEEP_SECS: "1",
+      SVC_AUTH_SECRET: SERVICE_SECRET, SVC_SSP_REF_MODE: REF_MODE, ...linked,
     }), join(this.tmp, "ssp.log"));
-    await waitHealth(this.serviceUrl + "/health", this.ssp);
+    await waitHealth(this.sspUrl + "/health", this.ssp);
+    if (this.scheduler) await waitHealth(this.serviceUrl + "/health", this.scheduler);
   }
 
   async restartSsp(): Promise<void> {
     this.ssp.restart();
-    await waitHealth(this.serviceUrl + "/health", this.ssp);
+    await waitHealth(this.sspUrl + "/health", this.ssp);
+    if (this.scheduler) await waitHealth(this.serviceUrl + "/health", this.scheduler);
   }
 
   async restartHost(): Promise<void> {
@@ -200,6 +247,7 @@ export class Stack {
 
   async stop(): Promise<void> {
     await this.ssp?.stop();
+    await this.scheduler?.stop();
     await this.host?.stop();
     await new Promise((r) => this.backend?.close(r));
     rmSync(this.tmp, { recursive: true, force: true });
