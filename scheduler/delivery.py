@@ -23,7 +23,8 @@ from engine.jsonvalues import json_default
 from engine.values import RecordID
 from ipc import typed
 from ipc.backoff import Backoff
-from ipc.messages import BodyError, ErrorCode, ViewRegistration, error_body
+from ipc.messages import ErrorCode, error_body
+from ipc.routebodies import BodyError, ViewRegistration
 from scheduler.entries import (
     _BACKOFF_MAX,
     _BACKOFF_MIN,
