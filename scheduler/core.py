@@ -37,7 +37,7 @@ Hooks for other modules (the changefeed tail, drift, the admin plane):
 * ``ssp_events``: callables ``(ssp_id, what, reason)`` told when an SSP registers
   (``registered``, or ``reregistered`` with the state its old entry was in), is flagged
   (``flagged``) or removed (``removed``); the admin plane records incidents from them.
-* ``incidents``: the incident store (:mod:`scheduler.admin.incidents`) every part of the
+* ``incidents``: the incident store (:mod:`scheduler.incidents`) every part of the
   scheduler records through (drift's ``schema_change``, the backend monitor, the admin plane).
 """
 
@@ -60,7 +60,6 @@ from dbclient.tasks import cancel_and_wait
 from ipc.http import client_session
 from ipc.messages import parse_timestamp
 from ipc.peerauth import SCHEDULER, PeerKeys
-from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.delivery import Delivery
 from scheduler.drift import DriftChecker, default_tables
@@ -74,6 +73,7 @@ from scheduler.entries import (
     SspState,
 )
 from scheduler.feed import CURSOR_MARGIN_MS, ChangefeedTail, disabled_status
+from scheduler.incidents import IncidentStore
 from scheduler.placement import Placement
 from scheduler.replica import CloneInProgress, Replica
 from scheduler.ssppool import SspPool

@@ -29,7 +29,7 @@ only routes operations to its Ready SSPs:
 
 `PUT /backends` and `backends` in `GET /health`: the same `maintenance.backends.BackendMonitor` as the
 standalone SSP, started with `SVC_BACKENDS`; its `backend_down` incidents go to the
-scheduler's incident store (`scheduler.admin.incidents`, `incidents.json` beside the
+scheduler's incident store (`scheduler.incidents`, `incidents.json` beside the
 replica). Like the SSP's, `/health` has `backends` only
 while the list is non-empty ("with a backend list"); `PUT /backends []` removes it.
 

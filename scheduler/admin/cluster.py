@@ -30,8 +30,8 @@ import aiohttp
 
 from dbclient import Database
 from ipc.http import client_session
-from scheduler.admin.incidents import IncidentStore
 from scheduler.config import SchedulerConfig
+from scheduler.incidents import IncidentStore
 
 log = logging.getLogger("scheduler.admin.cluster")
 

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scheduler.admin.incidents import IncidentStore
 from scheduler.admin.sse import Channel
+from scheduler.incidents import IncidentStore
 
 log = logging.getLogger("scheduler.admin.operations")
 
