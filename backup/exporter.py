@@ -29,6 +29,7 @@ from surrealdb import RecordID
 from backup.dumpformat import FORMAT, VERSION, DumpWriter
 from backup.schema import escape_ident, is_view, table_kind, without_credentials
 from dbclient import Database
+from dbclient.clock import now_ms
 
 __all__ = ["PAGE_ROWS", "export_database", "pages"]
 
@@ -137,7 +138,7 @@ async def export_database(db: Database, sink: Callable[[bytes], None], *, backup
     total = 0
     try:
         await put({"t": "header", "format": FORMAT, "version": VERSION,
-                   "created_at_ms": int(time.time() * 1000), "namespace": cfg.namespace,
+                   "created_at_ms": now_ms(), "namespace": cfg.namespace,
                    "database": cfg.database, "backup_id": backup_id})
         await put({"t": "schema", "db": info, "tables": table_info})
         for i, table in enumerate(data_tables):

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dbclient.clock import now_ms
+
 log = logging.getLogger("backup.registry")
 
 __all__ = ["FILE", "KEPT_BACKUPS", "KEPT_RESTORES", "Registry", "now_ms"]
@@ -34,9 +36,6 @@ KEPT_RESTORES = 50
 #: restore stages after which the database may no longer be what it was
 DESTRUCTIVE_STAGES = ("main_db", "replica")
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Registry:

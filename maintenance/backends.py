@@ -43,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from dbclient.clock import now_ms
 from ipc.http import client_session
 
 log = logging.getLogger("maintenance.backends")
@@ -127,9 +128,6 @@ class _State:
     consecutive_failures: int = 0
     incident_id: str | None = None
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class BackendMonitor:

@@ -63,6 +63,7 @@ from typing import Any
 import aiohttp
 
 from dbclient import Database, DbError
+from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 from ipc.http import client_session
 from scheduler.config import IngestTransport, SchedulerConfig
@@ -444,7 +445,7 @@ class Scheduler(CoordinatorState):
         flagged to re-bootstrap), then restart the changefeed tail. Raises what the clone
         raises; the caller holds again on failure."""
         self.restore_hold = None
-        since_ms = int(time.time() * 1000)
+        since_ms = now_ms()
         await self.reclone(reason)
         if self.feed is not None:
             # From the re-clone on, without the usual margin: the feed still holds the changes

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient import Database, DbError, LiveSubscription
+from dbclient.clock import now_ms
 from dbclient.feed import FeedCursor, feed_change
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
@@ -63,10 +64,6 @@ GAP_RETRY_SECS = 30.0
 Event = dict[str, Any]
 Submit = Callable[[list[Event]], Awaitable[list[int]]]
 
-
-def now_ms() -> int:
-    """Unix time in milliseconds."""
-    return int(time.time() * 1000)
 
 
 def disabled_status() -> dict[str, Any]:

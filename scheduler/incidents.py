@@ -44,6 +44,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dbclient.clock import now_ms
+
 log = logging.getLogger("scheduler.incidents")
 
 __all__ = ["IncidentStore", "sanitize"]
@@ -94,9 +96,6 @@ def sanitize(text: Any, secrets: Iterable[str] = ()) -> str:
     s = " ".join(s.split())
     return s if len(s) <= SUMMARY_MAX else s[: SUMMARY_MAX - 1] + "…"
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _int(v: Any, default: int | None) -> int | None:

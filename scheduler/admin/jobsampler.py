@@ -29,6 +29,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import DbConnectionError, DbError, DbTimeout, is_identifier
+from dbclient.clock import now_ms
 from engine.values import parse_record_id, record_id_text
 from scheduler.admin.cluster import Cluster
 from scheduler.admin.errors import Invalid, NotFound, Unavailable
@@ -160,7 +161,7 @@ class JobSampler:
             raise
 
     async def sample_once(self) -> dict[str, Any]:
-        now = int(time.time() * 1000)
+        now = now_ms()
         totals = _empty_totals()
         per_table: dict[str, dict[str, int]] = {}
         recent: list[dict[str, Any]] = []
@@ -202,7 +203,7 @@ class JobSampler:
             if table not in tables:
                 raise NotFound(f"{table[:80]} is not a job table (_00_retention.job_tables)")
             tables = [table]
-        now = int(time.time() * 1000)
+        now = now_ms()
         conds: list[str] = []
         vars: dict[str, Any] = {}
         if status == "stalled":
@@ -257,7 +258,7 @@ class JobSampler:
         if not rows:
             raise NotFound(f"no job {record_id_text(rid)[:120]}")
         row = rows[0]
-        out = _public(row, int(time.time() * 1000))
+        out = _public(row, now_ms())
         out.update(payload=jsonable(row.get("payload")), result=jsonable(row.get("result")),
                    errors=jsonable(row.get("errors") or []),
                    retry_budget={"attempts": row.get("attempts"),

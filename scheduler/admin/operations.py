@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dbclient.clock import now_ms
 from scheduler.admin.sse import Channel
 from scheduler.incidents import IncidentStore
 
@@ -41,9 +42,6 @@ FILE = "admin-operations.json"
 #: kinds a new process completes after a restart it was asked for
 CONTINUED_KINDS = ("scheduler_restart",)
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class OperationLog:

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import time
 from typing import Any
 from urllib.parse import quote
 
 from surrealdb import RecordID
 
 from dbclient import DbConnectionError, DbError, DbTimeout
+from dbclient.clock import now_ms
 from scheduler.admin.cluster import Cluster
 from scheduler.admin.errors import Invalid, NotFound, Unavailable
 from scheduler.admin.presence import Presence, ViewRow
@@ -96,7 +96,7 @@ class Views:
         shared = q_bool(req, "shared")
         include_expired = q_bool(req, "include_expired")
         assert limit is not None
-        now = int(time.time() * 1000)
+        now = now_ms()
         threshold = self.slow_ms if slow_ms is None else slow_ms
         needle = q.lower() if q else None
         by_query = self.presence.by_query
@@ -166,7 +166,7 @@ class Views:
         ssp_id = self.cluster.placement(view_id)
         if ssp_id is None and met is not None and isinstance(met.get("ssp_id"), str):
             ssp_id = met["ssp_id"]
-        now = int(time.time() * 1000)
+        now = now_ms()
         last = epoch_ms(row.get("lastActiveAt"))
         ttl = ttl_ms(row.get("ttl"))
         memory = await self._memory(ssp_id, view_id)

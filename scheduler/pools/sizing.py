@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass, field
 
 from dbclient import DbError
+from dbclient.clock import now_ms
 from engine.values import record_id_text
 from scheduler.pools.config import PoolSpec
 from scheduler.pools.provider import BootError, Provider
-from scheduler.pools.store import Machine, PoolState, now_ms
+from scheduler.pools.store import Machine, PoolState
 
 log = logging.getLogger("scheduler.pools")
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from surrealdb import RecordID
 
 from dbclient import DbError
+from dbclient.clock import now_ms
 from ipc.messages import activity_ms, ttl_ms
-from ssp.hub.state import cold_cursor, now_ms
+from ssp.hub.state import cold_cursor
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ FORBIDDEN: dict[str, set[str]] = {
                  "project"},
     # the project files' models: read by the services and the CLI, they import none of ours
     "project": set(PACKAGES) - {"project"},
-    "maintenance": set(PACKAGES) - {"maintenance", "ipc"},
+    "maintenance": set(PACKAGES) - {"maintenance", "ipc", "dbclient"},
     # backups and restores (ssp and scheduler own the targets): the database client only
     "backup": set(PACKAGES) - {"backup", "dbclient"},
     "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli"},
