@@ -71,7 +71,6 @@ from scheduler.delivery import Delivery
 from scheduler.drift import DriftChecker, default_tables
 from scheduler.entries import (
     LAGGING_HARD_LIMIT_FACTOR,
-    VERSION,
     Outbound,
     Reply,
     SchedulerBusy,
@@ -89,7 +88,7 @@ from scheduler.wal import validate_event
 
 # The shared types live in `scheduler.entries` and are named here for the modules that import
 # them.
-__all__ = ["LAGGING_HARD_LIMIT_FACTOR", "VERSION", "Outbound", "Reply", "Scheduler",
+__all__ = ["LAGGING_HARD_LIMIT_FACTOR", "Outbound", "Reply", "Scheduler",
            "SchedulerBusy", "SspEntry", "SspState"]
 
 log = logging.getLogger("scheduler")

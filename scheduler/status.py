@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from engine.hashing import hash_text
+from ipc.version import VERSION
 from scheduler.entries import (
-    VERSION,
     Reply,
     SspState,
 )

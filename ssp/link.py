@@ -50,7 +50,7 @@ from engine.hashing import hash_text
 from engine.values import record_id_text
 from ipc.backoff import Backoff
 from ipc.http import client_session
-from ssp import VERSION
+from ipc.version import VERSION
 
 if TYPE_CHECKING:
     from engine.arena import RowStore

@@ -30,6 +30,7 @@ import aiohttp
 
 from dbclient import Database
 from ipc.http import client_session
+from ipc.version import VERSION
 from scheduler.config import SchedulerConfig
 from scheduler.incidents import IncidentStore
 
@@ -145,8 +146,6 @@ class SchedulerCluster:
 
     @property
     def version(self) -> str:
-        from scheduler.core import VERSION
-
         return VERSION
 
     def state(self) -> str:
