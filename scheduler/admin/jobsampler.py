@@ -32,7 +32,7 @@ from dbclient import DbConnectionError, DbError, DbTimeout, is_identifier
 from dbclient.clock import now_ms
 from engine.values import parse_record_id, record_id_text
 from scheduler.admin.cluster import Cluster
-from scheduler.admin.errors import Invalid, NotFound, Unavailable
+from scheduler.admin.errors import DB_UNREACHABLE, Invalid, NotFound, Unavailable, db_unreachable
 from scheduler.admin.sse import Channel
 from scheduler.admin.values import epoch_ms, jsonable
 
@@ -196,9 +196,8 @@ class JobSampler:
             return {**snap, "jobs": snap["jobs"][:limit], "source": "sampler"}
         try:
             tables = await self.tables()
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         if table is not None:
             if table not in tables:
                 raise NotFound(f"{table[:80]} is not a job table (_00_retention.job_tables)")
@@ -222,9 +221,8 @@ class JobSampler:
                 rows = await self._read(f"SELECT {LIST_FIELDS} FROM {t}{where} "
                                         f"ORDER BY created_at DESC LIMIT {fetch}", vars)
                 jobs.extend(_public(r, now) for r in rows if isinstance(r, dict))
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             raise Unavailable(f"the job tables could not be read ({type(e).__name__})",
                               code="db_error") from e
@@ -249,9 +247,8 @@ class JobSampler:
                 raise NotFound(f"{rid.table_name[:80]} is not a job table "
                                "(_00_retention.job_tables)")
             rows = await self._read("SELECT * FROM $id", {"id": rid})
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             raise Unavailable(f"the job could not be read ({type(e).__name__})",
                               code="db_error") from e
@@ -291,9 +288,8 @@ class JobSampler:
                         break
                 if not everything and cleared >= CLEAR_BATCH:
                     break
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             raise Unavailable(f"the job tables could not be cleared ({type(e).__name__})",
                               code="db_error") from e

@@ -37,7 +37,7 @@ from surrealdb import RecordID
 from dbclient import DbConnectionError, DbError, DbTimeout
 from dbclient.clock import now_ms
 from scheduler.admin.cluster import Cluster
-from scheduler.admin.errors import Invalid, NotFound, Unavailable
+from scheduler.admin.errors import DB_UNREACHABLE, Invalid, NotFound, Unavailable, db_unreachable
 from scheduler.admin.presence import Presence, ViewRow
 from scheduler.admin.values import epoch_ms, jsonable, q_bool, q_enum, q_int, q_str, ttl_ms
 
@@ -149,9 +149,8 @@ class Views:
                 if isinstance(e, (DbConnectionError, DbTimeout)):
                     raise
                 mets = []  # no metrics table yet
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             if "does not exist" in str(e):
                 rows = []
