@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from dbclient.clock import now_ms
+from ipc.statefile import replace_file
 
 log = logging.getLogger("backup.registry")
 
@@ -120,14 +120,9 @@ class Registry:
         held = self.held.get("restore_id") if self.held else None
         doc = {"backups": list(self.backups.values()), "restores": list(self.restores.values()),
                "held": held}
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(doc, f, separators=(",", ":"), default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, json.dumps(doc, separators=(",", ":"),
+                                               default=str).encode("utf-8"))
             self.storage_error = None
             self._dirty = False
         except OSError as e:

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
 import time
 from collections import deque
@@ -44,6 +43,7 @@ from dbclient.feed import FeedCursor, feed_change
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ipc.messages import parse_duration_ns
+from ipc.statefile import replace_file
 
 log = logging.getLogger("scheduler.feed")
 
@@ -342,18 +342,7 @@ def _event(table: str, op: str, rid: str, row: Any) -> Event:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_file(path, text.encode("utf-8"), sync_dir=True)
 
 
 def feed_retention_ms(definition: str) -> int | None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient.clock import now_ms
+from ipc.statefile import replace_file
 
 log = logging.getLogger("scheduler.incidents")
 
@@ -433,14 +433,8 @@ class IncidentStore:
             return True
         self._last_flush = time.monotonic()
         data = self.encode()
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, data)
         except OSError as e:
             msg = f"cannot write {self.path.name}: {e.strerror or type(e).__name__}"
             if self.storage_error != msg:

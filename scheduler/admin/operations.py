@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient.clock import now_ms
+from ipc.statefile import replace_file
 from scheduler.admin.sse import Channel
 from scheduler.incidents import IncidentStore
 
@@ -178,13 +178,9 @@ class OperationLog:
         if self.path is None:
             return
         self._last_write = time.monotonic()
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.listing(), f, separators=(",", ":"), default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, json.dumps(self.listing(), separators=(",", ":"),
+                                               default=str).encode("utf-8"))
         except OSError as e:
             log.warning("operation history not written: %s", e)
 

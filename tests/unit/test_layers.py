@@ -26,8 +26,9 @@ FORBIDDEN: dict[str, set[str]] = {
     # the project files' models: read by the services and the CLI, they import none of ours
     "project": set(PACKAGES) - {"project"},
     "maintenance": set(PACKAGES) - {"maintenance", "ipc", "dbclient"},
-    # backups and restores (ssp and scheduler own the targets): the database client only
-    "backup": set(PACKAGES) - {"backup", "dbclient"},
+    # backups and restores (ssp and scheduler own the targets): the database client, and the
+    # state files of ipc.statefile
+    "backup": set(PACKAGES) - {"backup", "dbclient", "ipc"},
     "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli"},
     "scheduler": {"ssp", "gateway", "stack", "svccli"},
     # the hosted platform's control plane: its own process over the database client, the
