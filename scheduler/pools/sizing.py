@@ -41,9 +41,10 @@ class _Pool:
     secrets: tuple[str, ...] = ()
 
 
-# A mixin of `scheduler.pools.service.PoolService`, as the scheduler's own modules are: the
-# service is one object (routes, agents and the tick share its machines and pools); this
-# module keeps the clock-driven half apart from the request-driven half.
+# A mixin of `scheduler.pools.service.PoolService` (the last one outside the workflow engine;
+# mypy's attr-defined check is off for it in pyproject.toml): the service is one object
+# (routes, agents and the tick share its machines and pools); this module keeps the
+# clock-driven half apart from the request-driven half.
 class Sizing:
     """The tick: machine liveness, lease sweep, sizing up and down, the boot breaker."""
 
