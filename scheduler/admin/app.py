@@ -400,7 +400,7 @@ def create_falcon_app(plane: AdminPlane,
     ]
     routes += pool_routes(plane)
     routes += workflow_routes(plane)  # workflows/*, schedules/*: scheduler.admin.workflows
+    routes += backups.backup_routes(plane)  # backups/*, restore/*: scheduler.admin.backups
     for path, resource in routes:
         app.add_route(api + path, resource)
-    backups.register(app, plane, api)  # backups and restores (scheduler/admin/backups.py)
     return app
