@@ -41,20 +41,22 @@ class Delivery:
         self.placement = placement
 
     def publish(self, seq: int, event: dict[str, Any]) -> None:
-        self.s.ingested += 1
-        self.s.pending[seq] = event
-        while self.s.next_pub in self.s.pending:
-            s = self.s.next_pub
-            self._deliver(s, self.s.pending.pop(s))
-            self.s.next_pub += 1
+        st = self.s
+        st.ingested += 1
+        pending = st.pending
+        pending[seq] = event
+        while st.next_pub in pending:
+            s = st.next_pub
+            self._deliver(s, pending.pop(s))
+            st.next_pub += 1
 
     def _deliver(self, seq: int, event: dict[str, Any]) -> None:
         out = Outbound(seq, event)
+        limit = self.s.cfg.max_buffer_per_ssp
         for e in list(self.s.entries.values()):
             if e.flagged is not None or seq <= e.snapshot_seq:
                 continue
             e.queue.append(out)
-            limit = self.s.cfg.max_buffer_per_ssp
             if len(e.queue) > limit:
                 if e.state is SspState.BOOTSTRAPPING or e.state is SspState.REPLAYING:
                     self.roster.flag_ssp(e.ssp_id, f"buffer overflow: more than {limit} events "
