@@ -29,6 +29,8 @@ from surrealdb import RecordID
 from backup.dumpformat import FORMAT, VERSION, DumpWriter
 from backup.schema import escape_ident, is_view, table_kind, without_credentials
 from dbclient import Database
+from dbclient.clock import now_ms
+from dbclient.database import keyset_pages
 
 __all__ = ["PAGE_ROWS", "export_database", "pages"]
 
@@ -44,8 +46,6 @@ QUEUE_PAGES = 4
 
 Progress = Callable[[dict[str, Any]], None]
 
-_FIRST = "SELECT * FROM type::table($t) ORDER BY id LIMIT $n"
-_AFTER = "SELECT * FROM type::table($t) WHERE id > $last ORDER BY id LIMIT $n"
 _EDGES = "RETURN array::map($ids, |$i| record::is_edge($i))"
 
 
@@ -53,20 +53,8 @@ async def pages(db: Database, table: str, page_rows: int | Callable[[], int] = P
                 ) -> AsyncIterator[list[dict[str, Any]]]:
     """``table`` in pages of at most ``page_rows`` (or what it returns, asked before each
     page), keyset order, reads retried once."""
-    last: Any = None
-    while True:
-        n = page_rows() if callable(page_rows) else page_rows
-        if last is None:
-            page = await db.query_one(_FIRST, {"t": table, "n": n}, idempotent=True)
-        else:
-            page = await db.query_one(_AFTER, {"t": table, "n": n, "last": last},
-                                      idempotent=True)
-        if not page:
-            return
+    async for page in keyset_pages(db, table, page_rows):
         yield page
-        if len(page) < n:
-            return
-        last = page[-1]["id"]
 
 
 async def _split_edges(db: Database, page: list[dict[str, Any]]
@@ -137,7 +125,7 @@ async def export_database(db: Database, sink: Callable[[bytes], None], *, backup
     total = 0
     try:
         await put({"t": "header", "format": FORMAT, "version": VERSION,
-                   "created_at_ms": int(time.time() * 1000), "namespace": cfg.namespace,
+                   "created_at_ms": now_ms(), "namespace": cfg.namespace,
                    "database": cfg.database, "backup_id": backup_id})
         await put({"t": "schema", "db": info, "tables": table_info})
         for i, table in enumerate(data_tables):

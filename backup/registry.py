@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
+
+from dbclient.clock import now_ms
+from ipc.statefile import replace_file
 
 log = logging.getLogger("backup.registry")
 
@@ -34,9 +36,6 @@ KEPT_RESTORES = 50
 #: restore stages after which the database may no longer be what it was
 DESTRUCTIVE_STAGES = ("main_db", "replica")
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Registry:
@@ -121,14 +120,9 @@ class Registry:
         held = self.held.get("restore_id") if self.held else None
         doc = {"backups": list(self.backups.values()), "restores": list(self.restores.values()),
                "held": held}
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(doc, f, separators=(",", ":"), default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, json.dumps(doc, separators=(",", ":"),
+                                               default=str).encode("utf-8"))
             self.storage_error = None
             self._dirty = False
         except OSError as e:

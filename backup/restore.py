@@ -36,8 +36,9 @@ from typing import Any, Protocol
 from backup.dumpformat import verify_dump
 from backup.importer import ImportMismatch, import_dump
 from backup.objstore import ObjectStore
-from backup.registry import DESTRUCTIVE_STAGES, Registry, now_ms
+from backup.registry import DESTRUCTIVE_STAGES, Registry
 from dbclient import Database, DbError
+from dbclient.clock import now_ms
 
 log = logging.getLogger("backup.restore")
 

@@ -31,9 +31,10 @@ from backup.config import ObjectStoreConfig
 from backup.dumpformat import FORMAT, VERSION
 from backup.exporter import export_database
 from backup.objstore import ObjectStore, StorageError
-from backup.registry import Registry, now_ms
+from backup.registry import Registry
 from backup.restore import RestoreRun, RestoreTarget, new_restore
 from dbclient import Database, DbConfig
+from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 
 log = logging.getLogger("backup")

@@ -35,6 +35,7 @@ from typing import Any
 from cloud.crypto import KeyRing, KeyRingError
 from dbclient import DbConfig
 from dbclient.config import normalise_db_url
+from ipc.envvars import env_bool, env_int
 
 __all__ = ["DEFAULT_LIMITS", "METRICS", "CloudConfig", "ConfigError", "PriceList"]
 
@@ -72,16 +73,7 @@ class PriceList:
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        v = int(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {text[:40]!r}") from None
-    if v < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {v}")
-    return v
+    return env_int(env, name, default, minimum=minimum, error=ConfigError)
 
 
 def _secs(env: Mapping[str, str], name: str, default: float) -> float:
@@ -98,14 +90,7 @@ def _secs(env: Mapping[str, str], name: str, default: float) -> float:
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    text = env.get(name, "").strip().lower()
-    if not text:
-        return default
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {text[:20]!r}")
+    return env_bool(env, name, default, error=ConfigError)
 
 
 def _hostport(text: str, name: str, default_port: int) -> tuple[str, int]:

@@ -29,6 +29,7 @@ from cloud.secret import dumps
 from cloud.services import Services
 from ipc.bearer import bearer_token
 from ipc.body import check_content_type, parse_json, read_bytes
+from ipc.version import VERSION
 
 log = logging.getLogger("cloud.rest")
 
@@ -36,7 +37,6 @@ __all__ = ["MAX_BODY", "create_rest_app", "tool_catalog"]
 
 MAX_BODY = 1024 * 1024
 DRAIN_LIMIT = 8 * 1024 * 1024
-VERSION = "0.1.0"
 ALL_KINDS = ("session", "api_key", "mcp")
 
 

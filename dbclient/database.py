@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any, Self, TypeVar
 from uuid import UUID
 
-from surrealdb import AsyncWsSurrealConnection, RecordID, ServerError, SurrealError
+from surrealdb import AsyncWsSurrealConnection, ServerError, SurrealError
 from websockets.exceptions import WebSocketException
 
 from dbclient.config import DbConfig
@@ -349,21 +349,8 @@ class Database:
         """
         require_identifier(table)
         require_int(page_size, "page_size", minimum=1)
-        first = "SELECT * FROM type::table($t) ORDER BY id LIMIT $n"
-        after = "SELECT * FROM type::table($t) WHERE id > $last ORDER BY id LIMIT $n"
-        last: RecordID | None = None
-        while True:
-            if last is None:
-                page = await self.query_one(first, {"t": table, "n": page_size}, idempotent=True)
-            else:
-                page = await self.query_one(after, {"t": table, "n": page_size, "last": last},
-                                            idempotent=True)
-            if not page:
-                return
+        async for page in keyset_pages(self, table, page_size):
             yield page
-            if len(page) < page_size:
-                return
-            last = page[-1]["id"]
 
     async def table_definitions(self) -> dict[str, str]:
         """Every table of the database with its `DEFINE TABLE` text (from `INFO FOR DB`)."""
@@ -583,3 +570,29 @@ async def record_signin(cfg: DbConfig, access: str, variables: Mapping[str, Any]
         return res
     finally:
         await _close_quietly(conn)
+
+
+_FIRST_PAGE = "SELECT * FROM type::table($t) ORDER BY id LIMIT $n"
+_NEXT_PAGE = "SELECT * FROM type::table($t) WHERE id > $last ORDER BY id LIMIT $n"
+
+
+async def keyset_pages(db: Database, table: str, page_rows: int | Callable[[], int]
+                       ) -> AsyncIterator[list[dict[str, Any]]]:
+    """``table`` in pages ordered by id, keyset paged (`Database.keyset_pages`, without its
+    checks of the name: the table is a bound parameter either way, and a backup reads every
+    table the database has). ``page_rows`` may be a callable asked before each page (the
+    exporter sizes its pages by the rows it has seen)."""
+    last: Any = None
+    while True:
+        n = page_rows() if callable(page_rows) else page_rows
+        if last is None:
+            page = await db.query_one(_FIRST_PAGE, {"t": table, "n": n}, idempotent=True)
+        else:
+            page = await db.query_one(_NEXT_PAGE, {"t": table, "n": n, "last": last},
+                                      idempotent=True)
+        if not page:
+            return
+        yield page
+        if len(page) < n:
+            return
+        last = page[-1]["id"]

@@ -13,6 +13,8 @@ from typing import Any
 
 from surrealdb.data.types.table import Table
 
+from dbclient.surqltext import skipped_span
+
 
 class LiveSyntaxError(ValueError):
     """A LIVE or KILL statement the host cannot serve; the message says why."""
@@ -29,26 +31,11 @@ def _scan(text: str) -> list[tuple[int, str]]:
     depth: list[str] = []
     i, n = 0, len(text)
     while i < n:
+        skipped = skipped_span(text, i)
+        if skipped is not None:
+            i = skipped[1]
+            continue
         c = text[i]
-        if c in "'\"`":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-            continue
-        if c == "⟨":
-            j = text.find("⟩", i + 1)
-            i = n if j < 0 else j + 1
-            continue
-        if c == "-" and text.startswith("--", i) or c == "/" and text.startswith("//", i) \
-                or c == "#":
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
-            continue
-        if c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
         if c in _OPEN:
             depth.append(_OPEN[c])
         elif depth and c == depth[-1]:

@@ -18,7 +18,7 @@ or some failing); `unchecked` backends (no URL) do not count.
 Incidents: a backend failing for more than `down_after_secs` (one minute) opens a
 `backend_down` incident (component = the backend name); its first healthy check after that
 records it `recovered`. Each change is handed to `sink` when one is given (the scheduler:
-its incident store, `scheduler.admin.incidents`); otherwise it is one JSON line appended to
+its incident store, `scheduler.incidents`); otherwise it is one JSON line appended to
 `incidents.jsonl` in the given directory (the standalone SSP's snapshot dir, else its run
 dir): the last line of an id is its current state. Without either they are only kept in
 memory (`incidents`).
@@ -43,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from dbclient.clock import now_ms
 from ipc.http import client_session
 
 log = logging.getLogger("maintenance.backends")
@@ -127,9 +128,6 @@ class _State:
     consecutive_failures: int = 0
     incident_id: str | None = None
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class BackendMonitor:

@@ -37,6 +37,7 @@ import yaml
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
 from ipc import otel
+from ipc.envvars import env_bool, env_int
 from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.routebodies import INGEST_BATCH_MAX
 from ipc.transport import TransportError, ingest_transport
@@ -322,8 +323,6 @@ def _yaml_path(doc: Mapping[str, Any], key: str, default: Path, base: Path) -> P
 
 # ----------------------------------------------------------------------------- env reading
 
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 def _impersonation(env: Mapping[str, str]) -> bool:
@@ -334,28 +333,12 @@ def _impersonation(env: Mapping[str, str]) -> bool:
 
 
 def _env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    text = raw.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigError(f"{name} must be true or false (also 1/0, yes/no, on/off), got {raw!r}")
+    return env_bool(env, name, default, error=ConfigError)
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1,
              maximum: int | None = None) -> int:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        v = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    _range(v, name, minimum, maximum)
-    return v
+    return env_int(env, name, default, minimum=minimum, maximum=maximum, error=ConfigError)
 
 
 def _env_str(env: Mapping[str, str], name: str) -> str | None:

@@ -1,7 +1,15 @@
-"""The coordinator's state: WAL, replica, SSP registry and state machine, views, broadcast.
+"""The coordinator's composition root: WAL, replica, SSP registry and state machine, views,
+broadcast.
 
 One :class:`Scheduler` per process, driven by one asyncio loop; the HTTP listener
 (:mod:`scheduler.app`) only parses bodies and maps the answers below to statuses.
+
+Components (each given the shared state, :mod:`scheduler.state`, and the peers it calls):
+:class:`~scheduler.placement.Placement` (which SSP holds a view), :class:`~scheduler.roster.Roster`
+(flags and removals), :class:`~scheduler.delivery.Delivery` (the queues and the senders),
+:class:`~scheduler.ssppool.SspPool` (registration, heartbeats, poll, reaper) and
+:class:`~scheduler.status.Status` (health, snapshot, metrics, info). The root keeps the
+lifecycle, ingest, the replica's drain and clones, and the entry points the listener calls.
 
 Event pipeline: an event is appended to the WAL (fsync before the caller learns its ``seq``),
 then handed to every SSP entry's outbound queue *in seq order* (a small reorder buffer keyed by
@@ -37,7 +45,7 @@ Hooks for other modules (the changefeed tail, drift, the admin plane):
 * ``ssp_events``: callables ``(ssp_id, what, reason)`` told when an SSP registers
   (``registered``, or ``reregistered`` with the state its old entry was in), is flagged
   (``flagged``) or removed (``removed``); the admin plane records incidents from them.
-* ``incidents``: the incident store (:mod:`scheduler.admin.incidents`) every part of the
+* ``incidents``: the incident store (:mod:`scheduler.incidents`) every part of the
   scheduler records through (drift's ``schema_change``, the backend monitor, the admin plane).
 """
 
@@ -48,24 +56,21 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from dbclient import Database, DbError
-from dbclient.fieldtypes import FieldTypes
+from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 from ipc.http import client_session
-from ipc.peerauth import SCHEDULER, PeerKeys
-from scheduler.admin.incidents import IncidentStore
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.delivery import Delivery
 from scheduler.drift import DriftChecker, default_tables
 from scheduler.entries import (
     LAGGING_HARD_LIMIT_FACTOR,
-    VERSION,
     Outbound,
     Reply,
     SchedulerBusy,
@@ -74,73 +79,44 @@ from scheduler.entries import (
 )
 from scheduler.feed import CURSOR_MARGIN_MS, ChangefeedTail, disabled_status
 from scheduler.placement import Placement
-from scheduler.replica import CloneInProgress, Replica
+from scheduler.replica import CloneInProgress
+from scheduler.roster import Roster
 from scheduler.ssppool import SspPool
+from scheduler.state import CoordinatorState
 from scheduler.status import Status
-from scheduler.views import ViewTracker
-from scheduler.wal import GroupCommitter, Wal, validate_event
-from timetext.timestamps import parse_timestamp
+from scheduler.wal import validate_event
 
-# The pool, delivery, placement and status are mixins (see `scheduler.ssppool`); the shared
-# types live in `scheduler.entries` and are named here for the modules that import them.
-__all__ = ["LAGGING_HARD_LIMIT_FACTOR", "VERSION", "Outbound", "Reply", "Scheduler",
+# The shared types live in `scheduler.entries` and are named here for the modules that import
+# them.
+__all__ = ["LAGGING_HARD_LIMIT_FACTOR", "Outbound", "Reply", "Scheduler",
            "SchedulerBusy", "SspEntry", "SspState"]
 
 log = logging.getLogger("scheduler")
 
 
-class Scheduler(SspPool, Delivery, Placement, Status):
-    """See the module docstring. ``open`` (sync, files) then ``start`` (async, tasks)."""
+class Scheduler(CoordinatorState):
+    """The composition root (see the module docstring): ``open`` (sync, files) then ``start``
+    (async, tasks)."""
 
     def __init__(self, cfg: SchedulerConfig, *, db: Database | None = None) -> None:
-        self.cfg = cfg
-        self.state = "cloning"
-        self.started = time.monotonic()
-        self.db = db if db is not None else Database(cfg.db)
-        self.replica = Replica.open(cfg.replica_db_path)
-        # For rows that arrive as JSON (/ingest).
-        self.field_types = FieldTypes(self.db, parse_datetime=parse_timestamp)
-        self.wal = Wal.open(cfg.wal_path, min_next_seq=self.replica.applied_seq + 1)
-        self.committer = GroupCommitter(self.wal)
-        self.tracker = ViewTracker(cfg.replica_db_path.parent / "views.sqlite",
-                                   clear=cfg.clear_views_on_start)
-        self.entries: dict[str, SspEntry] = {}
-        self.progress: dict[str, dict[str, Any]] = {}
-        self.extra_health: dict[str, Callable[[], dict[str, Any]]] = {}
-        # Jobs dispatched and not finished (the job plane replaces it when wired).
-        self.running_jobs: Callable[[], int] = lambda: 0
-        self.extra_snapshot: dict[str, Callable[[], dict[str, Any]]] = {}
-        self.after_drain: list[Callable[[], Awaitable[None]]] = []
-        self.ssp_events: list[Callable[[str, str, str], None]] = []
+        super().__init__(cfg, db)
         self.job_plane: Any = None  # scheduler.jobs.JobPlane, set by add_job_routes
         self.workflows: Any = None  # scheduler.workflows.engine.WorkflowEngine (its attach)
-        self.incidents = IncidentStore(
-            cfg.data_dir, source=cfg.scheduler_id,
-            secrets=(cfg.auth_secret or "", cfg.db.password or "", cfg.admin.password or ""))
-        self.ingested = 0
-        self.dropped_batches = 0
-        self.last_clone: dict[str, Any] | None = None
-        # The backup plane (scheduler.backups): while set, the state is Restoring (ingest,
-        # reclone and SSP registration answer 503; the changefeed tail is stopped).
-        self.restore_hold: str | None = None
-        self._next_pub = self.wal.last_seq + 1
-        self._pending: dict[int, dict[str, Any]] = {}
-        self._row_requests: set[str] = set()  # view keys being registered from their rows
-        self._drain_lock = asyncio.Lock()
-        self._rr_turn = 0
+        # The components, each given the peers it calls (see the module docstring).
+        self.placement = Placement(self, self.sync_sources)
+        self.roster = Roster(self, self.placement)
+        self.delivery = Delivery(self, self.roster, self.placement)
+        self.pool = SspPool(self, self.roster, self.delivery)
+        self.reports = Status(self, self.placement)
         # Tables with a `_00_schema_state` row at the last look (None: not looked yet), and
         # the registrations' sync with the database (`sync_sources`).
         self._hooked: set[str] | None = None
         self._hook_lock = asyncio.Lock()
         self._sync_lock = asyncio.Lock()
         self._synced_from = 0.0
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._clone_task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._closed = False
-        # Credentials of the hops to and from the SSPs (`ipc.peerauth`); None without a secret.
-        self.peer_keys = PeerKeys(cfg.auth_secret) if cfg.auth_secret else None
         # Changefeed transport and drift (scheduler.feed, scheduler.drift) through the hooks.
         self.feed: ChangefeedTail | None = None
         if cfg.ingest_transport is IngestTransport.CHANGEFEED:
@@ -160,14 +136,14 @@ class Scheduler(SspPool, Delivery, Placement, Status):
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Replay the WAL, start the loops, connect upstream, clone if needed, then ready."""
-        self._session = client_session(
+        self.session = client_session(
             timeout=aiohttp.ClientTimeout(total=60, sock_connect=5))
         res = await asyncio.to_thread(
             self.replica.apply, self.wal.replay(self.replica.applied_seq))
         if res.applied or res.rejected:
             log.info("replayed %d WAL events into the replica (%d rejected), applied_seq=%d",
                      res.applied, len(res.rejected), self.replica.applied_seq)
-        for loop in (self._poll_loop, self._reaper_loop, self._drain_loop):
+        for loop in (self.pool.poll_loop, self.pool.reaper_loop, self._drain_loop):
             self._loops.append(asyncio.create_task(loop(), name=loop.__name__))
         await self._connect_upstream()
         if self.cfg.clear_views_on_start:
@@ -181,8 +157,8 @@ class Scheduler(SspPool, Delivery, Placement, Status):
                  self.replica.applied_seq, self.wal.last_seq)
         if self.feed is not None and not self.restore_hold:
             await self.feed.start()
-        self._spawn(self._check_drift(), "drift-startup")
-        self._spawn(self._schema_watch(), "schema-watch")
+        self.spawn(self._check_drift(), "drift-startup")
+        self.spawn(self._schema_watch(), "schema-watch")
 
     async def _check_drift(self) -> None:
         await self.drift.check_once()
@@ -271,7 +247,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self._closed = True
         if self.feed is not None:
             await self.feed.stop()
-        pending = [*self._loops, *self._tasks,
+        pending = [*self._loops, *self.tasks,
                    *(e.sender for e in self.entries.values() if e.sender is not None)]
         if self._clone_task is not None:
             pending.append(self._clone_task)
@@ -280,8 +256,8 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         task = self.committer._task
         if task is not None and not task.done():
             await asyncio.gather(task, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
+        if self.session is not None:
+            await self.session.close()
         with contextlib.suppress(Exception):
             await self.db.close()
         self.incidents.shutdown()
@@ -289,22 +265,62 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self.tracker.close()
         self.replica.close()
 
-    def peer_auth(self, ssp_id: str) -> dict[str, str]:
-        """The Authorization header the scheduler sends SSP ``ssp_id``: the credential derived
-        for that SSP alone (any bearer passes an SSP without a secret)."""
-        token = "scheduler" if self.peer_keys is None else self.peer_keys.issue(SCHEDULER, ssp_id)
-        return {"Authorization": f"Bearer {token}"}
+    # ------------------------------------------------------------------ entry points
+    # What the listener (`scheduler.app`), the admin plane and the job plane call; the work is
+    # in the components.
 
-    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
-        task = asyncio.ensure_future(coro)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+    async def register_ssp(self, ssp_id: str, url: str, *, verified: bool = False) -> Reply:
+        """``POST /ssp/register`` (`SspPool.register_ssp`)."""
+        return await self.pool.register_ssp(ssp_id, url, verified=verified)
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+    def heartbeat(self, body: Mapping[str, Any]) -> Reply:
+        """``POST /ssp/heartbeat`` (`SspPool.heartbeat`)."""
+        return self.pool.heartbeat(body)
+
+    def bootstrap_progress(self, body: Mapping[str, Any]) -> None:
+        """``POST /ssp/bootstrap-progress`` (`SspPool.bootstrap_progress`)."""
+        self.pool.bootstrap_progress(body)
+
+    def flag_ssp(self, ssp_id: str, reason: str, clean: bool) -> bool:
+        """Mark an SSP for re-bootstrap (`Roster.flag_ssp`); False when unknown."""
+        return self.roster.flag_ssp(ssp_id, reason, clean)
+
+    def remove_ssp(self, ssp_id: str, reason: str) -> None:
+        """Remove an SSP and move its views (`Roster.remove_ssp`)."""
+        self.roster.remove_ssp(ssp_id, reason)
+
+    def ready_ids(self) -> list[str]:
+        """The SSPs that take views (`Placement.ready_ids`)."""
+        return self.placement.ready_ids()
+
+    async def forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
+                      ) -> tuple[int, bytes, str] | None:
+        """POST to an SSP (`Placement.forward`); None when unreachable."""
+        return await self.placement.forward(ssp_id, path, body)
+
+    async def register_view(self, view_id: str, body: Mapping[str, Any]) -> Reply:
+        """``POST /view/register`` (`Placement.register_view`)."""
+        return await self.placement.register_view(view_id, body)
+
+    def unregister_view(self, view_id: str) -> None:
+        """``POST /view/unregister`` (`Placement.unregister_view`)."""
+        self.placement.unregister_view(view_id)
+
+    def health(self) -> Reply:
+        """``GET /health`` (`Status.health`)."""
+        return self.reports.health()
+
+    def snapshot(self) -> dict[str, Any]:
+        """``GET /health/snapshot`` (`Status.snapshot`)."""
+        return self.reports.snapshot()
+
+    def metrics(self) -> dict[str, Any]:
+        """``GET /metrics`` (`Status.metrics`)."""
+        return self.reports.metrics()
+
+    def info(self) -> list[dict[str, Any]]:
+        """``GET /info`` (`Status.info`)."""
+        return self.reports.info()
 
     # ------------------------------------------------------------------ ingest
     async def ingest(self, event: Mapping[str, Any]) -> int:
@@ -325,7 +341,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
 
     async def _commit_one(self, event: dict[str, Any]) -> int:
         seq = await self.committer.submit(event)
-        self._publish(seq, event)
+        self.delivery.publish(seq, event)
         return seq
 
     async def ingest_many(self, events: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -340,16 +356,16 @@ class Scheduler(SspPool, Delivery, Placement, Status):
     async def _commit_many(self, events: list[dict[str, Any]]) -> list[int]:
         seqs = await asyncio.to_thread(self.wal.append_many, events)
         for seq, ev in zip(seqs, events, strict=True):
-            self._publish(seq, ev)
+            self.delivery.publish(seq, ev)
         return seqs
 
     # ------------------------------------------------------------------ replica drain
     async def drain(self) -> bool:
         """Apply the WAL to the replica and truncate it; False when frozen or cloning."""
-        async with self._drain_lock:
+        async with self.drain_lock:
             if self.replica.frozen or self.replica.cloning:
                 return False
-            await asyncio.to_thread(self._drain_sync)
+            await asyncio.to_thread(self.apply_wal)
         if not any(e.queue for e in self.entries.values()) and not self.replica.frozen:
             for hook in list(self.after_drain):
                 try:
@@ -357,12 +373,6 @@ class Scheduler(SspPool, Delivery, Placement, Status):
                 except Exception:
                     log.exception("after-drain hook failed")
         return True
-
-    def _drain_sync(self) -> None:
-        res = self.replica.apply(self.wal.replay(self.replica.applied_seq))
-        for seq, why in res.rejected[:20]:
-            log.warning("replica rejected WAL event %d: %s", seq, why)
-        self.wal.truncate_through(self.replica.applied_seq)
 
     async def _drain_loop(self) -> None:
         while True:
@@ -400,7 +410,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         self.state = "cloning"
         try:
             for ssp_id in list(self.entries):
-                self.flag_ssp(ssp_id, f"replica re-cloned: {reason}", True)
+                self.roster.flag_ssp(ssp_id, f"replica re-cloned: {reason}", True)
             await self._clone(reason)
         finally:
             self.state = "ready"
@@ -434,7 +444,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
         flagged to re-bootstrap), then restart the changefeed tail. Raises what the clone
         raises; the caller holds again on failure."""
         self.restore_hold = None
-        since_ms = int(time.time() * 1000)
+        since_ms = now_ms()
         await self.reclone(reason)
         if self.feed is not None:
             # From the re-clone on, without the usual margin: the feed still holds the changes
@@ -451,7 +461,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
 
     async def _clone(self, reason: str) -> None:
         self.state = "cloning"
-        async with self._drain_lock:
+        async with self.drain_lock:
             self._clone_marker.unlink(missing_ok=True)
             started = time.time()
             seq = self.wal.last_seq
@@ -466,7 +476,7 @@ class Scheduler(SspPool, Delivery, Placement, Status):
                     log.warning("clone failed (%s); retrying in %.1fs", e, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
-            await asyncio.to_thread(self._drain_sync)
+            await asyncio.to_thread(self.apply_wal)
             self._clone_marker.write_text(json.dumps({"reason": reason, "at": started}))
         self.last_clone = {"reason": reason, "at": started, "secs": time.time() - started,
                            "rows": sum(counts.values())}

@@ -36,35 +36,42 @@ from scheduler.entries import (
     SspState,
     _query_record,
 )
+from scheduler.placement import Placement
+from scheduler.roster import Roster
+from scheduler.state import CoordinatorState
 
 log = logging.getLogger("scheduler")
 
 
-# A mixin of `scheduler.core.Scheduler`, not a component: the listener, the admin plane and
-# the tests use one Scheduler object (`s.entries`, `s.flag_ssp(...)`, `s.health()`), and these
-# methods work on the state it initialises (`Scheduler.__init__`). The split keeps each job in
-# its own module; making them components would change every caller for no behaviour.
 class Delivery:
     """Hands events to the SSP queues and posts them."""
 
-    def _publish(self, seq: int, event: dict[str, Any]) -> None:
-        self.ingested += 1
-        self._pending[seq] = event
-        while self._next_pub in self._pending:
-            s = self._next_pub
-            self._deliver(s, self._pending.pop(s))
-            self._next_pub += 1
+    def __init__(self, s: CoordinatorState, roster: Roster, placement: Placement) -> None:
+        self.s = s
+        self.roster = roster
+        self.placement = placement
+        self._row_requests: set[str] = set()  # view keys being registered from their rows
+
+    def publish(self, seq: int, event: dict[str, Any]) -> None:
+        st = self.s
+        st.ingested += 1
+        pending = st.pending
+        pending[seq] = event
+        while st.next_pub in pending:
+            s = st.next_pub
+            self._deliver(s, pending.pop(s))
+            st.next_pub += 1
 
     def _deliver(self, seq: int, event: dict[str, Any]) -> None:
         out = Outbound(seq, event)
-        for e in list(self.entries.values()):
+        limit = self.s.cfg.max_buffer_per_ssp
+        for e in list(self.s.entries.values()):
             if e.flagged is not None or seq <= e.snapshot_seq:
                 continue
             e.queue.append(out)
-            limit = self.cfg.max_buffer_per_ssp
             if len(e.queue) > limit:
                 if e.state is SspState.BOOTSTRAPPING or e.state is SspState.REPLAYING:
-                    self.flag_ssp(e.ssp_id, f"buffer overflow: more than {limit} events "
+                    self.roster.flag_ssp(e.ssp_id, f"buffer overflow: more than {limit} events "
                                   "queued", True)
                     continue
                 if e.state is SspState.READY:
@@ -72,7 +79,7 @@ class Delivery:
                     log.warning("SSP %s lagging: more than %d events wait to be sent",
                                 e.ssp_id, limit)
                 if len(e.queue) > limit * LAGGING_HARD_LIMIT_FACTOR:
-                    self.flag_ssp(e.ssp_id, f"lagging: more than "
+                    self.roster.flag_ssp(e.ssp_id, f"lagging: more than "
                                   f"{limit * LAGGING_HARD_LIMIT_FACTOR} events queued", True)
                     continue
             if e.state is not SspState.BOOTSTRAPPING:
@@ -80,12 +87,12 @@ class Delivery:
         if event["table"] == "_00_query" and event["op"] == "DELETE":
             record = _query_record(event["id"])
             if record is not None:
-                self._spawn(self._unregister_if_gone(record), f"query-delete-query:{record.id!s}")
+                self.s.spawn(self._unregister_if_gone(record), f"query-delete-query:{record.id!s}")
         elif event["table"] == "_00_query" and is_request(event.get("record")):
             record = _query_record(event["id"])
             if record is not None and str(record.id) not in self._row_requests:
                 self._row_requests.add(str(record.id))
-                self._spawn(self._register_row(record), f"query-row-query:{record.id!s}")
+                self.s.spawn(self._register_row(record), f"query-row-query:{record.id!s}")
 
     async def _register_row(self, record: RecordID) -> None:
         """A `_00_query` row a record user created (`dbclient.viewrows`): registered as `POST
@@ -94,25 +101,25 @@ class Delivery:
         view_id = f"query:{record.id!s}"
         try:
             # The row as it is now: the feed may be behind (registered, refused or deleted).
-            row = await self.db.query_one("SELECT * FROM ONLY $q", {"q": record})
+            row = await self.s.db.query_one("SELECT * FROM ONLY $q", {"q": record})
             if not is_request(row):
                 return
             body = registration_body(view_id, row)
             who = identity_of(body)
-            limit = self.cfg.row_views_per_user
+            limit = self.s.cfg.row_views_per_user
             try:
                 ViewRegistration.from_body(body)
             except BodyError as e:
                 reply = Reply(400, error_body(ErrorCode.INVALID, str(e)))
             else:
                 held = 0
-                if who is not None and self.tracker.get(view_id) is None:
-                    held = len([1 for _vid, entry in self.tracker.items()
+                if who is not None and self.s.tracker.get(view_id) is None:
+                    held = len([1 for _vid, entry in self.s.tracker.items()
                                 if identity_of(entry["body"]) == who])
                 if held >= limit:
-                    await self.db.query(REFUSAL_SQL, {"q": record, "e": too_many(limit)})
+                    await self.s.db.query(REFUSAL_SQL, {"q": record, "e": too_many(limit)})
                     return
-                reply = await self.register_view(view_id, body)
+                reply = await self.placement.register_view(view_id, body)
             if reply.status == 200:
                 return
             if reply.status >= 500:
@@ -125,7 +132,7 @@ class Delivery:
                     answer = json.loads(reply.raw)
                 except ValueError:
                     answer = reply.raw[:500].decode(errors="replace")
-            await self.db.query(REFUSAL_SQL, {"q": record, "e": refusal(reply.status, answer)})
+            await self.s.db.query(REFUSAL_SQL, {"q": record, "e": refusal(reply.status, answer)})
         except DbError as e:
             log.warning("view %s from its row: database call failed (%s)", view_id, e)
         finally:
@@ -138,19 +145,19 @@ class Delivery:
         writes it at registration), and that registration must not be undone."""
         view_id = f"query:{record.id!s}"
         try:
-            back = await self.db.query("SELECT VALUE id FROM $q", {"q": record})
+            back = await self.s.db.query("SELECT VALUE id FROM $q", {"q": record})
             if back and back[0]:
                 log.info("view %s was registered again after its row's delete; kept", view_id)
                 return
         except DbError as e:
             log.info("cannot tell whether %s was registered again (%s); unregistering",
                      view_id, e)
-        self.unregister_view(view_id)
+        self.placement.unregister_view(view_id)
 
     # ------------------------------------------------------------------ sending
-    async def _sender(self, e: SspEntry) -> None:
+    async def send_loop(self, e: SspEntry) -> None:
         backoff = Backoff(_BACKOFF_MIN, cap=_BACKOFF_MAX)
-        limit = min(self.cfg.bootstrap_chunk_size, BATCH_MAX)
+        limit = min(self.s.cfg.bootstrap_chunk_size, BATCH_MAX)
         chunk = limit
         while True:
             await e.wake.wait()
@@ -177,8 +184,8 @@ class Delivery:
                         # Sending it again gets the same answer, and skipping it would leave
                         # the SSP's views silently wrong: it re-bootstraps from the replica,
                         # which holds these events.
-                        self.dropped_batches += 1
-                        self.flag_ssp(e.ssp_id, f"an ingest batch (seq {batch[0].seq}-"
+                        self.s.dropped_batches += 1
+                        self.roster.flag_ssp(e.ssp_id, f"an ingest batch (seq {batch[0].seq}-"
                                       f"{batch[-1].seq}) was refused as malformed", True)
                         break
                     if e.state is SspState.LAGGING and not e.queue:
@@ -192,10 +199,10 @@ class Delivery:
                 e.state = SspState.READY
                 e.was_ready = True
                 log.info("SSP %s ready (sent through seq %d)", e.ssp_id, e.sent_seq)
-                self._spawn(self._resend_views(e), f"views-{e.ssp_id}")
+                self.s.spawn(self.placement.resend_views(e), f"views-{e.ssp_id}")
 
     async def _post_batch(self, e: SspEntry, batch: list[Outbound]) -> int:
-        assert self._session is not None
+        assert self.s.session is not None
         try:
             if e.typed:
                 data = typed.encode_batch([o.wire() for o in batch])
@@ -208,7 +215,7 @@ class Delivery:
             return 400
         ctype = typed.CONTENT_TYPE if e.typed else "application/json"
         try:
-            async with self._session.post(f"{e.url}/ingest", data=data,
+            async with self.s.session.post(f"{e.url}/ingest", data=data,
                                           headers={**e.auth, "Content-Type": ctype}) as r:
                 status, text = r.status, await r.text()
         except (aiohttp.ClientError, TimeoutError) as err:

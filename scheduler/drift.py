@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from dbclient import Database, DbError
+from dbclient.clock import now_ms
 from engine.hashing import bytes_hash
 from engine.values import NONE, canonical_bytes, parse_record_id, record_id_text
 from engine.versions import is_stale
@@ -224,7 +225,7 @@ class DriftChecker:
             if self.known is not None:
                 self.known.discard(t)
             self.dropped = (self.dropped + [t])[-50:]
-            now = int(time.time() * 1000)
+            now = now_ms()
             summary = (f"table {t} is no longer synced upstream (dropped or @nosync) in "
                        f"{n} consecutive checks: {rows} rows dropped from the replica")
             log.warning("%s", summary)

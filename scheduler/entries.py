@@ -19,7 +19,6 @@ from ipc.routebodies import INGEST_BATCH_MAX
 BATCH_MAX = INGEST_BATCH_MAX
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
-VERSION = "0.1.0"
 
 
 class SspState(str, Enum):

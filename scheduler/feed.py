@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
 import time
 from collections import deque
@@ -41,9 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from dbclient import Database, DbError, LiveSubscription
+from dbclient.clock import now_ms
 from dbclient.feed import FeedCursor, feed_change
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
+from ipc.statefile import replace_file
 from timetext.durations import parse_duration_ns
 
 log = logging.getLogger("scheduler.feed")
@@ -66,10 +67,6 @@ GAP_RETRY_SECS = 30.0
 Event = dict[str, Any]
 Submit = Callable[[list[Event]], Awaitable[list[int]]]
 
-
-def now_ms() -> int:
-    """Unix time in milliseconds."""
-    return int(time.time() * 1000)
 
 
 def disabled_status() -> dict[str, Any]:
@@ -362,18 +359,7 @@ def _event(table: str, op: str, rid: str, row: Any) -> Event:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_file(path, text.encode("utf-8"), sync_dir=True)
 
 
 def feed_retention_ms(definition: str) -> int | None:

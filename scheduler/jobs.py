@@ -29,7 +29,7 @@ only routes operations to its Ready SSPs:
 
 `PUT /backends` and `backends` in `GET /health`: the same `maintenance.backends.BackendMonitor` as the
 standalone SSP, started with `SVC_BACKENDS`; its `backend_down` incidents go to the
-scheduler's incident store (`scheduler.admin.incidents`, `incidents.json` beside the
+scheduler's incident store (`scheduler.incidents`, `incidents.json` beside the
 replica). Like the SSP's, `/health` has `backends` only
 while the list is non-empty ("with a backend list"); `PUT /backends []` removes it.
 
@@ -73,8 +73,8 @@ class SchedulerLike(Protocol):
 
     def ready_ids(self) -> list[str]: ...
 
-    async def _forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
-                       ) -> tuple[int, bytes, str] | None: ...
+    async def forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
+                      ) -> tuple[int, bytes, str] | None: ...
 
 
 def _no_ssp(message: str) -> tuple[int, dict[str, Any]]:
@@ -161,7 +161,7 @@ class JobPlane:
         failures = []
         before = self.results.get(job_id)
         for ssp_id in self._rotation():
-            res = await self.s._forward(ssp_id, "/job/recover", {"table": table, "id": job_id})
+            res = await self.s.forward(ssp_id, "/job/recover", {"table": table, "id": job_id})
             if res is not None and res[0] == 200:
                 job = _job_of(res[1])
                 status = job.get("status")
@@ -212,10 +212,10 @@ class JobPlane:
     async def _kill_on(self, ssp_id: str, job_id: str) -> tuple[int, bytes, str] | None:
         """`/job/kill` on one SSP, sent again once after a short pause when it was unreachable
         or busy (a kill is idempotent: flagging or cancelling twice changes nothing)."""
-        res = await self.s._forward(ssp_id, "/job/kill", {"id": job_id})
+        res = await self.s.forward(ssp_id, "/job/kill", {"id": job_id})
         if res is None or res[0] >= 500:
             await asyncio.sleep(KILL_RESEND_SECS)
-            res = await self.s._forward(ssp_id, "/job/kill", {"id": job_id})
+            res = await self.s.forward(ssp_id, "/job/kill", {"id": job_id})
         return res
 
     async def retry(self, job_id: str) -> tuple[int, Any] | tuple[int, bytes, str]:
@@ -223,7 +223,7 @@ class JobPlane:
             return await self.pooled.retry_job(job_id)
         failures = []
         for ssp_id in self._rotation():
-            res = await self.s._forward(ssp_id, "/job/retry", {"id": job_id})
+            res = await self.s.forward(ssp_id, "/job/retry", {"id": job_id})
             if res is None or res[0] >= 500:
                 failures.append(f"{ssp_id}: {'unreachable' if res is None else res[0]}")
                 continue
@@ -236,7 +236,7 @@ class JobPlane:
     async def sweep_once(self) -> str | None:
         """`/job/recover` on one Ready SSP; the id of the SSP that answered 200."""
         for ssp_id in self._rotation():
-            res = await self.s._forward(ssp_id, "/job/recover", {})
+            res = await self.s.forward(ssp_id, "/job/recover", {})
             if res is not None and res[0] == 200:
                 return ssp_id
             log.info("job recovery on %s failed (%s)", ssp_id,

@@ -8,7 +8,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -19,49 +19,52 @@ from scheduler.entries import (
     SspEntry,
     SspState,
 )
+from scheduler.state import CoordinatorState
 from scheduler.views import DEFAULT_MEMORY_LIMIT_MB, Candidate, rank_candidates
 
 log = logging.getLogger("scheduler")
 
 # A registration waits at most this long for its SSP to have been sent every event ingested
-# before it (`Placement._sent_through`); a lagging SSP still gets the view after it.
+# before it (`Placement.sent_through`); a lagging SSP still gets the view after it.
 REGISTER_SYNC_SECS = 10.0
 
 
-# A mixin of `scheduler.core.Scheduler`, not a component: the listener, the admin plane and
-# the tests use one Scheduler object (`s.entries`, `s.flag_ssp(...)`, `s.health()`), and these
-# methods work on the state it initialises (`Scheduler.__init__`). The split keeps each job in
-# its own module; making them components would change every caller for no behaviour.
 class Placement:
-    """Places views on SSPs."""
+    """Places views on SSPs: the ready ones ranked by the configured strategy, the tracker
+    keeping which SSP holds which view."""
 
-    # ------------------------------------------------------------------ views
+    def __init__(self, s: CoordinatorState,
+                 sync_sources: Callable[[], Awaitable[None]]) -> None:
+        self.s = s
+        # Brings every row the database holds now into the WAL (`Scheduler.sync_sources`).
+        self.sync_sources = sync_sources
+
     def ready_ids(self) -> list[str]:
         # A Lagging SSP still holds its views and receives every event: it stays a candidate.
-        return [i for i, e in self.entries.items()
+        return [i for i, e in self.s.entries.items()
                 if e.state in (SspState.READY, SspState.LAGGING) and e.flagged is None]
 
-    def _ranked(self, exclude: Iterable[str] = ()) -> list[str]:
+    def ranked(self, exclude: Iterable[str] = ()) -> list[str]:
         skip = set(exclude)
-        counts = self.tracker.counts()
+        counts = self.s.tracker.counts()
         cands = []
         for i in self.ready_ids():
             if i in skip:
                 continue
-            e = self.entries[i]
+            e = self.s.entries[i]
             limit = e.mem_limit()
             cands.append(Candidate(i, counts.get(i, 0), e.cpu(), e.mem(),
                                    DEFAULT_MEMORY_LIMIT_MB if limit is None else limit))
-        return rank_candidates(self.cfg.load_balance, cands, self._rr_turn)
+        return rank_candidates(self.s.cfg.load_balance, cands, self.s.rr_turn)
 
-    async def _forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
+    async def forward(self, ssp_id: str, path: str, body: Mapping[str, Any]
                        ) -> tuple[int, bytes, str] | None:
         """POST to an SSP; (status, body, content type) or None when unreachable."""
-        e = self.entries.get(ssp_id)
-        if e is None or self._session is None:
+        e = self.s.entries.get(ssp_id)
+        if e is None or self.s.session is None:
             return None
         try:
-            async with self._session.post(
+            async with self.s.session.post(
                     f"{e.url}{path}", data=json.dumps(body, default=json_default).encode(),
                     headers={**e.auth, "Content-Type": "application/json"}) as r:
                 return r.status, await r.read(), r.headers.get("Content-Type",
@@ -74,8 +77,8 @@ class Placement:
         """``POST /view/register`` (body validated; ``view_id`` normalised)."""
         if not self.ready_ids():
             return Reply(503, {"error": "no_ssp", "message": "no SSP is ready"})
-        order = self._ranked()
-        tracked = self.tracker.get(view_id)
+        order = self.ranked()
+        tracked = self.s.tracker.get(view_id)
         if tracked is not None and tracked["ssp_id"] in order:
             order.remove(tracked["ssp_id"])
             order.insert(0, tracked["ssp_id"])
@@ -84,10 +87,10 @@ class Placement:
         # a moment ago included): bring them into the WAL, then wait until the SSP was sent
         # all of it before it computes the set.
         await self.sync_sources()
-        target = self.wal.last_seq
+        target = self.s.wal.last_seq
         for ssp_id in order:
-            await self._sent_through(ssp_id, target)
-            res = await self._forward(ssp_id, "/view/register", body)
+            await self.sent_through(ssp_id, target)
+            res = await self.forward(ssp_id, "/view/register", body)
             if res is None or res[0] >= 500:
                 failures.append(f"{ssp_id}: " + ("unreachable" if res is None else
                                 f"{res[0]} {res[1][:200].decode(errors='replace')}"))
@@ -95,8 +98,8 @@ class Placement:
             status, raw, ctype = res
             if status == 200:
                 if tracked is None or tracked["ssp_id"] != ssp_id:
-                    self._rr_turn += 1  # round robin advances on a new placement only
-                entry = self.tracker.set(view_id, ssp_id, body)
+                    self.s.rr_turn += 1  # round robin advances on a new placement only
+                entry = self.s.tracker.set(view_id, ssp_id, body)
                 return Reply(200, {"query_id": view_id, "ssp_id": ssp_id,
                                    "assigned_at": entry["assigned_at"]})
             return Reply(status, raw=raw, content_type=ctype)
@@ -104,16 +107,16 @@ class Placement:
         return Reply(503, {"error": "no_ssp",
                            "message": "no SSP accepted the view: " + "; ".join(failures)})
 
-    async def _sent_through(self, ssp_id: str, seq: int) -> None:
+    async def sent_through(self, ssp_id: str, seq: int) -> None:
         """Wait until `ssp_id` answered 200 for every event up to `seq` (its in-memory step
         is done), at most REGISTER_SYNC_SECS: a lagging SSP gets the view anyway, and the
         events it has not applied yet reach the view as changes."""
         deadline = time.monotonic() + REGISTER_SYNC_SECS
         while True:
-            e = self.entries.get(ssp_id)
+            e = self.s.entries.get(ssp_id)
             if e is None or e.flagged is not None:
                 return
-            if self._next_pub > seq and (not e.queue or e.queue[0].seq > seq):
+            if self.s.next_pub > seq and (not e.queue or e.queue[0].seq > seq):
                 return
             if time.monotonic() >= deadline:
                 log.warning("SSP %s has not applied events through seq %d after %.0fs; "
@@ -124,38 +127,38 @@ class Placement:
 
     def unregister_view(self, view_id: str) -> None:
         """Forget a view now; tell its SSP in the background."""
-        entry = self.tracker.pop(view_id)
-        if entry is not None and entry["ssp_id"] in self.entries:
-            self._spawn(self._forward(entry["ssp_id"], "/view/unregister", {"id": view_id}),
+        entry = self.s.tracker.pop(view_id)
+        if entry is not None and entry["ssp_id"] in self.s.entries:
+            self.s.spawn(self.forward(entry["ssp_id"], "/view/unregister", {"id": view_id}),
                         f"unregister-{view_id}")
 
-    async def _resend_views(self, e: SspEntry) -> None:
-        for view_id in self.tracker.of_ssp(e.ssp_id):
-            entry = self.tracker.get(view_id)
+    async def resend_views(self, e: SspEntry) -> None:
+        for view_id in self.s.tracker.of_ssp(e.ssp_id):
+            entry = self.s.tracker.get(view_id)
             if entry is None:
                 continue
-            res = await self._forward(e.ssp_id, "/view/register", entry["body"])
+            res = await self.forward(e.ssp_id, "/view/register", entry["body"])
             if res is not None and 400 <= res[0] < 500:
                 log.warning("SSP %s refused tracked view %s (%d); dropped", e.ssp_id,
                             view_id, res[0])
-                self.tracker.pop(view_id)
-        await self._place_unassigned()
+                self.s.tracker.pop(view_id)
+        await self.place_unassigned()
 
-    async def _place_unassigned(self) -> None:
-        for view_id in self.tracker.of_ssp(None):
-            entry = self.tracker.get(view_id)
+    async def place_unassigned(self) -> None:
+        for view_id in self.s.tracker.of_ssp(None):
+            entry = self.s.tracker.get(view_id)
             if entry is None or entry["ssp_id"] is not None:
                 continue
-            for ssp_id in self._ranked():
-                res = await self._forward(ssp_id, "/view/register", entry["body"])
+            for ssp_id in self.ranked():
+                res = await self.forward(ssp_id, "/view/register", entry["body"])
                 if res is None or res[0] >= 500:
                     continue
                 if res[0] == 200:
-                    self._rr_turn += 1
-                    self.tracker.set(view_id, ssp_id, entry["body"])
+                    self.s.rr_turn += 1
+                    self.s.tracker.set(view_id, ssp_id, entry["body"])
                     log.info("view %s placed on SSP %s", view_id, ssp_id)
                 else:
                     log.warning("SSP %s refused view %s on reassignment (%d); dropped",
                                 ssp_id, view_id, res[0])
-                    self.tracker.pop(view_id)
+                    self.s.tracker.pop(view_id)
                 break

@@ -1,3 +1,1 @@
 """The stream processor (SSP): hub, shard workers, edge publisher; the gateway lives in `gateway/`."""
-
-VERSION = "0.1.0"

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from dbclient import Database, DbError
+from dbclient.clock import now_ms
 from engine.errors import QueryRejected
 from engine.parser import Query, parse
 from engine.shape import normalise
@@ -103,7 +104,7 @@ class Allowlist:
         self.shapes = shapes
         self.sources = sources
         self.skipped = skipped
-        self.loaded_at_ms = int(time.time() * 1000)
+        self.loaded_at_ms = now_ms()
 
     async def load(self, db: Database) -> None:
         """Read and compile `_00_query_allowlist` (a missing table means no entries)."""
@@ -180,7 +181,7 @@ class Allowlist:
         if self.mode == "warn":
             log.warning("allowlist miss (warn mode, admitted): %s", reason)
             return self._count(Decision(True, "warned", reason))
-        self.last_refused.append({"at_epoch_ms": int(time.time() * 1000), "table": shape.table,
+        self.last_refused.append({"at_epoch_ms": now_ms(), "table": shape.table,
                                   "surql": surql[:500], "reason": reason})
         return self._count(Decision(False, "refused", reason))
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
+from ipc.envvars import env_bool, env_int
 from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.otel import OtelConfigError, metrics_exporters
 from ipc.peerauth import ssp_credential
@@ -45,29 +46,11 @@ class ConfigError(ValueError):
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
          maximum: int | None = None) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{name} must be <= {maximum}, got {value}")
-    return value
+    return env_int(env, name, default, minimum=minimum, maximum=maximum, error=ConfigError)
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+    return env_bool(env, name, default, error=ConfigError)
 
 
 def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:

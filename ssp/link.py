@@ -44,12 +44,13 @@ from surrealdb import RecordID
 from surrealdb.data.cbor import decode as cbor_decode
 
 from dbclient import DbError
+from dbclient.clock import now_ms
 from dbclient.sql import require_identifier, require_int
 from engine.hashing import hash_text
 from engine.values import record_id_text
 from ipc.backoff import Backoff
 from ipc.http import client_session
-from ssp import VERSION
+from ipc.version import VERSION
 
 if TYPE_CHECKING:
     from engine.arena import RowStore
@@ -405,7 +406,7 @@ class SchedulerLink:
             return None
         self.heartbeats_sent += 1
         self.last_heartbeat_status = status
-        self.last_heartbeat_ms = int(time.time() * 1000)
+        self.last_heartbeat_ms = now_ms()
         if status == 404:
             raise SchedulerExit(EXIT_UNKNOWN, "the scheduler does not know this SSP")
         if status == 409:

@@ -44,6 +44,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import Database, DbError, DbTimeout
+from dbclient.clock import now_ms
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ipc.backoff import Backoff
@@ -679,7 +680,7 @@ class Publisher:
                     self.metrics.observe(vid, (now - since) * 1000, ops, initial)
         self.stats.flushes += 1
         self.stats.operations += b.ops
-        self.stats.last_success_ms = int(time.time() * 1000)
+        self.stats.last_success_ms = now_ms()
         return b.ops or len(b.views)
 
     def _recount(self) -> None:

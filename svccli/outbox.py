@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dbclient.surqltext import skipped_span
 from dbhost.liveql import split_statements
 from project.rootconfig import Project
 from svccli.settings import ConfigError
@@ -77,29 +78,15 @@ def strip_comments(text: str) -> str:
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
-        c = text[i]
-        if c in "'\"`":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif c == "⟨":
-            j = text.find("⟩", i + 1)
-            j = n - 1 if j < 0 else j
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif c == "#" or text.startswith("--", i) or text.startswith("//", i):
-            j = text.find("\n", i)
-            out.append("\n")
-            i = n if j < 0 else j + 1
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            out.append(" ")
-            i = n if j < 0 else j + 2
-        else:
-            out.append(c)
+        skipped = skipped_span(text, i)
+        if skipped is None:
+            out.append(text[i])
             i += 1
+            continue
+        kind, end = skipped
+        # a line comment keeps its line break, a block comment still separates tokens
+        out.append(text[i:end] if kind == "quoted" else "\n" if kind == "line_comment" else " ")
+        i = end
     return "".join(out)
 
 

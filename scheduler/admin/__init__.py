@@ -2,5 +2,5 @@
 
 One module per job; see ``scheduler/README.md`` ("Admin plane") for the routes, the error
 shape, sign-in, tokens, the incident store and operations. This package's ``__init__`` imports
-nothing, so the core can use :mod:`scheduler.admin.incidents` without the listener.
+nothing; the incident store it shares with the coordinator is :mod:`scheduler.incidents`.
 """

@@ -31,13 +31,13 @@ Bodies are JSON objects of at most 64 KiB (415 for another content type, 413 ove
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import falcon
 import falcon.asgi
 from opentelemetry.metrics import Meter, NoOpMeter
 
+from dbclient.clock import now_ms
 from ipc import otel
 from scheduler.admin import backups, dashboard
 from scheduler.admin.auth import AdminAuth
@@ -312,7 +312,7 @@ class Incidents(Base):
             offset=offset, limit=limit)
         resp.media = {"incidents": items, "total": total, "offset": offset, "limit": limit,
                       "storage_error": store.storage_error,
-                      "server_time_ms": int(time.time() * 1000)}
+                      "server_time_ms": now_ms()}
 
 
 class IncidentDetail(Base):
@@ -400,7 +400,7 @@ def create_falcon_app(plane: AdminPlane,
     ]
     routes += pool_routes(plane)
     routes += workflow_routes(plane)  # workflows/*, schedules/*: scheduler.admin.workflows
+    routes += backups.backup_routes(plane)  # backups/*, restore/*: scheduler.admin.backups
     for path, resource in routes:
         app.add_route(api + path, resource)
-    backups.register(app, plane, api)  # backups and restores (scheduler/admin/backups.py)
     return app

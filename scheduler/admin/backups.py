@@ -52,7 +52,7 @@ from scheduler.admin.values import read_json
 
 log = logging.getLogger("scheduler.admin.backups")
 
-__all__ = ["BackupRoutes", "register"]
+__all__ = ["BackupRoutes", "backup_routes"]
 
 POLL_SECS = 0.2
 PROGRESS_SECS = 0.25
@@ -322,13 +322,12 @@ class _Release(_Base):
         resp.media = self.r.release(_who(req))
 
 
-def register(app: falcon.asgi.App, plane: Any, api: str) -> BackupRoutes:
-    """Add the backup routes under ``api`` (``/admin/api``); ``plane.backups`` is set."""
+def backup_routes(plane: Any) -> list[tuple[str, Any]]:
+    """The routes of this module for the admin app's route table (relative to
+    ``/admin/api``); ``plane.backups`` is set."""
     routes = BackupRoutes(plane)
     plane.backups = routes
-    app.add_route(api + "/backups", _Backups(routes))
-    app.add_route(api + "/backups/config", _Config(routes))
-    app.add_route(api + "/backups/{backup_id}", _Backup(routes))
-    app.add_route(api + "/backups/{backup_id}/restore", _Restore(routes))
-    app.add_route(api + "/restore/release", _Release(routes))
-    return routes
+    return [("/backups", _Backups(routes)), ("/backups/config", _Config(routes)),
+            ("/backups/{backup_id}", _Backup(routes)),
+            ("/backups/{backup_id}/restore", _Restore(routes)),
+            ("/restore/release", _Release(routes))]

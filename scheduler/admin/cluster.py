@@ -30,8 +30,9 @@ import aiohttp
 
 from dbclient import Database
 from ipc.http import client_session
-from scheduler.admin.incidents import IncidentStore
+from ipc.version import VERSION
 from scheduler.config import SchedulerConfig
+from scheduler.incidents import IncidentStore
 
 log = logging.getLogger("scheduler.admin.cluster")
 
@@ -145,8 +146,6 @@ class SchedulerCluster:
 
     @property
     def version(self) -> str:
-        from scheduler.core import VERSION
-
         return VERSION
 
     def state(self) -> str:

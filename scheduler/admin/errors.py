@@ -21,6 +21,8 @@ from typing import Any
 
 import falcon
 
+from dbclient import DbConnectionError, DbTimeout
+
 __all__ = [
     "AdminError", "BadGateway", "Conflict", "Forbidden", "Invalid", "NotFound",
     "NotImplementedYet", "PayloadTooLarge", "ReadOnly", "Unauthorized", "Unavailable",
@@ -126,6 +128,16 @@ class Unavailable(AdminError):
     """503: cloning or restoring, no SSP, the tenant database unreachable."""
 
     status_code_default = 503
+
+
+# The database errors that say "down or slow", not "refused": the admin API answers them 503
+# `db_unreachable`, whatever the page was reading.
+DB_UNREACHABLE = (DbConnectionError, DbTimeout)
+
+
+def db_unreachable(what: str = "the database") -> Unavailable:
+    """The one 503 for a database that did not answer (raise it ``from`` the cause)."""
+    return Unavailable(f"{what} is unreachable; try again", code="db_unreachable")
 
 
 def error_body(exc: falcon.HTTPError) -> dict[str, Any]:

@@ -29,9 +29,10 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import DbConnectionError, DbError, DbTimeout, is_identifier
+from dbclient.clock import now_ms
 from engine.values import parse_record_id, record_id_text
 from scheduler.admin.cluster import Cluster
-from scheduler.admin.errors import Invalid, NotFound, Unavailable
+from scheduler.admin.errors import DB_UNREACHABLE, Invalid, NotFound, Unavailable, db_unreachable
 from scheduler.admin.sse import Channel
 from scheduler.admin.values import epoch_ms, jsonable
 
@@ -160,7 +161,7 @@ class JobSampler:
             raise
 
     async def sample_once(self) -> dict[str, Any]:
-        now = int(time.time() * 1000)
+        now = now_ms()
         totals = _empty_totals()
         per_table: dict[str, dict[str, int]] = {}
         recent: list[dict[str, Any]] = []
@@ -195,14 +196,13 @@ class JobSampler:
             return {**snap, "jobs": snap["jobs"][:limit], "source": "sampler"}
         try:
             tables = await self.tables()
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         if table is not None:
             if table not in tables:
                 raise NotFound(f"{table[:80]} is not a job table (_00_retention.job_tables)")
             tables = [table]
-        now = int(time.time() * 1000)
+        now = now_ms()
         conds: list[str] = []
         vars: dict[str, Any] = {}
         if status == "stalled":
@@ -221,9 +221,8 @@ class JobSampler:
                 rows = await self._read(f"SELECT {LIST_FIELDS} FROM {t}{where} "
                                         f"ORDER BY created_at DESC LIMIT {fetch}", vars)
                 jobs.extend(_public(r, now) for r in rows if isinstance(r, dict))
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             raise Unavailable(f"the job tables could not be read ({type(e).__name__})",
                               code="db_error") from e
@@ -248,16 +247,15 @@ class JobSampler:
                 raise NotFound(f"{rid.table_name[:80]} is not a job table "
                                "(_00_retention.job_tables)")
             rows = await self._read("SELECT * FROM $id", {"id": rid})
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             raise Unavailable(f"the job could not be read ({type(e).__name__})",
                               code="db_error") from e
         if not rows:
             raise NotFound(f"no job {record_id_text(rid)[:120]}")
         row = rows[0]
-        out = _public(row, int(time.time() * 1000))
+        out = _public(row, now_ms())
         out.update(payload=jsonable(row.get("payload")), result=jsonable(row.get("result")),
                    errors=jsonable(row.get("errors") or []),
                    retry_budget={"attempts": row.get("attempts"),
@@ -290,9 +288,8 @@ class JobSampler:
                         break
                 if not everything and cleared >= CLEAR_BATCH:
                     break
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             raise Unavailable(f"the job tables could not be cleared ({type(e).__name__})",
                               code="db_error") from e

@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from scheduler.admin.cluster import Cluster, SspInfo
-from scheduler.admin.incidents import IncidentStore
+from scheduler.incidents import IncidentStore
 
 log = logging.getLogger("scheduler.admin.lifecycle")
 

@@ -22,15 +22,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scheduler.admin.incidents import IncidentStore
+from dbclient.clock import now_ms
+from ipc.statefile import replace_file
 from scheduler.admin.sse import Channel
+from scheduler.incidents import IncidentStore
 
 log = logging.getLogger("scheduler.admin.operations")
 
@@ -41,9 +42,6 @@ FILE = "admin-operations.json"
 #: kinds a new process completes after a restart it was asked for
 CONTINUED_KINDS = ("scheduler_restart",)
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class OperationLog:
@@ -180,13 +178,9 @@ class OperationLog:
         if self.path is None:
             return
         self._last_write = time.monotonic()
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.listing(), f, separators=(",", ":"), default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, json.dumps(self.listing(), separators=(",", ":"),
+                                               default=str).encode("utf-8"))
         except OSError as e:
             log.warning("operation history not written: %s", e)
 

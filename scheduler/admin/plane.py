@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 from scheduler.admin.actions import Actions
 from scheduler.admin.cluster import Cluster, SchedulerCluster
@@ -121,5 +122,5 @@ class AdminPlane:
             "presence": rollup,
             "operations": {"running": self.ops.running()},
             "incidents": self.cluster.incidents.summary(),
-            "server_time_ms": int(time.time() * 1000),
+            "server_time_ms": now_ms(),
         }

@@ -13,11 +13,11 @@ named is unknown (404), as it is with pools configured.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import falcon.asgi
 
+from dbclient.clock import now_ms
 from scheduler.admin.errors import Conflict, Invalid, NotFound
 from scheduler.pools.service import PoolError, PoolService
 
@@ -58,7 +58,7 @@ class PoolsList(_Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         pools = getattr(self.plane, "pools", None)
         resp.media = {"pools": pools.list_pools() if pools is not None else [],
-                      "server_time_ms": int(time.time() * 1000)}
+                      "server_time_ms": now_ms()}
 
 
 class PoolMachines(_Base):
@@ -70,7 +70,7 @@ class PoolMachines(_Base):
         except PoolError as e:
             raise _relay(e) from None
         resp.media = {"pool": name, "machines": machines,
-                      "server_time_ms": int(time.time() * 1000)}
+                      "server_time_ms": now_ms()}
 
 
 class PoolPause(_Base):

@@ -35,6 +35,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import DbError
+from dbclient.clock import now_ms
 from engine.values import record_id_text
 from scheduler.admin.cluster import Cluster
 from scheduler.admin.values import epoch_ms, jsonable, ttl_ms
@@ -180,7 +181,7 @@ class Presence:
         self.duration_ms = round((time.perf_counter() - started) * 1000, 1)
 
     async def _build(self, raw: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
-        now = int(time.time() * 1000)
+        now = now_ms()
         placed = self.cluster.placements()
         mets: dict[str, dict[str, Any]] = {}
         for m in metrics:

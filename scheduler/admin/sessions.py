@@ -39,10 +39,16 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import DbAuthError, DbConnectionError, DbError, DbTimeout, record_signin
+from dbclient import DbAuthError, DbError, record_signin
 from engine.values import parse_record_id, record_id_text
 from scheduler.admin.cluster import Cluster
-from scheduler.admin.errors import Invalid, Unauthorized, Unavailable
+from scheduler.admin.errors import (
+    DB_UNREACHABLE,
+    Invalid,
+    Unauthorized,
+    Unavailable,
+    db_unreachable,
+)
 from scheduler.admin.ratelimit import LoginLimiter
 from scheduler.admin.tokens import BREAKGLASS_SUBJECT, Principal, TokenAuthority
 
@@ -126,9 +132,8 @@ class SignIn:
             return [pinned]
         try:
             info = await self.cluster.db.query_one("INFO FOR DB", idempotent=True)
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the tenant database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable("the tenant database") from e
         accesses = info.get("accesses", {}) if isinstance(info, dict) else {}
         names = sorted(n for n, text in accesses.items()
                        if isinstance(n, str) and not n.startswith("_00_")
@@ -157,9 +162,8 @@ class SignIn:
                                               timeout=SIGNIN_TIMEOUT_SECS)
                 except DbAuthError:
                     continue
-                except (DbConnectionError, DbTimeout) as e:
-                    raise Unavailable("the tenant database is unreachable; try again",
-                                      code="db_unreachable") from e
+                except DB_UNREACHABLE as e:
+                    raise db_unreachable("the tenant database") from e
                 if rid is None:
                     continue
                 who = record_id_text(rid) if not isinstance(rid, str) else rid
@@ -182,9 +186,8 @@ async def roster_has(db: Any, who: str) -> bool:
         found = await db.query_one(
             "SELECT VALUE ident FROM _00_admin WHERE record = $r OR ident = $t LIMIT 1",
             {"r": RecordID(rid.table_name, rid.id), "t": who}, idempotent=True)
-    except (DbConnectionError, DbTimeout) as e:
-        raise Unavailable("the tenant database is unreachable; try again",
-                          code="db_unreachable") from e
+    except DB_UNREACHABLE as e:
+        raise db_unreachable("the tenant database") from e
     except DbError as e:
         log.info("roster unreadable (%s): nobody is on it", type(e).__name__)
         return False

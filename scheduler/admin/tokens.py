@@ -40,7 +40,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 import time
 import uuid
@@ -51,6 +50,7 @@ from typing import Any
 
 import jwt
 
+from ipc.statefile import replace_file
 from scheduler.admin.errors import Forbidden, Invalid, NotFound, Unauthorized
 
 log = logging.getLogger("scheduler.admin.tokens")
@@ -370,15 +370,9 @@ class TokenAuthority:
         self._written_at = now
         self._dirty = False
         self._prune()
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"version": 1, "tokens": self._registry}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, json.dumps({"version": 1, "tokens": self._registry}
+                                               ).encode("utf-8"), mode=0o600)
         except OSError as e:
             # The revocation holds in memory; say loudly that a restart would forget it.
             log.error("token registry not persisted (%s): revocations hold until a restart", e)

@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import time
 from typing import Any
 from urllib.parse import quote
 
 from surrealdb import RecordID
 
 from dbclient import DbConnectionError, DbError, DbTimeout
+from dbclient.clock import now_ms
 from scheduler.admin.cluster import Cluster
-from scheduler.admin.errors import Invalid, NotFound, Unavailable
+from scheduler.admin.errors import DB_UNREACHABLE, Invalid, NotFound, Unavailable, db_unreachable
 from scheduler.admin.presence import Presence, ViewRow
 from scheduler.admin.values import epoch_ms, jsonable, q_bool, q_enum, q_int, q_str, ttl_ms
 
@@ -96,7 +96,7 @@ class Views:
         shared = q_bool(req, "shared")
         include_expired = q_bool(req, "include_expired")
         assert limit is not None
-        now = int(time.time() * 1000)
+        now = now_ms()
         threshold = self.slow_ms if slow_ms is None else slow_ms
         needle = q.lower() if q else None
         by_query = self.presence.by_query
@@ -149,9 +149,8 @@ class Views:
                 if isinstance(e, (DbConnectionError, DbTimeout)):
                     raise
                 mets = []  # no metrics table yet
-        except (DbConnectionError, DbTimeout) as e:
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from e
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
         except DbError as e:
             if "does not exist" in str(e):
                 rows = []
@@ -166,7 +165,7 @@ class Views:
         ssp_id = self.cluster.placement(view_id)
         if ssp_id is None and met is not None and isinstance(met.get("ssp_id"), str):
             ssp_id = met["ssp_id"]
-        now = int(time.time() * 1000)
+        now = now_ms()
         last = epoch_ms(row.get("lastActiveAt"))
         ttl = ttl_ms(row.get("ttl"))
         memory = await self._memory(ssp_id, view_id)

@@ -45,7 +45,7 @@ import falcon
 import falcon.asgi
 
 from dbclient import DbError
-from scheduler.admin.errors import AdminError, Invalid, Unavailable
+from scheduler.admin.errors import AdminError, Invalid, Unavailable, db_unreachable
 from scheduler.admin.sse import Channel, channel_stream
 from scheduler.admin.values import q_enum, q_int, q_str, read_json
 from scheduler.workflows import views
@@ -100,8 +100,7 @@ class WorkflowsApi:
                 raise Unavailable("no workflow tables in the database yet: `svc schema apply` "
                                   "or `svc migrate` installs them",
                                   code="no_workflow_tables") from None
-            raise Unavailable("the database is unreachable; try again",
-                              code="db_unreachable") from None
+            raise db_unreachable() from None
 
     # ------------------------------------------------------------------ stream
     def _changed(self) -> None:

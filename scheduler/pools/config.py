@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ipc.envvars import env_int
 from jobs.tables import JobConfigError, JobTable, parse_job_tables
 from maintenance.backends import BackendListError, parse_backends
 from scheduler.config import ConfigError
@@ -152,13 +153,4 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
 
 
 def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        v = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer") from None
-    if not lo <= v <= hi:
-        raise ConfigError(f"{name} must be between {lo} and {hi}")
-    return v
+    return env_int(env, name, default, minimum=lo, maximum=hi, error=ConfigError)

@@ -11,11 +11,12 @@ import time
 from dataclasses import dataclass, field
 
 from dbclient import DbError
+from dbclient.clock import now_ms
 from engine.values import record_id_text
 from jobs import rows
 from scheduler.pools.config import PoolSpec
 from scheduler.pools.provider import BootError, Provider
-from scheduler.pools.store import Machine, PoolState, now_ms
+from scheduler.pools.store import Machine, PoolState
 
 log = logging.getLogger("scheduler.pools")
 
@@ -41,9 +42,10 @@ class _Pool:
     secrets: tuple[str, ...] = ()
 
 
-# A mixin of `scheduler.pools.service.PoolService`, as the scheduler's own modules are: the
-# service is one object (routes, agents and the tick share its machines and pools); this
-# module keeps the clock-driven half apart from the request-driven half.
+# A mixin of `scheduler.pools.service.PoolService` (the last one outside the workflow engine;
+# mypy's attr-defined check is off for it in pyproject.toml): the service is one object
+# (routes, agents and the tick share its machines and pools); this module keeps the
+# clock-driven half apart from the request-driven half.
 class Sizing:
     """The tick: machine liveness, lease sweep, sizing up and down, the boot breaker."""
 

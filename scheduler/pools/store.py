@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from dbclient.clock import now_ms
 
 ACTIVE = ("booting", "ready", "draining")
 TERMINAL = ("destroyed", "lost", "failed")
 KEEP_TERMINAL = 200  # terminal machine records kept per pool (newest)
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass

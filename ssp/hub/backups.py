@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from backup import requests
 from backup.objstore import StorageError
 from backup.service import BackupError, BackupService
+from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 from ipc.messages import error_reply, reply
 
@@ -89,7 +89,7 @@ class SspTarget:
         """Bootstrap again from the restored database, then restart the loops: ready."""
         state = self.state
         await self.loading.forget_rows()  # every view and row, fresh shard processes
-        since_vs = int(time.time() * 1000) << 16
+        since_vs = now_ms() << 16
         state.cursor.reset(since_vs, floor=True)
         await self.loading.bootstrap()  # tables from the restored database, live views back
         await state.allowlist.load(state.db)  # the restored database's allowlist, as at start

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from dbclient.clock import now_ms
 from engine.errors import QueryRejected
 from engine.hashing import hash_text
 from engine.jsonvalues import to_json
@@ -95,7 +96,7 @@ class Introspection:
 
     async def log(self, req: dict[str, Any]) -> dict[str, Any]:
         body = req.get("body") or {}
-        self.state.logs.add({"at": int(time.time() * 1000), "level": body.get("level", "info"),
+        self.state.logs.add({"at": now_ms(), "level": body.get("level", "info"),
                              "message": body.get("message", ""), "data": body.get("data"),
                              "source": "client"})
         return reply(200, {"status": "ok"})

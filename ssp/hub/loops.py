@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from surrealdb import RecordID
 
 from dbclient import DbError
-from ssp.hub.state import cold_cursor, now_ms
+from dbclient.clock import now_ms
+from ssp.hub.state import cold_cursor
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of
 from timetext.durations import ttl_ms
 from timetext.timestamps import activity_ms

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from surrealdb import RecordID
 
 from dbclient import DbError, DbTimeout
+from dbclient.clock import now_ms
 from engine.errors import QueryRejected
 from engine.parser import parse_cached
 from engine.shape import normalise
@@ -23,7 +24,6 @@ from ipc.routebodies import ViewRegistration
 from ssp.hub.errors import shard_refusal
 from ssp.hub.identity import check_params, claimed_auth, effective_query, engine_params, kept
 from ssp.hub.sharing import peers, subscribers, write_counts
-from ssp.hub.state import now_ms
 from ssp.naming import view_record
 from ssp.permissions import PermissionRefused, PermissionsUnavailable
 from ssp.shards import ShardDown, ShardError

@@ -15,7 +15,7 @@ import zmq.asyncio
 from dbclient import DbAuthError, DbError
 from dbclient.tasks import cancel_and_wait
 from ipc.backoff import Backoff
-from ssp import VERSION
+from ipc.version import VERSION
 from ssp.backends import backend_routes
 from ssp.config import SspConfig
 from ssp.crdt import CrdtFields, crdt_routes

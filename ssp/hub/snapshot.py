@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ssp.hub.state import now_ms
+from dbclient.clock import now_ms
 
 if TYPE_CHECKING:
     from ssp.hub.state import HubState

@@ -21,6 +21,7 @@ import zmq.asyncio
 from surrealdb import RecordID
 
 from dbclient import Database
+from dbclient.clock import now_ms
 from dbclient.feed import FeedCursor
 from maintenance.backends import BackendMonitor, parse_backends
 from ssp.allowlist import Allowlist
@@ -42,10 +43,6 @@ FEED_LIMIT = 1000  # new change sets per feed round (the engine pages 1000 entri
 FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits are not lost
 CURSOR_MARGIN_MS = 5000  # cold start: tail from a little before the bootstrap read
 
-
-def now_ms() -> int:
-    """Unix time in milliseconds."""
-    return int(time.time() * 1000)
 
 
 def cold_cursor() -> int:

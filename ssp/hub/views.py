@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from surrealdb import RecordID
 
 from dbclient import DbError
+from dbclient.clock import now_ms
 from engine.errors import QueryRejected
 from engine.jsonvalues import to_json
 from engine.parser import parse_cached
@@ -21,7 +22,7 @@ from ipc.messages import not_ready, reply
 from ipc.routebodies import normalize_view_id
 from ssp.hub.identity import effective_query
 from ssp.hub.sharing import peers, share_key, write_counts
-from ssp.hub.state import ViewState, now_ms
+from ssp.hub.state import ViewState
 from ssp.naming import QUERY_TABLE, edge_table, view_id_of, view_record
 from ssp.permissions import PermissionsUnavailable
 from ssp.shards import ShardDown, ShardError, ShardTimeout, shard_of

@@ -200,7 +200,7 @@ async def test_scheduler_routes_jobs_to_ready_ssps(tmp_path: Path, shared_db_hos
             assert b["status"] == "degraded"
 
             def down_incident() -> Any:
-                # the scheduler's incident store (scheduler.admin.incidents), flushed at
+                # the scheduler's incident store (scheduler.incidents), flushed at
                 # most once per second
                 path = tmp_path / "data" / "incidents.json"
                 if not path.exists():

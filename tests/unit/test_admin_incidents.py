@@ -1,4 +1,4 @@
-"""The incident store (scheduler.admin.incidents): merging, states, limits, the history file,
+"""The incident store (scheduler.incidents): merging, states, limits, the history file,
 older files, storage errors and sanitised summaries."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from maintenance.backends import incident_record
-from scheduler.admin.incidents import IncidentStore, sanitize
+from scheduler.incidents import IncidentStore, sanitize
 
 NOW = 1_800_000_000_000
 

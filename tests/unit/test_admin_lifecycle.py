@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from scheduler.admin.cluster import SspInfo
-from scheduler.admin.incidents import IncidentStore
 from scheduler.admin.lifecycle import Lifecycle
+from scheduler.incidents import IncidentStore
 
 
 def info(ssp_id: str, state: str, queued: int = 0, flagged: str | None = None,

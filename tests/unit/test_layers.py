@@ -27,12 +27,13 @@ FORBIDDEN: dict[str, set[str]] = {
                  "project"},
     # the project files' models: read by the services and the CLI, they import none of ours
     "project": set(PACKAGES) - {"project"},
-    "maintenance": set(PACKAGES) - {"maintenance", "ipc"},
+    "maintenance": set(PACKAGES) - {"maintenance", "ipc", "dbclient", "timetext"},
     # outbox jobs (rows, claim, lease, retry, kill, policy): shared by the SSP's runner, the
     # pools and workflows, which it never imports
-    "jobs": set(PACKAGES) - {"jobs", "ipc", "maintenance", "timetext"},
-    # backups and restores (ssp and scheduler own the targets): the database client only
-    "backup": set(PACKAGES) - {"backup", "dbclient"},
+    "jobs": set(PACKAGES) - {"jobs", "ipc", "maintenance", "timetext", "dbclient"},
+    # backups and restores (ssp and scheduler own the targets): the database client, and the
+    # state files of ipc.statefile
+    "backup": set(PACKAGES) - {"backup", "dbclient", "ipc", "timetext"},
     "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli"},
     "scheduler": {"ssp", "gateway", "stack", "svccli"},
     # the hosted platform's control plane: its own process over the database client, the
@@ -174,3 +175,55 @@ def test_no_import_runs_the_wrong_way(package: str) -> None:
                    if package_of(mod) == package
                    for dep in deps if package_of(dep) in FORBIDDEN[package])
     assert not wrong, "imports that run the wrong way:\n" + "\n".join(wrong)
+
+
+# The scheduler process's parts (scheduler/README.md, "Layout"): the coordinator (the modules
+# directly in scheduler/), the admin plane, workflows and machine pools. The composition roots
+# build and wire them all; a part's typed configuration (`<part>.config`) is read with the
+# process's (config is read once, in one place per process).
+SCHEDULER_PARTS = ("admin", "workflows", "pools")
+SCHEDULER_ROOTS = {"scheduler.__main__", "scheduler.app"}
+# part -> the parts it must never import
+SCHEDULER_FORBIDDEN: dict[str, set[str]] = {
+    # the coordinator is what the others stand on: it never reaches up into them
+    "coordinator": set(SCHEDULER_PARTS),
+    # workflows and pools run beside each other on the coordinator's job plane, and the admin
+    # plane shows and acts on them; neither knows the admin plane or the other
+    "workflows": {"admin", "pools"},
+    "pools": {"admin", "workflows"},
+    "admin": set(),
+}
+
+
+def scheduler_part(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "scheduler":
+        return None
+    if len(parts) > 1 and parts[1] in SCHEDULER_PARTS:
+        return parts[1]
+    return "coordinator"
+
+
+def scheduler_wrong(g: dict[str, set[str]], part: str) -> list[str]:
+    return sorted(f"{mod} -> {dep}" for mod, deps in g.items()
+                  if scheduler_part(mod) == part and mod not in SCHEDULER_ROOTS
+                  for dep in deps
+                  if scheduler_part(dep) in SCHEDULER_FORBIDDEN[part]
+                  and not dep.endswith(".config"))
+
+
+@pytest.mark.parametrize("part", sorted(SCHEDULER_FORBIDDEN))
+def test_no_scheduler_part_imports_the_wrong_way(part: str) -> None:
+    wrong = scheduler_wrong(graph(), part)
+    assert not wrong, "imports that run the wrong way:\n" + "\n".join(wrong)
+
+
+def test_the_scheduler_layer_check_sees_a_wrong_import() -> None:
+    # the import this layering removed (the core used the incident store of the admin plane)
+    # fails it; a root and a part's config may import a part
+    g = {"scheduler.core": {"scheduler.admin.incidents", "scheduler.incidents"},
+         "scheduler.app": {"scheduler.workflows.wiring"},
+         "scheduler.config": {"scheduler.workflows.config"},
+         "scheduler.workflows.engine": {"scheduler.admin.errors"}}
+    assert scheduler_wrong(g, "coordinator") == ["scheduler.core -> scheduler.admin.incidents"]
+    assert scheduler_wrong(g, "workflows") == ["scheduler.workflows.engine -> scheduler.admin.errors"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.admin.incidents import IncidentStore
 from scheduler.admin.mcptools import tool_named
 from scheduler.config import ConfigError
+from scheduler.incidents import IncidentStore
 from scheduler.pools.config import PoolsConfig
 from scheduler.pools.provider import BootError
 from scheduler.pools.service import PoolService

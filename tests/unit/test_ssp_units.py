@@ -538,7 +538,8 @@ def test_publish_flushers_default_to_two_and_are_bounded() -> None:
     base = {"SVC_DB_URL": "ws://127.0.0.1:1"}
     assert SspConfig.from_env(base).publish_flushers == 2
     assert SspConfig.from_env({**base, "SVC_SSP_PUBLISH_FLUSHERS": "1"}).publish_flushers == 1
-    for bad, words in (("0", ">= 1"), ("9", "<= 8"), ("two", "integer")):
+    for bad, words in (("0", "between 1 and 8, got 0"), ("9", "between 1 and 8, got 9"),
+                       ("two", "integer")):
         with pytest.raises(ConfigError, match=words):
             SspConfig.from_env({**base, "SVC_SSP_PUBLISH_FLUSHERS": bad})
     hub = make_hub()

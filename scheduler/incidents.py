@@ -36,13 +36,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from dbclient.clock import now_ms
+from ipc.statefile import replace_file
 
 log = logging.getLogger("scheduler.incidents")
 
@@ -94,9 +96,6 @@ def sanitize(text: Any, secrets: Iterable[str] = ()) -> str:
     s = " ".join(s.split())
     return s if len(s) <= SUMMARY_MAX else s[: SUMMARY_MAX - 1] + "…"
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _int(v: Any, default: int | None) -> int | None:
@@ -434,14 +433,8 @@ class IncidentStore:
             return True
         self._last_flush = time.monotonic()
         data = self.encode()
-        tmp = self.path.with_suffix(".json.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, data)
         except OSError as e:
             msg = f"cannot write {self.path.name}: {e.strerror or type(e).__name__}"
             if self.storage_error != msg:

@@ -1,0 +1,41 @@
+"""One environment variable read into a typed value, for the configuration readers of every
+process (`ssp.config`, `scheduler.config`, `scheduler.pools.config`, `cloud.config`). Unset
+or blank: the default. A value that cannot be used raises the caller's error type (``error``,
+each process has its own ConfigError) with a message naming the variable."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+TRUE = frozenset({"1", "true", "yes", "on"})
+FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def env_bool(env: Mapping[str, str], name: str, default: bool, *,
+             error: type[Exception] = ValueError) -> bool:
+    """true/false, 1/0, yes/no, on/off (any case)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    text = raw.lower()
+    if text in TRUE:
+        return True
+    if text in FALSE:
+        return False
+    raise error(f"{name} must be true or false (also 1/0, yes/no, on/off), got {raw[:40]!r}")
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
+            maximum: int | None = None, error: type[Exception] = ValueError) -> int:
+    """An integer between ``minimum`` and ``maximum`` (None: no upper bound)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise error(f"{name} must be an integer, got {raw[:40]!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise error(f"{name} must be {bound}, got {value}")
+    return value
