@@ -25,6 +25,10 @@ durations) cross the process boundary intact. The payload is the `engine.worker`
 
 from __future__ import annotations
 
+import ipc.lazysdk  # noqa: F401  (first: the SDK's unused transports load on first use)
+
+# isort: split
+
 import argparse
 import asyncio
 import logging

@@ -11,6 +11,10 @@ the database password or `SVC_AUTH_SECRET`.
 
 from __future__ import annotations
 
+import ipc.lazysdk  # noqa: F401  (first: the SDK's unused transports load on first use)
+
+# isort: split
+
 import argparse
 import asyncio
 import os
