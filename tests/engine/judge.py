@@ -22,6 +22,7 @@ the engine receives the query unchanged with ``params["auth"] = {"id": RecordID}
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import uuid
@@ -34,6 +35,7 @@ from surrealdb.cbor import CBOREncoder, dumps
 from surrealdb.data import cbor as sdk_cbor
 from surrealdb_embedded import SyncEmbeddedDB
 
+from dbclient.cbor import decode as fast_decode
 from tests.engine.cbor_none import decode_keeping_none
 
 _TAG_DURATION_COMPACT = 14
@@ -117,6 +119,7 @@ _WHERE = re.compile(r"\bWHERE\b", re.IGNORECASE)
 _CLAUSE_AFTER_WHERE = re.compile(r"\b(SPLIT|GROUP|ORDER|LIMIT|START|FETCH)\b", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=8192)
 def _mask(text: str, parens: bool = True) -> str:
     """``text`` with quoted strings (and parenthesised parts) blanked, same length."""
     out: list[str] = []
@@ -161,6 +164,7 @@ def _matching_paren(text: str, open_at: int) -> int:
     raise JudgeError(f"unbalanced parenthesis in {text!r}")
 
 
+@functools.lru_cache(maxsize=8192)
 def avoid_subquery_limit_bug(surql: str) -> str:
     """Rewrite ``(SELECT .. ORDER BY .. LIMIT n [START s])`` to an ``array::slice`` of the
     ordered subquery (see the module docstring); the top-level statement is left alone."""
@@ -288,6 +292,12 @@ def group_sources(surql: str) -> str:
 
 
 def member_queries(surql: str) -> list[str]:
+    """See :func:`_member_queries` (cached: the differential tests ask it after every write)."""
+    return list(_member_queries(surql))
+
+
+@functools.lru_cache(maxsize=8192)
+def _member_queries(surql: str) -> tuple[str, ...]:
     """The queries whose answers hold the members of view ``surql`` (every record id that is
     the `id` of a dict anywhere in their trees, :func:`iter_record_ids`): the query with its
     VALUE rows standing for their source rows (:func:`value_sources`) and its grouped
@@ -309,7 +319,7 @@ def member_queries(surql: str) -> list[str]:
             end = _CLAUSE_AFTER_WHERE.search(masked, w.end())
             rows += " WHERE " + surql[w.end():end.start() if end else len(surql)]
         out.append(rows)
-    return out
+    return tuple(out)
 
 
 def iter_record_ids(tree: Any) -> Iterable[RecordID]:
@@ -354,7 +364,8 @@ class Judge:
 
     def _rpc(self, method: str, params: list[Any], keep_none: bool = False) -> Any:
         raw = self._db.execute(encode({"id": next(self._ids), "method": method, "params": params}))
-        response = decode_keeping_none(raw, NONE_VALUE) if keep_none else sdk_cbor.decode(raw)
+        # the C codec (dbclient.cbor: the SDK's values, byte-for-byte tested) where NONE may read as None
+        response = decode_keeping_none(raw, NONE_VALUE) if keep_none else fast_decode(raw)
         if "error" in response:
             raise JudgeError(f"{method} failed: {response['error']}")
         return response["result"]
