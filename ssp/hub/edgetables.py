@@ -19,6 +19,7 @@ the table's latest: the last event decides (deleted, created and deleted again: 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import TYPE_CHECKING
 
@@ -44,12 +45,19 @@ class EdgeTables:
         self.state = state
         self.known: set[str] = set()  # defined by this SSP (or found defined)
         self._lock = asyncio.Lock()
-        self._gen: dict[str, int] = {}  # table -> generation of its latest event
+        # table -> generation of its latest event, only while work for it is queued (one
+        # counter for all tables: an entry can go once its work ran, never to be matched again)
+        self._gen: dict[str, int] = {}
+        self._count = itertools.count(1)
 
     def _next(self, table: str) -> int:
-        g = self._gen.get(table, 0) + 1
-        self._gen[table] = g
+        g = self._gen[table] = next(self._count)
         return g
+
+    def _done(self, table: str, gen: int) -> None:
+        """The work of generation `gen` ran: if it was the latest, the table needs no entry."""
+        if self._gen.get(table) == gen:
+            del self._gen[table]
 
     def user_changed(self, op: str, rid: str) -> None:
         """A `user` row was created or deleted: define (when this SSP holds a view of the user:
@@ -87,6 +95,12 @@ class EdgeTables:
         # SSP keep the longer form, which allows the same reads.
         perm = f"$auth = {record_id_text(auth)}"
         # Schema writes conflict with each other under concurrency: one at a time, retried.
+        try:
+            await self._define(table, perm, gen)
+        finally:
+            self._done(table, gen)
+
+    async def _define(self, table: str, perm: str, gen: int) -> None:
         async with self._lock:
             backoff = Backoff(0.05, factor=2.0)
             for attempt in range(DEFINE_ATTEMPTS):
@@ -125,8 +139,16 @@ class EdgeTables:
             await self.ensure(table, auth, gen)
         except DbError as e:  # registration defines it again before any edge is written
             log.error("edge table %s not defined: %s", table, e)
+        finally:
+            self._done(table, gen)  # (also when `ensure` found the table defined already)
 
     async def _drop(self, table: str, gen: int) -> None:
+        try:
+            await self._remove(table, gen)
+        finally:
+            self._done(table, gen)
+
+    async def _remove(self, table: str, gen: int) -> None:
         async with self._lock:
             if self._gen.get(table) != gen:
                 return  # a later event (or registration) decides whether the table stays
