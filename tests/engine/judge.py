@@ -355,6 +355,10 @@ class Judge:
         self._db = Judge._engine
         self._ids = itertools.count()
         self._text_cache: dict[tuple[str, str, Any], str] = {}
+        # Answers of read queries since the last write. After each write the differential
+        # runner asks the same view's query up to three times (members, result rows,
+        # changed contents); SurrealDB answers it once.
+        self._answers: dict[tuple[str, str], list[Any]] = {}
         self.database = "j" + uuid.uuid4().hex
         self._rpc("use", ["judge", self.database])
         for table in tables:
@@ -375,6 +379,11 @@ class Judge:
         """Run one or more statements; return the result of the last, raising on any error.
 
         With ``keep_none`` a NONE in the answer decodes as :data:`NONE_VALUE` (not ``None``)."""
+        self._answers.clear()  # the statements may write
+        return self._run(surql, params, keep_none)
+
+    def _run(self, surql: str, params: Mapping[str, Any] | None = None,
+             keep_none: bool = False) -> list[Any]:
         results = self._rpc("query", [surql, dict(params or {})], keep_none)
         for item in results:
             if item["status"] != "OK":
@@ -423,9 +432,20 @@ class Judge:
         """The query's result rows, as SurrealDB returns them; when SurrealDB fails the query
         because the top-level WHERE raises on some rows (a function given the wrong type),
         the answer under the engine's rule: those rows left out (:meth:`rowwise`)."""
+        if keep_none:
+            key = (surql, repr(sorted((params or {}).items())))
+            answer = self._answers.get(key)
+            if answer is None:
+                answer = self._answer(surql, params, True)
+                self._answers[key] = answer
+            return answer
+        return self._answer(surql, params, False)
+
+    def _answer(self, surql: str, params: Mapping[str, Any] | None,
+                keep_none: bool) -> list[Any]:
         text, bound = rewrite_auth(surql, params or {})
         try:
-            return self.run(avoid_subquery_limit_bug(text), bound, keep_none)
+            return self._run(avoid_subquery_limit_bug(text), bound, keep_none)
         except JudgeError as exc:
             if "Parse error" in str(exc):
                 raise
@@ -445,15 +465,15 @@ class Judge:
         end = _CLAUSE_AFTER_WHERE.search(masked, w.end())
         cond = text[w.end():end.start() if end else len(text)]
         good = []
-        for rid in self.run(f"SELECT VALUE id FROM {m.group(1)}"):
+        for rid in self._run(f"SELECT VALUE id FROM {m.group(1)}"):
             try:
-                if self.run(f"SELECT VALUE id FROM $__judge_row WHERE {cond}",
+                if self._run(f"SELECT VALUE id FROM $__judge_row WHERE {cond}",
                             {**bound, "__judge_row": rid}):
                     good.append(rid)
             except JudgeError:
                 pass
         rest = text[:m.start()] + "FROM array::sort($__judge_rows)" + text[m.end():]
-        return self.run(avoid_subquery_limit_bug(rest), {**bound, "__judge_rows": good},
+        return self._run(avoid_subquery_limit_bug(rest), {**bound, "__judge_rows": good},
                         keep_none)
 
     def query_unpatched(self, surql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
@@ -466,7 +486,7 @@ class Judge:
         key = (rid.table_name, type(rid.id).__name__, repr(rid.id))
         text = self._text_cache.get(key)
         if text is None:
-            text = self.run("RETURN <string> $r", {"r": rid})
+            text = self._run("RETURN <string> $r", {"r": rid})
             self._text_cache[key] = text
         return text
 
@@ -474,9 +494,11 @@ class Judge:
         """Membership: ids of every dict with a record-id `id` anywhere in the result tree,
         the rows of SELECT VALUE statements (:func:`value_sources`), and the rows a grouped
         query aggregates (every row its WHERE keeps)."""
+        # Asked with NONE kept, the answer is shared with the result-row checks (record ids
+        # decode the same either way).
         return {self.record_text(rid) for q in member_queries(surql)
-                for rid in iter_record_ids(self.query(q, params))}
+                for rid in iter_record_ids(self.query(q, params, keep_none=True))}
 
     def table_ids(self, table: str) -> set[str]:
         """Ids currently stored in a table."""
-        return {self.record_text(row["id"]) for row in self.run(f"SELECT id FROM {table}")}
+        return {self.record_text(row["id"]) for row in self._run(f"SELECT id FROM {table}")}

@@ -40,6 +40,22 @@ def test_judge_membership_includes_subquery_and_fetched_rows_but_not_bare_links(
     judge.close()
 
 
+def test_judge_answers_a_repeated_read_once_and_afresh_after_any_write() -> None:
+    judge = Judge()
+    judge.write("thread", "CREATE", RecordID("thread", 1), {"n": 1})
+    q, params = "SELECT * FROM thread WHERE n > $min", {"min": 0}
+    first = judge.query(q, params, keep_none=True)
+    assert judge.query(q, params, keep_none=True) is first  # one answer per read
+    assert judge.members(q, params) == {"thread:1"}
+    assert judge.query(q, {"min": 5}, keep_none=True) == []  # other parameters, other answer
+    judge.write("thread", "CREATE", RecordID("thread", 2), {"n": 2})
+    assert judge.members(q, params) == {"thread:1", "thread:2"}
+    judge.run("UPDATE thread:1 SET n = 0")  # a write through run() is seen as well
+    assert judge.members(q, params) == {"thread:2"}
+    assert [r["n"] for r in judge.query(q, params, keep_none=True)] == [2]
+    judge.close()
+
+
 def test_generated_queries_are_valid_surrealql_over_generated_data() -> None:
     nonempty = 0
     for seed in range(150):
