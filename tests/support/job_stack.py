@@ -214,7 +214,8 @@ async def job_stack(host: DbHost, tmp: Path, *, before_start: Any = None, backen
     if backend_up:
         await backend.start()
     full_env = {"SVC_JOB_CONFIG": job_config(backend.url, **(tables or {})),
-                "SVC_AUTH_SECRET": SECRET, "SVC_SSP_JOB_SWEEP_SECS": "1", **env}
+                "SVC_AUTH_SECRET": SECRET, "SVC_SSP_JOB_SWEEP_SECS": "1",
+                "SVC_SSP_SHARDS": "1", **env}
     if before_start is not None:
         await before_start(root)
     http = aiohttp.ClientSession()
