@@ -8,6 +8,7 @@ a type-only cycle still ties the modules together for a reader.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,9 +99,16 @@ def _ours(name: str, known: set[str]) -> Iterator[str]:
 
 
 def graph() -> dict[str, set[str]]:
+    """Module -> our modules it imports (a fresh copy: callers may edit it)."""
+    return {name: set(deps) for name, deps in _graph().items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _graph() -> dict[str, frozenset[str]]:
+    # parsed once per run: every test of this module reads the same tree
     mods = modules()
     known = set(mods)
-    return {name: {m for m in imported(path, name, known) if m != name}
+    return {name: frozenset(m for m in imported(path, name, known) if m != name)
             for name, path in mods.items()}
 
 
