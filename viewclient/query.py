@@ -18,8 +18,6 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from viewclient.naming import record_text
-
 MEMBERS_PARAM = "__members"
 
 _WORD = re.compile(r"[A-Za-z_]+")
@@ -99,6 +97,7 @@ _CMP = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=|!=|>=|<=|>|<)\s*(.+?)\s
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 _PARAM = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)(\.id)?$")
 _UNKNOWN = object()
+_RECORD = object()  # tags a record id's parts in a comparable tuple
 
 
 def where_text(surql: str) -> str | None:
@@ -113,7 +112,7 @@ def where_text(surql: str) -> str | None:
     return text[start:after[0][0] if after else len(text)].strip()
 
 
-def _literal(text: str, params: dict[str, Any], auth_text: str) -> Any:
+def _literal(text: str, params: dict[str, Any], auth: Any) -> Any:
     if _NUMBER.match(text):
         return float(text)
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and "\\" not in text:
@@ -125,7 +124,7 @@ def _literal(text: str, params: dict[str, Any], auth_text: str) -> Any:
         return None
     m = _PARAM.match(text)
     if m and m.group(1) == "auth" and m.group(2):
-        return auth_text
+        return auth
     if m and not m.group(2) and m.group(1) in params:
         return params[m.group(1)]
     return _UNKNOWN
@@ -139,16 +138,19 @@ def _comparable(v: Any) -> Any:
     if isinstance(v, str):
         return v
     if isinstance(v, RecordID):
-        return record_text(v)
+        # By parts, never by text: SurrealDB prints `user:5abc` where the SDK's text would
+        # escape the key, and a string that reads like a record id is not one (SurrealDB:
+        # 'user:a' = user:a is false).
+        return (_RECORD, v.table_name, type(v.id).__name__, v.id)
     return _UNKNOWN
 
 
-def where_filter(surql: str) -> Callable[[dict[str, Any], dict[str, Any], str], bool | None]:
+def where_filter(surql: str) -> Callable[[dict[str, Any], dict[str, Any], Any], bool | None]:
     """A test of a new record against the view's WHERE: True or False when the WHERE is a
     conjunction (`AND`/`&&`) of `field <op> value` comparisons (op `=`, `!=`, `<`, `<=`, `>`,
     `>=`; value a number, a quoted string, true/false/NONE, a `$param` of the view or
-    `$auth.id`), else None (the client cannot tell; the database's answer decides). Anything
-    richer (OR, functions, paths, subqueries) would need SurrealDB's own evaluator."""
+    `$auth.id`, the signed-in record id the test is given), else None (the client cannot
+    tell; the database's answer decides). Anything richer (OR, functions, paths, subqueries) would need SurrealDB's own evaluator."""
     where = where_text(surql)
     if where is None:
         return lambda _row, _params, _auth: True
@@ -167,9 +169,9 @@ def where_filter(surql: str) -> Callable[[dict[str, Any], dict[str, Any], str], 
             return lambda _row, _params, _auth: None
         terms.append((m.group(1), m.group(2), m.group(3)))
 
-    def test(row: dict[str, Any], params: dict[str, Any], auth_text: str) -> bool | None:
+    def test(row: dict[str, Any], params: dict[str, Any], auth: Any) -> bool | None:
         for name, op, raw in terms:
-            want = _literal(raw, params, auth_text)
+            want = _literal(raw, params, auth)
             if want is _UNKNOWN:
                 return None
             got, want = _comparable(row.get(name)), _comparable(want)
@@ -179,7 +181,7 @@ def where_filter(surql: str) -> Callable[[dict[str, Any], dict[str, Any], str], 
                 ok = got == want
             elif op == "!=":
                 ok = got != want
-            elif type(got) is not type(want) or got is None or isinstance(got, bool):
+            elif type(got) is not type(want) or got is None or isinstance(got, (bool, tuple)):
                 return None  # an order across types is SurrealDB's to decide
             else:
                 ok = {"<": got < want, "<=": got <= want, ">": got > want,

@@ -193,7 +193,7 @@ class View:
                 out[idx] = {**out[idx], **p.data}
             elif p.op == "create" and idx is None:
                 # Shown unless the view's WHERE surely excludes it (None: cannot tell).
-                if self.where(p.data, self.params, self.client.auth_text) is not False:
+                if self.where(p.data, self.params, self.client.auth_id) is not False:
                     out.append({**p.data, "id": p.record})
         return out
 
