@@ -439,7 +439,10 @@ async def test_optimistic_writes_show_at_once_and_roll_back_on_a_permission_erro
     # the two and judged the user's own creates outside `owner = $auth.id`.
     await as_root(stack, "CREATE user:⟨5frank⟩ SET name = 'frank', "
                   "pass = crypto::argon2::generate('frank-pw')")
-    client = await user(stack, "frank")
+    client = await connect(stack.host.ws_url, stack.ns, stack.db,  # signed in, no sign-up
+                           {"access": "account", "variables": {"name": "frank",
+                                                               "pass": "frank-pw"}},
+                           service_url=stack.service_url, health_interval=0.3)
     try:
         assert client.auth_id == RecordID("user", "5frank")
         params = {"min": 0}

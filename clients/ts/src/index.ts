@@ -479,7 +479,7 @@ export class View implements AsyncIterable<Step> {
       if (p.op === "delete" && idx >= 0) out.splice(idx, 1);
       else if (p.op === "update" && idx >= 0) out[idx] = { ...out[idx], ...p.data };
       else if (p.op === "create" && idx < 0 &&
-               this.where(p.data, this.params, this.client.authText) !== false) {
+               this.where(p.data, this.params, this.client.authId) !== false) {
         out.push({ ...p.data, id: new StringRecordId(p.record) });
       }
     }

@@ -5,6 +5,8 @@
  * exactly the records the service says are in the view. Same rule as the Python client.
  */
 
+import { RecordId } from "surrealdb";
+
 export const MEMBERS_PARAM = "__members";
 
 const CLAUSES = new Set([
@@ -107,9 +109,11 @@ export function whereText(surql: string): string | undefined {
 }
 
 const UNKNOWN = Symbol("unknown");
+/** Marks a record id's comparable text (no string an app stores starts with it). */
+const RECORD = "\u0000record\u0000";
 type Value = number | string | boolean | null | typeof UNKNOWN;
 
-function literal(text: string, params: Record<string, unknown>, authText: string): unknown {
+function literal(text: string, params: Record<string, unknown>, auth: unknown): unknown {
   if (/^-?\d+(\.\d+)?$/.test(text)) return Number(text);
   if (text.length >= 2 && text[0] === text[text.length - 1] && `'"`.includes(text[0]) &&
       !text.includes("\\")) return text.slice(1, -1);
@@ -117,7 +121,7 @@ function literal(text: string, params: Record<string, unknown>, authText: string
   if (upper === "TRUE" || upper === "FALSE") return upper === "TRUE";
   if (upper === "NONE" || upper === "NULL") return null;
   const m = /^\$([A-Za-z_][A-Za-z0-9_]*)(\.id)?$/.exec(text);
-  if (m && m[1] === "auth" && m[2]) return authText;
+  if (m && m[1] === "auth" && m[2]) return auth;
   if (m && !m[2] && m[1] in params) return params[m[1]];
   return UNKNOWN;
 }
@@ -126,21 +130,27 @@ function comparable(v: unknown): Value {
   if (v === null || v === undefined) return null;
   if (typeof v === "boolean" || typeof v === "string" || typeof v === "number") return v;
   if (typeof v === "bigint") return Number(v);
-  // A RecordId (or StringRecordId) prints as table:key.
-  if (typeof v === "object" && v !== null && /RecordId/.test(v.constructor?.name ?? "")) {
-    return String(v);
+  // A record id compares by its parts, never by its text: SurrealDB and the SDK escape keys
+  // differently (`user:\`a-b\`` against `user:⟨a-b⟩`), and a string that reads like a record
+  // id is not one (SurrealDB: 'user:a' = user:a is false). A StringRecordId has no parts to
+  // compare: the database decides.
+  if (v instanceof RecordId) {
+    const id = v.id;
+    const key = typeof id === "string" || typeof id === "number" || typeof id === "bigint"
+      ? String(id) : JSON.stringify(id);
+    return RECORD + v.table.name + "\u0000" + typeof id + "\u0000" + key;
   }
   return UNKNOWN;
 }
 
 export type WhereTest = (row: Record<string, unknown>, params: Record<string, unknown>,
-                         authText: string) => boolean | undefined;
+                         auth: unknown) => boolean | undefined;
 
 /**
  * A test of a new record against the view's WHERE: true or false when the WHERE is a
  * conjunction (`AND`/`&&`) of `field <op> value` comparisons (op `=`, `!=`, `<`, `<=`, `>`,
  * `>=`; value a number, a quoted string, true/false/NONE, a `$param` of the view or
- * `$auth.id`), else undefined (the client cannot tell; the database's answer decides).
+ * `$auth.id`, the signed-in record id the test is given), else undefined (the client cannot tell; the database's answer decides).
  * Same rule as the Python client (`viewclient.query.where_filter`).
  */
 export function whereFilter(surql: string): WhereTest {
@@ -159,9 +169,9 @@ export function whereFilter(surql: string): WhereTest {
       .includes(w.word))) return () => undefined;
     terms.push([m[1], m[2], m[3]]);
   }
-  return (row, params, authText) => {
+  return (row, params, auth) => {
     for (const [name, op, raw] of terms) {
-      const lit = literal(raw, params, authText);
+      const lit = literal(raw, params, auth);
       if (lit === UNKNOWN) return undefined;
       const got = comparable(row[name]);
       const want = comparable(lit);
@@ -169,7 +179,8 @@ export function whereFilter(surql: string): WhereTest {
       let ok: boolean;
       if (op === "=" || op === "==") ok = got === want;
       else if (op === "!=") ok = got !== want;
-      else if (typeof got !== typeof want || got === null || typeof got === "boolean") {
+      else if (typeof got !== typeof want || got === null || typeof got === "boolean" ||
+               (typeof got === "string" && got.startsWith(RECORD))) {
         return undefined;  // an order across types is SurrealDB's to decide
       } else {
         const [a, b] = [got as number | string, want as number | string];
