@@ -58,6 +58,7 @@ from ipc.body import (
 )
 from ipc.httperrors import HttpError, bad_request, serialize_error
 from ipc.messages import ErrorCode, check_reply, logs_poll, request, route_timeout
+from ipc.publiccors import PublicCors
 from ipc.routebodies import BODY_ROUTES, BodyError, is_identifier, normalize_body
 
 from .hub import HubLink, HubUnavailable
@@ -393,7 +394,7 @@ def build_app(settings: GatewaySettings, *, ctx: zmq.asyncio.Context | None = No
             gateway_log.setLevel(logging.WARNING)
     fwd = Forwarder(hub, settings.hub_timeout_secs)
     app = GatewayApp(
-        middleware=[otel.RequestMetrics(meter),
+        middleware=[PublicCors(["/health"]), otel.RequestMetrics(meter),
                     BearerAuth(settings.auth_secret, own_id=settings.ssp_id),
                     Lifespan(hub, handler, provider)],
         cors_enable=False,

@@ -24,6 +24,7 @@ from ipc import otel
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import HttpError, bad_request, serialize_error
 from ipc.messages import ErrorCode
+from ipc.publiccors import PublicCors
 from ipc.routebodies import BodyError, RowChange, ViewRegistration, ViewUnregistration
 from scheduler.backups import add_backup_routes
 from scheduler.core import Reply, Scheduler, SchedulerBusy
@@ -282,7 +283,7 @@ def create_app(s: Scheduler, meter: Meter | None = None
     """The ingest listener's routes bound to ``s``; request metrics on ``meter``
     (``ipc.otel``; None: not measured)."""
     app: falcon.asgi.App[falcon.asgi.Request, falcon.asgi.Response] = falcon.asgi.App(
-        middleware=[otel.RequestMetrics(meter or NoOpMeter("scheduler")),
+        middleware=[PublicCors(["/health"]), otel.RequestMetrics(meter or NoOpMeter("scheduler")),
                     ListenerAuth(s.cfg.auth_secret)])
     app.set_error_serializer(serialize_error)
     app.add_error_handler(Exception, _handle_unexpected)

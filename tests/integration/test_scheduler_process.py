@@ -389,8 +389,24 @@ async def test_proxy_keyset_pages_equal_database_rows(start_scheduler, http,
         await db.close()
 
 
-async def test_proxy_needs_bearer_when_secret_set(start_scheduler, http) -> None:
+async def test_proxy_needs_bearer_when_secret_set_and_only_health_is_cross_origin(
+        start_scheduler, http) -> None:
     s = start_scheduler(env={"SVC_AUTH_SECRET": "s3cret-value"})
+    # A browser app on another origin may read /health (no secret in it; the client libraries
+    # tell a gap by it), preflight included; no other route gets a CORS header.
+    origin = {"Origin": "http://app.example"}
+    async with http.get(s.url + "/health", headers=origin) as r:
+        # (503: no SSP has registered; the answer is readable all the same)
+        assert r.status in (200, 503) and r.headers["Access-Control-Allow-Origin"] == "*"
+        assert "Access-Control-Allow-Credentials" not in r.headers
+    async with http.options(s.url + "/health", headers={
+            **origin, "Access-Control-Request-Method": "GET"}) as r:
+        assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "*"
+        assert "GET" in r.headers["Access-Control-Allow-Methods"]
+    async with http.get(s.url + "/metrics", headers=origin) as r:
+        assert "Access-Control-Allow-Origin" not in r.headers
+    async with http.options(s.url + "/proxy/query", headers=origin) as r:
+        assert "Access-Control-Allow-Origin" not in r.headers and r.status != 204
     q = {"query": "TABLES"}
     assert (await post(http, s.url + "/proxy/query", q))[0] == 401
     async with http.post(s.url + "/proxy/query", json=q,
