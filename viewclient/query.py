@@ -191,3 +191,112 @@ def where_filter(surql: str) -> Callable[[dict[str, Any], dict[str, Any], Any], 
         return True
 
     return test
+
+
+# -- optimistic rows: the view's ORDER BY and window, where the client can apply them -----
+
+_FIELD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC|ASCENDING|DESCENDING))?\s*$",
+                    re.I)
+
+
+class Window:
+    """The view's top-level ORDER BY (plain fields, ASC/DESC) and START/LIMIT, to place an
+    optimistic row among the server's rows (which are the window, in order) the way SurrealDB
+    would, or to say it cannot tell (then the database's answer decides)."""
+
+    def __init__(self, surql: str) -> None:
+        text = surql.strip().rstrip(";").strip()
+        words = _top_level_words(text)
+        self.order: list[tuple[str, bool]] | None = []  # (field, descending); None: not plain
+        self.limit_text: str | None = None
+        self.start_text: str | None = None
+        clauses = [w for w in words if w[2] in _CLAUSES]
+        for k, (_s, e, word) in enumerate(clauses):
+            end = clauses[k + 1][0] if k + 1 < len(clauses) else len(text)
+            body = text[e:end].strip()
+            if word == "ORDER":
+                self.order = _order_terms(body)
+            elif word == "LIMIT":
+                self.limit_text = re.sub(r"^BY\s+", "", body, flags=re.I)
+            elif word == "START":
+                self.start_text = re.sub(r"^AT\s+", "", body, flags=re.I)
+
+    def limit(self, params: dict[str, Any]) -> int | None:
+        """The LIMIT when there is one the client can read, else None."""
+        n = _count(self.limit_text, params)
+        return n if isinstance(n, int) else None
+
+    def place(self, rows: list[Any], row: dict[str, Any], params: dict[str, Any]) -> int | None:
+        """Where `row` goes among the window's `rows`: an index, -1 when it falls after a full
+        window, None when the client cannot tell (order across types, a missing field, a tie,
+        an ORDER BY that is not plain fields, a START or LIMIT it cannot read, a row ahead of
+        a window that does not start at the first row)."""
+        if self.order is None:
+            return None
+        if not self.order:
+            # no ORDER BY: SurrealDB reads the table in id order; where a new id lands among
+            # the others is the database's to say
+            return None if self.limit_text or self.start_text else len(rows)
+        limit = _count(self.limit_text, params)
+        start = _count(self.start_text, params) if self.start_text else 0
+        if limit is _UNKNOWN or start is _UNKNOWN:
+            return None
+        idx = len(rows)
+        for i, other in enumerate(rows):
+            before = _sorts_before(row, other, self.order)
+            if before is None:
+                return None
+            if before:
+                idx = i
+                break
+        if idx == 0 and start:
+            return None  # ahead of the window's first row: in it or before it, by rows not here
+        if limit is not None and idx >= limit:
+            return -1
+        return idx
+
+
+def _order_terms(body: str) -> list[tuple[str, bool]] | None:
+    body = re.sub(r"^BY\s+", "", body, flags=re.I)
+    terms: list[tuple[str, bool]] = []
+    for part in body.split(","):
+        m = _FIELD.match(part)
+        if m is None:
+            return None  # COLLATE, NUMERIC, rand(), paths: SurrealDB's own rules
+        terms.append((m.group(1), (m.group(2) or "").upper().startswith("DESC")))
+    return terms
+
+
+def _count(text: str | None, params: dict[str, Any]) -> Any:
+    if text is None:
+        return None
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    m = _PARAM.match(text)
+    if m and not m.group(2) and isinstance(params.get(m.group(1)), int) \
+            and not isinstance(params.get(m.group(1)), bool):
+        return params[m.group(1)]
+    return _UNKNOWN
+
+
+def _order_value(v: Any) -> tuple[int, Any] | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return (0, float(v))
+    if isinstance(v, str):
+        return (1, v)
+    return None
+
+
+def _sorts_before(row: dict[str, Any], other: dict[str, Any],
+                  order: list[tuple[str, bool]]) -> bool | None:
+    """True when `row` comes strictly before `other`, False when after, None when the client
+    cannot tell (a tie on every term is ordered by SurrealDB's own rules)."""
+    for name, desc in order:
+        a, b = _order_value(row.get(name)), _order_value(other.get(name))
+        if a is None or b is None or a[0] != b[0]:
+            return None  # a missing field (NONE) or two types: SurrealDB's order decides
+        if a[1] != b[1]:
+            return (a[1] > b[1]) if desc else (a[1] < b[1])
+    return None

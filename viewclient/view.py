@@ -15,7 +15,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from viewclient.naming import QUERY_TABLE, edge_table, record_text, ttl_secs
-from viewclient.query import MEMBERS_PARAM, members_query, where_filter
+from viewclient.query import MEMBERS_PARAM, Window, members_query, where_filter
 
 log = logging.getLogger("viewclient")
 
@@ -54,6 +54,7 @@ class View:
         self.table = _source_table(surql)
         self.read_query = members_query(surql)
         self.where = where_filter(surql)  # optimistic creates outside the WHERE stay out
+        self.window = Window(surql)  # and are placed by its ORDER BY, within its window
         self.status = MATERIALIZING
         self.rows: list[Any] = []
         self._server_rows: list[Any] = []
@@ -181,8 +182,13 @@ class View:
         self._emit(self._overlay(self._server_rows))
 
     def _overlay(self, rows: list[Any]) -> list[Any]:
-        """Pending optimistic writes on this view's table laid over the server's rows."""
+        """Pending optimistic writes on this view's table laid over the server's rows: a
+        create or an update placed by the view's ORDER BY and cut by its window, and left out
+        when the view's WHERE surely excludes it. Where the client cannot tell (a WHERE or an
+        ORDER BY beyond plain comparisons, values of two types), a create is shown at the end
+        and an update in place, until the database's answer corrects them."""
         out = list(rows)
+        auth = self.client.auth_id
         for p in self.client.pending:
             if p.table != self.table:
                 continue
@@ -190,12 +196,24 @@ class View:
             if p.op == "delete" and idx is not None:
                 out.pop(idx)
             elif p.op == "update" and idx is not None:
-                out[idx] = {**out[idx], **p.data}
+                row = {**out.pop(idx), **p.data}
+                if self.where(row, self.params, auth) is not False:
+                    self._put(out, row, fallback=idx)
             elif p.op == "create" and idx is None:
-                # Shown unless the view's WHERE surely excludes it (None: cannot tell).
-                if self.where(p.data, self.params, self.client.auth_id) is not False:
-                    out.append({**p.data, "id": p.record})
+                row = {**p.data, "id": p.record}
+                if self.where(row, self.params, auth) is not False:
+                    self._put(out, row, fallback=len(out))
         return out
+
+    def _put(self, out: list[Any], row: dict[str, Any], *, fallback: int) -> None:
+        at = self.window.place(out, row, self.params)
+        if at is None:
+            out.insert(fallback, row)
+        elif at >= 0:
+            out.insert(at, row)
+            limit = self.window.limit(self.params)
+            if limit is not None and len(out) > limit:
+                out.pop()  # the window's last row makes room
 
     def _emit(self, rows: list[Any]) -> None:
         before = {_key(r): r for r in self.rows}

@@ -471,6 +471,26 @@ async def test_optimistic_writes_show_at_once_and_roll_back_on_a_permission_erro
         shown = {str(r["id"]) for s in steps for r in s.added}
         assert "post:f3" not in shown and "post:f4" in shown, shown
         await settles(view, client, TOP.replace(" START 1", ""), params)
+        # Placed by the view's ORDER BY (n DESC) and cut by its LIMIT at once: the first step
+        # of a create is the optimistic one, before the database has answered.
+        for i in range(3):
+            await as_root(stack, f"UPSERT post:g{i} SET owner = $o, title = 'g', n = {i + 1}",
+                          {"o": client.auth_id})
+        await settles(view, client, TOP.replace(" START 1", ""), params)
+        before = [str(r["id"]) for r in view.rows]
+        assert len(before) == 5, before  # a full window: LIMIT 5
+        steps.clear()
+        await client.create("post:f5", {"owner": client.auth_id, "title": "top", "n": 100})
+        assert [str(r["id"]) for r in steps[0].rows] == ["post:f5", *before[:4]], steps[0]
+        steps.clear()
+        await client.create("post:f6", {"owner": client.auth_id, "title": "low", "n": 0})
+        assert all("post:f6" not in {str(r["id"]) for r in s.rows} for s in steps)
+        await settles(view, client, TOP.replace(" START 1", ""), params)
+        # An update that takes a row out of the WHERE (n >= $min) leaves the view at once.
+        steps.clear()
+        await client.update("post:f5", {"n": -5})
+        assert "post:f5" in {str(r["id"]) for r in steps[0].removed}, steps[0]
+        await settles(view, client, TOP.replace(" START 1", ""), params)
     finally:
         await client.close()
 
