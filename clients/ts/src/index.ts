@@ -15,10 +15,10 @@
  */
 
 import { RecordId, StringRecordId, Surreal, Table } from "surrealdb";
-import { MEMBERS_PARAM, type WhereTest, edgeTable, membersQuery, ttlSecs, whereFilter }
+import { MEMBERS_PARAM, type WhereTest, Window, edgeTable, membersQuery, ttlSecs, whereFilter }
   from "./query.js";
 
-export { edgeTable, membersQuery, ttlSecs, whereFilter } from "./query.js";
+export { Window, edgeTable, membersQuery, ttlSecs, whereFilter } from "./query.js";
 
 export type Status = "materializing" | "ready" | "gap";
 export type Row = Record<string, unknown>;
@@ -365,6 +365,7 @@ export class View implements AsyncIterable<Step> {
   private readonly readQuery: string;
   /** Optimistic creates the view's WHERE surely excludes stay out of it. */
   private readonly where: WhereTest;
+  private readonly window: Window;
   private serverRows: Row[] = [];
   private callbacks = new Set<(s: Step) => void>();
   private refreshTimer: ReturnType<typeof setTimeout> | undefined;
@@ -378,6 +379,7 @@ export class View implements AsyncIterable<Step> {
     this.table = /\bFROM\s+([A-Za-z0-9_]+)/i.exec(surql)?.[1] ?? "";
     this.readQuery = membersQuery(surql);
     this.where = whereFilter(surql);
+    this.window = new Window(surql);
   }
 
   get edgeTable(): string {
@@ -471,19 +473,39 @@ export class View implements AsyncIterable<Step> {
     this.emit(this.overlay(this.serverRows));
   }
 
+  /**
+   * Pending optimistic writes on this view's table laid over the server's rows: a create or
+   * an update placed by the view's ORDER BY and cut by its window, and left out when the
+   * view's WHERE surely excludes it. Where the client cannot tell, a create is shown at the
+   * end and an update in place, until the database's answer corrects them.
+   */
   private overlay(rows: Row[]): Row[] {
     const out = [...rows];
+    const auth = this.client.authId;
     for (const p of this.client.pending) {
       if (p.table !== this.table) continue;
       const idx = out.findIndex((r) => key(r) === p.record);
       if (p.op === "delete" && idx >= 0) out.splice(idx, 1);
-      else if (p.op === "update" && idx >= 0) out[idx] = { ...out[idx], ...p.data };
-      else if (p.op === "create" && idx < 0 &&
-               this.where(p.data, this.params, this.client.authId) !== false) {
-        out.push({ ...p.data, id: new StringRecordId(p.record) });
+      else if (p.op === "update" && idx >= 0) {
+        const [old] = out.splice(idx, 1);
+        const row = { ...old, ...p.data };
+        if (this.where(row, this.params, auth) !== false) this.put(out, row, idx);
+      } else if (p.op === "create" && idx < 0) {
+        const row = { ...p.data, id: new StringRecordId(p.record) };
+        if (this.where(row, this.params, auth) !== false) this.put(out, row, out.length);
       }
     }
     return out;
+  }
+
+  private put(out: Row[], row: Row, fallback: number): void {
+    const at = this.window.place(out, row, this.params);
+    if (at === undefined) out.splice(fallback, 0, row);
+    else if (at >= 0) {
+      out.splice(at, 0, row);
+      const limit = this.window.limit(this.params);
+      if (limit !== undefined && out.length > limit) out.pop();  // the last row makes room
+    }
   }
 
   private emit(rows: Row[]): void {

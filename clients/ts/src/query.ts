@@ -191,3 +191,104 @@ export function whereFilter(surql: string): WhereTest {
     return true;
   };
 }
+
+const FIELD = /^\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+(ASC|DESC|ASCENDING|DESCENDING))?\s*$/i;
+
+function count(text: string | undefined, params: Record<string, unknown>): number | undefined | typeof UNKNOWN {
+  if (text === undefined) return undefined;
+  if (/^\d+$/.test(text)) return Number(text);
+  const m = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(text);
+  const v = m ? params[m[1]] : undefined;
+  if (typeof v === "number" && Number.isInteger(v) && v >= 0) return v;
+  return UNKNOWN;
+}
+
+function orderValue(v: unknown): [number, number | string] | undefined {
+  if (typeof v === "number") return [0, v];
+  if (typeof v === "bigint") return [0, Number(v)];
+  // UTF-16 order equals SurrealDB's code point order unless a surrogate pair is involved
+  if (typeof v === "string" && !/[\uD800-\uDFFF]/.test(v)) return [1, v];
+  return undefined;
+}
+
+/** True when `row` sorts strictly before `other`, false when after, undefined on a tie or
+ * when the client cannot tell (a missing field, two types). */
+function sortsBefore(row: Record<string, unknown>, other: Record<string, unknown>,
+                     order: Array<[string, boolean]>): boolean | undefined {
+  for (const [name, desc] of order) {
+    const a = orderValue(row[name]);
+    const b = orderValue(other[name]);
+    if (!a || !b || a[0] !== b[0]) return undefined;
+    if (a[1] !== b[1]) return desc ? a[1] > b[1] : a[1] < b[1];
+  }
+  return undefined;
+}
+
+/**
+ * The view's top-level ORDER BY (plain fields, ASC/DESC) and START/LIMIT, to place an
+ * optimistic row among the server's rows (the window, in order) the way SurrealDB would, or
+ * to say it cannot tell (then the database's answer decides). Same rule as the Python client
+ * (`viewclient.query.Window`).
+ */
+export class Window {
+  /** (field, descending); undefined when the ORDER BY is not plain fields. */
+  readonly order: Array<[string, boolean]> | undefined;
+  readonly limitText: string | undefined;
+  readonly startText: string | undefined;
+
+  constructor(surql: string) {
+    const text = surql.trim().replace(/;+\s*$/, "").trim();
+    const clauses = topLevelWords(text).filter((w) => CLAUSES.has(w.word));
+    let order: Array<[string, boolean]> | undefined = [];
+    for (let k = 0; k < clauses.length; k++) {
+      const end = k + 1 < clauses.length ? clauses[k + 1].start : text.length;
+      const body = text.slice(clauses[k].end, end).trim();
+      const word = clauses[k].word;
+      if (word === "ORDER") {
+        order = [];
+        for (const part of body.replace(/^BY\s+/i, "").split(",")) {
+          const m = FIELD.exec(part);
+          if (!m) { order = undefined; break; }  // COLLATE, NUMERIC, rand(), paths
+          order.push([m[1], (m[2] ?? "").toUpperCase().startsWith("DESC")]);
+        }
+      } else if (word === "LIMIT") {
+        this.limitText = body.replace(/^BY\s+/i, "");
+      } else if (word === "START") {
+        this.startText = body.replace(/^AT\s+/i, "");
+      }
+    }
+    this.order = order;
+  }
+
+  /** The LIMIT when there is one the client can read. */
+  limit(params: Record<string, unknown>): number | undefined {
+    const n = count(this.limitText, params);
+    return typeof n === "number" ? n : undefined;
+  }
+
+  /**
+   * Where `row` goes among the window's `rows`: an index, -1 after a full window, undefined
+   * when the client cannot tell (order across types, a missing field, a tie, an ORDER BY that
+   * is not plain fields, a START or LIMIT it cannot read, a row ahead of a window that does
+   * not start at the first row).
+   */
+  place(rows: Array<Record<string, unknown>>, row: Record<string, unknown>,
+        params: Record<string, unknown>): number | undefined {
+    if (this.order === undefined) return undefined;
+    if (this.order.length === 0) {
+      return this.limitText !== undefined || this.startText !== undefined ? undefined : rows.length;
+    }
+    const limit = count(this.limitText, params);
+    const start = this.startText === undefined ? 0 : count(this.startText, params);
+    if (limit === UNKNOWN || start === UNKNOWN) return undefined;
+    let idx = rows.length;
+    for (let i = 0; i < rows.length; i++) {
+      const before = sortsBefore(row, rows[i], this.order);
+      if (before === undefined) return undefined;
+      if (before) { idx = i; break; }
+    }
+    if (idx === 0 && start) return undefined;
+    if (limit !== undefined && idx >= limit) return -1;
+    return idx;
+  }
+}

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RecordId, Surreal } from "surrealdb";
 import WebSocket from "ws";
 import { type Client, type ConnectOptions, connect, edgeTable, membersQuery, type Step, type View,
-  ViewError, whereFilter }
+  ViewError, Window, whereFilter }
   from "../src/index.js";
 import { MODE, REF_MODE, ROOT, SERVICE_SECRET, Stack, waitFor } from "./stack.js";
 
@@ -86,6 +86,28 @@ describe("whereFilter and record ids", () => {
       expect(f({ owner: new RecordId("user", "other"), n: 1 }, {}, me)).toBe(false);
       expect(f({ owner: new RecordId("team", key), n: 1 }, {}, me)).toBe(false);
     }
+  });
+});
+
+describe("Window", () => {
+  it("places a row by ORDER BY, cuts the window, and says when it cannot tell", () => {
+    const w = new Window("SELECT id, n FROM post WHERE n > 0 ORDER BY n DESC LIMIT 3");
+    const rows = [{ id: "post:a", n: 9 }, { id: "post:b", n: 5 }, { id: "post:c", n: 2 }];
+    expect(w.place(rows, { n: 7 }, {})).toBe(1);
+    expect(w.place(rows, { n: 10 }, {})).toBe(0);
+    expect(w.place(rows, { n: 1 }, {})).toBe(-1);
+    expect(w.place(rows.slice(0, 2), { n: 1 }, {})).toBe(2);
+    expect(w.place(rows, { n: 5 }, {})).toBeUndefined();  // a tie
+    expect(w.place(rows, { n: "7" }, {})).toBeUndefined();  // two types
+    expect(w.place(rows, {}, {})).toBeUndefined();  // NONE
+    expect(w.limit({})).toBe(3);
+    expect(new Window("SELECT * FROM t ORDER BY n LIMIT $k").limit({ k: 2 })).toBe(2);
+    expect(new Window("SELECT * FROM t ORDER BY n LIMIT $k").place(rows, { n: 0 }, {}))
+      .toBeUndefined();
+    expect(new Window("SELECT * FROM t ORDER BY title COLLATE LIMIT 3")
+      .place([{ title: "a" }], { title: "b" }, {})).toBeUndefined();
+    expect(new Window("SELECT * FROM t ORDER BY n START 2").place([{ n: 5 }], { n: 1 }, {}))
+      .toBeUndefined();  // ahead of a window that does not start at the first row
   });
 });
 
@@ -346,6 +368,27 @@ describe(`client through the real stack (${MODE})`, () => {
       const shown = new Set(steps.flatMap((s) => s.added.map((r) => String(r.id))));
       expect(shown.has("post:f3")).toBe(false);
       expect(shown.has("post:f4")).toBe(true);
+      await settles(view, c, q, { min: 0 });
+      // Placed by the view's ORDER BY (n DESC) and cut by its LIMIT at once: the first step
+      // of a create is the optimistic one, before the database has answered.
+      for (let i = 0; i < 3; i++) {
+        await stack.asRoot(`UPSERT post:g${i} SET owner = $o, title = 'g', n = ${i + 1}`,
+          { o: c.authId });
+      }
+      await settles(view, c, q, { min: 0 });
+      const before = view.rows.map((r) => String(r.id));
+      expect(before.length).toBe(5);  // a full window: LIMIT 5
+      steps.length = 0;
+      await c.create("post:f5", { owner: c.authId, title: "top", n: 100 });
+      expect(steps[0].rows.map((r) => String(r.id))).toEqual(["post:f5", ...before.slice(0, 4)]);
+      steps.length = 0;
+      await c.create("post:f6", { owner: c.authId, title: "low", n: 0 });
+      expect(steps.every((s) => !s.rows.some((r) => String(r.id) === "post:f6"))).toBe(true);
+      await settles(view, c, q, { min: 0 });
+      // An update that takes a row out of the WHERE (n >= $min) leaves the view at once.
+      steps.length = 0;
+      await c.update("post:f5", { n: -5 });
+      expect(steps[0].removed.map((r) => String(r.id))).toContain("post:f5");
       await settles(view, c, q, { min: 0 });
     } finally {
       await c.close();
