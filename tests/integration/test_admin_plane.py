@@ -723,6 +723,40 @@ async def test_a_clean_restart_wipes_the_ssps_snapshot(
     await wait_for(both, 120, "both SSPs ready again")
 
 
+async def test_restart_all_at_once_and_clean_wipes_every_ssp_and_views_come_back(
+        cluster: Cluster, http: aiohttp.ClientSession) -> None:
+    admin, tok = cluster.sched.admin, cluster.token
+    view = "SELECT * FROM post WHERE n >= 10"
+    await register(http, cluster, "all-at-once", view, "all-at-once")
+    root = await root_db(cluster.host, cluster.ns, cluster.ns)
+    try:
+        wiped = [s.process.log_text().count("local state wiped") for s in cluster.ssps]
+        status, body = await jreq(http, "POST", admin + "/admin/api/ssps/restart-all",
+                                  token=tok, body={"mode": "clean", "rolling": False})
+        assert status == 202, body
+        assert body["details"] == {"mode": "clean", "rolling": False,
+                                   "ssps": sorted(s.ssp_id for s in cluster.ssps)}, body
+        assert body["progress"]["total"] == 2
+        op = await wait_op(http, cluster, body["id"])
+        assert op["status"] == "done", op
+        # every SSP flagged at once: each wiped its local state exactly once more
+        assert [s.process.log_text().count("local state wiped") for s in cluster.ssps] == \
+            [n + 1 for n in wiped]
+        status, bad = await jreq(http, "POST", admin + "/admin/api/ssps/restart-all",
+                                 token=tok, body={"mode": "clean", "rolling": "no"})
+        assert status == 400 and "rolling" in bad["message"], bad
+        await write_post(root, http, cluster, 900)
+
+        async def converged() -> bool:
+            want = {f"post:{r['id'].id}" for r in await root.query_one(
+                view.replace("*", "id"))}
+            return await edges(root, "_00_list_ref_user_alice", "all-at-once") == want
+
+        await wait_for(converged, 120, "the view's edges equal SurrealDB's answer")
+    finally:
+        await root.close()
+
+
 async def test_scheduler_restart_modes(cluster: Cluster, http: aiohttp.ClientSession) -> None:
     admin, tok = cluster.sched.admin, cluster.token
     status, body = await jreq(http, "POST", admin + "/admin/api/scheduler/restart", token=tok,
