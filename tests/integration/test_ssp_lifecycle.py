@@ -137,11 +137,21 @@ async def test_re_registration_refreshes_and_republishes_missing_edges(
 async def test_warm_start_from_snapshot_catches_up_to_the_same_state(
         host: DbHost, tmp_path: Path) -> None:
     snap = tmp_path / "snap"
-    async with open_stack(host, tmp_path, before_start=alice,
-                          SVC_SSP_SNAPSHOT_DIR=str(snap)) as st:
+    async with open_stack(host, tmp_path, before_start=alice, SVC_SSP_SNAPSHOT_DIR=str(snap),
+                          SVC_SSP_CHECKPOINT_INTERVAL_SECS="1") as st:
         await st.root.query("CREATE post:s1 SET owner = user:alice, title = 'a'")
         assert (await st.ssp.call("POST /view/register", view_body("snap", OWN)))["status"] == 200
         await wait_for(lambda: _edges_are(st.root, "snap", {"post:s1"}), what="edge")
+
+        async def checkpointed() -> bool:
+            # written by the periodic checkpoint while the SSP runs, not only on the way out
+            try:
+                data = json.loads((snap / "snapshot.json").read_text())
+            except (OSError, ValueError):
+                return False
+            return "post" in data["rows"] and data["cursors"].get("post", 0) > 0
+
+        await wait_for(checkpointed, what="a checkpoint every SVC_SSP_CHECKPOINT_INTERVAL_SECS")
         info_before = (await st.ssp.call("GET /info"))["body"][0]
         st.ssp.stop()
         data = json.loads((snap / "snapshot.json").read_text())
