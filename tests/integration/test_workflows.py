@@ -374,6 +374,32 @@ async def test_a_job_no_ssp_claims_fails_never_dispatched(wf: WorkflowStack) -> 
     assert row["errors"][-1]["kind"] == "never_dispatched"
 
 
+async def test_a_job_row_deleted_while_its_step_runs_fails_job_missing(
+        wf: WorkflowStack) -> None:
+    stack = wf
+    stack.backend.hold()
+    try:
+        stack.apply(workflows={"vanish": {"steps": {"a": ok_step(path="/hold"),
+                                                    "b": ok_step("a")}}},
+                    schedules={"vanish_now": on_demand("vanish")})
+        key = await trigger_run(stack, "vanish_now")
+
+        async def called() -> bool:
+            return bool(stack.backend.calls_of(f"job:wf_{key}_a"))
+        await wait_for(called, 60.0, "the held step's call")
+        # someone deletes the job row the scheduler follows
+        await _sql(stack, "DELETE $j", {"j": RecordID("job", f"wf_{key}_a")})
+        run = await run_in(stack, key, "failed", "completed", "killed")
+    finally:
+        stack.backend.release()
+    a, b = steps_of(run)["a"], steps_of(run)["b"]
+    assert a["status"] == "failed" and a["error"]["code"] == "job_missing", a
+    assert a["error"]["job"] == f"job:wf_{key}_a"
+    assert b["status"] == "skipped" and b["error"]["code"] == "upstream_failed", b
+    assert run["status"] == "failed" and run["error"]["code"] == "step_failed"
+    assert run["error"]["failed_steps"] == ["a"]
+
+
 async def test_a_job_row_the_database_refuses_is_spawn_failed(wf: WorkflowStack) -> None:
     stack = wf
     stack.apply(workflows={"refused": {"steps": {"a": ok_step(),
