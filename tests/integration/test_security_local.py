@@ -328,6 +328,19 @@ async def test_revocations_outlive_a_restart_and_a_new_break_glass_password_ends
             assert status == 401
             status, s2 = await sign_in(http, "a-new-break-glass-password")
             assert status == 200 and await me(http, s2["token"]) == 200
+
+        # no password at all: break-glass is off (there is no default), every try is the
+        # same 401, and the sessions it made stop
+        assert sched.process.stop() == 0
+        del sched.env["SVC_ADMIN_PASSWORD"]
+        sched.restart()
+        async with aiohttp.ClientSession() as http:
+            _, cfg = await _json(http, "GET", admin + "/config")
+            assert cfg["breakglass_available"] is False
+            for tried in ("a-new-break-glass-password", "", BREAKGLASS):
+                status, body = await sign_in(http, tried)
+                assert status == 401, body
+            assert await me(http, s2["token"]) == 401
     finally:
         code = sched.process.stop()
         assert code == 0, sched.process.log_text()[-3000:]
