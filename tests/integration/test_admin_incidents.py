@@ -158,6 +158,25 @@ async def test_backend_down_opens_recovers_and_a_kill_9_leaves_it_interrupted(
             assert page["total"] >= 5 and page["storage_error"] is None
             _, clamp = await jreq(http, "GET", admin + "/admin/api/incidents?limit=5000", tok)
             assert clamp["limit"] == 200
+            # the time range filters on when an incident started: `since` keeps it from its
+            # start on, `before` keeps what started earlier; severity filters as well
+            at = second["started_at"]
+            _, newer = await jreq(http, "GET", admin + f"/admin/api/incidents?since={at}", tok)
+            _, older = await jreq(http, "GET", admin + f"/admin/api/incidents?before={at}", tok)
+            assert second["id"] in {i["id"] for i in newer["incidents"]}
+            assert second["id"] not in {i["id"] for i in older["incidents"]}
+            assert all(i["started_at"] >= at for i in newer["incidents"])
+            assert all(i["started_at"] < at for i in older["incidents"]) and older["incidents"]
+            assert newer["total"] + older["total"] == page["total"]
+            _, none = await jreq(http, "GET", admin + f"/admin/api/incidents?since={at}"
+                                 f"&before={at}", tok)
+            assert none["incidents"] == [] and none["total"] == 0
+            status, bad = await jreq(http, "GET", admin + "/admin/api/incidents?since=soon", tok)
+            assert status == 400 and "since" in bad["message"], bad
+            _, warn = await jreq(http, "GET", admin + "/admin/api/incidents?severity=warning",
+                                 tok)
+            assert warn["incidents"] and all(i["severity"] == "warning"
+                                             for i in warn["incidents"])
     finally:
         code = sched.process.stop()
         await backend.stop()
