@@ -65,7 +65,8 @@ async def test_backend_down_opens_recovers_and_a_kill_9_leaves_it_interrupted(
                             "env": {"PAY_KEY": "very-secret-value"}}])
     sched = start_scheduler(tmp_path, host, ns, env={
         "SVC_BACKENDS": backends, "SVC_HEALTH_CHECK_INTERVAL_SECS": "1",
-        "SVC_BACKEND_DOWN_AFTER_SECS": "2"})
+        "SVC_BACKEND_DOWN_AFTER_SECS": "2",
+        "SVC_ADMIN_JOB_INTERVAL_SECS": "0"})  # the job sampler off (checked at the end)
     admin = sched.admin
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
@@ -177,6 +178,13 @@ async def test_backend_down_opens_recovers_and_a_kill_9_leaves_it_interrupted(
                                  tok)
             assert warn["incidents"] and all(i["severity"] == "warning"
                                              for i in warn["incidents"])
+            # SVC_ADMIN_JOB_INTERVAL_SECS=0 switches the job sampler off: totals are not
+            # measured and the jobs stream answers 501
+            status, jobs = await jreq(http, "GET", admin + "/admin/api/jobs", tok)
+            assert status == 200 and jobs["measured"] is False
+            assert jobs["totals"] == "not measured", jobs
+            status, off = await jreq(http, "GET", admin + "/admin/api/jobs/stream", tok)
+            assert status == 501 and off["code"] == "sampler_off", off
     finally:
         code = sched.process.stop()
         await backend.stop()
