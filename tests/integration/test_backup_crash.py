@@ -183,7 +183,7 @@ async def backed_up_then_changed(rig: Rig) -> tuple[str, dict[str, Any]]:
 
 
 async def assert_held(rig: Rig) -> None:
-    """Restoring: ingest, reclone and SSP registration refused with 503."""
+    """Restoring: ingest, reclone, rehash and SSP registration refused with 503."""
     assert await rig.state() == "restoring"
     st, body = await jreq(rig.http, "POST", rig.sched.url + "/ingest", body={
         "table": "post", "op": "CREATE", "id": "post:x", "record": {"id": "post:x"}})
@@ -195,9 +195,11 @@ async def assert_held(rig: Rig) -> None:
                           body={"ssp_id": "s1", "url": "http://127.0.0.1:1"})
     assert st == 503, body
     token = await rig.token()
-    st, body = await jreq(rig.http, "POST", rig.sched.admin + "/admin/api/scheduler/restart",
-                          token=token, body={"mode": "reclone"})
-    assert st == 503 and body["code"] == "restoring", body
+    for mode in ("reclone", "rehash"):  # spec: both 503 while cloning or restoring
+        st, body = await jreq(rig.http, "POST",
+                              rig.sched.admin + "/admin/api/scheduler/restart",
+                              token=token, body={"mode": mode})
+        assert st == 503 and body["code"] == "restoring", (mode, body)
     _, incidents = await jreq(rig.http, "GET", rig.sched.admin
                               + "/admin/api/incidents?state=open", token=token)
     assert any(i["kind"] == "restore_failed" for i in incidents["incidents"]), incidents
