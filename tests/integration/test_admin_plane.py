@@ -406,6 +406,14 @@ async def test_views_presence_and_overview_show_live_views_with_their_figures(
     assert body["returned"] == 1 and body["total"] >= 2
     _, body = await jreq(http, "GET", admin + "/admin/api/views?large=true", token=tok)
     assert body["views"] == []
+    for ssp_id in {s.ssp_id for s in cluster.ssps}:  # the views one SSP holds
+        _, body = await jreq(http, "GET", admin + f"/admin/api/views?ssp={ssp_id}&limit=1000",
+                             token=tok)
+        keys = {v["key"] for v in body["views"]}
+        assert all(v["ssp_id"] == ssp_id for v in body["views"]), body
+        assert {k for k in ("va", "vb", "vc") if views[k]["ssp_id"] == ssp_id} <= keys
+    _, body = await jreq(http, "GET", admin + "/admin/api/views?ssp=no-such-ssp", token=tok)
+    assert body["views"] == []
     status, body = await jreq(http, "GET", admin + "/admin/api/views?sort=bogus", token=tok)
     assert status == 400 and body["error"] == "invalid" and "sort" in body["message"]
     # detail: read live, memory from the SSP, the identical session
