@@ -6,8 +6,8 @@
 What it does: opens the scheduler's own `Wal` and `Replica` in a temporary directory (no
 process around them), then `--folds` times appends `--events` UPDATE events over `--rows`
 rows (the events 300 s of a 500 writes/s load put in the WAL between two folds) and folds them
-exactly as the scheduler does (`Scheduler._drain_sync`: replay the WAL into the replica,
-truncate the WAL). After each fold it prints the process's resident memory, the replica's
+exactly as the scheduler does (`CoordinatorState.apply_wal`: replay the WAL into the
+replica, truncate the WAL). After each fold it prints the process's resident memory, the replica's
 SQLite files and the WAL directory. `--root` runs another checkout's scheduler modules (a
 "before" figure; the probe stays this checkout's).
 
@@ -49,15 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.root))
     from engine.values import RecordID
-    from scheduler.core import Scheduler
     from scheduler.replica import Replica
+    from scheduler.state import CoordinatorState
     from scheduler.wal import Wal
 
     tmp = Path(tempfile.mkdtemp(prefix="probe-fold-"))
     wal = Wal.open(tmp / "wal")
     replica = Replica.open(tmp / "replica.sqlite3")
     # The fold as the scheduler runs it, on a stand-in that has only what it reads.
-    fold = Scheduler._drain_sync
+    fold = CoordinatorState.apply_wal
     host: Any = type("Host", (), {})()
     host.wal, host.replica = wal, replica
     rng = random.Random(1)
@@ -81,10 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             n += min(500, args.events - start)
         wal_dir = size_mb(tmp / "wal")
         t = time.perf_counter()
-        done = fold(host)
+        fold(host)
         took = time.perf_counter() - t
-        if done is False:
-            print("fold interrupted")
         print(f"{f + 1:>4} {rss_mb():>8.1f} {size_mb(tmp / 'replica.sqlite3'):>11.1f} "
               f"{size_mb(tmp / 'replica.sqlite3-wal'):>15.1f} {wal_dir:>11.1f} {took:>7.1f}",
               flush=True)
