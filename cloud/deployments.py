@@ -260,15 +260,12 @@ class Deployments:
         row = await self.find(project, ref)
         did = row_id(row)
         if row["status"] == "queued":
-            try:
-                await self.store.tx([
-                    (guard("$id.status != 'queued'", 409, "the deployment left the queue "
-                           "meanwhile; cancel again"), {"id": rid("deployment", did)}),
-                    ("UPDATE $id SET status = 'cancelled', finished_at = $at, "
-                     "progress.step = 'cancelled' RETURN NONE",
-                     {"id": rid("deployment", did), "at": now()}),
-                    *extra])
-            except Conflict:
+            got = await self.store.tx([
+                ("UPDATE $id SET status = 'cancelled', finished_at = $at, "
+                 "progress.step = 'cancelled' WHERE status = 'queued' RETURN VALUE id",
+                 {"id": rid("deployment", did), "at": now()}),
+                *extra])
+            if not got or not got[0]:  # the worker took it meanwhile: cancel in flight
                 return await self.cancel(project, did, extra)
             return {"deployment": public({**row, "status": "cancelled"}), "cancelled": True}
         if row["status"] in IN_FLIGHT:

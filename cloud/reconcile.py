@@ -176,6 +176,8 @@ def plan_roles(spec: dict[str, Any], env: dict[str, str], workdir: Path,
         admin_bind=f"127.0.0.1:{free_port()}",
         admin_password=env.get("SVC_ADMIN_PASSWORD") or secrets.token_urlsafe(18))
     base = dict(env)
+    if db_url:
+        base["SVC_DB_URL"] = db_url  # ops/run reads it from the environment too
     if adopted_db and not spec.get("database_url"):
         base["SVC_INGEST_TRANSPORT"] = "changefeed"  # the embedded host has no http::*
     children = build_children(cfg, base, workdir)
@@ -536,10 +538,10 @@ class Reconciler:
 
     async def _stop_deployment(self, did: str, keep: str | None = None) -> None:
         rows = await self.store.one(
-            "SELECT VALUE id FROM instance WHERE deployment = $d AND status IN $s",
-            {"d": did, "s": ["starting", "healthy"]}) or []
+            "SELECT id, started_at FROM instance WHERE deployment = $d AND status IN $s "
+            "ORDER BY started_at", {"d": did, "s": ["starting", "healthy"]}) or []
         for r in reversed(rows):  # SSPs before the scheduler before the database
-            iid = str(r.id)
+            iid = row_id(r)
             if iid != keep:
                 await self._stop_instance(iid)
         with contextlib.suppress(OSError):
