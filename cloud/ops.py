@@ -492,16 +492,11 @@ LINKS: tuple[Op, ...] = (
              props={"link_id": _STR}, required=("link_id",)),
 )
 
-_DEP = {"type": "string", "minLength": 1, "maxLength": 40,
-        "description": "deployment id (dep_...) or version number"}
-_LOGQ = {"level": {"enum": ["debug", "info", "warning", "error"],
-                   "description": "this level and above"},
-         "q": {"type": "string", "maxLength": 200, "description": "text filter"},
-         "since": {"type": "string", "maxLength": 40}, "until": {"type": "string",
-                                                                "maxLength": 40},
-         "limit": {"type": "integer", "minimum": 1, "maximum": 500,
-                   "description": "lines (default 100)"},
-         "cursor": {"type": "string", "maxLength": 1000}}
+_DEP = {"type": "string", "minLength": 1, "maxLength": 40, "description": "id or version"}
+_LOGQ = {"level": {"enum": ["debug", "info", "warning", "error"]},
+         "q": {"type": "string", "maxLength": 200}, "since": {"type": "string"},
+         "until": {"type": "string"}, "limit": {"type": "integer", "maximum": 500},
+         "cursor": {"type": "string"}}
 
 DEPLOYMENTS: tuple[Op, ...] = (
     _read("deployments_list", "Deployments of a project, newest first.", "deployments:read",
@@ -538,8 +533,8 @@ DEPLOYMENTS: tuple[Op, ...] = (
 )
 
 LOGS: tuple[Op, ...] = (
-    _read("deployment_logs", "Build, deploy and instance log lines of a deployment, oldest "
-          "first, bounded.", "logs:read", _P + "/deployments/{deployment}/logs",
+    _read("deployment_logs", "Log lines of a deployment (deploy and instances), oldest "
+          "first; level and above, q text.", "logs:read", _P + "/deployments/{deployment}/logs",
           deployment_logs, project="required", props={"deployment": _DEP, **_LOGQ},
           required=("deployment",)),
     _read("instance_logs", "Log lines of one instance (id or role name).", "logs:read",
