@@ -23,6 +23,7 @@
 | ``SVC_CLOUD_PUBLIC_URL`` | ``http://<bind>`` | the URL deployed schedulers reach the platform at |
 | ``SVC_CLOUD_RUN_DIR`` | ``$TMPDIR/svc-cloud-<port>-deployments`` | deployments' working directories |
 | ``SVC_CLOUD_DEPLOY_TICK_SECS`` | 0.5 | how often the reconcile worker looks for work |
+| ``SVC_CLOUD_EXECUTOR`` | ``local`` | ``local`` processes; ``none``: no reconcile worker (a control plane only: deployments stay queued, repo commits ``new``) |
 """
 
 from __future__ import annotations
@@ -150,6 +151,13 @@ def _prices(env: Mapping[str, str]) -> PriceList | None:
     return PriceList(currency.strip(), prices)
 
 
+def _executor(env: Mapping[str, str]) -> str:
+    name = env.get("SVC_CLOUD_EXECUTOR", "").strip().lower() or "local"
+    if name not in ("local", "none"):
+        raise ConfigError(f"SVC_CLOUD_EXECUTOR must be local or none, got {name[:20]!r}")
+    return name
+
+
 @dataclass(frozen=True)
 class CloudConfig:
     host: str
@@ -171,6 +179,7 @@ class CloudConfig:
     public_url: str = ""
     run_dir: str = ""
     deploy_tick_secs: float = 0.5
+    executor: str = "local"
 
     @property
     def url(self) -> str:
@@ -242,4 +251,5 @@ class CloudConfig:
             public_url=env.get("SVC_CLOUD_PUBLIC_URL", "").strip().rstrip("/"),
             run_dir=env.get("SVC_CLOUD_RUN_DIR", "").strip(),
             deploy_tick_secs=_secs(env, "SVC_CLOUD_DEPLOY_TICK_SECS", 0.5) or 0.5,
+            executor=_executor(env),
         )

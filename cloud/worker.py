@@ -68,7 +68,9 @@ class Worker:
         except Exception:  # noqa: BLE001 - the usage tick retries it
             log.exception("re-wrapping data keys at start failed")
         loop = asyncio.get_running_loop()
-        loops = [loop.create_task(self.reconciler.run(), name="reconcile")]
+        loops = []
+        if self.cfg.executor != "none":
+            loops.append(loop.create_task(self.reconciler.run(), name="reconcile"))
         if self.cfg.repo_poll_secs > 0:
             loops.append(loop.create_task(self._every(self.cfg.repo_poll_secs, "repo poll",
                                                       self.poll_links)))

@@ -103,7 +103,7 @@ class Project:
 @pytest.fixture(scope="module")
 def cloud(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
     tmp = tmp_path_factory.mktemp("cloud-deploy")
-    c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"),
+    c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="local",
                    SVC_CLOUD_REPO_POLL_SECS="0.3", SVC_CLOUD_USAGE_SAMPLE_SECS="1")
     c.start()
     try:
