@@ -129,7 +129,7 @@ class Deployments:
 
     async def instances(self, deployment_id: str) -> list[dict[str, Any]]:
         rows = await self.store.one(
-            "SELECT * FROM instance WHERE deployment = $d OR adopted_by CONTAINS $d "
+            "SELECT * FROM instance WHERE deployment = $d "
             "ORDER BY started_at", {"d": deployment_id}, read=True) or []
         return [instance_public(r) for r in rows]
 

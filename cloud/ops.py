@@ -327,7 +327,8 @@ async def _logs(ctx: Ctx, a: dict[str, Any], instance: str | None) -> dict[str, 
     limit = int(a.get("limit", 100))
     if not 1 <= limit <= LOG_LIMIT_MAX:
         raise BadRequest(f"limit: from 1 to {LOG_LIMIT_MAX}")
-    filters = {k: a.get(k) for k in ("deployment", "level", "q", "since", "until")}
+    filters = {k: a.get(k) for k in ("deployment", "level", "q", "since", "until",
+                                      "instance")}
     list_id = f"logs|{ctx.project['id'] if ctx.project else ''}|{instance}|{sorted(filters.items())}"
     after = ctx.services.cursors.decode(list_id, a["cursor"]) if a.get("cursor") else None
     out = await ctx.services.deployments.logs(ctx.project, a["deployment"], instance, a,
@@ -338,11 +339,17 @@ async def _logs(ctx: Ctx, a: dict[str, Any], instance: str | None) -> dict[str, 
 
 
 async def deployment_logs(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
-    return await _logs(ctx, a, None)
+    return await _logs(ctx, a, a.get("instance"))
 
 
-async def instance_logs(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
-    return await _logs(ctx, a, a["instance"])
+async def backups_config_get(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    return {"config": await ctx.services.backup_config.get(ctx.project)}
+
+
+async def backups_configure(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {k: a[k] for k in ("enabled", "schedule", "retention") if k in a}
+    return {"config": await ctx.services.backup_config.set(
+        ctx.project, body, ctx.principal.email, ctx.audit(detail=body))}
 
 
 # ---------------------------------------------------------------------- billing
@@ -506,8 +513,7 @@ DEPLOYMENTS: tuple[Op, ...] = (
     _read("deployment_get", "One deployment with its instances.", "deployments:read",
           _P + "/deployments/{deployment}", deployment_get, project="required",
           props={"deployment": _DEP}, required=("deployment",)),
-    _write("deployment_create", "Deploy the project (same spec as now: answers the existing "
-           "deployment).", "deployments:write", "POST", _P + "/deployments",
+    _write("deployment_create", "Deploy; an unchanged spec answers the existing one.", "deployments:write", "POST", _P + "/deployments",
            deployment_create, project="required",
            props={"ssps": {"type": "integer", "minimum": 1, "maximum": 8},
                   "database_url": {"type": ["string", "null"], "maxLength": 400}}),
@@ -515,7 +521,7 @@ DEPLOYMENTS: tuple[Op, ...] = (
            "deployments:write", "POST", _P + "/deployments/{deployment}/cancel",
            deployment_cancel, project="required", props={"deployment": _DEP},
            required=("deployment",)),
-    _write("deployment_rollback", "Deploy an earlier deployment's spec again.",
+    _write("deployment_rollback", "Redeploy an earlier deployment's spec.",
            "deployments:write", "POST", _P + "/deployments/{deployment}/rollback",
            deployment_rollback, project="required", props={"deployment": _DEP},
            required=("deployment",)),
@@ -526,21 +532,27 @@ DEPLOYMENTS: tuple[Op, ...] = (
                             "items": {"enum": ["db", "scheduler", "ssps"]}},
                   "upgrade": {"type": "boolean"}, "clean": {"type": "boolean"},
                   "surreal": {"type": "boolean"}}),
-    _write("deployment_scale", "Set the number of SSPs (a new deployment).",
+    _write("deployment_scale", "Set the number of SSPs.",
            "deployments:write", "POST", _P + "/scale", deployment_scale, project="required",
            props={"ssps": {"type": "integer", "minimum": 1, "maximum": 8}},
            required=("ssps",)),
 )
 
 LOGS: tuple[Op, ...] = (
-    _read("deployment_logs", "Log lines of a deployment (deploy and instances), oldest "
-          "first; level and above, q text.", "logs:read", _P + "/deployments/{deployment}/logs",
-          deployment_logs, project="required", props={"deployment": _DEP, **_LOGQ},
+    _read("deployment_logs", "A deployment's log lines, oldest first.", "logs:read", _P + "/deployments/{deployment}/logs",
+          deployment_logs, project="required",
+          props={"deployment": _DEP, "instance": {"type": "string", "description": "id or "
+                                                  "role (ssp-1)"}, **_LOGQ},
           required=("deployment",)),
-    _read("instance_logs", "Log lines of one instance (id or role name).", "logs:read",
-          _P + "/deployments/{deployment}/instances/{instance}/logs", instance_logs,
-          project="required", props={"deployment": _DEP, "instance": _STR, **_LOGQ},
-          required=("deployment", "instance")),
+)
+
+BACKUPS: tuple[Op, ...] = (
+    _read("backups_config_get", "Scheduled-backup settings.", "backups:read",
+          _P + "/backups/config", backups_config_get, project="required"),
+    _write("backups_configure", "Set scheduled backups (cron, retention days).", "backups:write", "PUT", _P + "/backups/config", backups_configure,
+           project="required",
+           props={"enabled": {"type": "boolean"}, "schedule": {"type": ["string", "null"]},
+                  "retention": {"type": ["integer", "null"]}}),
 )
 
 TENANTS: tuple[Op, ...] = (
@@ -588,8 +600,8 @@ BILLING: tuple[Op, ...] = (
 )
 
 #: every area in tools/list order
-OPS: tuple[Op, ...] = (*PROJECTS, *DEPLOYMENTS, *LOGS, *ENV, *VAULT, *DOMAINS, *LINKS,
-                       *TENANTS, *BILLING)
+OPS: tuple[Op, ...] = (*PROJECTS, *DEPLOYMENTS, *LOGS, *BACKUPS, *ENV, *VAULT, *DOMAINS,
+                       *LINKS, *TENANTS, *BILLING)
 _BY_NAME = {o.name: o for o in OPS}
 assert len(_BY_NAME) == len(OPS), "operation names must be unique"
 

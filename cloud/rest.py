@@ -220,18 +220,20 @@ class Credential(Authenticated):
         resp.status = 204
 
 
-class LinkResource:
-    """``/v1/link/deployment`` (GET) and ``/v1/link/restart`` (POST): the scheduler's cloud
-    link (spec, Authentication 7). The credential is the deployed stack's
-    ``SVC_AUTH_SECRET`` (bearer) with its ``SVC_CLOUD_PROJECT`` (``X-Svc-Project``); the
-    platform keeps only its hash, on the deployment it made it for."""
-
+class LinkBase:
     def __init__(self, services: Services) -> None:
         self.services = services
 
     async def _auth(self, req: falcon.asgi.Request) -> tuple[dict[str, Any], dict[str, Any]]:
         return await self.services.deployments.link_auth(
             req.get_header("X-Svc-Project"), bearer_token(req.get_header("Authorization")))
+
+
+class LinkResource(LinkBase):
+    """``/v1/link/deployment`` (GET) and ``/v1/link/restart`` (POST): the scheduler's cloud
+    link (spec, Authentication 7). The credential is the deployed stack's
+    ``SVC_AUTH_SECRET`` (bearer) with its ``SVC_CLOUD_PROJECT`` (``X-Svc-Project``); the
+    platform keeps only its hash, on the deployment it made it for."""
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         project, dep = await self._auth(req)
@@ -264,6 +266,20 @@ class LinkResource:
         out = await self.services.deployments.restart(project, body, "scheduler (cloud link)",
                                                       audit)
         _send(resp, 202, {"project": {"id": project["id"], "slug": project["slug"]}, **out})
+
+
+class LinkBackupConfig(LinkBase):
+    """``/v1/link/backups/config``: GET and PUT by the linked scheduler."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        project, _ = await self._auth(req)
+        _send(resp, 200, {"config": await self.services.backup_config.get(project)})
+
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        project, _ = await self._auth(req)
+        body = await _body(req)
+        out = await self.services.backup_config.set(project, body, "scheduler (cloud link)", [])
+        _send(resp, 200, {"config": out})
 
 
 async def _cloud_error(req: falcon.asgi.Request, resp: falcon.asgi.Response,
@@ -326,6 +342,7 @@ def create_rest_app(services: Services) -> falcon.asgi.App:
     app.add_route("/v1/me", Me(services))
     app.add_route("/v1/link/deployment", LinkResource(services))
     app.add_route("/v1/link/restart", LinkResource(services))
+    app.add_route("/v1/link/backups/config", LinkBackupConfig(services))
     app.add_route("/v1/tokens", Credentials(services, "mcp"))
     app.add_route("/v1/tokens/{token_id}", Credential(services, "mcp"))
     app.add_route("/v1/api-keys", Credentials(services, "api_key"))

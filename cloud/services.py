@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cloud.audit import Audit
+from cloud.backupconfig import BackupConfig
 from cloud.config import CloudConfig
 from cloud.deployments import Deployments
 from cloud.domains import Domains, TxtLookup
@@ -44,6 +45,7 @@ class Services:
     meter: RequestMeter
     audit: Audit
     deployments: Deployments
+    backup_config: BackupConfig
 
     @property
     def default_limits(self) -> dict[str, int]:
@@ -73,4 +75,5 @@ def build(cfg: CloudConfig, db: Database | None = None) -> Services:
                         max_per_project=limits["links_per_project"]),
         usage=usage, meter=RequestMeter(usage, cfg.usage_flush_secs), audit=Audit(store),
         deployments=Deployments(store, values, fingerprints),
+        backup_config=BackupConfig(store),
     )

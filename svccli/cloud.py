@@ -529,10 +529,8 @@ class Cli:
             out = self.c.call("POST", self.p("/scale"), self.q(ssps=a.ssps))
             self.show(out, [out["deployment"]], cols)
         else:
-            path = (f"/deployments/{a.deployment}/instances/{a.instance}/logs" if a.instance
-                    else f"/deployments/{a.deployment}/logs")
-            out = self.c.call("GET", self.p(path), params=self.q(
-                level=a.level, q=a.q, since=a.since, limit=a.limit, cursor=a.cursor))
+            out = self.c.call("GET", self.p(f"/deployments/{a.deployment}/logs"), params=self.q(
+                instance=a.instance, level=a.level, q=a.q, since=a.since, limit=a.limit, cursor=a.cursor))
             if a.json:
                 self.show(out)
             else:
