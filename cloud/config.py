@@ -20,6 +20,10 @@
 | ``SVC_CLOUD_PROJECT_RETENTION_DAYS`` | 7 | a deleted project can be restored this long |
 | ``SVC_CLOUD_LIMITS`` | built-in | JSON object overriding the default per-tenant limits |
 | ``SVC_CLOUD_PRICES`` | none | JSON ``{currency, <metric>: unit price}``: amounts in usage |
+| ``SVC_CLOUD_PUBLIC_URL`` | ``http://<bind>`` | the URL deployed schedulers reach the platform at |
+| ``SVC_CLOUD_RUN_DIR`` | ``$TMPDIR/svc-cloud-<port>-deployments`` | deployments' working directories |
+| ``SVC_CLOUD_DEPLOY_TICK_SECS`` | 0.5 | how often the reconcile worker looks for work |
+| ``SVC_CLOUD_EXECUTOR`` | ``local`` | ``local`` processes; ``none``: no reconcile worker (a control plane only: deployments stay queued, repo commits ``new``) |
 """
 
 from __future__ import annotations
@@ -147,6 +151,13 @@ def _prices(env: Mapping[str, str]) -> PriceList | None:
     return PriceList(currency.strip(), prices)
 
 
+def _executor(env: Mapping[str, str]) -> str:
+    name = env.get("SVC_CLOUD_EXECUTOR", "").strip().lower() or "local"
+    if name not in ("local", "none"):
+        raise ConfigError(f"SVC_CLOUD_EXECUTOR must be local or none, got {name[:20]!r}")
+    return name
+
+
 @dataclass(frozen=True)
 class CloudConfig:
     host: str
@@ -165,11 +176,20 @@ class CloudConfig:
     project_retention_days: int = 7
     limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     prices: PriceList | None = None
+    public_url: str = ""
+    run_dir: str = ""
+    deploy_tick_secs: float = 0.5
+    executor: str = "local"
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def link_url(self) -> str:
+        """Where a deployed scheduler reaches the platform (``SVC_CLOUD_API_URL``)."""
+        return self.public_url or self.url
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> CloudConfig:
@@ -228,4 +248,8 @@ class CloudConfig:
             usage_flush_secs=_secs(env, "SVC_CLOUD_USAGE_FLUSH_SECS", 10.0) or 10.0,
             project_retention_days=_int(env, "SVC_CLOUD_PROJECT_RETENTION_DAYS", 7),
             limits=_limits(env), prices=_prices(env),
+            public_url=env.get("SVC_CLOUD_PUBLIC_URL", "").strip().rstrip("/"),
+            run_dir=env.get("SVC_CLOUD_RUN_DIR", "").strip(),
+            deploy_tick_secs=_secs(env, "SVC_CLOUD_DEPLOY_TICK_SECS", 0.5) or 0.5,
+            executor=_executor(env),
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["BadRequest", "CloudError", "Conflict", "Forbidden", "NotFound", "TooLarge",
-           "Unauthorized", "Unavailable", "error_body"]
+           "TooMany", "Unauthorized", "Unavailable", "error_body"]
 
 
 class CloudError(Exception):
@@ -60,6 +60,11 @@ class Conflict(CloudError):
 class TooLarge(CloudError):
     status = 413
     code = "payload_too_large"
+
+
+class TooMany(CloudError):
+    status = 429
+    code = "too_many"
 
 
 class Unavailable(CloudError):

@@ -281,6 +281,77 @@ async def link_delete(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
                                                     ctx.audit(target=a["link_id"]))}
 
 
+# ---------------------------------------------------------------------- deployments and logs
+async def deployments_list(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    items, nxt = await ctx.services.deployments.listing(ctx.project, a.get("status"),
+                                                        ctx.after, ctx.limit)
+    return ctx.page(items, nxt)
+
+
+async def deployment_get(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.services.deployments.detail(ctx.project, a["deployment"])
+
+
+async def deployment_create(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    args = {k: a[k] for k in ("ssps", "database_url") if k in a}
+    return await ctx.services.deployments.deploy(
+        ctx.project, args, ctx.principal.email,
+        ctx.audit(detail={k: v for k, v in args.items() if k != "database_url"}))
+
+
+async def deployment_cancel(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.services.deployments.cancel(ctx.project, a["deployment"],
+                                                 ctx.audit(target=str(a["deployment"])))
+
+
+async def deployment_rollback(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.services.deployments.rollback(ctx.project, a["deployment"],
+                                                   ctx.principal.email,
+                                                   ctx.audit(target=str(a["deployment"])))
+
+
+async def deployment_restart(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    opts: dict[str, Any] = {k: a[k] for k in ("roles", "upgrade", "clean", "surreal") if k in a}
+    return await ctx.services.deployments.restart(ctx.project, opts, ctx.principal.email,
+                                                  ctx.audit(detail=opts))
+
+
+async def deployment_scale(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.services.deployments.scale(ctx.project, a["ssps"], ctx.principal.email,
+                                                 ctx.audit(detail={"ssps": a["ssps"]}))
+
+
+async def _logs(ctx: Ctx, a: dict[str, Any], instance: str | None) -> dict[str, Any]:
+    from cloud.deployments import LOG_LIMIT_MAX
+
+    limit = int(a.get("limit", 100))
+    if not 1 <= limit <= LOG_LIMIT_MAX:
+        raise BadRequest(f"limit: from 1 to {LOG_LIMIT_MAX}")
+    filters = {k: a.get(k) for k in ("deployment", "level", "q", "since", "until",
+                                      "instance")}
+    list_id = f"logs|{ctx.project['id'] if ctx.project else ''}|{instance}|{sorted(filters.items())}"
+    after = ctx.services.cursors.decode(list_id, a["cursor"]) if a.get("cursor") else None
+    out = await ctx.services.deployments.logs(ctx.project, a["deployment"], instance, a,
+                                              after, limit)
+    nxt = out.pop("next")
+    out["next_cursor"] = ctx.services.cursors.encode(list_id, nxt) if nxt is not None else None
+    return out
+
+
+async def deployment_logs(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    return await _logs(ctx, a, a.get("instance"))
+
+
+async def backups_config_get(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    return {"config": await ctx.services.backup_config.get(ctx.project)}
+
+
+async def backups_configure(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {k: a[k] for k in ("enabled", "schedule", "retention") if k in a}
+    return {"config": await ctx.services.backup_config.set(
+        ctx.project, body, ctx.principal.email, ctx.audit(detail=body))}
+
+
 # ---------------------------------------------------------------------- billing
 async def usage_get(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
     assert ctx.tenant is not None
@@ -428,6 +499,62 @@ LINKS: tuple[Op, ...] = (
              props={"link_id": _STR}, required=("link_id",)),
 )
 
+_DEP = {"type": "string", "minLength": 1, "maxLength": 40, "description": "id or version"}
+_LOGQ = {"level": {"enum": ["debug", "info", "warning", "error"]},
+         "q": {"type": "string", "maxLength": 200}, "since": {"type": "string"},
+         "until": {"type": "string"}, "limit": {"type": "integer", "maximum": 500},
+         "cursor": {"type": "string"}}
+
+DEPLOYMENTS: tuple[Op, ...] = (
+    _read("deployments_list", "Deployments of a project, newest first.", "deployments:read",
+          _P + "/deployments", deployments_list, project="required", paged=True,
+          props={"status": {"enum": ["queued", "building", "deploying", "running", "failed",
+                                     "cancelled", "superseded"]}}),
+    _read("deployment_get", "One deployment with its instances.", "deployments:read",
+          _P + "/deployments/{deployment}", deployment_get, project="required",
+          props={"deployment": _DEP}, required=("deployment",)),
+    _write("deployment_create", "Deploy; an unchanged spec answers the existing one.", "deployments:write", "POST", _P + "/deployments",
+           deployment_create, project="required",
+           props={"ssps": {"type": "integer", "minimum": 1, "maximum": 8},
+                  "database_url": {"type": ["string", "null"], "maxLength": 400}}),
+    _write("deployment_cancel", "Cancel a queued or in-flight deployment.",
+           "deployments:write", "POST", _P + "/deployments/{deployment}/cancel",
+           deployment_cancel, project="required", props={"deployment": _DEP},
+           required=("deployment",)),
+    _write("deployment_rollback", "Redeploy an earlier deployment's spec.",
+           "deployments:write", "POST", _P + "/deployments/{deployment}/rollback",
+           deployment_rollback, project="required", props={"deployment": _DEP},
+           required=("deployment",)),
+    _write("deployment_restart", "Restart roles of the running deployment.",
+           "deployments:write", "POST", _P + "/restart", deployment_restart,
+           project="required",
+           props={"roles": {"type": "array", "maxItems": 3,
+                            "items": {"enum": ["db", "scheduler", "ssps"]}},
+                  "upgrade": {"type": "boolean"}, "clean": {"type": "boolean"},
+                  "surreal": {"type": "boolean"}}),
+    _write("deployment_scale", "Set the number of SSPs.",
+           "deployments:write", "POST", _P + "/scale", deployment_scale, project="required",
+           props={"ssps": {"type": "integer", "minimum": 1, "maximum": 8}},
+           required=("ssps",)),
+)
+
+LOGS: tuple[Op, ...] = (
+    _read("deployment_logs", "A deployment's log lines, oldest first.", "logs:read", _P + "/deployments/{deployment}/logs",
+          deployment_logs, project="required",
+          props={"deployment": _DEP, "instance": {"type": "string", "description": "id or "
+                                                  "role (ssp-1)"}, **_LOGQ},
+          required=("deployment",)),
+)
+
+BACKUPS: tuple[Op, ...] = (
+    _read("backups_config_get", "Scheduled-backup settings.", "backups:read",
+          _P + "/backups/config", backups_config_get, project="required"),
+    _write("backups_configure", "Set scheduled backups (cron, retention days).", "backups:write", "PUT", _P + "/backups/config", backups_configure,
+           project="required",
+           props={"enabled": {"type": "boolean"}, "schedule": {"type": ["string", "null"]},
+                  "retention": {"type": ["integer", "null"]}}),
+)
+
 TENANTS: tuple[Op, ...] = (
     _read("tenants_list", "Tenants this credential may use, with your role.",
           "tenants:read", "/v1/tenants", tenants_list, tenant=False, paged=True),
@@ -472,8 +599,9 @@ BILLING: tuple[Op, ...] = (
            required=("limits",)),
 )
 
-#: every area in tools/list order; part 2 adds DEPLOYMENTS, LOGS, BACKUPS here
-OPS: tuple[Op, ...] = (*PROJECTS, *ENV, *VAULT, *DOMAINS, *LINKS, *TENANTS, *BILLING)
+#: every area in tools/list order
+OPS: tuple[Op, ...] = (*PROJECTS, *DEPLOYMENTS, *LOGS, *BACKUPS, *ENV, *VAULT, *DOMAINS,
+                       *LINKS, *TENANTS, *BILLING)
 _BY_NAME = {o.name: o for o in OPS}
 assert len(_BY_NAME) == len(OPS), "operation names must be unique"
 

@@ -22,11 +22,13 @@ import falcon
 import falcon.asgi
 
 from cloud.api import Op, run_op
+from cloud.deployments import public
 from cloud.errors import BadRequest, CloudError, TooLarge, Unauthorized, error_body
 from cloud.identity import Principal
 from cloud.ops import OPS
 from cloud.secret import dumps
 from cloud.services import Services
+from cloud.store import new_id, now, rid, row_id
 from ipc.bearer import bearer_token
 from ipc.body import check_content_type, parse_json, read_bytes
 from ipc.version import VERSION
@@ -218,6 +220,68 @@ class Credential(Authenticated):
         resp.status = 204
 
 
+class LinkBase:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def _auth(self, req: falcon.asgi.Request) -> tuple[dict[str, Any], dict[str, Any]]:
+        return await self.services.deployments.link_auth(
+            req.get_header("X-Svc-Project"), bearer_token(req.get_header("Authorization")))
+
+
+class LinkResource(LinkBase):
+    """``/v1/link/deployment`` (GET) and ``/v1/link/restart`` (POST): the scheduler's cloud
+    link (spec, Authentication 7). The credential is the deployed stack's
+    ``SVC_AUTH_SECRET`` (bearer) with its ``SVC_CLOUD_PROJECT`` (``X-Svc-Project``); the
+    platform keeps only its hash, on the deployment it made it for."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        project, dep = await self._auth(req)
+        current = await self.services.deployments.latest(project["id"], ("running",))
+        pending = await self.services.deployments.latest(
+            project["id"], ("queued", "building", "deploying"))
+        shown = current or dep
+        out = await self.services.deployments.detail(project, row_id(shown))
+        _send(resp, 200, {"project": {"id": project["id"], "slug": project["slug"]},
+                          "linked_deployment": row_id(dep), **out,
+                          "pending": public(pending) if pending else None})
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        project, dep = await self._auth(req)
+        body = await _body(req)
+        unknown = sorted(set(body) - {"roles", "upgrade", "clean", "surreal"})
+        if unknown:
+            raise BadRequest(f"{unknown[0][:60]}: unknown argument (roles, upgrade, clean, "
+                             "surreal)")
+        for k in ("upgrade", "clean", "surreal"):
+            if k in body and not isinstance(body[k], bool):
+                raise BadRequest(f"{k}: must be true or false")
+        audit = [("CREATE $id CONTENT $c RETURN NONE", {
+            "id": rid("audit_event", f"aud_{int(now().timestamp() * 1e6):017d}"
+                      f"{new_id('', 6)}"),
+            "c": {"tenant": project["tenant"], "project": project["id"],
+                  "action": "deployment_restart", "target": None, "actor": None,
+                  "actor_email": None, "credential": "cloud_link",
+                  "credential_id": row_id(dep), "at": now(), "detail": body}})]
+        out = await self.services.deployments.restart(project, body, "scheduler (cloud link)",
+                                                      audit)
+        _send(resp, 202, {"project": {"id": project["id"], "slug": project["slug"]}, **out})
+
+
+class LinkBackupConfig(LinkBase):
+    """``/v1/link/backups/config``: GET and PUT by the linked scheduler."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        project, _ = await self._auth(req)
+        _send(resp, 200, {"config": await self.services.backup_config.get(project)})
+
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        project, _ = await self._auth(req)
+        body = await _body(req)
+        out = await self.services.backup_config.set(project, body, "scheduler (cloud link)", [])
+        _send(resp, 200, {"config": out})
+
+
 async def _cloud_error(req: falcon.asgi.Request, resp: falcon.asgi.Response,
                        ex: CloudError, params: dict[str, Any]) -> None:
     if isinstance(ex, Unauthorized):
@@ -276,6 +340,9 @@ def create_rest_app(services: Services) -> falcon.asgi.App:
     app.add_route("/v1/auth/login", Login(services))
     app.add_route("/v1/auth/logout", Logout(services))
     app.add_route("/v1/me", Me(services))
+    app.add_route("/v1/link/deployment", LinkResource(services))
+    app.add_route("/v1/link/restart", LinkResource(services))
+    app.add_route("/v1/link/backups/config", LinkBackupConfig(services))
     app.add_route("/v1/tokens", Credentials(services, "mcp"))
     app.add_route("/v1/tokens/{token_id}", Credential(services, "mcp"))
     app.add_route("/v1/api-keys", Credentials(services, "api_key"))

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cloud.audit import Audit
+from cloud.backupconfig import BackupConfig
 from cloud.config import CloudConfig
+from cloud.deployments import Deployments
 from cloud.domains import Domains, TxtLookup
 from cloud.identity import Identity
 from cloud.keys import DataKeys
@@ -42,6 +44,8 @@ class Services:
     usage: Usage
     meter: RequestMeter
     audit: Audit
+    deployments: Deployments
+    backup_config: BackupConfig
 
     @property
     def default_limits(self) -> dict[str, int]:
@@ -70,4 +74,6 @@ def build(cfg: CloudConfig, db: Database | None = None) -> Services:
         links=RepoLinks(store, GitRemote(cfg.local_repos), local_ok=cfg.local_repos,
                         max_per_project=limits["links_per_project"]),
         usage=usage, meter=RequestMeter(usage, cfg.usage_flush_secs), audit=Audit(store),
+        deployments=Deployments(store, values, fingerprints),
+        backup_config=BackupConfig(store),
     )

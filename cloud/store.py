@@ -23,7 +23,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from cloud.errors import BadRequest, CloudError, Conflict, Forbidden, NotFound, Unavailable
+from cloud.errors import BadRequest, CloudError, Conflict, Forbidden, NotFound, TooMany, Unavailable
 from dbclient import Database, DbConnectionError, DbError, DbQueryError, DbTimeout
 
 log = logging.getLogger("cloud.store")
@@ -32,7 +32,7 @@ __all__ = ["SCHEMA", "Duplicate", "Store", "guard", "limit_guard", "new_id", "no
 
 TABLES = ("user", "tenant", "member", "token", "signin_failure", "project", "tenant_key",
           "value", "value_version", "domain", "repo_link", "repo_commit", "usage_event",
-          "usage_rollup", "audit_event")
+          "usage_rollup", "audit_event", "deployment", "instance", "log_line")
 
 SCHEMA: tuple[str, ...] = (
     *(f"DEFINE TABLE IF NOT EXISTS {t} SCHEMALESS" for t in TABLES),
@@ -53,6 +53,13 @@ SCHEMA: tuple[str, ...] = (
     "DEFINE INDEX IF NOT EXISTS usage_event_tenant ON usage_event FIELDS tenant, hour",
     "DEFINE INDEX IF NOT EXISTS usage_rollup_tenant ON usage_rollup FIELDS tenant, hour",
     "DEFINE INDEX IF NOT EXISTS audit_event_tenant ON audit_event FIELDS tenant",
+    "DEFINE INDEX IF NOT EXISTS deployment_version ON deployment FIELDS project, version UNIQUE",
+    "DEFINE INDEX IF NOT EXISTS deployment_status ON deployment FIELDS status",
+    "DEFINE INDEX IF NOT EXISTS deployment_slug ON deployment FIELDS project_slug",
+    "DEFINE INDEX IF NOT EXISTS instance_deployment ON instance FIELDS deployment",
+    "DEFINE INDEX IF NOT EXISTS instance_status ON instance FIELDS status",
+    "DEFINE INDEX IF NOT EXISTS log_line_deployment ON log_line FIELDS deployment, seq",
+    "DEFINE INDEX IF NOT EXISTS log_line_instance ON log_line FIELDS instance, seq",
 )
 
 _ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # no 0/o, 1/l: ids read aloud or typed
@@ -106,7 +113,7 @@ class Duplicate(Conflict):
 
 
 _STATUS: dict[int, type[CloudError]] = {400: BadRequest, 403: Forbidden, 404: NotFound,
-                                         409: Conflict}
+                                         409: Conflict, 429: TooMany}
 
 
 def _translate(e: DbError) -> CloudError:

@@ -4,6 +4,7 @@ one per gunicorn worker):
 * repo links: every ``SVC_CLOUD_REPO_POLL_SECS``, each link's branch head (``cloud.repolinks``);
 * usage: every ``SVC_CLOUD_USAGE_SAMPLE_SECS``, a storage sample per project and the rollups of
   the recent hours (``cloud.usage``);
+* deployments: the reconcile worker (``cloud.reconcile``), the only caller of an executor;
 * housekeeping on the same tick: projects past their retention purged, tenant data keys
   re-wrapped under the key ring's primary key (``cloud.keys``; also once at start).
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+from cloud.reconcile import Reconciler, default_run_dir
 from cloud.services import Services
 from dbclient.tasks import cancel_and_wait
 
@@ -29,6 +32,11 @@ class Worker:
     def __init__(self, services: Services) -> None:
         self.s = services
         self.cfg = services.cfg
+        self.reconciler = Reconciler(
+            services.store, services.deployments, services.values, services.usage,
+            self.cfg.link_url,
+            Path(self.cfg.run_dir) if self.cfg.run_dir else default_run_dir(self.cfg.port),
+            tick=self.cfg.deploy_tick_secs)
 
     async def _every(self, secs: float, name: str, fn: Callable[[], Awaitable[object]]) -> None:
         while True:
@@ -59,8 +67,10 @@ class Worker:
             log.info("tenant data keys by ring key: %s", counts or "none yet")
         except Exception:  # noqa: BLE001 - the usage tick retries it
             log.exception("re-wrapping data keys at start failed")
-        loops = []
         loop = asyncio.get_running_loop()
+        loops = []
+        if self.cfg.executor != "none":
+            loops.append(loop.create_task(self.reconciler.run(), name="reconcile"))
         if self.cfg.repo_poll_secs > 0:
             loops.append(loop.create_task(self._every(self.cfg.repo_poll_secs, "repo poll",
                                                       self.poll_links)))

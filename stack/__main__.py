@@ -37,7 +37,6 @@ import yaml
 
 from backup.config import DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY
 from backup.localserver import serve_argv, serve_env
-from cloud.crypto import KeyRing
 from stack import rundir
 from stack.config import StackConfig, parse
 from stack.supervisor import RELAUNCH_CODES, Child, Supervisor
@@ -111,7 +110,9 @@ def dev_cloud_keys(cfg: StackConfig, env: dict[str, str], run_root: Path) -> dic
     path = (run_root if cfg.data_dir is None else cfg.data_dir) / "cloud" / "dev-keys.json"
     if path.is_file():
         return dict(json.loads(path.read_text()))
-    keys = {"SVC_CLOUD_KEYRING": KeyRing.generate_entry("dev1"),
+    # the key ring's `id:base64key` entry of a 32-byte key (cloud.crypto), written here: the
+    # platform imports this module to start deployed stacks, so it cannot import the platform
+    keys = {"SVC_CLOUD_KEYRING": f"dev1:{base64.b64encode(os.urandom(32)).decode()}",
             "SVC_CLOUD_FINGERPRINT_KEY": base64.b64encode(os.urandom(32)).decode()}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

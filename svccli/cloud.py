@@ -20,6 +20,7 @@ import getpass
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,41 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--days", type=int, default=90, help="lifetime, at most 365")
     p = tk.add_parser("revoke", help="revoke an MCP token")
     p.add_argument("token_id")
+
+    p = cs.add_parser("deploy", help="deploy the project (the same spec answers the "
+                      "deployment that has it)")
+    project(p)
+    p.add_argument("--ssps", type=int, default=None, help="number of SSPs")
+    p.add_argument("--database-url", default=None,
+                   help="an external SurrealDB URL (default: a database host of its own)")
+    p.add_argument("--wait", action="store_true", help="wait until it runs or fails")
+    p = cs.add_parser("deployments", help="deployments, newest first (or one)")
+    project(p)
+    p.add_argument("deployment", nargs="?", help="id or version: one deployment with its "
+                   "instances")
+    for verb, text in (("rollback", "deploy an earlier deployment's spec again"),
+                       ("cancel", "cancel a queued or in-flight deployment")):
+        p = cs.add_parser(verb, help=text)
+        project(p)
+        p.add_argument("deployment", help="id or version")
+    p = cs.add_parser("restart", help="restart roles of the running deployment")
+    project(p)
+    p.add_argument("--role", action="append", dest="roles", choices=["db", "scheduler", "ssps"],
+                   help="a role (repeat; default scheduler and SSPs)")
+    for flag in ("upgrade", "clean", "surreal"):
+        p.add_argument(f"--{flag}", action="store_true")
+    p = cs.add_parser("scale", help="set the number of SSPs (a new deployment)")
+    project(p)
+    p.add_argument("ssps", type=int)
+    p = cs.add_parser("logs", help="log lines of a deployment (bounded, oldest first)")
+    project(p)
+    p.add_argument("deployment", help="id or version")
+    p.add_argument("--instance", help="one instance (id or role, e.g. scheduler, ssp-1)")
+    p.add_argument("--level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--grep", dest="q", help="text filter")
+    p.add_argument("--since")
+    p.add_argument("--limit", type=int, default=200, help="lines (at most 500)")
+    p.add_argument("--cursor", help="next_cursor of the previous answer")
 
     p = cs.add_parser("usage", help="usage of a tenant (or one project)")
     tenant(p)
@@ -463,6 +499,57 @@ class Cli:
             print(f"revoked {a.token_id}")
         return EXIT_OK
 
+    def deployments(self) -> int:
+        a = self.a
+        cols = ("version", "id", "status", "trigger", "started_by", "created_at")
+        if a.area == "deploy":
+            out = self.c.call("POST", self.p("/deployments"), self.q(
+                ssps=a.ssps, **({"database_url": a.database_url} if a.database_url else {})))
+            dep = out["deployment"]
+            if a.wait:
+                dep = self._wait(dep["id"])
+                out = {**out, "deployment": dep}
+            self.show(out, [dep], cols)
+            return EXIT_OK if dep["status"] not in ("failed", "cancelled") else EXIT_API
+        if a.area == "deployments" and a.deployment:
+            out = self.c.call("GET", self.p(f"/deployments/{a.deployment}"), params=self.q())
+            self.show(out, out["instances"], ("role", "id", "status", "url", "pid",
+                                              "started_at"))
+        elif a.area == "deployments":
+            rows = list(self.c.pages(self.p("/deployments"), self.q()))
+            self.show({"items": rows}, rows, cols)
+        elif a.area in ("rollback", "cancel"):
+            out = self.c.call("POST", self.p(f"/deployments/{a.deployment}/{a.area}"), self.q())
+            self.show(out, [out["deployment"]], cols)
+        elif a.area == "restart":
+            out = self.c.call("POST", self.p("/restart"), self.q(
+                roles=a.roles or [], upgrade=a.upgrade, clean=a.clean, surreal=a.surreal))
+            self.show(out, [out["deployment"]], cols)
+        elif a.area == "scale":
+            out = self.c.call("POST", self.p("/scale"), self.q(ssps=a.ssps))
+            self.show(out, [out["deployment"]], cols)
+        else:
+            out = self.c.call("GET", self.p(f"/deployments/{a.deployment}/logs"), params=self.q(
+                instance=a.instance, level=a.level, q=a.q, since=a.since, limit=a.limit, cursor=a.cursor))
+            if a.json:
+                self.show(out)
+            else:
+                for ln in out["lines"]:
+                    print(f"{ln['at']} {ln['role']:<10} {ln['text']}")
+                if out["next_cursor"] and out["more"]:
+                    print(f"(more: --cursor {out['next_cursor']})", file=sys.stderr)
+        return EXIT_OK
+
+    def _wait(self, dep: str, timeout: float = 600.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.c.call("GET", self.p(f"/deployments/{dep}"), params=self.q())
+            d = dict(got["deployment"])
+            if d["status"] in ("running", "failed", "cancelled", "superseded") \
+                    or time.monotonic() > deadline:
+                return d
+            time.sleep(1.0)
+
     def usage(self) -> int:
         a = self.a
         out = self.c.call("GET", "/v1/usage", params=self.q(project=a.project, since=a.since))
@@ -477,7 +564,9 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     area = {"signup": cli.account, "login": cli.account, "logout": cli.account,
             "whoami": cli.account, "tenants": cli.tenants, "projects": cli.projects,
             "env": cli.env_area, "vault": cli.vault, "domains": cli.domains,
-            "links": cli.links, "tokens": cli.tokens, "usage": cli.usage}[args.area]
+            "links": cli.links, "tokens": cli.tokens, "usage": cli.usage,
+            **dict.fromkeys(("deploy", "deployments", "rollback", "cancel", "restart", "scale",
+                             "logs"), cli.deployments)}[args.area]
     try:
         return area()
     except ApiError as e:

@@ -17,7 +17,8 @@ their own system), under ``/admin/api`` unless said:
   ``ssps/restart-all``, ``scheduler/restart``: :mod:`.actions`;
 * ``GET operations``, ``operations/stream``: :mod:`.operations`;
 * ``GET incidents``, ``incidents/{id}``: :mod:`.incidents`;
-* ``POST cloud/restart``, ``GET cloud/deployment``: 409 ``not_linked`` until linked;
+* ``POST cloud/restart``, ``GET cloud/deployment``: forwarded to the hosted platform
+  (:mod:`.cloudlink`); 409 ``not_linked`` until linked;
 * ``workflows/*``, ``schedules/*``: :mod:`.workflows`;
 * ``backups``, ``backups/config``, ``backups/{id}``, ``backups/{id}/restore``,
   ``restore/release``: :mod:`.backups`;
@@ -43,7 +44,6 @@ from scheduler.admin import backups, dashboard
 from scheduler.admin.auth import AdminAuth
 from scheduler.admin.errors import (
     AdminError,
-    Conflict,
     Invalid,
     NotFound,
     NotImplementedYet,
@@ -324,23 +324,32 @@ class IncidentDetail(Base):
         resp.media = {"incident": inc}
 
 
-def _cloud_refusal(plane: AdminPlane) -> AdminError:
-    """The platform routes: 409 until the scheduler is linked (spec, Authentication 7)."""
-    if not plane.cfg.cloud_linked:
-        return Conflict("Not linked to the hosted platform", code="not_linked")
-    return NotImplementedYet("forwarding to the hosted platform is not built yet",
-                             code="not_built")
-
-
 class CloudDeployment(Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        raise _cloud_refusal(self.plane)
+        resp.media = await self.plane.cloud_link.deployment()
 
 
 class CloudRestart(Base):
+    """Forwarded to the platform and tracked as a ``cloud_restart`` operation, which ends
+    once the platform has admitted the restart (a new deployment replaces this stack)."""
+
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        await read_json(req)
-        raise _cloud_refusal(self.plane)
+        body = await read_json(req)
+        link = self.plane.cloud_link
+        link.refuse_unlinked()
+        op = self.plane.ops.start("cloud_restart", f"project:{link.project}", _who(req),
+                                  details={k: body.get(k) for k in ("roles", "upgrade",
+                                                                     "clean", "surreal")})
+        try:
+            out = await link.restart(body)
+        except AdminError as e:
+            self.plane.ops.finish(op["id"], False, f"the platform refused: {e.message}")
+            raise
+        dep = out.get("deployment") or {}
+        self.plane.ops.finish(op["id"], True, f"the platform admitted restart deployment "
+                              f"v{dep.get('version')} ({dep.get('status')})")
+        resp.status = 202
+        resp.media = {"operation": self.plane.ops.ops.get(op["id"], op), **out}
 
 
 class _Lifespan:

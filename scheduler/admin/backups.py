@@ -3,13 +3,13 @@
 
 * ``GET /admin/api/backups``: ``{catalog, catalog_error, local, restores, config, storage,
   held, linked}``: the bucket's catalog under this scheduler's prefix, the local registry,
-  the restores, the schedule config (``{enabled: false}`` until linked: scheduled backups
-  are the platform's), storage reachability, and the failed restore that holds the
+  the restores, the schedule config (``{enabled: false}`` until linked, then the platform's
+  settings: scheduled backups are the platform's), storage reachability, and the failed restore that holds the
   scheduler in Restoring (or null);
 * ``POST /admin/api/backups {name}``: 202 ``{operation, backup_id}``; 503
   ``no_object_storage`` without object storage;
 * ``PUT /admin/api/backups/config {enabled, schedule, retention}``: 409 ``not_linked`` until
-  linked, then 501 (the platform forwarding is not built);
+  linked, then forwarded to the platform (:mod:`.cloudlink`), which keeps the settings;
 * ``DELETE /admin/api/backups/:id``: soft delete in the catalog (``deleted_at_ms``); 409
   ``not_linked`` until linked; 404 unknown;
 * ``POST /admin/api/backups/:id/restore``: 202 ``{operation, restore_id}``; 503 unless the
@@ -45,7 +45,6 @@ from scheduler.admin.errors import (
     AdminError,
     Conflict,
     NotFound,
-    NotImplementedYet,
     Unavailable,
 )
 from scheduler.admin.values import read_json
@@ -165,11 +164,21 @@ class BackupRoutes:
                 error = str(e)
         return {"catalog": catalog, "catalog_error": error,
                 "local": svc.registry.backup_list(), "restores": svc.registry.restore_list(),
-                "config": {"enabled": False, "schedule": None, "retention": None,
-                           "linked": self.plane.cfg.cloud_linked},
+                "config": await self._config(),
                 "storage": await svc.storage_status(), "held": svc.held,
                 "linked": self.plane.cfg.cloud_linked,
                 "registry_error": svc.registry.storage_error}
+
+    async def _config(self) -> dict[str, Any]:
+        """The platform's settings when linked (an error note if it does not answer)."""
+        off = {"enabled": False, "schedule": None, "retention": None, "linked": False}
+        if not self.plane.cfg.cloud_linked:
+            return off
+        try:
+            got = await self.plane.cloud_link.call("GET", "backups/config")
+        except AdminError as e:
+            return {**off, "linked": True, "error": e.message}
+        return {**off, **(got.get("config") or {}), "linked": True}
 
     def create(self, body: Any, who: dict[str, Any]) -> dict[str, Any]:
         bp = self.bp
@@ -207,10 +216,14 @@ class BackupRoutes:
             raise AdminError(str(e), code="storage", status=502) from None
         return {"backup_id": backup_id, "deleted_at_ms": entry.get("deleted_at_ms")}
 
-    def config(self) -> None:
+    async def config(self, body: Any) -> dict[str, Any]:
+        """Forwarded to the platform, which keeps scheduled-backup settings."""
         self._linked()
-        raise NotImplementedYet("scheduled backups are configured on the hosted platform; "
-                                "forwarding to it is not built yet", code="not_built")
+        if not isinstance(body, dict):
+            raise AdminError("the body must be an object {enabled, schedule, retention}",
+                             status=400)
+        out = await self.plane.cloud_link.call("PUT", "backups/config", body)
+        return {"config": out.get("config"), "linked": True}
 
     async def restore(self, backup_id: str, who: dict[str, Any]) -> dict[str, Any]:
         bp = self.bp
@@ -293,8 +306,7 @@ class _Backups(_Base):
 
 class _Config(_Base):
     async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        await read_json(req)
-        self.r.config()
+        resp.media = await self.r.config(await read_json(req))
 
 
 class _Backup(_Base):

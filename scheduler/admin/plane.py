@@ -17,6 +17,7 @@ from typing import Any
 from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 from scheduler.admin.actions import Actions
+from scheduler.admin.cloudlink import CloudLink
 from scheduler.admin.cluster import Cluster, SchedulerCluster
 from scheduler.admin.jobsampler import JobSampler
 from scheduler.admin.lifecycle import Lifecycle
@@ -52,6 +53,9 @@ class AdminPlane:
         self.signin = SignIn(self.cluster, self.tokens, self.limiter)
         self.ops = OperationLog(cfg.data_dir, self.cluster.incidents)
         self.actions = Actions(self.cluster, self.ops, request_exit)
+        # spec, Authentication 7: linked only with all three set
+        self.cloud_link = CloudLink(cfg.admin.cloud_api_url, cfg.admin.cloud_project,
+                                    cfg.auth_secret if cfg.cloud_linked else None)
         self.presence = Presence(self.cluster, watched=self.watched)
         self.views = Views(self.cluster, self.presence)
         self.jobs = JobSampler(self.cluster)

@@ -44,7 +44,9 @@ def cloud_env(host: DbHost, ns: str, **extra: str) -> dict[str, str]:
         SVC_CLOUD_KEYRING=new_keyring(),
         SVC_CLOUD_FINGERPRINT_KEY=base64.b64encode(os.urandom(32)).decode(),
         SVC_CLOUD_REPO_POLL_SECS="0", SVC_CLOUD_USAGE_SAMPLE_SECS="0",
-        SVC_CLOUD_USAGE_FLUSH_SECS="0.5", SVC_CLOUD_LOCAL_REPOS="true")
+        SVC_CLOUD_USAGE_FLUSH_SECS="0.5", SVC_CLOUD_LOCAL_REPOS="true",
+        # a control plane only unless a test deploys (test_cloud_deploy.py)
+        SVC_CLOUD_EXECUTOR="none")
     env.update(extra)
     return env
 

@@ -38,9 +38,11 @@ FORBIDDEN: dict[str, set[str]] = {
     "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli"},
     "scheduler": {"ssp", "gateway", "stack", "svccli"},
     # the hosted platform's control plane: its own process over the database client, the
-    # shared HTTP helpers and the project files' models; no part of the cluster it hosts
+    # shared HTTP helpers and the project files' models; no part of the cluster it hosts.
+    # It may import the launcher (stack): its local executor starts a deployed stack with the
+    # same children as ops/run (stack itself imports none of cloud)
     "cloud": {"engine", "maintenance", "backup", "dbhost", "ssp", "scheduler", "gateway",
-              "stack", "svccli"},
+              "svccli"},
     # the app client: an app installs it beside the SDK alone, so it imports none of ours
     "viewclient": set(PACKAGES) - {"viewclient"},
 }

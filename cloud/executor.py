@@ -1,0 +1,243 @@
+"""Executors: what runs a deployment's role instances. Only the reconcile worker
+(``cloud.reconcile``) calls one; the API and MCP only write records.
+
+The interface is four calls on one :class:`Role` (a role instance's command, environment,
+health URL): :meth:`Executor.start` (returns a :class:`Handle`: pid and process group, or a
+container id), :meth:`Executor.healthy`, :meth:`Executor.stop`, and :meth:`Executor.reap` (a
+handle recorded in the store by a worker that died: kill what is left of it). Output goes to
+a :class:`LogSink` line by line; the worker writes it into bounded storage.
+
+:class:`LocalExecutor` runs each instance as a local process in a session (process group) of
+its own, through ``ipc.lifeline`` so it gets SIGTERM when the platform's process dies, even
+by ``kill -9``; the group id is recorded in the store before the instance counts as started,
+so a platform restarted after a crash kills whatever survived (:meth:`LocalExecutor.reap`).
+A Docker, Kubernetes or Nomad executor implements the same four calls (cloud/README.md,
+"Executors").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import http.client
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ipc.lifeline import lifeline_argv
+
+log = logging.getLogger("cloud.executor")
+
+__all__ = ["Executor", "Handle", "LocalExecutor", "LogSink", "Role", "free_port"]
+
+#: called with (stream, line) for each line an instance writes; stream is stdout or stderr
+LogSink = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class Role:
+    """One role instance to run: ``name`` is unique within its deployment (``db``,
+    ``schema``, ``scheduler``, ``ssp-1``...)."""
+
+    name: str
+    kind: str  # db | schema | scheduler | ssp | app
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(repr=False)
+    health_url: str | None = None
+    #: a set-up step: healthy means it exited 0
+    oneshot: bool = False
+    #: healthy when this holds for (status, body) of health_url; default: status 200
+    ready: Callable[[int, bytes], bool] | None = None
+    timeout_secs: float = 120.0
+    cwd: str | None = None
+    #: where it answers (for the records and the deploy log)
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What the store records of a started instance: enough to find it after a crash."""
+
+    executor: str
+    pid: int
+    pgid: int
+    ref: str = ""  # a container or allocation id for the executors that have one
+
+
+class Executor(Protocol):
+    name: str
+
+    async def start(self, role: Role, sink: LogSink,
+                    record: Callable[[Handle], Awaitable[None]]) -> Handle:
+        """Start ``role``; ``record`` is awaited with the handle before this returns (the
+        store must know an instance before anything else can fail)."""
+
+    async def healthy(self, role: Role, handle: Handle, deadline: float) -> str | None:
+        """Wait until healthy or ``deadline`` (monotonic); ``None`` when healthy, else why
+        not (exited, timed out)."""
+
+    async def alive(self, handle: Handle) -> bool:
+        """The instance is still running."""
+
+    async def stop(self, handle: Handle, timeout: float = 15.0) -> int | None:
+        """Stop it (SIGTERM, then SIGKILL of its group after ``timeout``); its exit code."""
+
+    async def reap(self, handle: Handle) -> bool:
+        """Kill what is left of an instance recorded by an earlier process; True if
+        something was running."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _probe(url: str) -> tuple[int, bytes] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as r:
+            return int(r.status), r.read()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read()
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalExecutor:
+    """Local processes (development and the suite); see the module docstring."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self._procs: dict[int, asyncio.subprocess.Process] = {}
+        self._pumps: dict[int, list[asyncio.Task[None]]] = {}
+
+    async def start(self, role: Role, sink: LogSink,
+                    record: Callable[[Handle], Awaitable[None]]) -> Handle:
+        env = {**role.env, "PYTHONUNBUFFERED": "1"}
+        proc = await asyncio.create_subprocess_exec(
+            *lifeline_argv(list(role.argv), sig=signal.SIGTERM), env=env, cwd=role.cwd,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        handle = Handle(self.name, proc.pid, proc.pid)
+        self._procs[proc.pid] = proc
+        loop = asyncio.get_running_loop()
+        assert proc.stdout is not None and proc.stderr is not None
+        self._pumps[proc.pid] = [loop.create_task(self._pump(proc.stdout, "stdout", sink)),
+                                 loop.create_task(self._pump(proc.stderr, "stderr", sink))]
+        try:
+            await record(handle)
+        except BaseException:
+            await self.stop(handle, timeout=2.0)
+            raise
+        log.info("started %s (pid %d)", role.name, proc.pid)
+        return handle
+
+    @staticmethod
+    async def _pump(stream: asyncio.StreamReader, name: str, sink: LogSink) -> None:
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # a line over the reader's limit: take what is there
+                line = await stream.read(64 * 1024)
+            if not line:
+                return
+            sink(name, line.decode("utf-8", "replace").rstrip("\n"))
+
+    async def healthy(self, role: Role, handle: Handle, deadline: float) -> str | None:
+        proc = self._procs.get(handle.pid)
+        if proc is None:
+            return "not started by this executor"
+        while True:
+            if proc.returncode is not None:
+                if role.oneshot and proc.returncode == 0:
+                    return None
+                return f"{role.name} exited with {proc.returncode} before it was healthy"
+            if role.oneshot:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), max(0.0, deadline - time.monotonic()))
+                    continue
+            elif role.health_url is not None:
+                got = await asyncio.to_thread(_probe, role.health_url)
+                if got is not None and (role.ready(*got) if role.ready else got[0] == 200):
+                    return None
+            else:
+                return None
+            if time.monotonic() > deadline:
+                return f"{role.name} was not healthy within {role.timeout_secs:.0f}s"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 0.2)
+
+    async def alive(self, handle: Handle) -> bool:
+        proc = self._procs.get(handle.pid)
+        if proc is not None:
+            return proc.returncode is None
+        return _group_alive(handle.pgid)
+
+    async def stop(self, handle: Handle, timeout: float = 15.0) -> int | None:
+        proc = self._procs.pop(handle.pid, None)
+        if proc is None:
+            await self.reap(handle)
+            return None
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        # the exited (unreaped by us: asyncio reaped the leader) group may keep children:
+        # whatever it started goes with it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(handle.pgid, signal.SIGKILL)
+        for t in self._pumps.pop(handle.pid, []):
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(t, 2.0)
+        return proc.returncode
+
+    async def reap(self, handle: Handle) -> bool:
+        """An instance of a process that died: its group is killed if it still exists.
+
+        A group id is only reused once every member of the group is gone, and a leader that
+        outlived its starter is re-parented, so a live group with this id is the one we
+        started (the ``ipc.lifeline`` SIGTERM has normally stopped it already)."""
+        if handle.executor != self.name or handle.pgid <= 1:
+            return False
+        if not _group_alive(handle.pgid):
+            return False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(handle.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and _group_alive(handle.pgid):
+            await asyncio.sleep(0.05)
+        try:
+            os.killpg(handle.pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError) as e:
+            if getattr(e, "errno", None) not in (errno.ESRCH, errno.EPERM):
+                raise
+        return True
+
+
+def python_argv(*module_args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", *module_args)

@@ -1,0 +1,117 @@
+"""How long the platform takes to bring a project's stack up, next to the same stack started
+directly by ``ops/run``.
+
+    .venv/bin/python loadtests/bench_cloud_deploy.py [--rounds 3]
+
+What runs (all on loopback): a database host (``--memory``) for the platform's own state,
+``svc-cloud`` with its reconcile worker and the local executor. Rows, each ``--rounds`` times,
+alternating so a noisy machine hits all of them alike:
+
+* ``ops/run`` (baseline): ``python -m stack --memory`` (database host, schema, scheduler, one
+  SSP) from start until it prints ``service is up``;
+* first deploy: ``POST /deployments`` until the deployment is ``running`` (a database host of
+  its own, schema, scheduler, one SSP; a fresh project each round);
+* redeploy: an env change and ``POST /deployments`` until ``running`` (the database host kept;
+  schema, scheduler and SSP new, beside the old ones; the old ones stopped after);
+* restart: ``POST /restart`` until ``running``.
+
+Prints a table: median and max seconds, and the median against the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.cloud_stack import Cloud, running_cloud  # noqa: E402
+from tests.support.procs import base_env, free_port, start_db_host  # noqa: E402
+
+
+def ops_run_once(tmp: Path) -> float:
+    ports = {k: free_port() for k in ("db", "sched", "admin", "ssp")}
+    argv = [sys.executable, "-m", "stack", "--memory", "--db-bind", f"127.0.0.1:{ports['db']}",
+            "--scheduler-bind", f"127.0.0.1:{ports['sched']}",
+            "--admin-bind", f"127.0.0.1:{ports['admin']}",
+            "--ssp-bind", f"127.0.0.1:{ports['ssp']}"]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, env=base_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                            cwd=str(Path(__file__).resolve().parent.parent))
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "service is up" in line:
+                return time.monotonic() - t0
+        raise RuntimeError("ops/run exited before it was up")
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def wait_running(c: Cloud, s: str, slug: str, dep: str) -> None:
+    while True:
+        d = c.ok("GET", f"/v1/projects/{slug}/deployments/{dep}", s)["deployment"]
+        if d["status"] == "running":
+            return
+        if d["status"] in ("failed", "cancelled"):
+            raise RuntimeError(f"deployment {dep} {d['status']}: {d['error']}")
+        time.sleep(0.1)
+
+
+def deploy_time(c: Cloud, s: str, slug: str, route: str) -> float:
+    """Seconds from the request on ``route`` until its deployment runs."""
+    t0 = time.monotonic()
+    dep = c.ok("POST", f"/v1/projects/{slug}{route}", s, {})["deployment"]["id"]
+    wait_running(c, s, slug, dep)
+    return time.monotonic() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    rows: dict[str, list[float]] = {"ops/run (baseline)": [], "first deploy": [],
+                                    "redeploy (env change)": [], "restart": []}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        host = start_db_host(tmp)
+        try:
+            with running_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"),
+                               SVC_CLOUD_EXECUTOR="local") as c:
+                _, s, _ = c.user("bench")
+                for r in range(a.rounds):
+                    rows["ops/run (baseline)"].append(ops_run_once(tmp))
+                    slug = f"bench-{r}-{os.getpid() % 10000}"
+                    c.ok("POST", "/v1/projects", s, {"slug": slug})
+                    base = f"/v1/projects/{slug}"
+                    c.ok("PATCH", base + "/env", s, {"vars": {"SVC_ADMIN_PASSWORD": "bench-pw"}})
+
+                    rows["first deploy"].append(deploy_time(c, s, slug, "/deployments"))
+                    c.ok("PATCH", base + "/env", s, {"vars": {"ROUND": str(time.time())}})
+                    rows["redeploy (env change)"].append(deploy_time(c, s, slug,
+                                                                     "/deployments"))
+                    rows["restart"].append(deploy_time(c, s, slug, "/restart"))
+                    # each round's stack keeps running until the platform stops (there is
+                    # no scale-to-zero yet): later rounds run beside earlier stacks
+        finally:
+            host.process.stop()
+    load = os.getloadavg()
+    baseline = statistics.median(rows["ops/run (baseline)"])
+    print(f"\nrounds: {a.rounds}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
+    print("| to healthy | median s | max s | vs ops/run |")
+    print("|---|---|---|---|")
+    for name, vals in rows.items():
+        med = statistics.median(vals)
+        print(f"| {name} | {med:.1f} | {max(vals):.1f} | {med / baseline:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""Deployments of the hosted platform through real processes: ``svc-cloud`` with its reconcile
+worker and the local executor starting a project's stack (database host, schema, scheduler,
+SSPs) on free loopback ports; the deployed scheduler's cloud link back to the platform; a
+local bare git repository whose new commit deploys; ``kill -9`` of the platform mid-deployment.
+
+One platform and one project for the module: each test builds on the deployments before it
+(the order is the story: deploy, redeploy, fail, roll back, cancel, logs, usage, crash)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.admin_stack import start_scheduler
+from tests.support.cloud_stack import Cloud, make_cloud
+from tests.support.procs import DbHost, free_port
+
+pytestmark = pytest.mark.slow
+
+ADMIN_PASSWORD = "deployed-break-glass-pw-1"
+BAD_SSP = {"SVC_SSP_REF_MODE": "no-such-mode"}
+
+
+def wait_until(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Live processes whose environment carries ``SVC_CLOUD_DEPLOYMENT=<marker>`` (every
+    process of a deployed stack has it)."""
+    want = f"SVC_CLOUD_DEPLOYMENT={marker}".encode()
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if want in env and state != "Z":
+            found.append(int(d))
+    return found
+
+
+class Project:
+    def __init__(self, cloud: Cloud) -> None:
+        self.cloud = cloud
+        _, self.s, _ = cloud.user("deployer")
+        self.slug = f"dep-{os.getpid() % 100000}"
+        cloud.ok("POST", "/v1/projects", self.s, {"slug": self.slug})
+        self.env({"SVC_ADMIN_PASSWORD": ADMIN_PASSWORD})
+
+    @property
+    def base(self) -> str:
+        return f"/v1/projects/{self.slug}"
+
+    def env(self, vars: dict[str, str | None]) -> None:
+        self.cloud.ok("PATCH", self.base + "/env", self.s, {"vars": vars})
+
+    def deploy(self, **body: Any) -> dict[str, Any]:
+        return dict(self.cloud.ok("POST", self.base + "/deployments", self.s, body))
+
+    def get(self, ref: Any) -> dict[str, Any]:
+        return dict(self.cloud.ok("GET", f"{self.base}/deployments/{ref}", self.s))
+
+    def wait(self, ref: Any, statuses: tuple[str, ...], timeout: float = 150) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            got = self.get(ref)
+            return got if got["deployment"]["status"] in statuses else None
+        try:
+            return dict(wait_until(done, timeout, f"deployment {ref} in {statuses}"))
+        except AssertionError:
+            raise AssertionError(json.dumps(self.get(ref))[:3000] + "\n"
+                                 + self.cloud.log_text()[-3000:]) from None
+
+    def url_of(self, detail: dict[str, Any], role: str) -> str:
+        return next(str(i["url"]) for i in detail["instances"] if i["role"] == role)
+
+
+@pytest.fixture(scope="module")
+def cloud(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
+    tmp = tmp_path_factory.mktemp("cloud-deploy")
+    c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="local",
+                   SVC_CLOUD_REPO_POLL_SECS="0.3", SVC_CLOUD_USAGE_SAMPLE_SECS="1")
+    c.start()
+    try:
+        yield c
+    finally:
+        if c.process.alive():
+            c.stop()
+
+
+@pytest.fixture(scope="module")
+def project(cloud: Cloud) -> Project:
+    return Project(cloud)
+
+
+def admin_session(admin: str) -> str:
+    req = urllib.request.Request(admin + "/admin/api/session",
+                                 data=json.dumps({"password": ADMIN_PASSWORD}).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return str(json.loads(r.read())["token"])
+
+
+def admin_call(admin: str, token: str, method: str, path: str, body: Any = None
+               ) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(admin + "/admin/api" + path, data=data, method=method,
+                                 headers={"Authorization": f"Bearer {token}",
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+async def admin_tool(admin: str, token: str, name: str, args: dict[str, Any]) -> Any:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                              timeout=httpx2.Timeout(60))
+    async with http, Client(streamable_http_client(admin + "/admin/api/mcp",
+                                                   http_client=http)) as client:
+        return await client.call_tool(name, args)
+
+
+# ---------------------------------------------------------------------------- the story
+async def test_a_deployment_runs_and_its_scheduler_is_linked(project: Project) -> None:
+    first = project.deploy()
+    assert first["existing"] is False and first["deployment"]["status"] == "queued"
+    assert first["deployment"]["version"] == 1 and first["deployment"]["trigger"] == "api"
+    done = project.wait(1, ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    roles = [i["role"] for i in done["instances"]]
+    assert roles == ["db", "schema", "scheduler", "ssp-1"]
+    assert all(i["status"] in ("healthy", "done") for i in done["instances"])
+    # the same spec again answers the running deployment, no second one
+    again = project.deploy()
+    assert again["existing"] is True and again["deployment"]["version"] == 1
+    admin = project.url_of(done, "scheduler")
+    token = admin_session(admin)
+    status, body = admin_call(admin, token, "GET", "/cloud/deployment")
+    assert status == 200, body
+    assert body["deployment"]["id"] == done["deployment"]["id"]
+    assert body["deployment"]["status"] == "running" and body["project"]["slug"] == project.slug
+    assert {i["role"] for i in body["instances"]} >= {"scheduler", "ssp-1"}
+    res = await admin_tool(admin, token, "cloud_deployment", {})
+    assert res.is_error is False
+    assert res.structured_content["deployment"]["version"] == 1
+
+
+async def test_backup_settings_go_through_the_link(project: Project) -> None:
+    admin = project.url_of(project.get(1), "scheduler")
+    token = admin_session(admin)
+    status, body = admin_call(admin, token, "PUT", "/backups/config",
+                              {"enabled": True, "schedule": "0 3 * * *", "retention": 14})
+    assert status == 200, body
+    assert body["config"]["schedule"] == "0 3 * * *" and body["config"]["retention"] == 14
+    kept = project.cloud.ok("GET", project.base + "/backups/config", project.s)["config"]
+    assert kept["enabled"] is True and kept["updated_by"] == "scheduler (cloud link)"
+    status, body = admin_call(admin, token, "PUT", "/backups/config", {"schedule": "nope"})
+    assert status == 400 and "cron" in body["message"], body
+    status, listing = admin_call(admin, token, "GET", "/backups")
+    assert status == 200 and listing["config"]["schedule"] == "0 3 * * *", listing["config"]
+    res = await admin_tool(admin, token, "backups_configure", {"enabled": False})
+    assert res.is_error is False, res.content
+    kept = project.cloud.ok("GET", project.base + "/backups/config", project.s)["config"]
+    assert kept["enabled"] is False and kept["schedule"] == "0 3 * * *"
+
+
+def test_an_env_change_redeploys_and_keeps_the_database(project: Project) -> None:
+    v1 = project.get(1)
+    old_scheduler = [i for i in v1["instances"] if i["role"] == "scheduler"][0]
+    project.env({"FEATURE_X": "on"})
+    second = project.deploy()
+    assert second["existing"] is False and second["deployment"]["version"] == 2
+    assert second["deployment"]["spec_hash"] != v1["deployment"]["spec_hash"]
+    done = project.wait(2, ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    assert project.get(1)["deployment"]["status"] == "superseded"
+    db = [i for i in done["instances"] if i["role"] == "db"]
+    assert db and db[0]["id"] == [i for i in v1["instances"] if i["role"] == "db"][0]["id"]
+    # the old scheduler and SSP are gone: what is left of v1 is the kept database host
+    wait_until(lambda: not marked_pid_alive(old_scheduler["pid"]), 30, "old scheduler stopped")
+    wait_until(lambda: all(group_of(p) == db[0]["pid"]
+                           for p in marked_processes(v1["deployment"]["id"])), 30,
+               "only the database host's group left of v1")
+
+
+def group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def marked_pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_failing_role_fails_the_deployment_and_the_previous_keeps_serving(
+        project: Project) -> None:
+    project.env(BAD_SSP)
+    try:
+        bad = project.deploy()
+        v = bad["deployment"]["version"]
+        done = project.wait(v, ("running", "failed"))
+    finally:
+        project.env(dict.fromkeys(BAD_SSP))
+    dep = done["deployment"]
+    assert dep["status"] == "failed"
+    assert dep["error"]["role"] == "ssp-1" and "exited" in dep["error"]["message"]
+    assert any("no-such-mode" in line or "REF_MODE" in line
+               for line in dep["error"]["last_lines"]), dep["error"]
+    assert not marked_processes(dep["id"]), "a failed deployment left processes"
+    running = project.get(2)
+    assert running["deployment"]["status"] == "running"
+    admin = project.url_of(running, "scheduler")
+    status, body = admin_call(admin, admin_session(admin), "GET", "/cloud/deployment")
+    assert status == 200 and body["deployment"]["version"] == 2
+
+
+def test_rollback_to_an_earlier_deployment(project: Project) -> None:
+    out = project.cloud.ok("POST", f"{project.base}/deployments/1/rollback", project.s)
+    dep = out["deployment"]
+    assert dep["trigger"] == "rollback" and dep["rollback_of"] == project.get(1)["deployment"]["id"]
+    done = project.wait(dep["version"], ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    assert done["deployment"]["spec"] == project.get(1)["deployment"]["spec"]
+    assert project.get(2)["deployment"]["status"] == "superseded"
+    # a deployment that never ran is refused
+    failed = project.cloud.ok("GET", project.base + "/deployments", project.s,
+                              params={"status": "failed"})["items"][0]
+    r = project.cloud.call("POST", f"{project.base}/deployments/{failed['id']}/rollback",
+                           project.s)
+    assert r.status_code == 409 and r.json()["error"] == "never_ran"
+
+
+def test_cancel_a_queued_and_an_in_flight_deployment(project: Project) -> None:
+    a = project.cloud.ok("POST", project.base + "/scale", project.s, {"ssps": 2})["deployment"]
+    b = project.cloud.ok("POST", project.base + "/scale", project.s, {"ssps": 1})["deployment"]
+    assert b["version"] == a["version"] + 1
+    # b waits behind a: cancelled at once
+    out = project.cloud.ok("POST", f"{project.base}/deployments/{b['version']}/cancel",
+                           project.s)
+    assert out["cancelled"] is True and project.get(b["version"])["deployment"]["status"] == \
+        "cancelled"
+    # a is in flight: 5 roles of several seconds each, the flag is read before each one
+    project.wait(a["version"], ("deploying",))
+    out = project.cloud.ok("POST", f"{project.base}/deployments/{a['version']}/cancel",
+                           project.s)
+    assert out["cancelled"] is False and out["deployment"]["cancel_requested"] is True
+    done = project.wait(a["version"], ("cancelled", "running", "failed"))
+    assert done["deployment"]["status"] == "cancelled", done
+    assert all(i["status"] in ("stopped", "done") for i in done["instances"]), done
+    assert not marked_processes(done["deployment"]["id"])
+    # the one that ran before still runs and serves
+    running = project.cloud.ok("GET", project.base + "/deployments", project.s,
+                               params={"status": "running"})["items"]
+    assert len(running) == 1
+    # an unknown deployment, a finished one
+    r = project.cloud.call("POST", f"{project.base}/deployments/dep_nope/cancel", project.s)
+    assert r.status_code == 404
+    r = project.cloud.call("POST", f"{project.base}/deployments/1/cancel", project.s)
+    assert r.status_code == 409 and r.json()["error"] == "not_cancellable"
+
+
+def test_logs_are_bounded_filtered_and_paged_by_cursor(project: Project) -> None:
+    c, base = project.cloud, f"{project.base}/deployments/2"
+    first = c.ok("GET", base + "/logs", project.s, params={"limit": 5})
+    assert len(first["lines"]) == 5 and first["truncated"] is True
+    assert first["next_cursor"]
+    second = c.ok("GET", base + "/logs", project.s,
+                  params={"limit": 5, "cursor": first["next_cursor"]})
+    assert second["lines"] and second["lines"][0] != first["lines"][0]
+    assert [ln["at"] for ln in first["lines"] + second["lines"]] == sorted(
+        ln["at"] for ln in first["lines"] + second["lines"])
+    # a cursor of another filter is refused
+    r = c.call("GET", base + "/logs", project.s,
+               params={"limit": 5, "cursor": first["next_cursor"], "q": "x"})
+    assert r.status_code == 400 and r.json()["error"] == "bad_cursor"
+    healthy = c.ok("GET", base + "/logs", project.s, params={"q": "is healthy", "limit": 50})
+    assert healthy["lines"] and all("is healthy" in ln["text"] for ln in healthy["lines"])
+    ssp = c.ok("GET", base + "/logs", project.s, params={"limit": 500, "instance": "ssp-1"})
+    assert ssp["lines"] and {ln["role"] for ln in ssp["lines"]} == {"ssp-1"}
+    errors = c.ok("GET", f"{project.base}/deployments/3/logs", project.s,
+                  params={"level": "error", "limit": 100})
+    assert errors["lines"] and all(ln["level"] == "error" for ln in errors["lines"])
+    r = c.call("GET", base + "/logs", project.s, params={"limit": 501})
+    assert r.status_code == 400
+
+
+def test_usage_has_machine_seconds_per_instance(project: Project) -> None:
+    def report() -> Any:
+        out = project.cloud.ok("GET", "/v1/usage", project.s, params={"project": project.slug})
+        ms = [t for t in out["totals"] if t["metric"] == "machine_seconds"][0]
+        return ms if ms["measured"] and (ms["quantity"] or 0) > 1 else None
+    ms = wait_until(report, 60, "machine seconds in the usage report")
+    assert ms["unit"] and ms["quantity"] > 1
+
+
+async def test_deployment_tools_need_their_scopes(project: Project) -> None:
+    c = project.cloud
+    reader = c.mint(project.s, ["deployments:read"])
+    no_logs = c.mint(project.s, ["projects:read"])
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {reader}"},
+                              timeout=httpx2.Timeout(60))
+    async with http, Client(streamable_http_client(c.url + "/v1/mcp", http_client=http)) as m:
+        names = {t.name for t in (await m.list_tools()).tools}
+        assert {"deployments_list", "deployment_get"} <= names
+        assert "deployment_create" not in names and "deployment_logs" not in names
+        listed = await m.call_tool("deployments_list", {"project": project.slug})
+        assert listed.is_error is False and listed.structured_content["items"]
+        refused = await m.call_tool("deployment_create", {"project": project.slug})
+        assert refused.is_error is True
+        assert refused.structured_content["error"] == "missing_scope"
+    r = c.call("GET", f"{project.base}/deployments/1/logs", no_logs)
+    assert r.status_code == 403 and r.json()["error"] == "missing_scope"
+    r = c.call("GET", f"{project.base}/deployments", None)
+    assert r.status_code == 401
+    r = c.call("POST", f"{project.base}/deployments", reader, {})
+    assert r.status_code == 403
+
+
+def test_a_refused_link_is_502_cloud_auth_and_a_down_platform_503(
+        project: Project, host: DbHost, tmp_path: Path) -> None:
+    wrong = start_scheduler(tmp_path, host, "linkns", env={
+        "SVC_CLOUD_API_URL": project.cloud.url, "SVC_CLOUD_PROJECT": project.slug})
+    try:
+        token = admin_session_with(wrong.admin)
+        status, body = admin_call(wrong.admin, token, "GET", "/cloud/deployment")
+        assert status == 502 and body["code"] == "cloud_auth", body
+        status, body = admin_call(wrong.admin, token, "POST", "/cloud/restart", {"roles": []})
+        assert status == 502 and body["code"] == "cloud_auth", body
+        status, ops = admin_call(wrong.admin, token, "GET", "/operations")
+        assert any(o["kind"] == "cloud_restart" and o["status"] == "failed"
+                   for o in ops["operations"]), ops
+    finally:
+        wrong.process.stop()
+    (tmp_path / "down").mkdir()
+    down = start_scheduler(tmp_path / "down", host, "linkns2", env={
+        "SVC_CLOUD_API_URL": f"http://127.0.0.1:{free_port()}",
+        "SVC_CLOUD_PROJECT": project.slug})
+    try:
+        token = admin_session_with(down.admin)
+        status, body = admin_call(down.admin, token, "GET", "/cloud/deployment")
+        assert status == 503 and body["code"] == "cloud_unreachable", body
+        status, _ = admin_call(down.admin, token, "GET", "/overview")
+        assert status == 200  # the cluster keeps serving
+    finally:
+        down.process.stop()
+
+
+def admin_session_with(admin: str) -> str:
+    from tests.support.admin_stack import BREAKGLASS
+
+    req = urllib.request.Request(admin + "/admin/api/session",
+                                 data=json.dumps({"password": BREAKGLASS}).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return str(json.loads(r.read())["token"])
+
+
+def test_restart_through_the_scheduler_link(project: Project) -> None:
+    running = project.cloud.ok("GET", project.base + "/deployments", project.s,
+                               params={"status": "running"})["items"][0]
+    detail = project.get(running["version"])
+    admin = project.url_of(detail, "scheduler")
+    token = admin_session(admin)
+    status, body = admin_call(admin, token, "POST", "/cloud/restart",
+                              {"roles": ["scheduler"]})
+    assert status == 202, body
+    assert body["operation"]["kind"] == "cloud_restart"
+    assert body["operation"]["status"] == "done"
+    dep = body["deployment"]
+    assert dep["trigger"] == "restart" and dep["spec"]["restart"]["roles"] == ["scheduler"]
+    done = project.wait(dep["version"], ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+
+
+def test_a_new_commit_on_a_linked_repo_deploys(project: Project, tmp_path: Path) -> None:
+    bare = tmp_path / "repo.git"
+    work = tmp_path / "work"
+    git = ["git", "-c", "user.email=t@example.test", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    (work / "README").write_text("v1\n")
+    subprocess.run([*git, "-C", str(work), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(work), "commit", "-qm", "one"], check=True)
+    subprocess.run(["git", "-C", str(work), "push", "-q", str(bare), "main"], check=True)
+    before = project.cloud.ok("GET", project.base + "/deployments", project.s)["items"][0]
+    project.cloud.ok("POST", project.base + "/links", project.s, {"url": str(bare)})
+
+    def deployed() -> Any:
+        top = project.cloud.ok("GET", project.base + "/deployments", project.s)["items"][0]
+        return top if top["version"] > before["version"] else None
+    dep = wait_until(deployed, 30, "a deployment for the commit")
+    assert dep["trigger"] == "repo_link" and dep["spec"]["commit"]
+    done = project.wait(dep["version"], ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    logs = project.cloud.ok("GET", f"{project.base}/deployments/{dep['version']}/logs",
+                            project.s, params={"q": "fetched commit", "limit": 10})
+    assert logs["lines"]
+
+
+def test_kill_9_mid_deployment_leaves_no_orphans_and_resumes(project: Project) -> None:
+    c = project.cloud
+    project.env({"FEATURE_Y": "on"})
+    dep = project.deploy()["deployment"]
+    project.wait(dep["version"], ("deploying",))
+    wait_until(lambda: marked_processes(dep["id"]), 60, "the new stack's first process")
+    ids = [d["id"] for d in c.ok("GET", project.base + "/deployments", project.s,
+                                 params={"limit": 100})["items"]]
+    c.process.kill9()
+    c.http.close()
+    c.http = httpx.Client(timeout=30)
+    # every process of every deployment dies with the platform (SIGTERM from its lifeline)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(marked_processes(d) for d in ids):
+        time.sleep(0.2)
+    assert not any(marked_processes(d) for d in ids), "processes outlived the platform"
+    c.start()
+    done = project.wait(dep["version"], ("running", "failed"), timeout=180)
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    logs = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                params={"q": "restarted", "limit": 10})
+    assert logs["lines"], "the resume is in the deploy log"

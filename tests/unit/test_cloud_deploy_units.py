@@ -1,0 +1,94 @@
+"""Pieces of the platform's deployments that need no process: the spec hash, log levels,
+argument checks, the log writer's bound, and the roles a deployment starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cloud.deployments import check_db_url, check_ssps, level_of, spec_hash
+from cloud.errors import BadRequest
+from cloud.reconcile import LogWriter, plan_roles
+
+
+def test_the_spec_hash_follows_the_spec_and_the_env_fingerprints_only() -> None:
+    spec = {"ssps": 1, "database_url": None, "commit": None}
+    h = spec_hash(spec, {"env::A": "fp_1"})
+    assert h == spec_hash(dict(reversed(list(spec.items()))), {"env::A": "fp_1"})
+    assert h != spec_hash({**spec, "ssps": 2}, {"env::A": "fp_1"})
+    assert h != spec_hash(spec, {"env::A": "fp_2"})
+    assert h != spec_hash(spec, {"env::A": "fp_1", "vault:B": "fp_3"})
+
+
+@pytest.mark.parametrize(("text", "stream", "level"), [
+    ("2026-01-01 INFO dbhost: listening", "stderr", "info"),
+    ("ERROR something broke", "stdout", "error"),
+    ("WARNING: slow", "stdout", "warning"),
+    ("Traceback (most recent call last):", "stderr", "warning"),
+    ("plain output", "stdout", "info"),
+    ("CRITICAL down", "stdout", "error"),
+])
+def test_a_line_has_the_level_it_says(text: str, stream: str, level: str) -> None:
+    assert level_of(text, stream) == level
+
+
+def test_arguments_are_checked() -> None:
+    assert check_ssps(3) == 3
+    for bad in (0, 9, True, "2", None):
+        with pytest.raises(BadRequest):
+            check_ssps(bad)
+    assert check_db_url(None) is None and check_db_url("") is None
+    assert check_db_url("ws://db.internal:8000/rpc") == "ws://db.internal:8000/rpc"
+    for bad in ("file:///etc/passwd", "ws://a b", 42):
+        with pytest.raises(BadRequest):
+            check_db_url(bad)
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, dict[str, Any]]]] = []
+
+    async def tx(self, stmts: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        self.batches.append(stmts)
+        return []
+
+
+async def test_the_log_writer_keeps_the_newest_lines_per_instance() -> None:
+    store = FakeStore()
+    w = LogWriter(store, per_instance=5)  # type: ignore[arg-type]
+    for i in range(8):
+        w.add("dep_a", "ins_x", "ssp-1", "stdout", f"line {i}")
+    w.add("dep_a", "ins_y", "scheduler", "stderr", "ERROR once")
+    await w.flush()
+    (batch,) = store.batches
+    inserted = batch[0][1]["rows"]
+    assert [r["text"] for r in inserted if r["instance"] == "ins_x"] == [f"line {i}"
+                                                                        for i in range(8)]
+    seqs = [r["seq"] for r in inserted]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    deletes = [s for s in batch if s[0].startswith("DELETE")]
+    assert len(deletes) == 1 and deletes[0][1]["i"] == "ins_x"
+    # the cut is the third line's seq: lines 0..2 go, the newest five stay
+    assert deletes[0][1]["s"] == inserted[2]["seq"]
+    dropped = [s for s in batch if "lines_dropped" in s[0]]
+    assert dropped and dropped[0][1]["n"] == 3
+    assert list(w.tails["ins_y"]) == ["ERROR once"]
+    assert [r["level"] for r in inserted if r["instance"] == "ins_y"] == ["error"]
+    await w.flush()
+    assert len(store.batches) == 1  # nothing new: nothing written
+
+
+def test_a_deployment_runs_the_same_roles_as_ops_run(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin", "SVC_AUTH_SECRET": "s" * 32}
+    roles = plan_roles({"ssps": 2}, env, tmp_path, None)
+    assert [r.name for r in roles] == ["db", "schema", "scheduler", "ssp-1", "ssp-2"]
+    assert roles[1].oneshot and not roles[2].oneshot
+    ssp_ports = [int(str(r.url).rsplit(":", 1)[1]) for r in roles[3:]]
+    assert ssp_ports[1] == ssp_ports[0] + 1
+    assert all(r.env["SVC_AUTH_SECRET"] == "s" * 32 for r in roles)
+    kept = plan_roles({"ssps": 1}, env, tmp_path, "127.0.0.1:4444")
+    assert kept[0].name == "db" and kept[0].argv == () and kept[0].url == "http://127.0.0.1:4444"
+    assert all(r.env.get("SVC_DB_URL") == "ws://127.0.0.1:4444/rpc" for r in kept[1:])
+    assert [r.name for r in kept] == ["db", "schema", "scheduler", "ssp-1"]
