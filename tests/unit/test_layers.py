@@ -45,6 +45,10 @@ FORBIDDEN: dict[str, set[str]] = {
               "svccli"},
     # the app client: an app installs it beside the SDK alone, so it imports none of ours
     "viewclient": set(PACKAGES) - {"viewclient"},
+    # the launcher: starts the database host, scheduler, SSPs (and the platform) as processes
+    # by module name, never importing them; the platform's local executor imports it
+    "stack": {"engine", "ssp", "scheduler", "gateway", "dbhost", "cloud", "svccli", "jobs",
+              "viewclient"},
 }
 
 
