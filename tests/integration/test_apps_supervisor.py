@@ -377,3 +377,24 @@ def test_svc_dev_starts_the_stack_first_and_stops_it(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert_all_gone(groups)
     assert still_alive(children) == set()
+
+
+async def test_a_node_app_runs_with_its_script(tmp_path: Path) -> None:
+    (tmp_path / "web").mkdir()
+    (tmp_path / "project.yml").write_text("apps:\n  web: {path: web}\n")
+    (tmp_path / "web" / "project.yml").write_text(
+        "type: frontend\ndev: {type: node, script: main.js}\nenv: {WHO: node-app}\n")
+    (tmp_path / "web" / "main.js").write_text(
+        "console.log(`hello from ${process.env.WHO} on ${process.env.PORT}`);\n"
+        "setInterval(() => {}, 1000);\n")
+    project = load_project(tmp_path / "project.yml")
+    sup = Supervisor.for_project(project, "dev", health={
+        "web": HealthCheck("log", pattern="hello from", interval=0.1, retries=100)})
+    await sup.start()
+    try:
+        lines, _ = sup.logs("web", text="hello")
+        assert [ln.text for ln in lines if ln.stream == "stdout"] == [
+            "hello from node-app on 3000"]
+    finally:
+        await sup.stop()
+    assert_all_gone(pids(sup))
