@@ -398,3 +398,27 @@ async def test_a_node_app_runs_with_its_script(tmp_path: Path) -> None:
     finally:
         await sup.stop()
     assert_all_gone(pids(sup))
+
+
+def test_svc_dev_sigint_while_an_app_is_still_starting_stops_all(tmp_path: Path) -> None:
+    path, _, _ = make_project(tmp_path)
+    # the api never answers its health check: svc dev is still starting when Ctrl-C comes
+    text = (tmp_path / "api" / "project.yml").read_text()
+    (tmp_path / "api" / "project.yml").write_text(text.replace("healthcheck: /health",
+                                                               "healthcheck: /never"))
+    proc = _svc_dev(["--no-stack", "--project", str(path)], tmp_path)
+    try:
+        lines = _read_until(proc, "api: db answered")
+        groups = _started_pids(lines)
+        assert set(groups) == {"db", "api"}
+        children = descendants(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "running; Ctrl-C" not in out
+    assert_all_gone(groups)
+    assert still_alive(children) == set()
