@@ -10,7 +10,11 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ["group_members", "signal_group", "stop_group"]
+__all__ = ["RUN_ENV", "group_members", "marked", "signal_group", "stop_group", "sweep"]
+
+#: set in every app's environment to the supervisor's run id; inherited by what the app
+#: starts, so the processes of a run can be found after the supervisor died (see `sweep`)
+RUN_ENV = "SVC_APPS_RUN"
 
 _PROC = Path("/proc")
 
@@ -65,3 +69,40 @@ async def stop_group(pgid: int, grace: float, poll: float = 0.05) -> bool:
     while group_members(pgid) and loop.time() < deadline:
         await asyncio.sleep(poll)
     return False
+
+
+def marked(run_id: str) -> list[int]:
+    """The live processes whose environment carries `SVC_APPS_RUN=<run_id>`."""
+    needle = f"{RUN_ENV}={run_id}".encode()
+    out: list[int] = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            st = _stat(entry)
+            if st is not None and st[0] not in ("Z", "X"):
+                out.append(int(entry.name))
+    return out
+
+
+def sweep(run_id: str) -> list[int]:
+    """Kill (SIGKILL) every process left of run `run_id`, each with its process group: what a
+    supervisor killed with SIGKILL could not stop (the direct children get SIGTERM from
+    `ipc.lifeline`, their own children do not). Returns the pids found."""
+    found = marked(run_id)
+    for pid in found:
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        if pgid != os.getpgrp():  # never our own group
+            signal_group(pgid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return found

@@ -14,6 +14,7 @@ import graphlib
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from apps.health import attempt
 from apps.logs import LogBook
 from apps.model import AppFailed, AppStatus, Command, HealthCheck, LogLine, Scope, State, Stream
 from apps.plan import app_command, order, resolve_env
-from apps.procgroup import stop_group
+from apps.procgroup import RUN_ENV, stop_group
 from ipc.lifeline import lifeline_argv
 from project.rootconfig import LoadedApp, Project
 
@@ -68,6 +69,8 @@ class Supervisor:
     every log line as it is read. `health`: app name -> a readiness check replacing the one
     the app's file implies. `before`: processes started before every app (`svc dev`'s local
     stack). `log_lines`: the ring's size per app. `grace`: seconds between SIGTERM and SIGKILL.
+    `run_id`: put in every process's environment as `SVC_APPS_RUN` (default: a random id), so
+    `apps.sweep(run_id)` finds what is left of the run if this process is killed outright.
 
     Raises AppFailed at once for an app that cannot be run here (no dev command, a node script
     that is not there, a container without a Docker daemon, a dependency out of scope)."""
@@ -78,9 +81,10 @@ class Supervisor:
                  base_env: Mapping[str, str] | None = None,
                  health: Mapping[str, HealthCheck] | None = None,
                  before: Sequence[Command] = (), log_lines: int = 1000,
-                 grace: float = 5.0) -> None:
+                 grace: float = 5.0, run_id: str | None = None) -> None:
         self.scope = scope
         self.grace = grace
+        self.run_id = run_id or uuid.uuid4().hex
         self._book = LogBook(log_lines, sink)
         base = dict(os.environ if base_env is None else base_env)
         env = env or {}
@@ -209,7 +213,8 @@ class Supervisor:
         p.state = "starting"
         try:
             p.proc = await asyncio.create_subprocess_exec(
-                *lifeline_argv(cmd.argv, sig=signal.SIGTERM), cwd=cmd.cwd, env=dict(cmd.env),
+                *lifeline_argv(cmd.argv, sig=signal.SIGTERM), cwd=cmd.cwd,
+                env={**cmd.env, RUN_ENV: self.run_id},
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True)
         except OSError as e:

@@ -21,7 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from apps import AppFailed, HealthCheck, LogLine, Supervisor, group_members, resolve_env
+from apps import (
+    AppFailed,
+    HealthCheck,
+    LogLine,
+    Supervisor,
+    group_members,
+    marked,
+    resolve_env,
+    sweep,
+)
 from project.rootconfig import load_project
 from tests.support.procs import free_port
 
@@ -422,3 +431,48 @@ def test_svc_dev_sigint_while_an_app_is_still_starting_stops_all(tmp_path: Path)
     assert "running; Ctrl-C" not in out
     assert_all_gone(groups)
     assert still_alive(children) == set()
+
+
+RUN_AND_HANG = """\
+import asyncio, sys
+from pathlib import Path
+from apps import Supervisor
+from project.rootconfig import load_project
+
+async def main():
+    sup = Supervisor.for_project(load_project(Path(sys.argv[1])), "dev", run_id=sys.argv[2])
+    await sup.start()
+    print("up", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_sweep_finds_what_a_killed_supervisor_left(tmp_path: Path) -> None:
+    path, _, _ = make_project(tmp_path)
+    run_id = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-c", RUN_AND_HANG, str(path), run_id],
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        assert len(marked(run_id)) == 3  # both apps and the db's grandchild
+        proc.kill()
+        proc.wait()
+        # the apps get SIGTERM from their lifeline; the db's background child gets nothing
+        deadline = time.monotonic() + 10
+        while len(marked(run_id)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = marked(run_id)
+        assert len(left) == 1
+        assert Path(f"/proc/{left[0]}/comm").read_text().strip() == "sleep"
+        assert sweep(run_id) == left
+        deadline = time.monotonic() + 10
+        while marked(run_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marked(run_id) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sweep(run_id)
