@@ -63,7 +63,14 @@ class LogBook:
             self._dropped[app] = self._dropped.get(app, 0) + 1
         ring.append(line)
         if self._sink is not None:
-            self._sink(line)
+            try:
+                self._sink(line)
+            except Exception as e:
+                # a sink that fails (a closed terminal) must not stop the reading: an app
+                # whose pipe is not drained blocks on its next write
+                self._sink = None
+                self.add(app, "supervisor", f"the log sink failed ({type(e).__name__}); "
+                         "lines are kept in the ring only", "warn")
         return line
 
     def tail(self, app: str, n: int) -> list[LogLine]:

@@ -173,13 +173,16 @@ def app_command(app: LoadedApp, scope: Scope, *, env: Mapping[str, str],
 
 def resolve_env(project: Project, scope: Scope) -> dict[str, dict[str, str]]:
     """Each app's variables for `scope` from its `env` sources that need no platform: inline
-    maps and dotenv files, the `dev` or `cloud` side of a split, merged in order. Vault
+    maps and dotenv files, the `dev` or `cloud` side of a split, merged in order, with
+    `${PROJECT_DIR}` expanded to the project's directory. Vault
     sources contribute nothing here (see `vault_keys`); on the platform, the cloud side is
     resolved with the vault by the platform."""
     out: dict[str, dict[str, str]] = {}
     for name, app in project.apps.items():
         found = app_variables(app.config.env, app.dir, project.dir, side=scope)
-        out[name] = {k: v.value for k, v in found.items()}
+        # the spec: `${PROJECT_DIR}` is expanded in env values too
+        out[name] = {k: v.value.replace("${PROJECT_DIR}", str(project.dir))
+                     for k, v in found.items()}
     return out
 
 

@@ -146,3 +146,27 @@ def test_vault_keys_per_side(tmp_path: Path) -> None:
     assert vault_keys(a.config, "dev") == ["A", "B"]
     assert vault_keys(a.config, "cloud") == ["*"]
     assert vault_keys(app("b", tmp_path, type="frontend").config, "dev") is None
+
+
+def test_a_failing_sink_is_dropped_and_lines_are_still_kept() -> None:
+    def broken(_: LogLine) -> None:
+        raise BrokenPipeError
+
+    book = LogBook(10, broken)
+    book.add("api", "stdout", "one")
+    book.add("api", "stdout", "two")
+    texts = [ln.text for ln in book.read("api")[0]]
+    assert texts[0] == "one" and texts[-1] == "two"
+    assert "the log sink failed (BrokenPipeError)" in texts[1]
+
+
+def test_resolve_env_expands_project_dir(tmp_path: Path) -> None:
+    from apps import resolve_env
+    from project.rootconfig import load_project
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "project.yml").write_text("apps:\n  w: {path: w}\n")
+    (tmp_path / "w" / "project.yml").write_text(
+        "type: frontend\ndev: x\nenv: {DATA: '${PROJECT_DIR}/data', N: 2}\n")
+    env = resolve_env(load_project(tmp_path / "project.yml"), "dev")
+    assert env == {"w": {"DATA": f"{tmp_path}/data", "N": "2"}}
