@@ -120,6 +120,22 @@ def texts(lines: list[LogLine]) -> list[str]:
     return [ln.text for ln in lines]
 
 
+async def printed_once_up(sup: Supervisor, app: str, pattern: str) -> list[str]:
+    """Start `sup` (its `app` ready once it printed `pattern`), return the stdout lines of
+    `app` holding `pattern`, stop everything and check nothing is left."""
+    await sup.start()
+    try:
+        lines, _ = sup.logs(app, text=pattern)
+        return [ln.text for ln in lines if ln.stream == "stdout"]
+    finally:
+        await sup.stop()
+        assert_all_gone(pids(sup))
+
+
+def until_printed(app: str, pattern: str) -> dict[str, HealthCheck]:
+    return {app: HealthCheck("log", pattern=pattern, interval=0.1, retries=100)}
+
+
 async def test_dependency_order_health_logs_and_stop(tmp_path: Path) -> None:
     path, db_port, api_port = make_project(tmp_path)
     project = load_project(path)
@@ -222,18 +238,12 @@ async def test_early_exit_raises_with_exit_code_and_last_lines(tmp_path: Path) -
 async def test_env_split_per_scope_reaches_the_process(tmp_path: Path) -> None:
     path, _, _ = make_project(tmp_path)
     project = load_project(path)
-    until_line = {"later": HealthCheck("log", pattern="MODE=", interval=0.1, retries=100)}
     # cloud: the cloud side of the split, its dotenv file; devOnly `api` is left out
-    cloud = Supervisor.for_project(project, "cloud", health=until_line, grace=3.0)
+    cloud = Supervisor.for_project(project, "cloud", health=until_printed("later", "MODE="),
+                                   grace=3.0)
     assert cloud.names == ["db", "later"]
-    await cloud.start()
-    try:
-        lines, _ = cloud.logs("later", text="MODE=")
-        assert [ln.text for ln in lines if ln.stream == "stdout"] == [
-            "MODE=cloud-side FROM_FILE=later-dotenv"]
-    finally:
-        await cloud.stop()
-    assert_all_gone(pids(cloud))
+    assert await printed_once_up(cloud, "later", "MODE=") == [
+        "MODE=cloud-side FROM_FILE=later-dotenv"]
     # the same app with the dev side (run by hand: its scope keeps it out of `dev`)
     dev_env = resolve_env(project, "dev")
     assert dev_env["later"] == {"MODE": "dev-side"}
@@ -397,16 +407,8 @@ async def test_a_node_app_runs_with_its_script(tmp_path: Path) -> None:
         "console.log(`hello from ${process.env.WHO} on ${process.env.PORT}`);\n"
         "setInterval(() => {}, 1000);\n")
     project = load_project(tmp_path / "project.yml")
-    sup = Supervisor.for_project(project, "dev", health={
-        "web": HealthCheck("log", pattern="hello from", interval=0.1, retries=100)})
-    await sup.start()
-    try:
-        lines, _ = sup.logs("web", text="hello")
-        assert [ln.text for ln in lines if ln.stream == "stdout"] == [
-            "hello from node-app on 3000"]
-    finally:
-        await sup.stop()
-    assert_all_gone(pids(sup))
+    sup = Supervisor.for_project(project, "dev", health=until_printed("web", "hello from"))
+    assert await printed_once_up(sup, "web", "hello from") == ["hello from node-app on 3000"]
 
 
 def test_svc_dev_sigint_while_an_app_is_still_starting_stops_all(tmp_path: Path) -> None:
