@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -331,28 +332,51 @@ def _started_pids(lines: list[str]) -> dict[str, int]:
     return found
 
 
-def test_svc_dev_runs_the_apps_prefixed_and_sigint_stops_all(tmp_path: Path) -> None:
-    path, _, _ = make_project(tmp_path)
-    proc = _svc_dev(["--no-stack", "--project", str(path)], tmp_path)
+@dataclass
+class Interrupted:
+    """`svc dev` run until `marker`, then sent SIGINT: what it printed, its process groups
+    (from its `started (pid N)` lines) and every process under it just before the signal."""
+
+    lines: list[str]
+    groups: dict[str, int]
+    children: set[int]
+    out: str
+    err: str
+    returncode: int
+
+    def assert_clean_exit(self) -> None:
+        assert self.returncode == 0, self.err
+        assert_all_gone(self.groups)
+        assert still_alive(self.children) == set()
+
+
+def run_then_interrupt(args: list[str], cwd: Path, marker: str,
+                       budget: float = 60.0) -> Interrupted:
+    proc = _svc_dev(args, cwd)
     try:
-        lines = _read_until(proc, "running; Ctrl-C stops everything")
+        lines = _read_until(proc, marker, budget)
         groups = _started_pids(lines)
-        assert set(groups) == {"db", "api"}
-        assert any(re.match(r"\[api\]\s+api: db answered; GREETING=hello MODE=dev-side", ln)
-                   for ln in lines)
         assert all(group_members(pgid) for pgid in groups.values())
         children = descendants(proc.pid)
-        assert len(children) == 3  # the two apps and the db's grandchild
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 0, err
-    assert "[api] -- stopped" in out.replace("  ", " ")
-    assert_all_gone(groups)
-    assert still_alive(children) == set()
+    return Interrupted(lines, groups, children, out, err, proc.returncode)
+
+
+def test_svc_dev_runs_the_apps_prefixed_and_sigint_stops_all(tmp_path: Path) -> None:
+    path, _, _ = make_project(tmp_path)
+    run = run_then_interrupt(["--no-stack", "--project", str(path)], tmp_path,
+                             "running; Ctrl-C stops everything")
+    assert set(run.groups) == {"db", "api"}
+    assert any(re.match(r"\[api\]\s+api: db answered; GREETING=hello MODE=dev-side", ln)
+               for ln in run.lines)
+    assert len(run.children) == 3  # the two apps and the db's grandchild
+    run.assert_clean_exit()
+    assert "[api] -- stopped" in run.out.replace("  ", " ")
 
 
 def test_svc_dev_refuses_a_bad_project_before_anything_starts(tmp_path: Path) -> None:
@@ -375,27 +399,17 @@ def test_svc_dev_refuses_a_bad_project_before_anything_starts(tmp_path: Path) ->
 def test_svc_dev_starts_the_stack_first_and_stops_it(tmp_path: Path) -> None:
     path, _, _ = make_project(tmp_path)
     db_bind = f"127.0.0.1:{free_port()}"
-    proc = _svc_dev(["--project", str(path), "--", "--memory", "--no-ssp", "--db-bind",
-                     db_bind], tmp_path)
-    try:
-        lines = _read_until(proc, "running; Ctrl-C stops everything", budget=120)
-        groups = _started_pids(lines)
-        assert list(groups) == ["stack", "db", "api"]
-        up = next(i for i, ln in enumerate(lines) if "service is up:" in ln)
-        db_started = next(i for i, ln in enumerate(lines) if ln.startswith("[db]"))
-        assert up < db_started
-        assert any(db_bind in ln and ln.startswith("[stack]") for ln in lines)
-        children = descendants(proc.pid)  # the stack's own children in their sessions too
-        assert len(children) > len(groups)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err
-    assert_all_gone(groups)
-    assert still_alive(children) == set()
+    run = run_then_interrupt(["--project", str(path), "--", "--memory", "--no-ssp",
+                              "--db-bind", db_bind], tmp_path,
+                             "running; Ctrl-C stops everything", budget=120)
+    assert list(run.groups) == ["stack", "db", "api"]
+    up = next(i for i, ln in enumerate(run.lines) if "service is up:" in ln)
+    db_started = next(i for i, ln in enumerate(run.lines) if ln.startswith("[db]"))
+    assert up < db_started
+    assert any(db_bind in ln and ln.startswith("[stack]") for ln in run.lines)
+    # the stack's own children run in sessions of their own: counted from the process tree
+    assert len(run.children) > len(run.groups) + 1
+    run.assert_clean_exit()
 
 
 async def test_a_node_app_runs_with_its_script(tmp_path: Path) -> None:
@@ -417,22 +431,11 @@ def test_svc_dev_sigint_while_an_app_is_still_starting_stops_all(tmp_path: Path)
     text = (tmp_path / "api" / "project.yml").read_text()
     (tmp_path / "api" / "project.yml").write_text(text.replace("healthcheck: /health",
                                                                "healthcheck: /never"))
-    proc = _svc_dev(["--no-stack", "--project", str(path)], tmp_path)
-    try:
-        lines = _read_until(proc, "api: db answered")
-        groups = _started_pids(lines)
-        assert set(groups) == {"db", "api"}
-        children = descendants(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err
-    assert "running; Ctrl-C" not in out
-    assert_all_gone(groups)
-    assert still_alive(children) == set()
+    run = run_then_interrupt(["--no-stack", "--project", str(path)], tmp_path,
+                             "api: db answered")
+    assert set(run.groups) == {"db", "api"}
+    run.assert_clean_exit()
+    assert "running; Ctrl-C" not in run.out
 
 
 RUN_AND_HANG = """\
