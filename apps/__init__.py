@@ -18,16 +18,17 @@ The public interface (stable; everything else in the package is internal):
   start order; :func:`group_members` -- the live processes of a process group (for counting
   what is left); :func:`sweep` -- kill what is left of a run (``Supervisor(run_id=...)``,
   every process's ``SVC_APPS_RUN``) after its supervisor was killed outright;
-  :func:`marked` -- the live processes of a run.
+  :func:`marked` -- the live processes of a run; :func:`descendants`, :func:`alive` -- the
+  live processes under a pid, which of some pids still live (counting orphans in tests).
 
 Decisions where the spec is open are in :mod:`apps.plan` and the README ("Running the apps").
 """
 
 from apps.model import AppFailed, AppStatus, Command, HealthCheck, LogLine, Scope
 from apps.plan import order, resolve_env, vault_keys
-from apps.procgroup import group_members, marked, sweep
+from apps.procgroup import alive, descendants, group_members, marked, sweep
 from apps.supervisor import Supervisor
 
 __all__ = ["AppFailed", "AppStatus", "Command", "HealthCheck", "LogLine", "Scope",
-           "Supervisor", "group_members", "marked", "order", "resolve_env", "sweep",
-           "vault_keys"]
+           "Supervisor", "alive", "descendants", "group_members", "marked", "order",
+           "resolve_env", "sweep", "vault_keys"]

@@ -10,7 +10,8 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ["RUN_ENV", "group_members", "marked", "signal_group", "stop_group", "sweep"]
+__all__ = ["RUN_ENV", "alive", "descendants", "group_members", "marked", "signal_group",
+           "stop_group", "sweep"]
 
 #: set in every app's environment to the supervisor's run id; inherited by what the app
 #: starts, so the processes of a run can be found after the supervisor died (see `sweep`)
@@ -19,15 +20,47 @@ RUN_ENV = "SVC_APPS_RUN"
 _PROC = Path("/proc")
 
 
-def _stat(pid_dir: Path) -> tuple[str, int] | None:
-    """(state, pgid) of a /proc/<pid> entry, None when it is gone."""
+def _fields(pid_dir: Path) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgid, ...)."""
     try:
         text = (pid_dir / "stat").read_text()
     except OSError:
         return None
     # the command name is in parentheses and may hold spaces or ')'
-    rest = text[text.rindex(")") + 2:].split()
-    return rest[0], int(rest[2])
+    return text[text.rindex(")") + 2:].split()
+
+
+def _stat(pid_dir: Path) -> tuple[str, int] | None:
+    """(state, pgid) of a /proc/<pid> entry, None when it is gone."""
+    rest = _fields(pid_dir)
+    return None if rest is None else (rest[0], int(rest[2]))
+
+
+def alive(pids: set[int] | list[int]) -> set[int]:
+    """Those of `pids` that are live processes (not gone, not zombies)."""
+    out = set()
+    for pid in pids:
+        st = _stat(_PROC / str(pid))
+        if st is not None and st[0] not in ("Z", "X"):
+            out.add(pid)
+    return out
+
+
+def descendants(root: int) -> set[int]:
+    """The live processes under `root`, at any depth (those still parented to it or to one of
+    its descendants: an orphan adopted elsewhere is no longer found)."""
+    parent: dict[int, int] = {}
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            rest = _fields(entry)
+            if rest is not None and rest[0] not in ("Z", "X"):
+                parent[int(entry.name)] = int(rest[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 def group_members(pgid: int) -> list[int]:

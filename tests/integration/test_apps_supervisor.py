@@ -27,6 +27,8 @@ from apps import (
     HealthCheck,
     LogLine,
     Supervisor,
+    alive,
+    descendants,
     group_members,
     marked,
     resolve_env,
@@ -290,39 +292,6 @@ def _read_until(proc: subprocess.Popen[str], marker: str, budget: float = 60.0) 
     raise AssertionError(f"no {marker!r} in svc dev's output:\n" + "\n".join(lines) + err)
 
 
-def descendants(root: int) -> set[int]:
-    """The live processes under `root` (any depth), read from /proc."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] not in ("Z", "X"):
-            parent[int(entry.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
-        found |= frontier
-    return found
-
-
-def still_alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if state[state.rindex(")") + 2] not in "ZX":
-            alive.add(pid)
-    return alive
-
-
 def _started_pids(lines: list[str]) -> dict[str, int]:
     found = {}
     for line in lines:
@@ -347,7 +316,7 @@ class Interrupted:
     def assert_clean_exit(self) -> None:
         assert self.returncode == 0, self.err
         assert_all_gone(self.groups)
-        assert still_alive(self.children) == set()
+        assert alive(self.children) == set()
 
 
 def run_then_interrupt(args: list[str], cwd: Path, marker: str,
