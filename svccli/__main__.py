@@ -1,8 +1,8 @@
 """`svc`: the operator command line: `svc schema apply`, `svc sql`, `svc view watch`,
 `svc admin add|list|remove` (the admin roster), `svc project validate|show` (the project
 files, checked; the resolved configuration with secrets masked), `svc workflows apply`
-(workflow and schedule definitions from the project file) and `svc migrate` (the workflow
-tables' migrations).
+(workflow and schedule definitions from the project file), `svc migrate` (the workflow
+tables' migrations) and `svc dev` (the local stack and the project's apps).
 
 Exit codes: 0 success, 2 bad configuration (flags, environment, project file, or a transport
 the database cannot support), 1 database errors. Messages say what is wrong and never print
@@ -114,6 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         p = proj_sub.add_parser(action, help=text, description=text)
         p.add_argument("--project", metavar="FILE", help="root project file (validate also "
                        "takes one app's project.yml)")
+    dev = sub.add_parser(
+        "dev", help="run the local stack and the project's apps (scope all or devOnly) until "
+        "Ctrl-C",
+        description="Validates the project (as `svc project validate`; nothing starts when it "
+        "is invalid), starts the local stack as ops/run does (arguments after `--` go to it, "
+        "e.g. `svc dev -- --memory`), then each app with scope all or devOnly in dependsOn "
+        "order, each ready before its dependents start. Output is prefixed per process. "
+        "Ctrl-C stops everything and exits 0; an app that cannot be brought up stops "
+        "everything and exits 1.")
+    dev.add_argument("--project", metavar="FILE",
+                     help="root project file (default: SVC_PROJECT_FILE, else ./project.yml)")
+    dev.add_argument("--no-stack", action="store_true",
+                     help="run only the apps (the stack runs elsewhere, or is not needed)")
+    dev.add_argument("stack_args", nargs=argparse.REMAINDER,
+                     help="after `--`: arguments for the stack (ops/run's)")
     from svccli import cloud
 
     cloud.add_parser(sub)
@@ -133,6 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from svccli import cloud
 
         return cloud.run(args)
+    if args.command == "dev":
+        from svccli import dev
+
+        stack_args = list(args.stack_args)
+        if stack_args[:1] == ["--"]:
+            stack_args = stack_args[1:]
+        return dev.run(_project_path(args), stack=not args.no_stack, stack_args=stack_args)
     if args.command == "project":
         from svccli import project
 

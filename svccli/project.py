@@ -40,7 +40,7 @@ def _is_app_file(path: Path) -> bool:
     return isinstance(doc, dict) and bool(doc) and not set(doc) & set(RootConfig.model_fields)
 
 
-def _print_issues(issues: list[Issue]) -> None:
+def print_issues(issues: list[Issue]) -> None:
     for issue in issues:
         print(str(issue), file=sys.stderr)
     print(f"{len(issues)} problem{'s' if len(issues) != 1 else ''} found", file=sys.stderr)
@@ -51,13 +51,13 @@ def validate(path: Path) -> int:
     if _is_app_file(path):
         issues = check_app_file(path)
         if issues:
-            _print_issues(issues)
+            print_issues(issues)
             return EXIT_INVALID
         print(f"{path}: valid app file (rules between apps are checked from the root file)")
         return EXIT_OK
     project, issues = check_project(path)
     if project is None:
-        _print_issues(issues)
+        print_issues(issues)
         return EXIT_INVALID
     names = ", ".join(project.apps) or "none"
     print(f"{path}: valid ({len(project.apps)} apps: {names})")
@@ -68,7 +68,7 @@ def show(path: Path, env: Mapping[str, str]) -> int:
     """Print the resolved project as JSON, secrets masked; problems as `validate` does."""
     project, issues = check_project(path)
     if project is None:
-        _print_issues(issues)
+        print_issues(issues)
         return EXIT_INVALID
     print(json.dumps(resolved(project, env), indent=2))
     return EXIT_OK

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("engine", "timetext", "ipc", "dbclient", "maintenance", "jobs", "backup", "dbhost", "ssp", "scheduler",
-            "gateway", "stack", "svccli", "project", "cloud", "viewclient")
+            "gateway", "stack", "svccli", "project", "cloud", "viewclient", "apps")
 
 # package -> the packages of ours it must never import (directly).
 FORBIDDEN: dict[str, set[str]] = {
@@ -25,7 +25,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "timetext": set(PACKAGES) - {"timetext"},
     "ipc": set(PACKAGES) - {"ipc", "timetext"},
     "dbclient": {"ipc", "backup", "ssp", "scheduler", "gateway", "dbhost", "stack", "svccli",
-                 "project"},
+                 "project", "apps"},
     # the project files' models: read by the services and the CLI, they import none of ours
     "project": set(PACKAGES) - {"project"},
     "maintenance": set(PACKAGES) - {"maintenance", "ipc", "dbclient", "timetext"},
@@ -35,14 +35,17 @@ FORBIDDEN: dict[str, set[str]] = {
     # backups and restores (ssp and scheduler own the targets): the database client, and the
     # state files of ipc.statefile
     "backup": set(PACKAGES) - {"backup", "dbclient", "ipc", "timetext"},
-    "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli"},
-    "scheduler": {"ssp", "gateway", "stack", "svccli"},
+    "gateway": {"ssp", "scheduler", "maintenance", "backup", "stack", "svccli", "apps"},
+    "scheduler": {"ssp", "gateway", "stack", "svccli", "apps"},
     # the hosted platform's control plane: its own process over the database client, the
     # shared HTTP helpers and the project files' models; no part of the cluster it hosts.
     # It may import the launcher (stack): its local executor starts a deployed stack with the
     # same children as ops/run (stack itself imports none of cloud)
     "cloud": {"engine", "maintenance", "backup", "dbhost", "ssp", "scheduler", "gateway",
               "svccli"},
+    # a project's apps as supervised processes: used by `svc dev` and the platform's local
+    # executor, so it knows neither of them nor the cluster
+    "apps": set(PACKAGES) - {"apps", "project", "ipc", "timetext", "dbclient"},
     # the app client: an app installs it beside the SDK alone, so it imports none of ours
     "viewclient": set(PACKAGES) - {"viewclient"},
     # the launcher: starts the database host, scheduler, SSPs (and the platform) as processes
