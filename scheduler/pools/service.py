@@ -88,6 +88,16 @@ class PoolError(Exception):
         self.code = code
         self.message = message
 
+    def reply(self) -> tuple[int, dict[str, Any]]:
+        """(status, body) as the pool and admin routes answer it."""
+        return self.status, {"error": self.code, "message": self.message}
+
+
+def db_down() -> PoolError:
+    """The pools' one 503 for a database that did not answer (a read or write of a job row
+    or of the pool tables)."""
+    return PoolError(503, "unavailable", "the database did not answer; try again")
+
 
 class PoolService:
     """See the module docstring. The composition of a pool scheduler: the machines
@@ -329,7 +339,7 @@ class PoolService:
                              "machine": flagged[0].get("assignee")}
             row = await self.db.query_one(*rows.status(rid), idempotent=True)
         except DbError:
-            return 503, {"error": "unavailable", "message": "the database did not answer"}
+            return db_down().reply()
         if not isinstance(row, dict):
             return 404, {"error": "not_found", "message": "no such job"}
         return 200, {"id": job_id, "action": "none", "status": row.get("status")}
@@ -342,7 +352,7 @@ class PoolService:
             got = await self.db.query_one(*rows.reset_terminal(rid, clear_backoff=True))
             row = None if got else await self.db.query_one(*rows.status(rid), idempotent=True)
         except DbError:
-            return 503, {"error": "unavailable", "message": "the database did not answer"}
+            return db_down().reply()
         if got:
             for p in self.pools.values():
                 p.wake.set()
@@ -518,4 +528,4 @@ class PoolService:
         return out
 
 
-__all__ = ["ACTIVE", "PoolError", "PoolService"]
+__all__ = ["ACTIVE", "PoolError", "PoolService", "db_down"]
