@@ -115,6 +115,7 @@ class _Parser:
         raise QueryRejected(f"unexpected {self._desc()} at position {t.pos}")
 
     def select(self) -> Query:
+        """One SELECT statement, clause by clause in SurrealDB's order."""
         if not self.is_kw("SELECT"):
             if self.tok.kind == "ident" and not self.tok.quoted:
                 raise QueryRejected(
@@ -122,67 +123,75 @@ class _Parser:
                 )
             raise QueryRejected("only SELECT statements are supported")
         self.advance()
-        value = False
-        if self.is_kw("VALUE"):
-            self.advance()
-            value = True
-            items = [self.proj_item(named=False)]
-            if items[0].kind == "all":
-                raise QueryRejected("SELECT VALUE * is not valid: VALUE takes one expression")
-            if self.is_op(","):
-                raise QueryRejected("SELECT VALUE takes one expression, not a list")
-        else:
-            items = self.projection()
-        omit: list[Path] = []
-        if self.is_kw("OMIT"):
-            self.advance()
-            omit.append(self.plain_path("OMIT"))
-            while self.is_op(","):
-                self.advance()
-                omit.append(self.plain_path("OMIT"))
+        value, items = self.select_items()
+        omit = self.path_clause("OMIT") if self.is_kw("OMIT") else []
         self.expect_kw("FROM")
         if self.is_kw("ONLY"):
             raise QueryRejected("FROM ONLY is not supported")
         table = self.table_name()
         if self.is_op(","):
             raise QueryRejected("selecting FROM several tables is not supported")
-        where = None
-        order: list[tuple[Path, bool]] = []
-        limit = start = None
-        fetch: list[Path] = []
         if self.is_kw("WITH"):
             raise QueryRejected("WITH is not supported")
+        where = None
         if self.is_kw("WHERE"):
             self.advance()
             where = self.expr()
-        split: list[Path] = []
-        if self.is_kw("SPLIT"):
-            self.advance()
-            if self.is_kw("ON"):
-                self.advance()
-            split.append(self.plain_path("SPLIT"))
-            while self.is_op(","):
-                self.advance()
-                split.append(self.plain_path("SPLIT"))
-        group: list[Path] | None = None
-        if self.is_kw("GROUP"):
-            self.advance()
-            group = []
-            if self.is_kw("ALL"):
-                self.advance()
-            else:
-                if self.is_kw("BY"):
-                    self.advance()
-                group.append(self.plain_path("GROUP BY"))
-                while self.is_op(","):
-                    self.advance()
-                    group.append(self.plain_path("GROUP BY"))
+        split = self.path_clause("SPLIT", "ON") if self.is_kw("SPLIT") else []
+        group = self.group_clause() if self.is_kw("GROUP") else None
+        order: list[tuple[Path, bool]] = []
         if self.is_kw("ORDER"):
             self.advance()
             if self.is_kw("BY"):
                 self.advance()
             order = self.order_list()
-        # SurrealDB accepts LIMIT and START in either order.
+        limit, start = self.limit_start()
+        fetch = self.path_clause("FETCH") if self.is_kw("FETCH") else []
+        return Query(tuple(items), table, where, tuple(order), limit, start, tuple(fetch),
+                     value, tuple(omit), None if group is None else tuple(group), tuple(split))
+
+    def select_items(self) -> tuple[bool, list[Item]]:
+        """`VALUE <one item>` (True) or the projection list (False)."""
+        if not self.is_kw("VALUE"):
+            return False, self.projection()
+        self.advance()
+        items = [self.proj_item(named=False)]
+        if items[0].kind == "all":
+            raise QueryRejected("SELECT VALUE * is not valid: VALUE takes one expression")
+        if self.is_op(","):
+            raise QueryRejected("SELECT VALUE takes one expression, not a list")
+        return True, items
+
+    def path_clause(self, clause: str, optional: str | None = None) -> list[Path]:
+        """`<clause> [<optional word>] path, path, ...` (OMIT, SPLIT [ON], FETCH)."""
+        self.advance()
+        if optional is not None and self.is_kw(optional):
+            self.advance()
+        out = [self.plain_path(clause)]
+        while self.is_op(","):
+            self.advance()
+            out.append(self.plain_path(clause))
+        return out
+
+    def group_clause(self) -> list[Path]:
+        """`GROUP ALL` (no path) or `GROUP [BY] path, ...`."""
+        self.advance()
+        if self.is_kw("ALL"):
+            self.advance()
+            return []
+        if self.is_kw("BY"):
+            self.advance()
+        out = [self.plain_path("GROUP BY")]
+        while self.is_op(","):
+            self.advance()
+            out.append(self.plain_path("GROUP BY"))
+        return out
+
+    def limit_start(self) -> tuple[Expr | None, Expr | None]:
+        """`LIMIT [BY] n` and `START [AT] n`, each at most once, in either order (as
+        SurrealDB accepts them)."""
+        limit: Expr | None = None
+        start: Expr | None = None
         for _ in range(2):
             if self.is_kw("LIMIT") and limit is None:
                 self.advance()
@@ -194,14 +203,7 @@ class _Parser:
                 if self.is_kw("AT"):
                     self.advance()
                 start = self.count_expr("START")
-        if self.is_kw("FETCH"):
-            self.advance()
-            fetch.append(self.plain_path("FETCH"))
-            while self.is_op(","):
-                self.advance()
-                fetch.append(self.plain_path("FETCH"))
-        return Query(tuple(items), table, where, tuple(order), limit, start, tuple(fetch),
-                     value, tuple(omit), None if group is None else tuple(group), tuple(split))
+        return limit, start
 
     def table_name(self) -> str:
         t = self.tok
@@ -528,82 +530,16 @@ class _Parser:
 
     def primary(self) -> Expr:
         t = self.tok
-        if t.kind == "dur":
-            raise QueryRejected(f"duration literal {t.text} is not supported")
-        if t.kind == "num":
-            self.advance()
-            if self.tok.kind == "ident" and self.tok.glued:
-                raise QueryRejected(f"duration or unit literal {t.text}{self.tok.text} is not supported")
-            return ("lit", _parse_number(t.value, False))
-        if t.kind == "str":
-            self.advance()
-            return ("lit", t.value)
-        if t.kind == "dt":
-            self.advance()
-            return ("lit", parse_datetime(t.value))
-        if t.kind == "rs":
-            self.advance()
-            return ("lit", _record_from_text(t.value))
-        if t.kind == "us":
-            self.advance()
-            import uuid
-
-            try:
-                return ("lit", uuid.UUID(t.value))
-            except ValueError as exc:
-                raise QueryRejected(f"invalid uuid literal u'{t.value}'") from exc
+        if t.kind in ("dur", "num", "str", "dt", "rs", "us"):
+            return self.literal()
         if t.kind == "param":
             return self.param()
         if self.is_op("("):
-            if self.is_kw("SELECT", tok=self.peek()):
-                # a subquery as a value (`x IN (SELECT VALUE ...)`: engine.semijoin)
-                self.advance()
-                self.enter()
-                sub = self.select()
-                self.leave()
-                if not self.is_op(")"):
-                    self._reject_trailing()
-                self.advance()
-                return ("subquery", sub)
-            self.advance()
-            self.enter()
-            e = self.expr()
-            self.leave()
-            self.expect_op(")")
-            return e
+            return self.parenthesised()
         if self.is_op("["):
-            self.advance()
-            self.enter()
-            items: list[Expr] = []
-            while not self.is_op("]"):
-                items.append(self.expr())
-                if self.is_op(","):
-                    self.advance()
-                elif not self.is_op("]"):
-                    raise QueryRejected(f"expected ',' or ']' in array, found {self._desc()}")
-            self.advance()
-            self.leave()
-            return ("array", tuple(items))
+            return self.array_literal()
         if self.is_op("{"):
-            self.advance()
-            self.enter()
-            keys: list[str] = []
-            vals: list[Expr] = []
-            while not self.is_op("}"):
-                k = self.tok
-                if k.kind not in ("ident", "str"):
-                    raise QueryRejected(f"expected an object key, found {self._desc()}")
-                self.advance()
-                self.expect_op(":")
-                keys.append(k.value)
-                vals.append(self.expr())
-                if self.is_op(","):
-                    self.advance()
-                elif not self.is_op("}"):
-                    raise QueryRejected(f"expected ',' or '}}' in object, found {self._desc()}")
-            self.advance()
-            self.leave()
-            return ("object", tuple(keys), tuple(vals))
+            return self.object_literal()
         if self.is_op("->", "<-", "<->"):
             return self.graph()
         if t.kind == "ident":
@@ -611,6 +547,83 @@ class _Parser:
         if t.kind == "eof":
             raise QueryRejected("unexpected end of query in expression")
         raise QueryRejected(f"unexpected {self._desc()} at position {t.pos}")
+
+    def literal(self) -> Expr:
+        """A number, string, datetime, record id or uuid literal (durations are refused)."""
+        t = self.tok
+        if t.kind == "dur":
+            raise QueryRejected(f"duration literal {t.text} is not supported")
+        self.advance()
+        if t.kind == "num":
+            if self.tok.kind == "ident" and self.tok.glued:
+                raise QueryRejected(f"duration or unit literal {t.text}{self.tok.text} is not supported")
+            return ("lit", _parse_number(t.value, False))
+        if t.kind == "str":
+            return ("lit", t.value)
+        if t.kind == "dt":
+            return ("lit", parse_datetime(t.value))
+        if t.kind == "rs":
+            return ("lit", _record_from_text(t.value))
+        import uuid
+
+        try:
+            return ("lit", uuid.UUID(t.value))
+        except ValueError as exc:
+            raise QueryRejected(f"invalid uuid literal u'{t.value}'") from exc
+
+    def parenthesised(self) -> Expr:
+        """`( expr )`, or `( SELECT ... )`: a subquery as a value (`x IN (SELECT VALUE ...)`:
+        engine.semijoin)."""
+        if self.is_kw("SELECT", tok=self.peek()):
+            self.advance()
+            self.enter()
+            sub = self.select()
+            self.leave()
+            if not self.is_op(")"):
+                self._reject_trailing()
+            self.advance()
+            return ("subquery", sub)
+        self.advance()
+        self.enter()
+        e = self.expr()
+        self.leave()
+        self.expect_op(")")
+        return e
+
+    def array_literal(self) -> Expr:
+        self.advance()
+        self.enter()
+        items: list[Expr] = []
+        while not self.is_op("]"):
+            items.append(self.expr())
+            if self.is_op(","):
+                self.advance()
+            elif not self.is_op("]"):
+                raise QueryRejected(f"expected ',' or ']' in array, found {self._desc()}")
+        self.advance()
+        self.leave()
+        return ("array", tuple(items))
+
+    def object_literal(self) -> Expr:
+        self.advance()
+        self.enter()
+        keys: list[str] = []
+        vals: list[Expr] = []
+        while not self.is_op("}"):
+            k = self.tok
+            if k.kind not in ("ident", "str"):
+                raise QueryRejected(f"expected an object key, found {self._desc()}")
+            self.advance()
+            self.expect_op(":")
+            keys.append(k.value)
+            vals.append(self.expr())
+            if self.is_op(","):
+                self.advance()
+            elif not self.is_op("}"):
+                raise QueryRejected(f"expected ',' or '}}' in object, found {self._desc()}")
+        self.advance()
+        self.leave()
+        return ("object", tuple(keys), tuple(vals))
 
     def ident_expr(self) -> Expr:
         t = self.advance()

@@ -207,6 +207,48 @@ def join_spec(plan: Any) -> JoinSpec | None:
     if plan.semis:
         # a semi-join in its WHERE: the live sets the plan opened answer it, per parent run
         return None
+    parts = _join_parts(q)
+    if parts is None:
+        return None
+    keys, inner, resid, lo, hi = parts
+    spec = JoinSpec()
+    spec.kfields = tuple(k for k, _ in keys)
+    spec.kfns = [compile_expr(other)[0] for _, other in keys]
+    if inner:
+        spec.inner = compile_predicate(_and(inner))[0]
+        spec.build = _build_key(inner)
+    spec.lo = lo
+    spec.hi = hi
+    if resid:
+        spec.resid = compile_predicate(_and(resid))[0]
+        paths: list[tuple[str, ...]] = []
+        for c in resid:
+            paths += _what(c)["parent"]
+        if any(not p for p in paths):
+            spec.rfns = None  # reads $parent itself: windows are per parent row
+        else:
+            spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
+    if resid or (lo is not None and hi is not None):
+        spec.mode = ANY
+    elif lo is not None:
+        spec.mode = LO
+    elif hi is not None:
+        spec.mode = HI
+    spec.fields, spec.out_fields = _read_fields(q, resid)
+    own: set[int] = set()
+    _slots(q.where, own)
+    _slots(q.limit, own)
+    _slots(q.start, own)
+    spec.slots = tuple(sorted(own))
+    return spec
+
+
+def _join_parts(q: Any) -> tuple[list[tuple[str, Any]], list[Any], list[Any],
+                                  tuple[Any, bool] | None, tuple[Any, bool] | None] | None:
+    """The WHERE conjuncts sorted by what they join on: the equality keys against the parent
+    (inner field, parent-side expression), the conjuncts of the inner rows alone, the residual
+    ones, and the bounds a parent sets on the first ORDER BY field (low, high: compiled
+    expression, strict). None when the subquery looks a row up by id."""
     first: str | None = None
     desc = False
     if q.order:
@@ -214,7 +256,6 @@ def join_spec(plan: Any) -> JoinSpec | None:
         if src is not None and len(src) == 1:
             first = src[0]
         desc = q.order[0][1]
-    spec = JoinSpec()
     keys: list[tuple[str, Any]] = []
     inner: list[Any] = []
     resid: list[Any] = []
@@ -246,33 +287,24 @@ def join_spec(plan: Any) -> JoinSpec | None:
                     hi = (compile_expr(other)[0], not strict)
                     continue
         resid.append(c)
-    spec.kfields = tuple(k for k, _ in keys)
-    spec.kfns = [compile_expr(other)[0] for _, other in keys]
-    if inner:
-        spec.inner = compile_predicate(_and(inner))[0]
-        for c in inner:
-            if (c[0] == "cmp" and c[1] == "=" and c[2][0] == "field" and len(c[2][1]) == 1
-                    and c[3][0] in ("slot", "lit")):
-                spec.build = (c[2][1][0], compile_expr(c[3])[0])
-                break
-    spec.lo = lo
-    spec.hi = hi
-    if resid:
-        spec.resid = compile_predicate(_and(resid))[0]
-        paths: list[tuple[str, ...]] = []
-        for c in resid:
-            paths += _what(c)["parent"]
-        if any(not p for p in paths):
-            spec.rfns = None  # reads $parent itself: windows are per parent row
-        else:
-            spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
-    if resid or (lo is not None and hi is not None):
-        spec.mode = ANY
-    elif lo is not None:
-        spec.mode = LO
-    elif hi is not None:
-        spec.mode = HI
-    # the inner fields anything reads: a write changing none of them changes no window
+    return keys, inner, resid, lo, hi
+
+
+def _build_key(inner: list[Any]) -> tuple[str, Any] | None:
+    """The first `field = constant` of the inner conjuncts (the field and its compiled
+    value), or None."""
+    for c in inner:
+        if (c[0] == "cmp" and c[1] == "=" and c[2][0] == "field" and len(c[2][1]) == 1
+                and c[3][0] in ("slot", "lit")):
+            return (c[2][1][0], compile_expr(c[3])[0])
+    return None
+
+
+def _read_fields(q: Any, resid: list[Any]
+                 ) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    """The inner fields anything reads (a write changing none of them changes no window),
+    and those of the output and of the residual (a row staying at its place in its group
+    changes a window through them); None: the whole row."""
     acc: set[str] = set()
     whole = False
     for c in _conjuncts(q.where):
@@ -299,16 +331,9 @@ def join_spec(plan: Any) -> JoinSpec | None:
     for c in resid:
         for p in _what(c)["fields"]:
             rfields.add(p[0])
-    # a row staying at its place in its group changes a window through its output or what
-    # the residual reads of it
-    spec.out_fields = None if whole else frozenset(out | rfields)
-    spec.fields = None if whole else frozenset(acc | out)
-    own: set[int] = set()
-    _slots(q.where, own)
-    _slots(q.limit, own)
-    _slots(q.start, own)
-    spec.slots = tuple(sorted(own))
-    return spec
+    if whole:
+        return None, None
+    return frozenset(acc | out), frozenset(out | rfields)
 
 
 def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
@@ -513,7 +538,6 @@ class Join:
 
     def run(self, S: tuple[Any, ...], par: Any, cx: Cx) -> list[Any]:
         """The subquery's result for parent ``par``; the window read goes to ``cx.subs``."""
-        spec = self.spec
         plan = self.plan
         start, end = plan.window(S)
         limit = None if end is None else end - start
@@ -523,72 +547,16 @@ class Join:
         g = self.groups.get(gk)
         if g is None:
             g = self._group(gk, pv)
-        lo = self._probe(spec.lo[0], S, par, cx, spec.lo[1]) if spec.lo is not None else None
-        hi = self._probe(spec.hi[0], S, par, cx, spec.hi[1]) if spec.hi is not None else None
-        rk: Any = ()
-        if spec.resid is not None:
-            if spec.rfns is None:
-                rk = exact_key(par)
-            else:
-                rk = tuple([exact_key(fn(None, S, par, cx)) for fn in spec.rfns])
-        wk = (lo, hi, rk)
+        lo, hi, wk = self._window_key(S, par, cx)
         w = g.wins.get(wk)
         if w is not None and w.value is not None:
             cx.subs.append(w)
             if w.pairs is not None:
                 cx.last = w.pairs
             return w.value
-        entries = g.entries
-        if entries is None:
-            entries = self.build(g)
-        a = bisect_left(entries, lo) if lo is not None else 0
-        b = bisect_left(entries, hi) if hi is not None else len(entries)
         t = self.store.table(self.table)
-        rows = t.rows
-        wcx: Cx | None = None
-        cut: Any = hi
-        if spec.resid is None:
-            s0 = a + start
-            if limit is not None and s0 + limit <= b:
-                ids = entries[s0:s0 + limit]
-                cut = ids[-1]
-            else:
-                ids = entries[s0:b]
-        else:
-            resid = spec.resid
-            wcx = Cx(self.store)
-            ids = []
-            skip = start
-            for i in range(a, b):
-                e = entries[i]
-                if not resid(rows[e[-1]], S, par, wcx):
-                    continue
-                if skip:
-                    skip -= 1
-                    continue
-                ids.append(e)
-                if limit is not None and len(ids) == limit:
-                    cut = e
-                    break
-        flat = plan.flat
-        if flat is not None:
-            fcache = plan.row_caches(t)[1]
-            value = []
-            for e in ids:
-                rid = e[-1]
-                o = fcache.get(rid)
-                if o is None:
-                    o = fcache[rid] = flat(rows[rid])
-                value.append(o)
-        else:
-            if wcx is None:
-                wcx = Cx(self.store)
-            if plan.value:
-                pairs = [(e[-1], plan.project(self.store, S, rows[e[-1]], wcx)) for e in ids]
-                value = [v for _, v in pairs]
-                cx.last = [[p] for p in pairs]
-            else:
-                value = [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids]
+        ids, cut, wcx = self._slice(g, lo, hi, start, limit, t.rows, S, par)
+        value, wcx = self._outputs(ids, t, S, cx, wcx)
         if w is None:
             w = Win(g, wk, lo, hi)
             self._attach(g, w)
@@ -608,6 +576,82 @@ class Join:
                     extra[m] = v
         cx.subs.append(w)
         return value
+
+    def _window_key(self, S: tuple[Any, ...], par: Any, cx: Cx) -> tuple[Any, Any, Any]:
+        """The bounds parent ``par`` sets on the first ORDER BY field (low, high entries),
+        and the key of its window in the group (the bounds and what the residual reads)."""
+        spec = self.spec
+        lo = self._probe(spec.lo[0], S, par, cx, spec.lo[1]) if spec.lo is not None else None
+        hi = self._probe(spec.hi[0], S, par, cx, spec.hi[1]) if spec.hi is not None else None
+        rk: Any = ()
+        if spec.resid is not None:
+            if spec.rfns is None:
+                rk = exact_key(par)
+            else:
+                rk = tuple([exact_key(fn(None, S, par, cx)) for fn in spec.rfns])
+        return lo, hi, (lo, hi, rk)
+
+    def _slice(self, g: Group, lo: Any, hi: Any, start: int, limit: int | None, rows: Any,
+               S: tuple[Any, ...], par: Any) -> tuple[list[Any], Any, Cx | None]:
+        """The window's entries: the group's between the bounds, after ``start``, at most
+        ``limit`` (the residual tested row by row); the entry the window ends at (``cut``);
+        and the context the residual read through (None: there is no residual)."""
+        spec = self.spec
+        entries = g.entries
+        if entries is None:
+            entries = self.build(g)
+        a = bisect_left(entries, lo) if lo is not None else 0
+        b = bisect_left(entries, hi) if hi is not None else len(entries)
+        cut: Any = hi
+        if spec.resid is None:
+            s0 = a + start
+            if limit is not None and s0 + limit <= b:
+                ids = entries[s0:s0 + limit]
+                cut = ids[-1]
+            else:
+                ids = entries[s0:b]
+            return ids, cut, None
+        resid = spec.resid
+        wcx = Cx(self.store)
+        ids = []
+        skip = start
+        for i in range(a, b):
+            e = entries[i]
+            if not resid(rows[e[-1]], S, par, wcx):
+                continue
+            if skip:
+                skip -= 1
+                continue
+            ids.append(e)
+            if limit is not None and len(ids) == limit:
+                cut = e
+                break
+        return ids, cut, wcx
+
+    def _outputs(self, ids: list[Any], t: Any, S: tuple[Any, ...], cx: Cx, wcx: Cx | None
+                 ) -> tuple[list[Any], Cx | None]:
+        """The window's rows projected (flat outputs kept per row), and the context the
+        projection read through (None: flat rows read nothing)."""
+        plan = self.plan
+        rows = t.rows
+        flat = plan.flat
+        if flat is not None:
+            fcache = plan.row_caches(t)[1]
+            value = []
+            for e in ids:
+                rid = e[-1]
+                o = fcache.get(rid)
+                if o is None:
+                    o = fcache[rid] = flat(rows[rid])
+                value.append(o)
+            return value, wcx
+        if wcx is None:
+            wcx = Cx(self.store)
+        if plan.value:
+            pairs = [(e[-1], plan.project(self.store, S, rows[e[-1]], wcx)) for e in ids]
+            cx.last = [[p] for p in pairs]
+            return [v for _, v in pairs], wcx
+        return [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids], wcx
 
     def adopt(self, par: Any, ents: list[Any], value: list[Any]) -> Win:
         """The window a lazy row shows (engine.lazy): its children's entries in order and

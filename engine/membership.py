@@ -24,17 +24,22 @@ from engine.store import Store
 from engine.values import NONE
 
 
+def eq_candidates(store: Store, mat: Mat) -> list[str] | None:
+    """The rows the equality index gives for a materialisation whose WHERE holds an
+    equality (None: there is none, every row is a candidate)."""
+    plan = mat.circuit.plan
+    if plan.eq is None:
+        return None
+    return list(plan.candidates(store, mat.S, NONE, Cx(store)))
+
+
 def shown(store: Store, mat: Mat) -> Iterable[str]:
     """The top-level rows a materialisation shows."""
     if isinstance(mat, WMat):
         return mat.visible
-    circuit = mat.circuit
-    plan = circuit.plan
-    rows = circuit.rows
-    cands: Iterable[str]
-    if plan.eq is not None:
-        cands = list(plan.candidates(store, mat.S, NONE, Cx(store)))
-    else:
+    rows = mat.circuit.rows
+    cands: Iterable[str] | None = eq_candidates(store, mat)
+    if cands is None:
         # every shown row is projected or lazy: the group's rows are the candidates
         proj = mat.proj
         cands = chain(proj.outs, proj.lazy) if proj.lazy else proj.outs.keys()
@@ -94,10 +99,8 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
     circuit = mat.circuit
     plan = circuit.plan
     rows = circuit.rows
-    cands: Iterable[str]
-    if plan.eq is not None:
-        cands = list(plan.candidates(store, mat.S, NONE, Cx(store)))
-    else:
+    cands: Iterable[str] | None = eq_candidates(store, mat)
+    if cands is None:
         cands = rows.keys()
     proj = mat.proj
     if isinstance(mat, WMat):

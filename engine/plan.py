@@ -25,7 +25,7 @@ from engine.compile import compile_expr, compile_predicate, compile_value, walk
 from engine.cx import Cx
 from engine.join import Join, JoinSpec, join_spec
 from engine.matindex import exact_key
-from engine.parser import Expr, Query
+from engine.parser import Expr, Item, Query
 from engine.semijoin import SemiSpec
 from engine.shape import order_key
 from engine.store import Store, ikey, rid_text
@@ -222,6 +222,82 @@ def _set_path(out: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     cur[path[-1]] = value
 
 
+def _compile_order(q: Query) -> tuple[list[tuple[Callable[[dict[str, Any], Any], Any], bool]],
+                                      list[tuple[tuple[str, ...] | None, bool]], bool]:
+    """ORDER BY compiled: each key's value function and direction, each key's source path
+    (None: an expression), and whether any key follows a link."""
+    order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
+    order_links = False
+    sources: list[tuple[tuple[str, ...] | None, bool]] = []
+    for path, desc in q.order:
+        key = order_key(q, path)
+        if key[0] == "field":
+            src = tuple(key[1])
+            if len(src) > 1:
+                order_links = True
+            order.append((compile_value(src), desc))
+            sources.append((src, desc))
+        else:
+            fn, links = compile_expr(key)
+            order_links = order_links or links
+            order.append((_row_value(fn), desc))
+            sources.append((None, desc))
+    return order, sources, order_links
+
+
+def _compile_items(q: Query) -> tuple[list[tuple[Any, ...]], bool, bool]:
+    """The projection's items compiled, whether it is `*` alone, and whether it reads
+    nothing beyond the row (one-segment fields and `*` only)."""
+    items: list[tuple[Any, ...]] = []
+    star_only = True
+    simple = True
+    for it in q.items:
+        if it.kind == "all":
+            items.append(("all",))
+            continue
+        star_only = False
+        if it.kind == "field":
+            items.append(("field", compile_value(it.path), it.out))
+            if len(it.path) > 1:
+                simple = False
+        elif it.kind == "expr":
+            assert it.expr is not None
+            items.append(("expr", compile_expr(it.expr)[0], it.out))
+            simple = False
+        elif it.kind == "linkall":
+            items.append(("linkall", compile_value(it.path), it.out))
+            simple = False
+        else:
+            assert it.sub is not None
+            items.append(("sub", grouped_plan(it.sub), it.index, it.out))
+            simple = False
+    return items, star_only, simple
+
+
+def _may_share(q: Query) -> bool:
+    """Whether a member of the output may be held by several rows (FETCH, `link.*`, a
+    subquery of rows that other parents can show too)."""
+    return bool(q.fetch) or any(
+        it.kind == "linkall" or (it.kind == "sub" and it.sub is not None
+                                 and not _own_children(it.sub, q.table))
+        for it in q.items)
+
+
+def _item_fields(it: Item) -> frozenset[str] | None:
+    """The row fields one item reads (None: the whole row)."""
+    acc: set[str] = set()
+    if it.kind == "all":
+        return None
+    if it.kind in ("field", "linkall"):
+        return frozenset(it.path[:1])
+    if it.kind == "expr":
+        whole = not expr_fields(it.expr, acc, False)
+        return None if whole else frozenset(acc)
+    assert it.sub is not None
+    whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
+    return None if whole else frozenset(acc)
+
+
 class Plan:
     """The compiled form of one query level."""
 
@@ -231,22 +307,7 @@ class Plan:
         # semi-joins of the condition (`x IN (SELECT VALUE ...)`: engine.semijoin)
         self.semis: list[Any] = []
         self.pred, pred_links = compile_predicate(q.where, self.semis, SemiSpec)
-        self.order: list[tuple[Callable[[dict[str, Any], Any], Any], bool]] = []
-        order_links = False
-        sources: list[tuple[tuple[str, ...] | None, bool]] = []
-        for path, desc in q.order:
-            key = order_key(q, path)
-            if key[0] == "field":
-                src = tuple(key[1])
-                if len(src) > 1:
-                    order_links = True
-                self.order.append((compile_value(src), desc))
-                sources.append((src, desc))
-            else:
-                fn, links = compile_expr(key)
-                order_links = order_links or links
-                self.order.append((_row_value(fn), desc))
-                sources.append((None, desc))
+        self.order, sources, order_links = _compile_order(q)
         # the same entries as the generic method, built by one generated function
         self.entry: Callable[[dict[str, Any], str, Any], tuple[Any, ...]] = _compile_entry(
             sources, self.order)
@@ -266,33 +327,10 @@ class Plan:
         self.eq = None if found is None else found[0]
         # With an exact index key (a record link), candidates already satisfy the equality:
         # only the rest of the WHERE clause is evaluated (None: nothing else).
-        self.residual = None
-        if found is not None and found[1] is not None:
-            self.residual = compile_predicate(found[1], self.semis, SemiSpec)[0]
+        self.residual = None if found is None or found[1] is None else compile_predicate(
+            found[1], self.semis, SemiSpec)[0]
         self.fetch = q.fetch
-        self.items: list[tuple[Any, ...]] = []
-        star_only = True
-        simple = True
-        for it in q.items:
-            if it.kind == "all":
-                self.items.append(("all",))
-                continue
-            star_only = False
-            if it.kind == "field":
-                self.items.append(("field", compile_value(it.path), it.out))
-                if len(it.path) > 1:
-                    simple = False
-            elif it.kind == "expr":
-                assert it.expr is not None
-                self.items.append(("expr", compile_expr(it.expr)[0], it.out))
-                simple = False
-            elif it.kind == "linkall":
-                self.items.append(("linkall", compile_value(it.path), it.out))
-                simple = False
-            else:
-                assert it.sub is not None
-                self.items.append(("sub", grouped_plan(it.sub), it.index, it.out))
-                simple = False
+        self.items, star_only, simple = _compile_items(q)
         # SELECT VALUE: a row's output is its one item's value (its members: the row itself
         # and every record inside the value; engine/README, "Members")
         self.value = q.value
@@ -316,42 +354,24 @@ class Plan:
                          for it in q.items]
         # the row fields each item reads (None: the whole row): an item whose fields did not
         # change keeps its value when the row changes (links and scans are tracked apart)
-        self.item_fields: list[frozenset[str] | None] = []
-        for it in q.items:
-            acc: set[str] = set()
-            if it.kind == "all":
-                self.item_fields.append(None)
-            elif it.kind in ("field", "linkall"):
-                self.item_fields.append(frozenset(it.path[:1]))
-            elif it.kind == "expr":
-                whole = not expr_fields(it.expr, acc, False)
-                self.item_fields.append(None if whole else frozenset(acc))
-            else:
-                assert it.sub is not None
-                whole = it.sub.where is not None and not expr_fields(it.sub.where, acc, True)
-                self.item_fields.append(None if whole else frozenset(acc))
+        self.item_fields: list[frozenset[str] | None] = [_item_fields(it) for it in q.items]
         self.flat = _compile_flat(q) if self.simple and not self.star_only else None
         # the row fields a simple projection without `*` reads: a change to other fields
         # leaves its output as it is (None: unknown or the whole row)
-        self.out_fields: frozenset[str] | None = None
-        if self.simple and all(it.kind == "field" for it in q.items):
-            self.out_fields = frozenset(it.path[0] for it in q.items)
+        self.out_fields: frozenset[str] | None = frozenset(it.path[0] for it in q.items) \
+            if self.simple and all(it.kind == "field" for it in q.items) else None
         self.item_keys = _item_keys(q)
         # whether a member of the output may be held by several rows of the shape (a linked
         # record, a subquery's row that other parents can show too): its views then count
         # their members from registration on (engine.delta.counted_delta)
-        self.may_share = bool(q.fetch) or any(
-            it.kind == "linkall" or (it.kind == "sub" and it.sub is not None
-                                     and not _own_children(it.sub, q.table))
-            for it in q.items)
+        self.may_share = _may_share(q)
         # items whose value can carry members that are no dict in it (VALUE subqueries)
         self.item_extra = [it.sub is not None and _has_value(it.sub) for it in q.items]
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links
         # the first ORDER BY key's field when it is one segment (a join's bounds, engine.join)
         first = sources[0][0] if sources else None
-        self.first_source: str | None = first[0] if first is not None and len(
-            first) == 1 else None
+        self.first_source = first[0] if first is not None and len(first) == 1 else None
         # a subquery's join states (engine.join), by the values of the slots it reads
         self.jspec: JoinSpec | None = None
         self._jdone = False
@@ -415,7 +435,27 @@ class Plan:
         if other[0] == "slot":
             return S[other[1]]
         path = other[1]
-        return walk(par, path, cx) if path else par
+        if not path:
+            return par
+        if len(path) == 1 and type(par) is dict:
+            return par.get(path[0], NONE)  # the usual `$parent.field`, without the walk
+        return walk(par, path, cx)
+
+    def eq_lookup(self, t: Any, S: tuple[Any, ...], par: Any, cx: Cx) -> tuple[Any, Any]:
+        """(the ids of table store ``t`` whose equality field holds the value, the value),
+        through the equality index (by id: the row itself); records the lookup."""
+        assert self.eq is not None
+        field = self.eq[0]
+        val = self.eq_key(S, par, cx)
+        key = ikey(val)
+        cx.subs.append((self.table, field, key))
+        if field != "id":
+            return t.index(field).get(key, ()), val
+        if type(val) is RecordID and val.table_name == self.table:
+            text = rid_text(val)
+            if text in t.rows:
+                return (text,), val
+        return (), val
 
     def candidates(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx) -> Any:
         """Record ids that may qualify (equality index lookup or a scan); records the scan."""
@@ -423,16 +463,7 @@ class Plan:
         if self.eq is None:
             cx.subs.append((self.table, None, None))
             return t.rows.keys()
-        field = self.eq[0]
-        val = self.eq_key(S, par, cx)
-        key = ikey(val)
-        cx.subs.append((self.table, field, key))
-        if field == "id":
-            if type(val) is RecordID and val.table_name == self.table:
-                text = rid_text(val)
-                return (text,) if text in t.rows else ()
-            return ()
-        return t.index(field).get(key, ())
+        return self.eq_lookup(t, S, par, cx)[0]
 
     def join(self, store: Store, S: tuple[Any, ...]) -> Join | None:
         """This subquery's join state for slot values ``S`` (None: it runs per parent)."""
@@ -471,32 +502,11 @@ class Plan:
         t = store.table(self.table)
         rows = t.rows
         test: Any = self.pred
-        eq = self.eq
-        if eq is None:
+        if self.eq is None:
             cx.subs.append((self.table, None, None))
             cands: Any = rows
         else:
-            field, other = eq
-            if other[0] == "slot":
-                val = S[other[1]]
-            else:
-                path = other[1]
-                if not path:
-                    val = par
-                elif len(path) == 1 and type(par) is dict:
-                    val = par.get(path[0], NONE)
-                else:
-                    val = walk(par, path, cx)
-            key = ikey(val)
-            cx.subs.append((self.table, field, key))
-            if field == "id":
-                cands = ()
-                if type(val) is RecordID and val.table_name == self.table:
-                    text = rid_text(val)
-                    if text in rows:
-                        cands = (text,)
-            else:
-                cands = t.index(field).get(key, ())
+            cands, val = self.eq_lookup(t, S, par, cx)
             if type(val) is RecordID and type(val.id) in _EXACT_KEYS:
                 # the index key of a link with an int/str key is exact: no equality test
                 test = self.residual
@@ -504,45 +514,56 @@ class Plan:
             return self._run_grouped(store, S, par, cx, rows, cands, test)
         if self.split:
             return self._run_split(store, S, par, cx, rows, cands, test)
-        entry = self.entry
         # sort entries (and flat outputs) depend on the row alone: kept per row until it
         # changes, so a re-run after one sibling changed recomputes that sibling only
         ecache = self._caches(t) if self.row_entries else None
-        hits = []
         if ecache is not None:
-            get = ecache.get
-            for rid in cands:
-                e = get(rid)
-                if e is None:
-                    row = rows.get(rid)
-                    if row is None or (test is not None and not test(row, S, par, cx)):
-                        continue
-                    e = ecache[rid] = entry(row, rid, cx)
-                elif test is not None and not test(rows[rid], S, par, cx):
+            return self._run_cached(store, S, par, cx, rows, cands, test, ecache)
+        return self._run_uncached(store, S, par, cx, rows, cands, test)
+
+    def _run_cached(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx, rows: Any,
+                    cands: Any, test: Any, ecache: Any) -> list[Any]:
+        """`run` with the sort entries (and flat outputs) kept per row."""
+        entry = self.entry
+        hits = []
+        get = ecache.get
+        for rid in cands:
+            e = get(rid)
+            if e is None:
+                row = rows.get(rid)
+                if row is None or (test is not None and not test(row, S, par, cx)):
                     continue
-                hits.append(e)
-            if len(hits) > 1:
-                hits.sort()
-            lo, hi = self.window(S)
-            if lo or hi is not None:
-                hits = hits[lo:hi]
-            flat = self.flat
-            if flat is not None:
-                fcache = self._fcache
-                assert fcache is not None
-                out = []
-                for e in hits:
-                    rid = e[-1]
-                    o = fcache.get(rid)
-                    if o is None:
-                        o = fcache[rid] = flat(rows[rid])
-                    out.append(o)
-                return out
-            if self.value:
-                pairs = [(e[-1], self.project(store, S, rows[e[-1]], cx)) for e in hits]
-                cx.last = [[p] for p in pairs]
-                return [v for _, v in pairs]
-            return [self.project(store, S, rows[e[-1]], cx) for e in hits]
+                e = ecache[rid] = entry(row, rid, cx)
+            elif test is not None and not test(rows[rid], S, par, cx):
+                continue
+            hits.append(e)
+        if len(hits) > 1:
+            hits.sort()
+        lo, hi = self.window(S)
+        if lo or hi is not None:
+            hits = hits[lo:hi]
+        flat = self.flat
+        if flat is not None:
+            fcache = self._fcache
+            assert fcache is not None
+            out = []
+            for e in hits:
+                rid = e[-1]
+                o = fcache.get(rid)
+                if o is None:
+                    o = fcache[rid] = flat(rows[rid])
+                out.append(o)
+            return out
+        if self.value:
+            pairs = [(e[-1], self.project(store, S, rows[e[-1]], cx)) for e in hits]
+            cx.last = [[p] for p in pairs]
+            return [v for _, v in pairs]
+        return [self.project(store, S, rows[e[-1]], cx) for e in hits]
+
+    def _run_uncached(self, store: Store, S: tuple[Any, ...], par: Any, cx: Cx, rows: Any,
+                      cands: Any, test: Any) -> list[Any]:
+        """`run` when the sort entries follow links (computed afresh each run)."""
+        entry = self.entry
         pairs = []
         for rid in cands:
             row = rows.get(rid)

@@ -362,77 +362,18 @@ class Proj:
         one of them (or, with ``prev``, a changed field) rerun, and None when no value
         changed."""
         plan = self.plan
-        store = self.store
-        S = self.S
-        items = plan.items
         state = self.istate.get(rid) if tokens is not None else None
-        item_keys = plan.item_keys
-        keyed = item_keys is not None
         if state is None:
-            vals: list[Any] = []
-            ideps: list[Any] = []
-            itrees: list[Any] = []
-            for item, row_only in zip(items, plan.row_only):
-                if row_only:
-                    # `*` or a one-segment field: depends on the row alone
-                    vals.append(None if item[0] == "all" else item[1](row, NOLINKS))
-                    ideps.append(None)
-                    itrees.append(None)
-                    continue
-                icx = Cx(store)
-                v = plan.item_value(item, store, S, row, icx)
-                vals.append(v)
-                ideps.append((icx.reads, icx.subs))
-                itrees.append(None if plan.quiet[len(itrees)] else
-                              _item_tree(v, keyed, icx.extra))
+            vals, ideps, itrees = self._items_fresh(row)
         else:
             assert tokens is not None
-            vals = list(state[0])
-            ideps = list(state[1])
-            itrees = list(state[2])
-            changed_row = prev is not _ABSENT
-            moved = changed_row  # the row changed: its own fields are reassembled
-            item_fields = plan.item_fields
-            for i, item in enumerate(items):
-                if plan.row_only[i]:
-                    if changed_row and item[0] != "all":
-                        vals[i] = item[1](row, NOLINKS)
-                    continue
-                d = ideps[i]
-                rerun = False
-                if changed_row:
-                    fields = item_fields[i]
-                    rerun = fields is None or any(
-                        not same(prev.get(f, NONE), row.get(f, NONE)) for f in fields)
-                if not rerun and tokens and d is not None:
-                    rerun = not tokens.isdisjoint(d[0]) or any(k in tokens for k in d[1])
-                if not rerun:
-                    continue
-                icx = Cx(store)
-                v = plan.item_value(item, store, S, row, icx)
-                ideps[i] = (icx.reads, icx.subs)
-                changed = not same(v, vals[i])
-                if changed or plan.item_extra[i]:
-                    # a VALUE subquery may show the same values from other rows
-                    t = None if plan.quiet[i] else _item_tree(v, keyed, icx.extra)
-                    if changed or not same(t, itrees[i]):
-                        vals[i] = v
-                        itrees[i] = t
-                        moved = True
+            vals, ideps, itrees, moved = self._items_again(row, tokens, prev, state)
             if not moved:
-                # same output; the dependencies may still differ (a scan key, a link read)
-                self.istate[rid] = (vals, ideps, itrees)
-                deps = _merge_deps(ideps)
-                old = self.pdeps.get(rid)
-                if old != deps:
-                    self.deps.set_proj(self, rid, old, deps)
-                    if deps is None:
-                        self.pdeps.pop(rid, None)
-                    else:
-                        self.pdeps[rid] = deps
+                self._keep_output(rid, vals, ideps, itrees)
                 return None
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
+        item_keys = plan.item_keys
         if item_keys is not None:
             tree = _tree_of(out, item_keys, itrees)
         else:
@@ -448,6 +389,85 @@ class Proj:
             # contribution) what it shows
             tree.setdefault(rid, out)
         return out, _merge_deps(ideps), tree
+
+    def _items_fresh(self, row: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
+        """Every item's value, dependencies and member tree for a row seen first."""
+        plan = self.plan
+        store = self.store
+        S = self.S
+        keyed = plan.item_keys is not None
+        vals: list[Any] = []
+        ideps: list[Any] = []
+        itrees: list[Any] = []
+        for item, row_only in zip(plan.items, plan.row_only):
+            if row_only:
+                # `*` or a one-segment field: depends on the row alone
+                vals.append(None if item[0] == "all" else item[1](row, NOLINKS))
+                ideps.append(None)
+                itrees.append(None)
+                continue
+            icx = Cx(store)
+            v = plan.item_value(item, store, S, row, icx)
+            vals.append(v)
+            ideps.append((icx.reads, icx.subs))
+            itrees.append(None if plan.quiet[len(itrees)] else
+                          _item_tree(v, keyed, icx.extra))
+        return vals, ideps, itrees
+
+    def _items_again(self, row: dict[str, Any], tokens: set[Any], prev: Any, state: Any
+                     ) -> tuple[list[Any], list[Any], list[Any], bool]:
+        """The items rerun that read a token (or, with ``prev``, a changed field) from the
+        row's last ``state``; and whether the output moved."""
+        plan = self.plan
+        store = self.store
+        S = self.S
+        keyed = plan.item_keys is not None
+        vals = list(state[0])
+        ideps = list(state[1])
+        itrees = list(state[2])
+        changed_row = prev is not _ABSENT
+        moved = changed_row  # the row changed: its own fields are reassembled
+        item_fields = plan.item_fields
+        for i, item in enumerate(plan.items):
+            if plan.row_only[i]:
+                if changed_row and item[0] != "all":
+                    vals[i] = item[1](row, NOLINKS)
+                continue
+            d = ideps[i]
+            rerun = False
+            if changed_row:
+                fields = item_fields[i]
+                rerun = fields is None or any(
+                    not same(prev.get(f, NONE), row.get(f, NONE)) for f in fields)
+            if not rerun and tokens and d is not None:
+                rerun = not tokens.isdisjoint(d[0]) or any(k in tokens for k in d[1])
+            if not rerun:
+                continue
+            icx = Cx(store)
+            v = plan.item_value(item, store, S, row, icx)
+            ideps[i] = (icx.reads, icx.subs)
+            changed = not same(v, vals[i])
+            if changed or plan.item_extra[i]:
+                # a VALUE subquery may show the same values from other rows
+                t = None if plan.quiet[i] else _item_tree(v, keyed, icx.extra)
+                if changed or not same(t, itrees[i]):
+                    vals[i] = v
+                    itrees[i] = t
+                    moved = True
+        return vals, ideps, itrees, moved
+
+    def _keep_output(self, rid: str, vals: list[Any], ideps: list[Any], itrees: list[Any]
+                     ) -> None:
+        """Same output; the dependencies may still differ (a scan key, a link read)."""
+        self.istate[rid] = (vals, ideps, itrees)
+        deps = _merge_deps(ideps)
+        old = self.pdeps.get(rid)
+        if old != deps:
+            self.deps.set_proj(self, rid, old, deps)
+            if deps is None:
+                self.pdeps.pop(rid, None)
+            else:
+                self.pdeps[rid] = deps
 
     # -- flush ----------------------------------------------------------------------------
     def mark(self, rid: str, token: Any) -> None:

@@ -101,43 +101,69 @@ def requalify(order: Order, rid: str, row: dict[str, Any] | None, store: Any, de
     """Re-evaluate one top-level row of the explicit materialisations sharing ``order``
     (filter, order, each one's window); ``known``: the caller's exact index lookup says the
     (non-None) row qualifies."""
-    circuit = order.circuit
-    plan = circuit.plan
     entries = order.entries
     old_e = entries.get(rid)
-    new_e = None
-    if row is not None:
-        if plan.qlinks:
-            cx = Cx(store)
-            if plan.pred(row, order.S, NONE, cx):
-                new_e = plan.entry(row, rid, cx) if plan.ordered else 1
-            hop = plan.qhop
-            set_qdeps(order, rid, cx.reads if hop is None or not covered(row, hop) else set(),
-                      deps)
-        elif known or plan.pred(row, order.S, NONE, NOLINKS):
-            new_e = circuit.entry(rid, row)
-    elif plan.qlinks:
-        set_qdeps(order, rid, set(), deps)
+    new_e = _entry_now(order, rid, row, store, deps, known)
     if old_e is None and new_e is None:
         return
-    if not plan.ordered:
-        if new_e is None:
-            del entries[rid]
-            for m in order.mats:
-                pending.add(m)
-                hide(m, rid)
-        elif old_e is None:
-            entries[rid] = new_e
-            for m in order.mats:
-                pending.add(m)
-                show(m, rid)
+    if not order.circuit.plan.ordered:
+        _requalify_unordered(order, rid, old_e, new_e, pending)
         return
     if old_e == new_e:
         return
+    q, p = _move_in_head(order, rid, old_e, new_e)
+    if q < 0 and p < 0:
+        return  # nothing moved inside the head: no window changed
+    _tell_windows(order, rid, q, p, pending)
+
+
+def _entry_now(order: Order, rid: str, row: dict[str, Any] | None, store: Any, deps: Any,
+               known: bool) -> Any:
+    """The row's entry now (None: it does not qualify); the links its predicate read are
+    registered (``order``'s query dependencies)."""
+    circuit = order.circuit
+    plan = circuit.plan
+    if row is None:
+        if plan.qlinks:
+            set_qdeps(order, rid, set(), deps)
+        return None
+    if plan.qlinks:
+        cx = Cx(store)
+        new_e = None
+        if plan.pred(row, order.S, NONE, cx):
+            new_e = plan.entry(row, rid, cx) if plan.ordered else 1
+        hop = plan.qhop
+        set_qdeps(order, rid, cx.reads if hop is None or not covered(row, hop) else set(),
+                  deps)
+        return new_e
+    if known or plan.pred(row, order.S, NONE, NOLINKS):
+        return circuit.entry(rid, row)
+    return None
+
+
+def _requalify_unordered(order: Order, rid: str, old_e: Any, new_e: Any,
+                         pending: set[WMat]) -> None:
+    """Without ORDER BY or a window: the row comes or goes in every materialisation."""
+    if new_e is None:
+        del order.entries[rid]
+        for m in order.mats:
+            pending.add(m)
+            hide(m, rid)
+    elif old_e is None:
+        order.entries[rid] = new_e
+        for m in order.mats:
+            pending.add(m)
+            show(m, rid)
+
+
+def _move_in_head(order: Order, rid: str, old_e: Any, new_e: Any) -> tuple[int, int]:
+    """Move the row's entry from ``old_e`` to ``new_e`` (None: absent) in the order; where
+    it was and is in the head (-1: absent or after the head, which is after every
+    window)."""
+    entries = order.entries
     head = order.head
     full = order.full
-    # where the entry was (in the head before) and is (in the head after): -1 absent,
-    # BEYOND after the head (after every window)
+    # BEYOND: after the head (after every window)
     q = p = -1
     if old_e is not None:
         del entries[rid]
@@ -160,14 +186,14 @@ def requalify(order: Order, rid: str, row: dict[str, Any] | None, store: Any, de
             p = BEYOND
     if not order.full and (order.need is None or len(head) <= order.need):
         fill(order)  # removals left the head no longer than the windows: fill it again
-        head = order.head
     # an entry after the head is after every window: as absent as a missing one there
-    if q == BEYOND:
-        q = -1
-    if p == BEYOND:
-        p = -1
-    if q < 0 and p < 0:
-        return  # nothing moved inside the head: no window changed
+    return (-1 if q == BEYOND else q), (-1 if p == BEYOND else p)
+
+
+def _tell_windows(order: Order, rid: str, q: int, p: int, pending: set[WMat]) -> None:
+    """The windows a move in the head from position ``q`` to ``p`` (-1: absent) changes:
+    pending, and their rows shown or hidden."""
+    head = order.head
     first = q if p < 0 or (0 <= q < p) else p
     last = max(q, p)
     moved = q >= 0 and p >= 0

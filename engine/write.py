@@ -35,6 +35,24 @@ from engine.versions import is_stale
 OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 
 
+def check_change(table: Any, op: Any, rid: Any, record: Any) -> None:
+    """The rules of one row change, wherever one enters (the engine's write, the scheduler's
+    WAL): ValueError saying what is wrong. The op is CREATE, UPDATE or DELETE; the table a
+    non-empty string; the id a non-empty record id string or a RecordID; the record an
+    object, absent (None) only for a DELETE."""
+    if type(op) is not str or op not in OPS:
+        raise ValueError(f"unknown op {op!r:.40} (expected CREATE, UPDATE or DELETE)")
+    if not isinstance(table, str) or not table:
+        raise ValueError(f"the table must be a non-empty string, got {table!r:.80}")
+    if (type(rid) is not str and not isinstance(rid, (str, RecordID))) or not rid:
+        raise ValueError(f"the record id must be a non-empty string, got {rid!r:.80}")
+    if record is None:
+        if op != "DELETE":
+            raise ValueError(f"{op} needs a record")
+    elif type(record) is not dict and not isinstance(record, Mapping):
+        raise ValueError(f"a record must be an object, got {type(record).__name__}")
+
+
 class WritePath:
     """The engine's indexes a write consults, and the write path over them."""
 
@@ -61,14 +79,7 @@ class WritePath:
 
     def apply(self, table: Any, op: Any, rid: Any, record: Any) -> None:
         """Validate one row change (ValueError), store it and note what it reaches."""
-        if op not in OPS:
-            raise ValueError(f"unknown op {op!r} (expected CREATE, UPDATE or DELETE)")
-        if not isinstance(table, str) or not table:
-            raise ValueError(f"the table must be a non-empty string, got {table!r}")
-        if record is not None and type(record) is not dict and not isinstance(record, Mapping):
-            raise ValueError(f"a record must be an object, got {type(record).__name__}")
-        if (type(rid) is not str and not isinstance(rid, (str, RecordID))) or not rid:
-            raise ValueError(f"the record id must be a non-empty string, got {rid!r}")
+        check_change(table, op, rid, record)
         ts = self.store.table(table)
         rows = ts.rows
         if isinstance(rid, RecordID):  # tolerated: callers may pass the RecordID itself
@@ -92,8 +103,6 @@ class WritePath:
             ts.delete(text)
             new = None
         else:
-            if record is None:
-                raise ValueError(f"{op} needs a record")
             text2, new = prepare(table, text, record)
             if text2 != text:
                 raise ValueError(f"record id {text2} does not match event id {text}")

@@ -45,12 +45,12 @@ from typing import Any, Self
 
 import xxhash
 
-from engine.values import RecordID, pack_value, unpack_value
+from engine.values import pack_value, unpack_value
+from engine.write import OPS, check_change
 
 __all__ = ["OPS", "GroupCommitter", "SegmentIo", "Wal", "WalCorrupt", "encode_event",
            "validate_event"]
 
-OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 _HEADER = struct.Struct(">IQQ")
 _LENSEQ = struct.Struct(">IQ")
 _SUFFIX = ".wal"
@@ -65,29 +65,16 @@ class WalCorrupt(Exception):
 def validate_event(event: Any) -> dict[str, Any]:
     """Check a row-change event ``{table, op, id, record}`` and return it as a plain dict.
 
-    Raises ValueError with a clear message: the table must be a non-empty string, the op one
-    of CREATE/UPDATE/DELETE, the id a non-empty string or a RecordID, the record an object
-    (or null/absent for DELETE).
+    Raises ValueError with a clear message: an event is an object, and its fields follow
+    the rules of any row change (``engine.write.check_change``).
     """
     if not isinstance(event, Mapping):
         # ValueError, not TypeError: every bad-input case is one type the listener maps to 400.
         raise ValueError(  # noqa: TRY004
             f"an event must be an object, got {type(event).__name__}")
-    table = event.get("table")
-    if not isinstance(table, str) or not table:
-        raise ValueError("event.table must be a non-empty string")
-    op = event.get("op")
-    if op not in OPS:
-        raise ValueError(f"event.op must be CREATE, UPDATE or DELETE, got {op!r:.40}")
-    rid = event.get("id")
-    if not (isinstance(rid, str) and rid) and not isinstance(rid, RecordID):
-        raise ValueError("event.id must be a non-empty record id string")
-    record = event.get("record")
-    if record is None:
-        if op != "DELETE":
-            raise ValueError(f"event.record is required for {op}")
-    elif not isinstance(record, Mapping):
-        raise ValueError(f"event.record must be an object, got {type(record).__name__}")
+    table, op, rid, record = (event.get("table"), event.get("op"), event.get("id"),
+                              event.get("record"))
+    check_change(table, op, rid, record)
     return {"table": table, "op": op, "id": rid, "record": record}
 
 

@@ -28,7 +28,7 @@ import falcon
 import falcon.asgi
 
 from dbclient import DbError
-from scheduler.pools.service import PoolError, PoolService
+from scheduler.pools.service import PoolError, PoolService, db_down
 
 log = logging.getLogger("scheduler.pools.http")
 
@@ -94,7 +94,8 @@ class MachineRoute:
             _fail(resp, e.status, e.code, e.message)
         except DbError as e:
             log.warning("pool %s of %s: database error: %s", self.action, machine_id, e)
-            _fail(resp, 503, "unavailable", "the database did not answer; try again")
+            down = db_down()
+            _fail(resp, down.status, down.code, down.message)
 
 
 class Health:

@@ -41,7 +41,6 @@ import contextlib
 import hmac
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +66,10 @@ from jobs.policy import (
 )
 from jobs.tables import JobTable
 from scheduler.pools.config import PoolsConfig
+from scheduler.pools.fleet import Assigned, Fleet, Pool, token_hash
 from scheduler.pools.provider import Provider, make_provider
-from scheduler.pools.sizing import Sizing, _hash, _Pool
-from scheduler.pools.store import ACTIVE, KEEP_TERMINAL, Machine, PoolState, PoolStore, now_ms
+from scheduler.pools.sizing import Sizer
+from scheduler.pools.store import ACTIVE, Machine, PoolState, PoolStore, now_ms
 
 log = logging.getLogger("scheduler.pools")
 
@@ -88,18 +88,21 @@ class PoolError(Exception):
         self.code = code
         self.message = message
 
-
-@dataclass
-class _Assigned:
-    machine: str
-    table: JobTable
-    attempts: int
-    max_retries: int
-    at: float = field(default_factory=time.monotonic)
+    def reply(self) -> tuple[int, dict[str, Any]]:
+        """(status, body) as the pool and admin routes answer it."""
+        return self.status, {"error": self.code, "message": self.message}
 
 
-class PoolService(Sizing):
-    """See the module docstring."""
+def db_down() -> PoolError:
+    """The pools' one 503 for a database that did not answer (a read or write of a job row
+    or of the pool tables)."""
+    return PoolError(503, "unavailable", "the database did not answer; try again")
+
+
+class PoolService:
+    """See the module docstring. The composition of a pool scheduler: the machines
+    (`Fleet`, which both halves change), the request-driven half (this class: the agents'
+    routes, hand-out, results, the operator actions) and the clock-driven half (`Sizer`)."""
 
     def __init__(self, cfg: PoolsConfig, db: Database, data_dir: Path, incidents: Any, *,
                  providers: dict[str, Provider] | None = None) -> None:
@@ -109,12 +112,17 @@ class PoolService(Sizing):
         self.store = PoolStore(data_dir / "pools.sqlite3")
         self.log_dir = data_dir / "pool-agents"
         self.providers: dict[str, Provider] = providers or {}
-        self.pools: dict[str, _Pool] = {}
-        self.machines: dict[str, Machine] = {}
-        self.assigned: dict[str, _Assigned] = {}
-        self.idle_since: dict[str, float] = {}
+        self.fleet = Fleet(db, self.store)
+        # the fleet's tables, never replaced: the halves share them through the fleet
+        self.pools = self.fleet.pools
+        self.machines = self.fleet.machines
+        self.assigned = self.fleet.assigned
+        self.sizer = Sizer(cfg, self.fleet, incidents)
         self._loop_task: asyncio.Task[None] | None = None
-        self.stopping = False
+
+    @property
+    def stopping(self) -> bool:
+        return self.fleet.stopping
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -127,7 +135,7 @@ class PoolService(Sizing):
                                                                          self.log_dir)
             state = saved.get(spec.name) or PoolState(spec.name)
             sec: tuple[str, ...] = tuple(s for t in spec.tables for s in secrets_of(t))
-            self.pools[spec.name] = _Pool(spec, state, provider, secrets=sec)
+            self.pools[spec.name] = Pool(spec, state, provider, secrets=sec)
             self.store.save_pool(state)
         now = now_ms()
         for m in self.store.machines():
@@ -137,7 +145,7 @@ class PoolService(Sizing):
                 m.last_contact_at = now
             self.machines[m.id] = m
         await self.db.connect()
-        self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="pools")
+        self._loop_task = asyncio.get_running_loop().create_task(self.sizer.run(), name="pools")
         log.info("machine pools: %s", ", ".join(
             f"{p.spec.name} ({p.spec.provider}, {p.spec.slots} slots x {p.spec.max_machines}, "
             f"tables {[t.name for t in p.spec.tables]}, paused={p.state.paused})"
@@ -145,12 +153,12 @@ class PoolService(Sizing):
 
     async def close(self) -> None:
         """Stop sizing; end this process's machines and hand their jobs back."""
-        self.stopping = True
+        self.fleet.stopping = True
         if self._loop_task is not None:
             await cancel_and_wait(self._loop_task)  # a lost cancel: dbclient.tasks
         for m in list(self.machines.values()):
             if m.active:
-                await self._remove(m, "destroyed", "scheduler stopped", force=False)
+                await self.fleet.remove(m, "destroyed", "scheduler stopped", force=False)
         for provider in self.providers.values():
             await provider.stop_all()
         with contextlib.suppress(Exception):
@@ -163,7 +171,7 @@ class PoolService(Sizing):
         m = self.machines.get(machine_id)
         if m is None:
             raise PoolError(404, "unknown_machine", "no machine with that id")
-        if not token or not hmac.compare_digest(_hash(token), m.token_hash):
+        if not token or not hmac.compare_digest(token_hash(token), m.token_hash):
             raise PoolError(401, "unauthorized", "the machine token does not match")
         if not m.active:
             raise PoolError(410, "machine_removed", f"the machine is {m.state}")
@@ -180,9 +188,9 @@ class PoolService(Sizing):
         if m.state == "booting":
             m.state = "ready"
             m.ready_at = now_ms()
-            self.idle_since[m.id] = time.monotonic()
+            self.fleet.idle_since[m.id] = time.monotonic()
             self.store.save_machine(m)
-            self._boot_succeeded(p, m)
+            self.sizer.boot_succeeded(p, m)
             log.info("machine %s of pool %s is ready", m.id, m.pool)
         return {"machine": m.public(), "heartbeat_ms": self.cfg.heartbeat_ms,
                 "drain": m.state == "draining"}
@@ -205,12 +213,12 @@ class PoolService(Sizing):
             if job_id not in reported and (a is None or time.monotonic() - a.at > grace):
                 # Handed out but the agent does not run it (the take answer was lost):
                 # back to pending so it is not stuck until the machine dies.
-                await self._release_one(m, job_id, "not running on its machine")
+                await self.fleet.release_one(m, job_id, "not running on its machine")
         renewed = await self._renew(m)
         for job_id in list(m.running):
             if job_id not in renewed:
                 cancel.append(job_id)
-                self._forget(m, job_id)
+                self.fleet.forget(m, job_id)
             elif renewed[job_id]:
                 cancel.append(job_id)  # kill requested on the row: the agent reports killed
         return {"state": m.state, "drain": m.state == "draining",
@@ -247,7 +255,7 @@ class PoolService(Sizing):
             raise PoolError(409, "not_assigned", "that job is not assigned to this machine")
         a = self.assigned.get(job_id) or await self._reload(m, job_id)
         if a is None:
-            self._forget(m, job_id)
+            self.fleet.forget(m, job_id)
             raise PoolError(409, "not_assigned", "that job is no longer this machine's")
         outcome = self._classify(self.pools[m.pool], a, body)
         rid = parse_record_id(job_id)
@@ -262,7 +270,7 @@ class PoolService(Sizing):
         else:
             stmt = rows.fail(rid, m.id, outcome["error"], n)
         got = await self.db.query_one(*stmt)
-        self._forget(m, job_id)
+        self.fleet.forget(m, job_id)
         self.pools[m.pool].wake.set()  # a slot is free
         if not got:
             return {"job_id": job_id, "written": False}
@@ -275,8 +283,8 @@ class PoolService(Sizing):
         m = self._machine(machine_id, token)
         self._touch(m)
         for job_id in list(m.running):
-            await self._release_one(m, job_id, "machine left")
-        await self._remove(m, "destroyed", m.drain_reason or "drained")
+            await self.fleet.release_one(m, job_id, "machine left")
+        await self.fleet.remove(m, "destroyed", m.drain_reason or "drained")
         return {"machine": m.public()}
 
     # ------------------------------------------------------------------ operator actions
@@ -303,15 +311,8 @@ class PoolService(Sizing):
         if not m.active:
             raise PoolError(409, "conflict", f"the machine is already {m.state}")
         if m.state != "draining":
-            self._drain(m, reason)
+            self.fleet.drain(m, reason)
         return m.public()
-
-    def _drain(self, m: Machine, reason: str) -> None:
-        m.state = "draining"
-        m.drain_reason = reason
-        self.store.save_machine(m)
-        self.pools[m.pool].wake.set()  # a long-polling take of this machine answers now
-        log.info("machine %s draining (%s)", m.id, reason)
 
     # ------------------------------------------------------------------ job kill and retry
 
@@ -338,7 +339,7 @@ class PoolService(Sizing):
                              "machine": flagged[0].get("assignee")}
             row = await self.db.query_one(*rows.status(rid), idempotent=True)
         except DbError:
-            return 503, {"error": "unavailable", "message": "the database did not answer"}
+            return db_down().reply()
         if not isinstance(row, dict):
             return 404, {"error": "not_found", "message": "no such job"}
         return 200, {"id": job_id, "action": "none", "status": row.get("status")}
@@ -351,7 +352,7 @@ class PoolService(Sizing):
             got = await self.db.query_one(*rows.reset_terminal(rid, clear_backoff=True))
             row = None if got else await self.db.query_one(*rows.status(rid), idempotent=True)
         except DbError:
-            return 503, {"error": "unavailable", "message": "the database did not answer"}
+            return db_down().reply()
         if got:
             for p in self.pools.values():
                 p.wake.set()
@@ -364,7 +365,7 @@ class PoolService(Sizing):
 
     # ------------------------------------------------------------------ admin views
 
-    def status_of(self, p: _Pool) -> str:
+    def status_of(self, p: Pool) -> str:
         ms = [m for m in self.machines.values() if m.pool == p.spec.name and m.active]
         if p.state.breaker["state"] != "closed" or p.last_sweep_error:
             return "unhealthy"
@@ -374,7 +375,7 @@ class PoolService(Sizing):
             return "starting"
         return "idle"
 
-    def pool_view(self, p: _Pool) -> dict[str, Any]:
+    def pool_view(self, p: Pool) -> dict[str, Any]:
         ms = [m for m in self.machines.values() if m.pool == p.spec.name]
         by_state: dict[str, int] = {}
         for m in ms:
@@ -410,7 +411,7 @@ class PoolService(Sizing):
 
     # ------------------------------------------------------------------ jobs
 
-    async def _hand_out(self, p: _Pool, m: Machine, want: int) -> list[dict[str, Any]]:
+    async def _hand_out(self, p: Pool, m: Machine, want: int) -> list[dict[str, Any]]:
         if p.state.paused or m.state != "ready" or self.stopping:
             return []
         out: list[dict[str, Any]] = []
@@ -430,16 +431,16 @@ class PoolService(Sizing):
                 for row in got:
                     if m.state != "ready":
                         # drained (or removed) while this claim ran: not one job more
-                        await self._release_one(m, record_id_text(row["id"]), "draining")
+                        await self.fleet.release_one(m, record_id_text(row["id"]), "draining")
                         continue
                     job = await self._launch(p, m, t, row)
                     if job is not None:
                         out.append(job)
         if out:
-            self.idle_since.pop(m.id, None)
+            self.fleet.idle_since.pop(m.id, None)
         return out
 
-    async def _launch(self, p: _Pool, m: Machine, t: JobTable, row: dict[str, Any]
+    async def _launch(self, p: Pool, m: Machine, t: JobTable, row: dict[str, Any]
                       ) -> dict[str, Any] | None:
         rid: RecordID = row["id"]
         key = record_id_text(rid)
@@ -454,7 +455,7 @@ class PoolService(Sizing):
             await self.db.query_one(*rows.fail(
                 rid, m.id, error_entry("rejected", str(e), attempt=attempts + 1), attempts + 1))
             return None
-        self.assigned[key] = _Assigned(m.id, t, attempts, row_max_retries(row.get("max_retries")))
+        self.assigned[key] = Assigned(m.id, t, attempts, row_max_retries(row.get("max_retries")))
         m.running.append(key)
         headers = {"X-Job-Id": key}
         if t.auth_token:
@@ -463,7 +464,7 @@ class PoolService(Sizing):
                 "payload": jsonable(row.get("payload")), "headers": headers,
                 "timeout_secs": t.timeout_secs, "attempt": attempts + 1}
 
-    def _classify(self, p: _Pool, a: _Assigned, body: dict[str, Any]) -> dict[str, Any]:
+    def _classify(self, p: Pool, a: Assigned, body: dict[str, Any]) -> dict[str, Any]:
         n = a.attempts + 1
         kind = body.get("error_kind")
         status = body.get("status")
@@ -488,7 +489,7 @@ class PoolService(Sizing):
         return {"kind": "failed", "retry": True, "wait": None,
                 "error": error_entry("unreachable", message[:ERROR_TEXT_MAX], attempt=n)}
 
-    async def _reload(self, m: Machine, job_id: str) -> _Assigned | None:
+    async def _reload(self, m: Machine, job_id: str) -> Assigned | None:
         """An adopted job (scheduler restarted while it ran): its row, if still ours."""
         try:
             rid = parse_record_id(job_id)
@@ -502,7 +503,7 @@ class PoolService(Sizing):
         if not isinstance(row, dict) or row.get("assignee") != m.id \
                 or row.get("status") != "processing":
             return None
-        a = _Assigned(m.id, t, int(row.get("attempts") or 0),
+        a = Assigned(m.id, t, int(row.get("attempts") or 0),
                       row_max_retries(row.get("max_retries")))
         self.assigned[job_id] = a
         return a
@@ -526,59 +527,5 @@ class PoolService(Sizing):
                 out[record_id_text(row["id"])] = row.get("kill_requested") is True
         return out
 
-    def _forget(self, m: Machine, job_id: str) -> None:
-        with contextlib.suppress(ValueError):
-            m.running.remove(job_id)
-        self.assigned.pop(job_id, None)
-        if not m.running:
-            self.idle_since[m.id] = time.monotonic()
 
-    async def _release_one(self, m: Machine, job_id: str, why: str) -> None:
-        with contextlib.suppress(ValueError, DbError):
-            got = await self.db.query_one(*rows.hand_back(parse_record_id(job_id), m.id))
-            if got:
-                log.info("job %s back to pending (%s: %s)", job_id, m.id, why)
-        self._forget(m, job_id)
-        self.pools[m.pool].wake.set()
-
-    async def _release_all(self, m: Machine, why: str) -> int:
-        """Every processing row this machine holds -> pending (its rows, not only the ones
-        in memory: a take answered just before the machine died counts too)."""
-        n = 0
-        for t in self.pools[m.pool].spec.tables:
-            got = await self.db.query_one(*rows.hand_back_all(t.name, m.id)) or []
-            n += len(got)
-        for job_id in list(m.running):
-            self._forget(m, job_id)
-        if n:
-            log.info("machine %s %s: %d jobs back to pending", m.id, why, n)
-            self.pools[m.pool].wake.set()
-        return n
-
-    async def _remove(self, m: Machine, state: str, reason: str, *, force: bool = False
-                      ) -> None:
-        if not m.active:
-            return
-        try:
-            await self._release_all(m, state)
-        except DbError as e:
-            # The rows keep their lease: the sweep (or the SSP-style lease expiry) frees them.
-            log.warning("machine %s: handing its jobs back failed (%s); left for the lease "
-                        "sweep", m.id, e)
-        m.state = state
-        m.removed_at = now_ms()
-        m.removal_reason = reason
-        self.idle_since.pop(m.id, None)
-        self.store.save_machine(m)
-        self.pools[m.pool].provider.destroy(m.provider_ref, force=force)
-        log.info("machine %s of pool %s %s: %s", m.id, m.pool, state, reason)
-        self._prune(m.pool)
-
-    def _prune(self, pool: str) -> None:
-        done = sorted((m for m in self.machines.values() if m.pool == pool and not m.active),
-                      key=lambda m: m.created_at)
-        for m in done[:-KEEP_TERMINAL]:
-            self.machines.pop(m.id, None)
-
-
-__all__ = ["ACTIVE", "PoolError", "PoolService"]
+__all__ = ["ACTIVE", "PoolError", "PoolService", "db_down"]

@@ -1,55 +1,70 @@
 """Operator actions on runs and schedules (the admin API's cancel, rerun, retry, pause,
-resume, trigger, release), as a part of :class:`~.engine.WorkflowEngine`.
+resume, trigger, release), a part of :class:`~.engine.WorkflowEngine`.
 
-Each takes the engine's lock, so it never interleaves with a pass of the clock or of the job
+Each takes the memory's lock, so it never interleaves with a pass of the clock or of the job
 follower; refusals are :class:`~.errors.OpError` (status, code, sentence).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from surrealdb import RecordID
 
+from dbclient import Database
 from engine.values import record_id_text
 from scheduler.workflows import errors, runs
+from scheduler.workflows.commits import select
 from scheduler.workflows.errors import NotFound, OpError, Unavailable, run_error
 from scheduler.workflows.ids import key_of as _key
 from scheduler.workflows.ids import ms as _ms
 from scheduler.workflows.ids import rid as _rid
 from scheduler.workflows.ids import step_rid as _step_rid
-from scheduler.workflows.state import EngineState
+from scheduler.workflows.jobcalls import JobCalls
+from scheduler.workflows.loading import Loading
+from scheduler.workflows.quarantine import Quarantines
+from scheduler.workflows.runstate import RunStates
+from scheduler.workflows.settle import Settler
+from scheduler.workflows.state import Memory, Run, Sched
 from scheduler.workflows.tables import CURRENT, schema_version
-
-if TYPE_CHECKING:
-    from scheduler.workflows.state import Run, Sched
 
 __all__ = ["OperatorActions"]
 
 
-class OperatorActions(EngineState):
-    """Mixed into the engine; uses its state and its private helpers."""
+class OperatorActions:
+    """Each action takes the memory's lock, records its change, then settles (a cancelled
+    run with nothing running ends at once; a rerun's first steps start)."""
+
+    def __init__(self, db: Database, memory: Memory, loading: Loading, runstates: RunStates,
+                 settler: Settler, jobcalls: JobCalls, quarantines: Quarantines) -> None:
+        self.db = db
+        self.memory = memory
+        self.loading = loading
+        self.runstates = runstates
+        self.settler = settler
+        self.jobcalls = jobcalls
+        self.quarantines = quarantines
 
     def _require_ready(self) -> None:
-        if self.state == "disabled":
+        if self.memory.state == "disabled":
             raise Unavailable("workflows are disabled (SVC_WORKFLOWS_ENABLED)", "disabled")
-        if self.state != "ready":
+        if self.memory.state != "ready":
             raise Unavailable("the workflow engine is not ready (no workflow tables yet, or "
                               "the database is unreachable); try again", "not_ready")
 
     async def _require_migrated(self) -> None:
-        self.version = await schema_version(self.db)
-        if self.version is None or self.version < CURRENT:
-            raise OpError(f"the workflow tables are at schema version {self.version or 0}, "
+        version = self.memory.version = await schema_version(self.db)
+        if version is None or version < CURRENT:
+            raise OpError(f"the workflow tables are at schema version {version or 0}, "
                           f"this scheduler needs {CURRENT}: run `svc migrate` first",
                           "migration_required")
 
     async def cancel(self, run_key: str) -> dict[str, Any]:
         """Spec: 202 `{run, status: killed | kill_requested}`; 409 unless running."""
         self._require_ready()
-        async with self.lock:
-            run = self.runs.get(run_key)
+        async with self.memory.lock:
+            run = self.memory.runs.get(run_key)
             if run is None:
                 row = await self._run_row(run_key)
                 raise OpError(f"run {run_key} is {row.get('status')}, not running: only a "
@@ -80,11 +95,11 @@ class OperatorActions(EngineState):
                         st.kill_sent, st.halt = True, err
             await self.db.transaction(stmts)
             ok()
-            self._kill_jobs([st.job for st in to_kill if st.job is not None])
+            self.jobcalls.kill([st.job for st in to_kill if st.job is not None])
             if not to_kill:
-                await self._settle()  # nothing runs: the run ends killed now
-            self._changed()
-            status = "kill_requested" if run_key in self.runs else self._ended_status(run)
+                await self.settler.settle()  # nothing runs: the run ends killed now
+            self.memory.changed()
+            status = "kill_requested" if run_key in self.memory.runs else self._ended_status(run)
             return {"run": record_id_text(run.rid), "status": status}
 
     @staticmethod
@@ -104,21 +119,21 @@ class OperatorActions(EngineState):
         exists, else the source run's own DAG."""
         self._require_ready()
         await self._require_migrated()
-        async with self.lock:
+        async with self.memory.lock:
             src = await self._run_row(run_key)
             name = str(src.get("workflow"))
-            wf, _, _ = self.workflows.get(name, (None, None, ""))
+            wf, _, _ = self.memory.workflows.get(name, (None, None, ""))
             dag = None
             if wf is None:
                 dag = (src.get("dag") or {}).get("steps")
                 if not isinstance(dag, dict):
                     raise OpError(f"run {run_key} has no DAG to run again", "no_dag")
-            run, stmts, ok = self._new_run(name, wf, self.now(), trigger="manual",
+            run, stmts, ok = self.runstates.new_run(name, wf, self.memory.now(), trigger="manual",
                                            rerun_of=src["id"], dag=dag)
             await self.db.transaction(stmts)
             ok()
-            await self._settle()
-            self._changed()
+            await self.settler.settle()
+            self.memory.changed()
             return {"run": record_id_text(run.rid), "rerun_of": record_id_text(src["id"])}
 
     async def retry(self, run_key: str) -> dict[str, Any]:
@@ -126,17 +141,17 @@ class OperatorActions(EngineState):
         a killed step's job has not gone terminal; 409 before `svc migrate`."""
         self._require_ready()
         await self._require_migrated()
-        async with self.lock:
+        async with self.memory.lock:
             row = await self._run_row(run_key)
             if row.get("status") not in ("failed", "killed"):
                 raise OpError(f"run {run_key} is {row.get('status')}: only a failed or killed "
                               "run can be retried", "not_retryable")
-            step_rows = await self._select("SELECT * FROM _00_step_run WHERE run = $r",
+            step_rows = await select(self.db, "SELECT * FROM _00_step_run WHERE run = $r",
                                            {"r": row["id"]})
             killed_jobs = [s["job"] for s in step_rows if s.get("status") == runs.KILLED
                            and isinstance(s.get("job"), RecordID)]
             if killed_jobs:
-                live = await self._select("SELECT id FROM $ids WHERE status IN ['pending', "
+                live = await select(self.db, "SELECT id FROM $ids WHERE status IN ['pending', "
                                           "'processing']", {"ids": killed_jobs})
                 if live:
                     raise OpError(
@@ -144,7 +159,7 @@ class OperatorActions(EngineState):
                         "gone terminal yet: wait for the kill to settle, then retry",
                         "kill_pending")
             n = int(row.get("retry_count") or 0) + 1
-            now = self.now()
+            now = self.memory.now()
             deadline_secs = row.get("deadline_secs")
             deadline = now + timedelta(seconds=deadline_secs) if deadline_secs else None
             reset = sorted(str(s["step"]) for s in step_rows
@@ -171,38 +186,38 @@ class OperatorActions(EngineState):
             for s in step_rows:
                 if s["step"] in reset:
                     s.update(status=runs.BLOCKED, attempt=n, job=None)
-            run = self._run_from_rows(row, step_rows)
+            run = self.loading.run_from_rows(row, step_rows)
             if run is not None:
-                self.runs[run.key] = run
+                self.memory.runs[run.key] = run
             if fire_key:
-                f = await self._select("SELECT * FROM $f", {"f": _rid("_00_schedule_run",
+                f = await select(self.db, "SELECT * FROM $f", {"f": _rid("_00_schedule_run",
                                                                       fire_key)})
-                fire = self._fire_from_row(f[0]) if f else None
+                fire = self.loading.fire_from_row(f[0]) if f else None
                 if fire is not None:
-                    self.fires[fire.key] = fire
-            await self._settle()
-            self._changed()
+                    self.memory.fires[fire.key] = fire
+            await self.settler.settle()
+            self.memory.changed()
             return {"run": record_id_text(row["id"]), "retry_count": n, "reset": reset,
                     "kept": kept}
 
     def schedule_state(self, name: str) -> Sched:
-        s = self.schedules.get(name)
+        s = self.memory.schedules.get(name)
         if s is None:
             raise NotFound(f"no schedule {name[:80]} (svc workflows apply defines them)")
         return s
 
     async def _fresh(self, name: str) -> None:
         """Definitions just applied may not be loaded yet: read them before saying 404."""
-        if name not in self.schedules:
-            await self._reload_definitions()
+        if name not in self.memory.schedules:
+            await self.loading.reload_definitions()
 
     async def pause(self, name: str, paused: bool) -> dict[str, Any]:
         """Spec: `{name, paused}`. Resuming does not catch up the fires of the pause."""
         self._require_ready()
         await self._fresh(name)
-        async with self.lock:
+        async with self.memory.lock:
             s = self.schedule_state(name)
-            now = self.now()
+            now = self.memory.now()
             if paused:
                 await self.db.query("UPDATE $s SET paused = true RETURN NONE", {"s": s.rid})
             else:
@@ -211,9 +226,9 @@ class OperatorActions(EngineState):
                 if s.paused:
                     s.cursor = max(s.cursor, now)
             s.paused = paused
-            self._plan_next(s)
-        self._wake.set()
-        self._changed()
+            s.plan_next()
+        self.memory.wake.set()
+        self.memory.changed()
         return {"name": name, "paused": paused}
 
     async def trigger(self, name: str) -> dict[str, Any]:
@@ -222,7 +237,7 @@ class OperatorActions(EngineState):
         survives a crash."""
         self._require_ready()
         await self._fresh(name)
-        async with self.lock:
+        async with self.memory.lock:
             s = self.schedule_state(name)
             if s.spec is None:
                 raise OpError(f"schedule {name}'s definition is refused: {s.problem}",
@@ -232,33 +247,29 @@ class OperatorActions(EngineState):
                               "(enabled: false)", "disabled")
             if s.paused:
                 raise OpError(f"schedule {name} is paused: resume it first", "paused")
-            now = self.now().replace(microsecond=self.now().microsecond // 1000 * 1000)
+            now = self.memory.now().replace(microsecond=self.memory.now().microsecond // 1000 * 1000)
             await self.db.query("UPDATE $s SET trigger_requested_at = $t RETURN NONE",
                                 {"s": s.rid, "t": now})
             s.trigger_at = now
-        self._wake.set()
+        self.memory.wake.set()
         return {"name": name, "triggered_at": _ms(now)}
 
     async def release(self, name: str, who: str = "operator") -> dict[str, Any]:
         """Lift a quarantine: the failure count restarts at 0, fires resume from now."""
         self._require_ready()
         await self._fresh(name)
-        async with self.lock:
+        async with self.memory.lock:
             s = self.schedule_state(name)
             if s.quarantined is None:
                 raise OpError(f"schedule {name} is not quarantined", "not_quarantined")
-            now = self.now()
+            now = self.memory.now()
             await self.db.query("UPDATE $s SET quarantined = NONE, failures = 0, last_due_at "
                                 "= $t RETURN NONE", {"s": s.rid, "t": now})
             q = s.quarantined
             s.quarantined, s.failures = None, 0
             s.cursor = max(s.cursor, now)
-            self._plan_next(s)
-            if self.incidents is not None:
-                component = f"schedule:{name}/{q.get('key')}"
-                iid = self.incidents.find_open(component, "schedule_quarantined")
-                if iid is not None:
-                    self.incidents.end(iid, "recovered", f"released by {who}")
-        self._wake.set()
-        self._changed()
+            s.plan_next()
+            self.quarantines.released(name, q, who)
+        self.memory.wake.set()
+        self.memory.changed()
         return {"name": name, "quarantined": False, "released": True}

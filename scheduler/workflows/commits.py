@@ -1,6 +1,7 @@
-"""Committing the engine's decisions: units in transactions of up to `BATCH_STATEMENTS`
-statements, `IN_FLIGHT` at a time; a refused batch is retried unit by unit (one refused row
-fails only its own unit); a write conflict is sent again, never taken for a refusal."""
+"""The engine's database verbs. Committing its decisions (`Committer`): units in transactions
+of up to `BATCH_STATEMENTS` statements, `IN_FLIGHT` at a time; a refused batch is retried unit
+by unit (one refused row fails only its own unit); a write conflict is sent again, never taken
+for a refusal. Reading rows (`select`)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import DbQueryError
+from dbclient import Database, DbQueryError
 from ipc.backoff import delay
-from scheduler.workflows.state import EngineState, Unit
+from scheduler.workflows.state import Memory, Unit
 
 log = logging.getLogger("scheduler.workflows")
 
-__all__ = ["CONFLICT_RETRIES", "Commits", "already_exists", "retryable"]
+__all__ = ["CONFLICT_RETRIES", "READ_CHUNK", "Committer", "already_exists", "retryable",
+           "select"]
 
 BATCH_STATEMENTS = 600
 IN_FLIGHT = 2
 #: times a transaction that met a write conflict is sent again before giving up
 CONFLICT_RETRIES = 6
+READ_CHUNK = 500  # ids per `IN $ids` read
 
 
 def already_exists(e: DbQueryError) -> bool:
@@ -40,14 +43,21 @@ def retryable(e: DbQueryError) -> bool:
         or "COMMIT failed" in str(e)
 
 
-# A mixin of `scheduler.workflows.engine.WorkflowEngine`, not a component: the engine is one
-# owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
-# on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
-# module, as `scheduler.core` does with the scheduler.
-class Commits(EngineState):
-    """Commits units; the engine resyncs when one is refused without a handler."""
+async def select(db: Database, sql: str, vars: dict[str, Any] | None = None
+                 ) -> list[dict[str, Any]]:
+    """The rows of one idempotent SELECT (anything but objects dropped)."""
+    rows = await db.query_one(sql, vars, idempotent=True) or []
+    return [r for r in rows if isinstance(r, dict)]
 
-    async def _commit(self, units: list[Unit]) -> None:
+
+class Committer:
+    """Commits units; memory is marked for a resync when one is refused without a handler."""
+
+    def __init__(self, db: Database, memory: Memory) -> None:
+        self.db = db
+        self.memory = memory
+
+    async def commit(self, units: list[Unit]) -> None:
         """Units of one round (independent of each other by construction) in transactions of
         up to BATCH_STATEMENTS statements, two in flight (the database works on one while this
         process encodes the next)."""
@@ -63,16 +73,16 @@ class Commits(EngineState):
 
         async def one(chunk: list[Unit]) -> None:
             async with gate:
-                await self._commit_chunk(chunk)
+                await self.commit_chunk(chunk)
         if len(chunks) == 1:
-            await self._commit_chunk(chunks[0])
+            await self.commit_chunk(chunks[0])
             return
         got = await asyncio.gather(*(one(c) for c in chunks if c), return_exceptions=True)
         for g in got:
             if isinstance(g, BaseException):
                 raise g
 
-    async def _commit_chunk(self, chunk: list[Unit]) -> None:
+    async def commit_chunk(self, chunk: list[Unit]) -> None:
         statements = [st for u in chunk for st in u.statements]
         by_due: dict[datetime, list[RecordID]] = {}
         for u in chunk:
@@ -90,7 +100,7 @@ class Commits(EngineState):
             await self._refused(chunk[0], refused)
         else:
             for u in chunk:  # find the one(s) refused; the rest commit on their own
-                await self._commit_chunk([u])
+                await self.commit_chunk([u])
 
     async def _transaction(self, statements: list[tuple[str, dict[str, Any] | None]]
                            ) -> DbQueryError | None:
@@ -115,4 +125,4 @@ class Commits(EngineState):
             await u.fail(e)
         else:
             log.warning("workflows: %s refused by the database: %s", u.label, e)
-            self._resync = True
+            self.memory.resync = True

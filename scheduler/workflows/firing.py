@@ -1,7 +1,8 @@
 """The schedule clock: due times from cron and time zone, fires (each one unit: the schedule
 run, its run or job, the cursor), the concurrency policy (`concurrency_skip` or queued),
 catch-up after an outage (`clock.catch_up`: the newest fire, the rest recorded as missed),
-fire endings with their rollups and quarantine after repeated failures."""
+the start of queued fires. (A fire's ending, with its rollup and quarantine, is in
+`endings`: runs end fires too.)"""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ from dbclient import DbQueryError
 from engine.values import record_id_text
 from jobs import rows
 from scheduler.workflows import clock, errors, rollups
-from scheduler.workflows.commits import already_exists
+from scheduler.workflows.commits import Committer, already_exists
+from scheduler.workflows.endings import Endings
 from scheduler.workflows.errors import run_error
 from scheduler.workflows.ids import ms as _ms
 from scheduler.workflows.ids import rid as _rid
-from scheduler.workflows.state import EngineState, Fire, Sched, Unit
+from scheduler.workflows.jobcalls import JobCalls
+from scheduler.workflows.runstate import RunStates
+from scheduler.workflows.state import Fire, Memory, Sched, Unit
 
 log = logging.getLogger("scheduler.workflows")
 
@@ -35,57 +39,31 @@ _CREATE_FIRED = "CREATE $f CONTENT object::extend($c, {fired_at: time::now()}) R
 _CREATE_FIRED_DONE = ("CREATE $f CONTENT object::extend($c, {fired_at: time::now(), "
                       "finished_at: time::now()}) RETURN NONE")
 
-# A mixin of `scheduler.workflows.engine.WorkflowEngine`, not a component: the engine is one
-# owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
-# on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
-# module, as `scheduler.core` does with the scheduler.
-class Firing(EngineState):
-    """Units that fire schedules and end fires."""
+class Firing:
+    """Units that fire schedules and start queued fires. A workflow target's fire starts a
+    run (`RunStates.new_run`)."""
 
-    def _fires_by_schedule(self) -> dict[str, list[Fire]]:
+    def __init__(self, memory: Memory, committer: Committer, endings: Endings,
+                 runstates: RunStates, jobcalls: JobCalls) -> None:
+        self.memory = memory
+        self.committer = committer
+        self.endings = endings
+        self.runstates = runstates
+        self.jobcalls = jobcalls
+        #: the active fires of each schedule as the round began (`index_fires`): a round's
+        #: units are decided against one picture, whatever they change once committed
+        self._by_schedule: dict[str, list[Fire]] = {}
+
+    def index_fires(self) -> None:
+        """The active fires by schedule, once per round of decisions."""
         out: dict[str, list[Fire]] = {}
-        for f in self.fires.values():
+        for f in self.memory.fires.values():
             out.setdefault(f.schedule, []).append(f)
-        return out
+        self._by_schedule = out
 
-    def _fire_end_unit(self, fire: Fire, status: str, err: dict[str, Any] | None) -> Unit:
-        """A fire's ending: its record, the rollup, and (first endings only, not a retried
-        run's: spec note) the schedule's `last_run_*` fields, failure count, quarantine."""
-        now = self.now()
-        stmts: list[tuple[str, dict[str, Any] | None]] = [
-            ("UPDATE $f SET status = $st, error = $e, finished_at = time::now() RETURN NONE",
-             {"f": fire.rid, "st": status, "e": err}),
-            rollups.increment(fire.schedule, now, "success" if status == "completed"
-                              else "failure"),
-        ]
-        s = self.schedules.get(fire.schedule)
-        quarantine: dict[str, Any] | None = None
-        failures = 0
-        if s is not None and not fire.retried:
-            failures = 0 if status == "completed" else s.failures + 1
-            limit = s.spec.quarantine_after if s.spec is not None else 0
-            if limit and failures >= limit and s.quarantined is None:
-                quarantine = {"key": (err or {}).get("code") or "failed", "since": _ms(now),
-                              "failures": failures}
-            stmts.append((
-                "UPDATE $s SET last_run_status = $st, last_run_at = time::now(), "
-                "last_error = $le, failures = $n" + (", quarantined = $q" if quarantine
-                                                      else "") + " RETURN NONE",
-                {"s": s.rid, "st": status, "le": (err or {}).get("message"), "n": failures,
-                 **({"q": quarantine} if quarantine else {})}))
-
-        def ok() -> None:
-            self.fires.pop(fire.key, None)
-            if s is not None and not fire.retried:
-                s.failures = failures
-                if quarantine is not None:
-                    s.quarantined = quarantine
-                    self._quarantine_incident(s)
-        return Unit(f"fire {fire.key} {status}", stmts, ok)
-
-    def _schedule_units(self, now: datetime) -> list[Unit]:
+    def schedule_units(self, now: datetime) -> list[Unit]:
         units: list[Unit] = []
-        for s in list(self.schedules.values()):
+        for s in list(self.memory.schedules.values()):
             if not s.active:
                 s.pending.clear()
                 s.missed = None
@@ -112,7 +90,7 @@ class Firing(EngineState):
                 s.missed = p if p.missed_count else None
                 if not p.fire and not p.missed_count:
                     s.cursor = now
-                    self._plan_next(s)
+                    s.plan_next()
             if s.missed is not None:
                 units.append(self._missed_unit(s, s.missed))
             elif s.pending:
@@ -120,14 +98,14 @@ class Firing(EngineState):
                 units.append(self._fire_unit(s, due, "schedule", now, late=late))
         return units
 
-    async def _plan_ahead(self, until: float) -> None:
+    async def plan_ahead(self, until: float) -> None:
         """While nothing is due: compute each active schedule's due time after its next one
         (`Sched.ahead`), until monotonic time `until` or a wake. At a due time shared by many
         schedules (1,000 `* * * * *`) this cron work (~0.3 ms each) would otherwise delay
         the fires' commit. Yields to the loop every `AHEAD_CHUNK` schedules; a value computed
         for a next_due that has moved since is ignored by the fire."""
         n = 0
-        for s in list(self.schedules.values()):
+        for s in list(self.memory.schedules.values()):
             if not s.active or s.spec is None or s.next_due is None \
                     or (s.ahead is not None and s.ahead[0] == s.next_due):
                 continue
@@ -139,7 +117,7 @@ class Firing(EngineState):
             n += 1
             if n % AHEAD_CHUNK == 0:
                 await asyncio.sleep(0)
-                if self._wake.is_set() or time.monotonic() >= until:
+                if self.memory.wake.is_set() or time.monotonic() >= until:
                     return
 
     def _missed_unit(self, s: Sched, p: clock.CatchUp) -> Unit:
@@ -152,10 +130,10 @@ class Firing(EngineState):
                         until=_ms(p.missed_until), missed=p.missed_count)
         stmts: list[tuple[str, dict[str, Any] | None]] = [
             ("CREATE $f CONTENT $c RETURN NONE", {"f": _rid("_00_schedule_run", key), "c": {
-                "schedule": s.name, "due_at": p.missed_until, "fired_at": self.now(),
+                "schedule": s.name, "due_at": p.missed_until, "fired_at": self.memory.now(),
                 "trigger": "schedule", "status": "skipped", "error": err,
-                "finished_at": self.now()}}),
-            rollups.increment(s.name, self.now(), "skipped"),
+                "finished_at": self.memory.now()}}),
+            rollups.increment(s.name, self.memory.now(), "skipped"),
             ("UPDATE $s SET last_due_at = $d RETURN NONE", {"s": s.rid, "d": p.missed_until}),
         ]
 
@@ -163,7 +141,7 @@ class Firing(EngineState):
             s.missed = None
             if p.missed_until is not None:
                 s.cursor = max(s.cursor, p.missed_until)
-            self.stats["skipped_fires"] += 1
+            self.memory.stats["skipped_fires"] += 1
             log.warning("schedule %s: %s", s.name, err["message"])
 
         async def fail(e: DbQueryError) -> None:
@@ -224,30 +202,30 @@ class Firing(EngineState):
                 if s.pending and s.pending[0][0] == due:
                     s.pending.popleft()
                 s.cursor = max(s.cursor, due)
-                self._plan_next(s)
-            s.last_fired_at = self.now()
+                s.plan_next()
+            s.last_fired_at = self.memory.now()
 
         def ok() -> None:
             recorded()
             if mode == "skip":
-                self.stats["skipped_fires"] += 1
+                self.memory.stats["skipped_fires"] += 1
                 log.info("schedule %s: fire %s skipped (%s)", s.name, key, blocked_by)
                 return
-            self.fires[key] = fire
-            self.stats["fires"] += 1
+            self.memory.fires[key] = fire
+            self.memory.stats["fires"] += 1
             if start_ok is not None:
                 start_ok()
 
         async def fail(e: DbQueryError) -> None:
             if already_exists(e) and "_00_schedule_run" in e.engine_message:
                 log.info("schedule %s: fire %s was recorded already", s.name, key)
-                self._resync = True  # read it (and its run) from the database
+                self.memory.resync = True  # read it (and its run) from the database
                 if manual:
                     s.trigger_at = None
                 elif s.pending and s.pending[0][0] == due:
                     s.pending.popleft()
                     s.cursor = max(s.cursor, due)
-                    self._plan_next(s)
+                    s.plan_next()
                 return
             # The job (table target) was refused: the fire is recorded as failed.
             err = run_error(errors.SPAWN_FAILED, f"the database refused the fire's records: "
@@ -255,7 +233,7 @@ class Firing(EngineState):
             log.warning("schedule %s: fire %s failed (spawn_failed): %s", s.name, key,
                         e.engine_message[:300])
             fire.status = "running"
-            fail_unit = self._fire_end_unit(fire, "failed", err)
+            fail_unit = self.endings.fire_end_unit(fire, "failed", err)
             fail_unit.statements[:0] = [(_CREATE_FIRED, {"f": fire.rid, "c": {
                 **base, "status": "running"}})]
             fail_unit.statements += clear
@@ -264,12 +242,12 @@ class Firing(EngineState):
 
             def failed_ok() -> None:
                 recorded()
-                self.fires[key] = fire
+                self.memory.fires[key] = fire
                 if inner is not None:
                     inner()  # the fire's end: out of the active fires, tallied
             fail_unit.ok = failed_ok
             fail_unit.fail = None
-            await self._commit_chunk([fail_unit])
+            await self.committer.commit_chunk([fail_unit])
         return Unit(f"fire {key}", stmts, ok, fail, cursor=cursor)
 
     def _start_fire(self, s: Sched, fire: Fire, now: datetime, *,
@@ -290,13 +268,13 @@ class Firing(EngineState):
                 spec, now, schedule=s.name, schedule_run=fire.rid)}))
             fire.job = job
         else:
-            wf, why, _ = self.workflows.get(s.spec.workflow or "", (None, None, ""))
+            wf, why, _ = self.memory.workflows.get(s.spec.workflow or "", (None, None, ""))
             if wf is None:
                 code = errors.BAD_DAG if why else errors.NO_TARGET_TABLE
                 problem = run_error(code, why or f"workflow {s.spec.workflow} is not defined "
                                     "(svc workflows apply)", workflow=s.spec.workflow)
             else:
-                run, run_stmts, run_ok = self._new_run(
+                run, run_stmts, run_ok = self.runstates.new_run(
                     s.spec.workflow or "", wf, now, trigger="schedule", schedule=s.name,
                     fire=fire.key)
                 link = {"run": run.rid}
@@ -314,7 +292,7 @@ class Firing(EngineState):
                 **({"error": problem, "finished_at": now} if problem else {})}}))
         if problem is not None:
             # Recorded as failed at once, counted like any failed fire.
-            end = self._fire_end_unit(fire, "failed", problem)
+            end = self.endings.fire_end_unit(fire, "failed", problem)
             stmts += end.statements[1:]
             fire.status = "running"
 
@@ -330,13 +308,13 @@ class Firing(EngineState):
             if run_ok is not None:
                 run_ok()
             if fire.job is not None:
-                self._poke(fire.job)
+                self.jobcalls.poke(fire.job)
         return stmts, started
 
-    def _queue_units(self, now: datetime) -> list[Unit]:
+    def queue_units(self, now: datetime) -> list[Unit]:
         units = []
         for name, mine in self._by_schedule.items():
-            s = self.schedules.get(name)
+            s = self.memory.schedules.get(name)
             if s is None or s.spec is None:
                 continue
             queued = sorted((f for f in mine if f.status == "queued"), key=lambda f: f.due)
@@ -346,16 +324,3 @@ class Firing(EngineState):
             stmts, started = self._start_fire(s, fire, now, create=None)
             units.append(Unit(f"start queued {fire.key}", stmts, started))
         return units
-
-    def _quarantine_incident(self, s: Sched, *, restarted: bool = False) -> None:
-        if self.incidents is None or s.quarantined is None:
-            return
-        component = f"schedule:{s.name}/{s.quarantined.get('key')}"
-        if self.incidents.find_open(component, "schedule_quarantined") is not None:
-            return
-        why = ("still quarantined after a scheduler restart" if restarted else
-               f"quarantined after {s.quarantined.get('failures')} failed fires in a row "
-               f"({s.quarantined.get('key')}); it fires again once released")
-        iid = self.incidents.open(component, "schedule_quarantined", why)
-        s.quarantined["incident"] = iid
-        log.warning("schedule %s %s", s.name, why)

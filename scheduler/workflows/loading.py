@@ -1,6 +1,6 @@
 """The engine's memory read from the database: the stored definitions of workflows and
 schedules (reloaded when `svc workflows apply` changed them) and, at start and after any
-database error, the active runs, steps and fires (`_recover`)."""
+database error, the active runs, steps and fires (`recover`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
+from dbclient import Database
 from engine.values import record_id_text
 from project.workflows import (
     DefinitionError,
@@ -17,25 +18,34 @@ from project.workflows import (
     load_schedule,
     load_workflow,
 )
-from scheduler.workflows import clock, errors, runs
+from scheduler.workflows import errors, runs
+from scheduler.workflows.commits import READ_CHUNK, select
 from scheduler.workflows.errors import run_error
+from scheduler.workflows.following import Following
 from scheduler.workflows.ids import key_of as _key
-from scheduler.workflows.state import EngineState, Fire, Run, Sched, Step
+from scheduler.workflows.jobcalls import JobCalls
+from scheduler.workflows.quarantine import Quarantines
+from scheduler.workflows.state import Fire, Memory, Run, Sched, Step
 
 log = logging.getLogger("scheduler.workflows")
 
-__all__ = ["READ_CHUNK", "Loading"]
+__all__ = ["Loading"]
 
-READ_CHUNK = 500  # ids per `IN $ids` read
 
-# A mixin of `scheduler.workflows.engine.WorkflowEngine`, not a component: the engine is one
-# owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
-# on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
-# module, as `scheduler.core` does with the scheduler.
-class Loading(EngineState):
-    """Definitions and recovery."""
+class Loading:
+    """Definitions and recovery. Recovery follows every job once (`Following.observe` in
+    recovery mode) and re-sends the pokes and kills a crash may have lost."""
 
-    async def _reload_definitions(self) -> None:
+    def __init__(self, db: Database, memory: Memory, following: Following, jobcalls: JobCalls,
+                 quarantines: Quarantines) -> None:
+        self.db = db
+        self.memory = memory
+        self.following = following
+        self.jobcalls = jobcalls
+        self.quarantines = quarantines
+        self._defs_seen: tuple[Any, ...] | None = None
+
+    async def reload_definitions(self) -> None:
         # Both tables in one transaction: `svc workflows apply` writes them in one, and a
         # schedule read after it with its workflow read before it would fire as
         # `no_target_table` (a trigger right after an apply did).
@@ -47,7 +57,8 @@ class Loading(EngineState):
                 tuple(sorted((str(r["name"]), r.get("hash")) for r in srows)))
         if seen == self._defs_seen:
             return
-        async with self.lock:
+        mem = self.memory
+        async with mem.lock:
             self._defs_seen = seen
             workflows: dict[str, tuple[Workflow | None, str | None, str]] = {}
             for r in wrows:
@@ -58,21 +69,21 @@ class Loading(EngineState):
                 except DefinitionError as e:
                     workflows[name] = (None, str(e), str(r.get("hash")))
                     log.warning("workflow %s: stored definition refused: %s", name, e)
-            self.workflows = workflows
-            now = self.now()
+            mem.workflows = workflows
+            now = mem.now()
             keep: dict[str, Sched] = {}
             for r in srows:
                 name = str(r["name"])
-                have = self.schedules.get(name)
+                have = mem.schedules.get(name)
                 if have is not None and have.hash == str(r.get("hash")):
                     keep[name] = have
                     continue
                 keep[name] = self._sched_from_row(name, r, have, now)
-            gone = set(self.schedules) - set(keep)
-            self.schedules = keep
+            gone = set(mem.schedules) - set(keep)
+            mem.schedules = keep
             if gone:
                 log.info("schedules removed from the definitions: %s", ", ".join(sorted(gone)))
-        self._changed()
+        mem.changed()
 
     def _sched_from_row(self, name: str, r: dict[str, Any], have: Sched | None,
                         now: datetime) -> Sched:
@@ -98,74 +109,61 @@ class Loading(EngineState):
             # while the scheduler was down is caught up, not silently forgotten).
             s.cursor = max(x for x in (last, applied, None) if x is not None) \
                 if (last or applied) else now
-            if s.quarantined is not None and self.incidents is not None:
-                self._quarantine_incident(s, restarted=True)
+            if s.quarantined is not None:
+                self.quarantines.opened(s, restarted=True)
         else:  # the definition changed: it applies from when it was applied
             s.paused, s.quarantined, s.failures = have.paused, have.quarantined, have.failures
             s.trigger_at, s.last_fired_at = have.trigger_at, have.last_fired_at
             s.cursor = max(have.cursor, applied or now)
-        self._plan_next(s)
+        s.plan_next()
         return s
 
-    def _plan_next(self, s: Sched) -> None:
-        if s.spec is None:
-            s.next_due = None
-            return
-        if s.following is not None and s.next_due is not None and s.cursor == s.next_due:
-            s.next_due, s.following = s.following, None  # computed while planning the fire
-            return
-        s.following = None
-        try:
-            s.next_due = clock.next_due(s.spec.cron, s.spec.timezone, s.cursor)
-        except Exception as e:  # noqa: BLE001 - a cron cronsim accepted but cannot iterate
-            log.warning("schedule %s: no next fire (%s)", s.name, e)
-            s.next_due = None
-
-    async def _recover(self) -> None:
+    async def recover(self) -> None:
         """Rebuild the active state from the database (start, and after any database error),
         then follow every job once in recovery mode (a dispatched step's missing job is
         `lost_dispatch`) and ask the SSPs to admit the tables of pending jobs."""
-        run_rows = await self._select("SELECT * FROM _00_workflow_run WHERE status = 'running'")
+        mem = self.memory
+        run_rows = await select(self.db, "SELECT * FROM _00_workflow_run WHERE status = 'running'")
         step_rows: list[dict[str, Any]] = []
         ids = [r["id"] for r in run_rows]
         for i in range(0, len(ids), READ_CHUNK):
-            step_rows += await self._select("SELECT * FROM _00_step_run WHERE run IN $ids",
-                                            {"ids": ids[i:i + READ_CHUNK]})
-        fire_rows = await self._select(
-            "SELECT * FROM _00_schedule_run WHERE status IN ['running', 'queued']")
-        async with self.lock:
+            step_rows += await select(self.db, "SELECT * FROM _00_step_run WHERE run IN $ids",
+                                      {"ids": ids[i:i + READ_CHUNK]})
+        fire_rows = await select(
+            self.db, "SELECT * FROM _00_schedule_run WHERE status IN ['running', 'queued']")
+        async with mem.lock:
             by_run: dict[str, list[dict[str, Any]]] = {}
             for row in step_rows:
                 by_run.setdefault(_key(row.get("run")), []).append(row)
-            self.runs = {}
+            mem.runs = {}
             for r in run_rows:
-                run = self._run_from_rows(r, by_run.get(_key(r["id"]), []))
+                run = self.run_from_rows(r, by_run.get(_key(r["id"]), []))
                 if run is not None:
-                    self.runs[run.key] = run
-            self.fires = {}
+                    mem.runs[run.key] = run
+            mem.fires = {}
             for f in fire_rows:
-                fire = self._fire_from_row(f)
+                fire = self.fire_from_row(f)
                 if fire is not None:
-                    self.fires[fire.key] = fire
-            self._resync = False
-            self.state = "ready"
-            self.stats["resyncs"] += 1
-            log.info("workflows: %d running runs, %d active fires", len(self.runs),
-                     len(self.fires))
-            await self._observe(recovery=True)
-            for run in self.runs.values():
+                    mem.fires[fire.key] = fire
+            mem.resync = False
+            mem.state = "ready"
+            mem.stats["resyncs"] += 1
+            log.info("workflows: %d running runs, %d active fires", len(mem.runs),
+                     len(mem.fires))
+            await self.following.observe(recovery=True)
+            for run in mem.runs.values():
                 for st in run.steps.values():
                     if st.status == runs.RUNNING and st.job is not None:
-                        self._poke(st.job)
+                        self.jobcalls.poke(st.job)
                 if run.kill_requested:  # the kill may not have gone out before a crash
-                    self._kill_jobs([st.job for st in run.steps.values()
-                                     if st.status == runs.RUNNING and st.job is not None])
-            for fire in self.fires.values():
+                    self.jobcalls.kill([st.job for st in run.steps.values()
+                                        if st.status == runs.RUNNING and st.job is not None])
+            for fire in mem.fires.values():
                 if fire.job is not None and fire.status == "running":
-                    self._poke(fire.job)
-        self._changed()
+                    self.jobcalls.poke(fire.job)
+        mem.changed()
 
-    def _run_from_rows(self, r: dict[str, Any], step_rows: list[dict[str, Any]]) -> Run | None:
+    def run_from_rows(self, r: dict[str, Any], step_rows: list[dict[str, Any]]) -> Run | None:
         dag = r.get("dag") or {}
         specs = dag.get("steps") if isinstance(dag, dict) else None
         if not isinstance(specs, dict):
@@ -185,7 +183,7 @@ class Loading(EngineState):
                                run=record_id_text(r["id"]))
                 if r.get("kill_requested") else None)
         created_at = r.get("created_at")
-        created = created_at if isinstance(created_at, datetime) else self.now()
+        created = created_at if isinstance(created_at, datetime) else self.memory.now()
         deadline = r.get("deadline_at") if isinstance(r.get("deadline_at"), datetime) else None
         return Run(_key(r["id"]), str(r.get("workflow")), steps, str(r.get("trigger")),
                    r.get("schedule"), _key(r["schedule_run"]) if r.get("schedule_run") else None,
@@ -193,7 +191,7 @@ class Loading(EngineState):
                    retry_count=r.get("retry_count") or None,
                    kill_requested=bool(r.get("kill_requested")))
 
-    def _fire_from_row(self, f: dict[str, Any]) -> Fire | None:
+    def fire_from_row(self, f: dict[str, Any]) -> Fire | None:
         due = f.get("due_at")
         if not isinstance(due, datetime):
             return None
@@ -202,8 +200,3 @@ class Loading(EngineState):
                     job=f.get("job") if isinstance(f.get("job"), RecordID) else None,
                     run=_key(f["run"]) if f.get("run") else None,
                     retried=bool(f.get("retried")))
-
-    async def _select(self, sql: str, vars: dict[str, Any] | None = None
-                      ) -> list[dict[str, Any]]:
-        rows = await self.db.query_one(sql, vars, idempotent=True) or []
-        return [r for r in rows if isinstance(r, dict)]

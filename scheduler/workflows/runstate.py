@@ -22,12 +22,14 @@ from project.workflows import (
     topological_order,
 )
 from scheduler.workflows import errors, rollups, runs
-from scheduler.workflows.commits import already_exists
+from scheduler.workflows.commits import Committer, already_exists
+from scheduler.workflows.endings import Endings
 from scheduler.workflows.errors import run_error
 from scheduler.workflows.ids import ms as _ms
 from scheduler.workflows.ids import rid as _rid
 from scheduler.workflows.ids import step_rid as _step_rid
-from scheduler.workflows.state import EngineState, Run, Step, Unit
+from scheduler.workflows.jobcalls import JobCalls
+from scheduler.workflows.state import Memory, Run, Step, Unit
 
 log = logging.getLogger("scheduler.workflows")
 
@@ -51,16 +53,19 @@ def _run_key(now: datetime) -> str:
     return f"{_b36(_ms(now))}{_b36(next(_run_seq) % 46656).rjust(3, '0')}{secrets.token_hex(1)}"
 
 
-# A mixin of `scheduler.workflows.engine.WorkflowEngine`, not a component: the engine is one
-# owner of one state (its lock, its memory of runs, fires and schedules) and these methods work
-# on that state (`WorkflowEngine.__init__`); the split keeps each job of the engine in its own
-# module, as `scheduler.core` does with the scheduler.
-class RunStates(EngineState):
-    """Units that move runs and steps along."""
+class RunStates:
+    """Units that move runs and steps along; a new run's rows (`new_run`)."""
 
-    def _run_units(self, now: datetime) -> list[Unit]:
+    def __init__(self, memory: Memory, committer: Committer, endings: Endings,
+                 jobcalls: JobCalls) -> None:
+        self.memory = memory
+        self.committer = committer
+        self.endings = endings
+        self.jobcalls = jobcalls
+
+    def run_units(self, now: datetime) -> list[Unit]:
         units: list[Unit] = []
-        for run in list(self.runs.values()):
+        for run in list(self.memory.runs.values()):
             if run.status != "running":
                 continue
             if run.deadline is not None and now >= run.deadline and not run.kill_requested:
@@ -105,21 +110,22 @@ class RunStates(EngineState):
 
         def ok() -> None:
             st.status, st.job = runs.RUNNING, job
-            self.stats["steps_started"] += 1
-            self._poke(job)
+            self.memory.stats["steps_started"] += 1
+            self.jobcalls.poke(job)
 
         async def fail(e: DbQueryError) -> None:
             if already_exists(e):
                 # This attempt's job exists (a decision recorded twice): follow it, never
                 # create a second one.
-                await self._commit_chunk([Unit(f"adopt {record_id_text(job)}", [mark], ok)])
+                await self.committer.commit_chunk([Unit(f"adopt {record_id_text(job)}", [mark], ok)])
                 return
             log.warning("run %s step %s: job %s refused: %s", run.key, st.name,
                         record_id_text(job), e)
             err = run_error(errors.SPAWN_FAILED, f"the database refused the job row "
                             f"{record_id_text(job)}: {e.engine_message}"[:400],
                             job=record_id_text(job))
-            await self._commit_chunk([self._step_end_unit(run, st, runs.FAILED, err)])
+            await self.committer.commit_chunk(
+                [self.endings.step_end_unit(run, st, runs.FAILED, err)])
         return Unit(f"start {run.key}/{st.name}", [mark, create], ok, fail)
 
     def _halt_unit(self, run: Run, err: dict[str, Any]) -> Unit:
@@ -153,7 +159,7 @@ class RunStates(EngineState):
                     st.status = runs.SKIPPED
             if inner is not None:
                 inner()
-            self._kill_jobs(to_kill)
+            self.jobcalls.kill(to_kill)
         u.ok = ok
         return u
 
@@ -167,15 +173,16 @@ class RunStates(EngineState):
         counts: dict[str, int] = {}
         for st in run.steps.values():
             counts[st.status] = counts.get(st.status, 0) + 1
-        now = self.now()
+        mem = self.memory
+        now = mem.now()
         stmts: list[tuple[str, dict[str, Any] | None]] = [
             (("UPDATE $r SET status = $st, error = $e, finished_at = time::now(), "
              "step_counts = $c RETURN NONE"), {"r": run.rid, "st": status, "e": err, "c": counts}),
         ]
-        fire = self.fires.get(run.fire) if run.fire else None
+        fire = mem.fires.get(run.fire) if run.fire else None
         after: Callable[[], None] | None = None
         if fire is not None:
-            fu = self._fire_end_unit(fire, status, err)
+            fu = self.endings.fire_end_unit(fire, status, err)
             stmts += fu.statements
             after = fu.ok
         else:
@@ -184,26 +191,26 @@ class RunStates(EngineState):
 
         def ok() -> None:
             run.status = status
-            self.runs.pop(run.key, None)
-            self.stats["runs_ended"] += 1
+            mem.runs.pop(run.key, None)
+            mem.stats["runs_ended"] += 1
             if after is not None:
                 after()
-            for fn in list(self.run_end_hooks):
-                try:
-                    fn(run.key, status, err)
-                except Exception:
-                    log.exception("run end hook failed")
+            mem.run_ended(run.key, status, err)
             log.info("run %s (%s) %s%s", run.key, run.workflow, status,
                      f": {err['code']}" if err else "")
         return Unit(f"end {run.key} {status}", stmts, ok)
 
-    def _new_run(self, name: str, wf: Workflow, now: datetime, *, trigger: str,
+    def new_run(self, name: str, wf: Workflow | None, now: datetime, *, trigger: str,
                  schedule: str | None = None, fire: str | None = None,
                  rerun_of: RecordID | None = None, dag: dict[str, Any] | None = None
                  ) -> tuple[Run, list[tuple[str, dict[str, Any] | None]], Callable[[], None]]:
-        """A new run of `wf` (or of a frozen `dag`): its rows, and memory once committed."""
+        """A new run of `wf` (or of a frozen `dag`: a rerun of a workflow no longer defined,
+        `wf` None): its rows, and memory once committed."""
         key = _run_key(now)
-        specs = dag if dag is not None else wf.model_dump(mode="json")["steps"]
+        if dag is None:
+            assert wf is not None, "a run needs a workflow or a frozen DAG"
+            dag = wf.model_dump(mode="json")["steps"]
+        specs = dag
         order = topological_order(specs)
         deadline_secs = wf.deadline if wf is not None else None
         deadline = now + timedelta(seconds=deadline_secs) if deadline_secs else None
@@ -226,6 +233,6 @@ class RunStates(EngineState):
                 "status": runs.BLOCKED, "attempt": 0, "created_at": now, "jobs": []}}))
 
         def ok() -> None:
-            self.runs[key] = run
-            self.stats["runs_started"] += 1
+            self.memory.runs[key] = run
+            self.memory.stats["runs_started"] += 1
         return run, stmts, ok

@@ -1,10 +1,12 @@
-"""The workflow engine's memory: what is active (steps of running runs, fires, schedules) and
-the unit of decision (`Unit`: the statements recording one decision and what memory becomes
-once they committed). Plain data; the engine (`scheduler.workflows.engine`) owns every change."""
+"""The workflow engine's memory: what is active (steps of running runs, fires, schedules), the
+unit of decision (`Unit`: the statements recording one decision and what memory becomes once
+they committed) and `Memory`, the one store of it that every part of the engine is handed
+(the lowest piece of the engine: it calls none of them)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,13 +16,14 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import Database, DbQueryError
+from dbclient import DbQueryError
 from project.workflows import Schedule, Workflow
 from scheduler.workflows import clock, runs
-from scheduler.workflows.config import WorkflowConfig
 from scheduler.workflows.ids import rid as _rid
 
-__all__ = ["EngineState", "Fire", "Run", "Sched", "Step", "Unit"]
+log = logging.getLogger("scheduler.workflows")
+
+__all__ = ["Fire", "Memory", "Run", "Sched", "Step", "Unit"]
 
 
 @dataclass
@@ -86,7 +89,7 @@ class Sched:
     trigger_at: datetime | None = None
     next_due: datetime | None = None
     following: datetime | None = None  # the due time after next_due, when already computed
-    #: (next_due, the due time after it), computed while nothing was due (`_plan_ahead`), so
+    #: (next_due, the due time after it), computed while nothing was due (`Firing.plan_ahead`), so
     #: that a fire does not run the cron at its due time; stale once next_due moved
     ahead: tuple[datetime, datetime] | None = None
     last_fired_at: datetime | None = None
@@ -103,6 +106,23 @@ class Sched:
     @cached_property
     def rid(self) -> RecordID:
         return _rid("_00_schedule", self.name)
+
+    def plan_next(self) -> None:
+        """`next_due` from the cursor (the value planned with the last fire when it is for
+        this cursor)."""
+        if self.spec is None:
+            self.next_due = None
+            return
+        if self.following is not None and self.next_due is not None \
+                and self.cursor == self.next_due:
+            self.next_due, self.following = self.following, None  # computed with the fire
+            return
+        self.following = None
+        try:
+            self.next_due = clock.next_due(self.spec.cron, self.spec.timezone, self.cursor)
+        except Exception as e:  # noqa: BLE001 - a cron cronsim accepted but cannot iterate
+            log.warning("schedule %s: no next fire (%s)", self.name, e)
+            self.next_due = None
 
     @cached_property
     def job_spec(self) -> dict[str, Any]:
@@ -126,32 +146,43 @@ class Unit:
     cursor: tuple[RecordID, datetime] | None = None
 
 
-class EngineState:
-    """The state the workflow engine's parts (its mixins: `loading`, `commits`, `following`,
-    `runstate`, `firing`, `actions`) work on, declared once; `WorkflowEngine.__init__` sets it.
-    (The parts also call each other's methods, which mypy cannot see from one part alone: the
-    override in pyproject.toml.)"""
+class Memory:
+    """What the engine knows and believes (written before believed: a `Unit`'s `ok`), its lock,
+    its wake and its hooks. Every part of the engine is handed this one store; the parts never
+    hold each other's state."""
 
-    db: Database
-    cfg: WorkflowConfig
-    lock: asyncio.Lock
-    now: Callable[[], datetime]
-    #: name -> (definition, or None when refused; why it was refused; the stored hash)
-    workflows: dict[str, tuple[Workflow | None, str | None, str]]
-    schedules: dict[str, Sched]
-    runs: dict[str, Run]
-    fires: dict[str, Fire]
-    stats: dict[str, int]
-    incidents: Any
-    state: str  # starting | no_schema | ready | disabled
-    version: int | None
-    _resync: bool
-    _last_full: float
-    _dirty: set[str]
-    _defs_seen: tuple[Any, ...] | None
-    _wake: asyncio.Event
-    _poking: dict[str, bool]
-    _by_schedule: dict[str, list[Fire]]
-    _job_plane: Callable[[], Any]
-    _ssps_ready: Callable[[], bool]
-    run_end_hooks: list[Callable[[str, str, dict[str, Any] | None], None]]
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self.now = now
+        #: operator actions and the loop's pass take it: one decision maker at a time
+        self.lock = asyncio.Lock()
+        #: name -> (definition, or None when refused; why it was refused; the stored hash)
+        self.workflows: dict[str, tuple[Workflow | None, str | None, str]] = {}
+        self.schedules: dict[str, Sched] = {}
+        self.runs: dict[str, Run] = {}
+        self.fires: dict[str, Fire] = {}
+        self.state = "starting"  # starting | no_schema | ready | disabled
+        self.version: int | None = None
+        #: memory may be wrong (a refusal without a handler, a database error): the loop
+        #: reads it again from the database before deciding anything more
+        self.resync = True
+        #: set when the loop must run its pass now (a job result, an operator action)
+        self.wake = asyncio.Event()
+        self.stats = {"fires": 0, "skipped_fires": 0, "runs_started": 0, "steps_started": 0,
+                      "runs_ended": 0, "passes": 0, "resyncs": 0}
+        self.change_hooks: list[Callable[[], None]] = []
+        self.run_end_hooks: list[Callable[[str, str, dict[str, Any] | None], None]] = []
+
+    def changed(self) -> None:
+        """Tell the change hooks (the admin plane's event stream) that something moved."""
+        for fn in list(self.change_hooks):
+            try:
+                fn()
+            except Exception:
+                log.exception("workflow change hook failed")
+
+    def run_ended(self, key: str, status: str, err: dict[str, Any] | None) -> None:
+        for fn in list(self.run_end_hooks):
+            try:
+                fn(key, status, err)
+            except Exception:
+                log.exception("run end hook failed")

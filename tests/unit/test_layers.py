@@ -107,6 +107,7 @@ def _ours(name: str, known: set[str]) -> Iterator[str]:
         parts.pop()
 
 
+@functools.cache  # the source does not change during a run; each test reads it
 def graph() -> dict[str, set[str]]:
     """Module -> our modules it imports (a fresh copy: callers may edit it)."""
     return {name: set(deps) for name, deps in _graph().items()}
@@ -244,3 +245,58 @@ def test_the_scheduler_layer_check_sees_a_wrong_import() -> None:
          "scheduler.workflows.engine": {"scheduler.admin.errors"}}
     assert scheduler_wrong(g, "coordinator") == ["scheduler.core -> scheduler.admin.incidents"]
     assert scheduler_wrong(g, "workflows") == ["scheduler.workflows.engine -> scheduler.admin.errors"]
+
+
+# Inside a part: components, lowest first. A module may import only modules of lower layers
+# (never one of its own layer: peers are handed to a component above them, not called), so
+# that no component calls back up into another (scheduler/README.md, "Workflows" and
+# "Machine pools"). Modules not listed (the part's roots and readers: wiring, views, app,
+# run, agent) may import any.
+PART_LAYERS: dict[str, list[set[str]]] = {
+    "scheduler.workflows": [
+        {"config", "ids", "errors", "clock", "runs", "rollups", "tables"},  # rules and records
+        {"state"},  # Memory: the one store every component is handed
+        {"commits", "jobcalls", "quarantine"},
+        {"endings"},  # step and fire endings: recorded by run states, firing and following
+        {"runstate"},
+        {"firing", "following"},
+        {"loading"},
+        {"settle"},
+        {"actions", "loop"},
+        {"engine"},  # the composition root
+    ],
+    "scheduler.pools": [
+        {"config", "store"},
+        {"provider"},
+        {"fleet"},  # the machines both halves change
+        {"sizing"},  # the clock-driven half
+        {"service"},  # the request-driven half and the composition of the two
+    ],
+}
+
+
+def part_layer_wrong(g: dict[str, set[str]], part: str) -> list[str]:
+    rank = {f"{part}.{m}": i for i, layer in enumerate(PART_LAYERS[part]) for m in layer}
+    return sorted(f"{mod} -> {dep}" for mod, deps in g.items() if mod in rank
+                  for dep in deps if dep in rank and rank[dep] >= rank[mod])
+
+
+@pytest.mark.parametrize("part", sorted(PART_LAYERS))
+def test_a_parts_components_import_only_lower_layers(part: str) -> None:
+    g = graph()
+    listed = {f"{part}.{m}" for layer in PART_LAYERS[part] for m in layer}
+    assert listed <= set(g), f"layers name modules that do not exist: {sorted(listed - set(g))}"
+    wrong = part_layer_wrong(g, part)
+    assert not wrong, "imports that run the wrong way:\n" + "\n".join(wrong)
+
+
+def test_the_part_layer_check_sees_a_call_back_up() -> None:
+    # the loop the mixins had (a run's end needs the fire's end, a fire starts a run), and a
+    # peer import, both fail it; importing a lower layer passes
+    g = {"scheduler.workflows.runstate": {"scheduler.workflows.firing",
+                                          "scheduler.workflows.endings"},
+         "scheduler.workflows.firing": {"scheduler.workflows.runstate",
+                                        "scheduler.workflows.following"}}
+    assert part_layer_wrong(g, "scheduler.workflows") == [
+        "scheduler.workflows.firing -> scheduler.workflows.following",
+        "scheduler.workflows.runstate -> scheduler.workflows.firing"]

@@ -117,18 +117,18 @@ def test_breaker_opens_after_the_configured_failures_and_holds_boots(tmp_path: P
     svc = PoolService(cfg, None, tmp_path, incidents,  # type: ignore[arg-type]
                       providers={"local": provider})
     # start() without its database connect and loop: the sizing rules alone
-    from scheduler.pools.service import _Pool
+    from scheduler.pools.fleet import Pool
     from scheduler.pools.store import PoolState
-    svc.pools["p"] = _Pool(cfg.pools[0], PoolState("p"), provider)  # type: ignore[arg-type]
+    svc.pools["p"] = Pool(cfg.pools[0], PoolState("p"), provider)  # type: ignore[arg-type]
     pool = svc.pools["p"]
     pool.waiting = 1
-    svc._size(pool)
+    svc.sizer.size(pool)
     assert pool.state.breaker["state"] == "closed" and provider.boots == 1
-    svc._size(pool)
+    svc.sizer.size(pool)
     b = pool.state.breaker
     assert b["state"] == "open" and provider.boots == 2 and b["last_error"] == "no capacity"
     for _ in range(3):
-        svc._size(pool)  # open: no further boot during the cooldown
+        svc.sizer.size(pool)  # open: no further boot during the cooldown
     assert provider.boots == 2
     assert svc.status_of(pool) == "unhealthy"
     inc = incidents.get(b["incident_id"])

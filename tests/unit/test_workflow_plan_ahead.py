@@ -1,4 +1,4 @@
-"""The schedule clock's work done ahead of a due time (`Firing._plan_ahead`): each active
+"""The schedule clock's work done ahead of a due time (`Firing.plan_ahead`): each active
 schedule's due time after its next one is computed while nothing is due, the fire uses it
 only while it still belongs to that next due time, and the planning yields to a wake. No
 database: only the in-memory planning and the building of fire units are exercised."""
@@ -33,10 +33,10 @@ def engine_with(n: int, now: datetime) -> tuple[WorkflowEngine, list[Sched]]:
 
 def test_the_due_time_after_the_next_is_planned_ahead_and_used_by_the_fire() -> None:
     eng, (s,) = engine_with(1, T0 + MINUTE + timedelta(milliseconds=5))
-    asyncio.run(eng._plan_ahead(time.monotonic() + 60))
+    asyncio.run(eng.firing.plan_ahead(time.monotonic() + 60))
     assert s.ahead == (T0 + MINUTE, T0 + 2 * MINUTE)
     s.ahead = (T0 + MINUTE, T0 + 7 * MINUTE)  # a marker: the fire must take this value
-    units = eng._schedule_units(T0 + MINUTE + timedelta(milliseconds=5))
+    units = eng.firing.schedule_units(T0 + MINUTE + timedelta(milliseconds=5))
     assert [u.label for u in units] == [f"fire s0_{int((T0 + MINUTE).timestamp() * 1000)}"]
     assert s.following == T0 + 7 * MINUTE
     assert s.job_spec is s.job_spec and s.job_spec["path"] == "/ok"  # dumped once
@@ -45,9 +45,9 @@ def test_the_due_time_after_the_next_is_planned_ahead_and_used_by_the_fire() -> 
 def test_a_value_planned_for_another_next_due_is_not_used() -> None:
     eng, (s,) = engine_with(1, T0 + MINUTE)
     s.ahead = (T0, T0 + 9 * MINUTE)  # planned before next_due moved
-    eng._schedule_units(T0 + MINUTE)
+    eng.firing.schedule_units(T0 + MINUTE)
     assert s.following == T0 + 2 * MINUTE  # computed from the cron at the fire
-    asyncio.run(eng._plan_ahead(time.monotonic() + 60))
+    asyncio.run(eng.firing.plan_ahead(time.monotonic() + 60))
     assert s.ahead is not None and s.ahead[0] == s.next_due
 
 
@@ -56,13 +56,13 @@ def test_planning_ahead_yields_to_a_wake_and_skips_inactive_schedules() -> None:
     scheds[0].paused = True
 
     async def woken() -> None:
-        eng._wake.set()  # a job result arrived: the loop must run its pass, not plan
-        await eng._plan_ahead(time.monotonic() + 60)
+        eng.memory.wake.set()  # a job result arrived: the loop must run its pass, not plan
+        await eng.firing.plan_ahead(time.monotonic() + 60)
     asyncio.run(woken())
     planned = [s for s in scheds if s.ahead is not None]
     assert 0 < len(planned) < len(scheds) - 1
     assert scheds[0].ahead is None
-    eng._wake.clear()  # (the loop clears it when it sleeps next)
-    asyncio.run(eng._plan_ahead(time.monotonic() + 60))  # no wake: all active ones
+    eng.memory.wake.clear()  # (the loop clears it when it sleeps next)
+    asyncio.run(eng.firing.plan_ahead(time.monotonic() + 60))  # no wake: all active ones
     assert all(s.ahead == (T0 + MINUTE, T0 + 2 * MINUTE) for s in scheds[1:])
     assert scheds[0].ahead is None
