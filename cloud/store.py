@@ -24,7 +24,8 @@ from typing import Any
 from surrealdb import RecordID
 
 from cloud.errors import BadRequest, CloudError, Conflict, Forbidden, NotFound, TooMany, Unavailable
-from dbclient import Database, DbConnectionError, DbError, DbQueryError, DbTimeout
+from dbclient import Database, DbError, DbQueryError
+from dbclient.errors import UNREACHABLE, UNREACHABLE_CODE, unreachable_message
 
 log = logging.getLogger("cloud.store")
 
@@ -117,10 +118,10 @@ _STATUS: dict[int, type[CloudError]] = {400: BadRequest, 403: Forbidden, 404: No
 
 
 def _translate(e: DbError) -> CloudError:
-    if isinstance(e, (DbConnectionError, DbTimeout)):
-        return Unavailable("the platform database is unreachable; nothing was changed by a "
-                           "request that got this answer unless it says otherwise",
-                           code="database_unavailable")
+    if isinstance(e, UNREACHABLE):
+        return Unavailable(unreachable_message("the platform database")
+                           + " (nothing was changed by a request that got this answer unless "
+                           "it says otherwise)", code=UNREACHABLE_CODE)
     if isinstance(e, DbQueryError):
         thrown = _THROWN.search(e.engine_message)
         if thrown:

@@ -28,6 +28,17 @@ class DbTimeout(DbError):
         self.timeout_secs = timeout_secs
 
 
+# The failures that say "down or slow", not "refused": every HTTP surface answers them with 503
+# and the one code below, whatever it was reading (the admin API, pools, impersonation).
+UNREACHABLE_CODE = "db_unreachable"
+
+
+def unreachable_message(what: str = "the database") -> str:
+    """The one sentence for a database that did not answer (no engine text: it may name a
+    host or carry a value)."""
+    return f"{what} is unreachable; try again"
+
+
 class DbQueryError(DbError):
     """The engine rejected a query, or one of its statements returned status ERR.
 
@@ -43,3 +54,6 @@ class DbQueryError(DbError):
         self.engine_message = message
         self.statement_index = statement_index
         self.kind = kind
+
+
+UNREACHABLE = (DbConnectionError, DbTimeout)

@@ -15,6 +15,7 @@ import falcon
 import falcon.asgi
 
 from dbclient import DbError, DbQueryError
+from dbclient.errors import UNREACHABLE_CODE, unreachable_message
 from engine.jsonvalues import to_json
 from ipc.bearer import BearerAuth
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
@@ -63,8 +64,8 @@ class Users(_Route):
             result = await self.s.db.query(text, variables, idempotent=True)
         except DbQueryError as e:
             raise bad_request(f"user search failed: {e.engine_message}") from None
-        except DbError as e:
-            raise HttpError(503, "db_unavailable", f"the database is unavailable: {e}") from None
+        except DbError:
+            raise HttpError(503, UNREACHABLE_CODE, unreachable_message()) from None
         resp.media = shape_users(to_json(result[-1] or []), to_json(result[-2]), search.fields)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import falcon
 
-from dbclient import DbConnectionError, DbTimeout
+from dbclient.errors import UNREACHABLE, UNREACHABLE_CODE, unreachable_message
 
 __all__ = [
     "AdminError", "BadGateway", "Conflict", "Forbidden", "Invalid", "NotFound",
@@ -130,14 +130,13 @@ class Unavailable(AdminError):
     status_code_default = 503
 
 
-# The database errors that say "down or slow", not "refused": the admin API answers them 503
-# `db_unreachable`, whatever the page was reading.
-DB_UNREACHABLE = (DbConnectionError, DbTimeout)
+# The database errors that say "down or slow", not "refused" (dbclient's one definition).
+DB_UNREACHABLE = UNREACHABLE
 
 
 def db_unreachable(what: str = "the database") -> Unavailable:
     """The one 503 for a database that did not answer (raise it ``from`` the cause)."""
-    return Unavailable(f"{what} is unreachable; try again", code="db_unreachable")
+    return Unavailable(unreachable_message(what), code=UNREACHABLE_CODE)
 
 
 def error_body(exc: falcon.HTTPError) -> dict[str, Any]:

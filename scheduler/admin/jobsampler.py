@@ -28,7 +28,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from dbclient import DbConnectionError, DbError, DbTimeout, is_identifier
+from dbclient import DbError, is_identifier
 from dbclient.clock import now_ms
 from engine.values import parse_record_id, record_id_text
 from scheduler.admin.cluster import Cluster
@@ -116,7 +116,7 @@ class JobSampler:
         try:
             rows = await self.cluster.db.query_one("SELECT job_tables FROM _00_retention",
                                                    idempotent=True) or []
-        except (DbConnectionError, DbTimeout):
+        except DB_UNREACHABLE:
             raise
         except DbError:
             rows = []  # no _00_retention table
@@ -153,7 +153,7 @@ class JobSampler:
     async def _read(self, sql: str, vars: dict[str, Any] | None = None) -> list[Any]:
         try:
             return list(await self.cluster.db.query_one(sql, vars, idempotent=True) or [])
-        except (DbConnectionError, DbTimeout):
+        except DB_UNREACHABLE:
             raise
         except DbError as e:
             if "does not exist" in str(e):

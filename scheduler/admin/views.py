@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 from surrealdb import RecordID
 
-from dbclient import DbConnectionError, DbError, DbTimeout
+from dbclient import DbError
 from dbclient.clock import now_ms
 from scheduler.admin.cluster import Cluster
 from scheduler.admin.errors import DB_UNREACHABLE, Invalid, NotFound, Unavailable, db_unreachable
@@ -146,7 +146,7 @@ class Views:
                                           {"m": RecordID("_00_view_metrics", key)},
                                           idempotent=True)
             except DbError as e:
-                if isinstance(e, (DbConnectionError, DbTimeout)):
+                if isinstance(e, DB_UNREACHABLE):
                     raise
                 mets = []  # no metrics table yet
         except DB_UNREACHABLE as e:

@@ -15,7 +15,7 @@ gave the machine at boot; only its hash is kept) and a JSON object body:
 Errors are ``{error, message}``: 400 ``invalid`` (body), 401 ``unauthorized`` (token), 404
 ``unknown_machine``, 409 ``not_assigned`` (a result for a job the machine no longer holds:
 drop it), 410 ``machine_removed`` (the machine is terminal: the agent exits), 413, 415, 503
-``unavailable`` (the database did not answer; try again).
+``db_unreachable`` (the database did not answer; try again).
 """
 
 from __future__ import annotations

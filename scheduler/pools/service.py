@@ -47,6 +47,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import Database, DbError
+from dbclient.errors import UNREACHABLE_CODE, unreachable_message
 from dbclient.tasks import cancel_and_wait
 from engine.jsonvalues import to_json as jsonable
 from engine.values import parse_record_id, record_id_text
@@ -96,7 +97,7 @@ class PoolError(Exception):
 def db_down() -> PoolError:
     """The pools' one 503 for a database that did not answer (a read or write of a job row
     or of the pool tables)."""
-    return PoolError(503, "unavailable", "the database did not answer; try again")
+    return PoolError(503, UNREACHABLE_CODE, unreachable_message())
 
 
 class PoolService:

@@ -151,7 +151,7 @@ class _Sched:
         self.db = None  # the user search is covered by the integration test
 
 
-def _scheduler_client(enabled: bool, secret: str | None) -> Any:
+def _scheduler_client(enabled: bool, secret: str | None, db: Any = None) -> Any:
     import falcon.asgi
     import falcon.testing
 
@@ -160,7 +160,9 @@ def _scheduler_client(enabled: bool, secret: str | None) -> Any:
 
     app: Any = falcon.asgi.App()
     app.set_error_serializer(serialize_error)
-    add_impersonation_routes(app, _Sched(enabled, secret))
+    sched = _Sched(enabled, secret)
+    sched.db = db
+    add_impersonation_routes(app, sched)
     return falcon.testing.TestClient(app)
 
 
@@ -199,3 +201,29 @@ async def test_ssp_hub_routes_are_404_unless_enabled() -> None:
     assert r["status"] == 400 and r["body"]["error"] == "invalid"
     r = await routes["POST /impersonate/users"](None, {"body": {"table": "a b"}})
     assert r["status"] == 400
+
+
+class _DownDb:
+    async def query(self, *_a: Any, **_k: Any) -> Any:
+        from dbclient import DbConnectionError
+
+        raise DbConnectionError("connection refused by 10.0.0.7:8000 (user root)")
+
+
+def test_scheduler_user_search_with_the_database_down_is_the_one_503() -> None:
+    """The scheduler's user search, the admin API and the pools answer a database that did
+    not answer with one code and one sentence, never the engine's text (it may name a host or
+    a credential)."""
+    from dbclient.errors import UNREACHABLE_CODE
+    from scheduler.admin.errors import db_unreachable
+    from scheduler.pools.service import db_down
+
+    client = _scheduler_client(True, SECRET, _DownDb())
+    r = client.simulate_post("/impersonate/users", json={"table": "user"},
+                             headers={"Authorization": f"Bearer {SECRET}"})
+    assert r.status_code == 503, r.text
+    assert r.json["error"] == UNREACHABLE_CODE and "10.0.0.7" not in r.text
+    assert db_unreachable().error_code == UNREACHABLE_CODE
+    status, reply = db_down().reply()
+    assert status == 503 and reply["error"] == UNREACHABLE_CODE
+    assert reply["message"] == r.json["message"] == db_unreachable().message
