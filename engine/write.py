@@ -37,15 +37,30 @@ OPS = frozenset({"CREATE", "UPDATE", "DELETE"})
 
 def check_change(table: Any, op: Any, rid: Any, record: Any) -> None:
     """The rules of one row change, wherever one enters (the engine's write, the scheduler's
-    WAL): ValueError saying what is wrong. The op is CREATE, UPDATE or DELETE; the table a
-    non-empty string; the id a non-empty record id string or a RecordID; the record an
-    object, absent (None) only for a DELETE."""
+    WAL, the replica): ValueError saying what is wrong. The op is CREATE, UPDATE or DELETE;
+    the table a non-empty string; the id a non-empty record id string or a RecordID; the
+    record an object, absent (None) only for a DELETE."""
+    _check_op_table(table, op)
+    if (type(rid) is not str and not isinstance(rid, (str, RecordID))) or not rid:
+        raise ValueError(f"the record id must be a non-empty string, got {rid!r:.80}")
+    _check_record(op, record)
+
+
+def check_change_body(table: Any, op: Any, record: Any) -> None:
+    """``check_change`` before the id is known: for a caller that takes the id from the
+    record when the change carries none (the replica), and checks it when resolving it."""
+    _check_op_table(table, op)
+    _check_record(op, record)
+
+
+def _check_op_table(table: Any, op: Any) -> None:
     if type(op) is not str or op not in OPS:
         raise ValueError(f"unknown op {op!r:.40} (expected CREATE, UPDATE or DELETE)")
     if not isinstance(table, str) or not table:
         raise ValueError(f"the table must be a non-empty string, got {table!r:.80}")
-    if (type(rid) is not str and not isinstance(rid, (str, RecordID))) or not rid:
-        raise ValueError(f"the record id must be a non-empty string, got {rid!r:.80}")
+
+
+def _check_record(op: str, record: Any) -> None:
     if record is None:
         if op != "DELETE":
             raise ValueError(f"{op} needs a record")

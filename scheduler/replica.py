@@ -61,6 +61,7 @@ from engine.values import (
     unpack_value,
 )
 from engine.versions import is_stale
+from engine.write import check_change_body
 
 if TYPE_CHECKING:
     from dbclient import Database
@@ -460,15 +461,11 @@ class Replica:
         return res
 
     def _apply_one(self, ev: Mapping[str, Any], totals: dict[str, list[int]]) -> bool:
-        table = ev.get("table")
-        op = ev.get("op")
-        record = ev.get("record")
-        if not isinstance(table, str) or not table:
-            raise ValueError("event.table must be a non-empty string")
-        if op not in ("CREATE", "UPDATE", "DELETE"):
-            raise ValueError(f"unknown op {op!r:.40}")
-        if record is not None and not isinstance(record, Mapping):
-            raise ValueError("event.record must be an object")
+        # Any: check_change_body is what narrows them (a str, an op, a mapping or None)
+        table: Any = ev.get("table")
+        op: Any = ev.get("op")
+        record: Any = ev.get("record")
+        check_change_body(table, op, record)
         rid = _resolve_id(table, ev.get("id"), record)
         key = id_order_key(rid)
         c = self._conn
@@ -484,8 +481,6 @@ class Replica:
             t[0] -= 1
             t[1] ^= old[1] & _MASK
             return True
-        if record is None:
-            raise ValueError(f"{op} needs a record")
         row = dict(record)
         row["id"] = rid
         data = canonical_bytes(row)
