@@ -26,6 +26,7 @@ from engine.parser import Query
 from engine.plan import expr_fields, grouped_plan
 from engine.proj import NOLINKS, Proj
 from engine.shape import order_key
+from engine.syntax import collect_slots, conjuncts, query_slots
 from engine.values import NONE
 
 _START = object()  # marker: the row did not change in this flush
@@ -435,15 +436,6 @@ class Circuit:
         return e
 
 
-def conjuncts(e: Any) -> list[Any]:
-    """The top-level AND-ed parts of a WHERE expression."""
-    if e is None:
-        return []
-    if e[0] == "and":
-        return conjuncts(e[1]) + conjuncts(e[2])
-    return [e]
-
-
 # membership conjuncts the index buckets: (op, left kind, right kind) -> kind of bucketing
 _MEMBER_OPS = {
     ("contains", "field", "slot"): "contains",  # field CONTAINS $v
@@ -507,37 +499,14 @@ def analyse(where: Any) -> tuple[list[tuple[str, int]], tuple[str, int, str] | N
     return eqs, member, rfield, lo, hi, used == len(parts)
 
 
-def _slots(e: Any, acc: set[int]) -> None:
-    if isinstance(e, Query):  # `x IN (SELECT VALUE ...)`: the set depends on its slots
-        _query_slots(e, acc)
-        return
-    if type(e) is not tuple or not e:
-        return
-    if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
-        acc.add(e[1])
-        return
-    for x in e:
-        _slots(x, acc)
-
-
-def _query_slots(q: Query, acc: set[int]) -> None:
-    _slots(q.where, acc)
-    _slots(q.limit, acc)
-    _slots(q.start, acc)
-    for it in q.items:
-        if it.sub is not None:
-            _query_slots(it.sub, acc)
-        _slots(it.expr, acc)
-
-
 def projection_slots(q: Query) -> tuple[int, ...]:
     """Slots the projection reads (its subqueries' and expressions'): the projection group
     key."""
     acc: set[int] = set()
     for it in q.items:
         if it.sub is not None:
-            _query_slots(it.sub, acc)
-        _slots(it.expr, acc)
+            query_slots(it.sub, acc)
+        collect_slots(it.expr, acc, into_queries=True)
     return tuple(sorted(acc))
 
 

@@ -55,6 +55,7 @@ from engine.cx import NOLINKS, Cx
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
 from engine.store import ikey
+from engine.syntax import collect_slots, conjoin, conjuncts
 from engine.values import NONE
 
 # window modes: how the windows a write reaches are found in a group
@@ -172,31 +173,6 @@ def _what(e: Any) -> dict[str, Any]:
     return acc
 
 
-def _conjuncts(e: Any) -> list[Any]:
-    if e is None:
-        return []
-    if e[0] == "and":
-        return _conjuncts(e[1]) + _conjuncts(e[2])
-    return [e]
-
-
-def _and(parts: list[Any]) -> Any:
-    out = None
-    for c in parts:
-        out = c if out is None else ("and", out, c)
-    return out
-
-
-def _slots(e: Any, acc: set[int]) -> None:
-    if type(e) is not tuple or not e:
-        return
-    if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
-        acc.add(e[1])
-        return
-    for x in e:
-        _slots(x, acc)
-
-
 def join_spec(plan: Any) -> JoinSpec | None:
     """The join form of a subquery plan, or None when it is run per parent."""
     q = plan.q
@@ -215,12 +191,12 @@ def join_spec(plan: Any) -> JoinSpec | None:
     spec.kfields = tuple(k for k, _ in keys)
     spec.kfns = [compile_expr(other)[0] for _, other in keys]
     if inner:
-        spec.inner = compile_predicate(_and(inner))[0]
+        spec.inner = compile_predicate(conjoin(inner))[0]
         spec.build = _build_key(inner)
     spec.lo = lo
     spec.hi = hi
     if resid:
-        spec.resid = compile_predicate(_and(resid))[0]
+        spec.resid = compile_predicate(conjoin(resid))[0]
         paths: list[tuple[str, ...]] = []
         for c in resid:
             paths += _what(c)["parent"]
@@ -236,9 +212,9 @@ def join_spec(plan: Any) -> JoinSpec | None:
         spec.mode = HI
     spec.fields, spec.out_fields = _read_fields(q, resid)
     own: set[int] = set()
-    _slots(q.where, own)
-    _slots(q.limit, own)
-    _slots(q.start, own)
+    collect_slots(q.where, own)
+    collect_slots(q.limit, own)
+    collect_slots(q.start, own)
     spec.slots = tuple(sorted(own))
     return spec
 
@@ -261,7 +237,7 @@ def _join_parts(q: Any) -> tuple[list[tuple[str, Any]], list[Any], list[Any],
     resid: list[Any] = []
     lo: tuple[Any, bool] | None = None
     hi: tuple[Any, bool] | None = None
-    for c in _conjuncts(q.where):
+    for c in conjuncts(q.where):
         w = _what(c)
         multi = any(len(p) != 1 for p in w["fields"])
         if not w["parent"]:
@@ -307,7 +283,7 @@ def _read_fields(q: Any, resid: list[Any]
     changes a window through them); None: the whole row."""
     acc: set[str] = set()
     whole = False
-    for c in _conjuncts(q.where):
+    for c in conjuncts(q.where):
         for p in _what(c)["fields"]:
             acc.add(p[0])
     for path, _d in q.order:

@@ -29,6 +29,7 @@ from engine.parser import Expr, Item, Query
 from engine.semijoin import SemiSpec
 from engine.shape import order_key
 from engine.store import Store, ikey, rid_text
+from engine.syntax import conjoin, conjuncts
 from engine.values import NONE, sort_key
 
 
@@ -89,14 +90,6 @@ def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
     return (-r, Desc(k[1:]))
 
 
-def _conjuncts(e: Expr | None) -> list[Expr]:
-    if e is None:
-        return []
-    if e[0] == "and":
-        return _conjuncts(e[1]) + _conjuncts(e[2])
-    return [e]
-
-
 def _eq_candidate(where: Expr | None) -> tuple[str, Expr] | None:
     """Pick a top-level conjunct ``field = constant-or-$parent`` usable as an index lookup."""
     found = _eq_conjunct(where)
@@ -107,7 +100,7 @@ def _eq_conjunct(where: Expr | None) -> tuple[tuple[str, Expr], Expr | None] | N
     """(the index lookup of :func:`_eq_candidate`, the rest of the WHERE clause)."""
     best: tuple[str, Expr] | None = None
     best_c: Expr | None = None
-    parts = _conjuncts(where)
+    parts = conjuncts(where)
     for c in parts:
         if c[0] != "cmp" or c[1] != "=":
             continue
@@ -119,11 +112,7 @@ def _eq_conjunct(where: Expr | None) -> tuple[tuple[str, Expr], Expr | None] | N
                 best_c = c
     if best is None:
         return None
-    rest: Expr | None = None
-    for c in parts:
-        if c is not best_c:
-            rest = c if rest is None else ("and", rest, c)
-    return best, rest
+    return best, conjoin([c for c in parts if c is not best_c])
 
 
 def deref(v: Any, cx: Cx) -> Any:
@@ -902,7 +891,7 @@ def _own_children(sub: Query, table: str) -> bool:
         return False
     if any(it.kind not in ("field", "all") or len(it.path) > 1 for it in sub.items):
         return False
-    for c in _conjuncts(sub.where):
+    for c in conjuncts(sub.where):
         if c[0] == "cmp" and c[1] == "=":
             for f, other in ((c[2], c[3]), (c[3], c[2])):
                 if f[0] == "field" and len(f[1]) == 1 and other == ("parent", ("id",)):

@@ -31,6 +31,7 @@ from engine.cx import Cx
 from engine.errors import QueryRejected
 from engine.matindex import exact_key, xkey
 from engine.parser import Query
+from engine.syntax import collect_slots
 from engine.values import NONE
 
 _IDS = count(1)
@@ -45,16 +46,6 @@ def _correlated(e: Any) -> bool:
         return True
     parts = e[1:] if type(k) is str else e
     return any(_correlated(x) for x in parts if type(x) is tuple)
-
-
-def _slots(e: Any, acc: set[int]) -> None:
-    if type(e) is not tuple or not e:
-        return
-    if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
-        acc.add(e[1])
-        return
-    for x in e:
-        _slots(x, acc)
 
 
 class SemiSpec:
@@ -89,8 +80,8 @@ class SemiSpec:
         self.pred = compile_predicate(q.where)[0]
         self.value = compile_expr(value)[0]
         acc: set[int] = set()
-        _slots(q.where, acc)
-        _slots(value, acc)
+        collect_slots(q.where, acc)
+        collect_slots(value, acc)
         self.slots = tuple(sorted(acc))
         self.sets: dict[Any, InnerSet] = {}
 

@@ -104,3 +104,48 @@ class Query:
     omit: tuple[Path, ...] = ()
     group: tuple[Path, ...] | None = None
     split: tuple[Path, ...] = ()
+
+
+# Walks of an expression tree every planner needs (the circuit's index plan, joins,
+# semi-joins, the plan's equality lookups): written once here, beside the tree's shape.
+
+def conjuncts(e: Expr | None) -> list[Expr]:
+    """The top-level AND-ed parts of a WHERE expression (none for no WHERE)."""
+    if e is None:
+        return []
+    if e[0] == "and":
+        return conjuncts(e[1]) + conjuncts(e[2])
+    return [e]
+
+
+def conjoin(parts: list[Expr]) -> Expr | None:
+    """The parts AND-ed back together, left to right (None for no parts)."""
+    out: Expr | None = None
+    for c in parts:
+        out = c if out is None else ("and", out, c)
+    return out
+
+
+def collect_slots(e: Any, acc: set[int], *, into_queries: bool = False) -> None:
+    """Add to ``acc`` the parameter slots ``e`` reads; with ``into_queries``, also those of
+    the subqueries inside it (their WHERE, LIMIT, START and projections)."""
+    if into_queries and isinstance(e, Query):
+        query_slots(e, acc)
+        return
+    if type(e) is not tuple or not e:
+        return
+    if e[0] == "slot" and len(e) == 2 and type(e[1]) is int:
+        acc.add(e[1])
+        return
+    for x in e:
+        collect_slots(x, acc, into_queries=into_queries)
+
+
+def query_slots(q: Query, acc: set[int]) -> None:
+    """The slots a whole query reads, its subqueries' included."""
+    for e in (q.where, q.limit, q.start):
+        collect_slots(e, acc, into_queries=True)
+    for it in q.items:
+        if it.sub is not None:
+            query_slots(it.sub, acc)
+        collect_slots(it.expr, acc, into_queries=True)
