@@ -39,7 +39,7 @@ from typing import Any
 from cloud.crypto import KeyRing, KeyRingError
 from dbclient import DbConfig
 from dbclient.config import normalise_db_url
-from ipc.envvars import env_bool, env_int
+from ipc.envvars import env_bool, env_int, host_port
 
 __all__ = ["DEFAULT_LIMITS", "METRICS", "CloudConfig", "ConfigError", "PriceList"]
 
@@ -95,16 +95,6 @@ def _secs(env: Mapping[str, str], name: str, default: float) -> float:
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     return env_bool(env, name, default, error=ConfigError)
-
-
-def _hostport(text: str, name: str, default_port: int) -> tuple[str, int]:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or "]" in port:  # no port given (or a bare IPv6 literal)
-        host, port = text.strip(), str(default_port)
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{name} must be host:port, got {text[:60]!r}")
-    return host, int(port)
 
 
 def _json_object(env: Mapping[str, str], name: str) -> dict[str, Any] | None:
@@ -193,8 +183,8 @@ class CloudConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> CloudConfig:
-        host, port = _hostport(env.get("SVC_CLOUD_BIND", "") or DEFAULT_BIND,
-                               "SVC_CLOUD_BIND", 9680)
+        host, port = host_port(env.get("SVC_CLOUD_BIND", "") or DEFAULT_BIND,
+                               "SVC_CLOUD_BIND", default_port=9680, error=ConfigError)
         raw_url = env.get("SVC_CLOUD_DB_URL") or env.get("SVC_DB_URL") or ""
         if not raw_url.strip():
             raise ConfigError("SVC_CLOUD_DB_URL (or SVC_DB_URL) is not set: the control plane "
@@ -232,7 +222,8 @@ class CloudConfig:
         signup = env.get("SVC_CLOUD_SIGNUP", "").strip().lower() or "open"
         if signup not in ("open", "closed"):
             raise ConfigError(f"SVC_CLOUD_SIGNUP must be open or closed, got {signup[:20]!r}")
-        resolvers = tuple(_hostport(p, "SVC_CLOUD_DNS_RESOLVER", 53)
+        resolvers = tuple(host_port(p, "SVC_CLOUD_DNS_RESOLVER", default_port=53,
+                                    error=ConfigError)
                           for p in env.get("SVC_CLOUD_DNS_RESOLVER", "").split(",")
                           if p.strip())
         return cls(

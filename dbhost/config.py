@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dbhost.scratch import engine_url as scratch_url
+from ipc.envvars import host_port
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 DEFAULT_POLL_INTERVAL_MS = 100
@@ -83,14 +84,7 @@ def _positive_int(name: str, raw: str | int) -> int:
 
 def parse_bind(bind: str) -> tuple[str, int]:
     """Split HOST:PORT (IPv6 as [::1]:PORT) into its parts."""
-    host, sep, port = bind.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"--bind must be HOST:PORT, got {bind!r}")
-    host = host.strip("[]")
-    p = _positive_int("--bind port", port)
-    if p > 65535:
-        raise ConfigError(f"--bind port out of range: {p}")
-    return host, p
+    return host_port(bind, "--bind", error=ConfigError)
 
 
 def load_config(argv: Sequence[str], env: Mapping[str, str]) -> HostConfig:

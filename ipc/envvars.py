@@ -39,3 +39,21 @@ def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0
         bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
         raise error(f"{name} must be {bound}, got {value}")
     return value
+
+
+def host_port(text: str, name: str, *, default_port: int | None = None,
+              default_host: str | None = None,
+              error: type[Exception] = ValueError) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 as ``[::1]:PORT``) split into its parts, for a listen address or a
+    peer, from an option or a variable called ``name``. Without a port: ``default_port``, or
+    an error when there is none; an empty host: ``default_host``, or an error."""
+    raw = text.strip()
+    host, sep, port = raw.rpartition(":")
+    if not sep or "]" in port:  # no port given (or a bare bracketed IPv6 literal)
+        if default_port is None:
+            raise error(f"{name} must be host:port, got {text[:60]!r}")
+        host, port = raw, str(default_port)
+    host = host.strip("[]") or (default_host or "")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise error(f"{name} must be host:port with a port from 1 to 65535, got {text[:60]!r}")
+    return host, int(port)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
-from ipc.envvars import env_bool, env_int
+from ipc.envvars import env_bool, env_int, host_port
 from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.otel import OtelConfigError, metrics_exporters
 from ipc.peerauth import ssp_credential
@@ -77,22 +77,6 @@ def _transport(env: Mapping[str, str]) -> str:
         return ingest_transport(env)
     except TransportError as e:
         raise ConfigError(str(e)) from None
-
-
-def _addr(raw: str, name: str, default_port: int) -> tuple[str, int]:
-    text = raw.strip()
-    if not text:
-        return ("0.0.0.0", default_port)
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = text, str(default_port)
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"{name} must be host:port, got {raw!r}") from None
-    if not 0 < port < 65536:
-        raise ConfigError(f"{name} port must be 1-65535, got {port}")
-    return (host.strip("[]") or "0.0.0.0", port)
 
 
 def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
@@ -265,7 +249,8 @@ class SspConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SspConfig:
         """Read the SSP environment table; ConfigError names the first bad variable."""
-        host, port = _addr(env.get("SVC_SSP_LISTEN_ADDR", ""), "SVC_SSP_LISTEN_ADDR", 8667)
+        host, port = host_port(env.get("SVC_SSP_LISTEN_ADDR", ""), "SVC_SSP_LISTEN_ADDR",
+                               default_port=8667, default_host="0.0.0.0", error=ConfigError)
         try:
             db = DbConfig.from_env(env)
         except ValueError as e:

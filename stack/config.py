@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ipc.envvars import host_port
+
 
 @dataclass(frozen=True)
 class StackConfig:
@@ -97,9 +99,10 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
     for name, bind in (("--ssp-bind", a.ssp_bind), ("--scheduler-bind", a.scheduler_bind),
                        ("--admin-bind", a.admin_bind), ("--objstore-bind", a.objstore_bind),
                        ("--cloud-bind", a.cloud_bind)):
-        _, sep, port = bind.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            p.error(f"{name} must be host:port, got {bind!r}")
+        try:
+            host_port(bind, name, default_host="0.0.0.0")  # an empty host listens on all
+        except ValueError as e:
+            p.error(str(e))
     user = env.get("SVC_DB_USER", "")
     password = env.get("SVC_DB_PASS", "")
     dev = not user and not password

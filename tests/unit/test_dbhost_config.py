@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,28 @@ def test_bad_bind(bind: str) -> None:
 
 def test_ipv6_bind() -> None:
     assert parse_bind("[::1]:8000") == ("::1", 8000)
+
+
+@pytest.mark.parametrize("text,kw,want", [
+    ("127.0.0.1:8000", {}, ("127.0.0.1", 8000)),
+    ("[::1]:9", {}, ("::1", 9)),
+    ("db.internal", {"default_port": 53}, ("db.internal", 53)),
+    ("[::1]", {"default_port": 53}, ("::1", 53)),
+    ("", {"default_port": 8667, "default_host": "0.0.0.0"}, ("0.0.0.0", 8667)),
+    (":8667", {"default_host": "0.0.0.0"}, ("0.0.0.0", 8667)),
+])
+def test_one_host_port_reader_for_every_listener(text: str, kw: dict[str, Any],
+                                                 want: tuple[str, int]) -> None:
+    """dbhost's --bind, the SSP's listen address, the platform's bind and resolvers and
+    ops/run's options all read HOST:PORT with ipc.envvars.host_port."""
+    from ipc.envvars import host_port
+
+    assert host_port(text, "X", **kw) == want
+
+
+@pytest.mark.parametrize("text", ["nope", ":80", "h:0", "h:65536", "h:x", "h:-1", ""])
+def test_host_port_refuses_what_no_listener_can_use(text: str) -> None:
+    from ipc.envvars import host_port
+
+    with pytest.raises(ValueError, match="X must be host:port"):
+        host_port(text, "X")
