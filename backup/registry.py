@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient.clock import now_ms
-from ipc.statefile import replace_file
+from ipc.statefile import read_state, replace_file
 
 log = logging.getLogger("backup.registry")
 
@@ -54,13 +54,7 @@ class Registry:
     def _load(self) -> None:
         if self.path is None:
             return
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.warning("backup registry %s unreadable (%s); starting empty", self.path, e)
-            return
+        raw = read_state(self.path, "backup registry", log)
         if not isinstance(raw, dict):
             return
         for rec in raw.get("backups") or []:

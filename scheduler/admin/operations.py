@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dbclient.clock import now_ms
-from ipc.statefile import replace_file
+from ipc.statefile import read_state, replace_file
 from scheduler.admin.sse import Channel
 from scheduler.incidents import IncidentStore
 
@@ -61,13 +61,7 @@ class OperationLog:
     def _load(self) -> None:
         if self.path is None:
             return
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.warning("operation history %s unreadable (%s); starting empty", self.path, e)
-            return
+        raw = read_state(self.path, "operation history", log)
         for op in raw if isinstance(raw, list) else []:
             if not isinstance(op, dict) or not isinstance(op.get("id"), str):
                 continue

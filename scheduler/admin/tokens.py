@@ -50,7 +50,7 @@ from typing import Any
 
 import jwt
 
-from ipc.statefile import replace_file
+from ipc.statefile import read_state, replace_file
 from scheduler.admin.errors import Forbidden, Invalid, NotFound, Unauthorized
 
 log = logging.getLogger("scheduler.admin.tokens")
@@ -317,13 +317,7 @@ class TokenAuthority:
     def _load(self) -> None:
         if self.path is None or self.key is None:
             return
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raw = {}
-        except (OSError, ValueError) as e:
-            log.error("token registry %s unreadable: %s", self.path, e)
-            raw = {}
+        raw = read_state(self.path, "token registry", log)
         for ref, item in (raw.get("tokens", {}) if isinstance(raw, dict) else {}).items():
             if isinstance(item, dict) and isinstance(item.get("expires_at"), int):
                 self._registry[str(ref)] = {
@@ -338,13 +332,7 @@ class TokenAuthority:
     def _load_legacy(self) -> None:
         """``admin-revoked.json`` of an older release: revoked token ids -> expiry."""
         assert self._legacy is not None
-        try:
-            raw = json.loads(self._legacy.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.error("token revocations %s unreadable: %s", self._legacy, e)
-            return
+        raw = read_state(self._legacy, "token revocations", log)
         if not isinstance(raw, dict):
             return
         for jti, exp in raw.items():
