@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from typing import Any
 from cloud.crypto import KeyRing, KeyRingError
 from dbclient import DbConfig
 from dbclient.config import normalise_db_url
-from ipc.envvars import env_bool, env_int, host_port
+from ipc.envvars import env_bool, env_int, env_json, host_port
 
 __all__ = ["DEFAULT_LIMITS", "METRICS", "CloudConfig", "ConfigError", "PriceList"]
 
@@ -98,14 +97,8 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _json_object(env: Mapping[str, str], name: str) -> dict[str, Any] | None:
-    text = env.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be a JSON object") from None
-    if not isinstance(doc, dict):
+    doc = env_json(env, name, None, error=ConfigError)
+    if doc is not None and not isinstance(doc, dict):
         raise ConfigError(f"{name} must be a JSON object")
     return doc
 

@@ -5,7 +5,9 @@ each process has its own ConfigError) with a message naming the variable."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})
@@ -57,3 +59,17 @@ def host_port(text: str, name: str, *, default_port: int | None = None,
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise error(f"{name} must be host:port with a port from 1 to 65535, got {text[:60]!r}")
     return host, int(port)
+
+
+def env_json(env: Mapping[str, str], name: str, default: Any, *,
+             error: type[Exception] = ValueError) -> Any:
+    """A JSON document. The error names where the text breaks, never the text (a variable
+    such as SVC_BACKENDS holds credentials)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise error(f"{name} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") \
+            from None

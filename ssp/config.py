@@ -7,7 +7,6 @@ and are marked "ours" below.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
 from dbclient.config import DbConfig
-from ipc.envvars import env_bool, env_int, host_port
+from ipc.envvars import env_bool, env_int, env_json, host_port
 from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.otel import OtelConfigError, metrics_exporters
 from ipc.peerauth import ssp_credential
@@ -77,16 +76,6 @@ def _transport(env: Mapping[str, str]) -> str:
         return ingest_transport(env)
     except TransportError as e:
         raise ConfigError(str(e)) from None
-
-
-def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{name} is not valid JSON: {e.msg} at position {e.pos}") from None
 
 
 def _pause_at(env: Mapping[str, str]) -> str | None:
@@ -255,7 +244,7 @@ class SspConfig:
             db = DbConfig.from_env(env)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        jobs_raw = _json(env, "SVC_JOB_CONFIG", {"job_tables": {}})
+        jobs_raw = env_json(env, "SVC_JOB_CONFIG", {"job_tables": {}}, error=ConfigError)
         if not isinstance(jobs_raw, dict) or not isinstance(jobs_raw.get("job_tables", {}), dict):
             raise ConfigError("SVC_JOB_CONFIG must be {\"job_tables\": {<key>: {name, base_url, auth_token}}}")
         project = _service_project(env)
@@ -270,9 +259,9 @@ class SspConfig:
             from project.service import with_project_defaults
 
             env = with_project_defaults(env, project)
-        backends = _json(env, "SVC_BACKENDS", None)
+        backends = env_json(env, "SVC_BACKENDS", None, error=ConfigError)
         if backends is None:
-            backends = _json(env, "SVC_SCHEDULER_BACKENDS", [])
+            backends = env_json(env, "SVC_SCHEDULER_BACKENDS", [], error=ConfigError)
         if not isinstance(backends, list) or not all(isinstance(b, dict) for b in backends):
             raise ConfigError("SVC_BACKENDS must be a JSON array of objects")
         try:
@@ -284,7 +273,7 @@ class SspConfig:
         # name) is not claimed here, or SSPs and pool machines would race for its rows.
         pooled = {b.name for b in parsed_backends if b.run_on}
         jobs = [j for j in jobs if j.key not in pooled]
-        crdt = _json(env, "SVC_CRDT_FIELDS", {})
+        crdt = env_json(env, "SVC_CRDT_FIELDS", {}, error=ConfigError)
         if not isinstance(crdt, dict) or not all(
                 isinstance(fs, list) and all(isinstance(f, str) and _IDENT_RE.match(f)
                                              for f in fs) for fs in crdt.values()):

@@ -16,12 +16,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipc.envvars import env_int
+from ipc.envvars import env_int, env_json
 from jobs.tables import JobConfigError, JobTable, parse_job_tables
 from maintenance.backends import BackendListError, parse_backends
 from scheduler.config import ConfigError
@@ -83,12 +82,12 @@ class PoolsConfig:
             jobs = {j.key: j for j in parse_job_tables(env)}
         except JobConfigError as e:
             raise ConfigError(str(e)) from None
-        raw_backends = _json(env, "SVC_BACKENDS", [])
+        raw_backends = env_json(env, "SVC_BACKENDS", [], error=ConfigError)
         try:
             backends = parse_backends(raw_backends)
         except BackendListError as e:
             raise ConfigError(f"SVC_BACKENDS: {e}") from None
-        raw_pools = _json(env, "SVC_POOLS", {})
+        raw_pools = env_json(env, "SVC_POOLS", {}, error=ConfigError)
         if not isinstance(raw_pools, dict):
             raise ConfigError("SVC_POOLS must be a JSON object {<pool>: {...}}")
         tables: dict[str, list[JobTable]] = {}
@@ -139,17 +138,6 @@ def _pool(name: str, raw: Any, tables: tuple[JobTable, ...]) -> PoolSpec:
     if spec.max_machines < spec.min_machines:
         raise ConfigError(f"{where}: max_machines is below min_machines")
     return spec
-
-
-def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:  # the value may hold credentials: never echoed
-        raise ConfigError(f"{name} is not valid JSON (line {e.lineno}, column {e.colno})") \
-            from None
 
 
 def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
