@@ -291,6 +291,8 @@ class Plan:
     """The compiled form of one query level."""
 
     def __init__(self, q: Query) -> None:
+        # Kept whole: it declares every attribute of a plan, each beside why it exists (the
+        # compiling is done by the _compile_* functions it calls).
         self.q = q
         self.table = q.table
         # semi-joins of the condition (`x IN (SELECT VALUE ...)`: engine.semijoin)
