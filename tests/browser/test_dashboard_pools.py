@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.integration.test_scheduler_process import SchedulerProc, launch, write_config
 from tests.support.procs import DbHost, free_port
@@ -116,9 +116,8 @@ def _sign_in(page: Page, admin: str) -> None:
     expect(page.locator("[data-card=scheduler]")).to_be_visible()
 
 
-def test_pools_page_shows_machines_pauses_and_drains(
-        browser: Browser, scheduler: tuple[SchedulerProc, str], artifacts: Path) -> None:
-    _, admin = scheduler
+def _signed_in(browser: Browser, admin: str) -> tuple[BrowserContext, Page, list[str]]:
+    """A signed-in page in its own context, and the page's errors as they come."""
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     ctx.set_default_timeout(LONG)
     page = ctx.new_page()
@@ -126,6 +125,13 @@ def test_pools_page_shows_machines_pauses_and_drains(
     page.on("pageerror", lambda e: errs.append(str(e)))
     page.on("console", lambda m: errs.append(m.text) if m.type == "error" else None)
     _sign_in(page, admin)
+    return ctx, page, errs
+
+
+def test_pools_page_shows_machines_pauses_and_drains(
+        browser: Browser, scheduler: tuple[SchedulerProc, str], artifacts: Path) -> None:
+    _, admin = scheduler
+    ctx, page, errs = _signed_in(browser, admin)
 
     page.locator("nav#nav a[data-page=pools]").click()
     row = page.locator("tr[data-pool=p1]")
@@ -165,21 +171,17 @@ def test_pools_page_shows_machines_pauses_and_drains(
 def test_a_linked_scheduler_shows_its_deployment_and_instances(
         browser: Browser, scheduler: tuple[SchedulerProc, str], artifacts: Path) -> None:
     _, admin = scheduler
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    ctx.set_default_timeout(LONG)
-    page = ctx.new_page()
-    errs: list[str] = []
-    page.on("pageerror", lambda e: errs.append(str(e)))
-    page.on("console", lambda m: errs.append(m.text) if m.type == "error" else None)
-    _sign_in(page, admin)
-    card = page.locator("[data-card=cloud] [data-linked=true]")
-    expect(card).to_contain_text("version 7")
-    expect(card).to_contain_text("healthy")
-    expect(card).to_contain_text("dep_42")
-    for inst, role in (("inst_s", "scheduler"), ("inst_p", "ssp")):
-        expect(page.locator(f"tr[data-instance={inst}]")).to_have_attribute("data-role", role)
-    expect(page.locator("tr[data-instance=inst_p]")).to_contain_text("http://10.0.0.6:8081")
-    expect(page.locator("[data-card=cloud] [data-linked=false]")).to_have_count(0)
-    page.screenshot(path=artifacts / "overview-cloud.png", full_page=True)
-    assert not errs, errs
-    ctx.close()
+    ctx, page, errs = _signed_in(browser, admin)
+    try:  # an open page holds streams the scheduler's shutdown would wait for
+        card = page.locator("[data-card=cloud] [data-linked=true]")
+        expect(card).to_contain_text("version 7")
+        expect(card).to_contain_text("healthy")
+        expect(card).to_contain_text("dep_42")
+        for inst, role in (("inst_s", "scheduler"), ("inst_p", "ssp")):
+            expect(page.locator(f"tr[data-instance={inst}]")).to_have_attribute("data-role", role)
+        expect(page.locator("tr[data-instance=inst_p]")).to_contain_text("http://10.0.0.6:8081")
+        expect(page.locator("[data-card=cloud] [data-linked=false]")).to_have_count(0)
+        page.screenshot(path=artifacts / "overview-cloud.png", full_page=True)
+        assert not errs, errs
+    finally:
+        ctx.close()

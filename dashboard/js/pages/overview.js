@@ -7,7 +7,7 @@ import { lineChart } from '../charts.js';
 import { h, fill } from '../dom.js';
 import { duration, num } from '../format.js';
 import { historySeries, live } from '../live.js';
-import { ago, badge, errorBox, poller, progress, table } from '../ui.js';
+import { ago, badge, errorBox, kv, poller, progress, table } from '../ui.js';
 import { registerPage } from './registry.js';
 
 export function sspRows(ssps) {
