@@ -256,6 +256,13 @@ def test_a_read_token_session_has_the_destructive_buttons_disabled(
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     assert page.evaluate("() => localStorage.length") == 0
+    # the form comes back on the way this tab signed in, also after a reload
+    expect(page.get_by_role("tab", name="Access token")).to_have_attribute("aria-selected",
+                                                                            "true")
+    page.reload()
+    expect(page.get_by_role("tab", name="Access token")).to_have_attribute("aria-selected",
+                                                                            "true")
+    expect(page.get_by_label("Access token")).to_be_visible()
     ctx.close()
 
 
