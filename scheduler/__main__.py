@@ -40,6 +40,12 @@ from scheduler.wal import WalCorrupt
 
 log = logging.getLogger("scheduler")
 
+#: how long a stopping admin listener waits for requests still running. Its event streams
+#: (operations, jobs, logs) only notice a viewer that went away at their next keepalive (15 s):
+#: without a bound, a browser tab closed just before a stop held the shutdown past a
+#: supervisor's patience (seen: SIGKILL after 15 s).
+ADMIN_SHUTDOWN_GRACE_SECS = 3
+
 
 class _Server(uvicorn.Server):
     """uvicorn without its own signal capture: ours sets ``should_exit`` and the process
@@ -87,6 +93,7 @@ async def _run(cfg: SchedulerConfig, pools: PoolRunner) -> int:
                                               port=cfg.admin.port, loop="uvloop",
                                               lifespan="on",
                                               timeout_keep_alive=SERVER_KEEPALIVE_SECS,
+                                              timeout_graceful_shutdown=ADMIN_SHUTDOWN_GRACE_SECS,
                                               http=protocol, proxy_headers=bool(trusted),
                                               forwarded_allow_ips=trusted or None,
                                               log_level="warning"))

@@ -72,7 +72,9 @@ export function lineChart(series, opts = {}) {
     if (pts.length === 1) svg.append(s('circle', { cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5, class: cls }));
   });
   const legend = h('div.legend', series.map((sr, i) => h('span', h(`i.c${i % 6}`), sr.name)));
-  return h('figure.chart-figure', { 'data-chart': opts.id || '' }, svg, legend);
+  const times = all.filter((p) => p[1] !== null && p[1] !== undefined).map((p) => p[0]);
+  return h('figure.chart-figure', { 'data-chart': opts.id || '', 'data-points': String(times.length),
+                                    'data-oldest': times.length ? String(Math.min(...times)) : null }, svg, legend);
 }
 
 /** A strip of probes (oldest left): bar height = latency, colour = outcome. */

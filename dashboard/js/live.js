@@ -1,7 +1,8 @@
 // What every page shares while signed in: the overview (polled at the presence sampler's
 // refresh, never faster), the operations stream (SSE, the whole list on each change), the
-// connection state, and short histories for the charts (throughput, lag) kept since the page
-// opened. Pages subscribe; nothing here renders.
+// connection state, and the histories for the charts (throughput, lag): seeded from the
+// scheduler's own ring (GET /history, a sample every 10 s for the last hour) so a reload keeps
+// them, then extended by each overview. Pages subscribe; nothing here renders.
 import { api } from './api.js';
 import { openStream } from './sse.js';
 import { poller } from './ui.js';
@@ -59,10 +60,45 @@ function record(ov) {
   live.emit('overview', ov);
 }
 
+/** Samples of GET /history as chart series: {throughput, lag: {id: points}, queued: {...}}. */
+export function historySeries(samples) {
+  const out = { throughput: [], lag: {}, queued: {} };
+  for (const x of samples) {
+    out.throughput.push([x.t, x.ingest_per_sec]);
+    for (const [id, sp] of Object.entries(x.ssps || {})) {
+      (out.lag[id] || (out.lag[id] = [])).push([x.t, sp.lag]);
+      (out.queued[id] || (out.queued[id] = [])).push([x.t, sp.queued]);
+    }
+  }
+  return out;
+}
+
+async function seedHistory() {
+  try {
+    const b = await api.get('/history', { range: 'hour' });
+    const seeded = historySeries(b.samples);
+    // what the overview polls added meanwhile is newer than the ring: keep it after
+    const since = b.samples.length ? b.samples[b.samples.length - 1].t : 0;
+    const newer = (pts) => (pts || []).filter((p) => p[0] > since);
+    live.history.throughput = [...seeded.throughput, ...newer(live.history.throughput)].slice(-HISTORY);
+    for (const k of ['lag', 'queued']) {
+      const ids = new Set([...Object.keys(seeded[k]), ...Object.keys(live.history[k])]);
+      const next = {};
+      for (const id of ids) next[id] = [...(seeded[k][id] || []), ...newer(live.history[k][id])].slice(-HISTORY);
+      live.history[k] = next;
+    }
+    live.emit('history', live.history);
+    if (live.overview) live.emit('overview', live.overview);
+  } catch (e) {
+    console.warn('the chart history could not be loaded', e);
+  }
+}
+
 let stops = [];
 
 export function startLive() {
   stopLive();
+  seedHistory();
   stops.push(poller(() => api.get('/overview'), () => live.refreshSecs(), {
     onData: record,
     onError: (e) => { live.overviewError = e; live.emit('overview-error', e); },

@@ -5,16 +5,26 @@ import { h, fill } from './dom.js';
 import { session } from './session.js';
 import { errorBox } from './ui.js';
 
+// The way this tab last signed in (roster, break-glass or token), so the form comes back on it
+// after a sign-out, an expiry or a reload. sessionStorage: per tab, gone with it, never a secret.
+const MODE_KEY = `svc-admin:${location.origin}:signin-mode`;
+
+function rememberedMode() {
+  try { return sessionStorage.getItem(MODE_KEY); } catch { return null; }
+}
+
 export function renderSignIn(root, config, reason) {
   const tabs = [['roster', 'User'], ...(config && config.breakglass_available ? [['breakglass', 'Break-glass']] : []),
                 ['token', 'Access token']];
-  let mode = 'roster';
+  const kept = rememberedMode();
+  let mode = tabs.some(([m]) => m === kept) ? kept : 'roster';
   const out = h('div', { role: 'status', 'aria-live': 'polite' });
   const formBox = h('div');
   const tabBar = h('div.tabs', { role: 'tablist', 'aria-label': 'How to sign in' });
 
   function select(m) {
     mode = m;
+    try { sessionStorage.setItem(MODE_KEY, m); } catch { /* storage off: the form starts on User */ }
     for (const b of tabBar.children) b.setAttribute('aria-selected', String(b.dataset.mode === m));
     fill(formBox, form(m));
     fill(out);

@@ -87,7 +87,13 @@ export function actionButton(label, { run, confirm, danger = false, out, id, onD
     btn.disabled = true;
     try {
       const res = await run();
-      if (out) fill(out, h('span.badge.s-ok', 'accepted'), ' ', res && res.id ? `operation ${res.id}` : '');
+      // an operation's id (routes answer the operation itself, or {operation, ...}) links to its page
+      const op = res && (res.operation && res.operation.id ? res.operation.id : res.id);
+      if (out) {
+        fill(out, h('span.badge.s-ok', 'accepted'), ' ',
+          op ? h('a', { href: `/admin/operations/${encodeURIComponent(op)}`, dataset: { operation: op } }, `operation ${op}`) : '',
+          res && res.backup_id ? ` · backup ${res.backup_id}` : '');
+      }
       onDone && onDone(res);
     } catch (e) {
       if (out) fill(out, errorBox(e)); else alert(e.message);

@@ -50,6 +50,7 @@ from scheduler.admin.errors import (
     Unauthorized,
     serialize_error,
 )
+from scheduler.admin.history import RANGES
 from scheduler.admin.jobsampler import ORIGINS, STATUSES
 from scheduler.admin.mcp import AdminAsgi
 from scheduler.admin.plane import AdminPlane
@@ -162,6 +163,11 @@ class PresenceRoute(Base):
         resp.media = self.plane.presence.body()
 
 
+class HistoryRoute(Base):
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = self.plane.history.body(q_enum(req, "range", RANGES, "hour") or "hour")
+
+
 class ViewsList(Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         resp.media = self.plane.views.listing(req)
@@ -171,6 +177,14 @@ class ViewDetail(Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                      key: str) -> None:
         resp.media = await self.plane.views.detail(_path_param(key, "view key"))
+
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                        key: str) -> None:
+        await read_json(req)  # none expected; a malformed one is still refused
+        out = await self.plane.views.unregister(_path_param(key, "view key"))
+        log.info("view %s unregistered by %s (%s)", out["id"], req.context.principal.subject,
+                 req.context.principal.mode)
+        resp.media = out
 
 
 class BackendsList(Base):
@@ -393,7 +407,8 @@ def create_falcon_app(plane: AdminPlane,
         ("/config", Config(plane)), ("/session", Session(plane)), ("/logout", Logout(plane)),
         ("/me", Me(plane)), ("/tokens", Tokens(plane)),
         ("/tokens/{ref}", TokenById(plane)), ("/overview", Overview(plane)),
-        ("/presence", PresenceRoute(plane)), ("/views", ViewsList(plane)),
+        ("/presence", PresenceRoute(plane)), ("/history", HistoryRoute(plane)),
+        ("/views", ViewsList(plane)),
         ("/views/{key}", ViewDetail(plane)), ("/backends", BackendsList(plane)),
         ("/backends/{name}", BackendDetail(plane)), ("/logs", LogsRoute(plane)),
         ("/jobs", Jobs(plane)), ("/jobs/stream", JobsStream(plane)),

@@ -217,6 +217,13 @@ WORKFLOWS: tuple[AdminTool, ...] = (
               "Cancel a running run: blocked steps are skipped, running steps' jobs killed. "
               "Answers {run, status: killed|kill_requested, operation}.", "destructive",
               _run("cancel"), {"run_id": _RUN}, ("run_id",)),
+    AdminTool("workflow_runs_cancel", "Cancel several workflow runs",
+              "Cancel up to 200 running runs in one request, each as workflow_run_cancel "
+              "would. Answers {results: [{id, ok, status, run, operation} or {id, ok: false, "
+              "status, code, error}], cancelled, total}.", "destructive",
+              lambda a: ApiCall("POST", "/workflows/runs/cancel", body={"ids": a["run_ids"]}),
+              {"run_ids": {"type": "array", "items": _RUN, "minItems": 1, "maxItems": 200}},
+              ("run_ids",)),
     AdminTool("workflow_run_rerun", "Rerun a workflow run",
               "Start a new ad-hoc run (trigger manual) of the same workflow, whatever the "
               "source's status. Answers {run, rerun_of}.", "write", _run("rerun"),

@@ -19,6 +19,7 @@ from dbclient.tasks import cancel_and_wait
 from scheduler.admin.actions import Actions
 from scheduler.admin.cloudlink import CloudLink
 from scheduler.admin.cluster import Cluster, SchedulerCluster
+from scheduler.admin.history import History
 from scheduler.admin.jobsampler import JobSampler
 from scheduler.admin.lifecycle import Lifecycle
 from scheduler.admin.logs import Logs
@@ -58,6 +59,7 @@ class AdminPlane:
                                     cfg.auth_secret if cfg.cloud_linked else None)
         self.presence = Presence(self.cluster, watched=self.watched)
         self.views = Views(self.cluster, self.presence)
+        self.history = History(self.cluster, self.presence)
         self.jobs = JobSampler(self.cluster)
         self.logs = Logs(self.cluster, self.ring)
         self.lifecycle = Lifecycle(self.cluster)
@@ -78,7 +80,8 @@ class AdminPlane:
         await self.cluster.start()
         self.lifecycle.started()
         for name, coro in (("presence", self.presence.run()), ("job-sampler", self.jobs.run()),
-                           ("lifecycle", self.lifecycle.run())):
+                           ("lifecycle", self.lifecycle.run()),
+                           ("history", self.history.run())):
             self._loops.append(asyncio.get_running_loop().create_task(coro, name=name))
         self.actions.continue_restarts()
 

@@ -154,6 +154,15 @@ class Presence:
     def wake(self) -> None:
         self._wake.set()
 
+    def forget(self, key: str) -> None:
+        """Drop one view from the last sample (it was just unregistered): the list must not
+        show it until the next sample confirms it gone."""
+        self.rows = [v for v in self.rows if v.key != key]
+        gone = self.by_key.pop(key, None)
+        if gone is not None:
+            self.by_query[gone.query_key] = [k for k in self.by_query.get(gone.query_key, [])
+                                             if k != key]
+
     async def _read(self, sql: str) -> list[dict[str, Any]]:
         try:
             return list(await self.cluster.db.query_one(sql, idempotent=True) or [])

@@ -6,7 +6,9 @@ The list is served from the presence sampler's last sample (no database call). Q
   ``ssp`` (an SSP id, or ``unplaced``); ``q`` (case-insensitive substring of the query text,
   the view id or the user);
 * ``sort``: ``recent`` (last activity, default), ``rows``, ``subscribers``, ``slow``
-  (materialisation p99, slowest first), ``expiry`` (soonest first), ``user``;
+  (materialisation p99, slowest first), ``expiry`` (soonest first), ``user``, ``stale``
+  (the least fresh first: views not served, then slow ones, then the most events behind the
+  feed, then the longest since their last publication);
 * ``slow_ms``: only views whose materialisation p99 is at least that many ms (a view is
   marked ``slow`` at ``SVC_ADMIN_SLOW_VIEW_MS``, 250, without it); ``large=true``: only views
   with at least ``SVC_ADMIN_LARGE_VIEW_ROWS`` (1000) rows; ``shared=true``: only queries run
@@ -16,7 +18,21 @@ Answer: ``{views, total, returned, sampled_at_ms, refresh_secs, truncated, thres
 (``refresh_secs``: how often the sampler refreshes now); each view: key,
 id, user, client_id, ssp_id, rows, subscribers, state, ttl_ms, last_active_ms, expires_in_ms,
 expired, materialisation ``{p50, p99, max, samples, initial_ms}``, slow, large,
-identical_sessions, query (first 300 characters).
+identical_sessions, query (first 300 characters), freshness (below).
+
+``freshness`` (list and detail): ``{last_publish_at_ms, since_publish_ms, lag_events,
+ssp_state, served, stale}``: when the view's SSP last published a change of it (its metrics
+row; null before the first), how long ago that was, how many events the scheduler has taken
+that the view's SSP has not yet acknowledged (sent but unacknowledged plus queued: the view's
+lag behind the feed; null while the SSP has not reported a sequence), the SSP's state,
+``served`` (placed on an SSP that is Ready or Lagging and not flagged) and ``stale`` (not
+served, or behind the feed by more than ``STALE_LAG_EVENTS``).
+
+``DELETE /admin/api/views/{key}`` unregisters a view the way the spec defines it: it deletes
+the `_00_query` row (its cleanup event, or the changefeed's DELETE, tells the scheduler) and
+clears the scheduler's tracker for it at once; the sampled row leaves the list immediately.
+200 ``{key, id, unregistered: true, ssp_id}``; 404 without a row; 503 when the database
+cannot be reached.
 
 The detail reads the database and the view's SSP at request time: the `_00_query` row (404
 without one), its `_00_view_metrics` row, the query text and params, the SSP's answer for the
@@ -36,15 +52,18 @@ from surrealdb import RecordID
 
 from dbclient import DbError
 from dbclient.clock import now_ms
-from scheduler.admin.cluster import Cluster
+from scheduler.admin.cluster import Cluster, SspInfo
 from scheduler.admin.errors import DB_UNREACHABLE, Invalid, NotFound, Unavailable, db_unreachable
 from scheduler.admin.presence import Presence, ViewRow
 from scheduler.admin.values import epoch_ms, jsonable, q_bool, q_enum, q_int, q_str, ttl_ms
 
 __all__ = ["SORTS", "Views", "view_key"]
 
-SORTS = ("recent", "rows", "subscribers", "slow", "expiry", "user")
+SORTS = ("recent", "rows", "subscribers", "slow", "expiry", "user", "stale")
 KEY_MAX = 200
+#: a view this many events or more behind the feed is marked stale (a busy SSP is a few
+#: batches behind at any instant: that is not staleness)
+STALE_LAG_EVENTS = 1000
 
 
 def view_key(raw: str) -> str:
@@ -64,7 +83,25 @@ class Views:
         self.slow_ms = cluster.cfg.admin.slow_view_ms
         self.large_rows = cluster.cfg.admin.large_view_rows
 
-    def _public(self, v: ViewRow, now: int, slow_ms: int) -> dict[str, Any]:
+    def _ssps(self) -> dict[str, SspInfo]:
+        return {s.id: s for s in self.cluster.ssps()}
+
+    @staticmethod
+    def freshness(ssp: SspInfo | None, last_publish_ms: int | None,
+                  now: int) -> dict[str, Any]:
+        lag = None
+        if ssp is not None and ssp.acked_seq is not None:
+            lag = max(0, ssp.sent_seq - ssp.acked_seq) + ssp.queued
+        served = ssp is not None and ssp.serving
+        return {"last_publish_at_ms": last_publish_ms,
+                "since_publish_ms": None if last_publish_ms is None
+                else max(0, now - last_publish_ms),
+                "lag_events": lag, "ssp_state": None if ssp is None else ssp.state,
+                "served": served,
+                "stale": not served or (lag is not None and lag >= STALE_LAG_EVENTS)}
+
+    def _public(self, v: ViewRow, now: int, slow_ms: int,
+                ssps: dict[str, SspInfo]) -> dict[str, Any]:
         exp = v.expires_at_ms()
         met = v.metrics or {}
         got = met.get("publish_ms")
@@ -83,6 +120,8 @@ class Views:
             "large": v.rows >= self.large_rows,
             "identical_sessions": len(self.presence.by_query.get(v.query_key, ())) - 1,
             "query": v.surql[:300],
+            "freshness": self.freshness(ssps.get(v.ssp_id or ""),
+                                        met.get("last_publish_at_ms"), now),
         }
 
     def listing(self, req: Any) -> dict[str, Any]:
@@ -120,6 +159,17 @@ class Views:
                     and needle not in v.key.lower() and needle not in (v.user or "").lower():
                 continue
             hits.append(v)
+        ssps = self._ssps()
+        fresh = {v.key: self.freshness(ssps.get(v.ssp_id or ""),
+                                       (v.metrics or {}).get("last_publish_at_ms"), now)
+                 for v in hits} if sort == "stale" else {}
+
+        def staleness(v: ViewRow) -> tuple[Any, ...]:
+            f = fresh[v.key]
+            p99 = v.p99()
+            return (not f["stale"], not (p99 is not None and p99 >= threshold),
+                    -(f["lag_events"] or 0), -(f["since_publish_ms"] or 0), v.key)
+
         keyers: dict[str, Any] = {
             "recent": lambda v: -(v.last_active_ms or 0),
             "rows": lambda v: -v.rows,
@@ -127,9 +177,10 @@ class Views:
             "slow": lambda v: -(v.p99() or -1.0),
             "expiry": lambda v: v.expires_at_ms() or 0,
             "user": lambda v: (v.user or "", v.key),
+            "stale": staleness,
         }
         top = heapq.nsmallest(limit, hits, key=keyers[sort or "recent"])
-        return {"views": [self._public(v, now, threshold) for v in top], "total": len(hits),
+        return {"views": [self._public(v, now, threshold, ssps) for v in top], "total": len(hits),
                 "returned": len(top), "sampled_at_ms": self.presence.sampled_at_ms,
                 "refresh_secs": self.presence.refresh_secs,
                 "truncated": self.presence.truncated,
@@ -201,7 +252,32 @@ class Views:
             "large": isinstance(live_rows, int) and live_rows >= self.large_rows,
             "memory": memory,
             "identical_sessions": others,
+            "freshness": self.freshness(None if ssp_id is None else self.cluster.ssp(ssp_id),
+                                        epoch_ms(met.get("last_publish_at"))
+                                        if met else None, now),
         }
+
+    async def unregister(self, raw_key: str) -> dict[str, Any]:
+        key = view_key(raw_key)
+        rid = RecordID("_00_query", key)
+        try:
+            gone = await self.cluster.db.query_one("DELETE $q RETURN BEFORE", {"q": rid})
+        except DB_UNREACHABLE as e:
+            raise db_unreachable() from e
+        except DbError as e:
+            if "does not exist" not in str(e):
+                raise Unavailable(f"the view could not be deleted ({type(e).__name__})",
+                                  code="db_error") from e
+            gone = []
+        if not gone:
+            raise NotFound(f"no view query:{key[:80]} (no _00_query row)")
+        view_id = f"query:{key}"
+        ssp_id = self.cluster.placement(view_id)
+        # the cleanup event (or the changefeed's DELETE) does this too, a moment later: the
+        # tracker is cleared now so the view is not served or placed in between
+        self.cluster.unregister_view(view_id)
+        self.presence.forget(key)
+        return {"key": key, "id": view_id, "unregistered": True, "ssp_id": ssp_id}
 
     async def _memory(self, ssp_id: str | None, view_id: str) -> dict[str, Any] | None:
         if ssp_id is None:

@@ -18,6 +18,11 @@ Actions (each also an operation record where the spec says so: cancel and retry)
 
 * ``POST workflows/runs/{id}/cancel`` -> 202 ``{run, status: killed|kill_requested,
   operation}``; 409 ``not_running``;
+* ``POST workflows/runs/cancel`` ``{ids: [run id, ...]}`` (1 to ``BULK_MAX``, distinct): the
+  same cancel for each run in ONE request -> 200 ``{results, cancelled, total}``, ``results``
+  in the order asked, each ``{id, ok: true, status, run, operation}`` or ``{id, ok: false,
+  status: <HTTP status>, code, error}`` (one run's refusal does not stop the others); 400 when
+  ``ids`` is missing, empty, too long, repeated or not strings;
 * ``POST workflows/runs/{id}/rerun`` -> 201 ``{run, rerun_of}``; 409 ``migration_required``;
 * ``POST workflows/runs/{id}/retry`` -> 200 ``{run, retry_count, reset, kept, operation}``;
   409 ``not_retryable``, ``kill_pending``, ``migration_required``;
@@ -58,6 +63,7 @@ __all__ = ["WorkflowsApi", "workflow_routes"]
 STREAM_LIMIT = 50
 STREAM_MIN_SECS = 0.5
 NAME_MAX = 200
+BULK_MAX = 200
 
 
 def _op_error(e: OpError) -> AdminError:
@@ -136,6 +142,17 @@ class WorkflowsApi:
     def track(self, run_key: str, op: dict[str, Any], kind: str) -> None:
         self._ops[run_key] = (op["id"], kind)
 
+    async def cancel(self, key: str, who: dict[str, Any]) -> dict[str, Any]:
+        """Cancel one run and record it as a ``workflow_cancel`` operation (done at once when
+        the run is already killed, else when it ends)."""
+        out = await self.call(self.engine().cancel(key))
+        op = self.plane.ops.start("workflow_cancel", out["run"], who)
+        if out["status"] == "kill_requested":
+            self.track(key, op, "workflow_cancel")
+        else:
+            self.plane.ops.finish(op["id"], True, f"run {key} {out['status']}")
+        return {**out, "operation": self.plane.ops.get(op["id"])}
+
 
 class _Base:
     def __init__(self, api: WorkflowsApi) -> None:
@@ -188,18 +205,45 @@ class RunAction(_Base):
             resp.status = 201
             resp.media = await self.api.call(eng.rerun(key))
             return
-        out = await self.api.call(eng.cancel(key) if self.verb == "cancel" else eng.retry(key))
-        kind = f"workflow_{self.verb}"
-        op = self.api.plane.ops.start(kind, out["run"], _who(req))
         if self.verb == "cancel":
             resp.status = 202
-            if out["status"] == "kill_requested":
-                self.api.track(key, op, kind)
-            else:
-                self.api.plane.ops.finish(op["id"], True, f"run {key} {out['status']}")
-        else:
-            self.api.track(key, op, kind)
+            resp.media = await self.api.cancel(key, _who(req))
+            return
+        out = await self.api.call(eng.retry(key))
+        op = self.api.plane.ops.start("workflow_retry", out["run"], _who(req))
+        self.api.track(key, op, "workflow_retry")
         resp.media = {**out, "operation": self.api.plane.ops.get(op["id"])}
+
+
+def _bulk_ids(body: Any) -> list[str]:
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not 1 <= len(ids) <= BULK_MAX:
+        raise Invalid(f"the body must be {{\"ids\": [run id, ...]}} with 1 to {BULK_MAX} ids")
+    if not all(isinstance(i, str) for i in ids):
+        raise Invalid("ids: every id must be a string")
+    keys = [views.run_key_of(_param(i, "run id")) for i in ids]
+    if len(set(keys)) != len(keys):
+        raise Invalid("ids: a run is named more than once")
+    return ids
+
+
+class RunsCancel(_Base):
+    """``POST workflows/runs/cancel``: many cancels in one request, one result per id."""
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        ids = _bulk_ids(await read_json(req))
+        self.api.engine()
+        who = _who(req)
+        results: list[dict[str, Any]] = []
+        for run_id in ids:  # in order: each cancel is a few database statements
+            try:
+                out = await self.api.cancel(views.run_key_of(run_id), who)
+                results.append({"id": run_id, "ok": True, **out})
+            except AdminError as e:
+                results.append({"id": run_id, "ok": False, "status": e.status_code,
+                                "code": e.error_code, "error": e.message})
+        resp.media = {"results": results, "total": len(results),
+                      "cancelled": sum(1 for r in results if r["ok"])}
 
 
 class Schedules(_Base):
@@ -241,6 +285,7 @@ def workflow_routes(plane: Any) -> list[tuple[str, Any]]:
     return [
         ("/workflows/runs", Runs(api)),
         ("/workflows/stream", RunsStream(api)),
+        ("/workflows/runs/cancel", RunsCancel(api)),
         ("/workflows/runs/{run_id}", RunDetail(api)),
         ("/workflows/runs/{run_id}/cancel", RunAction(api, "cancel")),
         ("/workflows/runs/{run_id}/rerun", RunAction(api, "rerun")),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,7 +158,7 @@ def test_a_view_registered_by_a_client_appears_with_its_rows_and_follows_writes(
     expect(page).to_have_url(cluster.admin + "/admin/views/bv1")
     expect(page.locator("pre[data-query]")).to_have_text("SELECT * FROM post WHERE n >= 3")
     page.reload()
-    expect(page.get_by_role("heading", name="View bv1")).to_be_visible()
+    expect(page.get_by_role("heading", name="View query:bv1")).to_be_visible()
     expect(page.locator("pre[data-query]")).to_have_text("SELECT * FROM post WHERE n >= 3")
     page.screenshot(path=artifacts / "view-detail.png", full_page=True)
     page.go_back()
@@ -190,15 +191,30 @@ def test_a_rolling_restart_shows_its_progress_until_done(
 def test_a_backend_going_down_shows_on_overview_and_as_an_incident(
         operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
     page = operator
-    page.goto(cluster.admin + "/admin/")
+    # the incidents page stays open: the new incident arrives without a reload, and the
+    # time range asks the API for incidents started within it (`since`)
+    listed: list[str] = []
+    page.on("request", lambda r: listed.append(r.url) if "/admin/api/incidents?" in r.url
+            else None)
+    page.goto(cluster.admin + "/admin/incidents?component=pay&state=open")
+    page.locator("select[name=range]").select_option("1h")
+    expect(page).to_have_url(cluster.admin + "/admin/incidents?component=pay&state=open&range=1h")
+    expect(page.locator("#incidents-updated")).to_contain_text("live")
+    expect(page.locator("tr[data-kind=backend_down]")).to_have_count(0)
+    asked = [u for u in listed if "range" not in u and "since=" in u]
+    assert asked, listed
+    since = int(asked[-1].split("since=")[1].split("&")[0])
+    assert abs(since - (time.time() * 1000 - 3_600_000)) < 300_000, since
     cluster.backend.healthy = False
     try:
+        inc = page.locator("tr[data-kind=backend_down][data-state=open]")
+        expect(inc).to_have_count(1)  # live: no reload, no click
+        page.goto(cluster.admin + "/admin/")
         card = page.locator("[data-card=backends]")
         expect(card.locator("[data-backend=pay]")).to_contain_text("unhealthy")
         expect(page.locator("[data-card=incidents] .stat")).not_to_have_text("0")
         page.screenshot(path=artifacts / "overview-backend-down.png", full_page=True)
-        page.goto(cluster.admin + "/admin/incidents?component=pay&state=open")
-        inc = page.locator("tr[data-kind=backend_down][data-state=open]")
+        page.goto(cluster.admin + "/admin/incidents?component=pay&state=open&range=1h")
         expect(inc).to_have_count(1)
         inc.get_by_role("link").click()
         expect(page.locator("ol.timeline li").first).to_contain_text("backend pay")
@@ -240,6 +256,13 @@ def test_a_read_token_session_has_the_destructive_buttons_disabled(
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     assert page.evaluate("() => localStorage.length") == 0
+    # the form comes back on the way this tab signed in, also after a reload
+    expect(page.get_by_role("tab", name="Access token")).to_have_attribute("aria-selected",
+                                                                            "true")
+    page.reload()
+    expect(page.get_by_role("tab", name="Access token")).to_have_attribute("aria-selected",
+                                                                            "true")
+    expect(page.get_by_label("Access token")).to_be_visible()
     ctx.close()
 
 
@@ -329,3 +352,210 @@ def test_the_page_reconnects_by_itself_after_a_scheduler_restart(
     expect(page.locator("[data-card=scheduler]")).to_be_visible()
     wait_until(lambda: cluster.ready_ssps() == {s.ssp_id for s in cluster.ssps}, 180,
                "both SSPs registered again")
+
+
+def _view(cluster: AdminCluster, key: str, sort: str = "recent") -> dict[str, Any] | None:
+    status, body = cluster.api("GET", f"/admin/api/views?sort={sort}&limit=1000")
+    assert status == 200, body
+    return next((v for v in body["views"] if v["key"] == key), None)
+
+
+def test_views_show_freshness_least_fresh_first_and_the_detail_follows_writes(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    page.goto(cluster.admin + "/admin/operations")  # a stream open: samplers at live cadence
+    cluster.register_view("fa", "SELECT * FROM post WHERE n >= 20", "tab-fa")
+    cluster.register_view("fb", "SELECT * FROM post WHERE n >= 30", "tab-fb")
+    cluster.write_post("fw1", 35)  # both views change
+
+    def published(key: str) -> Any:
+        v = _view(cluster, key)
+        return v and v["freshness"]["last_publish_at_ms"]
+    wait_until(lambda: published("fa") and published("fb"), 120, "fa and fb published")
+    fb_at = published("fb")
+    cluster.write_post("fw2", 25)  # only fa changes: fb is now the less fresh
+    wait_until(lambda: (published("fa") or 0) > fb_at, 120, "fa published again")
+    fb = _view(cluster, "fb", "stale")
+    assert fb is not None and fb["freshness"]["served"] is True
+    assert fb["freshness"]["since_publish_ms"] >= 0
+    assert isinstance(fb["freshness"]["lag_events"], int)
+    status, body = cluster.api("GET", "/admin/api/views?sort=freshest")
+    assert status == 400 and "stale" in body["message"]
+
+    page.goto(cluster.admin + "/admin/views?sort=stale")
+    rows = page.locator("tr[data-view]")
+    expect(page.locator("tr[data-view=fa]")).to_be_visible()
+    expect(page.locator("tr[data-view=fb]")).to_be_visible()
+    order = rows.evaluate_all("rs => rs.map(r => r.dataset.view)")
+    assert order.index("fb") < order.index("fa"), order
+    cell = page.locator("tr[data-view=fa] [data-fresh]")
+    expect(cell).to_contain_text("published")
+    expect(cell).to_contain_text("behind")
+    expect(cell).to_have_attribute("data-lag", re.compile(r"^\d+$"))
+    page.screenshot(path=artifacts / "views-freshness.png", full_page=True)
+    # the detail: its freshness, and live (a write shows without a click or reload)
+    page.goto(cluster.admin + "/admin/views/fa")
+    fresh = page.locator("[data-card=freshness]")
+    expect(fresh).to_contain_text("Last publication")
+    expect(fresh.locator("[data-figure=lag]")).to_contain_text("events")
+    figure = page.locator("[data-figure=rows]")
+    expect(figure).not_to_have_text("–")
+    before = int(figure.inner_text().replace(",", ""))
+    cluster.write_post("fw3", 45)
+    expect(figure).to_have_text(str(before + 1))
+    expect(page.locator("#view-updated")).to_contain_text("live")
+    page.screenshot(path=artifacts / "view-freshness.png", full_page=True)
+
+
+def test_ssp_and_operation_pages_are_deep_links(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    sid = cluster.ssps[0].ssp_id
+    page.goto(cluster.admin + "/admin/ssps")
+    page.locator(f"a[href='/admin/ssps/{sid}']").first.click()
+    expect(page).to_have_url(cluster.admin + f"/admin/ssps/{sid}")
+    expect(page.get_by_role("heading", name=f"SSP {sid}")).to_be_visible()
+    expect(page.locator(f"[data-ssp='{sid}']")).to_contain_text("events")
+    page.reload()  # a real route: the same page loads directly
+    expect(page.locator(f"[data-ssp='{sid}']")).to_be_visible()
+    expect(page.locator("[data-chart=ssp-lag]")).to_be_visible()
+    page.screenshot(path=artifacts / "ssp-detail.png", full_page=True)
+    # an action from the SSP's page, then its operation's own page
+    page.locator(f"button[data-action='reload:{sid}']").click()
+    accepted = page.locator("main [role=status]", has_text="operation ")
+    expect(accepted).to_be_visible()
+    op_id = accepted.inner_text().split("operation ", 1)[1].strip()
+    page.goto(cluster.admin + f"/admin/operations/{op_id}")
+    expect(page.get_by_role("heading", name=f"Operation {op_id}")).to_be_visible()
+    row = page.locator(f"[data-op='{op_id}']")
+    expect(row).to_have_attribute("data-status", "done")
+    expect(row).to_contain_text("ssp_reload")
+    page.reload()
+    expect(page.locator(f"[data-op='{op_id}']")).to_have_attribute("data-status", "done")
+    page.screenshot(path=artifacts / "operation-detail.png", full_page=True)
+    page.goto(cluster.admin + "/admin/operations")
+    page.locator(f"tr[data-op='{op_id}'] a").first.click()
+    expect(page).to_have_url(cluster.admin + f"/admin/operations/{op_id}")
+
+
+def test_logs_filter_by_level_and_text_and_download_what_is_shown(
+        operator: Page, cluster: AdminCluster, artifacts: Path, tmp_path: Path) -> None:
+    page = operator
+    run_async(_many_sign_ins(cluster.admin, 3))
+    page.goto(cluster.admin + "/admin/logs?source=scheduler&backfill=300")
+    box = page.locator(".logbox")
+    expect(box.locator(".logline[data-level=info]").first).to_be_visible()
+    page.locator("#log-level").select_option("warning")
+    expect(box.locator(".logline[data-level=info]:visible")).to_have_count(0)
+    expect(page.locator("#log-shown")).to_contain_text("lines match")
+    page.locator("#log-level").select_option("debug")
+    page.locator("#log-search").fill("admin sign-in")
+    shown = box.locator(".logline:visible")
+    expect(shown.first).to_be_visible()
+    texts = shown.all_inner_texts()
+    assert texts and all("admin sign-in" in t.lower() for t in texts), texts[:5]
+    assert box.locator(".logline:not(:visible)").count() > 0  # the others are hidden
+    n = int(page.locator("#log-shown").get_attribute("data-shown") or "0")
+    page.locator("#log-pause").click()  # the shown set stays put while it downloads
+    n = int(page.locator("#log-shown").get_attribute("data-shown") or "0")
+    with page.expect_download() as dl:
+        page.locator("#log-download").click()
+    path = tmp_path / "shown.log"
+    dl.value.save_as(path)
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    assert len(lines) == n and all("admin sign-in" in x.lower() for x in lines), lines[:5]
+    page.screenshot(path=artifacts / "logs-filtered.png", full_page=True)
+    page.locator("#log-pause").click()
+
+
+def test_jobs_selected_are_killed_together_after_a_confirmation(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    answers: list[int] = []
+    page.on("response", lambda r: answers.append(r.status)
+            if r.request.method == "POST" and r.url.endswith("/kill") else None)
+    page.goto(cluster.admin + "/admin/jobs")
+    bulk = page.locator("button[data-action=bulk-kill]")
+    expect(bulk).to_be_disabled()
+    for job in ("job:j1", "job:j2"):
+        page.get_by_label(f"Select job {job}").check()
+    expect(bulk).to_have_text("Kill selected (2)")
+    expect(page.locator("button[data-action=bulk-retry]")).to_have_text("Retry selected (2)")
+    bulk.click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Kill 2 jobs?")
+    expect(dialog).to_contain_text("job:j1, job:j2")
+    page.locator("#confirm-cancel").click()  # dismissed: nothing is asked of the cluster
+    expect(dialog).to_be_hidden()
+    assert answers == []
+    bulk.click()
+    page.locator("#confirm-ok").click()
+    result = page.locator("[data-bulk-result][data-bulk-done]")
+    expect(result).to_be_visible()
+    assert len(answers) == 2, answers  # one kill per selected job
+    ok = sum(1 for a in answers if a < 300)
+    expect(result).to_contain_text(f"killed {ok} of 2")
+    expect(result.locator("[data-refused]")).to_have_count(2 - ok)
+    page.screenshot(path=artifacts / "jobs-bulk-kill.png", full_page=True)
+
+
+def test_a_view_is_unregistered_from_its_page_after_a_confirmation(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    cluster.register_view("uv1", "SELECT * FROM post WHERE n >= 8", "tab-u1")
+    wait_until(lambda: _view(cluster, "uv1") is not None, 120, "uv1 listed")
+    page.goto(cluster.admin + "/admin/views/uv1")
+    expect(page.locator("pre[data-query]")).to_have_text("SELECT * FROM post WHERE n >= 8")
+    page.locator("button[data-action=unregister]").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Unregister view query:uv1?")
+    page.locator("#confirm-cancel").click()
+    expect(dialog).to_be_hidden()
+    assert cluster.api("GET", "/admin/api/views/uv1")[0] == 200
+    page.locator("button[data-action=unregister]").click()
+    page.locator("#confirm-ok").click()
+    expect(page).to_have_url(cluster.admin + "/admin/views?unregistered=uv1")
+    expect(page.locator("[data-unregistered=uv1]")).to_contain_text("query:uv1")
+    expect(page.locator("tr[data-view]").first).to_be_visible()
+    expect(page.locator("tr[data-view=uv1]")).to_have_count(0)
+    assert cluster.api("GET", "/admin/api/views/uv1")[0] == 404
+    assert cluster.api("DELETE", "/admin/api/views/uv1")[0] == 404
+    read = cluster.mint("read", "unregister-reader")
+    assert cluster.api("DELETE", "/admin/api/views/fa", token=read)[0] == 403
+    # the next samples agree: it stays gone
+    wait_until(lambda: _view(cluster, "uv1") is None and cluster.api(
+        "GET", "/admin/api/presence")[1]["sampled_at_ms"] > time.time() * 1000 - 5000,
+        60, "a fresh sample without uv1")
+    assert _view(cluster, "uv1") is None
+    page.screenshot(path=artifacts / "view-unregistered.png", full_page=True)
+
+
+def test_charts_come_from_the_service_history_and_survive_a_reload(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+
+    def history() -> Any:
+        status, body = cluster.api("GET", "/admin/api/history")
+        assert status == 200, body
+        return [x for x in body["samples"] if x["ssps"]]
+    wait_until(lambda: len(history()) >= 2, 60, "two history samples with SSPs")
+    body = cluster.api("GET", "/admin/api/history?range=day")[1]
+    assert body["step_secs"] == 60 and body["capacity"] == 1440 and body["samples"]
+    assert cluster.api("GET", "/admin/api/history?range=week")[0] == 400
+    oldest = history()[0]["t"]
+    opened = int(time.time() * 1000)
+    page.goto(cluster.admin + "/admin/")
+    lag = page.locator("[data-chart=lag]")
+    # from the first render after the history arrived: points older than this page
+    expect(lag).to_have_attribute("data-oldest", re.compile(r"^\d+$"))
+    assert int(lag.get_attribute("data-oldest") or "0") <= min(oldest, opened)
+    page.reload()
+    expect(lag).to_have_attribute("data-oldest", re.compile(r"^\d+$"))
+    assert int(lag.get_attribute("data-oldest") or "0") < opened
+    page.locator("#history-range").select_option("day")
+    expect(page.locator("[data-chart=throughput]")).to_be_visible()
+    expect(page.locator("main")).to_contain_text("last day")
+    # not linked to a platform: a short note, no error
+    expect(page.locator("[data-card=cloud] [data-linked=false]")).to_contain_text("Not linked")
+    expect(page.locator("main .error, main [role=alert]")).to_have_count(0)
+    page.screenshot(path=artifacts / "overview-history.png", full_page=True)

@@ -77,6 +77,11 @@ def test_backup_then_restore_with_the_stage_shown_live(
     expect(page.locator("main")).to_contain_text("reachable")
     page.locator("#backup-name").fill("from the browser")
     page.locator("[data-action=backup-create]").click()
+    # the answer names its operation (a link to the operation's page) and the backup id
+    accepted = page.locator("main [data-operation]")
+    expect(accepted).to_contain_text("operation ")
+    expect(page.locator("main [role=status]", has=page.locator("[data-operation]"))) \
+        .to_contain_text("backup ")
     row = page.locator("tr[data-backup]").filter(has_text="from the browser")
     expect(row).to_have_count(1)
     expect(page.locator("tr[data-local-backup][data-status=done]")).to_have_count(1)

@@ -232,12 +232,26 @@ def test_bulk_cancel_states_scope_and_count_and_kills_the_selected_runs(
     page.locator("#confirm-cancel").click()  # dismissed: nothing is cancelled
     expect(dialog).to_be_hidden()
     assert all(run_status(stack, k)["status"] == "running" for k in keys)
+    cancels: list[str] = []
+    page.on("request", lambda r: cancels.append(r.url) if r.method == "POST"
+            and "/cancel" in r.url else None)
     bulk.click()
     page.locator("#confirm-ok").click()
-    result = page.locator("[data-bulk-result][data-bulk-done]")  # progress, then the count
+    result = page.locator("[data-bulk-result][data-bulk-done]")
     expect(result).to_contain_text("cancelled 2 of 2")
+    # the whole selection in ONE request (the route answers per run)
+    assert cancels == [stack.sched.admin + "/admin/api/workflows/runs/cancel"], cancels
     for k in keys[:2]:
         wait_run(stack, k, "killed")
+    # the bulk route itself: bad input is a 400 naming it, each id answers on its own
+    for bad in ({}, {"ids": []}, {"ids": "x"}, {"ids": [1]}, {"ids": [keys[0], keys[0]]},
+                {"ids": ["r"] * 201}):
+        status, body = stack.api("POST", "/workflows/runs/cancel", bad)
+        assert status == 400 and "ids" in body["message"], (bad, status, body)
+    status, body = stack.api("POST", "/workflows/runs/cancel", {"ids": [keys[0], "no-such-run"]})
+    assert status == 200 and body["total"] == 2 and body["cancelled"] == 0, body
+    assert [(r["id"], r["ok"], r["status"]) for r in body["results"]] == \
+        [(keys[0], False, 409), ("no-such-run", False, 404)], body
     page.goto(stack.sched.admin + "/admin/workflows?name=held")
     for k in keys[:2]:
         row = page.locator(f"tr[data-run='{k}']")

@@ -667,7 +667,7 @@ async def test_the_workflow_and_schedule_mcp_tools(wf: WorkflowStack) -> None:
 
     stack = wf
     names = {"workflow_runs_list", "workflow_run_get", "workflow_run_cancel",
-             "workflow_run_rerun", "workflow_run_retry", "schedules_list", "schedule_get",
+             "workflow_runs_cancel", "workflow_run_rerun", "workflow_run_retry", "schedules_list", "schedule_get",
              "schedule_pause", "schedule_resume", "schedule_trigger", "schedule_release"}
     reads = {"workflow_runs_list", "workflow_run_get", "schedules_list", "schedule_get"}
     stack.apply(workflows={"tiny": {"steps": {"a": ok_step()}}},
@@ -712,6 +712,9 @@ async def test_the_workflow_and_schedule_mcp_tools(wf: WorkflowStack) -> None:
         assert res.is_error and res.structured_content["status"] == 409
         res = await mcp.call_tool("workflow_run_cancel", {"run_id": key})
         assert res.is_error and res.structured_content["status"] == 409
+        many = body(await mcp.call_tool("workflow_runs_cancel", {"run_ids": [key, "nope"]}))
+        assert [(r["id"], r["ok"], r["status"]) for r in many["results"]] == \
+            [(key, False, 409), ("nope", False, 404)] and many["cancelled"] == 0
         assert body(await mcp.call_tool("schedule_pause", {"name": "tiny_now"}))["paused"]
         one = body(await mcp.call_tool("schedule_get", {"name": "tiny_now"}))["schedule"]
         assert one["paused"] is True and one["rollup"]["success"] >= 1

@@ -1,18 +1,24 @@
 // Jobs: queue totals and the per-table breakdown live from jobs/stream; filters query the
 // database (GET /jobs); one job at /admin/jobs/<id> with kill / retry; clearing finished jobs
-// asks first, naming the table and how many rows.
+// asks first, naming the table and how many rows. Jobs selected in the list are killed or
+// retried together after a confirmation naming them; each answer is shown per job.
 import { api } from '../api.js';
 import { h, fill } from '../dom.js';
 import { num } from '../format.js';
 import { openStream } from '../sse.js';
-import { actionButton, ago, badge, errorBox, jsonBlock, kv, readOnlyNote, table } from '../ui.js';
+import { session } from '../session.js';
+import { actionButton, ago, badge, confirmAction, errorBox, jsonBlock, kv, readOnlyNote, table } from '../ui.js';
 import { registerPage } from './registry.js';
 
 const STATUSES = ['', 'pending', 'processing', 'completed', 'failed', 'stalled'];
 const ORIGINS = ['', 'app', 'schedule', 'workflow'];
 
-function jobsTable(jobs) {
+function jobsTable(jobs, selection) {
+  const why = session.writeBlocked;
   return table([
+    selection ? { label: 'Select', cell: (j) => h('input', { type: 'checkbox', 'aria-label': `Select job ${j.id}`,
+      checked: selection.has(j.id), disabled: !!why, dataset: { select: j.id },
+      on: { change: (e) => selection.toggle(j.id, e.target.checked) } }) } : null,
     { label: 'Job', cell: (j) => h('a', { href: `/admin/jobs/${encodeURIComponent(j.id)}` }, j.id) },
     { label: 'Status', cell: (j) => badge(j.stalled ? 'stalled' : j.status, j.stalled ? 'stalled' : j.status) },
     { label: 'Path', cell: (j) => h('code', j.path || '') },
@@ -20,7 +26,7 @@ function jobsTable(jobs) {
     { label: 'Attempts', num: true, cell: (j) => num(j.attempts) },
     { label: 'Assignee', cell: (j) => j.assignee || '–' },
     { label: 'Activity', cell: (j) => ago(j.activity_ms) },
-  ], jobs, { empty: 'No job.', rowAttrs: (j) => ({ dataset: { job: j.id } }) });
+  ].filter(Boolean), jobs, { empty: 'No job.', rowAttrs: (j) => ({ dataset: { job: j.id } }) });
 }
 
 function listPage({ root, query, navigate }) {
@@ -43,7 +49,56 @@ function listPage({ root, query, navigate }) {
   const totals = h('div');
   const out = h('div', { role: 'status', 'aria-live': 'polite' });
   const list = h('div', h('p.loading', 'Loading jobs…'));
-  fill(root, h('h1', 'Jobs'), form, readOnlyNote(), status, err, totals, out, h('h2', filtered ? 'Matching jobs' : 'Newest activity'), list);
+  const why = session.writeBlocked;
+  const picked = new Set();
+  const bulkOut = h('div', { role: 'status', 'aria-live': 'polite', dataset: { bulkResult: '1' } });
+  const bulkKill = h('button', { type: 'button', class: 'danger', dataset: { action: 'bulk-kill' }, disabled: true }, 'Kill selected (0)');
+  const bulkRetry = h('button', { type: 'button', dataset: { action: 'bulk-retry' }, disabled: true }, 'Retry selected (0)');
+  const selection = {
+    has: (id) => picked.has(id),
+    toggle: (id, on) => { if (on) picked.add(id); else picked.delete(id); syncBulk(); },
+  };
+  function syncBulk() {
+    for (const [b, verb] of [[bulkKill, 'Kill'], [bulkRetry, 'Retry']]) {
+      b.textContent = `${verb} selected (${picked.size})`;
+      b.disabled = !!why || picked.size === 0;
+      b.title = why || (picked.size ? `${verb} ${picked.size} selected jobs` : 'Select jobs first');
+    }
+  }
+  syncBulk();
+  async function bulk(verb) {
+    const ids = [...picked];
+    if (!ids.length) return;
+    const n = `${ids.length} job${ids.length === 1 ? '' : 's'}`;
+    const names = ids.slice(0, 10).join(', ') + (ids.length > 10 ? `, and ${ids.length - 10} more` : '');
+    const ok = await confirmAction(verb === 'kill'
+      ? { title: `Kill ${n}?`, body: `Stops the ${n} selected (${names}) wherever they run; each ends failed. Other jobs are not touched.`, ok: `Kill ${n}` }
+      : { title: `Retry ${n}?`, body: `Sends the ${n} selected (${names}) back to pending with their retry budget reset. Other jobs are not touched.`, ok: `Retry ${n}` });
+    if (!ok) return;
+    bulkKill.disabled = true;
+    bulkRetry.disabled = true;
+    delete bulkOut.dataset.bulkDone;
+    fill(bulkOut, h('span.badge', verb === 'kill' ? 'killing' : 'retrying'), ` ${n}…`);
+    const refused = [];
+    let done = 0;
+    for (const id of ids) { // one at a time: each is a cluster call relayed to an SSP
+      try {
+        await api.post(`/jobs/${encodeURIComponent(id)}/${verb}`);
+        done += 1;
+        picked.delete(id);
+      } catch (e) { refused.push(h('li', { dataset: { refused: id } }, `${id}: ${e.text || e.message}`)); }
+    }
+    bulkOut.dataset.bulkDone = '1';
+    fill(bulkOut, h('span.badge', { class: refused.length ? 's-warn' : 's-ok' }, verb === 'kill' ? 'killed' : 'retried'),
+      ` ${num(done)} of ${num(ids.length)}`, refused.length ? h('div.error', { role: 'alert' }, 'Refused:', h('ul', refused)) : null);
+    syncBulk();
+    if (filtered) reload();
+  }
+  bulkKill.addEventListener('click', () => bulk('kill'));
+  bulkRetry.addEventListener('click', () => bulk('retry'));
+  fill(root, h('h1', 'Jobs'), form, readOnlyNote(), status, err, totals, out, h('h2', filtered ? 'Matching jobs' : 'Newest activity'),
+    h('div.row', bulkKill, bulkRetry), bulkOut, list);
+  let reload = () => {};
 
   function drawTotals(snap) {
     if (!snap || !snap.measured) { fill(totals, h('p.muted', 'Totals not measured (the job sampler is off).')); return; }
@@ -72,13 +127,13 @@ function listPage({ root, query, navigate }) {
           fill(err);
           drawTotals(data);
           fill(status, 'live · sampled ', ago(data.sampled_at_ms));
-          fill(list, jobsTable(data.jobs.slice(0, Number(query.get('limit') || 100))));
+          fill(list, jobsTable(data.jobs.slice(0, Number(query.get('limit') || 100)), selection));
         } else if (name === 'gap') fill(status, 'caught up after missing updates');
       },
       onState: (st, extra) => {
         if (st === 'error') {
           fill(err, errorBox(extra.message || 'the job stream was refused'));
-          if (extra.status === 501) api.get('/jobs', { limit: query.get('limit') || 100 }).then((b) => { drawTotals(b); fill(list, jobsTable(b.jobs)); }).catch((e) => fill(err, errorBox(e)));
+          if (extra.status === 501) api.get('/jobs', { limit: query.get('limit') || 100 }).then((b) => { drawTotals(b); fill(list, jobsTable(b.jobs, selection)); }).catch((e) => fill(err, errorBox(e)));
         } else if (st === 'reconnecting') fill(status, badge('reconnecting', 'reconnecting'), ` ${extra.message || ''}`);
       },
     });
@@ -88,9 +143,10 @@ function listPage({ root, query, navigate }) {
         const b = await api.get('/jobs', Object.fromEntries(query.entries()));
         drawTotals(b);
         fill(status, `${num(b.jobs.length)} jobs from the database · `, h('button', { type: 'button', on: { click: load } }, 'Refresh'));
-        fill(list, jobsTable(b.jobs));
+        fill(list, jobsTable(b.jobs, selection));
       } catch (e) { fill(err, errorBox(e, 'Jobs')); }
     };
+    reload = load;
     load();
   }
   return () => { if (stream) stream.close(); };

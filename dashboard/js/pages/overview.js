@@ -1,16 +1,18 @@
 // Overview: the scheduler, SSPs and backends with their state, totals, presence, running
-// operations and open incidents; throughput and lag charts since the page opened.
+// operations and open incidents; throughput and lag charts over the last hour (the scheduler's
+// history, so a reload keeps them) or day; the platform deployment when the scheduler is
+// linked to one (a short note when not).
 import { api } from '../api.js';
 import { lineChart } from '../charts.js';
 import { h, fill } from '../dom.js';
 import { duration, num } from '../format.js';
-import { live } from '../live.js';
-import { ago, badge, errorBox, poller, progress, table } from '../ui.js';
+import { historySeries, live } from '../live.js';
+import { ago, badge, errorBox, kv, poller, progress, table } from '../ui.js';
 import { registerPage } from './registry.js';
 
 export function sspRows(ssps) {
   return table([
-    { label: 'SSP', cell: (s) => h('a', { href: `/admin/ssps#${s.id}` }, s.id) },
+    { label: 'SSP', cell: (s) => h('a', { href: `/admin/ssps/${encodeURIComponent(s.id)}` }, s.id) },
     { label: 'State', cell: (s) => badge(s.status, s.status) },
     { label: 'Views', num: true, cell: (s) => num(s.query_count) },
     { label: 'Lag (events)', num: true, cell: (s) => num(typeof s.acked_seq === 'number' ? Math.max(0, s.sent_seq - s.acked_seq) : null) },
@@ -27,7 +29,19 @@ function render({ root }) {
   const charts = h('div.grid.wide');
   const incidentsBox = h('div', h('p.muted', 'Loading incidents…'));
   const presenceChart = h('div');
-  fill(root, head, err, body, h('h2', 'Activity'), charts,
+  const cloudBox = h('div', { dataset: { card: 'cloud' } });
+  let range = 'hour';
+  let dayHistory = null;
+  const rangeSel = h('select', { id: 'history-range', 'aria-label': 'Chart range' },
+    h('option', { value: 'hour' }, 'last hour'), h('option', { value: 'day' }, 'last day'));
+  rangeSel.addEventListener('change', async () => {
+    range = rangeSel.value;
+    if (range === 'day') {
+      try { dayHistory = historySeries((await api.get('/history', { range: 'day' })).samples); } catch (e) { fill(err, errorBox(e, 'History')); }
+    }
+    if (live.overview) draw(live.overview);
+  });
+  fill(root, head, err, body, h('div.row.between', h('h2', 'Activity'), rangeSel), charts, cloudBox,
     h('div.grid.wide', h('div.card', h('h3', 'Presence (sample ring)'), presenceChart),
       h('div.card', h('h3', 'Open incidents'), incidentsBox)));
 
@@ -43,7 +57,7 @@ function render({ root }) {
         h('div.card', { dataset: { card: 'scheduler' } }, h('h3', 'Scheduler'),
           h('div.row', badge(sch.state, sch.state), badge(inner.health || '–', inner.health)),
           h('p.muted', `${sch.id} · v${sch.version} · up ${duration(sch.uptime_seconds * 1000)}`),
-          h('p.muted', `replica lag ${num(inner.replica_lag)} · heartbeat ${inner.heartbeat_ok ? 'ok' : 'failing'}`)),
+          h('p.muted', `replica lag ${num(inner.replica_lag)} events · heartbeat ${inner.heartbeat_ok ? 'ok' : 'failing'}`)),
         h('div.card', { dataset: { card: 'ssps' } }, h('h3', 'SSPs'),
           h('div.stat', `${t.ready_ssps}/${t.ssps}`), h('div.stat-label', 'ready')),
         h('div.card', { dataset: { card: 'backends' } }, h('h3', 'Backends'),
@@ -65,18 +79,20 @@ function render({ root }) {
       h('h2', 'SSPs'), sspRows(ov.ssps),
       h('h2', 'Running operations'),
       table([
-        { label: 'Operation', cell: (o) => h('a', { href: `/admin/operations#${o.id}` }, o.kind) },
+        { label: 'Operation', cell: (o) => h('a', { href: `/admin/operations/${encodeURIComponent(o.id)}` }, o.kind) },
         { label: 'Target', cell: (o) => o.target },
         { label: 'Started', cell: (o) => ago(o.started_at) },
         { label: 'Progress', cell: (o) => progress(o.progress) || o.message },
       ], ov.operations.running, { empty: 'No operation is running.' }));
     fill(document.getElementById('ov-sampled') || h('span'), 'updated ', ago(ov.server_time_ms));
-    const lagSeries = Object.entries(live.history.lag).map(([id, pts]) => ({ name: id, points: pts }));
+    const hist = range === 'day' && dayHistory ? dayHistory : live.history;
+    const span = range === 'day' ? 86400e3 : 3600e3;
+    const lagSeries = Object.entries(hist.lag).map(([id, pts]) => ({ name: id, points: pts }));
     fill(charts,
-      h('div.card', h('h3', 'Ingest throughput (events/s)'),
-        lineChart([{ name: 'events/s', points: live.history.throughput }], { title: 'ingest throughput', area: true, id: 'throughput' })),
+      h('div.card', h('h3', `Ingest throughput (events/s, ${range === 'day' ? 'last day' : 'last hour'})`),
+        lineChart([{ name: 'events/s', points: hist.throughput }], { title: 'ingest throughput', area: true, id: 'throughput', span })),
       h('div.card', h('h3', 'SSP lag (events sent, not acknowledged)'),
-        lineChart(lagSeries.length ? lagSeries : [{ name: 'no SSP', points: [] }], { title: 'SSP lag', id: 'lag' })));
+        lineChart(lagSeries.length ? lagSeries : [{ name: 'no SSP', points: [] }], { title: 'SSP lag', id: 'lag', span })));
   }
 
   if (live.overview) draw(live.overview);
@@ -94,7 +110,36 @@ function render({ root }) {
     ], inc.incidents, { empty: 'No open incident.' }));
     return p;
   }, (p) => p.refresh_secs, { onError: (e) => fill(incidentsBox, errorBox(e)) });
-  return () => { offs.forEach((f) => f()); stopSide(); };
+  let stopCloud = () => {};
+  const notLinked = () => fill(cloudBox, h('p.muted', { dataset: { linked: 'false' } },
+    'Not linked to a hosting platform: this scheduler runs on its own.'));
+  const watchCloud = () => poller(async () => {
+    try {
+      const d = await api.get('/cloud/deployment');
+      const dep = d.deployment || {};
+      fill(cloudBox, h('h2', 'Platform deployment'),
+        h('div.card', { dataset: { linked: 'true' } },
+          h('div.row', badge(dep.status || 'unknown', dep.status), h('strong', `version ${dep.version ?? '–'}`), h('span.muted.mono', dep.id || '')),
+          kv([['Started', ago(Date.parse(dep.started_at) || null)], ['Finished', ago(Date.parse(dep.finished_at) || null)],
+              ['Trigger', dep.trigger || '–'], ['Started by', dep.started_by || '–'], dep.error ? ['Error', String(dep.error)] : null])),
+        h('h3', 'Instances'),
+        table([
+          { label: 'Instance', cell: (i) => h('span.mono', i.id) }, { label: 'Role', cell: (i) => i.role },
+          { label: 'Kind', cell: (i) => i.kind || '–' }, { label: 'Status', cell: (i) => badge(i.status, i.status) },
+          { label: 'URL', cell: (i) => i.url || '–' }, { label: 'Healthy since', cell: (i) => ago(Date.parse(i.healthy_at) || null) },
+        ], d.instances || [], { empty: 'No instance.', rowAttrs: (i) => ({ dataset: { instance: i.id, role: i.role } }) }));
+    } catch (e) {
+      if (e.status === 409 && e.code === 'not_linked') notLinked();
+      else fill(cloudBox, h('h2', 'Platform deployment'), errorBox(e, 'The platform'));
+    }
+  }, () => 30, {});
+  let gone = false;
+  // only a linked scheduler has a deployment to ask for (the public config says which)
+  api.get('/config', null, { auth: false }).then((cfg) => {
+    if (gone) return;
+    if (cfg && cfg.cloud_linked) stopCloud = watchCloud(); else notLinked();
+  }).catch(() => notLinked());
+  return () => { gone = true; offs.forEach((f) => f()); stopSide(); stopCloud(); };
 }
 
 registerPage({ key: 'overview', title: 'Overview', order: 10, render });

@@ -82,7 +82,7 @@ function listPage({ root }) {
       { label: 'Skipped', num: true, cell: (sc) => h('span', { dataset: { skipped: String(sc.skipped_fires) } }, num(sc.skipped_fires)) },
       { label: 'In flight', num: true, cell: (sc) => `${num(sc.running)}${sc.queued ? ` + ${num(sc.queued)} queued` : ''}` },
       { label: 'Actions', cell: (sc) => controls(sc, out, () => { lastSig = null; }) },
-    ], b.schedules, { empty: 'No schedule: add `schedules:` to project.yml and run `svc workflows apply`.',
+    ], b.schedules, { empty: h('span', { dataset: { emptySchedules: '1' } }, 'No schedule: add ', h('code', 'schedules:'), ' to ', h('code', 'project.yml'), ' and run ', h('code', 'svc workflows apply'), '.'),
                       rowAttrs: (sc) => ({ dataset: { schedule: sc.name, state: stateOf(sc) } }) }));
     const rows = b.schedules.map((sc) => ({ label: sc.name, ...sc.rollup }));
     const adhoc = b.ad_hoc || {};

@@ -1,20 +1,19 @@
 // Workflow runs: the list (filters sent to GET workflows/runs; totals of work in flight plus
 // the last hour), a selection of running runs cancelled in bulk after a confirmation that
-// names how many and which; one run at /admin/workflows/<key> with its step DAG, its steps and
-// cancel / retry / rerun.
+// names how many and which (one request for the whole selection, answered per run); one run
+// at /admin/workflows/<key> with its step DAG, its steps and cancel / retry / rerun.
 import { api } from '../api.js';
 import { dagView } from '../dag.js';
 import { h, fill } from '../dom.js';
 import { num } from '../format.js';
 import { session } from '../session.js';
-import { actionButton, ago, badge, confirmAction, errorBox, jsonBlock, kv, poller, progress as progressBar, readOnlyNote,
+import { actionButton, ago, badge, confirmAction, errorBox, jsonBlock, kv, poller, readOnlyNote,
   table } from '../ui.js';
 import { registerPage } from './registry.js';
 
 const STATUSES = ['', 'running', 'completed', 'failed', 'killed'];
 const FILTERS = ['name', 'schedule', 'status', 'rerun_of', 'limit'];
 const REFRESH_SECS = 2;
-const BULK_PARALLEL = 4; // cancel requests in flight at once (bulk cancel)
 
 const runHref = (key) => `/admin/workflows/${encodeURIComponent(key)}`;
 const keyOf = (id) => (id && id.startsWith('_00_workflow_run:') ? id.slice('_00_workflow_run:'.length) : id);
@@ -112,26 +111,17 @@ function listPage({ root, query, navigate }) {
     bulk.disabled = true;
     const done = { killed: 0, kill_requested: 0 };
     const refused = [];
-    // a few requests at a time, the count shown as they finish (hundreds of runs take a while)
-    let next = 0;
-    let finished = 0;
     delete out.dataset.bulkDone;
-    const progress = () => fill(out, h('span.badge', 'cancelling'),
-      progressBar({ done: finished, total: keys.length }));
-    progress();
-    const worker = async () => {
-      while (next < keys.length) {
-        const k = keys[next++];
-        try {
-          const res = await api.post(`/workflows/runs/${encodeURIComponent(k)}/cancel`);
-          done[res.status] = (done[res.status] || 0) + 1;
-        } catch (e) { refused.push(`${k}: ${e.message}`); }
-        selected.delete(k);
-        finished += 1;
-        progress();
+    fill(out, h('span.badge', 'cancelling'), ` ${num(keys.length)} runs…`);
+    // ONE request for the whole selection: the scheduler answers per run
+    try {
+      const res = await api.post('/workflows/runs/cancel', { ids: keys });
+      for (const r of res.results) {
+        if (r.ok) done[r.status] = (done[r.status] || 0) + 1;
+        else refused.push(`${r.id}: ${r.error}`);
+        selected.delete(r.id);
       }
-    };
-    await Promise.all(Array.from({ length: Math.min(BULK_PARALLEL, keys.length) }, worker));
+    } catch (e) { refused.push(e.message); }
     out.dataset.bulkDone = '1';
     fill(out, h('span.badge.s-ok', 'cancelled'),
       ` ${num(done.killed + done.kill_requested)} of ${num(keys.length)} (${num(done.killed)} killed, ${num(done.kill_requested)} waiting for their jobs)`,
