@@ -50,6 +50,7 @@ from typing import Any
 
 from apps import sweep
 from cloud.approles import SETTLE_SECS, AppPlanError, describe, plan_app_roles
+from cloud.backupfwd import seal_admin_password
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
 from cloud.executor import Executor, Handle, LocalExecutor, Role, free_port
 from cloud.secret import Secret
@@ -376,14 +377,15 @@ class Reconciler:
         for iid, (h, role) in list(self.live.items()):
             if role.oneshot or h.pid <= 0:
                 continue
+            if await self.executor.alive(h):
+                continue
             row = await self.store.get("instance", iid)
             if row is None or row.get("status") != "healthy":
                 continue  # still coming up: the deployment's own wait sees an exit
-            if not await self.executor.alive(h):
-                dep = str(row["deployment"])
-                self._deploy_log(dep, f"instance {role.name} exited unexpectedly", "error")
-                await self._stop_instance(iid, "exited")
-                await self._exited(dep, role, list(self.logs.tails.get(iid, [])))
+            dep = str(row["deployment"])
+            self._deploy_log(dep, f"instance {role.name} exited unexpectedly", "error")
+            await self._stop_instance(iid, "exited")
+            await self._exited(dep, role, list(self.logs.tails.get(iid, [])))
         ready = [x for x in self._due if x[0] <= time.monotonic()]
         self._due = [x for x in self._due if x[0] > time.monotonic()]
         for _, dep, role in ready:
@@ -424,12 +426,7 @@ class Reconciler:
             return
         project = {**project, "id": row_id(project)}
         iid = await self._start(dep, project, role)
-        err = await self.executor.healthy(role, self.live[iid][0],
-                                          time.monotonic() + role.timeout_secs)
-        if err is None and role.kind == "app" and role.health_url is None:
-            await asyncio.sleep(SETTLE_SECS)
-            if not await self.executor.alive(self.live[iid][0]):
-                err = f"{role.name} exited within {SETTLE_SECS:g}s of its start"
+        err = await self._healthy(iid, role)
         if err is not None:
             await asyncio.sleep(0.2)
             self._deploy_log(dep, f"relaunched {role.name} is not healthy: {err}", "error")
@@ -578,12 +575,19 @@ class Reconciler:
                     "status = 'healthy'", {"d": row_id(prev)}) or []
                 adopt_row = rows[0] if rows else None
             secret = secrets.token_urlsafe(32)
+            # the platform signs in to this scheduler for backups (cloud.backupfwd): the
+            # password it runs with is kept sealed on the deployment, never in plaintext
+            admin_pw = env.get("SVC_ADMIN_PASSWORD") or secrets.token_urlsafe(18)
+            env["SVC_ADMIN_PASSWORD"] = admin_pw
+            sealed = await seal_admin_password(self.values.keys, project["tenant"],
+                                               project["id"], did, admin_pw)
             env.update(SVC_CLOUD_API_URL=self.cloud_url, SVC_CLOUD_PROJECT=project["slug"],
                        SVC_AUTH_SECRET=secret, SVC_CLOUD_DEPLOYMENT=did)
             roles = plan_roles(spec, env, workdir,
                                adopt_row["addr"] if adopt_row is not None else None)
             roles += app_roles
             await self._set(did, status="deploying", link_hash=link_hash(secret),
+                            admin_secret=sealed,
                             progress={"done": 0, "total": len(roles), "step": "deploying"})
             for i, role in enumerate(roles):
                 cur = await self.store.get("deployment", did)
@@ -599,13 +603,7 @@ class Reconciler:
                     continue
                 iid = await self._start(did, project, role)
                 started.append(iid)
-                err = await self.executor.healthy(role, self.live[iid][0],
-                                                  time.monotonic() + role.timeout_secs)
-                if err is None and role.kind == "app" and role.health_url is None:
-                    # ready once started (the spec), but an app that dies at once is not
-                    await asyncio.sleep(SETTLE_SECS)
-                    if not await self.executor.alive(self.live[iid][0]):
-                        err = f"{role.name} exited within {SETTLE_SECS:g}s of its start"
+                err = await self._healthy(iid, role)
                 if err is not None:
                     await asyncio.sleep(0.2)  # the pumps read its last words
                     raise Failed(err, role.name, list(self.logs.tails.get(iid, [])))
@@ -645,6 +643,17 @@ class Reconciler:
         except Exception as e:  # noqa: BLE001 - the deployment fails, the loop goes on
             log.exception("deployment %s failed unexpectedly", did)
             await self._fail(did, d, Failed(f"internal error: {type(e).__name__}"), started)
+
+    async def _healthy(self, iid: str, role: Role) -> str | None:
+        """Wait until the instance is healthy: None, else why not."""
+        handle = self.live[iid][0]
+        err = await self.executor.healthy(role, handle, time.monotonic() + role.timeout_secs)
+        if err is None and role.kind == "app" and role.health_url is None:
+            # ready once started (the spec), but an app that dies at once is not
+            await asyncio.sleep(SETTLE_SECS)
+            if not await self.executor.alive(handle):
+                err = f"{role.name} exited within {SETTLE_SECS:g}s of its start"
+        return err
 
     async def _start(self, did: str, project: dict[str, Any], role: Role) -> str:
         iid = new_id("ins")

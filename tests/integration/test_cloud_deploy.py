@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,12 +27,13 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.admin_stack import start_scheduler
 from tests.support.cloud_stack import Cloud, make_cloud
-from tests.support.procs import DbHost, free_port
+from tests.support.objstore import S3Server, running_s3
+from tests.support.procs import DbHost, base_env, free_port
 
 pytestmark = pytest.mark.slow
 
 ADMIN_PASSWORD = "deployed-break-glass-pw-1"
-BAD_SSP = {"SVC_SSP_REF_MODE": "no-such-mode"}
+BAD_SSP: dict[str, str | None] = {"SVC_SSP_REF_MODE": "no-such-mode"}
 
 
 def wait_until(fn: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -465,6 +467,19 @@ class Repo:
                        check=True)
 
 
+def answer(url: str) -> Any:
+    try:
+        return get_json(url)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def serving(url: str) -> Any:
+    """The web app's answer once it answers: it has no readiness check (a frontend has
+    none), so running is not yet listening."""
+    return wait_until(lambda: answer(url), 30, f"an answer from {url}")
+
+
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
@@ -497,7 +512,7 @@ def test_a_push_deploys_the_apps_of_project_yml(project: Project, repo: Repo) ->
     roles = [i["role"] for i in done["instances"]]
     # the stack first, then the apps in dependsOn order; the devOnly app is left out
     assert roles[-2:] == ["app-shell", "app-web"], roles
-    got = get_json(project.url_of(done, "app-web"))
+    got = serving(project.url_of(done, "app-web"))
     assert got["greeting"] == "hello" and got["mode"] == "cloud-side"
     assert got["secret_sha"] == digest(APP_SECRET)
     assert get_json_status(project.url_of(done, "app-shell")) == 200
@@ -531,14 +546,21 @@ def running_detail(project: Project) -> dict[str, Any]:
     return project.get(top["version"])
 
 
-def test_an_env_change_redeploys_the_apps(project: Project) -> None:
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+def test_an_env_change_redeploys_the_apps(project: Project, s3: S3Server) -> None:
     project.cloud.ok("PATCH", project.base + "/env", project.s,
                      {"vars": {"GREETING": "hola"}, "app": "web"})
+    project.env({**s3.env()})  # every role: the deployed scheduler's backup storage
     dep = project.deploy()["deployment"]
     assert dep["spec"]["commit"]  # the linked commit stays
     done = project.wait(dep["version"], ("running", "failed"))
     assert done["deployment"]["status"] == "running", done["deployment"]["error"]
-    assert get_json(project.url_of(done, "app-web"))["greeting"] == "hola"
+    assert serving(project.url_of(done, "app-web"))["greeting"] == "hola"
 
 
 def test_a_failing_app_fails_its_deployment_and_the_previous_keeps_serving(
@@ -574,10 +596,70 @@ def test_a_killed_app_instance_is_relaunched(project: Project) -> None:
     now = wait_until(relaunched, 60, "the web app relaunched")
     assert [i["status"] for i in now["instances"] if i["id"] == web["id"]] == ["exited"]
     assert now["deployment"]["status"] == "running"
-    assert get_json(project.url_of(now, "app-web"))["greeting"] == "hola"
+    # the web app has no readiness check (a frontend has none): it serves once it bound
+    assert serving(project.url_of(now, "app-web"))["greeting"] == "hola"
     logs = project.cloud.ok("GET", f"{project.base}/deployments/{now['deployment']['version']}"
                             "/logs", project.s, params={"q": "relaunch", "limit": 20})
     assert logs["lines"]
+
+
+async def test_backups_through_the_platform(project: Project, s3: S3Server,
+                                           tmp_path: Path) -> None:
+    c, base = project.cloud, project.base + "/backups"
+    out = c.ok("POST", base, project.s, {"name": "through the platform"})
+    bid = out["backup_id"]
+    assert out["operation"]["kind"] == "backup"
+
+    def finished() -> Any:
+        local = c.ok("GET", base, project.s)["backups"]["local"]
+        rec = [r for r in local if r.get("backup_id") == bid]
+        return rec[0]["status"] if rec and rec[0]["status"] in ("done", "failed") else None
+    assert wait_until(finished, 90, "the backup") == "done"
+    assert s3.files(), "the backup reached the object store"
+    r = c.call("POST", f"{base}/{bid}/restore", project.s, {"confirm": "another"})
+    assert r.status_code == 400 and r.json()["error"] == "confirm", r.text
+    out = c.ok("POST", f"{base}/{bid}/restore", project.s, {"confirm": bid})
+    assert out["restore_id"] and out["operation"]["kind"] == "restore"
+
+    def restored() -> Any:
+        got = c.ok("GET", f"{base}/{bid}/restore", project.s)
+        return got if got["stage"] in ("done", "failed") else None
+    got = wait_until(restored, 120, "the restore")
+    assert got["stage"] == "done", got
+    # errors keep the scheduler's status; the scopes are the part-1 rules
+    r = c.call("GET", f"{base}/bk_no_such/restore", project.s)
+    assert r.status_code == 404, r.text
+    reader = c.mint(project.s, ["backups:read"])
+    r = c.call("POST", base, reader, {})
+    assert r.status_code == 403 and r.json()["error"] == "missing_scope"
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {reader}"},
+                              timeout=httpx2.Timeout(60))
+    async with http, Client(streamable_http_client(c.url + "/v1/mcp", http_client=http)) as m:
+        names = {t.name for t in (await m.list_tools()).tools}
+        assert {"backups_list", "backup_restore_status"} <= names
+        assert not names & {"backup_create", "backup_restore", "backup_delete"}
+        listed = await m.call_tool("backups_list", {"project": project.slug})
+        assert listed.is_error is False
+        assert bid in json.dumps(listed.structured_content["backups"]["local"])
+    out = c.ok("DELETE", f"{base}/{bid}", project.s, params={"confirm": bid})
+    assert out["backup_id"] == bid and out["deleted_at_ms"]
+    # a project with nothing running: 409, never a 500
+    c.ok("POST", "/v1/projects", project.s, {"slug": project.slug + "-idle"})
+    r = c.call("GET", f"/v1/projects/{project.slug}-idle/backups", project.s)
+    assert r.status_code == 409 and r.json()["error"] == "not_running", r.text
+    # the CLI: the same operations
+    env = base_env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / ".config"),
+                   SVC_CLOUD_API_URL=c.url, SVC_CLOUD_TOKEN=project.s)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "svccli", "cloud", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+    out = cli("--json", "backups", "ls", "-p", project.slug)
+    assert out.returncode == 0 and bid in out.stdout, out.stderr
+    out = cli("backups", "status", "-p", project.slug, bid)
+    assert out.returncode == 0 and '"done"' in out.stdout, out.stderr
+    out = cli("backups", "ls", "-p", project.slug + "-idle")
+    assert out.returncode != 0 and "not_running" in out.stderr, out.stderr
 
 
 def test_a_rollback_runs_with_the_env_of_the_deployment_rolled_back_to(
@@ -590,7 +672,7 @@ def test_a_rollback_runs_with_the_env_of_the_deployment_rolled_back_to(
     done = project.wait(out["deployment"]["version"], ("running", "failed"))
     assert done["deployment"]["status"] == "running", done["deployment"]["error"]
     # GREETING is "hola" now; the deployment rolled back to ran with "hello"
-    assert get_json(project.url_of(done, "app-web"))["greeting"] == "hello"
+    assert serving(project.url_of(done, "app-web"))["greeting"] == "hello"
 
 
 def test_kill_9_mid_deployment_leaves_no_orphans_and_resumes(project: Project) -> None:
