@@ -461,6 +461,10 @@ class Repo:
         (w / "local").mkdir(exist_ok=True)
         (w / "local" / "project.yml").write_text(
             "type: frontend\nscope: devOnly\ndev: \"exit 9\"\n")
+        self.commit(message)
+
+    def commit(self, message: str) -> None:
+        w = self.work
         subprocess.run([*self.git, "-C", str(w), "add", "."], check=True)
         subprocess.run([*self.git, "-C", str(w), "commit", "-qm", message], check=True)
         subprocess.run(["git", "-C", str(w), "push", "-q", str(self.bare), "main"],
@@ -577,8 +581,19 @@ def test_a_failing_app_fails_its_deployment_and_the_previous_keeps_serving(
     assert not marked_processes(dep["id"]), "a failed deployment left processes"
     assert running_detail(project)["deployment"]["id"] == serving["deployment"]["id"]
     assert get_json(web)["greeting"] == "hola"  # the previous apps still serve
+    # a project.yml the validator refuses: failed while building, nothing started
+    (repo.work / "web" / "project.yml").write_text("type: spaceship\n")
+    repo.commit("an invalid app file")
+    bad = next_deployment(project, dep["version"])
+    done = project.wait(bad["version"], ("running", "failed"))
+    err = done["deployment"]["error"]
+    assert done["deployment"]["status"] == "failed" and "project.yml is invalid" in \
+        err["message"], err
+    assert any("type" in line for line in err["last_lines"]), err
+    assert done["instances"] == []
+    assert get_json(web)["greeting"] == "hola"
     repo.push(SHELL_OK, "fix the shell app")  # admitted behind: the next test waits for it
-    fixed = next_deployment(project, dep["version"])
+    fixed = next_deployment(project, bad["version"])
     done = project.wait(fixed["version"], ("running", "failed"))
     assert done["deployment"]["status"] == "running", done["deployment"]["error"]
 
