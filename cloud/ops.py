@@ -342,6 +342,43 @@ async def deployment_logs(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
     return await _logs(ctx, a, a.get("instance"))
 
 
+async def backups_list(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    assert ctx.project is not None
+    got = await ctx.services.backups.call(ctx.project, "GET", "/backups")
+    return {"backups": got}
+
+
+async def backup_create(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    assert ctx.project is not None
+    body = {"name": a["name"]} if a.get("name") else {}
+    got = await ctx.services.backups.call(ctx.project, "POST", "/backups", body)
+    await ctx.services.store.tx(ctx.audit(detail=body))
+    return dict(got)
+
+
+async def backup_restore(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    assert ctx.project is not None
+    fwd = ctx.services.backups
+    got = await fwd.call(ctx.project, "POST", fwd.backup_path(a["backup_id"]) + "/restore", {})
+    await ctx.services.store.tx(ctx.audit(target=a["backup_id"]))
+    return dict(got)
+
+
+async def backup_restore_status(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    assert ctx.project is not None
+    fwd = ctx.services.backups
+    return dict(await fwd.call(ctx.project, "GET",
+                               fwd.backup_path(a["backup_id"]) + "/restore"))
+
+
+async def backup_delete(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
+    assert ctx.project is not None
+    fwd = ctx.services.backups
+    got = await fwd.call(ctx.project, "DELETE", fwd.backup_path(a["backup_id"]))
+    await ctx.services.store.tx(ctx.audit(target=a["backup_id"]))
+    return dict(got)
+
+
 async def backups_config_get(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
     return {"config": await ctx.services.backup_config.get(ctx.project)}
 
@@ -546,7 +583,24 @@ LOGS: tuple[Op, ...] = (
           required=("deployment",)),
 )
 
+_BID = {"type": "string", "minLength": 1, "maxLength": 200}
+
 BACKUPS: tuple[Op, ...] = (
+    _read("backups_list", "Backups, restores and storage of the running deployment.",
+          "backups:read", _P + "/backups", backups_list, project="required"),
+    _write("backup_create", "Take a backup now (an operation).", "backups:write", "POST",
+           _P + "/backups", backup_create, project="required",
+           props={"name": {"type": "string", "maxLength": 100}}),
+    _destroy("backup_restore", "Restore a backup over the project's data.", "backups:write",
+             _P + "/backups/{backup_id}/restore", backup_restore, method="POST",
+             project="required", confirm="backup_id", props={"backup_id": _BID},
+             required=("backup_id",)),
+    _read("backup_restore_status", "The latest restore of a backup.", "backups:read",
+          _P + "/backups/{backup_id}/restore", backup_restore_status, project="required",
+          props={"backup_id": _BID}, required=("backup_id",)),
+    _destroy("backup_delete", "Soft-delete a backup.", "backups:write",
+             _P + "/backups/{backup_id}", backup_delete, project="required",
+             confirm="backup_id", props={"backup_id": _BID}, required=("backup_id",)),
     _read("backups_config_get", "Scheduled-backup settings.", "backups:read",
           _P + "/backups/config", backups_config_get, project="required"),
     _write("backups_configure", "Set scheduled backups (cron, retention days).", "backups:write", "PUT", _P + "/backups/config", backups_configure,

@@ -3,15 +3,18 @@ service's main process beside ``cloud.worker`` (one per service, never per gunic
 
 Each pass: repo commits in state ``new`` become deployments (trigger ``repo_link``); the
 oldest queued deployment of each project without one in flight is executed; the instances
-of running deployments are checked (an exited one is marked, its machine time accounted);
-machine-seconds of live instances are written every ``ACCOUNT_SECS``.
+of running deployments are checked (an exited one is marked, its machine time accounted,
+and relaunched after a back-off: ``RELAUNCH_*``); machine-seconds of live instances are
+written every ``ACCOUNT_SECS``.
 
-Executing a deployment: ``building`` (the project's environment resolved; with a repo
+Executing a deployment: ``building`` (the project's environment resolved, or for a
+rollback the value versions the deployment rolled back to recorded; with a repo
 commit, the commit fetched into the deployment's directory and its ``project.yml``
 validated: a bad one fails the deployment before anything starts, with the validator's
 messages), then ``deploying``: the roles one at a time (database host unless an external
 URL is given or the previous deployment's host is kept, ``svc schema apply``, scheduler,
-SSPs), each started and waited on until healthy. The first failure (or a cancel request,
+SSPs, then the ``project.yml`` apps of the cloud scope in ``dependsOn`` order:
+``cloud.approles``), each started and waited on until healthy. The first failure (or a cancel request,
 checked before each role) stops the new instances and fails (cancels) the deployment with
 the reason and the role's last log lines; the previous deployment was never touched and
 keeps serving. When every role is healthy, one transaction marks the new deployment
@@ -45,8 +48,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from apps import sweep
+from cloud.approles import SETTLE_SECS, AppPlanError, describe, plan_app_roles
+from cloud.backupfwd import seal_admin_password
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
 from cloud.executor import Executor, Handle, LocalExecutor, Role, free_port
+from cloud.secret import Secret
 from cloud.store import Store, new_id, now, rid, row_id
 from cloud.usage import hour_of
 from dbclient.tasks import cancel_and_wait
@@ -59,6 +66,12 @@ LINES_PER_INSTANCE = 1000
 TAIL_LINES = 20
 MAX_ATTEMPTS = 3
 ACCOUNT_SECS = 30.0
+#: an instance of a running deployment that exits is relaunched after 1, 2, 4 ... seconds;
+#: after RELAUNCH_MAX relaunches within RELAUNCH_WINDOW seconds it is left down and the
+#: deployment is marked degraded (its status stays running: the rest still serves)
+RELAUNCH_MAX = 3
+RELAUNCH_WINDOW = 300.0
+RELAUNCH_BACKOFF = 1.0
 #: environment of the platform's own process that a deployed stack may inherit
 _INHERIT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "PYTHONPATH")
 _CODE_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -218,6 +231,11 @@ class Reconciler:
         #: instance id -> (handle, role): what this process started and has not stopped
         self.live: dict[str, tuple[Handle, Role]] = {}
         self._last_account = 0.0
+        #: (deployment, role) -> monotonic times of its relaunches
+        self._relaunched: dict[tuple[str, str], list[float]] = {}
+        #: relaunches waiting for their back-off: (due, deployment, role)
+        self._due: list[tuple[float, str, Role]] = []
+        self._relaunching: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ helpers
     def _deploy_log(self, dep: str, text: str, level: str = "info") -> None:
@@ -275,6 +293,11 @@ class Reconciler:
                                   {"id": r["id"], "at": at})])
         deps = await self.store.one("SELECT * FROM deployment WHERE status IN $s",
                                     {"s": [*IN_FLIGHT, "running"]}) or []
+        # apps' processes that left their groups, found by their run id (the deployment's)
+        for did in {str(r.get("deployment")) for r in rows} | {row_id(d) for d in deps}:
+            if await asyncio.to_thread(sweep, did):
+                log.warning("killed processes of deployment %s left outside their groups",
+                            did)
         for d in deps:
             did = row_id(d)
             if d["status"] in IN_FLIGHT and int(d.get("attempts") or 0) >= MAX_ATTEMPTS:
@@ -306,6 +329,8 @@ class Reconciler:
                     log.exception("reconcile pass failed; retried")
                 await asyncio.sleep(self.tick)
         finally:
+            for task in list(self._relaunching):
+                await cancel_and_wait(task)
             for iid in list(self.live):
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._stop_instance(iid))
@@ -352,14 +377,71 @@ class Reconciler:
         for iid, (h, role) in list(self.live.items()):
             if role.oneshot or h.pid <= 0:
                 continue
-            if not await self.executor.alive(h):
-                row = await self.store.get("instance", iid)
-                dep = row["deployment"] if row else "?"
-                self._deploy_log(dep, f"instance {role.name} exited unexpectedly", "error")
-                await self._stop_instance(iid, "exited")
+            if await self.executor.alive(h):
+                continue
+            row = await self.store.get("instance", iid)
+            if row is None or row.get("status") != "healthy":
+                continue  # still coming up: the deployment's own wait sees an exit
+            dep = str(row["deployment"])
+            self._deploy_log(dep, f"instance {role.name} exited unexpectedly", "error")
+            await self._stop_instance(iid, "exited")
+            await self._exited(dep, role, list(self.logs.tails.get(iid, [])))
+        ready = [x for x in self._due if x[0] <= time.monotonic()]
+        self._due = [x for x in self._due if x[0] > time.monotonic()]
+        for _, dep, role in ready:
+            task = asyncio.get_running_loop().create_task(self._relaunch(dep, role))
+            self._relaunching.add(task)
+            task.add_done_callback(self._relaunching.discard)
         if time.monotonic() - self._last_account >= ACCOUNT_SECS:
             self._last_account = time.monotonic()
             await self.account_live()
+
+    async def _exited(self, dep: str, role: Role, tail: list[str]) -> None:
+        """An instance of ``dep`` died: relaunch it after a back-off, or give up."""
+        cur = await self.store.get("deployment", dep)
+        if cur is None or cur.get("status") != "running":
+            return
+        t = time.monotonic()
+        recent = [x for x in self._relaunched.get((dep, role.name), [])
+                  if t - x < RELAUNCH_WINDOW]
+        self._relaunched[(dep, role.name)] = recent
+        if len(recent) >= RELAUNCH_MAX:
+            msg = (f"{role.name} exited {len(recent) + 1} times within "
+                   f"{RELAUNCH_WINDOW:.0f}s; not relaunched again (redeploy, restart or roll "
+                   "back)")
+            self._deploy_log(dep, msg, "error")
+            await self._set(dep, degraded=True, error={"message": msg, "role": role.name,
+                                                       "last_lines": tail[-TAIL_LINES:]})
+            return
+        delay = RELAUNCH_BACKOFF * 2 ** len(recent)
+        recent.append(t + delay)
+        self._deploy_log(dep, f"relaunching {role.name} in {delay:g}s (relaunch "
+                         f"{len(recent)} of at most {RELAUNCH_MAX})", "warning")
+        self._due.append((t + delay, dep, role))
+
+    async def _relaunch(self, dep: str, role: Role) -> None:
+        cur = await self.store.get("deployment", dep)
+        project = await self.store.get("project", str((cur or {}).get("project")))
+        if cur is None or cur.get("status") != "running" or project is None:
+            return
+        project = {**project, "id": row_id(project)}
+        iid = await self._start(dep, project, role)
+        err = await self._healthy(iid, role)
+        if err is not None:
+            await asyncio.sleep(0.2)
+            self._deploy_log(dep, f"relaunched {role.name} is not healthy: {err}", "error")
+            await self._stop_instance(iid, "failed")
+            await self._exited(dep, role, list(self.logs.tails.get(iid, [])))
+            return
+        cur = await self.store.get("deployment", dep)
+        if cur is None or cur.get("status") != "running":
+            await self._stop_instance(iid)  # superseded or stopped meanwhile
+            return
+        await self.store.run("UPDATE $id SET status = 'healthy', healthy_at = $at, "
+                             "relaunch = true RETURN NONE",
+                             {"id": rid("instance", iid), "at": now()})
+        self._deploy_log(dep, f"{role.name} relaunched and healthy"
+                         + (f" at {role.url}" if role.url else ""))
 
     async def account_live(self) -> None:
         at = now()
@@ -372,15 +454,34 @@ class Reconciler:
             await self.store.tx(stmts)
 
     # ------------------------------------------------------------------ one deployment
-    async def _env(self, project: dict[str, Any]) -> dict[str, str]:
+    @staticmethod
+    def _base_env() -> dict[str, str]:
         env = {k: os.environ[k] for k in _INHERIT if k in os.environ}
         # the stack runs the platform's own code (its working directory is the deployment's)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_CODE_ROOT, env.get("PYTHONPATH"))
                                             if p)
-        scoped = await self.values.scope_values(project, "env", "production")
-        for k, s in scoped.get("", {}).items():
-            env[k] = s.reveal()
         return env
+
+    async def _values(self, did: str, d: dict[str, Any], project: dict[str, Any]
+                      ) -> dict[str, dict[str, dict[str, Secret]]]:
+        """The env and vault values this deployment runs with, recorded on it by reference
+        (the ids of their versions, never the values): a rollback runs with the values of
+        the deployment it rolls back to, a resumed deployment with those it started with."""
+        refs = d.get("env_refs")
+        source = None
+        if refs is None and d.get("trigger") == "rollback" and d.get("rollback_of"):
+            target = await self.store.get("deployment", str(d["rollback_of"]))
+            refs = (target or {}).get("env_refs")
+            source = (target or {}).get("version")
+        if isinstance(refs, list):
+            got = await self.values.at_versions(project, refs)
+            if source is not None:
+                self._deploy_log(did, f"environment: the values v{source} ran with "
+                                 f"({len(refs)} value(s))")
+        else:
+            got, refs = await self.values.pinned(project, "production")
+        await self._set(did, env_refs=refs)
+        return got
 
     async def _fetch(self, dep: str, link: dict[str, Any] | None, sha: str, into: Path) -> Path:
         """The commit checked out into ``into``; the project's directory inside it."""
@@ -404,15 +505,15 @@ class Reconciler:
         self._deploy_log(dep, f"fetched commit {sha[:12]} of {link['url']}")
         return into / (link.get("path") or "")
 
-    def _validate(self, dep: str, src: Path) -> None:
+    def _validate(self, dep: str, src: Path) -> Any:
         root = src / "project.yml"
         if not root.is_file():
             self._deploy_log(dep, "no project.yml at the linked path: the stack only")
-            return
+            return None
         from project.rootconfig import ProjectInvalid, load_project
 
         try:
-            load_project(root)
+            loaded = load_project(root)
         except ProjectInvalid as e:
             lines = str(e).splitlines()
             for line in lines:
@@ -420,6 +521,7 @@ class Reconciler:
             raise Failed("project.yml is invalid (svc project validate): "
                          + (lines[0] if lines else ""), "build", lines[-TAIL_LINES:]) from None
         self._deploy_log(dep, "project.yml is valid")
+        return loaded
 
     async def execute(self, d: dict[str, Any]) -> None:
         did = row_id(d)
@@ -440,11 +542,28 @@ class Reconciler:
             if workdir.exists():
                 shutil.rmtree(workdir, ignore_errors=True)
             workdir.mkdir(parents=True)
-            env = await self._env(project)
+            values = await self._values(did, d, project)
+            base_env = self._base_env()
+            env = {**base_env, **{k: s.reveal() for k, s in values["env"].get("", {}).items()}}
+            loaded = None
             if spec.get("commit"):
                 link = await self.store.get("repo_link", spec.get("link") or "")
                 src = await self._fetch(did, link, spec["commit"], workdir / "src")
-                self._validate(did, src)
+                loaded = self._validate(did, src)
+            app_roles: list[Role] = []
+            if loaded is not None:
+                vault = {k: s for kv in values["vault"].values() for k, s in kv.items()}
+                tenant = project["tenant"]
+                try:
+                    app_roles = plan_app_roles(
+                        loaded, deployment=did,
+                        base_env={**base_env, "SVC_CLOUD_DEPLOYMENT": did},
+                        platform=values["env"], vault=vault,
+                        fingerprint=lambda v: str(self.values.fp.of(tenant, v)))
+                except AppPlanError as e:
+                    raise Failed(e.message, "app-" + e.app) from None
+                for line in describe(app_roles):
+                    self._deploy_log(did, line)
             prev = await self.deployments.latest(d["project"], ("running",))
             restart = spec.get("restart") or {}
             adopt_row = None
@@ -456,11 +575,19 @@ class Reconciler:
                     "status = 'healthy'", {"d": row_id(prev)}) or []
                 adopt_row = rows[0] if rows else None
             secret = secrets.token_urlsafe(32)
+            # the platform signs in to this scheduler for backups (cloud.backupfwd): the
+            # password it runs with is kept sealed on the deployment, never in plaintext
+            admin_pw = env.get("SVC_ADMIN_PASSWORD") or secrets.token_urlsafe(18)
+            env["SVC_ADMIN_PASSWORD"] = admin_pw
+            sealed = await seal_admin_password(self.values.keys, project["tenant"],
+                                               project["id"], did, admin_pw)
             env.update(SVC_CLOUD_API_URL=self.cloud_url, SVC_CLOUD_PROJECT=project["slug"],
                        SVC_AUTH_SECRET=secret, SVC_CLOUD_DEPLOYMENT=did)
             roles = plan_roles(spec, env, workdir,
                                adopt_row["addr"] if adopt_row is not None else None)
+            roles += app_roles
             await self._set(did, status="deploying", link_hash=link_hash(secret),
+                            admin_secret=sealed,
                             progress={"done": 0, "total": len(roles), "step": "deploying"})
             for i, role in enumerate(roles):
                 cur = await self.store.get("deployment", did)
@@ -476,8 +603,7 @@ class Reconciler:
                     continue
                 iid = await self._start(did, project, role)
                 started.append(iid)
-                err = await self.executor.healthy(role, self.live[iid][0],
-                                                  time.monotonic() + role.timeout_secs)
+                err = await self._healthy(iid, role)
                 if err is not None:
                     await asyncio.sleep(0.2)  # the pumps read its last words
                     raise Failed(err, role.name, list(self.logs.tails.get(iid, [])))
@@ -518,6 +644,17 @@ class Reconciler:
             log.exception("deployment %s failed unexpectedly", did)
             await self._fail(did, d, Failed(f"internal error: {type(e).__name__}"), started)
 
+    async def _healthy(self, iid: str, role: Role) -> str | None:
+        """Wait until the instance is healthy: None, else why not."""
+        handle = self.live[iid][0]
+        err = await self.executor.healthy(role, handle, time.monotonic() + role.timeout_secs)
+        if err is None and role.kind == "app" and role.health_url is None:
+            # ready once started (the spec), but an app that dies at once is not
+            await asyncio.sleep(SETTLE_SECS)
+            if not await self.executor.alive(handle):
+                err = f"{role.name} exited within {SETTLE_SECS:g}s of its start"
+        return err
+
     async def _start(self, did: str, project: dict[str, Any], role: Role) -> str:
         iid = new_id("ins")
         url = role.url
@@ -544,6 +681,8 @@ class Reconciler:
             iid = row_id(r)
             if iid != keep:
                 await self._stop_instance(iid)
+        # what an app started outside its process group goes too
+        await asyncio.to_thread(sweep, did)
         with contextlib.suppress(OSError):
             if keep is None:
                 shutil.rmtree(self.run_dir / did, ignore_errors=True)
@@ -552,6 +691,7 @@ class Reconciler:
         for iid in reversed(started):
             with contextlib.suppress(Exception):
                 await self._stop_instance(iid, "failed" if not f.cancelled else "stopped")
+        await asyncio.to_thread(sweep, did)
         status = "cancelled" if f.cancelled else "failed"
         self._deploy_log(did, f"v{d['version']} {status}: {f.message}",
                          "warning" if f.cancelled else "error")

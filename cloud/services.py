@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from cloud.audit import Audit
 from cloud.backupconfig import BackupConfig
+from cloud.backupfwd import BackupForwarder
 from cloud.config import CloudConfig
 from cloud.deployments import Deployments
 from cloud.domains import Domains, TxtLookup
@@ -46,6 +47,7 @@ class Services:
     audit: Audit
     deployments: Deployments
     backup_config: BackupConfig
+    backups: BackupForwarder
 
     @property
     def default_limits(self) -> dict[str, int]:
@@ -76,4 +78,5 @@ def build(cfg: CloudConfig, db: Database | None = None) -> Services:
         usage=usage, meter=RequestMeter(usage, cfg.usage_flush_secs), audit=Audit(store),
         deployments=Deployments(store, values, fingerprints),
         backup_config=BackupConfig(store),
+        backups=BackupForwarder(store, keys),
     )

@@ -233,6 +233,39 @@ class Values:
             out.setdefault(r["app"], {})[r["key"]] = self._secret(dek, r)
         return out
 
+    async def pinned(self, project: Mapping[str, Any], environment: str
+                     ) -> tuple[dict[str, dict[str, dict[str, Secret]]], list[str]]:
+        """Every live env and vault value of an environment (``{"env"|"vault": {app or "":
+        {KEY: Secret}}}``) and the ids of the versions they are: a deployment records those
+        ids (never the values), so a rollback runs with exactly these values again."""
+        rows = await self.store.one(
+            "SELECT * FROM value WHERE project = $p AND environment = $e AND deleted = false "
+            "AND kind IN ['env', 'vault']", {"p": project["id"], "e": environment},
+            read=True) or []
+        return await self._grouped(project, rows), sorted(
+            f"{_value_id(project['id'], r['kind'], environment, r['app'], r['key'])}"
+            f".v{int(r['version'])}" for r in rows)
+
+    async def at_versions(self, project: Mapping[str, Any], refs: list[str]
+                          ) -> dict[str, dict[str, dict[str, Secret]]]:
+        """The values of the versions ``pinned`` named (same shape); a version that is gone
+        (the project was purged meanwhile) is left out."""
+        ids = [rid("value_version", r) for r in refs if isinstance(r, str)]
+        rows = await self.store.one("SELECT * FROM $ids", {"ids": ids}, read=True) or []
+        return await self._grouped(project, [
+            r for r in rows if isinstance(r, dict) and r.get("project") == project["id"]
+            and not r.get("deleted")])
+
+    async def _grouped(self, project: Mapping[str, Any], rows: list[Any]
+                       ) -> dict[str, dict[str, dict[str, Secret]]]:
+        out: dict[str, dict[str, dict[str, Secret]]] = {"env": {}, "vault": {}}
+        if not rows:
+            return out
+        dek = await self.keys.get(project["tenant"])
+        for r in rows:
+            out[r["kind"]].setdefault(r["app"], {})[r["key"]] = self._secret(dek, r)
+        return out
+
     async def rekey_statements(self, project: Mapping[str, Any], new_tenant: str
                                ) -> list[tuple[str, dict[str, Any]]]:
         """Statements moving every value and version of ``project`` to ``new_tenant``:

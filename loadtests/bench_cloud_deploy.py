@@ -13,7 +13,12 @@ alternating so a noisy machine hits all of them alike:
   its own, schema, scheduler, one SSP; a fresh project each round);
 * redeploy: an env change and ``POST /deployments`` until ``running`` (the database host kept;
   schema, scheduler and SSP new, beside the old ones; the old ones stopped after);
-* restart: ``POST /restart`` until ``running``.
+* restart: ``POST /restart`` until ``running``;
+* push (two apps): a local bare repository is linked (its first commit, without
+  ``project.yml``, deployed untimed), then a commit adding ``project.yml`` with two apps (a
+  python HTTP server and a shell command, both with readiness checks) is pushed: from the push
+  until the deployment with the apps is ``running`` (the link is polled every 0.3 s);
+* restart (with apps): ``POST /restart`` of that deployment until ``running``.
 
 Prints a table: median and max seconds, and the median against the baseline.
 """
@@ -74,18 +79,67 @@ def deploy_time(c: Cloud, s: str, slug: str, route: str) -> float:
     return time.monotonic() - t0
 
 
+WEB = ("import os\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n"
+       "class H(BaseHTTPRequestHandler):\n"
+       "    def do_GET(self):\n        self.send_response(200)\n        self.end_headers()\n"
+       "HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n")
+GIT = ["git", "-c", "user.email=b@example.test", "-c", "user.name=b"]
+
+
+def commit(work: Path, bare: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    subprocess.run([*GIT, "-C", str(work), "add", "."], check=True)
+    subprocess.run([*GIT, "-C", str(work), "commit", "-qm", "bench"], check=True)
+    subprocess.run(["git", "-C", str(work), "push", "-q", str(bare), "main"], check=True)
+
+
+def newest(c: Cloud, s: str, slug: str) -> dict[str, object]:
+    return dict(c.ok("GET", f"/v1/projects/{slug}/deployments", s)["items"][0])
+
+
+def push_time(c: Cloud, s: str, slug: str, tmp: Path) -> float:
+    """Link a repository, then time a push of two apps until their deployment runs."""
+    bare, work = tmp / f"{slug}.git", tmp / f"{slug}-work"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    commit(work, bare, {"README": "bench\n"})
+    before = int(str(newest(c, s, slug)["version"]))
+    c.ok("POST", f"/v1/projects/{slug}/links", s, {"url": str(bare)})
+    while int(str(newest(c, s, slug)["version"])) == before:
+        time.sleep(0.1)
+    linked = newest(c, s, slug)
+    wait_running(c, s, slug, str(linked["id"]))
+    t0 = time.monotonic()
+    commit(work, bare, {
+        "project.yml": "apps:\n  web: {path: web}\n  sh: {path: sh}\n",
+        "web/web.py": WEB,
+        "web/project.yml": "type: frontend\ndependsOn: [sh]\n"
+                           "dev: {type: python, script: web.py}\n",
+        "sh/project.yml": "type: container\nimage: bench/sh:1\nports: [8000]\n"
+                          "healthcheck: /\ndev: \"exec python3 -m http.server $PORT "
+                          "--bind 127.0.0.1\"\n"})
+    while int(str(newest(c, s, slug)["version"])) == int(str(linked["version"])):
+        time.sleep(0.05)
+    wait_running(c, s, slug, str(newest(c, s, slug)["id"]))
+    return time.monotonic() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     rows: dict[str, list[float]] = {"ops/run (baseline)": [], "first deploy": [],
-                                    "redeploy (env change)": [], "restart": []}
+                                    "redeploy (env change)": [], "restart": [],
+                                    "push (two apps)": [], "restart (with apps)": []}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         host = start_db_host(tmp)
         try:
             with running_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"),
-                               SVC_CLOUD_EXECUTOR="local") as c:
+                               SVC_CLOUD_EXECUTOR="local",
+                               SVC_CLOUD_REPO_POLL_SECS="0.3") as c:
                 _, s, _ = c.user("bench")
                 for r in range(a.rounds):
                     rows["ops/run (baseline)"].append(ops_run_once(tmp))
@@ -99,6 +153,8 @@ def main() -> None:
                     rows["redeploy (env change)"].append(deploy_time(c, s, slug,
                                                                      "/deployments"))
                     rows["restart"].append(deploy_time(c, s, slug, "/restart"))
+                    rows["push (two apps)"].append(push_time(c, s, slug, tmp))
+                    rows["restart (with apps)"].append(deploy_time(c, s, slug, "/restart"))
                     # each round's stack keeps running until the platform stops (there is
                     # no scale-to-zero yet): later rounds run beside earlier stacks
         finally:

@@ -208,6 +208,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=200, help="lines (at most 500)")
     p.add_argument("--cursor", help="next_cursor of the previous answer")
 
+    bk = cs.add_parser("backups", help="backups of the running deployment (through its "
+                       "scheduler)").add_subparsers(dest="action", required=True)
+    project(bk.add_parser("ls", help="backups, restores and storage status"))
+    p = bk.add_parser("create", help="take a backup now")
+    project(p)
+    p.add_argument("--name", default=None)
+    for verb, text in (("restore", "restore a backup over the project's data"),
+                       ("status", "the latest restore of a backup"),
+                       ("rm", "soft-delete a backup")):
+        p = bk.add_parser(verb, help=text)
+        project(p)
+        p.add_argument("backup_id")
+    p = bk.add_parser("config", help="scheduled-backup settings (show, or set with the flags)")
+    project(p)
+    p.add_argument("--enable", dest="enabled", action="store_const", const=True)
+    p.add_argument("--disable", dest="enabled", action="store_const", const=False)
+    p.add_argument("--schedule", help="5-field cron, e.g. '0 3 * * *'")
+    p.add_argument("--retention", type=int, help="days (1-3650)")
+
     p = cs.add_parser("usage", help="usage of a tenant (or one project)")
     tenant(p)
     p.add_argument("--project", "-p")
@@ -458,6 +477,35 @@ class Cli:
                                   params=self.q(confirm=a.hostname)))
         return EXIT_OK
 
+    def backups(self) -> int:
+        a = self.a
+        if a.action == "ls":
+            out = self.c.call("GET", self.p("/backups"), params=self.q())
+            catalog = (out.get("backups") or {}).get("catalog") or []
+            self.show(out, [b for b in catalog if isinstance(b, dict)],
+                      ("backup_id", "name", "status", "created_at_ms", "bytes",
+                       "deleted_at_ms"))
+        elif a.action == "create":
+            body = self.q(name=a.name) if a.name else self.q()
+            self.show(self.c.call("POST", self.p("/backups"), body))
+        elif a.action == "restore":
+            self.show(self.c.call("POST", self.p(f"/backups/{a.backup_id}/restore"),
+                                  self.q(confirm=a.backup_id)))
+        elif a.action == "status":
+            self.show(self.c.call("GET", self.p(f"/backups/{a.backup_id}/restore"),
+                                  params=self.q()))
+        elif a.action == "rm":
+            self.show(self.c.call("DELETE", self.p(f"/backups/{a.backup_id}"),
+                                  params=self.q(confirm=a.backup_id)))
+        else:
+            body = {k: v for k, v in (("enabled", a.enabled), ("schedule", a.schedule),
+                                      ("retention", a.retention)) if v is not None}
+            out = (self.c.call("PUT", self.p("/backups/config"), self.q(**body)) if body
+                   else self.c.call("GET", self.p("/backups/config"), params=self.q()))
+            self.show(out, [out["config"]], ("enabled", "schedule", "retention",
+                                             "updated_by"))
+        return EXIT_OK
+
     def links(self) -> int:
         a = self.a
         if a.action == "ls":
@@ -564,7 +612,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     area = {"signup": cli.account, "login": cli.account, "logout": cli.account,
             "whoami": cli.account, "tenants": cli.tenants, "projects": cli.projects,
             "env": cli.env_area, "vault": cli.vault, "domains": cli.domains,
-            "links": cli.links, "tokens": cli.tokens, "usage": cli.usage,
+            "links": cli.links, "tokens": cli.tokens, "backups": cli.backups, "usage": cli.usage,
             **dict.fromkeys(("deploy", "deployments", "rollback", "cancel", "restart", "scale",
                              "logs"), cli.deployments)}[args.area]
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,12 +27,13 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.admin_stack import start_scheduler
 from tests.support.cloud_stack import Cloud, make_cloud
-from tests.support.procs import DbHost, free_port
+from tests.support.objstore import S3Server, running_s3
+from tests.support.procs import DbHost, base_env, free_port
 
 pytestmark = pytest.mark.slow
 
 ADMIN_PASSWORD = "deployed-break-glass-pw-1"
-BAD_SSP = {"SVC_SSP_REF_MODE": "no-such-mode"}
+BAD_SSP: dict[str, str | None] = {"SVC_SSP_REF_MODE": "no-such-mode"}
 
 
 def wait_until(fn: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -405,29 +407,287 @@ def test_restart_through_the_scheduler_link(project: Project) -> None:
     assert done["deployment"]["status"] == "running", done["deployment"]["error"]
 
 
-def test_a_new_commit_on_a_linked_repo_deploys(project: Project, tmp_path: Path) -> None:
-    bare = tmp_path / "repo.git"
-    work = tmp_path / "work"
-    git = ["git", "-c", "user.email=t@example.test", "-c", "user.name=t"]
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-    (work / "README").write_text("v1\n")
-    subprocess.run([*git, "-C", str(work), "add", "."], check=True)
-    subprocess.run([*git, "-C", str(work), "commit", "-qm", "one"], check=True)
-    subprocess.run(["git", "-C", str(work), "push", "-q", str(bare), "main"], check=True)
-    before = project.cloud.ok("GET", project.base + "/deployments", project.s)["items"][0]
-    project.cloud.ok("POST", project.base + "/links", project.s, {"url": str(bare)})
+WEB_APP = """\
+import hashlib, json, os
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
+SECRET = os.environ.get("APP_SECRET", "")
+print("INFO web: serving", flush=True)
+
+class Web(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"greeting": os.environ.get("GREETING"),
+                           "mode": os.environ.get("MODE"),
+                           "secret_sha": hashlib.sha256(SECRET.encode()).hexdigest(),
+                           "shell": os.environ.get("SHELL_URL")}).encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt, *args):
+        print("request " + fmt % args, flush=True)
+
+HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Web).serve_forever()
+"""
+SHELL_OK = 'echo "shell app up"; exec python3 -m http.server $PORT --bind 127.0.0.1'
+SHELL_BROKEN = 'echo "ERROR shell app: broken config" >&2; exit 3'
+APP_SECRET = "vault-planted-app-secret-93a1"
+
+
+class Repo:
+    """A local bare repository and a working copy pushing to it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.bare, self.work = tmp / "repo.git", tmp / "work"
+        self.git = ["git", "-c", "user.email=t@example.test", "-c", "user.name=t"]
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)],
+                       check=True)
+        subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
+
+    def push(self, shell_cmd: str, message: str) -> None:
+        w = self.work
+        (w / "web").mkdir(exist_ok=True)
+        (w / "shell").mkdir(exist_ok=True)
+        (w / "project.yml").write_text("apps:\n  web: {path: web}\n  shell: {path: shell}\n"
+                                       "  local: {path: local}\n")
+        (w / "web" / "web.py").write_text(WEB_APP)
+        (w / "web" / "project.yml").write_text(
+            "type: frontend\ndependsOn: [shell]\ndev: {type: python, script: web.py}\n"
+            "deploy: {port: 3000}\nenv:\n  - {vault: [APP_SECRET]}\n"
+            "  - {dev: {MODE: dev-side}, cloud: {MODE: cloud-side}}\n")
+        (w / "shell" / "project.yml").write_text(
+            "type: container\nimage: example/shell:1\nports: [8000]\nhealthcheck: /\n"
+            f"dev: {json.dumps(shell_cmd)}\n")
+        (w / "local").mkdir(exist_ok=True)
+        (w / "local" / "project.yml").write_text(
+            "type: frontend\nscope: devOnly\ndev: \"exit 9\"\n")
+        self.commit(message)
+
+    def commit(self, message: str) -> None:
+        w = self.work
+        subprocess.run([*self.git, "-C", str(w), "add", "."], check=True)
+        subprocess.run([*self.git, "-C", str(w), "commit", "-qm", message], check=True)
+        subprocess.run(["git", "-C", str(w), "push", "-q", str(self.bare), "main"],
+                       check=True)
+
+
+def answer(url: str) -> Any:
+    try:
+        return get_json(url)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def serving(url: str) -> Any:
+    """The web app's answer once it answers: it has no readiness check (a frontend has
+    none), so running is not yet listening."""
+    return wait_until(lambda: answer(url), 30, f"an answer from {url}")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def next_deployment(project: Project, after: int) -> Any:
     def deployed() -> Any:
         top = project.cloud.ok("GET", project.base + "/deployments", project.s)["items"][0]
-        return top if top["version"] > before["version"] else None
-    dep = wait_until(deployed, 30, "a deployment for the commit")
+        return top if top["version"] > after else None
+    return wait_until(deployed, 30, "a deployment for the commit")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    return Repo(tmp_path_factory.mktemp("repo"))
+
+
+def test_a_push_deploys_the_apps_of_project_yml(project: Project, repo: Repo) -> None:
+    c = project.cloud
+    c.ok("PUT", project.base + "/vault/APP_SECRET", project.s, {"value": APP_SECRET})
+    c.ok("PATCH", project.base + "/env", project.s, {"vars": {"GREETING": "hello"},
+                                                      "app": "web"})
+    repo.push(SHELL_OK, "two apps")
+    before = c.ok("GET", project.base + "/deployments", project.s)["items"][0]
+    c.ok("POST", project.base + "/links", project.s, {"url": str(repo.bare)})
+    dep = next_deployment(project, before["version"])
     assert dep["trigger"] == "repo_link" and dep["spec"]["commit"]
     done = project.wait(dep["version"], ("running", "failed"))
     assert done["deployment"]["status"] == "running", done["deployment"]["error"]
-    logs = project.cloud.ok("GET", f"{project.base}/deployments/{dep['version']}/logs",
-                            project.s, params={"q": "fetched commit", "limit": 10})
+    roles = [i["role"] for i in done["instances"]]
+    # the stack first, then the apps in dependsOn order; the devOnly app is left out
+    assert roles[-2:] == ["app-shell", "app-web"], roles
+    got = serving(project.url_of(done, "app-web"))
+    assert got["greeting"] == "hello" and got["mode"] == "cloud-side"
+    assert got["secret_sha"] == digest(APP_SECRET)
+    assert get_json_status(project.url_of(done, "app-shell")) == 200
+    logs = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                params={"instance": "app-shell", "limit": 10})
+    assert any("shell app up" in ln["text"] for ln in logs["lines"]), logs
+    fetched = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                   params={"q": "fetched commit", "limit": 10})
+    assert fetched["lines"]
+    # the secret is in the app's environment only: never in a log or a record
+    everything = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                      params={"limit": 500})
+    assert APP_SECRET not in json.dumps(everything) + json.dumps(done)
+    assert APP_SECRET not in c.log_text()
+
+
+def digest(value: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def get_json_status(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return int(r.status)
+
+
+def running_detail(project: Project) -> dict[str, Any]:
+    top = project.cloud.ok("GET", project.base + "/deployments", project.s,
+                           params={"status": "running"})["items"][0]
+    return project.get(top["version"])
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+def test_an_env_change_redeploys_the_apps(project: Project, s3: S3Server) -> None:
+    project.cloud.ok("PATCH", project.base + "/env", project.s,
+                     {"vars": {"GREETING": "hola"}, "app": "web"})
+    project.env({**s3.env()})  # every role: the deployed scheduler's backup storage
+    dep = project.deploy()["deployment"]
+    assert dep["spec"]["commit"]  # the linked commit stays
+    done = project.wait(dep["version"], ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    assert serving(project.url_of(done, "app-web"))["greeting"] == "hola"
+
+
+def test_a_failing_app_fails_its_deployment_and_the_previous_keeps_serving(
+        project: Project, repo: Repo) -> None:
+    serving = running_detail(project)
+    web = project.url_of(serving, "app-web")
+    repo.push(SHELL_BROKEN, "break the shell app")
+    dep = next_deployment(project, serving["deployment"]["version"])
+    done = project.wait(dep["version"], ("running", "failed"))
+    err = done["deployment"]["error"]
+    assert done["deployment"]["status"] == "failed" and err["role"] == "app-shell", err
+    assert "exited" in err["message"]
+    assert any("broken config" in line for line in err["last_lines"]), err
+    assert not marked_processes(dep["id"]), "a failed deployment left processes"
+    assert running_detail(project)["deployment"]["id"] == serving["deployment"]["id"]
+    assert get_json(web)["greeting"] == "hola"  # the previous apps still serve
+    # a project.yml the validator refuses: failed while building, nothing started
+    (repo.work / "web" / "project.yml").write_text("type: spaceship\n")
+    repo.commit("an invalid app file")
+    bad = next_deployment(project, dep["version"])
+    done = project.wait(bad["version"], ("running", "failed"))
+    err = done["deployment"]["error"]
+    assert done["deployment"]["status"] == "failed" and "project.yml is invalid" in \
+        err["message"], err
+    assert any("type" in line for line in err["last_lines"]), err
+    assert done["instances"] == []
+    assert get_json(web)["greeting"] == "hola"
+    repo.push(SHELL_OK, "fix the shell app")  # admitted behind: the next test waits for it
+    fixed = next_deployment(project, bad["version"])
+    done = project.wait(fixed["version"], ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+
+
+def test_a_killed_app_instance_is_relaunched(project: Project) -> None:
+    detail = running_detail(project)
+    web = [i for i in detail["instances"] if i["role"] == "app-web"][0]
+    os.killpg(web["pid"], 9)
+
+    def relaunched() -> Any:
+        now = project.get(detail["deployment"]["version"])
+        new = [i for i in now["instances"] if i["role"] == "app-web"
+               and i["status"] == "healthy" and i["id"] != web["id"]]
+        return now if new else None
+    now = wait_until(relaunched, 60, "the web app relaunched")
+    assert [i["status"] for i in now["instances"] if i["id"] == web["id"]] == ["exited"]
+    assert now["deployment"]["status"] == "running"
+    # the web app has no readiness check (a frontend has none): it serves once it bound
+    assert serving(project.url_of(now, "app-web"))["greeting"] == "hola"
+    logs = project.cloud.ok("GET", f"{project.base}/deployments/{now['deployment']['version']}"
+                            "/logs", project.s, params={"q": "relaunch", "limit": 20})
     assert logs["lines"]
+
+
+async def test_backups_through_the_platform(project: Project, s3: S3Server,
+                                           tmp_path: Path) -> None:
+    c, base = project.cloud, project.base + "/backups"
+    out = c.ok("POST", base, project.s, {"name": "through the platform"})
+    bid = out["backup_id"]
+    assert out["operation"]["kind"] == "backup"
+
+    def finished() -> Any:
+        local = c.ok("GET", base, project.s)["backups"]["local"]
+        rec = [r for r in local if r.get("backup_id") == bid]
+        return rec[0]["status"] if rec and rec[0]["status"] in ("done", "failed") else None
+    assert wait_until(finished, 90, "the backup") == "done"
+    assert s3.files(), "the backup reached the object store"
+    r = c.call("POST", f"{base}/{bid}/restore", project.s, {"confirm": "another"})
+    assert r.status_code == 400 and r.json()["error"] == "confirm", r.text
+    out = c.ok("POST", f"{base}/{bid}/restore", project.s, {"confirm": bid})
+    assert out["restore_id"] and out["operation"]["kind"] == "restore"
+
+    def restored() -> Any:
+        got = c.ok("GET", f"{base}/{bid}/restore", project.s)
+        return got if got["stage"] in ("done", "failed") else None
+    got = wait_until(restored, 120, "the restore")
+    assert got["stage"] == "done", got
+    # errors keep the scheduler's status; the scopes are the part-1 rules
+    r = c.call("GET", f"{base}/bk_no_such/restore", project.s)
+    assert r.status_code == 404, r.text
+    reader = c.mint(project.s, ["backups:read"])
+    r = c.call("POST", base, reader, {})
+    assert r.status_code == 403 and r.json()["error"] == "missing_scope"
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {reader}"},
+                              timeout=httpx2.Timeout(60))
+    async with http, Client(streamable_http_client(c.url + "/v1/mcp", http_client=http)) as m:
+        names = {t.name for t in (await m.list_tools()).tools}
+        assert {"backups_list", "backup_restore_status"} <= names
+        assert not names & {"backup_create", "backup_restore", "backup_delete"}
+        listed = await m.call_tool("backups_list", {"project": project.slug})
+        assert listed.is_error is False
+        assert bid in json.dumps(listed.structured_content["backups"]["local"])
+    out = c.ok("DELETE", f"{base}/{bid}", project.s, params={"confirm": bid})
+    assert out["backup_id"] == bid and out["deleted_at_ms"]
+    # a project with nothing running: 409, never a 500
+    c.ok("POST", "/v1/projects", project.s, {"slug": project.slug + "-idle"})
+    r = c.call("GET", f"/v1/projects/{project.slug}-idle/backups", project.s)
+    assert r.status_code == 409 and r.json()["error"] == "not_running", r.text
+    # the CLI: the same operations
+    env = base_env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / ".config"),
+                   SVC_CLOUD_API_URL=c.url, SVC_CLOUD_TOKEN=project.s)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "svccli", "cloud", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+    out = cli("--json", "backups", "ls", "-p", project.slug)
+    assert out.returncode == 0 and bid in out.stdout, out.stderr
+    out = cli("backups", "status", "-p", project.slug, bid)
+    assert out.returncode == 0 and '"done"' in out.stdout, out.stderr
+    out = cli("backups", "ls", "-p", project.slug + "-idle")
+    assert out.returncode != 0 and "not_running" in out.stderr, out.stderr
+
+
+def test_a_rollback_runs_with_the_env_of_the_deployment_rolled_back_to(
+        project: Project) -> None:
+    first = [d for d in project.cloud.ok("GET", project.base + "/deployments", project.s,
+                                         params={"limit": 100})["items"]
+             if d["trigger"] == "repo_link" and d["status"] == "superseded"][-1]
+    out = project.cloud.ok("POST", f"{project.base}/deployments/{first['version']}/rollback",
+                           project.s)
+    done = project.wait(out["deployment"]["version"], ("running", "failed"))
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    # GREETING is "hola" now; the deployment rolled back to ran with "hello"
+    assert serving(project.url_of(done, "app-web"))["greeting"] == "hello"
 
 
 def test_kill_9_mid_deployment_leaves_no_orphans_and_resumes(project: Project) -> None:

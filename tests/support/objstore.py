@@ -3,8 +3,10 @@ port over a directory of the test's tmp dir, always stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +67,13 @@ def start_s3(tmp: Path, *, port: int | None = None, root: Path | None = None) ->
             raise RuntimeError("the S3 server did not start:\n" + mp.log_text()[-2000:])
         time.sleep(0.05)
     return S3Server(mp, port, root)
+
+
+@contextlib.contextmanager
+def running_s3(tmp: Path) -> Iterator[S3Server]:
+    """A local S3 server for the block (a module fixture's body)."""
+    server = start_s3(tmp)
+    try:
+        yield server
+    finally:
+        server.stop()

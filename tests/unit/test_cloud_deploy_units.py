@@ -92,3 +92,54 @@ def test_a_deployment_runs_the_same_roles_as_ops_run(tmp_path: Path) -> None:
     assert kept[0].name == "db" and kept[0].argv == () and kept[0].url == "http://127.0.0.1:4444"
     assert all(r.env.get("SVC_DB_URL") == "ws://127.0.0.1:4444/rpc" for r in kept[1:])
     assert [r.name for r in kept] == ["db", "schema", "scheduler", "ssp-1"]
+
+
+def _project(tmp: Path, web_env: str) -> Any:
+    from project.rootconfig import load_project
+
+    (tmp / "project.yml").write_text("apps:\n  web: {path: web}\n  sh: {path: sh}\n"
+                                     "  local: {path: local}\n")
+    for d in ("web", "sh", "local"):
+        (tmp / d).mkdir()
+    (tmp / "web" / "project.yml").write_text(
+        "type: frontend\ndependsOn: [sh]\ndev: {type: python, script: web.py}\n"
+        f"deploy: {{port: 3000}}\nenv:\n{web_env}")
+    (tmp / "sh" / "project.yml").write_text(
+        "type: container\nimage: x/sh:1\nports: [8000]\nhealthcheck: /ready\n"
+        "dev: \"exec true\"\n")
+    (tmp / "local" / "project.yml").write_text("type: frontend\nscope: devOnly\ndev: \"x\"\n")
+    return load_project(tmp / "project.yml")
+
+
+def test_apps_become_roles_on_ports_of_their_own_with_the_platform_env(tmp_path: Path
+                                                                        ) -> None:
+    from cloud.approles import plan_app_roles
+    from cloud.secret import Secret
+
+    loaded = _project(tmp_path, "  - {vault: [TOKEN]}\n"
+                      "  - {dev: {MODE: dev-side}, cloud: {MODE: cloud-side}}\n")
+    roles = plan_app_roles(
+        loaded, deployment="dep_x", base_env={"PATH": "/bin"},
+        platform={"": {"ALL": Secret("a", "fp")}, "web": {"OWN": Secret("o", "fp")}},
+        vault={"TOKEN": Secret("t0k", "fp"), "OTHER": Secret("no", "fp")},
+        fingerprint=lambda v: "fp")
+    assert [r.name for r in roles] == ["app-sh", "app-web"]  # dependsOn order, no devOnly
+    sh, web = roles
+    assert sh.health_url is not None and sh.health_url.endswith("/ready")
+    assert sh.health_url == f"http://127.0.0.1:{sh.env['PORT']}/ready"
+    assert sh.env["PORT"] != "8000" and web.env["PORT"] != "3000"  # a port per deployment
+    assert web.health_url is None and web.url == f"http://127.0.0.1:{web.env['PORT']}"
+    assert {k: web.env[k] for k in ("ALL", "OWN", "TOKEN", "MODE", "SVC_APPS_RUN")} == {
+        "ALL": "a", "OWN": "o", "TOKEN": "t0k", "MODE": "cloud-side", "SVC_APPS_RUN": "dep_x"}
+    assert "OTHER" not in web.env and "OWN" not in sh.env
+    assert "t0k" not in repr(web)
+
+
+def test_an_app_that_cannot_run_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from cloud.approles import AppPlanError, plan_app_roles
+
+    loaded = _project(tmp_path, "  - {vault: [MISSING]}\n")
+    with pytest.raises(AppPlanError) as e:
+        plan_app_roles(loaded, deployment="d", base_env={}, platform={}, vault={},
+                       fingerprint=lambda v: "fp")
+    assert e.value.app == "web" and "MISSING" in e.value.message

@@ -1,0 +1,107 @@
+"""A project's apps (its ``project.yml``) as roles of a deployment.
+
+The planning is the ``apps`` package's (the same as ``svc dev``'s): which apps the ``cloud``
+scope runs (``all`` and ``cloudOnly``; ``devOnly`` left out), in ``dependsOn`` order, what
+command runs each (``deploy.cmd``, else its ``dev`` shell command, python script or module,
+node script), in which directory, with which readiness check. What differs on the platform:
+
+- **Environment.** The app's ``env`` is resolved with the platform's values and vault
+  (``cloud.envresolve``: the ``cloud`` side of ``{dev, cloud}`` splits), laid over the
+  inherited base environment the stack's roles get, without the stack's own credentials.
+- **Ports.** Two deployments run side by side while the new one comes up, so an app cannot
+  keep the fixed port its file names: each app with a port gets a free loopback port per
+  deployment in ``PORT`` (overriding its variables), and its readiness check is made there.
+  An app on the platform listens on ``$PORT``.
+- **Run id.** Every app process carries ``SVC_APPS_RUN=<deployment id>`` (``apps.sweep``
+  finds what a killed platform left of a deployment's apps, grandchildren that left the
+  process group included).
+
+An app that cannot be planned (a dependency out of scope, a container app without a daemon,
+a vault key the vault lacks) fails the deployment before anything starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from apps import AppFailed, order
+from apps.plan import app_command, app_port
+from apps.procgroup import RUN_ENV
+from cloud.envresolve import MissingVaultKeys, resolve_app_env
+from cloud.executor import Role, free_port
+from cloud.secret import Secret
+from project.rootconfig import Project
+
+__all__ = ["APP_PREFIX", "SETTLE_SECS", "AppPlanError", "describe", "plan_app_roles",
+           "role_app"]
+
+#: role names of apps: ``app-<name>`` (never the name of a stack role)
+APP_PREFIX = "app-"
+#: an app without a readiness check must still be running this long after its start
+SETTLE_SECS = 1.0
+
+
+class AppPlanError(Exception):
+    def __init__(self, app: str, message: str) -> None:
+        super().__init__(message)
+        self.app = app
+        self.message = message
+
+
+def plan_app_roles(project: Project, *, deployment: str, base_env: Mapping[str, str],
+                   platform: Mapping[str, Mapping[str, Secret]],
+                   vault: Mapping[str, Secret], fingerprint: Callable[[str], str]
+                   ) -> list[Role]:
+    """The roles of the project's cloud-scope apps in start order; AppPlanError naming the
+    app when one cannot be run."""
+    try:
+        chosen = order(project.apps.values(), "cloud")
+    except AppFailed as e:
+        raise AppPlanError(e.app, f"app {e.app}: {e.reason}") from None
+    roles: list[Role] = []
+    for app in chosen:
+        try:
+            resolved = resolve_app_env(
+                app.name, app.config.env, platform_all=platform.get("", {}),
+                platform_app=platform.get(app.name, {}), vault=vault, app_dir=app.dir,
+                project_dir=project.dir, fingerprint=fingerprint)
+        except MissingVaultKeys as e:
+            raise AppPlanError(app.name, str(e)) from None
+        env = {**base_env, **{k: s.reveal() for k, s in resolved.items()},
+               RUN_ENV: deployment}
+        port = free_port() if app_port(app.config) is not None else None
+        if port is not None:
+            env["PORT"] = str(port)
+        try:
+            cmd = app_command(app, "cloud", env=env, project_dir=project.dir)
+        except AppFailed as e:
+            raise AppPlanError(app.name, f"app {e.app}: {e.reason}") from None
+        check = cmd.health
+        health_url = (f"http://127.0.0.1:{port}{check.path}"
+                      if check.kind == "http" and port is not None else None)
+        timeout = check.interval * check.retries if health_url else 60.0
+        deploy_timeout = app.config.deploy.timeout if app.config.deploy else None
+        if deploy_timeout and health_url:
+            # the file's own start budget (spec: `deploy.timeout`) when longer
+            timeout = max(timeout, float(deploy_timeout))
+        roles.append(Role(name=APP_PREFIX + app.name, kind="app", argv=cmd.argv,
+                          env=dict(cmd.env), health_url=health_url, timeout_secs=timeout,
+                          cwd=str(cmd.cwd),
+                          url=f"http://127.0.0.1:{port}" if port is not None else None))
+    return roles
+
+
+def describe(roles: list[Role]) -> list[str]:
+    """Deploy-log lines for the planned apps (commands by their program only: an argv may
+    carry a value from the environment)."""
+    out: list[str] = []
+    for r in roles:
+        prog = r.argv[0].rsplit("/", 1)[-1] if r.argv else "?"
+        ready = f"ready when GET {r.health_url} answers 200" if r.health_url else \
+            f"ready once running {SETTLE_SECS:g}s"
+        out.append(f"app {r.name[len(APP_PREFIX):]}: {prog} in its directory; {ready}")
+    return out
+
+
+def role_app(role: Role) -> str | None:
+    return role.name[len(APP_PREFIX):] if role.kind == "app" else None
