@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
-from cloud.executor import Executor, Handle, LocalExecutor, Role, free_port
+from cloud.executor import Executor, ExecutorError, Handle, LocalExecutor, Role, free_port
 from cloud.store import Store, new_id, now, rid, row_id
 from cloud.usage import hour_of
 from dbclient.tasks import cancel_and_wait
@@ -260,9 +261,9 @@ class Reconciler:
     # ------------------------------------------------------------------ recovery
     async def recover(self) -> None:
         """After a start: reap what a dead predecessor left, requeue its deployments."""
+        reaped = await self.executor.sweep()
         rows = await self.store.one("SELECT * FROM instance WHERE status IN $s",
                                     {"s": ["starting", "healthy"]}) or []
-        reaped = 0
         for r in rows:
             h = Handle(r.get("executor") or "local", int(r.get("pid") or 0),
                        int(r.get("pgid") or 0), r.get("ref") or "")
@@ -515,8 +516,10 @@ class Reconciler:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - the deployment fails, the loop goes on
-            log.exception("deployment %s failed unexpectedly", did)
-            await self._fail(did, d, Failed(f"internal error: {type(e).__name__}"), started)
+            if not isinstance(e, ExecutorError):
+                log.exception("deployment %s failed unexpectedly", did)
+            await self._fail(did, d, Failed(str(e) if isinstance(e, ExecutorError) else
+                                            f"internal error: {type(e).__name__}"), started)
 
     async def _start(self, did: str, project: dict[str, Any], role: Role) -> str:
         iid = new_id("ins")
@@ -533,6 +536,7 @@ class Reconciler:
             self.live[iid] = (h, role)
 
         self._deploy_log(did, f"starting {role.name}")
+        role = dataclasses.replace(role, labels={**role.labels, "svc.instance": iid})
         await self.executor.start(role, self.logs.sink(did, iid, role.name), record)
         return iid
 
