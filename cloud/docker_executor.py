@@ -267,6 +267,9 @@ class DockerExecutor:
             if not state.get("Running"):
                 code = state.get("ExitCode")
                 if role.oneshot and code == 0:
+                    # done: the worker forgets a finished step, so its container goes now
+                    # (after its output was read), not at the deployment's end
+                    await self.stop(handle, timeout=1.0)
                     return None
                 why = " (out of memory)" if state.get("OOMKilled") else ""
                 return f"{role.name} exited with {code}{why} before it was healthy"
@@ -320,11 +323,12 @@ class DockerExecutor:
         once at start, before anything of this process runs, so whatever is found was left by
         a predecessor (recorded or not: a crash between the daemon's start and the record)."""
         def run() -> int:
-            found = self.client().containers.list(
-                all=True, filters={"label": f"{LABEL}platform={self.platform}"})
-            for ct in found:
+            api = self.client().api
+            found = api.containers(all=True,
+                                   filters={"label": f"{LABEL}platform={self.platform}"})
+            for entry in found:
                 with contextlib.suppress(_errors().NotFound):
-                    ct.remove(force=True)
+                    api.remove_container(entry["Id"], force=True)
             return len(found)
 
         n = await asyncio.to_thread(run)

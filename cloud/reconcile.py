@@ -307,9 +307,14 @@ class Reconciler:
                     log.exception("reconcile pass failed; retried")
                 await asyncio.sleep(self.tick)
         finally:
-            for iid in list(self.live):
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._stop_instance(iid))
+            # every instance stops, all at once, to the end: the service's stop cancels this
+            # task again while it waits, and a container (unlike a process with its
+            # lifeline) would outlive the service
+            stops = asyncio.gather(*(self._stop_instance(i) for i in list(self.live)),
+                                   return_exceptions=True)
+            while not stops.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(stops)
             await cancel_and_wait(flusher)
             await self.logs.flush()
 
