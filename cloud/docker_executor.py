@@ -210,17 +210,27 @@ class DockerExecutor:
         return handle
 
     def _run(self, role: Role) -> dict[str, Any]:
-        self._ensure_image()
         c = self.client()
-        volumes = host_mounts()
-        if role.cwd:
-            os.makedirs(role.cwd, exist_ok=True)
-            volumes.append(f"{role.cwd}:{role.cwd}:rw")
+        if role.image:
+            # an app's own image: what it declares, nothing of the host's
+            image, volumes = role.image, list(role.volumes)
+            try:
+                c.images.get(image)
+            except _errors().ImageNotFound:
+                raise ExecutorError(f"the Docker executor: image {image!r} of {role.name} is "
+                                    "not on the daemon (nothing is pulled: docker load or "
+                                    "docker import it first)") from None
+        else:
+            self._ensure_image()
+            image, volumes = self.settings.image, host_mounts()
+            if role.cwd:
+                os.makedirs(role.cwd, exist_ok=True)
+                volumes.append(f"{role.cwd}:{role.cwd}:rw")
         mem = role.memory_mb or self.settings.memory_mb
         cpus = role.cpus or self.settings.cpus
         try:
             ct = c.containers.run(
-                self.settings.image, list(role.argv), detach=True, network_mode="host",
+                image, list(role.argv) or None, detach=True, network_mode="host",
                 environment={**role.env, "PYTHONUNBUFFERED": "1"}, working_dir=role.cwd,
                 labels=self.labels(role), volumes=volumes, tmpfs={"/tmp": "rw,size=256m"},
                 mem_limit=f"{mem}m", nano_cpus=int(cpus * 1e9), init=True,

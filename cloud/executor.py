@@ -67,6 +67,10 @@ class Role:
     #: its own limits (``deploy.resources``); None: the executor's defaults
     memory_mb: int | None = None
     cpus: float | None = None
+    #: a container image of its own (a ``project.yml`` container app) with its volumes
+    #: (``src:dst[:ro|rw]``); executors without containers refuse it
+    image: str | None = None
+    volumes: tuple[str, ...] = ()
 
 
 class ExecutorError(Exception):

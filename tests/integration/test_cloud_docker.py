@@ -18,12 +18,20 @@ from typing import Any
 import httpx
 import pytest
 
-from cloud.docker_executor import DockerExecutor, DockerSettings
+from apps import AppFailed, Supervisor
+from cloud.docker_executor import (
+    DEFAULT_IMAGE,
+    DockerExecutor,
+    DockerSettings,
+    import_hostroot_image,
+)
 from cloud.executor import ExecutorError, Role
+from project.appconfig import AppConfig
+from project.rootconfig import LoadedApp
 from tests.integration.test_cloud_deploy import Project, admin_call, admin_session, wait_until
 from tests.support.cloud_stack import Cloud, make_cloud
 from tests.support.dockerd import Dockerd, start_dockerd
-from tests.support.procs import DbHost
+from tests.support.procs import DbHost, base_env, free_port, http_status
 
 pytestmark = pytest.mark.slow
 
@@ -192,3 +200,53 @@ def test_labels_found_by_the_sweep_are_only_this_platforms(dockerd: Dockerd) -> 
     removed, left = asyncio.run(run())
     assert removed == 1
     assert [c["Labels"]["svc.platform"] for c in left] == ["sweep-b"], time.monotonic() - t
+
+
+async def test_a_container_app_runs_under_the_supervisor_through_the_executor(
+        dockerd: Dockerd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`svc dev`'s supervisor runs a `type: container` app's image (here the host-root image
+    with the host's /usr as its one volume, serving HTTP with the system Python), health
+    checks it on its port, collects its output, and removes the container at stop."""
+    client = dockerd.client()
+    import_hostroot_image(client)
+    monkeypatch.setenv("DOCKER_HOST", dockerd.url)
+    port = free_port()
+    (tmp_path / "web").mkdir()
+    web = LoadedApp("web", tmp_path / "web" / "project.yml", AppConfig.model_validate({
+        "type": "container", "image": DEFAULT_IMAGE, "ports": [port], "healthcheck": "/",
+        "volumes": ["/usr:/usr:ro"],
+        "args": ["/usr/bin/python3", "-c", "import os, http.server; "
+                 "print('greeting', os.environ['GREETING'], flush=True); "
+                 f"http.server.test(http.server.SimpleHTTPRequestHandler, port={port}, "
+                 "bind='127.0.0.1')"]}))
+    sup = Supervisor([web], workdir=tmp_path, env={"web": {"GREETING": "hello-from-env"}},
+                     base_env={**base_env(), "DOCKER_HOST": dockerd.url}, grace=10)
+    await sup.start()
+    try:
+        mine = {"label": ["svc.platform=svc-dev", "svc.role=web"]}
+        running = client.api.containers(filters=mine)
+        assert len(running) == 1 and running[0]["HostConfig"]["NetworkMode"] == "host"
+        assert http_status(f"http://127.0.0.1:{port}/") == 200
+        lines, _ = sup.logs("web", limit=100)
+        assert any("greeting hello-from-env" in ln.text for ln in lines), lines
+    finally:
+        await sup.stop()
+    assert client.api.containers(all=True, filters=mine) == []
+
+
+def test_a_remapped_port_and_a_missing_image_are_refused(
+        dockerd: Dockerd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", dockerd.url)
+    (tmp_path / "a").mkdir()
+    remap = LoadedApp("a", tmp_path / "a" / "project.yml", AppConfig.model_validate(
+        {"type": "container", "image": DEFAULT_IMAGE, "ports": ["8080:80"]}))
+    with pytest.raises(AppFailed, match="cannot be remapped"):
+        Supervisor([remap], workdir=tmp_path)
+    ex = DockerExecutor(DockerSettings(host=dockerd.url), "test")
+    role = Role("b", "app", (), env={}, image="no-such-image:1")
+
+    async def record(_: object) -> None:
+        raise AssertionError("nothing may be recorded")
+
+    with pytest.raises(ExecutorError, match="not on the daemon .nothing is pulled"):
+        asyncio.run(ex.start(role, lambda s, t: None, record))
