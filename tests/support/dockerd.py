@@ -58,10 +58,22 @@ class Dockerd:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        # its overlay mounts are gone with it; whatever is left (a busy mount) is ignored
-        subprocess.run(["umount", "-R", str(self.root / "data")], capture_output=True,
-                       check=False)
+        # the daemon leaves mounts of its own behind (the host network namespace under the
+        # exec root, the data root's bind mount): deepest first, then the directory
+        for point in mounts_under(self.root):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below ``root``, deepest first."""
+    prefix = str(root).rstrip("/") + "/"
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1] for line in f]
+    except OSError:
+        return []
+    return sorted({p for p in points if p.startswith(prefix)}, key=len, reverse=True)
 
 
 def start_dockerd(timeout: float = 60.0) -> Dockerd:
