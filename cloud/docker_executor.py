@@ -59,6 +59,9 @@ LABEL = "svc."
 #: host directories a container of the host-root image sees read-only (those that exist)
 _SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc")
 _CODE_ROOT = str(Path(__file__).resolve().parent.parent)
+#: connections kept to the daemon: every container holds two following log streams, and
+#: past the pool's size each finished request's connection is dropped with a warning
+_POOL = 128
 
 
 @dataclass(frozen=True)
@@ -161,8 +164,10 @@ class DockerExecutor:
             import docker
 
             try:
-                self._client = (docker.DockerClient(base_url=self.settings.host, timeout=30)
-                                if self.settings.host else docker.from_env(timeout=30))
+                self._client = (
+                    docker.DockerClient(base_url=self.settings.host, timeout=30,
+                                        max_pool_size=_POOL)
+                    if self.settings.host else docker.from_env(timeout=30, max_pool_size=_POOL))
                 self._client.ping()
             except Exception as e:  # noqa: BLE001 - any failure to reach it means the same
                 self._client = None
@@ -239,6 +244,8 @@ class DockerExecutor:
         except _errors().APIError as e:
             raise ExecutorError(f"the Docker executor could not start {role.name}: "
                                 f"{getattr(e, 'explanation', None) or e}") from None
+        # the worker treats pid 0 as "nothing to stop": a container that already exited has
+        # no pid, yet it must be stopped and removed (this executor acts on the id alone)
         return {"id": ct.id, "pid": int(ct.attrs["State"].get("Pid") or 0) or 1}
 
     def _pump(self, ref: str, stream: str, emit: Callable[[str, str], object]
