@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import math
 import os
 import sys
 import tarfile
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.executor import ExecutorError, Handle, LogSink, Role, probe_health
+from ipc.envvars import env_int
 
 log = logging.getLogger("cloud.docker")
 
@@ -76,23 +78,20 @@ class DockerSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DockerSettings:
-        def num(key: str, default: float, lo: float, hi: float) -> float:
-            raw = env.get(key, "").strip()
-            if not raw:
-                return default
-            try:
-                val = float(raw)
-            except ValueError:
-                raise ValueError(f"{key} must be a number, got {raw[:20]!r}") from None
-            if not lo <= val <= hi:
-                raise ValueError(f"{key} must be between {lo:g} and {hi:g}, got {raw[:20]!r}")
-            return val
-
+        """ValueError naming the variable for a value that cannot be used."""
+        raw_cpus = env.get("SVC_CLOUD_DOCKER_CPUS", "").strip()
+        try:
+            cpus = float(raw_cpus) if raw_cpus else 1.0
+        except ValueError:
+            cpus = math.nan
+        if not (math.isfinite(cpus) and 0.01 <= cpus <= 1024):
+            raise ValueError("SVC_CLOUD_DOCKER_CPUS must be a number of CPUs between 0.01 and "
+                             f"1024, got {raw_cpus[:20]!r}")
         return cls(host=env.get("SVC_CLOUD_DOCKER_HOST", "").strip()
                    or env.get("DOCKER_HOST", "").strip(),
                    image=env.get("SVC_CLOUD_DOCKER_IMAGE", "").strip() or DEFAULT_IMAGE,
-                   memory_mb=int(num("SVC_CLOUD_DOCKER_MEMORY_MB", 2048, 64, 1 << 20)),
-                   cpus=num("SVC_CLOUD_DOCKER_CPUS", 1.0, 0.01, 1024))
+                   memory_mb=env_int(env, "SVC_CLOUD_DOCKER_MEMORY_MB", 2048, minimum=64),
+                   cpus=cpus)
 
 
 def host_mounts(extra_ro: Iterable[str] = ()) -> list[str]:

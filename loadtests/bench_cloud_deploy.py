@@ -122,7 +122,18 @@ def main() -> None:
             # alternating, so a noisy machine hits every column alike
             baseline_rows.append(ops_run_once(tmp))
             for e, c in clouds.items():
-                platform_round(c, sessions[e], f"bench-{e}-{r}-{os.getpid() % 10000}", rows[e])
+                slug = f"bench-{e}-{r}-{os.getpid() % 10000}"
+                try:
+                    platform_round(c, sessions[e], slug, rows[e])
+                except RuntimeError:
+                    print(f"executor {e}, round {r}: a deployment failed; its logs:")
+                    deps = c.ok("GET", f"/v1/projects/{slug}/deployments", sessions[e])
+                    logs = c.ok("GET", f"/v1/projects/{slug}/deployments/"
+                                f"{deps['items'][0]['id']}/logs", sessions[e],
+                                params={"limit": 200})
+                    for line in logs["lines"]:
+                        print(f"  {line['role']}: {line['text'][:300]}")
+                    raise
     load = os.getloadavg()
     baseline = statistics.median(baseline_rows)
     print(f"\nrounds: {a.rounds}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
