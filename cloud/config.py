@@ -25,7 +25,7 @@
 | ``SVC_CLOUD_DEPLOY_TICK_SECS`` | 0.5 | how often the reconcile worker looks for work |
 | ``SVC_CLOUD_EXECUTOR`` | ``local`` | ``local`` processes; ``docker``: containers (``cloud.docker_executor``); ``none``: no reconcile worker (a control plane only: deployments stay queued, repo commits ``new``) |
 | ``SVC_CLOUD_DOCKER_HOST`` | ``DOCKER_HOST`` | the Docker daemon of ``docker`` (else the SDK's default socket) |
-| ``SVC_CLOUD_DOCKER_IMAGE`` | ``svc-hostroot:1`` | the containers' image (the default is imported from an empty tarball) |
+| ``SVC_CLOUD_DOCKER_IMAGE`` | ``svc-hostroot:1`` | the containers' image (the default is imported from a tarball with no file, made in memory) |
 | ``SVC_CLOUD_DOCKER_MEMORY_MB`` / ``_CPUS`` | 2048 / 1 | a container's limits unless its role sets its own |
 """
 
