@@ -9,8 +9,11 @@ Decisions where the spec is open (also in the README, "Running the apps"):
   (`*.py` or with a `/`) runs as a script, anything else as a module (`python -m`); the
   interpreter is the `.venv` of the app's working directory, of the app, or of the project,
   else the one running the supervisor. `{type: node, script}`: a file runs with `node`; a
-  name of `package.json`'s `scripts` with `npm run`. `{type: container}` and a `container` app
-  without `dev` need a Docker daemon: refused with a clear error when none answers. In scope
+  name of `package.json`'s `scripts` with `npm run`. A `container` app without `dev` runs its
+  `image` through the Docker executor (`apps.container`: host network, so a port is not
+  remapped; its `volumes`, `args`, `workdir`): refused with a clear error when no Docker daemon
+  answers, or the image is not on it (nothing is pulled). `{type: container, file}` (an image
+  built from a file) is refused: building is not supported yet. In scope
   `cloud`, `deploy.cmd` (a shell command) replaces `dev` when set. The working directory is
   the app's directory, or `dev.workdir` relative to it.
 - **Readiness.** A `container` app with `healthcheck`: GET it on the first published host
@@ -30,6 +33,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from apps.container import container_argv
 from apps.model import AppFailed, Command, HealthCheck, Scope
 from project.appconfig import (
     AppConfig,
@@ -120,7 +124,8 @@ def _node_argv(name: str, dev: DevNode, cwd: Path) -> tuple[str, ...]:
                     "its package.json")
 
 
-def _docker_refusal(name: str) -> AppFailed:
+def _docker_refusal(name: str) -> AppFailed | None:
+    """Why a container app cannot run here, or None when a Docker daemon answers."""
     try:
         import docker  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
@@ -133,8 +138,35 @@ def _docker_refusal(name: str) -> AppFailed:
         return AppFailed(name, "a container app needs a Docker daemon; none answers "
                          f"(DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unset')}): "
                          f"{type(e).__name__}")
-    return AppFailed(name, "container apps are not run by this supervisor yet (a Docker "
-                     "daemon answers: use the platform's Docker executor)")
+    return None
+
+
+def _container_command(app: LoadedApp, app_dir: Path, project_dir: Path,
+                       scope: Scope) -> tuple[str, ...]:
+    """A `type: container` app's image through the Docker executor (`apps.container`)."""
+    cfg = app.config
+    if isinstance(cfg.dev, DevContainer) or cfg.image is None:
+        refused = _docker_refusal(app.name)
+        raise refused or AppFailed(app.name, "building an image from dev.file is not "
+                                   "supported yet: give the app a prebuilt image")
+    for spec in cfg.ports or []:
+        host, inside, _ = parse_port(spec)
+        if host != inside:
+            raise AppFailed(app.name, f"port {spec}: containers run on the host network "
+                            "here, so a port cannot be remapped (use the same port on both "
+                            "sides)")
+    refused = _docker_refusal(app.name)
+    if refused is not None:
+        raise refused
+    volumes = []
+    for v in cfg.volumes or []:
+        src, _, rest = v.replace("${PROJECT_DIR}", str(project_dir)).partition(":")
+        if src.startswith("."):
+            src = str((app_dir / src).resolve())
+        volumes.append(f"{src}:{rest}")
+    res = cfg.deploy.resources if cfg.deploy is not None and scope == "cloud" else None
+    return container_argv(app.name, cfg.image, list(cfg.args or []), volumes, cfg.workdir,
+                          res.memory if res else None, float(res.vcpus) if res else None)
 
 
 def app_command(app: LoadedApp, scope: Scope, *, env: Mapping[str, str],
@@ -159,7 +191,7 @@ def app_command(app: LoadedApp, scope: Scope, *, env: Mapping[str, str],
         cwd = app_dir / dev.workdir if dev.workdir else app_dir
         argv = _node_argv(app.name, dev, cwd)
     elif isinstance(dev, DevContainer) or cfg.type == "container":
-        raise _docker_refusal(app.name)
+        argv = _container_command(app, app_dir, project_dir, scope)
     else:
         raise AppFailed(app.name, f"has no dev command to run (scope {scope})")
     if not cwd.is_dir():

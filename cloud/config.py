@@ -23,7 +23,10 @@
 | ``SVC_CLOUD_PUBLIC_URL`` | ``http://<bind>`` | the URL deployed schedulers reach the platform at |
 | ``SVC_CLOUD_RUN_DIR`` | ``$TMPDIR/svc-cloud-<port>-deployments`` | deployments' working directories |
 | ``SVC_CLOUD_DEPLOY_TICK_SECS`` | 0.5 | how often the reconcile worker looks for work |
-| ``SVC_CLOUD_EXECUTOR`` | ``local`` | ``local`` processes; ``none``: no reconcile worker (a control plane only: deployments stay queued, repo commits ``new``) |
+| ``SVC_CLOUD_EXECUTOR`` | ``local`` | ``local`` processes; ``docker``: containers (``cloud.docker_executor``); ``none``: no reconcile worker (a control plane only: deployments stay queued, repo commits ``new``) |
+| ``SVC_CLOUD_DOCKER_HOST`` | ``DOCKER_HOST`` | the Docker daemon of ``docker`` (else the SDK's default socket) |
+| ``SVC_CLOUD_DOCKER_IMAGE`` | ``svc-hostroot:1`` | the containers' image (the default is imported from a tarball with no file, made in memory) |
+| ``SVC_CLOUD_DOCKER_MEMORY_MB`` / ``_CPUS`` | 2048 / 1 | a container's limits unless its role sets its own |
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloud.crypto import KeyRing, KeyRingError
+from cloud.docker_executor import DockerSettings
 from dbclient import DbConfig
 from dbclient.config import normalise_db_url
 from ipc.envvars import env_bool, env_int, env_json, host_port
@@ -134,10 +138,18 @@ def _prices(env: Mapping[str, str]) -> PriceList | None:
     return PriceList(currency.strip(), prices)
 
 
+def _docker(env: Mapping[str, str]) -> DockerSettings:
+    try:
+        return DockerSettings.from_env(env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _executor(env: Mapping[str, str]) -> str:
     name = env.get("SVC_CLOUD_EXECUTOR", "").strip().lower() or "local"
-    if name not in ("local", "none"):
-        raise ConfigError(f"SVC_CLOUD_EXECUTOR must be local or none, got {name[:20]!r}")
+    if name not in ("local", "docker", "none"):
+        raise ConfigError(f"SVC_CLOUD_EXECUTOR must be local, docker or none, got "
+                          f"{name[:20]!r}")
     return name
 
 
@@ -163,6 +175,7 @@ class CloudConfig:
     run_dir: str = ""
     deploy_tick_secs: float = 0.5
     executor: str = "local"
+    docker: DockerSettings = field(default_factory=DockerSettings)
 
     @property
     def url(self) -> str:
@@ -236,4 +249,5 @@ class CloudConfig:
             run_dir=env.get("SVC_CLOUD_RUN_DIR", "").strip(),
             deploy_tick_secs=_secs(env, "SVC_CLOUD_DEPLOY_TICK_SECS", 0.5) or 0.5,
             executor=_executor(env),
+            docker=_docker(env),
         )

@@ -11,8 +11,8 @@ a :class:`LogSink` line by line; the worker writes it into bounded storage.
 its own, through ``ipc.lifeline`` so it gets SIGTERM when the platform's process dies, even
 by ``kill -9``; the group id is recorded in the store before the instance counts as started,
 so a platform restarted after a crash kills whatever survived (:meth:`LocalExecutor.reap`).
-A Docker, Kubernetes or Nomad executor implements the same four calls (cloud/README.md,
-"Executors").
+``cloud.docker_executor`` runs them as containers; a Kubernetes or Nomad executor implements
+the same calls (cloud/README.md, "Executors").
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from ipc.lifeline import lifeline_argv
 
 log = logging.getLogger("cloud.executor")
 
-__all__ = ["Executor", "Handle", "LocalExecutor", "LogSink", "Role", "free_port"]
+__all__ = ["Executor", "ExecutorError", "Handle", "LocalExecutor", "LogSink", "Role", "free_port",
+           "probe_health"]
 
 #: called with (stream, line) for each line an instance writes; stream is stdout or stderr
 LogSink = Callable[[str, str], None]
@@ -61,6 +62,20 @@ class Role:
     cwd: str | None = None
     #: where it answers (for the records and the deploy log)
     url: str | None = None
+    #: what identifies it to an executor that keeps labels (the worker adds its instance id)
+    labels: dict[str, str] = field(default_factory=dict)
+    #: its own limits (``deploy.resources``); None: the executor's defaults
+    memory_mb: int | None = None
+    cpus: float | None = None
+    #: a container image of its own (a ``project.yml`` container app) with its volumes
+    #: (``src:dst[:ro|rw]``); executors without containers refuse it
+    image: str | None = None
+    volumes: tuple[str, ...] = ()
+
+
+class ExecutorError(Exception):
+    """An executor cannot do what it was asked (no daemon, no image): the message is the
+    deployment's error as it stands."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,10 @@ class Executor(Protocol):
         """Kill what is left of an instance recorded by an earlier process; True if
         something was running."""
 
+    async def sweep(self) -> int:
+        """At start, before anything runs: remove whatever an earlier run of this platform
+        left that the executor can find by itself (labels); how many."""
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -102,7 +121,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _probe(url: str) -> tuple[int, bytes] | None:
+def probe_health(url: str) -> tuple[int, bytes] | None:
     try:
         with urllib.request.urlopen(url, timeout=1.0) as r:
             return int(r.status), r.read()
@@ -177,7 +196,7 @@ class LocalExecutor:
                     await asyncio.wait_for(proc.wait(), max(0.0, deadline - time.monotonic()))
                     continue
             elif role.health_url is not None:
-                got = await asyncio.to_thread(_probe, role.health_url)
+                got = await asyncio.to_thread(probe_health, role.health_url)
                 if got is not None and (role.ready(*got) if role.ready else got[0] == 200):
                     return None
             else:
@@ -215,6 +234,11 @@ class LocalExecutor:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(t, 2.0)
         return proc.returncode
+
+    async def sweep(self) -> int:
+        # a process carries no label the executor could search by: the recorded groups are
+        # reaped one by one (reap), and ipc.lifeline has normally stopped them already
+        return 0
 
     async def reap(self, handle: Handle) -> bool:
         """An instance of a process that died: its group is killed if it still exists.

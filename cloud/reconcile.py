@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -52,7 +53,7 @@ from apps import sweep
 from cloud.approles import SETTLE_SECS, AppPlanError, describe, plan_app_roles
 from cloud.backupfwd import seal_admin_password
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
-from cloud.executor import Executor, Handle, LocalExecutor, Role, free_port
+from cloud.executor import Executor, ExecutorError, Handle, LocalExecutor, Role, free_port
 from cloud.secret import Secret
 from cloud.store import Store, new_id, now, rid, row_id
 from cloud.usage import hour_of
@@ -278,9 +279,9 @@ class Reconciler:
     # ------------------------------------------------------------------ recovery
     async def recover(self) -> None:
         """After a start: reap what a dead predecessor left, requeue its deployments."""
+        reaped = await self.executor.sweep()
         rows = await self.store.one("SELECT * FROM instance WHERE status IN $s",
                                     {"s": ["starting", "healthy"]}) or []
-        reaped = 0
         for r in rows:
             h = Handle(r.get("executor") or "local", int(r.get("pid") or 0),
                        int(r.get("pgid") or 0), r.get("ref") or "")
@@ -331,9 +332,14 @@ class Reconciler:
         finally:
             for task in list(self._relaunching):
                 await cancel_and_wait(task)
-            for iid in list(self.live):
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._stop_instance(iid))
+            # every instance stops, all at once, to the end: the service's stop cancels this
+            # task again while it waits, and a container (unlike a process with its
+            # lifeline) would outlive the service
+            stops = asyncio.gather(*(self._stop_instance(i) for i in list(self.live)),
+                                   return_exceptions=True)
+            while not stops.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(stops)
             await cancel_and_wait(flusher)
             await self.logs.flush()
 
@@ -641,8 +647,10 @@ class Reconciler:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - the deployment fails, the loop goes on
-            log.exception("deployment %s failed unexpectedly", did)
-            await self._fail(did, d, Failed(f"internal error: {type(e).__name__}"), started)
+            if not isinstance(e, ExecutorError):
+                log.exception("deployment %s failed unexpectedly", did)
+            await self._fail(did, d, Failed(str(e) if isinstance(e, ExecutorError) else
+                                            f"internal error: {type(e).__name__}"), started)
 
     async def _healthy(self, iid: str, role: Role) -> str | None:
         """Wait until the instance is healthy: None, else why not."""
@@ -670,6 +678,7 @@ class Reconciler:
             self.live[iid] = (h, role)
 
         self._deploy_log(did, f"starting {role.name}")
+        role = dataclasses.replace(role, labels={**role.labels, "svc.instance": iid})
         await self.executor.start(role, self.logs.sink(did, iid, role.name), record)
         return iid
 

@@ -4,8 +4,9 @@ directly by ``ops/run``.
     .venv/bin/python loadtests/bench_cloud_deploy.py [--rounds 3]
 
 What runs (all on loopback): a database host (``--memory``) for the platform's own state,
-``svc-cloud`` with its reconcile worker and the local executor. Rows, each ``--rounds`` times,
-alternating so a noisy machine hits all of them alike:
+one ``svc-cloud`` per executor (``--executors local,docker``: the local executor's processes,
+and the Docker executor's containers on a private ``dockerd``, tests/support/dockerd.py).
+Rows, each ``--rounds`` times, alternating so a noisy machine hits all of them alike:
 
 * ``ops/run`` (baseline): ``python -m stack --memory`` (database host, schema, scheduler, one
   SSP) from start until it prints ``service is up``;
@@ -20,12 +21,14 @@ alternating so a noisy machine hits all of them alike:
   until the deployment with the apps is ``running`` (the link is polled every 0.3 s);
 * restart (with apps): ``POST /restart`` of that deployment until ``running``.
 
-Prints a table: median and max seconds, and the median against the baseline.
+Prints a table: median and max seconds per executor, each median against the baseline, and
+the Docker column against the local one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -124,49 +127,100 @@ def push_time(c: Cloud, s: str, slug: str, tmp: Path) -> float:
         time.sleep(0.05)
     wait_running(c, s, slug, str(newest(c, s, slug)["id"]))
     return time.monotonic() - t0
+ROWS = ("first deploy", "redeploy (env change)", "restart")
+# the apps rows run on the local executor only (a container app needs its image on the daemon)
+APP_ROWS = ("push (two apps)", "restart (with apps)")
+
+
+def platform_round(c: Cloud, s: str, slug: str, rows: dict[str, list[float]],
+                   tmp: Path | None) -> None:
+    c.ok("POST", "/v1/projects", s, {"slug": slug})
+    base = f"/v1/projects/{slug}"
+    c.ok("PATCH", base + "/env", s, {"vars": {"SVC_ADMIN_PASSWORD": "bench-pw"}})
+    rows["first deploy"].append(deploy_time(c, s, slug, "/deployments"))
+    c.ok("PATCH", base + "/env", s, {"vars": {"ROUND": str(time.time())}})
+    rows["redeploy (env change)"].append(deploy_time(c, s, slug, "/deployments"))
+    rows["restart"].append(deploy_time(c, s, slug, "/restart"))
+    if tmp is not None:
+        rows["push (two apps)"].append(push_time(c, s, slug, tmp))
+        rows["restart (with apps)"].append(deploy_time(c, s, slug, "/restart"))
+    # each round's stack keeps running until the platform stops (there is no scale-to-zero
+    # yet): later rounds run beside earlier stacks
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--executors", default="local,docker",
+                    help="comma-separated: local, docker (a private dockerd is started)")
     a = ap.parse_args()
-    rows: dict[str, list[float]] = {"ops/run (baseline)": [], "first deploy": [],
-                                    "redeploy (env change)": [], "restart": [],
-                                    "push (two apps)": [], "restart (with apps)": []}
-    with tempfile.TemporaryDirectory() as d:
+    executors = [e.strip() for e in a.executors.split(",") if e.strip()]
+    baseline_rows: list[float] = []
+    rows: dict[str, dict[str, list[float]]] = {e: {r: [] for r in ROWS + APP_ROWS}
+                                              for e in executors}
+    with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         tmp = Path(d)
         host = start_db_host(tmp)
-        try:
-            with running_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"),
-                               SVC_CLOUD_EXECUTOR="local",
-                               SVC_CLOUD_REPO_POLL_SECS="0.3") as c:
-                _, s, _ = c.user("bench")
-                for r in range(a.rounds):
-                    rows["ops/run (baseline)"].append(ops_run_once(tmp))
-                    slug = f"bench-{r}-{os.getpid() % 10000}"
-                    c.ok("POST", "/v1/projects", s, {"slug": slug})
-                    base = f"/v1/projects/{slug}"
-                    c.ok("PATCH", base + "/env", s, {"vars": {"SVC_ADMIN_PASSWORD": "bench-pw"}})
+        stack.callback(host.process.stop)
+        clouds: dict[str, Cloud] = {}
+        for e in executors:
+            extra = {}
+            if e == "docker":
+                from tests.support.dockerd import start_dockerd
 
-                    rows["first deploy"].append(deploy_time(c, s, slug, "/deployments"))
-                    c.ok("PATCH", base + "/env", s, {"vars": {"ROUND": str(time.time())}})
-                    rows["redeploy (env change)"].append(deploy_time(c, s, slug,
-                                                                     "/deployments"))
-                    rows["restart"].append(deploy_time(c, s, slug, "/restart"))
-                    rows["push (two apps)"].append(push_time(c, s, slug, tmp))
-                    rows["restart (with apps)"].append(deploy_time(c, s, slug, "/restart"))
-                    # each round's stack keeps running until the platform stops (there is
-                    # no scale-to-zero yet): later rounds run beside earlier stacks
-        finally:
-            host.process.stop()
+                dockerd = start_dockerd()
+                stack.callback(dockerd.stop)
+                extra = {"SVC_CLOUD_DOCKER_HOST": dockerd.url}
+            clouds[e] = stack.enter_context(running_cloud(
+                host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / f"run-{e}"), SVC_CLOUD_EXECUTOR=e,
+                SVC_CLOUD_REPO_POLL_SECS="0.3", **extra))
+        sessions = {e: c.user("bench")[1] for e, c in clouds.items()}
+        for r in range(a.rounds):
+            # alternating, so a noisy machine hits every column alike
+            baseline_rows.append(ops_run_once(tmp))
+            for e, c in clouds.items():
+                slug = f"bench-{e}-{r}-{os.getpid() % 10000}"
+                try:
+                    platform_round(c, sessions[e], slug, rows[e],
+                                   tmp if e == "local" else None)
+                except RuntimeError:
+                    print(f"executor {e}, round {r}: a deployment failed; its logs:")
+                    deps = c.ok("GET", f"/v1/projects/{slug}/deployments", sessions[e])
+                    logs = c.ok("GET", f"/v1/projects/{slug}/deployments/"
+                                f"{deps['items'][0]['id']}/logs", sessions[e],
+                                params={"limit": 200})
+                    for line in logs["lines"]:
+                        print(f"  {line['role']}: {line['text'][:300]}")
+                    raise
     load = os.getloadavg()
-    baseline = statistics.median(rows["ops/run (baseline)"])
+    baseline = statistics.median(baseline_rows)
     print(f"\nrounds: {a.rounds}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
-    print("| to healthy | median s | max s | vs ops/run |")
-    print("|---|---|---|---|")
-    for name, vals in rows.items():
-        med = statistics.median(vals)
-        print(f"| {name} | {med:.1f} | {max(vals):.1f} | {med / baseline:.2f}x |")
+    head = "| to healthy | " + " | ".join(f"{e} median s | {e} max s | {e} vs ops/run"
+                                         for e in executors)
+    if {"local", "docker"} <= set(executors):
+        head += " | docker vs local"
+    print(head + " |")
+    print("|---" * (head.count("|")) + "|")
+    ncells = head.count("|")
+    base_cells = [f"{baseline:.1f}", f"{max(baseline_rows):.1f}", "1.00x"]
+    print("| ops/run (baseline) | "
+          + " | ".join(base_cells + [""] * (ncells - 1 - len(base_cells))) + " |")
+    for name in ROWS + APP_ROWS:
+        cells = []
+        for e in executors:
+            vals = rows[e][name]
+            if not vals:
+                cells.append(" | | ")
+                continue
+            med = statistics.median(vals)
+            cells.append(f"{med:.1f} | {max(vals):.1f} | {med / baseline:.2f}x")
+        if "docker vs local" in head and name in ROWS:
+            ratio = (statistics.median(rows["docker"][name])
+                     / statistics.median(rows["local"][name]))
+            cells.append(f"{ratio:.2f}x")
+        elif "docker vs local" in head:
+            cells.append("")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,252 @@
+"""The hosted platform's Docker executor through a real daemon: a private ``dockerd``
+(tests/support/dockerd.py; no bridge, no iptables, containers on the host network), one
+``svc-cloud`` with ``SVC_CLOUD_EXECUTOR=docker`` and one project for the module. Each test
+builds on the one before: deploy; ``kill -9`` of the platform in the middle of a redeploy
+and restart; stop.
+
+Containers are counted by their labels through the SDK, the way an operator finds orphans.
+When no daemon can be started here the module fails with the reason (never skipped)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from apps import AppFailed, Supervisor
+from cloud.docker_executor import (
+    DEFAULT_IMAGE,
+    DockerExecutor,
+    DockerSettings,
+    import_hostroot_image,
+)
+from cloud.executor import ExecutorError, Role
+from project.appconfig import AppConfig
+from project.rootconfig import LoadedApp
+from tests.integration.test_cloud_deploy import Project, admin_call, admin_session, wait_until
+from tests.support.cloud_stack import Cloud, make_cloud
+from tests.support.dockerd import Dockerd, start_dockerd
+from tests.support.procs import DbHost, base_env, free_port, http_status
+
+pytestmark = pytest.mark.slow
+
+MEMORY_MB = 768
+CPUS = 0.75
+
+
+@pytest.fixture(scope="module")
+def dockerd() -> Iterator[Dockerd]:
+    d = start_dockerd()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def cloud(host: DbHost, dockerd: Dockerd, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Cloud]:
+    tmp = tmp_path_factory.mktemp("cloud-docker")
+    c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="docker",
+                   SVC_CLOUD_DOCKER_HOST=dockerd.url,
+                   SVC_CLOUD_DOCKER_MEMORY_MB=str(MEMORY_MB), SVC_CLOUD_DOCKER_CPUS=str(CPUS))
+    c.start()
+    try:
+        yield c
+    finally:
+        if c.process.alive():
+            c.stop()
+
+
+@pytest.fixture(scope="module")
+def project(cloud: Cloud) -> Project:
+    return Project(cloud)
+
+
+class Box:
+    """One container as the daemon lists it (a list entry: nothing is fetched after it, so a
+    container removed meanwhile cannot fail the count)."""
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        self.id: str = entry["Id"]
+        self.labels: dict[str, str] = dict(entry.get("Labels") or {})
+        self.status: str = entry.get("State") or ""
+
+
+def containers(d: Dockerd, cloud: Cloud, **labels: str) -> list[Box]:
+    """Every container (running or not) of this platform with these labels."""
+    filters = [f"svc.platform=127.0.0.1:{cloud.port}"]
+    filters += [f"svc.{k}={v}" for k, v in labels.items()]
+    return [Box(e) for e in d.client().api.containers(all=True, filters={"label": filters})]
+
+
+def live_instances(detail: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {i["id"]: i for i in detail["instances"] if i["status"] == "healthy"}
+
+
+def test_a_deployment_runs_in_containers_with_limits_and_labels(
+        project: Project, dockerd: Dockerd) -> None:
+    first = project.deploy()
+    done = project.wait(first["deployment"]["version"], ("running", "failed"))
+    dep = done["deployment"]
+    assert dep["status"] == "running", dep["error"]
+    assert [i["role"] for i in done["instances"]] == ["db", "schema", "scheduler", "ssp-1"]
+    assert all(i["executor"] == "docker" for i in done["instances"]), done["instances"]
+    # the deployed scheduler answers on the host network and is linked to the platform
+    admin = project.url_of(done, "scheduler")
+    status, body = admin_call(admin, admin_session(admin), "GET", "/cloud/deployment")
+    assert status == 200 and body["deployment"]["id"] == dep["id"], body
+    # one running container per long-lived instance; the finished schema step is removed
+    found = containers(dockerd, project.cloud, deployment=dep["id"])
+    live = live_instances(done)
+    assert {c.labels["svc.instance"] for c in found} == set(live), \
+        [(c.labels, c.status) for c in found]
+    for box in found:
+        c = dockerd.client().containers.get(box.id)
+        inst = live[c.labels["svc.instance"]]
+        assert c.status == "running" and inst["pid"] == c.attrs["State"]["Pid"]
+        assert c.labels["svc.role"] == inst["role"]
+        assert c.labels["svc.project"] == project.slug
+        hc = c.attrs["HostConfig"]
+        assert hc["NetworkMode"] == "host"
+        assert hc["Memory"] == MEMORY_MB * 1024 * 1024 and hc["NanoCpus"] == int(CPUS * 1e9)
+    # the containers' output reaches the platform's per-instance logs
+    logs = project.cloud.ok("GET", f"{project.base}/deployments/{dep['version']}/logs",
+                            project.s, params={"instance": "scheduler", "limit": 50})
+    assert logs["lines"] and {ln["role"] for ln in logs["lines"]} == {"scheduler"}
+
+
+def test_kill_9_mid_redeploy_leaves_no_orphan_container_after_restart(
+        project: Project, dockerd: Dockerd) -> None:
+    c = project.cloud
+    v1 = project.get(1)["deployment"]
+    project.env({"FEATURE_X": "on"})
+    dep = project.deploy()["deployment"]
+    wait_until(lambda: containers(dockerd, c, deployment=dep["id"]), 120,
+               "the new deployment's first container")
+    c.process.kill9()
+    c.http.close()
+    c.http = httpx.Client(timeout=30)
+    # the daemon owns the containers: they outlive the platform's process...
+    before = {x.id for x in containers(dockerd, c)}
+    assert len(before) >= 3, "v1's containers and v2's first were not all running"
+    c.start()
+    # ...until the restarted platform removes them (by label) before it resumes anything
+    wait_until(lambda: not before & {x.id for x in containers(dockerd, c)}, 60,
+               "the containers of the killed platform removed")
+    # v1 (running when it died) comes back first, then v2 supersedes it
+    done = project.wait(dep["version"], ("running", "failed"), timeout=300)
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    assert project.get(1)["deployment"]["status"] == "superseded"
+    live = set(live_instances(done))
+
+    def converged() -> bool:
+        # once the superseded v1 is stopped: exactly v2's live instances have a container,
+        # and of v1's labels only the database host's (adopted by v2) is left
+        found = containers(dockerd, c)
+        return ({x.labels["svc.instance"] for x in found} == live
+                and {x.labels["svc.role"] for x in found
+                     if x.labels["svc.deployment"] == v1["id"]} <= {"db"})
+    try:
+        wait_until(converged, 60, "only v2's containers left")
+    except AssertionError:
+        raise AssertionError([(x.labels, x.status) for x in containers(dockerd, c)]) from None
+    db = [i for i in done["instances"] if i["role"] == "db"][0]
+    assert db["status"] == "healthy"
+    assert all(x.status == "running" for x in containers(dockerd, c))
+
+
+def test_stopping_the_platform_stops_every_container(project: Project,
+                                                     dockerd: Dockerd) -> None:
+    assert containers(dockerd, project.cloud)
+    project.cloud.stop()
+    assert containers(dockerd, project.cloud) == []
+
+
+def test_no_daemon_is_a_clear_error(tmp_path: Path) -> None:
+    ex = DockerExecutor(DockerSettings(host=f"unix://{tmp_path}/none.sock"), "test")
+    role = Role("web", "app", ("true",), env={})
+
+    async def record(_: object) -> None:
+        raise AssertionError("nothing may be recorded")
+
+    with pytest.raises(ExecutorError, match="no Docker daemon answers at unix://"):
+        asyncio.run(ex.start(role, lambda s, t: None, record))
+
+
+def test_labels_found_by_the_sweep_are_only_this_platforms(dockerd: Dockerd) -> None:
+    """Two platforms on one daemon: a sweep removes its own containers, not the other's."""
+    client = dockerd.client()
+    ours = DockerExecutor(DockerSettings(host=dockerd.url, memory_mb=128), "sweep-a")
+    theirs = DockerExecutor(DockerSettings(host=dockerd.url, memory_mb=128), "sweep-b")
+    role = Role("sleeper", "app", ("/bin/sh", "-c", "sleep 600"), env={})
+
+    async def run() -> tuple[int, list[Any]]:
+        async def record(_: object) -> None:
+            return None
+        await ours.start(role, lambda s, t: None, record)
+        other = await theirs.start(role, lambda s, t: None, record)
+        removed = await DockerExecutor(DockerSettings(host=dockerd.url), "sweep-a").sweep()
+        left = client.api.containers(all=True, filters={"label": "svc.role=sleeper"})
+        await theirs.stop(other, timeout=1)
+        return removed, left
+
+    t = time.monotonic()
+    removed, left = asyncio.run(run())
+    assert removed == 1
+    assert [c["Labels"]["svc.platform"] for c in left] == ["sweep-b"], time.monotonic() - t
+
+
+async def test_a_container_app_runs_under_the_supervisor_through_the_executor(
+        dockerd: Dockerd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`svc dev`'s supervisor runs a `type: container` app's image (here the host-root image
+    with the host's /usr as its one volume, serving HTTP with the system Python), health
+    checks it on its port, collects its output, and removes the container at stop."""
+    client = dockerd.client()
+    import_hostroot_image(client)
+    monkeypatch.setenv("DOCKER_HOST", dockerd.url)
+    port = free_port()
+    (tmp_path / "web").mkdir()
+    web = LoadedApp("web", tmp_path / "web" / "project.yml", AppConfig.model_validate({
+        "type": "container", "image": DEFAULT_IMAGE, "ports": [port], "healthcheck": "/",
+        "volumes": ["/usr:/usr:ro"],
+        "args": ["/usr/bin/python3", "-c", "import os, http.server; "
+                 "print('greeting', os.environ['GREETING'], flush=True); "
+                 f"http.server.test(http.server.SimpleHTTPRequestHandler, port={port}, "
+                 "bind='127.0.0.1')"]}))
+    sup = Supervisor([web], workdir=tmp_path, env={"web": {"GREETING": "hello-from-env"}},
+                     base_env={**base_env(), "DOCKER_HOST": dockerd.url}, grace=10)
+    await sup.start()
+    try:
+        mine = {"label": ["svc.platform=svc-dev", "svc.role=web"]}
+        running = client.api.containers(filters=mine)
+        assert len(running) == 1 and running[0]["HostConfig"]["NetworkMode"] == "host"
+        assert http_status(f"http://127.0.0.1:{port}/") == 200
+        lines, _ = sup.logs("web", limit=100)
+        assert any("greeting hello-from-env" in ln.text for ln in lines), lines
+    finally:
+        await sup.stop()
+    assert client.api.containers(all=True, filters=mine) == []
+
+
+def test_a_remapped_port_and_a_missing_image_are_refused(
+        dockerd: Dockerd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", dockerd.url)
+    (tmp_path / "a").mkdir()
+    remap = LoadedApp("a", tmp_path / "a" / "project.yml", AppConfig.model_validate(
+        {"type": "container", "image": DEFAULT_IMAGE, "ports": ["8080:80"]}))
+    with pytest.raises(AppFailed, match="cannot be remapped"):
+        Supervisor([remap], workdir=tmp_path)
+    ex = DockerExecutor(DockerSettings(host=dockerd.url), "test")
+    role = Role("b", "app", (), env={}, image="no-such-image:1")
+
+    async def record(_: object) -> None:
+        raise AssertionError("nothing may be recorded")
+
+    with pytest.raises(ExecutorError, match="not on the daemon .nothing is pulled"):
+        asyncio.run(ex.start(role, lambda s, t: None, record))
