@@ -10,7 +10,7 @@ Decisions where the spec is open (also in the README, "Running the apps"):
   interpreter is the `.venv` of the app's working directory, of the app, or of the project,
   else the one running the supervisor. `{type: node, script}`: a file runs with `node`; a
   name of `package.json`'s `scripts` with `npm run`. A `container` app without `dev` runs its
-  `image` through the Docker executor (`apps.container`: host network, so a port is not
+  `image` through the Docker executor (`cloud.containerapp`: host network, so a port is not
   remapped; its `volumes`, `args`, `workdir`): refused with a clear error when no Docker daemon
   answers, or the image is not on it (nothing is pulled). `{type: container, file}` (an image
   built from a file) is refused: building is not supported yet. In scope
@@ -143,7 +143,7 @@ def _docker_refusal(name: str) -> AppFailed | None:
 
 def _container_command(app: LoadedApp, app_dir: Path, project_dir: Path,
                        scope: Scope) -> tuple[str, ...]:
-    """A `type: container` app's image through the Docker executor (`apps.container`)."""
+    """A `type: container` app's image through the Docker executor (`cloud.containerapp`)."""
     cfg = app.config
     if isinstance(cfg.dev, DevContainer) or cfg.image is None:
         refused = _docker_refusal(app.name)

@@ -13,8 +13,8 @@ import tarfile
 
 import pytest
 
-from apps.container import container_env
 from cloud.config import CloudConfig, ConfigError
+from cloud.containerapp import container_env
 from cloud.crypto import KeyRing
 from cloud.docker_executor import DockerSettings, host_mounts, hostroot_tarball
 
@@ -71,3 +71,16 @@ def test_a_container_app_gets_its_own_variables_not_the_hosts() -> None:
     got = container_env({"PATH": "/x", "HOME": "/root", "LD_PRELOAD": "y", "PYTHONPATH": "z",
                          "DOCKER_HOST": "unix:///s", "PORT": "7880", "GREETING": "hi"})
     assert got == {"PORT": "7880", "GREETING": "hi"}
+
+
+def test_a_container_app_runs_the_platform_module_it_names() -> None:
+    """apps names the runner instead of importing the platform (no package cycle): the name
+    must stay a module that runs."""
+    import importlib
+    import importlib.util
+
+    from apps.container import RUNNER, container_argv
+
+    argv = container_argv("web", "img:1", [], [], None, None, None)
+    assert argv[1:3] == ("-m", RUNNER) and importlib.util.find_spec(RUNNER) is not None
+    assert callable(importlib.import_module(RUNNER).main)
