@@ -72,3 +72,15 @@ def test_svc_loads_the_project_file_models_only_for_a_project_file(tmp_path: Pat
     assert probe() == "False False"
     (tmp_path / "project.yml").write_text("not: a valid project\n")
     assert probe() == "ConfigError False True"  # loaded, and its problems are reported
+
+
+def test_the_ssp_hub_and_the_scheduler_load_boto3_only_for_the_object_store() -> None:
+    # a third of a second of CPU per start of every SSP and scheduler that never backs up
+    probe = ("import sys, ssp.__main__, scheduler.__main__; print('botocore' in sys.modules); "
+             "from backup.objstore import ObjectStore, StorageError; "
+             "from backup.storeerror import StorageError as E; "
+             "print('botocore' in sys.modules, StorageError is E)")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["False", "True", "True"]
