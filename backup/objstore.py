@@ -27,6 +27,7 @@ import botocore.exceptions
 from botocore.config import Config
 
 from backup.config import ObjectStoreConfig
+from backup.storeerror import StorageError
 
 log = logging.getLogger("backup.objstore")
 
@@ -35,10 +36,6 @@ __all__ = ["PART_SIZE", "MultipartWriter", "ObjectStore", "StorageError"]
 #: bytes per multipart part (S3's minimum is 5 MiB for every part but the last)
 PART_SIZE = 8 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
-
-
-class StorageError(Exception):
-    """The object store refused or could not be reached (the message says which, no keys)."""
 
 
 def _describe(e: BaseException) -> str:

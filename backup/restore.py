@@ -31,14 +31,16 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backup.dumpformat import verify_dump
 from backup.importer import ImportMismatch, import_dump
-from backup.objstore import ObjectStore
 from backup.registry import DESTRUCTIVE_STAGES, Registry
 from dbclient import Database, DbError
 from dbclient.clock import now_ms
+
+if TYPE_CHECKING:
+    from backup.objstore import ObjectStore
 
 log = logging.getLogger("backup.restore")
 

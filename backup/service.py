@@ -25,17 +25,20 @@ import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backup.config import ObjectStoreConfig
 from backup.dumpformat import FORMAT, VERSION
 from backup.exporter import export_database
-from backup.objstore import ObjectStore, StorageError
 from backup.registry import Registry
 from backup.restore import RestoreRun, RestoreTarget, new_restore
+from backup.storeerror import StorageError
 from dbclient import Database, DbConfig
 from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
+
+if TYPE_CHECKING:  # boto3 loads with the first backup (backup.storeerror)
+    from backup.objstore import ObjectStore
 
 log = logging.getLogger("backup")
 
@@ -137,6 +140,8 @@ class BackupService:
             raise NoObjectStorage("no object storage is configured (set OBJSTORE_ENDPOINT, "
                                   "OBJSTORE_BUCKET or the keys)")
         if self._store is None:
+            from backup.objstore import ObjectStore  # boto3: only once a backup needs it
+
             self._store = ObjectStore(self.store_config)
         return self._store
 

@@ -15,6 +15,7 @@ from dbhost.config import ConfigError, HostConfig, load_config
 from dbhost.engine import Engine, EngineError
 from dbhost.lock import DirectoryInUse, DirectoryLock
 from dbhost.server import DbHostServer
+from ipc.exitnow import exit_now
 
 log = logging.getLogger("dbhost")
 
@@ -103,4 +104,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

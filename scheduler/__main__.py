@@ -28,6 +28,7 @@ import uvloop
 
 from dbclient.tasks import cancel_and_wait
 from ipc import otel
+from ipc.exitnow import exit_now
 from ipc.http import SERVER_KEEPALIVE_SECS
 from scheduler.admin.app import create_admin_app
 from scheduler.admin.plane import AdminPlane
@@ -165,4 +166,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

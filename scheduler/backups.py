@@ -27,8 +27,8 @@ import falcon
 import falcon.asgi
 
 from backup import requests
-from backup.objstore import StorageError
 from backup.service import BackupError, BackupService
+from backup.storeerror import StorageError
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import HttpError
 

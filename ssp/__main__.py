@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dbclient import DbError
 from dbclient.tasks import cancel_and_wait
 from engine import gcpolicy
+from ipc.exitnow import exit_now
 from ipc.lifeline import lifeline_argv
 from ipc.rpc import RpcServer
 from ssp.config import ConfigError, SspConfig
@@ -179,4 +180,4 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -43,6 +43,7 @@ from engine import gcpolicy
 from engine.arena import ArenaError, ArenaReader
 from engine.values import pack_value, record_id_text, unpack_value
 from engine.worker import ShardWorker, groups_to_wire
+from ipc.exitnow import exit_now
 from ipc.rpc import RpcServer
 from ssp.rowarena import unpack_handles
 
@@ -236,4 +237,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

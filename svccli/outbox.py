@@ -26,11 +26,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dbclient.surqltext import skipped_span
 from dbhost.liveql import split_statements
-from project.rootconfig import Project
 from svccli.settings import ConfigError
+
+if TYPE_CHECKING:
+    from project.rootconfig import Project
 
 _DEFINE = re.compile(r"DEFINE\s+([A-Za-z]+)\b", re.IGNORECASE)
 _CLAUSE = re.compile(r"\s+(OVERWRITE|IF\s+NOT\s+EXISTS)\b", re.IGNORECASE)

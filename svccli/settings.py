@@ -13,14 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from dbclient import DbConfig
 from ipc.transport import DEFAULT_TRANSPORT, TransportError, parse_transport
 from maintenance.impersonation import FlagError, parse_flag
-from project.rootconfig import Project, ProjectInvalid, load_project
 from project.service import PROJECT_FILE_VAR, setting_source, with_project_defaults
 from timetext.durations import parse_duration_ns as duration_ns
+
+if TYPE_CHECKING:  # the project file's models load only when there is a project file
+    from project.rootconfig import Project
 
 DEFAULT_RETENTION = "1h"
 
@@ -71,6 +74,8 @@ def find_project(env: Mapping[str, str], project_flag: str | None, cwd: Path) ->
         if named:
             raise ConfigError(f"project file {path} does not exist")
         return None
+    from project.rootconfig import ProjectInvalid, load_project
+
     try:
         return load_project(path)
     except ProjectInvalid as e:

@@ -39,8 +39,8 @@ from typing import Any
 import falcon
 import falcon.asgi
 
-from backup.objstore import StorageError
 from backup.service import BackupError
+from backup.storeerror import StorageError
 from scheduler.admin.errors import (
     AdminError,
     Conflict,

@@ -30,8 +30,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from backup import requests
-from backup.objstore import StorageError
 from backup.service import BackupError, BackupService
+from backup.storeerror import StorageError
 from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 from ipc.messages import error_reply, reply

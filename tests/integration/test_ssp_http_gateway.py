@@ -6,6 +6,7 @@ The hub here is `gateway.testing`'s fake hub run as its own process (the contrac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import sys
@@ -14,11 +15,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from gateway.serve import gunicorn_argv
+from gateway.testing import FakeHub
+from ipc.messages import reply
 from ssp.config import SspConfig
 from tests.support.procs import ManagedProcess, base_env, free_port, statuses_on_one_connection
 
@@ -228,3 +232,56 @@ def test_sigterm_with_an_open_log_stream_still_stops_gunicorn(tmp_path: Path) ->
         gunicorn.stop()
         hub.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def test_sigterm_wakes_the_worker_at_once_and_a_request_in_flight_is_still_answered(
+        tmp_path: Path) -> None:
+    # gateway.gunicorn_hooks.stop_without_delay cancels the worker's heartbeat sleep on
+    # SIGTERM: its graceful stop must still let a request that is already in flight finish.
+    run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))
+    hub = FakeHub(f"ipc://{run_dir}/hub.sock")
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held(msg: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        await release.wait()
+        return reply(200, {"accepted": True})
+
+    hub.replies["POST /ingest"] = held
+    hub.start()
+    port = free_port()
+    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9")
+    cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
+    gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log")
+    try:
+        gunicorn.start()
+        await asyncio.to_thread(gunicorn.wait_http, f"http://127.0.0.1:{port}/health")
+        url = f"http://127.0.0.1:{port}/ingest"
+        pending = asyncio.create_task(asyncio.to_thread(
+            httpx.post, url, json=INGEST, headers=AUTH, timeout=30))
+        await asyncio.wait_for(entered.wait(), 30)  # the request is inside the gateway
+        assert gunicorn.proc is not None
+        gunicorn.proc.terminate()
+        # the worker begins its graceful stop at once (it used to notice a second later) ...
+        await _wait_log(gunicorn, "Worker shutting down")
+        assert not pending.done()
+        # ... and still answers what it had accepted before it exits
+        release.set()
+        r = await asyncio.wait_for(pending, 30)
+        assert (r.status_code, r.json()) == (200, {"accepted": True})
+        code = await asyncio.to_thread(gunicorn.stop, 30)
+        assert code == 0, gunicorn.log_text()[-3000:]
+        assert "Traceback" not in gunicorn.log_text()
+    finally:
+        release.set()
+        gunicorn.stop()
+        await hub.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def _wait_log(proc: ManagedProcess, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in proc.log_text():
+        assert proc.alive(), proc.log_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} in:\n" + proc.log_text()[-3000:]
+        await asyncio.sleep(0.05)
