@@ -45,18 +45,21 @@ class EdgeTables:
         self.state = state
         self.known: set[str] = set()  # defined by this SSP (or found defined)
         self._lock = asyncio.Lock()
-        # table -> generation of its latest event, only while work for it is queued (one
-        # counter for all tables: an entry can go once its work ran, never to be matched again)
-        self._gen: dict[str, int] = {}
+        # table -> (generation, is a removal) of its latest event, only while work for it is
+        # queued (one counter for all tables: an entry can go once its work ran, never to be
+        # matched again)
+        self._gen: dict[str, tuple[int, bool]] = {}
         self._count = itertools.count(1)
 
-    def _next(self, table: str) -> int:
-        g = self._gen[table] = next(self._count)
+    def _next(self, table: str, removal: bool = False) -> int:
+        g = next(self._count)
+        self._gen[table] = (g, removal)
         return g
 
     def _done(self, table: str, gen: int) -> None:
         """The work of generation `gen` ran: if it was the latest, the table needs no entry."""
-        if self._gen.get(table) == gen:
+        latest = self._gen.get(table)
+        if latest is not None and latest[0] == gen:
             del self._gen[table]
 
     def user_changed(self, op: str, rid: str) -> None:
@@ -76,7 +79,7 @@ class EdgeTables:
         else:
             self.known.discard(table)
             self.state.publisher.drop_table(table)  # before any delta of this batch is marked
-            self.state.spawn_tracked(self._drop(table, self._next(table)))
+            self.state.spawn_tracked(self._drop(table, self._next(table, removal=True)))
 
     async def ensure(self, table: str, auth: RecordID | None, gen: int | None = None) -> None:
         """Define the user's edge table (select permission fixed to that user). `gen`: the
@@ -104,13 +107,19 @@ class EdgeTables:
         async with self._lock:
             backoff = Backoff(0.05, factor=2.0)
             for attempt in range(DEFINE_ATTEMPTS):
-                if table in self.known or self._gen.get(table) != gen:
+                # Only a later removal makes this definition moot. A later definition does not:
+                # DEFINE ... IF NOT EXISTS is idempotent, and a registration's caller publishes
+                # into the table as soon as this returns (two registrations of one user's views
+                # at once: the first one skipped for the second and published into no table).
+                if table in self.known or self._superseded_by_removal(table, gen):
                     return
                 try:
                     await self.state.pub_db.query(
                         f"DEFINE TABLE IF NOT EXISTS {table} TYPE RELATION SCHEMALESS "
                         f"CHANGEFEED 1h INCLUDE ORIGINAL PERMISSIONS FOR select WHERE {perm} "
                         "FOR create, update, delete NONE")
+                    if self._superseded_by_removal(table, gen):
+                        return  # a user DELETE came meanwhile: its removal runs next
                     self.known.add(table)
                     self._back(table)
                     return
@@ -120,6 +129,10 @@ class EdgeTables:
                     if attempt == DEFINE_ATTEMPTS - 1:
                         raise
                     await backoff.sleep()
+
+    def _superseded_by_removal(self, table: str, gen: int) -> bool:
+        latest = self._gen.get(table)
+        return latest is not None and latest[0] != gen and latest[1]
 
     def _back(self, table: str) -> None:
         """`table` was defined: if it had been dropped, its views' edges are written again."""
@@ -150,7 +163,8 @@ class EdgeTables:
 
     async def _remove(self, table: str, gen: int) -> None:
         async with self._lock:
-            if self._gen.get(table) != gen:
+            latest = self._gen.get(table)
+            if latest is None or latest[0] != gen:
                 return  # a later event (or registration) decides whether the table stays
             # A flush holding one of its views commits first: its RELATEs would otherwise
             # create the table again after the removal.

@@ -94,3 +94,39 @@ async def test_the_last_user_event_decides_the_table(events: list[str], exists: 
 async def test_a_registration_after_the_delete_keeps_the_table() -> None:
     state = await _run(["DELETE"], register_after=True)
     assert state.table in state.pub_db.tables, state.pub_db.log
+
+
+@pytest.mark.parametrize("n", [2, 5])
+async def test_registrations_of_one_user_at_once_all_find_the_table(n: int) -> None:
+    """Several views of one user registered at once (loadtests/bench_ssp.py registers a user's
+    ten views together) while the lock is busy with another user's: each registration
+    publishes into the table as soon as its ensure returns, so none may return before the table
+    is defined. The first used to skip its definition for the later one's and publish into no
+    table (a 500 on registration)."""
+    table = edge_table(parse_record_id(USER), "dedicated")
+    state = _state(table)
+    edges = EdgeTables(state)  # type: ignore[arg-type]
+
+    async def register() -> bool:
+        await edges.ensure(table, parse_record_id(USER))
+        return table in state.pub_db.tables  # what the registration's publish would find
+
+    other = parse_record_id("user:4")  # another user's definition holds the (shared) lock
+    found = await asyncio.gather(edges.ensure(edge_table(other, "dedicated"), other),
+                                 *(register() for _ in range(n)))
+    assert all(found[1:]), (found, state.pub_db.log)
+    assert edges._gen == {}
+
+
+async def test_a_registration_racing_a_user_delete_leaves_it_to_the_delete() -> None:
+    """A removal queued after a registration's definition decides: no table, and the publisher
+    writes nothing there (the user is gone)."""
+    table = edge_table(parse_record_id(USER), "dedicated")
+    state = _state(table)
+    edges = EdgeTables(state)  # type: ignore[arg-type]
+    reg = asyncio.ensure_future(edges.ensure(table, parse_record_id(USER)))
+    await asyncio.sleep(0)
+    edges.user_changed("DELETE", USER)
+    await reg
+    await asyncio.gather(*state.tasks)
+    assert table not in state.pub_db.tables and table in state.publisher.dropped
