@@ -13,7 +13,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.test_dashboard import LONG, new_context, sign_in_breakglass
 from tests.support.admin_cluster import AdminCluster, admin_cluster, run_async, wait_until
-from tests.support.objstore import S3Server, start_s3
+from tests.support.objstore import S3Server, running_s3
 from tests.support.procs import DbHost
 
 pytestmark = pytest.mark.slow
@@ -22,11 +22,8 @@ expect.set_options(timeout=LONG)
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = start_s3(tmp_path_factory.mktemp("s3"))
-    try:
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from backup.objstore import ObjectStore
 from backup.schema import escape_ident
 from backup.service import BackupInvalid, BackupService, NoObjectStorage, catalog_key
 from dbclient import Database, DbConfig
-from tests.support.objstore import BUCKET, S3Server, start_s3
+from tests.support.objstore import BUCKET, S3Server, running_s3, start_s3
 from tests.support.procs import DbHost
 
 _names = itertools.count()
@@ -59,11 +59,8 @@ def config_for(host: DbHost) -> DbConfig:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = start_s3(tmp_path_factory.mktemp("s3"))
-    try:
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 from dbclient import Database
 from tests.support.admin_stack import BREAKGLASS, start_scheduler, start_ssp
 from tests.support.backup_helpers import jreq, seed, table_digest
-from tests.support.objstore import start_s3
+from tests.support.objstore import running_s3
 from tests.support.procs import DbHost
 from tests.support.ssp_stack import app_write, apply_schema, edges, root_db, wait_for
 
@@ -63,11 +63,8 @@ async def views_match(root: Database) -> bool:
 
 @pytest.fixture
 def s3(tmp_path: Path) -> Iterator[Any]:
-    server = start_s3(tmp_path)
-    try:
+    with running_s3(tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def test_restore_of_100k_rows_brings_back_database_replica_and_edges(
