@@ -46,8 +46,8 @@ from project.appconfig import (
 from project.envsources import app_variables, env_leaves
 from project.rootconfig import LoadedApp, Project
 
-__all__ = ["app_command", "app_health", "app_port", "in_scope", "order", "resolve_env",
-           "vault_keys"]
+__all__ = ["app_command", "app_health", "app_port", "container_volumes", "in_scope", "order",
+           "resolve_env", "runs_image", "vault_keys"]
 
 _SCOPES: dict[str, tuple[str, ...]] = {"dev": ("all", "devOnly"), "cloud": ("all", "cloudOnly")}
 
@@ -158,15 +158,30 @@ def _container_command(app: LoadedApp, app_dir: Path, project_dir: Path,
     refused = _docker_refusal(app.name)
     if refused is not None:
         raise refused
+    res = cfg.deploy.resources if cfg.deploy is not None and scope == "cloud" else None
+    return container_argv(app.name, cfg.image, list(cfg.args or []),
+                          container_volumes(cfg, app_dir, project_dir), cfg.workdir,
+                          res.memory if res else None, float(res.vcpus) if res else None)
+
+
+def runs_image(app: AppConfig, scope: Scope) -> bool:
+    """The app runs its prebuilt `image` (a `container` app with neither a `dev` command nor,
+    in scope `cloud`, a `deploy.cmd`)."""
+    if scope == "cloud" and app.deploy is not None and app.deploy.cmd:
+        return False
+    return app.type == "container" and app.dev is None and app.image is not None
+
+
+def container_volumes(cfg: AppConfig, app_dir: Path, project_dir: Path) -> list[str]:
+    """The app's `volumes` with `${PROJECT_DIR}` expanded and relative sources resolved
+    against its directory."""
     volumes = []
     for v in cfg.volumes or []:
         src, _, rest = v.replace("${PROJECT_DIR}", str(project_dir)).partition(":")
         if src.startswith("."):
             src = str((app_dir / src).resolve())
         volumes.append(f"{src}:{rest}")
-    res = cfg.deploy.resources if cfg.deploy is not None and scope == "cloud" else None
-    return container_argv(app.name, cfg.image, list(cfg.args or []), volumes, cfg.workdir,
-                          res.memory if res else None, float(res.vcpus) if res else None)
+    return volumes
 
 
 def app_command(app: LoadedApp, scope: Scope, *, env: Mapping[str, str],

@@ -16,6 +16,13 @@ node script), in which directory, with which readiness check. What differs on th
   finds what a killed platform left of a deployment's apps, grandchildren that left the
   process group included).
 
+- **Container apps.** A ``type: container`` app that runs its prebuilt ``image`` (no ``dev``
+  command, no ``deploy.cmd``) is a role with that image: the Docker executor runs it as a
+  container on the host network (labels, limits from ``deploy.resources``, its ``volumes``,
+  ``args`` and ``workdir``; its variables without the host's own, as under ``svc dev``); the
+  local executor hands it to a Docker daemon when one answers
+  (``cloud.docker_executor.LocalWithContainers``). Like every app it listens on ``$PORT``.
+
 An app that cannot be planned (a dependency out of scope, a container app without a daemon,
 a vault key the vault lacks) fails the deployment before anything starts.
 """
@@ -25,15 +32,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from apps import AppFailed, order
-from apps.plan import app_command, app_port
+from apps.model import Command
+from apps.plan import app_command, app_health, app_port, container_volumes, runs_image
 from apps.procgroup import RUN_ENV
+from cloud.containerapp import container_env
 from cloud.envresolve import MissingVaultKeys, resolve_app_env
 from cloud.executor import Role, free_port
 from cloud.secret import Secret
 from project.rootconfig import Project
 
-__all__ = ["APP_PREFIX", "SETTLE_SECS", "AppPlanError", "describe", "plan_app_roles",
-           "role_app"]
+__all__ = ["APP_PREFIX", "SETTLE_SECS", "AppPlanError", "describe", "needs_containers",
+           "plan_app_roles", "role_app"]
 
 #: role names of apps: ``app-<name>`` (never the name of a stack role)
 APP_PREFIX = "app-"
@@ -48,12 +57,20 @@ class AppPlanError(Exception):
         self.message = message
 
 
+def needs_containers(project: Project) -> bool:
+    """Some cloud-scope app runs its own image (the worker then asks whether a Docker daemon
+    answers before it plans)."""
+    return any(runs_image(a.config, "cloud") for a in project.apps.values()
+               if a.config.scope in ("all", "cloudOnly"))
+
+
 def plan_app_roles(project: Project, *, deployment: str, base_env: Mapping[str, str],
                    platform: Mapping[str, Mapping[str, Secret]],
-                   vault: Mapping[str, Secret], fingerprint: Callable[[str], str]
-                   ) -> list[Role]:
+                   vault: Mapping[str, Secret], fingerprint: Callable[[str], str],
+                   no_containers: str | None = None) -> list[Role]:
     """The roles of the project's cloud-scope apps in start order; AppPlanError naming the
-    app when one cannot be run."""
+    app when one cannot be run. ``no_containers``: why this platform cannot run a container
+    app's image (no daemon answers), or None when it can."""
     try:
         chosen = order(project.apps.values(), "cloud")
     except AppFailed as e:
@@ -72,10 +89,19 @@ def plan_app_roles(project: Project, *, deployment: str, base_env: Mapping[str, 
         port = free_port() if app_port(app.config) is not None else None
         if port is not None:
             env["PORT"] = str(port)
-        try:
-            cmd = app_command(app, "cloud", env=env, project_dir=project.dir)
-        except AppFailed as e:
-            raise AppPlanError(app.name, f"app {e.app}: {e.reason}") from None
+        image = app.config.image if runs_image(app.config, "cloud") else None
+        if image is not None:
+            if no_containers is not None:
+                raise AppPlanError(app.name, f"app {app.name}: a container app (image "
+                                   f"{image}) needs a Docker daemon: {no_containers}")
+            app_dir = app.dir if app.dir.is_absolute() else project.dir / app.dir
+            cmd = Command(app.name, tuple(app.config.args or ()), app_dir,
+                          container_env(env), app_health(app.config), ())
+        else:
+            try:
+                cmd = app_command(app, "cloud", env=env, project_dir=project.dir)
+            except AppFailed as e:
+                raise AppPlanError(app.name, f"app {e.app}: {e.reason}") from None
         check = cmd.health
         health_url = (f"http://127.0.0.1:{port}{check.path}"
                       if check.kind == "http" and port is not None else None)
@@ -84,10 +110,16 @@ def plan_app_roles(project: Project, *, deployment: str, base_env: Mapping[str, 
         if deploy_timeout and health_url:
             # the file's own start budget (spec: `deploy.timeout`) when longer
             timeout = max(timeout, float(deploy_timeout))
+        res = app.config.deploy.resources if app.config.deploy is not None else None
         roles.append(Role(name=APP_PREFIX + app.name, kind="app", argv=cmd.argv,
                           env=dict(cmd.env), health_url=health_url, timeout_secs=timeout,
-                          cwd=str(cmd.cwd),
-                          url=f"http://127.0.0.1:{port}" if port is not None else None))
+                          cwd=app.config.workdir if image is not None else str(cmd.cwd),
+                          url=f"http://127.0.0.1:{port}" if port is not None else None,
+                          image=image,
+                          volumes=tuple(container_volumes(app.config, cmd.cwd, project.dir))
+                          if image is not None else (),
+                          memory_mb=res.memory if res is not None and image else None,
+                          cpus=float(res.vcpus) if res is not None and image else None))
     return roles
 
 
@@ -99,7 +131,8 @@ def describe(roles: list[Role]) -> list[str]:
         prog = r.argv[0].rsplit("/", 1)[-1] if r.argv else "?"
         ready = f"ready when GET {r.health_url} answers 200" if r.health_url else \
             f"ready once running {SETTLE_SECS:g}s"
-        out.append(f"app {r.name[len(APP_PREFIX):]}: {prog} in its directory; {ready}")
+        what = f"container of image {r.image}" if r.image else f"{prog} in its directory"
+        out.append(f"app {r.name[len(APP_PREFIX):]}: {what}; {ready}")
     return out
 
 

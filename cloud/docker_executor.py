@@ -20,10 +20,15 @@ Choices (cloud/README.md, "Executors"):
   ``SVC_CLOUD_DOCKER_CPUS``, or a role's own from ``project.yml``'s ``deploy.resources``);
   labels ``svc.platform``, ``svc.project``, ``svc.deployment``, ``svc.role``,
   ``svc.instance`` on every container: orphans are found by label, not by memory.
-- **Crash safety.** A container outlives the platform's process (the daemon owns it), so a
-  platform restarted after ``kill -9`` removes every container labelled with its
-  ``svc.platform`` (:meth:`DockerExecutor.sweep`) before it resumes anything, besides the
-  per-instance :meth:`DockerExecutor.reap` of what the store recorded.
+- **Crash safety.** A container outlives the process that started it (the daemon owns it).
+  Each executor labels its containers with a random ``svc.epoch`` and, before its first
+  container, starts a watcher (``cloud.dockerwatch``) that the kernel signals when the
+  executor's process dies, even by ``kill -9``: it removes the containers of that epoch, so
+  a platform (or a ``svc dev`` container app) killed and never restarted leaves none behind.
+  Should the watcher itself be killed, a platform restarted later still removes every
+  container labelled with its ``svc.platform`` (:meth:`DockerExecutor.sweep`) before it
+  resumes anything, besides the per-instance :meth:`DockerExecutor.reap` of what the store
+  recorded.
 - **Logs.** Two following log streams per container (stdout, stderr) read in threads, each
   line handed to the worker's sink on its event loop: the same bounded per-instance storage
   as local processes.
@@ -39,6 +44,9 @@ import io
 import logging
 import math
 import os
+import secrets
+import signal
+import subprocess
 import sys
 import tarfile
 import threading
@@ -48,13 +56,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloud.executor import ExecutorError, Handle, LogSink, Role, probe_health
+from cloud.executor import ExecutorError, Handle, LocalExecutor, LogSink, Role, probe_health
 from ipc.envvars import env_int
+from ipc.lifeline import lifeline_argv
 
 log = logging.getLogger("cloud.docker")
 
-__all__ = ["DEFAULT_IMAGE", "DockerExecutor", "DockerSettings", "host_mounts",
-           "hostroot_tarball", "import_hostroot_image"]
+__all__ = ["DEFAULT_IMAGE", "DockerExecutor", "DockerSettings", "LocalWithContainers",
+           "host_mounts", "hostroot_tarball", "import_hostroot_image"]
 
 DEFAULT_IMAGE = "svc-hostroot:1"
 LABEL = "svc."
@@ -156,6 +165,23 @@ class DockerExecutor:
         self._client = client
         self._pumps: dict[str, list[threading.Thread]] = {}
         self._image_ready = False
+        #: labels this executor's containers only (its watcher removes them when it dies)
+        self.epoch = secrets.token_hex(8)
+        self._watcher: subprocess.Popen[bytes] | None = None
+
+    def _watch(self) -> None:
+        """Start the containers' lifeline once (see the module docstring). From the calling
+        thread, which must live as long as the process: the kernel's parent-death signal
+        follows the thread that forked."""
+        if self._watcher is not None and self._watcher.poll() is None:
+            return
+        env = dict(os.environ)
+        if self.settings.host:
+            env["DOCKER_HOST"] = self.settings.host
+        self._watcher = subprocess.Popen(
+            lifeline_argv([sys.executable, "-m", "cloud.dockerwatch",
+                           f"{LABEL}epoch={self.epoch}"], sig=signal.SIGTERM),
+            env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
     # ------------------------------------------------------------------ the daemon
     def client(self) -> Any:
@@ -194,12 +220,13 @@ class DockerExecutor:
         return {f"{LABEL}platform": self.platform,
                 f"{LABEL}project": role.env.get("SVC_CLOUD_PROJECT", ""),
                 f"{LABEL}deployment": role.env.get("SVC_CLOUD_DEPLOYMENT", ""),
-                f"{LABEL}role": role.name, **role.labels}
+                f"{LABEL}role": role.name, **role.labels, f"{LABEL}epoch": self.epoch}
 
     # ------------------------------------------------------------------ the five calls
     async def start(self, role: Role, sink: LogSink,
                     record: Callable[[Handle], Awaitable[None]]) -> Handle:
         loop = asyncio.get_running_loop()
+        self._watch()
         container = await asyncio.to_thread(self._run, role)
         handle = Handle(self.name, container["pid"], container["pid"], container["id"])
         self._pumps[handle.ref] = [
@@ -334,6 +361,14 @@ class DockerExecutor:
         await asyncio.to_thread(self._remove, handle.ref, 5.0)
         return bool(state.get("Running"))
 
+    async def no_containers(self) -> str | None:
+        """Why this executor cannot run a container now (no daemon answers), or None."""
+        try:
+            await asyncio.to_thread(self.client)
+        except ExecutorError as e:
+            return str(e)
+        return None
+
     async def sweep(self) -> int:
         """Remove every container of this platform (by its ``svc.platform`` label): called
         once at start, before anything of this process runs, so whatever is found was left by
@@ -351,3 +386,51 @@ class DockerExecutor:
         if n:
             log.warning("removed %d container(s) left by an earlier run of this platform", n)
         return n
+
+
+class LocalWithContainers:
+    """The local executor, with a ``project.yml`` container app's image (a role with
+    ``image``) run on a Docker daemon by a :class:`DockerExecutor` of the same platform label
+    (so its containers carry the same labels, limits and lifeline as the Docker executor's).
+    Calls on a handle go to the executor that made it. The daemon is only contacted for a
+    container: a platform without one runs everything else as before, and a deployment with
+    a container app fails before anything starts (the worker asks :meth:`no_containers`)."""
+
+    name = "local"
+
+    def __init__(self, local: LocalExecutor, containers: DockerExecutor) -> None:
+        self.local = local
+        self.containers = containers
+
+    def _of(self, handle: Handle) -> LocalExecutor | DockerExecutor:
+        return self.containers if handle.executor == self.containers.name else self.local
+
+    async def start(self, role: Role, sink: LogSink,
+                    record: Callable[[Handle], Awaitable[None]]) -> Handle:
+        ex = self.containers if role.image else self.local
+        return await ex.start(role, sink, record)
+
+    async def healthy(self, role: Role, handle: Handle, deadline: float) -> str | None:
+        return await self._of(handle).healthy(role, handle, deadline)
+
+    async def alive(self, handle: Handle) -> bool:
+        return await self._of(handle).alive(handle)
+
+    async def stop(self, handle: Handle, timeout: float = 15.0) -> int | None:
+        return await self._of(handle).stop(handle, timeout)
+
+    async def reap(self, handle: Handle) -> bool:
+        return await self._of(handle).reap(handle)
+
+    async def sweep(self) -> int:
+        n = await self.local.sweep()
+        if self.containers.settings.host or os.environ.get("DOCKER_HOST") \
+                or os.path.exists("/var/run/docker.sock"):
+            try:
+                n += await self.containers.sweep()
+            except ExecutorError:
+                pass  # no daemon now: none of its containers can be running either
+        return n
+
+    async def no_containers(self) -> str | None:
+        return await self.containers.no_containers()

@@ -110,6 +110,9 @@ class Executor(Protocol):
         """Kill what is left of an instance recorded by an earlier process; True if
         something was running."""
 
+    async def no_containers(self) -> str | None:
+        """Why a role with a container ``image`` cannot run here now, or None when it can."""
+
     async def sweep(self) -> int:
         """At start, before anything runs: remove whatever an earlier run of this platform
         left that the executor can find by itself (labels); how many."""
@@ -152,6 +155,8 @@ class LocalExecutor:
 
     async def start(self, role: Role, sink: LogSink,
                     record: Callable[[Handle], Awaitable[None]]) -> Handle:
+        if role.image:
+            raise ExecutorError(f"{role.name}: the local executor runs no container images")
         env = {**role.env, "PYTHONUNBUFFERED": "1"}
         proc = await asyncio.create_subprocess_exec(
             *lifeline_argv(list(role.argv), sig=signal.SIGTERM), env=env, cwd=role.cwd,
@@ -234,6 +239,9 @@ class LocalExecutor:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(t, 2.0)
         return proc.returncode
+
+    async def no_containers(self) -> str | None:
+        return "the platform's local executor has no Docker daemon configured"
 
     async def sweep(self) -> int:
         # a process carries no label the executor could search by: the recorded groups are

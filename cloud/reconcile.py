@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from apps import sweep
-from cloud.approles import SETTLE_SECS, AppPlanError, describe, plan_app_roles
+from cloud.approles import SETTLE_SECS, AppPlanError, describe, needs_containers, plan_app_roles
 from cloud.backupfwd import seal_admin_password
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
 from cloud.executor import Executor, ExecutorError, Handle, LocalExecutor, Role, free_port
@@ -560,12 +560,15 @@ class Reconciler:
             if loaded is not None:
                 vault = {k: s for kv in values["vault"].values() for k, s in kv.items()}
                 tenant = project["tenant"]
+                no_containers = (await self.executor.no_containers()
+                                 if needs_containers(loaded) else None)
                 try:
                     app_roles = plan_app_roles(
                         loaded, deployment=did,
                         base_env={**base_env, "SVC_CLOUD_DEPLOYMENT": did},
                         platform=values["env"], vault=vault,
-                        fingerprint=lambda v: str(self.values.fp.of(tenant, v)))
+                        fingerprint=lambda v: str(self.values.fp.of(tenant, v)),
+                        no_containers=no_containers)
                 except AppPlanError as e:
                     raise Failed(e.message, "app-" + e.app) from None
                 for line in describe(app_roles):
@@ -678,7 +681,9 @@ class Reconciler:
             self.live[iid] = (h, role)
 
         self._deploy_log(did, f"starting {role.name}")
-        role = dataclasses.replace(role, labels={**role.labels, "svc.instance": iid})
+        role = dataclasses.replace(role, labels={
+            **role.labels, "svc.instance": iid, "svc.deployment": did,
+            "svc.project": str(project.get("slug") or "")})
         await self.executor.start(role, self.logs.sink(did, iid, role.name), record)
         return iid
 

@@ -19,7 +19,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from cloud.docker_executor import DockerExecutor
+from cloud.docker_executor import DockerExecutor, LocalWithContainers
+from cloud.executor import Executor, LocalExecutor
 from cloud.reconcile import Reconciler, default_run_dir
 from cloud.services import Services
 from dbclient.tasks import cancel_and_wait
@@ -37,9 +38,15 @@ class Worker:
             services.store, services.deployments, services.values, services.usage,
             self.cfg.link_url,
             Path(self.cfg.run_dir) if self.cfg.run_dir else default_run_dir(self.cfg.port),
-            executor=(DockerExecutor(self.cfg.docker, platform=f"{self.cfg.host}:{self.cfg.port}")
-                      if self.cfg.executor == "docker" else None),
+            executor=self._executor(),
             tick=self.cfg.deploy_tick_secs)
+
+    def _executor(self) -> Executor:
+        docker = DockerExecutor(self.cfg.docker, platform=f"{self.cfg.host}:{self.cfg.port}")
+        if self.cfg.executor == "docker":
+            return docker
+        # local processes; a container app's image on a daemon when one answers
+        return LocalWithContainers(LocalExecutor(), docker)
 
     async def _every(self, secs: float, name: str, fn: Callable[[], Awaitable[object]]) -> None:
         while True:

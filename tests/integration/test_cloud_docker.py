@@ -2,7 +2,8 @@
 (tests/support/dockerd.py; no bridge, no iptables, containers on the host network), one
 ``svc-cloud`` with ``SVC_CLOUD_EXECUTOR=docker`` and one project for the module. Each test
 builds on the one before: deploy; ``kill -9`` of the platform in the middle of a redeploy
-and restart; stop.
+and restart; a pushed ``project.yml`` with a container app and a python app, redeployed;
+stop.
 
 Containers are counted by their labels through the SDK, the way an operator finds orphans.
 When no daemon can be started here the module fails with the reason (never skipped)."""
@@ -10,6 +11,8 @@ When no daemon can be started here the module fails with the reason (never skipp
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,16 +22,25 @@ import httpx
 import pytest
 
 from apps import AppFailed, Supervisor
+from apps.container import container_argv
 from cloud.docker_executor import (
     DEFAULT_IMAGE,
     DockerExecutor,
     DockerSettings,
+    LocalWithContainers,
     import_hostroot_image,
 )
-from cloud.executor import ExecutorError, Role
+from cloud.executor import ExecutorError, Handle, LocalExecutor, Role
 from project.appconfig import AppConfig
 from project.rootconfig import LoadedApp
-from tests.integration.test_cloud_deploy import Project, admin_call, admin_session, wait_until
+from tests.integration.test_cloud_deploy import (
+    Project,
+    Repo,
+    admin_call,
+    admin_session,
+    next_deployment,
+    wait_until,
+)
 from tests.support.cloud_stack import Cloud, make_cloud
 from tests.support.dockerd import Dockerd, start_dockerd
 from tests.support.procs import DbHost, base_env, free_port, http_status
@@ -53,6 +65,7 @@ def cloud(host: DbHost, dockerd: Dockerd, tmp_path_factory: pytest.TempPathFacto
           ) -> Iterator[Cloud]:
     tmp = tmp_path_factory.mktemp("cloud-docker")
     c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="docker",
+                   SVC_CLOUD_REPO_POLL_SECS="0.3",
                    SVC_CLOUD_DOCKER_HOST=dockerd.url,
                    SVC_CLOUD_DOCKER_MEMORY_MB=str(MEMORY_MB), SVC_CLOUD_DOCKER_CPUS=str(CPUS))
     c.start()
@@ -129,16 +142,17 @@ def test_kill_9_mid_redeploy_leaves_no_orphan_container_after_restart(
     dep = project.deploy()["deployment"]
     wait_until(lambda: containers(dockerd, c, deployment=dep["id"]), 120,
                "the new deployment's first container")
+    before = {x.id for x in containers(dockerd, c)}
+    assert len(before) >= 3, "v1's containers and v2's first were not all running"
     c.process.kill9()
     c.http.close()
     c.http = httpx.Client(timeout=30)
-    # the daemon owns the containers: they outlive the platform's process...
-    before = {x.id for x in containers(dockerd, c)}
-    assert len(before) >= 3, "v1's containers and v2's first were not all running"
+    # the daemon owns the containers, yet they do not outlive the platform: its executor's
+    # watcher (cloud.dockerwatch) removes them once the kernel signals the platform's death,
+    # with no restart of the platform
+    wait_until(lambda: not containers(dockerd, c), 60,
+               "the containers of the killed platform removed by its watcher")
     c.start()
-    # ...until the restarted platform removes them (by label) before it resumes anything
-    wait_until(lambda: not before & {x.id for x in containers(dockerd, c)}, 60,
-               "the containers of the killed platform removed")
     # v1 (running when it died) comes back first, then v2 supersedes it
     done = project.wait(dep["version"], ("running", "failed"), timeout=300)
     assert done["deployment"]["status"] == "running", done["deployment"]["error"]
@@ -159,6 +173,129 @@ def test_kill_9_mid_redeploy_leaves_no_orphan_container_after_restart(
     db = [i for i in done["instances"] if i["role"] == "db"][0]
     assert db["status"] == "healthy"
     assert all(x.status == "running" for x in containers(dockerd, c))
+
+
+BOX_CODE = ("import os, http.server; "
+            "print('box up', os.environ.get('GREETING'), 'PYTHONPATH' in os.environ, "
+            "flush=True); "
+            "http.server.test(http.server.SimpleHTTPRequestHandler, "
+            "port=int(os.environ['PORT']), bind='127.0.0.1')")
+PY_APP = """\
+import os
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Web(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"py app")
+
+print("py app up", flush=True)
+HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Web).serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
+    r = Repo(tmp_path_factory.mktemp("repo"))
+    w = r.work
+    (w / "box").mkdir()
+    (w / "py").mkdir()
+    (w / "project.yml").write_text("apps:\n  box: {path: box}\n  py: {path: py}\n")
+    (w / "box" / "project.yml").write_text(
+        f"type: container\nimage: {json.dumps(DEFAULT_IMAGE)}\nports: [8000]\n"
+        "healthcheck: /\nvolumes: ['/usr:/usr:ro']\n"
+        f"args: {json.dumps(['/usr/bin/python3', '-c', BOX_CODE])}\n"
+        "deploy: {resources: {memory: 256, vcpus: 1}}\n")
+    (w / "py" / "py.py").write_text(PY_APP)
+    (w / "py" / "project.yml").write_text(
+        "type: frontend\ndependsOn: [box]\ndev: {type: python, script: py.py}\n"
+        "deploy: {port: 3000}\n")
+    r.commit("a container app and a python app")
+    return r
+
+
+def app_boxes(dockerd: Dockerd, project: Project, role: str) -> list[Box]:
+    return [b for b in containers(dockerd, project.cloud, role=role) if b.status == "running"]
+
+
+def test_a_container_app_and_a_python_app_deploy_from_project_yml(
+        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+    c = project.cloud
+    c.ok("PATCH", project.base + "/env", project.s, {"vars": {"GREETING": "ahoy"},
+                                                      "app": "box"})
+    before = c.ok("GET", project.base + "/deployments", project.s)["items"][0]
+    c.ok("POST", project.base + "/links", project.s, {"url": str(repo.bare)})
+    dep = next_deployment(project, before["version"])
+    done = project.wait(dep["version"], ("running", "failed"), timeout=240)
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    roles = [i["role"] for i in done["instances"]]
+    assert roles[-2:] == ["app-box", "app-py"], roles
+    box = [i for i in done["instances"] if i["role"] == "app-box"][0]
+    # the container app is a container of its own image, labelled, limited, on the host
+    # network; its health check answers on the port the platform gave it
+    found = app_boxes(dockerd, project, "app-box")
+    assert [b.labels["svc.instance"] for b in found] == [box["id"]], found
+    ct = dockerd.client().containers.get(found[0].id)
+    assert ct.image.tags == [DEFAULT_IMAGE]
+    assert ct.labels["svc.deployment"] == dep["id"] and ct.labels["svc.project"] == project.slug
+    hc = ct.attrs["HostConfig"]
+    assert hc["NetworkMode"] == "host" and hc["Memory"] == 256 * 1024 * 1024
+    assert http_status(box["url"] + "/") == 200
+    assert http_status(project.url_of(done, "app-py") + "/") == 200
+    logs = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                params={"instance": "app-box", "q": "box up", "limit": 10})
+    # the app's own variables reach it; the host's PYTHONPATH (the platform's code) does not
+    assert [ln["text"] for ln in logs["lines"]] == ["box up ahoy False"], logs
+    # a redeploy replaces the container: a new one serves, the old one is removed
+    c.ok("PATCH", project.base + "/env", project.s, {"vars": {"GREETING": "ahoy-2"},
+                                                      "app": "box"})
+    again = project.deploy()["deployment"]
+    done2 = project.wait(again["version"], ("running", "failed"), timeout=240)
+    assert done2["deployment"]["status"] == "running", done2["deployment"]["error"]
+    box2 = [i for i in done2["instances"] if i["role"] == "app-box"][0]
+
+    def replaced() -> bool:
+        # the superseded deployment's instances stop after the new one runs (all but the
+        # database host, which the new one keeps)
+        return [b.labels["svc.instance"] for b in app_boxes(dockerd, project, "app-box")] \
+            == [box2["id"]] and not [b for b in containers(dockerd, c, deployment=dep["id"])
+                                     if b.labels["svc.role"] != "db"]
+    try:
+        wait_until(replaced, 60, "only the new deployment's containers")
+    except AssertionError:
+        raise AssertionError([(x.labels, x.status) for x in containers(dockerd, c)]) from None
+    assert http_status(box2["url"] + "/") == 200
+
+
+def test_the_local_executor_runs_container_images_on_a_daemon(dockerd: Dockerd) -> None:
+    """`SVC_CLOUD_EXECUTOR=local` with a daemon: a role with an image becomes a container
+    (with the platform's labels), any other role a local process."""
+    ex = LocalWithContainers(LocalExecutor(),
+                             DockerExecutor(DockerSettings(host=dockerd.url), "mixed-test"))
+    image = Role("img", "app", ("/usr/bin/sleep", "600"), env={}, image=DEFAULT_IMAGE,
+                 volumes=("/usr:/usr:ro",))
+    proc = Role("proc", "app", ("sleep", "600"), env={})
+
+    async def run() -> tuple[list[Handle], list[Any], list[Any]]:
+        async def record(_: object) -> None:
+            return None
+        hs = [await ex.start(r, lambda s, t: None, record) for r in (image, proc)]
+        assert await ex.no_containers() is None
+        assert [await ex.alive(h) for h in hs] == [True, True]
+        mine = {"label": "svc.platform=mixed-test"}
+        during = dockerd.client().api.containers(all=True, filters=mine)
+        for h in hs:
+            await ex.stop(h, timeout=1)
+        return hs, during, dockerd.client().api.containers(all=True, filters=mine)
+
+    handles, during, after = asyncio.run(run())
+    assert [h.executor for h in handles] == ["docker", "local"]
+    assert [c["Labels"]["svc.role"] for c in during] == ["img"]
+    assert after == []
+    none = LocalWithContainers(LocalExecutor(), DockerExecutor(
+        DockerSettings(host="unix:///nonexistent/d.sock"), "mixed-test"))
+    assert "no Docker daemon answers" in (asyncio.run(none.no_containers()) or "")
 
 
 def test_stopping_the_platform_stops_every_container(project: Project,
@@ -250,3 +387,25 @@ def test_a_remapped_port_and_a_missing_image_are_refused(
 
     with pytest.raises(ExecutorError, match="not on the daemon .nothing is pulled"):
         asyncio.run(ex.start(role, lambda s, t: None, record))
+
+
+def test_a_killed_container_app_runner_leaves_no_container(dockerd: Dockerd,
+                                                           tmp_path: Path) -> None:
+    """`svc dev` runs a container app as `python -m cloud.containerapp`; killed with
+    `kill -9` (no chance to stop its container), its watcher removes the container."""
+    import_hostroot_image(dockerd.client())
+    marker = f"killed-runner-{time.monotonic_ns()}"
+    argv = container_argv("killme", DEFAULT_IMAGE, ["/usr/bin/sleep", "600"],
+                          ["/usr:/usr:ro"], None, 128, None)
+    proc = subprocess.Popen(argv, env={**base_env(), "DOCKER_HOST": dockerd.url,
+                                       "SVC_APPS_RUN": marker},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mine = {"label": [f"svc.run={marker}"]}
+    try:
+        wait_until(lambda: dockerd.client().api.containers(filters=mine), 60,
+                   "the app's container running")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    wait_until(lambda: not dockerd.client().api.containers(all=True, filters=mine), 60,
+               "the container removed after its runner was killed")

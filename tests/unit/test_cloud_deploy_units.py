@@ -143,3 +143,46 @@ def test_an_app_that_cannot_run_is_refused_before_anything_starts(tmp_path: Path
         plan_app_roles(loaded, deployment="d", base_env={}, platform={}, vault={},
                        fingerprint=lambda v: "fp")
     assert e.value.app == "web" and "MISSING" in e.value.message
+
+
+def _image_app(tmp: Path) -> Any:
+    from project.rootconfig import load_project
+
+    (tmp / "project.yml").write_text("apps:\n  box: {path: box}\n")
+    (tmp / "box").mkdir()
+    (tmp / "box" / "data").mkdir()
+    (tmp / "box" / "project.yml").write_text(
+        "type: container\nimage: x/box:2\nports: [8000]\nhealthcheck: /up\n"
+        "volumes: ['./data:/data:ro']\nargs: [serve, --fast]\nworkdir: /srv\n"
+        "deploy: {resources: {memory: 256, vcpus: 2}}\n")
+    return load_project(tmp / "project.yml")
+
+
+def test_a_container_app_is_a_role_with_its_image(tmp_path: Path) -> None:
+    from cloud.approles import needs_containers, plan_app_roles
+    from cloud.secret import Secret
+
+    loaded = _image_app(tmp_path)
+    assert needs_containers(loaded)
+    (box,) = plan_app_roles(
+        loaded, deployment="dep_y", base_env={"PATH": "/bin", "PYTHONPATH": "/code"},
+        platform={"box": {"OWN": Secret("o", "fp")}}, vault={}, fingerprint=lambda v: "fp")
+    assert box.image == "x/box:2" and box.argv == ("serve", "--fast") and box.cwd == "/srv"
+    assert box.volumes == (f"{(tmp_path / 'box' / 'data').resolve()}:/data:ro",)
+    assert (box.memory_mb, box.cpus) == (256, 2.0)
+    assert box.health_url == f"http://127.0.0.1:{box.env['PORT']}/up"
+    # the app's variables, never the host's own (they would break the image's)
+    assert box.env["OWN"] == "o" and box.env["SVC_APPS_RUN"] == "dep_y"
+    assert "PATH" not in box.env and "PYTHONPATH" not in box.env
+
+
+def test_a_container_app_without_a_daemon_is_refused_naming_why(tmp_path: Path) -> None:
+    from cloud.approles import AppPlanError, plan_app_roles
+
+    with pytest.raises(AppPlanError) as e:
+        plan_app_roles(_image_app(tmp_path), deployment="d", base_env={}, platform={},
+                       vault={}, fingerprint=lambda v: "fp", no_containers="none answers")
+    assert e.value.app == "box"
+    assert e.value.message == ("app box: a container app (image x/box:2) needs a Docker "
+                               "daemon: none answers")
+
