@@ -69,7 +69,8 @@ MAX_ATTEMPTS = 3
 ACCOUNT_SECS = 30.0
 #: an instance of a running deployment that exits is relaunched after 1, 2, 4 ... seconds;
 #: after RELAUNCH_MAX relaunches within RELAUNCH_WINDOW seconds it is left down and the
-#: deployment is marked degraded (its status stays running: the rest still serves)
+#: deployment is marked degraded (its status stays running: the rest still serves);
+#: the first back-off is ``SVC_CLOUD_RELAUNCH_BACKOFF_SECS``
 RELAUNCH_MAX = 3
 RELAUNCH_WINDOW = 300.0
 RELAUNCH_BACKOFF = 1.0
@@ -219,7 +220,7 @@ def plan_roles(spec: dict[str, Any], env: dict[str, str], workdir: Path,
 class Reconciler:
     def __init__(self, store: Store, deployments: Deployments, values: Any, usage: Any,
                  cloud_url: str, run_dir: Path, executor: Executor | None = None,
-                 tick: float = 0.5) -> None:
+                 tick: float = 0.5, relaunch_backoff: float = RELAUNCH_BACKOFF) -> None:
         self.store = store
         self.deployments = deployments
         self.values = values
@@ -228,6 +229,7 @@ class Reconciler:
         self.run_dir = run_dir
         self.executor: Executor = executor or LocalExecutor()
         self.tick = tick
+        self.relaunch_backoff = relaunch_backoff
         self.logs = LogWriter(store)
         #: instance id -> (handle, role): what this process started and has not stopped
         self.live: dict[str, tuple[Handle, Role]] = {}
@@ -419,7 +421,7 @@ class Reconciler:
             await self._set(dep, degraded=True, error={"message": msg, "role": role.name,
                                                        "last_lines": tail[-TAIL_LINES:]})
             return
-        delay = RELAUNCH_BACKOFF * 2 ** len(recent)
+        delay = self.relaunch_backoff * 2 ** len(recent)
         recent.append(t + delay)
         self._deploy_log(dep, f"relaunching {role.name} in {delay:g}s (relaunch "
                          f"{len(recent)} of at most {RELAUNCH_MAX})", "warning")

@@ -39,7 +39,7 @@ class Worker:
             self.cfg.link_url,
             Path(self.cfg.run_dir) if self.cfg.run_dir else default_run_dir(self.cfg.port),
             executor=self._executor(),
-            tick=self.cfg.deploy_tick_secs)
+            tick=self.cfg.deploy_tick_secs, relaunch_backoff=self.cfg.relaunch_backoff_secs)
 
     def _executor(self) -> Executor:
         docker = DockerExecutor(self.cfg.docker, platform=f"{self.cfg.host}:{self.cfg.port}")

@@ -25,6 +25,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from dbclient import Database, DbConfig
 from tests.support.admin_stack import start_scheduler
 from tests.support.cloud_stack import Cloud, make_cloud
 from tests.support.objstore import S3Server, running_s3
@@ -106,7 +107,10 @@ class Project:
 def cloud(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
     tmp = tmp_path_factory.mktemp("cloud-deploy")
     c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="local",
-                   SVC_CLOUD_REPO_POLL_SECS="0.3", SVC_CLOUD_USAGE_SAMPLE_SECS="1")
+                   SVC_CLOUD_REPO_POLL_SECS="0.3", SVC_CLOUD_USAGE_SAMPLE_SECS="1",
+                   SVC_CLOUD_RELAUNCH_BACKOFF_SECS="0.05",
+                   # a daemon nobody runs: a container app is refused, whatever this host has
+                   SVC_CLOUD_DOCKER_HOST="unix:///nonexistent/docker.sock")
     c.start()
     try:
         yield c
@@ -444,7 +448,8 @@ class Repo:
                        check=True)
         subprocess.run(["git", "init", "-q", "-b", "main", str(self.work)], check=True)
 
-    def push(self, shell_cmd: str, message: str) -> None:
+    def push(self, shell_cmd: str | None, message: str) -> None:
+        """``shell_cmd`` None: the shell app runs its image (no ``dev`` command)."""
         w = self.work
         (w / "web").mkdir(exist_ok=True)
         (w / "shell").mkdir(exist_ok=True)
@@ -457,7 +462,7 @@ class Repo:
             "  - {dev: {MODE: dev-side}, cloud: {MODE: cloud-side}}\n")
         (w / "shell" / "project.yml").write_text(
             "type: container\nimage: example/shell:1\nports: [8000]\nhealthcheck: /\n"
-            f"dev: {json.dumps(shell_cmd)}\n")
+            + (f"dev: {json.dumps(shell_cmd)}\n" if shell_cmd is not None else ""))
         (w / "local").mkdir(exist_ok=True)
         (w / "local" / "project.yml").write_text(
             "type: frontend\nscope: devOnly\ndev: \"exit 9\"\n")
@@ -592,6 +597,16 @@ def test_a_failing_app_fails_its_deployment_and_the_previous_keeps_serving(
     assert any("type" in line for line in err["last_lines"]), err
     assert done["instances"] == []
     assert get_json(web)["greeting"] == "hola"
+    # a container app's image with the local executor and no Docker daemon: refused before
+    # anything starts, saying why
+    repo.push(None, "run the shell app's image")
+    img = next_deployment(project, bad["version"])
+    done = project.wait(img["version"], ("running", "failed"))
+    err = done["deployment"]["error"]
+    assert done["deployment"]["status"] == "failed" and err["role"] == "app-shell", err
+    assert "needs a Docker daemon" in err["message"] and "example/shell:1" in err["message"]
+    assert done["instances"] == []
+    bad = img
     repo.push(SHELL_OK, "fix the shell app")  # admitted behind: the next test waits for it
     fixed = next_deployment(project, bad["version"])
     done = project.wait(fixed["version"], ("running", "failed"))
@@ -618,9 +633,27 @@ def test_a_killed_app_instance_is_relaunched(project: Project) -> None:
     assert logs["lines"]
 
 
+async def deployed_db(project: Project, sql: str, vars: dict[str, Any] | None = None) -> Any:
+    """One query on the running deployment's database host (its own connection: a restore
+    in between may drop any)."""
+    db = [i for i in running_detail(project)["instances"] if i["role"] == "db"][0]
+    addr = str(db["url"]).split("//", 1)[1]
+    cfg = DbConfig.from_env({"SVC_DB_URL": f"ws://{addr}/rpc", "SVC_DB_USER": "root",
+                             "SVC_DB_PASS": "root", "SVC_SSP_DB_TIMEOUT_SECS": "60"})
+    async with Database(cfg) as conn:
+        return await conn.query_one(sql, vars)
+
+
 async def test_backups_through_the_platform(project: Project, s3: S3Server,
                                            tmp_path: Path) -> None:
     c, base = project.cloud, project.base + "/backups"
+    # rows in the deployed database before the backup...
+    rows = [{"id": f"k{i:02d}", "n": i, "word": f"w{i}", "tags": ["a", str(i)]}
+            for i in range(20)]
+    await deployed_db(project, "DEFINE TABLE keepsake SCHEMALESS; "
+                      "INSERT INTO keepsake $rows RETURN NONE", {"rows": rows})
+    want = await deployed_db(project, "SELECT * FROM keepsake ORDER BY id")
+    assert len(want) == 20
     out = c.ok("POST", base, project.s, {"name": "through the platform"})
     bid = out["backup_id"]
     assert out["operation"]["kind"] == "backup"
@@ -631,6 +664,11 @@ async def test_backups_through_the_platform(project: Project, s3: S3Server,
         return rec[0]["status"] if rec and rec[0]["status"] in ("done", "failed") else None
     assert wait_until(finished, 90, "the backup") == "done"
     assert s3.files(), "the backup reached the object store"
+    # ...changed and deleted after it...
+    await deployed_db(project, "UPDATE keepsake SET n = -1 WHERE n < 10; "
+                      "DELETE keepsake:k15; DELETE keepsake:k16; CREATE keepsake:extra SET n = 99")
+    changed = await deployed_db(project, "SELECT * FROM keepsake ORDER BY id")
+    assert changed != want and len(changed) == 19
     r = c.call("POST", f"{base}/{bid}/restore", project.s, {"confirm": "another"})
     assert r.status_code == 400 and r.json()["error"] == "confirm", r.text
     out = c.ok("POST", f"{base}/{bid}/restore", project.s, {"confirm": bid})
@@ -641,6 +679,8 @@ async def test_backups_through_the_platform(project: Project, s3: S3Server,
         return got if got["stage"] in ("done", "failed") else None
     got = wait_until(restored, 120, "the restore")
     assert got["stage"] == "done", got
+    # ...are back as they were at the backup, read through the deployed database
+    assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") == want
     # errors keep the scheduler's status; the scopes are the part-1 rules
     r = c.call("GET", f"{base}/bk_no_such/restore", project.s)
     assert r.status_code == 404, r.text
@@ -688,6 +728,46 @@ def test_a_rollback_runs_with_the_env_of_the_deployment_rolled_back_to(
     assert done["deployment"]["status"] == "running", done["deployment"]["error"]
     # GREETING is "hola" now; the deployment rolled back to ran with "hello"
     assert serving(project.url_of(done, "app-web"))["greeting"] == "hello"
+
+
+def test_an_instance_that_keeps_exiting_is_given_up_and_the_deployment_degraded(
+        project: Project) -> None:
+    """Relaunches back off (SVC_CLOUD_RELAUNCH_BACKOFF_SECS: 0.05 s here, 1 s by default);
+    after 3 within 5 minutes the role is left down: the deployment stays running, with
+    `degraded: true` and an error naming the role."""
+    detail = running_detail(project)
+    version = detail["deployment"]["version"]
+    killed: set[str] = set()
+    for _ in range(5):  # at most RELAUNCH_MAX relaunches, then one more exit
+        now = project.get(version)
+        if now["deployment"].get("degraded"):
+            break
+        web = [i for i in now["instances"] if i["role"] == "app-web"
+               and i["status"] == "healthy"][0]
+        os.killpg(web["pid"], 9)
+        killed.add(web["id"])
+
+        def next_state(gone: str = web["id"]) -> Any:
+            got = project.get(version)
+            fresh = [i for i in got["instances"] if i["role"] == "app-web"
+                     and i["status"] == "healthy" and i["id"] not in killed | {gone}]
+            return got if fresh or got["deployment"].get("degraded") else None
+        wait_until(next_state, 60, "a relaunch or the give-up")
+    now = project.get(version)
+    dep = now["deployment"]
+    assert dep["degraded"] is True and dep["status"] == "running", dep
+    assert dep["error"]["role"] == "app-web" and "not relaunched again" in \
+        dep["error"]["message"], dep["error"]
+    webs = [i for i in now["instances"] if i["role"] == "app-web"]
+    assert not [i for i in webs if i["status"] in ("healthy", "starting")], webs
+    assert len([i for i in webs if i["status"] == "exited"]) >= 4, webs
+    # the rest still serves
+    assert admin_session(project.url_of(now, "scheduler"))
+    # the deploy log says so too (written in batches: once the next batch is in)
+    wait_until(lambda: project.cloud.ok(
+        "GET", f"{project.base}/deployments/{version}/logs", project.s,
+        params={"q": "not relaunched again", "limit": 5})["lines"], 30,
+        "the give-up in the deploy log")
 
 
 def test_kill_9_mid_deployment_leaves_no_orphans_and_resumes(project: Project) -> None:
