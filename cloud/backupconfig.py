@@ -3,7 +3,8 @@ the platform's; the scheduler's ``PUT /admin/api/backups/config`` is forwarded h
 linked): ``enabled``, ``schedule`` (a 5-field cron expression, UTC) and ``retention`` (days a
 backup is kept, 1-3650). Stored on the project row; a write merges the fields given.
 
-Taking backups on that schedule is not built yet: the settings are recorded and shown.
+The platform's worker takes backups on that schedule and deletes them past their retention
+(``cloud.backupsched``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ class BackupConfig:
     async def get(self, project: dict[str, Any]) -> dict[str, Any]:
         row = await self.store.get("project", project["id"])
         return {**DEFAULT, **((row or {}).get("backup_config") or {})}
+
+    async def last_run(self, project: dict[str, Any]) -> dict[str, Any] | None:
+        """What the schedule last did (``cloud.backupsched``): when, the backup it started,
+        or why it could not; None before its first run."""
+        row = await self.store.get("project", project["id"])
+        state = (row or {}).get("backup_schedule")
+        return dict(state) if state else None
 
     async def set(self, project: dict[str, Any], body: dict[str, Any], who: str,
                   extra: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

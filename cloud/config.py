@@ -23,6 +23,7 @@
 | ``SVC_CLOUD_PUBLIC_URL`` | ``http://<bind>`` | the URL deployed schedulers reach the platform at |
 | ``SVC_CLOUD_RUN_DIR`` | ``$TMPDIR/svc-cloud-<port>-deployments`` | deployments' working directories |
 | ``SVC_CLOUD_DEPLOY_TICK_SECS`` | 0.5 | how often the reconcile worker looks for work |
+| ``SVC_CLOUD_BACKUP_TICK_SECS`` | 30 | how often the worker looks for projects whose scheduled backup is due (``cloud.backupsched``); 0 turns scheduled backups off |
 | ``SVC_CLOUD_RELAUNCH_BACKOFF_SECS`` | 1 | the first wait before an exited instance is relaunched (then doubled: 1, 2, 4 s) |
 | ``SVC_CLOUD_EXECUTOR`` | ``local`` | ``local`` processes; ``docker``: containers (``cloud.docker_executor``); ``none``: no reconcile worker (a control plane only: deployments stay queued, repo commits ``new``) |
 | ``SVC_CLOUD_DOCKER_HOST`` | ``DOCKER_HOST`` | the Docker daemon of ``docker`` (else the SDK's default socket) |
@@ -176,6 +177,7 @@ class CloudConfig:
     run_dir: str = ""
     deploy_tick_secs: float = 0.5
     relaunch_backoff_secs: float = 1.0
+    backup_tick_secs: float = 30.0
     executor: str = "local"
     docker: DockerSettings = field(default_factory=DockerSettings)
 
@@ -251,6 +253,7 @@ class CloudConfig:
             run_dir=env.get("SVC_CLOUD_RUN_DIR", "").strip(),
             deploy_tick_secs=_secs(env, "SVC_CLOUD_DEPLOY_TICK_SECS", 0.5) or 0.5,
             relaunch_backoff_secs=_secs(env, "SVC_CLOUD_RELAUNCH_BACKOFF_SECS", 1.0),
+            backup_tick_secs=_secs(env, "SVC_CLOUD_BACKUP_TICK_SECS", 30.0),
             executor=_executor(env),
             docker=_docker(env),
         )

@@ -380,7 +380,8 @@ async def backup_delete(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
 
 
 async def backups_config_get(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:
-    return {"config": await ctx.services.backup_config.get(ctx.project)}
+    return {"config": await ctx.services.backup_config.get(ctx.project),
+            "last_run": await ctx.services.backup_config.last_run(ctx.project)}
 
 
 async def backups_configure(ctx: Ctx, a: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,8 @@ __all__ = ["SCHEMA", "Duplicate", "Store", "guard", "limit_guard", "new_id", "no
 
 TABLES = ("user", "tenant", "member", "token", "signin_failure", "project", "tenant_key",
           "value", "value_version", "domain", "repo_link", "repo_commit", "usage_event",
-          "usage_rollup", "audit_event", "deployment", "instance", "log_line")
+          "usage_rollup", "audit_event", "deployment", "instance", "log_line",
+          "scheduled_backup")
 
 SCHEMA: tuple[str, ...] = (
     *(f"DEFINE TABLE IF NOT EXISTS {t} SCHEMALESS" for t in TABLES),
@@ -50,6 +51,7 @@ SCHEMA: tuple[str, ...] = (
     "DEFINE INDEX IF NOT EXISTS domain_hostname ON domain FIELDS hostname UNIQUE",
     "DEFINE INDEX IF NOT EXISTS domain_project ON domain FIELDS project",
     "DEFINE INDEX IF NOT EXISTS repo_link_project ON repo_link FIELDS project",
+    "DEFINE INDEX IF NOT EXISTS scheduled_backup_project ON scheduled_backup FIELDS project",
     "DEFINE INDEX IF NOT EXISTS repo_commit_link ON repo_commit FIELDS link",
     "DEFINE INDEX IF NOT EXISTS usage_event_tenant ON usage_event FIELDS tenant, hour",
     "DEFINE INDEX IF NOT EXISTS usage_rollup_tenant ON usage_rollup FIELDS tenant, hour",

@@ -5,6 +5,8 @@ one per gunicorn worker):
 * usage: every ``SVC_CLOUD_USAGE_SAMPLE_SECS``, a storage sample per project and the rollups of
   the recent hours (``cloud.usage``);
 * deployments: the reconcile worker (``cloud.reconcile``), the only caller of an executor;
+* scheduled backups: every ``SVC_CLOUD_BACKUP_TICK_SECS``, the projects whose backup is due
+  on their schedule, and retention (``cloud.backupsched``);
 * housekeeping on the same tick: projects past their retention purged, tenant data keys
   re-wrapped under the key ring's primary key (``cloud.keys``; also once at start).
 
@@ -19,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from cloud.backupsched import BackupScheduler
 from cloud.docker_executor import DockerExecutor, LocalWithContainers
 from cloud.executor import Executor, LocalExecutor
 from cloud.reconcile import Reconciler, default_run_dir
@@ -40,6 +43,7 @@ class Worker:
             Path(self.cfg.run_dir) if self.cfg.run_dir else default_run_dir(self.cfg.port),
             executor=self._executor(),
             tick=self.cfg.deploy_tick_secs, relaunch_backoff=self.cfg.relaunch_backoff_secs)
+        self.backup_schedule = BackupScheduler(services.store, services.backups)
 
     def _executor(self) -> Executor:
         docker = DockerExecutor(self.cfg.docker, platform=f"{self.cfg.host}:{self.cfg.port}")
@@ -84,6 +88,10 @@ class Worker:
         if self.cfg.repo_poll_secs > 0:
             loops.append(loop.create_task(self._every(self.cfg.repo_poll_secs, "repo poll",
                                                       self.poll_links)))
+        if self.cfg.backup_tick_secs > 0 and self.cfg.executor != "none":
+            loops.append(loop.create_task(self._every(self.cfg.backup_tick_secs,
+                                                      "scheduled backups",
+                                                      self.backup_schedule.tick)))
         if self.cfg.usage_sample_secs > 0:
             loops.append(loop.create_task(self._every(self.cfg.usage_sample_secs, "usage tick",
                                                       self.usage_tick)))

@@ -108,7 +108,7 @@ def cloud(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
     tmp = tmp_path_factory.mktemp("cloud-deploy")
     c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="local",
                    SVC_CLOUD_REPO_POLL_SECS="0.3", SVC_CLOUD_USAGE_SAMPLE_SECS="1",
-                   SVC_CLOUD_RELAUNCH_BACKOFF_SECS="0.05",
+                   SVC_CLOUD_RELAUNCH_BACKOFF_SECS="0.05", SVC_CLOUD_BACKUP_TICK_SECS="1",
                    # a daemon nobody runs: a container app is refused, whatever this host has
                    SVC_CLOUD_DOCKER_HOST="unix:///nonexistent/docker.sock")
     c.start()
@@ -715,6 +715,33 @@ async def test_backups_through_the_platform(project: Project, s3: S3Server,
     assert out.returncode == 0 and '"done"' in out.stdout, out.stderr
     out = cli("backups", "ls", "-p", project.slug + "-idle")
     assert out.returncode != 0 and "not_running" in out.stderr, out.stderr
+
+
+def test_backups_are_taken_on_the_configured_schedule(project: Project, s3: S3Server) -> None:
+    """The platform's worker takes a project's backups on its schedule (every minute here:
+    cron has no finer unit) through the running deployment's scheduler."""
+    c = project.cloud
+    base = project.base + "/backups"
+    before = {r["backup_id"] for r in c.ok("GET", base, project.s)["backups"]["local"]}
+    c.ok("PUT", base + "/config", project.s,
+         {"enabled": True, "schedule": "* * * * *", "retention": 7})
+    try:
+        def scheduled() -> list[dict[str, Any]]:
+            local = c.ok("GET", base, project.s)["backups"]["local"]
+            return [r for r in local if r["backup_id"] not in before
+                    and str(r.get("name") or "").startswith("scheduled ")
+                    and r["status"] in ("done", "failed")]
+        try:
+            got = wait_until(scheduled, 150, "a backup taken on the schedule")
+        except AssertionError:
+            raise AssertionError(c.ok("GET", base + "/config", project.s)) from None
+        ran = c.ok("GET", base + "/config", project.s)["last_run"]
+        # what the schedule did last is shown with the settings
+        assert ran["last_backup"] and ran.get("last_error") is None, ran
+    finally:
+        c.ok("PUT", base + "/config", project.s, {"enabled": False})
+    assert [r["status"] for r in got] == ["done"] * len(got), got
+    assert got[0]["name"].endswith(" UTC")
 
 
 def test_a_rollback_runs_with_the_env_of_the_deployment_rolled_back_to(

@@ -186,3 +186,14 @@ def test_a_container_app_without_a_daemon_is_refused_naming_why(tmp_path: Path) 
     assert e.value.message == ("app box: a container app (image x/box:2) needs a Docker "
                                "daemon: none answers")
 
+
+def test_the_backup_schedule_gives_the_next_time_after_the_last() -> None:
+    from datetime import UTC, datetime
+
+    from cloud.backupsched import next_due
+
+    last = datetime(2026, 3, 1, 2, 59, 30, tzinfo=UTC)
+    assert next_due("0 3 * * *", last) == datetime(2026, 3, 1, 3, 0, tzinfo=UTC)
+    assert next_due("0 3 * * *", datetime(2026, 3, 1, 3, 0, tzinfo=UTC)) == \
+        datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
+    assert next_due("not cron", last) is None
