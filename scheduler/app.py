@@ -201,9 +201,51 @@ class SspRegister:
             raise bad_request("url: must start with http:// or https://")
         if len(ssp_id) > SSP_ID_MAX or len(url) > URL_MAX:
             raise bad_request(f"ssp_id and url: at most {SSP_ID_MAX} and {URL_MAX} characters")
+        warm = _warm_position(body.get("warm"))
         require_peer(req, ssp_id)
         _send(resp, await self.s.register_ssp(ssp_id, url,
-                                              verified=self.s.peer_keys is not None))
+                                              verified=self.s.peer_keys is not None,
+                                              warm=warm))
+
+
+def _warm_position(raw: Any) -> tuple[str, int] | None:
+    """The optional `warm` field of `POST /ssp/register` (ours): `{epoch, seq}`."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise bad_request("warm: must be an object {epoch, seq}")
+    epoch, seq = raw.get("epoch"), raw.get("seq")
+    if not isinstance(epoch, str) or not epoch or len(epoch) > 200:
+        raise bad_request("warm.epoch: must be a non-empty string")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise bad_request("warm.seq: must be an integer >= 0")
+    return epoch, seq
+
+
+CATCHUP_MAX = 1000
+
+
+class SspCatchup:
+    """`POST /ssp/catchup` (ours): the WAL events of a warm start (`SspPool.catchup`)."""
+
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = _obj(await _json_body(req))
+        ssp_id = _str_field(body, "ssp_id")
+        assert ssp_id is not None
+        bounds = []
+        for key in ("after", "through"):
+            v = body.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise bad_request(f"{key}: must be an integer >= 0")
+            bounds.append(v)
+        limit = body.get("limit", CATCHUP_MAX)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= CATCHUP_MAX:
+            raise bad_request(f"limit: must be an integer from 1 to {CATCHUP_MAX}")
+        require_peer(req, ssp_id)
+        _send(resp, self.s.catchup(ssp_id, bounds[0], bounds[1], limit))
 
 
 class SspHeartbeat:
@@ -294,6 +336,7 @@ def create_app(s: Scheduler, meter: Meter | None = None
     app.add_route("/view/register", ViewRegister(s))
     app.add_route("/view/unregister", ViewUnregister(s))
     app.add_route("/ssp/register", SspRegister(s))
+    app.add_route("/ssp/catchup", SspCatchup(s))
     app.add_route("/ssp/heartbeat", SspHeartbeat(s))
     app.add_route("/ssp/bootstrap-progress", SspProgress(s))
     app.add_route("/admin/resync", AdminResync(s))
