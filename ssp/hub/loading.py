@@ -105,6 +105,42 @@ class Loading:
         finally:
             self._proxy = None
 
+    async def load_linked_snapshot(self, snap: dict[str, Any], source: ProxySource) -> None:
+        """Scheduler mode, warm: the snapshot's rows of every synced table (the list from
+        `source`, the proxy); a table the snapshot lacks is loaded through the proxy."""
+        state = self.state
+        state.status = "bootstrapping"
+        self._proxy = source
+        state.wire_hashes = {}
+        try:
+            tables = await self.synced_tables()
+            state.bootstrap_warnings = []
+            saved = snap.get("rows") or {}
+            for t in tables:
+                encoded = saved.get(t)
+                if encoded is None:
+                    await self.load_table(t)
+                else:
+                    await self.field_types(t)
+                    await self._put_rows(t, encoded)
+        finally:
+            self._proxy = None
+
+    async def _put_rows(self, table: str, encoded: list[str]) -> None:
+        """A table's rows from a snapshot (base64 canonical bytes) into the arena and shards."""
+        state = self.state
+        state.tables.add(table)
+        state.rows.add_table(table)
+        rids = []
+        for e in encoded:
+            b = base64.b64decode(e)
+            row = unpack_value(b)
+            rid = record_id_text(row["id"])
+            state.rows.put_bytes(table, rid, b)
+            state.rv[rid] = row.get("_00_rv")
+            rids.append(rid)
+        await self.pool.load_into(state.shards, table, rids)
+
     async def clear(self, *, views: bool, tables: bool = True) -> None:
         """Every row gone, in the hub and in fresh shard processes; `views`: the registry and
         the publisher's pending work too; `tables`: the known tables too (loaded again).
@@ -207,17 +243,7 @@ class Loading:
                 state.cursor.follow(t, cursor_now)
                 continue
             await self.field_types(t)
-            state.tables.add(t)
-            state.rows.add_table(t)
-            rids = []
-            for e in encoded:
-                b = base64.b64decode(e)
-                row = unpack_value(b)
-                rid = record_id_text(row["id"])
-                state.rows.put_bytes(t, rid, b)
-                state.rv[rid] = row.get("_00_rv")
-                rids.append(rid)
-            await self.pool.load_into(state.shards, t, rids)
+            await self._put_rows(t, encoded)
             state.cursor.follow(t, int(cur))
         qc = snap.get("cursors", {}).get(QUERY_TABLE)
         if qc is not None:

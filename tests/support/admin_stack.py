@@ -147,8 +147,9 @@ class SupervisedSsp:
 
 
 def start_ssp(tmp: Path, host: DbHost, ns: str, scheduler: AdminScheduler,
-              **env: str) -> SupervisedSsp:
-    port = free_port()
+              port: int | None = None, **env: str) -> SupervisedSsp:
+    """`port`: that of an SSP stopped before, to start it again (same id, same snapshot)."""
+    port = port or free_port()
     data = tmp / f"ssp-data-{port}"
     mp = ManagedProcess(
         "supervisor",
