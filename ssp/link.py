@@ -14,6 +14,10 @@ Sequence (contract "SSP scheduler mode"):
    from `SVC_AUTH_SECRET` when set, `ipc.peerauth`; the same on every call below). A
    progress POST after every table (advisory: failures are logged, never retried).
    `last_seq` starts at `snapshot_seq` (events up to it are in the snapshot).
+   Warm (ours): with a snapshot holding a scheduler position (`ssp.hub.snapshot`), the
+   registration offers it (`warm: {epoch, seq}`); accepted, the snapshot's rows are loaded
+   instead and the events after them, up to `snapshot_seq`, read from `/ssp/catchup`; a
+   refusal or any failure on the way (the integrity check included) bootstraps cold.
 3. Integrity: own per-table counts and hashes vs `GET {scheduler}/health/snapshot`, over the
    tables the SSP syncs (a table missing on one side counts 0 rows, hash 0). A mismatch reloads
    from the proxy and checks again; the third failed check exits 2.
