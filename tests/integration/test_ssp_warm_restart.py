@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from ipc.peerauth import ssp_credential
 from tests.support.admin_stack import (
     AUTH_SECRET,
     BREAKGLASS,
@@ -184,6 +185,17 @@ async def test_a_restart_while_writes_go_on_is_warm_and_loses_nothing(stack: Sta
             log = st.ssp.process.log_text()
             assert "warm start from the snapshot at seq" in log
             await converged(http, st, root)
+            # the WAL's events go to the SSP that asks for itself, with its own credential
+            ask = {"ssp_id": st.ssp.ssp_id, "after": 0, "through": 1}
+            for bearer in (None, ssp_credential(AUTH_SECRET, "ssp-other")):
+                headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+                async with http.post(st.sched.url + "/ssp/catchup", json=ask,
+                                     headers=headers) as r:
+                    assert r.status == 401, (bearer is None, r.status)
+            async with http.post(st.sched.url + "/ssp/catchup", json=ask, headers={
+                    "Authorization": f"Bearer {ssp_credential(AUTH_SECRET, st.ssp.ssp_id)}"}
+                                 ) as r:
+                assert r.status == 404  # its own, but it is no longer starting warm
     finally:
         await root.close()
 
