@@ -214,12 +214,21 @@ def _warm_position(raw: Any) -> tuple[str, int] | None:
         return None
     if not isinstance(raw, dict):
         raise bad_request("warm: must be an object {epoch, seq}")
-    epoch, seq = raw.get("epoch"), raw.get("seq")
+    epoch = raw.get("epoch")
     if not isinstance(epoch, str) or not epoch or len(epoch) > 200:
         raise bad_request("warm.epoch: must be a non-empty string")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise bad_request("warm.seq: must be an integer >= 0")
-    return epoch, seq
+    return epoch, _count(raw, "seq", "warm.seq")
+
+
+def _count(body: dict[str, Any], key: str, name: str | None = None, *, low: int = 0,
+           high: int | None = None, default: int | None = None) -> int:
+    """An integer field from `low` to `high` (400 naming it otherwise)."""
+    v = body.get(key, default)
+    if (not isinstance(v, int) or isinstance(v, bool) or v < low
+            or (high is not None and v > high)):
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise bad_request(f"{name or key}: must be an integer {bound}")
+    return v
 
 
 CATCHUP_MAX = 1000
@@ -235,17 +244,10 @@ class SspCatchup:
         body = _obj(await _json_body(req))
         ssp_id = _str_field(body, "ssp_id")
         assert ssp_id is not None
-        bounds = []
-        for key in ("after", "through"):
-            v = body.get(key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise bad_request(f"{key}: must be an integer >= 0")
-            bounds.append(v)
-        limit = body.get("limit", CATCHUP_MAX)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= CATCHUP_MAX:
-            raise bad_request(f"limit: must be an integer from 1 to {CATCHUP_MAX}")
+        after, through = _count(body, "after"), _count(body, "through")
+        limit = _count(body, "limit", low=1, high=CATCHUP_MAX, default=CATCHUP_MAX)
         require_peer(req, ssp_id)
-        _send(resp, self.s.catchup(ssp_id, bounds[0], bounds[1], limit))
+        _send(resp, self.s.catchup(ssp_id, after, through, limit))
 
 
 class SspHeartbeat:

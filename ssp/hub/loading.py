@@ -88,41 +88,28 @@ class Loading:
             await self._catch_up()
         await self.views.restore_all()
 
-    async def bootstrap_from(self, source: ProxySource, progress: Any = None) -> None:
-        """Scheduler mode: load every synced table from `source` (the proxy), no snapshot,
-        no feed cursors, no view restore; `progress(done, total, rows, table)` per table."""
+    async def bootstrap_from(self, source: ProxySource, progress: Any = None,
+                             snap: dict[str, Any] | None = None) -> None:
+        """Scheduler mode: load every synced table from `source` (the proxy), no feed cursors,
+        no view restore; `progress(done, total, rows, table)` per table. `snap` (a warm
+        start): a table it holds comes from its rows instead, the others from the proxy."""
         state = self.state
         state.status = "bootstrapping"
         self._proxy = source
         state.wire_hashes = {}
+        saved = (snap or {}).get("rows") or {}
         try:
             tables = await self.synced_tables()
             state.bootstrap_warnings = []
             for i, t in enumerate(tables):
-                await self.load_table(t)
-                if progress is not None:
-                    await progress(i + 1, len(tables), state.row_count(), t)
-        finally:
-            self._proxy = None
-
-    async def load_linked_snapshot(self, snap: dict[str, Any], source: ProxySource) -> None:
-        """Scheduler mode, warm: the snapshot's rows of every synced table (the list from
-        `source`, the proxy); a table the snapshot lacks is loaded through the proxy."""
-        state = self.state
-        state.status = "bootstrapping"
-        self._proxy = source
-        state.wire_hashes = {}
-        try:
-            tables = await self.synced_tables()
-            state.bootstrap_warnings = []
-            saved = snap.get("rows") or {}
-            for t in tables:
                 encoded = saved.get(t)
                 if encoded is None:
                     await self.load_table(t)
                 else:
                     await self.field_types(t)
                     await self._put_rows(t, encoded)
+                if progress is not None:
+                    await progress(i + 1, len(tables), state.row_count(), t)
         finally:
             self._proxy = None
 

@@ -186,7 +186,7 @@ class Hub(HubState):
 
     async def load_linked_snapshot(self, snap: dict[str, Any], source: ProxySource) -> None:
         """Warm start: the snapshot's rows (tables it lacks through the proxy)."""
-        await self.loading.load_linked_snapshot(snap, source)
+        await self.loading.bootstrap_from(source, snap=snap)
 
     def linked_snapshot(self) -> tuple[dict[str, Any] | None, str]:
         """The snapshot with a scheduler position, or None and why not."""
