@@ -6,6 +6,7 @@ to add one, in code, not raw Markdown."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -149,3 +150,14 @@ def test_the_schedules_page_without_a_schedule_says_how_to_add_one(
     assert "`" not in (page.locator("main").text_content() or "")
     expect(page.locator("main .error, main [role=alert]")).to_have_count(0)
     page.screenshot(path=artifacts / "schedules-empty.png", full_page=True)
+
+
+def test_an_ssps_page_says_how_it_last_started(
+        operator: Page, cluster: AdminCluster, artifacts: Path) -> None:
+    page = operator
+    sid = cluster.ssps[0].ssp_id
+    page.goto(cluster.admin + f"/admin/ssps/{sid}")
+    # a first start has no snapshot: cold, with the pages read and the reason
+    expect(page.locator(f"[data-ssp='{sid}']")).to_contain_text(
+        re.compile(r"Last start\s*cold \(\d+ pages, [\d.]+ s\): no snapshot\.json"))
+    page.screenshot(path=artifacts / "ssp-last-start.png", full_page=True)

@@ -184,6 +184,15 @@ async def test_a_restart_while_writes_go_on_is_warm_and_loses_nothing(stack: Sta
             assert start["events"] > 0  # the writes made while it was down were caught up
             log = st.ssp.process.log_text()
             assert "warm start from the snapshot at seq" in log
+
+            async def shown() -> bool:  # the heartbeat carries it to the admin plane
+                async with http.get(st.sched.admin + "/admin/api/overview", headers={
+                        "Authorization": f"Bearer {st.token}"}) as r:
+                    ov = await r.json()
+                mine = [x for x in ov["ssps"] if x["id"] == st.ssp.ssp_id]
+                return bool(mine and (mine[0].get("start") or {}).get("mode") == "warm")
+
+            await wait_for(shown, 30, "the admin overview says the SSP started warm")
             await converged(http, st, root)
             # the WAL's events go to the SSP that asks for itself, with its own credential
             ask = {"ssp_id": st.ssp.ssp_id, "after": 0, "through": 1}
