@@ -109,9 +109,13 @@ class SspPool:
         if not self.s.epoch or epoch != self.s.epoch:
             return ("the snapshot is of another replica epoch (re-cloned, restored or reset "
                     "since)")
+        if seq > self.s.wal.last_seq:
+            return (f"the snapshot's position {seq} is ahead of the WAL's last event "
+                    f"{self.s.wal.last_seq} (the WAL lost events)")
         if seq > snapshot_seq:
-            return (f"the snapshot's position {seq} is ahead of the replica's {snapshot_seq} "
-                    "(the WAL lost events)")
+            # the integrity check compares with the replica as frozen, behind these rows
+            return (f"the snapshot's position {seq} is ahead of the replica's {snapshot_seq}, "
+                    "held there by another SSP's bootstrap")
         first = self.s.wal.first_seq
         if first > seq + 1:
             return (f"the WAL no longer holds events {seq + 1}..{first - 1} (retention: "
