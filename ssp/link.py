@@ -415,9 +415,10 @@ class SchedulerLink:
             hub.last_seq = position
             caught = await self.catch_up(position, seq)
             problems = await self.integrity_problems()
-        except (ProxyError, DbError, ValueError) as e:
-            log.warning("warm start failed (%s); bootstrapping cold", e)
-            return f"the warm start failed: {e}"
+        except Exception as e:  # noqa: BLE001 - a damaged snapshot must not stop the start
+            # (raised out of here, the relaunched SSP would read the same snapshot again)
+            log.warning("warm start failed (%s: %s); bootstrapping cold", type(e).__name__, e)
+            return f"the warm start failed: {type(e).__name__}: {str(e)[:200]}"
         if problems:
             log.warning("warm start does not match the scheduler's snapshot (%s); "
                         "bootstrapping cold", "; ".join(problems[:10]))
