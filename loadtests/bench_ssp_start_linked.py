@@ -111,7 +111,8 @@ async def main() -> int:
         await seed(db, world, args.rows)
         apply_schema(host, ns, ns, "changefeed")
         sched = start_scheduler(tmp, host, ns, env={"SVC_INGEST_TRANSPORT": "changefeed"},
-                                snapshot_update_interval_secs=5, bootstrap_timeout_secs=900)
+                                snapshot_update_interval_secs=5, bootstrap_timeout_secs=900,
+                                ready_timeout=900)  # its first clone reads every row
         ssp = start_ssp(tmp, host, ns, sched, SVC_INGEST_TRANSPORT="changefeed",
                         SVC_SSP_REF_MODE="single", SVC_SCHEMA_POLL_SECS="0",
                         SVC_SSP_QUERY_UPDATE_THROTTLE_MS="100")
