@@ -201,9 +201,53 @@ class SspRegister:
             raise bad_request("url: must start with http:// or https://")
         if len(ssp_id) > SSP_ID_MAX or len(url) > URL_MAX:
             raise bad_request(f"ssp_id and url: at most {SSP_ID_MAX} and {URL_MAX} characters")
+        warm = _warm_position(body.get("warm"))
         require_peer(req, ssp_id)
         _send(resp, await self.s.register_ssp(ssp_id, url,
-                                              verified=self.s.peer_keys is not None))
+                                              verified=self.s.peer_keys is not None,
+                                              warm=warm))
+
+
+def _warm_position(raw: Any) -> tuple[str, int] | None:
+    """The optional `warm` field of `POST /ssp/register` (ours): `{epoch, seq}`."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise bad_request("warm: must be an object {epoch, seq}")
+    epoch = raw.get("epoch")
+    if not isinstance(epoch, str) or not epoch or len(epoch) > 200:
+        raise bad_request("warm.epoch: must be a non-empty string")
+    return epoch, _count(raw, "seq", "warm.seq")
+
+
+def _count(body: dict[str, Any], key: str, name: str | None = None, *, low: int = 0,
+           high: int | None = None, default: int | None = None) -> int:
+    """An integer field from `low` to `high` (400 naming it otherwise)."""
+    v = body.get(key, default)
+    if (not isinstance(v, int) or isinstance(v, bool) or v < low
+            or (high is not None and v > high)):
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise bad_request(f"{name or key}: must be an integer {bound}")
+    return v
+
+
+CATCHUP_MAX = 1000
+
+
+class SspCatchup:
+    """`POST /ssp/catchup` (ours): the WAL events of a warm start (`SspPool.catchup`)."""
+
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = _obj(await _json_body(req))
+        ssp_id = _str_field(body, "ssp_id")
+        assert ssp_id is not None
+        after, through = _count(body, "after"), _count(body, "through")
+        limit = _count(body, "limit", low=1, high=CATCHUP_MAX, default=CATCHUP_MAX)
+        require_peer(req, ssp_id)
+        _send(resp, self.s.catchup(ssp_id, after, through, limit))
 
 
 class SspHeartbeat:
@@ -294,6 +338,7 @@ def create_app(s: Scheduler, meter: Meter | None = None
     app.add_route("/view/register", ViewRegister(s))
     app.add_route("/view/unregister", ViewUnregister(s))
     app.add_route("/ssp/register", SspRegister(s))
+    app.add_route("/ssp/catchup", SspCatchup(s))
     app.add_route("/ssp/heartbeat", SspHeartbeat(s))
     app.add_route("/ssp/bootstrap-progress", SspProgress(s))
     app.add_route("/admin/resync", AdminResync(s))

@@ -185,6 +185,10 @@ class SchedulerConfig:
     # ours, SVC_HTTP_READ_TIMEOUT_SECS: a connection of any listener that waits for or reads a
     # request this long is closed (scheduler.serving); the default is the keep-alive time
     http_read_timeout_secs: int = SERVER_KEEPALIVE_SECS
+    # ours, SVC_WAL_RETAIN_EVENTS: events the WAL keeps after the replica absorbed them (whole
+    # segments go once every event in them is older), so a restarted SSP can start warm from
+    # its snapshot's position and be sent only what it missed (`scheduler.ssppool`)
+    wal_retain_events: int = 100_000
 
     @property
     def data_dir(self) -> Path:
@@ -581,4 +585,5 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         metrics_exporters=metrics_exporters,
         metrics_export_interval_ms=export_interval,
         http_read_timeout_secs=_env_int(env, "SVC_HTTP_READ_TIMEOUT_SECS", SERVER_KEEPALIVE_SECS),
+        wal_retain_events=_env_int(env, "SVC_WAL_RETAIN_EVENTS", 100_000, minimum=0),
     )

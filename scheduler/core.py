@@ -56,6 +56,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,8 @@ class Scheduler(CoordinatorState):
             # A new replica, or a clone that a crash interrupted (events replayed from the
             # WAL on top of a partial clone would otherwise pass for a complete replica).
             await self._clone("startup")
+        else:
+            self.epoch = self._marker_epoch()
         self.state = "restoring" if self.restore_hold else "ready"
         log.info("scheduler %s: applied_seq=%d latest_seq=%d", self.state,
                  self.replica.applied_seq, self.wal.last_seq)
@@ -269,9 +272,14 @@ class Scheduler(CoordinatorState):
     # What the listener (`scheduler.app`), the admin plane and the job plane call; the work is
     # in the components.
 
-    async def register_ssp(self, ssp_id: str, url: str, *, verified: bool = False) -> Reply:
+    async def register_ssp(self, ssp_id: str, url: str, *, verified: bool = False,
+                           warm: tuple[str, int] | None = None) -> Reply:
         """``POST /ssp/register`` (`SspPool.register_ssp`)."""
-        return await self.pool.register_ssp(ssp_id, url, verified=verified)
+        return await self.pool.register_ssp(ssp_id, url, verified=verified, warm=warm)
+
+    def catchup(self, ssp_id: str, after: int, through: int, limit: int) -> Reply:
+        """``POST /ssp/catchup`` (`SspPool.catchup`)."""
+        return self.pool.catchup(ssp_id, after, through, limit)
 
     def heartbeat(self, body: Mapping[str, Any]) -> Reply:
         """``POST /ssp/heartbeat`` (`SspPool.heartbeat`)."""
@@ -459,6 +467,22 @@ class Scheduler(CoordinatorState):
         p = self.cfg.replica_db_path
         return p.with_name(p.name + ".cloned")
 
+    def _marker_epoch(self) -> str:
+        """The epoch the clone marker names; a marker of an older release names none, so
+        one is given to it now (the SSPs' snapshots from before carry none either)."""
+        try:
+            doc = json.loads(self._clone_marker.read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        epoch = doc.get("epoch")
+        if isinstance(epoch, str) and epoch:
+            return epoch
+        doc["epoch"] = uuid.uuid4().hex
+        self._clone_marker.write_text(json.dumps(doc))
+        return str(doc["epoch"])
+
     async def _clone(self, reason: str) -> None:
         self.state = "cloning"
         async with self.drain_lock:
@@ -477,7 +501,10 @@ class Scheduler(CoordinatorState):
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
             await asyncio.to_thread(self.apply_wal)
-            self._clone_marker.write_text(json.dumps({"reason": reason, "at": started}))
+            epoch = uuid.uuid4().hex
+            self._clone_marker.write_text(json.dumps({"reason": reason, "at": started,
+                                                      "epoch": epoch}))
+            self.epoch = epoch
         self.last_clone = {"reason": reason, "at": started, "secs": time.time() - started,
                            "rows": sum(counts.values())}
         self.drift.note_recloned()

@@ -100,6 +100,9 @@ class SspEntry:
     answered_at: float | None = None
     # Ready at least once since it registered.
     was_ready: bool = False
+    # A warm start (`SspPool.register_ssp`): the SSP holds the rows up to this seq and reads
+    # the events after it, up to `snapshot_seq`, from `/ssp/catchup`; None: a cold bootstrap.
+    warm_from: int | None = None
 
     def cpu(self) -> float:
         v = self.metrics.get("cpu_usage")

@@ -9,7 +9,7 @@ default, SECURITY.md):
 | policy | routes | accepted bearer |
 |---|---|---|
 | `SSP` | `/proxy/*`, `/job/*` | the secret, or any SSP's credential (`ipc.peerauth`) |
-| `SSP_SELF` | `/ssp/register`, `/ssp/heartbeat` | the secret, or the credential of the SSP the body names |
+| `SSP_SELF` | `/ssp/register`, `/ssp/heartbeat`, `/ssp/catchup` | the secret, or the credential of the SSP the body names |
 | `OPTIONAL` | `/ssp/bootstrap-progress` | none needed (the spec says 200 always); kept only when authenticated |
 | `MASTER` | `/admin/resync`, `/backup/*`, `PUT /backends` | the secret |
 
@@ -40,7 +40,7 @@ MASTER = "master"
 
 _BY_TEMPLATE = {
     "/proxy/query": SSP, "/proxy/signin": SSP, "/proxy/use": SSP,
-    "/ssp/register": SSP_SELF, "/ssp/heartbeat": SSP_SELF,
+    "/ssp/register": SSP_SELF, "/ssp/heartbeat": SSP_SELF, "/ssp/catchup": SSP_SELF,
     "/ssp/bootstrap-progress": OPTIONAL,
     "/job/dispatch": SSP, "/job/result": SSP, "/job/kill": SSP, "/job/retry": SSP,
     "/job/recover": SSP,

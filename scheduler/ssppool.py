@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from ipc import typed
 from scheduler.delivery import Delivery
 from scheduler.entries import (
     Outbound,
@@ -42,10 +43,17 @@ class SspPool:
         self.roster = roster
         self.delivery = delivery
 
-    async def register_ssp(self, ssp_id: str, url: str, *, verified: bool = False) -> Reply:
+    async def register_ssp(self, ssp_id: str, url: str, *, verified: bool = False,
+                           warm: tuple[str, int] | None = None) -> Reply:
         """``POST /ssp/register`` (body already validated, caller authenticated where the
-        secret is set: ``verified``): 202 ``{snapshot_seq}``; 503 while the scheduler is not
-        ready or too many SSPs bootstrap (see ``MAX_BOOTSTRAPPING``)."""
+        secret is set: ``verified``): 202 ``{snapshot_seq, epoch, warm}``; 503 while the
+        scheduler is not ready or too many SSPs bootstrap (see ``MAX_BOOTSTRAPPING``).
+
+        ``warm`` (ours): the ``(epoch, seq)`` of the rows the SSP's snapshot holds. Accepted
+        when the epoch is this replica's and the WAL still holds every event after ``seq``:
+        the SSP then loads its snapshot and reads the events up to ``snapshot_seq`` from
+        :meth:`catchup` instead of bootstrapping through the proxy. Otherwise the answer
+        says why (``warm_refused``) and the SSP bootstraps cold, as without the field."""
         if self.s.state != "ready":  # cloning, or restoring (scheduler.backups)
             return Reply(503, {"error": self.s.state,
                                "message": f"the scheduler is {self.s.state}; retry"})
@@ -70,6 +78,9 @@ class SspPool:
             snapshot_seq = self.s.replica.freeze()
             entry = SspEntry(ssp_id, url.rstrip("/"), snapshot_seq,
                              auth=self.s.peer_auth(ssp_id), verified=verified)
+            refused = None if warm is None else self.warm_refusal(warm, snapshot_seq)
+            if warm is not None and refused is None:
+                entry.warm_from = warm[1]
             for seq, ev in self.s.wal.replay(snapshot_seq):
                 if seq >= self.s.next_pub:
                     break
@@ -79,8 +90,64 @@ class SspPool:
         entry.sender.add_done_callback(self.s.task_done)
         if len(entry.queue) > self.s.cfg.max_buffer_per_ssp:
             self.roster.flag_ssp(ssp_id, "buffer overflow at registration", True)
-        log.info("SSP %s registered at %s (snapshot_seq=%d)", ssp_id, entry.url, snapshot_seq)
-        return Reply(202, {"snapshot_seq": snapshot_seq})
+        answer: dict[str, Any] = {"snapshot_seq": snapshot_seq, "epoch": self.s.epoch,
+                                  "warm": entry.warm_from is not None}
+        if entry.warm_from is not None:
+            log.info("SSP %s registered at %s (snapshot_seq=%d), warm from seq %d", ssp_id,
+                     entry.url, snapshot_seq, entry.warm_from)
+        else:
+            if refused is not None:
+                answer["warm_refused"] = refused
+                log.info("SSP %s: no warm start (%s)", ssp_id, refused)
+            log.info("SSP %s registered at %s (snapshot_seq=%d)", ssp_id, entry.url,
+                     snapshot_seq)
+        return Reply(202, answer)
+
+    def warm_refusal(self, warm: tuple[str, int], snapshot_seq: int) -> str | None:
+        """Why an SSP holding the rows up to ``warm`` cannot start warm (None: it can)."""
+        epoch, seq = warm
+        if not self.s.epoch or epoch != self.s.epoch:
+            return ("the snapshot is of another replica epoch (re-cloned, restored or reset "
+                    "since)")
+        if seq > self.s.wal.last_seq:
+            return (f"the snapshot's position {seq} is ahead of the WAL's last event "
+                    f"{self.s.wal.last_seq} (the WAL lost events)")
+        if seq > snapshot_seq:
+            # the integrity check compares with the replica as frozen, behind these rows
+            return (f"the snapshot's position {seq} is ahead of the replica's {snapshot_seq}, "
+                    "held there by another SSP's bootstrap")
+        first = self.s.wal.first_seq
+        if first > seq + 1:
+            return (f"the WAL no longer holds events {seq + 1}..{first - 1} (retention: "
+                    f"{self.s.cfg.wal_retain_events} events)")
+        return None
+
+    def catchup(self, ssp_id: str, after: int, through: int, limit: int) -> Reply:
+        """``POST /ssp/catchup`` (ours): the events ``after < seq <= through`` of a warm
+        start, at most ``limit``, as a typed batch (`ipc.typed`, as ``/ingest`` gets them).
+        404 when the SSP is not registered warm, 409 when the range is outside its warm
+        start or the WAL no longer holds it (the SSP then bootstraps cold)."""
+        e = self.s.entries.get(ssp_id)
+        if e is None or e.warm_from is None or e.state is not SspState.BOOTSTRAPPING:
+            return Reply(404, {"error": "not_found", "message": (
+                f"SSP {ssp_id} is not registered for a warm start; register again")})
+        if after < e.warm_from or through > e.snapshot_seq or after > through:
+            return Reply(409, {"error": "out_of_range", "message": (
+                f"the warm start covers seq {e.warm_from}..{e.snapshot_seq}; asked "
+                f"{after}..{through}")})
+        out: list[bytes] = []
+        expect = after + 1
+        for seq, ev in self.s.wal.replay(after):
+            if seq > through or len(out) >= limit:
+                break
+            if seq != expect:
+                break
+            out.append(Outbound(seq, ev).wire())
+            expect += 1
+        if expect <= through and len(out) < limit:
+            return Reply(409, {"error": "gap", "message": (
+                f"the WAL no longer holds seq {expect}; bootstrap cold")})
+        return Reply(200, raw=typed.encode_batch(out), content_type=typed.CONTENT_TYPE)
 
     def heartbeat(self, body: Mapping[str, Any]) -> Reply:
         """``POST /ssp/heartbeat`` (body validated)."""
@@ -95,7 +162,7 @@ class SspPool:
             return Reply(409, {"reason": reason, "clean": clean})
         e.last_heartbeat = time.monotonic()
         for k in ("timestamp", "views", "cpu_usage", "memory_usage", "memory_limit_mb",
-                  "version", "publication", "last_seq"):
+                  "version", "publication", "last_seq", "start"):
             if k in body:
                 e.metrics[k] = body[k]
         # `restoring: true` (ours): the SSP's periodic writers hold still while a restore

@@ -73,6 +73,10 @@ class CoordinatorState:
         self.session: aiohttp.ClientSession | None = None
         # Credentials of the hops to and from the SSPs (`ipc.peerauth`); None without a secret.
         self.peer_keys = PeerKeys(cfg.auth_secret) if cfg.auth_secret else None
+        # Which replica the sequence numbers belong to: a new random text at every clone
+        # (start-up on a new replica, reclone, restore), kept in the clone marker. An SSP's
+        # snapshot of another epoch, or one older than the WAL's first event, starts cold.
+        self.epoch = ""
 
     def peer_auth(self, ssp_id: str) -> dict[str, str]:
         """The Authorization header the scheduler sends SSP ``ssp_id``: the credential derived
@@ -98,4 +102,6 @@ class CoordinatorState:
         res = self.replica.apply(self.wal.replay(self.replica.applied_seq))
         for seq, why in res.rejected[:20]:
             log.warning("replica rejected WAL event %d: %s", seq, why)
-        self.wal.truncate_through(self.replica.applied_seq)
+        # Absorbed events are kept for `wal_retain_events` more: a restarting SSP that holds
+        # the rows up to a position inside them is sent only the events after it.
+        self.wal.truncate_through(self.replica.applied_seq - self.cfg.wal_retain_events)

@@ -113,6 +113,7 @@ class Status:
                 "queued": len(e.queue), "sent_seq": e.sent_seq,
                 "send_failures": e.send_failures,
                 "bootstrap_progress": self.s.progress.get(i),
+                "start": e.metrics.get("start"),
             })
         return {
             "scheduler": {

@@ -14,6 +14,10 @@ Sequence (contract "SSP scheduler mode"):
    from `SVC_AUTH_SECRET` when set, `ipc.peerauth`; the same on every call below). A
    progress POST after every table (advisory: failures are logged, never retried).
    `last_seq` starts at `snapshot_seq` (events up to it are in the snapshot).
+   Warm (ours): with a snapshot holding a scheduler position (`ssp.hub.snapshot`), the
+   registration offers it (`warm: {epoch, seq}`); accepted, the snapshot's rows are loaded
+   instead and the events after them, up to `snapshot_seq`, read from `/ssp/catchup`; a
+   refusal or any failure on the way (the integrity check included) bootstraps cold.
 3. Integrity: own per-table counts and hashes vs `GET {scheduler}/health/snapshot`, over the
    tables the SSP syncs (a table missing on one side counts 0 rows, hash 0). A mismatch reloads
    from the proxy and checks again; the third failed check exits 2.
@@ -93,11 +97,13 @@ def _headers(secret: str | None, **extra: str) -> dict[str, str]:
 class ProxySource:
     """The reads a bootstrap needs, answered by the scheduler's frozen replica."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, secret: str | None
-                 ) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, secret: str | None,
+                 stats: dict[str, int] | None = None) -> None:
         self.session = session
         self.url = f"{base_url}/proxy/query"
         self.secret = secret
+        # Bootstrap pages read (the link's, over every source it made): a warm start reads none.
+        self.stats = stats if stats is not None else {"pages": 0}
 
     async def query_one(self, sql: str, vars: Mapping[str, Any] | None = None, *,
                         idempotent: bool = False) -> Any:
@@ -157,6 +163,7 @@ class ProxySource:
                 page = await self.query_one(
                     f"SELECT * FROM {table} WHERE id > $last ORDER BY id LIMIT {page_size}",
                     {"last": last})
+            self.stats["pages"] = self.stats.get("pages", 0) + 1
             if not page:
                 return
             yield list(page)
@@ -224,6 +231,13 @@ class HubPort(Protocol):
 
     async def forget_rows(self) -> None: ...
 
+    def linked_snapshot(self) -> tuple[dict[str, Any] | None, str]: ...
+
+    async def load_linked_snapshot(self, snap: dict[str, Any], source: ProxySource
+                                   ) -> None: ...
+
+    async def catch_up(self, data: bytes) -> dict[str, Any]: ...
+
 
 class SchedulerLink:
     """One SSP's conversation with its scheduler (see the module docstring)."""
@@ -243,6 +257,14 @@ class SchedulerLink:
         self.last_heartbeat_ms: int | None = None
         self.usage = Usage()
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        # The scheduler's replica epoch (from the registration's answer; ours), recorded in
+        # the snapshot with the position of its rows.
+        self.epoch = ""
+        self.warm_accepted = False
+        self.warm_refused = ""
+        self.stats: dict[str, int] = {"pages": 0}
+        # How the last bootstrap went (`/debug/heartbeat` `start`, each heartbeat's `start`).
+        self.start: dict[str, Any] | None = None
 
     @property
     def own_url(self) -> str:
@@ -262,7 +284,7 @@ class SchedulerLink:
         return self.session
 
     def source(self) -> ProxySource:
-        return ProxySource(self._session(), self.base, self.secret)
+        return ProxySource(self._session(), self.base, self.secret, self.stats)
 
     async def close(self) -> None:
         if self.session is not None:
@@ -271,14 +293,19 @@ class SchedulerLink:
 
     # ------------------------------------------------------------------ register
 
-    async def register(self) -> int:
-        """Register until 202; returns `snapshot_seq`. SchedulerExit 5/6 after the max wait."""
+    async def register(self, warm: tuple[str, int] | None = None) -> int:
+        """Register until 202; returns `snapshot_seq`. SchedulerExit 5/6 after the max wait.
+
+        `warm`: the `(epoch, seq)` of the snapshot's rows (ours): the answer's `warm` says
+        whether the scheduler replays from there (`warm_accepted`, else `warm_refused`)."""
         cfg = self.hub.cfg
         deadline = time.monotonic() + cfg.register_max_wait_secs
         backoff = Backoff(0.2, cap=REGISTER_BACKOFF_MAX_SECS)
         last_status: int | None = None
         last_problem = "no attempt"
-        body = {"ssp_id": cfg.ssp_id, "url": self.own_url}
+        body: dict[str, Any] = {"ssp_id": cfg.ssp_id, "url": self.own_url}
+        if warm is not None:
+            body["warm"] = {"epoch": warm[0], "seq": warm[1]}
         while True:
             try:
                 async with self._session().post(f"{self.base}/ssp/register", json=body,
@@ -286,9 +313,17 @@ class SchedulerLink:
                     last_status = r.status
                     text = await r.text()
                     if r.status == 202:
-                        seq = json.loads(text).get("snapshot_seq")
+                        answer = json.loads(text)
+                        seq = answer.get("snapshot_seq")
                         if isinstance(seq, int) and not isinstance(seq, bool):
                             self.snapshot_seq = seq
+                            # An older scheduler answers neither: no epoch, never warm.
+                            epoch = answer.get("epoch")
+                            self.epoch = epoch if isinstance(epoch, str) else ""
+                            self.warm_accepted = warm is not None and answer.get("warm") is True
+                            self.warm_refused = str(answer.get("warm_refused") or (
+                                "" if warm is None or self.warm_accepted
+                                else "the scheduler does not start SSPs warm"))[:300]
                             log.info("registered with the scheduler as %s (%s); snapshot_seq %d",
                                      cfg.ssp_id, self.own_url, seq)
                             return seq
@@ -321,12 +356,38 @@ class SchedulerLink:
         except (aiohttp.ClientError, TimeoutError) as e:
             log.info("bootstrap progress not delivered: %s", e)
 
-    async def bootstrap(self, forget: Callable[[], Awaitable[None]] | None = None) -> None:
+    async def bootstrap(self, forget: Callable[[], Awaitable[None]] | None = None, *,
+                        warm: bool = False) -> None:
         """Register, load through the proxy, check integrity (3 attempts, then exit 2).
 
-        `forget` drops the loaded rows before another attempt (default `hub.forget_rows`;
-        a caller already holding the hub's exclusive section passes its own)."""
-        seq = await self.register()
+        `warm` (the start-up): with a snapshot holding a scheduler position, offer it; when
+        the scheduler accepts, load the snapshot, apply the events after it up to
+        `snapshot_seq` (`/ssp/catchup`) and check integrity as a cold load would; a failure
+        on the way drops those rows and bootstraps cold. `forget` drops the loaded rows before
+        another attempt (default `hub.forget_rows`; a caller already holding the hub's
+        exclusive section passes its own)."""
+        started = time.monotonic()
+        pages0 = self.stats["pages"]
+        snap, why = self.hub.linked_snapshot() if warm else (None, "a reload")
+        position = None
+        if snap is not None:
+            pos = snap["scheduler"]
+            position = (str(pos["epoch"]), int(pos["seq"]))
+        seq = await self.register(position)
+        if snap is not None and position is not None:
+            if self.warm_accepted:
+                problem = await self._warm(snap, position[1], seq)
+                if problem is None:
+                    self.start = {"mode": "warm", "from_seq": position[1], "to_seq": seq,
+                                  "events": seq - position[1],
+                                  "pages_read": self.stats["pages"] - pages0,
+                                  "secs": round(time.monotonic() - started, 3)}
+                    return
+                why = problem
+                await (forget or self.hub.forget_rows)()
+            else:
+                why = self.warm_refused
+        log.info("cold bootstrap through the scheduler: %s", why)
         for attempt in range(1, INTEGRITY_ATTEMPTS + 1):
             await self.hub.bootstrap_from(self.source(), self.progress)
             self.hub.last_seq = seq
@@ -334,6 +395,9 @@ class SchedulerLink:
             if not problems:
                 log.info("bootstrap through the scheduler verified (%d tables)",
                          len(self.hub.tables))
+                self.start = {"mode": "cold", "why": why,
+                              "pages_read": self.stats["pages"] - pages0,
+                              "secs": round(time.monotonic() - started, 3)}
                 return
             log.error("integrity check %d/%d failed: %s", attempt, INTEGRITY_ATTEMPTS,
                       "; ".join(problems[:10]))
@@ -341,6 +405,54 @@ class SchedulerLink:
                 await (forget or self.hub.forget_rows)()
         raise SchedulerExit(EXIT_INTEGRITY, "the bootstrap never matched the scheduler's "
                                             "snapshot")
+
+    async def _warm(self, snap: dict[str, Any], position: int, seq: int) -> str | None:
+        """The warm start; None when it passed the integrity check, else why not (the
+        caller drops the rows and bootstraps cold)."""
+        hub = self.hub
+        try:
+            await hub.load_linked_snapshot(snap, self.source())
+            hub.last_seq = position
+            caught = await self.catch_up(position, seq)
+            problems = await self.integrity_problems()
+        except Exception as e:  # noqa: BLE001 - a damaged snapshot must not stop the start
+            # (raised out of here, the relaunched SSP would read the same snapshot again)
+            log.warning("warm start failed (%s: %s); bootstrapping cold", type(e).__name__, e)
+            return f"the warm start failed: {type(e).__name__}: {str(e)[:200]}"
+        if problems:
+            log.warning("warm start does not match the scheduler's snapshot (%s); "
+                        "bootstrapping cold", "; ".join(problems[:10]))
+            return "the warm start did not match the scheduler's snapshot"
+        log.info("warm start from the snapshot at seq %d, %d events caught up to seq %d, "
+                 "verified (%d tables)", position, caught, seq, len(hub.tables))
+        return None
+
+    async def catch_up(self, after: int, through: int) -> int:
+        """Apply the events `after < seq <= through` from the scheduler's WAL (in pages);
+        returns how many. ProxyError when the scheduler cannot give them all."""
+        done = 0
+        hub = self.hub
+        while hub.last_seq < through:
+            body = {"ssp_id": self.hub.cfg.ssp_id, "after": hub.last_seq, "through": through}
+            try:
+                async with self._session().post(f"{self.base}/ssp/catchup", json=body,
+                                                headers=_headers(self.secret)) as r:
+                    data = await r.read()
+                    status = r.status
+            except (aiohttp.ClientError, TimeoutError) as e:
+                raise ProxyError(f"/ssp/catchup unreachable: {type(e).__name__}: {e}"
+                                 ) from None
+            if status != 200:
+                raise ProxyError(f"/ssp/catchup answered {status}: "
+                                 f"{data[:300].decode(errors='replace')}")
+            before = hub.last_seq
+            res = await hub.catch_up(data)
+            if res.get("status") != 200:
+                raise ProxyError(f"a catch-up batch was refused: {res.get('body')}")
+            if hub.last_seq <= before:
+                raise ProxyError(f"/ssp/catchup sent nothing after seq {before}")
+            done += hub.last_seq - before
+        return done
 
     async def snapshot(self) -> dict[str, Any]:
         try:
@@ -389,6 +501,8 @@ class SchedulerLink:
             "memory_limit_mb": hub.cfg.memory_limit_mb,
             "version": VERSION,
             "last_seq": hub.last_seq,
+            # ours: how this SSP's last bootstrap went (warm or cold, and why)
+            "start": self.start,
             "publication": {**pub.figures().heartbeat(),
                             "worst_views": pub.worst_views(WORST_VIEWS)},
         }
@@ -458,6 +572,7 @@ class SchedulerLink:
                 "last_heartbeat_status": self.last_heartbeat_status,
                 "last_heartbeat_epoch_ms": self.last_heartbeat_ms,
                 "snapshot_seq": self.snapshot_seq, "last_seq": self.hub.last_seq,
+                "epoch": self.epoch or None, "start": self.start,
                 "upstream_restoring": self.hub.upstream_restoring}
 
 

@@ -62,6 +62,8 @@ class SspInfo:
     send_failures: int
     publication: Mapping[str, Any] | None = None
     bootstrap_progress: Mapping[str, Any] | None = None
+    # how its last bootstrap went (ours: the heartbeat's `start`, warm or cold and why)
+    start: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     # Registered with a credential, or Ready at least once: its troubles are worth an incident.
     trusted: bool = True
@@ -79,7 +81,8 @@ class SspInfo:
                 "version": self.version, "last_heartbeat_seconds_ago": self.last_heartbeat_secs,
                 "queued": self.queued, "sent_seq": self.sent_seq, "acked_seq": self.acked_seq,
                 "send_failures": self.send_failures, "registered_at_ms": self.registered_at_ms,
-                "publication": self.publication, "bootstrap_progress": self.bootstrap_progress}
+                "publication": self.publication, "bootstrap_progress": self.bootstrap_progress,
+                "start": self.start}
 
 
 class Cluster(Protocol):
@@ -204,6 +207,7 @@ class SchedulerCluster:
             send_failures=e.send_failures,
             publication=m.get("publication") if isinstance(m.get("publication"), dict) else None,
             bootstrap_progress=self._s.progress.get(e.ssp_id),
+            start=m.get("start") if isinstance(m.get("start"), dict) else None,
             trusted=bool(e.verified or e.was_ready))
 
     def ssps(self) -> list[SspInfo]:

@@ -8,7 +8,12 @@ ingest rate since the ring's previous sample (null for the first one, and after 
 went back, i.e. a restart of the ingest counter), the live views of the presence sampler, and
 each registered SSP's lag (events sent but not acknowledged, null before its first report) and
 queue. Reading a sample is memory only (the scheduler's own counters): about 2,000 small dicts
-at most, well under a megabyte with a handful of SSPs. A restart of the scheduler starts empty.
+at most, well under a megabyte with a handful of SSPs.
+
+The rings survive a restart of the scheduler: after each sample they are written whole to
+``admin-history.json`` beside its other state files (``ipc.statefile``: a crash leaves the old
+file or the new one), and read back at start, without the samples older than each ring's span.
+The first sample after a restart has no rate (the ingest counter started again).
 
 Query ``range``: ``hour`` (default) or ``day``; 400 otherwise. Answer ``{range, step_secs,
 capacity, samples (oldest first), server_time_ms}``.
@@ -17,18 +22,23 @@ capacity, samples (oldest first), server_time_ms}``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dbclient.clock import now_ms
+from ipc.statefile import read_state, replace_file
 from scheduler.admin.cluster import Cluster
 from scheduler.admin.presence import Presence
 
 log = logging.getLogger("scheduler.admin.history")
 
-__all__ = ["DAY_STEP_SECS", "HOUR_STEP_SECS", "History", "RANGES"]
+__all__ = ["DAY_STEP_SECS", "FILE", "HOUR_STEP_SECS", "History", "RANGES"]
+
+FILE = "admin-history.json"
 
 HOUR_STEP_SECS = 10
 DAY_STEP_SECS = 60
@@ -59,12 +69,47 @@ class _Ring:
 class History:
     """See the module docstring."""
 
-    def __init__(self, cluster: Cluster, presence: Presence) -> None:
+    def __init__(self, cluster: Cluster, presence: Presence,
+                 directory: Path | None = None) -> None:
         self.cluster = cluster
         self.presence = presence
         self.rings = {"hour": _Ring(HOUR_STEP_SECS, 3600 // HOUR_STEP_SECS),
                       "day": _Ring(DAY_STEP_SECS, 86400 // DAY_STEP_SECS)}
         self._ticks = 0
+        self.path = directory / FILE if directory is not None else None
+        self._load()
+
+    def _load(self, now: int | None = None) -> None:
+        """The rings as the last run left them (samples past each ring's span dropped)."""
+        if self.path is None:
+            return
+        raw = read_state(self.path, "chart history", log)
+        rings = raw.get("rings") if isinstance(raw, dict) else None
+        if not isinstance(rings, dict):
+            return
+        now = now_ms() if now is None else now
+        for name, ring in self.rings.items():
+            oldest = now - ring.step_secs * ring.capacity * 1000
+            kept = [x for x in rings.get(name) or ()
+                    if isinstance(x, dict) and isinstance(x.get("t"), int)
+                    and oldest < x["t"] <= now]
+            ring.samples.extend(sorted(kept, key=lambda x: x["t"])[-ring.capacity:])
+        # the day ring samples again one step after its newest sample, not at once
+        newest_day = self.rings["day"].samples[-1]["t"] if self.rings["day"].samples else None
+        if newest_day is not None:
+            elapsed = (now - newest_day) // (HOUR_STEP_SECS * 1000)
+            per = DAY_STEP_SECS // HOUR_STEP_SECS
+            self._ticks = max(1, int(elapsed)) if elapsed < per else 0
+
+    def save(self) -> None:
+        """Write both rings (errors logged: the charts only lose their past)."""
+        if self.path is None:
+            return
+        doc = {"version": 1, "rings": {k: list(r.samples) for k, r in self.rings.items()}}
+        try:
+            replace_file(self.path, json.dumps(doc, separators=(",", ":")).encode())
+        except OSError as e:
+            log.warning("chart history not saved (%s)", e)
 
     def sample(self, t: int | None = None) -> None:
         t = now_ms() if t is None else t
@@ -84,6 +129,7 @@ class History:
         while True:
             try:
                 self.sample()
+                await asyncio.to_thread(self.save)
             except Exception:  # noqa: BLE001 - a chart sample must never stop the loop
                 log.exception("history sample failed")
             await asyncio.sleep(HOUR_STEP_SECS)

@@ -186,6 +186,12 @@ LIVE: tuple[AdminTool, ...] = (
               "One view: query text, params, subscribers, percentiles, SSP memory attribution, "
               "other sessions running the identical query.", "read",
               lambda a: ApiCall("GET", f"/views/{_seg(a['key'])}"), {"key": _STR}, ("key",)),
+    AdminTool("view_unregister", "Unregister a view",
+              "Unregister a view as DELETE /admin/api/views/{key} does: its _00_query row is "
+              "deleted (the spec's way; its client registers again if still open). Answers "
+              "{key, id, unregistered, ssp_id}; 404 without such a view.", "destructive",
+              lambda a: ApiCall("DELETE", f"/views/{_seg(a['key'])}"), {"key": _STR},
+              ("key",)),
 )
 
 _RUN = {"type": "string", "minLength": 1, "maxLength": 200,

@@ -59,7 +59,7 @@ class AdminPlane:
                                     cfg.auth_secret if cfg.cloud_linked else None)
         self.presence = Presence(self.cluster, watched=self.watched)
         self.views = Views(self.cluster, self.presence)
-        self.history = History(self.cluster, self.presence)
+        self.history = History(self.cluster, self.presence, cfg.data_dir)
         self.jobs = JobSampler(self.cluster)
         self.logs = Logs(self.cluster, self.ring)
         self.lifecycle = Lifecycle(self.cluster)

@@ -106,6 +106,18 @@ class Admission:
             state.last_seq = top
             return reply(200, {"accepted": len(events)})
 
+    async def catch_up(self, data: bytes) -> dict[str, Any]:
+        """A warm start's events from the scheduler (`ssp.link`): a typed batch applied as
+        `/ingest` applies one, while the SSP is still bootstrapping (no gate: nothing else
+        ingests then)."""
+        try:
+            body = decode_typed(data, ext_hook)
+        except ValueError as e:
+            return error_reply(400, ErrorCode.INVALID, f"catch-up batch: {e}")
+        if not isinstance(body, list):
+            return error_reply(400, ErrorCode.INVALID, "catch-up batch: not an array")
+        return await self._batch(body, typed=True)
+
     def event(self, body: Any, *, typed: bool = False) -> Event:
         """The sequencer's event of one ingest body; ValueError (BodyError naming the field,
         or `record: ...`) when it cannot be applied."""

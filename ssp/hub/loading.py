@@ -88,22 +88,45 @@ class Loading:
             await self._catch_up()
         await self.views.restore_all()
 
-    async def bootstrap_from(self, source: ProxySource, progress: Any = None) -> None:
-        """Scheduler mode: load every synced table from `source` (the proxy), no snapshot,
-        no feed cursors, no view restore; `progress(done, total, rows, table)` per table."""
+    async def bootstrap_from(self, source: ProxySource, progress: Any = None,
+                             snap: dict[str, Any] | None = None) -> None:
+        """Scheduler mode: load every synced table from `source` (the proxy), no feed cursors,
+        no view restore; `progress(done, total, rows, table)` per table. `snap` (a warm
+        start): a table it holds comes from its rows instead, the others from the proxy."""
         state = self.state
         state.status = "bootstrapping"
         self._proxy = source
         state.wire_hashes = {}
+        saved = (snap or {}).get("rows") or {}
         try:
             tables = await self.synced_tables()
             state.bootstrap_warnings = []
             for i, t in enumerate(tables):
-                await self.load_table(t)
+                encoded = saved.get(t)
+                if encoded is None:
+                    await self.load_table(t)
+                else:
+                    await self.field_types(t)
+                    await self._put_rows(t, encoded)
                 if progress is not None:
                     await progress(i + 1, len(tables), state.row_count(), t)
         finally:
             self._proxy = None
+
+    async def _put_rows(self, table: str, encoded: list[str]) -> None:
+        """A table's rows from a snapshot (base64 canonical bytes) into the arena and shards."""
+        state = self.state
+        state.tables.add(table)
+        state.rows.add_table(table)
+        rids = []
+        for e in encoded:
+            b = base64.b64decode(e)
+            row = unpack_value(b)
+            rid = record_id_text(row["id"])
+            state.rows.put_bytes(table, rid, b)
+            state.rv[rid] = row.get("_00_rv")
+            rids.append(rid)
+        await self.pool.load_into(state.shards, table, rids)
 
     async def clear(self, *, views: bool, tables: bool = True) -> None:
         """Every row gone, in the hub and in fresh shard processes; `views`: the registry and
@@ -207,17 +230,7 @@ class Loading:
                 state.cursor.follow(t, cursor_now)
                 continue
             await self.field_types(t)
-            state.tables.add(t)
-            state.rows.add_table(t)
-            rids = []
-            for e in encoded:
-                b = base64.b64decode(e)
-                row = unpack_value(b)
-                rid = record_id_text(row["id"])
-                state.rows.put_bytes(t, rid, b)
-                state.rv[rid] = row.get("_00_rv")
-                rids.append(rid)
-            await self.pool.load_into(state.shards, t, rids)
+            await self._put_rows(t, encoded)
             state.cursor.follow(t, int(cur))
         qc = snap.get("cursors", {}).get(QUERY_TABLE)
         if qc is not None:

@@ -96,7 +96,9 @@ class Hub(HubState):
                 await self.db.connect()
                 await self.pub_db.connect()
                 if self.link is not None:
-                    await self.link.bootstrap()  # SchedulerExit propagates (exit 2, 5, 6)
+                    # SchedulerExit propagates (exit 2, 5, 6); warm from the snapshot when the
+                    # scheduler's WAL still holds what this SSP missed
+                    await self.link.bootstrap(warm=True)
                 else:
                     await self.loading.bootstrap()
                 break
@@ -181,6 +183,18 @@ class Hub(HubState):
     async def bootstrap_from(self, source: ProxySource, progress: Any = None) -> None:
         """Load every synced table through the scheduler's proxy."""
         await self.loading.bootstrap_from(source, progress)
+
+    async def load_linked_snapshot(self, snap: dict[str, Any], source: ProxySource) -> None:
+        """Warm start: the snapshot's rows (tables it lacks through the proxy)."""
+        await self.loading.bootstrap_from(source, snap=snap)
+
+    def linked_snapshot(self) -> tuple[dict[str, Any] | None, str]:
+        """The snapshot with a scheduler position, or None and why not."""
+        return self.snapshot.read_linked()
+
+    async def catch_up(self, data: bytes) -> dict[str, Any]:
+        """Apply a typed batch of the scheduler's events while bootstrapping."""
+        return await self.admission.catch_up(data)
 
     async def forget_rows(self) -> None:
         """Drop every row and view before a reload from the scheduler."""

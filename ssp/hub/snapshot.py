@@ -1,7 +1,10 @@
 """`snapshot.json` in `SVC_SSP_SNAPSHOT_DIR`: every row (canonical bytes, base64) and the feed
 cursors, written at each checkpoint and at shutdown, read by a standalone changefeed SSP's
-warm start (`ssp.hub.loading`). Over http, or linked to a scheduler, it is never read: such an
-SSP cannot replay what it missed from a position of its own."""
+warm start (`ssp.hub.loading`). A standalone SSP over http never reads it: it cannot replay
+what it missed from a position of its own. A linked SSP records the scheduler's position of
+those rows (`scheduler: {epoch, seq}`, only while it is ready: a half-loaded set has no
+position) and offers it when it registers (`ssp.link`): the scheduler's WAL replays from
+there."""
 
 from __future__ import annotations
 
@@ -44,13 +47,21 @@ class Snapshot:
         path = self.path
         if path is None:
             return False
-        rows = self.state.rows
-        data = {
-            "version": 1, "ssp_id": self.state.cfg.ssp_id, "written_at_ms": now_ms(),
-            "cursors": self.state.cursor.cursors,
+        state = self.state
+        rows = state.rows
+        data: dict[str, Any] = {
+            "version": 1, "ssp_id": state.cfg.ssp_id, "written_at_ms": now_ms(),
+            "cursors": state.cursor.cursors,
             "rows": {t: [base64.b64encode(b).decode() for b in rows.iter_bytes(t)]
                      for t in rows.tables()},
         }
+        link = state.link
+        if link is not None and link.epoch and state.status == "ready":
+            # Read with the rows, no await in between: `last_seq` moves only after a batch's
+            # rows are in the arena, so the rows hold at least every event up to it (events
+            # after it that are in already are applied again on the way back, in order,
+            # which leaves each row as the last of them made it).
+            data["scheduler"] = {"epoch": link.epoch, "seq": state.last_seq}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
@@ -61,6 +72,25 @@ class Snapshot:
         except OSError as e:
             log.warning("snapshot not written (%s): running memory-only", e)
             return False
+
+    def read_linked(self) -> tuple[dict[str, Any] | None, str]:
+        """A linked SSP's snapshot with a scheduler position, or None and why not."""
+        path = self.path
+        if path is None:
+            return None, "no snapshot dir (SVC_SSP_SNAPSHOT_DIR)"
+        if not path.exists():
+            return None, "no snapshot.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            return None, f"snapshot unreadable ({e})"
+        pos = data.get("scheduler") if isinstance(data, dict) else None
+        if data.get("version") != 1 or not isinstance(pos, dict):
+            return None, "the snapshot holds no scheduler position"
+        epoch, seq = pos.get("epoch"), pos.get("seq")
+        if not isinstance(epoch, str) or not isinstance(seq, int) or isinstance(seq, bool):
+            return None, "the snapshot's scheduler position is unreadable"
+        return data, ""
 
     def read(self) -> dict[str, Any] | None:
         """The snapshot to warm-start from (None: start cold)."""

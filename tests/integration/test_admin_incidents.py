@@ -128,9 +128,23 @@ async def test_backend_down_opens_recovers_and_a_kill_9_leaves_it_interrupted(
                 return persisted()
 
             await wait_for(on_disk, 30, "the open incident written to incidents.json")
+
+            async def charted() -> list[int]:  # the chart history, written after each sample
+                _, h = await jreq(http, "GET", admin + "/admin/api/history", tok)
+                try:
+                    saved = json.loads((sched.data / "admin-history.json").read_text())
+                except (OSError, ValueError):
+                    return []
+                t = [x["t"] for x in saved["rings"]["hour"]]
+                return t if t and t == [x["t"] for x in h["samples"]][:len(t)] else []
+
+            sampled = await wait_for(charted, 30, "a chart sample written to admin-history.json")
         sched.process.kill9()
         sched.restart()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+            _, hist = await jreq(http, "GET", admin + "/admin/api/history", tok)
+            # the charts' past came back with the scheduler
+            assert [x["t"] for x in hist["samples"]][:len(sampled)] == sampled
             status, body = await jreq(http, "GET", admin + f"/admin/api/incidents/{second['id']}",
                                       tok)  # the session token survived the restart
             assert status == 200, body

@@ -37,7 +37,7 @@ SPEC_TOOLS = {"admin_config", "overview", "backends_list", "backend_get", "logs_
               "backups_list", "backup_create", "backup_restore",
               "backup_restore_status", "backup_delete", "backups_configure"}
 #: tools beyond the spec's list (ours: SPEC-DEVIATIONS.md, "Our additions")
-EXTRA_TOOLS = {"workflow_runs_cancel"}
+EXTRA_TOOLS = {"workflow_runs_cancel", "view_unregister"}
 #: read tools over routes this cluster cannot serve (no workflow tables): tested with the
 #: workflows (tests/integration/test_workflows.py)
 WORKFLOW_READ = {"workflow_runs_list", "workflow_run_get", "schedules_list", "schedule_get"}
@@ -111,7 +111,7 @@ async def test_tools_list_follows_the_tokens_scope(cluster: AdminCluster, mode: 
         assert t.input_schema["type"] == "object"
     for name in ("ssp_restart", "ssps_restart_all", "scheduler_restart", "jobs_clear",
                  "job_kill", "cloud_restart", "workflow_run_cancel", "backup_restore",
-                 "backup_delete"):
+                 "backup_delete", "view_unregister"):
         assert tools[name].annotations.destructive_hint is True, name
     assert tools["overview"].annotations.destructive_hint is False
     async with mcp_client(cluster, read, mode) as client:
@@ -243,6 +243,23 @@ async def test_ssp_restart_answers_an_operation_that_operations_list_follows_to_
     assert await wait_for(_async(lambda: wait_until_ready() == {s.ssp_id
                                                                 for s in cluster.ssps}),
                           120, "both SSPs ready")
+
+
+async def test_view_unregister_deletes_the_view_and_needs_a_writing_token(
+        cluster: AdminCluster) -> None:
+    cluster.register_view("mu", "SELECT * FROM post WHERE n >= 9", "tab-mu")
+    read, full = cluster.mint("read", "mcp-view-reader"), cluster.mint("full", "mcp-view-op")
+    async with mcp_client(cluster, read, MODES[1]) as client:
+        res = await client.call_tool("view_unregister", {"key": "mu"})
+        assert res.is_error and res.structured_content["status"] == 403
+    assert cluster.api("GET", "/admin/api/views/mu")[0] == 200  # still there
+    async with mcp_client(cluster, full, MODES[1]) as client:
+        out = payload(await client.call_tool("view_unregister", {"key": "mu"}))
+        assert out["unregistered"] is True and out["id"] == "query:mu"
+        res = await client.call_tool("view_get", {"key": "mu"})
+        assert res.is_error and res.structured_content["status"] == 404
+        res = await client.call_tool("view_unregister", {"key": "mu"})
+        assert res.is_error and res.structured_content["status"] == 404
 
 
 def _async(fn: Any) -> Any:

@@ -56,6 +56,7 @@ class FakeScheduler:
         self.snapshot_seq = 10
         self.heartbeat_reply: tuple[int, str, str] = (200, '{"ok": true}', "application/json")
         self.corrupt_snapshot = False
+        self.warm_answer: dict[str, Any] = {}  # merged into the 202 (a warm-capable scheduler)
         self.proxy_gate = asyncio.Event()
         self.proxy_gate.set()
         self.port = free_port()
@@ -82,7 +83,8 @@ class FakeScheduler:
         if self.register_status != 202:
             return web.json_response({"error": "invalid", "message": "refused by the test"},
                                      status=self.register_status)
-        return web.json_response({"snapshot_seq": self.snapshot_seq}, status=202)
+        return web.json_response({"snapshot_seq": self.snapshot_seq, **self.warm_answer},
+                                 status=202)
 
     async def heartbeat(self, req: web.Request) -> web.Response:
         self.heartbeats.append(await req.json())
@@ -341,3 +343,28 @@ async def _true(value: Any) -> Any:
 
 async def _n(coro: Any, want: int) -> bool:
     return len(await coro) == want
+
+
+async def test_a_damaged_snapshot_the_scheduler_accepted_bootstraps_cold(linked: Linked) -> None:
+    # The scheduler accepts the position, but the rows cannot be read back: the SSP must not
+    # fail its start (its supervisor would relaunch it onto the same file for ever) but load
+    # through the proxy, saying why.
+    linked.snapshot_dir.mkdir()
+    (linked.snapshot_dir / "snapshot.json").write_text(json.dumps({
+        "version": 1, "ssp_id": "ssp-under-test", "cursors": {},
+        "scheduler": {"epoch": "e1", "seq": 10}, "rows": {"post": 5}}))  # not a list
+    linked.sched.warm_answer = {"epoch": "e1", "warm": True}
+    ssp = linked.start()
+    try:
+        await ssp.wait_ready(timeout=90)
+        assert linked.sched.registered[0]["warm"] == {"epoch": "e1", "seq": 10}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ssp.port}", timeout=30,
+                                     headers=AUTH) as http:
+            start = (await http.get("/debug/heartbeat")).json()["start"]
+            assert start["mode"] == "cold" and "the warm start failed" in start["why"], start
+            assert start["pages_read"] > 0
+            assert "warm start failed" in ssp.process.log_text()
+            info = (await http.get("/info")).json()[0]
+            assert info["circuit_tables"]["post"] == 7  # every row, from the proxy
+    finally:
+        ssp.stop()

@@ -191,10 +191,14 @@ def wait_until(pred: Any, timeout: float, what: str) -> Any:
 
 
 @contextmanager
-def admin_cluster(host: DbHost, tmp: Path, prefix: str, **env: str) -> Iterator[AdminCluster]:
-    """The module's cluster: prepared, started, both SSPs Ready, signed in; always stopped."""
+def admin_cluster(host: DbHost, tmp: Path, prefix: str, *,
+                  ssp_env: dict[str, str] | None = None,
+                  job_statuses: Sequence[str] = JOB_STATUSES,
+                  **env: str) -> Iterator[AdminCluster]:
+    """The module's cluster: prepared, started, both SSPs Ready, signed in; always stopped.
+    `ssp_env`: more variables for the SSPs (`SVC_JOB_CONFIG`: they run the job table)."""
     ns = prefix + uuid.uuid4().hex[:8]
-    run_async(prepare_admin_db(host, ns))
+    run_async(prepare_admin_db(host, ns, job_statuses=job_statuses))
     backend = SwitchableBackend()
     backends = json.dumps([{"name": "pay", "url": backend.url,
                             "env": {"PAY_KEY": "very-secret-value"}}])
@@ -203,7 +207,7 @@ def admin_cluster(host: DbHost, tmp: Path, prefix: str, **env: str) -> Iterator[
         "SVC_BACKEND_DOWN_AFTER_SECS": "2", **env})
     ssps: list[SupervisedSsp] = []
     try:
-        ssps.extend(start_ssp(tmp, host, ns, sched) for _ in range(2))
+        ssps.extend(start_ssp(tmp, host, ns, sched, **(ssp_env or {})) for _ in range(2))
         req = urllib.request.Request(sched.admin + "/admin/api/session",
                                      data=json.dumps({"password": BREAKGLASS}).encode(),
                                      method="POST", headers={"Content-Type": "application/json"})

@@ -95,7 +95,7 @@ class AdminScheduler:
 
 
 def start_scheduler(tmp: Path, host: DbHost, ns: str, *, env: dict[str, str] | None = None,
-                    **yaml_keys: Any) -> AdminScheduler:
+                    ready_timeout: float = 60.0, **yaml_keys: Any) -> AdminScheduler:
     port, admin_port = free_port(), free_port()
     data = tmp / "scheduler-data"
     doc = {"db": {"url": host.ws_url, "namespace": ns, "database": ns,
@@ -117,7 +117,7 @@ def start_scheduler(tmp: Path, host: DbHost, ns: str, *, env: dict[str, str] | N
                         tmp / f"scheduler-{port}.log").start()
     s = AdminScheduler(mp, port, admin_port, data, config, full_env, tmp)
     try:
-        s.wait_ready()
+        s.wait_ready(ready_timeout)
     except BaseException:
         mp.stop()  # never leave a scheduler that did not come up running after the test
         raise
@@ -147,8 +147,9 @@ class SupervisedSsp:
 
 
 def start_ssp(tmp: Path, host: DbHost, ns: str, scheduler: AdminScheduler,
-              **env: str) -> SupervisedSsp:
-    port = free_port()
+              port: int | None = None, **env: str) -> SupervisedSsp:
+    """`port`: that of an SSP stopped before, to start it again (same id, same snapshot)."""
+    port = port or free_port()
     data = tmp / f"ssp-data-{port}"
     mp = ManagedProcess(
         "supervisor",

@@ -3,10 +3,15 @@ rate between samples, the day ring's coarser step, the route's range check."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from dbclient.clock import now_ms
 from scheduler.admin.cluster import SspInfo
-from scheduler.admin.history import DAY_STEP_SECS, HOUR_STEP_SECS, History
+from scheduler.admin.history import DAY_STEP_SECS, FILE, HOUR_STEP_SECS, History
 
 
 class _Cluster:
@@ -57,3 +62,31 @@ def test_rates_lag_and_the_rings_bounds() -> None:
     for i in range(400):
         hist.sample(t=(100 + i) * step)
     assert len(hist.body("hour")["samples"]) == 360  # bounded: the oldest went
+
+
+def test_the_rings_are_read_back_without_what_fell_out_of_their_span(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    c = _Cluster()
+    now = now_ms()
+    step = HOUR_STEP_SECS * 1000
+    first = History(c, _Presence(), tmp_path)  # type: ignore[arg-type]
+    # two hours of samples: the hour ring keeps the last hour's, the day ring all of its own
+    times = [now - 7200_000 + i * step for i in range(721)]
+    for t in times:
+        c.ingested += 10
+        first.sample(t=t)
+    first.save()
+    assert (tmp_path / FILE).exists()
+    again = History(c, _Presence(), tmp_path)  # type: ignore[arg-type]
+    hour = [x["t"] for x in again.body("hour")["samples"]]
+    assert hour == [t for t in times if t > now - 3600_000]
+    assert [x["t"] for x in again.body("day")["samples"]] == [
+        x["t"] for x in first.body("day")["samples"]]
+    # the first sample after a restart has no rate (the counter started again)
+    again.sample(t=now + step)
+    assert again.body("hour")["samples"][-1]["ingest_per_sec"] is None
+    # a file that cannot be read starts empty, said once in the log
+    (tmp_path / FILE).write_text("{not json")
+    with caplog.at_level(logging.ERROR):
+        empty = History(c, _Presence(), tmp_path)  # type: ignore[arg-type]
+    assert empty.body("hour")["samples"] == [] and "chart history" in caplog.text

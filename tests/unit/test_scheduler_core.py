@@ -101,7 +101,7 @@ async def test_register_freezes_snapshot_and_buffers_until_ready(make_scheduler,
     reply = await s.register_ssp("a", f.url)
     assert reply.status == 202
     # The WAL was drained into the replica first: the snapshot holds the three events.
-    assert reply.body == {"snapshot_seq": 3}
+    assert reply.body["snapshot_seq"] == 3 and reply.body["warm"] is False
     assert s.replica.frozen and s.replica.count("item") == 3
     for i in range(3, 8):
         await s.ingest(ev(i))

@@ -71,6 +71,7 @@ def test_the_ssp_gateway_takes_its_own_scheduler_credential_and_the_ingest_one_b
 def test_the_scheduler_listener_policy_per_route() -> None:
     assert policy_of("/proxy/query") == SSP and policy_of("/job/result") == SSP
     assert policy_of("/ssp/register") == SSP_SELF and policy_of("/ssp/heartbeat") == SSP_SELF
+    assert policy_of("/ssp/catchup") == SSP_SELF  # a warm start's WAL events: its own only
     assert policy_of("/ssp/bootstrap-progress") == OPTIONAL
     for master in ("/admin/resync", "/backends", "/backup/restore"):
         assert policy_of(master) == MASTER, master

@@ -11,6 +11,11 @@ import { registerPage } from './registry.js';
 
 const lagOf = (s) => (typeof s.acked_seq === 'number' ? Math.max(0, s.sent_seq - s.acked_seq) : null);
 const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+// The SSP's own account of its last bootstrap (heartbeat `start`): a warm start from its
+// snapshot reads no bootstrap page; a cold one says why it could not start warm.
+const startText = (st) => (st.mode === 'warm'
+  ? `warm from seq ${num(st.from_seq)} (${num(st.events)} events caught up, ${num(st.secs, 1)} s)`
+  : `cold (${num(st.pages_read)} pages, ${num(st.secs, 1)} s)${st.why ? `: ${st.why}` : ''}`);
 
 function sspActions(s, out) {
   return h('div.row',
@@ -57,6 +62,7 @@ function detailPage({ root, params, setTitle }) {
         ['Last heartbeat', s.last_heartbeat_seconds_ago === null ? '–' : `${duration(s.last_heartbeat_seconds_ago * 1000)} ago`],
         ['Registered', ago(s.registered_at_ms)],
         s.bootstrap_progress ? ['Bootstrap', `${s.bootstrap_progress.tables_done}/${s.bootstrap_progress.tables_total} tables`] : null,
+        s.start ? ['Last start', startText(s.start)] : null,
       ])));
     fill(chart, lineChart([{ name: id, points: live.history.lag[id] || [] }], { title: `lag of ${id}`, id: 'ssp-lag' }));
   }
