@@ -99,6 +99,9 @@ class Ingest:
         try:
             event = RowChange.from_body(body)
         except BodyError as e:
+            # A database event's http::post fails the application's write with only the
+            # status: the reason is here (never the record, which is application data).
+            log.warning("/ingest refused an event: %s", e)
             raise bad_request(str(e)) from None
         ev = {"table": event.table, "op": event.op, "id": event.id, "record": event.record}
         try:
@@ -106,6 +109,7 @@ class Ingest:
         except SchedulerBusy as e:
             raise _busy(e) from None
         except ValueError as e:
+            log.warning("/ingest refused an event on table %r: %s", event.table, e)
             raise bad_request(str(e)) from None
         except OSError:
             log.exception("WAL append failed")
