@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from dbclient.eventrecord import typed_record
 from dbclient.fieldtypes import restore_types
 from engine.values import canonical_bytes, record_id_text
 from engine.wire import check_record, ext_hook
@@ -111,7 +112,12 @@ class Admission:
         or `record: ...`) when it cannot be applied."""
         change = RowChange.from_body(body)
         try:
-            record = self.restore_types(change.table, change.id, change.record, typed=typed)
+            record = change.record
+            if not typed:  # a database event's post carries its row typed as well
+                cbor_row = typed_record(body)
+                if cbor_row is not None:
+                    record, typed = cbor_row, True
+            record = self.restore_types(change.table, change.id, record, typed=typed)
             canonical_bytes(record)  # refuse what cannot be stored, before sequencing
         except (ValueError, TypeError, OverflowError, RecursionError) as e:
             # A record nested deeper than Python recurses is bad input too, not a 500.
