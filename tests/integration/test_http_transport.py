@@ -26,7 +26,7 @@ from dbclient.errors import DbQueryError
 from tests.integration.test_scheduler_process import launch, write_config
 from tests.support import proctable
 from tests.support.procs import ROOT, DbHost, base_env, free_port, start_db_host
-from tests.support.ssp_stack import app_write, db_env, edges, root_db, start_ssp, wait_for
+from tests.support.ssp_stack import app_write, apply_schema, edges, root_db, start_ssp, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +39,8 @@ def node_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
         host.process.stop()
 
 
-def apply_http_schema(host: DbHost, ns: str, db: str, ingest_url: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "svccli", "schema", "apply", "--transport", "http",
-                        "--ingest-url", ingest_url], env=base_env(**db_env(host, ns, db)),
-                       cwd=str(ROOT), capture_output=True, text=True, timeout=60, check=False)
-    assert r.returncode == 0, r.stderr + r.stdout
-    return r.stdout
+def apply_http_schema(host: DbHost, ns: str, db: str, ingest_url: str) -> None:
+    apply_schema(host, ns, db, "http", ingest_url)
 
 
 async def members_are(root: Any, table: str, key: str, want: set[str]) -> bool:
