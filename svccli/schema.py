@@ -372,6 +372,22 @@ def query_cleanup_sql(transport: str) -> str:
             "{ Authorization: 'Bearer ' + $_00_ingest_token }); }")
 
 
+def query_request_sql(transport: str) -> str:
+    """`_00_query_request` on `_00_query` (http): a row a client wrote to ask for a view
+    (`dbclient.viewrows.is_request`: a query, no state, no refusal) posted to the ingest as
+    a `_00_query` event, as the changefeed would have carried it; rows the service itself
+    updates (state, rowCount) are not posted. Removed under changefeed, which reads them."""
+    if transport == "changefeed":
+        return "REMOVE EVENT IF EXISTS _00_query_request ON _00_query"
+    return ("DEFINE EVENT OVERWRITE _00_query_request ON _00_query "
+            "WHEN $event IN ['CREATE', 'UPDATE'] AND type::is_string($after.surql) "
+            "AND $after.state = NONE AND $after.error = NONE THEN { "
+            "http::post($_00_ingest_url, { table: '_00_query', op: $event, "
+            "id: <string> $after.id, record: $after, "
+            f"record_cbor: {typed_copy('$after')} }}, "
+            "{ Authorization: 'Bearer ' + $_00_ingest_token }); }")
+
+
 # ---------------------------------------------------------------------- apply
 
 
@@ -466,6 +482,7 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
             statements.append((f"DEFINE INDEX IF NOT EXISTS {iname} ON {t.name} {rest}", None))
         if t.name == "_00_query":
             statements.append((query_cleanup_sql(transport), None))
+            statements.append((query_request_sql(transport), None))
         if statements:
             await db.transaction(statements)
 

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from dbclient.eventrecord import typed_record
 from dbclient.fieldtypes import restore_types
-from engine.values import canonical_bytes, record_id_text
+from engine.values import canonical_bytes, parse_record_id, record_id_text
 from engine.wire import check_record, ext_hook
 from ipc.messages import ErrorCode, error_reply, not_ready, reply, request_expired
 from ipc.routebodies import BodyError, RowChange
 from ipc.typed import decode as decode_typed
+from ssp.naming import QUERY_TABLE, view_id_of
 from timetext.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
@@ -66,6 +67,8 @@ class Admission:
                     return error_reply(400, ErrorCode.INVALID, f"request body: {e}")
             if isinstance(body, list):
                 return await self._batch(body, typed=is_typed)
+            if isinstance(body, dict) and body.get("table") == QUERY_TABLE:
+                return self.query_row(body)
             try:
                 event = self.event(body, typed=is_typed)
             except ValueError as e:
@@ -106,6 +109,24 @@ class Admission:
                                             defer=state.cfg.ingest_transport == "http")
             state.last_seq = top
             return reply(200, {"accepted": len(events)})
+
+    def query_row(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A `_00_query` row a database event posted (transport http, standalone): a client's
+        request to register a view, handed to the row requests as the changefeed tail hands
+        the rows it reads; never a row of the engine's."""
+        requests = self.state.row_requests
+        if requests is None:
+            return error_reply(400, ErrorCode.INVALID,
+                               "table: _00_query rows are read from the changefeed here")
+        try:
+            change = RowChange.from_body(body)
+            row = typed_record(body) or change.record
+            view_id = view_id_of(parse_record_id(change.id))
+        except ValueError as e:
+            return error_reply(400, ErrorCode.INVALID, str(e))
+        if change.op != "DELETE":
+            requests.seen(view_id, row)
+        return reply(200, {"status": "ok", "seq": self.state.seq})
 
     def event(self, body: Any, *, typed: bool = False) -> Event:
         """The sequencer's event of one ingest body; ValueError (BodyError naming the field,
