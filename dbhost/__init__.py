@@ -46,6 +46,13 @@ Behaviour
       server's background task that does is not in the embedded build): they stay on disk
       (or, with ``mem://``, in memory) for the life of the data.
 
+Engine builds
+    ``--engine embedded`` (default): ``surrealdb-embedded`` in this process. ``--engine node``
+    (``SVC_DB_ENGINE``): SurrealDB's Node build in a child process (``dbhost.nodeengine``),
+    the build with ``http::*`` functions, for the ``http`` ingest transport; they may reach
+    only ``--allow-net`` targets (``SVC_DB_ALLOW_NET``). Sessions, LIVE and limits stay here;
+    a session that has not signed in may only sign in, as with the embedded build.
+
 Limits
     * The embedded engine refuses the ``begin``/``commit``/``cancel`` RPC methods; use
       ``BEGIN; ...; COMMIT;`` inside one query.

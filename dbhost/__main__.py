@@ -28,7 +28,7 @@ async def serve(config: HostConfig, scratch: Path | None = None) -> int:
     """Open the engine, create the root user, serve until a stop signal; returns the exit code.
     `scratch`: the memory-only host's scratch directory (`dbhost.scratch`)."""
     url = config.engine_url(scratch)
-    engine = Engine(url)
+    engine = Engine(url, node=config.engine == "node", allow_net=config.allow_net)
     try:
         await engine.start()
     except Exception as exc:  # noqa: BLE001 - the engine raises its own types for storage
@@ -53,8 +53,8 @@ async def serve(config: HostConfig, scratch: Path | None = None) -> int:
         log.error("could not listen on %s:%s: %s", config.host, config.port, exc)
         await engine.close()
         return EXIT_CONFIG
-    log.info("svc-db listening on %s:%s (engine %s, storage %s)", config.host, config.port,
-             engine.version, config.path or "memory")
+    log.info("svc-db listening on %s:%s (engine %s, %s build, storage %s)", config.host,
+             config.port, engine.version, config.engine, config.path or "memory")
     await stop.wait()
     log.info("svc-db shutting down")
     await server.stop()

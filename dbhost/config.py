@@ -12,6 +12,7 @@ from ipc.envvars import host_port
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 DEFAULT_POLL_INTERVAL_MS = 100
+ENGINES = ("embedded", "node")
 
 
 class ConfigError(ValueError):
@@ -31,6 +32,8 @@ class HostConfig:
     max_frame_bytes: int
     live_poll_interval_ms: int
     log_level: str
+    engine: str = "embedded"  # or "node": SurrealDB's Node build (`dbhost.nodeengine`)
+    allow_net: tuple[str, ...] = ()  # network targets the node engine's http::* may reach
 
     def engine_url(self, scratch: Path | None = None) -> str:
         """The embedded engine's storage URL: `--path` DIR, else the scratch directory
@@ -43,7 +46,7 @@ class HostConfig:
 
     def __repr__(self) -> str:  # never show the password
         return (f"HostConfig(host={self.host!r}, port={self.port}, path={self.path!r}, "
-                f"user={self.user!r}, max_frame_bytes={self.max_frame_bytes})")
+                f"user={self.user!r}, max_frame_bytes={self.max_frame_bytes}, engine={self.engine!r})")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
                     "own RPC protocol (WebSocket /rpc with CBOR frames, HTTP POST /rpc).",
         epilog="Environment: SVC_DB_USER and SVC_DB_PASS (root user created on first start; "
                "required unless --insecure-default-root), SVC_DB_MAX_FRAME_BYTES, "
-               "SVC_DB_LIVE_POLL_MS, SVC_DB_LOG_LEVEL.",
+               "SVC_DB_LIVE_POLL_MS, SVC_DB_LOG_LEVEL, SVC_DB_ENGINE, SVC_DB_ALLOW_NET.",
     )
     p.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT to listen on")
     where = p.add_mutually_exclusive_group()
@@ -69,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure-default-root", action="store_true",
                    help="development only: without SVC_DB_USER/SVC_DB_PASS use root/root")
     p.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    p.add_argument("--engine", choices=ENGINES, default=None,
+                   help="embedded: the Python build in this process (default); node: "
+                        "SurrealDB's Node.js build in a child process, the one with http::* "
+                        "functions (needs node and `npm ci` in dbhost/node)")
+    p.add_argument("--allow-net", default=None, metavar="TARGETS",
+                   help="node engine only: comma-separated network targets (host or "
+                        "host:port) the http::* functions may reach, e.g. the scheduler's "
+                        "ingest listener; default none")
     return p
 
 
@@ -107,6 +118,14 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> HostConfig:
     poll = (args.live_poll_ms if args.live_poll_ms is not None
             else env.get("SVC_DB_LIVE_POLL_MS", DEFAULT_POLL_INTERVAL_MS))
     path = args.path.resolve() if args.path is not None else None
+    engine = args.engine or env.get("SVC_DB_ENGINE", "") or "embedded"
+    if engine not in ENGINES:
+        raise ConfigError(f"SVC_DB_ENGINE must be one of {', '.join(ENGINES)}, got {engine!r}")
+    raw_net = args.allow_net if args.allow_net is not None else env.get("SVC_DB_ALLOW_NET", "")
+    allow_net = tuple(t.strip() for t in raw_net.split(",") if t.strip())
+    if allow_net and engine != "node":
+        raise ConfigError("--allow-net (SVC_DB_ALLOW_NET) needs --engine node: the embedded "
+                          "build has no http::* functions")
     return HostConfig(
         host=host,
         port=port,
@@ -117,4 +136,6 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> HostConfig:
         max_frame_bytes=_positive_int("max frame bytes", max_frame),
         live_poll_interval_ms=_positive_int("live poll interval", poll),
         log_level=(args.log_level or env.get("SVC_DB_LOG_LEVEL", "INFO")).upper(),
+        engine=engine,
+        allow_net=allow_net,
     )

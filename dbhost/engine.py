@@ -11,6 +11,7 @@ from surrealdb_embedded import AsyncEmbeddedDB
 
 from dbclient.cbor import decode, encode
 from dbhost.frames import INVALID_PARAMS, RpcError
+from dbhost.nodeengine import NodeEngineProcess
 
 log = logging.getLogger("dbhost.engine")
 
@@ -44,9 +45,12 @@ def quote_ident(name: str) -> str:
 class Engine:
     """One embedded engine; the default (owner) session belongs to the host alone."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, node: bool = False,
+                 allow_net: tuple[str, ...] = ()) -> None:
         self.url = url
-        self._db = AsyncEmbeddedDB(url)
+        # Both builds take and return the same CBOR frames (`dbhost.nodeengine`).
+        self._db: AsyncEmbeddedDB | NodeEngineProcess = (
+            NodeEngineProcess(url, allow_net) if node else AsyncEmbeddedDB(url))
         self._ids = itertools.count(1)
         self.version = "unknown"
 

@@ -22,6 +22,16 @@ view's edges):
   to there (on a timeout, `--feed-timeout`, it prints what the feed holds and what the
   scheduler read).
 
+With `--node`, two more rows on a database host running SurrealDB's Node build
+(`svc-db --engine node`), the same writes into the database both times:
+
+- node changefeed: as "scheduler changefeed", on the Node build (so the next row has a fair
+  baseline: the two builds differ in speed);
+- node http events: the spec's default transport for real: `svc schema apply --transport http`
+  defines events that post each change to the scheduler's `/ingest` inside the writing
+  transaction; accepted/s is the database's commit rate (each commit waits for the
+  scheduler's WAL), delivered/s runs until both SSPs applied the scheduler's last sequence.
+
 The event mix is 70 % UPDATE, 20 % CREATE, 10 % DELETE of posts. Edge publication into the
 database runs behind all of this in every scenario (it is the SSP's own benchmark's subject).
 """
@@ -271,13 +281,17 @@ async def run_direct(host: Any, tmp: Path, args: argparse.Namespace) -> dict[str
 
 async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
                         transport: str) -> dict[str, Any]:
-    ns, name = "bench", f"sched_{transport}_" + uuid.uuid4().hex[:6]
+    events = transport == "http-events"  # the database's own events post to the scheduler
+    ns, name = "bench", f"sched_{transport.replace('-', '_')}_" + uuid.uuid4().hex[:6]
     env = db_env(host, ns, name)
     db = Database(DbConfig.from_env(env))
     await db.connect()
     await seed(db, args.users)
-    apply_schema(host, ns, name, "changefeed")
     port = free_port()
+    if events:
+        apply_schema(host, ns, name, "http", f"http://127.0.0.1:{port}/ingest")
+    else:
+        apply_schema(host, ns, name, "changefeed")
     run = tmp / name
     run.mkdir()
     cfg = write_config(run, host, ns, port, ssp_poll_interval_ms=100, heartbeat_interval_ms=1000,
@@ -287,7 +301,8 @@ async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
     cfg.write_text(yaml.safe_dump(doc))
     # drift checks off: in the http scenario the events have no database rows behind them
     proc = ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(cfg)],
-                          base_env(SVC_INGEST_TRANSPORT=transport, SVC_DRIFT_CHECK="false",
+                          base_env(SVC_INGEST_TRANSPORT="http" if events else transport,
+                                   SVC_DRIFT_CHECK="false",
                                    SVC_ADMIN_HOST="127.0.0.1",
                                    SVC_ADMIN_PORT=str(free_port())),
                           run / "scheduler.log").start()
@@ -314,11 +329,16 @@ async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
             t = time.perf_counter()
             if transport == "http":
                 ok, secs = await post_events(http, sched.url, w, args.events, args.concurrency)
+            elif events:
+                # each commit waited for the scheduler's answer: every event is in its WAL
+                secs = await write_events(DbConfig.from_env(env), w, args.events,
+                                          args.concurrency)
+                ok = args.events
             else:
                 secs = await write_events(DbConfig.from_env(env), w, args.events,
                                           args.concurrency)
                 ok = args.events
-            if transport != "http":
+            if transport == "changefeed":
                 # Every committed write must be in the scheduler's WAL before "delivered" can
                 # count: wait for a complete catch-up of the tail that STARTED after the last
                 # commit (its `cursor_ms`), then for the SSPs to apply everything up to there.
@@ -336,7 +356,8 @@ async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
                                        "writes")
             await wait_delivered(http, sched.url, [s.port for s in ssps])
             total = time.perf_counter() - t
-        return {"run": f"scheduler {transport} -> 2 SSPs", "events": ok, "accepted": ok / secs,
+        label = f"{'node ' if args.node_host is host else ''}scheduler {transport}"
+        return {"run": f"{label} -> 2 SSPs", "events": ok, "accepted": ok / secs,
                 "delivered": ok / total}
     finally:
         for s in ssps:
@@ -361,22 +382,36 @@ async def main() -> int:
     p.add_argument("--users", type=int, default=200)
     p.add_argument("--views-per-user", type=int, default=5)
     p.add_argument("--only", choices=("changefeed",), default=None)
+    p.add_argument("--node", action="store_true",
+                   help="also the Node-build host: changefeed and real http events")
     p.add_argument("--feed-timeout", type=float, default=600,
                    help="seconds the scheduler may take to read every write from the feed")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         host = start_db_host(tmp)
+        args.node_host = None
         try:
             rows = [await run_direct(host, tmp, args)]
             if args.only is None:
                 rows.append(await run_scheduler(host, tmp, args, "http"))
             rows.append(await run_scheduler(host, tmp, args, "changefeed"))
+            if args.node:
+                args.node_host = start_db_host(tmp / "node", engine="node",
+                                               extra_args=["--allow-net", "127.0.0.1"])
+                rows.append(await run_scheduler(args.node_host, tmp, args, "changefeed"))
+                rows.append(await run_scheduler(args.node_host, tmp, args, "http-events"))
         finally:
             host.process.stop()
+            if args.node_host is not None:
+                args.node_host.process.stop()
     print(f"\nscheduler benchmark: {args.events} events, {args.users * args.views_per_user} "
           f"views over {args.users} users, concurrency {args.concurrency}")
     print_table(rows)
+    if args.node:
+        cf, ev = rows[-2], rows[-1]
+        print(f"node build, http events vs changefeed: accepted {ev['accepted'] / cf['accepted']:.2f}x, "
+              f"delivered {ev['delivered'] / cf['delivered']:.2f}x")
     return 0
 
 

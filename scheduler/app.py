@@ -20,6 +20,7 @@ from opentelemetry.metrics import Meter, NoOpMeter
 from surrealdb.data.cbor import decode as cbor_decode
 
 from dbclient import DbError
+from dbclient.eventrecord import typed_record
 from ipc import otel
 from ipc.body import DEFAULT_MAX_BODY_BYTES, check_content_type, parse_json, read_bytes
 from ipc.httperrors import HttpError, bad_request, serialize_error
@@ -99,13 +100,23 @@ class Ingest:
         try:
             event = RowChange.from_body(body)
         except BodyError as e:
+            # A database event's http::post fails the application's write with only the
+            # status: the reason is here (never the record, which is application data).
+            log.warning("/ingest refused an event: %s", e)
             raise bad_request(str(e)) from None
-        ev = {"table": event.table, "op": event.op, "id": event.id, "record": event.record}
         try:
-            seq = await self.s.ingest(ev)
+            cbor_row = typed_record(body)
+        except ValueError as e:
+            log.warning("/ingest refused an event on table %r: %s", event.table, e)
+            raise bad_request(str(e)) from None
+        ev = {"table": event.table, "op": event.op, "id": event.id,
+              "record": event.record if cbor_row is None else cbor_row}
+        try:
+            seq = await self.s.ingest(ev, typed=cbor_row is not None)
         except SchedulerBusy as e:
             raise _busy(e) from None
         except ValueError as e:
+            log.warning("/ingest refused an event on table %r: %s", event.table, e)
             raise bad_request(str(e)) from None
         except OSError:
             log.exception("WAL append failed")

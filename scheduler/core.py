@@ -66,6 +66,7 @@ import aiohttp
 from dbclient import Database, DbError
 from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
+from engine.wire import check_record
 from ipc.http import client_session
 from scheduler.config import IngestTransport, SchedulerConfig
 from scheduler.delivery import Delivery
@@ -331,18 +332,23 @@ class Scheduler(CoordinatorState):
         return self.reports.info()
 
     # ------------------------------------------------------------------ ingest
-    async def ingest(self, event: Mapping[str, Any]) -> int:
+    async def ingest(self, event: Mapping[str, Any], *, typed: bool = False) -> int:
         """One event from ``POST /ingest``: SchedulerBusy while cloning, ValueError when
         invalid, OSError when the WAL cannot take it; else its durable ``seq``.
 
-        The row arrived as JSON: its record links and datetimes are typed again from the
+        A row that arrived as JSON has its record links and datetimes typed again from the
         table's field definitions before the WAL, so the replica (and its hash) holds what the
-        database holds, like rows read from the changefeed or cloned."""
+        database holds, like rows read from the changefeed or cloned. A `typed` row (the
+        event's `record_cbor`, `dbclient.eventrecord`) is as the database wrote it: only its
+        id is checked against the event's."""
         if self.state != "ready":
             raise SchedulerBusy(f"the scheduler is {self.state}"
                                 + (" its replica" if self.state == "cloning" else ""))
         checked = validate_event(event)
-        if isinstance(checked["id"], str) and checked["record"] is not None:
+        if typed and checked["record"] is not None:
+            checked["record"] = check_record(checked["table"], str(checked["id"]),
+                                             dict(checked["record"]))
+        elif isinstance(checked["id"], str) and checked["record"] is not None:
             checked["record"] = await self.field_types.restore(
                 checked["table"], checked["id"], checked["record"])
         return await asyncio.shield(self._commit_one(checked))

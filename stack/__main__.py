@@ -55,6 +55,7 @@ def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> lis
     child_env = dict(env)
     child_env["SVC_DB_USER"] = cfg.db_user
     child_env["SVC_DB_PASS"] = cfg.db_pass
+    transport = cfg.transport or ("changefeed" if cfg.starts_host else None)
     if cfg.starts_host:
         argv = [sys.executable, "-m", "dbhost", "--bind", cfg.db_bind]
         db_env = child_env
@@ -68,13 +69,19 @@ def build_children(cfg: StackConfig, env: dict[str, str], run_root: Path) -> lis
         else:
             cfg.data_dir.mkdir(parents=True, exist_ok=True)
             argv += ["--path", str(cfg.data_dir)]
+        if transport == "http":
+            # The embedded build has no http::* functions; the Node build has, and may reach
+            # the ingest listener only (dbhost.nodeengine).
+            argv += ["--engine", "node", "--allow-net", cfg.ingest_target]
         # surrealkv keeps what was committed across kill -9: a --data host is relaunched; a
         # memory-only one cannot be (an empty database under running services).
         children.append(Child("svc-db", argv, db_env, health_url=f"http://{cfg.db_bind}/health",
                               relaunch=cfg.data_dir is not None, fatal_note=MEMORY_DB_LOST))
         child_env["SVC_DB_URL"] = cfg.effective_db_url
-        # The embedded engine has no http::* functions: its ingest transport is the changefeed.
-        child_env["SVC_INGEST_TRANSPORT"] = "changefeed"
+    if transport is not None:
+        child_env["SVC_INGEST_TRANSPORT"] = transport
+    if transport == "http":
+        child_env["SVC_INGEST_URL"] = f"http://{cfg.ingest_target}/ingest"
     if cfg.objstore:
         children.append(objstore_child(cfg, child_env, run_root))
     if cfg.cluster:

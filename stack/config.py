@@ -35,6 +35,10 @@ class StackConfig:
     #: `--cloud`: the hosted platform's control plane (`svc-cloud`) on `cloud_bind`
     cloud: bool = False
     cloud_bind: str = "127.0.0.1:9680"
+    #: `--transport`: `changefeed` or `http`, the spec's default: database events post each
+    #: change to the ingest listener (the host then runs the Node build). None: changefeed
+    #: with our own host; with SVC_DB_URL the services' own setting (SVC_INGEST_TRANSPORT)
+    transport: str | None = None
 
     @property
     def starts_host(self) -> bool:
@@ -47,6 +51,15 @@ class StackConfig:
     @property
     def cluster(self) -> bool:
         return self.start_ssp and self.ssps >= 1
+
+    @property
+    def ingest_target(self) -> str:
+        """host:port that database events post to under transport http: the scheduler's
+        listener in cluster mode, the SSP's standalone (an all-interfaces bind is reached on
+        loopback)."""
+        bind = self.scheduler_bind if self.cluster else self.ssp_bind
+        host, _, port = bind.rpartition(":")
+        return f"{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}"
 
     def ssp_binds(self) -> list[str]:
         """Listen addresses of the SSPs: `--ssp-bind` in standalone mode; in cluster mode
@@ -88,7 +101,14 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
                         "and the MCP endpoint /v1/mcp), its state in the same database")
     p.add_argument("--cloud-bind", default="127.0.0.1:9680",
                    help="address of the --cloud control plane (default 127.0.0.1:9680)")
+    p.add_argument("--transport", choices=("changefeed", "http"), default=None,
+                   help="how changes reach the service: changefeed (the default with the "
+                        "host started here: the services tail each table's changefeed) or http (the spec's default: database "
+                        "events post to /ingest inside the writing transaction; the host runs "
+                        "SurrealDB's Node build, installed by ops/run with npm)")
     a = p.parse_args(list(argv))
+    if a.transport == "http" and a.no_ssp:
+        p.error("--transport http needs an ingest listener: drop --no-ssp")
     if a.ssps is not None and a.ssps < 1:
         p.error("--ssps must be 1 or more (--standalone runs one SSP without a scheduler)")
     if a.ssps is not None and a.no_ssp:
@@ -130,4 +150,5 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> StackConfig:
         objstore_bind=a.objstore_bind,
         cloud=a.cloud,
         cloud_bind=a.cloud_bind,
+        transport=a.transport,
     )

@@ -26,7 +26,8 @@ What it writes
 - With a project file: each backend's outbox schema (`method.schema`), after the meta tables
   and before the sync hooks, so its tables are synced in the same run (`svccli.outbox`).
 - For every synced table (not `_00_*`, no `@nosync` in its comment, not a computed view):
-  field `_00_rv` = the row's content version, `($before ?? 0) + 1` on every write, computed by
+  field `_00_rv` = the row's content version, `$before + 1` on every write (a record created
+  again goes on from its `_00_version` row, so versions never go back), computed by
   the engine inside the writing transaction (a field VALUE, not an event writing the table back,
   so there is no recursion and no second write); and an event that mirrors it into
   `_00_version` (rv, deleted) in the same transaction. Events run without the writer's table
@@ -37,7 +38,9 @@ What it writes
     changefeed (the scheduler reads `_00_query` deletes from it; the embedded host serves LIVE on
     `_00_version`/`_00_list_ref` by tailing changefeeds).
   - transport `http`: events `_00_<t>_mutation` and `_00_<t>_delete` that bump `_00_version` and
-    `http::post` `{table, op, id, record}` to the ingest URL with `Authorization: Bearer
+    `http::post` `{table, op, id, record, record_cbor}` (`record_cbor`: the row as the
+    database's CBOR in base64, typed where JSON is not, `dbclient.eventrecord`) to the ingest
+    URL with `Authorization: Bearer
     <ingest credential>`, and `_00_dbsp_cleanup` on `_00_query` posting `{id}` to
     `/view/unregister`. The credential is derived from `SVC_AUTH_SECRET`
     (`ipc.peerauth.ingest_credential`) and opens only those two routes: the database holds it
@@ -297,6 +300,22 @@ def version_upsert(table: str, which: str, deleted: bool) -> str:
             f"SET rv = {rv}, deleted = {'true' if deleted else 'false'}")
 
 
+def typed_copy(doc: str) -> str:
+    """The row as the database's own CBOR in base64 text, posted beside its JSON: JSON loses
+    record links, datetimes, decimals and durations of SCHEMALESS fields
+    (`dbclient.eventrecord`)."""
+    return f"encoding::base64::encode(encoding::cbor::encode({doc}))"
+
+
+def own_record(table: str, doc: str) -> str:
+    """An event's guard: the document is a record of the event's own table. SurrealDB 3.0.x
+    also runs a table's events for each edge a DELETE of its record removes, with the edge
+    as `$before` (3.2 does not): without the guard, transport http posts the edge as a row of
+    the table (the ingest refuses it, so the application's DELETE fails) and the version
+    event writes a `_00_version` row for it."""
+    return f"record::tb(({doc}).id) = '{table}'"
+
+
 def synced_table_sql(table: str, transport: str, retention: str,
                      current_feed: tuple[int, bool] | None) -> list[str]:
     """Statements that hook one application table into the service (idempotent)."""
@@ -307,13 +326,20 @@ def synced_table_sql(table: str, transport: str, retention: str,
         out.append(f"ALTER TABLE {table} CHANGEFEED {retention} INCLUDE ORIGINAL")
     # The engine computes the version from the field's own previous value ($before in a field
     # VALUE), so writes by record users bump it too, and a client-supplied value is ignored.
-    out.append(f"DEFINE FIELD OVERWRITE _00_rv ON {table} TYPE int VALUE ($before ?? 0) + 1 "
+    # A record created again goes on from its `_00_version` row (the DELETE left rv + 1
+    # there): versions never go back, or a wait for the DELETE's version (transport http,
+    # ssp/hub/visibility.py) would see the re-created row's lower one and wait it out. A
+    # record user cannot read `_00_version`: its re-create starts again at 1, as before.
+    out.append(f"DEFINE FIELD OVERWRITE _00_rv ON {table} TYPE int VALUE IF $before != NONE "
+               f"{{ $before + 1 }} ELSE {{ ((SELECT VALUE rv FROM ONLY type::record("
+               f"'_00_version', ['{table}', record::id($this.id)])) ?? 0) + 1 }} "
                "COMMENT 'row content version, bumped by every write (svc schema apply)'")
     if transport == "changefeed":
         out += [
             f"REMOVE EVENT IF EXISTS _00_{table}_mutation ON {table}",
             f"REMOVE EVENT IF EXISTS _00_{table}_delete ON {table}",
-            (f"DEFINE EVENT OVERWRITE _00_{table}_version ON {table} WHEN true THEN {{ "
+            (f"DEFINE EVENT OVERWRITE _00_{table}_version ON {table} "
+             f"WHEN {own_record(table, '$after ?? $before')} THEN {{ "
              f"IF $event = 'DELETE' {{ {version_upsert(table, 'before', True)}; }} "
              f"ELSE {{ {version_upsert(table, 'after', False)}; }}; }}"),
         ]
@@ -322,14 +348,17 @@ def synced_table_sql(table: str, transport: str, retention: str,
         out += [
             f"REMOVE EVENT IF EXISTS _00_{table}_version ON {table}",
             (f"DEFINE EVENT OVERWRITE _00_{table}_mutation ON {table} "
-             f"WHEN $event IN ['CREATE', 'UPDATE'] THEN {{ "
+             f"WHEN $event IN ['CREATE', 'UPDATE'] AND {own_record(table, '$after')} THEN {{ "
              f"{version_upsert(table, 'after', False)}; "
              f"http::post($_00_ingest_url, {{ table: '{table}', op: $event, "
-             f"id: <string> $after.id, record: $after }}, {headers}); }}"),
-            (f"DEFINE EVENT OVERWRITE _00_{table}_delete ON {table} WHEN $event = 'DELETE' "
-             f"THEN {{ {version_upsert(table, 'before', True)}; "
+             f"id: <string> $after.id, record: $after, record_cbor: {typed_copy('$after')} "
+             f"}}, {headers}); }}"),
+            (f"DEFINE EVENT OVERWRITE _00_{table}_delete ON {table} "
+             f"WHEN $event = 'DELETE' AND {own_record(table, '$before')} THEN {{ "
+             f"{version_upsert(table, 'before', True)}; "
              f"http::post($_00_ingest_url, {{ table: '{table}', op: 'DELETE', "
-             f"id: <string> $before.id, record: $before }}, {headers}); }}"),
+             f"id: <string> $before.id, record: $before, record_cbor: {typed_copy('$before')} "
+             f"}}, {headers}); }}"),
         ]
     return out
 
@@ -340,6 +369,22 @@ def query_cleanup_sql(transport: str) -> str:
         return "REMOVE EVENT IF EXISTS _00_dbsp_cleanup ON _00_query"
     return ("DEFINE EVENT OVERWRITE _00_dbsp_cleanup ON _00_query WHEN $event = 'DELETE' THEN { "
             "http::post($_00_unregister_url, { id: <string> record::id($before.id) }, "
+            "{ Authorization: 'Bearer ' + $_00_ingest_token }); }")
+
+
+def query_request_sql(transport: str) -> str:
+    """`_00_query_request` on `_00_query` (http): a row a client wrote to ask for a view
+    (`dbclient.viewrows.is_request`: a query, no state, no refusal) posted to the ingest as
+    a `_00_query` event, as the changefeed would have carried it; rows the service itself
+    updates (state, rowCount) are not posted. Removed under changefeed, which reads them."""
+    if transport == "changefeed":
+        return "REMOVE EVENT IF EXISTS _00_query_request ON _00_query"
+    return ("DEFINE EVENT OVERWRITE _00_query_request ON _00_query "
+            "WHEN $event IN ['CREATE', 'UPDATE'] AND type::is_string($after.surql) "
+            "AND $after.state = NONE AND $after.error = NONE THEN { "
+            "http::post($_00_ingest_url, { table: '_00_query', op: $event, "
+            "id: <string> $after.id, record: $after, "
+            f"record_cbor: {typed_copy('$after')} }}, "
             "{ Authorization: 'Bearer ' + $_00_ingest_token }); }")
 
 
@@ -388,7 +433,11 @@ async def probe_http_functions(db: Database, url: str) -> None:
     except DbQueryError as e:
         msg = e.engine_message
         low = msg.lower()
-        if "not enabled" in low or "not allowed" in low or "capabilit" in low:
+        # A remote answer ("error processing a remote HTTP request: 405 Method Not Allowed")
+        # proves the functions run; refusals name the function, the target or the feature.
+        refused = ("not enabled" in low or "network target" in low
+                   or "not allowed to be executed" in low or "capabilit" in low)
+        if refused and "remote http request:" not in low:
             raise HttpTransportUnsupported(
                 "transport http needs the database to run http::post in events, but it "
                 f"refuses: {msg}. Use --transport changefeed (or sync.transport: changefeed), "
@@ -433,6 +482,7 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
             statements.append((f"DEFINE INDEX IF NOT EXISTS {iname} ON {t.name} {rest}", None))
         if t.name == "_00_query":
             statements.append((query_cleanup_sql(transport), None))
+            statements.append((query_request_sql(transport), None))
         if statements:
             await db.transaction(statements)
 

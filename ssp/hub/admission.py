@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from dbclient.eventrecord import typed_record
 from dbclient.fieldtypes import restore_types
-from engine.values import canonical_bytes, record_id_text
+from engine.values import canonical_bytes, parse_record_id, record_id_text
 from engine.wire import check_record, ext_hook
 from ipc.messages import ErrorCode, error_reply, not_ready, reply, request_expired
 from ipc.routebodies import BodyError, RowChange
 from ipc.typed import decode as decode_typed
+from ssp.naming import QUERY_TABLE, view_id_of
 from timetext.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
@@ -65,6 +67,8 @@ class Admission:
                     return error_reply(400, ErrorCode.INVALID, f"request body: {e}")
             if isinstance(body, list):
                 return await self._batch(body, typed=is_typed)
+            if isinstance(body, dict) and body.get("table") == QUERY_TABLE:
+                return self.query_row(body)
             try:
                 event = self.event(body, typed=is_typed)
             except ValueError as e:
@@ -118,12 +122,35 @@ class Admission:
             return error_reply(400, ErrorCode.INVALID, "catch-up batch: not an array")
         return await self._batch(body, typed=True)
 
+    def query_row(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A `_00_query` row a database event posted (transport http, standalone): a client's
+        request to register a view, handed to the row requests as the changefeed tail hands
+        the rows it reads; never a row of the engine's."""
+        requests = self.state.row_requests
+        if requests is None:
+            return error_reply(400, ErrorCode.INVALID,
+                               "table: _00_query rows are read from the changefeed here")
+        try:
+            change = RowChange.from_body(body)
+            row = typed_record(body) or change.record
+            view_id = view_id_of(parse_record_id(change.id))
+        except ValueError as e:
+            return error_reply(400, ErrorCode.INVALID, str(e))
+        if change.op != "DELETE":
+            requests.seen(view_id, row)
+        return reply(200, {"status": "ok", "seq": self.state.seq})
+
     def event(self, body: Any, *, typed: bool = False) -> Event:
         """The sequencer's event of one ingest body; ValueError (BodyError naming the field,
         or `record: ...`) when it cannot be applied."""
         change = RowChange.from_body(body)
         try:
-            record = self.restore_types(change.table, change.id, change.record, typed=typed)
+            record = change.record
+            if not typed:  # a database event's post carries its row typed as well
+                cbor_row = typed_record(body)
+                if cbor_row is not None:
+                    record, typed = cbor_row, True
+            record = self.restore_types(change.table, change.id, record, typed=typed)
             canonical_bytes(record)  # refuse what cannot be stored, before sequencing
         except (ValueError, TypeError, OverflowError, RecursionError) as e:
             # A record nested deeper than Python recurses is bad input too, not a 500.

@@ -64,6 +64,10 @@ class Hub(HubState):
                                  catch_up=self.tail.catch_up if tails else None)
         if tails:
             self.tail.requests = RowRequests(self, self.registry)
+        elif cfg.standalone:
+            # transport http: the database's `_00_query_request` event posts the rows
+            # (`Admission.query_row`)
+            self.row_requests = RowRequests(self, self.registry)
         self.admission = Admission(self, self.sequencer)
         self.reconciler = Reconciler(self)
         self.introspection = Introspection(self, VERSION, self.reconciler.stats)
@@ -115,6 +119,8 @@ class Hub(HubState):
         cfg = self.cfg
         if cfg.ingest_transport == "changefeed" and self.link is None:
             self.spawn(self.tail.run(), "changefeed")  # the scheduler feeds a linked SSP
+        if self.row_requests is not None:
+            self.spawn(self.tail.scan_requests(self.row_requests), "row-requests-scan")
         self.spawn(self.loops.ttl_sweep(), "ttl-sweep")
         self.spawn(self.crdt.sweep_loop(cfg.ttl_cleanup_interval_secs, self.writers_hold),
                    "crdt-sweep")

@@ -62,7 +62,7 @@ class FeedTail:
             except DbError as e:
                 log.warning("LIVE on %s unavailable (%s); its rows are read every %.0fs",
                             QUERY_TABLE, e, FEED_POLL_SECS)
-            self.state.spawn(self._scan_requests(self.requests), "row-requests-scan")
+            self.state.spawn(self.scan_requests(self.requests), "row-requests-scan")
         while True:
             try:
                 await self.catch_up()
@@ -74,7 +74,8 @@ class FeedTail:
                 await asyncio.wait_for(self._wake.wait(), FEED_POLL_SECS)
             self._wake.clear()
 
-    async def _scan_requests(self, requests: RowRequests) -> None:
+    async def scan_requests(self, requests: RowRequests) -> None:
+        """The request rows written while this SSP was down (`RowRequests.scan`)."""
         try:
             await requests.scan()
         except DbError as e:  # the rows are registered again on their next change

@@ -8,8 +8,9 @@ moving, in three timings: one transaction (as far as SurrealDB allows: it refuse
 of an id deleted earlier in the same transaction), one ingest batch (the process that reads
 the changefeed is stopped with SIGSTOP while they commit, so its next round reads them
 together) and apart. View owners are deleted and created again (their edge tables go and come
-back in mode `dedicated`). Four stacks: standalone and scheduler mode, each in edge modes
-`dedicated` and `single`.
+back in mode `dedicated`). Five stacks: standalone and scheduler mode, each in edge modes
+`dedicated` and `single`, over the changefeed; and scheduler mode in edge mode `dedicated`
+over transport http (database events post to the scheduler, the spec's default).
 
 The seed changes every run and is printed (`SVC_EDGES_SEED=<n>` replays one). A failing seed
 is written to `fixtures/edges_seeds.json` (commit it: every run replays the seeds kept there,
@@ -47,7 +48,7 @@ from tests.engine.judge import (
     rewrite_auth,
 )
 from tests.integration.test_scheduler_process import launch, write_config
-from tests.support.procs import DbHost, ManagedProcess, free_port
+from tests.support.procs import DbHost, ManagedProcess, free_port, start_db_host
 from tests.support.ssp_stack import Ssp, app_write, apply_schema, root_db, start_ssp, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "edges_seeds.json"
@@ -62,7 +63,11 @@ CONVERGE_SECS = 2.0
 GIVE_UP_SECS = 30.0
 SCHEMA = "".join(f"DEFINE TABLE {t} SCHEMALESS PERMISSIONS FULL;" for t in IDS)
 MODES = [("standalone", "dedicated"), ("standalone", "single"),
-         ("scheduler", "dedicated"), ("scheduler", "single")]
+         ("scheduler", "dedicated"), ("scheduler", "single"),
+         # the spec's default transport: database events post to the scheduler's /ingest
+         # inside the writing transaction (the host on SurrealDB's Node build, which has
+         # http::*); no changefeed anywhere
+         ("scheduler-http", "dedicated")]
 
 
 @dataclass
@@ -75,7 +80,10 @@ class Stack:
     deployment: str
     ref_mode: str
     ssp: Ssp
-    feed_reader: ManagedProcess  # the SSP (standalone) or the scheduler
+    # what a "batch" burst holds still: the SSP (standalone) or the scheduler reading the
+    # changefeed; under transport http the SSP (a stopped scheduler would stop the writes,
+    # whose events wait for its answer), so the scheduler's events reach it in one batch
+    feed_reader: ManagedProcess
     scheduler_url: str | None = None
 
     async def register(self, http: aiohttp.ClientSession, body: dict[str, Any]
@@ -137,27 +145,41 @@ async def _define(host: DbHost, name: str) -> None:
 
 def _start(tmp: Path, host: DbHost, deployment: str, ref_mode: str) -> Iterator[Stack]:
     name = "df" + uuid.uuid4().hex[:10]
+    http = deployment == "scheduler-http"
+    own_host = None
+    if http:
+        own_host = host = start_db_host(tmp / "nodehost", engine="node",
+                                        extra_args=["--allow-net", "127.0.0.1"])
     asyncio.run(_define(host, name))
-    apply_schema(host, name, name)
     # no reconciler: every repair must come from the exact path
     env = {"SVC_SSP_REF_MODE": ref_mode, "SVC_SSP_RECONCILE_MS": "0"}
     sched = None
-    if deployment == "scheduler":
-        port = free_port()
-        sched = launch(tmp, write_config(tmp, host, name, port), port, name,
-                       ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed")
-        env.update(SVC_SCHEDULER_URL=sched.url, SVC_SSP_ID="ssp-diff",
-                   HEARTBEAT_INTERVAL_MS="200")
-    ssp = start_ssp(tmp, host, name, name, **env)
     try:
-        ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=120)
-        yield Stack(host, name, name, deployment, ref_mode, ssp,
-                    sched.process if sched else ssp.process, sched.url if sched else None)
+        if deployment.startswith("scheduler"):
+            port = free_port()
+            transport = "http" if http else "changefeed"
+            apply_schema(host, name, name, transport,
+                         f"http://127.0.0.1:{port}/ingest" if http else None)
+            sched = launch(tmp, write_config(tmp, host, name, port), port, name,
+                           ready_timeout=120, SVC_INGEST_TRANSPORT=transport)
+            env.update(SVC_SCHEDULER_URL=sched.url, SVC_SSP_ID="ssp-diff",
+                       HEARTBEAT_INTERVAL_MS="200", SVC_INGEST_TRANSPORT=transport)
+        else:
+            apply_schema(host, name, name)
+        ssp = start_ssp(tmp, host, name, name, **env)
+        try:
+            ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=120)
+            reader = sched.process if sched and not http else ssp.process
+            yield Stack(host, name, name, deployment, ref_mode, ssp, reader,
+                        sched.url if sched else None)
+        finally:
+            code = ssp.stop()
+            assert code == 0, ssp.process.log_text()[-3000:]
     finally:
-        code = ssp.stop()
         if sched is not None:
             sched.process.stop()
-        assert code == 0, ssp.process.log_text()[-3000:]
+        if own_host is not None:
+            own_host.process.stop()
 
 
 @pytest.fixture(scope="module", params=MODES, ids=[f"{d}-{m}" for d, m in MODES])

@@ -234,10 +234,15 @@ def start_db_host(
     extra_env: dict[str, str] | None = None,
     extra_args: list[str] | None = None,
     wait: bool = True,
+    engine: str | None = None,
 ) -> DbHost:
-    """Start `python -m dbhost` on a free loopback port and wait for GET /health."""
+    """Start `python -m dbhost` on a free loopback port and wait for GET /health.
+
+    `engine`: the host's `--engine`; by default `TEST_DB_ENGINE` from the runner's
+    environment, else the embedded build (so any module can be run on the Node build)."""
     port = port or free_port()
     argv = [sys.executable, "-m", "dbhost", "--bind", f"127.0.0.1:{port}"]
+    argv += ["--engine", engine or os.environ.get("TEST_DB_ENGINE") or "embedded"]
     if memory and path is None:
         argv.append("--memory")
     else:

@@ -48,10 +48,13 @@ def unique_db() -> tuple[str, str]:
     return "ssp", "db_" + uuid.uuid4().hex[:10]
 
 
-def apply_schema(host: DbHost, ns: str, db: str, transport: str = "changefeed") -> None:
-    """Run `svc schema apply` as a real command."""
+def apply_schema(host: DbHost, ns: str, db: str, transport: str = "changefeed",
+                 ingest_url: str | None = None) -> None:
+    """Run `svc schema apply` as a real command (transport http: events post to
+    `ingest_url`, which needs a host on the Node build, `engine="node"`)."""
+    extra = ["--ingest-url", ingest_url] if ingest_url else []
     r = subprocess.run([sys.executable, "-m", "svccli", "schema", "apply", "--transport",
-                        transport], env=base_env(**db_env(host, ns, db)), cwd=str(ROOT),
+                        transport, *extra], env=base_env(**db_env(host, ns, db)), cwd=str(ROOT),
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr + r.stdout
 

@@ -80,3 +80,20 @@ def test_host_port_refuses_what_no_listener_can_use(text: str) -> None:
 
     with pytest.raises(ValueError, match="X must be host:port"):
         host_port(text, "X")
+
+
+def test_engine_and_allowed_targets_from_flags_or_environment() -> None:
+    assert load_config(["--memory"], CREDS).engine == "embedded"
+    c = load_config(["--engine", "node", "--allow-net", "127.0.0.1:9667, example.com"], CREDS)
+    assert (c.engine, c.allow_net) == ("node", ("127.0.0.1:9667", "example.com"))
+    c = load_config([], {**CREDS, "SVC_DB_ENGINE": "node", "SVC_DB_ALLOW_NET": "10.0.0.5"})
+    assert (c.engine, c.allow_net) == ("node", ("10.0.0.5",))
+    assert load_config([], {**CREDS, "SVC_DB_ENGINE": "node"}).allow_net == ()
+
+
+def test_allowed_targets_need_the_node_engine_and_engines_are_named() -> None:
+    # the embedded build has no http::* functions: allowing targets there would mislead
+    with pytest.raises(ConfigError, match="--engine node"):
+        load_config(["--allow-net", "127.0.0.1"], CREDS)
+    with pytest.raises(ConfigError, match="embedded, node"):
+        load_config([], {**CREDS, "SVC_DB_ENGINE": "wasm"})
