@@ -6,7 +6,7 @@ Only an admitted event reaches the sequencer; a refusal applies nothing."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dbclient.eventrecord import typed_record
 from dbclient.fieldtypes import restore_types
@@ -25,12 +25,21 @@ if TYPE_CHECKING:
 PUBLICATION_SLOTS = 256
 
 
+class RequestRows(Protocol):
+    """Where a client's `_00_query` request row goes (`ssp.hub.rowrequests.RowRequests`)."""
+
+    def seen(self, view_id: str, row: Any) -> None: ...
+
+
 class Admission:
     """Admits ingest requests into the sequencer (see the module docstring)."""
 
     def __init__(self, state: HubState, sequencer: Sequencer) -> None:
         self.state = state
         self.sequencer = sequencer
+        # Standalone over transport http: client request rows the database posts (the
+        # changefeed tail has its own); set by the hub
+        self.row_requests: RequestRows | None = None
         self.slots = 0  # ingest requests being applied now
         self._batch_lock = asyncio.Lock()
 
@@ -126,7 +135,7 @@ class Admission:
         """A `_00_query` row a database event posted (transport http, standalone): a client's
         request to register a view, handed to the row requests as the changefeed tail hands
         the rows it reads; never a row of the engine's."""
-        requests = self.state.row_requests
+        requests = self.row_requests
         if requests is None:
             return error_reply(400, ErrorCode.INVALID,
                                "table: _00_query rows are read from the changefeed here")

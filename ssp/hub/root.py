@@ -64,11 +64,13 @@ class Hub(HubState):
                                  catch_up=self.tail.catch_up if tails else None)
         if tails:
             self.tail.requests = RowRequests(self, self.registry)
-        elif cfg.standalone:
+        self.admission = Admission(self, self.sequencer)
+        self.row_requests: RowRequests | None = None
+        if not tails and cfg.standalone:
             # transport http: the database's `_00_query_request` event posts the rows
             # (`Admission.query_row`)
             self.row_requests = RowRequests(self, self.registry)
-        self.admission = Admission(self, self.sequencer)
+            self.admission.row_requests = self.row_requests
         self.reconciler = Reconciler(self)
         self.introspection = Introspection(self, VERSION, self.reconciler.stats)
         self.backups = Backups(self, SspTarget(self, self.loading, self.snapshot, self.tail))

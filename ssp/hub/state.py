@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zmq.asyncio
 from surrealdb import RecordID
@@ -35,9 +35,6 @@ from ssp.publisher import Publisher, PubView, Teardown
 from ssp.rowarena import HubRows
 from ssp.shards import ShardHandle
 from ssp.viewmetrics import ViewMetrics
-
-if TYPE_CHECKING:
-    from ssp.hub.rowrequests import RowRequests
 
 log = logging.getLogger("ssp.hub")
 
@@ -151,9 +148,6 @@ class HubState:
         self.rows = self.arena.store
         self.rv: dict[str, Any] = {}
         self.field_types: dict[str, dict[str, str]] = {}
-        # Standalone over transport http: client request rows posted by the database
-        # (`ssp.hub.rowrequests`; the changefeed tail has its own)
-        self.row_requests: RowRequests | None = None
         self.tables: set[str] = set()  # synced tables known (kept by /reset: not reloaded)
         self.bootstrap_warnings: list[str] = []
         # Standalone changefeed position (`ssp.hub.tail`; kept in the snapshot).

@@ -220,6 +220,13 @@ async def test_ops_run_with_transport_http_serves_views_and_stops_every_child(
             apply_http_schema(host, name, name, f"http://127.0.0.1:{sched_port}/ingest")
             sched = f"http://127.0.0.1:{sched_port}"
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+                async def ssp_ready() -> bool:
+                    # "service is up" says each process answers; the scheduler places a
+                    # view once its SSP finished bootstrapping
+                    async with http.get(sched + "/metrics") as r:
+                        m = await r.json()
+                    return any(x["state"] == "ready" for x in m["ssps"])
+                await wait_for(ssp_ready, timeout=120, what="the SSP ready")
                 body = {"id": "query:pins", "clientId": "c1", "ttl": "10m",
                         "surql": "SELECT * FROM note WHERE pinned = true",
                         "params": {"auth_id": "user:carol"}}
