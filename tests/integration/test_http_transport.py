@@ -21,7 +21,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from dbclient.errors import DbQueryError
 from tests.integration.test_scheduler_process import launch, write_config
 from tests.support import proctable
 from tests.support.procs import ROOT, DbHost, base_env, free_port, start_db_host
@@ -43,14 +42,9 @@ def apply_http_schema(host: DbHost, ns: str, db: str, ingest_url: str) -> None:
 
 
 async def members_are(root: Any, table: str, key: str, want: set[str]) -> bool:
-    """Whether view `key`'s edges in `table` are `want`; False while the table is not there
-    yet (it is defined when the user's first view registers)."""
-    try:
-        return await edges(root, table, key) == want
-    except DbQueryError as e:
-        if "does not exist" in str(e):
-            return False
-        raise
+    """Whether view `key`'s edges in `table` are `want` (the table comes with the user's
+    first view)."""
+    return await edges(root, table, key, missing_ok=True) == want
 
 
 ACCESS = ("DEFINE TABLE user SCHEMALESS PERMISSIONS FOR select WHERE id = $auth.id; "

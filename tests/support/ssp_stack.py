@@ -166,15 +166,22 @@ async def wait_for(pred: Any, timeout: float = 30.0, what: str = "condition") ->
     raise AssertionError(f"{what} not reached; last value {last!r}")
 
 
-async def edges(db: Database, table: str, view_key: str) -> set[str]:
+async def edges(db: Database, table: str, view_key: str, *,
+                missing_ok: bool = False) -> set[str]:
     """Record-id texts of the `out` of every edge of view `_00_query:<view_key>` in `table`
-    (the members: retired edges, mode `dedicated`, excluded)."""
+    (the members: retired edges, mode `dedicated`, excluded). `missing_ok`: a table not
+    defined (yet: a user's edge table comes with its first view) holds no edge."""
     from surrealdb import RecordID
 
     from engine.values import record_id_text
 
-    rows = await db.query_one(f"SELECT out FROM {table} WHERE in = $q AND !removed",
-                              {"q": RecordID("_00_query", view_key)})
+    try:
+        rows = await db.query_one(f"SELECT out FROM {table} WHERE in = $q AND !removed",
+                                  {"q": RecordID("_00_query", view_key)})
+    except DbQueryError as e:
+        if missing_ok and "does not exist" in str(e):
+            return set()
+        raise
     return {record_id_text(r["out"]) for r in rows or []}
 
 
