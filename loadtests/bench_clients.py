@@ -68,7 +68,7 @@ async def main(views: int, writes: int, reg: int) -> None:
                      {"n": views})
     apply_schema(host, ns, db)
     ssp = start_ssp(tmp, host, ns, db, SVC_SSP_QUERY_UPDATE_THROTTLE_MS="5",
-                    SVC_AUTH_SECRET=SECRET)
+                    SVC_AUTH_SECRET=SECRET, SVC_SSP_SHARDS="2")  # as measured before
     ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=120)
     creds = {"access": "account", "variables": {"name": "bench", "pass": "pw"}}
     probe = AsyncSurreal(host.ws_url)

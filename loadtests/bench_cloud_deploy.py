@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.support import lifeline
 from tests.support.cloud_stack import Cloud, running_cloud  # noqa: E402
 from tests.support.procs import base_env, free_port, start_db_host  # noqa: E402
 
@@ -53,6 +54,7 @@ def ops_run_once(tmp: Path) -> float:
     proc = subprocess.Popen(argv, env=base_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                             cwd=str(Path(__file__).resolve().parent.parent))
+    lifeline.adopt(proc.pid)  # dies with this run, killed or not
     try:
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -41,6 +41,7 @@ from gateway.serve import gunicorn_argv
 from gateway.ssp_app import GatewaySettings, build_app
 from ipc.messages import reply
 from ssp.config import SspConfig
+from tests.support import lifeline
 
 SECRET = "bench-secret"
 BODY = json.dumps(
@@ -215,6 +216,7 @@ def main() -> None:
     env.update(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9")
     hub = subprocess.Popen([sys.executable, "-m", "gateway.testing", "--endpoint", endpoint,
                             "--ready-file", str(run_dir / "ready")], cwd=ROOT, env=env)
+    lifeline.adopt(hub.pid)  # dies with this run, killed or not
     rows: list[tuple[str, dict[str, float]]] = []
     try:
         while not (run_dir / "ready").exists():
@@ -229,6 +231,7 @@ def main() -> None:
                                       "SVC_SSP_GATEWAY_WORKERS": str(workers)})
             gun = subprocess.Popen(gunicorn_argv(cfg), cwd=ROOT, env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            lifeline.adopt(gun.pid)  # dies with this run, killed or not
             try:
                 _wait_port(port, gun)
                 uvloop.run(run_http(port, 1.0, args.connections))  # warm-up

@@ -64,6 +64,7 @@ from surrealdb import RecordID  # noqa: E402
 
 from dbclient import Database, DbConfig, DbError  # noqa: E402
 from ssp.naming import edge_table, view_record  # noqa: E402
+from tests.support import lifeline
 from tests.support.procs import free_port, free_ports  # noqa: E402
 
 NS, DB = "soak", "soak"
@@ -268,6 +269,7 @@ def start_stack(run: Run) -> None:
     run.stack = subprocess.Popen(argv, env=run.env, cwd=str(run.args.stack_root or ROOT),
                                  stdout=log,
                                  stderr=subprocess.STDOUT, start_new_session=True)
+    lifeline.adopt(run.stack.pid)  # dies with this run, killed or not
     log.close()
 
 

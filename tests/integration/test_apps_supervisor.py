@@ -35,6 +35,7 @@ from apps import (
     sweep,
 )
 from project.rootconfig import load_project
+from tests.support import lifeline
 from tests.support.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -272,8 +273,10 @@ async def test_a_dependency_outside_the_scope_is_refused_before_anything_starts(
 
 def _svc_dev(args: list[str], cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    return subprocess.Popen([sys.executable, "-m", "svccli", "dev", *args], cwd=cwd, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "svccli", "dev", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lifeline.adopt(proc.pid)  # dies with this run, killed or not
+    return proc
 
 
 def _read_until(proc: subprocess.Popen[str], marker: str, budget: float = 60.0) -> list[str]:

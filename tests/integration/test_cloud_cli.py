@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support import proctable
+from tests.support import lifeline, proctable
 from tests.support.cloud_stack import PASSWORD, digest
 from tests.support.procs import ROOT, base_env, free_port, http_status
 
@@ -55,6 +55,7 @@ class Stack:
                  "--cloud-bind", f"127.0.0.1:{self.cloud_port}"],
                 env=base_env(SVC_DB_USER="root", SVC_DB_PASS="cloud-cli-test"),
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            lifeline.adopt(self.proc.pid)  # dies with this run, killed or not
         deadline = time.monotonic() + 180
         while "service is up" not in self.log.read_text(errors="replace"):
             assert self.proc.poll() is None, self.log.read_text(errors="replace")[-3000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import proctable
+from tests.support import lifeline, proctable
 from tests.support.procs import ROOT, base_env, free_port, http_status
 
 
@@ -42,6 +42,7 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        lifeline.adopt(proc.pid)  # dies with this run, killed or not
     try:
         deadline = time.monotonic() + 180
         # ops/run announces the stack only once every service is healthy.
@@ -87,6 +88,7 @@ def _launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path, 
                                 env=base_env(SVC_DB_USER="root", SVC_DB_PASS="ops-run-test",
                                              TMPDIR=str(tmp)),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        lifeline.adopt(proc.pid)  # dies with this run, killed or not
     deadline = time.monotonic() + 180
     while "service is up" not in log.read_text(errors="replace"):
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()

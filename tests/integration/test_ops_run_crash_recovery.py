@@ -34,7 +34,7 @@ from surrealdb import RecordID
 from dbclient import Database, DbConfig, DbError, DbQueryError
 from engine.values import record_id_text
 from tests.integration.test_ssp_consistency import USERS, VIEWS, expected
-from tests.support import proctable
+from tests.support import lifeline, proctable
 from tests.support.procs import ROOT, base_env, free_port, free_ports
 from tests.support.ssp_stack import APP_SCHEMA, edges, wait_for
 
@@ -116,6 +116,7 @@ def _start(tmp: Path) -> RunningStack:
              "--admin-bind", f"127.0.0.1:{free_port()}"],
             cwd=str(ROOT), env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
+        lifeline.adopt(proc.pid)  # dies with this run, killed or not
     return RunningStack(proc, log, stack_tmp, token, password, db_port, sched_port,
                         [ssp_port, ssp_port + 1])
 

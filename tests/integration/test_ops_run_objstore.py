@@ -20,7 +20,7 @@ import pytest
 
 from backup.config import DEFAULT_BUCKET
 from dbclient import Database, DbConfig
-from tests.support import proctable
+from tests.support import lifeline, proctable
 from tests.support.procs import ROOT, base_env, free_port, http_status
 
 pytestmark = pytest.mark.slow
@@ -86,6 +86,7 @@ def test_ops_run_objstore_backs_up_and_restores_through_the_local_s3_server(
             env=base_env(SVC_DB_USER="root", SVC_DB_PASS=PASSWORD, SVC_DB_NS="app",
                          SVC_DB_NAME="app"),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        lifeline.adopt(proc.pid)  # dies with this run, killed or not
     try:
         _wait(lambda: "service is up" in log.read_text(errors="replace"), proc, log,
               "the stack up")

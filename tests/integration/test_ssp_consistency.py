@@ -61,7 +61,8 @@ async def prepared_db(host: DbHost) -> tuple[str, str, Database]:
 @pytest.fixture
 async def env(host: DbHost, tmp_path: Path) -> AsyncIterator[tuple[Ssp, Database]]:
     ns, db, root = await prepared_db(host)
-    ssp = start_ssp(tmp_path, host, ns, db)
+    # two shards: one killed while the other serves, views spread over both
+    ssp = start_ssp(tmp_path, host, ns, db, SVC_SSP_SHARDS="2")
     try:
         await ssp.wait_ready()
         yield ssp, root
@@ -209,7 +210,7 @@ async def test_concurrent_edge_transactions_converge_to_surrealdb(host: DbHost,
     # SurrealDB's answer, and a flush the database refuses is retried, never dropped.
     ns, db, root = await prepared_db(host)
     ssp = start_ssp(tmp_path, host, ns, db, SVC_SSP_QUERY_UPDATE_THROTTLE_MS="0",
-                    SVC_SSP_PUBLISH_FLUSHERS="4")
+                    SVC_SSP_PUBLISH_FLUSHERS="4", SVC_SSP_SHARDS="2")
     try:
         await ssp.wait_ready()
         views = await register_all(ssp)

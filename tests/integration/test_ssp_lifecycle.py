@@ -1,25 +1,85 @@
 """SSP lifecycle with real processes: allowlist, TTL sweep, snapshot warm start, schema
-changes without restart, database stalls."""
+changes without restart, database stalls.
+
+The tests that only register views and write rows share one SSP (`shared`, allowlist `warn`,
+a TTL sweep every second), each with names of its own and counts taken as deltas, so their
+order does not matter; those that restart, reset, stall or configure the SSP otherwise start
+their own."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from surrealdb import RecordID
 
 from dbclient import Database
 from tests.support.procs import DbHost, start_db_host
-from tests.support.ssp_stack import edges, open_stack, view_body, wait_for
+from tests.support.ssp_stack import (
+    APP_SCHEMA,
+    Ssp,
+    Stack,
+    apply_schema,
+    edges,
+    open_stack,
+    root_db,
+    start_ssp,
+    unique_db,
+    view_body,
+    wait_for,
+)
 
 OWN = "SELECT * FROM post WHERE owner = $auth.id"
+SHARED_ENV = {"SVC_SSP_QUERY_ALLOWLIST": "warn", "TTL_CLEANUP_INTERVAL_SECS": "1"}
 
 
 async def alice(root: Database) -> None:
     await root.query("CREATE user:alice SET name = 'alice', pass = 'x'")
+
+
+@pytest.fixture(scope="module")
+def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[str, str, Ssp]]:
+    """One SSP for the tests that neither restart nor reconfigure it."""
+    ns, db = unique_db()
+
+    async def prepare() -> None:
+        root = await root_db(host, ns, db)
+        await root.query(APP_SCHEMA)
+        apply_schema(host, ns, db)
+        await alice(root)
+        await root.close()
+
+    asyncio.run(prepare())
+    ssp = start_ssp(tmp_path_factory.mktemp("lifecycle"), host, ns, db, **SHARED_ENV)
+    try:
+        async def ready() -> None:
+            await ssp.wait_ready()
+            ssp.close_client()  # its socket belongs to this loop; each test opens its own
+
+        asyncio.run(ready())
+        yield ns, db, ssp
+    finally:
+        code = ssp.stop()
+        assert code == 0, ssp.process.log_text()[-3000:]
+
+
+@pytest.fixture
+async def st(host: DbHost, shared: tuple[str, str, Ssp]) -> AsyncIterator[Stack]:
+    """The shared SSP with a root connection and a hub client of this test's loop."""
+    ns, db, ssp = shared
+    root = await root_db(host, ns, db)
+    try:
+        yield Stack(host, ns, db, ssp, root)
+    finally:
+        ssp.close_client()
+        await root.close()
 
 
 async def test_allowlist_enforce_refuses_unlisted_shapes_with_403(host: DbHost,
@@ -92,46 +152,49 @@ async def _entries_are(read: Any, n: int) -> bool:
     return (await read())["entries"] == n
 
 
-async def test_allowlist_warn_admits_and_counts(host: DbHost, tmp_path: Path) -> None:
-    async with open_stack(host, tmp_path, before_start=alice,
-                          SVC_SSP_QUERY_ALLOWLIST="warn") as st:
-        r = await st.ssp.call("POST /view/register", view_body("w", OWN))
-        assert r["status"] == 200
+async def test_allowlist_warn_admits_and_counts(st: Stack) -> None:
+    async def warned() -> int:
         info = (await st.ssp.call("GET /info"))["body"][0]["query_allowlist"]
-        assert info["counters"]["warned"] == 1
+        assert info["mode"] == "warn"
+        return int(info["counters"]["warned"])
+
+    before = await warned()
+    r = await st.ssp.call("POST /view/register", view_body("w", OWN))
+    assert r["status"] == 200
+    assert await warned() == before + 1
 
 
-async def test_ttl_sweep_unregisters_expired_views(host: DbHost, tmp_path: Path) -> None:
-    async with open_stack(host, tmp_path, before_start=alice,
-                          TTL_CLEANUP_INTERVAL_SECS="1") as st:
-        await st.root.query("CREATE post:t SET owner = user:alice, title = 't'")
-        r = await st.ssp.call("POST /view/register", dict(view_body("short", OWN), ttl="2s"))
-        assert r["status"] == 200
-        r = await st.ssp.call("POST /view/register", view_body("long", OWN))
-        assert r["status"] == 200
+async def test_ttl_sweep_unregisters_expired_views(st: Stack) -> None:
+    # the shared SSP sweeps every second (TTL_CLEANUP_INTERVAL_SECS in SHARED_ENV)
+    await st.root.query("CREATE post:t SET owner = user:alice, title = 't'")
+    r = await st.ssp.call("POST /view/register", dict(view_body("short", OWN), ttl="2s"))
+    assert r["status"] == 200
+    r = await st.ssp.call("POST /view/register",
+                          view_body("long", OWN + " AND id = post:t"))
+    assert r["status"] == 200
 
-        async def swept() -> bool:
-            row = await st.root.query_one("SELECT * FROM ONLY _00_query:short")
-            return row is None and await edges(st.root, "_00_list_ref_user_alice",
-                                               "short") == set()
-        await wait_for(swept, what="expired view swept")
-        assert await st.root.query_one("SELECT * FROM ONLY _00_query:long") is not None
-        assert await edges(st.root, "_00_list_ref_user_alice", "long") == {"post:t"}
+    async def swept() -> bool:
+        row = await st.root.query_one("SELECT * FROM ONLY _00_query:short")
+        return row is None and await edges(st.root, "_00_list_ref_user_alice",
+                                           "short") == set()
+    await wait_for(swept, what="expired view swept")
+    assert await st.root.query_one("SELECT * FROM ONLY _00_query:long") is not None
+    assert await edges(st.root, "_00_list_ref_user_alice", "long") == {"post:t"}
 
 
-async def test_re_registration_refreshes_and_republishes_missing_edges(
-        host: DbHost, tmp_path: Path) -> None:
-    async with open_stack(host, tmp_path, before_start=alice) as st:
-        await st.root.query("CREATE post:r SET owner = user:alice, title = 't'")
-        await wait_for(lambda: _count(st, "post", 1), what="loaded")
-        assert (await st.ssp.call("POST /view/register", view_body("re", OWN)))["status"] == 200
-        await wait_for(lambda: _edges_are(st.root, "re", {"post:r"}), what="edge")
-        await st.root.query("DELETE _00_list_ref_user_alice WHERE in = _00_query:re")
-        r = await st.ssp.call("POST /view/register", dict(view_body("re", OWN), clientId="c2"))
-        assert r["status"] == 200
-        await wait_for(lambda: _edges_are(st.root, "re", {"post:r"}), what="edge republished")
-        row = await st.root.query_one("SELECT * FROM ONLY _00_query:re")
-        assert row["clientId"] == "c2" and row["subscribers"] == 2 and row["state"] == "ready"
+async def test_re_registration_refreshes_and_republishes_missing_edges(st: Stack) -> None:
+    posts = await _table_count(st, "post")
+    await st.root.query("CREATE post:r SET owner = user:alice, title = 't'")
+    await wait_for(lambda: _count(st, "post", posts + 1), what="loaded")
+    own_r = OWN + " AND id = post:r"
+    assert (await st.ssp.call("POST /view/register", view_body("re", own_r)))["status"] == 200
+    await wait_for(lambda: _edges_are(st.root, "re", {"post:r"}), what="edge")
+    await st.root.query("DELETE _00_list_ref_user_alice WHERE in = _00_query:re")
+    r = await st.ssp.call("POST /view/register", dict(view_body("re", own_r), clientId="c2"))
+    assert r["status"] == 200
+    await wait_for(lambda: _edges_are(st.root, "re", {"post:r"}), what="edge republished")
+    row = await st.root.query_one("SELECT * FROM ONLY _00_query:re")
+    assert row["clientId"] == "c2" and row["subscribers"] == 2 and row["state"] == "ready"
 
 
 async def test_warm_start_from_snapshot_catches_up_to_the_same_state(
@@ -159,7 +222,6 @@ async def test_warm_start_from_snapshot_catches_up_to_the_same_state(
         # Written while the SSP is down: the warm start must catch up from the feed.
         await st.root.query("CREATE post:s2 SET owner = user:alice, title = 'b'")
         await st.root.query("DELETE post:s1")
-        from tests.support.ssp_stack import start_ssp
         st.ssp = start_ssp(tmp_path, host, st.ns, st.dbname, SVC_SSP_SNAPSHOT_DIR=str(snap))
         await st.ssp.wait_ready()
         await wait_for(lambda: _edges_are(st.root, "snap", {"post:s2"}), what="caught up")
@@ -169,23 +231,18 @@ async def test_warm_start_from_snapshot_catches_up_to_the_same_state(
         assert "warm start from snapshot" in st.ssp.process.log_text()
 
 
-async def test_new_and_removed_tables_apply_without_restart(host: DbHost, tmp_path: Path) -> None:
-    async with open_stack(host, tmp_path, before_start=alice) as st:
-        await st.root.query("DEFINE TABLE note SCHEMALESS; CREATE note:1 SET owner = user:alice")
-        r = None
-        async def loaded() -> bool:
-            nonlocal r
-            r = await st.ssp.call("GET /info")
-            return bool(r["body"][0]["circuit_tables"].get("note") == 1)
-        await wait_for(loaded, what="new table loaded")
-        v = await st.ssp.call("POST /view/register",
-                              view_body("notes", "SELECT * FROM note WHERE owner = $auth.id"))
-        assert v["status"] == 200 and v["body"]["rowCount"] == 1
-        await wait_for(lambda: _edges_are(st.root, "notes", {"note:1"}), what="note edge")
-        await st.root.query("REMOVE TABLE note")
-        await wait_for(lambda: _edges_are(st.root, "notes", set()), what="rows retracted")
-        info = (await st.ssp.call("GET /info"))["body"][0]
-        assert "note" not in info["circuit_tables"]
+async def test_new_and_removed_tables_apply_without_restart(st: Stack) -> None:
+    # the schema poll (every second, start_ssp's default) finds the new table unasked
+    await st.root.query("DEFINE TABLE note SCHEMALESS; CREATE note:1 SET owner = user:alice")
+    await wait_for(lambda: _count(st, "note", 1), what="new table loaded")
+    v = await st.ssp.call("POST /view/register",
+                          view_body("notes", "SELECT * FROM note WHERE owner = $auth.id"))
+    assert v["status"] == 200 and v["body"]["rowCount"] == 1
+    await wait_for(lambda: _edges_are(st.root, "notes", {"note:1"}), what="note edge")
+    await st.root.query("REMOVE TABLE note")
+    await wait_for(lambda: _edges_are(st.root, "notes", set()), what="rows retracted")
+    info = (await st.ssp.call("GET /info"))["body"][0]
+    assert "note" not in info["circuit_tables"]
 
 
 async def test_stalled_database_is_reported_and_ingest_fails_fast(tmp_path: Path) -> None:
@@ -218,9 +275,13 @@ async def test_stalled_database_is_reported_and_ingest_fails_fast(tmp_path: Path
         own_host.process.stop()
 
 
-async def _count(st, table: str, n: int) -> bool:  # type: ignore[no-untyped-def]
+async def _table_count(st: Stack, table: str) -> int:
     r = await st.ssp.call("GET /info")
-    return bool(r["body"][0]["circuit_tables"].get(table) == n)
+    return int(r["body"][0]["circuit_tables"].get(table, 0))
+
+
+async def _count(st: Stack, table: str, n: int) -> bool:
+    return await _table_count(st, table) == n
 
 
 async def _edges_are(root: Database, key: str, want: set[str]) -> bool:
@@ -231,14 +292,6 @@ _ = RecordID
 
 
 async def test_bootstrapping_answers_503_until_the_database_answers(tmp_path: Path) -> None:
-    from tests.support.ssp_stack import (
-        APP_SCHEMA,
-        apply_schema,
-        root_db,
-        start_ssp,
-        unique_db,
-    )
-
     own_host = start_db_host(tmp_path / "boot", memory=True)
     pid = own_host.process.proc.pid  # type: ignore[union-attr]
     ssp = None
@@ -322,8 +375,6 @@ async def test_reload_failure_is_500_reload_failed(tmp_path: Path) -> None:
 
 async def test_view_on_a_table_created_after_start_sees_its_rows(host: DbHost,
                                                                  tmp_path: Path) -> None:
-    from tests.support.ssp_stack import apply_schema
-
     # The schema poll is off: registering must find the new table by itself.
     async with open_stack(host, tmp_path, before_start=alice, SVC_SCHEMA_POLL_SECS="0") as st:
         await st.root.query("DEFINE TABLE thread SCHEMALESS; "

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.test_ops_run import _descendants
+from tests.support import lifeline
 from tests.support.procs import ROOT, base_env, free_port, free_ports, http_status
 
 
@@ -65,6 +66,7 @@ def test_ops_run_cluster_mode_relaunches_ssps_after_a_resync(tmp_path: Path) -> 
             env=base_env(SVC_DB_USER="root", SVC_DB_PASS="cluster-test-pass",
                          HEARTBEAT_INTERVAL_MS="200"),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        lifeline.adopt(proc.pid)  # dies with this run, killed or not
     try:
         def ready_ids() -> set[str]:
             status, body = _get_json(sched + "/metrics")

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support import lifeline
 from tests.support.procs import ROOT, DbHost, base_env
 
 
@@ -56,6 +57,7 @@ def test_svc_view_watch_follows_the_query_row_and_its_edges(shared_db_host: DbHo
         watcher = subprocess.Popen([sys.executable, "-m", "svccli", "view", "watch", "query:top",
                                     "--seconds", "6"], env=env, cwd=ROOT, stdout=out,
                                    stderr=subprocess.STDOUT, text=True)
+        lifeline.adopt(watcher.pid)  # dies with this run, killed or not
         deadline = time.monotonic() + 20
         while "+ thread:1" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support import lifeline
+
 
 class DockerdUnavailable(AssertionError):
     """Why the daemon could not be started, in words a reader can act on."""
@@ -95,6 +97,7 @@ def start_dockerd(timeout: float = 60.0) -> Dockerd:
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        lifeline.adopt(proc.pid)  # dies with this run, killed or not
     d = Dockerd(root, proc, log_path)
     deadline = time.monotonic() + timeout
     while True:

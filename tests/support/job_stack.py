@@ -65,6 +65,7 @@ class Backend:
     calls: list[Call] = field(default_factory=list)
     inflight: int = 0
     max_inflight: int = 0
+    inflight_by_job: dict[str, int] = field(default_factory=dict)  # a shared backend's tests
     toggle_ok: bool = False
     work_secs: float = 0.02
     release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -100,6 +101,8 @@ class Backend:
         self.calls.append(call)
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
+        job = call.job or ""
+        self.inflight_by_job[job] = self.inflight_by_job.get(job, 0) + 1
         try:
             if path == "/ok":
                 return web.json_response({"ok": True, "echo": call.body})
@@ -122,6 +125,7 @@ class Backend:
             return web.json_response({"ok": True, "path": path})
         finally:
             self.inflight -= 1
+            self.inflight_by_job[job] -= 1
 
 
 def job_config(base_url: str, **per_table: dict[str, Any]) -> str:

@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support import lifeline
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -135,6 +137,8 @@ class ManagedProcess:
             start_new_session=True,  # its own process group: stop() reaches grandchildren
         )
         log.close()
+        # stopped with the runner when the runner dies without its teardown (SIGKILL)
+        lifeline.adopt(self.proc.pid)
         return self
 
     def log_text(self) -> str:
@@ -167,6 +171,8 @@ class ManagedProcess:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+        if self.proc is not None:
+            lifeline.release(self.proc.pid)
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, wait, then SIGKILL the group; returns the exit code."""
@@ -187,6 +193,7 @@ class ManagedProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        lifeline.release(self.proc.pid)
         return self.proc.returncode
 
 

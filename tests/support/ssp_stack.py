@@ -108,12 +108,13 @@ class Ssp:
 
 def start_ssp(tmp: Path, host: DbHost, ns: str, db: str, root: Path | None = None,
               **extra: str) -> Ssp:
-    """Start `python -m ssp` (changefeed transport, 2 shards unless overridden), from this
-    checkout or from ``root``."""
+    """Start `python -m ssp` (changefeed transport, one shard unless overridden), from this
+    checkout or from ``root``. A test of what two shards do asks for them
+    (`SVC_SSP_SHARDS="2"`): each shard is a process of its own, started with every SSP."""
     port = free_port()
     run_dir = tmp / f"ssp-run-{uuid.uuid4().hex[:6]}"
     env = base_env(**db_env(host, ns, db), SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}",
-                   SVC_SSP_RUN_DIR=str(run_dir), SVC_SSP_SHARDS="2",
+                   SVC_SSP_RUN_DIR=str(run_dir), SVC_SSP_SHARDS="1",
                    SVC_INGEST_TRANSPORT="changefeed", SVC_SSP_QUERY_UPDATE_THROTTLE_MS="20",
                    SVC_SCHEMA_POLL_SECS="1")
     env.update(extra)

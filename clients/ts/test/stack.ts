@@ -197,7 +197,7 @@ export class Stack {
       backoff_ms: 50 } } };
     this.ssp = new Proc("svc-ssp", [PY, "-m", "ssp"], baseEnv({
       ...this.dbEnv(), SVC_SSP_LISTEN_ADDR: `127.0.0.1:${this.sspPort}`,
-      SVC_SSP_RUN_DIR: join(this.tmp, "ssp-run"), SVC_SSP_SHARDS: "2",
+      SVC_SSP_RUN_DIR: join(this.tmp, "ssp-run"), SVC_SSP_SHARDS: "1",
       SVC_INGEST_TRANSPORT: "changefeed", SVC_SSP_QUERY_UPDATE_THROTTLE_MS: "20",
       SVC_SCHEMA_POLL_SECS: "1", TTL_CLEANUP_INTERVAL_SECS: "1",
       SVC_JOB_CONFIG: JSON.stringify(jobs), SVC_SSP_JOB_SWEEP_SECS: "1",
