@@ -112,7 +112,7 @@ class JoinSpec:
     """How a subquery plan's WHERE clause splits into keys, filter, bounds and residual."""
 
     __slots__ = ("build", "fields", "inner", "kfields", "kfns", "linner", "lo", "hi", "mode",
-                 "out_fields", "resid", "rfns", "slots")
+                 "out_fields", "resid", "rfns", "rtest", "slots")
 
     def __init__(self) -> None:
         self.kfields: tuple[str, ...] = ()
@@ -125,6 +125,9 @@ class JoinSpec:
         self.hi: tuple[Any, bool] | None = None  # (parent-side value, inclusive)
         self.resid: Any = None  # predicate f(row, S, par, cx) of the rest
         self.rfns: list[Any] | None = []  # values of the $parent paths the residual reads
+        # the residual reads fields of $parent without following a link from it: any parent
+        # of a window answers it for a written inner row as every parent of the window would
+        self.rtest = False
         self.mode = ONE
         self.build: tuple[str, Any] | None = None  # (field, value fn): an inner equality
         self.fields: frozenset[str] | None = None  # inner fields read (None: whole row)
@@ -212,6 +215,7 @@ def join_spec(plan: Any) -> JoinSpec | None:
             spec.rfns = None  # reads $parent itself: windows are per parent row
         else:
             spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
+            spec.rtest = all(len(p) == 1 for p in paths)
     if resid or (lo is not None and hi is not None):
         spec.mode = ANY
     elif lo is not None:
@@ -340,7 +344,8 @@ def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
 class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
-    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "pairs", "parents", "value")
+    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "pairs", "par", "parents",
+                 "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -354,6 +359,9 @@ class Win:
         # SELECT VALUE: (row, value) of each row shown (its members: engine.plan.item_value)
         self.pairs: list[list[tuple[str, Any]]] | None = None
         self.attached = True
+        # a parent row it was computed for (any of them gives the residual the same values):
+        # a write tests its row's residual against it before reaching the window
+        self.par: Any = None
 
     def add(self, proj: Any, rid: str) -> None:
         """A parent's projection read this window (engine.deps)."""
@@ -563,6 +571,8 @@ class Join:
             w = Win(g, wk, lo, hi)
             self._attach(g, w)
         w.cut = cut
+        if self.spec.rtest:
+            w.par = par
         if wcx is None or (not wcx.reads and not wcx.subs and not wcx.extra):
             w.value = value
             if plan.value:
@@ -763,7 +773,7 @@ class Join:
             out = spec.out_fields
             if changed is not None and out is not None and changed.isdisjoint(out):
                 return  # same place, same output
-            self._reach(go[0], e, mark)
+            self._reach(go[0], e, mark, (old, new))
             return
         if go is not None and go[1] is not None:
             g = go[0]
@@ -772,12 +782,19 @@ class Join:
                 i = bisect_left(ents, go[1])
                 if i < len(ents) and ents[i] == go[1]:
                     del ents[i]
-            self._reach(g, go[1], mark)
+            self._reach(g, go[1], mark, (old,))
         if gn is not None and gn[1] is not None:
             g = gn[0]
             if g.entries is not None:
                 insort(g.entries, gn[1])
-            self._reach(g, gn[1], mark)
+            self._reach(g, gn[1], mark, (new,))
+
+    def _holds(self, resid: Any, rows: tuple[Any, ...], par: Any) -> bool:
+        """Whether some version of an inner row passes the residual for parent ``par``."""
+        for r in rows:
+            if r is not None and resid(r, self.S, par, Cx(self.store)):
+                return True
+        return False
 
     # -- the linked filter: records its paths read ----------------------------------------
     def _linked(self, rid: str, row: dict[str, Any]) -> bool:
@@ -850,15 +867,21 @@ class Join:
                 ents.insert(i, e)
             else:
                 del ents[i]
-            self._reach(g, e, mark)
+            self._reach(g, e, mark, (row,))
 
-    def _reach(self, g: Group, e: Any, mark: Any) -> None:
-        """Detach the windows of ``g`` an entry at ``e`` can change; mark their parents."""
+    def _reach(self, g: Group, e: Any, mark: Any, rows: tuple[Any, ...] = ()) -> None:
+        """Detach the windows of ``g`` an entry at ``e`` can change; mark their parents.
+        ``rows``: the inner row's versions at ``e``; a window whose residual none of them
+        passes neither held nor holds the row, and the rows it shows stay the same."""
         mode = self.spec.mode
         hit: list[Win] = []
         if mode == ONE or mode == ANY:
+            resid = self.spec.resid if rows else None
             for w in g.wins.values():
                 if (w.lo is None or w.lo < e) and (w.cut is None or not w.cut < e):
+                    if resid is not None and w.par is not None and not self._holds(
+                            resid, rows, w.par):
+                        continue
                     hit.append(w)
         else:
             # windows sorted by their bound; their cuts follow it (see the module docstring)

@@ -255,6 +255,12 @@ LINKED_SHAPES = [
     ("SELECT id, (SELECT id, votes FROM comment WHERE thread = $parent.id AND "
      "votes > $parent.meta.pri AND author.profile.city != $a ORDER BY votes LIMIT 2) AS cs "
      "FROM thread WHERE score > $c"),
+    # a residual reading the parent on a field that is not the order's: a written comment
+    # reaches only the windows whose residual it passes
+    ("SELECT id, (SELECT id, votes, created_at FROM comment WHERE author = $parent.author AND "
+     "votes < $parent.score ORDER BY created_at DESC LIMIT 2) AS cs FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, body, votes FROM comment WHERE thread.status = $parent.status AND "
+     "body != $parent.title ORDER BY votes, body) AS cs FROM thread WHERE score > $c"),
 ]
 
 
