@@ -29,12 +29,14 @@ deviation). Groups come in key order; ORDER BY names outputs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Context, Decimal
 from typing import Any
 
 from sortedcontainers import SortedList
+from surrealdb import RecordID
 
 from engine.compile import compile_expr
 from engine.errors import QueryRejected
@@ -396,14 +398,28 @@ _RID_KEYS: dict[str, Any] = {}
 
 
 def _rid_key(rid: str) -> Any:
+    """The sort key of a record id given as its canonical text."""
     from engine.values import parse_record_id
 
     k = _RID_KEYS.get(rid)
     if k is None:
         if len(_RID_KEYS) > 1_000_000:
             _RID_KEYS.clear()
-        k = _RID_KEYS[rid] = sort_key(parse_record_id(rid))
+        table, _, key = rid.partition(":")
+        # `table:123`, the common case, without the parser (a registration over a table
+        # sorts every row's id once: the parser was 40% of a GROUP ALL's registration)
+        if (0 < len(key) < 16 and key.isascii() and key.isdigit()
+                and (key[0] != "0" or key == "0") and _PLAIN_TABLE.match(table)):
+            k = (_ID_RANK, table, (_INT_KEY_RANK, int(key)))
+        else:
+            k = sort_key(parse_record_id(rid))
+        _RID_KEYS[rid] = k
     return k
+
+
+_PLAIN_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# the parts of sort_key(t:1) that do not depend on the id: its kind's rank, an int key's rank
+_ID_RANK, _, (_INT_KEY_RANK, _) = sort_key(RecordID("t", 1))
 
 
 def _acc(spec: AggSpec, i: int) -> Any:

@@ -425,6 +425,7 @@ class ViewEngine:
                 j.clear()
                 j.plan.forget_join(j)
         self.store.joins = {}
+        self.store.jlinks = {}
 
     def __del__(self) -> None:
         self.close()

@@ -14,8 +14,11 @@ slots it reads):
   <expression of $parent>``: the group a parent reads), an **inner** filter (conjuncts that
   read neither ``$parent`` nor a link: applied once per inner row, not per parent),
   **bounds** (``first_order_field < <= > >= <expression of $parent>``: a slice of the
-  group's order, found by bisection) and a **residual** (anything else: tested per window
-  while it is read);
+  group's order, found by bisection), a **linked** filter (conjuncts that read no
+  ``$parent`` but follow a path of several segments, ``user.karma >= 10``: applied once per
+  inner row like the inner filter, with the records it read noted, so that a write to one
+  of them tests again exactly the rows that read it) and a **residual** (anything else:
+  tested per window while it is read);
 - a :class:`Group` keeps the sort entries of its qualifying rows in order (a plain list:
   bisection and slices in C), built from the table's equality index the first time a
   parent reads it, and maintained row by row from then on;
@@ -108,17 +111,23 @@ def jkey(v: Any) -> Any:
 class JoinSpec:
     """How a subquery plan's WHERE clause splits into keys, filter, bounds and residual."""
 
-    __slots__ = ("build", "fields", "inner", "kfields", "kfns", "lo", "hi", "mode",
-                 "out_fields", "resid", "rfns", "slots")
+    __slots__ = ("build", "fields", "inner", "kfields", "kfns", "linner", "lo", "hi", "mode",
+                 "out_fields", "resid", "rfns", "rtest", "slots")
 
     def __init__(self) -> None:
         self.kfields: tuple[str, ...] = ()
         self.kfns: list[Any] = []  # parent-side value of each key
         self.inner: Any = None  # predicate on the inner row alone
+        # predicate on the inner row and the records its links reach (no $parent): kept per
+        # row like ``inner``, the row tested again when a record it read is written
+        self.linner: Any = None
         self.lo: tuple[Any, bool] | None = None  # (parent-side value, strict) in entry order
         self.hi: tuple[Any, bool] | None = None  # (parent-side value, inclusive)
         self.resid: Any = None  # predicate f(row, S, par, cx) of the rest
         self.rfns: list[Any] | None = []  # values of the $parent paths the residual reads
+        # the residual reads fields of $parent without following a link from it: any parent
+        # of a window answers it for a written inner row as every parent of the window would
+        self.rtest = False
         self.mode = ONE
         self.build: tuple[str, Any] | None = None  # (field, value fn): an inner equality
         self.fields: frozenset[str] | None = None  # inner fields read (None: whole row)
@@ -186,13 +195,15 @@ def join_spec(plan: Any) -> JoinSpec | None:
     parts = _join_parts(q)
     if parts is None:
         return None
-    keys, inner, resid, lo, hi = parts
+    keys, inner, linked, resid, lo, hi = parts
     spec = JoinSpec()
     spec.kfields = tuple(k for k, _ in keys)
     spec.kfns = [compile_expr(other)[0] for _, other in keys]
     if inner:
         spec.inner = compile_predicate(conjoin(inner))[0]
         spec.build = _build_key(inner)
+    if linked:
+        spec.linner = compile_predicate(conjoin(linked))[0]
     spec.lo = lo
     spec.hi = hi
     if resid:
@@ -204,6 +215,7 @@ def join_spec(plan: Any) -> JoinSpec | None:
             spec.rfns = None  # reads $parent itself: windows are per parent row
         else:
             spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
+            spec.rtest = all(len(p) == 1 for p in paths)
     if resid or (lo is not None and hi is not None):
         spec.mode = ANY
     elif lo is not None:
@@ -219,10 +231,11 @@ def join_spec(plan: Any) -> JoinSpec | None:
     return spec
 
 
-def _join_parts(q: Any) -> tuple[list[tuple[str, Any]], list[Any], list[Any],
+def _join_parts(q: Any) -> tuple[list[tuple[str, Any]], list[Any], list[Any], list[Any],
                                   tuple[Any, bool] | None, tuple[Any, bool] | None] | None:
     """The WHERE conjuncts sorted by what they join on: the equality keys against the parent
-    (inner field, parent-side expression), the conjuncts of the inner rows alone, the residual
+    (inner field, parent-side expression), the conjuncts of the inner rows alone, those of
+    the inner rows and the records their paths reach (``user.karma >= 10``), the residual
     ones, and the bounds a parent sets on the first ORDER BY field (low, high: compiled
     expression, strict). None when the subquery looks a row up by id."""
     first: str | None = None
@@ -234,6 +247,7 @@ def _join_parts(q: Any) -> tuple[list[tuple[str, Any]], list[Any], list[Any],
         desc = q.order[0][1]
     keys: list[tuple[str, Any]] = []
     inner: list[Any] = []
+    linked: list[Any] = []
     resid: list[Any] = []
     lo: tuple[Any, bool] | None = None
     hi: tuple[Any, bool] | None = None
@@ -241,7 +255,8 @@ def _join_parts(q: Any) -> tuple[list[tuple[str, Any]], list[Any], list[Any],
         w = _what(c)
         multi = any(len(p) != 1 for p in w["fields"])
         if not w["parent"]:
-            (resid if multi or w["opaque"] else inner).append(c)
+            # a path of several segments may follow a link: what it read is recorded per row
+            (resid if w["opaque"] else linked if multi else inner).append(c)
             continue
         side = _field_vs_parent(c) if not w["opaque"] else None
         if side is not None:
@@ -263,7 +278,7 @@ def _join_parts(q: Any) -> tuple[list[tuple[str, Any]], list[Any], list[Any],
                     hi = (compile_expr(other)[0], not strict)
                     continue
         resid.append(c)
-    return keys, inner, resid, lo, hi
+    return keys, inner, linked, resid, lo, hi
 
 
 def _build_key(inner: list[Any]) -> tuple[str, Any] | None:
@@ -329,7 +344,8 @@ def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
 class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
-    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "pairs", "parents", "value")
+    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "pairs", "par", "parents",
+                 "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -343,6 +359,9 @@ class Win:
         # SELECT VALUE: (row, value) of each row shown (its members: engine.plan.item_value)
         self.pairs: list[list[tuple[str, Any]]] | None = None
         self.attached = True
+        # a parent row it was computed for (any of them gives the residual the same values):
+        # a write tests its row's residual against it before reaching the window
+        self.par: Any = None
 
     def add(self, proj: Any, rid: str) -> None:
         """A parent's projection read this window (engine.deps)."""
@@ -402,7 +421,8 @@ class Group:
 class Join:
     """A subquery plan's join state for one value of the slots it reads."""
 
-    __slots__ = ("S", "built", "groups", "plan", "reached", "spec", "store", "table")
+    __slots__ = ("S", "built", "groups", "lreads", "plan", "reached", "rreads", "spec", "store",
+                 "table")
 
     def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
         self.plan = plan
@@ -411,6 +431,9 @@ class Join:
         self.store = store
         self.table: str = plan.table
         self.groups: dict[Any, Group] = {}
+        # the records the linked filter (spec.linner) read: record -> inner rows, and back
+        self.lreads: dict[str, set[str]] = {}
+        self.rreads: dict[str, frozenset[str]] = {}
         # work done, for tests and the debug route: groups built, windows a write reached
         self.built = 0
         self.reached = 0
@@ -450,6 +473,10 @@ class Join:
         g.bwins = []
         g.entries = None
         if not self.groups:
+            for tok in self.lreads:
+                self._unlink(tok)
+            self.lreads = {}
+            self.rreads = {}
             joins = self.store.joins.get(self.table)
             if joins is not None:
                 joins.pop(self, None)
@@ -465,6 +492,10 @@ class Join:
             g.wins = {}
             g.bwins = []
         self.groups = {}
+        for tok in self.lreads:
+            self._unlink(tok)
+        self.lreads = {}
+        self.rreads = {}
 
     # -- reading ----------------------------------------------------------------------
     def _probe(self, fn: Any, S: tuple[Any, ...], par: Any, cx: Any, top: bool) -> Any:
@@ -491,6 +522,7 @@ class Join:
             cands = rows.keys()
         keyed = bool(spec.kfields)
         inner = spec.inner
+        linner = spec.linner
         ecache = plan.row_caches(t)[0]
         entry = plan.entry
         out: list[Any] = []
@@ -502,6 +534,8 @@ class Join:
             if keyed and self.row_key(row) != key:
                 continue
             if inner is not None and not inner(row, S, NONE, NOLINKS):
+                continue
+            if linner is not None and not self._linked(rid, row):
                 continue
             e = ecache.get(rid)
             if e is None:
@@ -537,6 +571,8 @@ class Join:
             w = Win(g, wk, lo, hi)
             self._attach(g, w)
         w.cut = cut
+        if self.spec.rtest:
+            w.par = par
         if wcx is None or (not wcx.reads and not wcx.subs and not wcx.extra):
             w.value = value
             if plan.value:
@@ -696,6 +732,21 @@ class Join:
         if inner is not None and not inner(row, self.S, NONE, NOLINKS):
             return (g, None)
         plan = self.plan
+        if self.spec.linner is not None:
+            if fresh:
+                if not self._linked(rid, row):
+                    return (g, None)
+            else:
+                # the old row qualified as its group holds it: the records it read may be
+                # written already (a row linking to itself)
+                e = plan.entry(row, rid, NOLINKS)
+                ents = g.entries
+                if ents is not None:
+                    i = bisect_left(ents, e)
+                    return (g, e if i < len(ents) and ents[i] == e else None)
+                if not self.spec.linner(row, self.S, NONE, Cx(self.store)):
+                    return (g, None)
+                return (g, e)
         if fresh:
             ecache = plan.row_caches(self.store.table(self.table))[0]
             e = ecache.get(rid)
@@ -722,7 +773,7 @@ class Join:
             out = spec.out_fields
             if changed is not None and out is not None and changed.isdisjoint(out):
                 return  # same place, same output
-            self._reach(go[0], e, mark)
+            self._reach(go[0], e, mark, (old, new))
             return
         if go is not None and go[1] is not None:
             g = go[0]
@@ -731,20 +782,106 @@ class Join:
                 i = bisect_left(ents, go[1])
                 if i < len(ents) and ents[i] == go[1]:
                     del ents[i]
-            self._reach(g, go[1], mark)
+            self._reach(g, go[1], mark, (old,))
         if gn is not None and gn[1] is not None:
             g = gn[0]
             if g.entries is not None:
                 insort(g.entries, gn[1])
-            self._reach(g, gn[1], mark)
+            self._reach(g, gn[1], mark, (new,))
 
-    def _reach(self, g: Group, e: Any, mark: Any) -> None:
-        """Detach the windows of ``g`` an entry at ``e`` can change; mark their parents."""
+    def _holds(self, resid: Any, rows: tuple[Any, ...], par: Any) -> bool:
+        """Whether some version of an inner row passes the residual for parent ``par``."""
+        for r in rows:
+            if r is not None and resid(r, self.S, par, Cx(self.store)):
+                return True
+        return False
+
+    # -- the linked filter: records its paths read ----------------------------------------
+    def _linked(self, rid: str, row: dict[str, Any]) -> bool:
+        """Whether an inner row passes the linked filter now; what it read is noted."""
+        cx = Cx(self.store)
+        ok = bool(self.spec.linner(row, self.S, NONE, cx))
+        self._note(rid, frozenset(cx.reads))
+        return ok
+
+    def _note(self, rid: str, reads: frozenset[str]) -> None:
+        old = self.rreads.get(rid)
+        if old == reads:
+            return
+        lreads = self.lreads
+        if old is not None:
+            for tok in old - reads:
+                ids = lreads.get(tok)
+                if ids is not None:
+                    ids.discard(rid)
+                    if not ids:
+                        del lreads[tok]
+                        self._unlink(tok)
+        if reads:
+            self.rreads[rid] = reads
+            for tok in reads if old is None else reads - old:
+                ids = lreads.get(tok)
+                if ids is None:
+                    ids = lreads[tok] = set()
+                    self.store.jlinks.setdefault(tok, {})[self] = None
+                ids.add(rid)
+        else:
+            self.rreads.pop(rid, None)
+
+    def _unlink(self, tok: str) -> None:
+        js = self.store.jlinks.get(tok)
+        if js is not None:
+            js.pop(self, None)
+            if not js:
+                del self.store.jlinks[tok]
+
+    def relink(self, tok: str, mark: Any) -> None:
+        """Record ``tok`` was written: test again the inner rows whose linked filter read
+        it, move those that entered or left their group and mark the windows they reach."""
+        rids = self.lreads.get(tok)
+        if not rids:
+            return
+        spec = self.spec
+        plan = self.plan
+        t = self.store.table(self.table)
+        rows = t.rows
+        ecache = plan.row_caches(t)[0]
+        for rid in list(rids):
+            row = rows.get(rid)
+            g = None if row is None else self.groups.get(
+                self.row_key(row) if spec.kfields else ())
+            if row is None or g is None or g.entries is None or (
+                    spec.inner is not None and not spec.inner(row, self.S, NONE, NOLINKS)):
+                self._note(rid, frozenset())  # no group of it is held: nothing to follow
+                continue
+            e = ecache.get(rid)
+            if e is None:
+                e = ecache[rid] = plan.entry(row, rid, NOLINKS)
+            ents = g.entries
+            i = bisect_left(ents, e)
+            was = i < len(ents) and ents[i] == e
+            now = self._linked(rid, row)
+            if was == now:
+                continue
+            if now:
+                ents.insert(i, e)
+            else:
+                del ents[i]
+            self._reach(g, e, mark, (row,))
+
+    def _reach(self, g: Group, e: Any, mark: Any, rows: tuple[Any, ...] = ()) -> None:
+        """Detach the windows of ``g`` an entry at ``e`` can change; mark their parents.
+        ``rows``: the inner row's versions at ``e``; a window whose residual none of them
+        passes neither held nor holds the row, and the rows it shows stay the same."""
         mode = self.spec.mode
         hit: list[Win] = []
         if mode == ONE or mode == ANY:
+            resid = self.spec.resid if rows else None
             for w in g.wins.values():
                 if (w.lo is None or w.lo < e) and (w.cut is None or not w.cut < e):
+                    if resid is not None and w.par is not None and not self._holds(
+                            resid, rows, w.par):
+                        continue
                     hit.append(w)
         else:
             # windows sorted by their bound; their cuts follow it (see the module docstring)

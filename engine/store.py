@@ -220,6 +220,8 @@ class Store:
         self.tables: dict[str, TableStore] = {}
         # table -> the subquery join states holding groups of its rows (an ordered set)
         self.joins: dict[str, dict[Any, None]] = {}
+        # record id text -> the join states whose linked filter read it (engine.join)
+        self.jlinks: dict[str, dict[Any, None]] = {}
 
     def table(self, name: str) -> TableStore:
         """The table ``name`` (created empty on first use)."""

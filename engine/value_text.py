@@ -30,6 +30,7 @@ _NUMBERLIKE_WORDS = frozenset({"NaN", "Infinity"})
 _CTRL_ESCAPES = {"\r": "\\r", "\0": "\\0", "\b": "\\u{8}", "\f": "\\f", "\t": "\\t", "\n": "\\n"}
 _NEEDS_ESCAPE = re.compile("[\\\\\r\0\b\f\t\n]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_RID_INT = re.compile(r"[+-]?[0-9]+(?![A-Za-z0-9_])")  # an int key of a record id
 
 
 def _escape_body(s: str, quote: str) -> str:
@@ -293,7 +294,7 @@ class _Parser:
         if c == "u" and self.s[self.i + 1 : self.i + 2] in ("'", '"'):
             self.i += 1
             return uuid.UUID(self.string())
-        m = re.compile(r"[+-]?[0-9]+(?![A-Za-z0-9_])").match(self.s, self.i)
+        m = _RID_INT.match(self.s, self.i)
         if m:
             self.i = m.end()
             return int(m.group(0))

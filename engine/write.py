@@ -192,6 +192,13 @@ class WritePath:
                     if text not in ch:
                         ch[text] = old
                     pending.circuits.add(circuit)
+        jlinks = self.store.jlinks
+        if jlinks:
+            # subqueries whose WHERE read this record through a link (engine.join)
+            js = jlinks.get(text)
+            if js:
+                for j in list(js):
+                    j.relink(text, pending.mark)
         if self.semis:
             semis = self.semis.get(table)
             if semis:

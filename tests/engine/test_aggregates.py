@@ -124,3 +124,20 @@ def test_a_write_moves_one_row_between_groups_without_reading_the_group() -> Non
     assert rows["open"]["n"] == 4_999 and rows["closed"]["n"] == 5_001
     assert rows["open"]["hi"] == 9_997  # the max left: the next one, from the sorted values
     assert eng.result("w") == [{"n": 4_999}]
+
+
+def test_the_row_order_key_of_an_id_text_is_its_sort_key() -> None:
+    # min/max break ties by row order: the key read from an id's text without the parser
+    # (`t:123`) must be the parsed id's, and every other spelling goes through the parser
+    from engine.aggregate import _rid_key
+    from engine.store import rid_text
+    from engine.values import parse_record_id, sort_key
+
+    ids = [RecordID("t", "123"), RecordID("t", 123), RecordID("t", 0), RecordID("t", "0"),
+           RecordID("t", -5), RecordID("t", "007"), RecordID("my-t", 5),
+           RecordID("t", 2**70), RecordID("t", [1, "a"]), RecordID("t", "a1")]
+    for r in ids:
+        text = rid_text(r)
+        assert _rid_key(text) == sort_key(parse_record_id(text)) == sort_key(r), text
+    assert sorted(ids[:6], key=lambda r: _rid_key(rid_text(r))) == sorted(
+        ids[:6], key=sort_key)
