@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--folds", type=int, default=6)
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--root", type=Path, default=ROOT)
+    p.add_argument("--retain", type=int, default=100_000,
+                   help="events the fold keeps after the replica absorbed them (the "
+                        "scheduler's SVC_WAL_RETAIN_EVENTS default; 0: truncated to the replica)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.root))
     from engine.values import RecordID
@@ -60,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     fold = CoordinatorState.apply_wal
     host: Any = type("Host", (), {})()
     host.wal, host.replica = wal, replica
+    # the fold keeps this many absorbed events for warm SSP restarts (an older checkout
+    # reads no setting); 0 measures the fold as it was, the log truncated to the replica
+    host.cfg = type("Cfg", (), {"wal_retain_events": args.retain})()
     rng = random.Random(1)
     body = "x" * 120
 

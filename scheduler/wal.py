@@ -186,6 +186,7 @@ class Wal:
                 firsts.append(int(f.name[: -len(_SUFFIX)]))
         firsts.sort()
         next_seq = min_next_seq
+        tail_next = 0
         for i, first in enumerate(firsts):
             last_seg = i == len(firsts) - 1
             data = self._seg_path(first).read_bytes()
@@ -209,9 +210,16 @@ class Wal:
                 next_seq = max(next_seq, first)
             if last_seg:
                 self._size = end
+                tail_next = records[-1][0] + 1 if records else first
         self._segments = firsts
         self._next = next_seq
-        if firsts and self._size > 0:
+        if firsts and self._size > 0 and tail_next != next_seq:
+            # The numbers jump (the replica is ahead of the log: `min_next_seq`). A segment's
+            # records are numbered from its name on, so the next one cannot follow in this
+            # file: it would be read back as the number after the file's last record (and a
+            # replay after the replica's position would skip it). It starts a segment of its own.
+            self._new_segment()
+        elif firsts and self._size > 0:
             self._fd = os.open(self._seg_path(firsts[-1]), os.O_WRONLY | os.O_APPEND)
         elif firsts:
             # An empty last segment is reused only when its name matches the next number.

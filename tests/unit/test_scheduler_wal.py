@@ -386,3 +386,23 @@ async def test_the_group_committer_reuses_the_numbers_of_a_failed_batch(
     assert await asyncio.gather(*(committer.submit(ev(i)) for i in (3, 4))) == [2, 3]
     assert [e["id"] for _, e in wal.replay()] == ["t:1", "t:3", "t:4"]
     wal.close()
+
+
+def test_a_jump_in_numbers_at_open_starts_a_segment_of_its_own(tmp_path: Path) -> None:
+    """The replica ahead of a retained log (`min_next_seq` past its last record): the next
+    event must be read back with its own number, not as the one after the file's last (a
+    replay after the replica's position then skipped it, and the replica lagged for good)."""
+    wal = Wal.open(tmp_path / "wal")
+    assert wal.append_many([{"table": "t", "op": "CREATE", "id": f"t:{i}", "record": {"n": i}}
+                            for i in range(3)]) == [1, 2, 3]
+    wal.close()
+    wal = Wal.open(tmp_path / "wal", min_next_seq=6)
+    assert wal.append({"table": "t", "op": "UPDATE", "id": "t:9", "record": {"n": 9}}) == 6
+    assert [(s, e["id"]) for s, e in wal.replay(5)] == [(6, "t:9")]
+    assert [s for s, _ in wal.replay(0)] == [1, 2, 3, 6]
+    wal.close()
+    # and so after another restart
+    wal = Wal.open(tmp_path / "wal", min_next_seq=1)
+    assert [s for s, _ in wal.replay(0)] == [1, 2, 3, 6] and wal.last_seq == 6
+    assert wal.append({"table": "t", "op": "DELETE", "id": "t:9", "record": None}) == 7
+    wal.close()
