@@ -37,10 +37,6 @@ def node_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
         host.process.stop()
 
 
-def apply_http_schema(host: DbHost, ns: str, db: str, ingest_url: str) -> None:
-    apply_schema(host, ns, db, "http", ingest_url)
-
-
 async def members_are(root: Any, table: str, key: str, want: set[str]) -> bool:
     """Whether view `key`'s edges in `table` are `want` (the table comes with the user's
     first view)."""
@@ -91,7 +87,7 @@ async def test_scheduler_mode_views_follow_writes_made_through_http_events(
     await root.query("DEFINE TABLE thread SCHEMALESS PERMISSIONS FOR select FULL; " + ACCESS +
                      "CREATE thread:1 SET title = 'hello', score = 5; "
                      "CREATE thread:2 SET title = 'low', score = 1")
-    apply_http_schema(node_host, name, name, f"http://127.0.0.1:{port}/ingest")
+    apply_schema(node_host, name, name, "http", f"http://127.0.0.1:{port}/ingest")
     sched = launch(tmp_path, write_config(tmp_path, node_host, name, port), port, name,
                    SVC_INGEST_TRANSPORT="http")
     ssp = start_ssp(tmp_path, node_host, name, name, SVC_SCHEDULER_URL=sched.url,
@@ -154,7 +150,7 @@ async def test_standalone_ssp_takes_http_events_and_a_write_fails_when_ingest_is
     await root.query("DEFINE TABLE item SCHEMALESS PERMISSIONS FOR select FULL; " + ACCESS +
                      "CREATE item:1 SET n = 1")
     port = free_port()  # the SSP's, named in the events before it starts
-    apply_http_schema(node_host, name, name, f"http://127.0.0.1:{port}/ingest")
+    apply_schema(node_host, name, name, "http", f"http://127.0.0.1:{port}/ingest")
     ssp = start_ssp(tmp_path, node_host, name, name, SVC_SSP_SHARDS="1",
                     SVC_INGEST_TRANSPORT="http", SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}")
     stopped = False
@@ -211,7 +207,7 @@ async def test_ops_run_with_transport_http_serves_views_and_stops_every_child(
             # ops/run enforces view permissions: record users must be able to read the rows
             await root.query("DEFINE TABLE note SCHEMALESS PERMISSIONS FOR select FULL; "
                              "CREATE note:1 SET pinned = true")
-            apply_http_schema(host, name, name, f"http://127.0.0.1:{sched_port}/ingest")
+            apply_schema(host, name, name, "http", f"http://127.0.0.1:{sched_port}/ingest")
             sched = f"http://127.0.0.1:{sched_port}"
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
                 async def ssp_ready() -> bool:
