@@ -480,8 +480,10 @@ async def test_heartbeat_timeout_reassigns_views(make_scheduler, fakes) -> None:
     beating = beat(s, "b")
     try:
         await wait_for(lambda: "a" not in s.entries, "a removed")
-        await wait_for(lambda: set(b.views) == {f"query:v{i}" for i in range(4)}, "moved")
-        assert all(e["ssp_id"] == "b" for _, e in s.tracker.items())
+        # The fake records a view when it answers; the tracker moves it when the answer
+        # arrives, a step later: wait for both.
+        await wait_for(lambda: set(b.views) == {f"query:v{i}" for i in range(4)}
+                       and all(e["ssp_id"] == "b" for _, e in s.tracker.items()), "moved")
         assert b.views["query:v0"] == dict(VIEW, id="query:v0")  # the stored body, verbatim
     finally:
         beating.cancel()
@@ -499,8 +501,8 @@ async def test_orphaned_views_placed_when_an_ssp_becomes_ready(make_scheduler, f
     beating = beat(s, "b")
     try:
         b.ready = True
-        await wait_for(lambda: "query:v1" in b.views, "placed on b")
-        assert s.tracker.get("query:v1")["ssp_id"] == "b"
+        await wait_for(lambda: "query:v1" in b.views
+                       and s.tracker.get("query:v1")["ssp_id"] == "b", "placed on b")
     finally:
         beating.cancel()
 
