@@ -115,11 +115,20 @@ def test_running_jobs_are_killed_together_then_retried_together(
     expect(result).to_contain_text("killed 2 of 2")
     expect(result.locator("[role=alert]")).to_have_count(0)
     assert answers == [200, 200], answers
+    # The list shows the accepted kills at once, boxes unchecked, not at the next sample.
+    for key in ("job:j0", "job:j1"):
+        row = page.locator(f"tr[data-job='{key}']")
+        assert row.locator(".badge").inner_text() in ("kill requested", "failed"), key
+        assert not page.get_by_label(f"Select job {key}").is_checked(), key
+    assert page.locator("tr[data-job='job:j2'] .badge").inner_text() == "processing"
+    expect(page.locator("button[data-action=bulk-kill]")).to_have_text("Kill selected (0)")
     for key in ("j0", "j1"):
         wait_until(lambda key=key: job(cluster, key)["status"] == "failed", 60,
                    f"{key} failed by the kill")
         assert any(e.get("kind") == "killed" for e in job(cluster, key)["errors"])
     assert job(cluster, "j2")["status"] == "processing"  # not selected: still running
+    for key in ("job:j0", "job:j1"):  # the next sample replaces the request with the outcome
+        expect(page.locator(f"tr[data-job='{key}'] .badge")).to_have_text("failed")
     page.screenshot(path=artifacts / "jobs-bulk-kill-succeeds.png", full_page=True)
 
     answers.clear()
@@ -131,6 +140,9 @@ def test_running_jobs_are_killed_together_then_retried_together(
     page.locator("#confirm-ok").click()
     expect(page.locator("[data-bulk-result][data-bulk-done]")).to_contain_text("retried 2 of 2")
     assert answers == [200, 200], answers
+    for key in ("job:j0", "job:j1"):
+        assert page.locator(f"tr[data-job='{key}'] .badge").inner_text() in (
+            "retry requested", "pending", "processing"), key
     for key in ("j0", "j1"):  # back to work: claimed again by an SSP
         wait_until(lambda key=key: job(cluster, key)["status"] in ("pending", "processing"),
                    60, f"{key} back to work")

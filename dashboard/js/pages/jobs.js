@@ -1,7 +1,9 @@
 // Jobs: queue totals and the per-table breakdown live from jobs/stream; filters query the
 // database (GET /jobs); one job at /admin/jobs/<id> with kill / retry; clearing finished jobs
 // asks first, naming the table and how many rows. Jobs selected in the list are killed or
-// retried together after a confirmation naming them; each answer is shown per job.
+// retried together after a confirmation naming them; each answer is shown per job, and the
+// list shows each accepted action at once ("kill requested", "retry requested", unchecked)
+// until a sample or a read shows the job past the status it had when asked.
 import { api } from '../api.js';
 import { h, fill } from '../dom.js';
 import { num } from '../format.js';
@@ -13,14 +15,24 @@ import { registerPage } from './registry.js';
 const STATUSES = ['', 'pending', 'processing', 'completed', 'failed', 'stalled'];
 const ORIGINS = ['', 'app', 'schedule', 'workflow'];
 
-function jobsTable(jobs, selection) {
+// A job's shown status: an action accepted for it wins over a list still showing the status
+// it was asked in (samples and the SSPs' relays trail the answer by a moment).
+function shownStatus(j, requested) {
+  const r = requested && requested.get(j.id);
+  const status = j.stalled ? 'stalled' : j.status;
+  if (r && r.from === status && Date.now() - r.at < 120000) return [`${r.verb} requested`, 'kill_requested'];
+  if (r) requested.delete(j.id);
+  return [status, status];
+}
+
+function jobsTable(jobs, selection, requested) {
   const why = session.writeBlocked;
   return table([
     selection ? { label: 'Select', cell: (j) => h('input', { type: 'checkbox', 'aria-label': `Select job ${j.id}`,
       checked: selection.has(j.id), disabled: !!why, dataset: { select: j.id },
       on: { change: (e) => selection.toggle(j.id, e.target.checked) } }) } : null,
     { label: 'Job', cell: (j) => h('a', { href: `/admin/jobs/${encodeURIComponent(j.id)}` }, j.id) },
-    { label: 'Status', cell: (j) => badge(j.stalled ? 'stalled' : j.status, j.stalled ? 'stalled' : j.status) },
+    { label: 'Status', cell: (j) => badge(...shownStatus(j, requested)) },
     { label: 'Path', cell: (j) => h('code', j.path || '') },
     { label: 'Origin', cell: (j) => j.origin.kind },
     { label: 'Attempts', num: true, cell: (j) => num(j.attempts) },
@@ -51,6 +63,9 @@ function listPage({ root, query, navigate }) {
   const list = h('div', h('p.loading', 'Loading jobs…'));
   const why = session.writeBlocked;
   const picked = new Set();
+  const requested = new Map(); // job id -> { verb, from: status when asked, at }
+  let shown = []; // the jobs the list draws now
+  const drawList = (jobs) => { shown = jobs; fill(list, jobsTable(jobs, selection, requested)); };
   const bulkOut = h('div', { role: 'status', 'aria-live': 'polite', dataset: { bulkResult: '1' } });
   const bulkKill = h('button', { type: 'button', class: 'danger', dataset: { action: 'bulk-kill' }, disabled: true }, 'Kill selected (0)');
   const bulkRetry = h('button', { type: 'button', dataset: { action: 'bulk-retry' }, disabled: true }, 'Retry selected (0)');
@@ -81,13 +96,16 @@ function listPage({ root, query, navigate }) {
     fill(bulkOut, h('span.badge', verb === 'kill' ? 'killing' : 'retrying'), ` ${n}…`);
     const refused = [];
     let done = 0;
+    const before = new Map(shown.map((j) => [j.id, j.stalled ? 'stalled' : j.status]));
     for (const id of ids) { // one at a time: each is a cluster call relayed to an SSP
       try {
         await api.post(`/jobs/${encodeURIComponent(id)}/${verb}`);
         done += 1;
         picked.delete(id);
+        if (before.has(id)) requested.set(id, { verb, from: before.get(id), at: Date.now() });
       } catch (e) { refused.push(h('li', { dataset: { refused: id } }, `${id}: ${e.text || e.message}`)); }
     }
+    drawList(shown); // unchecked, each accepted action shown at once
     bulkOut.dataset.bulkDone = '1';
     fill(bulkOut, h('span.badge', { class: refused.length ? 's-warn' : 's-ok' }, verb === 'kill' ? 'killed' : 'retried'),
       ` ${num(done)} of ${num(ids.length)}`, refused.length ? h('div.error', { role: 'alert' }, 'Refused:', h('ul', refused)) : null);
@@ -127,13 +145,13 @@ function listPage({ root, query, navigate }) {
           fill(err);
           drawTotals(data);
           fill(status, 'live · sampled ', ago(data.sampled_at_ms));
-          fill(list, jobsTable(data.jobs.slice(0, Number(query.get('limit') || 100)), selection));
+          drawList(data.jobs.slice(0, Number(query.get('limit') || 100)));
         } else if (name === 'gap') fill(status, 'caught up after missing updates');
       },
       onState: (st, extra) => {
         if (st === 'error') {
           fill(err, errorBox(extra.message || 'the job stream was refused'));
-          if (extra.status === 501) api.get('/jobs', { limit: query.get('limit') || 100 }).then((b) => { drawTotals(b); fill(list, jobsTable(b.jobs, selection)); }).catch((e) => fill(err, errorBox(e)));
+          if (extra.status === 501) api.get('/jobs', { limit: query.get('limit') || 100 }).then((b) => { drawTotals(b); drawList(b.jobs); }).catch((e) => fill(err, errorBox(e)));
         } else if (st === 'reconnecting') fill(status, badge('reconnecting', 'reconnecting'), ` ${extra.message || ''}`);
       },
     });
@@ -143,7 +161,7 @@ function listPage({ root, query, navigate }) {
         const b = await api.get('/jobs', Object.fromEntries(query.entries()));
         drawTotals(b);
         fill(status, `${num(b.jobs.length)} jobs from the database · `, h('button', { type: 'button', on: { click: load } }, 'Refresh'));
-        fill(list, jobsTable(b.jobs, selection));
+        drawList(b.jobs);
       } catch (e) { fill(err, errorBox(e, 'Jobs')); }
     };
     reload = load;
