@@ -11,7 +11,7 @@ from surrealdb_embedded import AsyncEmbeddedDB
 
 from dbclient.cbor import decode, encode
 from dbhost.frames import INVALID_PARAMS, RpcError
-from dbhost.nodeengine import NodeEngineProcess
+from dbhost.nodeengine import Head, NodeEngineProcess
 
 log = logging.getLogger("dbhost.engine")
 
@@ -63,15 +63,19 @@ class Engine:
         """Close the engine, flushing storage."""
         await self._db.close()
 
-    async def execute(self, frame: bytes) -> bytes:
-        """Pass an encoded request through; the reply comes back encoded.
+    async def execute(self, frame: bytes, head: Head | None = None) -> bytes:
+        """Pass an encoded request through; the reply comes back encoded. `head` is the
+        request's (id, method, engine session) when the caller has read them: the Node
+        build's process needs them and need not decode the frame again.
 
         The engine raises (instead of answering) when it cannot decode a request's values,
         e.g. an integer beyond 64 bits or an unknown CBOR tag: that becomes an RPC error
         reply, so the client is answered rather than left waiting for its timeout.
         """
         try:
-            result: bytes = await self._db.execute(frame)
+            db = self._db
+            result: bytes = await (db.execute(frame, head) if isinstance(db, NodeEngineProcess)
+                                   else db.execute(frame))
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"the engine could not decode the request: {exc}") from None
         return result
@@ -93,7 +97,10 @@ class Engine:
             req["params"] = params
         if session is not None:
             req["session"] = session
-        reply: dict[str, Any] = decode(await self._db.execute(encode(req)))
+        db, frame = self._db, encode(req)
+        reply: dict[str, Any] = decode(
+            await (db.execute(frame, (req["id"], method, session))
+                   if isinstance(db, NodeEngineProcess) else db.execute(frame)))
         return reply
 
     async def query(self, text: str, variables: dict[str, Any] | None = None,

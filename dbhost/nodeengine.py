@@ -36,6 +36,9 @@ _OPEN_TAG = 0
 EXIT_ENGINE_LOST = 4  # as svc-db's exit when the engine cannot open
 
 
+# A request's id, method and the engine session it is addressed to (None: the owner's).
+Head = tuple[Any, Any, Any]
+
 _ERROR_HEAD = b"\xa1\x65error"  # CBOR: a map of one entry whose key is the text "error"
 
 
@@ -121,14 +124,18 @@ class NodeEngineProcess:
             raise NodeEngineUnavailable(
                 f"the Node engine could not open {self.url}: {payload.decode(errors='replace')}")
 
-    async def execute(self, frame: bytes) -> bytes:
+    async def execute(self, frame: bytes, head: Head | None = None) -> bytes:
+        """Run one request frame; `head` is its (id, method, session) when the caller has
+        already read them (the host's RPC paths), so the frame is not decoded twice."""
         proc = self._proc
         if proc is None or proc.stdin is None or proc.returncode is not None:
             raise ConnectionError(self._closed_reason)
-        req = decode(frame)
-        if not isinstance(req, dict):
-            raise ValueError("an RPC request is a CBOR map")
-        rid, method, session = req.get("id"), req.get("method"), req.get("session")
+        if head is None:
+            req = decode(frame)
+            if not isinstance(req, dict):
+                raise ValueError("an RPC request is a CBOR map")
+            head = (req.get("id"), req.get("method"), req.get("session"))
+        rid, method, session = head
         # A request without a session is the host's own (its owner session); a client's
         # always names the session the host made for it.
         if (session is not None and method not in ANONYMOUS_METHODS

@@ -220,7 +220,7 @@ class DbHostServer:
                 # a re-addressed session decodes the whole frame (Request.fields) and a value
                 # in it may be refused there
                 frame = with_session(req, sid)
-                reply = await self.engine.execute(frame)
+                reply = await self.engine.execute(frame, (req.id, req.method, sid))
             except RpcError as exc:
                 return web.Response(body=error_frame(req.id, exc.code, exc.message),
                                     content_type=CBOR)

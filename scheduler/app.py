@@ -245,6 +245,16 @@ def _count(body: dict[str, Any], key: str, name: str | None = None, *, low: int 
 CATCHUP_MAX = 1000
 
 
+async def _peer_body(req: falcon.asgi.Request) -> tuple[dict[str, Any], str]:
+    """An SSP's own call: its JSON object body and `ssp_id`, the caller checked to be that
+    SSP (400 for a bad body, 401/403 for another caller)."""
+    body = _obj(await _json_body(req))
+    ssp_id = _str_field(body, "ssp_id")
+    assert ssp_id is not None
+    require_peer(req, ssp_id)
+    return body, ssp_id
+
+
 class SspCatchup:
     """`POST /ssp/catchup` (ours): the WAL events of a warm start (`SspPool.catchup`)."""
 
@@ -252,12 +262,9 @@ class SspCatchup:
         self.s = s
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        body = _obj(await _json_body(req))
-        ssp_id = _str_field(body, "ssp_id")
-        assert ssp_id is not None
+        body, ssp_id = await _peer_body(req)
         after, through = _count(body, "after"), _count(body, "through")
         limit = _count(body, "limit", low=1, high=CATCHUP_MAX, default=CATCHUP_MAX)
-        require_peer(req, ssp_id)
         _send(resp, self.s.catchup(ssp_id, after, through, limit))
 
 
@@ -266,10 +273,7 @@ class SspHeartbeat:
         self.s = s
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        body = _obj(await _json_body(req))
-        ssp_id = _str_field(body, "ssp_id")
-        assert ssp_id is not None
-        require_peer(req, ssp_id)
+        body, _ = await _peer_body(req)
         _num_field(body, "timestamp", required=True)
         _num_field(body, "views", required=True)
         _num_field(body, "cpu_usage", required=False)
