@@ -455,6 +455,16 @@ class RowStore:
         for handle in list(t.handles.values()):
             yield get(handle)
 
+    def entries(self, table: str) -> Iterator[tuple[str, bytes]]:
+        """``(record-id text, canonical bytes)`` of each row of a table (a snapshot of its
+        handles): what a snapshot stores without decoding a row."""
+        t = self._tables.get(table)
+        if t is None:
+            return
+        get = self.arena.get
+        for rid, handle in list(t.handles.items()):
+            yield rid, get(handle)
+
     def ids(self, table: str) -> list[str]:
         """Record-id texts stored for ``table``."""
         t = self._tables.get(table)

@@ -107,25 +107,37 @@ class Loading:
                     await self.load_table(t)
                 else:
                     await self.field_types(t)
-                    await self._put_rows(t, encoded)
+                    await self._put_rows(t, snap or {})
                 if progress is not None:
                     await progress(i + 1, len(tables), state.row_count(), t)
         finally:
             self._proxy = None
 
-    async def _put_rows(self, table: str, encoded: list[str]) -> None:
-        """A table's rows from a snapshot (base64 canonical bytes) into the arena and shards."""
+    async def _put_rows(self, table: str, snap: dict[str, Any]) -> None:
+        """A table's rows from a snapshot (base64 canonical bytes) into the arena and shards;
+        each row decoded only when the snapshot lacks the ids and versions beside them."""
         state = self.state
         state.tables.add(table)
-        state.rows.add_table(table)
-        rids = []
-        for e in encoded:
-            b = base64.b64decode(e)
-            row = unpack_value(b)
-            rid = record_id_text(row["id"])
-            state.rows.put_bytes(table, rid, b)
-            state.rv[rid] = row.get("_00_rv")
-            rids.append(rid)
+        rows = state.rows
+        rows.add_table(table)
+        encoded = snap["rows"][table]
+        ids = (snap.get("ids") or {}).get(table)
+        rvs = (snap.get("rv") or {}).get(table)
+        if (isinstance(ids, list) and isinstance(rvs, list)
+                and len(ids) == len(encoded) == len(rvs)):
+            for e, rid, rv in zip(encoded, ids, rvs, strict=True):
+                rows.put_bytes(table, rid, base64.b64decode(e))
+                state.rv[rid] = rv
+            rids = ids
+        else:
+            rids = []
+            for e in encoded:
+                b = base64.b64decode(e)
+                row = unpack_value(b)
+                rid = record_id_text(row["id"])
+                rows.put_bytes(table, rid, b)
+                state.rv[rid] = row.get("_00_rv")
+                rids.append(rid)
         await self.pool.load_into(state.shards, table, rids)
 
     async def clear(self, *, views: bool, tables: bool = True) -> None:
@@ -230,7 +242,7 @@ class Loading:
                 state.cursor.follow(t, cursor_now)
                 continue
             await self.field_types(t)
-            await self._put_rows(t, encoded)
+            await self._put_rows(t, snap)
             state.cursor.follow(t, int(cur))
         qc = snap.get("cursors", {}).get(QUERY_TABLE)
         if qc is not None:

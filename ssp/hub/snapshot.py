@@ -1,10 +1,10 @@
-"""`snapshot.json` in `SVC_SSP_SNAPSHOT_DIR`: every row (canonical bytes, base64) and the feed
-cursors, written at each checkpoint and at shutdown, read by a standalone changefeed SSP's
-warm start (`ssp.hub.loading`). A standalone SSP over http never reads it: it cannot replay
-what it missed from a position of its own. A linked SSP records the scheduler's position of
-those rows (`scheduler: {epoch, seq}`, only while it is ready: a half-loaded set has no
-position) and offers it when it registers (`ssp.link`): the scheduler's WAL replays from
-there."""
+"""`snapshot.json` in `SVC_SSP_SNAPSHOT_DIR`: every row (canonical bytes, base64, with its
+record id and `_00_rv` in lists beside them) and the feed cursors, written at each
+checkpoint and at shutdown, read by a standalone changefeed SSP's warm start
+(`ssp.hub.loading`). A standalone SSP over http never reads it: it cannot replay what it
+missed from a position of its own. A linked SSP records the scheduler's position of those
+rows (`scheduler: {epoch, seq}`, only while it is ready: a half-loaded set has no position)
+and offers it when it registers (`ssp.link`): the scheduler's WAL replays from there."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from ssp.hub.state import HubState
 
 log = logging.getLogger("ssp.hub")
+
+
+def _version(rv: Any) -> int | None:
+    """A row's `_00_rv` as the snapshot keeps it (the field is an int; anything else, which
+    only a foreign write could leave, is kept as unknown)."""
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else None
 
 
 class Snapshot:
@@ -49,11 +55,20 @@ class Snapshot:
             return False
         state = self.state
         rows = state.rows
+        encoded: dict[str, list[str]] = {}
+        ids: dict[str, list[str]] = {}
+        for t in rows.tables():
+            ids[t], encoded[t] = [], []
+            for rid, b in rows.entries(t):
+                ids[t].append(rid)
+                encoded[t].append(base64.b64encode(b).decode())
+        # `ids` and `rv` stand beside `rows`, index for index, so a warm start stores each
+        # row without decoding it (a snapshot without them is read the slow way).
+        rv = state.rv
         data: dict[str, Any] = {
             "version": 1, "ssp_id": state.cfg.ssp_id, "written_at_ms": now_ms(),
-            "cursors": state.cursor.cursors,
-            "rows": {t: [base64.b64encode(b).decode() for b in rows.iter_bytes(t)]
-                     for t in rows.tables()},
+            "cursors": state.cursor.cursors, "rows": encoded, "ids": ids,
+            "rv": {t: [_version(rv.get(rid)) for rid in tids] for t, tids in ids.items()},
         }
         link = state.link
         if link is not None and link.epoch and state.status == "ready":
