@@ -20,7 +20,7 @@ SurrealDB's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from surrealdb import RecordID
@@ -36,9 +36,9 @@ class UnsupportedQuery(ValueError):
     """The query is not a single SELECT the client can turn into a members read."""
 
 
-def _top_level_words(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, upper-cased word) of every word outside brackets, strings and comments."""
-    out: list[tuple[int, int, str]] = []
+def _scan(text: str) -> Iterator[tuple[int, str, int]]:
+    """(index, character, bracket depth) of every character outside strings, `⟨...⟩` and
+    comments."""
     depth = 0
     i, n = 0, len(text)
     while i < n:
@@ -61,41 +61,34 @@ def _top_level_words(text: str) -> list[tuple[int, int, str]]:
             depth += 1
         elif c in ")]}":
             depth -= 1
-        elif depth == 0 and (c.isalpha() or c == "_") and (i == 0 or not (
+        yield i, c, depth
+        i += 1
+
+
+def _top_level_words(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, upper-cased word) of every word outside brackets, strings and comments."""
+    out: list[tuple[int, int, str]] = []
+    word_end = 0
+    for i, c, depth in _scan(text):
+        if i < word_end:
+            continue
+        if depth == 0 and (c.isalpha() or c == "_") and (i == 0 or not (
                 text[i - 1].isalnum() or text[i - 1] in "_:$.")):
             m = _WORD.match(text, i)
             assert m is not None
             out.append((i, m.end(), m.group(0).upper()))
-            i = m.end()
-            continue
-        i += 1
+            word_end = m.end()
     return out
 
 
 def _split_top(text: str) -> list[str]:
-    """`text` cut at its top-level commas (outside brackets, strings and `⟨...⟩`)."""
+    """`text` cut at its top-level commas (outside brackets, strings and comments)."""
     parts: list[str] = []
-    depth, cut, i, n = 0, 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in "'\"`":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-            continue
-        if c == "⟨":
-            j = text.find("⟩", i + 1)
-            i = n if j < 0 else j + 1
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
+    cut = 0
+    for i, c, depth in _scan(text):
+        if c == "," and depth == 0:
             parts.append(text[cut:i].strip())
             cut = i + 1
-        i += 1
     parts.append(text[cut:].strip())
     return [p for p in parts if p]
 

@@ -22,8 +22,9 @@ export class UnsupportedQuery extends Error {}
 
 type Word = { start: number; end: number; word: string };
 
-function topLevelWords(text: string): Word[] {
-  const out: Word[] = [];
+/** [index, character, bracket depth] of every character outside strings, `⟨...⟩` and
+ * comments. */
+function* scan(text: string): Generator<[number, string, number]> {
   let depth = 0;
   let i = 0;
   const n = text.length;
@@ -47,45 +48,34 @@ function topLevelWords(text: string): Word[] {
     }
     if ("([{".includes(c)) depth++;
     else if (")]}".includes(c)) depth--;
-    else if (depth === 0 && /[A-Za-z_]/.test(c) && (i === 0 || !/[A-Za-z0-9_:$.]/.test(text[i - 1]))) {
-      const m = /^[A-Za-z_]+/.exec(text.slice(i));
-      const end = i + (m ? m[0].length : 1);
-      out.push({ start: i, end, word: text.slice(i, end).toUpperCase() });
-      i = end;
-      continue;
-    }
+    yield [i, c, depth];
     i++;
+  }
+}
+
+function topLevelWords(text: string): Word[] {
+  const out: Word[] = [];
+  let wordEnd = 0;
+  for (const [i, c, depth] of scan(text)) {
+    if (i < wordEnd) continue;
+    if (depth === 0 && /[A-Za-z_]/.test(c) && (i === 0 || !/[A-Za-z0-9_:$.]/.test(text[i - 1]))) {
+      const m = /^[A-Za-z_]+/.exec(text.slice(i));
+      wordEnd = i + (m ? m[0].length : 1);
+      out.push({ start: i, end: wordEnd, word: text.slice(i, wordEnd).toUpperCase() });
+    }
   }
   return out;
 }
 
-/** `text` cut at its top-level commas (outside brackets, strings and `⟨...⟩`). */
+/** `text` cut at its top-level commas (outside brackets, strings and comments). */
 function splitTop(text: string): string[] {
   const parts: string[] = [];
-  let depth = 0;
   let cut = 0;
-  let i = 0;
-  const n = text.length;
-  while (i < n) {
-    const c = text[i];
-    if (c === "'" || c === '"' || c === "`") {
-      let j = i + 1;
-      while (j < n && text[j] !== c) j += text[j] === "\\" ? 2 : 1;
-      i = j + 1;
-      continue;
-    }
-    if (c === "⟨") {
-      const j = text.indexOf("⟩", i + 1);
-      i = j < 0 ? n : j + 1;
-      continue;
-    }
-    if ("([{".includes(c)) depth++;
-    else if (")]}".includes(c)) depth--;
-    else if (c === "," && depth === 0) {
+  for (const [i, c, depth] of scan(text)) {
+    if (c === "," && depth === 0) {
       parts.push(text.slice(cut, i).trim());
       cut = i + 1;
     }
-    i++;
   }
   parts.push(text.slice(cut).trim());
   return parts.filter((p) => p);
