@@ -17,7 +17,8 @@ current row is read again before registering).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,48 @@ def is_request(row: Any) -> bool:
     """Whether a `_00_query` row asks for a registration (see the module docstring)."""
     return (isinstance(row, Mapping) and isinstance(row.get("surql"), str)
             and row.get("state") is None and row.get(REFUSAL_FIELD) is None)
+
+
+def _instant(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str):
+        try:
+            return _instant(datetime.fromisoformat(value))
+        except ValueError:
+            return None
+    return None
+
+
+# How long a row posted by a database event (transport http) is waited on to be committed;
+# past it (the posting write failed and rolled back) the row is taken as it is then.
+POSTED_COMMIT_SECS = 5.0
+
+
+async def committed_row(read: Callable[[], Awaitable[Any]], posted: Any) -> Any:
+    """The `_00_query` row as `read()` returns it, once it reflects `posted`.
+
+    Transport http: the database's event posts the row from inside the writing transaction,
+    before it commits. Read at once, a CREATE's row is not there yet (the request would be
+    dropped), and an answer (`state`, `error`) written onto a row whose UPDATE has not
+    committed makes that UPDATE fail as a write conflict. So the row is read until it is
+    there with the posted `lastActiveAt` or a later one (or no longer a request), for at most
+    POSTED_COMMIT_SECS. `posted` None (the changefeed, read after the commit): one read."""
+    row = await read()
+    if posted is None:
+        return row
+    want = _instant(posted.get("lastActiveAt")) if isinstance(posted, Mapping) else None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + POSTED_COMMIT_SECS
+    pause = 0.002
+    while loop.time() < deadline:
+        if row is not None and (not is_request(row) or want is None or (
+                (got := _instant(row.get("lastActiveAt"))) is not None and got >= want)):
+            break
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.1)
+        row = await read()
+    return row
 
 
 def _text(value: Any) -> str | None:

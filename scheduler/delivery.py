@@ -13,6 +13,7 @@ import aiohttp
 from dbclient import DbError
 from dbclient.viewrows import (
     REFUSAL_SQL,
+    committed_row,
     identity_of,
     is_request,
     refusal,
@@ -25,6 +26,7 @@ from ipc import typed
 from ipc.backoff import Backoff
 from ipc.messages import ErrorCode, error_body
 from ipc.routebodies import BodyError, ViewRegistration
+from scheduler.config import IngestTransport
 from scheduler.entries import (
     _BACKOFF_MAX,
     _BACKOFF_MIN,
@@ -92,16 +94,22 @@ class Delivery:
             record = _query_record(event["id"])
             if record is not None and str(record.id) not in self._row_requests:
                 self._row_requests.add(str(record.id))
-                self.s.spawn(self._register_row(record), f"query-row-query:{record.id!s}")
+                # over http the event is posted before its write commits (`committed_row`)
+                posted = (event.get("record")
+                          if self.s.cfg.ingest_transport is IngestTransport.HTTP else None)
+                self.s.spawn(self._register_row(record, posted),
+                             f"query-row-query:{record.id!s}")
 
-    async def _register_row(self, record: RecordID) -> None:
+    async def _register_row(self, record: RecordID, posted: Any = None) -> None:
         """A `_00_query` row a record user created (`dbclient.viewrows`): registered as `POST
         /view/register` would; a refusal (4xx) written back onto the row; a 5xx (no SSP
         ready) leaves it a request, registered again on the row's next change."""
         view_id = f"query:{record.id!s}"
         try:
-            # The row as it is now: the feed may be behind (registered, refused or deleted).
-            row = await self.s.db.query_one("SELECT * FROM ONLY $q", {"q": record})
+            # The row as it is now: the feed may be behind (registered, refused or deleted);
+            # a posted row once its write committed.
+            row = await committed_row(lambda: self.s.db.query_one(
+                "SELECT * FROM ONLY $q", {"q": record}), posted)
             if not is_request(row):
                 return
             body = registration_body(view_id, row)

@@ -5,15 +5,22 @@ ORDER BY.
 The service's edges say which records are in the view; reading them back by running the
 whole query again would defeat the service. Instead the query's top-level `FROM <target>`
 becomes `FROM $__members` and its top-level `START`/`LIMIT` are dropped (the members already
-are the window: a `START 5` over them would cut five members away). Everything else (the
-projection with its subqueries and `$parent` links, WHERE, ORDER BY, FETCH) is kept, so the
-rows come back exactly as SurrealDB would shape and order them.
+are the window: a `START 5` over them would cut five members away). The projection with its
+subqueries and `$parent` links, WHERE and FETCH are kept in that inner read; its ORDER BY is
+applied by an outer `SELECT * FROM (<inner>) ORDER BY ...` over the projected rows.
+
+Why the outer ORDER BY: SurrealDB 3.0.x (the Node build, which the `http` transport runs on)
+ignores ORDER BY in `SELECT ... FROM $array WHERE ...` and refuses `SELECT ... FROM $array`
+without WHERE ("Specify a database to use"); it orders a subquery's rows correctly, and so
+does 3.2 (the embedded build), so the one form is exact on both. A SELECT VALUE keeps its
+ORDER BY inside (its rows are no objects to order by a field); on 3.0.x its order is not
+SurrealDB's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from surrealdb import RecordID
@@ -29,9 +36,9 @@ class UnsupportedQuery(ValueError):
     """The query is not a single SELECT the client can turn into a members read."""
 
 
-def _top_level_words(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, upper-cased word) of every word outside brackets, strings and comments."""
-    out: list[tuple[int, int, str]] = []
+def _scan(text: str) -> Iterator[tuple[int, str, int]]:
+    """(index, character, bracket depth) of every character outside strings, `⟨...⟩` and
+    comments."""
     depth = 0
     i, n = 0, len(text)
     while i < n:
@@ -54,19 +61,67 @@ def _top_level_words(text: str) -> list[tuple[int, int, str]]:
             depth += 1
         elif c in ")]}":
             depth -= 1
-        elif depth == 0 and (c.isalpha() or c == "_") and (i == 0 or not (
+        yield i, c, depth
+        i += 1
+
+
+def _top_level_words(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, upper-cased word) of every word outside brackets, strings and comments."""
+    out: list[tuple[int, int, str]] = []
+    word_end = 0
+    for i, c, depth in _scan(text):
+        if i < word_end:
+            continue
+        if depth == 0 and (c.isalpha() or c == "_") and (i == 0 or not (
                 text[i - 1].isalnum() or text[i - 1] in "_:$.")):
             m = _WORD.match(text, i)
             assert m is not None
             out.append((i, m.end(), m.group(0).upper()))
-            i = m.end()
-            continue
-        i += 1
+            word_end = m.end()
     return out
 
 
+def _split_top(text: str) -> list[str]:
+    """`text` cut at its top-level commas (outside brackets, strings and comments)."""
+    parts: list[str] = []
+    cut = 0
+    for i, c, depth in _scan(text):
+        if c == "," and depth == 0:
+            parts.append(text[cut:i].strip())
+            cut = i + 1
+    parts.append(text[cut:].strip())
+    return [p for p in parts if p]
+
+
+def _aliases(projection: str) -> dict[str, str]:
+    """`expr AS name` items of the projection: an ORDER BY may name the expression, while
+    the outer read sees only the name."""
+    out: dict[str, str] = {}
+    for item in _split_top(projection):
+        as_words = [w for w in _top_level_words(item) if w[2] == "AS"]
+        if as_words:
+            expr, name = item[:as_words[-1][0]].strip(), item[as_words[-1][1]:].strip()
+            out[" ".join(expr.split())] = name
+    return out
+
+
+def _outer_order(order: str, projection: str) -> str:
+    """The ORDER BY for the outer read: terms naming an aliased expression name its alias."""
+    aliases = _aliases(projection)
+    terms: list[str] = []
+    for term in _split_top(re.sub(r"^BY\s+", "", order, flags=re.I)):
+        norm = " ".join(term.split())
+        for expr, name in aliases.items():
+            if norm == expr or norm.startswith(expr + " "):
+                norm = name + norm[len(expr):]
+                break
+        terms.append(norm)
+    return "ORDER BY " + ", ".join(terms)
+
+
 def members_query(surql: str) -> str:
-    """The view's query reading `$__members` instead of its table, without START/LIMIT."""
+    """The view's query reading `$__members` instead of its table, without START/LIMIT, its
+    ORDER BY applied over the projected rows (module docstring: exact on 3.0 and 3.2)."""
     text = surql.strip().rstrip(";").strip()
     words = _top_level_words(text)
     if not words or words[0][2] != "SELECT":
@@ -75,20 +130,37 @@ def members_query(surql: str) -> str:
     if not froms:
         raise UnsupportedQuery("the query has no FROM")
     f_start, f_end, _ = froms[0]
+    projection = text[words[0][1]:f_start].strip()
+    proj_words = _top_level_words(projection)
+    is_value = bool(proj_words) and proj_words[0][2] == "VALUE"
     after = [w for w in words if w[0] > f_end and w[2] in _CLAUSES]
     target_end = after[0][0] if after else len(text)
-    head = text[:f_start] + f"FROM ${MEMBERS_PARAM} "
     rest = text[target_end:]
-    # Drop `START [AT] x` and `LIMIT [BY] x`: each runs to the next top-level clause.
+    # Each clause runs to the next top-level clause; START/LIMIT go, ORDER BY moves out.
     rest_words = [w for w in _top_level_words(rest) if w[2] in _CLAUSES]
-    keep: list[str] = []
-    for k, (s, _e, word) in enumerate(rest_words):
+    with_: list[str] = []
+    where: str | None = None
+    order: str | None = None
+    tail: list[str] = []
+    for k, (s, e, word) in enumerate(rest_words):
         end = rest_words[k + 1][0] if k + 1 < len(rest_words) else len(rest)
-        if word not in ("START", "LIMIT"):
-            keep.append(rest[s:end].strip())
-    if rest_words and rest_words[0][0] > 0:
-        keep.insert(0, rest[:rest_words[0][0]].strip())
-    return (head + " ".join(k for k in keep if k)).strip()
+        if word in ("START", "LIMIT"):
+            continue
+        if word == "WITH":
+            with_.append(rest[s:end].strip())
+        elif word == "WHERE":
+            where = rest[e:end].strip()
+        elif word == "ORDER" and not is_value:
+            order = rest[e:end].strip()
+        else:
+            tail.append(rest[s:end].strip())
+    # `id != NONE`: a member deleted since its edge was read is skipped by 3.2 but read as a
+    # row of NONE by 3.0 (with a VALUE or subquery projection); a WHERE also keeps 3.0 from
+    # refusing an array source.
+    cond = "WHERE id != NONE" + (f" AND ({where})" if where else "")
+    inner = " ".join([f"SELECT {projection} FROM ${MEMBERS_PARAM}", *with_, cond, *tail])
+    outer = f"SELECT * FROM ({inner})"
+    return outer + (" " + _outer_order(order, projection) if order else "")
 
 
 # -- optimistic creates: the view's WHERE, where the client can evaluate it ---------------

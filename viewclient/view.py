@@ -157,9 +157,11 @@ class View:
         query's order."""
         async with self._lock:
             vars = {**self.params, "q": self.record, "et": self.edge_table}
+            # The members sorted: rows that tie on the ORDER BY keep id order, as in a read
+            # of the table (the edges' own order is the edge ids').
             text = ("SELECT state, rowCount FROM $q; "
-                    f"LET ${MEMBERS_PARAM} = (SELECT VALUE out FROM type::table($et) "
-                    "WHERE in = $q AND !removed); " + self.read_query)
+                    f"LET ${MEMBERS_PARAM} = array::sort((SELECT VALUE out FROM "
+                    "type::table($et) WHERE in = $q AND !removed)); " + self.read_query)
             res = await self.client.db.query_raw(text, vars)
             if res.get("error"):
                 raise RuntimeError(str(res["error"]))

@@ -28,7 +28,7 @@ PUBLICATION_SLOTS = 256
 class RequestRows(Protocol):
     """Where a client's `_00_query` request row goes (`ssp.hub.rowrequests.RowRequests`)."""
 
-    def seen(self, view_id: str, row: Any) -> None: ...
+    def seen(self, view_id: str, row: Any, posted: bool = False) -> None: ...
 
 
 class Admission:
@@ -146,7 +146,7 @@ class Admission:
         except ValueError as e:
             return error_reply(400, ErrorCode.INVALID, str(e))
         if change.op != "DELETE":
-            requests.seen(view_id, row)
+            requests.seen(view_id, row, posted=True)
         return reply(200, {"status": "ok", "seq": self.state.seq})
 
     def event(self, body: Any, *, typed: bool = False) -> Event:

@@ -183,9 +183,12 @@ class Reconciler:
                             for i, v in enumerate(views))
             params: dict[str, Any] = {f"q{i}": v.record for i, v in enumerate(views)}
             params["rows"] = [v.record for v in views]
+            # The WHERE is for SurrealDB 3.0.x (the Node build, transport http): it refuses a
+            # SELECT over an array parameter without one ("Specify a database to use").
             try:
                 return views, await self.state.db.query(
-                    sql + "; SELECT id, state, rowCount FROM $rows", params, idempotent=True)
+                    sql + "; SELECT id, state, rowCount FROM $rows WHERE id != NONE", params,
+                    idempotent=True)
             except DbQueryError as e:
                 i = e.statement_index
                 if i is None or i >= len(views) or len(views) == 1:

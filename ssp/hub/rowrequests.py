@@ -13,7 +13,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from dbclient import DbError
-from dbclient.viewrows import REFUSAL_SQL, is_request, refusal, registration_body, too_many
+from dbclient.viewrows import (
+    REFUSAL_SQL,
+    committed_row,
+    is_request,
+    refusal,
+    registration_body,
+    too_many,
+)
 from ssp.naming import QUERY_TABLE, view_id_of, view_record
 
 if TYPE_CHECKING:
@@ -33,11 +40,12 @@ class RowRequests:
         self.registered = 0
         self.refused = 0
 
-    def seen(self, view_id: str, row: Any) -> None:
-        """A `_00_query` row as the feed read it: registered when it is a request."""
+    def seen(self, view_id: str, row: Any, posted: bool = False) -> None:
+        """A `_00_query` row as the feed read it, or as a database event posted it (`posted`,
+        transport http: not committed yet): registered when it is a request."""
         if is_request(row) and view_id not in self._inflight:
             self._inflight.add(view_id)
-            self.state.spawn_tracked(self._register(view_id))
+            self.state.spawn_tracked(self._register(view_id, row if posted else None))
 
     async def scan(self) -> None:
         """The request rows already in the database (written while this SSP was down),
@@ -53,13 +61,14 @@ class RowRequests:
             except (KeyError, ValueError, TypeError) as e:
                 log.warning("unreadable _00_query request row %r: %s", row.get("id"), e)
 
-    async def _register(self, view_id: str) -> None:
+    async def _register(self, view_id: str, posted: Any = None) -> None:
         try:
             # The row as it is now: the feed may be behind (registered, refused or deleted
-            # since), and a re-read of the feed must not register twice.
+            # since), and a re-read of the feed must not register twice. A posted row is
+            # waited on until its write committed (`committed_row`).
             record = view_record(view_id)
-            row = await self.state.db.query_one("SELECT * FROM ONLY $q", {"q": record},
-                                                idempotent=True)
+            row = await committed_row(lambda: self.state.db.query_one(
+                "SELECT * FROM ONLY $q", {"q": record}, idempotent=True), posted)
             if not is_request(row):
                 return
             auth = row.get("auth_id")

@@ -191,8 +191,14 @@ class ViewLifecycle:
                 return
         if deleted_at_ms is not None:
             return  # not held: whoever unregistered it queued its teardown
-        row = await state.db.query_one("SELECT auth_id FROM ONLY $q",
+        row = await state.db.query_one("SELECT auth_id, state FROM ONLY $q",
                                        {"q": view_record(vid)}, idempotent=True)
+        if isinstance(row, dict) and row.get("state") is None:
+            # A row never registered (a request, or refused: `error`) has no edges, and its
+            # user's edge table may not exist: SurrealDB 3.0.x (the Node build, transport
+            # http, whose event posts this unregister from inside the row's DELETE) fails a
+            # DELETE on a missing table, and the publisher would retry it for ever.
+            return
         auth = row.get("auth_id") if isinstance(row, dict) else None
         state.teardown(vid, edge_table(auth if isinstance(auth, RecordID) else None,
                                        state.cfg.ref_mode))

@@ -49,12 +49,16 @@ def unique_db() -> tuple[str, str]:
 
 
 def apply_schema(host: DbHost, ns: str, db: str, transport: str = "changefeed",
-                 ingest_url: str | None = None) -> None:
+                 ingest_url: str | None = None, auth_secret: str | None = None) -> None:
     """Run `svc schema apply` as a real command (transport http: events post to
-    `ingest_url`, which needs a host on the Node build, `engine="node"`)."""
+    `ingest_url`, which needs a host on the Node build, `engine="node"`; with the service's
+    `auth_secret` they carry the bearer its `/ingest` then wants)."""
     extra = ["--ingest-url", ingest_url] if ingest_url else []
+    env = db_env(host, ns, db)
+    if auth_secret:
+        env["SVC_AUTH_SECRET"] = auth_secret
     r = subprocess.run([sys.executable, "-m", "svccli", "schema", "apply", "--transport",
-                        transport, *extra], env=base_env(**db_env(host, ns, db)), cwd=str(ROOT),
+                        transport, *extra], env=base_env(**env), cwd=str(ROOT),
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr + r.stdout
 

@@ -14,16 +14,27 @@ from viewclient.query import UnsupportedQuery, members_query, where_filter
 
 @pytest.mark.parametrize(("surql", "want"), [
     ("SELECT * FROM thread WHERE score > 3 ORDER BY score DESC LIMIT 10",
-     "SELECT * FROM $__members WHERE score > 3 ORDER BY score DESC"),
+     "SELECT * FROM (SELECT * FROM $__members WHERE id != NONE AND (score > 3)) "
+     "ORDER BY score DESC"),
     ("SELECT id, title FROM post ORDER BY n DESC, title LIMIT 5 START 1;",
-     "SELECT id, title FROM $__members ORDER BY n DESC, title"),
+     "SELECT * FROM (SELECT id, title FROM $__members WHERE id != NONE) "
+     "ORDER BY n DESC, title"),
     ("select * from post start at 2 limit by $n",
-     "select * FROM $__members"),
+     "SELECT * FROM (SELECT * FROM $__members WHERE id != NONE)"),
     ("SELECT *, (SELECT * FROM comment WHERE thread = $parent.id ORDER BY at LIMIT 2) AS c "
-     "FROM thread WHERE title = 'a FROM b LIMIT 3' LIMIT 4",
-     "SELECT *, (SELECT * FROM comment WHERE thread = $parent.id ORDER BY at LIMIT 2) AS c "
-     "FROM $__members WHERE title = 'a FROM b LIMIT 3'"),
-    ("SELECT * FROM post FETCH owner", "SELECT * FROM $__members FETCH owner"),
+     "FROM thread WHERE title = 'a FROM b LIMIT 3' OR x LIMIT 4",
+     "SELECT * FROM (SELECT *, (SELECT * FROM comment WHERE thread = $parent.id ORDER BY at "
+     "LIMIT 2) AS c FROM $__members WHERE id != NONE AND (title = 'a FROM b LIMIT 3' OR x))"),
+    ("SELECT * FROM post FETCH owner",
+     "SELECT * FROM (SELECT * FROM $__members WHERE id != NONE FETCH owner)"),
+    # the outer ORDER BY sees the projected rows: an aliased expression is ordered by its name
+    ("SELECT id, n AS m, tag.label AS `l, x` FROM post WITH NOINDEX WHERE a ORDER BY n DESC, "
+     "tag.label COLLATE, id FETCH tag",
+     "SELECT * FROM (SELECT id, n AS m, tag.label AS `l, x` FROM $__members WITH NOINDEX "
+     "WHERE id != NONE AND (a) FETCH tag) ORDER BY m DESC, `l, x` COLLATE, id"),
+    # a VALUE's rows are no objects: its ORDER BY stays inside
+    ("SELECT VALUE n FROM post ORDER BY n LIMIT 3",
+     "SELECT * FROM (SELECT VALUE n FROM $__members WHERE id != NONE ORDER BY n)"),
 ])
 def test_members_query_keeps_the_shape_and_drops_the_window(surql: str, want: str) -> None:
     assert members_query(surql) == want

@@ -230,11 +230,11 @@ export class Client {
             "lastActiveAt = time::now() RETURN NONE",
             { q, s: surql, p: params, c: this.opts.clientId, t: ttl }).collect();
         } catch (e) {
-          if (!String(e).includes("already exists")) {
+          if (!String(e).includes("already exists") && !isConflict(e)) {
             throw new ViewError(403, `cannot write the view's row: ${String(e)}`);
           }
         }
-        create = false;
+        create = false;  // after a conflict the read below says whether the row is there
       }
       const [rows] = await this.db.query<[Row[]]>("SELECT state, error FROM $q", { q }).collect();
       const row = rows?.[0];
@@ -253,8 +253,12 @@ export class Client {
       }
       if (now > pokeAt) {
         pokeAt = now + 2000;
+        // Transport http: the database's event posts the row to the service inside this
+        // write, and the service's answer (state or error) can be written onto the row before
+        // this write commits, which then fails as a conflict. The answer is what was waited
+        // for: read it.
         await this.db.query("UPDATE $q SET lastActiveAt = time::now() RETURN NONE", { q })
-          .collect();
+          .collect().catch((e) => { if (!isConflict(e)) throw e; });
       }
       await new Promise((r) => setTimeout(r, pause));
       pause = Math.min(pause * 2, 100);
@@ -357,6 +361,12 @@ export class Client {
   }
 }
 
+/** A write that lost to a concurrent one (SurrealDB: "... can be retried"). */
+function isConflict(e: unknown): boolean {
+  const text = String(e);
+  return text.includes("can be retried") || /conflict/i.test(text);
+}
+
 export class View implements AsyncIterable<Step> {
   status: Status = "materializing";
   rows: Row[] = [];
@@ -452,9 +462,11 @@ export class View implements AsyncIterable<Step> {
   }
 
   private async readOnce(): Promise<void> {
+    // The members sorted: rows that tie on the ORDER BY keep id order, as in a read of the
+    // table (the edges' own order is the edge ids').
     const text = "SELECT state, rowCount FROM $q; " +
-      `LET $${MEMBERS_PARAM} = (SELECT VALUE out FROM type::table($et) WHERE in = $q AND !removed); ` +
-      this.readQuery;
+      `LET $${MEMBERS_PARAM} = array::sort((SELECT VALUE out FROM type::table($et) ` +
+      "WHERE in = $q AND !removed)); " + this.readQuery;
     const res = await this.client.db.query<unknown[]>(text,
       { ...this.params, q: this.record, et: this.edgeTable }).collect();
     const meta = res[0] as Row[];

@@ -2,7 +2,11 @@
  * The view's query turned into a read of its known members: the top-level `FROM <target>`
  * becomes `FROM $__members` and the top-level `START`/`LIMIT` are dropped (the members already
  * are the window), so SurrealDB itself applies the projection, links, WHERE and ORDER BY to
- * exactly the records the service says are in the view. Same rule as the Python client.
+ * exactly the records the service says are in the view. The ORDER BY is applied by an outer
+ * `SELECT * FROM (<inner>) ORDER BY ...` over the projected rows: SurrealDB 3.0.x (the Node
+ * build, transport `http`) ignores ORDER BY in `SELECT ... FROM $array WHERE ...` and refuses
+ * `FROM $array` without WHERE, while it orders a subquery's rows as 3.2 does. Same rule as
+ * the Python client (viewclient/query.py).
  */
 
 import { RecordId } from "surrealdb";
@@ -18,8 +22,9 @@ export class UnsupportedQuery extends Error {}
 
 type Word = { start: number; end: number; word: string };
 
-function topLevelWords(text: string): Word[] {
-  const out: Word[] = [];
+/** [index, character, bracket depth] of every character outside strings, `⟨...⟩` and
+ * comments. */
+function* scan(text: string): Generator<[number, string, number]> {
   let depth = 0;
   let i = 0;
   const n = text.length;
@@ -43,19 +48,61 @@ function topLevelWords(text: string): Word[] {
     }
     if ("([{".includes(c)) depth++;
     else if (")]}".includes(c)) depth--;
-    else if (depth === 0 && /[A-Za-z_]/.test(c) && (i === 0 || !/[A-Za-z0-9_:$.]/.test(text[i - 1]))) {
-      const m = /^[A-Za-z_]+/.exec(text.slice(i));
-      const end = i + (m ? m[0].length : 1);
-      out.push({ start: i, end, word: text.slice(i, end).toUpperCase() });
-      i = end;
-      continue;
-    }
+    yield [i, c, depth];
     i++;
+  }
+}
+
+function topLevelWords(text: string): Word[] {
+  const out: Word[] = [];
+  let wordEnd = 0;
+  for (const [i, c, depth] of scan(text)) {
+    if (i < wordEnd) continue;
+    if (depth === 0 && /[A-Za-z_]/.test(c) && (i === 0 || !/[A-Za-z0-9_:$.]/.test(text[i - 1]))) {
+      const m = /^[A-Za-z_]+/.exec(text.slice(i));
+      wordEnd = i + (m ? m[0].length : 1);
+      out.push({ start: i, end: wordEnd, word: text.slice(i, wordEnd).toUpperCase() });
+    }
   }
   return out;
 }
 
-/** The view's query reading `$__members` instead of its table, without START/LIMIT. */
+/** `text` cut at its top-level commas (outside brackets, strings and comments). */
+function splitTop(text: string): string[] {
+  const parts: string[] = [];
+  let cut = 0;
+  for (const [i, c, depth] of scan(text)) {
+    if (c === "," && depth === 0) {
+      parts.push(text.slice(cut, i).trim());
+      cut = i + 1;
+    }
+  }
+  parts.push(text.slice(cut).trim());
+  return parts.filter((p) => p);
+}
+
+const squash = (t: string): string => t.split(/\s+/).filter((w) => w).join(" ");
+
+/** The ORDER BY for the outer read: an ORDER BY may name an aliased expression of the
+ * projection, while the outer read sees only the alias. */
+function outerOrder(order: string, projection: string): string {
+  const aliases = new Map<string, string>();
+  for (const item of splitTop(projection)) {
+    const as = topLevelWords(item).filter((w) => w.word === "AS").pop();
+    if (as) aliases.set(squash(item.slice(0, as.start)), item.slice(as.end).trim());
+  }
+  const terms = splitTop(order.replace(/^BY\s+/i, "")).map((term) => {
+    const norm = squash(term);
+    for (const [expr, name] of aliases) {
+      if (norm === expr || norm.startsWith(expr + " ")) return name + norm.slice(expr.length);
+    }
+    return norm;
+  });
+  return "ORDER BY " + terms.join(", ");
+}
+
+/** The view's query reading `$__members` instead of its table, without START/LIMIT, its
+ * ORDER BY applied over the projected rows (exact on SurrealDB 3.0 and 3.2). */
 export function membersQuery(surql: string): string {
   const text = surql.trim().replace(/;+\s*$/, "").trim();
   const words = topLevelWords(text);
@@ -64,18 +111,30 @@ export function membersQuery(surql: string): string {
   }
   const from = words.find((w) => w.word === "FROM");
   if (!from) throw new UnsupportedQuery("the query has no FROM");
+  const projection = text.slice(words[0].end, from.start).trim();
+  const isValue = topLevelWords(projection)[0]?.word === "VALUE";
   const after = words.filter((w) => w.start > from.end && CLAUSES.has(w.word));
   const targetEnd = after.length ? after[0].start : text.length;
-  const head = text.slice(0, from.start) + `FROM $${MEMBERS_PARAM} `;
   const rest = text.slice(targetEnd);
+  // Each clause runs to the next top-level clause; START/LIMIT go, ORDER BY moves out.
   const clauses = topLevelWords(rest).filter((w) => CLAUSES.has(w.word));
-  const keep: string[] = [];
-  if (clauses.length && clauses[0].start > 0) keep.push(rest.slice(0, clauses[0].start).trim());
+  const withs: string[] = [];
+  const tail: string[] = [];
+  let where: string | undefined;
+  let order: string | undefined;
   clauses.forEach((w, k) => {
     const end = k + 1 < clauses.length ? clauses[k + 1].start : rest.length;
-    if (w.word !== "START" && w.word !== "LIMIT") keep.push(rest.slice(w.start, end).trim());
+    if (w.word === "START" || w.word === "LIMIT") return;
+    if (w.word === "WITH") withs.push(rest.slice(w.start, end).trim());
+    else if (w.word === "WHERE") where = rest.slice(w.end, end).trim();
+    else if (w.word === "ORDER" && !isValue) order = rest.slice(w.end, end).trim();
+    else tail.push(rest.slice(w.start, end).trim());
   });
-  return (head + keep.filter((k) => k).join(" ")).trim();
+  // `id != NONE`: a member deleted since its edge was read is skipped by 3.2 but read as a
+  // row of NONE by 3.0 (with a VALUE or subquery projection).
+  const cond = "WHERE id != NONE" + (where ? ` AND (${where})` : "");
+  const inner = [`SELECT ${projection} FROM $${MEMBERS_PARAM}`, ...withs, cond, ...tail].join(" ");
+  return `SELECT * FROM (${inner})` + (order ? " " + outerOrder(order, projection) : "");
 }
 
 /** The service's edge table name from the auth id's canonical text (`<string> $auth.id`). */

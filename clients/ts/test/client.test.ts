@@ -112,11 +112,20 @@ describe("Window", () => {
 });
 
 describe("membersQuery", () => {
-  it("keeps the query's shape and drops its window", () => {
+  it("keeps the query's shape, drops its window and orders the projected rows", () => {
     expect(membersQuery("SELECT id, title FROM post ORDER BY n DESC LIMIT 5 START 1;"))
-      .toBe("SELECT id, title FROM $__members ORDER BY n DESC");
-    expect(membersQuery("SELECT * FROM t WHERE a = 'FROM x LIMIT 2' LIMIT 3"))
-      .toBe("SELECT * FROM $__members WHERE a = 'FROM x LIMIT 2'");
+      .toBe("SELECT * FROM (SELECT id, title FROM $__members WHERE id != NONE) ORDER BY n DESC");
+    expect(membersQuery("SELECT * FROM t WHERE a = 'FROM x LIMIT 2' OR b LIMIT 3"))
+      .toBe("SELECT * FROM (SELECT * FROM $__members WHERE id != NONE AND " +
+        "(a = 'FROM x LIMIT 2' OR b))");
+    // the outer ORDER BY sees the projected rows: an aliased expression goes by its name
+    expect(membersQuery("SELECT id, n AS m, tag.label AS `l, x` FROM post WITH NOINDEX WHERE a " +
+      "ORDER BY n DESC, tag.label COLLATE, id FETCH tag"))
+      .toBe("SELECT * FROM (SELECT id, n AS m, tag.label AS `l, x` FROM $__members WITH NOINDEX " +
+        "WHERE id != NONE AND (a) FETCH tag) ORDER BY m DESC, `l, x` COLLATE, id");
+    // a VALUE's rows are no objects: its ORDER BY stays inside
+    expect(membersQuery("SELECT VALUE n FROM post ORDER BY n LIMIT 3"))
+      .toBe("SELECT * FROM (SELECT VALUE n FROM $__members WHERE id != NONE ORDER BY n)");
     expect(() => membersQuery("UPDATE t SET a = 1")).toThrow();
   });
 });
@@ -288,7 +297,11 @@ describe(`client through the real stack (${MODE})`, () => {
 
   // The TTL sweep and an SSP's restart do not depend on the edge mode: mode `single` (the
   // same standalone SSP as `standalone`) leaves them to the other runs, to keep the suite short.
-  it.runIf(MODE !== "single")("refresh keeps a view alive past its ttl; its absence lets it expire", async () => {
+  // Mode `http` leaves them too: the sweep is the SSP's own, and while an SSP is down under
+  // transport http every write fails (the event's post is inside the writing transaction), so
+  // there is no change to miss (tests/integration/test_http_transport.py checks that write).
+  const FEW = MODE === "single" || MODE === "http";
+  it.runIf(!FEW)("refresh keeps a view alive past its ttl; its absence lets it expire", async () => {
     const c = await user("dave");
     try {
       const kept = await c.view(TOP, { min: 1 }, { ttl: "5s" });
@@ -307,7 +320,7 @@ describe(`client through the real stack (${MODE})`, () => {
   }, 60000);
 
   for (const kill of ["ssp", "db"] as const) {
-    it.runIf(MODE !== "single" || kill === "db")(`kill -9 of the ${kill === "ssp" ? "SSP" : "database host"} ends in gap, then the right rows`, async () => {
+    it.runIf(!FEW || kill === "db")(`kill -9 of the ${kill === "ssp" ? "SSP" : "database host"} ends in gap, then the right rows`, async () => {
       const c = await user(`erin${kill}`);
       try {
         const params = { min: 0 };

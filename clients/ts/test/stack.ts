@@ -6,8 +6,10 @@
  *
  * `SVC_TS_MODE` picks the stack: `standalone` (default: the SSP alone, edge mode
  * `dedicated`), `scheduler` (a scheduler tailing the changefeed, its SSP linked to it; the
- * clients talk to the scheduler) or `single` (standalone, edge mode `single`). The service
- * holds a secret the clients never get: they register their views by their rows.
+ * clients talk to the scheduler), `single` (standalone, edge mode `single`) or `http`
+ * (standalone, transport `http`: the host runs SurrealDB's Node build, whose events post each
+ * change to the SSP's /ingest). The service holds a secret the clients never get: they
+ * register their views by their rows.
  */
 
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
@@ -25,11 +27,12 @@ const PY = process.env.SVC_PYTHON ?? join(ROOT, ".venv/bin/python");
 const ROOT_USER = "root";
 const ROOT_PASS = "root-ts-pass";
 export const SERVICE_SECRET = "ts-client-service-secret-7a8b";
-export type Mode = "standalone" | "scheduler" | "single";
+export type Mode = "standalone" | "scheduler" | "single" | "http";
 export const MODE = (process.env.SVC_TS_MODE ?? "standalone") as Mode;
-if (!["standalone", "scheduler", "single"].includes(MODE)) {
-  throw new Error(`SVC_TS_MODE ${MODE} is not standalone, scheduler or single`);
+if (!["standalone", "scheduler", "single", "http"].includes(MODE)) {
+  throw new Error(`SVC_TS_MODE ${MODE} is not standalone, scheduler, single or http`);
 }
+const TRANSPORT = MODE === "http" ? "http" : "changefeed";
 export const REF_MODE = MODE === "single" ? "single" : "dedicated";
 
 export async function freePort(): Promise<number> {
@@ -158,17 +161,24 @@ export class Stack {
     await new Promise<void>((r) => this.backend.listen(0, "127.0.0.1", r));
     const backendUrl = `http://127.0.0.1:${(this.backend.address() as AddressInfo).port}`;
     this.dbPort = await freePort();
+    // Transport http needs `http::post` in events: only SurrealDB's Node build has it.
+    const engine = MODE === "http" ? ["--engine", "node", "--allow-net", "127.0.0.1"] : [];
     this.host = new Proc("svc-db", [PY, "-m", "dbhost", "--bind", `127.0.0.1:${this.dbPort}`,
-      "--path", join(this.tmp, "data")], baseEnv({ SVC_DB_USER: ROOT_USER, SVC_DB_PASS: ROOT_PASS }),
+      "--path", join(this.tmp, "data"), ...engine], baseEnv({ SVC_DB_USER: ROOT_USER, SVC_DB_PASS: ROOT_PASS }),
     join(this.tmp, "db.log"));
     await waitHealth(`http://127.0.0.1:${this.dbPort}/health`, this.host);
     const root = await this.root();
     await root.query(SCHEMA).collect();
     await root.close();
-    const apply = spawnSync(PY, ["-m", "svccli", "schema", "apply", "--transport", "changefeed"],
-      { cwd: ROOT, env: baseEnv(this.dbEnv()), encoding: "utf8", timeout: 60000 });
-    if (apply.status !== 0) throw new Error("schema apply failed: " + apply.stderr + apply.stdout);
+    // The SSP's port first: with transport http the events name its /ingest (and carry the
+    // bearer derived from the service's secret).
     this.sspPort = await freePort();
+    const ingest = TRANSPORT === "http" ? ["--ingest-url", `${this.sspUrl}/ingest`] : [];
+    const apply = spawnSync(PY, ["-m", "svccli", "schema", "apply", "--transport", TRANSPORT,
+      ...ingest], { cwd: ROOT, env: baseEnv({ ...this.dbEnv(),
+      ...(TRANSPORT === "http" ? { SVC_AUTH_SECRET: SERVICE_SECRET } : {}) }),
+      encoding: "utf8", timeout: 60000 });
+    if (apply.status !== 0) throw new Error("schema apply failed: " + apply.stderr + apply.stdout);
     const linked: Record<string, string> = {};
     if (MODE === "scheduler") {
       this.schedPort = await freePort();
@@ -198,7 +208,7 @@ export class Stack {
     this.ssp = new Proc("svc-ssp", [PY, "-m", "ssp"], baseEnv({
       ...this.dbEnv(), SVC_SSP_LISTEN_ADDR: `127.0.0.1:${this.sspPort}`,
       SVC_SSP_RUN_DIR: join(this.tmp, "ssp-run"), SVC_SSP_SHARDS: "1",
-      SVC_INGEST_TRANSPORT: "changefeed", SVC_SSP_QUERY_UPDATE_THROTTLE_MS: "20",
+      SVC_INGEST_TRANSPORT: TRANSPORT, SVC_SSP_QUERY_UPDATE_THROTTLE_MS: "20",
       SVC_SCHEMA_POLL_SECS: "1", TTL_CLEANUP_INTERVAL_SECS: "1",
       SVC_JOB_CONFIG: JSON.stringify(jobs), SVC_SSP_JOB_SWEEP_SECS: "1",
       SVC_AUTH_SECRET: SERVICE_SECRET, SVC_SSP_REF_MODE: REF_MODE, ...linked,
