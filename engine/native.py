@@ -21,6 +21,8 @@ methods of compiled classes cannot be replaced on an instance.
 
 from __future__ import annotations
 
+# The standard library only: ops/_venv.sh loads this file on its own (not through the engine
+# package, whose import costs most of an up-to-date check).
 import hashlib
 import os
 import shutil

@@ -7,13 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import lifeline
+from tests.support import lifeline, suite_order
 from tests.support.procs import DbHost, start_db_host
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # a worker of a killed run must not live on with the processes its tests started
     lifeline.bind_xdist_worker()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With ``--dist loadfile`` (the whole run, ops/test) the most expensive modules go first,
+    so no long module starts last while the other worker idles (tests/support/suite_order.py)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    return suite_order.make_scheduler(config, log)
 
 
 @pytest.fixture

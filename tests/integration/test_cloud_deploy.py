@@ -8,6 +8,7 @@ One platform and one project for the module: each test builds on the deployments
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -717,14 +719,37 @@ async def test_backups_through_the_platform(project: Project, s3: S3Server,
     assert out.returncode != 0 and "not_running" in out.stderr, out.stderr
 
 
+async def backdate_backup_settings(cloud: Cloud, slug: str) -> datetime:
+    """Move the project's backup settings two minutes into the past, in the platform's own
+    database; their new time."""
+    env = cloud.env
+    db = Database(DbConfig.from_env({
+        "SVC_DB_URL": env["SVC_CLOUD_DB_URL"], "SVC_DB_USER": env["SVC_CLOUD_DB_USER"],
+        "SVC_DB_PASS": env["SVC_CLOUD_DB_PASS"], "SVC_DB_NS": env["SVC_CLOUD_DB_NS"],
+        "SVC_DB_NAME": env["SVC_CLOUD_DB_NAME"]}))
+    async with db:
+        rows = await db.query_one(
+            "UPDATE project SET backup_config.updated_at = time::now() - 2m "
+            "WHERE slug = $slug AND deleted_at IS NONE RETURN backup_config.updated_at AS at",
+            {"slug": slug})
+    assert len(rows) == 1, rows
+    return rows[0]["at"]
+
+
 def test_backups_are_taken_on_the_configured_schedule(project: Project, s3: S3Server) -> None:
-    """The platform's worker takes a project's backups on its schedule (every minute here:
-    cron has no finer unit) through the running deployment's scheduler."""
+    """The platform's worker takes a project's backups on its schedule through the running
+    deployment's scheduler. Every minute here (cron has no finer unit), with the settings
+    written two minutes ago as the platform's database sees it: the schedule's first time
+    after them has passed, so the worker's next tick takes that slot's backup (instead of a
+    wait of up to a minute for the clock's next one)."""
     c = project.cloud
     base = project.base + "/backups"
     before = {r["backup_id"] for r in c.ok("GET", base, project.s)["backups"]["local"]}
     c.ok("PUT", base + "/config", project.s,
          {"enabled": True, "schedule": "* * * * *", "retention": 7})
+    settings_at = asyncio.run(backdate_backup_settings(c, project.slug))
+    # the slot the schedule gives after the settings: the minute after them, in the backup's name
+    due = (settings_at.astimezone(UTC) + timedelta(minutes=1)).replace(second=0, microsecond=0)
     try:
         def scheduled() -> list[dict[str, Any]]:
             local = c.ok("GET", base, project.s)["backups"]["local"]
@@ -741,7 +766,11 @@ def test_backups_are_taken_on_the_configured_schedule(project: Project, s3: S3Se
     finally:
         c.ok("PUT", base + "/config", project.s, {"enabled": False})
     assert [r["status"] for r in got] == ["done"] * len(got), got
-    assert got[0]["name"].endswith(" UTC")
+    names = [r["name"] for r in got]
+    assert f"scheduled {due:%Y-%m-%d %H:%M} UTC" in names, names
+    # the next minute had passed too when the worker looked: one backup for both, no catching up
+    skipped = due + timedelta(minutes=1)
+    assert f"scheduled {skipped:%Y-%m-%d %H:%M} UTC" not in names, names
 
 
 def test_a_rollback_runs_with_the_env_of_the_deployment_rolled_back_to(

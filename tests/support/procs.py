@@ -203,10 +203,15 @@ def base_env(**overrides: str) -> dict[str, str]:
     `SVC_SSP_VIEW_PERMISSIONS=off` unless a test says otherwise: most tests (and benchmarks)
     register views over tables defined without permissions, which record users cannot read,
     so the default `enforce` refuses them (ssp/permissions.py). The tests of that rule set
-    `enforce` themselves (tests/integration/test_view_permissions.py)."""
+    `enforce` themselves (tests/integration/test_view_permissions.py).
+
+    `SVC_SSP_SHARDS=1` unless a test says otherwise: an SSP starts one shard process per CPU
+    by default, each loading every table, and the stacks a test starts through `ops/run` or
+    `python -m stack` pass this environment on. A test about several shards asks for them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
     env["PYTHONUNBUFFERED"] = "1"
     env["SVC_SSP_VIEW_PERMISSIONS"] = "off"
+    env["SVC_SSP_SHARDS"] = "1"
     env.update(overrides)
     return env
 
