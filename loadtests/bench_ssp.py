@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import signal
 import statistics
@@ -123,6 +124,46 @@ async def seed(db: Database, users: int) -> list[tuple[str, int, int]]:
     for i in range(0, len(rows), 1000):
         await db.query("INSERT INTO post $rows", {"rows": rows[i:i + 1000]})
     return posts
+
+
+def cpu_secs(pid: int) -> float:
+    """User + system CPU seconds of `pid` so far, all its threads (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def ssp_processes(pid: int) -> dict[int, str]:
+    """The SSP's processes by role: `hub` (pid itself), `shards`, `gateway` (gunicorn)."""
+    out = {pid: "hub"}
+
+    def walk(p: int) -> None:
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            return
+        for k in kids:
+            try:
+                with open(f"/proc/{k}/cmdline", "rb") as f:
+                    text = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            out[k] = "shards" if "ssp.shard" in text else "gateway"
+            walk(k)
+    walk(pid)
+    return out
+
+
+def cpu_by_role(host_pid: int, procs: dict[int, str]) -> dict[str, float]:
+    """CPU seconds so far per role: the database host, the SSP's roles, this client."""
+    out = {"db": cpu_secs(host_pid), "client": time.process_time()}
+    for pid, role in procs.items():
+        out[role] = out.get(role, 0.0) + cpu_secs(pid)
+    return out
 
 
 async def hub_call(client: RpcClient, route: str, body: Any = None, **kw: Any) -> dict[str, Any]:
@@ -220,12 +261,20 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                         await asyncio.sleep(0.01)
             finally:
                 c.close()
+        assert ssp.process.proc is not None and host.process.proc is not None
+        procs = ssp_processes(ssp.process.proc.pid)
+        cpu0 = cpu_by_role(host.process.proc.pid, procs)
         t1 = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(args.concurrency)))
         elapsed = time.perf_counter() - t1
         t2 = time.perf_counter()
         await drained(client)
         drain_s = time.perf_counter() - t2
+        # CPU per 1,000 accepted events over the run and its drain (the reaper may still
+        # work after it: its share is in the figures only while the run lasted)
+        cpu1 = cpu_by_role(host.process.proc.pid, procs)
+        cpu_k = {role: (cpu1[role] - cpu0.get(role, 0.0)) * 1000 / max(ok[0], 1)
+                 for role in cpu1}
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
         pub = mem["publication"]
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
@@ -235,7 +284,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                 "register_per_s": len(todo) / reg_secs, "large_s": large_secs,
                 "events_per_s": ok[0] / elapsed, "rejected_503": busy[0],
                 "p50_ms": pub["latency_p50_ms"], "p99_ms": pub["latency_p99_ms"],
-                "flushes": pub["flushes"], "failures": pub["failures"], "drain_s": drain_s}
+                "flushes": pub["flushes"], "failures": pub["failures"], "drain_s": drain_s,
+                "cpu_k": cpu_k, "reaper": mem.get("reaper") or {}}
     finally:
         if client is not None:
             client.close()
@@ -365,6 +415,17 @@ async def main() -> int:
               f"{r['reconcile_ms']:>13} {r['reconciled']:>11}")
     print(f"{'naive':<20} {naive['events_per_s']:>10.0f} {naive['p50_ms']:>9.1f} "
           f"{naive['p99_ms']:>9.1f} {'-':>7} {'-':>8} {'-':>8} {1.0:>8.1f}")
+    roles = ["db", "hub", "shards", "gateway", "client"]
+    print("CPU seconds per 1,000 accepted events (run + drain), per process; reaper queue at "
+          "the end")
+    print(f"{'run':<20} " + " ".join(f"{r:>8}" for r in roles)
+          + f" {'total':>8} {'reaper queued':>14} {'reaped':>8}")
+    for r in results:
+        ck = r["cpu_k"]
+        print(f"{'ssp ' + str(r['shards']) + ' sh ' + r['ref_mode']:<20} "
+              + " ".join(f"{ck.get(role, 0.0):>8.3f}" for role in roles)
+              + f" {sum(ck.values()):>8.3f} {r['reaper'].get('queued', '-'):>14} "
+              f"{r['reaper'].get('reaped', '-'):>8}")
     recs = [int(x) for x in args.reconcile_ms.split(",")]
     if len(recs) > 1:
         # the reconciler's cost: each value against the first (give 0 first: off)

@@ -92,9 +92,9 @@ def _record_bytes(seq: int, payload: bytes) -> bytes:
     return lenseq + struct.pack(">Q", check) + payload
 
 
-def _scan(data: bytes, expect_first: int | None) -> tuple[list[tuple[int, int, int]], int]:
-    """Valid records of a segment's bytes: [(seq, payload start, payload end)], valid end."""
-    out: list[tuple[int, int, int]] = []
+def _records(data: bytes, expect_first: int | None) -> Iterator[tuple[int, int, int]]:
+    """Valid records of a segment's bytes (from a record boundary), one at a time:
+    (seq, payload start, payload end); stops at the first invalid one."""
     pos = 0
     prev = None
     n = len(data)
@@ -103,17 +103,22 @@ def _scan(data: bytes, expect_first: int | None) -> tuple[list[tuple[int, int, i
         start = pos + _HEADER.size
         end = start + length
         if length > _MAX_RECORD or end > n:
-            break
+            return
         if xxhash.xxh3_64_intdigest(data[pos:pos + _LENSEQ.size] + data[start:end]) != check:
-            break
+            return
         if prev is not None and seq != prev + 1:
-            break
+            return
         if prev is None and expect_first is not None and seq < expect_first:
-            break
-        out.append((seq, start, end))
+            return
+        yield seq, start, end
         prev = seq
         pos = end
-    return out, pos
+
+
+def _scan(data: bytes, expect_first: int | None) -> tuple[list[tuple[int, int, int]], int]:
+    """Valid records of a segment's bytes: [(seq, payload start, payload end)], valid end."""
+    out = list(_records(data, expect_first))
+    return out, out[-1][2] if out else 0
 
 
 class SegmentIo:
@@ -148,6 +153,9 @@ class Wal:
         self.segment_bytes = segment_bytes
         self._lock = threading.Lock()
         self._segments: list[int] = []  # first seq of each segment file, ascending
+        # Per segment (its first seq): (the seq after the last record a replay read, the byte
+        # offset where that record ends). A replay after that seq starts reading there.
+        self._read_marks: dict[int, tuple[int, int]] = {}
         self._fd = -1
         self._size = 0  # bytes of valid records in the active (last) segment
         self._next = 1
@@ -321,24 +329,41 @@ class Wal:
         """Yield ``(seq, event)`` for every event with ``seq > after_seq``, in order.
 
         Reads what was appended when iteration reaches each segment; events appended later
-        are picked up by the next call.
+        are picked up by the next call. A segment is read from where an earlier replay
+        stopped when every record before that point is ``<= after_seq``, and its records are
+        decoded one at a time: the scheduler's fold replays after the replica's position,
+        and reading the whole active segment (up to its 64 MB, with a tuple per record)
+        on each fold raised the process's memory by the segment's size in steps
+        (``loadtests/probe_scheduler_fold.py``).
         """
         with self._lock:
             segments = list(self._segments)
             active_size = self._size
+            marks = dict(self._read_marks)
         for i, first in enumerate(segments):
             nxt = segments[i + 1] if i + 1 < len(segments) else None
             if nxt is not None and nxt <= after_seq + 1:
                 continue  # every record of this segment is <= after_seq
+            seq0, offset = first, 0
+            mark = marks.get(first)
+            if mark is not None and mark[0] <= after_seq + 1 and (nxt is not None
+                                                                   or mark[1] <= active_size):
+                seq0, offset = mark
             try:
                 with open(self._seg_path(first), "rb") as fh:
-                    data = fh.read(active_size if nxt is None else -1)
+                    fh.seek(offset)
+                    data = fh.read(active_size - offset if nxt is None else -1)
             except FileNotFoundError:
                 continue  # truncated meanwhile: those events were absorbed already
-            records, _ = _scan(data, first)
-            for seq, start, end in records:
+            read_to: tuple[int, int] | None = None
+            for seq, start, end in _records(data, seq0):
                 if seq > after_seq:
                     yield seq, unpack_value(data[start:end])
+                read_to = (seq + 1, offset + end)
+            if read_to is not None and (mark is None or read_to[0] > mark[0]):
+                with self._lock:
+                    if first in self._segments:
+                        self._read_marks[first] = read_to
 
     # ------------------------------------------------------------------ truncation
     def truncate_through(self, seq: int) -> int:
@@ -353,6 +378,7 @@ class Wal:
                 self._new_segment()
             while len(self._segments) > 1 and self._segments[1] <= seq + 1:
                 first = self._segments.pop(0)
+                self._read_marks.pop(first, None)
                 try:
                     os.unlink(self._seg_path(first))
                 except FileNotFoundError:

@@ -16,7 +16,7 @@ from surrealdb.data.types.duration import Duration
 from engine.jsonvalues import json_default, to_json
 from engine.values import NONE
 from ipc.backoff import Backoff, delay
-from timetext.durations import parse_duration_ms, parse_duration_ns
+from timetext.durations import DEFAULT_TTL_MS, parse_duration_ms, parse_duration_ns, ttl_ms
 
 
 def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_reset() -> None:
@@ -69,3 +69,14 @@ def test_a_feed_cursor_reset_with_a_floor_keeps_it_across_a_restart() -> None:
     cur.reset(200 << 16)  # a plain reset (a re-clone) keeps the overlap
     assert FeedCursor.from_state(cur.state()).floor == 0
     assert FeedCursor.from_state({"base": 1, "cursors": {}}).floor == 0  # older state files
+
+
+def test_a_ttl_text_is_read_the_same_every_time_and_a_bad_one_is_the_default() -> None:
+    # ttl_ms keeps the texts it parsed (the TTL sweep reads every row's ttl each minute): a
+    # repeated text must still give its own value, and a bad one the default each time.
+    for _ in range(3):
+        assert ttl_ms("1h30m") == 5_400_000
+        assert ttl_ms("90s") == 90_000
+        assert ttl_ms("soon") == DEFAULT_TTL_MS
+        assert ttl_ms("") == DEFAULT_TTL_MS
+    assert ttl_ms(None) == DEFAULT_TTL_MS
