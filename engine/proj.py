@@ -578,11 +578,12 @@ def _item_tree(v: Any, keyed: bool, extra: dict[str, Any]) -> Any:
     its content, whatever a VALUE row shows of it (its id, a field), so ``_tree_of`` lets
     the VALUE rows fill only the members no dict shows. Otherwise a thread listed by id in
     its own `peers` had its id as content, and a write to its fields updated nothing."""
+    # ``extra`` is the item's own evaluation context's, used by nothing else: kept, not copied
     if not keyed:
-        return dict(extra) if extra else None
+        return extra if extra else None
     t = _members_of(v)
     if extra:
-        return (t, dict(extra))
+        return (t, extra)
     return t
 
 
