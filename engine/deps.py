@@ -5,7 +5,9 @@
 - ``scans``: table -> field -> key -> {projection group: projected rows whose subqueries
   scanned that table with that correlation key} (field None: the whole table);
 - ``quals``: record id text -> {materialisation: rows whose predicate or sort key read it}
-  (views whose WHERE/ORDER BY follows a link).
+  (views whose WHERE/ORDER BY follows a link);
+- :class:`Readers`: the same two-way index for one inner query (a subquery's linked filter,
+  a semi-join's inner set), registered in an engine-wide index of such owners per record.
 
 Projection dependencies are registered once per projection group (shared by every
 materialisation showing the row), not once per materialisation.
@@ -188,3 +190,65 @@ class Deps:
                                 del qw[t]
         for t in reads if not old else reads - old:
             qw.setdefault(t, {}).setdefault(mat, set()).add(rid)
+
+
+class Readers:
+    """The records an owner's rows read through links, both ways (record -> rows, row ->
+    records), and the owner's place in an engine-wide index (record -> owners whose rows read
+    it, insertion-ordered, so a write re-evaluates owners in a stable order).
+
+    One owner is a :class:`engine.join.Join` (its linked filter) or a
+    :class:`engine.semijoin.InnerSet` (its inner rows): a write to a record looks its owners
+    up in the engine's index and asks each for :meth:`rows`."""
+
+    __slots__ = ("by_record", "by_row", "index", "owner")
+
+    def __init__(self, owner: object, index: dict[str, dict[Any, None]]) -> None:
+        self.owner = owner
+        self.index = index
+        self.by_record: dict[str, set[str]] = {}
+        self.by_row: dict[str, frozenset[str]] = {}
+
+    def rows(self, record: str) -> set[str] | None:
+        """The rows whose last evaluation read ``record`` (None: none)."""
+        return self.by_record.get(record)
+
+    def note(self, rid: str, reads: frozenset[str]) -> None:
+        """Row ``rid``'s last evaluation read exactly ``reads`` (empty: nothing, or the row
+        is gone); moves only the records that differ from its previous evaluation."""
+        old = self.by_row.get(rid)
+        if old == reads or (old is None and not reads):
+            return
+        by_record = self.by_record
+        if old is not None:
+            for rec in old - reads if reads else old:
+                ids = by_record.get(rec)
+                if ids is not None:
+                    ids.discard(rid)
+                    if not ids:
+                        del by_record[rec]
+                        self._unlink(rec)
+        if reads:
+            self.by_row[rid] = reads
+            for rec in reads if old is None else reads - old:
+                ids = by_record.get(rec)
+                if ids is None:
+                    ids = by_record[rec] = set()
+                    self.index.setdefault(rec, {})[self.owner] = None
+                ids.add(rid)
+        else:
+            del self.by_row[rid]
+
+    def clear(self) -> None:
+        """Forget every row (the owner is dropped)."""
+        for rec in self.by_record:
+            self._unlink(rec)
+        self.by_record = {}
+        self.by_row = {}
+
+    def _unlink(self, rec: str) -> None:
+        owners = self.index.get(rec)
+        if owners is not None:
+            owners.pop(self.owner, None)
+            if not owners:
+                del self.index[rec]

@@ -55,6 +55,7 @@ from surrealdb import RecordID
 
 from engine.compile import compile_expr, compile_predicate
 from engine.cx import NOLINKS, Cx
+from engine.deps import Readers
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
 from engine.store import ikey
@@ -421,8 +422,7 @@ class Group:
 class Join:
     """A subquery plan's join state for one value of the slots it reads."""
 
-    __slots__ = ("S", "built", "groups", "lreads", "plan", "reached", "rreads", "spec", "store",
-                 "table")
+    __slots__ = ("S", "built", "groups", "lreads", "plan", "reached", "spec", "store", "table")
 
     def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
         self.plan = plan
@@ -432,8 +432,7 @@ class Join:
         self.table: str = plan.table
         self.groups: dict[Any, Group] = {}
         # the records the linked filter (spec.linner) read: record -> inner rows, and back
-        self.lreads: dict[str, set[str]] = {}
-        self.rreads: dict[str, frozenset[str]] = {}
+        self.lreads = Readers(self, store.jlinks)
         # work done, for tests and the debug route: groups built, windows a write reached
         self.built = 0
         self.reached = 0
@@ -473,10 +472,7 @@ class Join:
         g.bwins = []
         g.entries = None
         if not self.groups:
-            for tok in self.lreads:
-                self._unlink(tok)
-            self.lreads = {}
-            self.rreads = {}
+            self.lreads.clear()
             joins = self.store.joins.get(self.table)
             if joins is not None:
                 joins.pop(self, None)
@@ -492,10 +488,7 @@ class Join:
             g.wins = {}
             g.bwins = []
         self.groups = {}
-        for tok in self.lreads:
-            self._unlink(tok)
-        self.lreads = {}
-        self.rreads = {}
+        self.lreads.clear()
 
     # -- reading ----------------------------------------------------------------------
     def _probe(self, fn: Any, S: tuple[Any, ...], par: Any, cx: Any, top: bool) -> Any:
@@ -801,44 +794,13 @@ class Join:
         """Whether an inner row passes the linked filter now; what it read is noted."""
         cx = Cx(self.store)
         ok = bool(self.spec.linner(row, self.S, NONE, cx))
-        self._note(rid, frozenset(cx.reads))
+        self.lreads.note(rid, frozenset(cx.reads))
         return ok
-
-    def _note(self, rid: str, reads: frozenset[str]) -> None:
-        old = self.rreads.get(rid)
-        if old == reads:
-            return
-        lreads = self.lreads
-        if old is not None:
-            for tok in old - reads:
-                ids = lreads.get(tok)
-                if ids is not None:
-                    ids.discard(rid)
-                    if not ids:
-                        del lreads[tok]
-                        self._unlink(tok)
-        if reads:
-            self.rreads[rid] = reads
-            for tok in reads if old is None else reads - old:
-                ids = lreads.get(tok)
-                if ids is None:
-                    ids = lreads[tok] = set()
-                    self.store.jlinks.setdefault(tok, {})[self] = None
-                ids.add(rid)
-        else:
-            self.rreads.pop(rid, None)
-
-    def _unlink(self, tok: str) -> None:
-        js = self.store.jlinks.get(tok)
-        if js is not None:
-            js.pop(self, None)
-            if not js:
-                del self.store.jlinks[tok]
 
     def relink(self, tok: str, mark: Any) -> None:
         """Record ``tok`` was written: test again the inner rows whose linked filter read
         it, move those that entered or left their group and mark the windows they reach."""
-        rids = self.lreads.get(tok)
+        rids = self.lreads.rows(tok)
         if not rids:
             return
         spec = self.spec
@@ -852,7 +814,7 @@ class Join:
                 self.row_key(row) if spec.kfields else ())
             if row is None or g is None or g.entries is None or (
                     spec.inner is not None and not spec.inner(row, self.S, NONE, NOLINKS)):
-                self._note(rid, frozenset())  # no group of it is held: nothing to follow
+                self.lreads.note(rid, frozenset())  # no group of it is held: nothing to follow
                 continue
             e = ecache.get(rid)
             if e is None:

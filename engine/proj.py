@@ -568,17 +568,22 @@ def _members_of(v: Any) -> dict[str, Any] | None:
     return acc
 
 
-def _item_tree(v: Any, keyed: bool, extra: dict[str, Any]) -> dict[str, Any] | None:
+def _item_tree(v: Any, keyed: bool, extra: dict[str, Any]) -> Any:
     """What an item keeps of its value's members: all of them when the output's members
     are assembled per item (``keyed``), else only those the output does not show as dicts
-    (the rows of VALUE subqueries, in ``extra``)."""
-    t = _members_of(v) if keyed else None
+    (the rows of VALUE subqueries, in ``extra``).
+
+    Keyed, an item with VALUE rows keeps ``(dict members or None, VALUE rows)`` apart: a
+    record the output shows as a dict anywhere (the row itself, `author.*`) has that dict as
+    its content, whatever a VALUE row shows of it (its id, a field), so ``_tree_of`` lets
+    the VALUE rows fill only the members no dict shows. Otherwise a thread listed by id in
+    its own `peers` had its id as content, and a write to its fields updated nothing."""
+    # ``extra`` is the item's own evaluation context's, used by nothing else: kept, not copied
+    if not keyed:
+        return extra if extra else None
+    t = _members_of(v)
     if extra:
-        if t is None:
-            return dict(extra)
-        for m, x in extra.items():
-            if m not in t:
-                t[m] = x
+        return (t, extra)
     return t
 
 
@@ -593,16 +598,30 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> di
     if type(i) is RecordID:
         tree[rid_text(i)] = out
     get = keys.get
+    extras: list[dict[str, Any]] | None = None
     for k, v in out.items():
         j = get(k)
         if j is not None:
             t = itrees[j]
-            if t:  # a VALUE subquery's rows, even when it shows a scalar (`[0]`)
-                tree.update(t)
+            if t:
+                if type(t) is tuple:  # a VALUE subquery's rows, even when it shows `[0]`
+                    if t[0]:
+                        tree.update(t[0])
+                    if extras is None:
+                        extras = [t[1]]
+                    else:
+                        extras.append(t[1])
+                else:
+                    tree.update(t)
             continue
         tv = type(v)
         if tv is dict or tv is list:  # only containers hold members
             tree_members(v, tree)
+    if extras is not None:
+        for extra in extras:  # after every dict: a dict's content wins (see _item_tree)
+            for m, x in extra.items():
+                if m not in tree:
+                    tree[m] = x
     return tree
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from engine.compile import compile_expr, compile_predicate
 from engine.cx import Cx
+from engine.deps import Readers
 from engine.errors import QueryRejected
 from engine.matindex import exact_key, xkey
 from engine.parser import Query
@@ -97,7 +98,7 @@ class SemiSpec:
         return k in s.counts
 
     def open(self, S: tuple[Any, ...], store: Any,
-             links: dict[str, set[InnerSet]]) -> InnerSet:
+             links: dict[str, dict[Any, None]]) -> InnerSet:
         """The set for ``S`` (built from the inner table's rows when new), one more user;
         ``links``: the engine's index of the sets whose rows read a record through a link."""
         key = self.key(S)
@@ -118,30 +119,26 @@ class SemiSpec:
         if s.refs > 0:
             return None
         del self.sets[key]
-        for rid in list(s.linked):
-            s._relink(rid, s.linked[rid], set())
+        s.readers.clear()
         return s
 
 
 class InnerSet:
     """The inner query's answer for one set of parameter values, as counts per value."""
 
-    __slots__ = ("S", "counts", "index", "key", "linked", "prefix", "readers", "refs", "rows",
-                 "spec", "store")
+    __slots__ = ("S", "counts", "key", "prefix", "readers", "refs", "rows", "spec", "store")
 
     def __init__(self, spec: SemiSpec, S: tuple[Any, ...], key: Any, store: Any,
-                 index: dict[str, set[InnerSet]]) -> None:
+                 index: dict[str, dict[Any, None]]) -> None:
         self.spec = spec
-        self.index = index
         self.S = S
         self.key = key
         self.store = store
         self.counts: dict[Any, int] = {}
         self.rows: dict[str, Any] = {}  # inner row -> the key of its value
-        # records read through links while evaluating an inner row: record -> inner rows,
-        # and inner row -> records (a write to one of them evaluates those rows again)
-        self.readers: dict[str, set[str]] = {}
-        self.linked: dict[str, set[str]] = {}
+        # records read through links while evaluating an inner row, both ways (a write to
+        # one of them evaluates those rows again)
+        self.readers = Readers(self, index)
         self.refs = 0
         self.prefix = f"\0semi{next(_IDS)}:"
 
@@ -155,36 +152,8 @@ class InnerSet:
         k = _ABSENT
         if row is not None and spec.pred(row, self.S, NONE, cx):
             k = xkey(spec.value(row, self.S, NONE, cx))
-        old = self.linked.get(rid)
-        if old or cx.reads:
-            self._relink(rid, old or set(), cx.reads)
+        self.readers.note(rid, frozenset(cx.reads))
         return k
-
-    def _relink(self, rid: str, old: set[str], new: set[str]) -> None:
-        readers = self.readers
-        index = self.index
-        for t in old - new:
-            s = readers.get(t)
-            if s is not None:
-                s.discard(rid)
-                if not s:
-                    del readers[t]
-                    sets = index.get(t)
-                    if sets is not None:
-                        sets.discard(self)
-                        if not sets:
-                            del index[t]
-        for t in new - old:
-            s = readers.get(t)
-            if s is None:
-                readers[t] = {rid}
-                index.setdefault(t, set()).add(self)
-            else:
-                s.add(rid)
-        if new:
-            self.linked[rid] = set(new)
-        else:
-            self.linked.pop(rid, None)
 
     def build(self) -> None:
         counts = self.counts
@@ -197,7 +166,7 @@ class InnerSet:
 
     def reread(self, text: str, flipped: Callable[[Any], None]) -> None:
         """The record ``text`` changed: evaluate again the inner rows that read it."""
-        rids = self.readers.get(text)
+        rids = self.readers.rows(text)
         if rids:
             rows = self.store.table(self.spec.table).rows
             for rid in list(rids):

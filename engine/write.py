@@ -84,7 +84,7 @@ class WritePath:
         # table -> the live sets of semi-joins over it (engine.semijoin), and record -> the
         # sets with a row that read it through a link
         self.semis: dict[str, set[InnerSet]] = {}
-        self.semi_links: dict[str, set[InnerSet]] = {}
+        self.semi_links: dict[str, dict[Any, None]] = {}
 
     def clear(self) -> None:
         """Forget every view's indexes (the engine's close)."""

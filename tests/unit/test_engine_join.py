@@ -242,3 +242,49 @@ def test_one_hop_link_predicates_follow_the_records_they_read() -> None:
         if n % 25 == 0:
             _same_as_rebuilt(e, views)
     _same_as_rebuilt(e, views)
+
+
+def test_the_records_read_through_links_are_indexed_both_ways_for_every_owner() -> None:
+    # a subquery's linked filter and a semi-join's inner set keep the same index (a record ->
+    # the rows that read it, and back; the engine's record -> owners): a row that stops
+    # reading a record leaves it, and an owner with no row reading a record leaves the
+    # engine's index
+    from engine.deps import Readers
+
+    index: dict[str, dict[Any, None]] = {}
+    a, b = Readers("a", index), Readers("b", index)
+    a.note("comment:1", frozenset({"user:1", "thread:1"}))
+    a.note("comment:2", frozenset({"user:1"}))
+    b.note("comment:9", frozenset({"user:1"}))
+    assert a.rows("user:1") == {"comment:1", "comment:2"}
+    assert list(index["user:1"]) == ["a", "b"] and list(index["thread:1"]) == ["a"]
+    a.note("comment:1", frozenset({"user:2"}))  # moved: read another user, no thread
+    assert a.rows("user:1") == {"comment:2"} and a.rows("thread:1") is None
+    assert "thread:1" not in index and list(index["user:2"]) == ["a"]
+    a.note("comment:2", frozenset())  # deleted, or reads nothing any more
+    assert a.rows("user:1") is None and list(index["user:1"]) == ["b"]
+    a.clear()
+    assert index == {"user:1": {"b": None}}
+    b.clear()
+    assert index == {}
+
+
+def test_a_semi_join_rereads_inner_rows_through_the_shared_index() -> None:
+    e = ViewEngine()
+    e.load("user", [{"id": RecordID("user", i), "active": i % 2 == 0} for i in range(4)])
+    e.load("comment", [{"id": RecordID("comment", i), "author": RecordID("user", i % 4),
+                        "thread": RecordID("thread", i % 3)} for i in range(12)])
+    e.load("thread", [{"id": RecordID("thread", i)} for i in range(3)])
+    q = ("SELECT id FROM thread WHERE id IN (SELECT VALUE thread FROM comment WHERE "
+         "author.active = true)")
+    assert e.register("v", q, {}) == {"thread:0", "thread:1", "thread:2"}
+    links = e.writes.semi_links
+    assert set(links) == {f"user:{i}" for i in range(4)}
+    for i in (0, 2):  # no active author left: no comment qualifies
+        e.ingest("user", "UPDATE", f"user:{i}", {"id": RecordID("user", i), "active": False})
+    assert e.members("v") == set()
+    d = e.ingest("user", "UPDATE", "user:3", {"id": RecordID("user", 3), "active": True})
+    # user:3 wrote comments 3, 7 and 11: threads 0, 1 and 2
+    assert d["v"].added == {"thread:0", "thread:1", "thread:2"}
+    e.unregister("v")
+    assert links == {}
