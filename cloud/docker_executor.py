@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.executor import ExecutorError, Handle, LocalExecutor, LogSink, Role, probe_health
+from cloud.imagebuild import ImageBuild, build_image
 from ipc.envvars import env_int
 from ipc.lifeline import lifeline_argv
 
@@ -261,7 +262,8 @@ class DockerExecutor:
         cpus = role.cpus or self.settings.cpus
         try:
             ct = c.containers.run(
-                image, list(role.argv) or None, detach=True, network_mode="host",
+                image, list(role.argv) or None, entrypoint=list(role.entrypoint)
+                if role.entrypoint is not None else None, detach=True, network_mode="host",
                 environment={**role.env, "PYTHONUNBUFFERED": "1"}, working_dir=role.cwd,
                 labels=self.labels(role), volumes=volumes, tmpfs={"/tmp": "rw,size=256m"},
                 mem_limit=f"{mem}m", nano_cpus=int(cpus * 1e9), init=True,
@@ -369,6 +371,16 @@ class DockerExecutor:
             return str(e)
         return None
 
+    async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
+        """``cloud.imagebuild.build_image`` in a thread, each line handed to ``emit`` on the
+        caller's loop."""
+        loop = asyncio.get_running_loop()
+        client = await asyncio.to_thread(self.client)
+
+        def hand_over(line: str) -> None:
+            loop.call_soon_threadsafe(emit, line)
+        return await asyncio.to_thread(build_image, client, spec, hand_over)
+
     async def sweep(self) -> int:
         """Remove every container of this platform (by its ``svc.platform`` label): called
         once at start, before anything of this process runs, so whatever is found was left by
@@ -434,3 +446,6 @@ class LocalWithContainers:
 
     async def no_containers(self) -> str | None:
         return await self.containers.no_containers()
+
+    async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
+        return await self.containers.build(spec, emit)
