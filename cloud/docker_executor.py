@@ -373,9 +373,11 @@ class DockerExecutor:
 
     async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
         """``cloud.imagebuild.build_image`` in a thread, each line handed to ``emit`` on the
-        caller's loop."""
+        caller's loop. The executor's own image is made first (imported when missing), so a
+        Containerfile can start ``FROM`` it without anything downloaded."""
         loop = asyncio.get_running_loop()
         client = await asyncio.to_thread(self.client)
+        await asyncio.to_thread(self._ensure_image)
 
         def hand_over(line: str) -> None:
             loop.call_soon_threadsafe(emit, line)
