@@ -147,7 +147,11 @@ def build_image(client: Any, spec: ImageBuild, emit: Callable[[str], None]) -> b
         for chunk in stream:
             if "error" in chunk:
                 detail = chunk.get("errorDetail") or {}
-                raise BuildFailed(str(detail.get("message") or chunk["error"]).strip(), tail)
+                why = str(detail.get("message") or chunk["error"]).strip()
+                if "returned a non-zero code" in why:
+                    # the likeliest cause here, and the one a reader cannot see in the step
+                    why += " (build steps run without network: nothing is downloaded)"
+                raise BuildFailed(why, tail)
             text = _ANSI.sub("", str(chunk.get("stream") or ""))
             if not text:
                 continue
