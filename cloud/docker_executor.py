@@ -383,6 +383,27 @@ class DockerExecutor:
             loop.call_soon_threadsafe(emit, line)
         return await asyncio.to_thread(build_image, client, spec, hand_over)
 
+    async def release(self) -> int:
+        """Remove the containers of this executor's epoch that are still there: what its
+        watcher would remove once this process is gone, done before the process ends, so a
+        clean stop leaves nothing behind even for a container whose start was never
+        recorded (a relaunch cancelled by the stop while the daemon created it)."""
+        if self._client is None:
+            return 0  # never reached a daemon: nothing of ours can be there
+
+        def run() -> int:
+            api = self.client().api
+            found = api.containers(all=True, filters={"label": f"{LABEL}epoch={self.epoch}"})
+            for entry in found:
+                with contextlib.suppress(_errors().NotFound):
+                    api.remove_container(entry["Id"], force=True)
+            return len(found)
+
+        n = await asyncio.to_thread(run)
+        if n:
+            log.warning("removed %d container(s) at the stop that no instance record held", n)
+        return n
+
     async def sweep(self) -> int:
         """Remove every container of this platform (by its ``svc.platform`` label): called
         once at start, before anything of this process runs, so whatever is found was left by
@@ -448,6 +469,9 @@ class LocalWithContainers:
 
     async def no_containers(self) -> str | None:
         return await self.containers.no_containers()
+
+    async def release(self) -> int:
+        return await self.containers.release()
 
     async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
         return await self.containers.build(spec, emit)

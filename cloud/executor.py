@@ -119,6 +119,10 @@ class Executor(Protocol):
     async def no_containers(self) -> str | None:
         """Why a role with a container ``image`` cannot run here now, or None when it can."""
 
+    async def release(self) -> int:
+        """At a clean stop, once every recorded instance was stopped: remove whatever this
+        executor started that is still there (a start whose record never came); how many."""
+
     async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
         """Build an app's image unless the same inputs were built before (True when built);
         ``emit`` gets the build's lines. ``cloud.imagebuild.BuildFailed`` when it fails,
@@ -253,6 +257,10 @@ class LocalExecutor:
 
     async def no_containers(self) -> str | None:
         return "the platform's local executor has no Docker daemon configured"
+
+    async def release(self) -> int:
+        # every process runs through ipc.lifeline: none outlives the platform
+        return 0
 
     async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
         raise ExecutorError(f"app {spec.app}: building an image needs a Docker daemon: "

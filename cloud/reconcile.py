@@ -343,6 +343,14 @@ class Reconciler:
             while not stops.done():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(stops)
+            # then whatever the executor started without a record (see Executor.release)
+            released = asyncio.ensure_future(self.executor.release())
+            while not released.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(released)
+            if not released.cancelled() and released.exception() is not None:
+                log.warning("releasing the executor at the stop failed: %s",
+                            type(released.exception()).__name__)
             await cancel_and_wait(flusher)
             await self.logs.flush()
 
