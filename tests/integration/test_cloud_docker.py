@@ -3,7 +3,9 @@
 ``svc-cloud`` with ``SVC_CLOUD_EXECUTOR=docker`` and one project for the module. Each test
 builds on the one before: deploy; ``kill -9`` of the platform in the middle of a redeploy
 and restart; a pushed ``project.yml`` with a container app and a python app, redeployed;
-stop.
+then an app built from a Containerfile and a static site, and a build that needs the
+network; stop; the same platform restarted on the local executor with the daemon, resuming
+the running deployment.
 
 Containers are counted by their labels through the SDK, the way an operator finds orphans.
 When no daemon can be started here the module fails with the reason (never skipped)."""
