@@ -391,18 +391,21 @@ class DockerExecutor:
         if self._client is None:
             return 0  # never reached a daemon: nothing of ours can be there
 
-        def run() -> int:
+        def run() -> list[str]:
             api = self.client().api
             found = api.containers(all=True, filters={"label": f"{LABEL}epoch={self.epoch}"})
             for entry in found:
                 with contextlib.suppress(_errors().NotFound):
                     api.remove_container(entry["Id"], force=True)
-            return len(found)
+            return [f"{(e.get('Labels') or {}).get(LABEL + 'role', '?')} "
+                    f"({(e.get('Labels') or {}).get(LABEL + 'instance', '?')}, "
+                    f"{e.get('State', '?')})" for e in found]
 
-        n = await asyncio.to_thread(run)
-        if n:
-            log.warning("removed %d container(s) at the stop that no instance record held", n)
-        return n
+        gone = await asyncio.to_thread(run)
+        if gone:
+            log.warning("removed %d container(s) at the stop that no instance record held: %s",
+                        len(gone), ", ".join(gone))
+        return len(gone)
 
     async def sweep(self) -> int:
         """Remove every container of this platform (by its ``svc.platform`` label): called
