@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.executor import ExecutorError, Handle, LocalExecutor, LogSink, Role, probe_health
+from cloud.imagebuild import ImageBuild, build_image
 from ipc.envvars import env_int
 from ipc.lifeline import lifeline_argv
 
@@ -261,7 +262,8 @@ class DockerExecutor:
         cpus = role.cpus or self.settings.cpus
         try:
             ct = c.containers.run(
-                image, list(role.argv) or None, detach=True, network_mode="host",
+                image, list(role.argv) or None, entrypoint=list(role.entrypoint)
+                if role.entrypoint is not None else None, detach=True, network_mode="host",
                 environment={**role.env, "PYTHONUNBUFFERED": "1"}, working_dir=role.cwd,
                 labels=self.labels(role), volumes=volumes, tmpfs={"/tmp": "rw,size=256m"},
                 mem_limit=f"{mem}m", nano_cpus=int(cpus * 1e9), init=True,
@@ -369,6 +371,42 @@ class DockerExecutor:
             return str(e)
         return None
 
+    async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
+        """``cloud.imagebuild.build_image`` in a thread, each line handed to ``emit`` on the
+        caller's loop. The executor's own image is made first (imported when missing), so a
+        Containerfile can start ``FROM`` it without anything downloaded."""
+        loop = asyncio.get_running_loop()
+        client = await asyncio.to_thread(self.client)
+        await asyncio.to_thread(self._ensure_image)
+
+        def hand_over(line: str) -> None:
+            loop.call_soon_threadsafe(emit, line)
+        return await asyncio.to_thread(build_image, client, spec, hand_over)
+
+    async def release(self) -> int:
+        """Remove the containers of this executor's epoch that are still there: what its
+        watcher would remove once this process is gone, done before the process ends, so a
+        clean stop leaves nothing behind even for a container whose start was never
+        recorded (a relaunch cancelled by the stop while the daemon created it)."""
+        if self._client is None:
+            return 0  # never reached a daemon: nothing of ours can be there
+
+        def run() -> list[str]:
+            api = self.client().api
+            found = api.containers(all=True, filters={"label": f"{LABEL}epoch={self.epoch}"})
+            for entry in found:
+                with contextlib.suppress(_errors().NotFound):
+                    api.remove_container(entry["Id"], force=True)
+            return [f"{(e.get('Labels') or {}).get(LABEL + 'role', '?')} "
+                    f"({(e.get('Labels') or {}).get(LABEL + 'instance', '?')}, "
+                    f"{e.get('State', '?')})" for e in found]
+
+        gone = await asyncio.to_thread(run)
+        if gone:
+            log.warning("removed %d container(s) at the stop that no instance record held: %s",
+                        len(gone), ", ".join(gone))
+        return len(gone)
+
     async def sweep(self) -> int:
         """Remove every container of this platform (by its ``svc.platform`` label): called
         once at start, before anything of this process runs, so whatever is found was left by
@@ -434,3 +472,9 @@ class LocalWithContainers:
 
     async def no_containers(self) -> str | None:
         return await self.containers.no_containers()
+
+    async def release(self) -> int:
+        return await self.containers.release()
+
+    async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
+        return await self.containers.build(spec, emit)

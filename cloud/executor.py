@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cloud.imagebuild import ImageBuild
 from ipc.lifeline import lifeline_argv
 
 log = logging.getLogger("cloud.executor")
@@ -71,6 +72,11 @@ class Role:
     #: (``src:dst[:ro|rw]``); executors without containers refuse it
     image: str | None = None
     volumes: tuple[str, ...] = ()
+    #: how ``image`` is built from the app's Containerfile (``Executor.build``, in the
+    #: deployment's building phase), or None for a prebuilt image
+    build: ImageBuild | None = None
+    #: replaces the image's entrypoint (``deploy.cmd`` of a built image); None: the image's
+    entrypoint: tuple[str, ...] | None = None
 
 
 class ExecutorError(Exception):
@@ -112,6 +118,15 @@ class Executor(Protocol):
 
     async def no_containers(self) -> str | None:
         """Why a role with a container ``image`` cannot run here now, or None when it can."""
+
+    async def release(self) -> int:
+        """At a clean stop, once every recorded instance was stopped: remove whatever this
+        executor started that is still there (a start whose record never came); how many."""
+
+    async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
+        """Build an app's image unless the same inputs were built before (True when built);
+        ``emit`` gets the build's lines. ``cloud.imagebuild.BuildFailed`` when it fails,
+        ExecutorError when this executor cannot build."""
 
     async def sweep(self) -> int:
         """At start, before anything runs: remove whatever an earlier run of this platform
@@ -242,6 +257,14 @@ class LocalExecutor:
 
     async def no_containers(self) -> str | None:
         return "the platform's local executor has no Docker daemon configured"
+
+    async def release(self) -> int:
+        # every process runs through ipc.lifeline: none outlives the platform
+        return 0
+
+    async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
+        raise ExecutorError(f"app {spec.app}: building an image needs a Docker daemon: "
+                            f"{await self.no_containers()}")
 
     async def sweep(self) -> int:
         # a process carries no label the executor could search by: the recorded groups are

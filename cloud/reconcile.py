@@ -54,6 +54,7 @@ from cloud.approles import SETTLE_SECS, AppPlanError, describe, needs_containers
 from cloud.backupfwd import seal_admin_password
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
 from cloud.executor import Executor, ExecutorError, Handle, LocalExecutor, Role, free_port
+from cloud.imagebuild import BuildFailed
 from cloud.secret import Secret
 from cloud.store import Store, new_id, now, rid, row_id
 from cloud.usage import hour_of
@@ -342,6 +343,14 @@ class Reconciler:
             while not stops.done():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(stops)
+            # then whatever the executor started without a record (see Executor.release)
+            released = asyncio.ensure_future(self.executor.release())
+            while not released.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(released)
+            if not released.cancelled() and released.exception() is not None:
+                log.warning("releasing the executor at the stop failed: %s",
+                            type(released.exception()).__name__)
             await cancel_and_wait(flusher)
             await self.logs.flush()
 
@@ -570,11 +579,13 @@ class Reconciler:
                         base_env={**base_env, "SVC_CLOUD_DEPLOYMENT": did},
                         platform=values["env"], vault=vault,
                         fingerprint=lambda v: str(self.values.fp.of(tenant, v)),
-                        no_containers=no_containers)
+                        no_containers=no_containers, slug=str(project.get("slug") or ""),
+                        tree_of=lambda p: _git_tree(workdir / "src", p))
                 except AppPlanError as e:
                     raise Failed(e.message, "app-" + e.app) from None
                 for line in describe(app_roles):
                     self._deploy_log(did, line)
+                await self._build_images(did, app_roles)
             prev = await self.deployments.latest(d["project"], ("running",))
             restart = spec.get("restart") or {}
             adopt_row = None
@@ -657,11 +668,37 @@ class Reconciler:
             await self._fail(did, d, Failed(str(e) if isinstance(e, ExecutorError) else
                                             f"internal error: {type(e).__name__}"), started)
 
+    async def _build_images(self, did: str, roles: list[Role]) -> None:
+        """The images of the apps built from a Containerfile, one after the other, still in
+        the ``building`` phase: the build's lines go to the deploy log, a failed build
+        fails the deployment with the build's error before any role starts."""
+        for role in roles:
+            if role.build is None:
+                continue
+            name = role.build.app
+            await self._set(did, progress={"done": 0, "total": 0,
+                                           "step": f"building the image of {role.name}",
+                                           "role": role.name})
+            t0 = time.monotonic()
+
+            def emit(line: str, app: str = name) -> None:
+                self._deploy_log(did, f"build {app} | {line}")
+            try:
+                built = await self.executor.build(role.build, emit)
+            except BuildFailed as e:
+                await asyncio.sleep(0)  # lines handed over from the build's thread first
+                raise Failed(f"app {name}: the image build failed: {e.message}", role.name,
+                             e.tail) from None
+            if built:
+                self._deploy_log(did, f"app {name}: image {role.image} built in "
+                                 f"{time.monotonic() - t0:.1f}s")
+
     async def _healthy(self, iid: str, role: Role) -> str | None:
         """Wait until the instance is healthy: None, else why not."""
         handle = self.live[iid][0]
         err = await self.executor.healthy(role, handle, time.monotonic() + role.timeout_secs)
-        if err is None and role.kind == "app" and role.health_url is None:
+        if err is None and role.kind == "app" and role.health_url is None \
+                and not role.oneshot:
             # ready once started (the spec), but an app that dies at once is not
             await asyncio.sleep(SETTLE_SECS)
             if not await self.executor.alive(handle):
@@ -716,6 +753,20 @@ class Reconciler:
                                                         "last_lines": f.tail[-TAIL_LINES:]},
                         progress={"done": 0, "total": 0, "step": status})
         shutil.rmtree(self.run_dir / did, ignore_errors=True)
+
+
+def _git_tree(checkout: Path, path: Path) -> str:
+    """The git tree id of ``path`` in the commit checked out at ``checkout``: what the
+    directory holds, whatever the commit (a build's inputs, ``cloud.imagebuild``)."""
+    import subprocess
+
+    rel = path.resolve().relative_to(checkout.resolve()).as_posix()
+    got = subprocess.run(["git", "-C", str(checkout), "rev-parse",
+                          f"HEAD:{rel if rel != '.' else ''}"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    if got.returncode != 0 or not got.stdout.strip():
+        raise Failed(f"the build context {rel} is not a directory of the commit")
+    return got.stdout.strip()
 
 
 def default_run_dir(port: int) -> Path:

@@ -17,6 +17,7 @@ a database blip does not stop the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -98,4 +99,11 @@ class Worker:
         try:
             await asyncio.Event().wait()
         finally:
-            await cancel_and_wait(*loops)
+            # to the end, whatever cancels this meanwhile: the service re-cancels this task
+            # while it waits, and giving up then left the reconcile loop's stop of every
+            # instance to asyncio.run's final cancel, which dropped the container stops
+            # still queued for a thread (more containers than the default pool's threads)
+            ending = asyncio.ensure_future(cancel_and_wait(*loops))
+            while not ending.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(ending)

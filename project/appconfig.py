@@ -476,4 +476,7 @@ def app_rules(app: AppConfig) -> list[tuple[str, str]]:
         if app.deploy.ports and app.deploy_port() is None:
             out.append(("deploy.port", ("required with deploy.ports: the primary port is "
                         "still used for routing")))
+        if app.deploy.static is not None and app.deploy.containerfile:
+            out.append(("deploy.static", "static site hosting is instead of an image: not "
+                        "with deploy.containerfile"))
     return out

@@ -3,7 +3,9 @@
 ``svc-cloud`` with ``SVC_CLOUD_EXECUTOR=docker`` and one project for the module. Each test
 builds on the one before: deploy; ``kill -9`` of the platform in the middle of a redeploy
 and restart; a pushed ``project.yml`` with a container app and a python app, redeployed;
-stop.
+then an app built from a Containerfile and a static site, and a build that needs the
+network; stop; the same platform restarted on the local executor with the daemon, resuming
+the running deployment.
 
 Containers are counted by their labels through the SDK, the way an operator finds orphans.
 When no daemon can be started here the module fails with the reason (never skipped)."""
@@ -12,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ from cloud.docker_executor import (
     import_hostroot_image,
 )
 from cloud.executor import ExecutorError, Handle, LocalExecutor, Role
+from cloud.imagebuild import BuildFailed, ImageBuild, build_image
 from project.appconfig import AppConfig
 from project.rootconfig import LoadedApp
 from tests.integration.test_cloud_deploy import (
@@ -268,6 +274,119 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     assert http_status(box2["url"] + "/") == 200
 
 
+WEB_CONTAINERFILE = """\
+FROM svc-hostroot:1
+ARG NOTE
+COPY busybox /usr/bin/busybox
+RUN ["/usr/bin/busybox", "--install", "-s", "/usr/bin"]
+RUN mkdir -p /www && echo "built $NOTE" > /www/index.html
+{extra}CMD ["/bin/sh", "-c", "echo web up; exec httpd -f -p 127.0.0.1:$PORT -h /www"]
+"""
+
+
+def busybox() -> Path:
+    """A static busybox (Debian's busybox-static, which ops/test installs): the shell and
+    HTTP server of an image built on the host-root base, which holds no file."""
+    path = Path("/bin/busybox")
+    assert path.is_file(), ("the image build tests need Debian's busybox-static "
+                            "(apt-get install busybox-static; ops/test installs it as root)")
+    return path
+
+
+def deploy_log(project: Project, version: int, q: str) -> list[str]:
+    got = project.cloud.ok("GET", f"{project.base}/deployments/{version}/logs", project.s,
+                           params={"instance": "deploy", "q": q, "limit": 500})
+    return [ln["text"] for ln in got["lines"]]
+
+
+def body_of(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return str(r.read().decode())
+    except (urllib.error.URLError, OSError):
+        return ""
+
+
+def test_apps_built_from_a_containerfile_and_a_static_site_deploy(
+        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+    """A pushed ``project.yml`` with ``deploy.containerfile`` (built without network from the
+    local host-root base, build arguments at build time only) and ``deploy.static`` (its
+    build command, then served by the platform); a Containerfile whose build needs the
+    network fails its deployment with the build's error while the previous one keeps
+    serving. (That the same inputs are not rebuilt: the next test, where this deployment
+    is resumed.)"""
+    c = project.cloud
+    w = repo.work
+    (w / "web").mkdir()
+    (w / "site").mkdir()
+    shutil.copy(busybox(), w / "web" / "busybox")
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(extra=""))
+    (w / "web" / "project.yml").write_text(
+        "type: frontend\ndeploy: {containerfile: Containerfile, context: web, port: 3000, "
+        "build_args: {NOTE: from-args}, resources: {memory: 128, vcpus: 1}}\n")
+    (w / "site" / "project.yml").write_text(
+        "type: frontend\nenv: {GREETING: hi}\ndeploy: {port: 3000, static: {build: 'mkdir -p "
+        "out/sub && echo static-$GREETING > out/index.html', dir: out}}\n")
+    (w / "project.yml").write_text("apps:\n  box: {path: box}\n  py: {path: py}\n"
+                                   "  web: {path: web}\n  site: {path: site}\n")
+    before = c.ok("GET", project.base + "/deployments", project.s)["items"]
+    repo.commit("an app built from a Containerfile and a static site")
+    if not c.ok("GET", project.base + "/links", project.s)["items"]:  # run on its own
+        c.ok("POST", project.base + "/links", project.s, {"url": str(repo.bare)})
+    after = before[0]["version"] if before else 0
+
+    def newer() -> Any:
+        items = c.ok("GET", project.base + "/deployments", project.s)["items"]
+        return items[0] if items and items[0]["version"] > after else None
+    dep = wait_until(newer, 30, "a deployment for the commit")
+    done = project.wait(dep["version"], ("running", "failed"), timeout=240)
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    by_role = {i["role"]: i for i in done["instances"]}
+    assert by_role["app-site.build"]["status"] == "done", by_role
+    # the build ran in the building phase, its steps in the deploy log
+    steps = deploy_log(project, dep["version"], "build web |")
+    assert any("Step 4/8 : RUN" in t for t in steps), "\n".join(steps)  # + 2 labels
+    assert deploy_log(project, dep["version"], "app web: image svc-build-"), steps
+    web = by_role["app-web"]
+    assert wait_until(lambda: body_of(web["url"] + "/"), 30, "the built app") == \
+        "built from-args\n"
+    ct = dockerd.client().containers.get(app_boxes(dockerd, project, "app-web")[0].id)
+    tag = ct.image.tags[0]
+    assert tag.startswith(f"svc-build-{project.slug}-web:"), ct.image.tags
+    # a build argument is build-time only: not in the running container's environment
+    assert not [e for e in ct.attrs["Config"]["Env"] if e.startswith("NOTE=")]
+    assert body_of(by_role["app-site"]["url"] + "/") == "static-hi\n"
+    assert http_status(by_role["app-site"]["url"] + "/sub/") == 404  # no listing
+    # a build that needs the network fails the deployment with the build's error; nothing
+    # of it starts and the running deployment keeps serving
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(
+        extra="RUN wget -q -O /www/x http://deb.debian.org/\n"))
+    repo.commit("a build that needs the network")
+    bad = next_deployment(project, dep["version"])
+    failed = project.wait(bad["version"], ("running", "failed"), timeout=120)
+    err = failed["deployment"]["error"]
+    assert failed["deployment"]["status"] == "failed" and err["role"] == "app-web", err
+    assert "the image build failed" in err["message"] and "wget" in err["message"], err
+    assert "without network" in err["message"], err
+    assert any("bad address" in ln for ln in err["last_lines"]), err
+    assert failed["instances"] == []
+    assert project.get(dep["version"])["deployment"]["status"] == "running"
+    assert body_of(web["url"] + "/") == "built from-args\n"
+
+
+def test_a_base_image_missing_from_the_daemon_is_refused_before_the_build(
+        dockerd: Dockerd, tmp_path: Path) -> None:
+    import_hostroot_image(dockerd.client())
+    (tmp_path / "Containerfile").write_text(
+        "FROM svc-hostroot:1 AS base\nFROM base\nFROM example/not-here:1.0\n")
+    spec = ImageBuild("x", str(tmp_path), "Containerfile", "svc-build-t-x:1")
+    lines: list[str] = []
+    with pytest.raises(BuildFailed, match="base image example/not-here:1.0 is not on the "
+                       "Docker daemon, and the platform pulls nothing"):
+        build_image(dockerd.client(), spec, lines.append)
+    assert lines == []
+
+
 def test_the_local_executor_runs_container_images_on_a_daemon(dockerd: Dockerd) -> None:
     """`SVC_CLOUD_EXECUTOR=local` with a daemon: a role with an image becomes a container
     (with the platform's labels), any other role a local process."""
@@ -302,7 +421,61 @@ def test_stopping_the_platform_stops_every_container(project: Project,
                                                      dockerd: Dockerd) -> None:
     assert containers(dockerd, project.cloud)
     project.cloud.stop()
-    assert containers(dockerd, project.cloud) == []
+    # every container was stopped through its instance record; the executor's release
+    # (the safety net for a start cut off by the stop) found nothing left to remove
+    released = [ln for ln in project.cloud.log_text().splitlines()
+                if "no instance record held" in ln]
+    assert not released, released
+    left = containers(dockerd, project.cloud)
+    if left:
+        lines = [ln for ln in project.cloud.log_text().splitlines()
+                 if any(x.labels.get("svc.instance", "?") in ln
+                        or x.labels.get("svc.role", "?") in ln for x in left)]
+        pytest.fail(f"left: {[(x.labels, x.status) for x in left]}\n" + "\n".join(lines[-60:]))
+
+
+def test_the_local_executor_with_a_daemon_runs_a_whole_deployment(
+        project: Project, dockerd: Dockerd) -> None:
+    """The same platform restarted with ``SVC_CLOUD_EXECUTOR=local`` (the daemon still
+    named): the running deployment resumes with the stack and the python and static apps as
+    local processes, the container app and the built app as containers on the daemon (the
+    built image reused, not rebuilt); stopping the platform leaves no container."""
+    c = project.cloud
+    c.process.env["SVC_CLOUD_EXECUTOR"] = "local"
+    c.start()
+    top = c.ok("GET", project.base + "/deployments", project.s,
+               params={"limit": 10})["items"]
+    # the one running when the platform stopped (resumed: queued again, or on its way)
+    dep = next(d for d in top if d["status"] not in ("failed", "superseded", "cancelled"))
+
+    on_daemon = {"app-box", "app-web"}
+
+    def resumed() -> dict[str, Any] | None:
+        got = project.get(dep["version"])
+        live = {i["role"]: i["executor"] for i in got["instances"] if i["status"] == "healthy"}
+        want = {r: "docker" if r in on_daemon else "local" for r in (
+            "db", "scheduler", "ssp-1", "app-box", "app-py", "app-web", "app-site")}
+        return got if got["deployment"]["status"] == "running" and live == want else None
+    try:
+        done = wait_until(resumed, 240, "the deployment resumed on the local executor")
+    except AssertionError:
+        raise AssertionError(json.dumps(project.get(dep["version"]))[:3000]) from None
+    by_role = {i["role"]: i for i in done["instances"] if i["status"] == "healthy"}
+    assert [b.labels["svc.instance"] for b in app_boxes(dockerd, project, "app-box")] == \
+        [by_role["app-box"]["id"]]
+    assert http_status(by_role["app-box"]["url"] + "/") == 200
+    assert wait_until(lambda: body_of(by_role["app-web"]["url"] + "/"), 30,
+                      "the built app") == "built from-args\n"
+    assert body_of(by_role["app-site"]["url"] + "/") == "static-hi\n"
+    # the image's inputs did not change: resumed with the image built before
+    assert deploy_log(project, dep["version"], "not rebuilt")
+    web = [b for b in containers(dockerd, c, role="app-web") if b.status == "running"]
+    assert [b.labels["svc.instance"] for b in web] == [by_role["app-web"]["id"]]
+    assert dockerd.client().containers.get(web[0].id).image.tags[0].startswith(
+        f"svc-build-{project.slug}-web:")
+    assert not containers(dockerd, c, role="db")  # the stack runs as local processes
+    c.stop()
+    assert containers(dockerd, c) == []
 
 
 def test_no_daemon_is_a_clear_error(tmp_path: Path) -> None:
