@@ -105,6 +105,22 @@ def _ssp(tmp: Path, host: DbHost, ns: str, port: int, **env: str) -> ManagedProc
                           tmp / f"svc-ssp-{port}.log").start()
 
 
+def _shard_socket_dir(pid: int) -> str:
+    """The directory of the socket the SSP `pid` gave its shard (the shard's `--endpoint`)."""
+    for stat_file in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            ppid = int(Path(stat_file).read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != pid:
+                continue
+            argv = Path(stat_file).with_name("cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended meanwhile
+        if b"--endpoint" in argv:
+            endpoint = argv[argv.index(b"--endpoint") + 1].decode()
+            return os.path.dirname(endpoint.removeprefix("ipc://"))
+    raise AssertionError(f"no shard process of SSP {pid}")
+
+
 async def _http_ready(port: int, proc: ManagedProcess) -> None:
     async with aiohttp.ClientSession() as http:
         async def ready() -> bool:
@@ -157,12 +173,14 @@ async def test_the_ssp_run_dir_is_private_and_a_foreign_one_refuses_the_start(
     # 3. a run dir too deep for a Unix socket address: the sockets go to a private short
     # directory beside it, not to the abstract namespace (which has no file permissions)
     deep = tmp_path / ("deep-" + "d" * 90)
-    before = set(glob.glob(f"{tempfile.gettempdir()}/svc-ipc-*"))
     port = free_port()
     proc = _ssp(tmp_path, host, ns, port, SVC_SSP_RUN_DIR=str(deep))
     try:
         await _http_ready(port, proc)
-        (short,) = set(glob.glob(f"{tempfile.gettempdir()}/svc-ipc-*")) - before
+        # This SSP's own directory, from its shard's endpoint: SSPs of other tests running
+        # at the same time make such directories too.
+        short = _shard_socket_dir(proc.proc.pid)
+        assert short.startswith(f"{tempfile.gettempdir()}/svc-ipc-"), short
         st = os.stat(short)
         assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
         assert any(name.endswith(".sock") for name in os.listdir(short))
