@@ -25,6 +25,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.value_text import record_id_text
+from timetext.timestamps import epoch_ms
 
 # The field of a `_00_query` row holding the service's refusal (not in the spec's row).
 REFUSAL_FIELD = "error"
@@ -34,17 +35,6 @@ def is_request(row: Any) -> bool:
     """Whether a `_00_query` row asks for a registration (see the module docstring)."""
     return (isinstance(row, Mapping) and isinstance(row.get("surql"), str)
             and row.get("state") is None and row.get(REFUSAL_FIELD) is None)
-
-
-def _instant(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, str):
-        try:
-            return _instant(datetime.fromisoformat(value))
-        except ValueError:
-            return None
-    return None
 
 
 # How long a row posted by a database event (transport http) is waited on to be committed;
@@ -64,13 +54,13 @@ async def committed_row(read: Callable[[], Awaitable[Any]], posted: Any) -> Any:
     row = await read()
     if posted is None:
         return row
-    want = _instant(posted.get("lastActiveAt")) if isinstance(posted, Mapping) else None
+    want = epoch_ms(posted.get("lastActiveAt")) if isinstance(posted, Mapping) else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + POSTED_COMMIT_SECS
     pause = 0.002
     while loop.time() < deadline:
         if row is not None and (not is_request(row) or want is None or (
-                (got := _instant(row.get("lastActiveAt"))) is not None and got >= want)):
+                (got := epoch_ms(row.get("lastActiveAt"))) is not None and got >= want)):
             break
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.1)

@@ -73,9 +73,7 @@ class Engine:
         reply, so the client is answered rather than left waiting for its timeout.
         """
         try:
-            db = self._db
-            result: bytes = await (db.execute(frame, head) if isinstance(db, NodeEngineProcess)
-                                   else db.execute(frame))
+            result = await self._execute(frame, head)
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"the engine could not decode the request: {exc}") from None
         return result
@@ -97,11 +95,17 @@ class Engine:
             req["params"] = params
         if session is not None:
             req["session"] = session
-        db, frame = self._db, encode(req)
         reply: dict[str, Any] = decode(
-            await (db.execute(frame, (req["id"], method, session))
-                   if isinstance(db, NodeEngineProcess) else db.execute(frame)))
+            await self._execute(encode(req), (req["id"], method, session)))
         return reply
+
+    async def _execute(self, frame: bytes, head: Head | None) -> bytes:
+        """One frame through the engine; only the Node build's process takes the `head`."""
+        db = self._db
+        if isinstance(db, NodeEngineProcess):
+            return await db.execute(frame, head)
+        result: bytes = await db.execute(frame)
+        return result
 
     async def query(self, text: str, variables: dict[str, Any] | None = None,
                     session: str | None = None) -> list[Any]:

@@ -446,15 +446,6 @@ class RowStore:
         t = self._tables.get(table)
         return [] if t is None else list(t.handles.values())
 
-    def iter_bytes(self, table: str) -> Iterator[bytes]:
-        """The canonical bytes of each row of a table (a snapshot of its handles)."""
-        t = self._tables.get(table)
-        if t is None:
-            return
-        get = self.arena.get
-        for handle in list(t.handles.values()):
-            yield get(handle)
-
     def entries(self, table: str) -> Iterator[tuple[str, bytes]]:
         """``(record-id text, canonical bytes)`` of each row of a table (a snapshot of its
         handles): what a snapshot stores without decoding a row."""
