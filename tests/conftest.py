@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import lifeline, suite_order
+from tests.support import cpu_report, lifeline, suite_order
 from tests.support.procs import DbHost, start_db_host
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # a worker of a killed run must not live on with the processes its tests started
     lifeline.bind_xdist_worker()
+    cpu_report.register(config)
 
 
 @pytest.hookimpl(optionalhook=True)
