@@ -30,7 +30,7 @@ from engine.jsonvalues import json_default
 from engine.parser import parse_cached
 from engine.values import parse_record_id, record_id_text
 from ssp.hub.identity import effective_query
-from ssp.permissions import PermissionsUnavailable
+from ssp.permissions import PermissionRefused, PermissionsUnavailable
 from ssp.shards import ShardDown, ShardError, ShardTimeout
 
 if TYPE_CHECKING:
@@ -94,10 +94,10 @@ def take_views(path: Path | None, epoch: str, seq: int) -> tuple[list[dict[str, 
         drop_views(path)
         return [], f"views file unreadable ({e})"
     drop_views(path)
-    pos = data.get("scheduler") if isinstance(data, dict) else None
-    views = data.get("views") if isinstance(data, dict) else None
-    if (data.get("version") != VERSION or not isinstance(pos, dict)
-            or not isinstance(views, list)):
+    if not isinstance(data, dict):
+        return [], "views file of an unknown form"
+    pos, views = data.get("scheduler"), data.get("views")
+    if data.get("version") != VERSION or not isinstance(pos, dict) or not isinstance(views, list):
         return [], "views file of an unknown form"
     if pos.get("epoch") != epoch or pos.get("seq") != seq:
         return [], "views file of other rows than the snapshot's"
@@ -126,7 +126,7 @@ class WarmViews:
             try:
                 await self._build(vid, item)
             except (ShardError, ShardDown, KeyError, ValueError, TypeError, QueryRejected,
-                    DbError, PermissionsUnavailable) as e:
+                    DbError, PermissionRefused, PermissionsUnavailable) as e:
                 log.warning("warm start: view %s not restored (%s); the scheduler's "
                             "re-sending builds it", vid, e)
                 continue

@@ -44,6 +44,9 @@ def test_the_views_are_read_once_and_only_for_the_rows_they_were_written_with(
     path.write_text("{not json")
     got, why = take_views(path, "e1", 7)
     assert got == [] and "unreadable" in why and not path.exists()
+    path.write_text("[]")
+    got, why = take_views(path, "e1", 7)
+    assert got == [] and "unknown form" in why and not path.exists()
 
 
 def test_a_checkpoint_deletes_the_views_and_a_clean_wipe_too(tmp_path: Path) -> None:
