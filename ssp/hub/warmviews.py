@@ -30,6 +30,7 @@ from engine.jsonvalues import json_default
 from engine.parser import parse_cached
 from engine.values import parse_record_id, record_id_text
 from ssp.hub.identity import effective_query
+from ssp.hub.sharing import share_key
 from ssp.permissions import PermissionRefused, PermissionsUnavailable
 from ssp.shards import ShardDown, ShardError, ShardTimeout
 
@@ -114,26 +115,54 @@ class WarmViews:
 
     async def restore(self, entries: list[dict[str, Any]], assigned: set[str]) -> int:
         """Register the entries the scheduler assigns to this SSP (`assigned`) on their
-        shards; returns how many. A view whose members differ from the file's (the engine
-        decided otherwise on the same rows) gets the difference published. One that cannot
-        be built is left out: the scheduler sends it again after Ready, cold."""
+        shards, all requests in flight at once (`ShardPool.register_all`); returns how many.
+        A view whose members differ from the file's (the engine decided otherwise on the
+        same rows) gets the difference published. One that cannot be built is left out:
+        the scheduler sends it again after Ready, cold."""
         state = self.state
-        restored = 0
+        ready: list[tuple[ViewState, set[str]]] = []
+        # a sharing group's shard (`ssp.hub.sharing`): its views are not held until all are
+        # built, so the first one's shard is kept here for the others
+        groups: dict[str, int] = {}
         for item in entries:
             vid = str(item.get("id") or "")
             if vid not in assigned or vid in state.views:
                 continue
             try:
-                await self._build(vid, item)
-            except (ShardError, ShardDown, KeyError, ValueError, TypeError, QueryRejected,
-                    DbError, PermissionRefused, PermissionsUnavailable) as e:
+                view, published = await self._prepare(vid, item, groups)
+            except (KeyError, ValueError, TypeError, QueryRejected, DbError,
+                    PermissionRefused, PermissionsUnavailable) as e:
                 log.warning("warm start: view %s not restored (%s); the scheduler's "
                             "re-sending builds it", vid, e)
                 continue
-            restored += 1
+            groups.setdefault(view.share, view.shard)
+            ready.append((view, published))
+        if not ready:
+            return 0
+        restored = 0
+        async with state.exclusive():
+            built = await self.pool.register_all([v for v, _ in ready])
+            for (view, published), got in zip(ready, built, strict=True):
+                if isinstance(got, BaseException):
+                    if not isinstance(got, (ShardError, ShardDown)):
+                        raise got
+                    log.warning("warm start: view %s not restored (%s); the scheduler's "
+                                "re-sending builds it", view.view_id, got)
+                    if isinstance(got, ShardTimeout) or (isinstance(got, ShardError)
+                                                         and got.code != "rejected"):
+                        self.pool.restart(view.shard, got)  # it may hold half of the view
+                    continue
+                view.members = got
+                state.views[view.view_id] = view
+                changed = published ^ got
+                if changed:  # the database holds `published`: bring those edges up to date
+                    state.publisher.mark(view.view_id, changed)
+                restored += 1
         return restored
 
-    async def _build(self, vid: str, item: dict[str, Any]) -> ViewState:
+    async def _prepare(self, vid: str, item: dict[str, Any], groups: dict[str, int]
+                       ) -> tuple[ViewState, set[str]]:
+        """The view of one entry, not registered yet, and the members its edges name."""
         state = self.state
         surql = str(item["surql"])
         raw_params = item.get("params")
@@ -144,21 +173,11 @@ class WarmViews:
                                   str(item.get("ttl") or "10m"), int(item["ttl_ms"]),
                                   int(item["last_active_ms"]),
                                   item.get("format") if isinstance(item.get("format"), str)
-                                  else None)
+                                  else None,
+                                  shard=groups.get(share_key(auth, surql, params)))
         view.client_ids = {str(c) for c in item.get("client_ids") or ()} or view.client_ids
         rc = item.get("row_count")
         view.row_count = rc if isinstance(rc, int) and not isinstance(rc, bool) else None
         eff = await effective_query(state, surql, parse_cached(surql), auth, params)
         view.engine_surql, view.auth_fields = eff.surql, eff.auth_fields
-        try:
-            async with state.exclusive():
-                await self.pool.register(view)  # fills `members` from the snapshot's rows
-                state.views[vid] = view
-        except (ShardError, ShardTimeout) as e:
-            if isinstance(e, ShardTimeout) or e.code != "rejected":
-                self.pool.restart(view.shard, e)  # it may hold half of the view
-            raise
-        changed = published ^ view.members
-        if changed:  # the database holds `published`: bring those edges up to date
-            state.publisher.mark(vid, changed)
-        return view
+        return view, published
