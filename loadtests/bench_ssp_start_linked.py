@@ -232,6 +232,10 @@ async def main() -> int:
               f"{s.get('secs', float('nan')):.2f} | {s.get('views_restored', 0)} | "
               f"{r['edges'][0]:,} / {r['edges'][1]:,} | {s.get('pages_read', '-')} | "
               f"{s.get('events', '-')} | {r['writes']} | {r['load']:.1f} |")
+    for n, r in enumerate(rounds, 1):
+        if r["start"].get("phases"):
+            print(f"round {n}, the warm start's phases (s): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in r["start"]["phases"].items()))
     warm = [r for r in rounds if r["start"].get("mode") == "warm"]
     cold = [r for r in rounds if r["start"].get("mode") == "cold"]
     if len(warm) != args.repeats or len(cold) != args.repeats:
