@@ -18,8 +18,15 @@ writes its snapshot on the way out and offers its position when it registers aga
 `--write-rate` posts a second through the database (60 % UPDATE, 20 % CREATE, 20 % DELETE).
 "to Ready" is from the request to the operation's `done` (the SSP stopped, relaunched,
 re-registered, loaded, verified and Ready at the scheduler); "load" is the SSP's own
-registration-to-verified time (`/debug/heartbeat` `start.secs`). After each round the writer
-stops and the published edges must equal SurrealDB's answer to every view (exit 1 otherwise).
+registration-to-verified time (`/debug/heartbeat` `start.secs`); "views back" is from the
+request until the scheduler has sent every view to the SSP again and every `_00_query` row
+is `ready` (a warm start restores the views from its snapshot, `views.json`, and the
+re-sending is a refresh; a cold one builds each view again and rewrites its edges); "edges
+written" counts the edges whose publication `seq` is newer than any before the restart
+(the writer's own changes included). After each round the writer stops and the published
+edges must equal SurrealDB's answer to every view (exit 1 otherwise).
+
+    .venv/bin/python loadtests/bench_ssp_start_linked.py --rows 20000 --views 1000
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -162,9 +170,13 @@ async def main() -> int:
                         written += step
                         await asyncio.sleep(0.1)
 
+                seq0 = await db.query_one(
+                    "SELECT math::max(seq) AS s FROM _00_list_ref GROUP ALL")
+                seq0 = seq0[0]["s"] if seq0 else 0
                 task = asyncio.create_task(writer())
                 await asyncio.sleep(0.5)
                 load = os.getloadavg()[0]
+                since = datetime.now(UTC)
                 t0 = time.perf_counter()
                 status, op = await jreq(http, "POST", sched.admin +
                                         f"/admin/api/ssps/{ssp.ssp_id}/restart", token,
@@ -182,11 +194,25 @@ async def main() -> int:
                 await task
                 _, hb = await jreq(http, "GET", ssp.url + "/debug/heartbeat", AUTH_SECRET)
                 start = hb["start"] or {}
+
+                async def resent(since: datetime = since) -> bool:
+                    n = await db.query_one(
+                        "SELECT count() AS n FROM _00_query WHERE lastActiveAt > $t "
+                        "AND state = 'ready' GROUP ALL", {"t": since})
+                    return bool(n and n[0]["n"] >= args.views)
+                await until(resent, 900, f"every view sent again after restart {mode}")
+                back = time.perf_counter() - t0
                 rounds.append({"mode": mode, "status": finished["status"], "secs": took,
-                               "start": start, "load": load, "writes": written})
+                               "back": back, "start": start, "load": load,
+                               "writes": written})
                 if finished["status"] != "done":
                     ok = False
                 await converge()
+                fresh = await db.query_one("SELECT count() AS n FROM _00_list_ref WHERE "
+                                           "seq > $s GROUP ALL", {"s": seq0})
+                total = await db.query_one("SELECT count() AS n FROM _00_list_ref GROUP ALL")
+                rounds[-1]["edges"] = (fresh[0]["n"] if fresh else 0,
+                                       total[0]["n"] if total else 0)
     finally:
         if ssp is not None:
             ssp.process.stop()
@@ -197,14 +223,19 @@ async def main() -> int:
 
     print(f"\nSSP restart in scheduler mode: {args.rows:,} rows, {args.views:,} views, "
           f"1 shard, ~{args.write_rate} writes/s during each restart\n")
-    print("| round | asked | started | to Ready s | load s | pages read | events caught up "
-          "| writes during | load avg |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| round | asked | started | to Ready s | views back s | load s | views restored "
+          "| edges written / all | pages read | events caught up | writes during | load avg |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, r in enumerate(rounds, 1):
         s = r["start"]
-        print(f"| {n} | {r['mode']} | {s.get('mode')} | {r['secs']:.2f} | "
-              f"{s.get('secs', float('nan')):.2f} | {s.get('pages_read', '-')} | "
+        print(f"| {n} | {r['mode']} | {s.get('mode')} | {r['secs']:.2f} | {r['back']:.2f} | "
+              f"{s.get('secs', float('nan')):.2f} | {s.get('views_restored', 0)} | "
+              f"{r['edges'][0]:,} / {r['edges'][1]:,} | {s.get('pages_read', '-')} | "
               f"{s.get('events', '-')} | {r['writes']} | {r['load']:.1f} |")
+    for n, r in enumerate(rounds, 1):
+        if r["start"].get("phases"):
+            print(f"round {n}, the warm start's phases (s): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in r["start"]["phases"].items()))
     warm = [r for r in rounds if r["start"].get("mode") == "warm"]
     cold = [r for r in rounds if r["start"].get("mode") == "cold"]
     if len(warm) != args.repeats or len(cold) != args.repeats:
@@ -215,9 +246,16 @@ async def main() -> int:
         cr = statistics.median(r["secs"] for r in cold)
         wl = statistics.median(r["start"]["secs"] for r in warm)
         cl = statistics.median(r["start"]["secs"] for r in cold)
+        wb = statistics.median(r["back"] for r in warm)
+        cb = statistics.median(r["back"] for r in cold)
+        we = statistics.median(r["edges"][0] for r in warm)
+        ce = statistics.median(r["edges"][0] for r in cold)
         print("\n| median | cold | warm | cold / warm |")
         print("|---|---:|---:|---:|")
         print(f"| to Ready s | {cr:.2f} | {wr:.2f} | {cr / wr:.2f}x |")
+        print(f"| views back s | {cb:.2f} | {wb:.2f} | {cb / wb:.2f}x |")
+        print(f"| edges written | {ce:,.0f} | {we:,.0f} | "
+              f"{ce / we if we else float('inf'):.1f}x |")
         print(f"| load s | {cl:.2f} | {wl:.2f} | {cl / wl:.2f}x |")
     print(f"\nevery restart ended with edges equal to SurrealDB's answer: "
           f"{'yes' if ok else 'NO'}")

@@ -46,7 +46,8 @@ class SspPool:
     async def register_ssp(self, ssp_id: str, url: str, *, verified: bool = False,
                            warm: tuple[str, int] | None = None) -> Reply:
         """``POST /ssp/register`` (body already validated, caller authenticated where the
-        secret is set: ``verified``): 202 ``{snapshot_seq, epoch, warm}``; 503 while the
+        secret is set: ``verified``): 202 ``{snapshot_seq, epoch, warm}`` (and ``views``,
+        the ids the tracker assigns to it, when warm); 503 while the
         scheduler is not ready or too many SSPs bootstrap (see ``MAX_BOOTSTRAPPING``).
 
         ``warm`` (ours): the ``(epoch, seq)`` of the rows the SSP's snapshot holds. Accepted
@@ -93,8 +94,14 @@ class SspPool:
         answer: dict[str, Any] = {"snapshot_seq": snapshot_seq, "epoch": self.s.epoch,
                                   "warm": entry.warm_from is not None}
         if entry.warm_from is not None:
-            log.info("SSP %s registered at %s (snapshot_seq=%d), warm from seq %d", ssp_id,
-                     entry.url, snapshot_seq, entry.warm_from)
+            # The views it held that no other SSP took while it was away (its 409 unassigned
+            # them) are its again; those of them its snapshot holds it builds on the
+            # snapshot's rows (ours), and re-sending them after Ready is then a refresh.
+            back = self.s.tracker.reclaim(ssp_id)
+            answer["views"] = sorted(self.s.tracker.of_ssp(ssp_id))
+            log.info("SSP %s registered at %s (snapshot_seq=%d), warm from seq %d, keeping "
+                     "%d views (%d of them unplaced since it left)", ssp_id, entry.url,
+                     snapshot_seq, entry.warm_from, len(answer["views"]), len(back))
         else:
             if refused is not None:
                 answer["warm_refused"] = refused

@@ -101,10 +101,23 @@ class ViewTracker:
         """Mark every view of ``ssp_id`` as unplaced; returns their ids."""
         moved = [v for v, e in self._mem.items() if e["ssp_id"] == ssp_id]
         for v in moved:
-            self._put(v, dict(self._mem[v], ssp_id=None))
+            # `was`: the SSP held it last (`reclaim`)
+            self._put(v, dict(self._mem[v], ssp_id=None, was=ssp_id))
         if moved:
             self._db.commit()
         return moved
+
+    def reclaim(self, ssp_id: str) -> list[str]:
+        """Assign back to ``ssp_id`` the unplaced views it held last (an SSP restarted
+        warm builds them from its snapshot: ``SspPool.register_ssp``); returns their ids."""
+        back = [v for v, e in self._mem.items()
+                if e["ssp_id"] is None and e.get("was") == ssp_id]
+        for v in back:
+            entry = {k: x for k, x in self._mem[v].items() if k != "was"}
+            self._put(v, dict(entry, ssp_id=ssp_id))
+        if back:
+            self._db.commit()
+        return back
 
     def of_ssp(self, ssp_id: str | None) -> list[str]:
         """Ids of the views assigned to ``ssp_id`` (None: the unplaced ones)."""

@@ -17,7 +17,10 @@ Sequence (contract "SSP scheduler mode"):
    Warm (ours): with a snapshot holding a scheduler position (`ssp.hub.snapshot`), the
    registration offers it (`warm: {epoch, seq}`); accepted, the snapshot's rows are loaded
    instead and the events after them, up to `snapshot_seq`, read from `/ssp/catchup`; a
-   refusal or any failure on the way (the integrity check included) bootstraps cold.
+   refusal or any failure on the way (the integrity check included) bootstraps cold. The
+   answer also lists the views the scheduler assigns to this SSP: those of them the last
+   graceful stop wrote beside the snapshot are built on its rows before the catch-up
+   (`ssp.hub.warmviews`), and the scheduler's re-sending of them after Ready is a refresh.
 3. Integrity: own per-table counts and hashes vs `GET {scheduler}/health/snapshot`, over the
    tables the SSP syncs (a table missing on one side counts 0 rows, hash 0). A mismatch reloads
    from the proxy and checks again; the third failed check exits 2.
@@ -238,6 +241,9 @@ class HubPort(Protocol):
 
     async def catch_up(self, data: bytes) -> dict[str, Any]: ...
 
+    async def restore_linked_views(self, epoch: str, seq: int, assigned: set[str]
+                                   ) -> tuple[int, str]: ...
+
 
 class SchedulerLink:
     """One SSP's conversation with its scheduler (see the module docstring)."""
@@ -262,6 +268,10 @@ class SchedulerLink:
         self.epoch = ""
         self.warm_accepted = False
         self.warm_refused = ""
+        # The views the scheduler assigns to this SSP when it accepted a warm start (ours; an
+        # older scheduler sends none, and no view is then restored from the snapshot).
+        self.assigned: set[str] = set()
+        self.phases: dict[str, float] = {}
         self.stats: dict[str, int] = {"pages": 0}
         # How the last bootstrap went (`/debug/heartbeat` `start`, each heartbeat's `start`).
         self.start: dict[str, Any] | None = None
@@ -321,6 +331,9 @@ class SchedulerLink:
                             epoch = answer.get("epoch")
                             self.epoch = epoch if isinstance(epoch, str) else ""
                             self.warm_accepted = warm is not None and answer.get("warm") is True
+                            views = answer.get("views") if self.warm_accepted else None
+                            self.assigned = ({str(v) for v in views}
+                                             if isinstance(views, list) else set())
                             self.warm_refused = str(answer.get("warm_refused") or (
                                 "" if warm is None or self.warm_accepted
                                 else "the scheduler does not start SSPs warm"))[:300]
@@ -376,11 +389,13 @@ class SchedulerLink:
         seq = await self.register(position)
         if snap is not None and position is not None:
             if self.warm_accepted:
-                problem = await self._warm(snap, position[1], seq)
+                problem, views = await self._warm(snap, position, seq)
                 if problem is None:
                     self.start = {"mode": "warm", "from_seq": position[1], "to_seq": seq,
                                   "events": seq - position[1],
                                   "pages_read": self.stats["pages"] - pages0,
+                                  "views_restored": views[0], "views_cold_why": views[1],
+                                  "phases": self.phases,
                                   "secs": round(time.monotonic() - started, 3)}
                     return
                 why = problem
@@ -406,26 +421,41 @@ class SchedulerLink:
         raise SchedulerExit(EXIT_INTEGRITY, "the bootstrap never matched the scheduler's "
                                             "snapshot")
 
-    async def _warm(self, snap: dict[str, Any], position: int, seq: int) -> str | None:
+    async def _warm(self, snap: dict[str, Any], position: tuple[str, int], seq: int
+                    ) -> tuple[str | None, tuple[int, str]]:
         """The warm start; None when it passed the integrity check, else why not (the
-        caller drops the rows and bootstraps cold)."""
+        caller drops the rows and views, and bootstraps cold); with how many views came
+        back from the snapshot (and why none, when none did). The views are built on the
+        snapshot's rows before the catch-up, so the events after them reach the views as
+        deltas and only the edges they change are written (`ssp.hub.warmviews`)."""
         hub = self.hub
+        views = (0, "")
+        t0 = time.monotonic()
         try:
             await hub.load_linked_snapshot(snap, self.source())
-            hub.last_seq = position
-            caught = await self.catch_up(position, seq)
+            hub.last_seq = position[1]
+            t1 = time.monotonic()
+            views = await hub.restore_linked_views(position[0], position[1], self.assigned)
+            t2 = time.monotonic()
+            caught = await self.catch_up(position[1], seq)
+            t3 = time.monotonic()
             problems = await self.integrity_problems()
+            # where the warm start's time went (`start.phases`, the benchmark prints it)
+            self.phases = {"rows": round(t1 - t0, 3), "views": round(t2 - t1, 3),
+                           "catch_up": round(t3 - t2, 3),
+                           "verify": round(time.monotonic() - t3, 3)}
         except Exception as e:  # noqa: BLE001 - a damaged snapshot must not stop the start
             # (raised out of here, the relaunched SSP would read the same snapshot again)
             log.warning("warm start failed (%s: %s); bootstrapping cold", type(e).__name__, e)
-            return f"the warm start failed: {type(e).__name__}: {str(e)[:200]}"
+            return f"the warm start failed: {type(e).__name__}: {str(e)[:200]}", views
         if problems:
             log.warning("warm start does not match the scheduler's snapshot (%s); "
                         "bootstrapping cold", "; ".join(problems[:10]))
-            return "the warm start did not match the scheduler's snapshot"
+            return "the warm start did not match the scheduler's snapshot", views
         log.info("warm start from the snapshot at seq %d, %d events caught up to seq %d, "
-                 "verified (%d tables)", position, caught, seq, len(hub.tables))
-        return None
+                 "verified (%d tables); %d views restored from the snapshot%s", position[1],
+                 caught, seq, len(hub.tables), views[0], f" ({views[1]})" if views[1] else "")
+        return None, views
 
     async def catch_up(self, after: int, through: int) -> int:
         """Apply the events `after < seq <= through` from the scheduler's WAL (in pages);
@@ -554,7 +584,8 @@ class SchedulerLink:
         cfg = self.hub.cfg
         self.hub.wiped = True
         if cfg.snapshot_dir is not None:
-            for name in ("snapshot.json", "snapshot.tmp"):
+            # views.json: the views of a warm start (ssp.hub.warmviews), the circuits' state
+            for name in ("snapshot.json", "snapshot.tmp", "views.json"):
                 try:
                     (cfg.snapshot_dir / name).unlink()
                 except FileNotFoundError:

@@ -35,6 +35,7 @@ from backup.storeerror import StorageError
 from dbclient.clock import now_ms
 from dbclient.tasks import cancel_and_wait
 from ipc.messages import error_reply, reply
+from ssp.hub.warmviews import drop_views
 
 if TYPE_CHECKING:
     from ssp.hub.loading import Loading
@@ -72,6 +73,7 @@ class SspTarget:
         if path is not None:
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
+        drop_views(self.snapshot.views_path)  # its views name edges the restore replaces
 
     async def hold(self, reason: str) -> None:
         """Stop taking events: ingest refused, the tail and the checkpoints stopped, pending

@@ -196,13 +196,18 @@ class Registry:
         view.registered_ms = now_ms()
         pub = state.publisher
         republish = not isinstance(row, dict)
-        if not republish and view.members and view.view_id not in pub.initial:
+        if not republish and view.members and not pub.busy(view.view_id):
+            # Its edges should name every member: fewer means they were lost (deleted by
+            # another writer), so the view is written again whole. Members counted before
+            # the read, and not when a flush is queued or running at either end: one that
+            # wrote meanwhile (the events after a warm start's catch-up) is not a loss.
+            want = len(view.members)
             n = await state.db.query_one(
                 f"SELECT count() AS n FROM {view.edge_table} WHERE in = $q AND !removed "
                 "GROUP ALL",
                 {"q": view.record}, idempotent=True)
             have = n[0]["n"] if n else 0
-            republish = have < len(view.members) and view.view_id not in pub.dirty
+            republish = have < want and not pub.busy(view.view_id)
         if republish:
             await self._write_row(view)
         else:

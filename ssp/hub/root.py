@@ -36,6 +36,7 @@ from ssp.hub.state import HubState
 from ssp.hub.tail import FeedTail
 from ssp.hub.views import ViewLifecycle
 from ssp.hub.visibility import VISIBILITY_DEADLINE_SECS, Visibility
+from ssp.hub.warmviews import WarmViews, take_views
 from ssp.impersonate import impersonation_routes, of_config
 from ssp.jobs import job_routes
 from ssp.link import ProxySource, SchedulerLink
@@ -53,6 +54,7 @@ class Hub(HubState):
         self.visibility = Visibility(self)
         self.sequencer = Sequencer(self, self.pool, self.visibility, self.edges)
         self.lifecycle = ViewLifecycle(self, self.pool)
+        self.warm_views = WarmViews(self, self.pool, self.lifecycle)
         self.tail = FeedTail(self, self.sequencer, self.lifecycle)
         self.snapshot = Snapshot(self)
         self.loading = Loading(self, self.pool, self.sequencer, self.snapshot, self.lifecycle,
@@ -158,7 +160,8 @@ class Hub(HubState):
         await self.jobs.stop()
         await self.backend_health.stop()
         if not self.wiped:
-            self.snapshot.write()
+            # the views only when every edge reached the database (ssp.hub.warmviews)
+            self.snapshot.write(views=drained)
         # the loops have ended before the shards and connections go (a loop that lost its
         # cancel would run on against them: dbclient.tasks)
         await cancel_and_wait(*self.tasks)
@@ -195,6 +198,17 @@ class Hub(HubState):
     async def load_linked_snapshot(self, snap: dict[str, Any], source: ProxySource) -> None:
         """Warm start: the snapshot's rows (tables it lacks through the proxy)."""
         await self.loading.bootstrap_from(source, snap=snap)
+
+    async def restore_linked_views(self, epoch: str, seq: int, assigned: set[str]
+                                   ) -> tuple[int, str]:
+        """Warm start: the views written beside the snapshot's rows at `(epoch, seq)` that
+        the scheduler still assigns here, built on those rows (`ssp.hub.warmviews`); how
+        many, and why none when none."""
+        entries, why = take_views(self.snapshot.views_path, epoch, seq)
+        if not entries:
+            return 0, why or "the views file holds no view"
+        n = await self.warm_views.restore(entries, assigned)
+        return n, "" if n else "none of the file's views is assigned here any more"
 
     def linked_snapshot(self) -> tuple[dict[str, Any] | None, str]:
         """The snapshot with a scheduler position, or None and why not."""

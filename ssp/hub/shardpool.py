@@ -103,10 +103,7 @@ class ShardPool:
         `members`. A view id the shard holds is replaced only once the new view is built
         there, so a refusal (ShardError `rejected`) leaves the old one registered."""
         shard = self.state.shards[view.shard]
-        r = await shard.call("register", {"view_id": view.view_id,
-                                          "surql": view.engine_surql or view.surql,
-                                          "params": engine_params(view.params, view.auth,
-                                                                  view.auth_fields)},
+        r = await shard.call("register", _registration(view),
                              timeout=self.state.cfg.shard_call_timeout_secs)
         members = set(r["members"])
         views = self.state.views
@@ -114,6 +111,18 @@ class ShardPool:
             views.members.remove(view.view_id, view.members)
             views.members.add(view.view_id, members)
         view.members = members
+
+    async def register_all(self, views: list[ViewState]) -> list[set[str] | BaseException]:
+        """Register views not held yet, pipelined: every request is sent before the first
+        reply is awaited (a warm start's 1,000 views one round trip at a time took 11-13 s on
+        a busy host, the shard's own work ~0.5 s). Each view's members, or the exception its
+        request raised, in order; the caller holds the exclusive section and restarts a
+        shard that timed out or failed."""
+        timeout = self.state.cfg.shard_call_timeout_secs
+        replies = await asyncio.gather(
+            *(self.state.shards[v.shard].call("register", _registration(v), timeout=timeout)
+              for v in views), return_exceptions=True)
+        return [r if isinstance(r, BaseException) else set(r["members"]) for r in replies]
 
     # ------------------------------------------------------------------ supervision
 
@@ -178,3 +187,9 @@ class ShardPool:
             changed = before ^ view.members
             if changed:
                 state.publisher.mark(view.view_id, changed)
+
+
+def _registration(view: ViewState) -> dict[str, Any]:
+    """A view's `register` request: what the engine evaluates (`ssp.permissions`)."""
+    return {"view_id": view.view_id, "surql": view.engine_surql or view.surql,
+            "params": engine_params(view.params, view.auth, view.auth_fields)}

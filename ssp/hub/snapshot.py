@@ -4,7 +4,8 @@ checkpoint and at shutdown, read by a standalone changefeed SSP's warm start
 (`ssp.hub.loading`). A standalone SSP over http never reads it: it cannot replay what it
 missed from a position of its own. A linked SSP records the scheduler's position of those
 rows (`scheduler: {epoch, seq}`, only while it is ready: a half-loaded set has no position)
-and offers it when it registers (`ssp.link`): the scheduler's WAL replays from there."""
+and offers it when it registers (`ssp.link`): the scheduler's WAL replays from there. At a
+graceful, drained stop its views go beside it (`views.json`, `ssp.hub.warmviews`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dbclient.clock import now_ms
+from ssp.hub.warmviews import drop_views, views_path, write_views
 
 if TYPE_CHECKING:
     from ssp.hub.state import HubState
@@ -48,8 +50,15 @@ class Snapshot:
             await asyncio.sleep(self.state.cfg.checkpoint_interval_secs)
             self.write()
 
-    def write(self) -> bool:
-        """Write `snapshot.json` (rows, feed cursors); False when there is no usable dir."""
+    @property
+    def views_path(self) -> Path | None:
+        """The views file beside it (`ssp.hub.warmviews`)."""
+        return views_path(self.state.cfg.snapshot_dir)
+
+    def write(self, *, views: bool = False) -> bool:
+        """Write `snapshot.json` (rows, feed cursors); False when there is no usable dir.
+        `views` (a graceful stop whose edges all reached the database): a linked SSP also
+        writes its views beside it (`ssp.hub.warmviews`); any other write deletes them."""
         path = self.path
         if path is None:
             return False
@@ -77,6 +86,11 @@ class Snapshot:
             # after it that are in already are applied again on the way back, in order,
             # which leaves each row as the last of them made it).
             data["scheduler"] = {"epoch": link.epoch, "seq": state.last_seq}
+        vpath = self.views_path
+        if views and vpath is not None and "scheduler" in data:
+            write_views(vpath, data["scheduler"], list(state.views.values()))
+        else:
+            drop_views(vpath)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")

@@ -4,9 +4,12 @@ in scheduler mode under ops/run's supervisor, with its snapshot dir.
 An operator restart while writes go on ends warm: the SSP offers its snapshot's position, the
 scheduler's WAL holds everything after it, the SSP loads the snapshot, applies the events it
 missed (`/ssp/catchup`), passes the integrity check and reads not one bootstrap page; the
-writes made while it was down arrive and the view's edges equal SurrealDB's answer. A clean
-restart is cold (no snapshot), and so is a snapshot written before a re-clone of the replica
-(another epoch)."""
+writes made while it was down arrive and the view's edges equal SurrealDB's answer. Its view
+comes back from the snapshot too (`views.json`, written at the graceful stop): built on the
+snapshot's rows, it gets the missed events as deltas, and the scheduler's re-sending of it is
+a refresh, so the edges of members that did not change are never written again (their
+publication `seq` stays). A clean restart is cold (no snapshot: every edge written again), and
+so is a snapshot written before a re-clone of the replica (another epoch)."""
 
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ class Stack:
     ssp: SupervisedSsp
     token: str = ""
     written: list[int] = field(default_factory=list)
+    pinned: int = 0  # posts the writer never deletes: members that stay across a restart
 
 
 async def _token(sched: AdminScheduler) -> str:
@@ -93,17 +97,23 @@ async def ready(http: aiohttp.ClientSession, st: Stack) -> bool:
     return any(x["id"] == st.ssp.ssp_id and x["state"] == "ready" for x in m["ssps"])
 
 
-async def write(root: Any, http: aiohttp.ClientSession, st: Stack, i: int) -> None:
+async def write(root: Any, http: aiohttp.ClientSession, st: Stack, i: int, *,
+                pin: bool = False) -> None:
     """A post written to the database, then its event to the scheduler (as the database's
-    http event would send it); every fourth write also deletes an earlier post."""
+    http event would send it); every fourth write also deletes an earlier post (`pin`: a
+    post of its own, never deleted)."""
+    key = f"keep{i}" if pin else f"p{i}"
     await root.query("CREATE type::record('post', $k) SET owner = user:alice, title = 't', "
-                     "n = $n, at = time::now()", {"k": f"p{i}", "n": i % 10})
-    row = await root.query_one("SELECT * FROM ONLY type::record('post', $k)", {"k": f"p{i}"})
-    rec = {"id": f"post:p{i}", "owner": "user:alice", "title": "t", "n": i % 10,
+                     "n = $n, at = time::now()", {"k": key, "n": i % 10})
+    row = await root.query_one("SELECT * FROM ONLY type::record('post', $k)", {"k": key})
+    rec = {"id": f"post:{key}", "owner": "user:alice", "title": "t", "n": i % 10,
            "at": str(row["at"])}
     events = [{"table": "post", "op": "CREATE", "id": rec["id"], "record": rec}]
-    st.written.append(i)
-    if i % 4 == 3:
+    if pin:
+        st.pinned += 1
+    else:
+        st.written.append(i)
+    if i % 4 == 3 and not pin:
         gone = st.written.pop(0)
         await root.query("DELETE type::record('post', $k)", {"k": f"p{gone}"})
         events.append({"table": "post", "op": "DELETE", "id": f"post:p{gone}",
@@ -131,6 +141,33 @@ async def restart(http: aiohttp.ClientSession, st: Stack, mode: str) -> None:
     assert finished["status"] == "done", finished
 
 
+async def edge_seqs(root: Any, view_key: str) -> dict[str, int]:
+    """Member -> the publication `seq` of its edge (each flush writes its own)."""
+    from surrealdb import RecordID
+
+    from engine.values import record_id_text
+    rows = await root.query_one("SELECT out, seq FROM _00_list_ref_user_alice WHERE in = $q "
+                                "AND !removed", {"q": RecordID("_00_query", view_key)})
+    return {record_id_text(r["out"]): int(r["seq"]) for r in rows or []}
+
+
+async def query_row(root: Any, view_key: str) -> dict[str, Any]:
+    from surrealdb import RecordID
+    row = await root.query_one("SELECT lastActiveAt, state FROM ONLY $q",
+                               {"q": RecordID("_00_query", view_key)})
+    return dict(row or {})
+
+
+async def resent(root: Any, view_key: str, since: Any) -> None:
+    """The scheduler sent the view to the restarted SSP again (its registration moves the
+    row's `lastActiveAt`) and the row is `ready` (a rebuild's edges are all written)."""
+    async def done() -> bool:
+        row = await query_row(root, view_key)
+        return bool(row.get("lastActiveAt") != since and row.get("state") == "ready")
+
+    await wait_for(done, 60, f"the scheduler re-sent {view_key} and its row is ready")
+
+
 async def start_of(http: aiohttp.ClientSession, st: Stack) -> dict[str, Any]:
     return dict((await jget(http, st.ssp.url + "/debug/heartbeat"))["start"])
 
@@ -144,7 +181,7 @@ async def converged(http: aiohttp.ClientSession, st: Stack, root: Any) -> None:
         if await edges(root, "_00_list_ref_user_alice", "w1", missing_ok=True) != want:
             return False
         info = (await jget(http, st.ssp.url + "/info"))[0]
-        return bool(info["circuit_tables"].get("post") == len(st.written))
+        return bool(info["circuit_tables"].get("post") == len(st.written) + st.pinned)
 
     await wait_for(same, 60, "edges equal SurrealDB's answer, every post held")
 
@@ -158,11 +195,16 @@ async def test_a_restart_while_writes_go_on_is_warm_and_loses_nothing(stack: Sta
             assert (await start_of(http, st))["mode"] == "cold"  # no snapshot yet
             for i in range(30):
                 await write(root, http, st, i)
+            for i in (3, 4, 5):
+                await write(root, http, st, i, pin=True)
             body = {"id": "query:w1", "surql": VIEW, "clientId": "c1", "ttl": "10m",
                     "params": {"auth_id": "user:alice"}}
             async with http.post(st.sched.url + "/view/register", json=body) as r:
                 assert r.status == 200, await r.text()
             await converged(http, st, root)
+            before = await edge_seqs(root, "w1")
+            assert before
+            since = (await query_row(root, "w1"))["lastActiveAt"]
 
             stop = asyncio.Event()
 
@@ -186,6 +228,9 @@ async def test_a_restart_while_writes_go_on_is_warm_and_loses_nothing(stack: Sta
             assert start["events"] > 0  # the writes made while it was down were caught up
             log = st.ssp.process.log_text()
             assert "warm start from the snapshot at seq" in log
+            # the view came back from the snapshot, not from the scheduler's re-sending
+            assert start["views_restored"] == 1, start
+            assert "1 views restored from the snapshot" in log
 
             async def shown() -> bool:  # the heartbeat carries it to the admin plane
                 async with http.get(st.sched.admin + "/admin/api/overview", headers={
@@ -196,6 +241,15 @@ async def test_a_restart_while_writes_go_on_is_warm_and_loses_nothing(stack: Sta
 
             await wait_for(shown, 30, "the admin overview says the SSP started warm")
             await converged(http, st, root)
+            await resent(root, "w1", since)
+            after = await edge_seqs(root, "w1")
+            kept = set(before) & set(after)
+            assert {"post:keep3", "post:keep4", "post:keep5"} <= kept
+            # no re-backfill: an edge whose member stayed was not written again
+            assert {m: after[m] for m in kept} == {m: before[m] for m in kept}
+            # and the re-sent view is the one restored: the SSP built no second one
+            info = (await jget(http, st.ssp.url + "/info"))[0]
+            assert info["views"] == 1, info
             # the WAL's events go to the SSP that asks for itself, with its own credential
             ask = {"ssp_id": st.ssp.ssp_id, "after": 0, "through": 1}
             for bearer in (None, ssp_credential(AUTH_SECRET, "ssp-other")):
@@ -218,12 +272,21 @@ async def test_a_clean_restart_and_a_snapshot_from_before_a_reclone_are_cold(
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
             await wait_for(lambda: ready(http, st), 120, "the SSP ready")
+            before = await edge_seqs(root, "w1")
+            assert before
+            since = (await query_row(root, "w1"))["lastActiveAt"]
             await restart(http, st, "clean")
             start = await start_of(http, st)
             assert start["mode"] == "cold" and "no snapshot.json" in start["why"], start
             assert start["pages_read"] > 0
+            assert not (st.ssp.snapshot.parent / "views.json").exists()
             await write(root, http, st, 100_000)
+            await resent(root, "w1", since)
             await converged(http, st, root)
+            # cold: the scheduler's re-sending built the view again and wrote every edge
+            after = await edge_seqs(root, "w1")
+            kept = set(before) & set(after)
+            assert kept and all(after[m] != before[m] for m in kept), (before, after)
 
             # Stopped gracefully (snapshot written with its position), the replica re-cloned
             # meanwhile, started again: the snapshot is of another epoch.

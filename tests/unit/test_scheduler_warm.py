@@ -83,7 +83,7 @@ async def test_warm_registration_is_accepted_only_from_a_position_the_wal_holds(
     cold = await s.register_ssp("a", fake.url)
     assert cold.body == {"snapshot_seq": 10, "epoch": epoch, "warm": False}
     ok = await s.register_ssp("a", fake.url, warm=(epoch, 4))
-    assert ok.body == {"snapshot_seq": 10, "epoch": epoch, "warm": True}
+    assert ok.body == {"snapshot_seq": 10, "epoch": epoch, "warm": True, "views": []}
     e = s.entries["a"]
     assert e.warm_from == 4 and e.state is SspState.BOOTSTRAPPING and s.replica.frozen
 
@@ -116,6 +116,33 @@ async def test_warm_registration_is_accepted_only_from_a_position_the_wal_holds(
         await wait_for(lambda: s.entries["a"].state is SspState.READY, "ready")
         assert [x["seq"] for x in fake.events] == [11]
         assert (await catchup(after=4, through=10)).status_code == 404  # no longer warm
+
+
+async def test_a_warm_registration_takes_back_the_views_its_restart_left_unplaced(
+        make, fake: FakeSsp) -> None:
+    """The 409 of an operator restart removes the SSP and unplaces its views; coming back
+    warm, it gets back those no other SSP took (listed in the 202: it builds them from its
+    snapshot), not the ones another SSP holds now nor any other unplaced one."""
+    s = await make()
+    await s.ingest_many([ev(i) for i in range(3)])
+    assert (await s.register_ssp("a", fake.url)).body["warm"] is False
+    for v in ("query:kept", "query:moved"):
+        s.tracker.set(v, "a", {"id": v, "surql": "SELECT * FROM item"})
+    s.tracker.set("query:other", None, {"id": "query:other", "surql": "SELECT * FROM item"})
+    s.roster.flag_ssp("a", "operator restart", False)
+    r = s.pool.heartbeat({"ssp_id": "a", "timestamp": 0, "views": 2})
+    assert r.status == 409 and "a" not in s.entries
+    assert s.tracker.of_ssp(None) == ["query:kept", "query:moved", "query:other"]
+    s.tracker.set("query:moved", "b", s.tracker.get("query:moved")["body"])  # taken meanwhile
+    back = await s.register_ssp("a", fake.url, warm=(s.epoch, 3))
+    assert back.body["warm"] is True and back.body["views"] == ["query:kept"]
+    assert s.tracker.of_ssp("a") == ["query:kept"]
+    assert s.tracker.of_ssp(None) == ["query:other"]
+    assert "was" not in s.tracker.get("query:kept")
+    # Cold, the unplaced views wait for placement as before (Ready: `place_unassigned`).
+    s.tracker.unassign("a")
+    cold = await s.register_ssp("a", fake.url)
+    assert "views" not in cold.body and s.tracker.of_ssp("a") == []
 
 
 async def test_a_wal_truncated_past_the_position_or_a_reclone_refuses_warm(
