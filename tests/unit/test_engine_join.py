@@ -349,8 +349,13 @@ def test_windows_without_limit_edited_by_random_writes_equal_a_rebuilt_engine() 
     for step in range(120):
         if r.random() < 0.6:
             i = r.randrange(170)
+            row0 = e.store.table("product").rows.get(f"product:{i}")
             if r.random() < 0.15:
                 e.ingest("product", "DELETE", f"product:{i}", None)
+            elif row0 is not None and r.random() < 0.5:
+                # the same place in its group, across the bounds of other parents
+                e.ingest("product", "UPDATE", f"product:{i}", {**row0,
+                                                               "stock": r.randint(0, 30)})
             else:
                 row = {"id": RecordID("product", i), "category": r.choice(cats),
                        "stock": r.randint(0, 30), "created": r.randint(0, 50),
