@@ -35,6 +35,17 @@ slots it reads):
   it, so the windows a write reaches are found by one bisection and a walk that stops at
   the first window it cannot reach.
 
+A window without LIMIT or START over flat outputs (every row of the group between the bounds
+that passes the residual: ``category = $parent.category AND stock < $parent.stock``) is not
+detached by a write: the write removes its entry and inserts the new one where it stands
+(:meth:`Join._edit`: one bisection, the residual asked of the written row for the window's
+parent), and the window keeps its members (:meth:`Win.tree`) edited the same way, so a write
+that changes one row of a group of 5,000 costs its own entry in each window it reaches, not
+the group, in the window, in the projection (``proj._item_tree``) or in the delta
+(``delta.counted_delta`` walks only the members some row's diff names). A window with a LIMIT
+is detached and computed again: an entry leaving it pulls in the next one, and its rows are
+at most the LIMIT.
+
 A parent registers the windows it read through its dependencies (the :class:`Win` objects
 themselves are the tokens in ``Cx.subs``; :meth:`engine.deps.Deps.set_proj` adds and
 drops them). A group lives while some parent reads one of its windows.
