@@ -120,10 +120,19 @@ class Rec:
             if t0 is t1:
                 d = (EMPTY, EMPTY, EMPTY)
             else:
-                added = frozenset([m for m in t1 if m not in t0])
-                removed = frozenset([m for m in t0 if m not in t1])
-                updated = frozenset([m for m, c in t1.items() if m in t0 and not same(t0[m], c)])
-                d = (added, removed, updated)
+                # the key sets' differences in C; only the common members are walked, and
+                # those a window edit left alone are the same objects (one identity test)
+                k0 = t0.keys()
+                k1 = t1.keys()
+                added = frozenset(k1 - k0)
+                removed = frozenset(k0 - k1)
+                upd: list[str] = []
+                get = t0.get
+                for m, c in t1.items():
+                    o = get(m, _MISSING)
+                    if o is not c and o is not _MISSING and not same(o, c):
+                        upd.append(m)
+                d = (added, removed, frozenset(upd))
             self._diff = d
         return d
 
@@ -257,19 +266,58 @@ def counted_delta(
     its count is positive or it is a visible row. ``fresh``: the counts were just computed
     from the current state (they already include these entries); otherwise they are moved
     by them here. ``rec(row)`` gives the row's trees before/after; ``holds_start`` /
-    ``holds_now`` whether the view showed a row before / shows it now. Costs the entries'
-    trees, never the number of rows holding a member.
+    ``holds_now`` whether the view showed a row before / shows it now. Costs the trees of
+    the rows entering or leaving and the diffs of the others, never the number of rows
+    holding a member.
     """
+    ents = list(entries)
+    # The members an entry can move: the whole trees of rows entering or leaving the view,
+    # only the diff of rows it shows throughout. A member outside every diff is held with
+    # the same content before and after by each row holding it: its count, presence and
+    # content stay, so it is not walked (a row whose subquery window gained one of its 5,000
+    # rows costs that one member, not the 5,000).
+    touched: set[str] = set()
+    for rid, was, now in ents:
+        r = rec(rid)
+        if was and now:
+            if r.t0 is not r.t1:
+                a, rm, u = r.diff()
+                touched.update(a)
+                touched.update(rm)
+                touched.update(u)
+        else:
+            if was:
+                touched.update(r.t0)
+            if now:
+                touched.update(r.t1)
     d: dict[str, int] = {}
     c0: dict[str, Any] = {}  # a content of each member before, from an entry row
     c1: dict[str, Any] = {}
     upd: set[str] = set()
     top: dict[str, tuple[bool, bool]] = {}
-    for rid, was, now in entries:
+    for rid, was, now in ents:
         r = rec(rid)
         top[rid] = (was, now)
         t0 = r.t0 if was else NO_TREE
         t1 = r.t1 if now else NO_TREE
+        if was and now and len(touched) < len(t0) + len(t1):
+            # the touched members only, each as the walk of both trees below would see it
+            for m in touched:
+                o = t0.get(m, _MISSING)
+                c = t1.get(m, _MISSING)
+                if o is not _MISSING:
+                    if m != rid:
+                        d[m] = d.get(m, 0) - 1
+                    if m not in c0:
+                        c0[m] = o
+                if c is not _MISSING:
+                    if m != rid:
+                        d[m] = d.get(m, 0) + 1
+                    if m not in c1:
+                        c1[m] = c
+                    if o is not _MISSING and not same(o, c):
+                        upd.add(m)
+            continue
         for m, c in t0.items():
             if m != rid:
                 d[m] = d.get(m, 0) - 1

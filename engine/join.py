@@ -35,6 +35,17 @@ slots it reads):
   it, so the windows a write reaches are found by one bisection and a walk that stops at
   the first window it cannot reach.
 
+A window without LIMIT or START over flat outputs (every row of the group between the bounds
+that passes the residual: ``category = $parent.category AND stock < $parent.stock``) is not
+detached by a write: the write removes its entry and inserts the new one where it stands
+(:meth:`Join._edit`: one bisection, the residual asked of the written row for the window's
+parent), and the window keeps its members (:meth:`Win.tree`) edited the same way, so a write
+that changes one row of a group of 5,000 costs its own entry in each window it reaches, not
+the group, in the window, in the projection (``proj._item_tree``) or in the delta
+(``delta.counted_delta`` walks only the members some row's diff names). A window with a LIMIT
+is detached and computed again: an entry leaving it pulls in the next one, and its rows are
+at most the LIMIT.
+
 A parent registers the windows it read through its dependencies (the :class:`Win` objects
 themselves are the tokens in ``Cx.subs``; :meth:`engine.deps.Deps.set_proj` adds and
 drops them). A group lives while some parent reads one of its windows.
@@ -58,9 +69,14 @@ from engine.cx import NOLINKS, Cx
 from engine.deps import Readers
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
-from engine.store import ikey
+from engine.store import ikey, rid_text
 from engine.syntax import collect_slots, conjoin, conjuncts
 from engine.values import NONE
+
+# what a write does to an entry's place in a group (Join._reach)
+LEAVE = 0  # the entry left the group (its row no longer qualifies, moved, or is deleted)
+ENTER = 1  # the entry entered the group
+STAY = 2  # the row stays at the same entry; its output or its residual may have changed
 
 # window modes: how the windows a write reaches are found in a group
 ONE = 0  # no bound from the parent, no residual: one window per group
@@ -342,11 +358,26 @@ def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
     return None
 
 
+def _member_key(out: Any) -> str | None:
+    """The one member of a flat output (its id's text), None when it may hold others or
+    none (then the window's members are found again from its rows)."""
+    if type(out) is not dict:
+        return None
+    i = out.get("id")
+    if type(i) is not RecordID:
+        return None
+    for v in out.values():
+        t = type(v)
+        if t is dict or t is list:
+            return None
+    return rid_text(i)
+
+
 class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
-    __slots__ = ("attached", "cut", "group", "hi", "key", "lo", "pairs", "par", "parents",
-                 "value")
+    __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
+                 "pairs", "par", "parents", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -363,6 +394,39 @@ class Win:
         # a parent row it was computed for (any of them gives the residual the same values):
         # a write tests its row's residual against it before reaching the window
         self.par: Any = None
+        # a window without LIMIT or START over flat outputs: its entries (aligned with
+        # ``value``), so that a write edits the window where the entry stands instead of
+        # slicing the group again (Join._edit); None: the window is computed again
+        self.ents: list[Any] | None = None
+        # the members of ``value`` (id text -> output), shared by its parents' trees and
+        # edited with the window; None until a parent asks (see tree())
+        self.members: dict[str, Any] | None = None
+        self.medit = False  # every row shows only itself: members edit one by one
+
+    def tree(self) -> dict[str, Any]:
+        """The members of the window's rows, as ``tree_members(value)`` finds them: kept
+        while the window is edited in place, so its parents do not walk the rows again.
+        Shared by reference: its readers copy it (``proj._tree_of``), never change it."""
+        m = self.members
+        if m is None:
+            m = {}
+            value = self.value
+            assert value is not None
+            self.group.join.walked += len(value)
+            self.medit = True
+            for o in value:
+                k = _member_key(o)
+                if k is None:
+                    # a row holding other records (or none): the general walk, not edited
+                    from engine.plan import tree_members  # plan imports this module
+
+                    m = {}
+                    tree_members(value, m)
+                    self.medit = False
+                    break
+                m[k] = o
+            self.members = m
+        return m
 
     def add(self, proj: Any, rid: str) -> None:
         """A parent's projection read this window (engine.deps)."""
@@ -422,7 +486,8 @@ class Group:
 class Join:
     """A subquery plan's join state for one value of the slots it reads."""
 
-    __slots__ = ("S", "built", "groups", "lreads", "plan", "reached", "spec", "store", "table")
+    __slots__ = ("S", "built", "edited", "groups", "lreads", "plan", "reached", "sliced", "spec",
+                 "store", "table", "walked")
 
     def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
         self.plan = plan
@@ -433,9 +498,14 @@ class Join:
         self.groups: dict[Any, Group] = {}
         # the records the linked filter (spec.linner) read: record -> inner rows, and back
         self.lreads = Readers(self, store.jlinks)
-        # work done, for tests and the debug route: groups built, windows a write reached
+        # work done, for tests and the debug route: groups built, windows a write reached,
+        # windows it edited in place, group entries sliced into windows, window rows walked
+        # for their members
         self.built = 0
         self.reached = 0
+        self.edited = 0
+        self.sliced = 0
+        self.walked = 0
 
     # -- keys -------------------------------------------------------------------------
     def row_key(self, row: dict[str, Any]) -> Any:
@@ -568,9 +638,16 @@ class Join:
             w.par = par
         if wcx is None or (not wcx.reads and not wcx.subs and not wcx.extra):
             w.value = value
+            w.members = None
             if plan.value:
                 w.pairs = cx.last
+            elif (start == 0 and limit is None and plan.flat is not None
+                  and (self.spec.resid is None or self.spec.rtest)):
+                # every entry between the bounds that passes the residual: a write adds or
+                # removes its own entry only (a LIMIT would pull in the next one)
+                w.ents = ids
         else:
+            w.ents = None
             # the rows' outputs read other records (or hold the rows of VALUE subqueries):
             # each parent reads them itself
             cx.reads |= wcx.reads
@@ -615,6 +692,7 @@ class Join:
                 cut = ids[-1]
             else:
                 ids = entries[s0:b]
+            self.sliced += len(ids)
             return ids, cut, None
         resid = spec.resid
         wcx = Cx(self.store)
@@ -622,6 +700,7 @@ class Join:
         skip = start
         for i in range(a, b):
             e = entries[i]
+            self.sliced += 1
             if not resid(rows[e[-1]], S, par, wcx):
                 continue
             if skip:
@@ -766,7 +845,7 @@ class Join:
             out = spec.out_fields
             if changed is not None and out is not None and changed.isdisjoint(out):
                 return  # same place, same output
-            self._reach(go[0], e, mark, (old, new))
+            self._reach(go[0], e, mark, (old, new), STAY)
             return
         if go is not None and go[1] is not None:
             g = go[0]
@@ -775,12 +854,12 @@ class Join:
                 i = bisect_left(ents, go[1])
                 if i < len(ents) and ents[i] == go[1]:
                     del ents[i]
-            self._reach(g, go[1], mark, (old,))
+            self._reach(g, go[1], mark, (old,), LEAVE)
         if gn is not None and gn[1] is not None:
             g = gn[0]
             if g.entries is not None:
                 insort(g.entries, gn[1])
-            self._reach(g, gn[1], mark, (new,))
+            self._reach(g, gn[1], mark, (new,), ENTER)
 
     def _holds(self, resid: Any, rows: tuple[Any, ...], par: Any) -> bool:
         """Whether some version of an inner row passes the residual for parent ``par``."""
@@ -829,12 +908,13 @@ class Join:
                 ents.insert(i, e)
             else:
                 del ents[i]
-            self._reach(g, e, mark, (row,))
+            self._reach(g, e, mark, (row,), ENTER if now else LEAVE)
 
-    def _reach(self, g: Group, e: Any, mark: Any, rows: tuple[Any, ...] = ()) -> None:
-        """Detach the windows of ``g`` an entry at ``e`` can change; mark their parents.
-        ``rows``: the inner row's versions at ``e``; a window whose residual none of them
-        passes neither held nor holds the row, and the rows it shows stay the same."""
+    def _reach(self, g: Group, e: Any, mark: Any, rows: tuple[Any, ...], op: int) -> None:
+        """Edit or detach the windows of ``g`` an entry at ``e`` can change; mark their
+        parents. ``rows``: the inner row's versions at ``e``; a window whose residual none
+        of them passes neither held nor holds the row, and the rows it shows stay the same.
+        ``op``: what happened to the entry (LEAVE, ENTER, STAY)."""
         mode = self.spec.mode
         hit: list[Win] = []
         if mode == ONE or mode == ANY:
@@ -857,6 +937,70 @@ class Join:
                 j -= 1
         self.reached += len(hit)
         for w in hit:
-            self.detach(g, w)
+            if w.ents is None or not self._edit(w, e, rows, op):
+                self.detach(g, w)
             for proj, rid in list(w.parents):
                 mark(proj, rid, w)
+
+    def _edit(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool:
+        """Edit a window without LIMIT or START where entry ``e`` stands (its own entry
+        out, in again when the new row is between the bounds and passes the residual), in
+        O(log n) plus a copy of the value list, instead of slicing and projecting the group
+        again. The value is a new list (the parents' outputs hold the old one until they
+        are projected again); the entries and members are the window's own. False when the
+        window cannot be edited (the residual read another record): it is detached."""
+        ents = w.ents
+        value = w.value
+        if ents is None or value is None:
+            return False
+        out: Any = None
+        if op != LEAVE:
+            row = rows[-1]
+            if row is not None and (w.lo is None or w.lo < e) and (w.hi is None or e < w.hi):
+                resid = self.spec.resid
+                ok = True
+                if resid is not None:
+                    if w.par is None:
+                        return False
+                    cx = Cx(self.store)
+                    ok = bool(resid(row, self.S, w.par, cx))
+                    if cx.reads or cx.subs or cx.extra:
+                        return False
+                if ok:
+                    plan = self.plan
+                    fcache = plan.row_caches(self.store.table(self.table))[1]
+                    rid = e[-1]
+                    out = fcache.get(rid)
+                    if out is None:
+                        out = fcache[rid] = plan.flat(row)
+        members = w.members
+        if members is not None and not w.medit:
+            members = w.members = None
+        new: list[Any] | None = None
+        # the entry's old place (an entering entry is not there; were it, it is replaced)
+        i = bisect_left(ents, e)
+        if i < len(ents) and ents[i] == e:
+            new = list(value)
+            del ents[i]
+            o = new.pop(i)
+            if members is not None:
+                k = _member_key(o)
+                if k is None:
+                    members = w.members = None
+                else:
+                    members.pop(k, None)
+        if out is not None:
+            if new is None:
+                new = list(value)
+            ents.insert(i, e)
+            new.insert(i, out)
+            if members is not None:
+                k = _member_key(out)
+                if k is None:
+                    w.members = None
+                else:
+                    members[k] = out
+        if new is not None:
+            w.value = new
+        self.edited += 1
+        return True

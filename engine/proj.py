@@ -26,6 +26,7 @@ from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
 from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same
+from engine.join import Win
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan, tree_members
 from engine.store import Store, ikey, rid_text
@@ -142,7 +143,8 @@ class Proj:
                     return False
         if own0:
             for t in both:
-                for m in t:
+                # the smaller side walked: own0 holds the members moved in this flush
+                for m in (t if len(t) <= len(own0) else [x for x in own0 if x in t]):
                     if m != rid and m in own0:
                         o = own0[m]
                         if o is not None and o != rid:
@@ -318,16 +320,27 @@ class Proj:
         if old is not None and new is not None and old is not _ABSENT and \
                 old.keys() == new.keys():
             return  # same members: nothing moves
-        old_m = [m for m in old if m != rid] if old is not None and old is not _ABSENT else ()
-        new_m = [m for m in new if m != rid] if new is not None else ()
+        # the members that left and entered, as differences of the key sets (in C: a row
+        # whose window moved by one row walks that row, not the window)
+        had = old is not None and old is not _ABSENT
+        if had and new is not None:
+            old_m: Any = old.keys() - new.keys()
+            new_m: Any = new.keys() - old.keys()
+        elif had:
+            old_m = set(old)
+            new_m = ()
+        else:
+            old_m = ()
+            new_m = set(new) if new is not None else ()
+        if old_m:
+            old_m.discard(rid)
+        if new_m:
+            new_m.discard(rid)
         if not old_m and not new_m:
             return
         own = self.own
         own0 = self.own0
-        new_s = set(new_m)
         for m in old_m:
-            if m in new_s:
-                continue
             if own0 is not None and m not in own0:
                 own0[m] = _copy(own.get(m))
             o = own[m]
@@ -339,10 +352,7 @@ class Proj:
                     own[m] = next(iter(o))
             if m in self.multi:
                 self._multi(m)
-        old_s = set(old_m)
         for m in new_m:
-            if m in old_s:
-                continue
             if own0 is not None and m not in own0:
                 own0[m] = _copy(own.get(m))
             o = own.get(m)
@@ -411,7 +421,7 @@ class Proj:
             vals.append(v)
             ideps.append((icx.reads, icx.subs))
             itrees.append(None if plan.quiet[len(itrees)] else
-                          _item_tree(v, keyed, icx.extra))
+                          _item_tree(v, keyed, icx))
         return vals, ideps, itrees
 
     def _items_again(self, row: dict[str, Any], tokens: set[Any], prev: Any, state: Any
@@ -449,7 +459,7 @@ class Proj:
             changed = not same(v, vals[i])
             if changed or plan.item_extra[i]:
                 # a VALUE subquery may show the same values from other rows
-                t = None if plan.quiet[i] else _item_tree(v, keyed, icx.extra)
+                t = None if plan.quiet[i] else _item_tree(v, keyed, icx)
                 if changed or not same(t, itrees[i]):
                     vals[i] = v
                     itrees[i] = t
@@ -568,7 +578,7 @@ def _members_of(v: Any) -> dict[str, Any] | None:
     return acc
 
 
-def _item_tree(v: Any, keyed: bool, extra: dict[str, Any]) -> Any:
+def _item_tree(v: Any, keyed: bool, icx: Cx) -> Any:
     """What an item keeps of its value's members: all of them when the output's members
     are assembled per item (``keyed``), else only those the output does not show as dicts
     (the rows of VALUE subqueries, in ``extra``).
@@ -579,6 +589,14 @@ def _item_tree(v: Any, keyed: bool, extra: dict[str, Any]) -> Any:
     the VALUE rows fill only the members no dict shows. Otherwise a thread listed by id in
     its own `peers` had its id as content, and a write to its fields updated nothing."""
     # ``extra`` is the item's own evaluation context's, used by nothing else: kept, not copied
+    extra = icx.extra
+    if keyed and not extra:
+        subs = icx.subs
+        if subs:
+            w = subs[-1]
+            if type(w) is Win and w.value is v:
+                # a join window's rows: its members are kept with it (edited by writes)
+                return w.tree()
     if not keyed:
         return extra if extra else None
     t = _members_of(v)
