@@ -91,6 +91,18 @@ UPSERT_GROUPS = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; "
 # Mode `dedicated`: members that left are retired, not deleted (module docstring). An edge
 # already retired is left alone (no second notification); a missing one stays missing.
 RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
+# A database that logs no changefeed entry for the edges a DELETE of their member takes along
+# (SurrealDB 3.0.x, the Node build: transport http; `Publisher(unlogged_cascades=True)`):
+# removing such an edge writes nothing either, so a LIVE subscriber of the edge table never
+# hears that the member left. There a removal whose edge is gone first writes it back,
+# retired (`removed = true`), which the feed logs: mode `dedicated` leaves it retired (the
+# reaper deletes it later, a logged DELETE), mode `single` deletes it in the same flush (the
+# feed logs both). Rows `[edge, view record, member, auth_id]`.
+RETIRE_LOGGED = ("FOR $r IN $rows { IF record::exists($r[0]) { UPDATE $r[0] SET removed = true, "
+                 "seq = $seq WHERE !removed RETURN NONE } ELSE { RELATE ($r[1])->($r[0])->($r[2]) "
+                 "SET removed = true, seq = $seq, auth_id = $r[3] RETURN NONE } }")
+RESTORE_GONE = ("FOR $r IN $rows { IF !record::exists($r[0]) { RELATE ($r[1])->($r[0])->($r[2]) "
+                "SET removed = true, seq = $seq, auth_id = $r[3] RETURN NONE } }")
 # A (re)materialisation's prior edges (not stamped with this flush's seq by the upserts
 # before it) are retired, and all of the view's retired edges are the block's value, for the
 # reaper. (Not `RETURN $gone`: a RETURN ends the whole transaction, skipping what follows.)
@@ -257,9 +269,12 @@ class Publisher:
         max_ops: int = 2000,
         flushers: int = 1,
         metrics: ViewMetrics | None = None,
+        unlogged_cascades: bool = False,
     ) -> None:
         self.db = db
         self.ref_mode = ref_mode
+        # Removals write a logged change even where the edge is gone (RETIRE_LOGGED).
+        self.unlogged_cascades = unlogged_cascades
         # Removals retire edges and the reaper deletes them later (module docstring).
         self.retire = ref_mode != "single"
         self.reaper: EdgeReaper | None = EdgeReaper(db, self) if self.retire else None
@@ -528,6 +543,7 @@ class Publisher:
         stale: list[tuple[str, dict[str, Any], str | None]] = []
         ready_updates: list[dict[str, Any]] = []
         deletes: list[RecordID] = []
+        logged: list[list[Any]] = []  # removals to log where the edge is gone (unlogged_cascades)
         busy = self._inflight
         tables: set[str] = set()
 
@@ -621,11 +637,15 @@ class Publisher:
                 if m in view.members:
                     ups.append(m)
                 else:
-                    gone = edge_id(view.edge_table, view.record, parse_record_id(m))
+                    out = parse_record_id(m)
+                    gone = edge_id(view.edge_table, view.record, out)
                     if self.retire:
                         b.retired.setdefault(vid, []).append(gone)
                     else:
                         deletes.append(gone)
+                    if self.unlogged_cascades:
+                        logged.append([gone, view.record, out,
+                                       view.auth if view.edge_table == SINGLE_TABLE else None])
             if ups:
                 inserts.append((view, ups))
             budget -= len(members)
@@ -633,10 +653,15 @@ class Publisher:
             return None
         busy.update(b.views)
         if deletes:
+            if logged:
+                b.stmts.append((RESTORE_GONE, {"rows": logged, "seq": seq}))
             b.stmts.append(("DELETE $ids", {"ids": deletes}))
         if b.retired:
-            b.stmts.append((RETIRE, {"ids": [e for es in b.retired.values() for e in es],
-                                     "seq": seq}))
+            if logged:
+                b.stmts.append((RETIRE_LOGGED, {"rows": logged, "seq": seq}))
+            else:
+                b.stmts.append((RETIRE, {"ids": [e for es in b.retired.values() for e in es],
+                                         "seq": seq}))
         # Every row or group names its table, so one statement covers all the per-user
         # tables of the flush: statements per flush stay constant, not per user.
         b.stmts.extend(self._upserts(inserts, seq))

@@ -140,7 +140,8 @@ describe(`client through the real stack (${MODE})`, () => {
       const vb = await bob.view(TOP, params);
       const steps: Step[] = [];
       va.subscribe((s) => steps.push(s));
-      let seed = Math.floor(Math.random() * 1e9);
+      // SVC_TS_SEED replays a run (its seed is printed)
+      let seed = Number(process.env.SVC_TS_SEED ?? Math.floor(Math.random() * 1e9));
       console.log("seed", seed);
       const rnd = (n: number) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
       const owners = [alice.authId, bob.authId];
@@ -178,6 +179,27 @@ describe(`client through the real stack (${MODE})`, () => {
       await bob.close();
     }
   }, 120000);
+
+  it("a member deleted on its own leaves the view", async () => {
+    // The database deletes the edges pointing at a record in the transaction that deletes it.
+    // SurrealDB 3.0.2 (the Node build, transport http) writes no changefeed entry for those
+    // edges, so a LIVE subscriber of the edge table heard nothing of this removal: the view
+    // kept the row as long as no other change of it came (a whole-suite run, seed 270829843).
+    const c = await user("hugo");
+    const q = TOP.replace(" START 1", "");
+    try {
+      await stack.asRoot("UPSERT post:h1 SET owner = $o, title = 'a', n = 3; " +
+        "UPSERT post:h2 SET owner = $o, title = 'b', n = 4", { o: c.authId });
+      const view = await c.view(q, { min: 0 });
+      await settles(view, c, q, { min: 0 });
+      expect(view.rows.map((r) => String(r.id))).toEqual(["post:h2", "post:h1"]);
+      await stack.asRoot("DELETE post:h2");
+      const got = await settles(view, c, q, { min: 0 });
+      expect(got.map((r) => String(r.id))).toEqual(["post:h1"]);
+    } finally {
+      await c.close();
+    }
+  }, 60000);
 
   it("two sessions of one user are two views; close deletes only its row", async () => {
     const one = await user("carol");
