@@ -123,9 +123,13 @@ describe("membersQuery", () => {
       "ORDER BY n DESC, tag.label COLLATE, id FETCH tag"))
       .toBe("SELECT * FROM (SELECT id, n AS m, tag.label AS `l, x` FROM $__members WITH NOINDEX " +
         "WHERE id != NONE AND (a) FETCH tag) ORDER BY m DESC, `l, x` COLLATE, id");
-    // a VALUE's rows are no objects: its ORDER BY stays inside
+    // a VALUE's rows are no objects: the member records are ordered, then the VALUE read
     expect(membersQuery("SELECT VALUE n FROM post ORDER BY n LIMIT 3"))
-      .toBe("SELECT * FROM (SELECT VALUE n FROM $__members WHERE id != NONE ORDER BY n)");
+      .toBe("SELECT VALUE n FROM (SELECT * FROM (SELECT * FROM $__members WHERE id != NONE) " +
+        "ORDER BY n)");
+    expect(membersQuery("SELECT VALUE id FROM post WHERE a ORDER BY n DESC, title FETCH x"))
+      .toBe("SELECT VALUE id FROM (SELECT * FROM (SELECT * FROM $__members WHERE id != NONE " +
+        "AND (a)) ORDER BY n DESC, title) FETCH x");
     expect(() => membersQuery("UPDATE t SET a = 1")).toThrow();
   });
 });
