@@ -200,6 +200,9 @@ describe(`client through the real stack (${MODE})`, () => {
       await stack.asRoot("DELETE post:h2");
       const got = await settles(view, c, q, { min: 0 });
       expect(got.map((r) => String(r.id))).toEqual(["post:h1"]);
+      // close() deletes the view's row; over http the service's teardown, posted from inside
+      // that DELETE, can write the row first: a conflict the client retries, never an error
+      for (let i = 0; i < 25; i++) await (await c.view(q, { min: i })).close();
     } finally {
       await c.close();
     }
