@@ -4,8 +4,9 @@ check the same rules as tests/integration/test_viewclient.py. One `npm test` per
 (`SVC_TS_MODE`, clients/ts/test/stack.ts): `standalone` (edge mode `dedicated`),
 `scheduler` (a scheduler tailing the changefeed, the clients talking to it), `single`
 (standalone, edge mode `single`), `http` (standalone, transport `http` on SurrealDB's Node
-build) and `http-scheduler` (transport `http`, the events posting to a scheduler); each run
-builds its stack once for all its tests. ops/test
+build), `http-scheduler` (transport `http`, the events posting to a scheduler) and
+`http-single` (transport `http`, standalone, edge mode `single`); each run builds its stack
+once for all its tests. ops/test
 installs the packages with `npm ci` from the lock file first (ops/_npm.sh).
 
 The module builds the client once (`npm run build`: the type check and `dist/`, which the
@@ -30,7 +31,7 @@ from tests.support import lifeline
 from tests.support.procs import ROOT
 
 TS = ROOT / "clients" / "ts"
-MODES = ("standalone", "scheduler", "single", "http", "http-scheduler")
+MODES = ("standalone", "scheduler", "single", "http", "http-scheduler", "http-single")
 
 
 def _env(**extra: str) -> dict[str, str]:

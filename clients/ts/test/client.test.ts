@@ -324,9 +324,9 @@ describe(`client through the real stack (${MODE})`, () => {
     }
   }, 60000);
 
-  // The TTL sweep and an SSP's restart do not depend on the edge mode: mode `single` (the
-  // same standalone SSP as `standalone`) leaves them to the other runs, to keep the suite short.
-  const FEW = MODE === "single";
+  // The TTL sweep and an SSP's restart do not depend on the edge mode: the modes of edge mode
+  // `single` (the same standalone SSP) leave them to the other runs, to keep the suite short.
+  const FEW = REF_MODE === "single";
   it.runIf(!FEW)("refresh keeps a view alive past its ttl; its absence lets it expire", async () => {
     const c = await user("dave");
     try {

@@ -9,7 +9,8 @@
  * clients talk to the scheduler), `single` (standalone, edge mode `single`), `http`
  * (standalone, transport `http`: the host runs SurrealDB's Node build, whose events post each
  * change to the SSP's /ingest) or `http-scheduler` (transport `http` with a scheduler: the
- * events post to the scheduler's /ingest). The service holds a secret the clients never get:
+ * events post to the scheduler's /ingest) or `http-single` (transport `http`, standalone, edge
+ * mode `single`). The service holds a secret the clients never get:
  * they register their views by their rows.
  */
 
@@ -28,18 +29,16 @@ const PY = process.env.SVC_PYTHON ?? join(ROOT, ".venv/bin/python");
 const ROOT_USER = "root";
 const ROOT_PASS = "root-ts-pass";
 export const SERVICE_SECRET = "ts-client-service-secret-7a8b";
-export type Mode = "standalone" | "scheduler" | "single" | "http" | "http-scheduler";
+const MODES = ["standalone", "scheduler", "single", "http", "http-scheduler", "http-single"] as const;
+export type Mode = typeof MODES[number];
 export const MODE = (process.env.SVC_TS_MODE ?? "standalone") as Mode;
-if (!["standalone", "scheduler", "single", "http", "http-scheduler"].includes(MODE)) {
-  throw new Error(`SVC_TS_MODE ${MODE} is not standalone, scheduler, single, http or ` +
-    "http-scheduler");
-}
+if (!MODES.includes(MODE)) throw new Error(`SVC_TS_MODE ${MODE} is not one of ${MODES.join(", ")}`);
 /** Transport http: database events post each change to the service's /ingest. */
-export const HTTP = MODE === "http" || MODE === "http-scheduler";
+export const HTTP = MODE.startsWith("http");
 /** The clients talk to a scheduler, which has an SSP linked to it. */
 export const SCHEDULED = MODE === "scheduler" || MODE === "http-scheduler";
 const TRANSPORT = HTTP ? "http" : "changefeed";
-export const REF_MODE = MODE === "single" ? "single" : "dedicated";
+export const REF_MODE = MODE.endsWith("single") ? "single" : "dedicated";
 
 export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
