@@ -91,18 +91,18 @@ UPSERT_GROUPS = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; "
 # Mode `dedicated`: members that left are retired, not deleted (module docstring). An edge
 # already retired is left alone (no second notification); a missing one stays missing.
 RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
-# A database that logs no changefeed entry for the edges a DELETE of their member takes along
-# (SurrealDB 3.0.x, the Node build: transport http; `Publisher(unlogged_cascades=True)`):
-# removing such an edge writes nothing either, so a LIVE subscriber of the edge table never
-# hears that the member left. There a removal whose edge is gone first writes it back,
-# retired (`removed = true`), which the feed logs: mode `dedicated` leaves it retired (the
-# reaper deletes it later, a logged DELETE), mode `single` deletes it in the same flush (the
-# feed logs both). Rows `[edge, view record, member, auth_id]`.
+# SurrealDB 3.0.x (the Node build, transport http; `Publisher(unlogged_cascades=True)`) logs
+# no changefeed entry for the edges a DELETE of their member takes along, so removing such an
+# edge writes nothing either and a LIVE subscriber of the edge table never hears that the
+# member left. It also logs a DELETE without the row, so a record user's LIVE on
+# `_00_list_ref` (readable where `auth_id = $auth.id`) cannot be shown an edge's DELETE. There
+# every removal first writes the edge retired (`removed = true`, the whole row in the feed):
+# an UPDATE, or a RELATE where the edge is gone. Mode `dedicated` leaves it retired (the reaper
+# deletes it later), mode `single` deletes it next in the same flush (the feed logs both).
+# Rows `[edge, view record, member, auth_id]`.
 RETIRE_LOGGED = ("FOR $r IN $rows { IF record::exists($r[0]) { UPDATE $r[0] SET removed = true, "
                  "seq = $seq WHERE !removed RETURN NONE } ELSE { RELATE ($r[1])->($r[0])->($r[2]) "
                  "SET removed = true, seq = $seq, auth_id = $r[3] RETURN NONE } }")
-RESTORE_GONE = ("FOR $r IN $rows { IF !record::exists($r[0]) { RELATE ($r[1])->($r[0])->($r[2]) "
-                "SET removed = true, seq = $seq, auth_id = $r[3] RETURN NONE } }")
 # A (re)materialisation's prior edges (not stamped with this flush's seq by the upserts
 # before it) are retired, and all of the view's retired edges are the block's value, for the
 # reaper. (Not `RETURN $gone`: a RETURN ends the whole transaction, skipping what follows.)
@@ -596,6 +596,10 @@ class Publisher:
                 stale.append((RETIRE_STALE.format(table=view.edge_table),
                               {"q": view.record, "seq": seq}, vid))
             else:
+                if self.unlogged_cascades:  # the whole row in the feed first (RETIRE_LOGGED)
+                    stale.append((f"UPDATE {view.edge_table} SET removed = true WHERE in = $q "
+                                  "AND seq != $seq RETURN NONE",
+                                  {"q": view.record, "seq": seq}, None))
                 stale.append((f"DELETE {view.edge_table} WHERE in = $q AND seq != $seq",
                               {"q": view.record, "seq": seq}, None))
             ready_updates.append({"q": view.record, "n": len(view.members)})
@@ -654,7 +658,7 @@ class Publisher:
         busy.update(b.views)
         if deletes:
             if logged:
-                b.stmts.append((RESTORE_GONE, {"rows": logged, "seq": seq}))
+                b.stmts.append((RETIRE_LOGGED, {"rows": logged, "seq": seq}))
             b.stmts.append(("DELETE $ids", {"ids": deletes}))
         if b.retired:
             if logged:
