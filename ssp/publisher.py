@@ -91,6 +91,18 @@ UPSERT_GROUPS = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; "
 # Mode `dedicated`: members that left are retired, not deleted (module docstring). An edge
 # already retired is left alone (no second notification); a missing one stays missing.
 RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
+# SurrealDB 3.0.x (the Node build, transport http; `Publisher(unlogged_cascades=True)`) logs
+# no changefeed entry for the edges a DELETE of their member takes along, so removing such an
+# edge writes nothing either and a LIVE subscriber of the edge table never hears that the
+# member left. It also logs a DELETE without the row, so a record user's LIVE on
+# `_00_list_ref` (readable where `auth_id = $auth.id`) cannot be shown an edge's DELETE. There
+# every removal first writes the edge retired (`removed = true`, the whole row in the feed):
+# an UPDATE, or a RELATE where the edge is gone. Mode `dedicated` leaves it retired (the reaper
+# deletes it later), mode `single` deletes it next in the same flush (the feed logs both).
+# Rows `[edge, view record, member, auth_id]`.
+RETIRE_LOGGED = ("FOR $r IN $rows { IF record::exists($r[0]) { UPDATE $r[0] SET removed = true, "
+                 "seq = $seq WHERE !removed RETURN NONE } ELSE { RELATE ($r[1])->($r[0])->($r[2]) "
+                 "SET removed = true, seq = $seq, auth_id = $r[3] RETURN NONE } }")
 # A (re)materialisation's prior edges (not stamped with this flush's seq by the upserts
 # before it) are retired, and all of the view's retired edges are the block's value, for the
 # reaper. (Not `RETURN $gone`: a RETURN ends the whole transaction, skipping what follows.)
@@ -257,9 +269,12 @@ class Publisher:
         max_ops: int = 2000,
         flushers: int = 1,
         metrics: ViewMetrics | None = None,
+        unlogged_cascades: bool = False,
     ) -> None:
         self.db = db
         self.ref_mode = ref_mode
+        # Removals write a logged change even where the edge is gone (RETIRE_LOGGED).
+        self.unlogged_cascades = unlogged_cascades
         # Removals retire edges and the reaper deletes them later (module docstring).
         self.retire = ref_mode != "single"
         self.reaper: EdgeReaper | None = EdgeReaper(db, self) if self.retire else None
@@ -528,6 +543,7 @@ class Publisher:
         stale: list[tuple[str, dict[str, Any], str | None]] = []
         ready_updates: list[dict[str, Any]] = []
         deletes: list[RecordID] = []
+        logged: list[list[Any]] = []  # removals to log where the edge is gone (unlogged_cascades)
         busy = self._inflight
         tables: set[str] = set()
 
@@ -580,6 +596,10 @@ class Publisher:
                 stale.append((RETIRE_STALE.format(table=view.edge_table),
                               {"q": view.record, "seq": seq}, vid))
             else:
+                if self.unlogged_cascades:  # the whole row in the feed first (RETIRE_LOGGED)
+                    stale.append((f"UPDATE {view.edge_table} SET removed = true WHERE in = $q "
+                                  "AND seq != $seq RETURN NONE",
+                                  {"q": view.record, "seq": seq}, None))
                 stale.append((f"DELETE {view.edge_table} WHERE in = $q AND seq != $seq",
                               {"q": view.record, "seq": seq}, None))
             ready_updates.append({"q": view.record, "n": len(view.members)})
@@ -621,11 +641,15 @@ class Publisher:
                 if m in view.members:
                     ups.append(m)
                 else:
-                    gone = edge_id(view.edge_table, view.record, parse_record_id(m))
+                    out = parse_record_id(m)
+                    gone = edge_id(view.edge_table, view.record, out)
                     if self.retire:
                         b.retired.setdefault(vid, []).append(gone)
                     else:
                         deletes.append(gone)
+                    if self.unlogged_cascades:
+                        logged.append([gone, view.record, out,
+                                       view.auth if view.edge_table == SINGLE_TABLE else None])
             if ups:
                 inserts.append((view, ups))
             budget -= len(members)
@@ -633,10 +657,15 @@ class Publisher:
             return None
         busy.update(b.views)
         if deletes:
+            if logged:
+                b.stmts.append((RETIRE_LOGGED, {"rows": logged, "seq": seq}))
             b.stmts.append(("DELETE $ids", {"ids": deletes}))
         if b.retired:
-            b.stmts.append((RETIRE, {"ids": [e for es in b.retired.values() for e in es],
-                                     "seq": seq}))
+            if logged:
+                b.stmts.append((RETIRE_LOGGED, {"rows": logged, "seq": seq}))
+            else:
+                b.stmts.append((RETIRE, {"ids": [e for es in b.retired.values() for e in es],
+                                         "seq": seq}))
         # Every row or group names its table, so one statement covers all the per-user
         # tables of the flush: statements per flush stay constant, not per user.
         b.stmts.extend(self._upserts(inserts, seq))

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 from surrealdb import AsyncSurreal, RecordID
 
+from viewclient.conflicts import is_conflict, retried
 from viewclient.naming import QUERY_TABLE, edge_table, record_text, ttl_secs
 from viewclient.query import MEMBERS_PARAM, members_query
 from viewclient.view import View
@@ -277,7 +278,7 @@ class Client:
                     "lastActiveAt = time::now() RETURN NONE",
                     {"q": record, "s": surql, "p": params or {}, "c": self.client_id, "t": ttl})
                 err = _statement_error(res)
-                if err is not None and "already exists" not in err and not _conflict(err):
+                if err is not None and "already exists" not in err and not is_conflict(err):
                     raise ViewError(403, f"cannot write the view's row: {err}")
                 create = False  # a conflict: the read below says whether the row is there
             got = await self.db.query("SELECT state, error FROM $q", {"q": record})
@@ -306,7 +307,7 @@ class Client:
                     # inside this write, and the service's answer (state or error) can be
                     # written onto the row before this write commits, which then fails as a
                     # conflict. The answer is what was waited for: read it.
-                    if not _conflict(str(e)):
+                    if not is_conflict(str(e)):
                         raise
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.1)
@@ -349,8 +350,10 @@ class Client:
         self.pending.append(p)
         for v in self.views.values():
             v._changed_locally()
-        try:
-            res = await self.db.query_raw(statement, vars)
+        db = self.db
+
+        async def attempt() -> Any:
+            res = await db.query_raw(statement, vars)
             err = res.get("error")
             stmt = (res.get("result") or [{}])[0]
             if err is None and stmt.get("status") != "OK":
@@ -360,6 +363,11 @@ class Client:
             if err is not None:
                 raise PermissionError(err.get("message") if isinstance(err, dict) else str(err))
             return stmt.get("result")
+
+        try:
+            # A DELETE takes the edges pointing at the record along, so a write can lose to
+            # the SSP's edge transaction: SurrealDB calls that retryable, and it is no refusal.
+            return await retried(attempt)
         except Exception as e:
             self.failed_writes.append(FailedWrite(p.op, p.record, p.data, str(e)))
             raise
@@ -428,11 +436,6 @@ def _statement_error(res: dict[str, Any]) -> str | None:
         if stmt.get("status") != "OK":
             return str(stmt.get("result"))
     return None
-
-
-def _conflict(message: str) -> bool:
-    """A write that lost to a concurrent one (SurrealDB: "... can be retried")."""
-    return "can be retried" in message or "conflict" in message.lower()
 
 
 def _now_iso() -> str:

@@ -12,9 +12,11 @@ applied by an outer `SELECT * FROM (<inner>) ORDER BY ...` over the projected ro
 Why the outer ORDER BY: SurrealDB 3.0.x (the Node build, which the `http` transport runs on)
 ignores ORDER BY in `SELECT ... FROM $array WHERE ...` and refuses `SELECT ... FROM $array`
 without WHERE ("Specify a database to use"); it orders a subquery's rows correctly, and so
-does 3.2 (the embedded build), so the one form is exact on both. A SELECT VALUE keeps its
-ORDER BY inside (its rows are no objects to order by a field); on 3.0.x its order is not
-SurrealDB's.
+does 3.2 (the embedded build), so the one form is exact on both. A SELECT VALUE's rows are
+no objects to order by a field: its member records are ordered in a subquery and the VALUE is
+read from them, `SELECT VALUE ... FROM (SELECT * FROM (<members>) ORDER BY ...)`, which both
+builds keep in order (the VALUE read of `$__members` itself was out of order on 3.0.x, and on
+3.2 too for an ORDER BY on a field the VALUE is not).
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def members_query(surql: str) -> str:
             with_.append(rest[s:end].strip())
         elif word == "WHERE":
             where = rest[e:end].strip()
-        elif word == "ORDER" and not is_value:
+        elif word == "ORDER":
             order = rest[e:end].strip()
         else:
             tail.append(rest[s:end].strip())
@@ -158,6 +160,12 @@ def members_query(surql: str) -> str:
     # row of NONE by 3.0 (with a VALUE or subquery projection); a WHERE also keeps 3.0 from
     # refusing an array source.
     cond = "WHERE id != NONE" + (f" AND ({where})" if where else "")
+    if is_value and order:
+        # A VALUE's rows are no objects to order by a field: the member records are ordered
+        # first (by the record fields the ORDER BY names) and the VALUE read from them in order.
+        members = " ".join([f"SELECT * FROM ${MEMBERS_PARAM}", *with_, cond])
+        return " ".join([f"SELECT {projection} FROM (SELECT * FROM ({members}) ORDER {order})",
+                         *tail])
     inner = " ".join([f"SELECT {projection} FROM ${MEMBERS_PARAM}", *with_, cond, *tail])
     outer = f"SELECT * FROM ({inner})"
     return outer + (" " + _outer_order(order, projection) if order else "")

@@ -14,6 +14,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
+from viewclient.conflicts import retried
 from viewclient.naming import QUERY_TABLE, edge_table, record_text, ttl_secs
 from viewclient.query import MEMBERS_PARAM, Window, members_query, where_filter
 
@@ -145,7 +146,9 @@ class View:
         await self.client.unfollow(self.edge_table, self.record)
         db = self.client.db
         if db is not None:
-            await db.query("DELETE $q", {"q": self.record})
+            # transport http: the service's teardown, posted from inside this DELETE, can
+            # write the row first (viewclient.conflicts)
+            await retried(lambda: db.query("DELETE $q", {"q": self.record}))
         self.client.views.pop(self.id, None)
         for q in self._queues:
             q.put_nowait(Step("closed", self.rows))

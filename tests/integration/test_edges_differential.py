@@ -67,7 +67,7 @@ MODES = [("standalone", "dedicated"), ("standalone", "single"),
          # the spec's default transport: database events post to the scheduler's /ingest
          # inside the writing transaction (the host on SurrealDB's Node build, which has
          # http::*); no changefeed anywhere
-         ("scheduler-http", "dedicated")]
+         ("scheduler-http", "dedicated"), ("scheduler-http", "single")]
 
 
 @dataclass

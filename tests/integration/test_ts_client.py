@@ -3,12 +3,14 @@ their own database host, SSP (and scheduler) from this checkout's Python (`SVC_P
 check the same rules as tests/integration/test_viewclient.py. One `npm test` per stack mode
 (`SVC_TS_MODE`, clients/ts/test/stack.ts): `standalone` (edge mode `dedicated`),
 `scheduler` (a scheduler tailing the changefeed, the clients talking to it), `single`
-(standalone, edge mode `single`); each run builds its stack once for all its tests (mode
-`http` runs by hand, see MODES). ops/test
+(standalone, edge mode `single`), `http` (standalone, transport `http` on SurrealDB's Node
+build), `http-scheduler` (transport `http`, the events posting to a scheduler) and
+`http-single` (transport `http`, standalone, edge mode `single`); each run builds its stack
+once for all its tests. ops/test
 installs the packages with `npm ci` from the lock file first (ops/_npm.sh).
 
 The module builds the client once (`npm run build`: the type check and `dist/`, which the
-top-10 example test runs; `SVC_TS_PREBUILT` tells it the build is done), then starts the three
+top-10 example test runs; `SVC_TS_PREBUILT` tells it the build is done), then starts the
 runs at once: each spends most of its time waiting (TTL expiry, restarts, the stack starting),
 so together they take about as long as the longest alone. Each test waits for its own run."""
 
@@ -29,11 +31,7 @@ from tests.support import lifeline
 from tests.support.procs import ROOT
 
 TS = ROOT / "clients" / "ts"
-# `http` (SVC_TS_MODE=http: standalone, transport `http` on the Node build) is not in the
-# suite's runs yet: one of three whole-suite runs found its view keeping a row SurrealDB no
-# longer answered after random writes (seed 270829843), a fault not found yet. It runs by
-# hand: `cd clients/ts && SVC_TS_MODE=http SVC_PYTHON=../../.venv/bin/python npm test`.
-MODES = ("standalone", "scheduler", "single")
+MODES = ("standalone", "scheduler", "single", "http", "http-scheduler", "http-single")
 
 
 def _env(**extra: str) -> dict[str, str]:

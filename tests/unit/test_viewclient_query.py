@@ -32,9 +32,15 @@ from viewclient.query import UnsupportedQuery, members_query, where_filter
      "tag.label COLLATE, id FETCH tag",
      "SELECT * FROM (SELECT id, n AS m, tag.label AS `l, x` FROM $__members WITH NOINDEX "
      "WHERE id != NONE AND (a) FETCH tag) ORDER BY m DESC, `l, x` COLLATE, id"),
-    # a VALUE's rows are no objects: its ORDER BY stays inside
+    # a VALUE's rows are no objects: the member records are ordered, then the VALUE read
     ("SELECT VALUE n FROM post ORDER BY n LIMIT 3",
-     "SELECT * FROM (SELECT VALUE n FROM $__members WHERE id != NONE ORDER BY n)"),
+     "SELECT VALUE n FROM (SELECT * FROM (SELECT * FROM $__members WHERE id != NONE) "
+     "ORDER BY n)"),
+    ("SELECT VALUE id FROM post WHERE a ORDER BY n DESC, title FETCH x",
+     "SELECT VALUE id FROM (SELECT * FROM (SELECT * FROM $__members WHERE id != NONE AND (a)) "
+     "ORDER BY n DESC, title) FETCH x"),
+    ("SELECT VALUE n FROM post",
+     "SELECT * FROM (SELECT VALUE n FROM $__members WHERE id != NONE)"),
 ])
 def test_members_query_keeps_the_shape_and_drops_the_window(surql: str, want: str) -> None:
     assert members_query(surql) == want

@@ -305,7 +305,9 @@ export class Client {
     this.pending.push(p);
     for (const v of this.views.values()) v.changedLocally();
     try {
-      const [res] = await this.db.query<[unknown[]]>(sql, vars).collect();
+      // A DELETE takes the edges pointing at the record along, so a write can lose to the
+      // SSP's edge transaction: SurrealDB calls that retryable, and it is no refusal.
+      const [res] = await retried(() => this.db.query<[unknown[]]>(sql, vars).collect());
       if (!res || (Array.isArray(res) && res.length === 0)) {
         throw new Error("the database changed no record (not found or not permitted)");
       }
@@ -365,6 +367,22 @@ export class Client {
 function isConflict(e: unknown): boolean {
   const text = String(e);
   return text.includes("can be retried") || /conflict/i.test(text);
+}
+
+/**
+ * `op()`, again after a write conflict (a short growing pause), at most `attempts` times. Over
+ * transport http the database's events post a write to the service from inside it, and the
+ * service may write the same record (or edges a DELETE takes along) before it commits.
+ */
+async function retried<T>(op: () => Promise<T>, attempts = 8): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await op();
+    } catch (e) {
+      if (attempt >= attempts - 1 || !isConflict(e)) throw e;
+      await new Promise((r) => setTimeout(r, 10 * (attempt + 1)));
+    }
+  }
 }
 
 export class View implements AsyncIterable<Step> {
@@ -562,7 +580,9 @@ export class View implements AsyncIterable<Step> {
     this.closed = true;
     clearTimeout(this.refreshTimer);
     await this.client.unfollow(this.edgeTable, this);
-    await this.client.db.query("DELETE $q", { q: this.record }).collect();
+    // transport http: the service's teardown, posted from inside this DELETE, can write the
+    // row first
+    await retried(() => this.client.db.query("DELETE $q", { q: this.record }).collect());
     this.client.views.delete(this.id);
   }
 }

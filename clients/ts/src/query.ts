@@ -127,12 +127,19 @@ export function membersQuery(surql: string): string {
     if (w.word === "START" || w.word === "LIMIT") return;
     if (w.word === "WITH") withs.push(rest.slice(w.start, end).trim());
     else if (w.word === "WHERE") where = rest.slice(w.end, end).trim();
-    else if (w.word === "ORDER" && !isValue) order = rest.slice(w.end, end).trim();
+    else if (w.word === "ORDER") order = rest.slice(w.end, end).trim();
     else tail.push(rest.slice(w.start, end).trim());
   });
   // `id != NONE`: a member deleted since its edge was read is skipped by 3.2 but read as a
   // row of NONE by 3.0 (with a VALUE or subquery projection).
   const cond = "WHERE id != NONE" + (where ? ` AND (${where})` : "");
+  if (isValue && order) {
+    // A VALUE's rows are no objects to order by a field: the member records are ordered
+    // first (by the record fields the ORDER BY names) and the VALUE read from them in order.
+    const members = [`SELECT * FROM $${MEMBERS_PARAM}`, ...withs, cond].join(" ");
+    return [`SELECT ${projection} FROM (SELECT * FROM (${members}) ORDER ${order})`, ...tail]
+      .join(" ");
+  }
   const inner = [`SELECT ${projection} FROM $${MEMBERS_PARAM}`, ...withs, cond, ...tail].join(" ");
   return `SELECT * FROM (${inner})` + (order ? " " + outerOrder(order, projection) : "");
 }

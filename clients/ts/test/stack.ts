@@ -6,10 +6,12 @@
  *
  * `SVC_TS_MODE` picks the stack: `standalone` (default: the SSP alone, edge mode
  * `dedicated`), `scheduler` (a scheduler tailing the changefeed, its SSP linked to it; the
- * clients talk to the scheduler), `single` (standalone, edge mode `single`) or `http`
+ * clients talk to the scheduler), `single` (standalone, edge mode `single`), `http`
  * (standalone, transport `http`: the host runs SurrealDB's Node build, whose events post each
- * change to the SSP's /ingest). The service holds a secret the clients never get: they
- * register their views by their rows.
+ * change to the SSP's /ingest) or `http-scheduler` (transport `http` with a scheduler: the
+ * events post to the scheduler's /ingest) or `http-single` (transport `http`, standalone, edge
+ * mode `single`). The service holds a secret the clients never get:
+ * they register their views by their rows.
  */
 
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
@@ -27,13 +29,16 @@ const PY = process.env.SVC_PYTHON ?? join(ROOT, ".venv/bin/python");
 const ROOT_USER = "root";
 const ROOT_PASS = "root-ts-pass";
 export const SERVICE_SECRET = "ts-client-service-secret-7a8b";
-export type Mode = "standalone" | "scheduler" | "single" | "http";
+const MODES = ["standalone", "scheduler", "single", "http", "http-scheduler", "http-single"] as const;
+export type Mode = typeof MODES[number];
 export const MODE = (process.env.SVC_TS_MODE ?? "standalone") as Mode;
-if (!["standalone", "scheduler", "single", "http"].includes(MODE)) {
-  throw new Error(`SVC_TS_MODE ${MODE} is not standalone, scheduler, single or http`);
-}
-const TRANSPORT = MODE === "http" ? "http" : "changefeed";
-export const REF_MODE = MODE === "single" ? "single" : "dedicated";
+if (!MODES.includes(MODE)) throw new Error(`SVC_TS_MODE ${MODE} is not one of ${MODES.join(", ")}`);
+/** Transport http: database events post each change to the service's /ingest. */
+export const HTTP = MODE.startsWith("http");
+/** The clients talk to a scheduler, which has an SSP linked to it. */
+export const SCHEDULED = MODE === "scheduler" || MODE === "http-scheduler";
+const TRANSPORT = HTTP ? "http" : "changefeed";
+export const REF_MODE = MODE.endsWith("single") ? "single" : "dedicated";
 
 export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
@@ -144,7 +149,7 @@ export class Stack {
   get wsUrl(): string { return `ws://127.0.0.1:${this.dbPort}/rpc`; }
   /** Where clients check health (and register with a bearer): the scheduler or the SSP. */
   get serviceUrl(): string {
-    return `http://127.0.0.1:${MODE === "scheduler" ? this.schedPort : this.sspPort}`;
+    return `http://127.0.0.1:${SCHEDULED ? this.schedPort : this.sspPort}`;
   }
   get sspUrl(): string { return `http://127.0.0.1:${this.sspPort}`; }
 
@@ -162,7 +167,7 @@ export class Stack {
     const backendUrl = `http://127.0.0.1:${(this.backend.address() as AddressInfo).port}`;
     this.dbPort = await freePort();
     // Transport http needs `http::post` in events: only SurrealDB's Node build has it.
-    const engine = MODE === "http" ? ["--engine", "node", "--allow-net", "127.0.0.1"] : [];
+    const engine = HTTP ? ["--engine", "node", "--allow-net", "127.0.0.1"] : [];
     this.host = new Proc("svc-db", [PY, "-m", "dbhost", "--bind", `127.0.0.1:${this.dbPort}`,
       "--path", join(this.tmp, "data"), ...engine], baseEnv({ SVC_DB_USER: ROOT_USER, SVC_DB_PASS: ROOT_PASS }),
     join(this.tmp, "db.log"));
@@ -170,18 +175,18 @@ export class Stack {
     const root = await this.root();
     await root.query(SCHEMA).collect();
     await root.close();
-    // The SSP's port first: with transport http the events name its /ingest (and carry the
-    // bearer derived from the service's secret).
+    // The service's ports first: with transport http the events name its /ingest (the SSP's,
+    // or the scheduler's) and carry the bearer derived from the service's secret.
     this.sspPort = await freePort();
-    const ingest = TRANSPORT === "http" ? ["--ingest-url", `${this.sspUrl}/ingest`] : [];
+    if (SCHEDULED) this.schedPort = await freePort();
+    const ingest = HTTP ? ["--ingest-url", `${this.serviceUrl}/ingest`] : [];
     const apply = spawnSync(PY, ["-m", "svccli", "schema", "apply", "--transport", TRANSPORT,
       ...ingest], { cwd: ROOT, env: baseEnv({ ...this.dbEnv(),
       ...(TRANSPORT === "http" ? { SVC_AUTH_SECRET: SERVICE_SECRET } : {}) }),
       encoding: "utf8", timeout: 60000 });
     if (apply.status !== 0) throw new Error("schema apply failed: " + apply.stderr + apply.stdout);
     const linked: Record<string, string> = {};
-    if (MODE === "scheduler") {
-      this.schedPort = await freePort();
+    if (SCHEDULED) {
       const config = join(this.tmp, "scheduler.json");  // YAML is a superset of JSON
       writeFileSync(config, JSON.stringify({
         db: { url: this.wsUrl, namespace: this.ns, database: this.db, username: ROOT_USER,
@@ -194,7 +199,7 @@ export class Stack {
         heartbeat_timeout_ms: 1500,
       }));
       this.scheduler = new Proc("svc-scheduler", [join(dirname(PY), "svc-scheduler"),
-        "--config", config], baseEnv({ SVC_INGEST_TRANSPORT: "changefeed",
+        "--config", config], baseEnv({ SVC_INGEST_TRANSPORT: TRANSPORT,
         SVC_DRIFT_CHECK: "false", SVC_ADMIN_HOST: "127.0.0.1",
         SVC_ADMIN_PORT: String(await freePort()), SVC_AUTH_SECRET: SERVICE_SECRET }),
       join(this.tmp, "scheduler.log"));
