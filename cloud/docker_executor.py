@@ -186,6 +186,11 @@ class DockerExecutor:
             env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
     # ------------------------------------------------------------------ the daemon
+    @property
+    def reached(self) -> bool:
+        """A daemon answered this executor since it was made."""
+        return self._client is not None
+
     def client(self) -> Any:
         if self._client is None:
             self._client = self._connect(_POOL)
@@ -423,7 +428,7 @@ class DockerExecutor:
         watcher would remove once this process is gone, done before the process ends, so a
         clean stop leaves nothing behind even for a container whose start was never
         recorded (a relaunch cancelled by the stop while the daemon created it)."""
-        if self._client is None:
+        if not self.reached:
             return 0  # never reached a daemon: nothing of ours can be there
 
         def run() -> list[str]:
@@ -515,6 +520,6 @@ class LocalWithContainers:
         return await self.containers.build(spec, emit)
 
     async def prune_images(self, project: str, keep: Collection[str]) -> list[str]:
-        if self.containers._client is None:
+        if not self.containers.reached:
             return []  # never reached a daemon in this run: it built nothing to prune
         return await self.containers.prune_images(project, keep)
