@@ -72,7 +72,7 @@ def cloud(host: DbHost, dockerd: Dockerd, tmp_path_factory: pytest.TempPathFacto
           ) -> Iterator[Cloud]:
     tmp = tmp_path_factory.mktemp("cloud-docker")
     c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="docker",
-                   SVC_CLOUD_REPO_POLL_SECS="0.3",
+                   SVC_CLOUD_REPO_POLL_SECS="0.3", SVC_CLOUD_USAGE_SAMPLE_SECS="1",
                    SVC_CLOUD_DOCKER_HOST=dockerd.url,
                    SVC_CLOUD_DOCKER_MEMORY_MB=str(MEMORY_MB), SVC_CLOUD_DOCKER_CPUS=str(CPUS))
     c.start()
@@ -273,6 +273,13 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     except AssertionError:
         raise AssertionError([(x.labels, x.status) for x in containers(dockerd, c)]) from None
     assert http_status(box2["url"] + "/") == 200
+
+    # the containers' time is in the usage report (the stopped ones' rows at their stop)
+    def machine_seconds() -> Any:
+        out = c.ok("GET", "/v1/usage", project.s, params={"project": project.slug})
+        ms = [t for t in out["totals"] if t["metric"] == "machine_seconds"][0]
+        return ms if ms["measured"] and (ms["quantity"] or 0) > 1 else None
+    assert wait_until(machine_seconds, 30, "machine seconds in the usage report")
 
 
 WEB_CONTAINERFILE = """\
