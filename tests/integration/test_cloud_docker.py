@@ -14,6 +14,7 @@ When no daemon can be started here the module fails with the reason (never skipp
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 import subprocess
@@ -182,8 +183,10 @@ def test_kill_9_mid_redeploy_leaves_no_orphan_container_after_restart(
     assert all(x.status == "running" for x in containers(dockerd, c))
 
 
-BOX_CODE = ("import os, http.server; "
+BOX_SECRET = "box-vault-value-7d1f9c"
+BOX_CODE = ("import os, http.server, hashlib; "
             "print('box up', os.environ.get('GREETING'), 'PYTHONPATH' in os.environ, "
+            "hashlib.sha256(os.environ.get('BOX_SECRET', '').encode()).hexdigest()[:12], "
             "flush=True); "
             "http.server.test(http.server.SimpleHTTPRequestHandler, "
             "port=int(os.environ['PORT']), bind='127.0.0.1')")
@@ -213,7 +216,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
         f"type: container\nimage: {json.dumps(DEFAULT_IMAGE)}\nports: [8000]\n"
         "healthcheck: /\nvolumes: ['/usr:/usr:ro']\n"
         f"args: {json.dumps(['/usr/bin/python3', '-c', BOX_CODE])}\n"
-        "deploy: {resources: {memory: 256, vcpus: 1}}\n")
+        "deploy: {resources: {memory: 256, vcpus: 1}}\nenv: {vault: [BOX_SECRET]}\n")
     (w / "py" / "py.py").write_text(PY_APP)
     (w / "py" / "project.yml").write_text(
         "type: frontend\ndependsOn: [box]\ndev: {type: python, script: py.py}\n"
@@ -231,6 +234,7 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     c = project.cloud
     c.ok("PATCH", project.base + "/env", project.s, {"vars": {"GREETING": "ahoy"},
                                                       "app": "box"})
+    c.ok("PUT", project.base + "/vault/BOX_SECRET", project.s, {"value": BOX_SECRET})
     before = c.ok("GET", project.base + "/deployments", project.s)["items"][0]
     c.ok("POST", project.base + "/links", project.s, {"url": str(repo.bare)})
     dep = next_deployment(project, before["version"])
@@ -253,7 +257,12 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     logs = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
                 params={"instance": "app-box", "q": "box up", "limit": 10})
     # the app's own variables reach it; the host's PYTHONPATH (the platform's code) does not
-    assert [ln["text"] for ln in logs["lines"]] == ["box up ahoy False"], logs
+    # (and the vault secret it asked for, shown by a digest only)
+    secret_sha = hashlib.sha256(BOX_SECRET.encode()).hexdigest()[:12]
+    assert [ln["text"] for ln in logs["lines"]] == [f"box up ahoy False {secret_sha}"], logs
+    everything = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                      params={"limit": 500})
+    assert BOX_SECRET not in json.dumps(everything) + json.dumps(done) + c.log_text()
     # a redeploy replaces the container: a new one serves, the old one is removed
     c.ok("PATCH", project.base + "/env", project.s, {"vars": {"GREETING": "ahoy-2"},
                                                       "app": "box"})
