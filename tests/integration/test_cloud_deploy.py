@@ -275,6 +275,19 @@ def test_cancel_a_queued_and_an_in_flight_deployment(project: Project) -> None:
     a = project.cloud.ok("POST", project.base + "/scale", project.s, {"ssps": 2})["deployment"]
     b = project.cloud.ok("POST", project.base + "/scale", project.s, {"ssps": 1})["deployment"]
     assert b["version"] == a["version"] + 1
+    # the queue is bounded: at most 3 wait (a may still be one of them), the next is 429
+    extra = []
+    for n in (3, 4, 5):
+        r = project.cloud.call("POST", project.base + "/scale", project.s, {"ssps": n})
+        if r.status_code == 429:
+            break
+        extra.append(r.json()["deployment"])
+    assert r.status_code == 429 and r.json()["error"] == "queue_full", r.text
+    queued = project.cloud.ok("GET", project.base + "/deployments", project.s,
+                              params={"status": "queued"})["items"]
+    assert len(queued) <= 3 and {d["version"] for d in extra} <= {d["version"] for d in queued}
+    for d in extra:
+        project.cloud.ok("POST", f"{project.base}/deployments/{d['version']}/cancel", project.s)
     # b waits behind a: cancelled at once
     out = project.cloud.ok("POST", f"{project.base}/deployments/{b['version']}/cancel",
                            project.s)
