@@ -73,7 +73,7 @@ def _iso(v: Any) -> Any:
 def public(row: dict[str, Any]) -> dict[str, Any]:
     keys = ("version", "spec_hash", "trigger", "status", "progress", "started_by",
             "created_at", "started_at", "finished_at", "error", "rollback_of", "spec",
-            "cancel_requested", "degraded")
+            "cancel_requested", "degraded", "images")
     out: dict[str, Any] = {"id": row_id(row), **{k: row.get(k) for k in keys}}
     spec = dict(row.get("spec") or {})
     if spec.get("database_url"):

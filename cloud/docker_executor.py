@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import logging
 import math
@@ -51,13 +52,13 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cloud.executor import ExecutorError, Handle, LocalExecutor, LogSink, Role, probe_health
-from cloud.imagebuild import ImageBuild, build_image
+from cloud.imagebuild import BuildStop, ImageBuild, build_image, prune_builds
 from ipc.envvars import env_int
 from ipc.lifeline import lifeline_argv
 
@@ -185,23 +186,32 @@ class DockerExecutor:
             env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
     # ------------------------------------------------------------------ the daemon
+    @property
+    def reached(self) -> bool:
+        """A daemon answered this executor since it was made."""
+        return self._client is not None
+
     def client(self) -> Any:
         if self._client is None:
-            import docker
-
-            try:
-                self._client = (
-                    docker.DockerClient(base_url=self.settings.host, timeout=30,
-                                        max_pool_size=_POOL)
-                    if self.settings.host else docker.from_env(timeout=30, max_pool_size=_POOL))
-                self._client.ping()
-            except Exception as e:  # noqa: BLE001 - any failure to reach it means the same
-                self._client = None
-                raise ExecutorError(
-                    "the Docker executor: no Docker daemon answers at "
-                    f"{self.settings.host or os.environ.get('DOCKER_HOST') or 'the default socket'}"
-                    f" ({type(e).__name__})") from None
+            self._client = self._connect(_POOL)
         return self._client
+
+    def _connect(self, pool: int) -> Any:
+        """A new client of the daemon, answering; ExecutorError when none answers."""
+        import docker
+
+        try:
+            client = (docker.DockerClient(base_url=self.settings.host, timeout=30,
+                                          max_pool_size=pool)
+                      if self.settings.host else docker.from_env(timeout=30,
+                                                                 max_pool_size=pool))
+            client.ping()
+        except Exception as e:  # noqa: BLE001 - any failure to reach it means the same
+            raise ExecutorError(
+                "the Docker executor: no Docker daemon answers at "
+                f"{self.settings.host or os.environ.get('DOCKER_HOST') or 'the default socket'}"
+                f" ({type(e).__name__})") from None
+        return client
 
     def _ensure_image(self) -> None:
         if self._image_ready:
@@ -376,19 +386,49 @@ class DockerExecutor:
         caller's loop. The executor's own image is made first (imported when missing), so a
         Containerfile can start ``FROM`` it without anything downloaded."""
         loop = asyncio.get_running_loop()
-        client = await asyncio.to_thread(self.client)
         await asyncio.to_thread(self._ensure_image)
+        # a client of its own: a cancel stops the build by cutting its connection
+        # (cloud.imagebuild.BuildStop), which must not be one the other calls share
+        client = await asyncio.to_thread(self._connect, 2)
+        stop = BuildStop()
+        # this platform's label: old images are pruned by it (prune_images), never another's
+        spec = dataclasses.replace(spec, labels={**spec.labels, f"{LABEL}platform": self.platform})
 
         def hand_over(line: str) -> None:
             loop.call_soon_threadsafe(emit, line)
-        return await asyncio.to_thread(build_image, client, spec, hand_over)
+        running = asyncio.ensure_future(asyncio.to_thread(build_image, client, spec,
+                                                          hand_over, stop))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            # the deployment was cancelled: stop the build on the daemon and wait for its
+            # thread to see it, so nothing of the build runs on once this returns
+            stop.stop()
+            while not running.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([running])
+            if not running.cancelled():
+                running.exception()  # BuildCancelled, as expected: the cancel goes on
+            raise
+        finally:
+            client.close()
+
+    async def prune_images(self, project: str, keep: Collection[str]) -> list[str]:
+        """Remove the images this platform built for ``project`` that are not in ``keep``
+        (``cloud.imagebuild.prune_builds``); the tags removed. A refusal (an image in use)
+        is logged, never raised: old images must not fail a deployment that runs."""
+        labels = {f"{LABEL}platform": self.platform, f"{LABEL}project": project}
+        removed, refused = await asyncio.to_thread(prune_builds, self.client(), labels, keep)
+        for why in refused:
+            log.warning("old image not removed: %s", why)
+        return removed
 
     async def release(self) -> int:
         """Remove the containers of this executor's epoch that are still there: what its
         watcher would remove once this process is gone, done before the process ends, so a
         clean stop leaves nothing behind even for a container whose start was never
         recorded (a relaunch cancelled by the stop while the daemon created it)."""
-        if self._client is None:
+        if not self.reached:
             return 0  # never reached a daemon: nothing of ours can be there
 
         def run() -> list[str]:
@@ -478,3 +518,8 @@ class LocalWithContainers:
 
     async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
         return await self.containers.build(spec, emit)
+
+    async def prune_images(self, project: str, keep: Collection[str]) -> list[str]:
+        if not self.containers.reached:
+            return []  # never reached a daemon in this run: it built nothing to prune
+        return await self.containers.prune_images(project, keep)

@@ -29,7 +29,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -127,6 +127,10 @@ class Executor(Protocol):
         """Build an app's image unless the same inputs were built before (True when built);
         ``emit`` gets the build's lines. ``cloud.imagebuild.BuildFailed`` when it fails,
         ExecutorError when this executor cannot build."""
+
+    async def prune_images(self, project: str, keep: Collection[str]) -> list[str]:
+        """Remove the images this executor built for ``project`` (a slug) whose tags are not
+        in ``keep``; the tags removed (none for an executor that does not build)."""
 
     async def sweep(self) -> int:
         """At start, before anything runs: remove whatever an earlier run of this platform
@@ -265,6 +269,9 @@ class LocalExecutor:
     async def build(self, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
         raise ExecutorError(f"app {spec.app}: building an image needs a Docker daemon: "
                             f"{await self.no_containers()}")
+
+    async def prune_images(self, project: str, keep: Collection[str]) -> list[str]:
+        return []  # it builds nothing
 
     async def sweep(self) -> int:
         # a process carries no label the executor could search by: the recorded groups are

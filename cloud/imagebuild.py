@@ -13,6 +13,15 @@ Choices (cloud/README.md, "Apps"):
   that touches another app does not rebuild it.
 - **Logs.** The daemon's build stream goes line by line to the deploy log; a failed build
   fails the deployment with the build's error and its last lines.
+- **Old images go.** Once a deployment runs, the images built for the project that neither
+  it nor the deployment it superseded (the one a rollback goes back to first) runs are
+  removed (:func:`prune_builds`): by the labels this platform put on them, so another
+  platform's or a person's images on the same daemon are never touched. An older rollback
+  builds its image again from its commit.
+- **Stopping a build** (a deployment cancelled while ``building``): :class:`BuildStop` shuts
+  down the build request's connection. The daemon ends a build whose client went away (as
+  when ``docker build`` is interrupted): it kills and removes the step's container, and
+  the tag is never written.
 
 The SDK is blocking: :func:`build_image` runs in a thread (the executor's ``build``).
 """
@@ -21,13 +30,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+import socket
+import threading
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BuildFailed", "ImageBuild", "base_images", "build_image", "build_tag",
-           "inside"]
+__all__ = ["BuildCancelled", "BuildFailed", "BuildStop", "ImageBuild", "base_images",
+           "build_image", "build_tag", "inside", "prune_builds"]
 
 #: seconds the daemon may stay silent during a build before it counts as stuck
 BUILD_READ_TIMEOUT = 900
@@ -43,6 +54,54 @@ class BuildFailed(Exception):
         super().__init__(message)
         self.message = message
         self.tail = tail or []
+
+
+class BuildCancelled(BuildFailed):
+    """The build was stopped through its :class:`BuildStop` before it made the image."""
+
+
+def _socket_of(response: Any) -> socket.socket | None:
+    """The socket under a streamed ``requests`` response of the docker SDK (its urllib3
+    response keeps the connection while the body is read)."""
+    raw = getattr(response, "raw", None)
+    conn = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is None:  # an older urllib3: http.client's response reads a socket file
+        fp = getattr(getattr(raw, "_fp", None), "fp", None)
+        sock = getattr(getattr(fp, "raw", None), "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+class BuildStop:
+    """Stops one build from another thread (see the module docstring). Its :meth:`hook` is
+    a ``requests`` response hook on the client the build uses (a client of its own: the
+    hook sees every response of that client), catching the build request's connection."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.stopped = False
+
+    def hook(self, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if "/build" in str(getattr(response, "url", "")):
+            with self._lock:
+                self._sock = _socket_of(response)
+                if self.stopped:
+                    self._shut()
+        return response
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self._sock is not None:
+            try:
+                # wakes the thread blocked reading the stream, and the daemon sees EOF
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed: the build ended anyway
 
 
 @dataclass(frozen=True)
@@ -113,9 +172,28 @@ def _have(client: Any, ref: str) -> bool:
     return True
 
 
-def build_image(client: Any, spec: ImageBuild, emit: Callable[[str], None]) -> bool:
+def build_image(client: Any, spec: ImageBuild, emit: Callable[[str], None],
+                stop: BuildStop | None = None) -> bool:
     """Build ``spec`` unless its tag is already on the daemon; True when it was built.
-    BuildFailed with the reason otherwise."""
+    BuildFailed with the reason otherwise; BuildCancelled once ``stop`` was used (``client``
+    must then be this build's own: ``stop`` hooks every response of it)."""
+    if stop is not None:
+        client.api.hooks["response"].append(stop.hook)
+    try:
+        built = _build(client, spec, emit, stop)
+    except Exception as e:
+        # whatever the cut connection surfaced as (the SDK reads the raw stream itself)
+        if stop is not None and stop.stopped:
+            raise BuildCancelled("the build was stopped",
+                                 e.tail if isinstance(e, BuildFailed) else None) from None
+        raise
+    if stop is not None and stop.stopped and built:
+        raise BuildCancelled("the build was stopped")  # the image came first: it is kept
+    return built
+
+
+def _build(client: Any, spec: ImageBuild, emit: Callable[[str], None],
+           stop: BuildStop | None) -> bool:
     import docker.errors
 
     if _have(client, spec.tag):
@@ -145,6 +223,8 @@ def build_image(client: Any, spec: ImageBuild, emit: Callable[[str], None]) -> b
             forcerm=True, pull=False, network_mode="none", buildargs=spec.build_args or None,
             labels=spec.labels or None, decode=True, timeout=BUILD_READ_TIMEOUT)
         for chunk in stream:
+            if stop is not None and stop.stopped:
+                raise BuildFailed("the build was stopped", tail)
             if "error" in chunk:
                 detail = chunk.get("errorDetail") or {}
                 why = str(detail.get("message") or chunk["error"]).strip()
@@ -171,3 +251,29 @@ def build_image(client: Any, spec: ImageBuild, emit: Callable[[str], None]) -> b
     if not _have(client, spec.tag):
         raise BuildFailed("the build ended without an image", tail)
     return True
+
+
+def prune_builds(client: Any, labels: Mapping[str, str], keep: Collection[str]
+                 ) -> tuple[list[str], list[str]]:
+    """Remove the tags of built images (``svc-build-...``) carrying all of ``labels`` that are
+    not in ``keep``; the daemon deletes an image with its last tag (and its build layers no
+    other image uses). Returns (removed, refused: ``tag: reason``); an image a container
+    still uses is refused by the daemon and stays."""
+    import docker.errors
+
+    found = client.api.images(filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+    removed: list[str] = []
+    refused: list[str] = []
+    for entry in found:
+        for tag in entry.get("RepoTags") or []:
+            if not tag.startswith("svc-build-") or tag in keep:
+                continue
+            try:
+                client.api.remove_image(tag)
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as e:
+                refused.append(f"{tag}: {getattr(e, 'explanation', None) or e}")
+                continue
+            removed.append(tag)
+    return removed, refused

@@ -45,6 +45,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ from cloud.approles import SETTLE_SECS, AppPlanError, describe, needs_containers
 from cloud.backupfwd import seal_admin_password
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
 from cloud.executor import Executor, ExecutorError, Handle, LocalExecutor, Role, free_port
-from cloud.imagebuild import BuildFailed
+from cloud.imagebuild import BuildFailed, ImageBuild
 from cloud.secret import Secret
 from cloud.store import Store, new_id, now, rid, row_id
 from cloud.usage import hour_of
@@ -75,6 +76,8 @@ ACCOUNT_SECS = 30.0
 RELAUNCH_MAX = 3
 RELAUNCH_WINDOW = 300.0
 RELAUNCH_BACKOFF = 1.0
+#: how often a running image build looks whether its deployment's cancel was requested
+CANCEL_POLL_SECS = 0.5
 #: environment of the platform's own process that a deployed stack may inherit
 _INHERIT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "PYTHONPATH")
 _CODE_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -608,8 +611,9 @@ class Reconciler:
             roles = plan_roles(spec, env, workdir,
                                adopt_row["addr"] if adopt_row is not None else None)
             roles += app_roles
+            built = sorted({r.image for r in app_roles if r.build is not None and r.image})
             await self._set(did, status="deploying", link_hash=link_hash(secret),
-                            admin_secret=sealed,
+                            admin_secret=sealed, images=built,
                             progress={"done": 0, "total": len(roles), "step": "deploying"})
             for i, role in enumerate(roles):
                 cur = await self.store.get("deployment", did)
@@ -658,6 +662,7 @@ class Reconciler:
             if prev is not None:
                 await self._stop_deployment(row_id(prev), keep=adopted)
                 self._deploy_log(row_id(prev), f"superseded by v{d['version']}")
+            await self._prune_images(did, project, int(d["version"]), built)
         except Failed as f:
             await self._fail(did, d, f, started)
         except asyncio.CancelledError:
@@ -684,7 +689,7 @@ class Reconciler:
             def emit(line: str, app: str = name) -> None:
                 self._deploy_log(did, f"build {app} | {line}")
             try:
-                built = await self.executor.build(role.build, emit)
+                built = await self._build_unless_cancelled(did, role.build, emit)
             except BuildFailed as e:
                 await asyncio.sleep(0)  # lines handed over from the build's thread first
                 raise Failed(f"app {name}: the image build failed: {e.message}", role.name,
@@ -692,6 +697,47 @@ class Reconciler:
             if built:
                 self._deploy_log(did, f"app {name}: image {role.image} built in "
                                  f"{time.monotonic() - t0:.1f}s")
+
+    async def _prune_images(self, did: str, project: dict[str, Any], version: int,
+                            built: list[str]) -> None:
+        """Once ``did`` runs: the project's built images that neither it nor the deployment
+        before it that ran (the one it superseded, a rollback's first target; found by its
+        record, so a resumed deployment keeps it too) uses go. A failure is logged: old
+        images never fail a deployment that runs."""
+        before = await self.store.one(
+            "SELECT images, version FROM deployment WHERE project = $p AND version < $v AND "
+            "status IN ['running', 'superseded'] ORDER BY version DESC LIMIT 1",
+            {"p": project["id"], "v": version}, read=True) or []
+        keep = {*built, *((before[0].get("images") or []) if before else [])}
+        try:
+            gone = await self.executor.prune_images(str(project.get("slug") or ""), keep)
+        except Exception as e:  # noqa: BLE001 - the daemon gone or refusing: try next time
+            log.warning("%s: old images not pruned: %s", did, str(e) or type(e).__name__)
+            return
+        for tag in gone:
+            self._deploy_log(did, f"removed the old image {tag} (neither this deployment "
+                             "nor the one before runs it)")
+        if keep:
+            self._deploy_log(did, f"images kept: {', '.join(sorted(keep))}")
+
+    async def _build_unless_cancelled(self, did: str, spec: ImageBuild,
+                                      emit: Callable[[str], None]) -> bool:
+        """The executor's build, stopped when the deployment's cancel is requested meanwhile
+        (a build can take minutes; the roles' own check comes only after it): the executor
+        stops it on the daemon, and the deployment ends ``cancelled``."""
+        build = asyncio.ensure_future(self.executor.build(spec, emit))
+        try:
+            while True:
+                done, _ = await asyncio.wait([build], timeout=CANCEL_POLL_SECS)
+                if done:
+                    return build.result()
+                cur = await self.store.get("deployment", did)
+                if cur is not None and cur.get("cancel_requested"):
+                    await cancel_and_wait(build)
+                    raise Failed(f"cancelled on request while building the image of app "
+                                 f"{spec.app}: the build was stopped", cancelled=True)
+        finally:
+            await cancel_and_wait(build)
 
     async def _healthy(self, iid: str, role: Role) -> str | None:
         """Wait until the instance is healthy: None, else why not."""

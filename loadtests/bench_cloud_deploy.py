@@ -19,7 +19,13 @@ Rows, each ``--rounds`` times, alternating so a noisy machine hits all of them a
   ``project.yml``, deployed untimed), then a commit adding ``project.yml`` with two apps (a
   python HTTP server and a shell command, both with readiness checks) is pushed: from the push
   until the deployment with the apps is ``running`` (the link is polled every 0.3 s);
-* restart (with apps): ``POST /restart`` of that deployment until ``running``.
+* restart (with apps): ``POST /restart`` of that deployment until ``running``;
+* push (built image, static site), Docker executor only: the same link and push, of an app
+  built from a Containerfile (busybox on the host-root image, no network; a file of the
+  round's copied before the RUN steps, so each round runs them) and a static site with a
+  build command: from the push until ``running`` (the build is in the timed span);
+* restart (built image, static site): ``POST /restart`` of that deployment (the image is
+  not rebuilt) until ``running``.
 
 Prints a table: median and max seconds per executor, each median against the baseline, and
 the Docker column against the local one.
@@ -91,10 +97,14 @@ WEB = ("import os\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n"
 GIT = ["git", "-c", "user.email=b@example.test", "-c", "user.name=b"]
 
 
-def commit(work: Path, bare: Path, files: dict[str, str]) -> None:
+def commit(work: Path, bare: Path, files: dict[str, str] | dict[str, str | bytes]) -> None:
     for name, text in files.items():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
-        (work / name).write_text(text)
+        if isinstance(text, bytes):  # a binary: an executable (busybox)
+            (work / name).write_bytes(text)
+            (work / name).chmod(0o755)
+        else:
+            (work / name).write_text(text)
     subprocess.run([*GIT, "-C", str(work), "add", "."], check=True)
     subprocess.run([*GIT, "-C", str(work), "commit", "-qm", "bench"], check=True)
     subprocess.run(["git", "-C", str(work), "push", "-q", str(bare), "main"], check=True)
@@ -104,8 +114,42 @@ def newest(c: Cloud, s: str, slug: str) -> dict[str, object]:
     return dict(c.ok("GET", f"/v1/projects/{slug}/deployments", s)["items"][0])
 
 
-def push_time(c: Cloud, s: str, slug: str, tmp: Path) -> float:
-    """Link a repository, then time a push of two apps until their deployment runs."""
+TWO_APPS = {
+    "project.yml": "apps:\n  web: {path: web}\n  sh: {path: sh}\n",
+    "web/web.py": WEB,
+    "web/project.yml": "type: frontend\ndependsOn: [sh]\n"
+                       "dev: {type: python, script: web.py}\n",
+    "sh/project.yml": "type: container\nimage: bench/sh:1\nports: [8000]\n"
+                      "healthcheck: /\ndev: \"exec python3 -m http.server $PORT "
+                      "--bind 127.0.0.1\"\n"}
+#: an app built from a Containerfile on the executor's host-root image (busybox's shell and
+#: HTTP server, no network), the round's file copied before the RUN steps so every round
+#: runs them (the daemon's layer cache would skip them otherwise), and a static site
+CONTAINERFILE = """\
+FROM svc-hostroot:1
+COPY busybox /usr/bin/busybox
+COPY round.txt /round.txt
+RUN ["/usr/bin/busybox", "--install", "-s", "/usr/bin"]
+RUN mkdir -p /www && cp /round.txt /www/index.html
+CMD ["/bin/sh", "-c", "exec httpd -f -p 127.0.0.1:$PORT -h /www"]
+"""
+
+
+def built_apps(round_id: str) -> dict[str, str | bytes]:
+    return {
+        "project.yml": "apps:\n  img: {path: img}\n  site: {path: site}\n",
+        "img/Containerfile": CONTAINERFILE,
+        "img/busybox": Path("/bin/busybox").read_bytes(),
+        "img/round.txt": round_id + "\n",
+        "img/project.yml": "type: frontend\ndeploy: {containerfile: Containerfile, "
+                           "context: img, port: 3000}\n",
+        "site/project.yml": "type: frontend\ndeploy: {port: 3000, static: {build: 'mkdir -p "
+                            "out && echo site > out/index.html', dir: out}}\n"}
+
+
+def push_time(c: Cloud, s: str, slug: str, tmp: Path,
+              files: dict[str, str | bytes]) -> float:
+    """Link a repository, then time a push of ``files`` until their deployment runs."""
     bare, work = tmp / f"{slug}.git", tmp / f"{slug}-work"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
@@ -117,14 +161,7 @@ def push_time(c: Cloud, s: str, slug: str, tmp: Path) -> float:
     linked = newest(c, s, slug)
     wait_running(c, s, slug, str(linked["id"]))
     t0 = time.monotonic()
-    commit(work, bare, {
-        "project.yml": "apps:\n  web: {path: web}\n  sh: {path: sh}\n",
-        "web/web.py": WEB,
-        "web/project.yml": "type: frontend\ndependsOn: [sh]\n"
-                           "dev: {type: python, script: web.py}\n",
-        "sh/project.yml": "type: container\nimage: bench/sh:1\nports: [8000]\n"
-                          "healthcheck: /\ndev: \"exec python3 -m http.server $PORT "
-                          "--bind 127.0.0.1\"\n"})
+    commit(work, bare, files)
     while int(str(newest(c, s, slug)["version"])) == int(str(linked["version"])):
         time.sleep(0.05)
     wait_running(c, s, slug, str(newest(c, s, slug)["id"]))
@@ -132,10 +169,12 @@ def push_time(c: Cloud, s: str, slug: str, tmp: Path) -> float:
 ROWS = ("first deploy", "redeploy (env change)", "restart")
 # the apps rows run on the local executor only (a container app needs its image on the daemon)
 APP_ROWS = ("push (two apps)", "restart (with apps)")
+# the built-image rows on the Docker executor only (building needs the daemon)
+BUILD_ROWS = ("push (built image, static site)", "restart (built image, static site)")
 
 
 def platform_round(c: Cloud, s: str, slug: str, rows: dict[str, list[float]],
-                   tmp: Path | None) -> None:
+                   tmp: Path | None, executor: str) -> None:
     c.ok("POST", "/v1/projects", s, {"slug": slug})
     base = f"/v1/projects/{slug}"
     c.ok("PATCH", base + "/env", s, {"vars": {"SVC_ADMIN_PASSWORD": "bench-pw"}})
@@ -143,9 +182,13 @@ def platform_round(c: Cloud, s: str, slug: str, rows: dict[str, list[float]],
     c.ok("PATCH", base + "/env", s, {"vars": {"ROUND": str(time.time())}})
     rows["redeploy (env change)"].append(deploy_time(c, s, slug, "/deployments"))
     rows["restart"].append(deploy_time(c, s, slug, "/restart"))
-    if tmp is not None:
-        rows["push (two apps)"].append(push_time(c, s, slug, tmp))
+    if tmp is not None and executor == "local":
+        rows["push (two apps)"].append(push_time(c, s, slug, tmp, dict(TWO_APPS)))
         rows["restart (with apps)"].append(deploy_time(c, s, slug, "/restart"))
+    if tmp is not None and executor == "docker":
+        rows["push (built image, static site)"].append(
+            push_time(c, s, slug, tmp, built_apps(slug)))
+        rows["restart (built image, static site)"].append(deploy_time(c, s, slug, "/restart"))
     # each round's stack keeps running until the platform stops (there is no scale-to-zero
     # yet): later rounds run beside earlier stacks
 
@@ -158,7 +201,7 @@ def main() -> None:
     a = ap.parse_args()
     executors = [e.strip() for e in a.executors.split(",") if e.strip()]
     baseline_rows: list[float] = []
-    rows: dict[str, dict[str, list[float]]] = {e: {r: [] for r in ROWS + APP_ROWS}
+    rows: dict[str, dict[str, list[float]]] = {e: {r: [] for r in ROWS + APP_ROWS + BUILD_ROWS}
                                               for e in executors}
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         tmp = Path(d)
@@ -183,8 +226,7 @@ def main() -> None:
             for e, c in clouds.items():
                 slug = f"bench-{e}-{r}-{os.getpid() % 10000}"
                 try:
-                    platform_round(c, sessions[e], slug, rows[e],
-                                   tmp if e == "local" else None)
+                    platform_round(c, sessions[e], slug, rows[e], tmp, e)
                 except RuntimeError:
                     print(f"executor {e}, round {r}: a deployment failed; its logs:")
                     deps = c.ok("GET", f"/v1/projects/{slug}/deployments", sessions[e])
@@ -207,7 +249,7 @@ def main() -> None:
     base_cells = [f"{baseline:.1f}", f"{max(baseline_rows):.1f}", "1.00x"]
     print("| ops/run (baseline) | "
           + " | ".join(base_cells + [""] * (ncells - 1 - len(base_cells))) + " |")
-    for name in ROWS + APP_ROWS:
+    for name in ROWS + APP_ROWS + BUILD_ROWS:
         cells = []
         for e in executors:
             vals = rows[e][name]

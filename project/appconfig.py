@@ -160,6 +160,20 @@ Text = Annotated[str, AfterValidator(_nonempty)]
 HTTP_PATH = r"^/\S*$"
 HttpPath = Annotated[str, _matching(HTTP_PATH, "must be an HTTP path starting with /"),
                      _pattern_schema(HTTP_PATH)]
+#: the spec's only health-check form; `tcp`, `command` and the like (compose's and other tools'
+#: shapes people carry over) are refused with what is allowed, not pydantic's "valid string"
+_HEALTH_FORMS = ("must be an HTTP path starting with / (e.g. /health), polled until it "
+                 "answers 200: the only health check project.yml has (no tcp, command or "
+                 "other forms)")
+
+
+def _health_path(v: Any) -> Any:
+    if not isinstance(v, str) or not re.fullmatch(HTTP_PATH, v):
+        raise _err("healthcheck", _HEALTH_FORMS)
+    return v
+
+
+HealthPath = Annotated[str, BeforeValidator(_health_path), _pattern_schema(HTTP_PATH)]
 TableName = Annotated[str, _matching(TABLE_NAME, "must be a table name (letters, digits, "
                                      "underscore)"), _pattern_schema(TABLE_NAME)]
 APP_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
@@ -410,7 +424,7 @@ class Deploy(_Model):
     grpc_port: PortNumber | None = None
     expose: bool = False
     resources: Resources = Field(default_factory=Resources)
-    healthcheck: HttpPath | None = None
+    healthcheck: HealthPath | None = None
     timeout: int = Field(default=10, ge=1, le=3600, description="seconds")
     timeoutOverridable: bool = False
     cmd: str | None = None
@@ -429,7 +443,7 @@ class AppConfig(_Model):
     volumes: list[Volume] | None = None
     workdir: str | None = None
     dependsOn: list[AppName] | None = None
-    healthcheck: HttpPath | None = None
+    healthcheck: HealthPath | None = None
     hosting: Literal["cloud", "external"] = "cloud"
     spec: Text | None = None
     baseUrl: HttpUrl | None = None

@@ -275,6 +275,19 @@ def test_cancel_a_queued_and_an_in_flight_deployment(project: Project) -> None:
     a = project.cloud.ok("POST", project.base + "/scale", project.s, {"ssps": 2})["deployment"]
     b = project.cloud.ok("POST", project.base + "/scale", project.s, {"ssps": 1})["deployment"]
     assert b["version"] == a["version"] + 1
+    # the queue is bounded: at most 3 wait (a may still be one of them), the next is 429
+    extra = []
+    for n in (3, 4, 5):
+        r = project.cloud.call("POST", project.base + "/scale", project.s, {"ssps": n})
+        if r.status_code == 429:
+            break
+        extra.append(r.json()["deployment"])
+    assert r.status_code == 429 and r.json()["error"] == "queue_full", r.text
+    queued = project.cloud.ok("GET", project.base + "/deployments", project.s,
+                              params={"status": "queued"})["items"]
+    assert len(queued) <= 3 and {d["version"] for d in extra} <= {d["version"] for d in queued}
+    for d in extra:
+        project.cloud.ok("POST", f"{project.base}/deployments/{d['version']}/cancel", project.s)
     # b waits behind a: cancelled at once
     out = project.cloud.ok("POST", f"{project.base}/deployments/{b['version']}/cancel",
                            project.s)
@@ -323,6 +336,45 @@ def test_logs_are_bounded_filtered_and_paged_by_cursor(project: Project) -> None
     assert errors["lines"] and all(ln["level"] == "error" for ln in errors["lines"])
     r = c.call("GET", base + "/logs", project.s, params={"limit": 501})
     assert r.status_code == 400
+
+
+def test_the_cli_lists_reads_logs_and_makes_and_cancels_deployments(
+        project: Project, tmp_path: Path) -> None:
+    """``svc cloud deployments|logs|scale|restart|rollback|cancel`` against the platform:
+    each new deployment is cancelled at once (the verbs' own effects are the REST tests')."""
+    c = project.cloud
+    env = base_env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / ".config"),
+                   SVC_CLOUD_API_URL=c.url, SVC_CLOUD_TOKEN=project.s)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "svccli", "cloud", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+    running = c.ok("GET", project.base + "/deployments", project.s,
+                   params={"status": "running"})["items"][0]
+    v = str(running["version"])
+    out = cli("deployments", "-p", project.slug)
+    assert out.returncode == 0 and "running" in out.stdout, out.stderr
+    out = cli("--json", "deployments", "-p", project.slug, v)
+    assert out.returncode == 0, out.stderr
+    assert "scheduler" in {i["role"] for i in json.loads(out.stdout)["instances"]}
+    out = cli("logs", "-p", project.slug, v, "--instance", "scheduler", "--limit", "3")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and all(" scheduler " in ln for ln in lines), lines
+    assert "(more: --cursor " in out.stderr
+    for verb, trigger in ((["scale", "3"], "api"), (["restart", "--role", "scheduler"],
+                                                     "restart"), (["rollback", "1"], "rollback")):
+        out = cli("--json", verb[0], "-p", project.slug, *verb[1:])
+        assert out.returncode == 0, out.stderr
+        dep = json.loads(out.stdout)["deployment"]
+        assert dep["trigger"] == trigger and dep["status"] == "queued", dep
+        out = cli("cancel", "-p", project.slug, str(dep["version"]))
+        assert out.returncode == 0, out.stderr
+        done = project.wait(dep["version"], ("cancelled", "running", "failed"))
+        assert done["deployment"]["status"] == "cancelled", done["deployment"]
+    out = cli("cancel", "-p", project.slug, v)
+    assert out.returncode != 0 and "409 not_cancellable" in out.stderr, out.stderr
+    assert project.get(v)["deployment"]["status"] == "running"
 
 
 def test_usage_has_machine_seconds_per_instance(project: Project) -> None:

@@ -4,8 +4,9 @@
 builds on the one before: deploy; ``kill -9`` of the platform in the middle of a redeploy
 and restart; a pushed ``project.yml`` with a container app and a python app, redeployed;
 then an app built from a Containerfile and a static site, and a build that needs the
-network; stop; the same platform restarted on the local executor with the daemon, resuming
-the running deployment.
+network; a cancel while building and a second build (old images removed, the previous
+one's kept); stop; the same platform restarted on the local executor with the daemon,
+resuming the running deployment.
 
 Containers are counted by their labels through the SDK, the way an operator finds orphans.
 When no daemon can be started here the module fails with the reason (never skipped)."""
@@ -13,6 +14,7 @@ When no daemon can be started here the module fails with the reason (never skipp
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 import subprocess
@@ -71,7 +73,7 @@ def cloud(host: DbHost, dockerd: Dockerd, tmp_path_factory: pytest.TempPathFacto
           ) -> Iterator[Cloud]:
     tmp = tmp_path_factory.mktemp("cloud-docker")
     c = make_cloud(host, tmp, SVC_CLOUD_RUN_DIR=str(tmp / "run"), SVC_CLOUD_EXECUTOR="docker",
-                   SVC_CLOUD_REPO_POLL_SECS="0.3",
+                   SVC_CLOUD_REPO_POLL_SECS="0.3", SVC_CLOUD_USAGE_SAMPLE_SECS="1",
                    SVC_CLOUD_DOCKER_HOST=dockerd.url,
                    SVC_CLOUD_DOCKER_MEMORY_MB=str(MEMORY_MB), SVC_CLOUD_DOCKER_CPUS=str(CPUS))
     c.start()
@@ -181,8 +183,10 @@ def test_kill_9_mid_redeploy_leaves_no_orphan_container_after_restart(
     assert all(x.status == "running" for x in containers(dockerd, c))
 
 
-BOX_CODE = ("import os, http.server; "
+BOX_SECRET = "box-vault-value-7d1f9c"
+BOX_CODE = ("import os, http.server, hashlib; "
             "print('box up', os.environ.get('GREETING'), 'PYTHONPATH' in os.environ, "
+            "hashlib.sha256(os.environ.get('BOX_SECRET', '').encode()).hexdigest()[:12], "
             "flush=True); "
             "http.server.test(http.server.SimpleHTTPRequestHandler, "
             "port=int(os.environ['PORT']), bind='127.0.0.1')")
@@ -212,7 +216,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
         f"type: container\nimage: {json.dumps(DEFAULT_IMAGE)}\nports: [8000]\n"
         "healthcheck: /\nvolumes: ['/usr:/usr:ro']\n"
         f"args: {json.dumps(['/usr/bin/python3', '-c', BOX_CODE])}\n"
-        "deploy: {resources: {memory: 256, vcpus: 1}}\n")
+        "deploy: {resources: {memory: 256, vcpus: 1}}\nenv: {vault: [BOX_SECRET]}\n")
     (w / "py" / "py.py").write_text(PY_APP)
     (w / "py" / "project.yml").write_text(
         "type: frontend\ndependsOn: [box]\ndev: {type: python, script: py.py}\n"
@@ -230,6 +234,7 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     c = project.cloud
     c.ok("PATCH", project.base + "/env", project.s, {"vars": {"GREETING": "ahoy"},
                                                       "app": "box"})
+    c.ok("PUT", project.base + "/vault/BOX_SECRET", project.s, {"value": BOX_SECRET})
     before = c.ok("GET", project.base + "/deployments", project.s)["items"][0]
     c.ok("POST", project.base + "/links", project.s, {"url": str(repo.bare)})
     dep = next_deployment(project, before["version"])
@@ -252,7 +257,12 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     logs = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
                 params={"instance": "app-box", "q": "box up", "limit": 10})
     # the app's own variables reach it; the host's PYTHONPATH (the platform's code) does not
-    assert [ln["text"] for ln in logs["lines"]] == ["box up ahoy False"], logs
+    # (and the vault secret it asked for, shown by a digest only)
+    secret_sha = hashlib.sha256(BOX_SECRET.encode()).hexdigest()[:12]
+    assert [ln["text"] for ln in logs["lines"]] == [f"box up ahoy False {secret_sha}"], logs
+    everything = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                      params={"limit": 500})
+    assert BOX_SECRET not in json.dumps(everything) + json.dumps(done) + c.log_text()
     # a redeploy replaces the container: a new one serves, the old one is removed
     c.ok("PATCH", project.base + "/env", project.s, {"vars": {"GREETING": "ahoy-2"},
                                                       "app": "box"})
@@ -272,6 +282,13 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     except AssertionError:
         raise AssertionError([(x.labels, x.status) for x in containers(dockerd, c)]) from None
     assert http_status(box2["url"] + "/") == 200
+
+    # the containers' time is in the usage report (the stopped ones' rows at their stop)
+    def machine_seconds() -> Any:
+        out = c.ok("GET", "/v1/usage", project.s, params={"project": project.slug})
+        ms = [t for t in out["totals"] if t["metric"] == "machine_seconds"][0]
+        return ms if ms["measured"] and (ms["quantity"] or 0) > 1 else None
+    assert wait_until(machine_seconds, 30, "machine seconds in the usage report")
 
 
 WEB_CONTAINERFILE = """\
@@ -307,16 +324,39 @@ def body_of(url: str) -> str:
         return ""
 
 
+def plant_image(dockerd: Dockerd, tmp: Path, tag: str, labels: dict[str, str]) -> str:
+    """An image tagged like a platform build (``FROM`` the host-root base, ``labels``): what
+    an earlier deployment, or another platform on the same daemon, left."""
+    import_hostroot_image(dockerd.client())
+    ctx = tmp / tag.replace(":", "_")
+    ctx.mkdir()
+    (ctx / "Containerfile").write_text("FROM svc-hostroot:1\n")
+    assert build_image(dockerd.client(), ImageBuild("x", str(ctx), "Containerfile", tag,
+                                                    labels=labels), lambda _: None)
+    return tag
+
+
+def tags_of(dockerd: Dockerd, repo_name: str) -> set[str]:
+    return {t for e in dockerd.client().api.images(name=repo_name)
+            for t in e.get("RepoTags") or []}
+
+
 def test_apps_built_from_a_containerfile_and_a_static_site_deploy(
-        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+        project: Project, dockerd: Dockerd, repo: Repo, tmp_path: Path) -> None:
     """A pushed ``project.yml`` with ``deploy.containerfile`` (built without network from the
     local host-root base, build arguments at build time only) and ``deploy.static`` (its
-    build command, then served by the platform); a Containerfile whose build needs the
-    network fails its deployment with the build's error while the previous one keeps
-    serving. (That the same inputs are not rebuilt: the next test, where this deployment
-    is resumed.)"""
+    build command, then served by the platform); once it runs, an old image this platform
+    built for the project is removed, another platform's is not; a Containerfile whose
+    build needs the network fails its deployment with the build's error while the previous
+    one keeps serving. (That the same inputs are not rebuilt: the last test, where the
+    running deployment is resumed.)"""
     c = project.cloud
     w = repo.work
+    web_repo = f"svc-build-{project.slug}-web"
+    stale = plant_image(dockerd, tmp_path, f"{web_repo}:stale", {
+        "svc.platform": f"127.0.0.1:{c.port}", "svc.project": project.slug})
+    foreign = plant_image(dockerd, tmp_path, f"{web_repo}:foreign", {
+        "svc.platform": "127.0.0.1:1", "svc.project": project.slug})
     (w / "web").mkdir()
     (w / "site").mkdir()
     shutil.copy(busybox(), w / "web" / "busybox")
@@ -345,7 +385,8 @@ def test_apps_built_from_a_containerfile_and_a_static_site_deploy(
     assert by_role["app-site.build"]["status"] == "done", by_role
     # the build ran in the building phase, its steps in the deploy log
     steps = deploy_log(project, dep["version"], "build web |")
-    assert any("Step 4/8 : RUN" in t for t in steps), "\n".join(steps)  # + 2 labels
+    assert any(t.startswith("INFO build web | Step 4/") and ": RUN" in t for t in steps), \
+        "\n".join(steps)
     assert deploy_log(project, dep["version"], "app web: image svc-build-"), steps
     web = by_role["app-web"]
     assert wait_until(lambda: body_of(web["url"] + "/"), 30, "the built app") == \
@@ -355,6 +396,13 @@ def test_apps_built_from_a_containerfile_and_a_static_site_deploy(
     assert tag.startswith(f"svc-build-{project.slug}-web:"), ct.image.tags
     # a build argument is build-time only: not in the running container's environment
     assert not [e for e in ct.attrs["Config"]["Env"] if e.startswith("NOTE=")]
+    # old images: this platform's stale one goes once the deployment runs (right after
+    # its status is written), the other platform's stays; the running one is recorded
+    assert done["deployment"]["images"] == [tag]
+    wait_until(lambda: tags_of(dockerd, web_repo) == {tag, foreign}, 30,
+               f"only {tag} and {foreign}: {tags_of(dockerd, web_repo)}")
+    wait_until(lambda: deploy_log(project, dep["version"], f"removed the old image {stale}"),
+               10, "the removal in the deploy log")
     assert body_of(by_role["app-site"]["url"] + "/") == "static-hi\n"
     assert http_status(by_role["app-site"]["url"] + "/sub/") == 404  # no listing
     # a build that needs the network fails the deployment with the build's error; nothing
@@ -372,6 +420,67 @@ def test_apps_built_from_a_containerfile_and_a_static_site_deploy(
     assert failed["instances"] == []
     assert project.get(dep["version"])["deployment"]["status"] == "running"
     assert body_of(web["url"] + "/") == "built from-args\n"
+
+
+def test_a_cancel_while_building_stops_the_build_then_old_images_go(
+        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+    """A deployment cancelled while its image builds: the build stops on the daemon (its
+    step's container removed, no image tagged), the deployment ends ``cancelled`` and the
+    running one serves on. Then a new build runs: the image of the deployment before it
+    stays (a rollback's), which also survives the resume in the last test."""
+    c = project.cloud
+    w = repo.work
+    client = dockerd.client()
+    web_repo = f"svc-build-{project.slug}-web"
+
+    def build_steps() -> list[Any]:
+        # a classic build's step runs as a container without any label of ours
+        return [x for x in client.api.containers(all=True)
+                if "svc.platform" not in (x.get("Labels") or {})]
+    assert not build_steps()
+    running = c.ok("GET", project.base + "/deployments", project.s,
+                   params={"status": "running"})["items"][0]
+    tags_before = tags_of(dockerd, web_repo)
+    dangling = {i["Id"] for i in client.api.images(filters={"dangling": True})}
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(
+        extra='RUN ["/usr/bin/busybox", "sleep", "600"]\n'))
+    top = c.ok("GET", project.base + "/deployments", project.s)["items"][0]["version"]
+    repo.commit("a build that takes ten minutes")
+    slow = next_deployment(project, top)
+    wait_until(lambda: build_steps() and deploy_log(project, slow["version"], "\"sleep\""),
+               120, "the build's long step running")
+    out = c.ok("POST", f"{project.base}/deployments/{slow['version']}/cancel", project.s)
+    assert out["cancelled"] is False and out["deployment"]["cancel_requested"] is True
+    done = project.wait(slow["version"], ("cancelled", "failed", "running"), timeout=60)
+    assert done["deployment"]["status"] == "cancelled", done["deployment"]
+    assert done["instances"] == []
+    # (the deploy log is written in batches: the line may follow the status)
+    wait_until(lambda: deploy_log(project, slow["version"], "the build was stopped"), 10,
+               "the stop in the deploy log")
+    # the daemon ends a build whose client went: its step's container goes, no tag is made
+    wait_until(lambda: not build_steps(), 60, "the build's step container removed")
+    assert tags_of(dockerd, web_repo) == tags_before
+    assert {i["Id"] for i in client.api.images(filters={"dangling": True})} == dangling
+    assert project.get(running["version"])["deployment"]["status"] == "running"
+    # a new build: it and the image of the deployment before it are kept
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(extra=""))
+    (w / "web" / "project.yml").write_text(
+        "type: frontend\ndeploy: {containerfile: Containerfile, context: web, port: 3000, "
+        "build_args: {NOTE: second}, resources: {memory: 128, vcpus: 1}}\n")
+    repo.commit("a second build of the web app")
+    again = next_deployment(project, slow["version"])
+    done = project.wait(again["version"], ("running", "failed"), timeout=240)
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    [new_tag] = done["deployment"]["images"]
+    kept = wait_until(lambda: deploy_log(project, again["version"], "images kept: "), 30,
+                      "the images kept once it runs")
+    previous = tags_before - {f"{web_repo}:foreign"}
+    assert len(previous) == 1 and new_tag not in previous, (previous, new_tag)
+    assert kept == [f"INFO images kept: {', '.join(sorted(previous | {new_tag}))}"], kept
+    assert tags_of(dockerd, web_repo) == tags_before | {new_tag}
+    web = [i for i in done["instances"] if i["role"] == "app-web"][0]
+    assert wait_until(lambda: body_of(web["url"] + "/"), 30, "the built app") == \
+        "built second\n"
 
 
 def test_a_base_image_missing_from_the_daemon_is_refused_before_the_build(
@@ -465,10 +574,12 @@ def test_the_local_executor_with_a_daemon_runs_a_whole_deployment(
         [by_role["app-box"]["id"]]
     assert http_status(by_role["app-box"]["url"] + "/") == 200
     assert wait_until(lambda: body_of(by_role["app-web"]["url"] + "/"), 30,
-                      "the built app") == "built from-args\n"
+                      "the built app") == "built second\n"
     assert body_of(by_role["app-site"]["url"] + "/") == "static-hi\n"
-    # the image's inputs did not change: resumed with the image built before
+    # the image's inputs did not change: resumed with the image built before, and the
+    # image of the deployment it superseded is still kept
     assert deploy_log(project, dep["version"], "not rebuilt")
+    assert len(tags_of(dockerd, f"svc-build-{project.slug}-web")) == 3  # + the foreign one
     web = [b for b in containers(dockerd, c, role="app-web") if b.status == "running"]
     assert [b.labels["svc.instance"] for b in web] == [by_role["app-web"]["id"]]
     assert dockerd.client().containers.get(web[0].id).image.tags[0].startswith(
