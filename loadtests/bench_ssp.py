@@ -38,9 +38,11 @@ probe: the source rows are not written, the SSP path alone is measured).
 - `--reconcile-ms 0,1000`: each run again per value of `SVC_SSP_RECONCILE_MS` (the
   anti-entropy reader, `ssp.hub.reconcile`), with the ratio of each against the first
   (0: off), so its cost on the same machine in the same hour is one line.
-- `--profile DIR`: cProfile (thread CPU) in the database host, the hub and each shard over
-  the ingest window and its drain only (`loadtests/profhook`, toggled by SIGUSR1), one
-  `.prof` file per process and run in DIR (`python -m pstats`).
+- `--profile DIR`: a sampling profile (1 ms of CPU) of the main thread of the database
+  host, the hub and each shard over the ingest window and its drain only
+  (`loadtests/profhook`, toggled by SIGUSR1): per process and run, `.top` (functions by
+  share of CPU) and `.folded` (stacks) in DIR; `BENCH_PROFILE_KIND=cprofile` writes
+  cProfile's `.prof` instead (call counts; it inflates code making many small calls).
 - naive baseline: for each event, write the source row, then re-run the affected view's query
   in SurrealDB and rewrite its edges (delete all, insert all) in one transaction; events/s and
   per-event latency of the re-run + rewrite, same concurrency.
@@ -403,8 +405,8 @@ async def main() -> int:
                    help="run the SSP from another checkout (a 'before' figure; the "
                         "benchmark and the database host stay this checkout's)")
     p.add_argument("--profile", type=Path, default=None,
-                   help="write cProfile stats of the database host, hub and shards over each "
-                        "ingest window into this directory")
+                   help="write profiles of the database host, hub and shards over each "
+                        "ingest window into this directory (loadtests/profhook)")
     args = p.parse_args()
     if args.profile:
         # before any process starts: they all inherit it (loadtests/profhook/sitecustomize.py)
