@@ -60,7 +60,10 @@ class Sequencer:
             fut: asyncio.Future[None] = loop.create_future()
             self._queue.put_nowait((ev, fut, defer, arrived))
             futs.append(fut)
-        await asyncio.gather(*futs)
+        if len(futs) == 1:
+            await futs[0]  # one ingest, one event: no gathering future around it
+        else:
+            await asyncio.gather(*futs)
 
     async def run(self) -> None:
         """Order events into batches and send each to the shards without waiting for the
