@@ -64,8 +64,35 @@ def _encode_decimal(enc: Any, value: decimal.Decimal) -> None:
     enc.encode(_CBORTag(TAG_DECIMAL_STRING, str(value)))
 
 
+def _cbor_text(text: str) -> bytes:
+    """`text` as a CBOR text string (major type 3, shortest length form), as cbor2 writes it."""
+    data = text.encode()
+    n = len(data)
+    if n < 24:
+        return bytes((0x60 | n,)) + data
+    if n < 0x100:
+        return bytes((0x78, n)) + data
+    if n < 0x10000:
+        return b"\x79" + n.to_bytes(2, "big") + data
+    if n < 0x100000000:
+        return b"\x7a" + n.to_bytes(4, "big") + data
+    return b"\x7b" + n.to_bytes(8, "big") + data
+
+
+# tag 8 (one byte: 0xc0 | 8), then an array of two
+_RECORD_ID_HEAD = bytes((0xC0 | TAG_RECORD_ID, 0x82))
+
+
 def _encode_record_id(enc: Any, value: RecordID) -> None:
-    enc.encode(_CBORTag(TAG_RECORD_ID, [value.table_name, value.id]))
+    key = value.id
+    table = value.table_name
+    if type(key) is str and type(table) is str:
+        # The common case (every edge a flush writes has two) written as bytes: building a
+        # CBORTag and a list for cbor2 to walk cost ~12 us per id, a fifth of the encoding
+        # of a 1,000-edge flush.
+        enc.write(_RECORD_ID_HEAD + _cbor_text(table) + _cbor_text(key))
+        return
+    enc.encode(_CBORTag(TAG_RECORD_ID, [table, key]))
 
 
 def _encode_duration(enc: Any, value: Duration) -> None:

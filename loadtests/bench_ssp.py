@@ -4,7 +4,7 @@ views over 1,000 users, next to the naive baseline, for 1 and 2 shards, in one r
     .venv/bin/python loadtests/bench_ssp.py [--users 1000] [--views-per-user 10]
         [--seconds 15] [--shards 1,2] [--throttle-ms 100] [--concurrency 64] [--rate 3000]
         [--ref-modes dedicated,single] [--large-views 0] [--large-kind peers|children]
-        [--reconcile-ms 1000] [--ssp-root PATH]
+        [--reconcile-ms 1000] [--ssp-root PATH] [--profile DIR]
 
 Both edge publication modes run: `dedicated` (the default: one edge table per user owning a
 view, so 1,000 tables here) and `single` (one shared `_00_list_ref`). In SurrealDB 3.2.4
@@ -38,6 +38,11 @@ probe: the source rows are not written, the SSP path alone is measured).
 - `--reconcile-ms 0,1000`: each run again per value of `SVC_SSP_RECONCILE_MS` (the
   anti-entropy reader, `ssp.hub.reconcile`), with the ratio of each against the first
   (0: off), so its cost on the same machine in the same hour is one line.
+- `--profile DIR`: a sampling profile (1 ms of CPU) of the main thread of the database
+  host, the hub and each shard over the ingest window and its drain only
+  (`loadtests/profhook`, toggled by SIGUSR1): per process and run, `.top` (functions by
+  share of CPU) and `.folded` (stacks) in DIR; `BENCH_PROFILE_KIND=cprofile` writes
+  cProfile's `.prof` instead (call counts; it inflates code making many small calls).
 - naive baseline: for each event, write the source row, then re-run the affected view's query
   in SurrealDB and rewrite its edges (delete all, insert all) in one transaction; events/s and
   per-event latency of the re-run + rewrite, same concurrency.
@@ -166,6 +171,15 @@ def cpu_by_role(host_pid: int, procs: dict[int, str]) -> dict[str, float]:
     return out
 
 
+def toggle_profiles(pids: list[int]) -> None:
+    """Start or stop (and write) the profile of each process (loadtests/profhook)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+
+
 async def hub_call(client: RpcClient, route: str, body: Any = None, **kw: Any) -> dict[str, Any]:
     return dict(await client.call(request(route, body, **kw), timeout=120))
 
@@ -263,6 +277,9 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                 c.close()
         assert ssp.process.proc is not None and host.process.proc is not None
         procs = ssp_processes(ssp.process.proc.pid)
+        profiled = [host.process.proc.pid] + [p for p, r in procs.items() if r != "gateway"]
+        if args.profile:
+            toggle_profiles(profiled)
         cpu0 = cpu_by_role(host.process.proc.pid, procs)
         t1 = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(args.concurrency)))
@@ -273,6 +290,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         # CPU per 1,000 accepted events over the run and its drain (the reaper may still
         # work after it: its share is in the figures only while the run lasted)
         cpu1 = cpu_by_role(host.process.proc.pid, procs)
+        if args.profile:
+            toggle_profiles(profiled)
         cpu_k = {role: (cpu1[role] - cpu0.get(role, 0.0)) * 1000 / max(ok[0], 1)
                  for role in cpu1}
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
@@ -385,7 +404,17 @@ async def main() -> int:
     p.add_argument("--ssp-root", type=Path, default=None,
                    help="run the SSP from another checkout (a 'before' figure; the "
                         "benchmark and the database host stay this checkout's)")
+    p.add_argument("--profile", type=Path, default=None,
+                   help="write profiles of the database host, hub and shards over each "
+                        "ingest window into this directory (loadtests/profhook)")
     args = p.parse_args()
+    if args.profile:
+        # before any process starts: they all inherit it (loadtests/profhook/sitecustomize.py)
+        args.profile.mkdir(parents=True, exist_ok=True)
+        os.environ["BENCH_PROFILE_DIR"] = str(args.profile.resolve())
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "loadtests" / "profhook")]
+            + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])
     tmp = Path(tempfile.mkdtemp(prefix="bench-ssp-"))
     host = start_db_host(tmp, memory=True)
     try:

@@ -79,10 +79,11 @@ class Admission:
             if isinstance(body, dict) and body.get("table") == QUERY_TABLE:
                 return self.query_row(body)
             try:
-                event = self.event(body, typed=is_typed)
+                event, data = self.event(body, typed=is_typed)
             except ValueError as e:
                 return error_reply(400, ErrorCode.INVALID, str(e))
-            await self.sequencer.submit([event], defer=self.state.cfg.ingest_transport == "http")
+            await self.sequencer.submit([event], defer=self.state.cfg.ingest_transport == "http",
+                                        encoded=[data])
             return reply(200, {"status": "ok", "seq": self.state.seq})
         finally:
             self.slots -= 1
@@ -98,6 +99,7 @@ class Admission:
         state = self.state
         async with self._batch_lock:
             events = []
+            encoded = []
             top = state.last_seq
             for i, ev in enumerate(body):
                 seq: Any = ev.get("seq") if isinstance(ev, dict) else None
@@ -105,17 +107,19 @@ class Admission:
                 if has_seq and seq <= top:
                     continue
                 try:
-                    events.append(self.event(ev, typed=typed))
+                    event, data = self.event(ev, typed=typed)
                 except BodyError as e:
                     where = f"[{i}].{e.field}" if e.field else f"[{i}]"
                     return error_reply(400, ErrorCode.INVALID, f"{where}: {e.expectation}")
                 except ValueError as e:
                     return error_reply(400, ErrorCode.INVALID, f"[{i}]: {e}")
+                events.append(event)
+                encoded.append(data)
                 if has_seq:
                     top = seq
             if events:
-                await self.sequencer.submit(events,
-                                            defer=state.cfg.ingest_transport == "http")
+                await self.sequencer.submit(events, defer=state.cfg.ingest_transport == "http",
+                                            encoded=encoded)
             state.last_seq = top
             return reply(200, {"accepted": len(events)})
 
@@ -149,9 +153,11 @@ class Admission:
             requests.seen(view_id, row, posted=True)
         return reply(200, {"status": "ok", "seq": self.state.seq})
 
-    def event(self, body: Any, *, typed: bool = False) -> Event:
-        """The sequencer's event of one ingest body; ValueError (BodyError naming the field,
-        or `record: ...`) when it cannot be applied."""
+    def event(self, body: Any, *, typed: bool = False) -> tuple[Event, bytes]:
+        """The sequencer's event of one ingest body, with its row's canonical bytes (made to
+        check that the row can be stored; the sequencer stores them as they are);
+        ValueError (BodyError naming the field, or `record: ...`) when it cannot be
+        applied."""
         change = RowChange.from_body(body)
         try:
             record = change.record
@@ -160,12 +166,12 @@ class Admission:
                 if cbor_row is not None:
                     record, typed = cbor_row, True
             record = self.restore_types(change.table, change.id, record, typed=typed)
-            canonical_bytes(record)  # refuse what cannot be stored, before sequencing
+            data = canonical_bytes(record)  # refuse what cannot be stored, before sequencing
         except (ValueError, TypeError, OverflowError, RecursionError) as e:
             # A record nested deeper than Python recurses is bad input too, not a 500.
             why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
             raise ValueError(f"record: {why}") from None
-        return (change.table, change.op, record_id_text(record["id"]), record)
+        return (change.table, change.op, record_id_text(record["id"]), record), data
 
     def restore_types(self, table: str, rid: str, record: dict[str, Any], *,
                       typed: bool = False) -> dict[str, Any]:

@@ -33,8 +33,9 @@ log = logging.getLogger("ssp.hub")
 BATCH_MAX = 2000  # events per shard round trip
 
 Event = tuple[str, str, str, Any]  # (table, op, record id text, row)
-# (event, its future, deferred?, monotonic arrival time)
-Queued = tuple[Event, "asyncio.Future[None]", bool, float]
+# (event, its future, deferred?, monotonic arrival time, the row's canonical bytes when the
+# caller has them already)
+Queued = tuple[Event, "asyncio.Future[None]", bool, float, "bytes | None"]
 
 
 class Sequencer:
@@ -48,19 +49,26 @@ class Sequencer:
         self.edges = edges
         self._queue: asyncio.Queue[Queued] = asyncio.Queue()
 
-    async def submit(self, events: list[Event], *, defer: bool = False) -> None:
+    async def submit(self, events: list[Event], *, defer: bool = False,
+                     encoded: list[bytes] | None = None) -> None:
         """Sequence events and wait until the shards applied them (the in-memory step).
 
         `defer`: the events come from inside their writing transaction (transport http), so
-        their edges wait for the commit to be visible."""
+        their edges wait for the commit to be visible. `encoded`: each event's row as
+        `canonical_bytes` made it, when the caller checked the rows that way already (the
+        admission does: the store then need not encode each row a second time)."""
         loop = asyncio.get_running_loop()
         futs = []
         arrived = time.monotonic()
-        for ev in events:
+        put = self._queue.put_nowait
+        for i, ev in enumerate(events):
             fut: asyncio.Future[None] = loop.create_future()
-            self._queue.put_nowait((ev, fut, defer, arrived))
+            put((ev, fut, defer, arrived, encoded[i] if encoded is not None else None))
             futs.append(fut)
-        await asyncio.gather(*futs)
+        if len(futs) == 1:
+            await futs[0]  # one ingest, one event: no gathering future around it
+        else:
+            await asyncio.gather(*futs)
 
     async def run(self) -> None:
         """Order events into batches and send each to the shards without waiting for the
@@ -73,7 +81,7 @@ class Sequencer:
             batch = self.take_batch(first)
             try:
                 async with state.apply_lock:
-                    kept = self.store([b[0] for b in batch])
+                    kept = self.store([b[0] for b in batch], [b[4] for b in batch])
                     sends = (self.pool.send("ingest", {"events": [list(e) for e in kept]})
                              if kept else [])
                     # Queued under the lock, so `exclusive()` sees every batch already sent.
@@ -116,13 +124,15 @@ class Sequencer:
             finally:
                 inflight.task_done()
 
-    def store(self, events: list[Event]) -> list[Event]:
-        """Apply events to the hub's rows (stale versions skipped); returns the kept ones."""
+    def store(self, events: list[Event], encoded: list[bytes | None] | None = None
+              ) -> list[Event]:
+        """Apply events to the hub's rows (stale versions skipped); returns the kept ones.
+        `encoded`: per event, its row's canonical bytes when already known (else None)."""
         state = self.state
         kept: list[Event] = []
         store = state.rows
         rv = state.rv
-        for table, op, rid, record in events:
+        for i, (table, op, rid, record) in enumerate(events):
             if op not in OPS:
                 continue
             state.seq += 1
@@ -133,7 +143,8 @@ class Sequencer:
                 rv_new = record.get("_00_rv")
                 if rv_is_stale(rv_new, rv.get(rid)) and store.contains(table, rid):
                     continue  # stale: a newer version of the row is already applied
-                store.put_bytes(table, rid, canonical_bytes(record))
+                data = encoded[i] if encoded is not None else None
+                store.put_bytes(table, rid, data if data is not None else canonical_bytes(record))
                 rv[rid] = rv_new
             kept.append((table, op, rid, record))
             if op != "DELETE" and record.get("status") == "pending":
@@ -184,6 +195,6 @@ class Sequencer:
 
 def _fail_all(batch: list[Queued], error: BaseException) -> None:
     """Fail the futures of a sequencer batch that are still waiting."""
-    for _, fut, _, _ in batch:
+    for _, fut, _, _, _ in batch:
         if not fut.done():
             fut.set_exception(error)

@@ -94,6 +94,18 @@ def test_encode_writes_the_sdk_bytes(value: Any) -> None:
     assert cbor.encode(value) == cbor.sdk_encode(value)
 
 
+def test_record_ids_with_text_keys_of_every_length_form_write_the_sdk_bytes() -> None:
+    # `_encode_record_id` writes text-keyed ids as bytes itself: each CBOR length form
+    # (inline, 1, 2, 4 bytes) of the table and the key, and text longer in bytes than in
+    # characters
+    for n in (0, 1, 23, 24, 255, 256, 65535, 65536):
+        for key in ("k" * n, "é" * n):
+            for table in ("post", "t" * n or "t"):
+                rid = RecordID(table, key)
+                assert cbor.encode([rid, {"r": rid}]) == cbor.sdk_encode([rid, {"r": rid}])
+                assert same(cbor.decode(cbor.encode(rid)), rid)
+
+
 def test_a_duration_goes_as_the_compact_tag_the_engine_takes() -> None:
     d = Duration(5_400_000_000_123)
     data = cbor.encode({"v": d})

@@ -77,3 +77,29 @@ async def test_a_body_msgpack_cannot_carry_raises_and_leaves_nothing_pending(tmp
     finally:
         client.close()
         ctx.term()
+
+
+async def test_calls_beyond_the_send_queue_wait_for_the_server_and_all_get_answered(
+        tmp_path: Path) -> None:
+    # 2,500 calls before the server exists: ZeroMQ queues up to its high-water mark (1,000) on
+    # the socket, and the client must hold the rest in order until the socket takes them.
+    ctx = zmq.asyncio.Context()
+    endpoint = f"ipc://{tmp_path}/late.sock"
+    client = RpcClient(endpoint, ctx=ctx)
+
+    async def handler(body: dict) -> dict:
+        return {"echo": body["n"]}
+
+    calls = [asyncio.ensure_future(client.call({"n": i}, timeout=30)) for i in range(2500)]
+    await asyncio.sleep(0.05)  # every call has tried its send
+    assert client._out, "the socket took every message: the test no longer reaches the queue"
+    server = RpcServer(endpoint, handler, ctx=ctx)
+    serving = asyncio.create_task(server.serve())
+    try:
+        assert await asyncio.gather(*calls) == [{"echo": i} for i in range(2500)]
+        assert not client._out
+    finally:
+        client.close()
+        serving.cancel()
+        server.close()
+        ctx.term()
