@@ -297,6 +297,13 @@ class Database:
 
         return await self._call("query", op, retry_on_drop=idempotent)
 
+    async def server_version(self) -> str:
+        """The database's own version text (RPC ``version``, e.g. ``surrealdb-3.2.4``)."""
+        async def op(conn: AsyncWsSurrealConnection) -> str:
+            return str(await conn.version())
+
+        return await self._call("version", op, retry_on_drop=True)
+
     async def query_one(self, sql: str, vars: Mapping[str, Any] | None = None, *,
                         idempotent: bool = False) -> Any:
         """Like `query` but return only the last statement's result (None for no statements)."""

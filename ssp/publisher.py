@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -91,7 +92,8 @@ UPSERT_GROUPS = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; "
 # Mode `dedicated`: members that left are retired, not deleted (module docstring). An edge
 # already retired is left alone (no second notification); a missing one stays missing.
 RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
-# SurrealDB 3.0.x (the Node build, transport http; `Publisher(unlogged_cascades=True)`) logs
+# SurrealDB 3.0.x (the Node build; `Publisher(unlogged_cascades=True)`, set from the
+# database's version at start: `logs_cascaded_deletes`) logs
 # no changefeed entry for the edges a DELETE of their member takes along, so removing such an
 # edge writes nothing either and a LIVE subscriber of the edge table never hears that the
 # member left. It also logs a DELETE without the row, so a record user's LIVE on
@@ -103,6 +105,21 @@ RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
 RETIRE_LOGGED = ("FOR $r IN $rows { IF record::exists($r[0]) { UPDATE $r[0] SET removed = true, "
                  "seq = $seq WHERE !removed RETURN NONE } ELSE { RELATE ($r[1])->($r[0])->($r[2]) "
                  "SET removed = true, seq = $seq, auth_id = $r[3] RETURN NONE } }")
+# The first release known to log the edges a DELETE takes along (checked: 3.2.4 does, 3.0.2
+# does not; releases in between were not checked, so they take the logged path).
+_CASCADES_LOGGED_FROM = (3, 2, 4)
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def logs_cascaded_deletes(version: str) -> bool:
+    """Whether a SurrealDB of this ``version`` text (``surrealdb-3.2.4``) logs the edges a
+    record's DELETE takes along and a DELETE's row (``Publisher.unlogged_cascades`` is the
+    negation). A text with no version in it counts as not: the logged path is right on every
+    release, only slower."""
+    m = _VERSION.search(version)
+    return m is not None and tuple(int(g) for g in m.groups()) >= _CASCADES_LOGGED_FROM
+
+
 # A (re)materialisation's prior edges (not stamped with this flush's seq by the upserts
 # before it) are retired, and all of the view's retired edges are the block's value, for the
 # reaper. (Not `RETURN $gone`: a RETURN ends the whole transaction, skipping what follows.)

@@ -12,7 +12,7 @@ from typing import Any
 
 import zmq.asyncio
 
-from dbclient import DbAuthError, DbError
+from dbclient import DbAuthError, DbError, DbQueryError
 from dbclient.tasks import cancel_and_wait
 from ipc.backoff import Backoff
 from ipc.version import VERSION
@@ -40,6 +40,7 @@ from ssp.hub.warmviews import WarmViews, take_views
 from ssp.impersonate import impersonation_routes, of_config
 from ssp.jobs import job_routes
 from ssp.link import ProxySource, SchedulerLink
+from ssp.publisher import logs_cascaded_deletes
 
 log = logging.getLogger("ssp.hub")
 
@@ -89,6 +90,21 @@ class Hub(HubState):
 
     # ------------------------------------------------------------------ lifecycle
 
+    async def _check_cascades(self) -> None:
+        """Removals take the logged path (``Publisher.unlogged_cascades``) unless the database
+        is a release known to log the edges a DELETE takes along: what decides is the database,
+        not the ingest transport (a 3.0.x server behind the changefeed has the same gap)."""
+        try:
+            version = await self.pub_db.server_version()
+        except DbQueryError as e:  # refused, not unreachable: keep the logged path
+            log.warning("the database's version could not be read (%s): removals write the "
+                        "edge retired first", e)
+            return
+        logged = logs_cascaded_deletes(version)
+        self.publisher.unlogged_cascades = not logged
+        log.info("database %s: %s", version, "cascaded deletes are logged" if logged else
+                 "cascaded deletes are not logged: removals write the edge retired first")
+
     async def start(self) -> None:
         """Spawn the shards, connect, bootstrap, then start the background loops."""
         logging.getLogger().addHandler(self.logs)
@@ -103,6 +119,7 @@ class Hub(HubState):
             try:
                 await self.db.connect()
                 await self.pub_db.connect()
+                await self._check_cascades()
                 if self.link is not None:
                     # SchedulerExit propagates (exit 2, 5, 6); warm from the snapshot when the
                     # scheduler's WAL still holds what this SSP missed

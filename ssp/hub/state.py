@@ -161,9 +161,9 @@ class HubState:
                                    throttle_ms=cfg.query_update_throttle_ms,
                                    view_lookup=self.views.get, rv_lookup=self.rv.get,
                                    flushers=cfg.publish_flushers,
-                                   # transport http runs on SurrealDB 3.0.x (the Node build),
-                                   # whose feed leaves out the edges a DELETE takes along
-                                   unlogged_cascades=cfg.ingest_transport == "http",
+                                   # the logged removals until the hub has asked the
+                                   # database's version (HubRoot.start)
+                                   unlogged_cascades=True,
                                    metrics=ViewMetrics(cfg.ssp_id, cfg.view_metrics_flush_ms,
                                                        self._view_size,
                                                        hold=self.writers_hold))

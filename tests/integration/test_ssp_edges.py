@@ -271,7 +271,11 @@ async def test_a_member_that_leaves_is_retired_then_reaped_and_a_live_client_see
         note = await asyncio.wait_for(notes.get(), 30)  # the reaper's delete
         assert note["action"] == "DELETE" and note["result"]["out"] == RecordID("post", "r1")
         assert await stack.root.query_one(f"SELECT * FROM {table}") == []
-        assert (await stack.ssp.call("GET /debug/memory"))["body"]["reaper"]["reaped"] >= 1
+        memory = (await stack.ssp.call("GET /debug/memory"))["body"]
+        assert memory["reaper"]["reaped"] >= 1
+        # the embedded build (3.2.4) logs the edges a DELETE takes along: removals need not
+        # write the edge retired first (the Node build's 3.0.2 does not: test_http_transport)
+        assert memory["publication"]["unlogged_cascades"] is False
         await stack.root.query("UPDATE post:r1 SET n = 5")  # back in the view
         note = await asyncio.wait_for(notes.get(), 30)
         assert note["action"] == "CREATE" and not note["result"].get("removed")

@@ -27,6 +27,7 @@ from ssp.publisher import (
     Publisher,
     PubView,
     Teardown,
+    logs_cascaded_deletes,
 )
 from ssp.reaper import REAP, EdgeReaper
 from ssp.shards import shard_of
@@ -568,3 +569,14 @@ async def test_a_typed_ingest_body_is_decoded_and_applied() -> None:
         for t in tasks:
             t.cancel()
         hub.arena.close()
+
+
+@pytest.mark.parametrize(("version", "logged"), [
+    ("surrealdb-3.2.4", True), ("surrealdb-3.3.0", True), ("surrealdb-4.0.0-beta", True),
+    ("3.2.10", True), ("surrealdb-3.2.3", False), ("surrealdb-3.0.2", False),
+    ("surrealdb-2.3.7", False), ("", False), ("unknown", False)])
+def test_removals_take_the_logged_path_unless_the_release_logs_cascaded_deletes(
+        version: str, logged: bool) -> None:
+    # 3.0.2 logs no changefeed entry for the edges a DELETE takes along (and a DELETE without
+    # its row); 3.2.4 does. A release not known to log them takes the logged path.
+    assert logs_cascaded_deletes(version) is logged
