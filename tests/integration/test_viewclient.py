@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from surrealdb import AsyncSurreal, RecordID
 
 from tests.integration.test_scheduler_process import launch, write_config
 from tests.support.job_stack import SECRET, job_stack
-from tests.support.procs import ROOT, DbHost, ManagedProcess, free_port, start_db_host
+from tests.support.procs import DbHost, ManagedProcess, free_port, start_db_host
 from tests.support.ssp_stack import apply_schema, root_db, start_ssp, unique_db, wait_for
 from viewclient import GAP, READY, Client, Step, View, ViewError, connect
 
@@ -514,33 +513,6 @@ async def test_run_writes_an_outbox_job_and_returns_its_result(
             assert result["ok"] is True
         finally:
             await client.close()
-
-
-async def test_the_top10_example_prints_the_list_and_its_update(stack: Stack) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
-    env.update(SVC_DB_URL=stack.host.ws_url, SVC_DB_USER=stack.host.user,
-               SVC_DB_PASS=stack.host.password, SVC_DB_NS=stack.ns, SVC_DB_NAME=stack.db,
-               SVC_SERVICE_URL=stack.service_url, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-    await as_root(stack, "CREATE thread:t1 SET title = 'first', score = 1")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "clients" / "examples" / "top10.py"), "--steps", "1",
-        env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert proc.stdout is not None
-    try:
-        first = b""
-        while b"[ready]" not in first:
-            line = await asyncio.wait_for(proc.stdout.readline(), 60)
-            assert line, first
-            first += line
-        assert b"[ready] first (1)" in first, first
-        await as_root(stack, "CREATE thread:t2 SET title = 'second', score = 5")
-        rest = await asyncio.wait_for(proc.stdout.read(), 60)
-        assert await asyncio.wait_for(proc.wait(), 30) == 0, first + rest
-        assert b"second (5), first (1)" in rest, first + rest
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
