@@ -3,8 +3,8 @@ writes. Against `ops/run --memory` as it starts (database ws://127.0.0.1:8000, r
 namespace and database `main`, scheduler on :9667); the SVC_DB_* variables and
 SVC_SERVICE_URL point it elsewhere. `--steps N` stops after N updates of the ready list (the tests use it).
 
-    .venv/bin/python clients/examples/top10.py
-    .venv/bin/svc sql "CREATE thread SET title = 'hello', score = 42"   # another terminal
+The table must be hooked into the service (`svc schema apply` after it exists): the example
+says so on stderr when it is not. The steps are in clients/README.md, "Example".
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 
 from surrealdb import AsyncSurreal
 
@@ -39,7 +40,13 @@ async def main(steps: int | None) -> None:
                        "password": os.environ.get("SVC_DB_PASS", "root")})
     await root.use(ns, db)
     await root.query(SETUP)
+    info = await root.query("INFO FOR TABLE thread")
     await root.close()
+    fields = info.get("fields") if isinstance(info, dict) else None
+    if "_00_rv" not in (fields or {}):
+        # The service follows only tables `svc schema apply` hooked (changefeed or events).
+        print("thread is not hooked into the service yet: run `svc schema apply` "
+              "(clients/README.md); the list stays empty until then", file=sys.stderr, flush=True)
     creds = {"access": "account", "variables": {"name": "demo", "pass": "demo-pass"}}
     signup = AsyncSurreal(url)
     try:

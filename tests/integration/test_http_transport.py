@@ -312,7 +312,8 @@ async def test_a_clients_rows_over_http_are_surrealdbs_answer_in_order_after_ran
         tmp_path: Path, node_host: DbHost) -> None:
     """The Python client over transport `http` on the Node build: its rows (ordered by two
     fields with ties, a record link in the projection, START and LIMIT) equal SurrealDB's own
-    answer as the user after random bursts of writes, and a user sees only their own rows.
+    answer as the user after random bursts of writes, and a user sees only their own rows;
+    then the ttl refresh and expiry, and an optimistic write rolled back on a permission error.
     The Node build (3.0.2) ignores ORDER BY in `SELECT ... FROM $array WHERE ...`; the client
     orders the projected rows in an outer SELECT, which 3.0.2 orders right."""
     import random
@@ -332,7 +333,7 @@ async def test_a_clients_rows_over_http_are_surrealdbs_answer_in_order_after_ran
                  auth_secret=vc.SERVICE_SECRET)
     ssp = start_ssp(tmp_path, node_host, name, name, SVC_INGEST_TRANSPORT="http",
                     SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}", SVC_AUTH_SECRET=vc.SERVICE_SECRET,
-                    SVC_SSP_VIEW_PERMISSIONS="enforce")
+                    SVC_SSP_VIEW_PERMISSIONS="enforce", TTL_CLEANUP_INTERVAL_SECS="1")
     stack = vc.Stack(node_host, name, name, ssp.process, port, tmp_path)
     rng = random.Random()
     seed = rng.randrange(1 << 30)
@@ -395,6 +396,15 @@ async def test_a_clients_rows_over_http_are_surrealdbs_answer_in_order_after_ran
                              {"o": alice.auth_id})
             got = await vc.settles(va, alice, vc.TOP, params)
             assert "post:z4" in {str(r["id"]) for r in got}
+            # The same SSP: the refresh of `lastActiveAt` (an UPDATE of the row, which no
+            # event posts) keeps a view past its ttl while an unrefreshed one expires, and an
+            # optimistic delete refused by the post's permission rolls back and is listed.
+            await vc.refresh_and_expiry(stack, "dora")
+            fred = await vc.user(stack, "fred")
+            try:
+                await vc.refused_write_rolls_back(stack, fred, "r")
+            finally:
+                await fred.close()
         finally:
             await alice.close()
             await bob.close()

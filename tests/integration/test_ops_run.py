@@ -1,4 +1,5 @@
-"""`ops/run` brings the database host up, answers /health, and Ctrl-C leaves no process behind;
+"""`ops/run` brings the database host up, answers /health, and Ctrl-C leaves no process behind
+(the default stack, `--memory`, also runs clients/README.md's top-10 example as written there);
 a database host killed with SIGKILL is relaunched with its data (`--data`), or stops the stack
 with a message saying the data is gone (`--memory`)."""
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests.support import lifeline, proctable
 from tests.support.procs import ROOT, base_env, free_port, http_status
+from tests.support.readme_example import run_readme_example
 
 
 def _descendants(pid: int) -> list[int]:
@@ -26,6 +28,8 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
     port = free_port()
     ssp_port = free_port()
     data = tmp_path / "data"
+    # The default stack as the clients' README starts it (memory only); the host alone on disk.
+    storage = ["--memory"] if with_ssp else ["--data", str(data)]
     sched_port, admin_port = free_port(), free_port()
     extra = (["--ssp-bind", f"127.0.0.1:{ssp_port}", "--scheduler-bind",
               f"127.0.0.1:{sched_port}", "--admin-bind", f"127.0.0.1:{admin_port}"]
@@ -35,8 +39,7 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
     tmp.mkdir()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(ROOT / "ops" / "run"), "--db-bind", f"127.0.0.1:{port}", "--data", str(data),
-             *extra],
+            [str(ROOT / "ops" / "run"), "--db-bind", f"127.0.0.1:{port}", *storage, *extra],
             env=base_env(SVC_DB_USER="root", SVC_DB_PASS="ops-run-test", TMPDIR=str(tmp)),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -57,6 +60,8 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
             text = log.read_text(errors="replace")
             assert f"http://127.0.0.1:{admin_port}/admin/" in text
             assert "break-glass password" in text  # generated for the run, printed once
+            asyncio.run(run_readme_example(port, f"http://127.0.0.1:{sched_port}",
+                                           "ops-run-test"))
         kids = _descendants(proc.pid)
         assert kids, "ops/run started no child process"
         os.kill(proc.pid, sig)  # what Ctrl-C (SIGINT) or a service manager (SIGTERM) sends
@@ -68,8 +73,8 @@ def test_ops_run_serves_health_and_stops_every_child(tmp_path: Path, sig: int, w
         assert left == [], f"processes left behind: {left}"
         assert http_status(f"http://127.0.0.1:{port}/health") is None
         assert http_status(f"http://127.0.0.1:{ssp_port}/health") is None
-        assert data.is_dir()  # storage in the given directory, not memory
-        assert list(tmp.iterdir()) == []  # its temporary directory (svc-stack-*) is gone
+        assert data.is_dir() != with_ssp  # storage in the given directory, or memory only
+        assert list(tmp.iterdir()) == []  # its temporary directories (svc-stack-*) are gone
         # The password the stack was given never appears in its output.
         assert "ops-run-test" not in text
     finally:

@@ -9,8 +9,8 @@ build), `http-scheduler` (transport `http`, the events posting to a scheduler) a
 once for all its tests. ops/test
 installs the packages with `npm ci` from the lock file first (ops/_npm.sh).
 
-The module builds the client once (`npm run build`: the type check and `dist/`, which the
-top-10 example test runs; `SVC_TS_PREBUILT` tells it the build is done), then starts the
+The module builds the client once (`npm run build`: the type check and `dist/`;
+`SVC_TS_PREBUILT` tells the runs the build is done), then starts the
 runs at once: each spends most of its time waiting (TTL expiry, restarts, the stack starting),
 so together they take about as long as the longest alone. Each test waits for its own run."""
 
@@ -29,6 +29,7 @@ import pytest
 
 from tests.support import lifeline
 from tests.support.procs import ROOT
+from tests.support.tsbuild import dist_lock
 
 TS = ROOT / "clients" / "ts"
 MODES = ("standalone", "scheduler", "single", "http", "http-scheduler", "http-single")
@@ -95,7 +96,8 @@ class Runs:
 
 @pytest.fixture(scope="module")
 def runs() -> Iterator[Runs]:
-    build = _start("npm run build", "run", "--silent", "build").wait(timeout=300)
+    with dist_lock():  # test_ops_run builds and runs the README's example from dist/ too
+        build = _start("npm run build", "run", "--silent", "build").wait(timeout=300)
     modes: dict[str, Run] = {}
     try:
         if build[0] == 0:

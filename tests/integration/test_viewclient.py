@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,8 +20,8 @@ import pytest
 from surrealdb import AsyncSurreal, RecordID
 
 from tests.integration.test_scheduler_process import launch, write_config
-from tests.support.job_stack import SECRET, job_stack
-from tests.support.procs import ROOT, DbHost, ManagedProcess, free_port, start_db_host
+from tests.support.job_stack import SECRET, Backend, job_config, job_stack
+from tests.support.procs import DbHost, ManagedProcess, free_port, start_db_host
 from tests.support.ssp_stack import apply_schema, root_db, start_ssp, unique_db, wait_for
 from viewclient import GAP, READY, Client, Step, View, ViewError, connect
 
@@ -354,9 +353,11 @@ async def test_a_deleted_row_unregisters_its_view(stack: Stack) -> None:
         await client.close()
 
 
-async def test_refresh_keeps_a_view_alive_past_its_ttl_and_its_absence_lets_it_expire(
-        stack: Stack) -> None:
-    client = await user(stack, "dave")
+async def refresh_and_expiry(stack: Stack, name: str) -> None:
+    """A refreshed view outlives its ttl while an unrefreshed one of the same ttl expires,
+    then the kept one still follows writes. Needs an SSP sweeping every second
+    (`TTL_CLEANUP_INTERVAL_SECS=1`); test_http_transport runs it over transport http."""
+    client = await user(stack, name)
     try:
         kept = await client.view(TOP, {"min": 1}, ttl="5s")
         # the same ttl, registered after `kept`: once the sweep has removed it, `kept`'s ttl
@@ -372,11 +373,16 @@ async def test_refresh_keeps_a_view_alive_past_its_ttl_and_its_absence_lets_it_e
         got = await as_root(stack, "SELECT VALUE id FROM _00_query WHERE id = $q",
                             {"q": kept.record})
         assert got == [kept.record]
-        await as_root(stack, "CREATE post:dave1 SET owner = $o, title = 'd', n = 3",
+        await as_root(stack, f"CREATE post:{name}1 SET owner = $o, title = 'd', n = 3",
                       {"o": client.auth_id})
         await settles(kept, client, TOP, {"min": 1})
     finally:
         await client.close()
+
+
+async def test_refresh_keeps_a_view_alive_past_its_ttl_and_its_absence_lets_it_expire(
+        stack: Stack) -> None:
+    await refresh_and_expiry(stack, "dave")
 
 
 async def _gap_then_right_rows(stack: Stack, kill: str) -> None:
@@ -433,6 +439,34 @@ async def test_kill9_of_the_database_host_ends_in_gap_then_the_right_rows(stack:
     await _gap_then_right_rows(stack, "db")
 
 
+async def refused_write_rolls_back(stack: Stack, client: Client,
+                                   key: str) -> tuple[View, list[Step]]:
+    """An optimistic delete refused by a permission (the row is `locked`) shows at once, rolls
+    back and is listed in `failed_writes`; an allowed update then shows. Returns the view
+    (`TOP` without START, `min` 0) and its steps, still subscribed. test_http_transport runs
+    it over transport http."""
+    params = {"min": 0}
+    query = TOP.replace(" START 1", "")
+    await as_root(stack, f"UPSERT post:{key}1 SET owner = $o, title = 'locked', n = 5, "
+                  f"locked = true; UPSERT post:{key}2 SET owner = $o, title = 'open', n = 4",
+                  {"o": client.auth_id})
+    view = await client.view(query, params)
+    await settles(view, client, query, params)
+    steps: list[Step] = []
+    view.subscribe(steps.append)
+    with pytest.raises(PermissionError):
+        await client.delete(f"post:{key}1")
+    # Shown removed at once, then back when the database refused.
+    assert any(RecordID("post", f"{key}1") in [r["id"] for r in s.removed] for s in steps)
+    assert RecordID("post", f"{key}1") in [r["id"] for r in view.rows]
+    assert [w.target for w in client.failed_writes] == [f"post:{key}1"]
+    await client.update(f"post:{key}2", {"title": "edited"})
+    await settles(view, client, query, params)
+    assert any(r["title"] == "edited" for r in view.rows)
+    assert len(client.failed_writes) == 1
+    return view, steps
+
+
 async def test_optimistic_writes_show_at_once_and_roll_back_on_a_permission_error(
         stack: Stack) -> None:
     # A key starting with a digit, as a third of signed-up users get: SurrealDB prints it
@@ -447,23 +481,7 @@ async def test_optimistic_writes_show_at_once_and_roll_back_on_a_permission_erro
     try:
         assert client.auth_id == RecordID("user", "5frank")
         params = {"min": 0}
-        await as_root(stack, "UPSERT post:f1 SET owner = $o, title = 'locked', n = 5, "
-                      "locked = true; UPSERT post:f2 SET owner = $o, title = 'open', n = 4",
-                      {"o": client.auth_id})
-        view = await client.view(TOP.replace(" START 1", ""), params)
-        await settles(view, client, TOP.replace(" START 1", ""), params)
-        steps: list[Step] = []
-        view.subscribe(steps.append)
-        with pytest.raises(PermissionError):
-            await client.delete("post:f1")
-        # Shown removed at once, then back when the database refused.
-        assert any(RecordID("post", "f1") in [r["id"] for r in s.removed] for s in steps)
-        assert RecordID("post", "f1") in [r["id"] for r in view.rows]
-        assert [w.target for w in client.failed_writes] == ["post:f1"]
-        await client.update("post:f2", {"title": "edited"})
-        await settles(view, client, TOP.replace(" START 1", ""), params)
-        assert any(r["title"] == "edited" for r in view.rows)
-        assert len(client.failed_writes) == 1
+        view, steps = await refused_write_rolls_back(stack, client, "f")
         # Optimistic creates honour the view's WHERE (`n >= $min`): one outside it is never
         # shown, not even for the moment the database takes to answer; one inside is.
         steps.clear()
@@ -516,48 +534,32 @@ async def test_run_writes_an_outbox_job_and_returns_its_result(
             await client.close()
 
 
-async def test_the_top10_example_prints_the_list_and_its_update(stack: Stack) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
-    env.update(SVC_DB_URL=stack.host.ws_url, SVC_DB_USER=stack.host.user,
-               SVC_DB_PASS=stack.host.password, SVC_DB_NS=stack.ns, SVC_DB_NAME=stack.db,
-               SVC_SERVICE_URL=stack.service_url, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-    await as_root(stack, "CREATE thread:t1 SET title = 'first', score = 1")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "clients" / "examples" / "top10.py"), "--steps", "1",
-        env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert proc.stdout is not None
-    try:
-        first = b""
-        while b"[ready]" not in first:
-            line = await asyncio.wait_for(proc.stdout.readline(), 60)
-            assert line, first
-            first += line
-        assert b"[ready] first (1)" in first, first
-        await as_root(stack, "CREATE thread:t2 SET title = 'second', score = 5")
-        rest = await asyncio.wait_for(proc.stdout.read(), 60)
-        assert await asyncio.wait_for(proc.wait(), 30) == 0, first + rest
-        assert b"second (5), first (1)" in rest, first + rest
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
 async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
         shared_db_host: DbHost, tmp_path: Path) -> None:
     """The client registers through the scheduler (which places the view on its SSP) and
-    follows the shared `_00_list_ref` (mode `single`, rows filtered by `auth_id`)."""
+    follows the shared `_00_list_ref` (mode `single`, rows filtered by `auth_id`); its outbox
+    call is run by the scheduler's SSP, the job row reaching it through the scheduler."""
     host = shared_db_host
     name = "vc" + os.urandom(5).hex()
     await _prepare(host, name, name)
+    root = await root_db(host, name, name)
+    try:  # outbox tables the app's users may write (job_config names all three)
+        await root.query("DEFINE TABLE job SCHEMALESS PERMISSIONS FULL; "
+                         "DEFINE TABLE job_one SCHEMALESS; DEFINE TABLE job_c3 SCHEMALESS;")
+    finally:
+        await root.close()
     apply_schema(host, name, name)
+    backend = Backend()
+    await backend.start()
     port = free_port()
     sched = launch(tmp_path, write_config(tmp_path, host, name, port), port, name,
                    ready_timeout=120, SVC_INGEST_TRANSPORT="changefeed",
-                   SVC_ROW_VIEWS_PER_USER="2")
+                   SVC_ROW_VIEWS_PER_USER="2",
+                   # no recovery sweep in the test's time: the job must come by its event
+                   SVC_JOB_SWEEP_SECS="3600")
     ssp = start_ssp(tmp_path, host, name, name, SVC_SSP_REF_MODE="single",
                     SVC_SCHEDULER_URL=sched.url, SVC_SSP_ID="ssp-vc",
-                    HEARTBEAT_INTERVAL_MS="200")
+                    HEARTBEAT_INTERVAL_MS="200", SVC_JOB_CONFIG=job_config(backend.url))
     s = Stack(host, name, name, ssp.process, ssp.port, tmp_path)
     clients: list[Client] = []
     try:
@@ -586,9 +588,18 @@ async def test_scheduler_mode_and_edge_mode_single_rows_equal_surrealdb(
         with pytest.raises(ViewError) as e:
             await clients[0].view(TOP, {"min": 4})
         assert e.value.status == 429 and "too_many_views" in str(e.value)
+        # The outbox call: the scheduler tails the job table's changefeed and hands the
+        # pending row to its SSP, which calls the backend and writes the result.
+        result = await clients[1].run("job", "/ok", {"x": 7})
+        assert result["ok"] is True and result["echo"] == {"x": 7}, result
+        (call,) = [c for c in backend.calls if c.path == "/ok"]
+        job = await as_root(s, "SELECT VALUE assignee FROM ONLY type::record($j)",
+                            {"j": call.job})
+        assert job == "ssp-vc"
     finally:
         for c in clients:
             await c.close()
         code = ssp.stop()
         sched.process.stop()
+        await backend.stop()
         assert code == 0, ssp.process.log_text()[-3000:]

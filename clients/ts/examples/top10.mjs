@@ -3,7 +3,8 @@
 // namespace and database `main`, scheduler on :9667); the SVC_DB_* variables and
 // SVC_SERVICE_URL point it elsewhere. `--steps N` stops after N updates of the ready list.
 //
-//   (cd clients/ts && npm ci && npm run build && node examples/top10.mjs)
+// The table must be hooked into the service (`svc schema apply` after it exists): the example
+// says so on stderr when it is not. The steps are in clients/README.md, "Example".
 import { Surreal } from "surrealdb";
 import WebSocket from "ws";
 import { connect } from "../dist/index.js";
@@ -28,7 +29,13 @@ DEFINE ACCESS IF NOT EXISTS account ON DATABASE TYPE RECORD
     SIGNUP (CREATE user SET name = $name, pass = crypto::argon2::generate($pass))
     SIGNIN (SELECT * FROM user WHERE name = $name AND crypto::argon2::compare(pass, $pass))
     DURATION FOR SESSION 1h;`).collect();
+const [info] = await root.query("INFO FOR TABLE thread").collect();
 await root.close();
+if (!("_00_rv" in (info?.fields ?? {}))) {
+  // The service follows only tables `svc schema apply` hooked (changefeed or events).
+  console.error("thread is not hooked into the service yet: run `svc schema apply` " +
+    "(clients/README.md); the list stays empty until then");
+}
 const creds = { access: "account", variables: { name: "demo-ts", pass: "demo-pass" } };
 const signup = new Surreal({ websocketImpl: WebSocket });
 await signup.connect(url, { reconnect: false });
