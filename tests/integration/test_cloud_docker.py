@@ -3,7 +3,9 @@
 ``svc-cloud`` with ``SVC_CLOUD_EXECUTOR=docker`` and one project for the module. Each test
 builds on the one before: deploy; ``kill -9`` of the platform in the middle of a redeploy
 and restart; a pushed ``project.yml`` with a container app and a python app, redeployed;
-then an app built from a Containerfile and a static site, and a build that needs the
+the python app broken (the deployment fails, the running one serves on); a backup taken and
+restored through the platform (an object store on loopback, named from the first deployment
+on); then an app built from a Containerfile and a static site, and a build that needs the
 network; a cancel while building and a second build (old images removed, the previous
 one's kept); stop; the same platform restarted on the local executor with the daemon,
 resuming the running deployment.
@@ -46,11 +48,14 @@ from tests.integration.test_cloud_deploy import (
     Repo,
     admin_call,
     admin_session,
+    deployed_db,
     next_deployment,
+    running_detail,
     wait_until,
 )
 from tests.support.cloud_stack import Cloud, make_cloud
 from tests.support.dockerd import Dockerd, start_dockerd
+from tests.support.objstore import S3Server, running_s3
 from tests.support.procs import DbHost, base_env, free_port, http_status
 
 pytestmark = pytest.mark.slow
@@ -85,8 +90,16 @@ def cloud(host: DbHost, dockerd: Dockerd, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="module")
-def project(cloud: Cloud) -> Project:
-    return Project(cloud)
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def project(cloud: Cloud, s3: S3Server) -> Project:
+    p = Project(cloud)
+    p.env(s3.env())  # every role, from the first deployment: the scheduler's backup storage
+    return p
 
 
 class Box:
@@ -289,6 +302,85 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
         ms = [t for t in out["totals"] if t["metric"] == "machine_seconds"][0]
         return ms if ms["measured"] and (ms["quantity"] or 0) > 1 else None
     assert wait_until(machine_seconds, 30, "machine seconds in the usage report")
+
+
+PY_BROKEN = """\
+print("ERROR py app: broken config", flush=True)
+raise SystemExit(3)
+"""
+
+
+def test_a_failing_app_fails_its_deployment_and_the_previous_keeps_serving(
+        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+    """An app whose container exits fails the deployment with the reason and its last log
+    lines; none of the failed deployment's containers is left, and the running one serves
+    on. (The fix is committed by the next test, with its own apps.)"""
+    c = project.cloud
+    serving = running_detail(project)
+    version = serving["deployment"]["version"]
+    urls = [project.url_of(serving, r) + "/" for r in ("app-box", "app-py")]
+    (repo.work / "py" / "py.py").write_text(PY_BROKEN)
+    repo.commit("break the python app")
+    try:
+        dep = next_deployment(project, version)
+        done = project.wait(dep["version"], ("running", "failed"), timeout=240)
+    finally:
+        (repo.work / "py" / "py.py").write_text(PY_APP)
+    err = done["deployment"]["error"]
+    assert done["deployment"]["status"] == "failed" and err["role"] == "app-py", err
+    assert "exited" in err["message"], err
+    assert any("ERROR py app: broken config" in ln for ln in err["last_lines"]), err
+    try:
+        wait_until(lambda: not containers(dockerd, c, deployment=dep["id"]), 60,
+                   "no container of the failed deployment")
+    except AssertionError:
+        raise AssertionError([(x.labels, x.status) for x in containers(dockerd, c)]) from None
+    assert running_detail(project)["deployment"]["id"] == serving["deployment"]["id"]
+    assert [http_status(u) for u in urls] == [200, 200]
+    assert {b.labels["svc.deployment"] for b in app_boxes(dockerd, project, "app-box")} == \
+        {serving["deployment"]["id"]}
+
+
+async def test_a_backup_is_taken_and_restored_through_the_platform(
+        project: Project, s3: S3Server, dockerd: Dockerd) -> None:
+    """The running deployment's containers: rows written to its database host, a backup
+    through the platform (the scheduler's container writes it to the object store), rows
+    changed, the backup restored through the platform: the rows are back as they were."""
+    c, base = project.cloud, project.base + "/backups"
+    detail = running_detail(project)
+    db = [i for i in detail["instances"] if i["role"] == "db"][0]
+    assert db["executor"] == "docker", db
+    rows = [{"id": f"k{i:02d}", "n": i} for i in range(12)]
+    await deployed_db(project, "DEFINE TABLE keepsake SCHEMALESS; "
+                      "INSERT INTO keepsake $rows RETURN NONE", {"rows": rows})
+    want = await deployed_db(project, "SELECT * FROM keepsake ORDER BY id")
+    assert len(want) == 12
+    stored = set(s3.files())
+    bid = c.ok("POST", base, project.s, {"name": "in containers"})["backup_id"]
+
+    def finished() -> Any:
+        local = c.ok("GET", base, project.s)["backups"]["local"]
+        rec = [r for r in local if r.get("backup_id") == bid]
+        return rec[0] if rec and rec[0]["status"] in ("done", "failed") else None
+    rec = wait_until(finished, 120, "the backup")
+    assert rec["status"] == "done", rec
+    assert set(s3.files()) - stored, "the backup reached the object store"
+    await deployed_db(project, "UPDATE keepsake SET n = -1 WHERE n < 6; "
+                      "DELETE keepsake:k07; CREATE keepsake:extra SET n = 99")
+    assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") != want
+    out = c.ok("POST", f"{base}/{bid}/restore", project.s, {"confirm": bid})
+    assert out["restore_id"], out
+
+    def restored() -> Any:
+        got = c.ok("GET", f"{base}/{bid}/restore", project.s)
+        return got if got["stage"] in ("done", "failed") else None
+    got = wait_until(restored, 180, "the restore")
+    assert got["stage"] == "done", got
+    assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") == want
+    # the deployment still runs in its containers
+    after = running_detail(project)
+    assert after["deployment"]["id"] == detail["deployment"]["id"]
+    assert containers(dockerd, c, role="scheduler")
 
 
 WEB_CONTAINERFILE = """\
