@@ -7,7 +7,7 @@ the python app broken (the deployment fails, the running one serves on); a backu
 restored through the platform (an object store on loopback, named from the first deployment
 on); then an app built from a Containerfile and a static site, and a build that needs the
 network; a cancel while building and a second build (old images removed, the previous
-one's kept); stop; the same platform restarted on the local executor with the daemon,
+one's kept); ``kill -9`` of the platform while building, restarted; stop; the same platform restarted on the local executor with the daemon,
 resuming the running deployment.
 
 Containers are counted by their labels through the SDK, the way an operator finds orphans.
@@ -98,7 +98,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture(scope="module")
 def project(cloud: Cloud, s3: S3Server) -> Project:
     p = Project(cloud)
-    p.env(s3.env())  # every role, from the first deployment: the scheduler's backup storage
+    p.env({**s3.env()})  # every role, from the first deployment: the scheduler's backup storage
     return p
 
 
@@ -514,6 +514,13 @@ def test_apps_built_from_a_containerfile_and_a_static_site_deploy(
     assert body_of(web["url"] + "/") == "built from-args\n"
 
 
+def steps_of_builds(dockerd: Dockerd) -> list[Any]:
+    """The daemon's build step containers: a classic build's step runs as a container
+    without any label of ours."""
+    return [x for x in dockerd.client().api.containers(all=True)
+            if "svc.platform" not in (x.get("Labels") or {})]
+
+
 def test_a_cancel_while_building_stops_the_build_then_old_images_go(
         project: Project, dockerd: Dockerd, repo: Repo) -> None:
     """A deployment cancelled while its image builds: the build stops on the daemon (its
@@ -526,9 +533,7 @@ def test_a_cancel_while_building_stops_the_build_then_old_images_go(
     web_repo = f"svc-build-{project.slug}-web"
 
     def build_steps() -> list[Any]:
-        # a classic build's step runs as a container without any label of ours
-        return [x for x in client.api.containers(all=True)
-                if "svc.platform" not in (x.get("Labels") or {})]
+        return steps_of_builds(dockerd)
     assert not build_steps()
     running = c.ok("GET", project.base + "/deployments", project.s,
                    params={"status": "running"})["items"][0]
@@ -573,6 +578,67 @@ def test_a_cancel_while_building_stops_the_build_then_old_images_go(
     web = [i for i in done["instances"] if i["role"] == "app-web"][0]
     assert wait_until(lambda: body_of(web["url"] + "/"), 30, "the built app") == \
         "built second\n"
+
+
+def test_kill_9_while_building_stops_the_build_and_resumes_it_after_restart(
+        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+    """``kill -9`` of the platform while an image builds: the daemon ends the build whose
+    client died (its step's container removed, no image tagged, no dangling one), the
+    platform's containers go with it (its watcher); on restart the running deployment comes
+    back and the interrupted one resumes from its start, building again; cancelled, it
+    stops cleanly."""
+    c = project.cloud
+    w = repo.work
+    client = dockerd.client()
+    web_repo = f"svc-build-{project.slug}-web"
+    assert not steps_of_builds(dockerd)
+    detail = running_detail(project)
+    running = detail["deployment"]
+    old_ids = {i["id"] for i in detail["instances"]}
+    tags_before = tags_of(dockerd, web_repo)
+    dangling = {i["Id"] for i in client.api.images(filters={"dangling": True})}
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(
+        extra='RUN ["/usr/bin/busybox", "sleep", "600"]\n'))
+    top = c.ok("GET", project.base + "/deployments", project.s)["items"][0]["version"]
+    repo.commit("a build that takes ten minutes, cut by a kill -9")
+    slow = next_deployment(project, top)
+    wait_until(lambda: steps_of_builds(dockerd)
+               and deploy_log(project, slow["version"], "\"sleep\""),
+               120, "the build's long step running")
+    c.process.kill9()
+    c.http.close()
+    c.http = httpx.Client(timeout=30)
+    wait_until(lambda: not steps_of_builds(dockerd), 60,
+               "the build's step container removed after its client died")
+    wait_until(lambda: not containers(dockerd, c), 60,
+               "the containers of the killed platform removed by its watcher")
+    assert tags_of(dockerd, web_repo) == tags_before
+    assert {i["Id"] for i in client.api.images(filters={"dangling": True})} == dangling
+    c.start()
+    # the deployment that ran comes back first; then the interrupted one builds again
+    def back_again() -> Any:
+        got = project.get(running["version"])
+        if got["deployment"]["status"] == "failed":
+            raise AssertionError(got["deployment"]["error"])
+        live = {i["role"] for i in got["instances"]
+                if i["status"] == "healthy" and i["id"] not in old_ids}
+        return got if got["deployment"]["status"] == "running" and "app-web" in live else None
+    back = wait_until(back_again, 240, "the running deployment back after the restart")
+    wait_until(lambda: project.get(slow["version"])["deployment"]["status"] == "building"
+               and steps_of_builds(dockerd), 120, "the interrupted build running again")
+    assert deploy_log(project, slow["version"], "resuming it from its first role")
+    c.ok("POST", f"{project.base}/deployments/{slow['version']}/cancel", project.s)
+    done = project.wait(slow["version"], ("cancelled", "failed", "running"), timeout=60)
+    assert done["deployment"]["status"] == "cancelled", done["deployment"]
+    wait_until(lambda: not steps_of_builds(dockerd), 60, "the resumed build's step removed")
+    assert tags_of(dockerd, web_repo) == tags_before
+    assert {i["Id"] for i in client.api.images(filters={"dangling": True})} == dangling
+    web = [i for i in back["instances"] if i["role"] == "app-web"
+           and i["status"] == "healthy"][0]
+    assert wait_until(lambda: body_of(web["url"] + "/"), 30, "the built app") == \
+        "built second\n"
+    # the next commit builds the fast Containerfile again (the running one's inputs)
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(extra=""))
 
 
 def test_a_base_image_missing_from_the_daemon_is_refused_before_the_build(
