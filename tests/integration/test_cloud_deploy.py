@@ -900,3 +900,31 @@ def test_kill_9_mid_deployment_leaves_no_orphans_and_resumes(project: Project) -
     logs = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
                 params={"q": "restarted", "limit": 10})
     assert logs["lines"], "the resume is in the deploy log"
+
+
+def test_a_scale_to_two_ssps_runs_both(project: Project) -> None:
+    """A scale to 2 SSPs reaches ``running`` with both serving: the deployed scheduler lists
+    two Ready SSPs, at the addresses of the deployment's two SSP instances."""
+    before = running_detail(project)
+    dep = project.cloud.ok("POST", project.base + "/scale", project.s, {"ssps": 2})["deployment"]
+    assert dep["spec"]["ssps"] == 2 and dep["status"] == "queued", dep
+    done = project.wait(dep["version"], ("running", "failed"), timeout=180)
+    assert done["deployment"]["status"] == "running", done["deployment"]["error"]
+    assert project.get(before["deployment"]["version"])["deployment"]["status"] == "superseded"
+    ssps = {i["role"]: i["url"] for i in done["instances"]
+            if i["role"].startswith("ssp-") and i["status"] == "healthy"}
+    assert sorted(ssps) == ["ssp-1", "ssp-2"], done["instances"]
+    admin = project.url_of(done, "scheduler")
+    token = admin_session(admin)
+
+    def two_ready() -> Any:
+        status, body = admin_call(admin, token, "GET", "/overview")
+        assert status == 200, body
+        ready = [s for s in body["ssps"] if s["state"] == "ready"]
+        return body if len(ready) == 2 else None
+    try:
+        overview = wait_until(two_ready, 60, "two Ready SSPs in the deployed scheduler")
+    except AssertionError:
+        raise AssertionError(admin_call(admin, token, "GET", "/overview")[1]) from None
+    assert {s["url"].rstrip("/") for s in overview["ssps"]} == set(ssps.values()), overview
+    assert overview["totals"]["ready_ssps"] == 2

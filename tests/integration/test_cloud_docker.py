@@ -3,9 +3,11 @@
 ``svc-cloud`` with ``SVC_CLOUD_EXECUTOR=docker`` and one project for the module. Each test
 builds on the one before: deploy; ``kill -9`` of the platform in the middle of a redeploy
 and restart; a pushed ``project.yml`` with a container app and a python app, redeployed;
-then an app built from a Containerfile and a static site, and a build that needs the
+the python app broken (the deployment fails, the running one serves on); a backup taken and
+restored through the platform (an object store on loopback, named from the first deployment
+on); then an app built from a Containerfile and a static site, and a build that needs the
 network; a cancel while building and a second build (old images removed, the previous
-one's kept); stop; the same platform restarted on the local executor with the daemon,
+one's kept); ``kill -9`` of the platform while building, restarted; stop; the same platform restarted on the local executor with the daemon,
 resuming the running deployment.
 
 Containers are counted by their labels through the SDK, the way an operator finds orphans.
@@ -46,11 +48,14 @@ from tests.integration.test_cloud_deploy import (
     Repo,
     admin_call,
     admin_session,
+    deployed_db,
     next_deployment,
+    running_detail,
     wait_until,
 )
 from tests.support.cloud_stack import Cloud, make_cloud
 from tests.support.dockerd import Dockerd, start_dockerd
+from tests.support.objstore import S3Server, running_s3
 from tests.support.procs import DbHost, base_env, free_port, http_status
 
 pytestmark = pytest.mark.slow
@@ -85,8 +90,16 @@ def cloud(host: DbHost, dockerd: Dockerd, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="module")
-def project(cloud: Cloud) -> Project:
-    return Project(cloud)
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with running_s3(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def project(cloud: Cloud, s3: S3Server) -> Project:
+    p = Project(cloud)
+    p.env({**s3.env()})  # every role, from the first deployment: the scheduler's backup storage
+    return p
 
 
 class Box:
@@ -291,6 +304,85 @@ def test_a_container_app_and_a_python_app_deploy_from_project_yml(
     assert wait_until(machine_seconds, 30, "machine seconds in the usage report")
 
 
+PY_BROKEN = """\
+print("ERROR py app: broken config", flush=True)
+raise SystemExit(3)
+"""
+
+
+def test_a_failing_app_fails_its_deployment_and_the_previous_keeps_serving(
+        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+    """An app whose container exits fails the deployment with the reason and its last log
+    lines; none of the failed deployment's containers is left, and the running one serves
+    on. (The fix is committed by the next test, with its own apps.)"""
+    c = project.cloud
+    serving = running_detail(project)
+    version = serving["deployment"]["version"]
+    urls = [project.url_of(serving, r) + "/" for r in ("app-box", "app-py")]
+    (repo.work / "py" / "py.py").write_text(PY_BROKEN)
+    repo.commit("break the python app")
+    try:
+        dep = next_deployment(project, version)
+        done = project.wait(dep["version"], ("running", "failed"), timeout=240)
+    finally:
+        (repo.work / "py" / "py.py").write_text(PY_APP)
+    err = done["deployment"]["error"]
+    assert done["deployment"]["status"] == "failed" and err["role"] == "app-py", err
+    assert "exited" in err["message"], err
+    assert any("ERROR py app: broken config" in ln for ln in err["last_lines"]), err
+    try:
+        wait_until(lambda: not containers(dockerd, c, deployment=dep["id"]), 60,
+                   "no container of the failed deployment")
+    except AssertionError:
+        raise AssertionError([(x.labels, x.status) for x in containers(dockerd, c)]) from None
+    assert running_detail(project)["deployment"]["id"] == serving["deployment"]["id"]
+    assert [http_status(u) for u in urls] == [200, 200]
+    assert {b.labels["svc.deployment"] for b in app_boxes(dockerd, project, "app-box")} == \
+        {serving["deployment"]["id"]}
+
+
+async def test_a_backup_is_taken_and_restored_through_the_platform(
+        project: Project, s3: S3Server, dockerd: Dockerd) -> None:
+    """The running deployment's containers: rows written to its database host, a backup
+    through the platform (the scheduler's container writes it to the object store), rows
+    changed, the backup restored through the platform: the rows are back as they were."""
+    c, base = project.cloud, project.base + "/backups"
+    detail = running_detail(project)
+    db = [i for i in detail["instances"] if i["role"] == "db"][0]
+    assert db["executor"] == "docker", db
+    rows = [{"id": f"k{i:02d}", "n": i} for i in range(12)]
+    await deployed_db(project, "DEFINE TABLE keepsake SCHEMALESS; "
+                      "INSERT INTO keepsake $rows RETURN NONE", {"rows": rows})
+    want = await deployed_db(project, "SELECT * FROM keepsake ORDER BY id")
+    assert len(want) == 12
+    stored = set(s3.files())
+    bid = c.ok("POST", base, project.s, {"name": "in containers"})["backup_id"]
+
+    def finished() -> Any:
+        local = c.ok("GET", base, project.s)["backups"]["local"]
+        rec = [r for r in local if r.get("backup_id") == bid]
+        return rec[0] if rec and rec[0]["status"] in ("done", "failed") else None
+    rec = wait_until(finished, 120, "the backup")
+    assert rec["status"] == "done", rec
+    assert set(s3.files()) - stored, "the backup reached the object store"
+    await deployed_db(project, "UPDATE keepsake SET n = -1 WHERE n < 6; "
+                      "DELETE keepsake:k07; CREATE keepsake:extra SET n = 99")
+    assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") != want
+    out = c.ok("POST", f"{base}/{bid}/restore", project.s, {"confirm": bid})
+    assert out["restore_id"], out
+
+    def restored() -> Any:
+        got = c.ok("GET", f"{base}/{bid}/restore", project.s)
+        return got if got["stage"] in ("done", "failed") else None
+    got = wait_until(restored, 180, "the restore")
+    assert got["stage"] == "done", got
+    assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") == want
+    # the deployment still runs in its containers
+    after = running_detail(project)
+    assert after["deployment"]["id"] == detail["deployment"]["id"]
+    assert containers(dockerd, c, role="scheduler")
+
+
 WEB_CONTAINERFILE = """\
 FROM svc-hostroot:1
 ARG NOTE
@@ -422,6 +514,13 @@ def test_apps_built_from_a_containerfile_and_a_static_site_deploy(
     assert body_of(web["url"] + "/") == "built from-args\n"
 
 
+def steps_of_builds(dockerd: Dockerd) -> list[Any]:
+    """The daemon's build step containers: a classic build's step runs as a container
+    without any label of ours."""
+    return [x for x in dockerd.client().api.containers(all=True)
+            if "svc.platform" not in (x.get("Labels") or {})]
+
+
 def test_a_cancel_while_building_stops_the_build_then_old_images_go(
         project: Project, dockerd: Dockerd, repo: Repo) -> None:
     """A deployment cancelled while its image builds: the build stops on the daemon (its
@@ -434,9 +533,7 @@ def test_a_cancel_while_building_stops_the_build_then_old_images_go(
     web_repo = f"svc-build-{project.slug}-web"
 
     def build_steps() -> list[Any]:
-        # a classic build's step runs as a container without any label of ours
-        return [x for x in client.api.containers(all=True)
-                if "svc.platform" not in (x.get("Labels") or {})]
+        return steps_of_builds(dockerd)
     assert not build_steps()
     running = c.ok("GET", project.base + "/deployments", project.s,
                    params={"status": "running"})["items"][0]
@@ -481,6 +578,67 @@ def test_a_cancel_while_building_stops_the_build_then_old_images_go(
     web = [i for i in done["instances"] if i["role"] == "app-web"][0]
     assert wait_until(lambda: body_of(web["url"] + "/"), 30, "the built app") == \
         "built second\n"
+
+
+def test_kill_9_while_building_stops_the_build_and_resumes_it_after_restart(
+        project: Project, dockerd: Dockerd, repo: Repo) -> None:
+    """``kill -9`` of the platform while an image builds: the daemon ends the build whose
+    client died (its step's container removed, no image tagged, no dangling one), the
+    platform's containers go with it (its watcher); on restart the running deployment comes
+    back and the interrupted one resumes from its start, building again; cancelled, it
+    stops cleanly."""
+    c = project.cloud
+    w = repo.work
+    client = dockerd.client()
+    web_repo = f"svc-build-{project.slug}-web"
+    assert not steps_of_builds(dockerd)
+    detail = running_detail(project)
+    running = detail["deployment"]
+    old_ids = {i["id"] for i in detail["instances"]}
+    tags_before = tags_of(dockerd, web_repo)
+    dangling = {i["Id"] for i in client.api.images(filters={"dangling": True})}
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(
+        extra='RUN ["/usr/bin/busybox", "sleep", "600"]\n'))
+    top = c.ok("GET", project.base + "/deployments", project.s)["items"][0]["version"]
+    repo.commit("a build that takes ten minutes, cut by a kill -9")
+    slow = next_deployment(project, top)
+    wait_until(lambda: steps_of_builds(dockerd)
+               and deploy_log(project, slow["version"], "\"sleep\""),
+               120, "the build's long step running")
+    c.process.kill9()
+    c.http.close()
+    c.http = httpx.Client(timeout=30)
+    wait_until(lambda: not steps_of_builds(dockerd), 60,
+               "the build's step container removed after its client died")
+    wait_until(lambda: not containers(dockerd, c), 60,
+               "the containers of the killed platform removed by its watcher")
+    assert tags_of(dockerd, web_repo) == tags_before
+    assert {i["Id"] for i in client.api.images(filters={"dangling": True})} == dangling
+    c.start()
+    # the deployment that ran comes back first; then the interrupted one builds again
+    def back_again() -> Any:
+        got = project.get(running["version"])
+        if got["deployment"]["status"] == "failed":
+            raise AssertionError(got["deployment"]["error"])
+        live = {i["role"] for i in got["instances"]
+                if i["status"] == "healthy" and i["id"] not in old_ids}
+        return got if got["deployment"]["status"] == "running" and "app-web" in live else None
+    back = wait_until(back_again, 240, "the running deployment back after the restart")
+    wait_until(lambda: project.get(slow["version"])["deployment"]["status"] == "building"
+               and steps_of_builds(dockerd), 120, "the interrupted build running again")
+    assert deploy_log(project, slow["version"], "resuming it from its first role")
+    c.ok("POST", f"{project.base}/deployments/{slow['version']}/cancel", project.s)
+    done = project.wait(slow["version"], ("cancelled", "failed", "running"), timeout=60)
+    assert done["deployment"]["status"] == "cancelled", done["deployment"]
+    wait_until(lambda: not steps_of_builds(dockerd), 60, "the resumed build's step removed")
+    assert tags_of(dockerd, web_repo) == tags_before
+    assert {i["Id"] for i in client.api.images(filters={"dangling": True})} == dangling
+    web = [i for i in back["instances"] if i["role"] == "app-web"
+           and i["status"] == "healthy"][0]
+    assert wait_until(lambda: body_of(web["url"] + "/"), 30, "the built app") == \
+        "built second\n"
+    # the next commit builds the fast Containerfile again (the running one's inputs)
+    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(extra=""))
 
 
 def test_a_base_image_missing_from_the_daemon_is_refused_before_the_build(
