@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 
 from surrealdb import RecordID
 
+from engine.store import rid_text
+
 EMPTY: frozenset[str] = frozenset()
 NO_TREE: dict[str, Any] = {}
 
@@ -364,3 +366,21 @@ def counted_delta(
     if added or removed or updated:
         return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
     return None
+
+
+def tree_members(out: Any, acc: dict[str, Any]) -> None:
+    """Every dict with a record-id ``id`` in an output tree: id text -> that dict."""
+    t = type(out)
+    if t is dict:
+        rid = out.get("id")
+        if type(rid) is RecordID:
+            acc[rid_text(rid)] = out
+        for v in out.values():
+            tv = type(v)
+            if tv is dict or tv is list:
+                tree_members(v, acc)
+    elif t is list:
+        for v in out:
+            tv = type(v)
+            if tv is dict or tv is list:
+                tree_members(v, acc)

@@ -66,6 +66,7 @@ from surrealdb import RecordID
 
 from engine.compile import compile_expr, compile_predicate
 from engine.cx import NOLINKS, Cx
+from engine.delta import tree_members
 from engine.deps import Readers
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
@@ -418,8 +419,6 @@ class Win:
                 k = _member_key(o)
                 if k is None:
                     # a row holding other records (or none): the general walk, not edited
-                    from engine.plan import tree_members  # plan imports this module
-
                     m = {}
                     tree_members(value, m)
                     self.medit = False

@@ -940,19 +940,3 @@ def _compile_flat(q: Query) -> Callable[[dict[str, Any]], dict[str, Any]] | None
     return env["_flat"]
 
 
-def tree_members(out: Any, acc: dict[str, Any]) -> None:
-    """Every dict with a record-id ``id`` in an output tree: id text -> that dict."""
-    t = type(out)
-    if t is dict:
-        rid = out.get("id")
-        if type(rid) is RecordID:
-            acc[rid_text(rid)] = out
-        for v in out.values():
-            tv = type(v)
-            if tv is dict or tv is list:
-                tree_members(v, acc)
-    elif t is list:
-        for v in out:
-            tv = type(v)
-            if tv is dict or tv is list:
-                tree_members(v, acc)

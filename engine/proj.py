@@ -25,10 +25,10 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
-from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same
+from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
 from engine.join import Win
 from engine.lazy import Spec, spec_of
-from engine.plan import Plan, tree_members
+from engine.plan import Plan
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE
 
