@@ -56,4 +56,14 @@ class DbQueryError(DbError):
         self.kind = kind
 
 
+def retryable(e: DbQueryError) -> bool:
+    """A write conflict: the engine says so, or only knock-on errors came back (the
+    transaction failed as a whole, no statement of it was refused)."""
+    m = e.engine_message
+    return "can be retried" in m or m.startswith(
+        ("The query was not executed due to a failed transaction",
+         "The query was not executed due to a cancelled transaction", "Cannot COMMIT")) \
+        or "COMMIT failed" in str(e)
+
+
 UNREACHABLE = (DbConnectionError, DbTimeout)

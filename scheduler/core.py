@@ -63,8 +63,9 @@ from typing import Any
 
 import aiohttp
 
-from dbclient import Database, DbError
+from dbclient import Database, DbError, DbQueryError
 from dbclient.clock import now_ms
+from dbclient.errors import retryable
 from dbclient.tasks import cancel_and_wait
 from engine.wire import check_record
 from ipc.http import client_session
@@ -94,6 +95,8 @@ __all__ = ["LAGGING_HARD_LIMIT_FACTOR", "Outbound", "Reply", "Scheduler",
            "SchedulerBusy", "SspEntry", "SspState"]
 
 log = logging.getLogger("scheduler")
+# Attempts at the start's DELETE of the _00_query rows that lose a write conflict.
+DELETE_ROWS_ATTEMPTS = 10
 
 
 class Scheduler(CoordinatorState):
@@ -238,11 +241,24 @@ class Scheduler(CoordinatorState):
     async def _delete_query_rows(self) -> None:
         # Clients re-register when their _00_query row disappears; deleting a record also
         # deletes the graph edges that point at it (tests/integration checks this holds).
-        try:
-            if "_00_query" in await self.db.tables():
-                await self.db.query("DELETE _00_query RETURN NONE")
-        except DbError as e:
-            log.warning("could not delete the _00_query rows at start: %s", e)
+        # SSPs still running from before write those rows (row counts, refreshes), so the
+        # DELETE can lose a write conflict: it is sent again. Left undone, every view kept
+        # its row and its edges while no SSP held it (test_ops_run_crash_recovery, the
+        # scheduler's kill -9 under writes, about 1 run in 3 under load).
+        for attempt in range(DELETE_ROWS_ATTEMPTS):
+            try:
+                if "_00_query" in await self.db.tables():
+                    await self.db.query("DELETE _00_query RETURN NONE")
+                return
+            except DbQueryError as e:
+                if not retryable(e) or attempt + 1 == DELETE_ROWS_ATTEMPTS:
+                    log.warning("could not delete the _00_query rows at start: %s", e)
+                    return
+                log.info("the _00_query rows' DELETE at start lost a write conflict; again")
+                await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
+            except DbError as e:
+                log.warning("could not delete the _00_query rows at start: %s", e)
+                return
 
     async def close(self) -> None:
         """Stop the loops and senders, flush the committer, close files and connections."""

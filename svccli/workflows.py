@@ -30,6 +30,7 @@ import yaml
 from surrealdb import RecordID
 
 from dbclient import Database, DbQueryError
+from dbclient.errors import retryable
 from project.workflows import (
     DefinitionError,
     DefinitionIssue,
@@ -37,7 +38,6 @@ from project.workflows import (
     definition_hash,
     load_section,
 )
-from scheduler.workflows.commits import retryable
 from scheduler.workflows.tables import CURRENT, migrate, schema_version
 
 __all__ = ["ApplyResult", "apply_definitions", "ensure_tables", "read_section"]

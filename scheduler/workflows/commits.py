@@ -13,6 +13,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient import Database, DbQueryError
+from dbclient.errors import retryable
 from ipc.backoff import delay
 from scheduler.workflows.state import Memory, Unit
 
@@ -31,16 +32,6 @@ READ_CHUNK = 500  # ids per `IN $ids` read
 def already_exists(e: DbQueryError) -> bool:
     """The database refused a CREATE because the record exists (a decision recorded twice)."""
     return "already exists" in e.engine_message
-
-
-def retryable(e: DbQueryError) -> bool:
-    """A write conflict: the engine says so, or only knock-on errors came back (the
-    transaction failed as a whole, no statement of it was refused)."""
-    m = e.engine_message
-    return "can be retried" in m or m.startswith(
-        ("The query was not executed due to a failed transaction",
-         "The query was not executed due to a cancelled transaction", "Cannot COMMIT")) \
-        or "COMMIT failed" in str(e)
 
 
 async def select(db: Database, sql: str, vars: dict[str, Any] | None = None

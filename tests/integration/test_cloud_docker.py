@@ -521,6 +521,23 @@ def steps_of_builds(dockerd: Dockerd) -> list[Any]:
             if "svc.platform" not in (x.get("Labels") or {})]
 
 
+def start_a_long_build(project: Project, dockerd: Dockerd, repo: Repo, web_repo: str,
+                       message: str) -> tuple[Any, set[str], dict[str, Any]]:
+    """Push a Containerfile whose last step sleeps ten minutes and wait until that step runs;
+    returns the web image's tags and the dangling images before it, and the new deployment."""
+    tags_before = tags_of(dockerd, web_repo)
+    dangling = {i["Id"] for i in dockerd.client().api.images(filters={"dangling": True})}
+    (repo.work / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(
+        extra='RUN ["/usr/bin/busybox", "sleep", "600"]\n'))
+    top = project.cloud.ok("GET", project.base + "/deployments", project.s)["items"][0]["version"]
+    repo.commit(message)
+    slow = next_deployment(project, top)
+    wait_until(lambda: steps_of_builds(dockerd)
+               and deploy_log(project, slow["version"], "\"sleep\""),
+               120, "the build's long step running")
+    return tags_before, dangling, slow
+
+
 def test_a_cancel_while_building_stops_the_build_then_old_images_go(
         project: Project, dockerd: Dockerd, repo: Repo) -> None:
     """A deployment cancelled while its image builds: the build stops on the daemon (its
@@ -537,15 +554,8 @@ def test_a_cancel_while_building_stops_the_build_then_old_images_go(
     assert not build_steps()
     running = c.ok("GET", project.base + "/deployments", project.s,
                    params={"status": "running"})["items"][0]
-    tags_before = tags_of(dockerd, web_repo)
-    dangling = {i["Id"] for i in client.api.images(filters={"dangling": True})}
-    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(
-        extra='RUN ["/usr/bin/busybox", "sleep", "600"]\n'))
-    top = c.ok("GET", project.base + "/deployments", project.s)["items"][0]["version"]
-    repo.commit("a build that takes ten minutes")
-    slow = next_deployment(project, top)
-    wait_until(lambda: build_steps() and deploy_log(project, slow["version"], "\"sleep\""),
-               120, "the build's long step running")
+    tags_before, dangling, slow = start_a_long_build(project, dockerd, repo, web_repo,
+                                                     "a build that takes ten minutes")
     out = c.ok("POST", f"{project.base}/deployments/{slow['version']}/cancel", project.s)
     assert out["cancelled"] is False and out["deployment"]["cancel_requested"] is True
     done = project.wait(slow["version"], ("cancelled", "failed", "running"), timeout=60)
@@ -595,16 +605,8 @@ def test_kill_9_while_building_stops_the_build_and_resumes_it_after_restart(
     detail = running_detail(project)
     running = detail["deployment"]
     old_ids = {i["id"] for i in detail["instances"]}
-    tags_before = tags_of(dockerd, web_repo)
-    dangling = {i["Id"] for i in client.api.images(filters={"dangling": True})}
-    (w / "web" / "Containerfile").write_text(WEB_CONTAINERFILE.format(
-        extra='RUN ["/usr/bin/busybox", "sleep", "600"]\n'))
-    top = c.ok("GET", project.base + "/deployments", project.s)["items"][0]["version"]
-    repo.commit("a build that takes ten minutes, cut by a kill -9")
-    slow = next_deployment(project, top)
-    wait_until(lambda: steps_of_builds(dockerd)
-               and deploy_log(project, slow["version"], "\"sleep\""),
-               120, "the build's long step running")
+    tags_before, dangling, slow = start_a_long_build(
+        project, dockerd, repo, web_repo, "a build that takes ten minutes, cut by a kill -9")
     c.process.kill9()
     c.http.close()
     c.http = httpx.Client(timeout=30)

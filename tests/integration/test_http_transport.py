@@ -74,6 +74,27 @@ async def client_row_view(host: DbHost, name: str, service_url: str, surql: str)
         await client.close()
 
 
+async def client_stack(tmp_path: Path, host: DbHost, prefix: str, seed: str,
+                       **env: str) -> tuple[Any, Any]:
+    """A standalone SSP over transport http for the view clients' tests: the clients'
+    schema (and ``seed`` statements after it) in a database of its own, events posting to the
+    SSP's port; returns the SSP and test_viewclient's ``Stack`` over it."""
+    from tests.integration import test_viewclient as vc
+    name = prefix + uuid.uuid4().hex[:8]
+    root = await root_db(host, name, name)
+    try:
+        await root.query(vc.SCHEMA + seed)
+    finally:
+        await root.close()
+    port = free_port()
+    apply_schema(host, name, name, "http", f"http://127.0.0.1:{port}/ingest",
+                 auth_secret=vc.SERVICE_SECRET)
+    ssp = start_ssp(tmp_path, host, name, name, None, SVC_INGEST_TRANSPORT="http",
+                    SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}", SVC_AUTH_SECRET=vc.SERVICE_SECRET,
+                    **env)
+    return ssp, vc.Stack(host, name, name, ssp.process, port, tmp_path)
+
+
 async def table_info(root: Any, table: str) -> str:
     info = await root.query_one(f"INFO FOR TABLE {table}")
     return repr(info)
@@ -321,20 +342,10 @@ async def test_a_clients_rows_over_http_are_surrealdbs_answer_in_order_after_ran
 
     from tests.integration import test_viewclient as vc
     from viewclient import ViewError
-    name = "ho" + uuid.uuid4().hex[:8]
-    root = await root_db(node_host, name, name)
-    try:
-        await root.query(vc.SCHEMA + "; CREATE tag:a SET label = 'alpha'; "
-                         "CREATE tag:b SET label = 'beta'")
-    finally:
-        await root.close()
-    port = free_port()
-    apply_schema(node_host, name, name, "http", f"http://127.0.0.1:{port}/ingest",
-                 auth_secret=vc.SERVICE_SECRET)
-    ssp = start_ssp(tmp_path, node_host, name, name, SVC_INGEST_TRANSPORT="http",
-                    SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}", SVC_AUTH_SECRET=vc.SERVICE_SECRET,
-                    SVC_SSP_VIEW_PERMISSIONS="enforce", TTL_CLEANUP_INTERVAL_SECS="1")
-    stack = vc.Stack(node_host, name, name, ssp.process, port, tmp_path)
+    ssp, stack = await client_stack(
+        tmp_path, node_host, "ho", "; CREATE tag:a SET label = 'alpha'; "
+        "CREATE tag:b SET label = 'beta'",
+        SVC_SSP_VIEW_PERMISSIONS="enforce", TTL_CLEANUP_INTERVAL_SECS="1")
     rng = random.Random()
     seed = rng.randrange(1 << 30)
     rng.seed(seed)
@@ -422,18 +433,7 @@ async def test_a_member_deleted_on_its_own_leaves_the_clients_view_over_http(
     client hears of it. A DELETE alone is the case with no other change to hide it. Then views
     opened and closed one after another: each close() succeeds (a conflict is retried)."""
     from tests.integration import test_viewclient as vc
-    name = "hd" + uuid.uuid4().hex[:8]
-    root = await root_db(node_host, name, name)
-    try:
-        await root.query(vc.SCHEMA)
-    finally:
-        await root.close()
-    port = free_port()
-    apply_schema(node_host, name, name, "http", f"http://127.0.0.1:{port}/ingest",
-                 auth_secret=vc.SERVICE_SECRET)
-    ssp = start_ssp(tmp_path, node_host, name, name, SVC_INGEST_TRANSPORT="http",
-                    SVC_SSP_LISTEN_ADDR=f"127.0.0.1:{port}", SVC_AUTH_SECRET=vc.SERVICE_SECRET)
-    stack = vc.Stack(node_host, name, name, ssp.process, port, tmp_path)
+    ssp, stack = await client_stack(tmp_path, node_host, "hd", "")
     query = vc.TOP.replace(" START 1", "")
     try:
         ssp.process.wait_http(stack.service_url + "/health", timeout=60)
