@@ -50,7 +50,7 @@ def _sync_context(ctx: zmq.asyncio.Context | None) -> zmq.Context[Any]:
 
 
 class _LoopSocket:
-    """A ZeroMQ socket whose incoming messages the running asyncio loop hands to `_received`.
+    """A ZeroMQ socket whose incoming messages the running asyncio loop hands to `received`.
 
     ZeroMQ's descriptor is edge-triggered and says only "look at the events": after it fires,
     and after any send (which may consume an edge), every waiting message must be read, or
@@ -58,7 +58,9 @@ class _LoopSocket:
     otherwise (a DEALER with no peer yet, a full pipe) they queue here, in order, until the
     socket reports room."""
 
-    def __init__(self, kind: int, ctx: zmq.asyncio.Context | None) -> None:
+    def __init__(self, kind: int, ctx: zmq.asyncio.Context | None,
+                 received: Callable[[list[bytes]], None]) -> None:
+        self._on_frames = received
         self._ctx = _sync_context(ctx)
         self._sock: zmq.Socket[Any] = self._ctx.socket(kind)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -115,7 +117,7 @@ class _LoopSocket:
                 frames = sock.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 return
-            self._received(frames)
+            self._on_frames(frames)
             if sock.closed:
                 return
         self._recheck()  # more may be waiting: read it on the next turn
@@ -129,9 +131,6 @@ class _LoopSocket:
                 return
             out.popleft()
 
-    def _received(self, frames: list[bytes]) -> None:
-        raise NotImplementedError
-
     def _close_socket(self) -> None:
         self._detach()
         self._out.clear()
@@ -142,7 +141,7 @@ class RpcClient(_LoopSocket):
     """Asyncio DEALER client: `await client.call(body)` -> reply body."""
 
     def __init__(self, endpoint: str, *, ctx: zmq.asyncio.Context | None = None) -> None:
-        super().__init__(zmq.DEALER, ctx)
+        super().__init__(zmq.DEALER, ctx, self._received)
         self._sock.connect(endpoint)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -191,7 +190,7 @@ class RpcServer(_LoopSocket):
 
     def __init__(self, endpoint: str, handler: Handler, *,
                  ctx: zmq.asyncio.Context | None = None) -> None:
-        super().__init__(zmq.ROUTER, ctx)
+        super().__init__(zmq.ROUTER, ctx, self._received)
         self._sock.bind(endpoint)
         self.endpoint = endpoint
         self._handler = handler
