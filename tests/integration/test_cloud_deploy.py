@@ -687,6 +687,14 @@ def test_a_killed_app_instance_is_relaunched(project: Project) -> None:
     assert logs["lines"]
 
 
+def wait_restore(project: Project, base: str, bid: str, timeout: float) -> Any:
+    """The restore status of backup ``bid`` once it ended (``done`` or ``failed``)."""
+    def ended() -> Any:
+        got = project.cloud.ok("GET", f"{base}/{bid}/restore", project.s)
+        return got if got["stage"] in ("done", "failed") else None
+    return wait_until(ended, timeout, "the restore")
+
+
 async def deployed_db(project: Project, sql: str, vars: dict[str, Any] | None = None) -> Any:
     """One query on the running deployment's database host (its own connection: a restore
     in between may drop any)."""
@@ -727,11 +735,7 @@ async def test_backups_through_the_platform(project: Project, s3: S3Server,
     assert r.status_code == 400 and r.json()["error"] == "confirm", r.text
     out = c.ok("POST", f"{base}/{bid}/restore", project.s, {"confirm": bid})
     assert out["restore_id"] and out["operation"]["kind"] == "restore"
-
-    def restored() -> Any:
-        got = c.ok("GET", f"{base}/{bid}/restore", project.s)
-        return got if got["stage"] in ("done", "failed") else None
-    got = wait_until(restored, 120, "the restore")
+    got = wait_restore(project, base, bid, 120)
     assert got["stage"] == "done", got
     # ...are back as they were at the backup, read through the deployed database
     assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") == want

@@ -51,6 +51,7 @@ from tests.integration.test_cloud_deploy import (
     deployed_db,
     next_deployment,
     running_detail,
+    wait_restore,
     wait_until,
 )
 from tests.support.cloud_stack import Cloud, make_cloud
@@ -370,11 +371,7 @@ async def test_a_backup_is_taken_and_restored_through_the_platform(
     assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") != want
     out = c.ok("POST", f"{base}/{bid}/restore", project.s, {"confirm": bid})
     assert out["restore_id"], out
-
-    def restored() -> Any:
-        got = c.ok("GET", f"{base}/{bid}/restore", project.s)
-        return got if got["stage"] in ("done", "failed") else None
-    got = wait_until(restored, 180, "the restore")
+    got = wait_restore(project, base, bid, 180)
     assert got["stage"] == "done", got
     assert await deployed_db(project, "SELECT * FROM keepsake ORDER BY id") == want
     # the deployment still runs in its containers
