@@ -19,10 +19,16 @@ A removal deletes the edge in mode `single`. In mode `dedicated` it *retires* th
 (`removed = true`, the flush's `seq`: an UPDATE, which LIVE subscribers see) and the
 `ssp.reaper` deletes retired edges later, when publication leaves the database time; an
 upsert of a retired edge (its member came back) clears `removed`. Why: SurrealDB 3.2.4 pays
-for every table defined in the database on each record it deletes (~7 us per per-user edge
-table), so with 1,000 users owning views a deleted edge costs ~7 ms of engine time and an
-UPDATE ~70 us (`loadtests/probe_edge_removal.py`); deleting at flush time made the spec's
-default mode fall seconds behind (ssp/README.md, "Edge removal").
+for every table defined in the database on each record it deletes (~2-7 us per table: it reads
+the database's table catalogue for each removed record, whatever the statement's form), so
+with 1,000 users owning views a deleted edge costs ~5 ms of engine time and an UPDATE ~50 us
+(`loadtests/probe_edge_removal.py`); deleting at flush time made the spec's default mode fall
+seconds behind (ssp/README.md, "Edge removal"). No cheaper removal exists: an edge's `in` and
+`out` cannot change, so a retired edge can only come back for its own member. What keeps the
+retired rows bounded: a member whose row is deleted loses its edge in the application's own
+transaction (the database's cascade), so the flush's UPDATE finds nothing and the reaper is
+given only the edges the UPDATE did retire, those of rows that still exist and left a view;
+a member coming back revives its edge instead of a new one.
 A flush takes at most `max_ops` operations (halved after a transaction that timed out); the
 rest stays queued for the next one at once. Up to `flushers` flushes run concurrently, each on
 views no other flush holds, so per-view order is kept while the database works on several
