@@ -49,7 +49,8 @@ included: the application's cost in mode `dedicated`, not the SSP's).
   the shared-projection engine) against the same benchmark, for a before/after pair.
 - CPU table: 'reaper queued' and 'reaped' (`/debug/memory`), 'retired rows' (edges with
   `removed = true` still in the database after the drain, counted in the edge tables) and
-  'app del/s' (`--app-deletes`: the application's deletes done per second).
+  'app del/s' (`--app-deletes`: the application's deletes done per second; 'timed out': those
+  the database did not answer within the client's timeout).
 - `--reconcile-ms 0,1000`: each run again per value of `SVC_SSP_RECONCILE_MS` (the
   anti-entropy reader, `ssp.hub.reconcile`), with the ratio of each against the first
   (0: off), so its cost on the same machine in the same hour is one line.
@@ -251,6 +252,7 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         ok = [0]
         busy = [0]
         app_deletes = [0]
+        app_timeouts = [0]
         stop_at = time.perf_counter() + args.seconds
 
         def event() -> dict[str, Any]:
@@ -290,7 +292,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                         # (the benchmark never wrote the rows it creates, so the edges are
                         # named explicitly)
                         app_deletes[0] += 1
-                        await app_delete(db, RecordID("post", ev["id"].split(":", 1)[1]))
+                        if not await app_delete(db, RecordID("post", ev["id"].split(":", 1)[1])):
+                            app_timeouts[0] += 1
                     r = await hub_call(c, "POST /ingest", ev)
                     if r["status"] == 200:
                         ok[0] += 1
@@ -330,7 +333,7 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                 "p50_ms": pub["latency_p50_ms"], "p99_ms": pub["latency_p99_ms"],
                 "flushes": pub["flushes"], "failures": pub["failures"], "drain_s": drain_s,
                 "cpu_k": cpu_k, "reaper": mem.get("reaper") or {}, "retired": retired,
-                "app_deletes_per_s": app_deletes[0] / elapsed}
+                "app_deletes_per_s": app_deletes[0] / elapsed, "app_timeouts": app_timeouts[0]}
     finally:
         if client is not None:
             client.close()
@@ -338,13 +341,16 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         await db.close()
 
 
-async def app_delete(db: Database, post: RecordID) -> None:
+async def app_delete(db: Database, post: RecordID) -> bool:
     """The application's DELETE of `post` with its edges (`--app-deletes`), retried as an
-    application would when it conflicts with a flush writing the same edges."""
+    application would when it conflicts with a flush writing the same edges; False when it
+    timed out (the database host is saturated: the run goes on, the table counts them)."""
     for attempt in range(20):
         try:
             await db.query("DELETE $p<-? RETURN NONE; DELETE $p RETURN NONE", {"p": post})
-            return
+            return True
+        except DbTimeout:
+            return False
         except DbError as e:
             if "conflict" not in str(e) or attempt == 19:
                 raise
@@ -506,14 +512,14 @@ async def main() -> int:
           "the end")
     print(f"{'run':<20} " + " ".join(f"{r:>8}" for r in roles)
           + f" {'total':>8} {'reaper queued':>14} {'reaped':>8} {'retired rows':>13}"
-          + f" {'app del/s':>10}")
+          + f" {'app del/s':>10} {'timed out':>10}")
     for r in results:
         ck = r["cpu_k"]
         print(f"{'ssp ' + str(r['shards']) + ' sh ' + r['ref_mode']:<20} "
               + " ".join(f"{ck.get(role, 0.0):>8.3f}" for role in roles)
               + f" {sum(ck.values()):>8.3f} {r['reaper'].get('queued', '-'):>14} "
               f"{r['reaper'].get('reaped', '-'):>8} {r['retired']:>13} "
-              f"{r['app_deletes_per_s']:>10.0f}")
+              f"{r['app_deletes_per_s']:>10.0f} {r['app_timeouts']:>10}")
     recs = [int(x) for x in args.reconcile_ms.split(",")]
     if len(recs) > 1:
         # the reconciler's cost: each value against the first (give 0 first: off)
