@@ -324,7 +324,12 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
         pub = mem["publication"]
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
-        retired = await retired_rows(db, args.users) if ref_mode == "dedicated" else "-"
+        retired: int | str = "-"
+        if ref_mode == "dedicated":
+            try:
+                retired = await retired_rows(db, args.users)
+            except DbTimeout:
+                retired = "timed out"  # the database host is still working off the run
         return {"shards": shards, "ref_mode": ref_mode, "views": len(todo),
                 "reconcile_ms": reconcile_ms,
                 "reconciled": (mem.get("reconcile") or {}).get("views_checked", "-"),
