@@ -8,9 +8,10 @@ engine time per deleted edge with 1,000 users owning views, against ~50 us for t
 (`loadtests/probe_edge_removal.py`: any form of DELETE, any batching). It is given only the
 edges a flush did retire: an edge whose member's row was deleted went with the row, in the
 application's transaction, and costs the reaper nothing. So what it deletes is the edges of
-rows that still exist and left a view (in `loadtests/bench_ssp.py`'s mix with real deletes,
-~11 a second against ~300 rows deleted). The reaper deletes them while publication leaves the
-database time, so the edge tables converge to "one row per member":
+rows that still exist and left a view (a model of `loadtests/bench_ssp.py`'s mix at 3,000
+events/s: ~11 a second, against ~300 a second whose row was deleted, edges the benchmark
+leaves in the database unless run with `--app-deletes`). The reaper deletes them while
+publication leaves the database time, so the edge tables converge to "one row per member":
 
 - it runs while no flush is in flight and publication is not falling behind (the oldest
   pending mark younger than the throttle window), one transaction at a time, sized to take
