@@ -11,8 +11,8 @@ or the row still exists and left the view (an edge only the SSP's reaper deletes
 many of the latter came back (revived, not deleted) and how many were still out at the end.
 
 Found (session 9, 1,000 users, 3,000 events/s, 60 s): 18,006 members left with their row and
-657 left a top 5 while their row stayed (11 a second); 453 of those came back; 175 were still
-out at the end (204 here). So in the benchmark, which writes no rows, ~97 % of dedicated's retired edges
+657 left a top 5 while their row stayed (11 a second); 453 of those came back; 204 were still
+out at the end. So in the benchmark, which writes no rows, ~97 % of dedicated's retired edges
 are edges a real deployment's database would already have deleted.
 """
 
