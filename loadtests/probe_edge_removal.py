@@ -80,9 +80,9 @@ OTHERS = {
 FORMS = {
     "DELETE id": ("each", "DELETE e:{i} RETURN NONE"),
     "DELETE WHERE false": ("each", "DELETE e:{i} WHERE false RETURN NONE"),
-    "DELETE missing id": ("each", "DELETE e:{i}000000 RETURN NONE"),
+    "DELETE missing id": ("each", "DELETE e:missing{i} RETURN NONE"),
     "DELETE, IMPORT": ("import", "DELETE e:{i} RETURN NONE"),
-    "DELETE m<->? none": ("each", "DELETE q:{i}000000<->? RETURN NONE"),
+    "DELETE m<->? none": ("each", "DELETE q:none{i}<->? RETURN NONE"),
     "DELETE [ids]": ("all", "DELETE [{ids}] RETURN NONE"),
     "DELETE WHERE": ("all", "DELETE e WHERE id >= e:{lo} AND id < e:{hi} RETURN NONE"),
     "DELETE range": ("all", "DELETE e:{lo}..{hi} RETURN NONE"),
