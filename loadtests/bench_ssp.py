@@ -4,11 +4,12 @@ views over 1,000 users, next to the naive baseline, for 1 and 2 shards, in one r
     .venv/bin/python loadtests/bench_ssp.py [--users 1000] [--views-per-user 10]
         [--seconds 15] [--shards 1,2] [--throttle-ms 100] [--concurrency 64] [--rate 3000]
         [--ref-modes dedicated,single] [--large-views 0] [--large-kind peers|children]
-        [--reconcile-ms 1000] [--ssp-root PATH] [--profile DIR]
+        [--reconcile-ms 1000] [--ssp-root PATH] [--profile DIR] [--delete-share 0.1]
+        [--app-deletes]
 
 Both edge publication modes run: `dedicated` (the default: one edge table per user owning a
 view, so 1,000 tables here) and `single` (one shared `_00_list_ref`). In SurrealDB 3.2.4
-(surrealdb-embedded) every DELETE pays for every table defined in the database (~7 us per
+(surrealdb-embedded) every DELETE pays for every table defined in the database (~2-7 us per
 per-user edge table: ~7 ms per deleted edge here; an UPDATE ~70 us; `probe_edge_removal.py`),
 so `dedicated` retires the edge of a member that left (an UPDATE) and its reaper deletes
 retired edges while publication is quiet (ssp/README.md, "Edge removal"); `single` deletes.
@@ -21,8 +22,19 @@ drives the events). Views: user u has 10 views `SELECT * FROM post WHERE owner =
 cat = $cat` (cat 0..9; odd cats add `ORDER BY n DESC LIMIT 5`), so a post change affects the
 one view of its (owner, cat). Events are JSON-shaped `POST /ingest` requests sent straight to
 the hub over ZeroMQ (the gateway's hop is measured by the gateway's own benchmark), 70 %
-UPDATE of an existing post, 20 % CREATE, 10 % DELETE, without `_00_rv` (no commit-visibility
-probe: the source rows are not written, the SSP path alone is measured).
+UPDATE of an existing post, 20 % CREATE, 10 % DELETE (`--delete-share`), without `_00_rv` (no
+commit-visibility probe: the source rows are not written, the SSP path alone is measured).
+
+Deletes and mode `dedicated`: the rows are not written, so a DELETE event leaves in the
+database the edges that a real DELETE of the row would have taken along (SurrealDB deletes a
+record's edges with it, in the application's transaction). Those edges are retired and left
+to the reaper at ~5 ms each: ~97 % of the retired edges of this mix (a model of it: ~300 a
+second from deleted rows against ~11 a second from rows leaving a top-5), far more than it
+can delete, so 'reaper queued' and 'retired rows' grow with the run. `--app-deletes` makes
+each DELETE event do first what the application's DELETE would do in the database (the post
+and the edges pointing at it go), so the SSP sees the database a real deployment has; the
+database host pays those deletes (at 1,000 per-user tables, ~5 ms per record removed, edges
+included: the application's cost in mode `dedicated`, not the SSP's).
 
 - events/s: accepted (200) ingests per second over the run, `concurrency` requests in flight.
 - latency: per view and flush, time from the arrival of the oldest change of that view at the
@@ -35,6 +47,10 @@ probe: the source rows are not written, the SSP path alone is measured).
   with their own top-5 posts (CHILDREN: the shape whose rows `engine.lazy` shows from
   columns). `--ssp-root` runs the SSP of another checkout (say, the commit before
   the shared-projection engine) against the same benchmark, for a before/after pair.
+- CPU table: 'reaper queued' and 'reaped' (`/debug/memory`), 'retired rows' (edges with
+  `removed = true` still in the database after the drain, counted in the edge tables) and
+  'app del/s' (`--app-deletes`: the application's deletes done per second; 'timed out': those
+  the database did not answer within the client's timeout).
 - `--reconcile-ms 0,1000`: each run again per value of `SVC_SSP_RECONCILE_MS` (the
   anti-entropy reader, `ssp.hub.reconcile`), with the ratio of each against the first
   (0: off), so its cost on the same machine in the same hour is one line.
@@ -235,6 +251,8 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         seq = [0]
         ok = [0]
         busy = [0]
+        app_deletes = [0]
+        app_timeouts = [0]
         stop_at = time.perf_counter() + args.seconds
 
         def event() -> dict[str, Any]:
@@ -244,7 +262,7 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                 key, u, cat = f"n{shards}_{seq[0]}", rng.randrange(args.users), rng.randrange(10)
                 live.append((key, u, cat))
                 op = "CREATE"
-            elif roll < 0.3:
+            elif roll < 0.2 + args.delete_share:
                 key, u, cat = live.pop(rng.randrange(len(live)))
                 op = "DELETE"
             else:
@@ -267,7 +285,16 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                         if delay > 0:
                             await asyncio.sleep(delay)
                         next_at += interval
-                    r = await hub_call(c, "POST /ingest", event())
+                    ev = event()
+                    if args.app_deletes and ev["op"] == "DELETE":
+                        # what the application's DELETE of the row does in the database: the
+                        # row goes and SurrealDB deletes the edges pointing at it with it
+                        # (the benchmark never wrote the rows it creates, so the edges are
+                        # named explicitly)
+                        app_deletes[0] += 1
+                        if not await app_delete(db, RecordID("post", ev["id"].split(":", 1)[1])):
+                            app_timeouts[0] += 1
+                    r = await hub_call(c, "POST /ingest", ev)
                     if r["status"] == 200:
                         ok[0] += 1
                     else:
@@ -297,6 +324,12 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
         pub = mem["publication"]
         mem = (await hub_call(client, "GET /debug/memory"))["body"]
+        retired: int | str = "-"
+        if ref_mode == "dedicated":
+            try:
+                retired = await retired_rows(db, args.users)
+            except DbTimeout:
+                retired = "timed out"  # the database host is still working off the run
         return {"shards": shards, "ref_mode": ref_mode, "views": len(todo),
                 "reconcile_ms": reconcile_ms,
                 "reconciled": (mem.get("reconcile") or {}).get("views_checked", "-"),
@@ -304,12 +337,41 @@ async def run_ssp(host: Any, tmp: Path, shards: int, args: argparse.Namespace,
                 "events_per_s": ok[0] / elapsed, "rejected_503": busy[0],
                 "p50_ms": pub["latency_p50_ms"], "p99_ms": pub["latency_p99_ms"],
                 "flushes": pub["flushes"], "failures": pub["failures"], "drain_s": drain_s,
-                "cpu_k": cpu_k, "reaper": mem.get("reaper") or {}}
+                "cpu_k": cpu_k, "reaper": mem.get("reaper") or {}, "retired": retired,
+                "app_deletes_per_s": app_deletes[0] / elapsed, "app_timeouts": app_timeouts[0]}
     finally:
         if client is not None:
             client.close()
         ssp.stop()
         await db.close()
+
+
+async def app_delete(db: Database, post: RecordID) -> bool:
+    """The application's DELETE of `post` with its edges (`--app-deletes`), retried as an
+    application would when it conflicts with a flush writing the same edges; False when it
+    timed out (the database host is saturated: the run goes on, the table counts them)."""
+    for attempt in range(20):
+        try:
+            await db.query("DELETE $p<-? RETURN NONE; DELETE $p RETURN NONE", {"p": post})
+            return True
+        except DbTimeout:
+            return False
+        except DbError as e:
+            if "conflict" not in str(e) or attempt == 19:
+                raise
+            await asyncio.sleep(0.01 * (attempt + 1))
+
+
+async def retired_rows(db: Database, users: int) -> int:
+    """Retired edges (`removed = true`, mode `dedicated`) still in the database: the rows the
+    reaper has yet to delete, read from the edge tables themselves."""
+    total = 0
+    tables = [f"_00_list_ref_user_u{u}" for u in range(users)]
+    for i in range(0, len(tables), 100):
+        rows = await db.query_one(f"SELECT count() AS n FROM {', '.join(tables[i:i + 100])} "
+                                  "WHERE removed = true GROUP ALL")
+        total += rows[0]["n"] if rows else 0
+    return total
 
 
 async def drained(client: RpcClient, timeout: float = 600) -> None:
@@ -392,6 +454,12 @@ async def main() -> int:
                    help="edge publication modes to run (SVC_SSP_REF_MODE), comma-separated")
     p.add_argument("--rate", type=float, default=0,
                    help="target ingest events/s (0: as fast as the SSP accepts)")
+    p.add_argument("--delete-share", type=float, default=0.1,
+                   help="share of events that DELETE a post (CREATE 0.2, UPDATE the rest)")
+    p.add_argument("--app-deletes", action="store_true",
+                   help="before each DELETE event, delete the post and the edges pointing at "
+                        "it in the database, as the application's DELETE would (its cost "
+                        "lands on the database host: 'app del/s' in the CPU table)")
     p.add_argument("--large-views", type=int, default=0,
                    help="also register this many views of the large class (LARGE: a "
                         "correlated top-5 subquery per row over distinct constants)")
@@ -448,13 +516,15 @@ async def main() -> int:
     print("CPU seconds per 1,000 accepted events (run + drain), per process; reaper queue at "
           "the end")
     print(f"{'run':<20} " + " ".join(f"{r:>8}" for r in roles)
-          + f" {'total':>8} {'reaper queued':>14} {'reaped':>8}")
+          + f" {'total':>8} {'reaper queued':>14} {'reaped':>8} {'retired rows':>13}"
+          + f" {'app del/s':>10} {'timed out':>10}")
     for r in results:
         ck = r["cpu_k"]
         print(f"{'ssp ' + str(r['shards']) + ' sh ' + r['ref_mode']:<20} "
               + " ".join(f"{ck.get(role, 0.0):>8.3f}" for role in roles)
               + f" {sum(ck.values()):>8.3f} {r['reaper'].get('queued', '-'):>14} "
-              f"{r['reaper'].get('reaped', '-'):>8}")
+              f"{r['reaper'].get('reaped', '-'):>8} {r['retired']:>13} "
+              f"{r['app_deletes_per_s']:>10.0f} {r['app_timeouts']:>10}")
     recs = [int(x) for x in args.reconcile_ms.split(",")]
     if len(recs) > 1:
         # the reconciler's cost: each value against the first (give 0 first: off)

@@ -13,6 +13,13 @@ RELATION`, a changefeed, select permitted to one user) and time the edge DELETE 
 table's permission expression makes every DELETE in the database slower still, which is why the
 SSP writes the rule as `$auth = user:<key>` (one parameter, one literal) rather than
 `$auth.id = user:<key>`.
+
+Why the cost follows the tables (session 9, `probe_edge_removal.py` "stages" and "other
+definitions"): removing an existing record reads and decodes the table catalogue of its
+database, each time, in any statement form and in one transaction as in many; a condition
+that fails, a missing id, an UPDATE or a RELATE do not. Definitions other than tables'
+(fields, functions, params) do not count; a table's own definition counts by its size (its
+permission expression most). So the application's own DELETEs pay it too.
 """
 
 from __future__ import annotations

@@ -12,9 +12,33 @@ could take an edge away, with N extra tables defined as the SSP defines per-user
   `DELETE t WHERE ...` a scan; `DELETE t:a..b` a range; and the retire step the SSP uses in
   mode `dedicated` (an `UPDATE` marking the edge `removed`), its revival (`RELATE` over the
   retired edge), and a `RELATE` of a new edge for comparison;
+- stages: where in a DELETE the cost sits. `DELETE id WHERE false` stops after the record is
+  read and its condition checked; `DELETE` of a missing id stops before; `OPTION IMPORT`
+  skips the LIVE, event, changefeed, table-view and REFERENCE-cleanup steps; `DELETE x<->?`
+  of a record with no edges runs the graph purge a DELETE runs, alone;
 - layouts (at the largest N): what in a table's definition the cost grows with (a plain
   table, `TYPE RELATION`, a changefeed, the select rule, a long COMMENT), and the same N
-  tables defined in another database of the namespace (the control: no cost).
+  tables defined in another database of the namespace (the control: no cost);
+- other definitions (at the largest N, plain tables): fields, an index or an event on each
+  table, or N functions or params instead of tables.
+
+Found (session 9, surrealdb-embedded 3.0.0b10 = core 3.2.4, load 1-4; CPU us per edge, 1,000
+SSP-like tables against 10): every DELETE form costs the same per record, 5,000-6,000 against
+60-140 (`DELETE id`, `DELETE [ids]`, `DELETE WHERE`, a range, one transaction or many); an
+UPDATE, a revival or a new RELATE ~35-50 at both counts. `WHERE false` and a missing id cost
+~25 at both counts and `DELETE x<->?` of a record with no edges ~25: the cost is in removing
+an existing record, after its condition, and not in the graph purge's lookup. `OPTION IMPORT`
+does not change it, nor does the storage (`surrealkv://` as `mem://`). It follows the tables
+defined in the database and the size of their definitions: ~1.7-2.8 us per plain table, ~4.6
+with the SSP's select rule, ~3.9 with a 400-byte COMMENT; an index or an event per table adds
+a little; 3,000 fields on one table, 1,000 functions or 1,000 params cost ~nothing; tables in
+another database nothing. So each removed record reads and decodes the whole table catalogue
+of its database. The engine's library is stripped (perf shows memcmp, memmove and malloc,
+nothing named), and the newest surrealdb source on GitHub (3.1.0-alpha) reads no catalogue on
+that path (`doc/delete.rs`, `doc/purge.rs`: per-table lookups only): the scan came later.
+Nothing a client can write avoids it, and an edge cannot be reused for another member: an
+UPDATE keeps `in` and `out` as they were, a RELATE or INSERT RELATION naming another `out`
+fails ("Found m:1 for the `out` field, which does not match the existing field value").
 """
 
 from __future__ import annotations
@@ -43,8 +67,22 @@ LAYOUTS = {
     "+ select rule (SSP)": EDGE_TABLE,
     "plain + 400-byte COMMENT": "DEFINE TABLE x{i} SCHEMALESS COMMENT '" + "x" * 400 + "'",
 }
+# Other definitions than tables' own (N of each, in the same database).
+OTHERS = {
+    "plain + 3 fields each": ("DEFINE TABLE x{i} SCHEMALESS; DEFINE FIELD a ON x{i}; "
+                              "DEFINE FIELD b ON x{i}; DEFINE FIELD c ON x{i}"),
+    "plain + an index each": "DEFINE TABLE x{i} SCHEMALESS; DEFINE INDEX ia ON x{i} FIELDS a",
+    "plain + an event each": ("DEFINE TABLE x{i} SCHEMALESS; "
+                              "DEFINE EVENT ev ON x{i} WHEN false THEN 1"),
+    "functions, no table": "DEFINE FUNCTION fn::f{i}() {{ RETURN 1 }}",
+    "params, no table": "DEFINE PARAM $p{i} VALUE 1",
+}
 FORMS = {
     "DELETE id": ("each", "DELETE e:{i} RETURN NONE"),
+    "DELETE WHERE false": ("each", "DELETE e:{i} WHERE false RETURN NONE"),
+    "DELETE missing id": ("each", "DELETE e:missing{i} RETURN NONE"),
+    "DELETE, IMPORT": ("import", "DELETE e:{i} RETURN NONE"),
+    "DELETE m<->? none": ("each", "DELETE q:none{i}<->? RETURN NONE"),
     "DELETE [ids]": ("all", "DELETE [{ids}] RETURN NONE"),
     "DELETE WHERE": ("all", "DELETE e WHERE id >= e:{lo} AND id < e:{hi} RETURN NONE"),
     "DELETE range": ("all", "DELETE e:{lo}..{hi} RETURN NONE"),
@@ -101,12 +139,12 @@ def prepare(tables: int, layout: str, other_db: bool, n: int) -> Engine:
 def per_record_us(eng: Engine, form: str, n: int) -> float:
     """CPU microseconds per edge for `form` over edges 0..n-1, in one transaction."""
     kind, text = FORMS[form]
-    if kind == "each":
+    if kind in ("each", "import"):
         body = "; ".join(text.format(i=i) for i in range(n))
     else:
         body = text.format(ids=", ".join(f"e:{i}" for i in range(n)), lo=0, hi=n)
     start = time.process_time()
-    eng.run(f"BEGIN; {body}; COMMIT;")
+    eng.run(("OPTION IMPORT; " if kind == "import" else "") + f"BEGIN; {body}; COMMIT;")
     return (time.process_time() - start) / n * 1e6
 
 
@@ -151,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<26}{v:>15.0f}{v / big:>14.2f}")
     v = measure_layout(big, EDGE_TABLE, True, n)
     print(f"{'SSP tables, other database':<26}{v:>15.0f}{v / big:>14.2f}")
+    for name, layout in OTHERS.items():
+        v = measure_layout(big, layout, False, n)
+        print(f"{name:<26}{v:>15.0f}{v / big:>14.2f}")
     return 0
 
 

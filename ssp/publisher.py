@@ -19,10 +19,16 @@ A removal deletes the edge in mode `single`. In mode `dedicated` it *retires* th
 (`removed = true`, the flush's `seq`: an UPDATE, which LIVE subscribers see) and the
 `ssp.reaper` deletes retired edges later, when publication leaves the database time; an
 upsert of a retired edge (its member came back) clears `removed`. Why: SurrealDB 3.2.4 pays
-for every table defined in the database on each record it deletes (~7 us per per-user edge
-table), so with 1,000 users owning views a deleted edge costs ~7 ms of engine time and an
-UPDATE ~70 us (`loadtests/probe_edge_removal.py`); deleting at flush time made the spec's
-default mode fall seconds behind (ssp/README.md, "Edge removal").
+for every table defined in the database on each record it deletes (~2-7 us per table: it reads
+the database's table catalogue for each removed record, whatever the statement's form), so
+with 1,000 users owning views a deleted edge costs ~5 ms of engine time and an UPDATE ~50 us
+(`loadtests/probe_edge_removal.py`); deleting at flush time made the spec's default mode fall
+seconds behind (ssp/README.md, "Edge removal"). No cheaper removal exists: an edge's `in` and
+`out` cannot change, so a retired edge can only come back for its own member. What keeps the
+retired rows bounded: a member whose row is deleted loses its edge in the application's own
+transaction (the database's cascade), so the flush's UPDATE finds nothing and the reaper is
+given only the edges the UPDATE did retire, those of rows that still exist and left a view;
+a member coming back revives its edge instead of a new one.
 A flush takes at most `max_ops` operations (halved after a transaction that timed out); the
 rest stays queued for the next one at once. Up to `flushers` flushes run concurrently, each on
 views no other flush holds, so per-view order is kept while the database works on several
@@ -47,7 +53,7 @@ from surrealdb import RecordID
 from dbclient import Database, DbError, DbTimeout
 from dbclient.clock import now_ms
 from dbclient.tasks import stop_loops
-from engine.values import parse_record_id
+from engine.values import parse_record_id, record_id_text
 from ipc.backoff import Backoff
 from ssp.naming import SINGLE_TABLE, edge_id
 from ssp.reaper import EdgeReaper
@@ -90,8 +96,12 @@ UPSERT_GROUPS = ("FOR $g IN $groups { LET $t = $g[0]; LET $q = $g[1]; "
                  "FOR $r IN $g[3] { RELATE $q->(type::record($t, [$q, $r[0]]))->($r[0]) "
                  "SET rv = $r[1], seq = $seq, removed = NONE RETURN NONE } }")
 # Mode `dedicated`: members that left are retired, not deleted (module docstring). An edge
-# already retired is left alone (no second notification); a missing one stays missing.
-RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN NONE"
+# already retired is left alone (no second notification); a missing one stays missing. The
+# statement's value is the edges it retired, and only those go to the reaper: an edge the
+# database took away already (its member's row was deleted: SurrealDB deletes the edges of a
+# deleted record in the application's own transaction; its user's table was dropped) costs
+# the reaper nothing, and the reaper's queue counts exactly the retired rows it will delete.
+RETIRE = "UPDATE $ids SET removed = true, seq = $seq WHERE !removed RETURN VALUE id"
 # SurrealDB 3.0.x (the Node build; `Publisher(unlogged_cascades=True)`, set from the
 # database's version at start: `logs_cascaded_deletes`) logs
 # no changefeed entry for the edges a DELETE of their member takes along, so removing such an
@@ -258,6 +268,9 @@ class _Batch:
     # and the statements whose results list a (re)materialised view's retired edges
     retired: dict[str, list[RecordID]] = field(default_factory=dict)
     retired_lists: list[tuple[int, str]] = field(default_factory=list)
+    # the index of the RETIRE statement, whose value lists the edges it did retire (None:
+    # the logged path, which writes every one of them retired)
+    retire_at: int | None = None
 
 
 @dataclass
@@ -681,6 +694,7 @@ class Publisher:
             if logged:
                 b.stmts.append((RETIRE_LOGGED, {"rows": logged, "seq": seq}))
             else:
+                b.retire_at = len(b.stmts)
                 b.stmts.append((RETIRE, {"ids": [e for es in b.retired.values() for e in es],
                                          "seq": seq}))
         # Every row or group names its table, so one statement covers all the per-user
@@ -708,8 +722,14 @@ class Publisher:
                 raise
             self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
             if self.reaper is not None:
-                for vid, ids in b.retired.items():
-                    self.reaper.add(vid, ids)
+                if b.retire_at is not None and b.retired:
+                    done = {record_id_text(r) for r in results[b.retire_at] or []
+                            if isinstance(r, RecordID)}
+                    for vid, ids in b.retired.items():
+                        self.reaper.add(vid, (e for e in ids if record_id_text(e) in done))
+                else:
+                    for vid, ids in b.retired.items():
+                        self.reaper.add(vid, ids)
                 for i, vid in b.retired_lists:
                     self.reaper.add(vid, (r for r in results[i] or []
                                           if isinstance(r, RecordID)))

@@ -3,9 +3,14 @@ database's time.
 
 In mode `dedicated` a member leaving a view does not delete its edge: the flush *retires* it
 (`UPDATE ... SET removed = true`, see `ssp.publisher`), because SurrealDB 3.2.4 pays for every
-table defined in the database on each record it deletes: ~7 us per per-user edge table, so
-~7 ms of engine time per deleted edge with 1,000 users owning views, against ~70 us for the
-UPDATE (`loadtests/probe_edge_removal.py`). The reaper then deletes retired edges while
+table defined in the database on each record it deletes: ~2-7 us per table, so ~5 ms of
+engine time per deleted edge with 1,000 users owning views, against ~50 us for the UPDATE
+(`loadtests/probe_edge_removal.py`: any form of DELETE, any batching). It is given only the
+edges a flush did retire: an edge whose member's row was deleted went with the row, in the
+application's transaction, and costs the reaper nothing. So what it deletes is the edges of
+rows that still exist and left a view (a model of `loadtests/bench_ssp.py`'s mix at 3,000
+events/s: ~11 a second, against ~300 a second whose row was deleted, edges the benchmark
+leaves in the database unless run with `--app-deletes`). The reaper deletes them while
 publication leaves the database time, so the edge tables converge to "one row per member":
 
 - it runs while no flush is in flight and publication is not falling behind (the oldest

@@ -61,7 +61,10 @@ class FakeDb:
         self._maybe_fail()
         self.transactions.append(list(stmts))
         self.writes.append("transaction")
-        return [None] * len(stmts)
+        # An UPDATE of listed ids that returns them (the publisher's RETIRE) answers every id:
+        # here every edge exists and was live.
+        return [vars["ids"] if sql.startswith("UPDATE $ids") and sql.endswith("RETURN VALUE id")
+                else None for sql, vars in stmts]
 
     async def table_info(self, table: str) -> dict[str, Any]:
         self.info_calls += 1

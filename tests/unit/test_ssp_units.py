@@ -229,6 +229,26 @@ async def test_flush_writes_members_as_upserts_and_retires_the_others_in_one_tra
     assert pub.reaper.figures()["queued"] == 0 and pub.reaper.figures()["reaped"] == 1
 
 
+async def test_only_edges_the_flush_did_retire_are_queued_for_the_reaper() -> None:
+    # An edge whose member's row was deleted went with the row (the database's cascade): the
+    # RETIRE finds nothing there, and the reaper must not spend a DELETE on it.
+    class CascadedDb(FakeDb):
+        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+            out = await super().transaction(stmts)
+            return [[i for i in r or [] if i.id[1] != RecordID("post", 2)] if s == RETIRE else r
+                    for (s, _), r in zip(stmts, out, strict=True)]
+    db = CascadedDb()
+    v = view(set())
+    pub = make_pub({"query:v": v}, db)
+    pub.mark("query:v", ["post:2", "post:3"])
+    await pub.flush()
+    assert [s for s, _ in db.transactions[0]] == [RETIRE]
+    assert pub.reaper is not None and pub.reaper.figures()["queued"] == 1
+    await pub.reaper.reap_once()
+    assert db.transactions[1] == [(REAP, {"ids": [RecordID(
+        "_00_list_ref_user_alice", [v.record, RecordID("post", 3)])]})]
+
+
 async def test_mode_single_deletes_the_edges_of_members_that_left() -> None:
     db = FakeDb()
     v = PubView("query:v", RecordID("_00_query", "v"), SINGLE_TABLE, RecordID("user", "a"),
