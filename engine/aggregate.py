@@ -30,7 +30,7 @@ deviation). Groups come in key order; ORDER BY names outputs.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from decimal import Context, Decimal
 from typing import Any
@@ -293,6 +293,10 @@ class _Count:
         if self.pos is None or truthy(c[self.pos]):
             self.n += sign
 
+    def fill(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        pos = self.pos
+        self.n += len(rows) if pos is None else sum(1 for _, c in rows if truthy(c[pos]))
+
     def value(self) -> Any:
         return self.n
 
@@ -313,7 +317,25 @@ class _Sum:
 
     def add(self, rid: str, c: tuple[Any, ...], sign: int) -> None:
         assert self.pos is not None
-        v = c[self.pos]
+        self._add(c[self.pos], sign)
+
+    def fill(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        # ints, the common case, summed in one pass; the rest value by value
+        pos = self.pos
+        assert pos is not None
+        ints = 0
+        n = 0
+        for _, c in rows:
+            v = c[pos]
+            if type(v) is int:
+                ints += v
+                n += 1
+            else:
+                self._add(v, 1)
+        self.ints += ints
+        self.n += n
+
+    def _add(self, v: Any, sign: int) -> None:
         t = type(v)
         if t is int:
             self.ints += sign * v
@@ -383,6 +405,14 @@ class _Extreme:
         else:
             self.entries.remove(e)
 
+    def fill(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        # one sort of the group's numbers, not one insertion per row
+        pos = self.pos
+        assert pos is not None
+        es = [(sort_key(v), _rid_key(rid), rid, v) for rid, c in rows
+              if type(v := c[pos]) is int or type(v) is float or type(v) is Decimal]
+        self.entries.update(es)
+
     def value(self) -> Any:
         entries = self.entries
         if not entries:
@@ -451,7 +481,7 @@ class Group:
 class AggState:
     """The groups of one materialisation."""
 
-    __slots__ = ("groups", "nkeys", "rows_of", "spec")
+    __slots__ = ("fills", "groups", "nkeys", "rows_of", "spec")
 
     def __init__(self, spec: AggSpec, rows_of: Callable[[], Any]) -> None:
         self.spec = spec
@@ -460,6 +490,7 @@ class AggState:
         # the materialisation's shown rows with their contributions, read only to choose
         # the key shown by a group whose equal keys differ in kind
         self.rows_of = rows_of
+        self.fills = 0  # bulk fills (fill): a test counts them
 
     def move(self, rid: str, old: Any, new: Any) -> None:
         """A row's contribution went from ``old`` to ``new`` (None: not shown)."""
@@ -494,6 +525,39 @@ class AggState:
             g.key = next(iter(g.variants.values()))[0]
         else:
             g.key = self._first_key(gk)
+
+    def fill(self, shown: Iterable[tuple[str, Any]]) -> None:
+        """The groups of a new materialisation from its shown rows (rid, contribution) in
+        one pass: the rows bucketed by group, then each group's accumulators built from its
+        bucket (a sort for min/max) and its key variants counted once."""
+        assert not self.groups
+        spec = self.spec
+        nk = self.nkeys
+        buckets: dict[tuple[Any, ...], list[tuple[str, tuple[Any, ...]]]] = {}
+        for rid, contrib in shown:
+            c = _values(contrib, spec)
+            gk = tuple(xkey(k) for k in c[:nk]) if nk else ()
+            b = buckets.get(gk)
+            if b is None:
+                b = buckets[gk] = []
+            b.append((rid, c))
+        self.fills += 1
+        for gk, rows in buckets.items():
+            g = self.groups[gk] = Group(spec)
+            g.n = len(rows)
+            for a in g.accs:
+                a.fill(rows)
+            variants = g.variants
+            for _, c in rows:
+                keys = c[:nk]
+                exact = tuple(_exact(k) for k in keys)
+                var = variants.get(exact)
+                if var is None:
+                    variants[exact] = [keys, 1]
+                else:
+                    var[1] += 1
+            g.key = (next(iter(variants.values()))[0] if len(variants) == 1
+                     else self._first_key(gk))
 
     def _first_key(self, gk: tuple[Any, ...]) -> tuple[Any, ...]:
         """The key values of the group's first row in row order (a scan of the shown rows:
