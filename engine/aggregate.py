@@ -146,6 +146,9 @@ class AggSpec:
             post = self._post(it.expr)
             fn = compile_expr(post)[0]
             self.items.append((it.out, fn))
+        # the contribution's output names, keys then arguments (engine.aggregate.row_query)
+        self.names = tuple([f"k{i}" for i in range(len(self.keys))]
+                           + [f"a{i}" for i in range(len(self.args))])
         self.order = list(q.order)
         for path, _desc in self.order:
             if not any(out == path[:len(out)] for out, _ in self.items):
@@ -270,12 +273,21 @@ def row_query(q: Query) -> Query:
     """The row-level query of a grouped shape: each row's group key values and aggregate
     arguments, as named expression items (``k0``.., ``a0``..), under the same WHERE."""
     spec = AggSpec(q)
-    items = [Item("expr", (), (f"k{i}",), expr=e) for i, e in enumerate(spec.keys)]
-    items += [Item("expr", (), (f"a{i}",), expr=e) for i, e in enumerate(spec.args)]
+    items = [_row_item(e, f"k{i}") for i, e in enumerate(spec.keys)]
+    items += [_row_item(e, f"a{i}") for i, e in enumerate(spec.args)]
     if not items:
         items = [Item("field", ("id",), ("id",))]
     return replace(q, items=tuple(items), order=(), limit=None, start=None, fetch=(),
                    value=False, omit=(), group=None, split=())
+
+
+def _row_item(e: Expr, name: str) -> Item:
+    """A key or argument as an item of the row-level query: a field of the row itself as a
+    field item (it reads the row alone, so a registration projects it without an evaluation
+    context per row), anything else as an expression."""
+    if type(e) is tuple and len(e) == 2 and e[0] == "field" and len(e[1]) == 1:
+        return Item("field", e[1], (name,))
+    return Item("expr", (), (name,), expr=e)
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,26 +436,29 @@ class _Extreme:
         return entries[entries.bisect_left((top,))][3]
 
 
-_RID_KEYS: dict[str, Any] = {}
+_RID_KEYS: dict[str, Any] = {}  # ids the parser had to read (other keys than plain ints)
+_PLAIN_TABLES: dict[str, bool] = {}  # table name -> whether it needs no escaping
 
 
 def _rid_key(rid: str) -> Any:
     """The sort key of a record id given as its canonical text."""
-    from engine.values import parse_record_id
-
+    table, _, key = rid.partition(":")
+    # `table:123`, the common case, without the parser and without a cache entry (a
+    # registration over a table sorts every row's id once: the parser was 40% of a GROUP
+    # ALL's registration, the cache of every id a third of the rest)
+    if 0 < len(key) < 16 and key.isdigit() and key.isascii() and (key[0] != "0" or key == "0"):
+        plain = _PLAIN_TABLES.get(table)
+        if plain is None:
+            plain = _PLAIN_TABLES[table] = _PLAIN_TABLE.match(table) is not None
+        if plain:
+            return (_ID_RANK, table, (_INT_KEY_RANK, int(key)))
     k = _RID_KEYS.get(rid)
     if k is None:
+        from engine.values import parse_record_id
+
         if len(_RID_KEYS) > 1_000_000:
             _RID_KEYS.clear()
-        table, _, key = rid.partition(":")
-        # `table:123`, the common case, without the parser (a registration over a table
-        # sorts every row's id once: the parser was 40% of a GROUP ALL's registration)
-        if (0 < len(key) < 16 and key.isascii() and key.isdigit()
-                and (key[0] != "0" or key == "0") and _PLAIN_TABLE.match(table)):
-            k = (_ID_RANK, table, (_INT_KEY_RANK, int(key)))
-        else:
-            k = sort_key(parse_record_id(rid))
-        _RID_KEYS[rid] = k
+        k = _RID_KEYS[rid] = sort_key(parse_record_id(rid))
     return k
 
 
@@ -577,9 +592,8 @@ class AggState:
 
 def _values(contrib: Any, spec: AggSpec) -> tuple[Any, ...]:
     """A row's contribution (its projected output ``{k0.., a0..}``) as a tuple."""
-    nk = len(spec.keys)
-    return tuple(contrib.get(f"k{i}", NONE) for i in range(nk)) + tuple(
-        contrib.get(f"a{i}", NONE) for i in range(len(spec.args)))
+    get = contrib.get
+    return tuple([get(n, NONE) for n in spec.names])
 
 
 def _exact(v: Any) -> Any:
