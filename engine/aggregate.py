@@ -30,7 +30,7 @@ deviation). Groups come in key order; ORDER BY names outputs.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from decimal import Context, Decimal
 from typing import Any
@@ -146,6 +146,9 @@ class AggSpec:
             post = self._post(it.expr)
             fn = compile_expr(post)[0]
             self.items.append((it.out, fn))
+        # the contribution's output names, keys then arguments (engine.aggregate.row_query)
+        self.names = tuple([f"k{i}" for i in range(len(self.keys))]
+                           + [f"a{i}" for i in range(len(self.args))])
         self.order = list(q.order)
         for path, _desc in self.order:
             if not any(out == path[:len(out)] for out, _ in self.items):
@@ -270,12 +273,21 @@ def row_query(q: Query) -> Query:
     """The row-level query of a grouped shape: each row's group key values and aggregate
     arguments, as named expression items (``k0``.., ``a0``..), under the same WHERE."""
     spec = AggSpec(q)
-    items = [Item("expr", (), (f"k{i}",), expr=e) for i, e in enumerate(spec.keys)]
-    items += [Item("expr", (), (f"a{i}",), expr=e) for i, e in enumerate(spec.args)]
+    items = [_row_item(e, f"k{i}") for i, e in enumerate(spec.keys)]
+    items += [_row_item(e, f"a{i}") for i, e in enumerate(spec.args)]
     if not items:
         items = [Item("field", ("id",), ("id",))]
     return replace(q, items=tuple(items), order=(), limit=None, start=None, fetch=(),
                    value=False, omit=(), group=None, split=())
+
+
+def _row_item(e: Expr, name: str) -> Item:
+    """A key or argument as an item of the row-level query: a field of the row itself as a
+    field item (it reads the row alone, so a registration projects it without an evaluation
+    context per row), anything else as an expression."""
+    if type(e) is tuple and len(e) == 2 and e[0] == "field" and len(e[1]) == 1:
+        return Item("field", e[1], (name,))
+    return Item("expr", (), (name,), expr=e)
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,6 +304,10 @@ class _Count:
     def add(self, rid: str, c: tuple[Any, ...], sign: int) -> None:
         if self.pos is None or truthy(c[self.pos]):
             self.n += sign
+
+    def fill(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        pos = self.pos
+        self.n += len(rows) if pos is None else sum(1 for _, c in rows if truthy(c[pos]))
 
     def value(self) -> Any:
         return self.n
@@ -313,7 +329,25 @@ class _Sum:
 
     def add(self, rid: str, c: tuple[Any, ...], sign: int) -> None:
         assert self.pos is not None
-        v = c[self.pos]
+        self._add(c[self.pos], sign)
+
+    def fill(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        # ints, the common case, summed in one pass; the rest value by value
+        pos = self.pos
+        assert pos is not None
+        ints = 0
+        n = 0
+        for _, c in rows:
+            v = c[pos]
+            if type(v) is int:
+                ints += v
+                n += 1
+            else:
+                self._add(v, 1)
+        self.ints += ints
+        self.n += n
+
+    def _add(self, v: Any, sign: int) -> None:
         t = type(v)
         if t is int:
             self.ints += sign * v
@@ -383,6 +417,14 @@ class _Extreme:
         else:
             self.entries.remove(e)
 
+    def fill(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        # one sort of the group's numbers, not one insertion per row
+        pos = self.pos
+        assert pos is not None
+        es = [(sort_key(v), _rid_key(rid), rid, v) for rid, c in rows
+              if type(v := c[pos]) is int or type(v) is float or type(v) is Decimal]
+        self.entries.update(es)
+
     def value(self) -> Any:
         entries = self.entries
         if not entries:
@@ -394,26 +436,29 @@ class _Extreme:
         return entries[entries.bisect_left((top,))][3]
 
 
-_RID_KEYS: dict[str, Any] = {}
+_RID_KEYS: dict[str, Any] = {}  # ids the parser had to read (other keys than plain ints)
+_PLAIN_TABLES: dict[str, bool] = {}  # table name -> whether it needs no escaping
 
 
 def _rid_key(rid: str) -> Any:
     """The sort key of a record id given as its canonical text."""
-    from engine.values import parse_record_id
-
+    table, _, key = rid.partition(":")
+    # `table:123`, the common case, without the parser and without a cache entry (a
+    # registration over a table sorts every row's id once: the parser was 40% of a GROUP
+    # ALL's registration, the cache of every id a third of the rest)
+    if 0 < len(key) < 16 and key.isdigit() and key.isascii() and (key[0] != "0" or key == "0"):
+        plain = _PLAIN_TABLES.get(table)
+        if plain is None:
+            plain = _PLAIN_TABLES[table] = _PLAIN_TABLE.match(table) is not None
+        if plain:
+            return (_ID_RANK, table, (_INT_KEY_RANK, int(key)))
     k = _RID_KEYS.get(rid)
     if k is None:
+        from engine.values import parse_record_id
+
         if len(_RID_KEYS) > 1_000_000:
             _RID_KEYS.clear()
-        table, _, key = rid.partition(":")
-        # `table:123`, the common case, without the parser (a registration over a table
-        # sorts every row's id once: the parser was 40% of a GROUP ALL's registration)
-        if (0 < len(key) < 16 and key.isascii() and key.isdigit()
-                and (key[0] != "0" or key == "0") and _PLAIN_TABLE.match(table)):
-            k = (_ID_RANK, table, (_INT_KEY_RANK, int(key)))
-        else:
-            k = sort_key(parse_record_id(rid))
-        _RID_KEYS[rid] = k
+        k = _RID_KEYS[rid] = sort_key(parse_record_id(rid))
     return k
 
 
@@ -451,7 +496,7 @@ class Group:
 class AggState:
     """The groups of one materialisation."""
 
-    __slots__ = ("groups", "nkeys", "rows_of", "spec")
+    __slots__ = ("fills", "groups", "nkeys", "rows_of", "spec")
 
     def __init__(self, spec: AggSpec, rows_of: Callable[[], Any]) -> None:
         self.spec = spec
@@ -460,6 +505,7 @@ class AggState:
         # the materialisation's shown rows with their contributions, read only to choose
         # the key shown by a group whose equal keys differ in kind
         self.rows_of = rows_of
+        self.fills = 0  # bulk fills (fill): a test counts them
 
     def move(self, rid: str, old: Any, new: Any) -> None:
         """A row's contribution went from ``old`` to ``new`` (None: not shown)."""
@@ -495,6 +541,39 @@ class AggState:
         else:
             g.key = self._first_key(gk)
 
+    def fill(self, shown: Iterable[tuple[str, Any]]) -> None:
+        """The groups of a new materialisation from its shown rows (rid, contribution) in
+        one pass: the rows bucketed by group, then each group's accumulators built from its
+        bucket (a sort for min/max) and its key variants counted once."""
+        assert not self.groups
+        spec = self.spec
+        nk = self.nkeys
+        buckets: dict[tuple[Any, ...], list[tuple[str, tuple[Any, ...]]]] = {}
+        for rid, contrib in shown:
+            c = _values(contrib, spec)
+            gk = tuple(xkey(k) for k in c[:nk]) if nk else ()
+            b = buckets.get(gk)
+            if b is None:
+                b = buckets[gk] = []
+            b.append((rid, c))
+        self.fills += 1
+        for gk, rows in buckets.items():
+            g = self.groups[gk] = Group(spec)
+            g.n = len(rows)
+            for a in g.accs:
+                a.fill(rows)
+            variants = g.variants
+            for _, c in rows:
+                keys = c[:nk]
+                exact = tuple(_exact(k) for k in keys)
+                var = variants.get(exact)
+                if var is None:
+                    variants[exact] = [keys, 1]
+                else:
+                    var[1] += 1
+            g.key = (next(iter(variants.values()))[0] if len(variants) == 1
+                     else self._first_key(gk))
+
     def _first_key(self, gk: tuple[Any, ...]) -> tuple[Any, ...]:
         """The key values of the group's first row in row order (a scan of the shown rows:
         only for groups whose equal keys differ in kind)."""
@@ -513,9 +592,8 @@ class AggState:
 
 def _values(contrib: Any, spec: AggSpec) -> tuple[Any, ...]:
     """A row's contribution (its projected output ``{k0.., a0..}``) as a tuple."""
-    nk = len(spec.keys)
-    return tuple(contrib.get(f"k{i}", NONE) for i in range(nk)) + tuple(
-        contrib.get(f"a{i}", NONE) for i in range(len(spec.args)))
+    get = contrib.get
+    return tuple([get(n, NONE) for n in spec.names])
 
 
 def _exact(v: Any) -> Any:

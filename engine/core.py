@@ -50,7 +50,7 @@ from engine.write import WritePath, canon_text, prepare
 
 __all__ = ["Circuit", "Mat", "ViewDelta", "ViewEngine", "WMat", "same"]
 
-_CACHED_MEMBERS = 256  # larger member sets are not kept per materialisation
+_CACHED_MEMBERS = 256  # larger member sets are kept for one materialisation at a time
 
 
 class ViewEngine:
@@ -87,6 +87,14 @@ class ViewEngine:
         self._epoch = 0
         # grouped shapes registered (their materialisations keep groups: engine.aggregate)
         self._grouped = 0
+        # the one materialisation holding a member set larger than _CACHED_MEMBERS: views
+        # 2..n of a large view registered one after another (the usual burst) copy its set
+        # instead of walking every member again, and memory holds one such set, not one per
+        # materialisation
+        self._big_mcache: Mat | None = None
+        # member sets computed by walking a materialisation (views answered from a cached
+        # set do not count): registration work a test can count
+        self.member_walks = 0
 
     # ------------------------------------------------------------------ public API
     # Every entry point that changes the engine's state runs with the collector paused and
@@ -184,8 +192,13 @@ class ViewEngine:
         if cached is not None and cached[0] == self._epoch:
             return set(cached[1])  # another view of it registered since the last change
         members = membership.members(self.store, mat, shown)
-        if len(members) <= _CACHED_MEMBERS:
-            mat.mcache = (self._epoch, frozenset(members))
+        self.member_walks += 1
+        if len(members) > _CACHED_MEMBERS:
+            old = self._big_mcache
+            if old is not None and old is not mat:
+                old.mcache = None
+            self._big_mcache = mat
+        mat.mcache = (self._epoch, frozenset(members))
         return members
 
     def unregister(self, view_id: str) -> None:
@@ -206,6 +219,9 @@ class ViewEngine:
             self.pending.vcache = {}
         if mat.views:
             return
+        mat.mcache = None
+        if self._big_mcache is mat:
+            self._big_mcache = None
         circuit = mat.circuit
         proj = mat.proj
         for spec in circuit.plan.all_semis():

@@ -154,5 +154,4 @@ def fill_groups(store: Store, mat: Mat, rows_shown: Iterable[str]) -> None:
         return [(r, outs[r]) for r in shown(store, mat)]
 
     state = mat.agg = AggState(spec, rows_of)
-    for rid in rows_shown:
-        state.move(rid, None, outs[rid])
+    state.fill((rid, outs[rid]) for rid in rows_shown)

@@ -777,7 +777,18 @@ def grouped_plan(q: Query) -> Plan:
     plan = Plan(row_query(q))
     plan.agg = spec
     plan.self_member = True
+    # a row is a member of its own output (its contribution): never the simple projection
+    # (no tree) nor its flat form, even when every key and argument is a field of the row
+    plan.simple = False
+    plan.flat = None
+    plan.out_fields = None
     plan.quiet = [it.out[0].startswith("a") for it in plan.q.items]
+    if plan.item_keys is not None:
+        # an argument that is a field of the row carries no members either (as a quiet
+        # expression item): _tree_of skips an item keyed with no tree
+        for i, it in enumerate(plan.q.items):
+            if plan.quiet[i] and plan.row_only[i]:
+                plan.item_keys[it.out[0]] = i
     return plan
 
 
