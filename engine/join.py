@@ -52,8 +52,14 @@ drops them). A group lives while some parent reads one of its windows.
 
 Not joins (run per parent as before, :meth:`engine.plan.Plan.run`): lookups by ``id``
 (``id = $parent.author``: one row, an index lookup already) and subqueries whose ORDER BY
-follows a record link. Cached window values are kept only for windows whose rows' outputs
-depend on those rows alone (a flat projection, a residual that read no link).
+follows a record link.
+
+A window whose rows read other records (``seller.karma``, a nested lookup or subquery, a
+residual through a link) is cached too, computed once for all its parents: what its rows read
+is registered in the engine's :class:`engine.deps.Deps` with the window itself as the reader,
+not with each parent. A change to one of those records (or nested windows) marks the window
+as it would mark a parent (``engine.flush.Pending.mark``): :meth:`Win.stale` detaches it and
+marks its parents, whose next read computes it again once.
 """
 
 from __future__ import annotations
@@ -359,6 +365,20 @@ def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
     return None
 
 
+def _merge(cx: Cx, reads: set[str], subs: list[Any]) -> None:
+    """Let a parent's context hold what a window's rows read, as if it had read them."""
+    cx.reads |= reads
+    cx.subs.extend(subs)
+
+
+def _merge_extra(cx: Cx, wextra: dict[str, Any]) -> None:
+    """The rows of VALUE subqueries a window's rows show, for the parent's members."""
+    extra = cx.extra
+    for m, v in wextra.items():
+        if m not in extra:
+            extra[m] = v
+
+
 def _member_key(out: Any) -> str | None:
     """The one member of a flat output (its id's text), None when it may hold others or
     none (then the window's members are found again from its rows)."""
@@ -378,7 +398,7 @@ class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
     __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "pairs", "par", "parents", "value")
+                 "extra", "pairs", "par", "parents", "reads", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -403,6 +423,19 @@ class Win:
         # edited with the window; None until a parent asks (see tree())
         self.members: dict[str, Any] | None = None
         self.medit = False  # every row shows only itself: members edit one by one
+        # what the rows read beyond themselves (records, subquery scans and windows), for
+        # a window cached although they do: registered in the engine's Deps with the
+        # window as their reader (it is marked as a parent is: stale()); None: nothing
+        self.reads: tuple[set[str], list[Any]] | None = None
+        self.extra: dict[str, Any] = {}  # the rows of VALUE subqueries its rows show
+
+    def stale(self, mark: Any) -> None:
+        """Something the rows read changed (engine.flush.Pending.mark): detach the window
+        and mark its parents, whose next read computes it again."""
+        g = self.group
+        g.join.detach(g, self)
+        for proj, rid in list(self.parents):
+            mark(proj, rid, self)
 
     def tree(self) -> dict[str, Any]:
         """The members of the window's rows, as ``tree_members(value)`` finds them: kept
@@ -536,6 +569,8 @@ class Join:
         """Forget a group no parent reads."""
         if self.groups.get(g.key) is g:
             del self.groups[g.key]
+        for w in g.wins.values():
+            self._unwatch(w)
         g.wins = {}
         g.bkeys = []
         g.bwins = []
@@ -554,6 +589,7 @@ class Join:
         for g in list(self.groups.values()):
             for w in g.wins.values():
                 w.parents = {}
+                w.reads = None  # the engine's dependency indexes are cleared with it
             g.wins = {}
             g.bwins = []
         self.groups = {}
@@ -622,6 +658,8 @@ class Join:
         lo, hi, wk = self._window_key(S, par, cx)
         w = g.wins.get(wk)
         if w is not None and w.value is not None:
+            if w.extra:
+                _merge_extra(cx, w.extra)
             cx.subs.append(w)
             if w.pairs is not None:
                 cx.last = w.pairs
@@ -646,17 +684,36 @@ class Join:
                 # removes its own entry only (a LIMIT would pull in the next one)
                 w.ents = ids
         else:
+            # the rows (or the residual) read other records, nested subqueries or hold the
+            # rows of VALUE subqueries: the window is kept with what they read, which every
+            # parent registers as its own; a change to any of it detaches the window
+            # (Win.stale, through the store's ``wdeps``) before a parent reads it again
             w.ents = None
-            # the rows' outputs read other records (or hold the rows of VALUE subqueries):
-            # each parent reads them itself
-            cx.reads |= wcx.reads
-            cx.subs.extend(wcx.subs)
-            extra = cx.extra
-            for m, v in wcx.extra.items():
-                if m not in extra:
-                    extra[m] = v
+            w.value = value
+            w.members = None
+            if plan.value:
+                w.pairs = cx.last
+            w.extra = wcx.extra
+            deps = self.store.deps
+            if deps is not None:
+                w.reads = (wcx.reads, wcx.subs)
+                deps.set_proj(w, "", None, w.reads)
+            else:  # a store without an engine: each parent registers what the rows read
+                w.value = None
+                _merge(cx, wcx.reads, wcx.subs)
+            if wcx.extra:
+                _merge_extra(cx, wcx.extra)
         cx.subs.append(w)
         return value
+
+    def _unwatch(self, w: Win) -> None:
+        """Drop what window ``w``'s rows read from the dependency indexes."""
+        reads = w.reads
+        if reads is None:
+            return
+        w.reads = None
+        w.value = None
+        self.store.deps.set_proj(w, "", reads, None)
 
     def _window_key(self, S: tuple[Any, ...], par: Any, cx: Cx) -> tuple[Any, Any, Any]:
         """The bounds parent ``par`` sets on the first ORDER BY field (low, high entries),
@@ -777,6 +834,8 @@ class Join:
         if not w.attached:
             return
         w.attached = False
+        if w.reads is not None:
+            self._unwatch(w)  # a detached window is read no more: nor are its rows' reads
         if g.wins.get(w.key) is w:
             del g.wins[w.key]
         mode = self.spec.mode
