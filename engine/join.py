@@ -72,7 +72,7 @@ from surrealdb import RecordID
 
 from engine.compile import compile_expr, compile_predicate
 from engine.cx import NOLINKS, Cx
-from engine.delta import tree_members
+from engine.delta import same, tree_members
 from engine.deps import Readers
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
@@ -365,6 +365,31 @@ def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
     return None
 
 
+def _reuse(value: list[Any], old: list[Any]) -> list[Any]:
+    """``value`` with each row output equal to the one the window's previous value showed
+    for the same record replaced by that one: the window's parents then compare their
+    outputs (engine.proj) and members (engine.delta.Rec.diff) by identity, once per row
+    changed instead of once per row and parent."""
+    prev: dict[str, Any] = {}
+    for o in old:
+        if type(o) is dict:
+            i = o.get("id")
+            if type(i) is RecordID:
+                prev[rid_text(i)] = o
+    if not prev:
+        return value
+    out = []
+    for o in value:
+        if type(o) is dict:
+            i = o.get("id")
+            if type(i) is RecordID:
+                p = prev.get(rid_text(i))
+                if p is not None and same(p, o):
+                    o = p
+        out.append(o)
+    return out
+
+
 def _merge(cx: Cx, reads: set[str], subs: list[Any]) -> None:
     """Let a parent's context hold what a window's rows read, as if it had read them."""
     cx.reads |= reads
@@ -501,7 +526,7 @@ class Win:
 class Group:
     """The qualifying rows of one correlation key, in order, and the windows read of them."""
 
-    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "pv", "wins")
+    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "prev", "pv", "wins")
 
     def __init__(self, join: Join, key: Any, pv: Any) -> None:
         self.join = join
@@ -513,6 +538,9 @@ class Group:
         self.bkeys: list[Any] = []
         self.bwins: list[Win] = []
         self.n = 0  # parents registered on its windows
+        # window key -> the value of a detached window whose rows read other records, until
+        # it is computed again (_reuse keeps the outputs that did not change)
+        self.prev: dict[Any, list[Any]] = {}
 
 
 class Join:
@@ -572,6 +600,7 @@ class Join:
         for w in g.wins.values():
             self._unwatch(w)
         g.wins = {}
+        g.prev = {}
         g.bkeys = []
         g.bwins = []
         g.entries = None
@@ -685,9 +714,13 @@ class Join:
                 w.ents = ids
         else:
             # the rows (or the residual) read other records, nested subqueries or hold the
-            # rows of VALUE subqueries: the window is kept with what they read, which every
-            # parent registers as its own; a change to any of it detaches the window
-            # (Win.stale, through the store's ``wdeps``) before a parent reads it again
+            # rows of VALUE subqueries: the window is kept with what they read, registered
+            # with the window as their reader; a change to any of it detaches the window
+            # (Win.stale) before a parent reads it again
+            if g.prev:
+                old = g.prev.pop(wk, None)
+                if old is not None:
+                    value = _reuse(value, old)
             w.ents = None
             w.value = value
             w.members = None
@@ -835,6 +868,9 @@ class Join:
             return
         w.attached = False
         if w.reads is not None:
+            if w.value is not None and not self.plan.value:
+                # its rows' outputs, for the window computed again in its place (_reuse)
+                g.prev[w.key] = w.value
             self._unwatch(w)  # a detached window is read no more: nor are its rows' reads
         if g.wins.get(w.key) is w:
             del g.wins[w.key]

@@ -164,6 +164,9 @@ LINKED_VIEWS = [
     "SELECT id, (SELECT id, created, (SELECT id, votes FROM comment WHERE thread = $parent.id "
     "ORDER BY votes DESC, id LIMIT 2) AS best FROM thread WHERE status = $parent.status "
     "ORDER BY created LIMIT 6) AS peers FROM thread WHERE score > 18",
+    # OMIT of a top-level key: the members are assembled from the items' (engine.plan)
+    "SELECT *, (SELECT id, created, author.karma AS k FROM thread WHERE status = "
+    "$parent.status ORDER BY created) AS peers OMIT author FROM thread WHERE score > 17",
 ]
 
 
