@@ -35,16 +35,18 @@ slots it reads):
   it, so the windows a write reaches are found by one bisection and a walk that stops at
   the first window it cannot reach.
 
-A window without LIMIT or START over flat outputs (every row of the group between the bounds
-that passes the residual: ``category = $parent.category AND stock < $parent.stock``) is not
-detached by a write: the write removes its entry and inserts the new one where it stands
+A window without START over flat outputs (every row of the group between the bounds that
+passes the residual, or the first LIMIT of them: ``category = $parent.category AND stock <
+$parent.stock``, ``thread = $parent.id ORDER BY score DESC LIMIT 5``) is not detached by a
+write: the write removes its entry and inserts the new one where it stands
 (:meth:`Join._edit`: one bisection, the residual asked of the written row for the window's
-parent), and the window keeps its members (:meth:`Win.tree`) edited the same way, so a write
+parent). With a LIMIT, an entry entering a full window pushes its last entry out, and an entry
+leaving it pulls in the next entry after its cut that passes the residual (one entry without a
+residual). The window keeps its members (:meth:`Win.tree`) edited the same way, so a write
 that changes one row of a group of 5,000 costs its own entry in each window it reaches, not
 the group, in the window, in the projection (``proj._item_tree``) or in the delta
-(``delta.counted_delta`` walks only the members some row's diff names). A window with a LIMIT
-is detached and computed again: an entry leaving it pulls in the next one, and its rows are
-at most the LIMIT.
+(``delta.counted_delta`` walks only the members some row's diff names). A window with START
+is detached and computed again (an entry before it shifts every row of the window).
 
 A parent registers the windows it read through its dependencies (the :class:`Win` objects
 themselves are the tokens in ``Cx.subs``; :meth:`engine.deps.Deps.set_proj` adds and
@@ -423,7 +425,7 @@ class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
     __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "extra", "pairs", "par", "parents", "reads", "value")
+                 "extra", "limit", "pairs", "par", "parents", "reads", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -448,6 +450,7 @@ class Win:
         # edited with the window; None until a parent asks (see tree())
         self.members: dict[str, Any] | None = None
         self.medit = False  # every row shows only itself: members edit one by one
+        self.limit: int | None = None  # the LIMIT of an edited window (``ents``)
         # what the rows read beyond themselves (records, subquery scans and windows), for
         # a window cached although they do: registered in the engine's Deps with the
         # window as their reader (it is marked as a parent is: stale()); None: nothing
@@ -707,11 +710,13 @@ class Join:
             w.members = None
             if plan.value:
                 w.pairs = cx.last
-            elif (start == 0 and limit is None and plan.flat is not None
+            elif (start == 0 and plan.flat is not None
                   and (self.spec.resid is None or self.spec.rtest)):
-                # every entry between the bounds that passes the residual: a write adds or
-                # removes its own entry only (a LIMIT would pull in the next one)
+                # the first entries between the bounds that pass the residual (all of them,
+                # or the first ``limit``): a write edits them where its entry stands, an
+                # entry leaving a full window pulls in the next one (Join._edit)
                 w.ents = ids
+                w.limit = limit
         else:
             # the rows (or the residual) read other records, nested subqueries or hold the
             # rows of VALUE subqueries: the window is kept with what they read, registered
@@ -1037,12 +1042,16 @@ class Join:
                 mark(proj, rid, w)
 
     def _edit(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool:
-        """Edit a window without LIMIT or START where entry ``e`` stands (its own entry
-        out, in again when the new row is between the bounds and passes the residual), in
-        O(log n) plus a copy of the value list, instead of slicing and projecting the group
-        again. The value is a new list (the parents' outputs hold the old one until they
-        are projected again); the entries and members are the window's own. False when the
-        window cannot be edited (the residual read another record): it is detached."""
+        """Edit a window starting at its group's first entry (no START) where entry ``e``
+        stands: its own entry out, in again when the new row is between the bounds and
+        passes the residual; with a LIMIT, the entry past the limit out (the window was
+        full) or the next qualifying entry after its cut in (an entry left a full window).
+        That costs O(log n) plus a copy of the value list (plus, for an entry leaving a
+        window with a residual, the entries walked to the next one passing it), instead of
+        slicing and projecting the window again. The value is a new list (the parents'
+        outputs hold the old one until they are projected again); the entries and members
+        are the window's own. False when the window cannot be edited (the residual read
+        another record): it is detached."""
         ents = w.ents
         value = w.value
         if ents is None or value is None:
@@ -1051,22 +1060,13 @@ class Join:
         if op != LEAVE:
             row = rows[-1]
             if row is not None and (w.lo is None or w.lo < e) and (w.hi is None or e < w.hi):
-                resid = self.spec.resid
-                ok = True
-                if resid is not None:
-                    if w.par is None:
-                        return False
-                    cx = Cx(self.store)
-                    ok = bool(resid(row, self.S, w.par, cx))
-                    if cx.reads or cx.subs or cx.extra:
-                        return False
+                ok = self._passes(w, row)
+                if ok is None:
+                    return False
                 if ok:
-                    plan = self.plan
-                    fcache = plan.row_caches(self.store.table(self.table))[1]
-                    rid = e[-1]
-                    out = fcache.get(rid)
-                    if out is None:
-                        out = fcache[rid] = plan.flat(row)
+                    out = self._out(e[-1], row)
+        limit = w.limit
+        full = limit is not None and len(ents) == limit
         members = w.members
         if members is not None and not w.medit:
             members = w.members = None
@@ -1076,25 +1076,96 @@ class Join:
         if i < len(ents) and ents[i] == e:
             new = list(value)
             del ents[i]
-            o = new.pop(i)
-            if members is not None:
-                k = _member_key(o)
-                if k is None:
-                    members = w.members = None
-                else:
-                    members.pop(k, None)
+            self._unmember(w, new.pop(i))
         if out is not None:
             if new is None:
                 new = list(value)
             ents.insert(i, e)
             new.insert(i, out)
-            if members is not None:
-                k = _member_key(out)
-                if k is None:
-                    w.members = None
-                else:
-                    members[k] = out
+            self._member(w, out)
         if new is not None:
+            if limit is not None:
+                if len(ents) > limit:
+                    # the entry past the limit leaves
+                    del ents[limit:]
+                    for o in new[limit:]:
+                        self._unmember(w, o)
+                    del new[limit:]
+                elif full and len(ents) < limit:
+                    # an entry left a full window: the next one after its cut comes in
+                    if not self._refill(w, ents, new, w.cut):
+                        return False
+                w.cut = ents[-1] if len(ents) == limit else w.hi
             w.value = new
         self.edited += 1
         return True
+
+    def _passes(self, w: Win, row: dict[str, Any]) -> bool | None:
+        """Whether an inner row passes the window's residual for its parents (True without
+        one); None when the answer read another record (the window is computed again)."""
+        resid = self.spec.resid
+        if resid is None:
+            return True
+        if w.par is None:
+            return None
+        cx = Cx(self.store)
+        ok = bool(resid(row, self.S, w.par, cx))
+        if cx.reads or cx.subs or cx.extra:
+            return None
+        return ok
+
+    def _out(self, rid: str, row: dict[str, Any]) -> Any:
+        """The flat output of an inner row (kept per row)."""
+        plan = self.plan
+        fcache = plan.row_caches(self.store.table(self.table))[1]
+        out = fcache.get(rid)
+        if out is None:
+            out = fcache[rid] = plan.flat(row)
+        return out
+
+    def _refill(self, w: Win, ents: list[Any], value: list[Any], cut: Any) -> bool:
+        """Append to a LIMIT window the first entry of its group after ``cut`` (before its
+        upper bound) that passes the residual, if any. False when the residual read another
+        record."""
+        g = w.group
+        entries = g.entries
+        if entries is None:
+            return False
+        j = bisect_left(entries, cut)
+        if j < len(entries) and entries[j] == cut:
+            j += 1
+        b = bisect_left(entries, w.hi) if w.hi is not None else len(entries)
+        rows = self.store.table(self.table).rows
+        while j < b:
+            e = entries[j]
+            self.sliced += 1
+            row = rows[e[-1]]
+            ok = self._passes(w, row)
+            if ok is None:
+                return False
+            if ok:
+                out = self._out(e[-1], row)
+                ents.append(e)
+                value.append(out)
+                self._member(w, out)
+                return True
+            j += 1
+        return True
+
+    def _member(self, w: Win, out: Any) -> None:
+        members = w.members
+        if members is not None:
+            k = _member_key(out)
+            if k is None:
+                w.members = None
+            else:
+                members[k] = out
+
+    def _unmember(self, w: Win, out: Any) -> None:
+        members = w.members
+        if members is not None:
+            k = _member_key(out)
+            if k is None:
+                w.members = None
+            else:
+                members.pop(k, None)

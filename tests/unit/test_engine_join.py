@@ -80,8 +80,10 @@ def test_windows_bounded_by_the_parent_are_reached_by_bisection() -> None:
     assert len(g.wins) == 500
     before = j.reached
     d = e.ingest("product", "UPDATE", "product:250", _product(250, 250.5))
-    # the parents whose three cheaper products hold 250 before or after: 251, 252, 253
-    assert j.reached - before <= 4
+    # the parents whose three cheaper products hold 250 before or after: 251, 252, 253,
+    # reached by its entry leaving and by its entry entering (each window edited in place),
+    # plus the window the walk stops at, of 500
+    assert j.reached - before <= 8
     assert set(d["v"].updated) >= {"product:251", "product:252", "product:253", "product:250"}
     _same_as_rebuilt(e, views)
 
@@ -471,3 +473,94 @@ def test_windows_whose_rows_read_records_equal_a_rebuilt_engine_under_random_wri
                       "votes": r.randint(-2, 9)})
         if step % 20 == 19:
             _same_as_rebuilt(e, views)
+
+
+RECENT_CHEAPER = ("SELECT id, stock, (SELECT id, created FROM product WHERE category = "
+                  "$parent.category AND stock < $parent.stock ORDER BY created DESC LIMIT 3) "
+                  "AS recent FROM product WHERE brand = $b")
+
+
+def _cost_of_limit_writes(n: int) -> tuple[int, int, int]:
+    """In a category of ``n`` products whose 20 highest stocks are the parents: entries
+    sliced when a new product enters the top 3 of every parent's window, entries sliced
+    when it is deleted again, windows edited by both."""
+    r = random.Random(n)
+    created = r.sample(range(10 * n), n)
+    e = ViewEngine()
+    e.load("product", [{"id": RecordID("product", i), "category": "a", "stock": i,
+                        "created": created[i], "brand": "x" if i >= n - 20 else "y"}
+                       for i in range(n)])
+    views = {"v": (RECENT_CHEAPER, {"b": "x"})}
+    e.register("v", *views["v"])
+    (j,) = _joins(e, "product")
+    s0, e0 = j.sliced, j.edited
+    d = e.ingest("product", "CREATE", f"product:{n}",
+                 {"id": RecordID("product", n), "category": "a", "stock": 0,
+                  "created": 10 * n, "brand": "y"})
+    assert d["v"].added == {f"product:{n}"}
+    s1 = j.sliced
+    d = e.ingest("product", "DELETE", f"product:{n}", None)
+    assert d["v"].removed == {f"product:{n}"}
+    _same_as_rebuilt(e, views)
+    return s1 - s0, j.sliced - s1, j.edited - e0
+
+
+def test_a_write_to_a_window_with_limit_edits_it_whatever_the_group_size() -> None:
+    # entering: each of the 20 windows takes the entry and drops its last, slicing nothing;
+    # leaving: each takes the next entry after its cut (one entry each, as the residual
+    # passes). The old code sliced every window again: 3 entries or more each.
+    small = _cost_of_limit_writes(200)
+    large = _cost_of_limit_writes(4000)
+    assert small == large == (0, 20, 40)
+
+
+LIMIT_VIEWS = {
+    "top": (TOP3, {}),
+    "cheaper": (CHEAPER, {"b": "x"}),
+    "dearer": ("SELECT id, (SELECT id, price FROM product WHERE category = $parent.category "
+               "AND price > $parent.price ORDER BY price LIMIT 2) AS dearer FROM product "
+               "WHERE brand = $b", {"b": "y"}),
+    "recent": (RECENT_CHEAPER, {"b": "x"}),
+    "page": ("SELECT id, (SELECT id, votes FROM comment WHERE thread = $parent.id ORDER BY "
+             "votes DESC LIMIT 2 START 2) AS next FROM thread", {}),
+}
+
+
+def test_windows_with_limit_edited_by_random_writes_equal_a_rebuilt_engine() -> None:
+    r = random.Random(34)
+    e = ViewEngine()
+
+    def product(i: int) -> dict[str, Any]:
+        row: dict[str, Any] = {"id": RecordID("product", i), "category": r.choice("ab"),
+                               "stock": r.randint(0, 12), "created": r.randint(0, 40),
+                               "brand": r.choice("xy")}
+        p = r.choice([1.0, 2, 2.0, 3, 5, "null", "none"])  # ties, NONE and NULL
+        if p != "none":
+            row["price"] = None if p == "null" else p
+        return row
+
+    e.load("product", [product(i) for i in range(80)])
+    e.load("thread", [{"id": RecordID("thread", i)} for i in range(4)])
+    e.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", i % 4),
+                        "votes": r.randint(-2, 4)} for i in range(60)])
+    for vid, (q, p) in LIMIT_VIEWS.items():
+        e.register(vid, q, p)
+    for step in range(240):
+        if r.random() < 0.65:
+            i = r.randrange(90)
+            if r.random() < 0.15:
+                e.ingest("product", "DELETE", f"product:{i}", None)
+            else:
+                e.ingest("product", "UPDATE", f"product:{i}", product(i))
+        else:
+            i = r.randrange(70)
+            if r.random() < 0.15:
+                e.ingest("comment", "DELETE", f"comment:{i}", None)
+            else:
+                e.ingest("comment", "UPDATE", f"comment:{i}",
+                         {"id": RecordID("comment", i), "thread": RecordID("thread",
+                                                                          r.randrange(5)),
+                          "votes": r.randint(-2, 4)})
+        if step % 20 == 19:
+            _same_as_rebuilt(e, LIMIT_VIEWS)
+    assert sum(j.edited for t in ("product", "comment") for j in _joins(e, t)) > 100
