@@ -79,7 +79,7 @@ from engine.deps import Readers
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
 from engine.store import ikey, rid_text
-from engine.syntax import collect_slots, conjoin, conjuncts
+from engine.syntax import conjoin, conjuncts, query_slots
 from engine.values import NONE
 
 # what a write does to an entry's place in a group (Join._reach)
@@ -249,10 +249,11 @@ def join_spec(plan: Any) -> JoinSpec | None:
     elif hi is not None:
         spec.mode = HI
     spec.fields, spec.out_fields = _read_fields(q, resid)
+    # every slot the subquery reads, its projection and nested subqueries included: a
+    # window's value is shared by the parents of one join state, so two views whose nested
+    # subquery differs in a parameter must not share it
     own: set[int] = set()
-    collect_slots(q.where, own)
-    collect_slots(q.limit, own)
-    collect_slots(q.start, own)
+    query_slots(q, own)
     spec.slots = tuple(sorted(own))
     return spec
 
