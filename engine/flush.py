@@ -69,8 +69,9 @@ class Pending:
         if type(proj) is not Proj:
             proj.stale(self.mark)
             return
-        proj.mark(rid, token)
-        self.projs.add(proj)
+        p: Proj = proj  # typed: the compiled engine calls Proj.mark natively
+        p.mark(rid, token)
+        self.projs.add(p)
 
     def clear(self) -> None:
         self.circuits = set()
