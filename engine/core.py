@@ -71,6 +71,7 @@ class ViewEngine:
         self.row_store = RowStore(Arena(arena_dir, segment_mb))
         self._sync_each_call = arena_dir is not None
         self.deps = Deps()
+        self.store.deps = self.deps
         self.circuits: dict[Any, Circuit] = {}
         self.views: dict[str, Mat] = {}
         # what the writes of a call reached, for the flush at its end (engine.flush)

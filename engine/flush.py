@@ -62,10 +62,16 @@ class Pending:
         """Whether a flush has something to settle."""
         return bool(self.circuits or self.mats or self.projs)
 
-    def mark(self, proj: Proj, rid: str, token: Any) -> None:
-        """A projected row read ``token``, which changed: re-examine it at the flush."""
-        proj.mark(rid, token)
-        self.projs.add(proj)
+    def mark(self, proj: Any, rid: str, token: Any) -> None:
+        """A projected row read ``token``, which changed: re-examine it at the flush. The
+        reader may be a join window cached with what its rows read (engine.join.Win): it is
+        detached and marks its own parents."""
+        if type(proj) is not Proj:
+            proj.stale(self.mark)
+            return
+        p: Proj = proj  # typed: the compiled engine calls Proj.mark natively
+        p.mark(rid, token)
+        self.projs.add(p)
 
     def clear(self) -> None:
         self.circuits = set()

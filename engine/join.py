@@ -35,16 +35,18 @@ slots it reads):
   it, so the windows a write reaches are found by one bisection and a walk that stops at
   the first window it cannot reach.
 
-A window without LIMIT or START over flat outputs (every row of the group between the bounds
-that passes the residual: ``category = $parent.category AND stock < $parent.stock``) is not
-detached by a write: the write removes its entry and inserts the new one where it stands
+A window without START over flat outputs (every row of the group between the bounds that
+passes the residual, or the first LIMIT of them: ``category = $parent.category AND stock <
+$parent.stock``, ``thread = $parent.id ORDER BY score DESC LIMIT 5``) is not detached by a
+write: the write removes its entry and inserts the new one where it stands
 (:meth:`Join._edit`: one bisection, the residual asked of the written row for the window's
-parent), and the window keeps its members (:meth:`Win.tree`) edited the same way, so a write
+parent). With a LIMIT, an entry entering a full window pushes its last entry out, and an entry
+leaving it pulls in the next entry after its cut that passes the residual (one entry without a
+residual). The window keeps its members (:meth:`Win.tree`) edited the same way, so a write
 that changes one row of a group of 5,000 costs its own entry in each window it reaches, not
 the group, in the window, in the projection (``proj._item_tree``) or in the delta
-(``delta.counted_delta`` walks only the members some row's diff names). A window with a LIMIT
-is detached and computed again: an entry leaving it pulls in the next one, and its rows are
-at most the LIMIT.
+(``delta.counted_delta`` walks only the members some row's diff names). A window with START
+is detached and computed again (an entry before it shifts every row of the window).
 
 A parent registers the windows it read through its dependencies (the :class:`Win` objects
 themselves are the tokens in ``Cx.subs``; :meth:`engine.deps.Deps.set_proj` adds and
@@ -52,8 +54,14 @@ drops them). A group lives while some parent reads one of its windows.
 
 Not joins (run per parent as before, :meth:`engine.plan.Plan.run`): lookups by ``id``
 (``id = $parent.author``: one row, an index lookup already) and subqueries whose ORDER BY
-follows a record link. Cached window values are kept only for windows whose rows' outputs
-depend on those rows alone (a flat projection, a residual that read no link).
+follows a record link.
+
+A window whose rows read other records (``seller.karma``, a nested lookup or subquery, a
+residual through a link) is cached too, computed once for all its parents: what its rows read
+is registered in the engine's :class:`engine.deps.Deps` with the window itself as the reader,
+not with each parent. A change to one of those records (or nested windows) marks the window
+as it would mark a parent (``engine.flush.Pending.mark``): :meth:`Win.stale` detaches it and
+marks its parents, whose next read computes it again once.
 """
 
 from __future__ import annotations
@@ -66,12 +74,12 @@ from surrealdb import RecordID
 
 from engine.compile import compile_expr, compile_predicate
 from engine.cx import NOLINKS, Cx
-from engine.delta import tree_members
+from engine.delta import same, tree_members
 from engine.deps import Readers
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
 from engine.store import ikey, rid_text
-from engine.syntax import collect_slots, conjoin, conjuncts
+from engine.syntax import conjoin, conjuncts, query_slots
 from engine.values import NONE
 
 # what a write does to an entry's place in a group (Join._reach)
@@ -241,10 +249,11 @@ def join_spec(plan: Any) -> JoinSpec | None:
     elif hi is not None:
         spec.mode = HI
     spec.fields, spec.out_fields = _read_fields(q, resid)
+    # every slot the subquery reads, its projection and nested subqueries included: a
+    # window's value is shared by the parents of one join state, so two views whose nested
+    # subquery differs in a parameter must not share it
     own: set[int] = set()
-    collect_slots(q.where, own)
-    collect_slots(q.limit, own)
-    collect_slots(q.start, own)
+    query_slots(q, own)
     spec.slots = tuple(sorted(own))
     return spec
 
@@ -359,6 +368,45 @@ def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
     return None
 
 
+def _reuse(value: list[Any], old: list[Any]) -> list[Any]:
+    """``value`` with each row output equal to the one the window's previous value showed
+    for the same record replaced by that one: the window's parents then compare their
+    outputs (engine.proj) and members (engine.delta.Rec.diff) by identity, once per row
+    changed instead of once per row and parent."""
+    prev: dict[str, Any] = {}
+    for o in old:
+        if type(o) is dict:
+            i = o.get("id")
+            if type(i) is RecordID:
+                prev[rid_text(i)] = o
+    if not prev:
+        return value
+    out = []
+    for o in value:
+        if type(o) is dict:
+            i = o.get("id")
+            if type(i) is RecordID:
+                p = prev.get(rid_text(i))
+                if p is not None and same(p, o):
+                    o = p
+        out.append(o)
+    return out
+
+
+def _merge(cx: Cx, reads: set[str], subs: list[Any]) -> None:
+    """Let a parent's context hold what a window's rows read, as if it had read them."""
+    cx.reads |= reads
+    cx.subs.extend(subs)
+
+
+def _merge_extra(cx: Cx, wextra: dict[str, Any]) -> None:
+    """The rows of VALUE subqueries a window's rows show, for the parent's members."""
+    extra = cx.extra
+    for m, v in wextra.items():
+        if m not in extra:
+            extra[m] = v
+
+
 def _member_key(out: Any) -> str | None:
     """The one member of a flat output (its id's text), None when it may hold others or
     none (then the window's members are found again from its rows)."""
@@ -378,7 +426,7 @@ class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
     __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "pairs", "par", "parents", "value")
+                 "extra", "limit", "pairs", "par", "parents", "reads", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -403,6 +451,20 @@ class Win:
         # edited with the window; None until a parent asks (see tree())
         self.members: dict[str, Any] | None = None
         self.medit = False  # every row shows only itself: members edit one by one
+        self.limit: int | None = None  # the LIMIT of an edited window (``ents``)
+        # what the rows read beyond themselves (records, subquery scans and windows), for
+        # a window cached although they do: registered in the engine's Deps with the
+        # window as their reader (it is marked as a parent is: stale()); None: nothing
+        self.reads: tuple[set[str], list[Any]] | None = None
+        self.extra: dict[str, Any] = {}  # the rows of VALUE subqueries its rows show
+
+    def stale(self, mark: Any) -> None:
+        """Something the rows read changed (engine.flush.Pending.mark): detach the window
+        and mark its parents, whose next read computes it again."""
+        g = self.group
+        g.join.detach(g, self)
+        for proj, rid in list(self.parents):
+            mark(proj, rid, self)
 
     def tree(self) -> dict[str, Any]:
         """The members of the window's rows, as ``tree_members(value)`` finds them: kept
@@ -468,7 +530,7 @@ class Win:
 class Group:
     """The qualifying rows of one correlation key, in order, and the windows read of them."""
 
-    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "pv", "wins")
+    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "prev", "pv", "wins")
 
     def __init__(self, join: Join, key: Any, pv: Any) -> None:
         self.join = join
@@ -480,6 +542,9 @@ class Group:
         self.bkeys: list[Any] = []
         self.bwins: list[Win] = []
         self.n = 0  # parents registered on its windows
+        # window key -> the value of a detached window whose rows read other records, until
+        # it is computed again (_reuse keeps the outputs that did not change)
+        self.prev: dict[Any, list[Any]] = {}
 
 
 class Join:
@@ -536,7 +601,10 @@ class Join:
         """Forget a group no parent reads."""
         if self.groups.get(g.key) is g:
             del self.groups[g.key]
+        for w in g.wins.values():
+            self._unwatch(w)
         g.wins = {}
+        g.prev = {}
         g.bkeys = []
         g.bwins = []
         g.entries = None
@@ -554,6 +622,7 @@ class Join:
         for g in list(self.groups.values()):
             for w in g.wins.values():
                 w.parents = {}
+                w.reads = None  # the engine's dependency indexes are cleared with it
             g.wins = {}
             g.bwins = []
         self.groups = {}
@@ -622,6 +691,8 @@ class Join:
         lo, hi, wk = self._window_key(S, par, cx)
         w = g.wins.get(wk)
         if w is not None and w.value is not None:
+            if w.extra:
+                _merge_extra(cx, w.extra)
             cx.subs.append(w)
             if w.pairs is not None:
                 cx.last = w.pairs
@@ -640,23 +711,48 @@ class Join:
             w.members = None
             if plan.value:
                 w.pairs = cx.last
-            elif (start == 0 and limit is None and plan.flat is not None
+            elif (start == 0 and plan.flat is not None
                   and (self.spec.resid is None or self.spec.rtest)):
-                # every entry between the bounds that passes the residual: a write adds or
-                # removes its own entry only (a LIMIT would pull in the next one)
+                # the first entries between the bounds that pass the residual (all of them,
+                # or the first ``limit``): a write edits them where its entry stands, an
+                # entry leaving a full window pulls in the next one (Join._edit)
                 w.ents = ids
+                w.limit = limit
         else:
+            # the rows (or the residual) read other records, nested subqueries or hold the
+            # rows of VALUE subqueries: the window is kept with what they read, registered
+            # with the window as their reader; a change to any of it detaches the window
+            # (Win.stale) before a parent reads it again
+            if g.prev:
+                old = g.prev.pop(wk, None)
+                if old is not None:
+                    value = _reuse(value, old)
             w.ents = None
-            # the rows' outputs read other records (or hold the rows of VALUE subqueries):
-            # each parent reads them itself
-            cx.reads |= wcx.reads
-            cx.subs.extend(wcx.subs)
-            extra = cx.extra
-            for m, v in wcx.extra.items():
-                if m not in extra:
-                    extra[m] = v
+            w.value = value
+            w.members = None
+            if plan.value:
+                w.pairs = cx.last
+            w.extra = wcx.extra
+            deps = self.store.deps
+            if deps is not None:
+                w.reads = (wcx.reads, wcx.subs)
+                deps.set_proj(w, "", None, w.reads)
+            else:  # a store without an engine: each parent registers what the rows read
+                w.value = None
+                _merge(cx, wcx.reads, wcx.subs)
+            if wcx.extra:
+                _merge_extra(cx, wcx.extra)
         cx.subs.append(w)
         return value
+
+    def _unwatch(self, w: Win) -> None:
+        """Drop what window ``w``'s rows read from the dependency indexes."""
+        reads = w.reads
+        if reads is None:
+            return
+        w.reads = None
+        w.value = None
+        self.store.deps.set_proj(w, "", reads, None)
 
     def _window_key(self, S: tuple[Any, ...], par: Any, cx: Cx) -> tuple[Any, Any, Any]:
         """The bounds parent ``par`` sets on the first ORDER BY field (low, high entries),
@@ -777,6 +873,11 @@ class Join:
         if not w.attached:
             return
         w.attached = False
+        if w.reads is not None:
+            if w.value is not None and not self.plan.value:
+                # its rows' outputs, for the window computed again in its place (_reuse)
+                g.prev[w.key] = w.value
+            self._unwatch(w)  # a detached window is read no more: nor are its rows' reads
         if g.wins.get(w.key) is w:
             del g.wins[w.key]
         mode = self.spec.mode
@@ -942,12 +1043,16 @@ class Join:
                 mark(proj, rid, w)
 
     def _edit(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool:
-        """Edit a window without LIMIT or START where entry ``e`` stands (its own entry
-        out, in again when the new row is between the bounds and passes the residual), in
-        O(log n) plus a copy of the value list, instead of slicing and projecting the group
-        again. The value is a new list (the parents' outputs hold the old one until they
-        are projected again); the entries and members are the window's own. False when the
-        window cannot be edited (the residual read another record): it is detached."""
+        """Edit a window starting at its group's first entry (no START) where entry ``e``
+        stands: its own entry out, in again when the new row is between the bounds and
+        passes the residual; with a LIMIT, the entry past the limit out (the window was
+        full) or the next qualifying entry after its cut in (an entry left a full window).
+        That costs O(log n) plus a copy of the value list (plus, for an entry leaving a
+        window with a residual, the entries walked to the next one passing it), instead of
+        slicing and projecting the window again. The value is a new list (the parents'
+        outputs hold the old one until they are projected again); the entries and members
+        are the window's own. False when the window cannot be edited (the residual read
+        another record): it is detached."""
         ents = w.ents
         value = w.value
         if ents is None or value is None:
@@ -956,22 +1061,13 @@ class Join:
         if op != LEAVE:
             row = rows[-1]
             if row is not None and (w.lo is None or w.lo < e) and (w.hi is None or e < w.hi):
-                resid = self.spec.resid
-                ok = True
-                if resid is not None:
-                    if w.par is None:
-                        return False
-                    cx = Cx(self.store)
-                    ok = bool(resid(row, self.S, w.par, cx))
-                    if cx.reads or cx.subs or cx.extra:
-                        return False
+                ok = self._passes(w, row)
+                if ok is None:
+                    return False
                 if ok:
-                    plan = self.plan
-                    fcache = plan.row_caches(self.store.table(self.table))[1]
-                    rid = e[-1]
-                    out = fcache.get(rid)
-                    if out is None:
-                        out = fcache[rid] = plan.flat(row)
+                    out = self._out(e[-1], row)
+        limit = w.limit
+        full = limit is not None and len(ents) == limit
         members = w.members
         if members is not None and not w.medit:
             members = w.members = None
@@ -981,25 +1077,96 @@ class Join:
         if i < len(ents) and ents[i] == e:
             new = list(value)
             del ents[i]
-            o = new.pop(i)
-            if members is not None:
-                k = _member_key(o)
-                if k is None:
-                    members = w.members = None
-                else:
-                    members.pop(k, None)
+            self._unmember(w, new.pop(i))
         if out is not None:
             if new is None:
                 new = list(value)
             ents.insert(i, e)
             new.insert(i, out)
-            if members is not None:
-                k = _member_key(out)
-                if k is None:
-                    w.members = None
-                else:
-                    members[k] = out
+            self._member(w, out)
         if new is not None:
+            if limit is not None:
+                if len(ents) > limit:
+                    # the entry past the limit leaves
+                    del ents[limit:]
+                    for o in new[limit:]:
+                        self._unmember(w, o)
+                    del new[limit:]
+                elif full and len(ents) < limit:
+                    # an entry left a full window: the next one after its cut comes in
+                    if not self._refill(w, ents, new, w.cut):
+                        return False
+                w.cut = ents[-1] if len(ents) == limit else w.hi
             w.value = new
         self.edited += 1
         return True
+
+    def _passes(self, w: Win, row: dict[str, Any]) -> bool | None:
+        """Whether an inner row passes the window's residual for its parents (True without
+        one); None when the answer read another record (the window is computed again)."""
+        resid = self.spec.resid
+        if resid is None:
+            return True
+        if w.par is None:
+            return None
+        cx = Cx(self.store)
+        ok = bool(resid(row, self.S, w.par, cx))
+        if cx.reads or cx.subs or cx.extra:
+            return None
+        return ok
+
+    def _out(self, rid: str, row: dict[str, Any]) -> Any:
+        """The flat output of an inner row (kept per row)."""
+        plan = self.plan
+        fcache = plan.row_caches(self.store.table(self.table))[1]
+        out = fcache.get(rid)
+        if out is None:
+            out = fcache[rid] = plan.flat(row)
+        return out
+
+    def _refill(self, w: Win, ents: list[Any], value: list[Any], cut: Any) -> bool:
+        """Append to a LIMIT window the first entry of its group after ``cut`` (before its
+        upper bound) that passes the residual, if any. False when the residual read another
+        record."""
+        g = w.group
+        entries = g.entries
+        if entries is None:
+            return False
+        j = bisect_left(entries, cut)
+        if j < len(entries) and entries[j] == cut:
+            j += 1
+        b = bisect_left(entries, w.hi) if w.hi is not None else len(entries)
+        rows = self.store.table(self.table).rows
+        while j < b:
+            e = entries[j]
+            self.sliced += 1
+            row = rows[e[-1]]
+            ok = self._passes(w, row)
+            if ok is None:
+                return False
+            if ok:
+                out = self._out(e[-1], row)
+                ents.append(e)
+                value.append(out)
+                self._member(w, out)
+                return True
+            j += 1
+        return True
+
+    def _member(self, w: Win, out: Any) -> None:
+        members = w.members
+        if members is not None:
+            k = _member_key(out)
+            if k is None:
+                w.members = None
+            else:
+                members[k] = out
+
+    def _unmember(self, w: Win, out: Any) -> None:
+        members = w.members
+        if members is not None:
+            k = _member_key(out)
+            if k is None:
+                w.members = None
+            else:
+                members.pop(k, None)

@@ -915,8 +915,10 @@ def _own_children(sub: Query, table: str) -> bool:
 def _item_keys(q: Query) -> dict[str, int] | None:
     """Output key -> index of each item that does not read the row alone, when an output's
     members can be assembled from per-item members (``engine.proj._tree_of``): one-segment
-    distinct output keys, ``*`` (if any) first, no FETCH. None otherwise."""
-    if q.fetch or q.omit or q.value or q.split:
+    distinct output keys, ``*`` (if any) first, no FETCH, OMIT of whole top-level keys only
+    (``_tree_of`` walks the output after OMIT: a key it took is not visited; an OMIT inside
+    an item's value would leave members in the item's tree). None otherwise."""
+    if q.fetch or q.value or q.split or any(len(p) != 1 for p in q.omit):
         return None
     keys: dict[str, int] = {}
     seen: set[str] = set()

@@ -222,6 +222,9 @@ class Store:
         self.joins: dict[str, dict[Any, None]] = {}
         # record id text -> the join states whose linked filter read it (engine.join)
         self.jlinks: dict[str, dict[Any, None]] = {}
+        # the engine's dependency indexes (engine.deps.Deps, set by the engine): a join
+        # window whose rows read other records registers them there as its own reader
+        self.deps: Any = None
 
     def table(self, name: str) -> TableStore:
         """The table ``name`` (created empty on first use)."""
