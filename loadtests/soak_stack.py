@@ -702,7 +702,8 @@ def host_bound(base: Window, last: Window) -> str:
     return (f"db: grows {rate:.1f} MB/min from minute 2; its engine's memtable holds up to "
             f"{bound:.0f} MB on this machine ({scratch.machine_memory() / 2**30:.1f} GiB) "
             f"before it is flushed and handed back ({fill}): bounded by {a:.0f} + {bound:.0f}"
-            f" MB: {'yes' if within else 'NO'}, flat: only if the memtable were small")
+            f" MB: {'yes' if within else 'NO'} (while a flush runs, the full memtable is "
+            f"still held next to the new one), flat: only if the memtable were small")
 
 
 def verdict(run: Run, drain_s: float, bad: list[tuple[str, set[str], set[str]]],
