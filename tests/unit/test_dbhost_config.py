@@ -99,9 +99,9 @@ def test_allowed_targets_need_the_node_engine_and_engines_are_named() -> None:
         load_config([], {**CREDS, "SVC_DB_ENGINE": "wasm"})
 
 
-def test_the_memtable_bound_follows_the_engines_tiers_of_machine_memory() -> None:
-    # The soak prints this as the host's memory bound under --memory: the engine's memtable
-    # fills, is flushed and handed back; its size is the engine's tier for the machine.
+def test_the_memtable_size_follows_the_engines_tiers_of_machine_memory() -> None:
+    # The soak prints when the host's first memtable flush comes under --memory: the
+    # memtable's size is the engine's tier for the machine's memory.
     from dbhost.scratch import memtable_bytes, memtable_bytes_for
 
     mib, gib = 1024 * 1024, 1024 ** 3
