@@ -18,6 +18,7 @@ replica's `-wal` file does not keep the size of the largest fold.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import sys
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retain", type=int, default=100_000,
                    help="events the fold keeps after the replica absorbed them (the "
                         "scheduler's SVC_WAL_RETAIN_EVENTS default; 0: truncated to the replica)")
+    p.add_argument("--thread", action="store_true",
+                   help="fold in a worker thread, as the scheduler does (asyncio.to_thread)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.root))
     from engine.values import RecordID
@@ -86,8 +89,13 @@ def main(argv: list[str] | None = None) -> int:
             wal.append_many([event(n + i) for i in range(min(500, args.events - start))])
             n += min(500, args.events - start)
         wal_dir = size_mb(tmp / "wal")
+        if f == 0:
+            print(f"{'0':>4} {rss_mb():>8.1f} {'(before the first fold)':>35}", flush=True)
         t = time.perf_counter()
-        fold(host)
+        if args.thread:
+            asyncio.run(asyncio.to_thread(fold, host))
+        else:
+            fold(host)
         took = time.perf_counter() - t
         print(f"{f + 1:>4} {rss_mb():>8.1f} {size_mb(tmp / 'replica.sqlite3'):>11.1f} "
               f"{size_mb(tmp / 'replica.sqlite3-wal'):>15.1f} {wal_dir:>11.1f} {took:>7.1f}",

@@ -33,7 +33,9 @@ At the end, after the backlog drained, every view's edges are compared with Surr
 answer to its query. Verdict (exit 1 unless all hold, `--short` checks only convergence):
 every process's RSS at the end within 10% of its RSS at minute 2, p99 write-to-edge in every
 window from minute 2 on at most `--p99-ms` (default 300 plus the throttle), every view's edges
-equal to SurrealDB's answer.
+equal to SurrealDB's answer. For the database host it also prints its growth per minute and
+when its engine's first memtable flush comes (`dbhost.scratch.memtable_bytes`); a flush does
+not bound it (`loadtests/probe_host_memtable.py`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ if str(ROOT) not in sys.path:
 from surrealdb import RecordID  # noqa: E402
 
 from dbclient import Database, DbConfig, DbError  # noqa: E402
+from dbhost import scratch  # noqa: E402
 from ssp.naming import edge_table, view_record  # noqa: E402
 from tests.support import lifeline
 from tests.support.procs import free_port, free_ports  # noqa: E402
@@ -634,6 +637,9 @@ async def soak(run: Run) -> int:
               f"over {args.view_users} users; {args.rate:.0f} updates/s for {args.minutes:g} min "
               f"(seeded in {seeded:.0f} s, views ready in {registered:.0f} s); "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
+        print(f"the database host's engine flushes its memtable at "
+              f"{scratch.memtable_bytes() / 2**20:.0f} MiB on this machine; its RSS grows "
+              f"with its writes past flushes too (dbhost.scratch)", flush=True)
         stop = asyncio.Event()
         started = time.monotonic()
         stack_tmp = _stack_tmp(run)
@@ -682,6 +688,22 @@ async def explain(http: aiohttp.ClientSession, run: Run, db: Database,
     return out
 
 
+def host_bound(base: Window, last: Window) -> str:
+    """How the database host grew and when its engine's first memtable flush comes (the
+    memtable's size follows the machine's memory; nothing the host can pass sets it:
+    `dbhost.scratch`). A flush does not bound it: RSS returns and keeps its slope after
+    one (`loadtests/probe_host_memtable.py`)."""
+    bound = scratch.memtable_bytes() / 1e6
+    a, b = base.rss["db"], last.rss.get("db", 0.0)
+    minutes = max(1e-9, last.minute - base.minute)
+    rate = (b - a) / minutes
+    fill = f"{bound / rate:.0f} min at that rate" if rate > 0 else "never at that rate"
+    return (f"db: grows {rate:.1f} MB/min from minute 2; its engine's first memtable flush "
+            f"comes after {bound:.0f} MB ({fill}; machine {scratch.machine_memory() / 2**30:.1f}"
+            f" GiB); a flush does not give the memory back for good "
+            f"(probe_host_memtable.py): not bounded")
+
+
 def verdict(run: Run, drain_s: float, bad: list[tuple[str, set[str], set[str]]],
             views: int, notes: dict[str, str]) -> int:
     args = run.args
@@ -707,6 +729,8 @@ def verdict(run: Run, drain_s: float, bad: list[tuple[str, set[str], set[str]]],
         ok = ok and within
         print(f"{label:<24} {a:>12.0f} {b:>10.0f} {b / a if a else float('nan'):>7.2f}  "
               f"{'yes' if within else 'NO'}")
+    if "db" in base.rss:
+        print(host_bound(base, last))
     late = [w for w in run.windows if w.minute >= 2 - 1e-6]
     worst = max((pct(w.e2e, 0.99) or float("inf")) for w in late)
     within_lat = worst <= args.p99_ms

@@ -41,7 +41,7 @@ import struct
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, BinaryIO, Self
 
 import xxhash
 
@@ -56,6 +56,7 @@ _LENSEQ = struct.Struct(">IQ")
 _SUFFIX = ".wal"
 _MAX_RECORD = 64 * 1024 * 1024  # a larger length field can only be garbage
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+_READ_CHUNK = 1024 * 1024  # bytes a replay or an open reads at once (see _read_records)
 
 
 class WalCorrupt(Exception):
@@ -115,10 +116,47 @@ def _records(data: bytes, expect_first: int | None) -> Iterator[tuple[int, int, 
         pos = end
 
 
-def _scan(data: bytes, expect_first: int | None) -> tuple[list[tuple[int, int, int]], int]:
-    """Valid records of a segment's bytes: [(seq, payload start, payload end)], valid end."""
-    out = list(_records(data, expect_first))
-    return out, out[-1][2] if out else 0
+def _read_records(fh: BinaryIO, offset: int, limit: int | None, expect_first: int | None
+                  ) -> Iterator[tuple[int, bytes, int]]:
+    """Valid records of an open segment from byte `offset` (a record boundary) up to byte
+    `limit` (None: the end of the file), one at a time: (seq, payload, offset after it);
+    stops at the first invalid one.
+
+    Why in chunks of `_READ_CHUNK`: a fold reads what a whole snapshot interval appended
+    (300 s at 500 writes/s is ~40 MB). One read of that size is one large allocation; glibc
+    serves it with mmap and, when it is freed, raises its mmap threshold to that size, so
+    the next fold's read came from the heap and stayed there: the scheduler grew by the
+    read's size at a fold and never gave it back (`loadtests/probe_scheduler_fold.py`).
+    """
+    fh.seek(offset)
+    buf = b""
+    base = offset  # the file offset of buf[0]
+    nxt = expect_first
+    need = _READ_CHUNK
+    while True:
+        want = need if limit is None else min(need, limit - base - len(buf))
+        chunk = fh.read(want) if want > 0 else b""
+        if not chunk:
+            return  # the end: a torn or short tail is not a record
+        buf = buf + chunk if buf else chunk
+        used = 0
+        for seq, start, end in _records(buf, nxt):
+            if nxt is not None and seq != nxt:
+                return
+            yield seq, buf[start:end], base + end
+            nxt = seq + 1
+            used = end
+        rest = len(buf) - used
+        if rest >= _HEADER.size:
+            length = _HEADER.unpack_from(buf, used)[0]
+            whole = _HEADER.size + length
+            if length > _MAX_RECORD or whole <= rest:
+                return  # the next record is in the buffer and invalid: the valid end
+            need = max(_READ_CHUNK, whole - rest)  # a record larger than a chunk
+        else:
+            need = _READ_CHUNK
+        buf = buf[used:]
+        base += used
 
 
 class SegmentIo:
@@ -197,28 +235,30 @@ class Wal:
         tail_next = 0
         for i, first in enumerate(firsts):
             last_seg = i == len(firsts) - 1
-            data = self._seg_path(first).read_bytes()
-            records, end = _scan(data, first)
-            if records and records[0][0] != first:
-                records, end = [], 0
-            if not last_seg and end != len(data):
+            last_rec = 0
+            end = 0
+            with open(self._seg_path(first), "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                for seq, _payload, after in _read_records(fh, 0, None, first):
+                    last_rec, end = seq, after
+            if not last_seg and end != size:
                 raise WalCorrupt(
                     f"WAL segment {self._seg_path(first).name} is damaged at byte {end} of "
-                    f"{len(data)} (not the last segment, so not a torn write)"
+                    f"{size} (not the last segment, so not a torn write)"
                 )
-            if last_seg and end != len(data):
+            if last_seg and end != size:
                 # A torn tail: drop it now so new appends follow the last good record.
                 with open(self._seg_path(first), "r+b") as fh:
                     fh.truncate(end)
                     fh.flush()
                     os.fsync(fh.fileno())
-            if records:
-                next_seq = max(next_seq, records[-1][0] + 1)
+            if end:
+                next_seq = max(next_seq, last_rec + 1)
             else:
                 next_seq = max(next_seq, first)
             if last_seg:
                 self._size = end
-                tail_next = records[-1][0] + 1 if records else first
+                tail_next = last_rec + 1 if end else first
         self._segments = firsts
         self._next = next_seq
         if firsts and self._size > 0 and tail_next != next_seq:
@@ -331,10 +371,11 @@ class Wal:
         Reads what was appended when iteration reaches each segment; events appended later
         are picked up by the next call. A segment is read from where an earlier replay
         stopped when every record before that point is ``<= after_seq``, and its records are
-        decoded one at a time: the scheduler's fold replays after the replica's position,
-        and reading the whole active segment (up to its 64 MB, with a tuple per record)
-        on each fold raised the process's memory by the segment's size in steps
-        (``loadtests/probe_scheduler_fold.py``).
+        read in chunks of ~1 MB and decoded one at a time: the scheduler's fold replays
+        after the replica's position, and reading the whole active segment (up to its
+        64 MB, with a tuple per record), or even just what one fold appended, in one piece
+        raised the process's memory by that size in steps (``_read_records``,
+        ``loadtests/probe_scheduler_fold.py``).
         """
         with self._lock:
             segments = list(self._segments)
@@ -350,16 +391,16 @@ class Wal:
                                                                    or mark[1] <= active_size):
                 seq0, offset = mark
             try:
-                with open(self._seg_path(first), "rb") as fh:
-                    fh.seek(offset)
-                    data = fh.read(active_size - offset if nxt is None else -1)
+                fh = open(self._seg_path(first), "rb")  # noqa: SIM115 (closed below)
             except FileNotFoundError:
                 continue  # truncated meanwhile: those events were absorbed already
             read_to: tuple[int, int] | None = None
-            for seq, start, end in _records(data, seq0):
-                if seq > after_seq:
-                    yield seq, unpack_value(data[start:end])
-                read_to = (seq + 1, offset + end)
+            with fh:
+                for seq, payload, after in _read_records(
+                        fh, offset, active_size if nxt is None else None, seq0):
+                    if seq > after_seq:
+                        yield seq, unpack_value(payload)
+                    read_to = (seq + 1, after)
             if read_to is not None and (mark is None or read_to[0] > mark[0]):
                 with self._lock:
                     if first in self._segments:

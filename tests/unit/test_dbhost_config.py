@@ -97,3 +97,15 @@ def test_allowed_targets_need_the_node_engine_and_engines_are_named() -> None:
         load_config(["--allow-net", "127.0.0.1"], CREDS)
     with pytest.raises(ConfigError, match="embedded, node"):
         load_config([], {**CREDS, "SVC_DB_ENGINE": "wasm"})
+
+
+def test_the_memtable_size_follows_the_engines_tiers_of_machine_memory() -> None:
+    # The soak prints when the host's first memtable flush comes under --memory: the
+    # memtable's size is the engine's tier for the machine's memory.
+    from dbhost.scratch import memtable_bytes, memtable_bytes_for
+
+    mib, gib = 1024 * 1024, 1024 ** 3
+    assert [memtable_bytes_for(m) for m in (gib - 1, gib, 4 * gib - 1, 4 * gib, 16 * gib - 1,
+                                            16 * gib, 64 * gib - 1, 64 * gib)] == [
+        64 * mib, 128 * mib, 128 * mib, 256 * mib, 256 * mib, gib, gib, 4 * gib]
+    assert memtable_bytes() in {64 * mib, 128 * mib, 256 * mib, gib, 4 * gib}

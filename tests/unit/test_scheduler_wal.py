@@ -451,3 +451,53 @@ def test_replays_after_a_position_read_on_from_the_last_replay_and_miss_nothing(
     assert [s for s, _ in wal.replay(appended + 10)] == []
     assert sum(read) == 0 < first_read
     wal.close()
+
+
+def test_replay_and_open_read_a_segment_in_bounded_chunks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fold reads what a whole snapshot interval appended. Read in one piece, that is one
+    # allocation of tens of MB, which glibc keeps in the heap once it raised its mmap
+    # threshold: the scheduler grew in steps at each fold. Reads stay at the chunk size
+    # (or one record, when a record is larger), and records cut by a chunk's end, records
+    # larger than a chunk and a damaged tail are read as before.
+    import io
+
+    import scheduler.wal as walmod
+
+    chunk = 256
+    monkeypatch.setattr(walmod, "_READ_CHUNK", chunk, raising=False)  # old code: none
+    reads: list[int] = []
+
+    class Counting(io.FileIO):
+        def read(self, size: int = -1) -> bytes:
+            data = super().read(size)
+            reads.append(len(data))
+            return data
+
+    monkeypatch.setattr(walmod, "open", lambda p, mode="rb": Counting(p, mode),
+                        raising=False)
+    rng = random.Random(3)
+    events = [ev(i, pad="x" * rng.choice([0, 10, 100, 700, 2000])) for i in range(1, 201)]
+    big = max(len(walmod.encode_event(e)) for e in events) + walmod._HEADER.size
+    wal = Wal.open(tmp_path, segment_bytes=30_000)
+    for i in range(0, 200, 7):
+        wal.append_many(events[i:i + 7])
+    assert len(segments(tmp_path)) > 2
+    for after in (0, 1, 57, 150, 199):
+        got = list(wal.replay(after))
+        assert [s for s, _ in got] == list(range(after + 1, 201))
+        assert [e["record"] for _, e in got] == [e["record"] for e in events[after:]]
+    wal.close()
+    assert reads and max(reads) <= max(chunk, big) < 2 * 30_000
+    # a damaged record in the middle of the last segment: open keeps what precedes it
+    last = segments(tmp_path)[-1]
+    data = bytearray(last.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    last.write_bytes(bytes(data))
+    reads.clear()
+    wal = Wal.open(tmp_path, segment_bytes=30_000)
+    kept = [s for s, _ in wal.replay(0)]
+    assert kept == list(range(1, len(kept) + 1)) and 0 < len(kept) < 200
+    assert wal.append(ev(999)) == len(kept) + 1
+    wal.close()
+    assert max(reads) <= max(chunk, big)
