@@ -6,6 +6,13 @@ parameter values or credentials (a value could be a secret or a user's private d
 
 from __future__ import annotations
 
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class DbError(Exception):
     """Base class: any failure talking to the database."""
@@ -65,5 +72,22 @@ def retryable(e: DbQueryError) -> bool:
          "The query was not executed due to a cancelled transaction", "Cannot COMMIT")) \
         or "COMMIT failed" in str(e)
 
+
+
+async def retry_conflicts(call: Callable[[], Awaitable[T]], attempts: int = 6,
+                          first_delay: float = 0.05) -> T:
+    """Await ``call()`` again while it loses a write conflict (`retryable`), at most
+    ``attempts`` times, with a growing, jittered pause: the losing transaction committed
+    nothing, so running it again is safe. Any other failure, and the last conflict, raise."""
+    delay = first_delay
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except DbQueryError as e:
+            if not retryable(e) or attempt + 1 == attempts:
+                raise
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 1.0)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 UNREACHABLE = (DbConnectionError, DbTimeout)

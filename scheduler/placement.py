@@ -29,6 +29,11 @@ log = logging.getLogger("scheduler")
 REGISTER_SYNC_SECS = 10.0
 # Views re-sent to an SSP at once when it becomes Ready (`Placement.resend_views`).
 RESEND_AT_ONCE = 8
+# A view an SSP could not take now (unreachable, 5xx: the database busy, a write conflict) is
+# sent again after a pause that grows from the first to the last value here, for as long as
+# the view is tracked and an SSP is there to take it (`Placement.retry_later`).
+RETRY_FIRST_SECS = 0.5
+RETRY_MAX_SECS = 10.0
 
 
 class Placement:
@@ -40,6 +45,10 @@ class Placement:
         self.s = s
         # Brings every row the database holds now into the WAL (`Scheduler.sync_sources`).
         self.sync_sources = sync_sources
+        # views an SSP could not take yet: view id -> the SSP to send it to again (None: any
+        # ready one); one background task works through them (`retry_later`)
+        self.retrying: dict[str, str | None] = {}
+        self._retry_task = False
 
     def ready_ids(self) -> list[str]:
         # A Lagging SSP still holds its views and receives every event: it stays a candidate.
@@ -142,33 +151,80 @@ class Placement:
 
         async def one(view_id: str) -> None:
             async with gate:
-                entry = self.s.tracker.get(view_id)
-                if entry is None or entry["ssp_id"] != e.ssp_id:
-                    return  # unregistered or moved meanwhile
-                res = await self.forward(e.ssp_id, "/view/register", entry["body"])
-                if res is not None and 400 <= res[0] < 500:
-                    log.warning("SSP %s refused tracked view %s (%d); dropped", e.ssp_id,
-                                view_id, res[0])
-                    self.s.tracker.pop(view_id)
+                await self.resend(e.ssp_id, view_id)
 
         await asyncio.gather(*(one(v) for v in self.s.tracker.of_ssp(e.ssp_id)))
         await self.place_unassigned()
 
+    async def resend(self, ssp_id: str, view_id: str) -> bool:
+        """Send tracked view `view_id` to `ssp_id`, which the tracker says holds it; False
+        when the SSP could not take it now (it is sent again later: `retry_later`)."""
+        entry = self.s.tracker.get(view_id)
+        if entry is None or entry["ssp_id"] != ssp_id:
+            return True  # unregistered or moved meanwhile
+        res = await self.forward(ssp_id, "/view/register", entry["body"])
+        if res is None or res[0] >= 500:
+            self.retry_later(view_id, ssp_id)
+            return False
+        if 400 <= res[0] < 500:
+            log.warning("SSP %s refused tracked view %s (%d); dropped", ssp_id, view_id,
+                        res[0])
+            self.s.tracker.pop(view_id)
+        return True
+
     async def place_unassigned(self) -> None:
         for view_id in self.s.tracker.of_ssp(None):
-            entry = self.s.tracker.get(view_id)
-            if entry is None or entry["ssp_id"] is not None:
+            await self.place(view_id)
+
+    async def place(self, view_id: str) -> bool:
+        """Place unassigned view `view_id` on the best ready SSP that takes it; False when
+        none could take it now (it is placed again later: `retry_later`)."""
+        entry = self.s.tracker.get(view_id)
+        if entry is None or entry["ssp_id"] is not None:
+            return True
+        for ssp_id in self.ranked():
+            res = await self.forward(ssp_id, "/view/register", entry["body"])
+            if res is None or res[0] >= 500:
                 continue
-            for ssp_id in self.ranked():
-                res = await self.forward(ssp_id, "/view/register", entry["body"])
-                if res is None or res[0] >= 500:
-                    continue
-                if res[0] == 200:
-                    self.s.rr_turn += 1
-                    self.s.tracker.set(view_id, ssp_id, entry["body"])
-                    log.info("view %s placed on SSP %s", view_id, ssp_id)
-                else:
-                    log.warning("SSP %s refused view %s on reassignment (%d); dropped",
-                                ssp_id, view_id, res[0])
-                    self.s.tracker.pop(view_id)
-                break
+            if res[0] == 200:
+                self.s.rr_turn += 1
+                self.s.tracker.set(view_id, ssp_id, entry["body"])
+                log.info("view %s placed on SSP %s", view_id, ssp_id)
+            else:
+                log.warning("SSP %s refused view %s on reassignment (%d); dropped",
+                            ssp_id, view_id, res[0])
+                self.s.tracker.pop(view_id)
+            return True
+        if self.ready_ids():
+            self.retry_later(view_id, None)
+        return False  # no SSP is ready: the next one that becomes Ready places it
+
+    def retry_later(self, view_id: str, ssp_id: str | None) -> None:
+        """Send `view_id` again later (to `ssp_id`, or placed anew when None). A view whose
+        re-registration failed on a busy database was left tracked on an SSP that did not
+        hold it, and no edge of it was written again until an operator stepped in."""
+        self.retrying[view_id] = ssp_id
+        if not self._retry_task:
+            self._retry_task = True
+            self.s.spawn(self._retry_loop(), "views-retry")
+
+    async def _retry_loop(self) -> None:
+        delay = RETRY_FIRST_SECS
+        try:
+            while self.retrying:
+                await asyncio.sleep(delay)
+                batch, self.retrying = self.retrying, {}
+                log.info("sending %d view(s) again that no SSP could take before", len(batch))
+                done = True
+                for view_id, ssp_id in batch.items():
+                    entry = self.s.tracker.get(view_id)
+                    if entry is None:
+                        continue  # unregistered meanwhile
+                    if entry["ssp_id"] is None:
+                        done = await self.place(view_id) and done
+                    elif ssp_id is not None and entry["ssp_id"] == ssp_id:
+                        done = await self.resend(ssp_id, view_id) and done
+                    # else: moved to another SSP meanwhile, which was sent it
+                delay = RETRY_FIRST_SECS if done else min(delay * 2, RETRY_MAX_SECS)
+        finally:
+            self._retry_task = False

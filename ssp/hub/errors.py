@@ -8,7 +8,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from dbclient import DbError, DbTimeout
+from dbclient import DbError, DbQueryError, DbTimeout
+from dbclient.errors import retryable
 from ipc.messages import ErrorCode, error_reply, not_ready
 from ssp.shards import ShardDown, ShardError, ShardTimeout
 
@@ -22,11 +23,15 @@ class RowArenaFull(Exception):
 
 def failure_reply(route: str, e: Exception) -> dict[str, Any] | None:
     """The reply for a failure that escaped a route (None: not ours to answer, re-raise):
-    a database timeout or a full arena is 503 (retry later), another database error 500."""
+    a database timeout, a lost write conflict or a full arena is 503 (retry later), another
+    database error 500."""
     if isinstance(e, DbTimeout):
         return not_ready(f"database call timed out: {e}")
     if isinstance(e, RowArenaFull):
         return not_ready(str(e))
+    if isinstance(e, DbQueryError) and retryable(e):
+        # a write conflict rolled the call back whole: transient, the sender tries again
+        return not_ready(f"the database reported a write conflict: {e}")
     if isinstance(e, DbError):
         log.warning("%s failed on the database: %s", route, e)
         return error_reply(500, ErrorCode.INTERNAL, f"database error: {e}")

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from surrealdb import RecordID
 
-from dbclient import DbError, DbTimeout
+from dbclient import DbError, DbQueryError, DbTimeout
 from dbclient.clock import now_ms
+from dbclient.errors import retry_conflicts, retryable
 from engine.errors import QueryRejected
 from engine.parser import parse_cached
 from engine.shape import normalise
@@ -130,15 +131,17 @@ class Registry:
             return shard_refusal(e, vid, suffix, self.pool.restart, view.shard)
         try:
             await self.edges.ensure(view.edge_table, view.auth)
-            await self._write_row(view)
+            # A write conflict (the view-metrics writer, another registration, a refresh)
+            # rolled the row's transaction back: it is written again, the view stays.
+            await retry_conflicts(lambda: self._write_row(view))
         except DbError as e:
             # The row may be half written (a timeout can still commit): nothing of the view
             # stays, its row and edges are deleted by the publisher (retried until done).
             await self.views.abandon(view)
             msg = (f"database call failed while publishing view {vid} ({e}); the view is "
                    "not registered and its row and edges are being removed")
-            if isinstance(e, DbTimeout):
-                return not_ready(msg)
+            if isinstance(e, DbTimeout) or (isinstance(e, DbQueryError) and retryable(e)):
+                return not_ready(msg)  # the database is busy: the sender tries again later
             log.warning("registering %s failed on the database: %s", vid, e)
             return error_reply(500, ErrorCode.INTERNAL, msg)
         await self._count_peers(view)
@@ -209,7 +212,7 @@ class Registry:
             have = n[0]["n"] if n else 0
             republish = have < want and not pub.busy(view.view_id)
         if republish:
-            await self._write_row(view)
+            await retry_conflicts(lambda: self._write_row(view))
         else:
             await state.pub_db.query("UPDATE $q MERGE $d", {"q": view.record, "d": {
                 "clientId": client_id, "ttl": ttl, "subscribers": subscribers(state, view),

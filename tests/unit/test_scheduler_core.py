@@ -507,6 +507,52 @@ async def test_orphaned_views_placed_when_an_ssp_becomes_ready(make_scheduler, f
         beating.cancel()
 
 
+async def test_a_tracked_view_its_ssp_could_not_take_again_is_sent_again(
+        make_scheduler, fakes) -> None:
+    """An SSP that came back (restarted, re-registered) is sent its views again; one it
+    answers 503 for (its database lost a write conflict, or timed out) is sent again later
+    until it takes it. Before: the view stayed tracked on the SSP, which did not hold it,
+    and no edge of it was written again (the 18-minute soak: 42 views lost)."""
+    s = await make_scheduler()
+    a = await fakes("a")
+    await bring_up(s, a)
+    assert (await s.register_view("query:v1", VIEW)).status == 200
+    a.views.clear()  # the SSP restarted: it holds nothing
+    a.view_reply = (503, {"error": "SSP_NOT_READY", "message": "write conflict"})
+    a.ready = False
+    assert (await s.register_ssp("a", a.url)).status == 202
+    a.ready = True
+    await wait_for(lambda: s.placement.retrying, "the refused view queued for a retry")
+    assert s.tracker.get("query:v1")["ssp_id"] == "a"
+    a.view_reply = None  # the database answers again
+    await wait_for(lambda: "query:v1" in a.views and not s.placement.retrying,
+                   "the view sent again and taken")
+
+
+async def test_an_orphaned_view_no_ssp_could_take_is_placed_later(make_scheduler,
+                                                                  fakes) -> None:
+    """A view whose SSP was removed is placed on another; when that one answers 503 at
+    first, the view is placed again later instead of staying unassigned until the next SSP
+    becomes ready."""
+    s = await make_scheduler(heartbeat_timeout_ms=400)
+    a, b = await fakes("a"), await fakes("b")
+    await bring_up(s, a)
+    assert (await s.register_view("query:v1", VIEW)).status == 200
+    await bring_up(s, b)
+    b.view_reply = (503, {"error": "SSP_NOT_READY", "message": "write conflict"})
+    beating = beat(s, "b")
+    try:
+        assert s.tracker.get("query:v1")["ssp_id"] == "a"  # the only SSP when registered
+        await wait_for(lambda: "a" not in s.entries, "a removed (no heartbeat)")
+        await wait_for(lambda: s.placement.retrying, "the view queued for a retry")
+        assert s.tracker.get("query:v1")["ssp_id"] is None
+        b.view_reply = None
+        await wait_for(lambda: "query:v1" in b.views
+                       and s.tracker.get("query:v1")["ssp_id"] == "b", "placed on b later")
+    finally:
+        beating.cancel()
+
+
 async def test_flag_ssp_hook_and_reclone_flag_everyone(make_scheduler, fakes) -> None:
     s = await make_scheduler()
     a, b = await fakes("a"), await fakes("b")
