@@ -271,6 +271,9 @@ class _Batch:
     # the index of the RETIRE statement, whose value lists the edges it did retire (None:
     # the logged path, which writes every one of them retired)
     retire_at: int | None = None
+    # mode `dedicated`: the members each view's upserts write, whose edges are not the
+    # reaper's any more once the batch commits (a retired one revived: `EdgeReaper.revived`)
+    upserted: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 @dataclass
@@ -699,7 +702,8 @@ class Publisher:
                                          "seq": seq}))
         # Every row or group names its table, so one statement covers all the per-user
         # tables of the flush: statements per flush stay constant, not per user.
-        b.stmts.extend(self._upserts(inserts, seq))
+        b.stmts.extend(self._upserts(inserts, seq,
+                                     b.upserted if self.reaper is not None else None))
         for text, params, listed in stale:
             if listed is not None:
                 b.retired_lists.append((len(b.stmts), listed))
@@ -722,6 +726,8 @@ class Publisher:
                 raise
             self.budget = min(self.max_ops, self.budget + self.budget // 4 + 1)
             if self.reaper is not None:
+                for vid, ms in b.upserted:
+                    self.reaper.revived(vid, ms)
                 if b.retire_at is not None and b.retired:
                     done = {record_id_text(r) for r in results[b.retire_at] or []
                             if isinstance(r, RecordID)}
@@ -774,11 +780,13 @@ class Publisher:
             if vid not in self.initial:
                 self.teardowns.setdefault(vid, td)
 
-    def _upserts(self, inserts: list[tuple[PubView, Iterable[str]]], seq: int
+    def _upserts(self, inserts: list[tuple[PubView, Iterable[str]]], seq: int,
+                 upserted: list[tuple[str, list[str]]] | None = None
                  ) -> list[tuple[str, dict[str, Any]]]:
         """The upsert statements of a flush: views with many edges as groups
         ``[table, view, auth, [[member, rv], ...]]``, the others as flat rows
-        ``[table, view, member, rv, auth]``, at most :data:`UPSERT_CHUNK` edges each."""
+        ``[table, view, member, rv, auth]``, at most :data:`UPSERT_CHUNK` edges each.
+        ``upserted`` (when given) collects each view's members written."""
         single = self.ref_mode == "single"
         rv = self._rv
         flat: list[list[Any]] = []
@@ -790,7 +798,10 @@ class Publisher:
         for view, members in inserts:
             table, rec = view.edge_table, view.record
             auth = view.auth if table == SINGLE_TABLE else None
-            rows = [[parse_record_id(m), rv(m)] for m in members]
+            ms = members if isinstance(members, list) else list(members)
+            if upserted is not None:
+                upserted.append((view.view_id, ms))
+            rows = [[parse_record_id(m), rv(m)] for m in ms]
             if len(rows) < GROUP_MIN:
                 for out, v in rows:
                     flat.append([table, rec, out, v, auth] if single else [table, rec, out, v])

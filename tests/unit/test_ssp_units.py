@@ -249,6 +249,25 @@ async def test_only_edges_the_flush_did_retire_are_queued_for_the_reaper() -> No
         "_00_list_ref_user_alice", [v.record, RecordID("post", 3)])]})]
 
 
+async def test_a_member_that_comes_back_takes_its_edge_off_the_reapers_queue() -> None:
+    # A steady load moves rows in and out of views: a retired edge revived by the member's
+    # return is not the reaper's any more, so the queue holds only edges retired now.
+    db = FakeDb()
+    v = view(set())
+    pub = make_pub({"query:v": v}, db)
+    assert pub.reaper is not None
+    pub.mark("query:v", ["post:2", "post:3"])  # both left: retired
+    await pub.flush()
+    assert pub.reaper.figures()["queued"] == 2
+    v.members.add("post:2")  # post:2 came back: its edge is upserted (revived)
+    pub.mark("query:v", ["post:2"])
+    await pub.flush()
+    assert pub.reaper.figures()["queued"] == 1
+    await pub.reaper.reap_once()
+    assert db.transactions[-1] == [(REAP, {"ids": [RecordID(
+        "_00_list_ref_user_alice", [v.record, RecordID("post", 3)])]})]
+
+
 async def test_mode_single_deletes_the_edges_of_members_that_left() -> None:
     db = FakeDb()
     v = PubView("query:v", RecordID("_00_query", "v"), SINGLE_TABLE, RecordID("user", "a"),
