@@ -227,9 +227,24 @@ class SspPool:
 
     async def reaper_loop(self) -> None:
         timeout = self.s.cfg.heartbeat_timeout_ms / 1000
+        tick = min(timeout / 4, 1.0)
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(min(timeout / 4, 1.0))
+            await asyncio.sleep(tick)
             now = time.monotonic()
+            # Away longer than it slept (this process stalled, or the machine): heartbeats
+            # that came meanwhile wait unread in the sockets, and judging now would remove
+            # SSPs that beat on time (a soak under load lost both SSPs at once this way, then
+            # their views while they came back). That time counts against no SSP.
+            stalled = now - last - tick
+            last = now
+            if stalled > tick:
+                log.warning("the scheduler was stalled %.1fs: heartbeat deadlines moved by as "
+                            "much", stalled)
+                for e in self.s.entries.values():
+                    if e.last_heartbeat is not None:
+                        e.last_heartbeat += stalled
+                continue
             for e in list(self.s.entries.values()):
                 if e.last_heartbeat is not None and \
                         now - e.last_heartbeat > timeout + e.reap_grace:

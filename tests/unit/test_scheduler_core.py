@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -485,6 +486,37 @@ async def test_heartbeat_timeout_reassigns_views(make_scheduler, fakes) -> None:
         await wait_for(lambda: set(b.views) == {f"query:v{i}" for i in range(4)}
                        and all(e["ssp_id"] == "b" for _, e in s.tracker.items()), "moved")
         assert b.views["query:v0"] == dict(VIEW, id="query:v0")  # the stored body, verbatim
+    finally:
+        beating.cancel()
+
+
+async def test_a_stalled_scheduler_does_not_remove_ssps_that_beat_on_time(make_scheduler,
+                                                                        fakes) -> None:
+    """The scheduler's own loop stalls longer than the heartbeat timeout (a blocking call, a
+    busy machine): the SSP's heartbeats sent meanwhile wait unread. Once it runs again, that
+    time does not count against the SSP, and its next heartbeat keeps it."""
+    s = await make_scheduler(heartbeat_timeout_ms=400)
+    a = await fakes("a")
+    await bring_up(s, a)
+    paused = asyncio.Event()
+
+    async def beats() -> None:
+        while True:
+            if paused.is_set():
+                await asyncio.sleep(0.01)
+                continue
+            s.heartbeat(hb("a"))
+            await asyncio.sleep(0.05)
+
+    beating = asyncio.create_task(beats())
+    try:
+        await asyncio.sleep(0.3)
+        paused.set()
+        time.sleep(0.8)  # the stall: nothing in this process runs, heartbeats wait unread
+        await asyncio.sleep(0.15)  # they are read a moment after the loop runs again
+        paused.clear()
+        await asyncio.sleep(0.6)
+        assert "a" in s.entries, "a removed for the scheduler's own stall"
     finally:
         beating.cancel()
 
