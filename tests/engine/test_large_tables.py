@@ -8,6 +8,7 @@ tied cut is defined. Rows are inserted in shuffled id order so scan order != ins
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -99,6 +100,33 @@ GROUP_VIEWS = [
 ]
 
 
+def random_writes(r: random.Random, live: dict[str, dict[int, dict[str, Any]]],
+                  make: Mapping[str, Callable[[int], dict[str, Any]]], tables: list[str],
+                  writes: int, creates: float = 0.1, deletes: float = 0.1,
+                  update: Callable[[str, int], dict[str, Any]] | None = None) -> list[Event]:
+    """`writes` random writes to `live` (edited in place) as events: a CREATE of the key
+    after the largest, a DELETE of a random key, or an UPDATE of a random key to
+    `update(table, key)` (default: a new row from `make`)."""
+    events: list[Event] = []
+    for _ in range(writes):
+        table = r.choice(tables)
+        roll = r.random()
+        if roll < creates:
+            key = max(live[table], default=-1) + 1
+            live[table][key] = make[table](key)
+            events.append((table, "CREATE", RecordID(table, key), live[table][key]))
+        elif roll < creates + deletes and live[table]:
+            key = r.choice(list(live[table]))
+            del live[table][key]
+            events.append((table, "DELETE", RecordID(table, key), None))
+        elif live[table]:
+            key = r.choice(list(live[table]))
+            row = update(table, key) if update is not None else make[table](key)
+            live[table][key] = row
+            events.append((table, "UPDATE", row["id"], row))
+    return events
+
+
 def make_group_case(seed: int, writes: int = 40) -> Case:
     r = random.Random(seed)
     created = iter(r.sample(range(100_000), 2_000))
@@ -116,29 +144,19 @@ def make_group_case(seed: int, writes: int = 40) -> Case:
     live = {"thread": {k: thread(k) for k in range(100)},
             "comment": {k: comment(k) for k in range(300)}}
     rows = {t: list(v.values()) for t, v in live.items()}
-    events: list[Event] = []
-    for _ in range(writes):
-        table = r.choice(["thread", "comment", "comment"])
-        make = thread if table == "thread" else comment
-        roll = r.random()
-        if roll < 0.1:
-            key = max(live[table]) + 1
-            live[table][key] = make(key)
-            events.append((table, "CREATE", RecordID(table, key), live[table][key]))
-        elif roll < 0.2:
-            key = r.choice(list(live[table]))
-            del live[table][key]
-            events.append((table, "DELETE", RecordID(table, key), None))
-        else:
-            key = r.choice(list(live[table]))
-            row = dict(live[table][key])
-            # a new score keeps the thread's place in its group and crosses the bounds of
-            # the parents between the old and the new score
-            field = r.choice(["status", "score", "score", "created"] if table == "thread"
-                             else ["thread", "votes", "votes", "created"])
-            row[field] = make(key)[field]
-            live[table][key] = row
-            events.append((table, "UPDATE", row["id"], row))
+    make = {"thread": thread, "comment": comment}
+
+    def update(table: str, key: int) -> dict[str, Any]:
+        row = dict(live[table][key])
+        # a new score keeps the thread's place in its group and crosses the bounds of
+        # the parents between the old and the new score
+        field = r.choice(["status", "score", "score", "created"] if table == "thread"
+                         else ["thread", "votes", "votes", "created"])
+        row[field] = make[table](key)[field]
+        return row
+
+    events = random_writes(r, live, make, ["thread", "comment", "comment"], writes,
+                           update=update)
     return Case(rows={"user": [], **rows}, views=[View(v) for v in GROUP_VIEWS],
                 writes=events, note=f"large groups seed {seed}", check_updated=True)
 
@@ -196,23 +214,7 @@ def make_linked_case(seed: int, writes: int = 40) -> Case:
             "comment": {k: comment(k) for k in range(150)}}
     rows = {t: list(v.values()) for t, v in live.items()}
     make = {"user": user, "thread": thread, "comment": comment}
-    events: list[Event] = []
-    for _ in range(writes):
-        table = r.choice(["user", "user", "thread", "comment"])
-        roll = r.random()
-        if roll < 0.1:
-            key = max(live[table]) + 1
-            live[table][key] = make[table](key)
-            events.append((table, "CREATE", RecordID(table, key), live[table][key]))
-        elif roll < 0.2 and live[table]:
-            key = r.choice(list(live[table]))
-            del live[table][key]
-            events.append((table, "DELETE", RecordID(table, key), None))
-        elif live[table]:
-            key = r.choice(list(live[table]))
-            row = make[table](key)
-            live[table][key] = row
-            events.append((table, "UPDATE", row["id"], row))
+    events = random_writes(r, live, make, ["user", "user", "thread", "comment"], writes)
     return Case(rows=rows, views=[View(v) for v in LINKED_VIEWS], writes=events,
                 note=f"linked windows seed {seed}", check_updated=True)
 
@@ -268,23 +270,8 @@ def make_limit_case(seed: int, writes: int = 50) -> Case:
     live = {"thread": {k: thread(k) for k in range(100)},
             "comment": {k: comment(k) for k in range(300)}}
     rows = {t: list(v.values()) for t, v in live.items()}
-    events: list[Event] = []
-    for _ in range(writes):
-        table = r.choice(["thread", "comment", "comment"])
-        roll = r.random()
-        if roll < 0.15:
-            key = max(live[table]) + 1
-            live[table][key] = make[table](key)
-            events.append((table, "CREATE", RecordID(table, key), live[table][key]))
-        elif roll < 0.3:
-            key = r.choice(list(live[table]))
-            del live[table][key]
-            events.append((table, "DELETE", RecordID(table, key), None))
-        else:
-            key = r.choice(list(live[table]))
-            row = make[table](key)
-            live[table][key] = row
-            events.append((table, "UPDATE", row["id"], row))
+    events = random_writes(r, live, make, ["thread", "comment", "comment"], writes,
+                           creates=0.15, deletes=0.15)
     return Case(rows={"user": [], **rows}, views=[View(v) for v in LIMIT_VIEWS],
                 writes=events, note=f"limit windows seed {seed}", check_updated=True)
 
