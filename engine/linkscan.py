@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.store import Store, ikey
+from engine.store import Store, TableStore, ikey
 from engine.syntax import conjuncts
 from engine.values import NONE
 
@@ -64,16 +64,14 @@ def link_candidates(store: Store, table: str, where: Any, S: tuple[Any, ...]
 def _one(store: Store, table: str, link: str, field: str, value: Any) -> set[str]:
     """The rows of ``table`` whose ``link`` may lead to a record whose ``field`` equals
     ``value``, or whose ``link`` holds anything but a plain link."""
-    idx = store.table(table).index(link)
+    ts = store.table(table)
+    idx = ts.index(link)
+    targets, others = _kinds(ts, link, idx)
     out: set[str] = set()
-    targets: set[str] = set()
-    for k, rids in idx.items():
-        if type(k) is tuple and len(k) == 3 and k[0] == _LINK:
-            tk = type(k[2])
-            if tk is int or tk is str:
-                targets.add(k[1])
-                continue
-        out.update(rids)  # not a plain link: the WHERE clause decides, row by row
+    for k in others:
+        rids = idx.get(k)
+        if rids is not None:
+            out.update(rids)  # not a plain link: the WHERE clause decides, row by row
     want = ikey(value)
     for name in targets:
         lt = store.tables.get(name)
@@ -88,3 +86,25 @@ def _one(store: Store, table: str, link: str, field: str, value: Any) -> set[str
             if rids is not None:
                 out.update(rids)
     return out
+
+
+def _kinds(ts: TableStore, link: str, idx: dict[Any, set[str]]
+           ) -> tuple[list[str], list[Any]]:
+    """(the tables the plain links of field ``link`` name, its other index keys): one walk
+    over the index's keys, kept until the table's next write (views registered one after
+    the other share it)."""
+    kept = ts.links.get(link)
+    if kept is not None and kept[0] == ts.writes:
+        return kept[1], kept[2]
+    targets: dict[str, None] = {}
+    others: list[Any] = []
+    for k in idx:
+        if type(k) is tuple and len(k) == 3 and k[0] == _LINK:
+            tk = type(k[2])
+            if tk is int or tk is str:
+                targets[k[1]] = None
+                continue
+        others.append(k)
+    found = (ts.writes, list(targets), others)
+    ts.links[link] = found
+    return found[1], found[2]
