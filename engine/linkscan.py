@@ -19,6 +19,10 @@ values under one key, and a link that reaches a record has the same index key as
 record's id; a row whose link leads nowhere reads ``NONE`` there, which equals no slot value
 but NONE (the one value for which no candidates are given: :func:`link_candidates` answers
 None and the caller scans).
+
+Only for shapes whose every path through a link is one hop (``Plan.qhop``): a row left out
+here registers no dependency, which is right only when a write to a linked record finds the
+rows pointing at it through the index on the link field.
 """
 
 from __future__ import annotations

@@ -103,9 +103,12 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
     cands: Iterable[str] | None = eq_candidates(store, mat)
     proj = mat.proj
     if isinstance(mat, WMat):
-        if plan.qlinks and not mat.order.built:
+        if plan.qhop is not None and not mat.order.built:
             # WHERE follows a link (`product.category = $cat`): the rows pointing at the
-            # linked records that pass, not a fetch per row (engine.linkscan)
+            # linked records that pass, not a fetch per row (engine.linkscan). Only when
+            # every path is one hop: a write to a linked record then finds the rows that
+            # point at it from the index (engine.core, "_hops"); with longer paths each
+            # row's reads are registered while it is evaluated, so none may be skipped.
             linked = link_candidates(store, circuit.table, plan.q.where, mat.S)
             if linked is not None:
                 cands = linked if cands is None else [r for r in cands if r in linked]

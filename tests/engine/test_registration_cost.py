@@ -168,6 +168,10 @@ def test_a_view_following_a_link_takes_its_candidates_from_the_linked_table() ->
                ("SELECT id FROM order WHERE product.category = $cat ORDER BY id DESC LIMIT 7",
                 {"cat": "c5"}),
                ("SELECT id FROM order WHERE product.category = $cat", {"cat": None}),
+               # a path of two hops: the records read are registered row by row, so every
+               # row must still be evaluated once (none may be left out of the deps)
+               ("SELECT id FROM order WHERE product.category = $cat AND "
+                "product.maker.name != $n", {"cat": "c5", "n": "zz"}),
                ("SELECT id FROM order WHERE product.category = $cat", {"cat": ["c3", "c4"]})]
     for i, (q, p) in enumerate(queries):
         fed.register(f"v{i}", q, p)
