@@ -18,6 +18,7 @@ from engine.circuit import Mat, WMat
 from engine.delta import has_nested
 from engine.deps import Deps
 from engine.lazy import bulk
+from engine.linkscan import link_candidates
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
 from engine.store import Store
@@ -100,10 +101,19 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
     plan = circuit.plan
     rows = circuit.rows
     cands: Iterable[str] | None = eq_candidates(store, mat)
-    if cands is None:
-        cands = rows.keys()
     proj = mat.proj
     if isinstance(mat, WMat):
+        if plan.qhop is not None and not mat.order.built:
+            # WHERE follows a link (`product.category = $cat`): the rows pointing at the
+            # linked records that pass, not a fetch per row (engine.linkscan). Only when
+            # every path is one hop: a write to a linked record then finds the rows that
+            # point at it from the index (engine.core, "_hops"); with longer paths each
+            # row's reads are registered while it is evaluated, so none may be skipped.
+            linked = link_candidates(store, circuit.table, plan.q.where, mat.S)
+            if linked is not None:
+                cands = linked if cands is None else [r for r in cands if r in linked]
+        if cands is None:
+            cands = rows.keys()
         window.build(mat, cands, rows, store, deps)
         for rid in proj.dirty:
             if rid in proj.refs:
@@ -112,6 +122,8 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
         if circuit.agg is not None:
             fill_groups(store, mat, mat.visible)
         return None
+    if cands is None:
+        cands = rows.keys()
     pred = plan.pred
     S = mat.S
     outs = proj.outs

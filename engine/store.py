@@ -90,7 +90,7 @@ def ikey(v: Any) -> Any:
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("caches", "changed", "cols", "indexes", "name", "rows")
+    __slots__ = ("caches", "changed", "cols", "indexes", "links", "name", "rows", "writes")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -102,6 +102,11 @@ class TableStore:
         self.caches = RowCaches()
         # numpy columns of chosen fields (engine.columns), kept once some shape asked for one
         self.cols: Columns | None = None
+        # puts and deletes so far: what is derived from all rows at once is valid while
+        # this stays the same (engine.linkscan)
+        self.writes = 0
+        # link field -> (writes then, the tables its plain links name, its other index keys)
+        self.links: dict[str, tuple[int, list[str], list[Any]]] = {}
 
     def cache(self) -> RowCache:
         """A new row cache over this table (kept while the caller holds it)."""
@@ -111,6 +116,7 @@ class TableStore:
         """Store ``row`` under ``rid``; returns the previous row (or None)."""
         old = self.rows.get(rid)
         self.rows[rid] = row
+        self.writes += 1
         self.changed.add(rid)
         if self.caches.refs:
             self.caches.forget(rid)
@@ -137,6 +143,7 @@ class TableStore:
         old = self.rows.pop(rid, None)
         if old is None:
             return None
+        self.writes += 1
         self.changed.add(rid)
         if self.caches.refs:
             self.caches.forget(rid)
@@ -162,7 +169,10 @@ class TableStore:
             for rid, row in self.rows.items():
                 v = row.get(field, NONE)
                 k: Any
-                if type(v) is RecordID and type(v.id) is int and -_EXACT < v.id < _EXACT:
+                tv = type(v)
+                if tv is str:
+                    k = v  # ikey of a string, inline (status, category: the usual field)
+                elif tv is RecordID and type(v.id) is int and -_EXACT < v.id < _EXACT:
                     k = ("\0r", v.table_name, v.id)  # ikey of a link, inline (the usual key)
                 else:
                     k = ikey(v)
