@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -96,12 +96,15 @@ class CoordinatorState:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
-    def apply_wal(self) -> None:
-        """Apply the WAL to the replica and truncate it (blocking: run in a thread, under
-        ``drain_lock``)."""
-        res = self.replica.apply(self.wal.replay(self.replica.applied_seq))
+    def apply_wal(self, events: Iterable[tuple[int, Mapping[str, Any]]] | None = None
+                  ) -> int:
+        """Apply the WAL (or ``events``, a part of its replay) to the replica and truncate it
+        (blocking: run in a thread, under ``drain_lock``); returns the events it read."""
+        res = self.replica.apply(self.wal.replay(self.replica.applied_seq)
+                                 if events is None else events)
         for seq, why in res.rejected[:20]:
             log.warning("replica rejected WAL event %d: %s", seq, why)
         # Absorbed events are kept for `wal_retain_events` more: a restarting SSP that holds
         # the rows up to a position inside them is sent only the events after it.
         self.wal.truncate_through(self.replica.applied_seq - self.cfg.wal_retain_events)
+        return res.applied + res.stale + res.already + len(res.rejected)

@@ -20,6 +20,7 @@ from surrealdb import RecordID
 
 from engine.values import NONE
 from ipc import typed
+from scheduler import core
 from scheduler.config import LoadBalance, SchedulerConfig
 from scheduler.core import Scheduler, SspState
 from tests.support.procs import DbHost
@@ -629,6 +630,39 @@ async def test_drain_applies_wal_and_truncates(make_scheduler) -> None:
     snap = s.snapshot()
     assert snap["tables"] == {"item": 10} and snap["lag"] == 0
     assert snap["hashes"]["item"] == f"{s.replica.hash('item'):016x}"
+
+
+async def test_a_long_fold_applies_the_wal_in_parts_and_lets_the_loop_run_between(
+        make_scheduler, monkeypatch) -> None:
+    """A fold of many events is applied in parts, each in a thread, with the loop free
+    between them: in one piece it held the GIL for seconds and the scheduler stalled."""
+    monkeypatch.setattr(core, "FOLD_CHUNK", 40)
+    s = await make_scheduler()
+    await s.ingest_many([ev(i) for i in range(300)])
+    parts: list[int] = []
+    ticks: list[int] = []
+    real = s.replica.apply
+
+    def apply(events):  # type: ignore[no-untyped-def]
+        res = real(events)
+        parts.append(res.applied)
+        return res
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(len(parts))
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(s.replica, "apply", apply)
+    t = asyncio.create_task(ticker())
+    try:
+        assert await s.drain()
+    finally:
+        t.cancel()
+    assert parts == [40] * 7 + [20]
+    assert s.replica.count("item") == 300 and s.replica.applied_seq == 300
+    # the loop ran between every two parts
+    assert set(range(1, 8)) <= set(ticks), ticks
 
 
 async def test_health_and_extra_providers(make_scheduler, fakes) -> None:
