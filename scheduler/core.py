@@ -64,9 +64,9 @@ from typing import Any
 
 import aiohttp
 
-from dbclient import Database, DbError, DbQueryError
+from dbclient import Database, DbError
 from dbclient.clock import now_ms
-from dbclient.errors import retryable
+from dbclient.errors import retry_conflicts
 from dbclient.tasks import cancel_and_wait
 from engine.wire import check_record
 from ipc.http import client_session
@@ -248,20 +248,14 @@ class Scheduler(CoordinatorState):
         # DELETE can lose a write conflict: it is sent again. Left undone, every view kept
         # its row and its edges while no SSP held it (test_ops_run_crash_recovery, the
         # scheduler's kill -9 under writes, about 1 run in 3 under load).
-        for attempt in range(DELETE_ROWS_ATTEMPTS):
-            try:
-                if "_00_query" in await self.db.tables():
-                    await self.db.query("DELETE _00_query RETURN NONE")
-                return
-            except DbQueryError as e:
-                if not retryable(e) or attempt + 1 == DELETE_ROWS_ATTEMPTS:
-                    log.warning("could not delete the _00_query rows at start: %s", e)
-                    return
-                log.info("the _00_query rows' DELETE at start lost a write conflict; again")
-                await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
-            except DbError as e:
-                log.warning("could not delete the _00_query rows at start: %s", e)
-                return
+        async def delete() -> None:
+            if "_00_query" in await self.db.tables():
+                await self.db.query("DELETE _00_query RETURN NONE")
+
+        try:
+            await retry_conflicts(delete, attempts=DELETE_ROWS_ATTEMPTS)
+        except DbError as e:
+            log.warning("could not delete the _00_query rows at start: %s", e)
 
     async def close(self) -> None:
         """Stop the loops and senders, flush the committer, close files and connections."""
