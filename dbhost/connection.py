@@ -102,7 +102,8 @@ class RpcConnection:
         if m == "reset":
             # SurrealDB's reset also ends the session's live queries.
             await self.live.kill_session(self, sid)
-        reply = await self.engine.execute(with_session(req, sid), (req.id, m, sid))
+        reply = await self.engine.execute(with_session(req, sid), (req.id, m, sid),
+                                          req.query_text() if m == "query" else None)
         if m in WRITE_METHODS:
             self.live.wake()
         return restore_session(reply, sid, req.session)

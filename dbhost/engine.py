@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -12,6 +13,7 @@ from surrealdb_embedded import AsyncEmbeddedDB
 from dbclient.cbor import decode, encode
 from dbhost.frames import INVALID_PARAMS, RpcError
 from dbhost.nodeengine import Head, NodeEngineProcess
+from dbhost.stats import StatementStats
 
 log = logging.getLogger("dbhost.engine")
 
@@ -53,6 +55,7 @@ class Engine:
             NodeEngineProcess(url, allow_net) if node else AsyncEmbeddedDB(url))
         self._ids = itertools.count(1)
         self.version = "unknown"
+        self.stats = StatementStats()  # `GET /debug/statements`
 
     async def start(self) -> None:
         """Open the storage; raises when it cannot (for instance a locked directory)."""
@@ -63,17 +66,19 @@ class Engine:
         """Close the engine, flushing storage."""
         await self._db.close()
 
-    async def execute(self, frame: bytes, head: Head | None = None) -> bytes:
+    async def execute(self, frame: bytes, head: Head | None = None,
+                      text: str | None = None) -> bytes:
         """Pass an encoded request through; the reply comes back encoded. `head` is the
         request's (id, method, engine session) when the caller has read them: the Node
-        build's process needs them and need not decode the frame again.
+        build's process needs them and need not decode the frame again. `text` is a `query`
+        request's text, for the statement counters (`dbhost.stats`).
 
         The engine raises (instead of answering) when it cannot decode a request's values,
         e.g. an integer beyond 64 bits or an unknown CBOR tag: that becomes an RPC error
         reply, so the client is answered rather than left waiting for its timeout.
         """
         try:
-            result = await self._execute(frame, head)
+            result = await self._execute(frame, head, text)
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"the engine could not decode the request: {exc}") from None
         return result
@@ -95,16 +100,27 @@ class Engine:
             req["params"] = params
         if session is not None:
             req["session"] = session
+        text = params[0] if method == "query" and params and isinstance(params[0], str) else None
         reply: dict[str, Any] = decode(
-            await self._execute(encode(req), (req["id"], method, session)))
+            await self._execute(encode(req), (req["id"], method, session), text))
         return reply
 
-    async def _execute(self, frame: bytes, head: Head | None) -> bytes:
-        """One frame through the engine; only the Node build's process takes the `head`."""
+    async def _execute(self, frame: bytes, head: Head | None, text: str | None) -> bytes:
+        """One frame through the engine, timed for the statement counters; only the Node
+        build's process takes the `head`."""
         db = self._db
-        if isinstance(db, NodeEngineProcess):
-            return await db.execute(frame, head)
-        result: bytes = await db.execute(frame)
+        stats = self.stats
+        shape = stats.shape_of(head[1] if head is not None else "?", text)
+        began = time.perf_counter()
+        try:
+            if isinstance(db, NodeEngineProcess):
+                result: bytes = await db.execute(frame, head)
+            else:
+                result = await db.execute(frame)
+        except BaseException:
+            stats.record(shape, time.perf_counter() - began, failed=True)
+            raise
+        stats.record(shape, time.perf_counter() - began)
         return result
 
     async def query(self, text: str, variables: dict[str, Any] | None = None,

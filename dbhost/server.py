@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import logging
 import weakref
 
@@ -59,6 +60,8 @@ class DbHostServer:
         self.app.router.add_post("/rpc", self.rpc_http)
         self.app.router.add_get("/health", self.health)
         self.app.router.add_get("/version", self.version)
+        self.app.router.add_get("/debug/statements", self.statements)
+        self.app.router.add_delete("/debug/statements", self.statements)
         self.runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -96,6 +99,30 @@ class DbHostServer:
     async def version(self, request: web.Request) -> web.Response:
         """GET /version: the engine's version string."""
         return web.json_response({"version": self.engine.version, "service": "svc-db"})
+
+    async def statements(self, request: web.Request) -> web.Response:
+        """GET /debug/statements[?limit=N]: engine time per statement shape (`dbhost.stats`);
+        DELETE starts the counters again. The root user's credentials (HTTP Basic) only: the
+        shapes name the application's tables and fields."""
+        auth = request.headers.get("Authorization", "")
+        user, _, password = _basic_credentials(auth[6:]) if auth.startswith("Basic ") else (
+            "", "", "")
+        ok_user = hmac.compare_digest(user.encode(), self.config.user.encode())
+        ok_pass = hmac.compare_digest(password.encode(), self.config.password.encode())
+        if not (auth.startswith("Basic ") and ok_user and ok_pass):
+            return web.json_response(
+                {"error": "the root user's credentials are required (HTTP Basic)"}, status=401,
+                headers={"WWW-Authenticate": 'Basic realm="svc-db"'})
+        stats = self.engine.stats
+        if request.method == "DELETE":
+            stats.reset()
+            return web.json_response({"reset": True})
+        raw = request.query.get("limit", "50")
+        if not raw.isdigit() or not 1 <= int(raw) <= 500:
+            return web.json_response(
+                {"error": f"limit must be an integer from 1 to 500, got {raw[:20]!r}"},
+                status=400)
+        return web.json_response(stats.report(int(raw)))
 
     # -- WebSocket RPC ------------------------------------------------------------------
 
@@ -220,7 +247,9 @@ class DbHostServer:
                 # a re-addressed session decodes the whole frame (Request.fields) and a value
                 # in it may be refused there
                 frame = with_session(req, sid)
-                reply = await self.engine.execute(frame, (req.id, req.method, sid))
+                reply = await self.engine.execute(
+                    frame, (req.id, req.method, sid),
+                    req.query_text() if req.method == "query" else None)
             except RpcError as exc:
                 return web.Response(body=error_frame(req.id, exc.code, exc.message),
                                     content_type=CBOR)

@@ -161,3 +161,44 @@ def test_an_http_rpc_the_engine_cannot_decode_gets_an_error_frame(host: DbHost) 
         assert r.status == 200
         reply = decode(r.read())
     assert reply["id"] == "h1" and reply["error"]["code"] == -32602, reply
+
+
+def _statements(host: DbHost, *, auth: tuple[str, str] | None, query: str = "",
+                method: str = "GET") -> tuple[int, dict]:
+    import base64
+    import urllib.error
+    req = urllib.request.Request(f"{host.http_url}/debug/statements{query}", method=method)
+    if auth is not None:
+        req.add_header("Authorization", "Basic " + base64.b64encode(
+            f"{auth[0]}:{auth[1]}".encode()).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+async def test_debug_statements_counts_engine_time_per_statement_shape(host: DbHost) -> None:
+    ns, db = unique_db()
+    client = await root_client(host, ns, db)
+    root = (host.user, host.password)
+    try:
+        assert _statements(host, auth=root, method="DELETE")[0] == 200
+        for i in range(7):
+            await client.query(f"CREATE probe_stats:{i} SET v = {i}, note = 'secret-{i}'")
+        await client.query("SELECT * FROM probe_stats WHERE v > $v", {"v": 2})
+        status, body = _statements(host, auth=root, query="?limit=500")
+        assert status == 200, body
+        rows = {r["shape"]: r for r in body["statements"]}
+        create = rows["query CREATE probe_stats:? SET v = 0, note = '?'"]
+        assert create["count"] == 7 and create["total_ms"] > 0
+        assert rows["query SELECT * FROM probe_stats WHERE v > $v"]["count"] == 1
+        assert "secret" not in json.dumps(body)
+    finally:
+        await close(client)
+    # the root user's credentials only; a bad limit is a 400 that says why
+    assert _statements(host, auth=None)[0] == 401
+    status, body = _statements(host, auth=(host.user, "wrong"))
+    assert status == 401 and "wrong" not in json.dumps(body)
+    status, body = _statements(host, auth=root, query="?limit=zero")
+    assert status == 400 and "limit" in body["error"]
