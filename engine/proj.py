@@ -42,7 +42,7 @@ class Proj:
 
     __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "lazy",
                  "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan", "prev",
-                 "recs", "refs", "spec", "store", "trees")
+                 "recs", "refs", "shared", "spec", "store", "trees", "vmoved")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -72,6 +72,13 @@ class Proj:
         # rows shown but not projected yet -> the children they show (engine.lazy)
         self.lazy: dict[str, tuple[str, ...]] = {}
         self.spec: Spec | None = None if circuit.explicit else spec_of(self.plan)
+        # during `process`: item index -> the value of a row-free item (Plan.row_free) as
+        # computed once for the flush, shared by every row re-projected (see _Shared)
+        self.shared: dict[int, _Shared] | None = None
+        # during `process`: row -> (output before, after) when an item's value changed at
+        # its own output key (so the outputs differ: engine.delta.Rec.hint); only for plans
+        # whose outputs keep every item at its key (no OMIT)
+        self.vmoved: dict[str, tuple[Any, Any]] = {}
 
     # -- reading ------------------------------------------------------------------------
     def tree(self, rid: str) -> dict[str, Any]:
@@ -373,16 +380,22 @@ class Proj:
         changed."""
         plan = self.plan
         state = self.istate.get(rid) if tokens is not None else None
+        vchanged = False
         if state is None:
             vals, ideps, itrees = self._items_fresh(row)
         else:
             assert tokens is not None
-            vals, ideps, itrees, moved = self._items_again(row, tokens, prev, state)
+            vals, ideps, itrees, moved, vchanged = self._items_again(row, tokens, prev, state)
             if not moved:
                 self._keep_output(rid, vals, ideps, itrees)
                 return None
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
+        if vchanged and plan.item_keys is not None and not plan.omit and not plan.value:
+            # every item sits at its own distinct key: a changed value is a changed output
+            old = self.outs.get(rid, _ABSENT)
+            if old is not _ABSENT:
+                self.vmoved[rid] = (old, out)
         item_keys = plan.item_keys
         if item_keys is not None:
             tree = _tree_of(out, item_keys, itrees)
@@ -425,18 +438,20 @@ class Proj:
         return vals, ideps, itrees
 
     def _items_again(self, row: dict[str, Any], tokens: set[Any], prev: Any, state: Any
-                     ) -> tuple[list[Any], list[Any], list[Any], bool]:
+                     ) -> tuple[list[Any], list[Any], list[Any], bool, bool]:
         """The items rerun that read a token (or, with ``prev``, a changed field) from the
         row's last ``state``; and whether the output moved."""
         plan = self.plan
         store = self.store
         S = self.S
         keyed = plan.item_keys is not None
+        shared = self.shared
         vals = list(state[0])
         ideps = list(state[1])
         itrees = list(state[2])
         changed_row = prev is not _ABSENT
         moved = changed_row  # the row changed: its own fields are reassembled
+        vchanged = False  # some item's value changed (not only its members)
         item_fields = plan.item_fields
         for i, item in enumerate(plan.items):
             if plan.row_only[i]:
@@ -453,6 +468,29 @@ class Proj:
                 rerun = not tokens.isdisjoint(d[0]) or any(k in tokens for k in d[1])
             if not rerun:
                 continue
+            if shared is not None and plan.row_free[i]:
+                # the same value for every row: computed for the first row of the flush
+                sh = shared.get(i)
+                if sh is None:
+                    sh = shared[i] = self._shared_item(i, item, row)
+                v = sh.value
+                ideps[i] = sh.deps
+                old = vals[i]
+                if old is sh.old:
+                    changed = sh.changed  # rows mostly showed the same old value too
+                else:
+                    changed = not same(v, old)
+                    sh.old = old
+                    sh.changed = changed
+                if changed or plan.item_extra[i]:
+                    t = sh.tree
+                    if changed or not same(t, itrees[i]):
+                        vals[i] = v
+                        itrees[i] = t
+                        moved = True
+                        if changed:
+                            vchanged = True
+                continue
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
             ideps[i] = (icx.reads, icx.subs)
@@ -464,7 +502,17 @@ class Proj:
                     vals[i] = v
                     itrees[i] = t
                     moved = True
-        return vals, ideps, itrees, moved
+                    if changed:
+                        vchanged = True
+        return vals, ideps, itrees, moved, vchanged
+
+    def _shared_item(self, i: int, item: tuple[Any, ...], row: dict[str, Any]) -> _Shared:
+        """Evaluate row-free item ``i`` once for the flush (``row``: any row; it is not read)."""
+        plan = self.plan
+        icx = Cx(self.store)
+        v = plan.item_value(item, self.store, self.S, row, icx)
+        t = None if plan.quiet[i] else _item_tree(v, plan.item_keys is not None, icx)
+        return _Shared(v, (icx.reads, icx.subs), t)
 
     def _keep_output(self, rid: str, vals: list[Any], ideps: list[Any], itrees: list[Any]
                      ) -> None:
@@ -524,6 +572,7 @@ class Proj:
         """Re-project, project or drop the dirty rows; ``held(proj, rid, row)`` says whether
         some materialisation of the group shows the row now. Fills ``recs``."""
         self.own0 = {}
+        self.shared = {}
         rows = self.store.table(self.plan.table).rows
         recs = self.recs
         dirty = self.dirty
@@ -531,31 +580,39 @@ class Proj:
         self.dirty = {}
         self.prev = {}
         pending: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-        for rid, toks in dirty.items():
-            row = rows.get(rid)
-            had = rid in self.outs
-            keep = row is not None and held(self, rid, row)
-            if not keep and not had:
-                continue
-            t0 = self.tree(rid) if had else NO_TREE
-            if keep:
-                assert row is not None
-                if not had:
-                    self.project(rid, row, None)
+        try:
+            for rid, toks in dirty.items():
+                row = rows.get(rid)
+                had = rid in self.outs
+                keep = row is not None and held(self, rid, row)
+                if not keep and not had:
+                    continue
+                t0 = self.tree(rid) if had else NO_TREE
+                if keep:
+                    assert row is not None
+                    if not had:
+                        self.project(rid, row, None)
+                    else:
+                        p = prev.get(rid, _ABSENT)
+                        if p is None:
+                            self.project(rid, row, None)  # deleted and created again
+                        elif toks or (p is not _ABSENT and not self._same_output(p, row)):
+                            self.project(rid, row, toks, p)
+                    t1 = self.tree(rid)
                 else:
-                    p = prev.get(rid, _ABSENT)
-                    if p is None:
-                        self.project(rid, row, None)  # deleted and created again
-                    elif toks or (p is not _ABSENT and not self._same_output(p, row)):
-                        self.project(rid, row, toks, p)
-                t1 = self.tree(rid)
-            else:
-                self.drop(rid)
-                t1 = NO_TREE
-            pending.append((rid, t0, t1))
+                    self.drop(rid)
+                    t1 = NO_TREE
+                pending.append((rid, t0, t1))
+        finally:
+            self.shared = None  # valid for this flush only
         # cleanness needs every owner change of the flush: decide it once all rows moved
+        vmoved = self.vmoved
         for rid, t0, t1 in pending:
-            recs[rid] = Rec(rid, t0, t1, True)
+            r = recs[rid] = Rec(rid, t0, t1, True)
+            if vmoved:
+                r.hint = vmoved.get(rid)
+        if vmoved:
+            self.vmoved = {}
         for rid, t0, t1 in pending:
             recs[rid].clean = self._clean(rid, t0, t1)
 
@@ -566,6 +623,20 @@ class Proj:
         self.own0 = None
         if self.multi0:
             self.multi0 = set()
+
+
+class _Shared:
+    """A row-free item's value, dependencies and members for one flush, and the last old
+    value it was compared with (an identity test then answers for the next row)."""
+
+    __slots__ = ("changed", "deps", "old", "tree", "value")
+
+    def __init__(self, value: Any, deps: tuple[set[str], list[Any]], tree: Any) -> None:
+        self.value = value
+        self.deps = deps
+        self.tree = tree
+        self.old: Any = _ABSENT
+        self.changed = True
 
 
 def _members_of(v: Any) -> dict[str, Any] | None:
