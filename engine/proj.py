@@ -40,9 +40,9 @@ _ABSENT = object()
 class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
-    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "lazy",
-                 "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan", "prev",
-                 "recs", "refs", "shared", "spec", "store", "trees", "vmoved")
+    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "istate", "key",
+                 "lazy", "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan",
+                 "prev", "recs", "refs", "shared", "spec", "store", "trees", "vmoved")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -79,6 +79,9 @@ class Proj:
         # its own output key (so the outputs differ: engine.delta.Rec.hint); only for plans
         # whose outputs keep every item at its key (no OMIT)
         self.vmoved: dict[str, tuple[Any, Any]] = {}
+        # items evaluated again by flushes (a work count the tests read: a write changing an
+        # uncorrelated subquery costs one evaluation per group, not one per parent row)
+        self.evals = 0
 
     # -- reading ------------------------------------------------------------------------
     def tree(self, rid: str) -> dict[str, Any]:
@@ -473,6 +476,7 @@ class Proj:
                 sh = shared.get(i)
                 if sh is None:
                     sh = shared[i] = self._shared_item(i, item, row)
+                    self.evals += 1
                 v = sh.value
                 ideps[i] = sh.deps
                 old = vals[i]
@@ -493,6 +497,7 @@ class Proj:
                 continue
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
+            self.evals += 1
             ideps[i] = (icx.reads, icx.subs)
             changed = not same(v, vals[i])
             if changed or plan.item_extra[i]:
