@@ -112,7 +112,7 @@ class Rec:
         self.t1 = t1
         self.clean = clean
         self._diff: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
-        self._cache: dict[tuple[bool, bool], ViewDelta | None] = {}
+        self._cache: dict[tuple[bool, bool], ViewDelta | None] | None = None
         # (output before, output after) when the projection knows they differ (an item's
         # value at its own key changed): the row's content is then not compared again
         self.hint: tuple[Any, Any] | None = None
@@ -156,7 +156,9 @@ class Rec:
         members of this row are all clean (shared by every such view)."""
         key = (was, now)
         cache = self._cache
-        if key in cache:
+        if cache is None:
+            cache = self._cache = {}
+        elif key in cache:
             return cache[key]
         d: ViewDelta | None = None
         if was and now:

@@ -42,7 +42,7 @@ class Proj:
 
     __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "istate", "key",
                  "lazy", "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan",
-                 "prev", "recs", "refs", "shared", "spec", "store", "trees", "vmoved")
+                 "prev", "recs", "refs", "sdeps", "shared", "spec", "store", "trees", "vmoved")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -75,6 +75,9 @@ class Proj:
         # during `process`: item index -> the value of a row-free item (Plan.row_free) as
         # computed once for the flush, shared by every row re-projected (see _Shared)
         self.shared: dict[int, _Shared] | None = None
+        # item index -> the dependencies a row-free item had at the last flush: kept as one
+        # object while equal, so rows compare them by identity
+        self.sdeps: dict[int, Any] = {}
         # during `process`: row -> (output before, after) when an item's value changed at
         # its own output key (so the outputs differ: engine.delta.Rec.hint); only for plans
         # whose outputs keep every item at its key (no OMIT)
@@ -384,13 +387,18 @@ class Proj:
         plan = self.plan
         state = self.istate.get(rid) if tokens is not None else None
         vchanged = False
+        dchanged = True
         if state is None:
             vals, ideps, itrees = self._items_fresh(row)
         else:
             assert tokens is not None
-            vals, ideps, itrees, moved, vchanged = self._items_again(row, tokens, prev, state)
+            vals, ideps, itrees, moved, vchanged, dchanged = self._items_again(
+                row, tokens, prev, state)
             if not moved:
-                self._keep_output(rid, vals, ideps, itrees)
+                if dchanged:
+                    self._keep_output(rid, vals, ideps, itrees)
+                else:
+                    self.istate[rid] = (vals, ideps, itrees)
                 return None
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
@@ -414,7 +422,8 @@ class Proj:
             # a VALUE row, a grouped shape's row: the row itself is a member, its value (its
             # contribution) what it shows
             tree.setdefault(rid, out)
-        return out, _merge_deps(ideps), tree
+        # every item's dependencies the same objects: the row's registered ones still hold
+        return out, (_merge_deps(ideps) if dchanged else self.pdeps.get(rid)), tree
 
     def _items_fresh(self, row: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
         """Every item's value, dependencies and member tree for a row seen first."""
@@ -435,13 +444,13 @@ class Proj:
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
             vals.append(v)
-            ideps.append((icx.reads, icx.subs))
+            ideps.append((icx.reads, icx.subs) if icx.reads or icx.subs else None)
             itrees.append(None if plan.quiet[len(itrees)] else
                           _item_tree(v, keyed, icx))
         return vals, ideps, itrees
 
     def _items_again(self, row: dict[str, Any], tokens: set[Any], prev: Any, state: Any
-                     ) -> tuple[list[Any], list[Any], list[Any], bool, bool]:
+                     ) -> tuple[list[Any], list[Any], list[Any], bool, bool, bool]:
         """The items rerun that read a token (or, with ``prev``, a changed field) from the
         row's last ``state``; and whether the output moved."""
         plan = self.plan
@@ -455,6 +464,7 @@ class Proj:
         changed_row = prev is not _ABSENT
         moved = changed_row  # the row changed: its own fields are reassembled
         vchanged = False  # some item's value changed (not only its members)
+        dchanged = False  # some item's dependencies are another object
         item_fields = plan.item_fields
         for i, item in enumerate(plan.items):
             if plan.row_only[i]:
@@ -478,7 +488,9 @@ class Proj:
                     sh = shared[i] = self._shared_item(i, item, row)
                     self.evals += 1
                 v = sh.value
-                ideps[i] = sh.deps
+                if d is not sh.deps:
+                    ideps[i] = sh.deps
+                    dchanged = True
                 old = vals[i]
                 if old is sh.old:
                     changed = sh.changed  # rows mostly showed the same old value too
@@ -498,7 +510,8 @@ class Proj:
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
             self.evals += 1
-            ideps[i] = (icx.reads, icx.subs)
+            ideps[i] = (icx.reads, icx.subs) if icx.reads or icx.subs else None
+            dchanged = True
             changed = not same(v, vals[i])
             if changed or plan.item_extra[i]:
                 # a VALUE subquery may show the same values from other rows
@@ -509,7 +522,7 @@ class Proj:
                     moved = True
                     if changed:
                         vchanged = True
-        return vals, ideps, itrees, moved, vchanged
+        return vals, ideps, itrees, moved, vchanged, dchanged
 
     def _shared_item(self, i: int, item: tuple[Any, ...], row: dict[str, Any]) -> _Shared:
         """Evaluate row-free item ``i`` once for the flush (``row``: any row; it is not read)."""
@@ -517,7 +530,13 @@ class Proj:
         icx = Cx(self.store)
         v = plan.item_value(item, self.store, self.S, row, icx)
         t = None if plan.quiet[i] else _item_tree(v, plan.item_keys is not None, icx)
-        return _Shared(v, (icx.reads, icx.subs), t)
+        deps: Any = (icx.reads, icx.subs) if icx.reads or icx.subs else None
+        old = self.sdeps.get(i, _ABSENT)
+        if old is not _ABSENT and old == deps:
+            deps = old
+        else:
+            self.sdeps[i] = deps
+        return _Shared(v, deps, t)
 
     def _keep_output(self, rid: str, vals: list[Any], ideps: list[Any], itrees: list[Any]
                      ) -> None:
@@ -636,7 +655,7 @@ class _Shared:
 
     __slots__ = ("changed", "deps", "old", "tree", "value")
 
-    def __init__(self, value: Any, deps: tuple[set[str], list[Any]], tree: Any) -> None:
+    def __init__(self, value: Any, deps: Any, tree: Any) -> None:
         self.value = value
         self.deps = deps
         self.tree = tree
