@@ -334,6 +334,23 @@ def counted_delta(
                     if m not in c1:
                         c1[m] = c
             continue
+        if was and now:
+            # both trees walked, only the touched members counted: one outside every diff
+            # moves nothing (its count nets to zero, its content is the same before and
+            # after), and a write changing many rows' shared window touches every row
+            for m, c in t0.items():
+                if m in touched:
+                    if m != rid:
+                        d[m] = d.get(m, 0) - 1
+                    if m not in c0:
+                        c0[m] = c
+            for m, c in t1.items():
+                if m in touched:
+                    if m != rid:
+                        d[m] = d.get(m, 0) + 1
+                    if m not in c1:
+                        c1[m] = c
+            continue
         for m, c in t0.items():
             if m != rid:
                 d[m] = d.get(m, 0) - 1
