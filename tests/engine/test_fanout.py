@@ -93,6 +93,24 @@ def test_a_write_the_output_does_not_show_updates_nothing() -> None:
     assert not d["v"].added and not d["v"].removed
 
 
+def test_unregistering_after_a_fanning_write_drops_the_rows_no_view_shows() -> None:
+    # the write's flush notes which views show each row; a view unregistered after it must
+    # not be counted as still showing its rows
+    e = _engine(10)
+    e.register("lo", f"SELECT *, {UNCORRELATED} AS top FROM thread WHERE score < $c",
+               {"c": 3, "a": 0})
+    e.register("all", f"SELECT *, {UNCORRELATED} AS top FROM thread WHERE score < $c",
+               {"c": 100, "a": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    d = e.ingest("comment", "UPDATE", "comment:5", {"id": RecordID("comment", 5), "votes": 99})
+    assert len(d["all"].updated) == 10
+    e.unregister("all")
+    assert sorted(proj.outs) == ["thread:0", "thread:1", "thread:2"]
+    assert e.members("lo") == {"thread:0", "thread:1", "thread:2", "comment:5", "comment:19",
+                               "comment:18"}
+
+
 def test_a_correlated_subquery_is_still_evaluated_per_parent() -> None:
     # `$parent` read: the value differs per parent, nothing is shared
     view_engine, _ = engine_api()
