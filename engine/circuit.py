@@ -422,8 +422,11 @@ class Circuit:
             known = self.held_now.get(rid)
             if known is not None:
                 return known  # classified at this flush
-        ms = self.matching(row)
-        self.matched[rid] = ms  # the flush's row events reuse it
+        ms = self.matched.get(rid)
+        if ms is None:
+            # once per row and flush: every group of the shape asks (a view per group)
+            ms = self.matching(row)
+            self.matched[rid] = ms  # the flush's row events reuse it
         if len(self.projs) == 1:
             return bool(ms)
         return any(m.proj is proj for m in ms)

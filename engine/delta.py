@@ -104,7 +104,7 @@ class Rec:
     """One projected row across a flush: its tree before (``t0``) and after (``t1``); an empty
     tree when the row was not (or is no longer) projected."""
 
-    __slots__ = ("_cache", "_diff", "clean", "rid", "t0", "t1")
+    __slots__ = ("_cache", "_diff", "clean", "hint", "rid", "t0", "t1")
 
     def __init__(self, rid: str, t0: dict[str, Any], t1: dict[str, Any], clean: bool) -> None:
         self.rid = rid
@@ -112,7 +112,10 @@ class Rec:
         self.t1 = t1
         self.clean = clean
         self._diff: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
-        self._cache: dict[tuple[bool, bool], ViewDelta | None] = {}
+        self._cache: dict[tuple[bool, bool], ViewDelta | None] | None = None
+        # (output before, output after) when the projection knows they differ (an item's
+        # value at its own key changed): the row's content is then not compared again
+        self.hint: tuple[Any, Any] | None = None
 
     def diff(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
         """(members only after, members only before, members in both whose content changed)."""
@@ -130,9 +133,14 @@ class Rec:
                 removed = frozenset(k0 - k1)
                 upd: list[str] = []
                 get = t0.get
+                hint = self.hint
+                h0 = h1 = _MISSING
+                if hint is not None:
+                    h0, h1 = hint
                 for m, c in t1.items():
                     o = get(m, _MISSING)
-                    if o is not c and o is not _MISSING and not same(o, c):
+                    if o is not c and o is not _MISSING and (
+                            (c is h1 and o is h0) or not same(o, c)):
                         upd.append(m)
                 d = (added, removed, frozenset(upd))
             self._diff = d
@@ -148,7 +156,9 @@ class Rec:
         members of this row are all clean (shared by every such view)."""
         key = (was, now)
         cache = self._cache
-        if key in cache:
+        if cache is None:
+            cache = self._cache = {}
+        elif key in cache:
             return cache[key]
         d: ViewDelta | None = None
         if was and now:
@@ -302,6 +312,12 @@ def counted_delta(
         top[rid] = (was, now)
         t0 = r.t0 if was else NO_TREE
         t1 = r.t1 if now else NO_TREE
+        if was and now:
+            # the row's own diff names its members whose content changed (computed once per
+            # row, shared by every view): no member compared again here
+            u = r.diff()[2]
+            if u:
+                upd.update(u)
         if was and now and len(touched) < len(t0) + len(t1):
             # the touched members only, each as the walk of both trees below would see it
             for m in touched:
@@ -317,8 +333,23 @@ def counted_delta(
                         d[m] = d.get(m, 0) + 1
                     if m not in c1:
                         c1[m] = c
-                    if o is not _MISSING and not same(o, c):
-                        upd.add(m)
+            continue
+        if was and now:
+            # both trees walked, only the touched members counted: one outside every diff
+            # moves nothing (its count nets to zero, its content is the same before and
+            # after), and a write changing many rows' shared window touches every row
+            for m, c in t0.items():
+                if m in touched:
+                    if m != rid:
+                        d[m] = d.get(m, 0) - 1
+                    if m not in c0:
+                        c0[m] = c
+            for m, c in t1.items():
+                if m in touched:
+                    if m != rid:
+                        d[m] = d.get(m, 0) + 1
+                    if m not in c1:
+                        c1[m] = c
             continue
         for m, c in t0.items():
             if m != rid:
@@ -330,10 +361,6 @@ def counted_delta(
                 d[m] = d.get(m, 0) + 1
             if m not in c1:
                 c1[m] = c
-            if was:
-                o = t0.get(m, _MISSING)
-                if o is not _MISSING and not same(o, c):
-                    upd.add(m)  # a row holding it throughout shows it changed
     added: list[str] = []
     removed: list[str] = []
     updated: list[str] = []

@@ -293,6 +293,10 @@ def _finish(circuits: set[Circuit], used: set[Proj], wmats: set[WMat]) -> None:
         c.held_now.clear()
     for proj in used:
         proj.finish()
+        matched = proj.circuit.matched
+        if matched:
+            # valid for this flush only: `held` trusts it (an unregistration asks it next)
+            matched.clear()
     for m in wmats:
         m.vis0.clear()
 

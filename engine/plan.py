@@ -358,6 +358,11 @@ class Plan:
         self.may_share = _may_share(q)
         # items whose value can carry members that are no dict in it (VALUE subqueries)
         self.item_extra = [it.sub is not None and _has_value(it.sub) for it in q.items]
+        # subquery items that never read the parent row (uncorrelated, at any depth): their
+        # value is the same for every row of the shape, so a flush computes it once for all
+        # the rows it re-projects (engine.proj)
+        self.row_free = [it.kind == "sub" and it.sub is not None and not _reads_parent(it.sub)
+                         for it in q.items]
         # entries read the row alone unless ORDER BY follows a link
         self.row_entries = not order_links
         # the first ORDER BY key's field when it is one segment (a join's bounds, engine.join)
@@ -909,6 +914,18 @@ def _own_children(sub: Query, table: str) -> bool:
             for f, other in ((c[2], c[3]), (c[3], c[2])):
                 if f[0] == "field" and len(f[1]) == 1 and other == ("parent", ("id",)):
                     return True
+    return False
+
+
+def _reads_parent(node: Any) -> bool:
+    """Whether any ``$parent`` appears in a query (or expression) tree, at any depth: a
+    conservative test (a nested subquery's ``$parent`` names its own parent, still counted)."""
+    if type(node) is tuple:
+        if node and node[0] == "parent":
+            return True
+        return any(_reads_parent(x) for x in node)
+    if isinstance(node, (Query, Item)):
+        return any(_reads_parent(getattr(node, f)) for f in node.__dataclass_fields__)
     return False
 
 

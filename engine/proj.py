@@ -40,9 +40,9 @@ _ABSENT = object()
 class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
-    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "istate", "key", "lazy",
-                 "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan", "prev",
-                 "recs", "refs", "spec", "store", "trees")
+    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "istate", "key",
+                 "lazy", "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan",
+                 "prev", "recs", "refs", "sdeps", "shared", "spec", "store", "trees", "vmoved")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -72,6 +72,19 @@ class Proj:
         # rows shown but not projected yet -> the children they show (engine.lazy)
         self.lazy: dict[str, tuple[str, ...]] = {}
         self.spec: Spec | None = None if circuit.explicit else spec_of(self.plan)
+        # during `process`: item index -> the value of a row-free item (Plan.row_free) as
+        # computed once for the flush, shared by every row re-projected (see _Shared)
+        self.shared: dict[int, _Shared] | None = None
+        # item index -> the dependencies a row-free item had at the last flush: kept as one
+        # object while equal, so rows compare them by identity
+        self.sdeps: dict[int, Any] = {}
+        # during `process`: row -> (output before, after) when an item's value changed at
+        # its own output key (so the outputs differ: engine.delta.Rec.hint); only for plans
+        # whose outputs keep every item at its key (no OMIT)
+        self.vmoved: dict[str, tuple[Any, Any]] = {}
+        # items evaluated again by flushes (a work count the tests read: a write changing an
+        # uncorrelated subquery costs one evaluation per group, not one per parent row)
+        self.evals = 0
 
     # -- reading ------------------------------------------------------------------------
     def tree(self, rid: str) -> dict[str, Any]:
@@ -373,16 +386,27 @@ class Proj:
         changed."""
         plan = self.plan
         state = self.istate.get(rid) if tokens is not None else None
+        vchanged = False
+        dchanged = True
         if state is None:
             vals, ideps, itrees = self._items_fresh(row)
         else:
             assert tokens is not None
-            vals, ideps, itrees, moved = self._items_again(row, tokens, prev, state)
+            vals, ideps, itrees, moved, vchanged, dchanged = self._items_again(
+                row, tokens, prev, state)
             if not moved:
-                self._keep_output(rid, vals, ideps, itrees)
+                if dchanged:
+                    self._keep_output(rid, vals, ideps, itrees)
+                else:
+                    self.istate[rid] = (vals, ideps, itrees)
                 return None
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
+        if vchanged and plan.item_keys is not None and not plan.omit and not plan.value:
+            # every item sits at its own distinct key: a changed value is a changed output
+            old = self.outs.get(rid, _ABSENT)
+            if old is not _ABSENT:
+                self.vmoved[rid] = (old, out)
         item_keys = plan.item_keys
         if item_keys is not None:
             tree = _tree_of(out, item_keys, itrees)
@@ -398,7 +422,8 @@ class Proj:
             # a VALUE row, a grouped shape's row: the row itself is a member, its value (its
             # contribution) what it shows
             tree.setdefault(rid, out)
-        return out, _merge_deps(ideps), tree
+        # every item's dependencies the same objects: the row's registered ones still hold
+        return out, (_merge_deps(ideps) if dchanged else self.pdeps.get(rid)), tree
 
     def _items_fresh(self, row: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
         """Every item's value, dependencies and member tree for a row seen first."""
@@ -419,24 +444,27 @@ class Proj:
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
             vals.append(v)
-            ideps.append((icx.reads, icx.subs))
+            ideps.append((icx.reads, icx.subs) if icx.reads or icx.subs else None)
             itrees.append(None if plan.quiet[len(itrees)] else
                           _item_tree(v, keyed, icx))
         return vals, ideps, itrees
 
     def _items_again(self, row: dict[str, Any], tokens: set[Any], prev: Any, state: Any
-                     ) -> tuple[list[Any], list[Any], list[Any], bool]:
+                     ) -> tuple[list[Any], list[Any], list[Any], bool, bool, bool]:
         """The items rerun that read a token (or, with ``prev``, a changed field) from the
         row's last ``state``; and whether the output moved."""
         plan = self.plan
         store = self.store
         S = self.S
         keyed = plan.item_keys is not None
+        shared = self.shared
         vals = list(state[0])
         ideps = list(state[1])
         itrees = list(state[2])
         changed_row = prev is not _ABSENT
         moved = changed_row  # the row changed: its own fields are reassembled
+        vchanged = False  # some item's value changed (not only its members)
+        dchanged = False  # some item's dependencies are another object
         item_fields = plan.item_fields
         for i, item in enumerate(plan.items):
             if plan.row_only[i]:
@@ -453,9 +481,37 @@ class Proj:
                 rerun = not tokens.isdisjoint(d[0]) or any(k in tokens for k in d[1])
             if not rerun:
                 continue
+            if shared is not None and plan.row_free[i]:
+                # the same value for every row: computed for the first row of the flush
+                sh = shared.get(i)
+                if sh is None:
+                    sh = shared[i] = self._shared_item(i, item, row)
+                    self.evals += 1
+                v = sh.value
+                if d is not sh.deps:
+                    ideps[i] = sh.deps
+                    dchanged = True
+                old = vals[i]
+                if old is sh.old:
+                    changed = sh.changed  # rows mostly showed the same old value too
+                else:
+                    changed = not same(v, old)
+                    sh.old = old
+                    sh.changed = changed
+                if changed or plan.item_extra[i]:
+                    t = sh.tree
+                    if changed or not same(t, itrees[i]):
+                        vals[i] = v
+                        itrees[i] = t
+                        moved = True
+                        if changed:
+                            vchanged = True
+                continue
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
-            ideps[i] = (icx.reads, icx.subs)
+            self.evals += 1
+            ideps[i] = (icx.reads, icx.subs) if icx.reads or icx.subs else None
+            dchanged = True
             changed = not same(v, vals[i])
             if changed or plan.item_extra[i]:
                 # a VALUE subquery may show the same values from other rows
@@ -464,7 +520,23 @@ class Proj:
                     vals[i] = v
                     itrees[i] = t
                     moved = True
-        return vals, ideps, itrees, moved
+                    if changed:
+                        vchanged = True
+        return vals, ideps, itrees, moved, vchanged, dchanged
+
+    def _shared_item(self, i: int, item: tuple[Any, ...], row: dict[str, Any]) -> _Shared:
+        """Evaluate row-free item ``i`` once for the flush (``row``: any row; it is not read)."""
+        plan = self.plan
+        icx = Cx(self.store)
+        v = plan.item_value(item, self.store, self.S, row, icx)
+        t = None if plan.quiet[i] else _item_tree(v, plan.item_keys is not None, icx)
+        deps: Any = (icx.reads, icx.subs) if icx.reads or icx.subs else None
+        old = self.sdeps.get(i, _ABSENT)
+        if old is not _ABSENT and old == deps:
+            deps = old
+        else:
+            self.sdeps[i] = deps
+        return _Shared(v, deps, t)
 
     def _keep_output(self, rid: str, vals: list[Any], ideps: list[Any], itrees: list[Any]
                      ) -> None:
@@ -524,6 +596,7 @@ class Proj:
         """Re-project, project or drop the dirty rows; ``held(proj, rid, row)`` says whether
         some materialisation of the group shows the row now. Fills ``recs``."""
         self.own0 = {}
+        self.shared = {}
         rows = self.store.table(self.plan.table).rows
         recs = self.recs
         dirty = self.dirty
@@ -531,31 +604,39 @@ class Proj:
         self.dirty = {}
         self.prev = {}
         pending: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-        for rid, toks in dirty.items():
-            row = rows.get(rid)
-            had = rid in self.outs
-            keep = row is not None and held(self, rid, row)
-            if not keep and not had:
-                continue
-            t0 = self.tree(rid) if had else NO_TREE
-            if keep:
-                assert row is not None
-                if not had:
-                    self.project(rid, row, None)
+        try:
+            for rid, toks in dirty.items():
+                row = rows.get(rid)
+                had = rid in self.outs
+                keep = row is not None and held(self, rid, row)
+                if not keep and not had:
+                    continue
+                t0 = self.tree(rid) if had else NO_TREE
+                if keep:
+                    assert row is not None
+                    if not had:
+                        self.project(rid, row, None)
+                    else:
+                        p = prev.get(rid, _ABSENT)
+                        if p is None:
+                            self.project(rid, row, None)  # deleted and created again
+                        elif toks or (p is not _ABSENT and not self._same_output(p, row)):
+                            self.project(rid, row, toks, p)
+                    t1 = self.tree(rid)
                 else:
-                    p = prev.get(rid, _ABSENT)
-                    if p is None:
-                        self.project(rid, row, None)  # deleted and created again
-                    elif toks or (p is not _ABSENT and not self._same_output(p, row)):
-                        self.project(rid, row, toks, p)
-                t1 = self.tree(rid)
-            else:
-                self.drop(rid)
-                t1 = NO_TREE
-            pending.append((rid, t0, t1))
+                    self.drop(rid)
+                    t1 = NO_TREE
+                pending.append((rid, t0, t1))
+        finally:
+            self.shared = None  # valid for this flush only
         # cleanness needs every owner change of the flush: decide it once all rows moved
+        vmoved = self.vmoved
         for rid, t0, t1 in pending:
-            recs[rid] = Rec(rid, t0, t1, True)
+            r = recs[rid] = Rec(rid, t0, t1, True)
+            if vmoved:
+                r.hint = vmoved.get(rid)
+        if vmoved:
+            self.vmoved = {}
         for rid, t0, t1 in pending:
             recs[rid].clean = self._clean(rid, t0, t1)
 
@@ -566,6 +647,20 @@ class Proj:
         self.own0 = None
         if self.multi0:
             self.multi0 = set()
+
+
+class _Shared:
+    """A row-free item's value, dependencies and members for one flush, and the last old
+    value it was compared with (an identity test then answers for the next row)."""
+
+    __slots__ = ("changed", "deps", "old", "tree", "value")
+
+    def __init__(self, value: Any, deps: Any, tree: Any) -> None:
+        self.value = value
+        self.deps = deps
+        self.tree = tree
+        self.old: Any = _ABSENT
+        self.changed = True
 
 
 def _members_of(v: Any) -> dict[str, Any] | None:

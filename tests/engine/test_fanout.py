@@ -1,0 +1,170 @@
+"""Writes that fan out: one write changing an uncorrelated subquery's rows changes every
+parent row of every view holding it (issue 33, the S09 shape of `bench_mixes.py`).
+
+A subquery that never reads ``$parent`` has one value for all parents: a flush computes it
+once per projection group (``Plan.row_free``, ``Proj.shared``), not once per parent row, and
+a parent whose item value changed is known to have changed without comparing its whole output
+again (``Rec.hint``). The random-write cases below check the outputs and every
+``delta.updated`` against SurrealDB for the shapes that path serves.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from surrealdb import RecordID
+
+from tests.engine.codec import Case, View, dump_case
+from tests.engine.gen import NUMBERS, STATUSES, make_rows, make_writes
+from tests.engine.runner import engine_api, run_case
+
+UNCORRELATED = ("(SELECT id, votes FROM comment WHERE votes >= $a ORDER BY votes DESC, id "
+                "LIMIT 3)")
+
+
+def _engine(parents: int) -> Any:
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(20)])
+    return e
+
+
+def _evals_per_write(parents: int) -> tuple[int, int]:
+    """(items evaluated, view-row changes) for one write that moves the subquery's top-3."""
+    e = _engine(parents)
+    for c in range(3):
+        e.register(f"v{c}", f"SELECT *, {UNCORRELATED} AS top FROM thread WHERE score >= $c",
+                   {"c": c, "a": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    before = proj.evals
+    d = e.ingest("comment", "UPDATE", "comment:5", {"id": RecordID("comment", 5), "votes": 99})
+    changes = sum(len(x.added) + len(x.removed) + len(x.updated) for x in d.values())
+    # every parent row of every view shows the new top-3
+    assert all(f"thread:{i}" in d["v0"].updated for i in range(parents))
+    assert d["v0"].added == {"comment:5"} and d["v0"].removed == {"comment:17"}
+    for row in e.result("v2"):
+        assert [x["id"] for x in row["top"]] == [RecordID("comment", i) for i in (5, 19, 18)]
+    return proj.evals - before, changes
+
+
+def test_an_uncorrelated_subquery_is_evaluated_once_per_write_not_per_parent() -> None:
+    # 40 and 400 parents, three views each: the subquery's value is computed once for the
+    # write (the old code evaluated it once per parent row: 40 and 400)
+    few, few_changes = _evals_per_write(40)
+    many, many_changes = _evals_per_write(400)
+    assert few_changes > 100 and many_changes > 1000  # the write does fan out
+    assert few == 1
+    assert many == 1
+
+
+def test_each_projection_group_evaluates_its_own_value_once() -> None:
+    # views whose subquery reads a different $a are different groups: one evaluation each
+    e = _engine(30)
+    for a in (0, 3, 6):
+        e.register(f"v{a}", f"SELECT *, {UNCORRELATED} AS top FROM thread WHERE score >= $c",
+                   {"c": 0, "a": a})
+    (circuit,) = e.circuits.values()
+    projs = list(circuit.projs.values())
+    assert len(projs) == 3
+    before = [p.evals for p in projs]
+    e.ingest("comment", "UPDATE", "comment:5", {"id": RecordID("comment", 5), "votes": 99})
+    assert [p.evals - b for p, b in zip(projs, before)] == [1, 1, 1]
+
+
+def test_a_write_the_output_does_not_show_updates_nothing() -> None:
+    # the parent row changes in a field it does not show, the shared value stays: no delta
+    # (a parent is said to have changed only when an item's value did)
+    e = _engine(10)
+    e.register("v", f"SELECT id, {UNCORRELATED} AS top FROM thread WHERE score >= $c",
+               {"c": 0, "a": 0})
+    d = e.ingest("thread", "UPDATE", "thread:3",
+                 {"id": RecordID("thread", 3), "score": 3, "title": "new"})
+    assert "v" not in d
+    d = e.ingest("comment", "UPDATE", "comment:1", {"id": RecordID("comment", 1), "votes": 2})
+    assert "v" not in d  # below the top-3: every parent keeps its value
+    d = e.ingest("comment", "UPDATE", "comment:19",
+                 {"id": RecordID("comment", 19), "votes": 19.0})
+    # 19 -> 19.0 is a change a client sees: the comment and every parent are updated
+    assert d["v"].updated == {"comment:19", *(f"thread:{i}" for i in range(10))}
+    assert not d["v"].added and not d["v"].removed
+
+
+def test_unregistering_after_a_fanning_write_drops_the_rows_no_view_shows() -> None:
+    # the write's flush notes which views show each row; a view unregistered after it must
+    # not be counted as still showing its rows
+    e = _engine(10)
+    e.register("lo", f"SELECT *, {UNCORRELATED} AS top FROM thread WHERE score < $c",
+               {"c": 3, "a": 0})
+    e.register("all", f"SELECT *, {UNCORRELATED} AS top FROM thread WHERE score < $c",
+               {"c": 100, "a": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    d = e.ingest("comment", "UPDATE", "comment:5", {"id": RecordID("comment", 5), "votes": 99})
+    assert len(d["all"].updated) == 10
+    e.unregister("all")
+    assert sorted(proj.outs) == ["thread:0", "thread:1", "thread:2"]
+    assert e.members("lo") == {"thread:0", "thread:1", "thread:2", "comment:5", "comment:19",
+                               "comment:18"}
+
+
+def test_a_correlated_subquery_is_still_evaluated_per_parent() -> None:
+    # `$parent` read: the value differs per parent, nothing is shared
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(10)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(20)])
+    e.register("v", "SELECT *, (SELECT id, votes FROM comment WHERE votes >= $parent.score "
+                    "ORDER BY votes DESC LIMIT 2) AS top FROM thread", {})
+    d = e.ingest("comment", "UPDATE", "comment:5", {"id": RecordID("comment", 5), "votes": 99})
+    assert {f"thread:{i}" for i in range(10)} <= set(d["v"].updated)
+    for row in e.result("v"):
+        assert [x["id"] for x in row["top"]] == [RecordID("comment", i) for i in (5, 19)]
+
+
+# Uncorrelated subqueries (dict rows, VALUE rows, `[0]`, nested, beside a correlated one,
+# with OMIT, an item named like a field of `*`), several views with different parameters
+FANOUT_SHAPES = [
+    ("SELECT *, (SELECT id, votes FROM comment WHERE votes >= $a ORDER BY votes DESC "
+     "LIMIT 3) AS top FROM thread WHERE score > $c"),
+    ("SELECT id, score, (SELECT VALUE id FROM comment ORDER BY id LIMIT 2) AS low, "
+     "(SELECT id, created_at FROM thread WHERE status IN $s ORDER BY created_at DESC LIMIT 3) "
+     "AS recent FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, votes FROM comment ORDER BY votes DESC LIMIT 1)[0] AS best, "
+     "(SELECT id, age FROM user WHERE age >= $a ORDER BY age LIMIT 2) AS young "
+     "FROM thread WHERE score <= $c"),
+    ("SELECT id, title, (SELECT id, votes FROM comment WHERE thread = $parent.id ORDER BY "
+     "votes DESC LIMIT 2) AS mine, (SELECT id, votes FROM comment ORDER BY votes DESC, id "
+     "LIMIT 2) AS all_top FROM thread WHERE score > $c"),
+    ("SELECT *, (SELECT id, score FROM thread ORDER BY score DESC LIMIT 2) AS score "
+     "FROM thread WHERE score > $c"),
+    ("SELECT *, (SELECT id, votes FROM comment ORDER BY votes LIMIT 3) AS top OMIT title "
+     "FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, votes, (SELECT id, age FROM user ORDER BY age DESC LIMIT 1) AS u "
+     "FROM comment WHERE votes > $a ORDER BY votes LIMIT 2) AS nest "
+     "FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, votes, thread.status AS st FROM comment ORDER BY votes DESC "
+     "LIMIT 2) AS top FROM thread WHERE score > $c"),
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("shape", range(len(FANOUT_SHAPES)))
+def test_uncorrelated_subqueries_under_random_writes_agree_with_surrealdb(shape: int,
+                                                                          seed: int) -> None:
+    surql = FANOUT_SHAPES[shape]
+    r = random.Random(74_000 + 10 * shape + seed)
+    rows = make_rows(r)
+    views = []
+    for _ in range(3):
+        params: dict[str, Any] = {"c": r.choice([-100, *NUMBERS]), "a": r.choice(NUMBERS)}
+        if "$s" in surql:
+            params["s"] = r.sample(STATUSES, 2)
+        views.append(View(surql, params))
+    case = Case(rows=rows, views=views, writes=make_writes(r, rows, 40),
+                note=f"fan-out shape {shape} seed {seed}", check_updated=True)
+    mismatch = run_case(case, check_updated=True)
+    assert mismatch is None, f"{mismatch}\n{dump_case(case)}"
