@@ -80,12 +80,16 @@ from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
 from engine.store import ikey, rid_text
 from engine.syntax import conjoin, conjuncts, query_slots
+from engine.value_order import sort_key
 from engine.values import NONE
 
 # what a write does to an entry's place in a group (Join._reach)
 LEAVE = 0  # the entry left the group (its row no longer qualifies, moved, or is deleted)
 ENTER = 1  # the entry entered the group
 STAY = 2  # the row stays at the same entry; its output or its residual may have changed
+# the row stays at the same entry with the same output; only fields its residual reads
+# changed: a window whose residual the row passes before and after (or neither) keeps it
+KEEP = 3
 
 # window modes: how the windows a write reaches are found in a group
 ONE = 0  # no bound from the parent, no residual: one window per group
@@ -134,11 +138,63 @@ def jkey(v: Any) -> Any:
     return xkey(v)
 
 
+class _Bottom:
+    """Compares below every sort key: the place of windows without a parent among the
+    residual-bound windows of a group."""
+
+    __slots__ = ("rank",)
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __lt__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank < other.rank
+        return True
+
+    def __le__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank <= other.rank
+        return True
+
+    def __gt__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank > other.rank
+        return False
+
+    def __ge__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank >= other.rank
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Bottom and self.rank == other.rank
+
+    def __hash__(self) -> int:
+        return 11 + self.rank
+
+
+_BOTTOM = _Bottom(0)
+_BOTTOM_NEXT = _Bottom(1)  # after every _BOTTOM, before every sort key
+
+
+def _bisect_right(keys: list[Any], k: Any) -> int:
+    """``bisect_right`` by ``<`` alone (sort keys and _Bottom compare only that way)."""
+    lo, hi = 0, len(keys)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if k < keys[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 class JoinSpec:
     """How a subquery plan's WHERE clause splits into keys, filter, bounds and residual."""
 
     __slots__ = ("build", "fields", "inner", "kfields", "kfns", "linner", "lo", "hi", "mode",
-                 "out_fields", "resid", "rfns", "rtest", "slots")
+                 "out_fields", "proj_fields", "rbound", "resid", "rfns", "rtest", "slots")
 
     def __init__(self) -> None:
         self.kfields: tuple[str, ...] = ()
@@ -154,11 +210,19 @@ class JoinSpec:
         # the residual reads fields of $parent without following a link from it: any parent
         # of a window answers it for a written inner row as every parent of the window would
         self.rtest = False
+        # the residual is one bound ``inner_field op <expression of $parent fields>``:
+        # (field, the row passes windows of higher bounds (< <=), parent-side value fn);
+        # a group keeps its windows sorted by that bound (Group.rkeys), so a write finds
+        # the windows whose answer it can change by bisection
+        self.rbound: tuple[str, bool, Any] | None = None
         self.mode = ONE
         self.build: tuple[str, Any] | None = None  # (field, value fn): an inner equality
         self.fields: frozenset[str] | None = None  # inner fields read (None: whole row)
         # inner fields the projection and the residual read
         self.out_fields: frozenset[str] | None = None
+        # inner fields the projection alone reads (None: the whole row): a write changing
+        # none of them shows the same output wherever the row stays
+        self.proj_fields: frozenset[str] | None = None
         self.slots: tuple[int, ...] = ()  # slots the window depends on
 
 
@@ -242,13 +306,18 @@ def join_spec(plan: Any) -> JoinSpec | None:
         else:
             spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
             spec.rtest = all(len(p) == 1 for p in paths)
+            if spec.rtest and len(resid) == 1 and lo is None and hi is None:
+                side = _field_vs_parent(resid[0])
+                if side is not None and side[1] in RANGE_OPS:
+                    spec.rbound = (side[0], side[1] in ("<", "<="),
+                                   compile_expr(side[2])[0])
     if resid or (lo is not None and hi is not None):
         spec.mode = ANY
     elif lo is not None:
         spec.mode = LO
     elif hi is not None:
         spec.mode = HI
-    spec.fields, spec.out_fields = _read_fields(q, resid)
+    spec.fields, spec.out_fields, spec.proj_fields = _read_fields(q, resid)
     # every slot the subquery reads, its projection and nested subqueries included: a
     # window's value is shared by the parents of one join state, so two views whose nested
     # subquery differs in a parameter must not share it
@@ -319,10 +388,11 @@ def _build_key(inner: list[Any]) -> tuple[str, Any] | None:
 
 
 def _read_fields(q: Any, resid: list[Any]
-                 ) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+                 ) -> tuple[frozenset[str] | None, frozenset[str] | None,
+                            frozenset[str] | None]:
     """The inner fields anything reads (a write changing none of them changes no window),
-    and those of the output and of the residual (a row staying at its place in its group
-    changes a window through them); None: the whole row."""
+    those of the output and of the residual (a row staying at its place in its group
+    changes a window through them), and those of the output alone; None: the whole row."""
     acc: set[str] = set()
     whole = False
     for c in conjuncts(q.where):
@@ -350,8 +420,8 @@ def _read_fields(q: Any, resid: list[Any]
         for p in _what(c)["fields"]:
             rfields.add(p[0])
     if whole:
-        return None, None
-    return frozenset(acc | out), frozenset(out | rfields)
+        return None, None, None
+    return frozenset(acc | out), frozenset(out | rfields), frozenset(out)
 
 
 def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
@@ -426,7 +496,7 @@ class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
     __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "extra", "limit", "pairs", "par", "parents", "reads", "value")
+                 "extra", "limit", "pairs", "par", "parents", "reads", "rk", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -457,6 +527,7 @@ class Win:
         # window as their reader (it is marked as a parent is: stale()); None: nothing
         self.reads: tuple[set[str], list[Any]] | None = None
         self.extra: dict[str, Any] = {}  # the rows of VALUE subqueries its rows show
+        self.rk: Any = None  # its place among the residual-bound windows (Group.rkeys)
 
     def stale(self, mark: Any) -> None:
         """Something the rows read changed (engine.flush.Pending.mark): detach the window
@@ -530,7 +601,8 @@ class Win:
 class Group:
     """The qualifying rows of one correlation key, in order, and the windows read of them."""
 
-    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "prev", "pv", "wins")
+    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "prev", "pv", "rkeys",
+                 "rwins", "wins")
 
     def __init__(self, join: Join, key: Any, pv: Any) -> None:
         self.join = join
@@ -541,6 +613,10 @@ class Group:
         # LO / HI modes: the windows sorted by their bound from the parent
         self.bkeys: list[Any] = []
         self.bwins: list[Win] = []
+        # a residual bound (JoinSpec.rbound): the windows sorted by the sort key of the
+        # bound's parent-side value
+        self.rkeys: list[Any] = []
+        self.rwins: list[Win] = []
         self.n = 0  # parents registered on its windows
         # window key -> the value of a detached window whose rows read other records, until
         # it is computed again (_reuse keeps the outputs that did not change)
@@ -551,7 +627,7 @@ class Join:
     """A subquery plan's join state for one value of the slots it reads."""
 
     __slots__ = ("S", "built", "edited", "groups", "lreads", "plan", "reached", "sliced", "spec",
-                 "store", "table", "walked")
+                 "store", "table", "tested", "walked")
 
     def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
         self.plan = plan
@@ -570,6 +646,7 @@ class Join:
         self.edited = 0
         self.sliced = 0
         self.walked = 0
+        self.tested = 0  # windows a write tested (bounds, cut, residual)
 
     # -- keys -------------------------------------------------------------------------
     def row_key(self, row: dict[str, Any]) -> Any:
@@ -607,6 +684,8 @@ class Join:
         g.prev = {}
         g.bkeys = []
         g.bwins = []
+        g.rkeys = []
+        g.rwins = []
         g.entries = None
         if not self.groups:
             self.lreads.clear()
@@ -625,6 +704,7 @@ class Join:
                 w.reads = None  # the engine's dependency indexes are cleared with it
             g.wins = {}
             g.bwins = []
+            g.rwins = []
         self.groups = {}
         self.lreads.clear()
 
@@ -702,6 +782,8 @@ class Join:
         value, wcx = self._outputs(ids, t, S, cx, wcx)
         if w is None:
             w = Win(g, wk, lo, hi)
+            if self.spec.rtest:
+                w.par = par
             self._attach(g, w)
         w.cut = cut
         if self.spec.rtest:
@@ -859,8 +941,24 @@ class Join:
         if g is not None and g.entries is None:
             self.build(g)
 
+    def _rkey(self, w: Win) -> Any:
+        """Where a window stands among its group's residual-bound windows (its bound's sort
+        key); None: it has no parent to ask (tested whatever a write's value)."""
+        rb = self.spec.rbound
+        if rb is None or w.par is None:
+            return None
+        cx = Cx(self.store)
+        v = rb[2](None, self.S, w.par, cx)
+        return sort_key(v)
+
     def _attach(self, g: Group, w: Win) -> None:
         g.wins[w.key] = w
+        if self.spec.rbound is not None:
+            k = self._rkey(w)
+            w.rk = k if k is not None else _BOTTOM
+            i = bisect_left(g.rkeys, w.rk)
+            g.rkeys.insert(i, w.rk)
+            g.rwins.insert(i, w)
         mode = self.spec.mode
         if mode == LO or mode == HI:
             k = w.lo if mode == LO else w.hi
@@ -880,6 +978,15 @@ class Join:
             self._unwatch(w)  # a detached window is read no more: nor are its rows' reads
         if g.wins.get(w.key) is w:
             del g.wins[w.key]
+        if self.spec.rbound is not None:
+            rw = g.rwins
+            i = bisect_left(g.rkeys, w.rk)
+            while i < len(rw):
+                if rw[i] is w:
+                    del g.rkeys[i]
+                    del rw[i]
+                    break
+                i += 1
         mode = self.spec.mode
         if mode == LO or mode == HI:
             k = w.lo if mode == LO else w.hi
@@ -945,6 +1052,13 @@ class Join:
             out = spec.out_fields
             if changed is not None and out is not None and changed.isdisjoint(out):
                 return  # same place, same output
+            pf = spec.proj_fields
+            if (changed is not None and pf is not None and changed.isdisjoint(pf)
+                    and spec.rtest):
+                # same place, same output, only what the residual reads changed: a window
+                # changes only where the residual's answer for the row did (KEEP)
+                self._reach(go[0], e, mark, (old, new), KEEP)
+                return
             self._reach(go[0], e, mark, (old, new), STAY)
             return
         if go is not None and go[1] is not None:
@@ -967,6 +1081,52 @@ class Join:
             if r is not None and resid(r, self.S, par, Cx(self.store)):
                 return True
         return False
+
+    def _rcands(self, g: Group, rows: tuple[Any, ...], op: int) -> list[Win]:
+        """The windows of a residual bound whose answer a row's versions can change: for a
+        row keeping its entry (KEEP), those whose bound lies between the row's old and new
+        values; otherwise those the row passes in some version (the bounds above its value
+        for ``<``/``<=``, below for ``>``/``>=``). Both ends inclusive: the residual itself
+        decides the windows at a bound equal to a value (and those without a parent, kept
+        at the front, are always candidates)."""
+        rb = self.spec.rbound
+        assert rb is not None
+        f, up, _fn = rb
+        keys = [sort_key(r.get(f, NONE)) for r in rows if r is not None]
+        rk = g.rkeys
+        rw = g.rwins
+        nfree = bisect_left(rk, _BOTTOM_NEXT)  # windows without a parent (at the front)
+        if not keys:
+            return list(rw)
+        a0 = min(keys)
+        b0 = max(keys)
+        if op == KEEP:
+            lo_i = bisect_left(rk, a0)
+            hi_i = _bisect_right(rk, b0)
+        elif up:
+            lo_i = bisect_left(rk, a0)
+            hi_i = len(rk)
+        else:
+            lo_i = nfree
+            hi_i = _bisect_right(rk, b0)
+        out = rw[:nfree]
+        out.extend(rw[max(lo_i, nfree):hi_i])
+        return out
+
+    def _same_answer(self, resid: Any, rows: tuple[Any, ...], par: Any) -> bool:
+        """Whether the residual gives the row's old and new versions (``rows``) the same
+        answer for parent ``par`` without reading another record: a row keeping its entry
+        and its output then leaves the window as it was (in it before and after, or in it
+        neither time)."""
+        ans: list[bool] = []
+        for r in rows:
+            if r is None:
+                return False
+            cx = Cx(self.store)
+            ans.append(bool(resid(r, self.S, par, cx)))
+            if cx.reads or cx.subs or cx.extra:
+                return False
+        return ans[0] == ans[-1]
 
     # -- the linked filter: records its paths read ----------------------------------------
     def _linked(self, rid: str, row: dict[str, Any]) -> bool:
@@ -1019,9 +1179,16 @@ class Join:
         hit: list[Win] = []
         if mode == ONE or mode == ANY:
             resid = self.spec.resid if rows else None
-            for w in g.wins.values():
+            wins: Any = g.wins.values()
+            if self.spec.rbound is not None and rows:
+                wins = self._rcands(g, rows, op)
+            for w in wins:
+                self.tested += 1
                 if (w.lo is None or w.lo < e) and (w.cut is None or not w.cut < e):
-                    if resid is not None and w.par is not None and not self._holds(
+                    if op == KEEP and w.par is not None:
+                        if self._same_answer(resid, rows, w.par):
+                            continue
+                    elif resid is not None and w.par is not None and not self._holds(
                             resid, rows, w.par):
                         continue
                     hit.append(w)
