@@ -1082,13 +1082,19 @@ class Join:
                 return True
         return False
 
-    def _rcands(self, g: Group, rows: tuple[Any, ...], op: int) -> list[Win]:
+    def _rcands(self, g: Group, rows: tuple[Any, ...], op: int, e: Any) -> list[Win]:
         """The windows of a residual bound whose answer a row's versions can change: for a
         row keeping its entry (KEEP), those whose bound lies between the row's old and new
         values; otherwise those the row passes in some version (the bounds above its value
-        for ``<``/``<=``, below for ``>``/``>=``). Both ends inclusive: the residual itself
-        decides the windows at a bound equal to a value (and those without a parent, kept
-        at the front, are always candidates)."""
+        for ``<``/``<=``, below for ``>``/``>=``) up to the first whose cut is before the
+        entry ``e``. Both ends inclusive: the residual itself decides the windows at a
+        bound equal to a value (and those without a parent, kept at the front, are always
+        candidates).
+
+        The early stop: a window lets through the rows of every window whose bound is
+        further from the row's value (``stock < 9`` holds every row ``stock < 5`` does), so
+        its first ``start + limit`` rows end no later than theirs: the cuts only move back
+        along the walk, and past the first cut before ``e`` none can hold it."""
         rb = self.spec.rbound
         assert rb is not None
         f, up, _fn = rb
@@ -1110,7 +1116,20 @@ class Join:
             lo_i = nfree
             hi_i = _bisect_right(rk, b0)
         out = rw[:nfree]
-        out.extend(rw[max(lo_i, nfree):hi_i])
+        if op == KEEP:
+            out.extend(rw[max(lo_i, nfree):hi_i])
+        elif up:
+            for i in range(max(lo_i, nfree), hi_i):
+                w = rw[i]
+                if w.cut is not None and w.cut < e:
+                    break
+                out.append(w)
+        else:
+            for i in range(hi_i - 1, nfree - 1, -1):
+                w = rw[i]
+                if w.cut is not None and w.cut < e:
+                    break
+                out.append(w)
         return out
 
     def _same_answer(self, resid: Any, rows: tuple[Any, ...], par: Any) -> bool:
@@ -1181,7 +1200,7 @@ class Join:
             resid = self.spec.resid if rows else None
             wins: Any = g.wins.values()
             if self.spec.rbound is not None and rows:
-                wins = self._rcands(g, rows, op)
+                wins = self._rcands(g, rows, op, e)
             for w in wins:
                 self.tested += 1
                 if (w.lo is None or w.lo < e) and (w.cut is None or not w.cut < e):

@@ -607,11 +607,11 @@ def test_windows_of_a_residual_bound_are_found_by_bisection() -> None:
                            for i in range(n)])
         e.register("v", ALL_CHEAPER, {"b": "x"})
         (j,) = _joins(e, "product")
-        t0 = getattr(j, "tested", 0)
+        t0 = j.tested
         e.ingest("product", "UPDATE", "product:3",
                  {"id": RecordID("product", 3), "category": "a", "stock": 25,
                   "created": 3 * 7 % n, "brand": "y"})
-        got.append(getattr(j, "tested", 0) - t0)
+        got.append(j.tested - t0)
     assert got == [2, 2]
 
 
@@ -678,3 +678,30 @@ def test_residual_bound_windows_equal_a_rebuilt_engine_under_random_writes() -> 
             if step % 25 == 24:
                 _same_as_rebuilt(e, views)
         assert sum(j.tested for j in _joins(e, "product")) > 0
+
+
+NEXT_ABOVE = ("SELECT id, (SELECT id, created FROM product WHERE category = $parent.category "
+              "AND stock > $parent.stock ORDER BY created LIMIT 3) AS above FROM product "
+              "WHERE brand = $b")
+
+
+def test_a_write_past_every_full_window_of_a_residual_bound_tests_few_windows() -> None:
+    # a product created after every other, with the highest stock: every parent's residual
+    # lets it through, but each full window (the next 3 products above the parent's stock,
+    # by date) ends before it; the walk down from its stock stops at the first full window.
+    # The old code tested every window of the group: 20 in a group of 200, 200 of 2,000
+    got = []
+    for n in (200, 2000):
+        e = ViewEngine()
+        e.load("product", [{"id": RecordID("product", i), "category": "a", "stock": i,
+                            "created": i, "brand": "x" if i % 10 == 0 else "y"}
+                           for i in range(n)])
+        e.register("v", NEXT_ABOVE, {"b": "x"})
+        (j,) = _joins(e, "product")
+        t0, e0 = j.tested, j.edited
+        d = e.ingest("product", "CREATE", f"product:{n}",
+                     {"id": RecordID("product", n), "category": "a", "stock": n,
+                      "created": n, "brand": "y"})
+        got.append((j.tested - t0, j.edited - e0, "v" in d))
+    # the first window of the walk (the parent of stock n - 10) is full and ends before it
+    assert got == [(0, 0, False), (0, 0, False)]
