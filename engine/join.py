@@ -496,7 +496,7 @@ class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
     __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "extra", "limit", "pairs", "par", "parents", "reads", "rk", "value")
+                 "extra", "limit", "pairs", "par", "parents", "reads", "rk", "start", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -522,6 +522,9 @@ class Win:
         self.members: dict[str, Any] | None = None
         self.medit = False  # every row shows only itself: members edit one by one
         self.limit: int | None = None  # the LIMIT of an edited window (``ents``)
+        # START of an edited window: ``ents`` then holds the entries before it too (its
+        # first START + LIMIT), ``limit`` counts them, and ``value`` shows ``ents[start:]``
+        self.start = 0
         # what the rows read beyond themselves (records, subquery scans and windows), for
         # a window cached although they do: registered in the engine's Deps with the
         # window as their reader (it is marked as a parent is: stale()); None: nothing
@@ -778,7 +781,17 @@ class Join:
                 cx.last = w.pairs
             return w.value
         t = self.store.table(self.table)
-        ids, cut, wcx = self._slice(g, lo, hi, start, limit, t.rows, S, par)
+        spec = self.spec
+        paged = (start > 0 and plan.flat is not None and not plan.value
+                 and (spec.resid is None or spec.rtest))
+        if paged:
+            # a page of flat outputs: kept with the entries before it, so that a write edits
+            # it where its entry stands (Join._edit_paged) instead of slicing it again
+            pids, cut, wcx = self._slice(g, lo, hi, 0, None if limit is None else start + limit,
+                                         t.rows, S, par)
+            ids = pids[start:]
+        else:
+            ids, cut, wcx = self._slice(g, lo, hi, start, limit, t.rows, S, par)
         value, wcx = self._outputs(ids, t, S, cx, wcx)
         if w is None:
             w = Win(g, wk, lo, hi)
@@ -800,6 +813,10 @@ class Join:
                 # entry leaving a full window pulls in the next one (Join._edit)
                 w.ents = ids
                 w.limit = limit
+            elif paged:
+                w.ents = pids
+                w.start = start
+                w.limit = None if limit is None else start + limit
         else:
             # the rows (or the residual) read other records, nested subqueries or hold the
             # rows of VALUE subqueries: the window is kept with what they read, registered
@@ -1223,7 +1240,8 @@ class Join:
                 j -= 1
         self.reached += len(hit)
         for w in hit:
-            if w.ents is None or not self._edit(w, e, rows, op):
+            if w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
+                                      else self._edit(w, e, rows, op)):
                 self.detach(g, w)
             for proj, rid in list(w.parents):
                 mark(proj, rid, w)
@@ -1284,6 +1302,43 @@ class Join:
                         return False
                 w.cut = ents[-1] if len(ents) == limit else w.hi
             w.value = new
+        self.edited += 1
+        return True
+
+    def _edit_paged(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool:
+        """Edit a window with START as :meth:`_edit` edits one without, over its entries
+        from the group's first (those before the page included), then show the entries
+        from START on: an entry before the page shifts it by one, which costs the page's
+        length, not the group's (a page used to be sliced again, the residual tested from
+        the group's first entry). False when the residual read another record."""
+        ents = w.ents
+        if ents is None or w.value is None:
+            return False
+        inn = False
+        if op != LEAVE:
+            row = rows[-1]
+            if row is not None and (w.lo is None or w.lo < e) and (w.hi is None or e < w.hi):
+                ok = self._passes(w, row)
+                if ok is None:
+                    return False
+                inn = ok
+        limit = w.limit
+        full = limit is not None and len(ents) == limit
+        i = bisect_left(ents, e)
+        if i < len(ents) and ents[i] == e:
+            del ents[i]
+        if inn:
+            ents.insert(i, e)
+        w.members = None  # found again from the new rows when a parent asks (Win.tree)
+        if limit is not None:
+            if len(ents) > limit:
+                del ents[limit:]
+            elif full and len(ents) < limit:
+                if not self._refill(w, ents, [], w.cut):
+                    return False
+            w.cut = ents[-1] if len(ents) == limit else w.hi
+        rows_of = self.store.table(self.table).rows
+        w.value = [self._out(x[-1], rows_of[x[-1]]) for x in ents[w.start:]]
         self.edited += 1
         return True
 

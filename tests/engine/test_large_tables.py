@@ -297,6 +297,12 @@ RESID_VIEWS = [
     "$parent.status ORDER BY created LIMIT 3 START 2) AS page FROM thread WHERE created < 300",
     "SELECT id, (SELECT id, score FROM thread WHERE status = $parent.status AND score > "
     "$parent.score ORDER BY id) AS above FROM thread WHERE created > 700",
+    # pages kept with the entries before them (engine.join.Join._edit_paged)
+    "SELECT id, (SELECT id, created FROM thread WHERE status = $parent.status AND score <= "
+    "$parent.score ORDER BY created DESC START 3) AS rest FROM thread WHERE created > 850",
+    "SELECT id, (SELECT id, score FROM thread WHERE status = $parent.status AND score < "
+    "$parent.score ORDER BY score DESC, id LIMIT 2 START 1) AS next FROM thread "
+    "WHERE created >= 500 AND created < 560",
 ]
 
 

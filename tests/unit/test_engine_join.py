@@ -622,7 +622,7 @@ RESID_BOUNDS = [
      f"AND stock {op} $parent.stock ORDER BY created DESC{win}) AS w FROM product "
      "WHERE brand = $b")
     for op in ("<", "<=", ">", ">=")
-    for win in ("", " LIMIT 3", " LIMIT 2 START 1")
+    for win in ("", " LIMIT 3", " LIMIT 2 START 1", " START 2")
 ] + [
     # the bound on the parent's side first, an expression of two parent fields
     "SELECT id, (SELECT id, created FROM product WHERE $parent.stock > stock AND category = "
@@ -705,3 +705,38 @@ def test_a_write_past_every_full_window_of_a_residual_bound_tests_few_windows() 
         got.append((j.tested - t0, j.edited - e0, "v" in d))
     # the first window of the walk (the parent of stock n - 10) is full and ends before it
     assert got == [(0, 0, False), (0, 0, False)]
+
+
+PAGE_CHEAPER = ("SELECT id, (SELECT id, created FROM product WHERE category = $parent.category "
+                "AND stock < $parent.stock ORDER BY created LIMIT 3 START 5) AS page FROM "
+                "product WHERE brand = $b")
+
+
+def _cost_of_a_write_before_the_pages(n: int) -> tuple[int, int, int]:
+    """A product created before every other (by date) in a category of ``n`` products, 22
+    of them parents whose page (START 5) its entry shifts or lengthens: (entries sliced,
+    windows edited, parents whose page changed)."""
+    e = ViewEngine()
+    e.load("product", [{"id": RecordID("product", i), "category": "a", "stock": i,
+                        "created": i * 7 % n,
+                        "brand": "x" if i % (n // 20) == 0 or i in (3, 6) else "y"}
+                       for i in range(n)])
+    e.register("v", PAGE_CHEAPER, {"b": "x"})
+    (j,) = _joins(e, "product")
+    s0, e0 = j.sliced, j.edited
+    d = e.ingest("product", "CREATE", f"product:{n}",
+                 {"id": RecordID("product", n), "category": "a", "stock": 0, "created": -1,
+                  "brand": "y"})
+    return j.sliced - s0, j.edited - e0, len(d["v"].updated)
+
+
+def test_a_write_before_a_page_edits_it_whatever_the_group_size() -> None:
+    # 19 parents hold 5 cheaper products before their page: the new one shifts each page by
+    # one; those of stock 3 and 6 have fewer than START + LIMIT cheaper ones (their page
+    # empty, or one row long, before). Each window is edited where the entry stands. The
+    # old code sliced each page again from the group's first entry, the residual tested per
+    # row, and the short pages to the group's end: 733 entries in a group of 200, 4,319 in
+    # one of 2,000
+    small = _cost_of_a_write_before_the_pages(200)
+    large = _cost_of_a_write_before_the_pages(2000)
+    assert small == large == (0, 21, 20)
