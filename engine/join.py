@@ -46,7 +46,15 @@ residual). The window keeps its members (:meth:`Win.tree`) edited the same way, 
 that changes one row of a group of 5,000 costs its own entry in each window it reaches, not
 the group, in the window, in the projection (``proj._item_tree``) or in the delta
 (``delta.counted_delta`` walks only the members some row's diff names). A window with START
-is detached and computed again (an entry before it shifts every row of the window).
+keeps its entries from the group's first (those before the page too) and is edited the same
+way; its rows are then taken again from START on (:meth:`Join._edit_paged`: an entry before
+the page shifts every row of it, which costs the page, not the group).
+
+With a residual that is one bound from the parent (``stock < $parent.stock`` ordered by
+``created_at``), a group keeps its windows sorted by the bound's value (``Group.rkeys``): a
+write that changes only what the residual reads reaches the windows whose bound lies
+between the old and the new value, and any other write walks from its value to the first
+window whose cut is before its entry (:meth:`Join._rcands`).
 
 A parent registers the windows it read through its dependencies (the :class:`Win` objects
 themselves are the tokens in ``Cx.subs``; :meth:`engine.deps.Deps.set_proj` adds and
