@@ -715,6 +715,7 @@ class Join:
                 w.reads = None  # the engine's dependency indexes are cleared with it
             g.wins = {}
             g.bwins = []
+            g.rkeys = []
             g.rwins = []
         self.groups = {}
         self.lreads.clear()
