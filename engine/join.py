@@ -46,7 +46,15 @@ residual). The window keeps its members (:meth:`Win.tree`) edited the same way, 
 that changes one row of a group of 5,000 costs its own entry in each window it reaches, not
 the group, in the window, in the projection (``proj._item_tree``) or in the delta
 (``delta.counted_delta`` walks only the members some row's diff names). A window with START
-is detached and computed again (an entry before it shifts every row of the window).
+keeps its entries from the group's first (those before the page too) and is edited the same
+way; its rows are then taken again from START on (:meth:`Join._edit_paged`: an entry before
+the page shifts every row of it, which costs the page, not the group).
+
+With a residual that is one bound from the parent (``stock < $parent.stock`` ordered by
+``created_at``), a group keeps its windows sorted by the bound's value (``Group.rkeys``): a
+write that changes only what the residual reads reaches the windows whose bound lies
+between the old and the new value, and any other write walks from its value to the first
+window whose cut is before its entry (:meth:`Join._rcands`).
 
 A parent registers the windows it read through its dependencies (the :class:`Win` objects
 themselves are the tokens in ``Cx.subs``; :meth:`engine.deps.Deps.set_proj` adds and
@@ -80,12 +88,16 @@ from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
 from engine.store import ikey, rid_text
 from engine.syntax import conjoin, conjuncts, query_slots
+from engine.value_order import sort_key
 from engine.values import NONE
 
 # what a write does to an entry's place in a group (Join._reach)
 LEAVE = 0  # the entry left the group (its row no longer qualifies, moved, or is deleted)
 ENTER = 1  # the entry entered the group
 STAY = 2  # the row stays at the same entry; its output or its residual may have changed
+# the row stays at the same entry with the same output; only fields its residual reads
+# changed: a window whose residual the row passes before and after (or neither) keeps it
+KEEP = 3
 
 # window modes: how the windows a write reaches are found in a group
 ONE = 0  # no bound from the parent, no residual: one window per group
@@ -134,11 +146,63 @@ def jkey(v: Any) -> Any:
     return xkey(v)
 
 
+class _Bottom:
+    """Compares below every sort key: the place of windows without a parent among the
+    residual-bound windows of a group."""
+
+    __slots__ = ("rank",)
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __lt__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank < other.rank
+        return True
+
+    def __le__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank <= other.rank
+        return True
+
+    def __gt__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank > other.rank
+        return False
+
+    def __ge__(self, other: object) -> bool:
+        if type(other) is _Bottom:
+            return self.rank >= other.rank
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Bottom and self.rank == other.rank
+
+    def __hash__(self) -> int:
+        return 11 + self.rank
+
+
+_BOTTOM = _Bottom(0)
+_BOTTOM_NEXT = _Bottom(1)  # after every _BOTTOM, before every sort key
+
+
+def _bisect_right(keys: list[Any], k: Any) -> int:
+    """``bisect_right`` by ``<`` alone (sort keys and _Bottom compare only that way)."""
+    lo, hi = 0, len(keys)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if k < keys[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 class JoinSpec:
     """How a subquery plan's WHERE clause splits into keys, filter, bounds and residual."""
 
     __slots__ = ("build", "fields", "inner", "kfields", "kfns", "linner", "lo", "hi", "mode",
-                 "out_fields", "resid", "rfns", "rtest", "slots")
+                 "out_fields", "proj_fields", "rbound", "resid", "rfns", "rtest", "slots")
 
     def __init__(self) -> None:
         self.kfields: tuple[str, ...] = ()
@@ -154,11 +218,19 @@ class JoinSpec:
         # the residual reads fields of $parent without following a link from it: any parent
         # of a window answers it for a written inner row as every parent of the window would
         self.rtest = False
+        # the residual is one bound ``inner_field op <expression of $parent fields>``:
+        # (field, the row passes windows of higher bounds (< <=), parent-side value fn);
+        # a group keeps its windows sorted by that bound (Group.rkeys), so a write finds
+        # the windows whose answer it can change by bisection
+        self.rbound: tuple[str, bool, Any] | None = None
         self.mode = ONE
         self.build: tuple[str, Any] | None = None  # (field, value fn): an inner equality
         self.fields: frozenset[str] | None = None  # inner fields read (None: whole row)
         # inner fields the projection and the residual read
         self.out_fields: frozenset[str] | None = None
+        # inner fields the projection alone reads (None: the whole row): a write changing
+        # none of them shows the same output wherever the row stays
+        self.proj_fields: frozenset[str] | None = None
         self.slots: tuple[int, ...] = ()  # slots the window depends on
 
 
@@ -242,13 +314,18 @@ def join_spec(plan: Any) -> JoinSpec | None:
         else:
             spec.rfns = [compile_expr(("parent", p))[0] for p in dict.fromkeys(paths)]
             spec.rtest = all(len(p) == 1 for p in paths)
+            if spec.rtest and len(resid) == 1 and lo is None and hi is None:
+                side = _field_vs_parent(resid[0])
+                if side is not None and side[1] in RANGE_OPS:
+                    spec.rbound = (side[0], side[1] in ("<", "<="),
+                                   compile_expr(side[2])[0])
     if resid or (lo is not None and hi is not None):
         spec.mode = ANY
     elif lo is not None:
         spec.mode = LO
     elif hi is not None:
         spec.mode = HI
-    spec.fields, spec.out_fields = _read_fields(q, resid)
+    spec.fields, spec.out_fields, spec.proj_fields = _read_fields(q, resid)
     # every slot the subquery reads, its projection and nested subqueries included: a
     # window's value is shared by the parents of one join state, so two views whose nested
     # subquery differs in a parameter must not share it
@@ -319,10 +396,11 @@ def _build_key(inner: list[Any]) -> tuple[str, Any] | None:
 
 
 def _read_fields(q: Any, resid: list[Any]
-                 ) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+                 ) -> tuple[frozenset[str] | None, frozenset[str] | None,
+                            frozenset[str] | None]:
     """The inner fields anything reads (a write changing none of them changes no window),
-    and those of the output and of the residual (a row staying at its place in its group
-    changes a window through them); None: the whole row."""
+    those of the output and of the residual (a row staying at its place in its group
+    changes a window through them), and those of the output alone; None: the whole row."""
     acc: set[str] = set()
     whole = False
     for c in conjuncts(q.where):
@@ -350,8 +428,8 @@ def _read_fields(q: Any, resid: list[Any]
         for p in _what(c)["fields"]:
             rfields.add(p[0])
     if whole:
-        return None, None
-    return frozenset(acc | out), frozenset(out | rfields)
+        return None, None, None
+    return frozenset(acc | out), frozenset(out | rfields), frozenset(out)
 
 
 def _field_vs_parent(c: Any) -> tuple[str, str, Any] | None:
@@ -426,7 +504,7 @@ class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
     __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "extra", "limit", "pairs", "par", "parents", "reads", "value")
+                 "extra", "limit", "pairs", "par", "parents", "reads", "rk", "start", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -452,11 +530,15 @@ class Win:
         self.members: dict[str, Any] | None = None
         self.medit = False  # every row shows only itself: members edit one by one
         self.limit: int | None = None  # the LIMIT of an edited window (``ents``)
+        # START of an edited window: ``ents`` then holds the entries before it too (its
+        # first START + LIMIT), ``limit`` counts them, and ``value`` shows ``ents[start:]``
+        self.start = 0
         # what the rows read beyond themselves (records, subquery scans and windows), for
         # a window cached although they do: registered in the engine's Deps with the
         # window as their reader (it is marked as a parent is: stale()); None: nothing
         self.reads: tuple[set[str], list[Any]] | None = None
         self.extra: dict[str, Any] = {}  # the rows of VALUE subqueries its rows show
+        self.rk: Any = None  # its place among the residual-bound windows (Group.rkeys)
 
     def stale(self, mark: Any) -> None:
         """Something the rows read changed (engine.flush.Pending.mark): detach the window
@@ -530,7 +612,8 @@ class Win:
 class Group:
     """The qualifying rows of one correlation key, in order, and the windows read of them."""
 
-    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "prev", "pv", "wins")
+    __slots__ = ("bkeys", "bwins", "entries", "join", "key", "n", "prev", "pv", "rkeys",
+                 "rwins", "wins")
 
     def __init__(self, join: Join, key: Any, pv: Any) -> None:
         self.join = join
@@ -541,6 +624,10 @@ class Group:
         # LO / HI modes: the windows sorted by their bound from the parent
         self.bkeys: list[Any] = []
         self.bwins: list[Win] = []
+        # a residual bound (JoinSpec.rbound): the windows sorted by the sort key of the
+        # bound's parent-side value
+        self.rkeys: list[Any] = []
+        self.rwins: list[Win] = []
         self.n = 0  # parents registered on its windows
         # window key -> the value of a detached window whose rows read other records, until
         # it is computed again (_reuse keeps the outputs that did not change)
@@ -551,7 +638,7 @@ class Join:
     """A subquery plan's join state for one value of the slots it reads."""
 
     __slots__ = ("S", "built", "edited", "groups", "lreads", "plan", "reached", "sliced", "spec",
-                 "store", "table", "walked")
+                 "store", "table", "tested", "walked")
 
     def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
         self.plan = plan
@@ -570,6 +657,7 @@ class Join:
         self.edited = 0
         self.sliced = 0
         self.walked = 0
+        self.tested = 0  # windows a write tested (bounds, cut, residual)
 
     # -- keys -------------------------------------------------------------------------
     def row_key(self, row: dict[str, Any]) -> Any:
@@ -607,6 +695,8 @@ class Join:
         g.prev = {}
         g.bkeys = []
         g.bwins = []
+        g.rkeys = []
+        g.rwins = []
         g.entries = None
         if not self.groups:
             self.lreads.clear()
@@ -625,6 +715,8 @@ class Join:
                 w.reads = None  # the engine's dependency indexes are cleared with it
             g.wins = {}
             g.bwins = []
+            g.rkeys = []
+            g.rwins = []
         self.groups = {}
         self.lreads.clear()
 
@@ -698,10 +790,22 @@ class Join:
                 cx.last = w.pairs
             return w.value
         t = self.store.table(self.table)
-        ids, cut, wcx = self._slice(g, lo, hi, start, limit, t.rows, S, par)
+        spec = self.spec
+        paged = (start > 0 and plan.flat is not None and not plan.value
+                 and (spec.resid is None or spec.rtest))
+        if paged:
+            # a page of flat outputs: kept with the entries before it, so that a write edits
+            # it where its entry stands (Join._edit_paged) instead of slicing it again
+            pids, cut, wcx = self._slice(g, lo, hi, 0, None if limit is None else start + limit,
+                                         t.rows, S, par)
+            ids = pids[start:]
+        else:
+            ids, cut, wcx = self._slice(g, lo, hi, start, limit, t.rows, S, par)
         value, wcx = self._outputs(ids, t, S, cx, wcx)
         if w is None:
             w = Win(g, wk, lo, hi)
+            if self.spec.rtest:
+                w.par = par
             self._attach(g, w)
         w.cut = cut
         if self.spec.rtest:
@@ -718,6 +822,10 @@ class Join:
                 # entry leaving a full window pulls in the next one (Join._edit)
                 w.ents = ids
                 w.limit = limit
+            elif paged:
+                w.ents = pids
+                w.start = start
+                w.limit = None if limit is None else start + limit
         else:
             # the rows (or the residual) read other records, nested subqueries or hold the
             # rows of VALUE subqueries: the window is kept with what they read, registered
@@ -859,8 +967,24 @@ class Join:
         if g is not None and g.entries is None:
             self.build(g)
 
+    def _rkey(self, w: Win) -> Any:
+        """Where a window stands among its group's residual-bound windows (its bound's sort
+        key); None: it has no parent to ask (tested whatever a write's value)."""
+        rb = self.spec.rbound
+        if rb is None or w.par is None:
+            return None
+        cx = Cx(self.store)
+        v = rb[2](None, self.S, w.par, cx)
+        return sort_key(v)
+
     def _attach(self, g: Group, w: Win) -> None:
         g.wins[w.key] = w
+        if self.spec.rbound is not None:
+            k = self._rkey(w)
+            w.rk = k if k is not None else _BOTTOM
+            i = bisect_left(g.rkeys, w.rk)
+            g.rkeys.insert(i, w.rk)
+            g.rwins.insert(i, w)
         mode = self.spec.mode
         if mode == LO or mode == HI:
             k = w.lo if mode == LO else w.hi
@@ -880,6 +1004,15 @@ class Join:
             self._unwatch(w)  # a detached window is read no more: nor are its rows' reads
         if g.wins.get(w.key) is w:
             del g.wins[w.key]
+        if self.spec.rbound is not None:
+            rw = g.rwins
+            i = bisect_left(g.rkeys, w.rk)
+            while i < len(rw):
+                if rw[i] is w:
+                    del g.rkeys[i]
+                    del rw[i]
+                    break
+                i += 1
         mode = self.spec.mode
         if mode == LO or mode == HI:
             k = w.lo if mode == LO else w.hi
@@ -945,6 +1078,13 @@ class Join:
             out = spec.out_fields
             if changed is not None and out is not None and changed.isdisjoint(out):
                 return  # same place, same output
+            pf = spec.proj_fields
+            if (changed is not None and pf is not None and changed.isdisjoint(pf)
+                    and spec.rtest):
+                # same place, same output, only what the residual reads changed: a window
+                # changes only where the residual's answer for the row did (KEEP)
+                self._reach(go[0], e, mark, (old, new), KEEP)
+                return
             self._reach(go[0], e, mark, (old, new), STAY)
             return
         if go is not None and go[1] is not None:
@@ -967,6 +1107,71 @@ class Join:
             if r is not None and resid(r, self.S, par, Cx(self.store)):
                 return True
         return False
+
+    def _rcands(self, g: Group, rows: tuple[Any, ...], op: int, e: Any) -> list[Win]:
+        """The windows of a residual bound whose answer a row's versions can change: for a
+        row keeping its entry (KEEP), those whose bound lies between the row's old and new
+        values; otherwise those the row passes in some version (the bounds above its value
+        for ``<``/``<=``, below for ``>``/``>=``) up to the first whose cut is before the
+        entry ``e``. Both ends inclusive: the residual itself decides the windows at a
+        bound equal to a value (and those without a parent, kept at the front, are always
+        candidates).
+
+        The early stop: a window lets through the rows of every window whose bound is
+        further from the row's value (``stock < 9`` holds every row ``stock < 5`` does), so
+        its first ``start + limit`` rows end no later than theirs: the cuts only move back
+        along the walk, and past the first cut before ``e`` none can hold it."""
+        rb = self.spec.rbound
+        assert rb is not None
+        f, up, _fn = rb
+        keys = [sort_key(r.get(f, NONE)) for r in rows if r is not None]
+        rk = g.rkeys
+        rw = g.rwins
+        nfree = bisect_left(rk, _BOTTOM_NEXT)  # windows without a parent (at the front)
+        if not keys:
+            return list(rw)
+        a0 = min(keys)
+        b0 = max(keys)
+        if op == KEEP:
+            lo_i = bisect_left(rk, a0)
+            hi_i = _bisect_right(rk, b0)
+        elif up:
+            lo_i = bisect_left(rk, a0)
+            hi_i = len(rk)
+        else:
+            lo_i = nfree
+            hi_i = _bisect_right(rk, b0)
+        out = rw[:nfree]
+        if op == KEEP:
+            out.extend(rw[max(lo_i, nfree):hi_i])
+        elif up:
+            for i in range(max(lo_i, nfree), hi_i):
+                w = rw[i]
+                if w.cut is not None and w.cut < e:
+                    break
+                out.append(w)
+        else:
+            for i in range(hi_i - 1, nfree - 1, -1):
+                w = rw[i]
+                if w.cut is not None and w.cut < e:
+                    break
+                out.append(w)
+        return out
+
+    def _same_answer(self, resid: Any, rows: tuple[Any, ...], par: Any) -> bool:
+        """Whether the residual gives the row's old and new versions (``rows``) the same
+        answer for parent ``par`` without reading another record: a row keeping its entry
+        and its output then leaves the window as it was (in it before and after, or in it
+        neither time)."""
+        ans: list[bool] = []
+        for r in rows:
+            if r is None:
+                return False
+            cx = Cx(self.store)
+            ans.append(bool(resid(r, self.S, par, cx)))
+            if cx.reads or cx.subs or cx.extra:
+                return False
+        return ans[0] == ans[-1]
 
     # -- the linked filter: records its paths read ----------------------------------------
     def _linked(self, rid: str, row: dict[str, Any]) -> bool:
@@ -1019,9 +1224,16 @@ class Join:
         hit: list[Win] = []
         if mode == ONE or mode == ANY:
             resid = self.spec.resid if rows else None
-            for w in g.wins.values():
+            wins: Any = g.wins.values()
+            if self.spec.rbound is not None and rows:
+                wins = self._rcands(g, rows, op, e)
+            for w in wins:
+                self.tested += 1
                 if (w.lo is None or w.lo < e) and (w.cut is None or not w.cut < e):
-                    if resid is not None and w.par is not None and not self._holds(
+                    if op == KEEP and w.par is not None:
+                        if self._same_answer(resid, rows, w.par):
+                            continue
+                    elif resid is not None and w.par is not None and not self._holds(
                             resid, rows, w.par):
                         continue
                     hit.append(w)
@@ -1037,7 +1249,8 @@ class Join:
                 j -= 1
         self.reached += len(hit)
         for w in hit:
-            if w.ents is None or not self._edit(w, e, rows, op):
+            if w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
+                                      else self._edit(w, e, rows, op)):
                 self.detach(g, w)
             for proj, rid in list(w.parents):
                 mark(proj, rid, w)
@@ -1098,6 +1311,43 @@ class Join:
                         return False
                 w.cut = ents[-1] if len(ents) == limit else w.hi
             w.value = new
+        self.edited += 1
+        return True
+
+    def _edit_paged(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool:
+        """Edit a window with START as :meth:`_edit` edits one without, over its entries
+        from the group's first (those before the page included), then show the entries
+        from START on: an entry before the page shifts it by one, which costs the page's
+        length, not the group's (a page used to be sliced again, the residual tested from
+        the group's first entry). False when the residual read another record."""
+        ents = w.ents
+        if ents is None or w.value is None:
+            return False
+        inn = False
+        if op != LEAVE:
+            row = rows[-1]
+            if row is not None and (w.lo is None or w.lo < e) and (w.hi is None or e < w.hi):
+                ok = self._passes(w, row)
+                if ok is None:
+                    return False
+                inn = ok
+        limit = w.limit
+        full = limit is not None and len(ents) == limit
+        i = bisect_left(ents, e)
+        if i < len(ents) and ents[i] == e:
+            del ents[i]
+        if inn:
+            ents.insert(i, e)
+        w.members = None  # found again from the new rows when a parent asks (Win.tree)
+        if limit is not None:
+            if len(ents) > limit:
+                del ents[limit:]
+            elif full and len(ents) < limit:
+                if not self._refill(w, ents, [], w.cut):
+                    return False
+            w.cut = ents[-1] if len(ents) == limit else w.hi
+        rows_of = self.store.table(self.table).rows
+        w.value = [self._out(x[-1], rows_of[x[-1]]) for x in ents[w.start:]]
         self.edited += 1
         return True
 
