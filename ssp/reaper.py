@@ -26,7 +26,7 @@ publication leaves the database time, so the edge tables converge to "one row pe
   (`Publisher.claim`) so no flush writes them during its transaction;
 - the queue in memory is compact and bounded: per view, its edge table and its members'
   texts (each edge id is rebuilt at reap time, `ssp.naming.edge_id`), at most `MAX_QUEUED`
-  edges, ~120 bytes each (`loadtests/probe_reaper_queue.py`; a dict of whole edge ids took
+  edges, ~90 bytes each (`loadtests/probe_reaper_queue.py`; a dict of whole edge ids took
   ~220 and grew to 200,000 of them under a steady load). An edge retired while the queue is
   full is not forgotten: its table is remembered by name (`overflow`), and once the queue has
   emptied the reaper lists that table's retired rows from the database (`REFILL`, at most
