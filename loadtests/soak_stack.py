@@ -3,7 +3,7 @@ write-to-edge latency per window.
 
     .venv/bin/python loadtests/soak_stack.py [--minutes 10] [--rate 500] [--rows 20000]
         [--users 1000] [--view-users 200] [--views-per-user 10] [--ssps 2] [--window 60]
-        [--ref-mode dedicated|single] [--data DIR] [--stack-root PATH]
+        [--ref-mode dedicated|single] [--data DIR] [--stack-root PATH] [--memory-log PATH]
     .venv/bin/python loadtests/soak_stack.py --short          # a 20-second smoke run
 
 What runs: `python -m stack --memory --ssps 2` (database host, `svc schema apply`, the
@@ -25,6 +25,9 @@ Per window (`--window` seconds) it prints:
   user's edge table; this covers the changefeed tail, the scheduler, the SSP and publication,
 - the SSPs' own publication p99 (hub arrival to edge commit, `/debug/memory`) and backlog
   (unpublished edge operations, the oldest one's age),
+- the retired edges the SSPs' reapers hold in memory (`reaper q`, bounded by
+  `SVC_SSP_REAPER_MAX_QUEUED` each; with `--memory-log PATH` every SSP's whole `/debug/memory`
+  and every process's RSS go to PATH, one JSON line per window),
 - resident memory (MB) of every process: the database host, the scheduler, and per SSP its
   hub, its shards and its gateway workers; and the size of the stack's temporary directory
   (the scheduler's WAL and replica with --memory).
