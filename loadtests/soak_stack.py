@@ -3,7 +3,7 @@ write-to-edge latency per window.
 
     .venv/bin/python loadtests/soak_stack.py [--minutes 10] [--rate 500] [--rows 20000]
         [--users 1000] [--view-users 200] [--views-per-user 10] [--ssps 2] [--window 60]
-        [--ref-mode dedicated|single] [--data DIR] [--stack-root PATH]
+        [--ref-mode dedicated|single] [--data DIR] [--stack-root PATH] [--memory-log PATH]
     .venv/bin/python loadtests/soak_stack.py --short          # a 20-second smoke run
 
 What runs: `python -m stack --memory --ssps 2` (database host, `svc schema apply`, the
@@ -25,6 +25,9 @@ Per window (`--window` seconds) it prints:
   user's edge table; this covers the changefeed tail, the scheduler, the SSP and publication,
 - the SSPs' own publication p99 (hub arrival to edge commit, `/debug/memory`) and backlog
   (unpublished edge operations, the oldest one's age),
+- the retired edges the SSPs' reapers hold in memory (`reaper q`, bounded by
+  `SVC_SSP_REAPER_MAX_QUEUED` each; with `--memory-log PATH` every SSP's whole `/debug/memory`
+  and every process's RSS go to PATH, one JSON line per window),
 - resident memory (MB) of every process: the database host, the scheduler, and per SSP its
   hub, its shards and its gateway workers; and the size of the stack's temporary directory
   (the scheduler's WAL and replica with --memory).
@@ -43,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -132,6 +136,8 @@ class Window:
     oldest_ms: list[float]
     rss: dict[str, float]
     tmp_mb: float
+    queued: list[int] = field(default_factory=list)  # each SSP's reaper queue (edges)
+    memory: list[dict[str, Any]] = field(default_factory=list)  # each SSP's `/debug/memory`
 
 
 @dataclass
@@ -476,10 +482,10 @@ async def prober(run: Run, stop: asyncio.Event) -> None:
         await db.close()
 
 
-async def ssp_publication(http: aiohttp.ClientSession, run: Run, reset: bool = False
-                          ) -> list[dict[str, Any]]:
-    """Each SSP's `/debug/memory` publication figures (`reset`: then start a new latency
-    window; the figures returned are those before the reset)."""
+async def ssp_memory(http: aiohttp.ClientSession, run: Run, reset: bool = False
+                     ) -> list[dict[str, Any]]:
+    """Each SSP's `/debug/memory` (`reset`: then start a new latency window; the figures
+    returned are those before the reset)."""
     out = []
     for port in run.ssp_ports:
         try:
@@ -487,7 +493,7 @@ async def ssp_publication(http: aiohttp.ClientSession, run: Run, reset: bool = F
                                 headers={"Authorization": "Bearer soak"},
                                 timeout=aiohttp.ClientTimeout(total=10)) as r:
                 body = await r.json(content_type=None)
-                out.append(body.get("publication", {}))
+                out.append(body if isinstance(body, dict) else {})
             if reset:
                 async with http.get(f"http://127.0.0.1:{port}/debug/memory?reset_latency=1",
                                     headers={"Authorization": "Bearer soak"},
@@ -502,12 +508,13 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
                   started: float, stack_tmp: Path | None) -> None:
     assert run.stack is not None
     last_writes, last_at = run.writes, time.monotonic()
-    await ssp_publication(http, run, reset=True)  # start the SSPs' latency windows
+    await ssp_memory(http, run, reset=True)  # start the SSPs' latency windows
     while not stop.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), run.args.window)
         now = time.monotonic()
-        pubs = await ssp_publication(http, run, reset=True)
+        mems = await ssp_memory(http, run, reset=True)
+        pubs = [m.get("publication") or {} for m in mems]
         e2e, run.e2e = run.e2e, []
         w = Window(minute=(now - started) / 60,
                    writes_per_s=(run.writes - last_writes) / max(1e-9, now - last_at),
@@ -516,7 +523,9 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
                    backlog=[int(p.get("pending_operations") or 0) for p in pubs],
                    oldest_ms=[float(p.get("oldest_age_ms") or 0) for p in pubs],
                    rss=group_rss(stack_processes(run.stack.pid)),
-                   tmp_mb=dir_mb(stack_tmp) if stack_tmp else 0.0)
+                   tmp_mb=dir_mb(stack_tmp) if stack_tmp else 0.0,
+                   queued=[int((m.get("reaper") or {}).get("queued") or 0) for m in mems],
+                   memory=mems)
         last_writes, last_at = run.writes, now
         run.windows.append(w)
         print_window(run, w)
@@ -525,7 +534,7 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
 def print_header(run: Run, labels: list[str]) -> None:
     cols = " ".join(f"{lab[-16:]:>16}" for lab in labels)
     print(f"\n{'min':>5} {'writes/s':>8} {'e2e p50':>8} {'e2e p99':>8} {'ssp p99':>8} "
-          f"{'backlog':>8} {'oldest s':>8} {'tmp MB':>7} {cols}   (RSS MB)", flush=True)
+          f"{'backlog':>8} {'oldest s':>8} {'reaper q':>8} {'tmp MB':>7} {cols}   (RSS MB)", flush=True)
 
 
 def print_window(run: Run, w: Window) -> None:
@@ -538,7 +547,12 @@ def print_window(run: Run, w: Window) -> None:
           f"{e50 if e50 is not None else float('nan'):>8.0f} "
           f"{e99 if e99 is not None else float('nan'):>8.0f} "
           f"{max(p99s) if p99s else float('nan'):>8.0f} {sum(w.backlog):>8} "
-          f"{max(w.oldest_ms) / 1000:>8.1f} {w.tmp_mb:>7.1f} {cols}", flush=True)
+          f"{max(w.oldest_ms) / 1000:>8.1f} {sum(w.queued):>8} {w.tmp_mb:>7.1f} {cols}",
+          flush=True)
+    if run.args.memory_log is not None:
+        with run.args.memory_log.open("a") as f:
+            f.write(json.dumps({"minute": round(w.minute, 2), "rss": w.rss,
+                                "ssps": w.memory}) + "\n")
 
 
 async def compare_edges(run: Run, db: Database, specs: list[dict[str, Any]]
@@ -579,7 +593,7 @@ async def compare_edges(run: Run, db: Database, specs: list[dict[str, Any]]
 async def drained(http: aiohttp.ClientSession, run: Run, timeout: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        pubs = await ssp_publication(http, run)
+        pubs = [m.get("publication") or {} for m in await ssp_memory(http, run)]
         if all(p and not p.get("pending_operations") for p in pubs):
             return time.monotonic() - t0
         await asyncio.sleep(1.0)
@@ -762,6 +776,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stack-root", type=Path, default=None,
                    help="run the stack from another checkout (a 'before' figure; the "
                         "benchmark stays this checkout's)")
+    p.add_argument("--memory-log", type=Path, default=None,
+                   help="append each window's RSS and every SSP's /debug/memory (JSON lines)")
     p.add_argument("--short", action="store_true",
                    help="smoke run: 20 s, 1,000 posts, 50 views, 100 updates/s, 5 s windows")
     args = p.parse_args(argv)

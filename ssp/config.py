@@ -198,6 +198,9 @@ class SspConfig:
     # ours (SVC_SSP_RECONCILE_MS): a slice of views' edges and rows read back and repaired
     # every this many ms (ssp.hub.reconcile); 0 = off
     reconcile_ms: int = 1000
+    # ours (SVC_SSP_REAPER_MAX_QUEUED): retired edges the reaper keeps in memory (mode
+    # `dedicated`); more wait in the database for its refill (ssp.reaper)
+    reaper_max_queued: int = 20_000
     # the standalone maintenance plane (ssp.hub.backups): OBJSTORE_* (one parser, shared with the
     # scheduler), SVC_PROJECT_SLUG (the storage prefix), ours SVC_BACKUP_PAUSE_AT (crash tests)
     objstore: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
@@ -342,6 +345,8 @@ class SspConfig:
             shard_call_timeout_secs=_int(env, "SVC_SSP_SHARD_TIMEOUT_SECS", 120,
                                          minimum=1),  # ours
             reconcile_ms=_int(env, "SVC_SSP_RECONCILE_MS", 1000),  # ours
+            reaper_max_queued=_int(env, "SVC_SSP_REAPER_MAX_QUEUED", 20_000,
+                                   minimum=1),  # ours
             objstore=objstore_from_env(env),
             project_slug=env.get("SVC_PROJECT_SLUG", "").strip() or "default",
             backup_pause_at=_pause_at(env),

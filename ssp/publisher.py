@@ -56,7 +56,7 @@ from dbclient.tasks import stop_loops
 from engine.values import parse_record_id, record_id_text
 from ipc.backoff import Backoff
 from ssp.naming import SINGLE_TABLE, edge_id
-from ssp.reaper import EdgeReaper
+from ssp.reaper import MAX_QUEUED, EdgeReaper
 from ssp.viewmetrics import ViewMetrics
 
 log = logging.getLogger("ssp.publisher")
@@ -303,6 +303,7 @@ class Publisher:
         flushers: int = 1,
         metrics: ViewMetrics | None = None,
         unlogged_cascades: bool = False,
+        reaper_max_queued: int = MAX_QUEUED,
     ) -> None:
         self.db = db
         self.ref_mode = ref_mode
@@ -310,7 +311,8 @@ class Publisher:
         self.unlogged_cascades = unlogged_cascades
         # Removals retire edges and the reaper deletes them later (module docstring).
         self.retire = ref_mode != "single"
-        self.reaper: EdgeReaper | None = EdgeReaper(db, self) if self.retire else None
+        self.reaper: EdgeReaper | None = (
+            EdgeReaper(db, self, reaper_max_queued) if self.retire else None)
         self.throttle = throttle_ms / 1000.0
         self.max_ops = max_ops
         self.budget = max_ops  # shrinks after a timed-out flush, grows back on success

@@ -24,14 +24,24 @@ publication leaves the database time, so the edge tables converge to "one row pe
 - `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
   RELATE cleared `removed`) stays; the views of the edges it deletes are held
   (`Publisher.claim`) so no flush writes them during its transaction;
-- the queue lives in memory, at most `MAX_QUEUED` edges (more are left to the view's next
-  materialisation, which queues every retired edge of the view again: after a restart too).
+- the queue in memory is compact and bounded: per view, its edge table and its members'
+  texts (each edge id is rebuilt at reap time, `ssp.naming.edge_id`), at most `MAX_QUEUED`
+  edges, ~90 bytes each (`loadtests/probe_reaper_queue.py`; a dict of whole edge ids took
+  ~220 and grew to 200,000 of them under a steady load). An edge retired while the queue is
+  full is not forgotten: its table is remembered by name (`overflow`), and once the queue has
+  emptied the reaper lists that table's retired rows from the database (`REFILL`, at most
+  `REFILL_ROWS` a turn) and queues them. At start every edge table counts as overflowed, so
+  retired rows an earlier run left are found without waiting for their views' next
+  materialisation. Memory is so bounded by `MAX_QUEUED` and the number of edge tables, not by
+  how long the load lasts; the retired rows themselves are in the database either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,7 +50,8 @@ from typing import Any, Protocol
 from surrealdb import RecordID
 
 from dbclient import DbError
-from engine.values import record_id_text
+from engine.values import parse_record_id, record_id_text
+from ssp.naming import EDGE_PREFIX, SINGLE_TABLE, edge_id, view_id_of, view_record
 
 
 class Publication(Protocol):
@@ -58,9 +69,13 @@ class Publication(Protocol):
 log = logging.getLogger("ssp.reaper")
 
 REAP = "DELETE $ids WHERE removed = true RETURN NONE"
+# One turn of the refill: retired rows of one overflowed table (`{table}` is an edge table's
+# name, made by `ssp.naming` or read from the database's own catalogue and checked).
+REFILL = "SELECT id, in FROM {table} WHERE removed = true LIMIT $n"
 TARGET_SECS = 0.025  # one reap transaction
 MAX_PER_TXN = 500
-MAX_QUEUED = 200_000
+MAX_QUEUED = 20_000  # edges in memory (~2.4 MB); more wait in the database (docstring)
+REFILL_ROWS = 2_000
 IDLE_POLL_SECS = 0.02
 BUSY_SHARE = 0.1  # of the time the reaper takes while publication is busy (docstring)
 
@@ -70,74 +85,117 @@ class ReaperStats:
     """Counters for `/debug/memory`."""
 
     queued: int = 0
+    queued_peak: int = 0  # the most edges the queue held at once
     reaped: int = 0  # edges in committed reap transactions (retired or not)
     transactions: int = 0
     failures: int = 0
-    dropped: int = 0  # not queued: the queue was full
+    overflowed: int = 0  # retired edges not queued (the queue was full): left to the refill
+    refills: int = 0  # turns that listed an overflowed table's retired rows
+    refilled: int = 0  # edges those turns queued
     busy_transactions: int = 0  # taken while publication was busy (its guaranteed share)
     us_per_edge: float = 0.0
+
+
+@dataclass
+class _Retired:
+    """One view's queued retired edges: its edge table, its record (the edges' `in`) and its
+    members' texts in the order they retired. A member maps to None (its edge id is
+    `edge_id(table, record, member)`) or, for an edge whose id has another shape, the id."""
+
+    table: str
+    record: RecordID
+    members: dict[str, RecordID | None]
 
 
 class EdgeReaper:
     """The background deleter of retired edges (see the module docstring)."""
 
-    def __init__(self, db: Any, publisher: Publication) -> None:
+    def __init__(self, db: Any, publisher: Publication, max_queued: int = MAX_QUEUED) -> None:
         self.db = db
         self.publisher = publisher
-        # retired edge, as (its view id, its member's id text: a RecordID with an array key
-        # is not hashable) -> (the edge id, its view id); insertion ordered, so the oldest go
-        # first. Keyed by member so that a member coming back takes its edge off (`revived`).
-        self._queue: dict[tuple[str, str], tuple[RecordID, str]] = {}
+        self.max_queued = max_queued
+        # view id -> its retired edges; insertion ordered, and a view whose edges were only
+        # partly taken goes to the end, so views take turns (the module docstring).
+        self._queue: dict[str, _Retired] = {}
+        self._count = 0  # edges in `_queue`
+        # edge tables holding retired rows that are not in `_queue` (insertion ordered)
+        self.overflow: dict[str, None] = {}
+        self._scanned = False  # the database's edge tables were listed (after a start)
         self._wake = asyncio.Event()
         self._per_edge = 0.001  # seconds per edge, measured (start pessimistic: few at first)
         self.stats = ReaperStats()
 
     def add(self, view_id: str, edges: Iterable[RecordID]) -> None:
         """Queue retired edges of `view_id` for deletion."""
+        q = self._queue
         for e in edges:
-            key = (view_id, _member_text(e))
-            if key in self._queue:
+            table = e.table_name
+            entry = q.get(view_id)
+            if entry is not None and entry.table != table:
+                # (a view's edges live in one table; one elsewhere waits for the refill)
+                self._overflowed(table)
                 continue
-            if len(self._queue) >= MAX_QUEUED:
-                self.stats.dropped += 1
+            member, odd = _member(e)
+            if entry is not None and member in entry.members:
                 continue
-            self._queue[key] = (e, view_id)
-        self.stats.queued = len(self._queue)
-        if self._queue:
+            if self._count >= self.max_queued:
+                self._overflowed(table)
+                continue
+            if entry is None:
+                entry = q[view_id] = _Retired(table, _view_of(e, view_id), {})
+            if odd is None and _view_of(e, view_id) != entry.record:
+                odd = e
+            entry.members[member] = odd
+            self._count += 1
+        self.stats.queued = self._count
+        self.stats.queued_peak = max(self.stats.queued_peak, self._count)
+        if self._count or self.overflow:
             self._wake.set()
+
+    def _overflowed(self, table: str) -> None:
+        self.overflow[table] = None
+        self.stats.overflowed += 1
 
     def revived(self, view_id: str, members: Iterable[str]) -> None:
         """Members of `view_id` whose edges a committed flush wrote again (a retired edge
         revived: its member came back): those edges are not the reaper's any more. Without
         this a steady load that moves rows in and out of views kept every edge that had ever
         retired in the queue (an 8-minute soak: 55,627 queued, 231 reaped)."""
-        q = self._queue
-        if not q:
+        entry = self._queue.get(view_id)
+        if entry is None:
             return
         for m in members:
-            q.pop((view_id, m), None)
-        self.stats.queued = len(q)
+            if entry.members.pop(m, 0) != 0:
+                self._count -= 1
+        if not entry.members:
+            del self._queue[view_id]
+        self.stats.queued = self._count
 
     def figures(self) -> dict[str, Any]:
         """`/debug/memory`'s `reaper` object."""
         s = self.stats
-        return {"queued": len(self._queue), "reaped": s.reaped, "transactions": s.transactions,
-                "failures": s.failures, "dropped": s.dropped,
-                "busy_transactions": s.busy_transactions,
+        return {"queued": self._count, "queued_peak": s.queued_peak,
+                "queued_views": len(self._queue),
+                "overflow_tables": len(self.overflow), "overflowed": s.overflowed,
+                "refills": s.refills, "refilled": s.refilled,
+                "reaped": s.reaped, "transactions": s.transactions,
+                "failures": s.failures, "busy_transactions": s.busy_transactions,
                 "us_per_edge": round(self._per_edge * 1e6, 1)}
 
     async def run(self) -> None:
         """Reap forever (the publisher's `start` runs it, `stop` cancels it)."""
         busy_turn = 0.0  # monotonic time of the next transaction taken while busy
         while True:
-            if not self._queue:
+            if not self._scanned:
+                await self.scan_tables()
+            if not self._queue and not self.overflow:
                 self._wake.clear()
                 await self._wake.wait()
             quiet = self.publisher.quiet()
             if not quiet and time.monotonic() < busy_turn:
                 await asyncio.sleep(IDLE_POLL_SECS)
                 continue
-            took = await self.reap_once()
+            took = await self.reap_once() if self._queue else await self.refill_once()
             if quiet:
                 # Rest as long as the transaction took: the database's other writers
                 # (flushes, the application) keep at least half of its time.
@@ -148,29 +206,83 @@ class EdgeReaper:
                     (1 - BUSY_SHARE) / BUSY_SHARE)
                 await asyncio.sleep(IDLE_POLL_SECS)
 
+    async def scan_tables(self) -> None:
+        """Count every edge table of the database as overflowed, once after a start: retired
+        rows an earlier run left (its queue was memory) are then found by the refill."""
+        try:
+            tables = await self.db.tables()
+        except DbError as e:
+            log.info("listing the edge tables failed (tried again later): %s", e)
+            await asyncio.sleep(1.0)
+            return
+        self._scanned = True
+        for t in tables:
+            if _is_edge_table(t):
+                self.overflow.setdefault(t, None)
+        if self.overflow:
+            self._wake.set()
+
+    async def refill_once(self) -> float:
+        """Queue retired rows of the oldest overflowed table, at most what the queue has room
+        for; returns how long the read took (0 when nothing was read)."""
+        room = min(REFILL_ROWS, self.max_queued - self._count)
+        if not self.overflow or room <= 0:
+            return 0.0
+        table = next(iter(self.overflow))
+        # Off the list before the read: an edge retired into it meanwhile that the read misses
+        # puts it back (`add`), so none is forgotten.
+        del self.overflow[table]
+        if table in self.publisher.dropped or not _is_edge_table(table):
+            return 0.0
+        began = time.monotonic()
+        try:
+            rows = await self.db.query_one(REFILL.format(table=table), {"n": room})
+        except DbError as e:
+            self.stats.failures += 1
+            self.overflow[table] = None  # (at the end: the other tables go first)
+            log.info("listing retired edges of %s failed (tried again later): %s", table, e)
+            return time.monotonic() - began
+        took = time.monotonic() - began
+        rows = rows or []
+        if len(rows) >= room:
+            self.overflow[table] = None  # more may be there: another turn, after the others
+        found = 0
+        for r in rows:
+            edge, view = r.get("id"), r.get("in")
+            if isinstance(edge, RecordID) and isinstance(view, RecordID):
+                self.add(view_id_of(view), (edge,))
+                found += 1
+        self.stats.refills += 1
+        self.stats.refilled += found
+        return took
+
     async def reap_once(self) -> float:
         """One reap transaction over the oldest queued edges whose views no flush holds;
         returns how long it took (0 when nothing could be taken)."""
         want = max(1, min(MAX_PER_TXN, int(TARGET_SECS / self._per_edge)))
         views: set[str] = set()
         ids: list[RecordID] = []
-        keys: list[tuple[str, str]] = []
+        taken: list[tuple[str, list[str]]] = []  # (view, its members taken)
         claimed = self.publisher.claim
         dropped = self.publisher.dropped
-        for key, (edge, vid) in list(self._queue.items()):
+        for vid, entry in list(self._queue.items()):
             if len(ids) >= want:
                 break
-            if dropped and edge.table_name in dropped:
-                # the table went with its user and took the edge along; a DELETE naming a
+            if dropped and entry.table in dropped:
+                # the table went with its user and took the edges along; a DELETE naming a
                 # missing table fails the whole transaction
-                del self._queue[key]
+                del self._queue[vid]
+                self._count -= len(entry.members)
                 continue
-            if vid not in views:
-                if not claimed(vid):
-                    continue  # a flush writes this view now: later
-                views.add(vid)
-            ids.append(edge)
-            keys.append(key)
+            if not claimed(vid):
+                continue  # a flush writes this view now: later
+            views.add(vid)
+            members = list(itertools.islice(entry.members.items(), want - len(ids)))
+            for m, odd in members:
+                ids.append(odd if odd is not None else
+                           edge_id(entry.table, entry.record, parse_record_id(m)))
+            taken.append((vid, [m for m, _ in members]))
+        self.stats.queued = self._count
         if not ids:
             await self.publisher.unclaim(views)
             return 0.0
@@ -184,9 +296,17 @@ class EdgeReaper:
         finally:
             await self.publisher.unclaim(views)
         took = time.monotonic() - began
-        for key in keys:
-            self._queue.pop(key, None)
-        self.stats.queued = len(self._queue)
+        # (The views were held: no flush revived or retired their edges meanwhile.)
+        for vid, ms in taken:
+            if vid not in self._queue:
+                continue
+            entry = self._queue.pop(vid)
+            for m in ms:
+                if entry.members.pop(m, 0) != 0:
+                    self._count -= 1
+            if entry.members:
+                self._queue[vid] = entry  # the rest after the other views' turns
+        self.stats.queued = self._count
         self.stats.reaped += len(ids)
         self.stats.transactions += 1
         # A moving average of the cost per edge sizes the next transaction.
@@ -194,10 +314,27 @@ class EdgeReaper:
         return took
 
 
-def _member_text(edge: RecordID) -> str:
-    """The member an edge points at, as the publisher names members: an edge's key is
-    ``[view, member]`` (`ssp.naming.edge_id`); another shape keys by the edge itself."""
+def _member(edge: RecordID) -> tuple[str, RecordID | None]:
+    """The member an edge points at, as the publisher names members, and None: an edge's key
+    is ``[view, member]`` (`ssp.naming.edge_id`). Another shape is keyed by the edge's own
+    text and kept whole."""
     key = edge.id
     if isinstance(key, list) and len(key) == 2 and isinstance(key[1], RecordID):
-        return record_id_text(key[1])
-    return record_id_text(edge)
+        return record_id_text(key[1]), None
+    return record_id_text(edge), edge
+
+
+def _view_of(edge: RecordID, view_id: str) -> RecordID:
+    """The view record an edge's key names (`view_id`'s record for another shape)."""
+    key = edge.id
+    if isinstance(key, list) and len(key) == 2 and isinstance(key[0], RecordID):
+        return key[0]
+    return view_record(view_id)
+
+
+def _is_edge_table(name: str) -> bool:
+    """A table the SSP writes edges into in mode `dedicated` (a name safe to put in text)."""
+    return (name == SINGLE_TABLE or name.startswith(EDGE_PREFIX)) and _IDENT.fullmatch(name) is not None
+
+
+_IDENT = re.compile(r"[A-Za-z0-9_]+")

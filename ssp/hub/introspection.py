@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import tracemalloc
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -22,6 +23,17 @@ from ssp.shards import ShardDown, ShardError
 
 if TYPE_CHECKING:
     from ssp.hub.state import HubState
+
+
+def traced_top(n: int = 15) -> dict[str, Any]:
+    """Where the hub's Python heap is, when it runs with tracing on (`PYTHONTRACEMALLOC=1`,
+    a diagnosis only: it slows the process): the bytes traced and the `n` source lines holding
+    the most. A soak's `--memory-log` with two of these minutes apart shows what grows."""
+    snap = tracemalloc.take_snapshot()
+    top = snap.statistics("lineno")[:n]
+    return {"bytes": tracemalloc.get_traced_memory()[0],
+            "top": [["/".join(st.traceback[0].filename.rsplit("/", 2)[-2:])
+                     + f":{st.traceback[0].lineno}", st.size, st.count] for st in top]}
 
 
 def members_hash(members: list[str]) -> str:
@@ -171,6 +183,7 @@ class Introspection:
             "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
             "reconcile": self.reconcile.as_dict(),
             "ingested": s.ingested,
+            **({"traced": traced_top()} if tracemalloc.is_tracing() else {}),
         })
 
     async def debug_catchup(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -161,6 +161,7 @@ class HubState:
                                    throttle_ms=cfg.query_update_throttle_ms,
                                    view_lookup=self.views.get, rv_lookup=self.rv.get,
                                    flushers=cfg.publish_flushers,
+                                   reaper_max_queued=cfg.reaper_max_queued,
                                    # the logged removals until the hub has asked the
                                    # database's version (HubRoot.start)
                                    unlogged_cascades=True,

@@ -322,4 +322,4 @@ async def test_retired_edges_do_not_pile_up_while_members_keep_leaving(stack: St
         await wait_for(reaped, what=f"round {r}: retired edges reaped")
         reaper = (await stack.ssp.call("GET /debug/memory"))["body"]["reaper"]
         assert reaper["reaped"] == churned, reaper  # the deleted rows' edges cost nothing
-        assert reaper["failures"] == 0 and reaper["dropped"] == 0, reaper
+        assert reaper["failures"] == 0 and reaper["overflowed"] == 0, reaper

@@ -66,6 +66,11 @@ class FakeDb:
         return [vars["ids"] if sql.startswith("UPDATE $ids") and sql.endswith("RETURN VALUE id")
                 else None for sql, vars in stmts]
 
+    async def tables(self) -> list[str]:
+        """No table: the database a fake stands for is empty (the reaper lists it at start)."""
+        self._maybe_fail()
+        return []
+
     async def table_info(self, table: str) -> dict[str, Any]:
         self.info_calls += 1
         if self.delay:

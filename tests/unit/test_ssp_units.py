@@ -336,6 +336,47 @@ async def test_the_reaper_takes_its_share_while_publication_is_never_quiet() -> 
     assert figures["busy_transactions"] >= 1 and db.transactions[0][0][0] == REAP
 
 
+def _edges(view: str, table: str, keys: range) -> list[RecordID]:
+    return [RecordID(table, [RecordID("_00_query", view), RecordID("post", i)]) for i in keys]
+
+
+async def test_views_take_turns_in_the_reaper_so_a_busy_view_starves_none() -> None:
+    # One view whose members keep leaving must not hold back another's retired edges: a view
+    # only partly taken goes after the others (a global first-in-first-out took a's 100 first).
+    db = FakeDb()
+    reaper = EdgeReaper(db, _BusyPublication())
+    reaper.add("query:a", _edges("a", "e", range(100)))
+    reaper.add("query:b", _edges("b", "e", range(1)))
+    await reaper.reap_once()
+    await reaper.reap_once()
+    second = db.transactions[1][0][1]["ids"]
+    assert _edges("b", "e", range(1))[0] in second, second
+    assert reaper.figures()["queued"] == 101 - sum(len(t[0][1]["ids"]) for t in db.transactions)
+
+
+async def test_an_edge_retired_into_a_table_while_its_refill_reads_it_is_not_forgotten() -> None:
+    # The queue is full (bound 1), so a second retired edge leaves only its table's name. The
+    # refill takes the name off before its read; the read misses an edge retired meanwhile (it
+    # committed after), so that edge puts the name back and a later turn finds it.
+    gate = asyncio.Event()
+
+    class GatedDb(FakeDb):
+        async def query_one(self, sql: str, vars: Any = None, **_kw: Any) -> Any:
+            await gate.wait()
+            return []
+    reaper = EdgeReaper(GatedDb(), _BusyPublication(), max_queued=1)
+    reaper.overflow["e"] = None  # an earlier overflow (or the table list after a start)
+    read = asyncio.create_task(reaper.refill_once())
+    await asyncio.sleep(0)
+    assert "e" not in reaper.overflow  # taken off before the read
+    reaper.add("query:a", _edges("a", "e", range(2)))  # one queued, one past the bound
+    gate.set()
+    await read
+    figures = reaper.figures()
+    assert figures["queued"] == 1 and figures["overflowed"] == 1, figures
+    assert list(reaper.overflow) == ["e"]
+
+
 async def test_a_view_with_many_edges_goes_as_groups_of_at_most_a_chunk_and_small_ones_flat(
         ) -> None:
     db = FakeDb()
