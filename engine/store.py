@@ -228,6 +228,8 @@ class TableStore:
     def index(self, field: str) -> dict[Any, set[str]]:
         """The equality index of ``field`` (built on first use, then maintained by put/delete)."""
         idx = self.indexes.get(field)
+        if idx is None and self.cols is not None and field in self.cols.tags:
+            idx = self._index_from_columns(field, self.cols)
         if idx is None:
             idx = {}
             bucket = idx.get
@@ -247,6 +249,26 @@ class TableStore:
                 else:
                     s.add(rid)
             self.indexes[field] = idx
+        return idx
+
+    def _index_from_columns(self, field: str, cols: Columns) -> dict[Any, set[str]] | None:
+        """The equality index of a field kept in columns (a link field since the load):
+        links grouped by sorting the columns, the other values read row by row (None: the
+        columns are too stale to refresh, the caller reads every row)."""
+        if not cols.refresh(self.rows):
+            return None
+        groups, rest = cols.link_groups(field)
+        idx: dict[Any, set[str]] = dict(groups)
+        rows = self.rows
+        for rid in rest:
+            # a link to `product:3.0` meets `product:3`'s group here: same key
+            k = ikey(rows[rid].get(field, NONE))
+            s = idx.get(k)
+            if s is None:
+                idx[k] = {rid}
+            else:
+                s.add(rid)
+        self.indexes[field] = idx
         return idx
 
     def columns(self, fields: list[str]) -> Columns:
