@@ -85,6 +85,12 @@ class SemiSpec:
         collect_slots(value, acc)
         self.slots = tuple(sorted(acc))
         self.sets: dict[Any, InnerSet] = {}
+        # the set the last `contains` used, by the identity of its slot values: a new view
+        # evaluates every row of its table with one tuple S, and its set's key (an exact
+        # key of each parameter, lists walked element by element) cost about 40% of that
+        # registration when made per row
+        self._last_S: Any = None
+        self._last_set: InnerSet | None = None
 
     def key(self, S: tuple[Any, ...]) -> Any:
         """Which set a materialisation's slot values use."""
@@ -92,7 +98,11 @@ class SemiSpec:
 
     def contains(self, S: tuple[Any, ...], x: Any, cx: Any) -> bool:
         """``x IN set``, noting the read of ``x``'s key (so a change of it requalifies)."""
-        s = self.sets[self.key(S)]
+        s = self._last_set
+        if s is None or S is not self._last_S:
+            s = self.sets[self.key(S)]
+            self._last_S = S
+            self._last_set = s
         k = xkey(x)
         cx.reads.add(s.token(k))
         return k in s.counts
@@ -119,6 +129,8 @@ class SemiSpec:
         if s.refs > 0:
             return None
         del self.sets[key]
+        self._last_S = None
+        self._last_set = None
         s.readers.clear()
         return s
 

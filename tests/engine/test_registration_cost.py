@@ -363,3 +363,56 @@ def test_an_index_on_a_link_field_built_from_its_columns_equals_a_scan_of_the_ro
         eng.ingest("order", "UPDATE", "order:4", {"id": RecordID("order", 4),
                                                   "product": RecordID("product", 3.0)})
         assert idx == scan(ts)
+
+
+def test_a_semi_join_view_finds_its_inner_set_once_per_registration() -> None:
+    """A new view with `x IN (SELECT VALUE ...)` evaluates every row of its table against
+    one inner set: it finds the set once (an exact key of each parameter, lists walked),
+    not once per row; views over another set, a dropped and rebuilt set, and writes to
+    the inner table still show what an engine fed by writes shows."""
+    from engine.semijoin import SemiSpec
+
+    view_engine, _ = engine_api()
+    users = [{"id": RecordID("user", i), "country": f"k{i % 7}"} for i in range(300)]
+    products = [{"id": RecordID("product", i), "seller": RecordID("user", (i * 13) % 310),
+                 "brand": f"b{i % 23}"} for i in range(2_000)]
+    q = ("SELECT id, brand FROM product WHERE seller IN (SELECT VALUE id FROM user WHERE "
+         "country NOT IN $c) ORDER BY brand ASC LIMIT 20")
+    params = [{"c": ["k1", "k2"]}, {"c": ["k3"]}, {"c": ["k1", "k2"]}, {"c": []}]
+    loaded = view_engine()
+    loaded.load("user", users)
+    loaded.load("product", products)
+    fed = view_engine()
+    for i, p in enumerate(params):
+        fed.register(f"v{i}", q, p)
+    fed.ingest_batch([(t, "CREATE", rid_text(r["id"]), r)
+                      for t, rs in (("user", users), ("product", products)) for r in rs])
+    calls = [0]
+    key = SemiSpec.key
+
+    def counting(self: SemiSpec, S: Any) -> Any:
+        calls[0] += 1
+        return key(self, S)
+
+    SemiSpec.key = counting  # type: ignore[method-assign]
+    try:
+        for i, p in enumerate(params):
+            calls[0] = 0
+            loaded.register(f"v{i}", q, p)
+            # open the set (and find it for the first row): the old engine made the key
+            # once for each of the 2,000 rows
+            assert calls[0] <= 4, calls[0]
+    finally:
+        SemiSpec.key = key  # type: ignore[method-assign]
+    loaded.unregister("v1")
+    loaded.register("v1", q, params[1])  # its set dropped with its only view, built again
+    writes = [("user", "UPDATE", f"user:{i}", {"id": RecordID("user", i), "country": "k3"})
+              for i in range(0, 300, 9)]
+    writes.append(("product", "UPDATE", "product:5", {"id": RecordID("product", 5),
+                                                      "seller": RecordID("user", 2),
+                                                      "brand": "a0"}))
+    for eng in (loaded, fed):
+        eng.ingest_batch(writes)
+    for i in range(len(params)):
+        assert _same(loaded.result(f"v{i}"), fed.result(f"v{i}")), params[i]
+        assert loaded.members(f"v{i}") == fed.members(f"v{i}"), params[i]
