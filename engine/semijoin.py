@@ -36,6 +36,7 @@ from engine.syntax import collect_slots
 from engine.values import NONE
 
 _IDS = count(1)
+_TOKENS = 100_000  # tokens kept per inner set at most
 
 
 def _correlated(e: Any) -> bool:
@@ -138,7 +139,8 @@ class SemiSpec:
 class InnerSet:
     """The inner query's answer for one set of parameter values, as counts per value."""
 
-    __slots__ = ("S", "counts", "key", "prefix", "readers", "refs", "rows", "spec", "store")
+    __slots__ = ("S", "counts", "key", "prefix", "readers", "refs", "rows", "spec", "store",
+                 "tokens")
 
     def __init__(self, spec: SemiSpec, S: tuple[Any, ...], key: Any, store: Any,
                  index: dict[str, dict[Any, None]]) -> None:
@@ -153,10 +155,19 @@ class InnerSet:
         self.readers = Readers(self, index)
         self.refs = 0
         self.prefix = f"\0semi{next(_IDS)}:"
+        # key -> its token, made once: every outer row reading a key keeps the token in its
+        # reads (a view over 20k rows kept 20k strings of its own, and made each by repr)
+        self.tokens: dict[Any, str] = {}
 
     def token(self, k: Any) -> str:
         """What an outer row reading key ``k`` depends on (never a record id text)."""
-        return self.prefix + repr(k)
+        tokens = self.tokens
+        t = tokens.get(k)
+        if t is None:
+            if len(tokens) >= _TOKENS:
+                tokens.clear()  # a cache: equal tokens are equal strings
+            t = tokens[k] = self.prefix + repr(k)
+        return t
 
     def _value_key(self, rid: str, row: dict[str, Any] | None) -> Any:
         spec = self.spec
