@@ -153,7 +153,14 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
     member = (None if isinstance(mat, WMat) and mat.order.built
               else member_candidates(store, mat))
     if member is not None:
-        cands = member if cands is None else [r for r in cands if r in member]
+        if cands is not None:
+            cands = [r for r in cands if r in member]
+        elif len(member) * 8 < len(rows):
+            cands = member
+        else:
+            # many of the rows: read in the table's order, as a scan reads them (a set's
+            # order scatters the reads of a large first view: 37 -> 55 ms over 9k rows)
+            cands = [r for r in rows if r in member]
     proj = mat.proj
     if isinstance(mat, WMat):
         if plan.qhop is not None and not mat.order.built:
