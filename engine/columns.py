@@ -45,6 +45,7 @@ CONTAINER = -2
 _EXACT = 2**53
 
 _TABLES: dict[str, int] = {}
+_LINK = "\0r"  # the first item of engine.store.ikey's key of a record link
 _NO_ROW: dict[str, Any] = {}  # a freed slot's row: every field NONE
 
 
@@ -307,6 +308,57 @@ class Columns:
         self.in_order = False
         for tags in self.tags.values():
             tags[s] = OTHER
+
+    def link_groups(self, field: str) -> tuple[list[tuple[Any, set[str]]], list[str]]:
+        """The rows whose ``field`` is a record link with an int or string key, grouped by
+        the record, each group keyed as :func:`engine.store.ikey` keys that link; and the
+        other rows (any other value: the caller reads their rows). Sorting two arrays
+        costs a few ms where reading every row's link costs 0.6-1 us a row (scattered
+        dicts, a link object and its attributes per row): an equality index on a link
+        field builds from here (:meth:`engine.store.TableStore.index`)."""
+        rid_of = self.rid_of
+        n = len(rid_of)
+        tags = self.tags[field][:n]
+        nums = self.nums[field][:n]
+        linked = np.flatnonzero(tags >= 2)
+        lt = tags[linked]
+        ln = nums[linked]
+        order = np.lexsort((ln, lt))
+        st = lt[order]
+        sn = ln[order]
+        m = len(order)
+        starts = np.empty(m, dtype=bool)
+        if m:
+            starts[0] = True
+            starts[1:] = (st[1:] != st[:-1]) | (sn[1:] != sn[:-1])
+        # each linked slot's group number, in slot order: the rows are then read in the
+        # order they were stored (neighbours in memory), not scattered by the sort
+        gid = np.empty(m, dtype=np.int64)
+        gid[order] = np.cumsum(starts) - 1
+        first = np.flatnonzero(starts)
+        tl: list[int] = st[first].tolist()
+        nl: list[int] = sn[first].tolist()
+        names = {c: t for t, c in _TABLES.items()}
+        strs_of = self.strs_of
+        sets: list[set[str]] = [set() for _ in tl]
+        for i, g in zip(linked.tolist(), gid.tolist()):
+            r = rid_of[i]
+            if r is not None:  # linked slots are never free
+                sets[g].add(r)
+        groups: list[tuple[Any, set[str]]] = []
+        for j, tag in enumerate(tl):
+            key: tuple[str, str, Any]
+            if tag & 1:
+                key = (_LINK, names[tag - 1], strs_of[nl[j]])
+            else:
+                key = (_LINK, names[tag], nl[j])
+            groups.append((key, sets[j]))
+        rest: list[str] = []
+        for i in np.flatnonzero(tags < 2).tolist():
+            r = rid_of[i]
+            if r is not None:
+                rest.append(r)
+        return groups, rest
 
     def _grow(self) -> None:
         cap = self.cap * 2

@@ -36,6 +36,7 @@ from engine.syntax import collect_slots
 from engine.values import NONE
 
 _IDS = count(1)
+_TOKENS = 100_000  # tokens kept per inner set at most
 
 
 def _correlated(e: Any) -> bool:
@@ -85,6 +86,12 @@ class SemiSpec:
         collect_slots(value, acc)
         self.slots = tuple(sorted(acc))
         self.sets: dict[Any, InnerSet] = {}
+        # the set the last `contains` used, by the identity of its slot values: a new view
+        # evaluates every row of its table with one tuple S, and its set's key (an exact
+        # key of each parameter, lists walked element by element) cost about 40% of that
+        # registration when made per row
+        self._last_S: Any = None
+        self._last_set: InnerSet | None = None
 
     def key(self, S: tuple[Any, ...]) -> Any:
         """Which set a materialisation's slot values use."""
@@ -92,7 +99,11 @@ class SemiSpec:
 
     def contains(self, S: tuple[Any, ...], x: Any, cx: Any) -> bool:
         """``x IN set``, noting the read of ``x``'s key (so a change of it requalifies)."""
-        s = self.sets[self.key(S)]
+        s = self._last_set
+        if s is None or S is not self._last_S:
+            s = self.sets[self.key(S)]
+            self._last_S = S
+            self._last_set = s
         k = xkey(x)
         cx.reads.add(s.token(k))
         return k in s.counts
@@ -119,6 +130,8 @@ class SemiSpec:
         if s.refs > 0:
             return None
         del self.sets[key]
+        self._last_S = None
+        self._last_set = None
         s.readers.clear()
         return s
 
@@ -126,7 +139,8 @@ class SemiSpec:
 class InnerSet:
     """The inner query's answer for one set of parameter values, as counts per value."""
 
-    __slots__ = ("S", "counts", "key", "prefix", "readers", "refs", "rows", "spec", "store")
+    __slots__ = ("S", "counts", "key", "prefix", "readers", "refs", "rows", "spec", "store",
+                 "tokens")
 
     def __init__(self, spec: SemiSpec, S: tuple[Any, ...], key: Any, store: Any,
                  index: dict[str, dict[Any, None]]) -> None:
@@ -141,10 +155,19 @@ class InnerSet:
         self.readers = Readers(self, index)
         self.refs = 0
         self.prefix = f"\0semi{next(_IDS)}:"
+        # key -> its token, made once: every outer row reading a key keeps the token in its
+        # reads (a view over 20k rows kept 20k strings of its own, and made each by repr)
+        self.tokens: dict[Any, str] = {}
 
     def token(self, k: Any) -> str:
         """What an outer row reading key ``k`` depends on (never a record id text)."""
-        return self.prefix + repr(k)
+        tokens = self.tokens
+        t = tokens.get(k)
+        if t is None:
+            if len(tokens) >= _TOKENS:
+                tokens.clear()  # a cache: equal tokens are equal strings
+            t = tokens[k] = self.prefix + repr(k)
+        return t
 
     def _value_key(self, rid: str, row: dict[str, Any] | None) -> Any:
         spec = self.spec

@@ -87,10 +87,54 @@ def ikey(v: Any) -> Any:
     return ("\0x", type(v).__name__, repr(v))
 
 
+class ElementIndex:
+    """The rows of one table by the elements of one field's arrays (``ikey`` of each
+    element), and apart the rows whose field holds no array (missing, a string, an
+    object...). A superset of the rows a membership conjunct (``field CONTAINSANY $list``,
+    ``field CONTAINS $v``, ``field CONTAINSALL $list``) can pass: an array passes only through
+    an element equal to a constant, and equal values share an ``ikey``; anything else is in
+    ``other`` (a string can pass by substring, an object by key)."""
+
+    __slots__ = ("by", "other")
+
+    def __init__(self) -> None:
+        self.by: dict[Any, set[str]] = {}
+        self.other: set[str] = set()
+
+    def add(self, rid: str, v: Any) -> None:
+        t = type(v)
+        if t is list or t is tuple:
+            by = self.by
+            for x in v:
+                k = ikey(x)
+                s = by.get(k)
+                if s is None:
+                    by[k] = {rid}
+                else:
+                    s.add(rid)
+        else:
+            self.other.add(rid)
+
+    def remove(self, rid: str, v: Any) -> None:
+        t = type(v)
+        if t is list or t is tuple:
+            by = self.by
+            for x in v:
+                k = ikey(x)
+                s = by.get(k)
+                if s is not None:
+                    s.discard(rid)
+                    if not s:
+                        del by[k]
+        else:
+            self.other.discard(rid)
+
+
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("caches", "changed", "cols", "indexes", "links", "name", "rows", "writes")
+    __slots__ = ("caches", "changed", "cols", "elements", "indexes", "links", "name", "rows",
+                 "writes")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -98,6 +142,9 @@ class TableStore:
         # ids put or deleted since their bytes were last written to the arena
         self.changed: set[str] = set()
         self.indexes: dict[str, dict[Any, set[str]]] = {}
+        # field -> its rows by array element, built when a new view's membership conjunct
+        # first asks (engine.membership), then maintained like the equality indexes
+        self.elements: dict[str, ElementIndex] = {}
         # row caches, held weakly: a cache lives as long as the plan that fills it
         self.caches = RowCaches()
         # numpy columns of chosen fields (engine.columns), kept once some shape asked for one
@@ -136,6 +183,10 @@ class TableStore:
             else:
                 nk = ikey(row.get(field, NONE))
             idx.setdefault(nk, set()).add(rid)
+        for field, ex in self.elements.items():
+            if old is not None:
+                ex.remove(rid, old.get(field, NONE))
+            ex.add(rid, row.get(field, NONE))
         return old
 
     def delete(self, rid: str) -> dict[str, Any] | None:
@@ -158,11 +209,27 @@ class TableStore:
                 s.discard(rid)
                 if not s:
                     del idx[ok]
+        for field, ex in self.elements.items():
+            ex.remove(rid, old.get(field, NONE))
         return old
+
+    def element_index(self, field: str) -> ElementIndex:
+        """The rows by the elements of ``field``'s arrays (built on first use, then
+        maintained by put/delete)."""
+        ex = self.elements.get(field)
+        if ex is None:
+            ex = ElementIndex()
+            add = ex.add
+            for rid, row in self.rows.items():
+                add(rid, row.get(field, NONE))
+            self.elements[field] = ex
+        return ex
 
     def index(self, field: str) -> dict[Any, set[str]]:
         """The equality index of ``field`` (built on first use, then maintained by put/delete)."""
         idx = self.indexes.get(field)
+        if idx is None and self.cols is not None and field in self.cols.tags:
+            idx = self._index_from_columns(field, self.cols)
         if idx is None:
             idx = {}
             bucket = idx.get
@@ -182,6 +249,26 @@ class TableStore:
                 else:
                     s.add(rid)
             self.indexes[field] = idx
+        return idx
+
+    def _index_from_columns(self, field: str, cols: Columns) -> dict[Any, set[str]] | None:
+        """The equality index of a field kept in columns (a link field since the load):
+        links grouped by sorting the columns, the other values read row by row (None: the
+        columns are too stale to refresh, the caller reads every row)."""
+        if not cols.refresh(self.rows):
+            return None
+        groups, rest = cols.link_groups(field)
+        idx: dict[Any, set[str]] = dict(groups)
+        rows = self.rows
+        for rid in rest:
+            # a link to `product:3.0` meets `product:3`'s group here: same key
+            k = ikey(rows[rid].get(field, NONE))
+            s = idx.get(k)
+            if s is None:
+                idx[k] = {rid}
+            else:
+                s.add(rid)
+        self.indexes[field] = idx
         return idx
 
     def columns(self, fields: list[str]) -> Columns:

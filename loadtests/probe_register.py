@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"probe_register: mix {args.mix}, full sizes, engine "
           f"{'compiled' if native.compiled() else 'pure Python'}, load average {load_avg}")
     only = set(args.only.split(",")) if args.only else None
-    prof = cProfile.Profile() if args.profile else None
+    # CPU time, not wall: other processes on a shared machine would be billed to whatever
+    # function was running when the scheduler switched away
+    prof = cProfile.Profile(time.process_time) if args.profile else None
     worst: list[tuple[float, int, str]] = []
     for seed in (int(x) for x in args.seeds.split(",")):
         shapes = (bm.forum_shapes() if args.mix == "forum" else bm.shop_shapes()
