@@ -136,6 +136,9 @@ export class Client {
     for (let delay = 100; !this.closed; delay = Math.min(delay * 2, 2000)) {
       try {
         if (!(await this.serviceHealthy())) throw new Error("service not healthy");
+        // Subscribe, then read: a view read before its LIVE query runs again would miss an
+        // edge written in between (the service repairs edges a crash took, seconds later).
+        await this.refollow();
         for (const v of this.views.values()) await v.resume();
         this.healthy = true;
         return;
@@ -163,6 +166,26 @@ export class Client {
       this.lost();
     } else if (ok && !this.healthy) {
       await this.regained();
+    }
+  }
+
+  /**
+   * Start every followed table's LIVE query again and wait until each runs, before the views
+   * read again after a reconnect. The SDK restarts a managed LIVE query by itself, but
+   * without saying when it runs again, so a view's read could come first; the old one is
+   * killed once the new one runs.
+   */
+  private async refollow(): Promise<void> {
+    for (const [table, entry] of [...this.follows]) {
+      const old = entry.live;
+      const views = entry.views;
+      const live = this.db.live(new Table(table)).then((sub) => {
+        sub.subscribe(() => { for (const v of views) v.wake(); });
+        return sub;
+      });
+      entry.live = live;
+      await live;
+      void old.then((sub) => sub.kill()).catch(() => undefined);
     }
   }
 
