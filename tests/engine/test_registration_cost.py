@@ -42,6 +42,21 @@ def _rows(n: int) -> list[dict[str, Any]]:
     return out
 
 
+
+def count_where_evaluations(engine: Any, view_id: str) -> list[int]:
+    """Count every WHERE evaluation of `view_id`'s circuit from now on (in the returned
+    list's one item): the work a later registration of the same shape does."""
+    plan = engine.views[view_id].circuit.plan
+    pred = plan.pred
+    calls = [0]
+
+    def counting(row: Any, S: Any, par: Any, cx: Any) -> Any:
+        calls[0] += 1
+        return pred(row, S, par, cx)
+
+    plan.pred = counting
+    return calls
+
 def test_grouped_views_fill_their_groups_in_one_pass_as_the_writes_would() -> None:
     from engine import aggregate
 
@@ -180,15 +195,7 @@ def test_a_view_following_a_link_takes_its_candidates_from_the_linked_table() ->
                                     ("order", orders)) for r in rs])
     # a first view of the shape makes its circuit; the work of the next one is counted
     loaded.register("w0", queries[0][0], {"cat": "c0", "st": "paid"})
-    plan = loaded.views["w0"].circuit.plan
-    pred = plan.pred
-    calls = [0]
-
-    def counting(row: Any, S: Any, par: Any, cx: Any) -> Any:
-        calls[0] += 1
-        return pred(row, S, par, cx)
-
-    plan.pred = counting
+    calls = count_where_evaluations(loaded, "w0")
     loaded.register("v0", *queries[0])
     # 1,000 orders are paid; about 1/8 of them lead to a c3 product, plus the rows whose
     # link is no plain link (arrays, objects, strings): the old scan evaluated all 1,000
@@ -264,15 +271,7 @@ def test_a_membership_conjunct_takes_its_candidates_from_an_index() -> None:
     fed.ingest_batch([("product", "CREATE", rid_text(r["id"]), r) for r in rows])
     # a first view of the shape makes its circuit; the work of the next one is counted
     loaded.register("w0", MEMBERSHIP[0][0], {"tags": ["t30"]})
-    plan = loaded.views["w0"].circuit.plan
-    pred = plan.pred
-    calls = [0]
-
-    def counting(row: Any, S: Any, par: Any, cx: Any) -> Any:
-        calls[0] += 1
-        return pred(row, S, par, cx)
-
-    plan.pred = counting
+    calls = count_where_evaluations(loaded, "w0")
     loaded.register("v0", MEMBERSHIP[0][0], MEMBERSHIP[0][1])
     # about 1/10 of the rows hold t1 or t7, plus the 30 whose tags are no array: the old
     # registration evaluated all 3,000
