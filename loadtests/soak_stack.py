@@ -138,6 +138,7 @@ class Window:
     tmp_mb: float
     queued: list[int] = field(default_factory=list)  # each SSP's reaper queue (edges)
     memory: list[dict[str, Any]] = field(default_factory=list)  # each SSP's `/debug/memory`
+    statements: dict[str, Any] = field(default_factory=dict)  # the host's `/debug/statements`
 
 
 @dataclass
@@ -504,11 +505,41 @@ async def ssp_memory(http: aiohttp.ClientSession, run: Run, reset: bool = False
     return out
 
 
+async def db_statements(http: aiohttp.ClientSession, run: Run) -> dict[str, Any]:
+    """The database host's engine time per statement shape since the last call (`dbhost.stats`;
+    the counters start again after each read), or {} without `--statements`."""
+    if not run.args.statements:
+        return {}
+    url = f"http://127.0.0.1:{run.db_port}/debug/statements"
+    auth = {"Authorization": aiohttp.encode_basic_auth("root", run.env["SVC_DB_PASS"])}
+    try:
+        async with http.get(f"{url}?limit=12", headers=auth,
+                            timeout=aiohttp.ClientTimeout(total=10)) as r:
+            body = await r.json(content_type=None)
+        async with http.delete(url, headers=auth, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            await r.read()
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def print_statements(report: dict[str, Any]) -> None:
+    """One window's top statement shapes (engine seconds per second, then per shape)."""
+    if not report.get("statements"):
+        return
+    print(f"      db: {report['requests'] / max(report['elapsed_s'], 1e-9):,.0f} requests/s, "
+          f"{report['engine_s'] / max(report['elapsed_s'], 1e-9):.2f} engine-s/s", flush=True)
+    for row in report["statements"][:6]:
+        print(f"      {row['share'] * 100:5.1f}% {row['per_s']:7.1f}/s {row['mean_ms']:7.2f} ms  "
+              f"{row['shape'][:90]}", flush=True)
+
+
 async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
                   started: float, stack_tmp: Path | None) -> None:
     assert run.stack is not None
     last_writes, last_at = run.writes, time.monotonic()
     await ssp_memory(http, run, reset=True)  # start the SSPs' latency windows
+    await db_statements(http, run)  # and the host's statement counters
     while not stop.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), run.args.window)
@@ -525,7 +556,7 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
                    rss=group_rss(stack_processes(run.stack.pid)),
                    tmp_mb=dir_mb(stack_tmp) if stack_tmp else 0.0,
                    queued=[int((m.get("reaper") or {}).get("queued") or 0) for m in mems],
-                   memory=mems)
+                   memory=mems, statements=await db_statements(http, run))
         last_writes, last_at = run.writes, now
         run.windows.append(w)
         print_window(run, w)
@@ -549,10 +580,11 @@ def print_window(run: Run, w: Window) -> None:
           f"{max(p99s) if p99s else float('nan'):>8.0f} {sum(w.backlog):>8} "
           f"{max(w.oldest_ms) / 1000:>8.1f} {sum(w.queued):>8} {w.tmp_mb:>7.1f} {cols}",
           flush=True)
+    print_statements(w.statements)
     if run.args.memory_log is not None:
         with run.args.memory_log.open("a") as f:
             f.write(json.dumps({"minute": round(w.minute, 2), "rss": w.rss,
-                                "ssps": w.memory}) + "\n")
+                                "ssps": w.memory, "db_statements": w.statements}) + "\n")
 
 
 async def compare_edges(run: Run, db: Database, specs: list[dict[str, Any]]
@@ -778,6 +810,9 @@ def main(argv: list[str] | None = None) -> int:
                         "benchmark stays this checkout's)")
     p.add_argument("--memory-log", type=Path, default=None,
                    help="append each window's RSS and every SSP's /debug/memory (JSON lines)")
+    p.add_argument("--statements", action="store_true",
+                   help="print each window's top statement shapes by the database host's "
+                        "engine time (GET /debug/statements)")
     p.add_argument("--short", action="store_true",
                    help="smoke run: 20 s, 1,000 posts, 50 views, 100 updates/s, 5 s windows")
     args = p.parse_args(argv)
