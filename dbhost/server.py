@@ -15,6 +15,7 @@ import weakref
 
 from aiohttp import WSMsgType, web
 
+from dbhost import memory
 from dbhost.config import HostConfig
 from dbhost.connection import RpcConnection
 from dbhost.engine import Engine, EngineError
@@ -62,6 +63,7 @@ class DbHostServer:
         self.app.router.add_get("/version", self.version)
         self.app.router.add_get("/debug/statements", self.statements)
         self.app.router.add_delete("/debug/statements", self.statements)
+        self.app.router.add_get("/debug/memory", self.memory)
         self.runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -104,15 +106,9 @@ class DbHostServer:
         """GET /debug/statements[?limit=N]: engine time per statement shape (`dbhost.stats`);
         DELETE starts the counters again. The root user's credentials (HTTP Basic) only: the
         shapes name the application's tables and fields."""
-        auth = request.headers.get("Authorization", "")
-        user, _, password = _basic_credentials(auth[6:]) if auth.startswith("Basic ") else (
-            "", "", "")
-        ok_user = hmac.compare_digest(user.encode(), self.config.user.encode())
-        ok_pass = hmac.compare_digest(password.encode(), self.config.password.encode())
-        if not (auth.startswith("Basic ") and ok_user and ok_pass):
-            return web.json_response(
-                {"error": "the root user's credentials are required (HTTP Basic)"}, status=401,
-                headers={"WWW-Authenticate": 'Basic realm="svc-db"'})
+        denied = self._root_only(request)
+        if denied is not None:
+            return denied
         stats = self.engine.stats
         if request.method == "DELETE":
             stats.reset()
@@ -123,6 +119,30 @@ class DbHostServer:
                 {"error": f"limit must be an integer from 1 to 500, got {raw[:20]!r}"},
                 status=400)
         return web.json_response(stats.report(int(raw)))
+
+    async def memory(self, request: web.Request) -> web.Response:
+        """GET /debug/memory: the resident set beside the host's Python heap and the sizes of
+        its own structures (`dbhost.memory`); root credentials only, as the statements."""
+        denied = self._root_only(request)
+        if denied is not None:
+            return denied
+        return web.json_response(memory.report(
+            connections=self.connections, live_queries=self.live.count(),
+            live_feeds=len(self.live.feeds), statement_shapes=self.engine.stats.report(1)["shapes"]))
+
+    def _root_only(self, request: web.Request) -> web.Response | None:
+        """None for a request with the root user's credentials (HTTP Basic, compared in
+        constant time), else the 401 to answer."""
+        auth = request.headers.get("Authorization", "")
+        user, _, password = _basic_credentials(auth[6:]) if auth.startswith("Basic ") else (
+            "", "", "")
+        ok_user = hmac.compare_digest(user.encode(), self.config.user.encode())
+        ok_pass = hmac.compare_digest(password.encode(), self.config.password.encode())
+        if auth.startswith("Basic ") and ok_user and ok_pass:
+            return None
+        return web.json_response(
+            {"error": "the root user's credentials are required (HTTP Basic)"}, status=401,
+            headers={"WWW-Authenticate": 'Basic realm="svc-db"'})
 
     # -- WebSocket RPC ------------------------------------------------------------------
 

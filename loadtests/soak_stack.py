@@ -139,6 +139,7 @@ class Window:
     queued: list[int] = field(default_factory=list)  # each SSP's reaper queue (edges)
     memory: list[dict[str, Any]] = field(default_factory=list)  # each SSP's `/debug/memory`
     statements: dict[str, Any] = field(default_factory=dict)  # the host's `/debug/statements`
+    db_memory: dict[str, Any] = field(default_factory=dict)  # the host's `/debug/memory`
 
 
 @dataclass
@@ -505,6 +506,19 @@ async def ssp_memory(http: aiohttp.ClientSession, run: Run, reset: bool = False
     return out
 
 
+async def db_memory(http: aiohttp.ClientSession, run: Run) -> dict[str, Any]:
+    """The database host's `/debug/memory` (`dbhost.memory`): its RSS beside its Python heap,
+    which tells the engine's growth from the host's own."""
+    auth = {"Authorization": aiohttp.encode_basic_auth("root", run.env["SVC_DB_PASS"])}
+    try:
+        async with http.get(f"http://127.0.0.1:{run.db_port}/debug/memory", headers=auth,
+                            timeout=aiohttp.ClientTimeout(total=10)) as r:
+            body = await r.json(content_type=None)
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
 async def db_statements(http: aiohttp.ClientSession, run: Run) -> dict[str, Any]:
     """The database host's engine time per statement shape since the last call (`dbhost.stats`;
     the counters start again after each read), or {} without `--statements`."""
@@ -556,7 +570,8 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
                    rss=group_rss(stack_processes(run.stack.pid)),
                    tmp_mb=dir_mb(stack_tmp) if stack_tmp else 0.0,
                    queued=[int((m.get("reaper") or {}).get("queued") or 0) for m in mems],
-                   memory=mems, statements=await db_statements(http, run))
+                   memory=mems, statements=await db_statements(http, run),
+                   db_memory=await db_memory(http, run))
         last_writes, last_at = run.writes, now
         run.windows.append(w)
         print_window(run, w)
@@ -580,11 +595,17 @@ def print_window(run: Run, w: Window) -> None:
           f"{max(p99s) if p99s else float('nan'):>8.0f} {sum(w.backlog):>8} "
           f"{max(w.oldest_ms) / 1000:>8.1f} {sum(w.queued):>8} {w.tmp_mb:>7.1f} {cols}",
           flush=True)
+    if w.db_memory:
+        print(f"      db: python heap {w.db_memory.get('python_blocks', 0):,} blocks, "
+              f"LIVE queries {w.db_memory.get('live_queries')}, feeds "
+              f"{w.db_memory.get('live_feeds')}, connections {w.db_memory.get('connections')}",
+              flush=True)
     print_statements(w.statements)
     if run.args.memory_log is not None:
         with run.args.memory_log.open("a") as f:
             f.write(json.dumps({"minute": round(w.minute, 2), "rss": w.rss,
-                                "ssps": w.memory, "db_statements": w.statements}) + "\n")
+                                "ssps": w.memory, "db_statements": w.statements,
+                                "db_memory": w.db_memory}) + "\n")
 
 
 async def compare_edges(run: Run, db: Database, specs: list[dict[str, Any]]
@@ -777,6 +798,10 @@ def verdict(run: Run, drain_s: float, bad: list[tuple[str, set[str], set[str]]],
               f"{'yes' if within else 'NO'}")
     if "db" in base.rss:
         print(host_bound(base, last))
+        a_py, b_py = (w.db_memory.get("python_blocks") for w in (base, last))
+        if a_py and b_py:
+            print(f"db: its Python heap {a_py:,} -> {b_py:,} blocks ({b_py / a_py:.2f}x); the "
+                  f"rest of its growth is the engine's")
     late = [w for w in run.windows if w.minute >= 2 - 1e-6]
     worst = max((pct(w.e2e, 0.99) or float("inf")) for w in late)
     within_lat = worst <= args.p99_ms

@@ -164,10 +164,10 @@ def test_an_http_rpc_the_engine_cannot_decode_gets_an_error_frame(host: DbHost) 
 
 
 def _statements(host: DbHost, *, auth: tuple[str, str] | None, query: str = "",
-                method: str = "GET") -> tuple[int, dict]:
+                method: str = "GET", route: str = "/debug/statements") -> tuple[int, dict]:
     import base64
     import urllib.error
-    req = urllib.request.Request(f"{host.http_url}/debug/statements{query}", method=method)
+    req = urllib.request.Request(f"{host.http_url}{route}{query}", method=method)
     if auth is not None:
         req.add_header("Authorization", "Basic " + base64.b64encode(
             f"{auth[0]}:{auth[1]}".encode()).decode())
@@ -202,3 +202,23 @@ async def test_debug_statements_counts_engine_time_per_statement_shape(host: DbH
     assert status == 401 and "wrong" not in json.dumps(body)
     status, body = _statements(host, auth=root, query="?limit=zero")
     assert status == 400 and "limit" in body["error"]
+
+
+async def test_debug_memory_reports_the_process_beside_its_python_heap(host: DbHost) -> None:
+    """The resident set, the Python heap's blocks and the host's own structures, so an operator
+    can tell the engine's growth from the host's; root credentials only."""
+    ns, db = unique_db()
+    client = await root_client(host, ns, db)
+    root = (host.user, host.password)
+    try:
+        await client.query("CREATE probe_memory:1 SET v = 1")
+        status, body = _statements(host, auth=root, route="/debug/memory")
+        assert status == 200, body
+        assert body["rss_bytes"] > 10_000_000 and body["python_blocks"] > 10_000
+        assert body["connections"] >= 1 and body["statement_shapes"] >= 1
+        assert {"live_queries", "live_feeds", "gc_counts"} <= set(body)
+    finally:
+        await close(client)
+    assert _statements(host, auth=None, route="/debug/memory")[0] == 401
+    status, body = _statements(host, auth=(host.user, "wrong"), route="/debug/memory")
+    assert status == 401 and "wrong" not in json.dumps(body)
