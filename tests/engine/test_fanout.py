@@ -125,8 +125,44 @@ def test_a_correlated_subquery_is_still_evaluated_per_parent() -> None:
         assert [x["id"] for x in row["top"]] == [RecordID("comment", i) for i in (5, 19)]
 
 
+def _walked_per_write(parents: int, window: int) -> tuple[int, int, int]:
+    """(members walked, rows patched, view-row changes) for one write moving one row inside
+    an uncorrelated window of ``window`` rows shown by ``parents`` parent rows."""
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(window)])
+    e.register("v", "SELECT *, (SELECT id, votes FROM comment WHERE votes >= $a ORDER BY "
+               "votes DESC, id) AS top FROM thread WHERE score >= $c", {"c": 0, "a": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    walked, patched = proj.walked, proj.patched
+    d = e.ingest("comment", "UPDATE", "comment:1", {"id": RecordID("comment", 1), "votes": -1})
+    assert d["v"].removed == {"comment:1"} and not d["v"].added
+    assert d["v"].updated == {f"thread:{i}" for i in range(parents)}
+    assert len(e.result("v")[0]["top"]) == window - 1
+    changes = len(d["v"].added) + len(d["v"].removed) + len(d["v"].updated)
+    return proj.walked - walked, proj.patched - patched, changes
+
+
+def test_a_window_edit_costs_its_changed_members_per_parent_not_the_window() -> None:
+    # one comment leaves a window of 20 or 2,000 rows shown by 40 parents: each parent's
+    # output, tree and diff are patched by the one member that left. The window's member
+    # changes are found once per write (~2 x its size); the old code built each parent's
+    # tree and walked it again in the diff: 2 x 40 x 2,001 = 160,080 members for 2,000
+    small, small_patched, small_changes = _walked_per_write(40, 20)
+    big, big_patched, big_changes = _walked_per_write(40, 2000)
+    assert small_changes == big_changes == 41
+    assert small_patched == big_patched == 40
+    assert big - small <= 2 * (2000 - 20)  # the window once, not once per parent
+    assert small <= 2 * 20 + 5 * 40
+
+
 # Uncorrelated subqueries (dict rows, VALUE rows, `[0]`, nested, beside a correlated one,
-# with OMIT, an item named like a field of `*`), several views with different parameters
+# with OMIT, an item named like a field of `*`), several views with different parameters;
+# then windows edited in place and patched into their parents: correlated without LIMIT
+# (ties on votes), two items showing the same rows, a window of the parent's own table
+# holding the parent, statuses that are NONE or NULL
 FANOUT_SHAPES = [
     ("SELECT *, (SELECT id, votes FROM comment WHERE votes >= $a ORDER BY votes DESC "
      "LIMIT 3) AS top FROM thread WHERE score > $c"),
@@ -148,6 +184,16 @@ FANOUT_SHAPES = [
      "FROM thread WHERE score > $c"),
     ("SELECT id, (SELECT id, votes, thread.status AS st FROM comment ORDER BY votes DESC "
      "LIMIT 2) AS top FROM thread WHERE score > $c"),
+    ("SELECT *, (SELECT id, votes, body FROM comment WHERE thread = $parent.id ORDER BY "
+     "votes DESC) AS cs FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, votes FROM comment ORDER BY votes LIMIT 3) AS a, "
+     "(SELECT id, votes FROM comment ORDER BY votes LIMIT 3) AS b FROM thread WHERE score > $c"),
+    ("SELECT id, title, (SELECT id, votes FROM comment WHERE votes >= $a) AS all_c, "
+     "(SELECT id, score FROM thread WHERE score > $parent.score ORDER BY score LIMIT 2) "
+     "AS above FROM thread WHERE score > $c"),
+    ("SELECT *, (SELECT id, votes, thread FROM comment WHERE thread = $parent.id ORDER BY "
+     "votes DESC, id LIMIT 2) AS top, (SELECT id, status FROM thread WHERE status = "
+     "$parent.status ORDER BY id LIMIT 3) AS peers FROM thread"),
 ]
 
 
