@@ -15,7 +15,10 @@ member to the other rows whose tree holds it (a string for one row, a set for se
 tells whether a member is clean (see :mod:`engine.delta`).
 
 Rows are projected while some materialisation of the group shows them. During a flush,
-``dirty`` lists the rows to re-examine and ``recs`` what happened to each.
+``dirty`` lists the rows to re-examine and ``recs`` what happened to each. A row whose own
+fields did not change but whose subquery values moved is patched (``_patch``): its output,
+tree, owners and diff follow the members the window edits moved (``engine.join.EDITS``),
+not the windows' sizes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
 from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
-from engine.join import Win
+from engine.join import EDITS, Win
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan
 from engine.store import Store, ikey, rid_text
@@ -503,10 +506,15 @@ class Proj:
             if ikeys[j] is None or type(nt) is tuple or type(ot) is tuple or v is ov:
                 return None
             ck = (id(ov), id(v))
-            ch = self.pcache.get(ck)
-            if ch is None:
-                ch = self.pcache[ck] = _member_changes(ov, v, ot, nt)
+            got = self.pcache.get(ck)
+            if got is None:
+                # the cache holds both values: their ids are theirs until the flush ends (a
+                # parent's old value is freed once it is replaced, and its id reused)
+                ch = _member_changes(ov, v, ot, nt)
+                self.pcache[ck] = (ch, ov, v)
                 self.walked += ch[5]
+            else:
+                ch = got[0]
             changes.append((j, ch))
         out = dict(old_out)
         t1 = dict(t0)
@@ -646,6 +654,14 @@ class Proj:
                     moved = True
                     if changed:
                         vchanged = True
+            elif type(itrees[i]) is dict:
+                # the value is kept, so its tree must stay the kept value's: the members of
+                # a window the row no longer reads (it moved to another showing the same
+                # rows) follow that window's later edits, and the row's tree would drift
+                subs = icx.subs
+                w = subs[-1] if subs else None
+                if not (type(w) is Win and w.members is itrees[i]):
+                    itrees[i] = _members_of(vals[i])
         return vals, ideps, itrees, moved, vchanged, dchanged
 
     def _shared_item(self, i: int, item: tuple[Any, ...], row: dict[str, Any]) -> _Shared:
@@ -891,6 +907,10 @@ def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
     place, so the old one is gone), and those that entered, left, or stayed as another
     object, those of them with another content; and how many members were walked. ``ot`` /
     ``nt``: the item's trees (None: the value holds no member)."""
+    if type(ot) is dict and type(nt) is dict and type(v) is list:
+        got = _logged(ov, v)
+        if got is not None:
+            return got
     olds: dict[str, Any] = {}
     if ot is not None:
         tree_members(ov, olds)
@@ -908,6 +928,45 @@ def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
                 changed.append(m)
     left = [m for m in olds if m not in news]
     return olds, entered, left, other, changed, len(olds) + len(news)
+
+
+def _logged(ov: Any, v: list[Any]) -> tuple[
+        dict[str, Any], dict[str, Any], list[str], dict[str, Any], list[str], int] | None:
+    """``_member_changes`` from the edits that made window value ``v`` out of ``ov``
+    (engine.join.EDITS: one or several in a flush), costing the members they moved, not
+    the window; None when ``v`` did not come from ``ov`` by edits (computed again, another
+    window)."""
+    steps: list[dict[str, tuple[Any, Any]]] = []
+    cur: Any = v
+    while cur is not ov:
+        st = EDITS.get(id(cur))
+        if st is None or st[1] is not cur or len(steps) > 64:
+            return None
+        steps.append(st[2])
+        cur = st[0]
+    net: dict[str, tuple[Any, Any]] = {}
+    for n in range(len(steps) - 1, -1, -1):  # the oldest edit first
+        for k, ab in steps[n].items():
+            was = net.get(k)
+            net[k] = ab if was is None else (was[0], ab[1])
+    olds: dict[str, Any] = {}
+    entered: dict[str, Any] = {}
+    other: dict[str, Any] = {}
+    changed: list[str] = []
+    left: list[str] = []
+    for k, (a, b) in net.items():
+        if a is None:
+            if b is not None:
+                entered[k] = b
+            continue
+        olds[k] = a
+        if b is None:
+            left.append(k)
+        elif a is not b:
+            other[k] = b
+            if not same(a, b):
+                changed.append(k)
+    return olds, entered, left, other, changed, len(net)
 
 
 def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
