@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from surrealdb import RecordID
 
 from engine.store import rid_text
+from engine.values import NONE
 
 EMPTY: frozenset[str] = frozenset()
 NO_TREE: dict[str, Any] = {}
@@ -56,7 +57,7 @@ def same(a: Any, b: Any) -> bool:
         return False
     if ta is dict:
         if len(a) != len(b):
-            return False
+            return _same_but_none(a, b)
         get = b.get
         for k, v in a.items():
             w = get(k, _MISSING)
@@ -64,10 +65,11 @@ def same(a: Any, b: Any) -> bool:
                 continue
             tv = type(v)
             if tv is not type(w):
-                return False
+                # a key holding NONE is a key the client does not see (an absent one)
+                return w is _MISSING and _same_but_none(a, b)
             if tv in _PLAIN:
-                if v != w:
-                    return False
+                if v != w and (tv is not float or v == v or w == w):
+                    return False  # (NaN and NaN: the same value shown)
             elif not same(v, w):
                 return False
         return True
@@ -81,14 +83,31 @@ def same(a: Any, b: Any) -> bool:
             if tv is not type(w):
                 return False
             if tv in _PLAIN:
-                if v != w:
-                    return False
+                if v != w and (tv is not float or v == v or w == w):
+                    return False  # (NaN and NaN: the same value shown)
             elif not same(v, w):
                 return False
         return True
     if ta is RecordID:
         return bool(a.table_name == b.table_name) and same(a.id, b.id)
+    if ta is float and a != a:
+        return bool(b != b)
     return bool(a == b)
+
+
+def _same_but_none(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Dicts equal once their keys holding NONE are left out: a client never sees such a
+    key (a FETCH of a missing record gives the key NONE where the row had no field), so a
+    row whose only difference is one is not updated."""
+    ka = [k for k, v in a.items() if v is not NONE]
+    kb = [k for k, v in b.items() if v is not NONE]
+    if len(ka) != len(kb):
+        return False
+    for k in ka:
+        w = b.get(k, NONE)
+        if w is NONE or not same(a[k], w):
+            return False
+    return True
 
 
 def has_nested(out: Any) -> bool:
@@ -145,6 +164,10 @@ class Rec:
                 d = (added, removed, frozenset(upd))
             self._diff = d
         return d
+
+    def preset(self, d: tuple[frozenset[str], frozenset[str], frozenset[str]]) -> None:
+        """The diff, known by the projection from the members that moved (proj._patch)."""
+        self._diff = d
 
     def changed(self) -> bool:
         """True when a view showing the row throughout sees a change."""

@@ -29,6 +29,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any
 
+from engine import join
 from engine.circuit import Circuit, Mat, WMat
 from engine.delta import MANY, ViewDelta, apply_counts, counted_delta, merge_clean, owner_delta
 from engine.membership import count_members
@@ -96,6 +97,8 @@ def settle(pending: Pending, store: Store, grouped: bool, out: Parts) -> None:
         projs = set()
     moves = _classify(circuits, projs)
     _reproject(projs)
+    if join.EDITS:
+        join.EDITS.clear()  # the windows' edits reached their parents
     events = _row_events(moves)
     acc: dict[Mat, Any] = {}
     _changed_projections(projs, events, acc)

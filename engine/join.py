@@ -105,6 +105,27 @@ LO = 1  # one lower bound from the parent: windows sorted by it, cuts follow
 HI = 2  # one upper bound from the parent: same, walked from the top
 ANY = 3  # anything else: every window of the group is tested
 
+#: id(a window's new value) -> (its old value, its new value, member -> (output before or
+#: None, output after or None)) of each edit in place since the flush began (Join._edit):
+#: the parents of the window take their member changes from it instead of comparing the
+#: two values (engine.proj._member_changes). The values are held here, so the ids stay
+#: theirs; cleared once the flush re-projected (engine.flush.settle)
+EDITS: dict[int, tuple[list[Any], list[Any], dict[str, tuple[Any, Any]]]] = {}
+
+
+def _log_edit(old: list[Any], new: list[Any], events: list[tuple[Any, bool]]) -> None:
+    """Note an edit of a window from ``old`` to ``new``: ``events`` the outputs that left
+    (False) and entered (True), in the order the edit made them."""
+    net: dict[str, tuple[Any, Any]] = {}
+    for o, inn in events:
+        k = _member_key(o)
+        if k is None:
+            return  # a row holding other records: its parents compare the values
+        was = net.get(k)
+        before = was[0] if was is not None else (None if inn else o)
+        net[k] = (before, o if inn else None)
+    EDITS[id(new)] = (old, new, net)
+
 
 class _Top:
     """Compares above every value a sort entry holds: ``(k, TOP)`` follows every entry whose
@@ -1287,15 +1308,19 @@ class Join:
         new: list[Any] | None = None
         # the entry's old place (an entering entry is not there; were it, it is replaced)
         i = bisect_left(ents, e)
+        events: list[tuple[Any, bool]] = []  # what left and entered, for the parents
         if i < len(ents) and ents[i] == e:
             new = list(value)
             del ents[i]
-            self._unmember(w, new.pop(i))
+            gone = new.pop(i)
+            events.append((gone, False))
+            self._unmember(w, gone)
         if out is not None:
             if new is None:
                 new = list(value)
             ents.insert(i, e)
             new.insert(i, out)
+            events.append((out, True))
             self._member(w, out)
         if new is not None:
             if limit is not None:
@@ -1303,14 +1328,19 @@ class Join:
                     # the entry past the limit leaves
                     del ents[limit:]
                     for o in new[limit:]:
+                        events.append((o, False))
                         self._unmember(w, o)
                     del new[limit:]
                 elif full and len(ents) < limit:
                     # an entry left a full window: the next one after its cut comes in
+                    n = len(new)
                     if not self._refill(w, ents, new, w.cut):
                         return False
+                    if len(new) > n:
+                        events.append((new[-1], True))
                 w.cut = ents[-1] if len(ents) == limit else w.hi
             w.value = new
+            _log_edit(value, new, events)
         self.edited += 1
         return True
 

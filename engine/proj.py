@@ -15,7 +15,10 @@ member to the other rows whose tree holds it (a string for one row, a set for se
 tells whether a member is clean (see :mod:`engine.delta`).
 
 Rows are projected while some materialisation of the group shows them. During a flush,
-``dirty`` lists the rows to re-examine and ``recs`` what happened to each.
+``dirty`` lists the rows to re-examine and ``recs`` what happened to each. A row whose own
+fields did not change but whose subquery values moved is patched (``_patch``): its output,
+tree, owners and diff follow the members the window edits moved (``engine.join.EDITS``),
+not the windows' sizes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
 from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
-from engine.join import Win
+from engine.join import EDITS, Win
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan
 from engine.store import Store, ikey, rid_text
@@ -40,9 +43,10 @@ _ABSENT = object()
 class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
-    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "istate", "key",
-                 "lazy", "multi", "multi0", "nmats", "outs", "own", "own0", "pdeps", "plan",
-                 "prev", "recs", "refs", "sdeps", "shared", "spec", "store", "trees", "vmoved")
+    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "ikeys", "istate",
+                 "key", "lazy", "multi", "multi0", "nmats", "outs", "overlap", "own", "own0",
+                 "patched", "pcache", "pdeps", "plan", "prev", "ptree", "recs", "refs", "sdeps",
+                 "shared", "spec", "store", "trees", "vdiff", "vmoved", "walked")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -85,6 +89,29 @@ class Proj:
         # items evaluated again by flushes (a work count the tests read: a write changing an
         # uncorrelated subquery costs one evaluation per group, not one per parent row)
         self.evals = 0
+        # Patching (see _patch): item index -> its output key, when an output is the row's
+        # fields and one key per item (a changed item is then one changed key); else None
+        keys = self.plan.item_keys
+        self.ikeys: list[str | None] | None = None
+        if keys is not None and not self.plan.omit and not self.plan.value and \
+                not self.plan.self_member:
+            ik: list[str | None] = [None] * len(self.plan.items)
+            for k, i in keys.items():
+                ik[i] = k
+            self.ikeys = ik
+        # rows whose tree holds a member from two places (their item trees overlap, or
+        # show the row itself): never patched, as a member leaving one place may stay
+        self.overlap: set[str] = set()
+        # during `process`: row -> its diff, known from the items' member changes (Rec)
+        self.vdiff: dict[str, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {}
+        # during `process`: (old value, new value) of an item -> its member changes, shared
+        # by the rows showing the same window before and after
+        self.pcache: dict[tuple[int, int], Any] = {}
+        self.ptree: Any = None  # the tree whose owners _patch moved already (_install)
+        # work counts the tests read: members walked building and diffing trees, and rows
+        # patched instead of projected again
+        self.walked = 0
+        self.patched = 0
 
     # -- reading ------------------------------------------------------------------------
     def tree(self, rid: str) -> dict[str, Any]:
@@ -230,7 +257,9 @@ class Proj:
                  deps: Any) -> None:
         """Store a row's new projection: output, tree, owners of its members, dependencies."""
         old_tree = self.trees.get(rid, _ABSENT)
-        if old_tree is not _ABSENT or tree is not None:
+        if tree is self.ptree:
+            self.ptree = None  # owners moved by _patch
+        elif old_tree is not _ABSENT or tree is not None:
             self._set_owners(rid, old_tree, tree)
         fresh = rid not in self.outs
         self.outs[rid] = out
@@ -296,7 +325,8 @@ class Proj:
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
         assert plan.item_keys is not None
-        self._install(rid, out, _tree_of(out, plan.item_keys, itrees), _merge_deps(ideps))
+        self._install(rid, out, self._tree(rid, out, plan.item_keys, itrees),
+                      _merge_deps(ideps))
 
     def end_lazy(self) -> None:
         """Project every lazy row; the group never makes rows lazy again."""
@@ -318,6 +348,7 @@ class Proj:
             self._set_owners(rid, old_tree, None)
         if rid in self.multi:
             self._multi(rid)
+        self.overlap.discard(rid)
         self.istate.pop(rid, None)
         old = self.pdeps.pop(rid, None)
         if old is not None:
@@ -351,6 +382,10 @@ class Proj:
             new_m.discard(rid)
         if not old_m and not new_m:
             return
+        self._move_owners(rid, old_m, new_m)
+
+    def _move_owners(self, rid: str, old_m: Any, new_m: Any) -> None:
+        """``rid``'s tree no longer holds ``old_m`` and now holds ``new_m`` (not ``rid``)."""
         own = self.own
         own0 = self.own0
         for m in old_m:
@@ -400,6 +435,12 @@ class Proj:
                 else:
                     self.istate[rid] = (vals, ideps, itrees)
                 return None
+            if vchanged and prev is _ABSENT and self.ikeys is not None:
+                got = self._patch(rid, state, vals, itrees)
+                if got is not None:
+                    self.istate[rid] = (vals, ideps, itrees)
+                    return got[0], (_merge_deps(ideps) if dchanged else
+                                    self.pdeps.get(rid)), got[1]
         self.istate[rid] = (vals, ideps, itrees)
         out = plan.assemble(row, vals)
         if vchanged and plan.item_keys is not None and not plan.omit and not plan.value:
@@ -409,7 +450,7 @@ class Proj:
                 self.vmoved[rid] = (old, out)
         item_keys = plan.item_keys
         if item_keys is not None:
-            tree = _tree_of(out, item_keys, itrees)
+            tree = self._tree(rid, out, item_keys, itrees)
         else:
             tree = {}
             tree_members(out, tree)  # of the output: a later item may hide an earlier one
@@ -424,6 +465,97 @@ class Proj:
             tree.setdefault(rid, out)
         # every item's dependencies the same objects: the row's registered ones still hold
         return out, (_merge_deps(ideps) if dchanged else self.pdeps.get(rid)), tree
+
+    def _tree(self, rid: str, out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
+              ) -> dict[str, Any]:
+        """``_tree_of``, noting whether the tree holds each member from one place only."""
+        tree, parts = _tree_of(out, keys, itrees)
+        self.walked += len(tree)
+        if parts == len(tree):
+            if rid in self.overlap:
+                self.overlap.discard(rid)
+        else:
+            self.overlap.add(rid)
+        return tree
+
+    def _patch(self, rid: str, state: Any, vals: list[Any], itrees: list[Any]
+               ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The new output and tree of a row whose item values moved while the row did not,
+        from the old ones: each moved item's key set again, and its members that left,
+        entered or changed applied to a copy of the tree; the row's diff is known from them
+        (``vdiff``). The items' member changes are found once per (old, new) value, shared by
+        every row that showed the same window. Costs the changed members, not the windows
+        (a parent of a 5,000-row window that gained one row walked 5,000 members three
+        times: its tree, its owners and its diff). None when the tree cannot be patched
+        (members from two places, VALUE rows): the row is assembled again."""
+        t0 = self.trees.get(rid)
+        old_out = self.outs.get(rid)
+        if type(t0) is not dict or type(old_out) is not dict or rid in self.overlap:
+            return None
+        ikeys = self.ikeys
+        assert ikeys is not None
+        old_vals, old_trees = state[0], state[2]
+        changes: list[Any] = []
+        for j in range(len(vals)):
+            v = vals[j]
+            ov = old_vals[j]
+            nt = itrees[j]
+            if v is ov and nt is old_trees[j]:
+                continue
+            ot = old_trees[j]
+            if ikeys[j] is None or type(nt) is tuple or type(ot) is tuple or v is ov:
+                return None
+            ck = (id(ov), id(v))
+            got = self.pcache.get(ck)
+            if got is None:
+                # the cache holds both values: their ids are theirs until the flush ends (a
+                # parent's old value is freed once it is replaced, and its id reused)
+                ch = _member_changes(ov, v, ot, nt)
+                self.pcache[ck] = (ch, ov, v)
+                self.walked += ch[5]
+            else:
+                ch = got[0]
+            changes.append((j, ch))
+        out = dict(old_out)
+        t1 = dict(t0)
+        added: list[str] = []
+        removed: list[str] = []
+        updated: list[str] = []
+        i = out.get("id")
+        if type(i) is RecordID:
+            me = rid_text(i)
+            if t0.get(me) is not old_out:
+                return None  # the row's own member shows another dict (its own window)
+            updated.append(me)
+        else:
+            me = None
+        for j, (olds, entered, left, other, changed, _) in changes:
+            out[ikeys[j]] = vals[j]
+            for m in left:
+                if t0.get(m) is not olds[m]:
+                    return None
+                del t1[m]
+            for m, o in entered.items():
+                if m in t0:
+                    return None  # also held elsewhere (or by another moved item)
+                t1[m] = o
+            for m, o in other.items():
+                if t0.get(m) is not olds[m]:
+                    return None
+                t1[m] = o
+            added.extend(entered)
+            removed.extend(left)
+            updated.extend(changed)
+        if me is not None:
+            t1[me] = out
+        if len(changes) > 1 and len(t1) != len(t0) + len(added) - len(removed):
+            return None  # two items' members met
+        self._move_owners(rid, [m for m in removed if m != rid],
+                          [m for m in added if m != rid])
+        self.ptree = t1
+        self.vdiff[rid] = (frozenset(added), frozenset(removed), frozenset(updated))
+        self.patched += 1
+        return out, t1
 
     def _items_fresh(self, row: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
         """Every item's value, dependencies and member tree for a row seen first."""
@@ -522,6 +654,14 @@ class Proj:
                     moved = True
                     if changed:
                         vchanged = True
+            elif type(itrees[i]) is dict:
+                # the value is kept, so its tree must stay the kept value's: the members of
+                # a window the row no longer reads (it moved to another showing the same
+                # rows) follow that window's later edits, and the row's tree would drift
+                subs = icx.subs
+                w = subs[-1] if subs else None
+                if not (type(w) is Win and w.members is itrees[i]):
+                    itrees[i] = _members_of(vals[i])
         return vals, ideps, itrees, moved, vchanged, dchanged
 
     def _shared_item(self, i: int, item: tuple[Any, ...], row: dict[str, Any]) -> _Shared:
@@ -629,14 +769,27 @@ class Proj:
                 pending.append((rid, t0, t1))
         finally:
             self.shared = None  # valid for this flush only
+            if self.pcache:
+                self.pcache = {}
+            self.ptree = None
         # cleanness needs every owner change of the flush: decide it once all rows moved
         vmoved = self.vmoved
+        vdiff = self.vdiff
         for rid, t0, t1 in pending:
             r = recs[rid] = Rec(rid, t0, t1, True)
+            if vdiff:
+                got = vdiff.get(rid)
+                if got is not None:
+                    r.preset(got)
+                    continue
             if vmoved:
                 r.hint = vmoved.get(rid)
+            if t0 is not t1:
+                self.walked += len(t1)  # what Rec.diff walks when a view asks
         if vmoved:
             self.vmoved = {}
+        if vdiff:
+            self.vdiff = {}
         for rid, t0, t1 in pending:
             recs[rid].clean = self._clean(rid, t0, t1)
 
@@ -700,16 +853,20 @@ def _item_tree(v: Any, keyed: bool, icx: Cx) -> Any:
     return t
 
 
-def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> dict[str, Any]:
+def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
+             ) -> tuple[dict[str, Any], int]:
     """``tree_members(out)`` from the members of each item value, kept per row, so a changed
     row or subquery does not walk the unchanged values again (a nested row-only value, such
     as a list of tags, is walked where it stands). Same visiting order as ``tree_members``:
     the output itself, then its values in key order, a later visit overwriting an earlier
-    one."""
+    one. Also the members counted per place they come from: the tree's size when no
+    member comes from two places (-1 with VALUE rows: never patched, see Proj._patch)."""
     tree: dict[str, Any] = {}
+    parts = 0
     i = out.get("id")
     if type(i) is RecordID:
         tree[rid_text(i)] = out
+        parts = 1
     get = keys.get
     extras: list[dict[str, Any]] | None = None
     for k, v in out.items():
@@ -726,16 +883,90 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]) -> di
                         extras.append(t[1])
                 else:
                     tree.update(t)
+                    parts += len(t)
             continue
         tv = type(v)
         if tv is dict or tv is list:  # only containers hold members
-            tree_members(v, tree)
+            acc: dict[str, Any] = {}
+            tree_members(v, acc)
+            if acc:
+                tree.update(acc)
+                parts += len(acc)
     if extras is not None:
+        parts = -1
         for extra in extras:  # after every dict: a dict's content wins (see _item_tree)
             for m, x in extra.items():
                 if m not in tree:
                     tree[m] = x
-    return tree
+    return tree, parts
+
+
+def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
+        dict[str, Any], dict[str, Any], list[str], dict[str, Any], list[str], int]:
+    """An item's members before (from its old value: a window's member tree is edited in
+    place, so the old one is gone), and those that entered, left, or stayed as another
+    object, those of them with another content; and how many members were walked. ``ot`` /
+    ``nt``: the item's trees (None: the value holds no member)."""
+    if type(ot) is dict and type(nt) is dict and type(v) is list:
+        got = _logged(ov, v)
+        if got is not None:
+            return got
+    olds: dict[str, Any] = {}
+    if ot is not None:
+        tree_members(ov, olds)
+    news: dict[str, Any] = nt if nt is not None else {}
+    entered: dict[str, Any] = {}
+    other: dict[str, Any] = {}
+    changed: list[str] = []
+    for m, o in news.items():
+        p = olds.get(m, _ABSENT)
+        if p is _ABSENT:
+            entered[m] = o
+        elif p is not o:
+            other[m] = o  # the row's tree takes the new object (identity tests next time)
+            if not same(p, o):
+                changed.append(m)
+    left = [m for m in olds if m not in news]
+    return olds, entered, left, other, changed, len(olds) + len(news)
+
+
+def _logged(ov: Any, v: list[Any]) -> tuple[
+        dict[str, Any], dict[str, Any], list[str], dict[str, Any], list[str], int] | None:
+    """``_member_changes`` from the edits that made window value ``v`` out of ``ov``
+    (engine.join.EDITS: one or several in a flush), costing the members they moved, not
+    the window; None when ``v`` did not come from ``ov`` by edits (computed again, another
+    window)."""
+    steps: list[dict[str, tuple[Any, Any]]] = []
+    cur: Any = v
+    while cur is not ov:
+        st = EDITS.get(id(cur))
+        if st is None or st[1] is not cur or len(steps) > 64:
+            return None
+        steps.append(st[2])
+        cur = st[0]
+    net: dict[str, tuple[Any, Any]] = {}
+    for n in range(len(steps) - 1, -1, -1):  # the oldest edit first
+        for k, ab in steps[n].items():
+            was = net.get(k)
+            net[k] = ab if was is None else (was[0], ab[1])
+    olds: dict[str, Any] = {}
+    entered: dict[str, Any] = {}
+    other: dict[str, Any] = {}
+    changed: list[str] = []
+    left: list[str] = []
+    for k, (a, b) in net.items():
+        if a is None:
+            if b is not None:
+                entered[k] = b
+            continue
+        olds[k] = a
+        if b is None:
+            left.append(k)
+        elif a is not b:
+            other[k] = b
+            if not same(a, b):
+                changed.append(k)
+    return olds, entered, left, other, changed, len(net)
 
 
 def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:

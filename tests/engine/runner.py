@@ -5,7 +5,8 @@ Checked after registration and after EVERY write, for every view:
 - the write's delta is exact: ``added`` = entered, ``removed`` = left, a view whose membership
   changed is present, ``updated`` only names current members;
 - ``result(view)`` equals SurrealDB's answer row for row (order, values, types);
-- optionally (``check_updated``) ``updated`` names every member whose own content changed;
+- optionally (``check_updated``) ``updated`` names every member whose own content changed, and
+  no member shown as one dict before and after with the same whole content;
 and at the end of the sequence:
 - ``ingest_batch`` of the whole sequence on a fresh engine gives the same memberships, and its
   merged delta per view is the net change (added = final - initial, removed = initial - final);
@@ -101,6 +102,19 @@ class Replay:
             rid = sorted(missed)[0]
             return (f"delta.updated misses {sorted(missed)}: {rid} was {sorted(old[rid])[0]} "
                     f"and is now {sorted(new[rid])[0]}")
+        # and no extra: a member shown as one dict before and after whose whole content
+        # (nested rows included: a parent whose subquery list moved did change) is equal
+        # must not be named
+        # (a record also listed bare, as a VALUE subquery's row, is left out: its content
+        # for the engine is the value it shows there, which no dict here tells)
+        full0, full1 = own_contents(self, before, True), own_contents(self, after, True)
+        bare = listed_ids(self, before) | listed_ids(self, after)
+        extra = {rid for rid in reported & full0.keys() & full1.keys()
+                 if len(full0[rid]) == 1 and full0[rid] == full1[rid] and rid not in bare}
+        if extra:
+            rid = sorted(extra)[0]
+            return (f"delta.updated names {sorted(extra)} whose content did not change: "
+                    f"{rid} is {sorted(full1[rid])[0]}")
         return None
 
     def result_mismatch(self, vid: str, view: View) -> str | None:
@@ -190,22 +204,43 @@ def _run(replay: Replay, check_batch: bool) -> Mismatch | None:
     return None
 
 
-def own_contents(replay: Replay, tree: Any) -> dict[str, set[str]]:
+def own_contents(replay: Replay, tree: Any, whole: bool = False) -> dict[str, set[str]]:
     """Record id text -> the distinct contents of the dicts with that id in a result tree,
-    without the fields that hold other members (a subquery array, a fetched record)."""
+    without the fields that hold other members (a subquery array, a fetched record), or with
+    every field when ``whole``."""
     out: dict[str, set[str]] = {}
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
             rid = node.get("id")
             if isinstance(rid, RecordID):
-                own = {k: v for k, v in node.items() if not any(True for _ in iter_record_ids(v))}
+                own = node if whole else {
+                    k: v for k, v in node.items() if not any(True for _ in iter_record_ids(v))}
                 out.setdefault(replay.text(rid), set()).add(repr(strict(own)))
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
             for value in node:
                 walk(value)
+
+    walk(tree)
+    return out
+
+
+def listed_ids(replay: Replay, tree: Any) -> set[str]:
+    """Texts of the record ids a result tree lists bare (an element of a list)."""
+    out: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                if isinstance(value, RecordID):
+                    out.add(replay.text(value))
+                else:
+                    walk(value)
 
     walk(tree)
     return out

@@ -315,8 +315,14 @@ def test_same_is_type_exact_at_every_depth() -> None:
     shared = {"x": [1, "a"]}
     assert same({"a": 1, "b": shared}, {"a": 1, "b": shared})
     assert same({"a": [1, {"b": RecordID("t", 1)}]}, {"a": [1, {"b": RecordID("t", 1)}]})
+    # what a client sees: NaN shows as NaN again, a key holding NONE as no key
+    from engine.values import NONE
+    assert same([nan], [float("nan")]) and same(nan, float("nan"))
+    assert same({"a": NONE, "b": 1}, {"b": 1}) and same({"b": 1}, {"b": 1, "a": NONE})
+    assert same({"a": NONE}, {"b": NONE})
     for a, b in [({"a": 1}, {"a": 1.0}), ({"a": True}, {"a": 1}), ([1], [True]),
-                 ({"a": None}, {}), ({"a": 1}, {"b": 1}), ([nan], [float("nan")]),
+                 ({"a": None}, {}), ({"a": 1}, {"b": 1}), ([nan], [1.0]),
+                 ({"a": NONE}, {"a": None}), ({"a": NONE, "b": 1}, {"b": 2}),
                  ({"a": Decimal("1")}, {"a": 1}), ({"a": [1, 2]}, {"a": [1, 2, 3]}),
                  ({"a": RecordID("t", 1)}, {"a": RecordID("t", 1.0)}),
                  ({"a": RecordID("t", 1)}, {"a": RecordID("u", 1)}), ((1, 2), [1, 2])]:
