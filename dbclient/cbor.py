@@ -178,17 +178,39 @@ def decode_whole(data: bytes) -> tuple[Any, int]:
     return value, stream.tell()
 
 
-def _keep_tag(tag: Any, immutable: bool) -> Any:
-    return tag
-
-
 def decode_whole_shallow(data: bytes) -> tuple[Any, int]:
     """Like :func:`decode_whole`, but SurrealDB's own tags stay ``cbor2.CBORTag`` objects
     (the structure is checked, no SDK value is built): for a reader that needs a request's
-    method and id, not its parameters (the database host)."""
+    method and id, not its parameters (the database host). No tag hook at all: cbor2 then
+    keeps an unknown tag as a ``CBORTag`` in C, where a Python hook cost a call per tag (an
+    edge row has two or more)."""
     stream = io.BytesIO(data)
-    value = cbor2.CBORDecoder(stream, tag_hook=_keep_tag).decode()
+    value = cbor2.CBORDecoder(stream).decode()
     return value, stream.tell()
+
+
+def decode_shallow(data: bytes) -> Any:
+    """One value with SurrealDB's tags left as ``cbor2.CBORTag`` (their contents frozen:
+    tuples and cbor2's frozendict), decoded in C alone. :func:`materialize` turns any part of
+    it into what :func:`decode` returns, so a reader can build only the parts it keeps."""
+    return cbor2.loads(data)
+
+
+def materialize(value: Any) -> Any:
+    """A part of a :func:`decode_shallow` value as :func:`decode` returns it: every tag
+    built into its SDK value, bottom-up like the decoder's hook, with its contents thawed."""
+    kind = type(value)
+    if kind is dict or kind is _FrozenDict:
+        # keys stay as decoded (a tag as a key is built, as the hook builds it)
+        return {materialize(k) if type(k) is _CBORTag else k: materialize(v)
+                for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [materialize(v) for v in value]
+    if kind is _CBORTag:
+        # the decoder's hook sees a tag's contents with the inner tags already built
+        return sdk_cbor.tag_decoder(  # type: ignore[arg-type]  # the decoder is unused
+            None, _CBORTag(value.tag, materialize(value.value)))
+    return value
 
 
 _installed = False

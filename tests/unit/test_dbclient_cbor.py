@@ -152,3 +152,24 @@ def test_install_routes_the_sdk_call_sites_to_the_c_codec() -> None:
     assert cbor_ws.encode is cbor.encode
     assert async_ws.decode is cbor.decode
     assert sdk_cbor.encode is cbor.encode and sdk_cbor.decode is cbor.decode
+
+
+@settings(max_examples=600, deadline=None)
+@given(values)
+def test_a_shallow_decode_materialized_is_the_full_decode(value: Any) -> None:
+    # the LIVE feed reader decodes a changefeed shallowly and builds only the tables it
+    # serves: what it builds must be what the full decode gives
+    data = cbor.encode(value)
+    assert same(cbor.materialize(cbor.decode_shallow(data)), cbor.decode(data))
+
+
+def test_a_shallow_decode_builds_no_sdk_value() -> None:
+    rid = RecordID("_00_list_ref_user_u1", [RecordID("_00_query", "q"), RecordID("post", "p")])
+    shallow = cbor.decode_shallow(cbor.encode({"id": rid, "rows": [rid]}))
+    assert isinstance(shallow["id"], cbor2.CBORTag) and shallow["id"].tag == 8
+    assert isinstance(shallow["rows"][0], cbor2.CBORTag)
+    built = cbor.materialize(shallow)
+    assert same(built, {"id": rid, "rows": [rid]})
+    assert isinstance(built["id"].id, list)
+    value, used = cbor.decode_whole_shallow(cbor.encode(rid) + b"\x00")
+    assert isinstance(value, cbor2.CBORTag) and used == len(cbor.encode(rid))
