@@ -27,8 +27,10 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cbor2 import CBORTag
 from surrealdb import RecordID
 
+from dbclient.cbor import TAG_RECORD_ID
 from engine.values import record_id_text
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ __all__ = [
     "change_table",
     "feed_change",
     "read_round",
+    "shallow_change_table",
     "split_by_table",
     "trim_seen",
 ]
@@ -106,13 +109,35 @@ def change_table(ch: Mapping[str, Any]) -> str | None:
     return None
 
 
-def split_by_table(changes: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+def shallow_change_table(ch: Any) -> str | None:
+    """:func:`change_table` of a change decoded shallowly (`dbclient.cbor.decode_shallow`):
+    a record id is then still its CBOR tag 8, whose content is (table, key)."""
+    if not isinstance(ch, Mapping):
+        return None
+    for kind in ("delete", "current", "update"):
+        body = ch.get(kind)
+        if isinstance(body, Mapping):
+            rid = body.get("id")
+            if type(rid) is CBORTag and rid.tag == TAG_RECORD_ID:
+                parts = rid.value
+                if isinstance(parts, (tuple, list)) and len(parts) == 2 and isinstance(parts[0], str):
+                    return parts[0]
+    d = ch.get("define_table")
+    if isinstance(d, Mapping) and isinstance(d.get("name"), str):
+        return str(d["name"])
+    return None
+
+
+def split_by_table(changes: Iterable[Mapping[str, Any]], *,
+                   shallow: bool = False) -> dict[str, list[Any]]:
     """A database-wide change set's changes by table; each table is one feed entry.
 
-    A change whose table cannot be told is kept under "" (it still counts as an entry)."""
+    A change whose table cannot be told is kept under "" (it still counts as an entry).
+    `shallow`: the changes were decoded shallowly (:func:`shallow_change_table`)."""
+    table_of = shallow_change_table if shallow else change_table
     out: dict[str, list[Any]] = {}
     for ch in changes:
-        out.setdefault(change_table(ch) or "", []).append(ch)
+        out.setdefault(table_of(ch) or "", []).append(ch)
     return out
 
 

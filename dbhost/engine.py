@@ -10,7 +10,7 @@ from typing import Any
 
 from surrealdb_embedded import AsyncEmbeddedDB
 
-from dbclient.cbor import decode, encode
+from dbclient.cbor import decode, decode_shallow, encode
 from dbhost.frames import INVALID_PARAMS, RpcError
 from dbhost.nodeengine import Head, NodeEngineProcess
 from dbhost.stats import StatementStats
@@ -95,15 +95,26 @@ class Engine:
     async def call_raw(self, method: str, params: list[Any] | None = None,
                        session: str | None = None) -> dict[str, Any]:
         """Call one RPC method and return the whole decoded reply (result or error)."""
+        reply: dict[str, Any] = decode(await self._call_bytes(method, params, session))
+        return reply
+
+    async def call_shallow(self, method: str, params: list[Any] | None = None,
+                           session: str | None = None) -> dict[str, Any]:
+        """Like :meth:`call_raw`, but the reply is decoded shallowly (SurrealDB's tags stay
+        ``cbor2.CBORTag``, `dbclient.cbor.decode_shallow`): for a caller that keeps a small
+        part of a large reply and builds only that part (`dbclient.cbor.materialize`)."""
+        reply: dict[str, Any] = decode_shallow(await self._call_bytes(method, params, session))
+        return reply
+
+    async def _call_bytes(self, method: str, params: list[Any] | None,
+                          session: str | None) -> bytes:
         req: dict[str, Any] = {"id": f"host-{next(self._ids)}", "method": method}
         if params is not None:
             req["params"] = params
         if session is not None:
             req["session"] = session
         text = params[0] if method == "query" and params and isinstance(params[0], str) else None
-        reply: dict[str, Any] = decode(
-            await self._execute(encode(req), (req["id"], method, session), text))
-        return reply
+        return await self._execute(encode(req), (req["id"], method, session), text)
 
     async def _execute(self, frame: bytes, head: Head | None, text: str | None) -> bytes:
         """One frame through the engine, timed for the statement counters; only the Node

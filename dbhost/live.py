@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from surrealdb.data.types.table import Table
 
-from dbclient.cbor import encode
+from dbclient.cbor import encode, materialize
 from dbclient.feed import ENGINE_PAGE_MAX, split_by_table
 from dbclient.tasks import stop_loops
 from dbhost.engine import Engine, EngineError, StatementError, quote_ident
@@ -184,6 +184,8 @@ class LiveHub:
         self._setup_lock = asyncio.Lock()
         self.notifications_sent = 0
         self.evaluation_errors = 0
+        # feed changes built into rows for delivery: only followed tables' new sets
+        self.changes_built = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -414,28 +416,34 @@ class LiveHub:
         starts = {f.table: max(f.floor_vs, f.next_vs - OVERLAP_VS) for f in feeds}
         since = min(starts.values())
         while True:
-            reply = await self.engine.call_raw(
+            # Decoded in C only: the database's feed holds every table's rows (the
+            # application's writes above all), a subscriber follows a few tables.
+            reply = await self.engine.call_shallow(
                 "query", [f"SHOW CHANGES FOR DATABASE SINCE {since} LIMIT {FEED_BATCH}", {}],
                 sid)
             err = reply.get("error")
             if err is not None:
                 self._tail_sessions.pop(key, None)
+                err = materialize(err)
                 raise EngineError(int(err.get("code", -32000)), str(err.get("message", err)))
             stmt = (reply.get("result") or [{}])[0]
             if stmt.get("status") != "OK":
-                raise StatementError(-32000, str(stmt.get("result")))
+                raise StatementError(-32000, str(materialize(stmt.get("result"))))
             entries = 0
             last: int | None = None
             found: dict[str, list[dict[str, Any]]] = {}
             for batch in stmt.get("result") or []:
                 vs = int(batch.get("versionstamp", 0))
                 last = vs
-                groups = split_by_table(batch.get("changes") or [])
+                groups = split_by_table(batch.get("changes") or [], shallow=True)
                 entries += len(groups)
                 for table, changes in groups.items():
-                    if table in by_table and vs >= starts[table]:
+                    feed = by_table.get(table)
+                    # build rows only for a followed table's sets not delivered before
+                    if feed is not None and vs >= starts[table] and vs not in feed.seen:
+                        self.changes_built += len(changes)
                         found.setdefault(table, []).append(
-                            {"versionstamp": vs, "changes": changes})
+                            {"versionstamp": vs, "changes": materialize(changes)})
             await asyncio.gather(*(self._absorb(by_table[t], b) for t, b in found.items()))
             if last is None or entries < FEED_BATCH:
                 if last is not None:

@@ -96,6 +96,8 @@ class DbHostServer:
             "storage": "memory" if self.config.path is None else "surrealkv",
             "connections": self.connections,
             "live_queries": self.live.count(),
+            # feed changes built into rows for LIVE delivery (the rest are decoded in C only)
+            "live_changes_built": self.live.changes_built,
         })
 
     async def version(self, request: web.Request) -> web.Response:

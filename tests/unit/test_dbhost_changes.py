@@ -46,3 +46,16 @@ def test_a_database_wide_set_is_split_into_its_tables_entries() -> None:
                {"delete": {"id": r2}}, {"define_table": {"name": "v"}}, {"odd": {}}]
     assert split_by_table(changes) == {"t": changes[:2], "u": [changes[2]], "v": [changes[3]],
                                        "": [changes[4]]}
+
+
+def test_a_shallow_decoded_set_splits_like_the_built_one() -> None:
+    from dbclient.cbor import decode_shallow, encode, materialize
+
+    r2 = RecordID("u", [RecordID("t", 1), "k"])
+    changes = [{"update": {"id": R1}}, {"current": {"id": R1}, "update": []},
+               {"delete": {"id": r2, "original": {"id": r2}}}, {"define_table": {"name": "v"}},
+               {"odd": {}}]
+    shallow = decode_shallow(encode(changes))
+    split = split_by_table(shallow, shallow=True)
+    assert list(split) == ["t", "u", "v", ""]
+    assert {t: materialize(c) for t, c in split.items()} == split_by_table(changes)
