@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -15,6 +16,7 @@ from dbhost.config import ConfigError, HostConfig, load_config
 from dbhost.engine import Engine, EngineError
 from dbhost.lock import DirectoryInUse, DirectoryLock
 from dbhost.server import DbHostServer
+from engine import gcpolicy
 from ipc.exitnow import exit_now
 
 log = logging.getLogger("dbhost")
@@ -53,6 +55,13 @@ async def serve(config: HostConfig, scratch: Path | None = None) -> int:
         log.error("could not listen on %s:%s: %s", config.host, config.port, exc)
         await engine.close()
         return EXIT_CONFIG
+    # Under load the loop allocates many short-lived containers per request (frames, feed
+    # reads) and builds no cycles on that path: CPython's default first-generation threshold
+    # (700) made the collector ~17% of the main thread in issue 31's soak, and each full
+    # collection walked every module object. Freeze what start-up built and collect rarely,
+    # as the SSP's processes do (`engine.gcpolicy`).
+    gcpolicy.configure()
+    gc.freeze()
     log.info("svc-db listening on %s:%s (engine %s, %s build, storage %s)", config.host,
              config.port, engine.version, config.engine, config.path or "memory")
     await stop.wait()
