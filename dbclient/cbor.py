@@ -208,8 +208,7 @@ def materialize(value: Any) -> Any:
         return [materialize(v) for v in value]
     if kind is _CBORTag:
         # the decoder's hook sees a tag's contents with the inner tags already built
-        return sdk_cbor.tag_decoder(  # type: ignore[arg-type]  # the decoder is unused
-            None, _CBORTag(value.tag, materialize(value.value)))
+        return _tag_hook(_CBORTag(value.tag, materialize(value.value)), False)
     return value
 
 
