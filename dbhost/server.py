@@ -30,6 +30,7 @@ from dbhost.frames import (
     with_session,
 )
 from dbhost.live import LiveHub
+from dbhost.wsbatch import HIGH_WATER_BYTES, MAX_BATCH_BYTES, frames_of
 
 log = logging.getLogger("dbhost.server")
 
@@ -159,11 +160,32 @@ class DbHostServer:
         # (a notification is never dropped while the connection lives).
         outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
 
+        transport = request.transport
+
         async def writer() -> None:
             while (frame := await outbox.get()) is not None:
+                # what else is queued goes out with it, in one write (dbhost.wsbatch)
+                batch = [frame]
+                size = len(frame)
+                ending = False
+                while size < MAX_BATCH_BYTES and not outbox.empty():
+                    more = outbox.get_nowait()
+                    if more is None:
+                        ending = True
+                        break
+                    batch.append(more)
+                    size += len(more)
                 try:
-                    await ws.send_bytes(frame)
+                    if (len(batch) > 1 and transport is not None and not ws.closed
+                            and not transport.is_closing()
+                            and transport.get_write_buffer_size() < HIGH_WATER_BYTES):
+                        transport.write(frames_of(batch))
+                    else:
+                        for one in batch:
+                            await ws.send_bytes(one)
                 except (ConnectionError, RuntimeError):
+                    return
+                if ending:
                     return
 
         async def send(frame: bytes) -> None:

@@ -160,3 +160,21 @@ async def test_record_ids_in_params_reach_the_engine_intact(raw: Any) -> None:
                              "params": ["RETURN [$a, $b]", {"a": RecordID("t", [1, "x"]),
                                                            "b": {"k": RecordID("u", 2)}}]})
     assert reply["result"][0]["result"] == [RecordID("t", [1, "x"]), {"k": RecordID("u", 2)}]
+
+
+async def test_pipelined_requests_each_get_their_own_reply_frame(raw: Any) -> None:
+    # Replies that complete together leave the host in one socket write (dbhost.wsbatch):
+    # each must still be its own WebSocket message, whole, small and large alike.
+    sizes = [0, 1, 100, 70_000, 3, 200_000, 5] * 20
+    for i, n in enumerate(sizes):
+        await raw.send(encode({"id": i, "method": "query",
+                               "params": ["RETURN string::repeat('x', $n)", {"n": n}]}))
+    got: dict[int, int] = {}
+    for _ in sizes:
+        msg = await raw.recv()
+        assert isinstance(msg, bytes)
+        reply = decode(msg)
+        assert reply["id"] not in got
+        got[reply["id"]] = len(reply["result"][0]["result"])
+    assert got == dict(enumerate(sizes))
+    await still_answers(raw)
