@@ -42,6 +42,7 @@ def report(**parts: Any) -> dict[str, Any]:
         "python_blocks": sys.getallocatedblocks(),
         "gc_counts": list(gc.get_count()),
         "gc_frozen": gc.get_freeze_count(),
+        "gc_threshold": list(gc.get_threshold()),
         **parts,
     }
     if tracemalloc.is_tracing():
