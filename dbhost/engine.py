@@ -131,7 +131,7 @@ class Engine:
         except BaseException:
             stats.record(shape, time.perf_counter() - began, failed=True)
             raise
-        stats.record(shape, time.perf_counter() - began)
+        stats.record(shape, time.perf_counter() - began, reply_bytes=len(result))
         return result
 
     async def query(self, text: str, variables: dict[str, Any] | None = None,

@@ -13,6 +13,9 @@ host instead of guessing.
 - Times are wall clock inside the engine call (the host's event loop is not in them). Requests
   run concurrently on the engine's threads, so shares of the total compare shapes, and a total
   above the elapsed time means requests waited on each other inside the engine.
+- Reply bytes per shape: the host's loop decodes (its own reads) or forwards (a client's)
+  every byte the engine answers, so a shape that answers much costs the host, not only the
+  engine (issue 31: changefeed reads that re-read a window each round).
 - At most `MAX_SHAPES` shapes; later ones are counted under `(other)`. The text-to-shape cache is
   bounded too, so an application sending ever-new texts costs a bounded amount of memory.
 """
@@ -52,6 +55,7 @@ class ShapeStats:
     errors: int = 0  # requests the engine call raised on (not statements answering an error)
     total_s: float = 0.0
     max_s: float = 0.0
+    reply_bytes: int = 0  # what the engine answered: the host decodes or forwards all of it
 
 
 class StatementStats:
@@ -74,8 +78,10 @@ class StatementStats:
             self._texts[text] = shape
         return shape
 
-    def record(self, shape: str, seconds: float, failed: bool = False) -> None:
-        """Count one request of `shape` that spent `seconds` in the engine."""
+    def record(self, shape: str, seconds: float, failed: bool = False,
+               reply_bytes: int = 0) -> None:
+        """Count one request of `shape` that spent `seconds` in the engine and answered
+        `reply_bytes`."""
         st = self._shapes.get(shape)
         if st is None:
             if len(self._shapes) >= MAX_SHAPES:
@@ -85,6 +91,7 @@ class StatementStats:
                 st = self._shapes[shape] = ShapeStats()
         st.count += 1
         st.total_s += seconds
+        st.reply_bytes += reply_bytes
         if seconds > st.max_s:
             st.max_s = seconds
         if failed:
@@ -115,5 +122,6 @@ class StatementStats:
                 "mean_ms": round(st.total_s * 1000 / st.count, 3),
                 "max_ms": round(st.max_s * 1000, 1),
                 "share": round(st.total_s / total, 4),
+                "reply_kb_per_s": round(st.reply_bytes / 1024 / elapsed, 1),
             } for shape, st in rows[:max(0, limit)]],
         }

@@ -544,8 +544,8 @@ def print_statements(report: dict[str, Any]) -> None:
     print(f"      db: {report['requests'] / max(report['elapsed_s'], 1e-9):,.0f} requests/s, "
           f"{report['engine_s'] / max(report['elapsed_s'], 1e-9):.2f} engine-s/s", flush=True)
     for row in report["statements"][:6]:
-        print(f"      {row['share'] * 100:5.1f}% {row['per_s']:7.1f}/s {row['mean_ms']:7.2f} ms  "
-              f"{row['shape'][:90]}", flush=True)
+        print(f"      {row['share'] * 100:5.1f}% {row['per_s']:7.1f}/s {row['mean_ms']:7.2f} ms "
+              f"{row.get('reply_kb_per_s', 0):7.0f} KB/s  {row['shape'][:80]}", flush=True)
 
 
 async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,

@@ -188,12 +188,16 @@ async def test_debug_statements_counts_engine_time_per_statement_shape(host: DbH
         for i in range(7):
             await client.query(f"CREATE probe_stats:{i} SET v = {i}, note = 'secret-{i}'")
         await client.query("SELECT * FROM probe_stats WHERE v > $v", {"v": 2})
+        await client.query("RETURN string::repeat('x', $n)", {"n": 300_000})
         status, body = _statements(host, auth=root, query="?limit=500")
         assert status == 200, body
         rows = {r["shape"]: r for r in body["statements"]}
         create = rows["query CREATE probe_stats:? SET v = 0, note = '?'"]
         assert create["count"] == 7 and create["total_ms"] > 0
         assert rows["query SELECT * FROM probe_stats WHERE v > $v"]["count"] == 1
+        # reply bytes per shape: a large answer costs the host too (it forwards every byte)
+        big = rows["query RETURN string::repeat('?', $n)"]["reply_kb_per_s"]
+        assert big > 0 and big > 10 * create["reply_kb_per_s"]
         assert "secret" not in json.dumps(body)
     finally:
         await close(client)
