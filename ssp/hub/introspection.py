@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import tracemalloc
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -25,15 +26,41 @@ if TYPE_CHECKING:
     from ssp.hub.state import HubState
 
 
+#: The hub's first traced snapshot (see `traced_top`): what later snapshots are compared with.
+_traced_baseline: tracemalloc.Snapshot | None = None
+
+
+def start_hub_tracing(env: Mapping[str, str]) -> None:
+    """Trace the hub's heap when `SVC_SSP_HUB_TRACEMALLOC` names a frame count (a diagnosis
+    only: it slows the hub). Unlike `PYTHONTRACEMALLOC`, the shards and the gateway (children
+    that inherit the environment) are not traced: tracing them all made a soak's polls time out."""
+    frames = env.get("SVC_SSP_HUB_TRACEMALLOC", "")
+    if frames.isdigit() and int(frames) > 0:
+        tracemalloc.start(int(frames))
+
+
+def _where(tb: tracemalloc.Traceback, depth: int) -> list[str]:
+    return ["/".join(fr.filename.rsplit("/", 2)[-2:]) + f":{fr.lineno}" for fr in tb[:depth]]
+
+
 def traced_top(n: int = 15) -> dict[str, Any]:
-    """Where the hub's Python heap is, when it runs with tracing on (`PYTHONTRACEMALLOC=1`,
-    a diagnosis only: it slows the process): the bytes traced and the `n` source lines holding
-    the most. A soak's `--memory-log` with two of these minutes apart shows what grows."""
-    snap = tracemalloc.take_snapshot()
+    """Where the hub's Python heap is, when it runs with tracing on: the bytes traced, the `n`
+    source lines holding the most, and (from the second call on) the `n` tracebacks that grew
+    most since the first call. A soak's `--memory-log` then names the owner of a growth; with
+    traced bytes flat while RSS grows, the growth is the allocator's, not a structure's."""
+    global _traced_baseline
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)])
     top = snap.statistics("lineno")[:n]
-    return {"bytes": tracemalloc.get_traced_memory()[0],
-            "top": [["/".join(st.traceback[0].filename.rsplit("/", 2)[-2:])
-                     + f":{st.traceback[0].lineno}", st.size, st.count] for st in top]}
+    out: dict[str, Any] = {
+        "bytes": tracemalloc.get_traced_memory()[0],
+        "top": [[_where(st.traceback, 1)[0], st.size, st.count] for st in top]}
+    if _traced_baseline is None:
+        _traced_baseline = snap
+    else:
+        grown = snap.compare_to(_traced_baseline, "traceback")[:n]
+        out["grown"] = [[_where(d.traceback, 8), d.size_diff, d.count_diff] for d in grown]
+    return out
 
 
 def members_hash(members: list[str]) -> str:
