@@ -45,7 +45,9 @@ def start_hub_tracing(env: Mapping[str, str]) -> None:
 
 
 def _where(tb: tracemalloc.Traceback, depth: int) -> list[str]:
-    return ["/".join(fr.filename.rsplit("/", 2)[-2:]) + f":{fr.lineno}" for fr in tb[:depth]]
+    """The `depth` most recent frames of `tb`, the allocating line first."""
+    return ["/".join(fr.filename.rsplit("/", 2)[-2:]) + f":{fr.lineno}"
+            for fr in reversed(tb[-depth:])]
 
 
 def traced_top(n: int = 15) -> dict[str, Any] | None:
