@@ -621,11 +621,18 @@ async def compare_edges(run: Run, db: Database, specs: list[dict[str, Any]]
 
 
 async def drained(http: aiohttp.ClientSession, run: Run, timeout: float) -> float:
+    """Seconds until every SSP has nothing to publish and ingested nothing for a second
+    (an empty backlog alone may come before the feed's last events: they are still on
+    their way through the changefeed and the scheduler)."""
     t0 = time.monotonic()
+    last: list[Any] | None = None
     while time.monotonic() - t0 < timeout:
-        pubs = [m.get("publication") or {} for m in await ssp_memory(http, run)]
-        if all(p and not p.get("pending_operations") for p in pubs):
+        mems = await ssp_memory(http, run)
+        pubs = [m.get("publication") or {} for m in mems]
+        ingested = [m.get("ingested") for m in mems]
+        if all(p and not p.get("pending_operations") for p in pubs) and ingested == last:
             return time.monotonic() - t0
+        last = ingested
         await asyncio.sleep(1.0)
     return float("inf")
 
