@@ -114,6 +114,8 @@ PROBE_USER = "probe"
 PROBE_VIEW = "query:soak_probe"
 PROBE_SURQL = "SELECT id FROM post WHERE category = 'probe'"
 PROBE_POSTS = 20
+# Reads of a view found differing at the end, 2 s apart, before it counts as differing.
+RECHECKS = 5
 
 
 @dataclass
@@ -156,6 +158,8 @@ class Run:
     stack: subprocess.Popen[bytes] | None = None
     windows: list[Window] = field(default_factory=list)
     writes: int = 0
+    # views that differed at the end's first read and converged: (id, extra, missing, reads)
+    transient: list[tuple[str, set[str], set[str], int]] = field(default_factory=list)
     write_errors: int = 0
     e2e: list[float] = field(default_factory=list)
     probe_timeouts: int = 0
@@ -610,45 +614,78 @@ def print_window(run: Run, w: Window) -> None:
 
 async def compare_edges(run: Run, db: Database, specs: list[dict[str, Any]]
                         ) -> list[tuple[str, set[str], set[str]]]:
-    """(view id, extra edges, missing edges) for every view whose edges differ from
-    SurrealDB's answer to its query (a view the database could not answer for, after retries,
-    counts as differing with nothing listed)."""
+    """(view id, extra edges, missing edges) for every view whose edges differ from SurrealDB's
+    answer to its query or whose `_00_query` row is not `ready` with a `rowCount` (a view
+    the database could not answer for, after retries, counts as differing with nothing
+    listed). A view found differing is read again, both sides, every 2 s up to RECHECKS
+    times: one that converges was read while a last write was still on its way (a write's
+    way to its edges takes seconds under this load, and the SSPs' empty backlog does not say
+    the feed delivered everything), and is counted in `run.transient`; only one that differs
+    at every read is returned."""
     bad: list[tuple[str, set[str], set[str]]] = []
     sem = asyncio.Semaphore(4)
 
     async def one(spec: dict[str, Any]) -> None:
         async with sem:
-            for attempt in range(5):
-                try:
-                    return await compare_one(spec)
-                except DbError as e:
-                    if attempt == 4:
-                        log(f"comparing {spec['id']} failed: {e}")
-                        bad.append((spec["id"], set(), set()))
+            first: tuple[set[str], set[str]] | None = None
+            for check in range(RECHECKS + 1):
+                diff = await with_retries(spec)
+                if diff is None:
+                    if first is not None:
+                        run.transient.append((spec["id"], *first, check))
+                    return
+                first = first or diff
+                if check < RECHECKS:
                     await asyncio.sleep(2.0)
+            bad.append((spec["id"], *(first or (set(), set()))))
 
-    async def compare_one(spec: dict[str, Any]) -> None:
-        if True:
-            params = dict(spec["params"])
-            auth = params.pop("auth_id")
-            sql = spec["surql"].replace("$auth.id", "$__auth")
-            rows = await db.query_one(sql, {**params, "__auth": RecordID("user",
-                                                                        auth.split(":")[1])})
-            want = {str(r["id"]) for r in rows or []}
-            got = await member_edges(db, edge_table_of(run, auth), view_record(spec["id"]))
-            if want != got:
-                bad.append((spec["id"], got - want, want - got))
+    async def with_retries(spec: dict[str, Any]) -> tuple[set[str], set[str]] | None:
+        for attempt in range(5):
+            try:
+                return await compare_one(spec)
+            except DbError as e:
+                if attempt == 4:
+                    log(f"comparing {spec['id']} failed: {e}")
+                    return set(), set()
+                await asyncio.sleep(2.0)
+        return set(), set()
+
+    async def compare_one(spec: dict[str, Any]) -> tuple[set[str], set[str]] | None:
+        params = dict(spec["params"])
+        auth = params.pop("auth_id")
+        sql = spec["surql"].replace("$auth.id", "$__auth")
+        rows = await db.query_one(sql, {**params, "__auth": RecordID("user",
+                                                                    auth.split(":")[1])})
+        want = {str(r["id"]) for r in rows or []}
+        got = await member_edges(db, edge_table_of(run, auth), view_record(spec["id"]))
+        row = await db.query_one("SELECT state, rowCount FROM ONLY $q",
+                                 {"q": view_record(spec["id"])})
+        # (`rowCount` is the size of the initial set, spec: not comparable with the answer now)
+        row_ok = isinstance(row, dict) and row.get("state") == "ready" \
+            and isinstance(row.get("rowCount"), int)
+        if want != got or not row_ok:
+            if not row_ok:
+                log(f"{spec['id']}: _00_query row {row}")
+            return got - want, want - got
+        return None
 
     await asyncio.gather(*(one(s) for s in specs))
     return bad
 
 
 async def drained(http: aiohttp.ClientSession, run: Run, timeout: float) -> float:
+    """Seconds until every SSP has nothing to publish and ingested nothing for a second
+    (an empty backlog alone may come before the feed's last events: they are still on
+    their way through the changefeed and the scheduler)."""
     t0 = time.monotonic()
+    last: list[Any] | None = None
     while time.monotonic() - t0 < timeout:
-        pubs = [m.get("publication") or {} for m in await ssp_memory(http, run)]
-        if all(p and not p.get("pending_operations") for p in pubs):
+        mems = await ssp_memory(http, run)
+        pubs = [m.get("publication") or {} for m in mems]
+        ingested = [m.get("ingested") for m in mems]
+        if all(p and not p.get("pending_operations") for p in pubs) and ingested == last:
             return time.monotonic() - t0
+        last = ingested
         await asyncio.sleep(1.0)
     return float("inf")
 
@@ -745,7 +782,7 @@ async def explain(http: aiohttp.ClientSession, run: Run, db: Database,
         for rid in sorted(extra | missing)[:3]:
             with contextlib.suppress(DbError):
                 row = await db.query_one(
-                    "SELECT id, category, score, author, author.active AS author_active "
+                    "SELECT id, category, score, _00_rv, author, author.active AS author_active "
                     "FROM ONLY type::record($r)", {"r": rid})
                 rows.append(str(row))
         in_ssp = ("not held by any SSP" if held is None else
@@ -777,6 +814,12 @@ def verdict(run: Run, drain_s: float, bad: list[tuple[str, set[str], set[str]]],
     print(f"\nwrites: {run.writes:,} ({run.write_errors} failed); probe flips not seen within "
           f"120 s: {run.probe_timeouts}; backlog drained {drain_s:.1f} s after the load stopped")
     print(f"edges equal SurrealDB's answer for {views - len(bad)}/{views} views")
+    if run.transient:
+        print(f"  {len(run.transient)} more differed at the first read and converged later "
+              f"(a last write still on its way), e.g.:")
+        for vid, extra, missing, reads in run.transient[:5]:
+            print(f"  {vid}: extra {sorted(extra)[:5]} missing {sorted(missing)[:5]}; "
+                  f"equal at read {reads + 1}")
     for vid, extra, missing in bad[:10]:
         print(f"  {vid}: extra {sorted(extra)[:5]} missing {sorted(missing)[:5]}")
         if vid in notes:

@@ -39,6 +39,7 @@ from ipc.lifeline import lifeline_argv
 from ipc.rpc import RpcServer
 from ssp.config import ConfigError, SspConfig
 from ssp.hub import Hub
+from ssp.hub.introspection import start_hub_tracing
 from ssp.link import SchedulerExit
 from ssp.rundir import secure_dir
 from ssp.telemetry import attach, setup_meter
@@ -170,6 +171,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     # The hub keeps every view's members and the publication state (long-lived) and makes
     # many short-lived containers per request and flush: the shards' collector settings.
     gcpolicy.configure()
+    start_hub_tracing(os.environ if env is None else env)
     try:
         import uvloop
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import tracemalloc
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -25,15 +26,56 @@ if TYPE_CHECKING:
     from ssp.hub.state import HubState
 
 
-def traced_top(n: int = 15) -> dict[str, Any]:
-    """Where the hub's Python heap is, when it runs with tracing on (`PYTHONTRACEMALLOC=1`,
-    a diagnosis only: it slows the process): the bytes traced and the `n` source lines holding
-    the most. A soak's `--memory-log` with two of these minutes apart shows what grows."""
-    snap = tracemalloc.take_snapshot()
+#: Frames per traced allocation once tracing starts (`start_hub_tracing`); 0: never.
+_trace_frames = 0
+#: The snapshot later ones are compared with (see `traced_top`).
+_traced_baseline: tracemalloc.Snapshot | None = None
+
+
+def start_hub_tracing(env: Mapping[str, str]) -> None:
+    """Allow tracing the hub's heap when `SVC_SSP_HUB_TRACEMALLOC` names a frame count (a
+    diagnosis only: it slows the hub). Tracing starts at the first `/debug/memory` call, not
+    at start: a traced hub took minutes to register a soak's 2,000 views, and what a steady
+    load leaks is allocated after the set-up anyway. Unlike `PYTHONTRACEMALLOC`, the shards and
+    the gateway (children that inherit the environment) are not traced: tracing them all
+    made a soak's polls time out."""
+    global _trace_frames
+    frames = env.get("SVC_SSP_HUB_TRACEMALLOC", "")
+    _trace_frames = int(frames) if frames.isdigit() else 0
+
+
+def _where(tb: tracemalloc.Traceback, depth: int) -> list[str]:
+    """The `depth` most recent frames of `tb`, the allocating line first."""
+    return ["/".join(fr.filename.rsplit("/", 2)[-2:]) + f":{fr.lineno}"
+            for fr in reversed(tb[-depth:])]
+
+
+def traced_top(n: int = 15) -> dict[str, Any] | None:
+    """Where the hub's Python heap is, when tracing is allowed: the first call starts tracing,
+    the second takes the baseline; each call from then on gives the bytes traced (allocated
+    since tracing started and still alive), the `n` source lines holding the most, and the
+    `n` tracebacks that grew most since the baseline. A soak's `--memory-log` then names the
+    owner of a growth; with traced bytes flat while RSS grows, the growth is the allocator's
+    (fragmentation), not a structure's."""
+    global _traced_baseline
+    if _trace_frames <= 0:
+        return None
+    if not tracemalloc.is_tracing():
+        tracemalloc.start(_trace_frames)
+        return {"started": True}
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)])
     top = snap.statistics("lineno")[:n]
-    return {"bytes": tracemalloc.get_traced_memory()[0],
-            "top": [["/".join(st.traceback[0].filename.rsplit("/", 2)[-2:])
-                     + f":{st.traceback[0].lineno}", st.size, st.count] for st in top]}
+    out: dict[str, Any] = {
+        "bytes": tracemalloc.get_traced_memory()[0],
+        "top": [[_where(st.traceback, 1)[0], st.size, st.count] for st in top]}
+    if _traced_baseline is None:
+        _traced_baseline = snap
+    else:
+        grown = snap.compare_to(_traced_baseline, "traceback")[:n]
+        out["grown"] = [[_where(d.traceback, _trace_frames), d.size_diff, d.count_diff]
+                        for d in grown]
+    return out
 
 
 def members_hash(members: list[str]) -> str:
@@ -183,7 +225,7 @@ class Introspection:
             "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
             "reconcile": self.reconcile.as_dict(),
             "ingested": s.ingested,
-            **({"traced": traced_top()} if tracemalloc.is_tracing() else {}),
+            **({"traced": traced} if (traced := traced_top()) is not None else {}),
         })
 
     async def debug_catchup(self, req: dict[str, Any]) -> dict[str, Any]:

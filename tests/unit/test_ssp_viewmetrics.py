@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 from surrealdb import RecordID
 
 from ssp.viewmetrics import ViewMetrics
@@ -61,3 +63,27 @@ async def test_a_write_takes_at_most_the_cap_and_the_longest_waiting_views_go_fi
         m.observe(vid, 2.0, 1, False)
     assert await m.write(db) == MAX_ROWS_PER_WRITE
     assert {r["view_id"] for r in db.queries[-1][1]["rows"]} == seen[0]
+
+
+def test_a_views_figures_stay_the_same_size_under_steady_load() -> None:
+    """A soak's hubs grew for minutes under a steady load: each view's last 256 waits were
+    kept as float objects in a deque that grew with every commit up to the 256th (~8 KB per
+    view). From its first commit on, a view's figures must not grow."""
+    views = {f"query:v{i}": (RecordID("_00_query", f"v{i}"), 1) for i in range(200)}
+    m = ViewMetrics("ssp-1", 100, views.get)
+    for vid in views:
+        m.observe(vid, 1.5, 1, True)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for k in range(300):  # more commits than the window holds
+            for vid in views:
+                m.observe(vid, 2.25 + k, 1, False)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # (counters past 256 become int objects of their own: ~100 bytes per view, once)
+    assert grown < 200 * 256, f"200 views' figures grew {grown} bytes over 300 commits each"
+    snap = m.snapshot("query:v0")
+    assert snap is not None and snap["publish_ms"]["samples"] == 256
+    assert snap["publish_ms"]["max"] == 301.25 and snap["updates"] == 301
