@@ -320,6 +320,12 @@ class Plan:
         # only the rest of the WHERE clause is evaluated (None: nothing else).
         self.residual = None if found is None or found[1] is None else compile_predicate(
             found[1], self.semis, SemiSpec)[0]
+        # Every read beyond the row is a semi-join's set tested with a field of the row
+        # (`seller IN (SELECT VALUE ...)`) and ORDER BY reads the row alone: a set's key
+        # entering or leaving requalifies the rows holding it in that field (the table's
+        # equality index), so rows register no reads of their own (engine.window, "qkeyed")
+        self.qkeyed = (self.qlinks and not order_links and bool(self.semis)
+                       and q.where is not None and _semi_keyed(q.where))
         self.fetch = q.fetch
         self.items, star_only, simple = _compile_items(q)
         # SELECT VALUE: a row's output is its one item's value (its members: the row itself
@@ -881,6 +887,29 @@ def _field_paths(e: Any, acc: list[tuple[str, ...]]) -> bool:
         elif type(x) is not str:
             return False
     return True
+
+
+def _semi_keyed(e: Any) -> bool:
+    """Whether a condition reads nothing beyond its row but semi-join sets, each tested
+    with one field of the row (``f IN (SELECT VALUE ...)``, ``(SELECT VALUE ...) CONTAINS
+    f``): no link, ``$parent``, graph step nor a semi-join of an expression."""
+    if type(e) is not tuple or not e:
+        return True
+    k = e[0]
+    if type(k) is not str:
+        return all(_semi_keyed(x) for x in e)
+    if k in ("lit", "slot", "param"):
+        return True
+    if k == "field":
+        return len(e[1]) == 1
+    if k in ("parent", "get", "deref", "graph", "subquery"):
+        return False
+    if k == "cmp":
+        if e[3][0] == "subquery" and e[1] in ("inside", "notinside"):
+            return e[2][0] == "field" and len(e[2][1]) == 1
+        if e[2][0] == "subquery" and e[1] in ("contains", "containsnot"):
+            return e[3][0] == "field" and len(e[3][1]) == 1
+    return all(_semi_keyed(x) for x in e[1:] if type(x) is tuple)
 
 
 def _one_hop(q: Query) -> tuple[str, ...] | None:
