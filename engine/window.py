@@ -65,16 +65,21 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
         pred = plan.pred
         entries = order.entries
         if plan.qkeyed:
-            # reads only semi-join sets, keyed by fields of the row: the order is told by
-            # the sets (no read registered per row), and entries are the shape's shared ones
+            # reads only semi-join sets keyed by fields of the row and links one hop away:
+            # the order is told by the sets and the hop fields' index (no read registered
+            # per row unless a hop field holds an array), entries are the shape's shared ones
             watch_sets(order, store)
-            cx = Cx(store)
+            hop = plan.qhop
             entry = circuit.entry
             ordered = plan.ordered
+            cx = Cx(store)
             for rid in cands:
                 row = rows[rid]
                 if pred(row, S, NONE, cx):
                     entries[rid] = entry(rid, row) if ordered else 1
+                if hop is not None and cx.reads and not covered(row, hop):
+                    set_qdeps(order, rid, cx.reads, deps)
+                    cx.reads = set()
         elif plan.qlinks:
             hop = plan.qhop
             cx = Cx(store)
@@ -135,13 +140,20 @@ def _entry_now(order: Order, rid: str, row: dict[str, Any] | None, store: Any, d
     circuit = order.circuit
     plan = circuit.plan
     if row is None:
-        if plan.qlinks and not plan.qkeyed:
+        if plan.qlinks and (not plan.qkeyed or rid in order.qdeps):
             set_qdeps(order, rid, set(), deps)
         return None
     if plan.qkeyed:
-        if plan.pred(row, order.S, NONE, Cx(store)):
-            return circuit.entry(rid, row) if plan.ordered else 1
-        return None
+        cx = Cx(store)
+        new_e = None
+        if plan.pred(row, order.S, NONE, cx):
+            new_e = circuit.entry(rid, row) if plan.ordered else 1
+        hop = plan.qhop
+        if hop is not None and not covered(row, hop):
+            set_qdeps(order, rid, cx.reads, deps)
+        elif rid in order.qdeps:
+            set_qdeps(order, rid, set(), deps)
+        return new_e
     if plan.qlinks:
         cx = Cx(store)
         new_e = None

@@ -72,6 +72,11 @@ VIEWS = [
     "> 0) ORDER BY score DESC LIMIT 3",
     "SELECT id FROM thread WHERE score > 1 AND (SELECT VALUE votes FROM comment) CONTAINSNOT "
     "score ORDER BY id LIMIT 2 START 1",
+    # a link followed one hop beside the set (found from the index on `author` too)
+    "SELECT id, score FROM thread WHERE (score > 4 OR author.name = 'lead') AND author IN "
+    "(SELECT VALUE id FROM user WHERE active = true) ORDER BY score DESC LIMIT 2",
+    "SELECT id FROM thread WHERE author.active = true AND author NOT IN (SELECT VALUE team "
+    "FROM user)",
 ]
 
 
