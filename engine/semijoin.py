@@ -108,7 +108,10 @@ class SemiSpec:
             self._last_S = S
             self._last_set = s
         k = xkey(x)
-        cx.reads.add(s.token(k))
+        if not s.keyed:
+            # (orders told by the set itself need no read: a token made and kept per key
+            # and view cost a string per key, and a set insertion per row, at registration)
+            cx.reads.add(s.token(k))
         return k in s.counts
 
     def open(self, S: tuple[Any, ...], store: Any,
