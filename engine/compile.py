@@ -269,7 +269,9 @@ class _Gen:
         """``x IN (SELECT VALUE ...)``: a lookup in the inner query's live set."""
         if self.semis is None or self.make_semi is None:
             raise QueryRejected(_SUBQUERY_FORMS)
-        self.semis.append(self.make_semi(q))
+        spec = self.make_semi(q)
+        spec.outer = x  # what the outer row tests (engine.plan: sets keyed by a row field)
+        self.semis.append(spec)
         self.uses_links = True  # the row's qualification reads the set (engine.semijoin)
         test = f"SJ[{len(self.semis) - 1}].contains(S, {self.value(x)}, cx)"
         return f"(not {test})" if negate else test

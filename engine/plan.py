@@ -320,6 +320,18 @@ class Plan:
         # only the rest of the WHERE clause is evaluated (None: nothing else).
         self.residual = None if found is None or found[1] is None else compile_predicate(
             found[1], self.semis, SemiSpec)[0]
+        # Every read beyond the row is a semi-join's set tested with a field of the row
+        # (`seller IN (SELECT VALUE ...)`) and ORDER BY reads the row alone: a set's key
+        # entering or leaving requalifies the rows holding it in that field (the table's
+        # equality index), so rows register no reads of their own (engine.window, "qkeyed")
+        # (links followed one hop, `seller.age`, are found from the index too: "qhop")
+        self.qkeyed = (self.qlinks and not order_links and bool(self.semis)
+                       and q.where is not None and _semi_keyed(q.where))
+        if self.qkeyed:
+            if _field_paths(q.where, [], True):
+                self.qhop = _one_hop(q, True)  # None: no path is two segments long
+            else:
+                self.qkeyed = False
         self.fetch = q.fetch
         self.items, star_only, simple = _compile_items(q)
         # SELECT VALUE: a row's output is its one item's value (its members: the row itself
@@ -857,37 +869,63 @@ def _compile_entry(sources: list[tuple[tuple[str, ...] | None, bool]],
     return env["_entry"]
 
 
-def _field_paths(e: Any, acc: list[tuple[str, ...]]) -> bool:
+def _field_paths(e: Any, acc: list[tuple[str, ...]], semis: bool = False) -> bool:
     """Collect the field paths an expression reads; False when it holds a part this walk
-    does not know (a nested query)."""
+    does not know (a nested query; with ``semis``, a semi-join's set is known: what it is
+    tested with is walked as a sibling, and its rows are watched by the set)."""
     if type(e) is not tuple or not e:
         return False
     k = e[0]
+    if semis and k == "subquery":
+        return True
     if k == "field":
         acc.append(tuple(e[1]))
         return True
     if k in ("lit", "slot", "param", "parent", "last"):
         return True
     if k == "object" or k == "call":
-        return all(_field_paths(x, acc) for x in e[2])
+        return all(_field_paths(x, acc, semis) for x in e[2])
     if k == "get":
-        return _field_paths(e[1], acc)
+        return _field_paths(e[1], acc, semis)
     if k == "array":
-        return all(_field_paths(x, acc) for x in e[1])
+        return all(_field_paths(x, acc, semis) for x in e[1])
     for x in e[1:]:
         if type(x) is tuple and x and type(x[0]) is str:
-            if not _field_paths(x, acc):
+            if not _field_paths(x, acc, semis):
                 return False
         elif type(x) is not str:
             return False
     return True
 
 
-def _one_hop(q: Query) -> tuple[str, ...] | None:
+def _semi_keyed(e: Any) -> bool:
+    """Whether a condition reads nothing beyond its row but semi-join sets, each tested
+    with one field of the row (``f IN (SELECT VALUE ...)``, ``(SELECT VALUE ...) CONTAINS
+    f``): no link, ``$parent``, graph step nor a semi-join of an expression."""
+    if type(e) is not tuple or not e:
+        return True
+    k = e[0]
+    if type(k) is not str:
+        return all(_semi_keyed(x) for x in e)
+    if k in ("lit", "slot", "param"):
+        return True
+    if k == "field":
+        return len(e[1]) <= 2  # the row's own field, or one hop (Plan.qhop)
+    if k in ("parent", "get", "deref", "graph", "subquery"):
+        return False
+    if k == "cmp":
+        if e[3][0] == "subquery" and e[1] in ("inside", "notinside"):
+            return e[2][0] == "field" and len(e[2][1]) == 1
+        if e[2][0] == "subquery" and e[1] in ("contains", "containsnot"):
+            return e[3][0] == "field" and len(e[3][1]) == 1
+    return all(_semi_keyed(x) for x in e[1:] if type(x) is tuple)
+
+
+def _one_hop(q: Query, semis: bool = False) -> tuple[str, ...] | None:
     """The fields WHERE and ORDER BY follow links through, when every path through one is
-    one hop long (``f.x``); None otherwise."""
+    one hop long (``f.x``); None otherwise (``semis``: semi-join sets allowed)."""
     paths: list[tuple[str, ...]] = []
-    if q.where is not None and not _field_paths(q.where, paths):
+    if q.where is not None and not _field_paths(q.where, paths, semis):
         return None
     for path, _desc in q.order:
         key = order_key(q, path)

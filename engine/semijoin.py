@@ -30,8 +30,9 @@ from engine.compile import compile_expr, compile_predicate
 from engine.cx import Cx
 from engine.deps import Readers
 from engine.errors import QueryRejected
-from engine.matindex import exact_key, xkey
+from engine.matindex import _LINK, exact_key, xkey
 from engine.parser import Query
+from engine.store import _EXACT, ikey
 from engine.syntax import collect_slots
 from engine.values import NONE
 
@@ -78,6 +79,8 @@ class SemiSpec:
                                 "are not supported; select the parent's rows with a condition "
                                 "on their own fields)")
         self.q = q
+        # the outer expression this set is tested against (set by engine.compile)
+        self.outer: Any = None
         self.table = q.table
         self.pred = compile_predicate(q.where)[0]
         self.value = compile_expr(value)[0]
@@ -105,7 +108,10 @@ class SemiSpec:
             self._last_S = S
             self._last_set = s
         k = xkey(x)
-        cx.reads.add(s.token(k))
+        if not s.keyed:
+            # (orders told by the set itself need no read: a token made and kept per key
+            # and view cost a string per key, and a set insertion per row, at registration)
+            cx.reads.add(s.token(k))
         return k in s.counts
 
     def open(self, S: tuple[Any, ...], store: Any,
@@ -139,8 +145,8 @@ class SemiSpec:
 class InnerSet:
     """The inner query's answer for one set of parameter values, as counts per value."""
 
-    __slots__ = ("S", "counts", "key", "prefix", "readers", "refs", "rows", "spec", "store",
-                 "tokens")
+    __slots__ = ("S", "counts", "ikeys", "key", "keyed", "prefix", "readers", "refs", "rows",
+                 "spec", "store", "tokens")
 
     def __init__(self, spec: SemiSpec, S: tuple[Any, ...], key: Any, store: Any,
                  index: dict[str, dict[Any, None]]) -> None:
@@ -158,6 +164,14 @@ class InnerSet:
         # key -> its token, made once: every outer row reading a key keeps the token in its
         # reads (a view over 20k rows kept 20k strings of its own, and made each by repr)
         self.tokens: dict[Any, str] = {}
+        # orders whose rows test a field of their own against this set (engine.plan, "qkeyed")
+        # -> that field: a key entering or leaving requalifies the rows the table's equality
+        # index holds under it, so those rows register nothing each (a set per row and view,
+        # ~600 bytes a row, was most of the memory of such views)
+        self.keyed: dict[Any, str] = {}
+        # equality-index keys (engine.store.ikey) of the set's keys where they are not the
+        # key itself (keys of numbers, of links with large int ids, ...)
+        self.ikeys: dict[Any, Any] = {}
 
     def token(self, k: Any) -> str:
         """What an outer row reading key ``k`` depends on (never a record id text)."""
@@ -169,12 +183,21 @@ class InnerSet:
             t = tokens[k] = self.prefix + repr(k)
         return t
 
+    def index_key(self, k: Any) -> Any:
+        """The equality-index key (``ikey``) of the values whose set key is ``k``."""
+        if type(k) is str or _plain_link(k):
+            return k
+        return self.ikeys[k]
+
     def _value_key(self, rid: str, row: dict[str, Any] | None) -> Any:
         spec = self.spec
         cx = Cx(self.store)
         k = _ABSENT
         if row is not None and spec.pred(row, self.S, NONE, cx):
-            k = xkey(spec.value(row, self.S, NONE, cx))
+            v = spec.value(row, self.S, NONE, cx)
+            k = xkey(v)
+            if type(k) is not str and not _plain_link(k) and k not in self.ikeys:
+                self.ikeys[k] = ikey(v)
         self.readers.note(rid, frozenset(cx.reads))
         return k
 
@@ -187,7 +210,7 @@ class InnerSet:
                 mine[rid] = k
                 counts[k] = counts.get(k, 0) + 1
 
-    def reread(self, text: str, flipped: Callable[[Any], None]) -> None:
+    def reread(self, text: str, flipped: Flipped) -> None:
         """The record ``text`` changed: evaluate again the inner rows that read it."""
         rids = self.readers.rows(text)
         if rids:
@@ -195,10 +218,9 @@ class InnerSet:
             for rid in list(rids):
                 self.update(rid, rows.get(rid), flipped)
 
-    def update(self, rid: str, new: dict[str, Any] | None, flipped: Callable[[Any], None],
-               ) -> None:
-        """The inner row ``rid`` is now ``new`` (None: deleted); ``flipped(token)`` for each
-        value that entered or left the set."""
+    def update(self, rid: str, new: dict[str, Any] | None, flipped: Flipped) -> None:
+        """The inner row ``rid`` is now ``new`` (None: deleted); ``flipped(self, key, token)``
+        for each value that entered or left the set."""
         old_k = self.rows.get(rid, _ABSENT)
         new_k = self._value_key(rid, new)
         if old_k == new_k and (old_k is _ABSENT or type(old_k) is type(new_k)):
@@ -210,14 +232,28 @@ class InnerSet:
                 counts[old_k] = n
             else:
                 del counts[old_k]
-                flipped(self.token(old_k))
+                flipped(self, old_k, self.token(old_k))
+                if old_k != new_k:
+                    self.ikeys.pop(old_k, None)
             del self.rows[rid]
         if new_k is not _ABSENT:
             n = counts.get(new_k, 0)
             counts[new_k] = n + 1
             self.rows[rid] = new_k
             if n == 0:
-                flipped(self.token(new_k))
+                flipped(self, new_k, self.token(new_k))
 
 
 _ABSENT: Any = object()
+
+#: what a set tells when a value enters or leaves it: (the set, the value's key, its token)
+Flipped = Callable[[InnerSet, Any, str], None]
+
+
+def _plain_link(k: Any) -> bool:
+    """Whether a set key is a link's with a str or exact int id (``xkey``), which is also
+    its equality-index key (``ikey``)."""
+    if type(k) is not tuple or len(k) != 3 or k[0] != _LINK:
+        return False
+    i = k[2]
+    return type(i) is str or (type(i) is int and -_EXACT < i < _EXACT)

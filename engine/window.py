@@ -64,7 +64,23 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
         S = order.S
         pred = plan.pred
         entries = order.entries
-        if plan.qlinks:
+        if plan.qkeyed:
+            # reads only semi-join sets keyed by fields of the row and links one hop away:
+            # the order is told by the sets and the hop fields' index (no read registered
+            # per row unless a hop field holds an array), entries are the shape's shared ones
+            watch_sets(order, store)
+            hop = plan.qhop
+            entry = circuit.entry
+            ordered = plan.ordered
+            cx = Cx(store)
+            for rid in cands:
+                row = rows[rid]
+                if pred(row, S, NONE, cx):
+                    entries[rid] = entry(rid, row) if ordered else 1
+                if hop is not None and cx.reads and not covered(row, hop):
+                    set_qdeps(order, rid, cx.reads, deps)
+                    cx.reads = set()
+        elif plan.qlinks:
             hop = plan.qhop
             cx = Cx(store)
             for rid in cands:
@@ -124,9 +140,20 @@ def _entry_now(order: Order, rid: str, row: dict[str, Any] | None, store: Any, d
     circuit = order.circuit
     plan = circuit.plan
     if row is None:
-        if plan.qlinks:
+        if plan.qlinks and (not plan.qkeyed or rid in order.qdeps):
             set_qdeps(order, rid, set(), deps)
         return None
+    if plan.qkeyed:
+        cx = Cx(store)
+        new_e = None
+        if plan.pred(row, order.S, NONE, cx):
+            new_e = circuit.entry(rid, row) if plan.ordered else 1
+        hop = plan.qhop
+        if hop is not None and not covered(row, hop):
+            set_qdeps(order, rid, cx.reads, deps)
+        elif rid in order.qdeps:
+            set_qdeps(order, rid, set(), deps)
+        return new_e
     if plan.qlinks:
         cx = Cx(store)
         new_e = None
@@ -291,6 +318,26 @@ def set_qdeps(order: Order, rid: str, reads: set[str], deps: Any) -> None:
         order.qdeps.pop(rid, None)
 
 
+def watch_sets(order: Order, store: Any) -> None:
+    """Tell the semi-join sets an order of a ``qkeyed`` plan tests which field of its rows
+    each is tested with, and keep the table's equality index on those fields (a key that
+    enters or leaves a set finds the rows holding it there: engine.write)."""
+    plan = order.circuit.plan
+    ts = store.table(plan.table)
+    for spec in plan.semis:
+        field = spec.outer[1][0]
+        ts.index(field)
+        spec.sets[spec.key(order.S)].keyed[order] = field
+
+
+def unwatch_sets(order: Order) -> None:
+    """The order is gone: its sets (those still open) stop telling it."""
+    for spec in order.circuit.plan.semis:
+        s = spec.sets.get(spec.key(order.S))
+        if s is not None:
+            s.keyed.pop(order, None)
+
+
 def teardown(mat: WMat, deps: Any) -> None:
     """Release the rows of an explicit materialisation, and its order's dependencies when it
     is the order's last materialisation."""
@@ -298,6 +345,8 @@ def teardown(mat: WMat, deps: Any) -> None:
     if len(order.mats) <= 1:
         for rid in list(order.qdeps):
             set_qdeps(order, rid, set(), deps)
+        if order.circuit.plan.qkeyed:
+            unwatch_sets(order)
     ref = mat.proj.ref
     for rid in mat.visible:
         ref(rid, -1)

@@ -236,15 +236,35 @@ class WritePath:
                 if proj.dirty:
                     pending.projs.add(proj)
 
-    def _flipped(self, token: str) -> None:
+    def _flipped(self, inner: InnerSet, k: Any, token: str) -> None:
         """A value entered or left a semi-join's set: the rows that asked for it."""
         self._requalify_readers(token)
+        if inner.keyed:
+            self._requalify_keyed(inner, k)
         readers = self.deps.reads.get(token)
         if readers:
             mark = self.pending.mark
             for proj, ids in list(readers.items()):
                 for rid in list(ids):
                     mark(proj, rid, token)
+
+    def _requalify_keyed(self, inner: InnerSet, k: Any) -> None:
+        """Qualify again, in each order testing a field of its rows against ``inner``, the
+        rows holding a value of key ``k`` there (the table's equality index: a superset of
+        those whose condition reached the test, which is all a requalification needs)."""
+        ik = inner.index_key(k)
+        store, deps, mats = self.store, self.deps, self.pending.mats
+        for order, field in list(inner.keyed.items()):
+            t = store.table(order.circuit.table)
+            hits = t.index(field).get(ik)
+            if not hits:
+                continue
+            rows = t.rows
+            for r in list(hits):
+                window.requalify(order, r, rows.get(r), store, deps, mats)
+            for proj in order.circuit.projs.values():
+                if proj.dirty:
+                    self.pending.projs.add(proj)
 
     def _hop_requalify(self, written: dict[str, Any] | None) -> None:
         """Re-qualify the rows whose one-hop link predicate reads the written record: those

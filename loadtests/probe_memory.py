@@ -2,6 +2,7 @@
 
     python loadtests/probe_memory.py [--mix forum|shop|random] [--seed 21] [--writes 5000]
                                      [--views 1000] [--trace [--pure]] [--top 15]
+                                     [--per-shape]
 
 One engine, one process: the rows of ``bench_mixes``' full sizes (20k threads, 100k comments,
 20k products, 50k orders, ...) loaded bare, then the mix's views registered (``--views``,
@@ -47,6 +48,27 @@ def top_owners(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, n: int
         print(f"    {s.size_diff / 2**20:8.1f} {s.count_diff:10,}  {name}:{fr.lineno}")
 
 
+def register_per_shape(eng: Any, shapes: list[Any], views: list[Any], trace: bool,
+                       ) -> tuple[list[float], str]:
+    """Register the views shape by shape; print each shape's views' RSS (and traced heap)
+    growth, with its query (RSS deltas under-count when freed memory is reused)."""
+    reg: list[float] = []
+    rejected = ""
+    print(f"\n  {'shape':<6} {'views':>5} {'+ RSS MiB':>9}"
+          + (f" {'+ traced':>9}" if trace else "") + "  query")
+    for sh in shapes:
+        mine = [v for v in views if v[0].split("-")[0] == sh.name]
+        gc.collect()
+        r0, t0 = bm.rss_mib(), tracemalloc.get_traced_memory()[0] if trace else 0
+        ms, _, rej = bm.register_all(eng, mine)
+        reg += ms
+        rejected = rejected or rej
+        gc.collect()
+        t = f" {(tracemalloc.get_traced_memory()[0] - t0) / 2**20:9.1f}" if trace else ""
+        print(f"  {sh.name:<6} {len(mine):5} {bm.rss_mib() - r0:9.1f}{t}  {sh.surql[:110]}")
+    return reg, rejected
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mix", default="forum", choices=["random", "forum", "shop"])
@@ -55,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writes", type=int, default=bm.FULL.writes)
     ap.add_argument("--trace", action="store_true", help="tracemalloc owners per stage")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--per-shape", action="store_true",
+                    help="register shape by shape, printing what each one's views added")
     ap.add_argument("--pure", action="store_true",
                     help="the engine from its sources (tracemalloc sees no compiled lines)")
     args = ap.parse_args(argv)
@@ -99,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'bare rows loaded (baseline)':<34} {rss_rows:8.0f} {rss_rows - rss0:8.0f} {'':>7}"
           + traced())
     c = time.process_time()
-    reg, _, rejected = bm.register_all(eng, views)
+    if args.per_shape:
+        reg, rejected = register_per_shape(eng, shapes, views, args.trace)
+    else:
+        reg, _, rejected = bm.register_all(eng, views)
     reg_s = time.process_time() - c
     if rejected:
         print(f"rejected: {rejected}")
