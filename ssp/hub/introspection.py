@@ -5,6 +5,7 @@ except `/log` (a client line into the ring) and `/debug/memory?reset_latency=1`.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import tracemalloc
 from collections.abc import Mapping
@@ -225,6 +226,9 @@ class Introspection:
             "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
             "reconcile": self.reconcile.as_dict(),
             "ingested": s.ingested,
+            # the interpreter's live blocks beside the process's RSS: a heap that stays flat
+            # while RSS grows is the allocator's, not a structure's
+            "python_blocks": sys.getallocatedblocks(),
             **({"traced": traced} if (traced := traced_top()) is not None else {}),
         })
 

@@ -90,6 +90,7 @@ async def test_ssp_rows_live_in_a_private_arena_removed_at_shutdown(host: DbHost
         arena = mine[0]
         mem = (await st.ssp.call("GET /debug/memory"))["body"]
         assert mem["arena"]["private"] is True and mem["rows"] >= 31 and mem["row_bytes"] > 0
+        assert mem["python_blocks"] > 10_000  # the hub's own heap, beside its RSS
         r = await st.ssp.call("POST /view/register", view_body("a", OWN))
         assert r["status"] == 200 and r["body"]["rowCount"] == 30, r
         await st.root.query("UPDATE post:p3 SET n = 99")
