@@ -95,10 +95,14 @@ def settle(pending: Pending, store: Store, grouped: bool, out: Parts) -> None:
         pending.projs = set()
     else:
         projs = set()
-    moves = _classify(circuits, projs)
-    _reproject(projs)
-    if join.EDITS:
-        join.EDITS.clear()  # the windows' edits reached their parents
+    try:
+        moves = _classify(circuits, projs)
+        _reproject(projs)
+    finally:
+        # the windows' edits reached their parents; a flush that failed half way must not
+        # leave its log to the next one (a parent would take an old edit for a new one)
+        if join.EDITS:
+            join.EDITS.clear()
     events = _row_events(moves)
     acc: dict[Mat, Any] = {}
     _changed_projections(projs, events, acc)

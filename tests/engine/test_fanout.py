@@ -246,3 +246,31 @@ def test_uncorrelated_subqueries_under_random_writes_agree_with_surrealdb(shape:
                 note=f"fan-out shape {shape} seed {seed}", check_updated=True)
     mismatch = run_case(case, check_updated=True)
     assert mismatch is None, f"{mismatch}\n{dump_case(case)}"
+
+
+class _Broken:
+    """Stands where a projection belongs and fails when the flush reaches it."""
+
+    def __getattr__(self, name: str) -> None:
+        raise RuntimeError(f"broken projection ({name})")
+
+
+def test_a_flush_that_fails_half_way_leaves_no_window_edit_to_the_next() -> None:
+    # The windows' edit log (engine.join.EDITS) lives for one flush: a parent takes its
+    # member changes from it by the window value's id. A flush that raised before the log
+    # was cleared would hand an old edit to the next flush's parents.
+    from engine import join
+    from engine.flush import Pending, settle
+    from engine.store import Store
+
+    stale: list = []
+    join.EDITS[id(stale)] = (stale, stale, {})
+    pending = Pending()
+    pending.projs = {_Broken()}  # type: ignore[arg-type]
+    raised = False
+    try:
+        settle(pending, Store(), False, [])
+    except Exception:
+        raised = True
+    assert raised
+    assert not join.EDITS
