@@ -12,19 +12,11 @@ bytes and the source lines holding the most.
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import tracemalloc
 from typing import Any
 
-
-def rss_bytes() -> int:
-    """This process's resident set (0 where /proc is missing)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
+from ipc.procmem import rss_bytes
 
 
 def traced_top(n: int = 15) -> dict[str, Any]:

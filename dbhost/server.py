@@ -131,7 +131,7 @@ class DbHostServer:
             return denied
         return web.json_response(memory.report(
             connections=self.connections, live_queries=self.live.count(),
-            live_feeds=len(self.live.feeds), statement_shapes=self.engine.stats.report(1)["shapes"]))
+            live_feeds=len(self.live.feeds), statement_shapes=self.engine.stats.shape_count))
 
     def _root_only(self, request: web.Request) -> web.Response | None:
         """None for a request with the root user's credentials (HTTP Basic, compared in

@@ -97,6 +97,11 @@ class StatementStats:
         if failed:
             st.errors += 1
 
+    @property
+    def shape_count(self) -> int:
+        """Shapes counted since the start or the last reset."""
+        return len(self._shapes)
+
     def reset(self) -> None:
         """Start counting again (`DELETE /debug/statements`)."""
         self.since = time.time()

@@ -510,12 +510,16 @@ async def ssp_memory(http: aiohttp.ClientSession, run: Run, reset: bool = False
     return out
 
 
+def db_auth(run: Run) -> dict[str, str]:
+    """The database host's root credentials (its debug routes take HTTP Basic)."""
+    return {"Authorization": aiohttp.encode_basic_auth("root", run.env["SVC_DB_PASS"])}
+
+
 async def db_memory(http: aiohttp.ClientSession, run: Run) -> dict[str, Any]:
     """The database host's `/debug/memory` (`dbhost.memory`): its RSS beside its Python heap,
     which tells the engine's growth from the host's own."""
-    auth = {"Authorization": aiohttp.encode_basic_auth("root", run.env["SVC_DB_PASS"])}
     try:
-        async with http.get(f"http://127.0.0.1:{run.db_port}/debug/memory", headers=auth,
+        async with http.get(f"http://127.0.0.1:{run.db_port}/debug/memory", headers=db_auth(run),
                             timeout=aiohttp.ClientTimeout(total=10)) as r:
             body = await r.json(content_type=None)
     except (TimeoutError, aiohttp.ClientError, ValueError):
@@ -529,7 +533,7 @@ async def db_statements(http: aiohttp.ClientSession, run: Run) -> dict[str, Any]
     if not run.args.statements:
         return {}
     url = f"http://127.0.0.1:{run.db_port}/debug/statements"
-    auth = {"Authorization": aiohttp.encode_basic_auth("root", run.env["SVC_DB_PASS"])}
+    auth = db_auth(run)
     try:
         async with http.get(f"{url}?limit=12", headers=auth,
                             timeout=aiohttp.ClientTimeout(total=10)) as r:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import resource
 import shutil
 import time
@@ -57,6 +56,7 @@ from engine.hashing import hash_text
 from engine.values import record_id_text
 from ipc.backoff import Backoff
 from ipc.http import client_session
+from ipc.procmem import rss_bytes
 from ipc.version import VERSION
 
 if TYPE_CHECKING:
@@ -191,12 +191,10 @@ class Usage:
 
     @staticmethod
     def memory_mb() -> float:
-        try:
-            with open("/proc/self/statm") as f:
-                pages = int(f.read().split()[1])
-            return round(pages * os.sysconf("SC_PAGE_SIZE") / 1_048_576, 2)
-        except (OSError, ValueError, IndexError):
-            return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2)
+        rss = rss_bytes()
+        if rss:
+            return round(rss / 1_048_576, 2)
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2)
 
 
 def _restoring(text: str) -> bool:
