@@ -229,12 +229,48 @@ class Proj:
         if own:
             self.shared = {}
         try:
-            for rid in rids:
-                if rid not in outs:
-                    self.project(rid, rows[rid], None)
+            if self.vkeys is not None and not self.plan.star_only and not self.plan.simple:
+                self._fill_uniform(rids, rows)
+            else:
+                for rid in rids:
+                    if rid not in outs:
+                        self.project(rid, rows[rid], None)
         finally:
             if own:
                 self.shared = None
+
+    def _fill_uniform(self, rids: Any, rows: dict[str, dict[str, Any]]) -> None:
+        """``fill`` for a uniform group (each item reads the row alone or no row): the
+        first row is projected as any other; the rest reuse its row-free values, state and
+        dependencies and compute only their own fields, output and members."""
+        plan = self.plan
+        outs = self.outs
+        keys = plan.item_keys
+        assert keys is not None
+        getters = [(i, item[1]) for i, item in enumerate(plan.items)
+                   if plan.row_only[i] and item[0] != "all"]
+        tmpl: list[Any] | None = None
+        state: Any = None
+        deps: Any = None
+        for rid in rids:
+            if rid in outs:
+                continue
+            row = rows[rid]
+            if tmpl is None:
+                self.project(rid, row, None)
+                state = self.istate.get(rid)
+                if state is None or state[0] is not None or not self.shared:
+                    continue  # not the shared state: the next row tries again
+                vals = self._values(rid, state)[0]
+                tmpl = [None if plan.row_only[i] else v for i, v in enumerate(vals)]
+                deps = self.pdeps.get(rid)
+                continue
+            vals = list(tmpl)
+            for i, get in getters:
+                vals[i] = get(row, NOLINKS)
+            out = plan.assemble(row, vals)
+            self.istate[rid] = state
+            self._install(rid, out, self._tree(rid, out, keys, state[2]), deps)
 
     def project(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
                 prev: Any = _ABSENT) -> None:
