@@ -60,7 +60,8 @@ class Proj:
         self.outs: dict[str, Any] = {}
         self.trees: dict[str, dict[str, Any] | None] = {}
         # per-item values, dependencies and members (see _project_items)
-        self.istate: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
+        # (a uniform row's values are None: read back from its output, see _values)
+        self.istate: dict[str, tuple[Any, list[Any], list[Any]]] = {}
         # every item reads the row alone or no row at all (an uncorrelated subquery): the
         # rows' item dependencies and members are then the same objects, and rows showing
         # them share one pair of lists (``iconst``) instead of a pair each (see _state)
@@ -619,7 +620,7 @@ class Proj:
         return out, t1
 
     def _state(self, vals: list[Any], ideps: list[Any], itrees: list[Any]
-               ) -> tuple[list[Any], list[Any], list[Any]]:
+               ) -> tuple[Any, list[Any], list[Any]]:
         """A row's item state; a uniform group's rows share their dependency and member
         lists while they hold the same objects (a thread list beside one uncorrelated
         subquery: 20k rows, one pair of lists). Nothing changes the lists in place."""
