@@ -31,7 +31,7 @@ SHAPES = [
     " AS all_under FROM thread WHERE score != NONE",
 ]
 
-PARAMS = [{"p0": 2, "p1": 6}, {"p0": 0, "p1": 3}, {"p0": 5, "p1": 5}, {"p0": 4, "p1": None},
+PARAMS: list[dict[str, Any]] = [{"p0": 2, "p1": 6}, {"p0": 0, "p1": 3}, {"p0": 5, "p1": 5}, {"p0": 4, "p1": None},
           {"p0": 1.0, "p1": 9}]
 
 
@@ -132,3 +132,82 @@ def test_rows_beside_an_uncorrelated_subquery_share_their_state() -> None:
     after = eng.result("v3")
     assert all(r["cheap"] == after[0]["cheap"] for r in after)
     assert not after[0]["cheap"] or after[0]["cheap"][0]["id"] != pid
+
+
+# -- `link.field IN $list` narrows a new view's candidates (engine.linkscan) -------------
+
+LINK_VIEWS = [
+    "SELECT *, thread.status AS thread_status FROM comment WHERE thread.score <= $p0 AND "
+    "thread.category IN $p1 AND votes >= $p2",
+    "SELECT id, votes FROM comment WHERE thread.category IN $p1 ORDER BY votes DESC, id LIMIT 3",
+]
+
+LINK_PARAMS: list[dict[str, Any]] = [{"p0": 5, "p1": ["a"], "p2": 1}, {"p0": 9, "p1": ["b", "c"], "p2": 0},
+               {"p0": 9, "p1": [], "p2": 0}, {"p0": 9, "p1": ["a", None], "p2": 0},
+               {"p0": 9, "p1": "abc", "p2": 0}, {"p0": 9, "p1": ["b", 1], "p2": 0}]
+
+
+def _linked_case(seed: int, surql: str) -> Case:
+    r = random.Random(seed)
+
+    def thread(i: int) -> dict[str, Any]:
+        row: dict[str, Any] = {"id": RecordID("thread", i), "score": r.randint(0, 9),
+                               "status": r.choice(["open", "closed"])}
+        c = r.choice(["a", "b", "c", 1, None, "absent"])
+        if c != "absent":
+            row["category"] = c
+        return row
+
+    def comment(i: int) -> dict[str, Any]:
+        row: dict[str, Any] = {"id": RecordID("comment", i), "votes": r.randint(0, 4)}
+        k = r.random()
+        if k < 0.85:
+            row["thread"] = RecordID("thread", r.randint(0, 7))  # 6 and 7 may not exist
+        elif k < 0.93:
+            row["thread"] = None
+        return row
+
+    rows = {"thread": [thread(i) for i in range(6)], "comment": [comment(i) for i in range(14)]}
+    present = {("thread", i) for i in range(6)} | {("comment", i) for i in range(14)}
+    writes: list[Event] = []
+    for _ in range(40):
+        table = "thread" if r.random() < 0.5 else "comment"
+        i = r.randint(0, 7 if table == "thread" else 16)
+        key = (table, i)
+        if key in present and r.random() < 0.15:
+            writes.append((table, "DELETE", RecordID(table, i), None))
+            present.discard(key)
+            continue
+        row = thread(i) if table == "thread" else comment(i)
+        writes.append((table, "UPDATE" if key in present else "CREATE", RecordID(table, i), row))
+        present.add(key)
+    return Case(rows=rows, views=[View(surql, dict(p)) for p in LINK_PARAMS], writes=writes,
+                note=f"link IN {seed}: {surql}", check_updated=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("surql", LINK_VIEWS)
+def test_views_filtering_a_link_in_a_list_agree_with_surrealdb(surql: str, seed: int) -> None:
+    mismatch = run_case(_linked_case(seed, surql), check_updated=True)
+    assert mismatch is None, str(mismatch)
+
+
+def test_a_link_in_a_list_reads_only_the_rows_linking_to_listed_records() -> None:
+    """Registration: ``thread.category IN $list`` takes the rows linking to the threads
+    of the listed categories from the indexes; the predicate runs on those only (it ran on
+    every comment before)."""
+    from engine.linkscan import link_candidates
+
+    view_engine, _ = engine_api()
+    eng = view_engine()
+    eng.load("thread", [{"id": RecordID("thread", i), "category": f"k{i % 20}"}
+                        for i in range(200)])
+    eng.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", i % 200),
+                          "votes": i % 5} for i in range(4_000)])
+    q = "SELECT id, votes FROM comment WHERE thread.category IN $p ORDER BY votes DESC, id LIMIT 5"
+    got = eng.register("v", q, {"p": ["k3", "k4"]})
+    assert len(got) == 5
+    circuit = next(iter(eng.circuits.values()))
+    mat = eng.views["v"]
+    cands = link_candidates(eng.store, "comment", circuit.plan.q.where, mat.S)
+    assert cands is not None and len(cands) == 400  # 2 of 20 categories
