@@ -12,7 +12,9 @@ Per projected row: ``outs`` (the output), ``trees`` (the members of the output: 
 row whose only member is itself), ``istate`` (per-item values and dependencies, so a change
 re-runs only the items that read it), ``pdeps`` (its registered dependencies). ``own`` maps a
 member to the other rows whose tree holds it (a string for one row, a set for several), which
-tells whether a member is clean (see :mod:`engine.delta`).
+tells whether a member is clean (see :mod:`engine.delta`). Rows of a uniform projection
+(every item reads the row alone or no row: fields beside uncorrelated subqueries) share one
+``istate`` tuple and their dependencies; their item values are read back from their output.
 
 Rows are projected while some materialisation of the group shows them. During a flush,
 ``dirty`` lists the rows to re-examine and ``recs`` what happened to each. A row whose own
