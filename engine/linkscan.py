@@ -4,7 +4,8 @@
 link for every row of ``order`` (or of its ``status`` bucket) costs a fetch and a walk per
 row, about 60 ms per new materialisation over 50k orders. The conjunct
 ``link.field = $slot`` holds for a row only when its link leads to a record whose ``field``
-equals the slot value, so the candidates are found the other way round:
+equals the slot value (``link.field IN $list``: one of the list's values, each looked up as
+below), so the candidates are found the other way round:
 
 1. the linked records that pass: the linked table's equality index on ``field``
    (:meth:`engine.store.TableStore.index`) at the slot value's key;
@@ -36,16 +37,23 @@ from engine.values import NONE
 _LINK = "\0r"
 
 
-def link_conjuncts(where: Any) -> list[tuple[str, str, int]]:
-    """The top-level conjuncts ``link.field = $slot`` (either side) of a WHERE clause, as
-    (link field, linked field, slot)."""
-    out: list[tuple[str, str, int]] = []
+def link_conjuncts(where: Any) -> list[tuple[str, str, int, bool]]:
+    """The top-level conjuncts ``link.field = $slot`` (either side) and ``link.field IN
+    $slot`` of a WHERE clause, as (link field, linked field, slot, whether IN)."""
+    out: list[tuple[str, str, int, bool]] = []
     for c in conjuncts(where):
-        if c[0] != "cmp" or c[1] != "=":
+        if c[0] != "cmp":
+            continue
+        if c[1] == "inside":
+            f, other = c[2], c[3]
+            if f[0] == "field" and len(f[1]) == 2 and other[0] == "slot":
+                out.append((f[1][0], f[1][1], other[1], True))
+            continue
+        if c[1] != "=":
             continue
         for f, other in ((c[2], c[3]), (c[3], c[2])):
             if f[0] == "field" and len(f[1]) == 2 and other[0] == "slot":
-                out.append((f[1][0], f[1][1], other[1]))
+                out.append((f[1][0], f[1][1], other[1], False))
                 break
     return out
 
@@ -55,11 +63,22 @@ def link_candidates(store: Store, table: str, where: Any, S: tuple[Any, ...]
     """A superset of the rows of ``table`` that pass the WHERE clause's link conjuncts,
     from the linked tables' indexes (None: no such conjunct can narrow the scan)."""
     best: set[str] | None = None
-    for link, field, slot in link_conjuncts(where):
+    for link, field, slot, listed in link_conjuncts(where):
         value = S[slot]
-        if value is NONE or value is None:
-            continue  # a dangling link reads NONE: every row could pass
-        found = _one(store, table, link, field, value)
+        if listed:
+            # `IN` an array: the linked value equals one of its elements (`IN` a string
+            # or an object tests substrings or keys: no index answers those)
+            if type(value) is not list and type(value) is not tuple:
+                continue
+            if any(v is NONE or v is None for v in value):
+                continue  # a dangling link reads NONE: every row could pass
+            found = set()
+            for v in value:
+                found |= _one(store, table, link, field, v)
+        else:
+            if value is NONE or value is None:
+                continue  # a dangling link reads NONE: every row could pass
+            found = _one(store, table, link, field, value)
         if best is None or len(found) < len(best):
             best = found
     return best

@@ -175,9 +175,8 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
         if cands is None:
             cands = rows.keys()
         window.build(mat, cands, rows, store, deps)
-        for rid in proj.dirty:
-            if rid in proj.refs:
-                proj.ensure(rid, rows[rid])
+        refs = proj.refs
+        proj.fill([rid for rid in proj.dirty if rid in refs], rows)
         proj.dirty = {}
         if circuit.agg is not None:
             fill_groups(store, mat, mat.visible)
@@ -207,9 +206,7 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
             lazy_by_table.setdefault(circuit.table, set()).add(proj)
             lazy_by_table.setdefault(proj.spec.sub.table, set()).add(proj)
         return rows_shown
-    for rid in rows_shown:
-        if rid not in outs:
-            project(rid, rows[rid], None)
+    proj.fill(rows_shown, rows)
     if circuit.agg is not None:
         fill_groups(store, mat, rows_shown)
     return rows_shown

@@ -12,7 +12,9 @@ Per projected row: ``outs`` (the output), ``trees`` (the members of the output: 
 row whose only member is itself), ``istate`` (per-item values and dependencies, so a change
 re-runs only the items that read it), ``pdeps`` (its registered dependencies). ``own`` maps a
 member to the other rows whose tree holds it (a string for one row, a set for several), which
-tells whether a member is clean (see :mod:`engine.delta`).
+tells whether a member is clean (see :mod:`engine.delta`). Rows of a uniform projection
+(every item reads the row alone or no row: fields beside uncorrelated subqueries) share one
+``istate`` tuple and their dependencies; their item values are read back from their output.
 
 Rows are projected while some materialisation of the group shows them. During a flush,
 ``dirty`` lists the rows to re-examine and ``recs`` what happened to each. A row whose own
@@ -43,10 +45,10 @@ _ABSENT = object()
 class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
-    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "ikeys", "istate",
+    __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "iconst", "ikeys", "istate",
                  "key", "lazy", "multi", "multi0", "nmats", "outs", "overlap", "own", "own0",
                  "patched", "pcache", "pdeps", "plan", "prev", "ptree", "recs", "refs", "sdeps",
-                 "shared", "spec", "store", "trees", "vdiff", "vmoved", "walked")
+                 "shared", "spec", "store", "trees", "uniform", "vdiff", "vkeys", "vmoved", "walked")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -60,7 +62,13 @@ class Proj:
         self.outs: dict[str, Any] = {}
         self.trees: dict[str, dict[str, Any] | None] = {}
         # per-item values, dependencies and members (see _project_items)
-        self.istate: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
+        # (a uniform row's values are None: read back from its output, see _values)
+        self.istate: dict[str, tuple[Any, list[Any], list[Any]]] = {}
+        # every item reads the row alone or no row at all (an uncorrelated subquery): the
+        # rows' item dependencies and members are then the same objects, and rows showing
+        # them share one pair of lists (``iconst``) instead of a pair each (see _state)
+        self.uniform = all(a or b for a, b in zip(self.plan.row_only, self.plan.row_free))
+        self.iconst: tuple[Any, list[Any], list[Any]] | None = None
         self.pdeps: dict[str, Any] = {}
         self.own: dict[str, Any] = {}
         # members whose presence depends on more than one row (see _multi); usually empty
@@ -99,6 +107,11 @@ class Proj:
             for k, i in keys.items():
                 ik[i] = k
             self.ikeys = ik
+        # item index -> its output key (None for `*`), when the output holds every item's
+        # value at its own key: a uniform row then keeps no list of its values (see _state)
+        self.vkeys: list[str | None] | None = None
+        if self.ikeys is not None and self.uniform:
+            self.vkeys = [None if it.kind == "all" else it.out[0] for it in self.plan.q.items]
         # rows whose tree holds a member from two places (their item trees overlap, or
         # show the row itself): never patched, as a member leaving one place may stay
         self.overlap: set[str] = set()
@@ -211,6 +224,57 @@ class Proj:
         if rid not in self.outs:
             self.project(rid, row, None)
 
+    def fill(self, rids: Any, rows: dict[str, dict[str, Any]]) -> None:
+        """Project the rows of ``rids`` not projected yet (registration: no flush in
+        progress). Row-free items are evaluated once for all of them (see _items_fresh)."""
+        outs = self.outs
+        own = self.shared is None
+        if own:
+            self.shared = {}
+        try:
+            if self.vkeys is not None and not self.plan.star_only and not self.plan.simple:
+                self._fill_uniform(rids, rows)
+            else:
+                for rid in rids:
+                    if rid not in outs:
+                        self.project(rid, rows[rid], None)
+        finally:
+            if own:
+                self.shared = None
+
+    def _fill_uniform(self, rids: Any, rows: dict[str, dict[str, Any]]) -> None:
+        """``fill`` for a uniform group (each item reads the row alone or no row): the
+        first row is projected as any other; the rest reuse its row-free values, state and
+        dependencies and compute only their own fields, output and members."""
+        plan = self.plan
+        outs = self.outs
+        keys = plan.item_keys
+        assert keys is not None
+        getters = [(i, item[1]) for i, item in enumerate(plan.items)
+                   if plan.row_only[i] and item[0] != "all"]
+        tmpl: list[Any] | None = None
+        state: Any = None
+        deps: Any = None
+        for rid in rids:
+            if rid in outs:
+                continue
+            row = rows[rid]
+            if tmpl is None:
+                self.project(rid, row, None)
+                state = self.istate.get(rid)
+                if state is None or state[0] is not None or not self.shared:
+                    continue  # not the shared state: the next row tries again
+                vals = self._values(rid, state)[0]
+                tmpl = [None if plan.row_only[i] else v for i, v in enumerate(vals)]
+                deps = self.pdeps.get(rid)
+                continue
+            vals = list(tmpl)
+            for i, get in getters:
+                vals[i] = get(row, NOLINKS)
+            out = plan.assemble(row, vals)
+            self.istate[rid] = state
+            self._install(rid, out, self._tree(rid, out, keys, state[2]), deps)
+
     def project(self, rid: str, row: dict[str, Any], tokens: set[Any] | None,
                 prev: Any = _ABSENT) -> None:
         """(Re)project ``rid``. With ``tokens`` (a set) only the items that read one of them
@@ -322,7 +386,7 @@ class Proj:
         ideps: list[Any] = [None, (set(), [tok])]
         vals: list[Any] = [None, value]
         itrees: list[Any] = [None, _members_of(value)]
-        self.istate[rid] = (vals, ideps, itrees)
+        self.istate[rid] = self._state(vals, ideps, itrees)
         out = plan.assemble(row, vals)
         assert plan.item_keys is not None
         self._install(rid, out, self._tree(rid, out, plan.item_keys, itrees),
@@ -420,7 +484,7 @@ class Proj:
         one of them (or, with ``prev``, a changed field) rerun, and None when no value
         changed."""
         plan = self.plan
-        state = self.istate.get(rid) if tokens is not None else None
+        state = self._values(rid, self.istate.get(rid)) if tokens is not None else None
         vchanged = False
         dchanged = True
         if state is None:
@@ -433,15 +497,15 @@ class Proj:
                 if dchanged:
                     self._keep_output(rid, vals, ideps, itrees)
                 else:
-                    self.istate[rid] = (vals, ideps, itrees)
+                    self.istate[rid] = self._state(vals, ideps, itrees)
                 return None
             if vchanged and prev is _ABSENT and self.ikeys is not None:
                 got = self._patch(rid, state, vals, itrees)
                 if got is not None:
-                    self.istate[rid] = (vals, ideps, itrees)
+                    self.istate[rid] = self._state(vals, ideps, itrees)
                     return got[0], (_merge_deps(ideps) if dchanged else
                                     self.pdeps.get(rid)), got[1]
-        self.istate[rid] = (vals, ideps, itrees)
+        self.istate[rid] = self._state(vals, ideps, itrees)
         out = plan.assemble(row, vals)
         if vchanged and plan.item_keys is not None and not plan.omit and not plan.value:
             # every item sits at its own distinct key: a changed value is a changed output
@@ -557,12 +621,38 @@ class Proj:
         self.patched += 1
         return out, t1
 
+    def _state(self, vals: list[Any], ideps: list[Any], itrees: list[Any]
+               ) -> tuple[Any, list[Any], list[Any]]:
+        """A row's item state; a uniform group's rows share their dependency and member
+        lists while they hold the same objects (a thread list beside one uncorrelated
+        subquery: 20k rows, one pair of lists). Nothing changes the lists in place."""
+        if self.uniform:
+            c = self.iconst
+            if c is None or not _same_objs(c[1], ideps) or not _same_objs(c[2], itrees):
+                c = self.iconst = (None, ideps, itrees)
+            if self.vkeys is not None:
+                return c  # the values are the output's (_values): one tuple for all rows
+            return vals, c[1], c[2]
+        return vals, ideps, itrees
+
+    def _values(self, rid: str, state: Any) -> Any:
+        """``state`` with its item values (a uniform row keeps none: they are read back
+        from its output, where each item's value sits at its own key)."""
+        if state is None or state[0] is not None:
+            return state
+        vkeys = self.vkeys
+        assert vkeys is not None
+        out = self.outs[rid]
+        return ([None if k is None else out[k] for k in vkeys], state[1], state[2])
+
     def _items_fresh(self, row: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
         """Every item's value, dependencies and member tree for a row seen first."""
         plan = self.plan
         store = self.store
         S = self.S
         keyed = plan.item_keys is not None
+        shared = self.shared
+        row_free = plan.row_free
         vals: list[Any] = []
         ideps: list[Any] = []
         itrees: list[Any] = []
@@ -572,6 +662,18 @@ class Proj:
                 vals.append(None if item[0] == "all" else item[1](row, NOLINKS))
                 ideps.append(None)
                 itrees.append(None)
+                continue
+            i = len(vals)
+            if shared is not None and row_free[i]:
+                # the same value, dependencies and members for every row (an uncorrelated
+                # subquery): evaluated once for the flush or registration, the objects
+                # shared by every row that shows them, not a copy per row
+                sh = shared.get(i)
+                if sh is None:
+                    sh = shared[i] = self._shared_item(i, item, row)
+                vals.append(sh.value)
+                ideps.append(sh.deps)
+                itrees.append(sh.tree)
                 continue
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
@@ -681,7 +783,7 @@ class Proj:
     def _keep_output(self, rid: str, vals: list[Any], ideps: list[Any], itrees: list[Any]
                      ) -> None:
         """Same output; the dependencies may still differ (a scan key, a link read)."""
-        self.istate[rid] = (vals, ideps, itrees)
+        self.istate[rid] = self._state(vals, ideps, itrees)
         deps = _merge_deps(ideps)
         old = self.pdeps.get(rid)
         if old != deps:
@@ -969,8 +1071,28 @@ def _logged(ov: Any, v: list[Any]) -> tuple[
     return olds, entered, left, other, changed, len(net)
 
 
+def _same_objs(a: list[Any], b: list[Any]) -> bool:
+    """Whether two lists hold the same objects, place by place."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is not y:
+            return False
+    return True
+
+
 def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
-    """The dependencies of a row's items together (None when there are none)."""
+    """The dependencies of a row's items together (None when there are none). One item's
+    dependencies are returned as they are (never changed by their readers): rows that
+    share a row-free item's then share their merged dependencies too."""
+    one: Any = None
+    for d in ideps:
+        if d is not None:
+            if one is not None:
+                break
+            one = d
+    else:
+        return one
     reads: set[str] = set()
     subs: list[Any] = []
     for d in ideps:
