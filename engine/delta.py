@@ -213,6 +213,10 @@ def merge_clean(parts: Iterable[ViewDelta | None]) -> ViewDelta | None:
                      updated - added if updated and added else updated)
 
 
+#: members :func:`counted_delta` visited, over the process's life: a work count the tests
+#: read (one list item, so the compiled module updates it in place)
+COUNTED = [0]
+
 #: a member held by more rows than this: the view counts its members (:func:`counted_delta`)
 #: instead of asking each holder whether the view shows it (:func:`owner_delta`)
 FEW_OWNERS = 16
@@ -341,39 +345,26 @@ def counted_delta(
             u = r.diff()[2]
             if u:
                 upd.update(u)
-        if was and now and len(touched) < len(t0) + len(t1):
-            # the touched members only, each as the walk of both trees below would see it
-            for m in touched:
-                o = t0.get(m, _MISSING)
-                c = t1.get(m, _MISSING)
-                if o is not _MISSING:
-                    if m != rid:
-                        d[m] = d.get(m, 0) - 1
-                    if m not in c0:
-                        c0[m] = o
-                if c is not _MISSING:
-                    if m != rid:
-                        d[m] = d.get(m, 0) + 1
-                    if m not in c1:
-                        c1[m] = c
-            continue
         if was and now:
-            # both trees walked, only the touched members counted: one outside every diff
-            # moves nothing (its count nets to zero, its content is the same before and
-            # after), and a write changing many rows' shared window touches every row
-            for m, c in t0.items():
-                if m in touched:
-                    if m != rid:
-                        d[m] = d.get(m, 0) - 1
-                    if m not in c0:
-                        c0[m] = c
-            for m, c in t1.items():
-                if m in touched:
-                    if m != rid:
-                        d[m] = d.get(m, 0) + 1
-                    if m not in c1:
-                        c1[m] = c
+            # only the touched members the row holds, found in C from the smaller side: a
+            # member outside every diff moves nothing (its count nets to zero, its content
+            # is the same before and after). Every row whose shared window moved is touched
+            # itself, so walking all touched members per row cost the changed rows squared
+            hit0 = t0.keys() & touched
+            hit1 = hit0 if t1 is t0 else t1.keys() & touched
+            COUNTED[0] += len(hit0) + len(hit1)
+            for m in hit0:
+                if m != rid:
+                    d[m] = d.get(m, 0) - 1
+                if m not in c0:
+                    c0[m] = t0[m]
+            for m in hit1:
+                if m != rid:
+                    d[m] = d.get(m, 0) + 1
+                if m not in c1:
+                    c1[m] = t1[m]
             continue
+        COUNTED[0] += len(t0) + len(t1)
         for m, c in t0.items():
             if m != rid:
                 d[m] = d.get(m, 0) - 1

@@ -157,6 +157,37 @@ def test_a_window_edit_costs_its_changed_members_per_parent_not_the_window() -> 
     assert big == small <= 2
 
 
+def _counted_per_write(parents: int, window: int) -> int:
+    """Members the view's counted delta visits for one write moving one row out of an
+    uncorrelated window of ``window`` rows shown by ``parents`` parent rows (the window's rows
+    are held by every parent, so the view counts its members: engine.delta.counted_delta)."""
+    from engine import delta
+
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(window)])
+    e.register("v", "SELECT *, (SELECT id, votes FROM comment WHERE votes >= $a ORDER BY "
+               "votes DESC, id) AS top FROM thread WHERE score >= $c", {"c": 0, "a": 0})
+    # a first write gives the view its member counts; the second is measured
+    e.ingest("comment", "UPDATE", "comment:2", {"id": RecordID("comment", 2), "votes": -1})
+    before = delta.COUNTED[0]
+    d = e.ingest("comment", "UPDATE", "comment:1", {"id": RecordID("comment", 1), "votes": -1})
+    assert d["v"].removed == {"comment:1"} and not d["v"].added
+    assert d["v"].updated == {f"thread:{i}" for i in range(parents)}
+    return delta.COUNTED[0] - before
+
+
+def test_a_counted_delta_costs_each_changed_parent_its_changed_members() -> None:
+    # every parent is itself updated, so the members some row changed number one per parent
+    # plus the window's; the old code visited, per parent, all of those it did not hold too
+    # (50 x 51 and 400 x 401 members: quadratic in the parents changed by one write)
+    few = _counted_per_write(50, 300)
+    many = _counted_per_write(400, 300)
+    assert few <= 4 * 50
+    assert many <= 4 * 400
+
+
 def _walked_correlated(window: int) -> tuple[int, int]:
     """(members walked, rows patched) for one vote inside a thread's window of ``window``
     comments (each of 10 threads has its own), without LIMIT and with LIMIT 5."""
