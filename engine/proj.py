@@ -131,6 +131,7 @@ class Proj:
         if r is None:
             t = self.tree(rid)
             r = Rec(rid, t, t, self._clean(rid, t, t))
+            r.alone = self._alone(rid)
             self.recs[rid] = r
         return r
 
@@ -167,6 +168,11 @@ class Proj:
         if type(o) is str:
             return [o]
         return list(o)
+
+    def _alone(self, rid: str) -> bool:
+        """Whether no other row's tree held ``rid`` when the flush began or holds it now."""
+        own0 = self.own0
+        return rid not in self.own and not (own0 and own0.get(rid) is not None)
 
     def _clean(self, rid: str, t0: dict[str, Any], t1: dict[str, Any]) -> bool:
         """Whether ``rid`` alone holds every member of its trees, before and after."""
@@ -791,7 +797,9 @@ class Proj:
         if vdiff:
             self.vdiff = {}
         for rid, t0, t1 in pending:
-            recs[rid].clean = self._clean(rid, t0, t1)
+            r = recs[rid]
+            r.clean = self._clean(rid, t0, t1)
+            r.alone = self._alone(rid)
 
     def finish(self) -> None:
         """Forget the flush state."""
