@@ -257,6 +257,13 @@ FANOUT_SHAPES = [
     ("SELECT *, (SELECT id, votes, thread FROM comment WHERE thread = $parent.id ORDER BY "
      "votes DESC, id LIMIT 2) AS top, (SELECT id, status FROM thread WHERE status = "
      "$parent.status ORDER BY id LIMIT 3) AS peers FROM thread"),
+    # a write changing many parents whose rows are also nested in each other (a counted
+    # delta where some changed rows are held by other rows and some by none)
+    ("SELECT id, score, (SELECT id, score FROM thread WHERE score >= $a ORDER BY score) "
+     "AS above FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, votes FROM comment WHERE votes >= $a) AS cs, (SELECT id, score "
+     "FROM thread WHERE score > $parent.score ORDER BY score LIMIT 3) AS up FROM thread "
+     "WHERE score > $c"),
 ]
 
 
