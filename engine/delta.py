@@ -360,8 +360,8 @@ def counted_delta(
             # only the touched members the row holds, found in C from the smaller side: a
             # member outside every diff moves nothing (its count nets to zero, its content
             # is the same before and after)
-            hit0 = t0.keys() & shared
-            hit1 = hit0 if t1 is t0 else t1.keys() & shared
+            hit0 = _held(t0, shared)
+            hit1 = hit0 if t1 is t0 else _held(t1, shared)
             # (the sets' intersections walk the smaller side)
             COUNTED[0] += min(len(t0), len(shared)) + min(len(t1), len(shared))
             if rid in alone and rid in touched:
@@ -424,6 +424,14 @@ def counted_delta(
     if added or removed or updated:
         return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
     return None
+
+
+def _held(tree: dict[str, Any], ms: set[str]) -> list[str]:
+    """The members of ``ms`` that ``tree`` holds, walking the smaller side (a row whose
+    shared window moved by one row asks one member, without building a set)."""
+    if len(ms) <= len(tree):
+        return [m for m in ms if m in tree]
+    return [m for m in tree if m in ms]
 
 
 def tree_members(out: Any, acc: dict[str, Any]) -> None:

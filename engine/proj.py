@@ -28,7 +28,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
-from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
+from engine.delta import EMPTY, FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
 from engine.join import EDITS, Win
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan
@@ -529,7 +529,9 @@ class Proj:
         updated: list[str] = []
         i = out.get("id")
         if type(i) is RecordID:
-            me = rid_text(i)
+            # a tree keys an output by its own id's text: finding the output at ``rid`` names
+            # it without building that text again
+            me = rid if t0.get(rid) is old_out else rid_text(i)
             if t0.get(me) is not old_out:
                 return None  # the row's own member shows another dict (its own window)
             updated.append(me)
@@ -556,10 +558,12 @@ class Proj:
             t1[me] = out
         if len(changes) > 1 and len(t1) != len(t0) + len(added) - len(removed):
             return None  # two items' members met
-        self._move_owners(rid, [m for m in removed if m != rid],
-                          [m for m in added if m != rid])
+        if added or removed:
+            self._move_owners(rid, [m for m in removed if m != rid],
+                              [m for m in added if m != rid])
         self.ptree = t1
-        self.vdiff[rid] = (frozenset(added), frozenset(removed), frozenset(updated))
+        self.vdiff[rid] = (frozenset(added) if added else EMPTY,
+                           frozenset(removed) if removed else EMPTY, frozenset(updated))
         self.patched += 1
         return out, t1
 
@@ -778,11 +782,12 @@ class Proj:
             if self.pcache:
                 self.pcache = {}
             self.ptree = None
-        # cleanness needs every owner change of the flush: decide it once all rows moved
+        # cleanness needs every owner change of the flush: decided once all rows moved
         vmoved = self.vmoved
         vdiff = self.vdiff
         for rid, t0, t1 in pending:
-            r = recs[rid] = Rec(rid, t0, t1, True)
+            r = recs[rid] = Rec(rid, t0, t1, self._clean(rid, t0, t1))
+            r.alone = self._alone(rid)
             if vdiff:
                 got = vdiff.get(rid)
                 if got is not None:
@@ -796,10 +801,6 @@ class Proj:
             self.vmoved = {}
         if vdiff:
             self.vdiff = {}
-        for rid, t0, t1 in pending:
-            r = recs[rid]
-            r.clean = self._clean(rid, t0, t1)
-            r.alone = self._alone(rid)
 
     def finish(self) -> None:
         """Forget the flush state."""
