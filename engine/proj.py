@@ -668,10 +668,19 @@ class Proj:
                 # the value is kept, so its tree must stay the kept value's: the members of
                 # a window the row no longer reads (it moved to another showing the same
                 # rows) follow that window's later edits, and the row's tree would drift
+                # (once: the tree built here is the row's own, which no edit reaches; walking
+                # the kept value on every rerun cost the window, nested rows and all)
                 subs = icx.subs
                 w = subs[-1] if subs else None
-                if not (type(w) is Win and w.members is itrees[i]):
-                    itrees[i] = _members_of(vals[i])
+                t = itrees[i]
+                if not (type(w) is Win and w.members is t):
+                    osubs = d[1] if d is not None else None
+                    ow = osubs[-1] if osubs else None
+                    if type(ow) is Win and ow.members is t:
+                        kept = _members_of(vals[i])
+                        if kept is not None:
+                            self.walked += len(kept)
+                        itrees[i] = kept
         return vals, ideps, itrees, moved, vchanged, dchanged
 
     def _shared_item(self, i: int, item: tuple[Any, ...], row: dict[str, Any]) -> _Shared:
