@@ -123,7 +123,7 @@ class Rec:
     """One projected row across a flush: its tree before (``t0``) and after (``t1``); an empty
     tree when the row was not (or is no longer) projected."""
 
-    __slots__ = ("_cache", "_diff", "clean", "hint", "rid", "t0", "t1")
+    __slots__ = ("_cache", "_diff", "alone", "clean", "hint", "rid", "t0", "t1")
 
     def __init__(self, rid: str, t0: dict[str, Any], t1: dict[str, Any], clean: bool) -> None:
         self.rid = rid
@@ -135,6 +135,9 @@ class Rec:
         # (output before, output after) when the projection knows they differ (an item's
         # value at its own key changed): the row's content is then not compared again
         self.hint: tuple[Any, Any] | None = None
+        # no other row's tree held the row itself before the flush or holds it now (the
+        # projection knows from its owners): only this row can name it (counted_delta)
+        self.alone = False
 
     def diff(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
         """(members only after, members only before, members in both whose content changed)."""
@@ -212,6 +215,10 @@ def merge_clean(parts: Iterable[ViewDelta | None]) -> ViewDelta | None:
     return ViewDelta(added, EMPTY.union(*[d.removed for d in ds]),
                      updated - added if updated and added else updated)
 
+
+#: members :func:`counted_delta` visited, over the process's life: a work count the tests
+#: read (one list item, so the compiled module updates it in place)
+COUNTED = [0]
 
 #: a member held by more rows than this: the view counts its members (:func:`counted_delta`)
 #: instead of asking each holder whether the view shows it (:func:`owner_delta`)
@@ -312,8 +319,11 @@ def counted_delta(
     # content stay, so it is not walked (a row whose subquery window gained one of its 5,000
     # rows costs that one member, not the 5,000).
     touched: set[str] = set()
+    alone: set[str] = set()
     for rid, was, now in ents:
         r = rec(rid)
+        if r.alone:
+            alone.add(rid)
         if was and now:
             if r.t0 is not r.t1:
                 a, rm, u = r.diff()
@@ -325,6 +335,11 @@ def counted_delta(
                 touched.update(r.t0)
             if now:
                 touched.update(r.t1)
+    # The touched members other rows may hold: a row held by no other row is touched when
+    # its own content changed, and only its own entry can name it. Left out, a write that
+    # changes every parent of a shared window costs each parent the window's changes, not
+    # every other changed parent (their ids were all touched: the changed rows squared).
+    shared = touched - alone if alone else touched
     d: dict[str, int] = {}
     c0: dict[str, Any] = {}  # a content of each member before, from an entry row
     c1: dict[str, Any] = {}
@@ -341,39 +356,32 @@ def counted_delta(
             u = r.diff()[2]
             if u:
                 upd.update(u)
-        if was and now and len(touched) < len(t0) + len(t1):
-            # the touched members only, each as the walk of both trees below would see it
-            for m in touched:
-                o = t0.get(m, _MISSING)
-                c = t1.get(m, _MISSING)
-                if o is not _MISSING:
-                    if m != rid:
-                        d[m] = d.get(m, 0) - 1
-                    if m not in c0:
-                        c0[m] = o
-                if c is not _MISSING:
-                    if m != rid:
-                        d[m] = d.get(m, 0) + 1
-                    if m not in c1:
-                        c1[m] = c
-            continue
         if was and now:
-            # both trees walked, only the touched members counted: one outside every diff
-            # moves nothing (its count nets to zero, its content is the same before and
-            # after), and a write changing many rows' shared window touches every row
-            for m, c in t0.items():
-                if m in touched:
-                    if m != rid:
-                        d[m] = d.get(m, 0) - 1
-                    if m not in c0:
-                        c0[m] = c
-            for m, c in t1.items():
-                if m in touched:
-                    if m != rid:
-                        d[m] = d.get(m, 0) + 1
-                    if m not in c1:
-                        c1[m] = c
+            # only the touched members the row holds, found in C from the smaller side: a
+            # member outside every diff moves nothing (its count nets to zero, its content
+            # is the same before and after)
+            hit0 = _held(t0, shared)
+            hit1 = hit0 if t1 is t0 else _held(t1, shared)
+            # (the sets' intersections walk the smaller side)
+            COUNTED[0] += min(len(t0), len(shared)) + min(len(t1), len(shared))
+            if rid in alone and rid in touched:
+                # the row itself, held by no other row: its content, never a count
+                if rid in t0 and rid not in c0:
+                    c0[rid] = t0[rid]
+                if rid in t1 and rid not in c1:
+                    c1[rid] = t1[rid]
+            for m in hit0:
+                if m != rid:
+                    d[m] = d.get(m, 0) - 1
+                if m not in c0:
+                    c0[m] = t0[m]
+            for m in hit1:
+                if m != rid:
+                    d[m] = d.get(m, 0) + 1
+                if m not in c1:
+                    c1[m] = t1[m]
             continue
+        COUNTED[0] += len(t0) + len(t1)
         for m, c in t0.items():
             if m != rid:
                 d[m] = d.get(m, 0) - 1
@@ -416,6 +424,14 @@ def counted_delta(
     if added or removed or updated:
         return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
     return None
+
+
+def _held(tree: dict[str, Any], ms: set[str]) -> list[str]:
+    """The members of ``ms`` that ``tree`` holds, walking the smaller side (a row whose
+    shared window moved by one row asks one member, without building a set)."""
+    if len(ms) <= len(tree):
+        return [m for m in ms if m in tree]
+    return [m for m in tree if m in ms]
 
 
 def tree_members(out: Any, acc: dict[str, Any]) -> None:

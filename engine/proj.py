@@ -30,7 +30,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
-from engine.delta import FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
+from engine.delta import EMPTY, FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
 from engine.join import EDITS, Win
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan
@@ -144,6 +144,7 @@ class Proj:
         if r is None:
             t = self.tree(rid)
             r = Rec(rid, t, t, self._clean(rid, t, t))
+            r.alone = self._alone(rid)
             self.recs[rid] = r
         return r
 
@@ -180,6 +181,11 @@ class Proj:
         if type(o) is str:
             return [o]
         return list(o)
+
+    def _alone(self, rid: str) -> bool:
+        """Whether no other row's tree held ``rid`` when the flush began or holds it now."""
+        own0 = self.own0
+        return rid not in self.own and not (own0 and own0.get(rid) is not None)
 
     def _clean(self, rid: str, t0: dict[str, Any], t1: dict[str, Any]) -> bool:
         """Whether ``rid`` alone holds every member of its trees, before and after."""
@@ -587,7 +593,9 @@ class Proj:
         updated: list[str] = []
         i = out.get("id")
         if type(i) is RecordID:
-            me = rid_text(i)
+            # a tree keys an output by its own id's text: finding the output at ``rid`` names
+            # it without building that text again
+            me = rid if t0.get(rid) is old_out else rid_text(i)
             if t0.get(me) is not old_out:
                 return None  # the row's own member shows another dict (its own window)
             updated.append(me)
@@ -614,10 +622,12 @@ class Proj:
             t1[me] = out
         if len(changes) > 1 and len(t1) != len(t0) + len(added) - len(removed):
             return None  # two items' members met
-        self._move_owners(rid, [m for m in removed if m != rid],
-                          [m for m in added if m != rid])
+        if added or removed:
+            self._move_owners(rid, [m for m in removed if m != rid],
+                              [m for m in added if m != rid])
         self.ptree = t1
-        self.vdiff[rid] = (frozenset(added), frozenset(removed), frozenset(updated))
+        self.vdiff[rid] = (frozenset(added) if added else EMPTY,
+                           frozenset(removed) if removed else EMPTY, frozenset(updated))
         self.patched += 1
         return out, t1
 
@@ -760,10 +770,19 @@ class Proj:
                 # the value is kept, so its tree must stay the kept value's: the members of
                 # a window the row no longer reads (it moved to another showing the same
                 # rows) follow that window's later edits, and the row's tree would drift
+                # (once: the tree built here is the row's own, which no edit reaches; walking
+                # the kept value on every rerun cost the window, nested rows and all)
                 subs = icx.subs
                 w = subs[-1] if subs else None
-                if not (type(w) is Win and w.members is itrees[i]):
-                    itrees[i] = _members_of(vals[i])
+                t = itrees[i]
+                if not (type(w) is Win and w.members is t):
+                    osubs = d[1] if d is not None else None
+                    ow = osubs[-1] if osubs else None
+                    if type(ow) is Win and ow.members is t:
+                        kept = _members_of(vals[i])
+                        if kept is not None:
+                            self.walked += len(kept)
+                        itrees[i] = kept
         return vals, ideps, itrees, moved, vchanged, dchanged
 
     def _shared_item(self, i: int, item: tuple[Any, ...], row: dict[str, Any]) -> _Shared:
@@ -874,11 +893,12 @@ class Proj:
             if self.pcache:
                 self.pcache = {}
             self.ptree = None
-        # cleanness needs every owner change of the flush: decide it once all rows moved
+        # cleanness needs every owner change of the flush: decided once all rows moved
         vmoved = self.vmoved
         vdiff = self.vdiff
         for rid, t0, t1 in pending:
-            r = recs[rid] = Rec(rid, t0, t1, True)
+            r = recs[rid] = Rec(rid, t0, t1, self._clean(rid, t0, t1))
+            r.alone = self._alone(rid)
             if vdiff:
                 got = vdiff.get(rid)
                 if got is not None:
@@ -892,8 +912,6 @@ class Proj:
             self.vmoved = {}
         if vdiff:
             self.vdiff = {}
-        for rid, t0, t1 in pending:
-            recs[rid].clean = self._clean(rid, t0, t1)
 
     def finish(self) -> None:
         """Forget the flush state."""

@@ -157,6 +157,75 @@ def test_a_window_edit_costs_its_changed_members_per_parent_not_the_window() -> 
     assert big == small <= 2
 
 
+def _counted_per_write(parents: int, window: int) -> int:
+    """Members the view's counted delta visits for one write moving one row out of an
+    uncorrelated window of ``window`` rows shown by ``parents`` parent rows (the window's rows
+    are held by every parent, so the view counts its members: engine.delta.counted_delta)."""
+    from engine import delta
+
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(window)])
+    e.register("v", "SELECT *, (SELECT id, votes FROM comment WHERE votes >= $a ORDER BY "
+               "votes DESC, id) AS top FROM thread WHERE score >= $c", {"c": 0, "a": 0})
+    # a first write gives the view its member counts; the second is measured
+    e.ingest("comment", "UPDATE", "comment:2", {"id": RecordID("comment", 2), "votes": -1})
+    before = delta.COUNTED[0]
+    d = e.ingest("comment", "UPDATE", "comment:1", {"id": RecordID("comment", 1), "votes": -1})
+    assert d["v"].removed == {"comment:1"} and not d["v"].added
+    assert d["v"].updated == {f"thread:{i}" for i in range(parents)}
+    return delta.COUNTED[0] - before
+
+
+def test_a_counted_delta_costs_each_changed_parent_its_changed_members() -> None:
+    # every parent is itself updated, so the members some row changed number one per parent
+    # plus the window's; the old code visited, per parent, all of those it did not hold too
+    # (50 x 51 and 400 x 401 members: quadratic in the parents changed by one write)
+    few = _counted_per_write(50, 300)
+    many = _counted_per_write(400, 300)
+    assert few <= 4 * 50
+    assert many <= 4 * 400
+
+
+def _walked_kept(peers: int, writes: int) -> tuple[int, int]:
+    """(members walked, view-row changes) over ``writes`` writes to a field no view shows, of
+    threads in one category of ``peers``: each write recomputes the category's window (its
+    rows hold other records, so it is not edited in place) and every parent showing it
+    reruns it to the same value."""
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "category": "a", "score": i}
+                      for i in range(peers)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(5)])
+    e.register("v", "SELECT id, (SELECT id, (SELECT id FROM comment ORDER BY id LIMIT 2) AS cs "
+               "FROM thread WHERE category = $parent.category) AS peers FROM thread "
+               "WHERE score < $c", {"c": 3})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    walked = proj.walked
+    changes = 0
+    for n in range(writes):
+        i = n % peers
+        d = e.ingest("thread", "UPDATE", f"thread:{i}",
+                     {"id": RecordID("thread", i), "category": "a", "score": i, "hits": n})
+        changes += sum(len(x.added) + len(x.removed) + len(x.updated) for x in d.values())
+    assert len(e.result("v")[0]["peers"]) == peers
+    return proj.walked - walked, changes
+
+
+def test_a_parent_rerun_to_its_kept_value_walks_it_once_not_per_write() -> None:
+    # the parents keep their value; the first rerun after the window was computed again
+    # gives each its own tree of the kept value (its old one was that window's), later
+    # reruns keep it: 66 and 606 members for the 3 parents shown. The old code walked the
+    # whole value (peers + 2 members) per parent and write: 1,320 and 12,120
+    few, few_changes = _walked_kept(20, 20)
+    many, many_changes = _walked_kept(200, 20)
+    assert few_changes == many_changes == 0
+    assert few <= 3 * 3 * 20
+    assert many <= 3 * 3 * 200
+
+
 def _walked_correlated(window: int) -> tuple[int, int]:
     """(members walked, rows patched) for one vote inside a thread's window of ``window``
     comments (each of 10 threads has its own), without LIMIT and with LIMIT 5."""
@@ -226,6 +295,13 @@ FANOUT_SHAPES = [
     ("SELECT *, (SELECT id, votes, thread FROM comment WHERE thread = $parent.id ORDER BY "
      "votes DESC, id LIMIT 2) AS top, (SELECT id, status FROM thread WHERE status = "
      "$parent.status ORDER BY id LIMIT 3) AS peers FROM thread"),
+    # a write changing many parents whose rows are also nested in each other (a counted
+    # delta where some changed rows are held by other rows and some by none)
+    ("SELECT id, score, (SELECT id, score FROM thread WHERE score >= $a ORDER BY score) "
+     "AS above FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, votes FROM comment WHERE votes >= $a) AS cs, (SELECT id, score "
+     "FROM thread WHERE score > $parent.score ORDER BY score LIMIT 3) AS up FROM thread "
+     "WHERE score > $c"),
 ]
 
 
