@@ -45,3 +45,32 @@ def test_names_the_traceback_that_grew(fresh: None) -> None:
 def _line_of(text: str) -> int:
     with open(__file__) as f:
         return next(i for i, line in enumerate(f, 1) if text in line and "kept" in line)
+
+
+class _Keeper:
+    """Stands in for a hub structure that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, _Held] = {}
+
+
+class _Held:
+    pass
+
+
+def test_object_counts_name_a_growing_structure_and_its_holder() -> None:
+    """`/debug/memory?objects=N&holders=T` without tracing: the most numerous types, the
+    longest containers with what holds them, and the chain that holds objects of type T."""
+    keeper = _Keeper()
+    keeper.kept.update((f"k{i}", _Held()) for i in range(30_000))
+    out = introspection.object_counts(10, "_Held")
+    assert ("_Held", 30_000) in out["top"]
+    assert out["gc"]["enabled"] is True and len(out["gc"]["counts"]) == 3
+    assert out["largest"][0][0] == 30_000, out["largest"]
+    assert out["largest"][0][1] == "dict[30000]"
+    assert out["largest"][0][2] in ("_Keeper", "_Keeper.__dict__"), out["largest"]
+    chains = dict(out["holders"]["chains"])
+    assert out["holders"]["type"] == "_Held"
+    assert sum(n for chain, n in chains.items() if chain.startswith("dict[30000] <- _Keeper")) \
+        == 20, chains
+    assert introspection.object_counts(3)["top"] and "holders" not in introspection.object_counts(3)
