@@ -8,7 +8,9 @@ import collections
 import gc
 import heapq
 import json
+import os
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Mapping
@@ -97,6 +99,7 @@ def object_counts(n: int, holders_of: str = "") -> dict[str, Any]:
     counts = collections.Counter(type(o).__name__ for o in objs)
     out: dict[str, Any] = {"tracked": sum(counts.values()), "frozen": gc.get_freeze_count(),
                            "top": counts.most_common(n),
+                           "pymalloc": pymalloc_figures(),
                            "gc": {"enabled": gc.isenabled(), "counts": list(gc.get_count()),
                                   "thresholds": list(gc.get_threshold()),
                                   "collections": [g["collections"] for g in gc.get_stats()]}}
@@ -126,6 +129,35 @@ def object_counts(n: int, holders_of: str = "") -> dict[str, Any]:
 
 
 _SIZED = frozenset({list, dict, set, collections.deque})
+_PYMALLOC_LINES = {"# arenas allocated current": "arenas",
+                   "# bytes in allocated blocks": "allocated_bytes",
+                   "# bytes in available blocks": "available_bytes"}
+
+
+def pymalloc_figures() -> dict[str, int]:
+    """The small-object allocator's arenas (1 MiB each) beside the bytes its live blocks use:
+    arenas growing while the blocks do not is fragmentation (an arena is given back only
+    when all of it is free). CPython prints these only to the C stderr
+    (`sys._debugmallocstats`), so fd 2 points at a temporary file for the call; the hub's
+    one thread is in this call, so no log line of its own can go astray."""
+    with tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(f.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        name = _PYMALLOC_LINES.get(key.strip())
+        if name is not None:
+            out[name] = int(value.strip().replace(",", ""))
+    return out
 
 
 def _holders(objs: list[Any], mine: set[int]) -> dict[int, list[Any]]:
