@@ -89,7 +89,8 @@ def object_counts(n: int, holders_of: str = "") -> dict[str, Any]:
     holds frozen (`gc.freeze()`: those are not counted). Two calls a few minutes apart name
     a Python structure that grows under a steady load without tracing, which slows the hub
     too much for a soak; untracked objects (str, int, float, bytes) show only through the
-    containers that hold them. `holders_of` (a type name): for up to 20 objects of that type,
+    containers that hold them, and a dict holding only such values (a cache of id texts) is
+    not tracked either. `holders_of` (a type name): for up to 20 objects of that type,
     spread over all of them, the chains of containers holding them, two links up, so the
     owner of a growth has a name. `largest`: the 12 longest lists, dicts, sets and deques,
     each with what holds it (a structure that only grows shows there although the count of
@@ -108,8 +109,8 @@ def object_counts(n: int, holders_of: str = "") -> dict[str, Any]:
     up = _holders(sized, mine)
     mine |= {id(up), *(id(hs) for hs in up.values())}
     names = _labels([c for c in sized] + [h for c in sized for h in up.get(id(c), [])[:1]], mine)
-    out["largest"] = [[len(c), names[id(c)],
-                       names[id(up[id(c)][0])] if up.get(id(c)) else "-"] for c in sized]
+    out["largest"] = [[len(c), names[id(c)], _holder_name(c, up.get(id(c)), names)]
+                      for c in sized]
     if holders_of:
         found = [o for o in objs if type(o).__name__ == holders_of]
         sample = found[::max(1, len(found) // 20)][:20]
@@ -174,6 +175,18 @@ def _holders(objs: list[Any], mine: set[int]) -> dict[int, list[Any]]:
             if id(ref) in want:
                 found.setdefault(id(ref), []).append(r)
     return found
+
+
+def _holder_name(obj: Any, holders: list[Any] | None, names: dict[int, str]) -> str:
+    """What holds `obj`: a module-level name as `module.name`, else the holder's label."""
+    if not holders:
+        return "-"
+    first = holders[0]
+    if isinstance(first, dict) and isinstance(first.get("__name__"), str):
+        for key, value in first.items():
+            if value is obj:
+                return f"{first['__name__']}.{key}"
+    return names.get(id(first), type(first).__name__)
 
 
 def _labels(objs: list[Any], mine: set[int]) -> dict[int, str]:

@@ -89,3 +89,17 @@ def test_pymalloc_figures_count_arenas_and_restore_stderr(capfd: pytest.CaptureF
     sys.stderr.write("still here\n")
     sys.stderr.flush()
     assert capfd.readouterr().err == "still here\n"
+
+
+GROWING: dict[str, list[int]] = {}
+
+
+def test_object_counts_name_a_module_level_container() -> None:
+    # (lists as values: CPython stops tracking a dict that holds only atomic values, and the
+    # census sees only what the collector tracks)
+    GROWING.update((f"g{i}", [i]) for i in range(40_000))
+    try:
+        largest = introspection.object_counts(3)["largest"]
+        assert [40_000, "dict[40000]", f"{__name__}.GROWING"] in largest, largest
+    finally:
+        GROWING.clear()
