@@ -8,8 +8,10 @@ and, `--folds` times, appends `--events` UPDATE events over 20,000 rows from thr
 that each append 50 events per `asyncio.to_thread` call (the scheduler's WAL appends keep the
 default pool's threads busy like that), then folds them with the scheduler's own
 `Scheduler._fold` (parts of `FOLD_CHUNK` events, resting between parts). Policy `pool` runs
-each part with `asyncio.to_thread`, policy `one` on a single dedicated thread. The runs
-alternate `pool`, `one`, `pool`, `one`, ... so a shared machine's load falls on both alike.
+each part with `asyncio.to_thread`, policy `one` on a single dedicated thread, `pinned` on
+one thread with glibc's mmap threshold pinned (`scheduler.malloctune`, as the scheduler
+starts). The runs alternate `pool`, `one`, `pinned`, ... so a shared machine's load falls
+on all alike.
 
 After each fold it prints the child's RSS and the resident part of its malloc thread arenas
 (anonymous mappings aligned to glibc's 64 MiB heap size: where a worker thread's
@@ -70,7 +72,11 @@ def child(policy: str, folds: int, per_fold: int) -> None:
     async def on_one(fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(one, fn, *args)
 
-    host.in_replica_thread = on_one if policy == "one" else asyncio.to_thread
+    if policy == "pinned":
+        from scheduler.malloctune import pin_mmap_threshold
+
+        pin_mmap_threshold()  # as `python -m scheduler` does at start
+    host.in_replica_thread = on_one if policy in ("one", "pinned") else asyncio.to_thread
     rng = random.Random(1)
     written = [0]
 
@@ -83,6 +89,8 @@ def child(policy: str, folds: int, per_fold: int) -> None:
                            "title": "x" * 120, "_00_rv": written[0]}}
 
     async def run() -> None:
+        rss, arenas = memory_mb()
+        print(f"{policy:>6} {0:>5} {rss:>8.1f} {arenas:>15.1f}  (before any event)", flush=True)
         for f in range(folds):
             goal = (f + 1) * per_fold
 
@@ -93,7 +101,7 @@ def child(policy: str, folds: int, per_fold: int) -> None:
             await asyncio.gather(*(writer(goal) for _ in range(3)))
             await Scheduler._fold(host)
             rss, arenas = memory_mb()
-            print(f"{policy:>5} {f + 1:>5} {rss:>8.1f} {arenas:>15.1f}", flush=True)
+            print(f"{policy:>6} {f + 1:>5} {rss:>8.1f} {arenas:>15.1f}", flush=True)
 
     asyncio.run(run())
     one.shutdown()
@@ -104,7 +112,7 @@ def main() -> int:
     p.add_argument("--folds", type=int, default=4)
     p.add_argument("--events", type=int, default=60_000, help="events per fold")
     p.add_argument("--runs", type=int, default=2, help="runs of each policy, alternating")
-    p.add_argument("--child", choices=["pool", "one"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=["pool", "one", "pinned"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         child(args.child, args.folds, args.events)
@@ -113,7 +121,7 @@ def main() -> int:
           f"{os.getloadavg()[0]:.1f}")
     print(f"{'policy':>6} {'fold':>5} {'RSS MB':>8} {'thread arenas MB':>15}")
     for _ in range(args.runs):
-        for policy in ("pool", "one"):
+        for policy in ("pool", "one", "pinned"):
             subprocess.run([sys.executable, __file__, "--child", policy, "--folds",
                             str(args.folds), "--events", str(args.events)], check=True)
     return 0
