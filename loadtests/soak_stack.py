@@ -495,7 +495,9 @@ async def ssp_memory(http: aiohttp.ClientSession, run: Run, reset: bool = False
     out = []
     for port in run.ssp_ports:
         try:
-            async with http.get(f"http://127.0.0.1:{port}/debug/memory",
+            objects = (f"?objects={run.args.objects}&holders={run.args.holders}"
+                       if run.args.objects else "")
+            async with http.get(f"http://127.0.0.1:{port}/debug/memory{objects}",
                                 headers={"Authorization": "Bearer soak"},
                                 timeout=aiohttp.ClientTimeout(total=10)) as r:
                 body = await r.json(content_type=None)
@@ -882,6 +884,11 @@ def main(argv: list[str] | None = None) -> int:
                         "benchmark stays this checkout's)")
     p.add_argument("--memory-log", type=Path, default=None,
                    help="append each window's RSS and every SSP's /debug/memory (JSON lines)")
+    p.add_argument("--objects", type=int, default=0, metavar="N",
+                   help="with --memory-log: each SSP's N most numerous tracked Python types "
+                        "per window (/debug/memory?objects=N)")
+    p.add_argument("--holders", default="", metavar="TYPE",
+                   help="with --objects: what holds the old objects of TYPE (a type name)")
     p.add_argument("--statements", action="store_true",
                    help="print each window's top statement shapes by the database host's "
                         "engine time (GET /debug/statements)")

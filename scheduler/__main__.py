@@ -35,6 +35,7 @@ from scheduler.admin.plane import AdminPlane
 from scheduler.app import create_app
 from scheduler.config import ConfigError, SchedulerConfig
 from scheduler.core import Scheduler
+from scheduler.malloctune import pin_mmap_threshold
 from scheduler.pools.run import PoolRunner
 from scheduler.serving import guarded_protocol
 from scheduler.wal import WalCorrupt
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("SVC_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    pin_mmap_threshold()  # large buffers are unmapped when freed (scheduler.malloctune)
     try:
         cfg = SchedulerConfig.load(args.config, os.environ)
         pools = PoolRunner.from_env(cfg, os.environ)

@@ -146,7 +146,7 @@ class Scheduler(CoordinatorState):
         """Replay the WAL, start the loops, connect upstream, clone if needed, then ready."""
         self.session = client_session(
             timeout=aiohttp.ClientTimeout(total=60, sock_connect=5))
-        res = await asyncio.to_thread(
+        res = await self.in_replica_thread(
             self.replica.apply, self.wal.replay(self.replica.applied_seq))
         if res.applied or res.rejected:
             log.info("replayed %d WAL events into the replica (%d rejected), applied_seq=%d",
@@ -278,6 +278,7 @@ class Scheduler(CoordinatorState):
         with contextlib.suppress(Exception):
             await self.db.close()
         self.incidents.shutdown()
+        self.replica_thread.shutdown(wait=True)  # a fold part in flight ends first
         self.wal.close()
         self.tracker.close()
         self.replica.close()
@@ -410,7 +411,8 @@ class Scheduler(CoordinatorState):
         events = iter(self.wal.replay(self.replica.applied_seq))
         while True:
             began = time.monotonic()
-            n = await asyncio.to_thread(self.apply_wal, itertools.islice(events, FOLD_CHUNK))
+            n = await self.in_replica_thread(self.apply_wal,
+                                             itertools.islice(events, FOLD_CHUNK))
             if n < FOLD_CHUNK:
                 return
             await asyncio.sleep(time.monotonic() - began)
@@ -533,7 +535,7 @@ class Scheduler(CoordinatorState):
                     log.warning("clone failed (%s); retrying in %.1fs", e, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
-            await asyncio.to_thread(self.apply_wal)
+            await self.in_replica_thread(self.apply_wal)
             epoch = uuid.uuid4().hex
             self._clone_marker.write_text(json.dumps({"reason": reason, "at": started,
                                                       "epoch": epoch}))

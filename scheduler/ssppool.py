@@ -73,7 +73,7 @@ class SspPool:
                    "" if old is None else old.state.value)
         async with self.s.drain_lock:
             if not self.s.replica.frozen and not self.s.replica.cloning:
-                await asyncio.to_thread(self.s.apply_wal)
+                await self.s.in_replica_thread(self.s.apply_wal)
             # No await from here on: the backfill and the entry appear atomically w.r.t.
             # publication, so every seq > snapshot_seq reaches the queue exactly once.
             snapshot_seq = self.s.replica.freeze()

@@ -10,7 +10,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
 import aiohttp
 
@@ -26,6 +27,8 @@ from scheduler.wal import GroupCommitter, Wal
 from timetext.timestamps import parse_timestamp
 
 log = logging.getLogger("scheduler")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class CoordinatorState:
@@ -67,6 +70,8 @@ class CoordinatorState:
         self.pending: dict[int, dict[str, Any]] = {}
         # Held while the WAL is applied to the replica, and while a registration freezes it.
         self.drain_lock = asyncio.Lock()
+        # The thread every WAL fold and replay into the replica runs on (`in_replica_thread`).
+        self.replica_thread = ThreadPoolExecutor(1, thread_name_prefix="replica")
         # The round-robin placement's turn (scheduler.placement).
         self.rr_turn = 0
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -95,6 +100,18 @@ class CoordinatorState:
         self.tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def in_replica_thread(self, fn: Callable[P, T], *args: P.args,
+                                **kwargs: P.kwargs) -> T:
+        """Run `fn` on the replica's own thread. Why one thread and not `asyncio.to_thread`:
+        glibc gives each thread that allocates its own malloc arena and keeps what an arena
+        once held. The fold's parts, run on whichever default-pool threads the WAL appends
+        left idle, each grew another thread's arena to a fold's working set: the scheduler
+        stepped up ~8 MB of thread arenas at a soak's first fold, and later folds grew
+        further arenas (`loadtests/probe_fold_threads.py`: over 4 folds the pool's arenas
+        went 7.1 -> 11.1 MB, one thread's stayed at 6.5 MB)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.replica_thread, lambda: fn(*args, **kwargs))
 
     def apply_wal(self, events: Iterable[tuple[int, Mapping[str, Any]]] | None = None
                   ) -> int:

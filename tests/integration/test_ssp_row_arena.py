@@ -91,8 +91,13 @@ async def test_ssp_rows_live_in_a_private_arena_removed_at_shutdown(host: DbHost
         mem = (await st.ssp.call("GET /debug/memory"))["body"]
         assert mem["arena"]["private"] is True and mem["rows"] >= 31 and mem["row_bytes"] > 0
         assert mem["python_blocks"] > 10_000  # the hub's own heap, beside its RSS
+        assert "objects" not in mem  # the object census only when asked (a pass over the heap)
         r = await st.ssp.call("POST /view/register", view_body("a", OWN))
         assert r["status"] == 200 and r["body"]["rowCount"] == 30, r
+        census = (await st.ssp.call("GET /debug/memory",
+                                    query={"objects": "5", "holders": "ViewState"}))["body"]
+        assert len(census["objects"]["top"]) == 5 and census["objects"]["largest"]
+        assert census["objects"]["holders"]["chains"], census["objects"]["holders"]
         await st.root.query("UPDATE post:p3 SET n = 99")
 
         async def stored() -> bool:

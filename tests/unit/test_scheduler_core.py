@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -663,6 +664,40 @@ async def test_a_long_fold_applies_the_wal_in_parts_and_lets_the_loop_run_betwee
     assert s.replica.count("item") == 300 and s.replica.applied_seq == 300
     # the loop ran between every two parts
     assert set(range(1, 8)) <= set(ticks), ticks
+
+
+async def test_every_part_of_a_fold_runs_on_the_replicas_one_thread(
+        make_scheduler, monkeypatch) -> None:
+    """The fold's parts all run on the replica's own thread, while other blocking work (the
+    WAL appends) keeps the default pool's threads busy: on whichever pool thread was idle,
+    each part grew another thread's malloc arena to a fold's working set, and the scheduler
+    kept that memory (`CoordinatorState.in_replica_thread`)."""
+    monkeypatch.setattr(core, "FOLD_CHUNK", 40)
+    s = await make_scheduler()
+    await s.ingest_many([ev(i) for i in range(300)])
+    threads: list[tuple[int, str]] = []
+    real = s.replica.apply
+
+    def apply(events):  # type: ignore[no-untyped-def]
+        threads.append((threading.get_ident(), threading.current_thread().name))
+        return real(events)
+
+    monkeypatch.setattr(s.replica, "apply", apply)
+    release = threading.Event()
+    # the default pool's threads, held busy the whole fold long (as WAL appends hold them)
+    busy = [asyncio.create_task(asyncio.to_thread(release.wait, 30)) for _ in range(3)]
+    try:
+        assert await s.drain()
+    finally:
+        release.set()
+        await asyncio.gather(*busy)
+    assert len(threads) == 8 and s.replica.applied_seq == 300
+    assert len({ident for ident, _ in threads}) == 1, threads
+    assert threads[0][1].startswith("replica"), threads
+    # the same thread folds the next time too
+    await s.ingest_many([ev(i) for i in range(300, 340)])
+    assert await s.drain()
+    assert {ident for ident, _ in threads} == {threads[0][0]}
 
 
 async def test_health_and_extra_providers(make_scheduler, fakes) -> None:

@@ -3,6 +3,7 @@ at the first `/debug/memory` call, and names what grew since the second."""
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 from collections.abc import Iterator
 
@@ -45,3 +46,61 @@ def test_names_the_traceback_that_grew(fresh: None) -> None:
 def _line_of(text: str) -> int:
     with open(__file__) as f:
         return next(i for i, line in enumerate(f, 1) if text in line and "kept" in line)
+
+
+class _Keeper:
+    """Stands in for a hub structure that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, _Held] = {}
+
+
+class _Held:
+    pass
+
+
+def test_object_counts_name_a_growing_structure_and_its_holder() -> None:
+    """`/debug/memory?objects=N&holders=T` without tracing: the most numerous types, the
+    longest containers with what holds them, and the chain that holds objects of type T."""
+    keeper = _Keeper()
+    keeper.kept.update((f"k{i}", _Held()) for i in range(30_000))
+    out = introspection.object_counts(10, "_Held")
+    assert ("_Held", 30_000) in out["top"]
+    assert out["gc"]["enabled"] is True and len(out["gc"]["counts"]) == 3
+    assert out["largest"][0][0] == 30_000, out["largest"]
+    assert out["largest"][0][1] == "dict[30000]"
+    assert out["largest"][0][2] in ("_Keeper", "_Keeper.__dict__"), out["largest"]
+    chains = dict(out["holders"]["chains"])
+    assert out["holders"]["type"] == "_Held"
+    assert sum(n for chain, n in chains.items() if chain.startswith("dict[30000] <- _Keeper")) \
+        == 20, chains
+    assert introspection.object_counts(3)["top"] and "holders" not in introspection.object_counts(3)
+
+
+def test_pymalloc_figures_count_arenas_and_restore_stderr(capfd: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """The allocator's arenas beside its live bytes, read without leaving fd 2 redirected."""
+    before = introspection.pymalloc_figures()
+    kept = [object() for _ in range(200_000)]  # ~3 MB of 16-byte blocks
+    after = introspection.pymalloc_figures()
+    assert set(before) == {"arenas", "allocated_bytes", "available_bytes"}
+    assert after["allocated_bytes"] - before["allocated_bytes"] >= 3_000_000
+    # (free pools of arenas already held may take them: arenas need not grow, but hold them)
+    assert after["arenas"] << 20 >= after["allocated_bytes"] and len(kept) == 200_000
+    sys.stderr.write("still here\n")
+    sys.stderr.flush()
+    assert capfd.readouterr().err == "still here\n"
+
+
+GROWING: dict[str, list[int]] = {}
+
+
+def test_object_counts_name_a_module_level_container() -> None:
+    # (lists as values: CPython stops tracking a dict that holds only atomic values, and the
+    # census sees only what the collector tracks)
+    GROWING.update((f"g{i}", [i]) for i in range(40_000))
+    try:
+        largest = introspection.object_counts(3)["largest"]
+        assert [40_000, "dict[40000]", f"{__name__}.GROWING"] in largest, largest
+    finally:
+        GROWING.clear()
