@@ -551,7 +551,7 @@ def print_statements(report: dict[str, Any]) -> None:
         return
     print(f"      db: {report['requests'] / max(report['elapsed_s'], 1e-9):,.0f} requests/s, "
           f"{report['engine_s'] / max(report['elapsed_s'], 1e-9):.2f} engine-s/s", flush=True)
-    for row in report["statements"][:6]:
+    for row in report["statements"][:8]:
         print(f"      {row['share'] * 100:5.1f}% {row['per_s']:7.1f}/s {row['mean_ms']:7.2f} ms "
               f"{row.get('reply_kb_per_s', 0):7.0f} KB/s  {row['shape'][:80]}", flush=True)
 
