@@ -150,8 +150,7 @@ def split_by_table(changes: Iterable[Mapping[str, Any]], *,
 async def read_round(db: Database, cursors: Mapping[str, int],
                      seen: Mapping[str, Iterable[int] | set[int]], *, limit: int,
                      overlap_vs: int, page: int = ENGINE_PAGE_MAX,
-                     min_vs: int = 0, floors: Mapping[str, int] | None = None,
-                     until: int | None = None) -> FeedRound:
+                     min_vs: int = 0, floors: Mapping[str, int] | None = None) -> FeedRound:
     """Read the database's feed from the lowest `cursors[t] - overlap_vs`; return the sets of
     the tables in `cursors` not read before, in commit order (versionstamp, then table).
 
@@ -165,8 +164,7 @@ async def read_round(db: Database, cursors: Mapping[str, int],
     overlap does not reach back past a restore, see `FeedCursor.reset`).
 
     `floors` (table -> lowest versionstamp to read) replaces `cursors[t] - overlap_vs` when
-    given; `until` ends the scan once a page reached it (a bounded sweep, `FeedCursor`): the
-    round then holds every set below `until` and perhaps some above it.
+    given (`FeedCursor`'s short reads and sweeps).
     """
     page = max(1, min(page, ENGINE_PAGE_MAX))
     out = FeedRound()
@@ -198,8 +196,6 @@ async def read_round(db: Database, cursors: Mapping[str, int],
             out.horizon = last
         if last is None or entries < page:
             return out  # the scan reached the end of the feed
-        if until is not None and last >= until:
-            return out  # a bounded sweep: everything below `until` was read
         if last == since:
             # One transaction with at least a page of entries: SHOW CHANGES cannot page inside
             # a versionstamp, so the entries past the page are out of reach. Skip it loudly.
@@ -240,20 +236,18 @@ class FeedCursor:
     was read; one that is at most `overlap_vs` late (its versionstamp at most that far below
     the versionstamps being committed when it shows) must not be lost. Without `short_vs`,
     every read starts `overlap_vs` below the cursor: each read re-scans the whole window (issue
-    31: 2 s of a 500 writes/s feed, ~250 KB a read). With `short_vs`, a read starts only
-    `short_vs` below the cursor, and at most every `sweep_secs` a read also *sweeps*: it scans
-    `[mark - overlap_vs, cursor - overlap_vs)`, where `mark` is the table's cursor when the
-    previous sweep began, and then sets `mark` to the cursor. The sweeps tile the feed, each
-    scanning only what the cursor moved since the last one. Why nothing late is lost: let a
-    commit V show at time T, at most `overlap_vs` late, and let S be the first sweep that began
-    after T (at time t) and P the sweep before it (which began before T, with the cursor at
-    m). The cursor never passes what has been committed, so m <= (the versionstamps of time
-    T) <= V + overlap_vs: V >= m - overlap_vs, where S starts. Either V < (the cursor at t) -
-    overlap_vs and S reads it, or V is above that, and the next sweep, which starts there,
-    reads it. A table without a mark (new, re-followed, or after a restart from a state
-    without marks) is read the old way, from its cursor minus `overlap_vs`, which marks it.
-    So a late commit is delivered within two sweep periods rather than at the next read;
-    tests: `tests/unit/test_dbclient_feed_sweep.py`.
+    31: 2 s of a 500 writes/s feed on every doorbell). With `short_vs`, a read starts only
+    `short_vs` below the cursor, and at most every `sweep_secs` a read *sweeps*: it starts at
+    `mark - overlap_vs`, where `mark` is the table's cursor when the previous sweep began, and
+    sets `mark` to the cursor. Why nothing late is lost: let a commit V show at time T, at
+    most `overlap_vs` late, and let S be the first sweep that began after T and P the sweep
+    before it (it began before T, with the cursor at m). The cursor never passes what has been
+    committed, so m <= (the versionstamps of time T) <= V + overlap_vs, and S reads from m -
+    overlap_vs <= V to the end of the feed, where V is visible by then. A table without a mark
+    (new, re-followed, or restored from a state without marks) is read the old way, from its
+    cursor minus `overlap_vs`, which marks it. The price: a commit more than `short_vs` late
+    is delivered at the next sweep instead of the next read; a sweep re-reads
+    `overlap_vs + sweep_secs` of the feed. Tests: `tests/unit/test_dbclient_feed_sweep.py`.
     """
 
     def __init__(self, base: int, *, limit: int = 1000, overlap_vs: int = 2000 << 16,
@@ -311,33 +305,22 @@ class FeedCursor:
             return await read_round(db, cursors, self.seen, limit=self.limit,
                                     overlap_vs=self.overlap_vs, min_vs=self.floor)
         began = self._clock()
-        rnd = FeedRound()
-        sweep = {t: self.marks[t] for t in names if t in self.marks}
-        if sweep and began - self._swept_at >= self.sweep_secs:
-            # The slice of the window that the previous sweep left (class docstring); first,
-            # so the round's sets stay in commit order when merged below.
-            until = max(cursors[t] for t in sweep) - self.overlap_vs
-            lows = {t: m - self.overlap_vs for t, m in sweep.items()}
-            if min(lows.values()) < until:
-                rnd = await read_round(db, {t: cursors[t] for t in sweep}, self.seen,
-                                       limit=1 << 62, overlap_vs=self.overlap_vs,
-                                       min_vs=self.floor, floors=lows, until=until)
-            rnd.marks = {t: cursors[t] for t in sweep}
+        sweep = began - self._swept_at >= self.sweep_secs
+        floors: dict[str, int] = {}
+        marks: dict[str, int] = {}
+        for t, c in cursors.items():
+            mark = self.marks.get(t)
+            if mark is None:  # not swept yet: its whole window, which marks it
+                floors[t], marks[t] = c - self.overlap_vs, c
+            elif sweep:
+                floors[t], marks[t] = min(mark, c) - self.overlap_vs, c
+            else:
+                floors[t] = c - self.short_vs
+        rnd = await read_round(db, cursors, self.seen, limit=self.limit,
+                               overlap_vs=self.overlap_vs, min_vs=self.floor, floors=floors)
+        rnd.marks = marks
+        if sweep:
             rnd.swept_at = began
-        floors = {t: c - (self.short_vs if t in self.marks else self.overlap_vs)
-                  for t, c in cursors.items()}
-        main = await read_round(db, cursors, self.seen, limit=self.limit,
-                                overlap_vs=self.overlap_vs, min_vs=self.floor, floors=floors)
-        # a table read from its whole window is marked as a sweep would
-        rnd.marks.update({t: c for t, c in cursors.items() if t not in self.marks})
-        if rnd.sets:
-            taken = {(vs, t) for vs, t, _s in rnd.sets}
-            rnd.sets = sorted(rnd.sets + [x for x in main.sets if (x[0], x[1]) not in taken],
-                              key=lambda x: (x[0], x[1]))
-        else:
-            rnd.sets = main.sets
-        rnd.more, rnd.horizon = main.more, main.horizon
-        rnd.oversized = sorted(set(rnd.oversized) | set(main.oversized))
         return rnd
 
     def advance(self, rnd: FeedRound, tables: Iterable[str] | None = None) -> None:

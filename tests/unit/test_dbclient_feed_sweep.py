@@ -161,4 +161,4 @@ async def test_sweeping_reads_far_fewer_entries_than_re_reading_the_window() -> 
             await drain(cur, feed, got)
         assert len(got) == 1000
         counts[sweeping] = feed.entries_read
-    assert counts[True] * 5 < counts[False]
+    assert counts[True] * 5 < counts[False], counts

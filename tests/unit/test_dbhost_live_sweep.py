@@ -149,3 +149,22 @@ async def test_random_lateness_within_the_overlap_loses_and_repeats_nothing(
     assert len(set(feed.seen)) == len(feed.seen)
     # the seen set stays within the window
     assert all(v >= min(feed.mark or feed.next_vs, feed.next_vs) - OVERLAP_VS for v in feed.seen)
+
+
+async def test_frequent_reads_no_longer_re_read_the_whole_overlap_each_time(
+        clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """500 commits a second read every 10 ms: re-reading 50 ms each time reads the feed ~6
+    times; short reads plus sweeps read it about 3 times."""
+    counts = {}
+    for short in (OVERLAP_VS, live_mod.SHORT_VS):
+        monkeypatch.setattr(live_mod, "SHORT_VS", short)
+        hub, engine, feed, conn = hub_with_feed(clock)
+        for _ in range(200):
+            for _ in range(5):
+                engine.commit(f"k{len(engine.commits)}")
+            clock.ms += 10
+            await hub._read_group(("ns", "db"), [feed])
+        assert len(conn.got) == 1000
+        counts[short] = engine.entries_read / 1000
+    assert counts[live_mod.SHORT_VS] * 1.8 < counts[OVERLAP_VS]
+    assert counts[live_mod.SHORT_VS] < 4.0, counts
