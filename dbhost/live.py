@@ -61,6 +61,7 @@ OVERLAP_VS = 50 << 16
 # whole overlap on every read cost ~14 KB a read, ~80 reads a second at 500 writes/s (issue 31).
 SHORT_VS = 10 << 16
 SWEEP_SECS = 0.1
+LATE_BUCKETS_MS = (2, 5, 10, 20, 50, 1 << 40)
 EVAL_CHUNK = 200
 DEFAULT_CHANGEFEED = "1h"
 
@@ -198,6 +199,8 @@ class LiveHub:
         self.changes_built = 0
         # sets delivered although a later commit had been read already (late commits)
         self.late_sets = 0
+        # ... by how far (ms) below the newest commit read they were: what SHORT_VS misses
+        self.late_by_ms: dict[int, int] = dict.fromkeys(LATE_BUCKETS_MS, 0)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -220,6 +223,11 @@ class LiveHub:
         """A write passed through the host: read the feeds now instead of at the next poll."""
         if self.feeds:
             self._wake.set()
+
+    def late_report(self) -> dict[str, int]:
+        """Late sets by how far below the newest commit read they were (`late_by_ms`)."""
+        top = LATE_BUCKETS_MS[-2]
+        return {(f"<={b}ms" if b <= top else f">{top}ms"): n for b, n in self.late_by_ms.items()}
 
     def count(self) -> int:
         """How many live queries are registered."""
@@ -462,8 +470,10 @@ class LiveHub:
                     feed = by_table.get(table)
                     # build rows only for a followed table's sets not delivered before
                     if feed is not None and vs >= starts[table] and vs not in feed.seen:
-                        if vs < feed.next_vs:
-                            self.late_sets += 1  # shown after a later commit was read
+                        if vs < feed.next_vs:  # shown after a later commit was read
+                            self.late_sets += 1
+                            behind = (feed.next_vs - vs) >> 16
+                            self.late_by_ms[next(b for b in LATE_BUCKETS_MS if behind <= b)] += 1
                         self.changes_built += len(changes)
                         found.setdefault(table, []).append(
                             {"versionstamp": vs, "changes": materialize(changes)})

@@ -134,6 +134,7 @@ class DbHostServer:
         return web.json_response(memory.report(
             connections=self.connections, live_queries=self.live.count(),
             live_feeds=len(self.live.feeds), live_late_sets=self.live.late_sets,
+            live_late_by_ms=self.live.late_report(),
             statement_shapes=self.engine.stats.shape_count))
 
     def _root_only(self, request: web.Request) -> web.Response | None:

@@ -607,7 +607,8 @@ def print_window(run: Run, w: Window) -> None:
         print(f"      db: python heap {w.db_memory.get('python_blocks', 0):,} blocks, "
               f"LIVE queries {w.db_memory.get('live_queries')}, feeds "
               f"{w.db_memory.get('live_feeds')} (late sets so far "
-              f"{w.db_memory.get('live_late_sets')}), connections "
+              f"{w.db_memory.get('live_late_sets')}, by ms behind "
+              f"{w.db_memory.get('live_late_by_ms')}), connections "
               f"{w.db_memory.get('connections')}",
               flush=True)
     print_statements(w.statements)
