@@ -128,6 +128,7 @@ class ChangefeedTail:
         self._gap_called_at = float("-inf")
         self._gap_handled = False
         self._lock = asyncio.Lock()
+        self._sweep_owed = False  # the last round was a short read (`_run`)
         self._load()
 
     # ------------------------------------------------------------------ state file
@@ -248,8 +249,11 @@ class ChangefeedTail:
                 except Exception as e:  # a submit failure: retried from the same cursor
                     self.last_error = f"changefeed round failed: {type(e).__name__}: {e}"
                     log.exception("changefeed round failed")
+            # After reads that were not sweeps, a sweep is owed: a commit more than the short
+            # re-read late is found only by one, and a quiet feed rings no doorbell for it.
+            wait = min(self.poll_secs, FEED_SWEEP_SECS) if self._sweep_owed else self.poll_secs
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_secs)
+                await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
 
     async def _ensure_doorbell(self) -> None:
@@ -336,6 +340,7 @@ class ChangefeedTail:
             self._records.append((time.monotonic(), len(events)))
         # Only now: a submit that failed above leaves the round to be read again.
         self.cursor.advance(rnd, tables)
+        self._sweep_owed = self.cursor.sweeping and rnd.swept_at is None
         if rnd.oversized:
             self.oversized += len(rnd.oversized)
             self._round_note = (f"{self.oversized} transaction(s) held more changefeed entries "
