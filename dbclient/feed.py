@@ -97,6 +97,10 @@ class FeedRound:
     # Sweep marks the round sets, and when its sweep began (`FeedCursor`; None: no sweep).
     marks: dict[str, int] = field(default_factory=dict)
     swept_at: float | None = None
+    read_from: dict[str, int] = field(default_factory=dict)  # the cursors it was read from
+    # The last versionstamp of the scan's first page: every commit that shows after that page
+    # was read has a later versionstamp minus the lateness allowed (a sweep's mark).
+    first_page: int | None = None
 
 
 def change_table(ch: Mapping[str, Any]) -> str | None:
@@ -194,6 +198,8 @@ async def read_round(db: Database, cursors: Mapping[str, int],
                 out.sets.append((vs, table, {"versionstamp": vs, "changes": changes}))
         if last is not None:
             out.horizon = last
+            if out.first_page is None:
+                out.first_page = last
         if last is None or entries < page:
             return out  # the scan reached the end of the feed
         if last == since:
@@ -241,13 +247,17 @@ class FeedCursor:
     `mark - overlap_vs`, where `mark` is the table's cursor when the previous sweep began, and
     sets `mark` to the cursor. Why nothing late is lost: let a commit V show at time T, at
     most `overlap_vs` late, and let S be the first sweep that began after T and P the sweep
-    before it (it began before T, with the cursor at m). The cursor never passes what has been
-    committed, so m <= (the versionstamps of time T) <= V + overlap_vs, and S reads from m -
-    overlap_vs <= V to the end of the feed, where V is visible by then. A table without a mark
+    before it (it began before T, with the cursor at m; or m is the last versionstamp of P's
+    first page, if higher: V was not visible when that page was read, else P would have read
+    it). Neither the cursor nor a page passes what has been committed when it is read, so
+    m <= (the versionstamps of time T) <= V + overlap_vs, and S reads from m - overlap_vs <= V
+    to the end of the feed, where V is visible by then. A table without a mark
     (new, re-followed, or restored from a state without marks) is read the old way, from its
     cursor minus `overlap_vs`, which marks it. The price: a commit more than `short_vs` late
-    is delivered at the next sweep instead of the next read; a sweep re-reads
-    `overlap_vs + sweep_secs` of the feed. Tests: `tests/unit/test_dbclient_feed_sweep.py`.
+    is delivered at the next sweep instead of the next read, and a sweep reads again what the
+    short reads since the last one read. That pays while reads come more often than every
+    `overlap_vs - short_vs` of feed; when they come less often, every read sweeps (as every
+    read re-read the window before). Tests: `tests/unit/test_dbclient_feed_sweep.py`.
     """
 
     def __init__(self, base: int, *, limit: int = 1000, overlap_vs: int = 2000 << 16,
@@ -264,6 +274,7 @@ class FeedCursor:
         # table -> its cursor when the last sweep (or whole-window read) of it began
         self.marks: dict[str, int] = {}
         self._swept_at = float("-inf")
+        self._prev: dict[str, int] = {}  # the cursors the last absorbed round was read from
         self.floor = 0  # nothing below it is read again, even in the overlap (`reset`)
 
     @property
@@ -305,7 +316,12 @@ class FeedCursor:
             return await read_round(db, cursors, self.seen, limit=self.limit,
                                     overlap_vs=self.overlap_vs, min_vs=self.floor)
         began = self._clock()
-        sweep = began - self._swept_at >= self.sweep_secs
+        # Sparse reads (the last one read at least the window's width of new feed): a short
+        # read saves less than its new changes cost the next sweep again, so sweep now, as
+        # the old reads did every time.
+        sparse = any(c - self._prev.get(t, c) >= self.overlap_vs - self.short_vs
+                     for t, c in cursors.items())
+        sweep = sparse or began - self._swept_at >= self.sweep_secs
         floors: dict[str, int] = {}
         marks: dict[str, int] = {}
         for t, c in cursors.items():
@@ -318,7 +334,11 @@ class FeedCursor:
                 floors[t] = c - self.short_vs
         rnd = await read_round(db, cursors, self.seen, limit=self.limit,
                                overlap_vs=self.overlap_vs, min_vs=self.floor, floors=floors)
-        rnd.marks = marks
+        # a mark as high as is safe: what the first page reached had been committed when
+        # it was read (class docstring)
+        top = rnd.first_page
+        rnd.marks = {t: max(m, top) if top is not None else m for t, m in marks.items()}
+        rnd.read_from = cursors
         if sweep:
             rnd.swept_at = began
         return rnd
@@ -344,6 +364,7 @@ class FeedCursor:
                 self.marks[table] = mark
         if rnd.swept_at is not None:
             self._swept_at = rnd.swept_at
+        self._prev = {t: c for t, c in rnd.read_from.items() if t in self.cursors}
         trim_seen(self.seen, self.cursors, self.overlap_vs, self.marks)
 
     def state(self) -> dict[str, Any]:

@@ -130,6 +130,7 @@ class TableFeed:
     # (here the sweep reads on to the end of the feed, so one sweep covers what it must).
     mark: int | None = None
     swept_at: float = float("-inf")
+    read_from: int = 0  # `next_vs` when the last read began
     queries: dict[uuid.UUID, LiveQuery] = field(default_factory=dict)
 
 
@@ -437,13 +438,19 @@ class LiveHub:
         sweeps: dict[str, int] = {}  # table -> its new mark, for the feeds this read sweeps
         starts: dict[str, int] = {}
         for f in feeds:
-            if f.mark is None or began - f.swept_at >= SWEEP_SECS:
+            # sparse reads (the last one read the window's width of new feed or more): sweep
+            # each time, as a short read would only make the next sweep longer
+            sparse = f.next_vs - f.read_from >= OVERLAP_VS - SHORT_VS
+            if f.mark is None or sparse or began - f.swept_at >= SWEEP_SECS:
                 start = f.next_vs - OVERLAP_VS if f.mark is None else f.mark - OVERLAP_VS
                 sweeps[f.table] = f.next_vs
             else:
                 start = f.next_vs - SHORT_VS
             starts[f.table] = max(f.floor_vs, start)
+            f.read_from = f.next_vs
         since = min(starts.values())
+        pages = 0
+        first_page: int | None = None  # the last versionstamp of the first page
         while True:
             # Decoded in C only: the database's feed holds every table's rows (the
             # application's writes above all), a subscriber follows a few tables.
@@ -461,6 +468,7 @@ class LiveHub:
             entries = 0
             last: int | None = None
             found: dict[str, list[dict[str, Any]]] = {}
+            pages += 1
             for batch in stmt.get("result") or []:
                 vs = int(batch.get("versionstamp", 0))
                 last = vs
@@ -478,12 +486,18 @@ class LiveHub:
                         found.setdefault(table, []).append(
                             {"versionstamp": vs, "changes": materialize(changes)})
             await asyncio.gather(*(self._absorb(by_table[t], b) for t, b in found.items()))
+            if pages == 1:
+                first_page = last
             if last is None or entries < FEED_BATCH:
                 if last is not None:
                     for f in feeds:  # read up to `last`, quiet tables included
                         f.next_vs = max(f.next_vs, last)
                 for table, mark in sweeps.items():  # only once the sweep read to the end
                     feed = by_table[table]
+                    # as high as is safe: what the first page reached had been committed when
+                    # it was read (dbclient.feed.FeedCursor)
+                    if first_page is not None:
+                        mark = max(mark, first_page)
                     feed.mark, feed.swept_at = mark, began
                     self._trim_seen(feed)
                 return

@@ -128,7 +128,8 @@ async def test_random_lateness_within_the_window_loses_nothing_and_repeats_nothi
     got_new: list[str] = []
     for i in range(800):
         for _ in range(rng.randrange(0, 6)):
-            late = rng.choice([0, 0, 0, 0, rng.randrange(1, 60), rng.randrange(60, 1900)])
+            late = rng.choice([0, 0, 0, 0, rng.randrange(1, 60), rng.randrange(60, 1900),
+                               rng.randrange(1900, 2000)])
             feed.commit(f"k{len(feed.commits)}", late_ms=late)
         clock.ms += rng.choice([1, 5, 10, 30, 120])
         if i % 97 == 0:  # a restart from the persisted state now and then
@@ -162,3 +163,23 @@ async def test_sweeping_reads_far_fewer_entries_than_re_reading_the_window() -> 
         assert len(got) == 1000
         counts[sweeping] = feed.entries_read
     assert counts[True] * 5 < counts[False], counts
+
+
+async def test_sparse_reads_read_no_more_than_re_reading_the_window_did() -> None:
+    """Reads further apart than the window: every read sweeps, as the old reads did, rather
+    than short reads whose changes the next sweep would read again."""
+    counts = {}
+    for sweeping in (False, True):
+        clock = Clock()
+        feed = SimFeed(clock)
+        cur = cursor(clock, sweeping=sweeping)
+        cur.limit = 1000  # one round per read
+        got: list[str] = []
+        for _ in range(12):  # 50 commits/s, a read every 2.5 s
+            for _ in range(125):
+                feed.commit(f"k{len(feed.commits)}")
+                clock.ms += 20
+            await drain(cur, feed, got)
+        assert len(got) == 1500
+        counts[sweeping] = feed.entries_read
+    assert counts[True] <= counts[False], counts
