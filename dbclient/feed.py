@@ -23,7 +23,8 @@ the scheduler's changefeed transport), so it lives here:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, MutableMapping
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,13 @@ class FeedRound:
     horizon: int | None = None
     # Versionstamps skipped because one transaction held more feed entries than a page.
     oversized: list[int] = field(default_factory=list)
+    # Sweep marks the round sets, and when its sweep began (`FeedCursor`; None: no sweep).
+    marks: dict[str, int] = field(default_factory=dict)
+    swept_at: float | None = None
+    read_from: dict[str, int] = field(default_factory=dict)  # the cursors it was read from
+    # The last versionstamp of the scan's first page: every commit that shows after that page
+    # was read has a later versionstamp minus the lateness allowed (a sweep's mark).
+    first_page: int | None = None
 
 
 def change_table(ch: Mapping[str, Any]) -> str | None:
@@ -146,7 +154,7 @@ def split_by_table(changes: Iterable[Mapping[str, Any]], *,
 async def read_round(db: Database, cursors: Mapping[str, int],
                      seen: Mapping[str, Iterable[int] | set[int]], *, limit: int,
                      overlap_vs: int, page: int = ENGINE_PAGE_MAX,
-                     min_vs: int = 0) -> FeedRound:
+                     min_vs: int = 0, floors: Mapping[str, int] | None = None) -> FeedRound:
     """Read the database's feed from the lowest `cursors[t] - overlap_vs`; return the sets of
     the tables in `cursors` not read before, in commit order (versionstamp, then table).
 
@@ -158,12 +166,17 @@ async def read_round(db: Database, cursors: Mapping[str, int],
     `limit` new sets were found. A set of table t is new when its versionstamp is at least
     `cursors[t] - overlap_vs` and not in `seen[t]`; nothing below `min_vs` is ever read (the
     overlap does not reach back past a restore, see `FeedCursor.reset`).
+
+    `floors` (table -> lowest versionstamp to read) replaces `cursors[t] - overlap_vs` when
+    given (`FeedCursor`'s short reads and sweeps).
     """
     page = max(1, min(page, ENGINE_PAGE_MAX))
     out = FeedRound()
     if not cursors:
         return out
-    floors = {t: max(0, min_vs, c - overlap_vs) for t, c in cursors.items()}
+    if floors is None:
+        floors = {t: c - overlap_vs for t, c in cursors.items()}
+    floors = {t: max(0, min_vs, floors[t]) for t in cursors}
     since = min(floors.values())
     taken: set[tuple[int, str]] = set()
     while True:
@@ -185,6 +198,8 @@ async def read_round(db: Database, cursors: Mapping[str, int],
                 out.sets.append((vs, table, {"versionstamp": vs, "changes": changes}))
         if last is not None:
             out.horizon = last
+            if out.first_page is None:
+                out.first_page = last
         if last is None or entries < page:
             return out  # the scan reached the end of the feed
         if last == since:
@@ -203,10 +218,14 @@ async def read_round(db: Database, cursors: Mapping[str, int],
 
 
 def trim_seen(seen: MutableMapping[str, set[int]], cursors: Mapping[str, int],
-              overlap_vs: int) -> None:
-    """Forget seen versionstamps below the re-read window (they are never read again)."""
+              overlap_vs: int, marks: Mapping[str, int] | None = None) -> None:
+    """Forget seen versionstamps below the re-read window (they are never read again). With
+    sweeps (`FeedCursor`), a table's window starts at its sweep mark minus the overlap."""
     for table, vs_set in seen.items():
-        floor = cursors.get(table, 0) - overlap_vs
+        at = cursors.get(table, 0)
+        if marks is not None:
+            at = min(at, marks.get(table, at))
+        floor = at - overlap_vs
         if any(v < floor for v in vs_set):
             seen[table] = {v for v in vs_set if v >= floor}
 
@@ -218,15 +237,50 @@ class FeedCursor:
 
     `read` returns the next round without moving anything; `advance` absorbs a round once its
     events were handed on. Persist `state()` after `advance` and rebuild with `from_state`.
+
+    The re-read window. A commit can become visible after a commit with a later versionstamp
+    was read; one that is at most `overlap_vs` late (its versionstamp at most that far below
+    the versionstamps being committed when it shows) must not be lost. Without `short_vs`,
+    every read starts `overlap_vs` below the cursor: each read re-scans the whole window (issue
+    31: 2 s of a 500 writes/s feed on every doorbell). With `short_vs`, a read starts only
+    `short_vs` below the cursor, and at most every `sweep_secs` a read *sweeps*: it starts at
+    `mark - overlap_vs`, where `mark` is the table's cursor when the previous sweep began, and
+    sets `mark` to the cursor. Why nothing late is lost: let a commit V show at time T, at
+    most `overlap_vs` late, and let S be the first sweep that began after T and P the sweep
+    before it (it began before T, with the cursor at m; or m is the last versionstamp of P's
+    first page, if higher: V was not visible when that page was read, else P would have read
+    it). Neither the cursor nor a page passes what has been committed when it is read, so
+    m <= (the versionstamps of time T) <= V + overlap_vs, and S reads from m - overlap_vs <= V
+    to the end of the feed, where V is visible by then. A table without a mark
+    (new, re-followed, or restored from a state without marks) is read the old way, from its
+    cursor minus `overlap_vs`, which marks it. The price: a commit more than `short_vs` late
+    is delivered at the next sweep instead of the next read, and a sweep reads again what the
+    short reads since the last one read. That pays while reads come more often than every
+    `overlap_vs - short_vs` of feed; when they come less often, every read sweeps (as every
+    read re-read the window before). Tests: `tests/unit/test_dbclient_feed_sweep.py`.
     """
 
-    def __init__(self, base: int, *, limit: int = 1000, overlap_vs: int = 2000 << 16) -> None:
+    def __init__(self, base: int, *, limit: int = 1000, overlap_vs: int = 2000 << 16,
+                 short_vs: int | None = None, sweep_secs: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.base = base
         self.limit = limit
         self.overlap_vs = overlap_vs
+        self.short_vs = overlap_vs if short_vs is None else min(short_vs, overlap_vs)
+        self.sweep_secs = sweep_secs
+        self._clock = clock
         self.cursors: dict[str, int] = {}
         self.seen: dict[str, set[int]] = {}
+        # table -> its cursor when the last sweep (or whole-window read) of it began
+        self.marks: dict[str, int] = {}
+        self._swept_at = float("-inf")
+        self._prev: dict[str, int] = {}  # the cursors the last absorbed round was read from
         self.floor = 0  # nothing below it is read again, even in the overlap (`reset`)
+
+    @property
+    def sweeping(self) -> bool:
+        """Whether reads re-scan the window by sweeps (else every read re-reads all of it)."""
+        return self.short_vs < self.overlap_vs
 
     def at(self, table: str) -> int:
         """The cursor of `table` (`base` when it has none yet)."""
@@ -235,11 +289,14 @@ class FeedCursor:
     def follow(self, table: str, vs: int | None = None) -> None:
         """Read `table` from `vs` (its cursor so far, else `base`, when None)."""
         self.cursors[table] = self.at(table) if vs is None else vs
+        if vs is not None:
+            self.marks.pop(table, None)  # moved: read its whole window again first
 
     def forget(self, table: str) -> None:
         """Stop reading `table`."""
         self.cursors.pop(table, None)
         self.seen.pop(table, None)
+        self.marks.pop(table, None)
 
     def reset(self, base: int, *, floor: bool = False) -> None:
         """Every table read again from `base`; nothing seen. With `floor`, the re-read overlap
@@ -248,13 +305,43 @@ class FeedCursor:
         self.base = base
         self.cursors = {}
         self.seen = {}
+        self.marks = {}
         self.floor = base if floor else 0
 
     async def read(self, db: Database, tables: Iterable[str] | None = None) -> FeedRound:
         """The next round of `tables` (default: every table with a cursor); moves nothing."""
         names = list(self.cursors) if tables is None else list(tables)
-        return await read_round(db, {t: self.at(t) for t in names}, self.seen,
-                                limit=self.limit, overlap_vs=self.overlap_vs, min_vs=self.floor)
+        cursors = {t: self.at(t) for t in names}
+        if not self.sweeping:
+            return await read_round(db, cursors, self.seen, limit=self.limit,
+                                    overlap_vs=self.overlap_vs, min_vs=self.floor)
+        began = self._clock()
+        # Sparse reads (the last one read at least the window's width of new feed): a short
+        # read saves less than its new changes cost the next sweep again, so sweep now, as
+        # the old reads did every time.
+        sparse = any(c - self._prev.get(t, c) >= self.overlap_vs - self.short_vs
+                     for t, c in cursors.items())
+        sweep = sparse or began - self._swept_at >= self.sweep_secs
+        floors: dict[str, int] = {}
+        marks: dict[str, int] = {}
+        for t, c in cursors.items():
+            mark = self.marks.get(t)
+            if mark is None:  # not swept yet: its whole window, which marks it
+                floors[t], marks[t] = c - self.overlap_vs, c
+            elif sweep:
+                floors[t], marks[t] = min(mark, c) - self.overlap_vs, c
+            else:
+                floors[t] = c - self.short_vs
+        rnd = await read_round(db, cursors, self.seen, limit=self.limit,
+                               overlap_vs=self.overlap_vs, min_vs=self.floor, floors=floors)
+        # a mark as high as is safe: what the first page reached had been committed when
+        # it was read (class docstring)
+        top = rnd.first_page
+        rnd.marks = {t: max(m, top) if top is not None else m for t, m in marks.items()}
+        rnd.read_from = cursors
+        if sweep:
+            rnd.swept_at = began
+        return rnd
 
     def advance(self, rnd: FeedRound, tables: Iterable[str] | None = None) -> None:
         """Absorb `rnd` (read for `tables`, default every table with a cursor): call only
@@ -272,19 +359,35 @@ class FeedCursor:
             # change in it moves too (its entries AT the horizon come again in the overlap).
             for table in names:
                 self.cursors[table] = max(self.at(table), rnd.horizon)
-        trim_seen(self.seen, self.cursors, self.overlap_vs)
+        for table, mark in rnd.marks.items():
+            if table in wanted and table in self.cursors:
+                self.marks[table] = mark
+        if rnd.swept_at is not None:
+            self._swept_at = rnd.swept_at
+        self._prev = {t: c for t, c in rnd.read_from.items() if t in self.cursors}
+        trim_seen(self.seen, self.cursors, self.overlap_vs, self.marks)
 
     def state(self) -> dict[str, Any]:
-        """The JSON-able position (`from_state` reads it back)."""
-        return {"base": self.base, "cursors": dict(self.cursors),
-                "seen": {t: sorted(v) for t, v in self.seen.items() if v}, "floor": self.floor}
+        """The JSON-able position (`from_state` reads it back). The sweep marks are kept: a
+        commit that showed late after the last sweep lies below `cursor - overlap_vs`, and
+        only a sweep from the mark finds it (the first read after a restart sweeps)."""
+        out = {"base": self.base, "cursors": dict(self.cursors),
+               "seen": {t: sorted(v) for t, v in self.seen.items() if v}, "floor": self.floor}
+        if self.marks:
+            out["marks"] = dict(self.marks)
+        return out
 
     @classmethod
     def from_state(cls, raw: Mapping[str, Any], *, limit: int = 1000,
-                   overlap_vs: int = 2000 << 16) -> FeedCursor:
+                   overlap_vs: int = 2000 << 16, short_vs: int | None = None,
+                   sweep_secs: float = 0.5) -> FeedCursor:
         """A cursor from `state()` (ValueError/KeyError/TypeError on a malformed one)."""
-        cur = cls(int(raw["base"]), limit=limit, overlap_vs=overlap_vs)
+        cur = cls(int(raw["base"]), limit=limit, overlap_vs=overlap_vs, short_vs=short_vs,
+                  sweep_secs=sweep_secs)
         cur.cursors = {str(k): int(v) for k, v in raw.get("cursors", {}).items()}
         cur.seen = {str(k): {int(x) for x in v} for k, v in raw.get("seen", {}).items()}
         cur.floor = int(raw.get("floor", 0))
+        # a state without marks (or from an older release): tables read their whole window
+        cur.marks = {str(k): int(v) for k, v in raw.get("marks", {}).items()
+                     if str(k) in cur.cursors}
         return cur

@@ -15,6 +15,9 @@ from dbhost.frames import INVALID_PARAMS, RpcError
 from dbhost.nodeengine import Head, NodeEngineProcess
 from dbhost.stats import StatementStats
 
+# The host's own requests are counted under their own shapes (issue 31: who reads the feed).
+OWN_PREFIX = "host:"
+
 log = logging.getLogger("dbhost.engine")
 
 
@@ -114,14 +117,17 @@ class Engine:
         if session is not None:
             req["session"] = session
         text = params[0] if method == "query" and params and isinstance(params[0], str) else None
-        return await self._execute(encode(req), (req["id"], method, session), text)
+        return await self._execute(encode(req), (req["id"], method, session), text, own=True)
 
-    async def _execute(self, frame: bytes, head: Head | None, text: str | None) -> bytes:
+    async def _execute(self, frame: bytes, head: Head | None, text: str | None,
+                       own: bool = False) -> bytes:
         """One frame through the engine, timed for the statement counters; only the Node
-        build's process takes the `head`."""
+        build's process takes the `head`. `own`: the host's own request (its LIVE feed reads
+        and checks), counted apart from the clients' requests of the same text."""
         db = self._db
         stats = self.stats
-        shape = stats.shape_of(head[1] if head is not None else "?", text)
+        method = head[1] if head is not None else "?"
+        shape = stats.shape_of(OWN_PREFIX + method if own else method, text)
         began = time.perf_counter()
         try:
             if isinstance(db, NodeEngineProcess):

@@ -53,9 +53,15 @@ class RpcConnection(Protocol):
 log = logging.getLogger("dbhost.live")
 
 FEED_BATCH = ENGINE_PAGE_MAX  # the engine scans at most this many feed entries per read
-# Re-read this much of the feed's recent past on each round, so that a transaction whose
-# versionstamp is older than one already read but which became visible later is not lost.
+# A transaction whose versionstamp is older than one already read but which became visible
+# later, up to this much later, is not lost.
 OVERLAP_VS = 50 << 16
+# Each read re-reads only SHORT_VS of the feed's recent past; at most every SWEEP_SECS a read
+# starts at the feed's sweep mark minus OVERLAP_VS instead (`TableFeed.mark`). Re-reading the
+# whole overlap on every read cost ~14 KB a read, ~80 reads a second at 500 writes/s (issue 31).
+SHORT_VS = 10 << 16
+SWEEP_SECS = 0.1
+LATE_BUCKETS_MS = (2, 5, 10, 20, 50, 1 << 40)
 EVAL_CHUNK = 200
 DEFAULT_CHANGEFEED = "1h"
 
@@ -119,6 +125,12 @@ class TableFeed:
     next_vs: int  # first versionstamp not yet read
     floor_vs: int  # never read below this (the feed's creation)
     seen: dict[int, None] = field(default_factory=dict)
+    # `next_vs` when the last sweep began (None: not swept yet) and when that was. Why a
+    # sweep from `mark - OVERLAP_VS` loses nothing: `dbclient.feed.FeedCursor`'s docstring
+    # (here the sweep reads on to the end of the feed, so one sweep covers what it must).
+    mark: int | None = None
+    swept_at: float = float("-inf")
+    read_from: int = 0  # `next_vs` when the last read began
     queries: dict[uuid.UUID, LiveQuery] = field(default_factory=dict)
 
 
@@ -186,6 +198,10 @@ class LiveHub:
         self.evaluation_errors = 0
         # feed changes built into rows for delivery: only followed tables' new sets
         self.changes_built = 0
+        # sets delivered although a later commit had been read already (late commits)
+        self.late_sets = 0
+        # ... by how far (ms) below the newest commit read they were: what SHORT_VS misses
+        self.late_by_ms: dict[int, int] = dict.fromkeys(LATE_BUCKETS_MS, 0)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -208,6 +224,11 @@ class LiveHub:
         """A write passed through the host: read the feeds now instead of at the next poll."""
         if self.feeds:
             self._wake.set()
+
+    def late_report(self) -> dict[str, int]:
+        """Late sets by how far below the newest commit read they were (`late_by_ms`)."""
+        top = LATE_BUCKETS_MS[-2]
+        return {(f"<={b}ms" if b <= top else f">{top}ms"): n for b, n in self.late_by_ms.items()}
 
     def count(self) -> int:
         """How many live queries are registered."""
@@ -413,8 +434,23 @@ class LiveHub:
         transaction is read on from that versionstamp (SINCE is inclusive)."""
         sid = await self._tail_session(*key)
         by_table = {f.table: f for f in feeds}
-        starts = {f.table: max(f.floor_vs, f.next_vs - OVERLAP_VS) for f in feeds}
+        began = time.monotonic()
+        sweeps: dict[str, int] = {}  # table -> its new mark, for the feeds this read sweeps
+        starts: dict[str, int] = {}
+        for f in feeds:
+            # sparse reads (the last one read the window's width of new feed or more): sweep
+            # each time, as a short read would only make the next sweep longer
+            sparse = f.next_vs - f.read_from >= OVERLAP_VS - SHORT_VS
+            if f.mark is None or sparse or began - f.swept_at >= SWEEP_SECS:
+                start = f.next_vs - OVERLAP_VS if f.mark is None else f.mark - OVERLAP_VS
+                sweeps[f.table] = f.next_vs
+            else:
+                start = f.next_vs - SHORT_VS
+            starts[f.table] = max(f.floor_vs, start)
+            f.read_from = f.next_vs
         since = min(starts.values())
+        pages = 0
+        first_page: int | None = None  # the last versionstamp of the first page
         while True:
             # Decoded in C only: the database's feed holds every table's rows (the
             # application's writes above all), a subscriber follows a few tables.
@@ -432,6 +468,7 @@ class LiveHub:
             entries = 0
             last: int | None = None
             found: dict[str, list[dict[str, Any]]] = {}
+            pages += 1
             for batch in stmt.get("result") or []:
                 vs = int(batch.get("versionstamp", 0))
                 last = vs
@@ -441,14 +478,28 @@ class LiveHub:
                     feed = by_table.get(table)
                     # build rows only for a followed table's sets not delivered before
                     if feed is not None and vs >= starts[table] and vs not in feed.seen:
+                        if vs < feed.next_vs:  # shown after a later commit was read
+                            self.late_sets += 1
+                            behind = (feed.next_vs - vs) >> 16
+                            self.late_by_ms[next(b for b in LATE_BUCKETS_MS if behind <= b)] += 1
                         self.changes_built += len(changes)
                         found.setdefault(table, []).append(
                             {"versionstamp": vs, "changes": materialize(changes)})
             await asyncio.gather(*(self._absorb(by_table[t], b) for t, b in found.items()))
+            if pages == 1:
+                first_page = last
             if last is None or entries < FEED_BATCH:
                 if last is not None:
                     for f in feeds:  # read up to `last`, quiet tables included
                         f.next_vs = max(f.next_vs, last)
+                for table, mark in sweeps.items():  # only once the sweep read to the end
+                    feed = by_table[table]
+                    # as high as is safe: what the first page reached had been committed when
+                    # it was read (dbclient.feed.FeedCursor)
+                    if first_page is not None:
+                        mark = max(mark, first_page)
+                    feed.mark, feed.swept_at = mark, began
+                    self._trim_seen(feed)
                 return
             if last == since:
                 log.error("a transaction at versionstamp %d holds %d or more changefeed "
@@ -465,10 +516,7 @@ class LiveHub:
             vs = int(b.get("versionstamp", 0))
             feed.seen[vs] = None
             feed.next_vs = max(feed.next_vs, vs + 1)
-        # Forget versionstamps that the next round's overlap no longer covers.
-        low = feed.next_vs - 2 * OVERLAP_VS
-        for vs in [v for v in feed.seen if v < low]:
-            del feed.seen[vs]
+        self._trim_seen(feed)
         if loses_original(fresh):
             log.warning("table %s/%s/%s was redefined without INCLUDE ORIGINAL; "
                         "restoring it", feed.ns, feed.db, feed.table)
@@ -476,6 +524,14 @@ class LiveHub:
         changes = parse_changes(fresh)
         if changes:
             await self._deliver(feed, changes)
+
+    @staticmethod
+    def _trim_seen(feed: TableFeed) -> None:
+        """Forget versionstamps that no later read (short or sweep) reaches back to."""
+        at = feed.next_vs if feed.mark is None else min(feed.mark, feed.next_vs)
+        low = at - OVERLAP_VS
+        for vs in [v for v in feed.seen if v < low]:
+            del feed.seen[vs]
 
     async def _deliver(self, feed: TableFeed, changes: list[Change]) -> None:
         queries = list(feed.queries.values())

@@ -99,6 +99,8 @@ class DbHostServer:
             "live_queries": self.live.count(),
             # feed changes built into rows for LIVE delivery (the rest are decoded in C only)
             "live_changes_built": self.live.changes_built,
+            # sets that showed after a later commit was read (dbhost.live's sweeps find them)
+            "live_late_sets": self.live.late_sets,
         })
 
     async def version(self, request: web.Request) -> web.Response:
@@ -131,7 +133,9 @@ class DbHostServer:
             return denied
         return web.json_response(memory.report(
             connections=self.connections, live_queries=self.live.count(),
-            live_feeds=len(self.live.feeds), statement_shapes=self.engine.stats.shape_count))
+            live_feeds=len(self.live.feeds), live_late_sets=self.live.late_sets,
+            live_late_by_ms=self.live.late_report(),
+            statement_shapes=self.engine.stats.shape_count))
 
     def _root_only(self, request: web.Request) -> web.Response | None:
         """None for a request with the root user's credentials (HTTP Basic, compared in

@@ -553,7 +553,7 @@ def print_statements(report: dict[str, Any]) -> None:
         return
     print(f"      db: {report['requests'] / max(report['elapsed_s'], 1e-9):,.0f} requests/s, "
           f"{report['engine_s'] / max(report['elapsed_s'], 1e-9):.2f} engine-s/s", flush=True)
-    for row in report["statements"][:6]:
+    for row in report["statements"][:8]:
         print(f"      {row['share'] * 100:5.1f}% {row['per_s']:7.1f}/s {row['mean_ms']:7.2f} ms "
               f"{row.get('reply_kb_per_s', 0):7.0f} KB/s  {row['shape'][:80]}", flush=True)
 
@@ -608,7 +608,10 @@ def print_window(run: Run, w: Window) -> None:
     if w.db_memory:
         print(f"      db: python heap {w.db_memory.get('python_blocks', 0):,} blocks, "
               f"LIVE queries {w.db_memory.get('live_queries')}, feeds "
-              f"{w.db_memory.get('live_feeds')}, connections {w.db_memory.get('connections')}",
+              f"{w.db_memory.get('live_feeds')} (late sets so far "
+              f"{w.db_memory.get('live_late_sets')}, by ms behind "
+              f"{w.db_memory.get('live_late_by_ms')}), connections "
+              f"{w.db_memory.get('connections')}",
               flush=True)
     print_statements(w.statements)
     if run.args.memory_log is not None:
