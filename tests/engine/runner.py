@@ -419,3 +419,24 @@ def plain(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return type(x)(plain(v) for v in x)
     return x
+
+
+def traced_bytes_per_row_and_view(eng: Any, query: str,
+                                  params: Callable[[int], dict[str, Any]],
+                                  views: int, rows: int) -> float:
+    """Heap bytes (tracemalloc) that registering views 1..`views` of `query` keeps, per row
+    and view: the memory bound of a shape whose views each cover `rows` rows. View k gets
+    `params(k)`; register the shape's first view before (it builds the shared state)."""
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for k in range(1, views + 1):
+            eng.register(f"v{k}", query, params(k))
+        gc.collect()
+        return float(tracemalloc.get_traced_memory()[0] - before) / rows / views
+    finally:
+        tracemalloc.stop()

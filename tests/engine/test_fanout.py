@@ -125,15 +125,22 @@ def test_a_correlated_subquery_is_still_evaluated_per_parent() -> None:
         assert [x["id"] for x in row["top"]] == [RecordID("comment", i) for i in (5, 19)]
 
 
-def _walked_per_write(parents: int, window: int) -> tuple[int, int, int]:
-    """(members walked, rows patched, view-row changes) for one write moving one row inside
-    an uncorrelated window of ``window`` rows shown by ``parents`` parent rows."""
+def _window_shown_by_parents(parents: int, window: int) -> Any:
+    """An engine with view `v`: ``parents`` threads, each showing one uncorrelated window of
+    ``window`` comments."""
     view_engine, _ = engine_api()
     e = view_engine()
     e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
     e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(window)])
     e.register("v", "SELECT *, (SELECT id, votes FROM comment WHERE votes >= $a ORDER BY "
                "votes DESC, id) AS top FROM thread WHERE score >= $c", {"c": 0, "a": 0})
+    return e
+
+
+def _walked_per_write(parents: int, window: int) -> tuple[int, int, int]:
+    """(members walked, rows patched, view-row changes) for one write moving one row inside
+    an uncorrelated window of ``window`` rows shown by ``parents`` parent rows."""
+    e = _window_shown_by_parents(parents, window)
     (circuit,) = e.circuits.values()
     (proj,) = circuit.projs.values()
     walked, patched = proj.walked, proj.patched
@@ -163,12 +170,7 @@ def _counted_per_write(parents: int, window: int) -> int:
     are held by every parent, so the view counts its members: engine.delta.counted_delta)."""
     from engine import delta
 
-    view_engine, _ = engine_api()
-    e = view_engine()
-    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
-    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(window)])
-    e.register("v", "SELECT *, (SELECT id, votes FROM comment WHERE votes >= $a ORDER BY "
-               "votes DESC, id) AS top FROM thread WHERE score >= $c", {"c": 0, "a": 0})
+    e = _window_shown_by_parents(parents, window)
     # a first write gives the view its member counts; the second is measured
     e.ingest("comment", "UPDATE", "comment:2", {"id": RecordID("comment", 2), "votes": -1})
     before = delta.COUNTED[0]

@@ -12,7 +12,7 @@ import pytest
 from surrealdb import RecordID
 
 from tests.engine.codec import Case, View
-from tests.engine.runner import engine_api, run_case
+from tests.engine.runner import engine_api, run_case, traced_bytes_per_row_and_view
 
 
 def _u(i: Any, **f: Any) -> dict[str, Any]:
@@ -153,9 +153,6 @@ def test_views_of_one_semijoin_shape_cost_no_read_set_per_row(where: str) -> Non
     the view's set) are not registered per row and view (a set of its own per row: ~600
     bytes a row and view before), the set tells the order and the table's index finds the
     rows. Bounded per row and view as views are added."""
-    import gc
-    import tracemalloc
-
     view_engine, _ = engine_api()
     eng = view_engine()
     eng.load("user", [_u(i, country=f"c{i % 20}", age=i % 60) for i in range(500)])
@@ -164,17 +161,8 @@ def test_views_of_one_semijoin_shape_cost_no_read_set_per_row(where: str) -> Non
                           "brand": f"b{i % 97}"} for i in range(n)])
     q = f"SELECT id, brand FROM product WHERE {where} ORDER BY brand LIMIT 50"
     eng.register("v0", q, {"p": ["c0"]})  # the shape's first view builds shared state
-    views = 10
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for k in range(1, views + 1):
-            eng.register(f"v{k}", q, {"p": [f"c{k}", f"c{k + 1}"]})
-        gc.collect()
-        per = (tracemalloc.get_traced_memory()[0] - before) / n / views
-    finally:
-        tracemalloc.stop()
+    per = traced_bytes_per_row_and_view(
+        eng, q, lambda k: {"p": [f"c{k}", f"c{k + 1}"]}, views=10, rows=n)
     assert per < 150, f"{per:.0f} bytes per row and view"
     # still exact: a user leaving the set for one view takes its products out of it
     before = eng.members("v2")

@@ -13,7 +13,7 @@ import pytest
 from surrealdb import RecordID
 
 from tests.engine.codec import Case, Event, View
-from tests.engine.runner import engine_api, run_case
+from tests.engine.runner import engine_api, run_case, traced_bytes_per_row_and_view
 
 SUB = ("(SELECT id, votes, owner FROM comment WHERE votes >= $p0 AND votes < $p1 "
        "ORDER BY votes ASC LIMIT 1)")
@@ -97,9 +97,6 @@ def test_rows_beside_an_uncorrelated_subquery_share_their_state() -> None:
     differ per view each show every thread. A row keeps its output and members, not a copy
     of the subquery's dependencies, reads and item lists (~1,740 bytes a row and view
     before, ~610 after). Bounded per row and view as views are added."""
-    import gc
-    import tracemalloc
-
     view_engine, _ = engine_api()
     eng = view_engine()
     n = 5_000
@@ -109,17 +106,8 @@ def test_rows_beside_an_uncorrelated_subquery_share_their_state() -> None:
                           "owner": RecordID("user", i % 50)} for i in range(2_000)])
     q = SHAPES[0]
     eng.register("v0", q, {"p0": 0, "p1": 10})  # the shape's first view builds shared state
-    views = 8
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for k in range(1, views + 1):
-            eng.register(f"v{k}", q, {"p0": 100 * k, "p1": 100 * k + 50})
-        gc.collect()
-        per = (tracemalloc.get_traced_memory()[0] - before) / n / views
-    finally:
-        tracemalloc.stop()
+    per = traced_bytes_per_row_and_view(
+        eng, q, lambda k: {"p0": 100 * k, "p1": 100 * k + 50}, views=8, rows=n)
     assert per < 800, f"{per:.0f} bytes per row and view"
     # still exact: the cheapest comment of v3's range moves out of it
     rows = eng.result("v3")
