@@ -109,7 +109,9 @@ def object_counts(n: int, holders_of: str = "") -> dict[str, Any]:
     up = _holders(sized, mine)
     mine |= {id(up), *(id(hs) for hs in up.values())}
     names = _labels([c for c in sized] + [h for c in sized for h in up.get(id(c), [])[:1]], mine)
-    out["largest"] = [[len(c), names[id(c)], _holder_name(c, up.get(id(c)), names)]
+    globals_ = _module_globals(sized)
+    out["largest"] = [[len(c), names[id(c)],
+                       globals_.get(id(c)) or _holder_name(c, up.get(id(c)), names)]
                       for c in sized]
     if holders_of:
         found = [o for o in objs if type(o).__name__ == holders_of]
@@ -175,6 +177,23 @@ def _holders(objs: list[Any], mine: set[int]) -> dict[int, list[Any]]:
             if id(ref) in want:
                 found.setdefault(id(ref), []).append(r)
     return found
+
+
+def _module_globals(objs: list[Any]) -> dict[int, str]:
+    """`module.name` (by id) for each of `objs` that a module holds as a global. Read from
+    `sys.modules`, not from the collector: a module's namespace made before the process's
+    `gc.freeze()` (the hub freezes after start-up, `engine.gcpolicy`) sits in the permanent
+    generation, which `gc.get_referrers` does not search."""
+    want = {id(o) for o in objs}
+    out: dict[int, str] = {}
+    for name, module in list(sys.modules.items()):
+        space = getattr(module, "__dict__", None)
+        if not isinstance(space, dict):
+            continue
+        for key, value in list(space.items()):
+            if id(value) in want and id(value) not in out:
+                out[id(value)] = f"{name}.{key}"
+    return out
 
 
 def _holder_name(obj: Any, holders: list[Any] | None, names: dict[int, str]) -> str:

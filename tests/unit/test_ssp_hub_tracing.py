@@ -3,6 +3,7 @@ at the first `/debug/memory` call, and names what grew since the second."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import tracemalloc
 from collections.abc import Iterator
@@ -95,12 +96,23 @@ def test_pymalloc_figures_count_arenas_and_restore_stderr(capfd: pytest.CaptureF
 GROWING: dict[str, list[int]] = {}
 
 
-def test_object_counts_name_a_module_level_container() -> None:
+@pytest.mark.parametrize("frozen", [False, True], ids=["unfrozen", "after-gc-freeze"])
+def test_object_counts_name_a_module_level_container(frozen: bool) -> None:
     # (lists as values: CPython stops tracking a dict that holds only atomic values, and the
-    # census sees only what the collector tracks)
+    # census sees only what the collector tracks). After `gc.freeze()`, as in a hub after
+    # start-up, the module's namespace is in the permanent generation, where
+    # `gc.get_referrers` does not look; the empty dict was untracked then, so it is not
+    # frozen and shows once it fills.
+    global GROWING
+    GROWING = {}  # empty: untracked until it holds a list, so a freeze leaves it out
+    was_frozen = gc.get_freeze_count()
+    if frozen:
+        gc.freeze()
     GROWING.update((f"g{i}", [i]) for i in range(40_000))
     try:
         largest = introspection.object_counts(3)["largest"]
         assert [40_000, "dict[40000]", f"{__name__}.GROWING"] in largest, largest
     finally:
         GROWING.clear()
+        if frozen and not was_frozen:
+            gc.unfreeze()
