@@ -58,6 +58,7 @@ from tests.support.cloud_stack import Cloud, make_cloud
 from tests.support.dockerd import Dockerd, start_dockerd
 from tests.support.objstore import S3Server, running_s3
 from tests.support.procs import DbHost, base_env, free_port, http_status
+from tests.support.ssp_stack import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -805,8 +806,13 @@ async def test_a_container_app_runs_under_the_supervisor_through_the_executor(
         running = client.api.containers(filters=mine)
         assert len(running) == 1 and running[0]["HostConfig"]["NetworkMode"] == "host"
         assert http_status(f"http://127.0.0.1:{port}/") == 200
-        lines, _ = sup.logs("web", limit=100)
-        assert any("greeting hello-from-env" in ln.text for ln in lines), lines
+        # the app's output reaches the supervisor through docker's log relay, which may
+        # lag the health check: ready does not mean its first line has been read yet
+        async def greeted() -> bool:
+            lines, _ = sup.logs("web", limit=100, text="greeting hello-from-env")
+            return bool(lines)
+
+        await wait_for(greeted, timeout=30.0, what="the app's own output line in its logs")
     finally:
         await sup.stop()
     assert client.api.containers(all=True, filters=mine) == []
