@@ -22,6 +22,7 @@ the scheduler's changefeed transport), so it lives here:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
@@ -217,15 +218,77 @@ async def read_round(db: Database, cursors: Mapping[str, int],
         since = last
 
 
+@dataclass(frozen=True)
+class SweepWindow:
+    """The re-read window's rule, one per reader, shared by every reader of a feed
+    (`FeedCursor` here, the database host's LIVE loop in `dbhost.live`).
+
+    A commit can become visible after a commit with a later versionstamp was read; one that
+    is at most `overlap_vs` late (its versionstamp at most that far below the versionstamps
+    being committed when it shows) must not be lost. With `short_vs == overlap_vs` every read
+    starts `overlap_vs` below the cursor: each read re-scans the whole window (issue 31: 2 s
+    of a 500 writes/s feed on every doorbell). With a shorter `short_vs`, a read starts only
+    `short_vs` below the cursor, and at most every `sweep_secs` a read *sweeps*: it starts at
+    `mark - overlap_vs`, where `mark` is the table's cursor when the previous sweep began, and
+    sets `mark` to the cursor. Why nothing late is lost: let a commit V show at time T, at
+    most `overlap_vs` late, and let S be the first sweep that began after T and P the sweep
+    before it (it began before T, with the cursor at m; or m is the last versionstamp of P's
+    first page, if higher: V was not visible when that page was read, else P would have read
+    it). Neither the cursor nor a page passes what has been committed when it is read, so
+    m <= (the versionstamps of time T) <= V + overlap_vs, and S reads from m - overlap_vs <= V
+    to the end of the feed, where V is visible by then. A table without a mark (new,
+    re-followed, or restored from a state without marks) is read the old way, from its
+    cursor minus `overlap_vs`, which marks it. The price: a commit more than `short_vs` late
+    is delivered at the next sweep instead of the next read, and a sweep reads again what the
+    short reads since the last one read. That pays while reads come more often than every
+    `overlap_vs - short_vs` of feed; when they come less often (`sparse`), every read sweeps
+    (as every read re-read the window before). Tests: `tests/unit/test_dbclient_feed_sweep.py`,
+    `tests/unit/test_dbhost_live_sweep.py`.
+    """
+
+    overlap_vs: int
+    short_vs: int
+    sweep_secs: float
+
+    @property
+    def sweeping(self) -> bool:
+        """Whether reads re-scan the window by sweeps (else every read re-reads all of it)."""
+        return self.short_vs < self.overlap_vs
+
+    def sparse(self, cursor: int, prev: int) -> bool:
+        """Whether the last read (from `prev`) read the window's width of new feed or more: a
+        short read would save less than its new changes cost the next sweep, so sweep."""
+        return cursor - prev >= self.overlap_vs - self.short_vs
+
+    def start(self, cursor: int, mark: int | None, sweep: bool) -> tuple[int, bool]:
+        """Where a read of a table at `cursor` starts, and whether it sweeps (and so sets the
+        table's mark, `new_mark`): a table never swept reads its whole window."""
+        if mark is None:
+            return cursor - self.overlap_vs, True
+        if sweep:
+            return min(mark, cursor) - self.overlap_vs, True
+        return cursor - self.short_vs, False
+
+    @staticmethod
+    def new_mark(cursor: int, first_page: int | None) -> int:
+        """The mark a sweep that began at `cursor` sets: as high as is safe, and what its
+        first page reached had been committed when it was read (class docstring)."""
+        return cursor if first_page is None else max(cursor, first_page)
+
+    def low(self, cursor: int, mark: int | None) -> int:
+        """The lowest versionstamp a later read (short or sweep) of the table reaches: seen
+        versionstamps below it are never read again."""
+        return (cursor if mark is None else min(mark, cursor)) - self.overlap_vs
+
+
 def trim_seen(seen: MutableMapping[str, set[int]], cursors: Mapping[str, int],
               overlap_vs: int, marks: Mapping[str, int] | None = None) -> None:
     """Forget seen versionstamps below the re-read window (they are never read again). With
-    sweeps (`FeedCursor`), a table's window starts at its sweep mark minus the overlap."""
+    sweeps (`FeedCursor`), a table's window starts at its sweep mark minus the overlap
+    (`SweepWindow.low`)."""
+    window = SweepWindow(overlap_vs, overlap_vs, 0.0)
     for table, vs_set in seen.items():
-        at = cursors.get(table, 0)
-        if marks is not None:
-            at = min(at, marks.get(table, at))
-        floor = at - overlap_vs
+        floor = window.low(cursors.get(table, 0), None if marks is None else marks.get(table))
         if any(v < floor for v in vs_set):
             seen[table] = {v for v in vs_set if v >= floor}
 
@@ -238,26 +301,9 @@ class FeedCursor:
     `read` returns the next round without moving anything; `advance` absorbs a round once its
     events were handed on. Persist `state()` after `advance` and rebuild with `from_state`.
 
-    The re-read window. A commit can become visible after a commit with a later versionstamp
-    was read; one that is at most `overlap_vs` late (its versionstamp at most that far below
-    the versionstamps being committed when it shows) must not be lost. Without `short_vs`,
-    every read starts `overlap_vs` below the cursor: each read re-scans the whole window (issue
-    31: 2 s of a 500 writes/s feed on every doorbell). With `short_vs`, a read starts only
-    `short_vs` below the cursor, and at most every `sweep_secs` a read *sweeps*: it starts at
-    `mark - overlap_vs`, where `mark` is the table's cursor when the previous sweep began, and
-    sets `mark` to the cursor. Why nothing late is lost: let a commit V show at time T, at
-    most `overlap_vs` late, and let S be the first sweep that began after T and P the sweep
-    before it (it began before T, with the cursor at m; or m is the last versionstamp of P's
-    first page, if higher: V was not visible when that page was read, else P would have read
-    it). Neither the cursor nor a page passes what has been committed when it is read, so
-    m <= (the versionstamps of time T) <= V + overlap_vs, and S reads from m - overlap_vs <= V
-    to the end of the feed, where V is visible by then. A table without a mark
-    (new, re-followed, or restored from a state without marks) is read the old way, from its
-    cursor minus `overlap_vs`, which marks it. The price: a commit more than `short_vs` late
-    is delivered at the next sweep instead of the next read, and a sweep reads again what the
-    short reads since the last one read. That pays while reads come more often than every
-    `overlap_vs - short_vs` of feed; when they come less often, every read sweeps (as every
-    read re-read the window before). Tests: `tests/unit/test_dbclient_feed_sweep.py`.
+    The re-read window: with `short_vs` below `overlap_vs`, reads re-read only `short_vs`
+    and sweep the whole window at most every `sweep_secs` (`SweepWindow`, where the argument
+    that no late commit is lost is written down).
     """
 
     def __init__(self, base: int, *, limit: int = 1000, overlap_vs: int = 2000 << 16,
@@ -265,9 +311,8 @@ class FeedCursor:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.base = base
         self.limit = limit
-        self.overlap_vs = overlap_vs
-        self.short_vs = overlap_vs if short_vs is None else min(short_vs, overlap_vs)
-        self.sweep_secs = sweep_secs
+        self.window = SweepWindow(overlap_vs, overlap_vs if short_vs is None
+                                  else min(short_vs, overlap_vs), sweep_secs)
         self._clock = clock
         self.cursors: dict[str, int] = {}
         self.seen: dict[str, set[int]] = {}
@@ -278,9 +323,23 @@ class FeedCursor:
         self.floor = 0  # nothing below it is read again, even in the overlap (`reset`)
 
     @property
+    def overlap_vs(self) -> int:
+        """How late a commit may become visible and still be read (`SweepWindow`)."""
+        return self.window.overlap_vs
+
+    @property
+    def sweep_secs(self) -> float:
+        """How often at most a read sweeps the whole window (`SweepWindow`)."""
+        return self.window.sweep_secs
+
+    @sweep_secs.setter
+    def sweep_secs(self, secs: float) -> None:
+        self.window = dataclasses.replace(self.window, sweep_secs=secs)
+
+    @property
     def sweeping(self) -> bool:
         """Whether reads re-scan the window by sweeps (else every read re-reads all of it)."""
-        return self.short_vs < self.overlap_vs
+        return self.window.sweeping
 
     def at(self, table: str) -> int:
         """The cursor of `table` (`base` when it has none yet)."""
@@ -315,29 +374,19 @@ class FeedCursor:
         if not self.sweeping:
             return await read_round(db, cursors, self.seen, limit=self.limit,
                                     overlap_vs=self.overlap_vs, min_vs=self.floor)
+        window = self.window
         began = self._clock()
-        # Sparse reads (the last one read at least the window's width of new feed): a short
-        # read saves less than its new changes cost the next sweep again, so sweep now, as
-        # the old reads did every time.
-        sparse = any(c - self._prev.get(t, c) >= self.overlap_vs - self.short_vs
-                     for t, c in cursors.items())
-        sweep = sparse or began - self._swept_at >= self.sweep_secs
+        sweep = (any(window.sparse(c, self._prev.get(t, c)) for t, c in cursors.items())
+                 or began - self._swept_at >= window.sweep_secs)
         floors: dict[str, int] = {}
-        marks: dict[str, int] = {}
+        swept: list[str] = []
         for t, c in cursors.items():
-            mark = self.marks.get(t)
-            if mark is None:  # not swept yet: its whole window, which marks it
-                floors[t], marks[t] = c - self.overlap_vs, c
-            elif sweep:
-                floors[t], marks[t] = min(mark, c) - self.overlap_vs, c
-            else:
-                floors[t] = c - self.short_vs
+            floors[t], sweeps = window.start(c, self.marks.get(t), sweep)
+            if sweeps:
+                swept.append(t)
         rnd = await read_round(db, cursors, self.seen, limit=self.limit,
                                overlap_vs=self.overlap_vs, min_vs=self.floor, floors=floors)
-        # a mark as high as is safe: what the first page reached had been committed when
-        # it was read (class docstring)
-        top = rnd.first_page
-        rnd.marks = {t: max(m, top) if top is not None else m for t, m in marks.items()}
+        rnd.marks = {t: window.new_mark(cursors[t], rnd.first_page) for t in swept}
         rnd.read_from = cursors
         if sweep:
             rnd.swept_at = began

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from surrealdb.data.types.table import Table
 
 from dbclient.cbor import encode, materialize
-from dbclient.feed import ENGINE_PAGE_MAX, split_by_table
+from dbclient.feed import ENGINE_PAGE_MAX, SweepWindow, split_by_table
 from dbclient.tasks import stop_loops
 from dbhost.engine import Engine, EngineError, StatementError, quote_ident
 from dbhost.frames import INVALID_PARAMS, LIVE_ERROR, RpcError
@@ -57,8 +57,9 @@ FEED_BATCH = ENGINE_PAGE_MAX  # the engine scans at most this many feed entries 
 # later, up to this much later, is not lost.
 OVERLAP_VS = 50 << 16
 # Each read re-reads only SHORT_VS of the feed's recent past; at most every SWEEP_SECS a read
-# starts at the feed's sweep mark minus OVERLAP_VS instead (`TableFeed.mark`). Re-reading the
-# whole overlap on every read cost ~14 KB a read, ~80 reads a second at 500 writes/s (issue 31).
+# starts at the feed's sweep mark minus OVERLAP_VS instead (`TableFeed.mark`; the rule is
+# `dbclient.feed.SweepWindow`). Re-reading the whole overlap on every read cost ~14 KB a read,
+# ~80 reads a second at 500 writes/s (issue 31).
 SHORT_VS = 10 << 16
 SWEEP_SECS = 0.1
 LATE_BUCKETS_MS = (2, 5, 10, 20, 50, 1 << 40)
@@ -126,8 +127,8 @@ class TableFeed:
     floor_vs: int  # never read below this (the feed's creation)
     seen: dict[int, None] = field(default_factory=dict)
     # `next_vs` when the last sweep began (None: not swept yet) and when that was. Why a
-    # sweep from `mark - OVERLAP_VS` loses nothing: `dbclient.feed.FeedCursor`'s docstring
-    # (here the sweep reads on to the end of the feed, so one sweep covers what it must).
+    # sweep from `mark - OVERLAP_VS` loses nothing: `dbclient.feed.SweepWindow` (here the
+    # sweep reads on to the end of the feed, so one sweep covers what it must).
     mark: int | None = None
     swept_at: float = float("-inf")
     read_from: int = 0  # `next_vs` when the last read began
@@ -187,6 +188,7 @@ class LiveHub:
                  root_password: str) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
+        self.window = SweepWindow(OVERLAP_VS, SHORT_VS, SWEEP_SECS)  # the feeds' re-reads
         self._root = {"user": root_user, "pass": root_password}
         self.queries: dict[uuid.UUID, LiveQuery] = {}
         self.feeds: dict[tuple[str, str, str], TableFeed] = {}
@@ -434,18 +436,16 @@ class LiveHub:
         transaction is read on from that versionstamp (SINCE is inclusive)."""
         sid = await self._tail_session(*key)
         by_table = {f.table: f for f in feeds}
+        window = self.window
         began = time.monotonic()
-        sweeps: dict[str, int] = {}  # table -> its new mark, for the feeds this read sweeps
+        sweeps: dict[str, int] = {}  # table -> `next_vs` when its sweep began
         starts: dict[str, int] = {}
         for f in feeds:
-            # sparse reads (the last one read the window's width of new feed or more): sweep
-            # each time, as a short read would only make the next sweep longer
-            sparse = f.next_vs - f.read_from >= OVERLAP_VS - SHORT_VS
-            if f.mark is None or sparse or began - f.swept_at >= SWEEP_SECS:
-                start = f.next_vs - OVERLAP_VS if f.mark is None else f.mark - OVERLAP_VS
+            due = (window.sparse(f.next_vs, f.read_from)
+                   or began - f.swept_at >= window.sweep_secs)
+            start, sweeping = window.start(f.next_vs, f.mark, due)
+            if sweeping:
                 sweeps[f.table] = f.next_vs
-            else:
-                start = f.next_vs - SHORT_VS
             starts[f.table] = max(f.floor_vs, start)
             f.read_from = f.next_vs
         since = min(starts.values())
@@ -492,13 +492,9 @@ class LiveHub:
                 if last is not None:
                     for f in feeds:  # read up to `last`, quiet tables included
                         f.next_vs = max(f.next_vs, last)
-                for table, mark in sweeps.items():  # only once the sweep read to the end
+                for table, at in sweeps.items():  # only once the sweep read to the end
                     feed = by_table[table]
-                    # as high as is safe: what the first page reached had been committed when
-                    # it was read (dbclient.feed.FeedCursor)
-                    if first_page is not None:
-                        mark = max(mark, first_page)
-                    feed.mark, feed.swept_at = mark, began
+                    feed.mark, feed.swept_at = window.new_mark(at, first_page), began
                     self._trim_seen(feed)
                 return
             if last == since:
@@ -525,11 +521,9 @@ class LiveHub:
         if changes:
             await self._deliver(feed, changes)
 
-    @staticmethod
-    def _trim_seen(feed: TableFeed) -> None:
+    def _trim_seen(self, feed: TableFeed) -> None:
         """Forget versionstamps that no later read (short or sweep) reaches back to."""
-        at = feed.next_vs if feed.mark is None else min(feed.mark, feed.next_vs)
-        low = at - OVERLAP_VS
+        low = self.window.low(feed.next_vs, feed.mark)
         for vs in [v for v in feed.seen if v < low]:
             del feed.seen[vs]
 
