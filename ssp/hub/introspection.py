@@ -111,7 +111,7 @@ def object_counts(n: int, holders_of: str = "") -> dict[str, Any]:
     names = _labels([c for c in sized] + [h for c in sized for h in up.get(id(c), [])[:1]], mine)
     globals_ = _module_globals(sized)
     out["largest"] = [[len(c), names[id(c)],
-                       globals_.get(id(c)) or _holder_name(c, up.get(id(c)), names)]
+                       globals_.get(id(c)) or _holder_name(up.get(id(c)), names)]
                       for c in sized]
     if holders_of:
         found = [o for o in objs if type(o).__name__ == holders_of]
@@ -196,15 +196,11 @@ def _module_globals(objs: list[Any]) -> dict[int, str]:
     return out
 
 
-def _holder_name(obj: Any, holders: list[Any] | None, names: dict[int, str]) -> str:
-    """What holds `obj`: a module-level name as `module.name`, else the holder's label."""
+def _holder_name(holders: list[Any] | None, names: dict[int, str]) -> str:
+    """The label of what holds an object (module globals are named by `_module_globals`)."""
     if not holders:
         return "-"
     first = holders[0]
-    if isinstance(first, dict) and isinstance(first.get("__name__"), str):
-        for key, value in first.items():
-            if value is obj:
-                return f"{first['__name__']}.{key}"
     return names.get(id(first), type(first).__name__)
 
 
