@@ -66,6 +66,7 @@ import aiohttp
 
 from dbclient import Database, DbError
 from dbclient.clock import now_ms
+from dbclient.commitcheck import CommitCheck, applies_to
 from dbclient.errors import retry_conflicts
 from dbclient.tasks import cancel_and_wait
 from engine.wire import check_record
@@ -135,6 +136,10 @@ class Scheduler(CoordinatorState):
             self.extra_health["changefeed"] = self.feed.status
         else:
             self.extra_health["changefeed"] = disabled_status
+        # Changes posted from inside a transaction, checked against what committed
+        # (transport http: a transaction may fail after its events fired).
+        self.commits = CommitCheck(self.db, self.ingest_many)
+        self.extra_health["commit_check"] = self.commits.status
         self.drift = DriftChecker(self.replica, self.db, self.ingest_many, self.reclone,
                                   cfg.drift, self._undrained,
                                   component=cfg.scheduler_id, sink=self.incidents.record)
@@ -151,7 +156,8 @@ class Scheduler(CoordinatorState):
         if res.applied or res.rejected:
             log.info("replayed %d WAL events into the replica (%d rejected), applied_seq=%d",
                      res.applied, len(res.rejected), self.replica.applied_seq)
-        for loop in (self.pool.poll_loop, self.pool.reaper_loop, self._drain_loop):
+        for loop in (self.pool.poll_loop, self.pool.reaper_loop, self._drain_loop,
+                     self.commits.run):
             self._loops.append(asyncio.create_task(loop(), name=loop.__name__))
         await self._connect_upstream()
         if self.cfg.clear_views_on_start:
@@ -365,11 +371,16 @@ class Scheduler(CoordinatorState):
         elif isinstance(checked["id"], str) and checked["record"] is not None:
             checked["record"] = await self.field_types.restore(
                 checked["table"], checked["id"], checked["record"])
-        return await asyncio.shield(self._commit_one(checked))
+        # A database event's row (typed, versioned) came from inside its transaction: it is
+        # checked against what committed (dbclient.commitcheck).
+        check = typed and applies_to(checked["table"], checked["record"])
+        return await asyncio.shield(self._commit_one(checked, check))
 
-    async def _commit_one(self, event: dict[str, Any]) -> int:
+    async def _commit_one(self, event: dict[str, Any], check: bool = False) -> int:
         seq = await self.committer.submit(event)
         self.delivery.publish(seq, event)
+        if check:
+            self.commits.note(event["table"], event["op"], event["record"])
         return seq
 
     async def ingest_many(self, events: Iterable[Mapping[str, Any]]) -> list[int]:

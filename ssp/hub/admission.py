@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dbclient.eventrecord import typed_record
+from dbclient.commitcheck import applies_to
+from dbclient.eventrecord import FIELD, typed_record
 from dbclient.fieldtypes import restore_types
 from engine.values import canonical_bytes, parse_record_id, record_id_text
 from engine.wire import check_record, ext_hook
@@ -84,6 +85,11 @@ class Admission:
                 return error_reply(400, ErrorCode.INVALID, str(e))
             await self.sequencer.submit([event], defer=self.state.cfg.ingest_transport == "http",
                                         encoded=[data])
+            commits = self.state.commits
+            if (commits is not None and FIELD in body
+                    and applies_to(event[0], event[3])):
+                # a database event's row, from inside its transaction (dbclient.commitcheck)
+                commits.note(event[0], event[1], event[3], data)
             return reply(200, {"status": "ok", "seq": self.state.seq})
         finally:
             self.slots -= 1

@@ -255,6 +255,8 @@ class Introspection:
             body["db"] = {"status": "stalled", "consecutive_timeouts": timeouts}
         if s.backend_health.configured:
             body["backends"] = s.backend_health.summary()
+        if s.commits is not None:
+            body["commit_check"] = s.commits.status()
         return reply(200 if s.status == "ready" else 503, body)
 
     async def version_route(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 import zmq.asyncio
 
 from dbclient import DbAuthError, DbError, DbQueryError
+from dbclient.commitcheck import CommitCheck
 from dbclient.tasks import cancel_and_wait
 from ipc.backoff import Backoff
 from ipc.version import VERSION
@@ -68,6 +69,8 @@ class Hub(HubState):
         if tails:
             self.tail.requests = RowRequests(self, self.registry)
         self.admission = Admission(self, self.sequencer)
+        if cfg.ingest_transport == "http" and cfg.standalone:
+            self.commits = CommitCheck(self.db, self._corrections)
         self.row_requests: RowRequests | None = None
         if not tails and cfg.standalone:
             # transport http: the database's `_00_query_request` event posts the rows
@@ -142,6 +145,8 @@ class Hub(HubState):
             self.spawn(self.tail.run(), "changefeed")  # the scheduler feeds a linked SSP
         if self.row_requests is not None:
             self.spawn(self.tail.scan_requests(self.row_requests), "row-requests-scan")
+        if self.commits is not None:
+            self.spawn(self.commits.run(), "commit-check")
         self.spawn(self.loops.ttl_sweep(), "ttl-sweep")
         self.spawn(self.crdt.sweep_loop(cfg.ttl_cleanup_interval_secs, self.writers_hold),
                    "crdt-sweep")
@@ -200,6 +205,12 @@ class Hub(HubState):
     async def submit(self, events: list[Event], *, defer: bool = False) -> None:
         """Sequence events and wait until the shards applied them."""
         await self.sequencer.submit(events, defer=defer)
+
+    async def _corrections(self, events: list[dict[str, Any]]) -> None:
+        """The commit check's events (what committed, for changes that did not), through
+        the sequencer like the database's own."""
+        await self.sequencer.submit([(e["table"], e["op"], e["id"], e["record"])
+                                     for e in events], defer=True)
 
     async def unregister(self, vid: str, *, deleted_at_ms: int | None = None) -> None:
         """Forget a view (`ssp.hub.views.ViewLifecycle.unregister`)."""

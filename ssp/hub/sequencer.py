@@ -162,6 +162,8 @@ class Sequencer:
         that member marked too: the database took its edge along (`ssp.hub.members`)."""
         views = self.state.views
         index = views.members
+        if defer:
+            self.visibility.supersede(kept)
         marks: list[tuple[str, list[str]]] = []
         for r in replies:
             # groups of views sharing one delta, in order (a view may recur: apply each)

@@ -22,6 +22,7 @@ from surrealdb import RecordID
 
 from dbclient import Database
 from dbclient.clock import now_ms
+from dbclient.commitcheck import CommitCheck
 from dbclient.feed import FeedCursor
 from maintenance.backends import BackendMonitor, parse_backends
 from ssp.allowlist import Allowlist
@@ -186,6 +187,9 @@ class HubState:
         self.inflight: asyncio.Queue[Any] = asyncio.Queue(maxsize=PIPELINE_DEPTH)
         self.tasks: list[asyncio.Task[Any]] = []
         self.deferred: set[asyncio.Task[None]] = set()
+        # Standalone over transport http: the database's events checked against what
+        # committed (dbclient.commitcheck; under a scheduler, the scheduler checks them).
+        self.commits: CommitCheck | None = None
         # Outbox jobs and backend health (ssp.jobs, maintenance.backends): own connection, own loops.
         self.jobs = JobRunner(Database(cfg.db), cfg.job_tables, cfg.ssp_id,
                               sweep_secs=cfg.job_sweep_secs, standalone=cfg.standalone,
