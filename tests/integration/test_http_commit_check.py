@@ -223,3 +223,21 @@ async def test_a_transaction_that_commits_after_the_deadline_is_followed(
     assert after["late_commits"] >= before["late_commits"] + 1, after
     await app_write(root, "UPDATE thread:2 SET score = 1")
     assert await converged(stack, root, "late") == {"thread:1"}
+
+
+async def test_a_failed_delete_of_a_view_row_leaves_row_and_view_agreeing(
+        stack: Stack, root: Database) -> None:
+    """`_00_dbsp_cleanup` posts the unregister from inside the DELETE's transaction, so a
+    failed DELETE still unregisters the view: the SSP's teardown then deletes the row too, and
+    the client sees its row gone (it registers again), never a row whose view is gone."""
+    await view(stack, root, "row")
+    with pytest.raises(DbQueryError):
+        await root.query("BEGIN; DELETE _00_query:row; THROW 'no'; COMMIT;")
+
+    async def agree() -> bool:
+        row = await root.query_one("SELECT * FROM ONLY _00_query:row")
+        r = await stack.ssp.call("GET /debug/view/{view_id}", params={"view_id": "query:row"})
+        return row is None and r["status"] == 404
+    await wait_for(agree, what="the row gone with its view")
+    assert await edges(root, TABLE, "row", missing_ok=True) == set()
+    await view(stack, root, "row")  # registered again, as a client does
