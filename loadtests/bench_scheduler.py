@@ -31,6 +31,9 @@ With `--node`, two more rows on a database host running SurrealDB's Node build
   defines events that post each change to the scheduler's `/ingest` inside the writing
   transaction; accepted/s is the database's commit rate (each commit waits for the
   scheduler's WAL), delivered/s runs until both SSPs applied the scheduler's last sequence.
+  Run twice: without the commit check (`SVC_COMMIT_CHECK=false`, the baseline) and with it
+  (`dbclient.commitcheck` reads every changed record back); the last line gives the ratio
+  and the reads it made.
 
 The event mix is 70 % UPDATE, 20 % CREATE, 10 % DELETE of posts. Edge publication into the
 database runs behind all of this in every scenario (it is the SSP's own benchmark's subject).
@@ -281,7 +284,9 @@ async def run_direct(host: Any, tmp: Path, args: argparse.Namespace) -> dict[str
 
 async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
                         transport: str, label: str = "") -> dict[str, Any]:
-    events = transport == "http-events"  # the database's own events post to the scheduler
+    # the database's own events post to the scheduler (`-nocheck`: without the commit check)
+    events = transport.startswith("http-events")
+    check = "false" if transport.endswith("-nocheck") else "true"
     ns, name = "bench", f"sched_{transport.replace('-', '_')}_" + uuid.uuid4().hex[:6]
     env = db_env(host, ns, name)
     db = Database(DbConfig.from_env(env))
@@ -302,7 +307,7 @@ async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
     # drift checks off: in the http scenario the events have no database rows behind them
     proc = ManagedProcess("svc-scheduler", [SCRIPT, "--config", str(cfg)],
                           base_env(SVC_INGEST_TRANSPORT="http" if events else transport,
-                                   SVC_DRIFT_CHECK="false",
+                                   SVC_DRIFT_CHECK="false", SVC_COMMIT_CHECK=check,
                                    SVC_ADMIN_HOST="127.0.0.1",
                                    SVC_ADMIN_PORT=str(free_port())),
                           run / "scheduler.log").start()
@@ -356,8 +361,10 @@ async def run_scheduler(host: Any, tmp: Path, args: argparse.Namespace,
                                        "writes")
             await wait_delivered(http, sched.url, [s.port for s in ssps])
             total = time.perf_counter() - t
+            async with http.get(sched.url + "/health") as r:
+                checked = (await r.json()).get("commit_check") or {}
         return {"run": f"{label}scheduler {transport} -> 2 SSPs", "events": ok, "accepted": ok / secs,
-                "delivered": ok / total}
+                "delivered": ok / total, "check": checked}
     finally:
         for s in ssps:
             s.stop()
@@ -398,7 +405,7 @@ async def main() -> int:
             if args.node:
                 node_host = start_db_host(tmp / "node", engine="node",
                                           extra_args=["--allow-net", "127.0.0.1"])
-                for transport in ("changefeed", "http-events"):
+                for transport in ("changefeed", "http-events-nocheck", "http-events"):
                     rows.append(await run_scheduler(node_host, tmp, args, transport, "node "))
         finally:
             host.process.stop()
@@ -408,9 +415,15 @@ async def main() -> int:
           f"views over {args.users} users, concurrency {args.concurrency}")
     print_table(rows)
     if args.node:
-        cf, ev = rows[-2], rows[-1]
+        cf, bare, ev = rows[-3], rows[-2], rows[-1]
         print(f"node build, http events vs changefeed: accepted {ev['accepted'] / cf['accepted']:.2f}x, "
               f"delivered {ev['delivered'] / cf['delivered']:.2f}x")
+        c = ev["check"]
+        print(f"commit check (dbclient.commitcheck) vs none: accepted "
+              f"{ev['accepted'] / bare['accepted']:.2f}x, delivered "
+              f"{ev['delivered'] / bare['delivered']:.2f}x; {c.get('reads', 0)} reads for "
+              f"{ev['events']} writes, {c.get('confirmed', 0)} records confirmed, "
+              f"{c.get('corrected', 0)} corrected, {c.get('pending', 0)} pending")
     return 0
 
 

@@ -189,6 +189,10 @@ class SchedulerConfig:
     # segments go once every event in them is older), so a restarted SSP can start warm from
     # its snapshot's position and be sent only what it missed (`scheduler.ssppool`)
     wal_retain_events: int = 100_000
+    # ours, SVC_COMMIT_CHECK: database events' changes read back against what committed
+    # (dbclient.commitcheck). Off only to measure what it costs: a transaction that fails
+    # after its events posted then leaves its changes in the views.
+    commit_check: bool = True
 
     @property
     def data_dir(self) -> Path:
@@ -586,4 +590,5 @@ def _build(doc: Mapping[str, Any], base: Path, env: Mapping[str, str]) -> Schedu
         metrics_export_interval_ms=export_interval,
         http_read_timeout_secs=_env_int(env, "SVC_HTTP_READ_TIMEOUT_SECS", SERVER_KEEPALIVE_SECS),
         wal_retain_events=_env_int(env, "SVC_WAL_RETAIN_EVENTS", 100_000, minimum=0),
+        commit_check=_env_bool(env, "SVC_COMMIT_CHECK", True),
     )

@@ -373,7 +373,8 @@ class Scheduler(CoordinatorState):
                 checked["table"], checked["id"], checked["record"])
         # A database event's row (typed, versioned) came from inside its transaction: it is
         # checked against what committed (dbclient.commitcheck).
-        check = typed and applies_to(checked["table"], checked["record"])
+        check = (typed and self.cfg.commit_check
+                 and applies_to(checked["table"], checked["record"]))
         return await asyncio.shield(self._commit_one(checked, check))
 
     async def _commit_one(self, event: dict[str, Any], check: bool = False) -> int:
