@@ -68,7 +68,7 @@ TICK_SECS = 0.025  # between reads of records that may not have committed yet
 WATCH_TICK_SECS = 0.25  # between reads of corrected records
 BATCH = 500  # records per read
 LIMIT = 100_000
-RETRY_SECS = 1.0  # after a failed read
+RETRY_SECS = 1.0  # after a failed read or submit
 
 
 def applies_to(table: str, record: Any) -> bool:
@@ -167,6 +167,10 @@ class CommitCheck:
                 self.last_error = f"{type(e).__name__}: {e}"[:300]
                 log.warning("commit check: reading records back failed (%s)", e)
                 await asyncio.sleep(RETRY_SECS)
+            except Exception as e:  # a correction the pipeline refused: never stop checking
+                self.last_error = f"{type(e).__name__}: {e}"[:300]
+                log.exception("commit check: submitting corrections failed")
+                await asyncio.sleep(RETRY_SECS)
 
     def _due(self, now: float) -> list[str]:
         out = []
@@ -188,7 +192,7 @@ class CommitCheck:
         rows = await self._read(due)
         self.reads += 1
         now = time.monotonic()
-        fixes: list[tuple[str, int]] = []
+        fixes: list[tuple[str, int, Any]] = []  # (record, committed digest, its `_00_rv`)
         events: list[Event] = []
         for rid in due:
             rec = self._records.get(rid)
@@ -204,32 +208,30 @@ class CommitCheck:
                 elif now - rec.noted >= self.watch:
                     del self._records[rid]
                 continue
-            if rec.corrected:
-                self.late += 1  # the committed row moved without an event: a late commit
-            elif now - rec.noted < self.deadline:
+            if not rec.corrected and now - rec.noted < self.deadline:
                 continue  # not committed yet, perhaps
-            else:
-                self.corrected += 1
             events += self._correction(rec, rid, row)
-            fixes.append((rid, have))
-            rec.digest, rec.rv = have, (row.get("_00_rv") if row is not None else None)
+            fixes.append((rid, have, row.get("_00_rv") if row is not None else None))
         if not events:
             return
-        for rid, _ in fixes:
-            gens[rid] = self._records[rid].gen
         log.warning("commit check: %d record(s) held a change that did not commit (or "
                     "committed late); submitting what committed", len(fixes))
+        # (a failure leaves the records as they were: corrected again on the next round)
         await self._submit(events)
-        for rid, _ in fixes:
+        for rid, have, rv in fixes:
             rec = self._records.get(rid)
             if rec is None:
                 continue
+            if rec.corrected:
+                self.late += 1  # the committed row moved without an event: a late commit
+            else:
+                self.corrected += 1
             if rec.gen != gens[rid]:
                 # a new change was applied while the correction was submitted: which came
                 # last is unknown, so the record is corrected again at that change's deadline
-                rec.digest, rec.rv = UNKNOWN, None
+                rec.digest, rec.rv, rec.corrected = UNKNOWN, None, False
             else:
-                rec.corrected = True
+                rec.digest, rec.rv, rec.corrected = have, rv, True
 
     def _correction(self, rec: _Record, rid: str, row: Mapping[str, Any] | None) -> list[Event]:
         """The events that make the pipeline's copy of `rid` the committed `row`."""

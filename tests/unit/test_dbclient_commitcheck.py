@@ -155,3 +155,28 @@ def test_only_application_rows_are_checked() -> None:
     assert not applies_to("_00_query", {"id": RecordID("_00_query", "a")})
     assert not applies_to("thread", {"id": "thread:1"})
     assert not applies_to("thread", None)
+
+
+async def test_a_refused_correction_is_tried_again_and_the_loop_goes_on(db: FakeDb) -> None:
+    sent: list[Any] = []
+    fail = [True]
+
+    async def submit(events: list[dict[str, Any]]) -> None:
+        if fail[0]:
+            fail[0] = False
+            raise OSError("the WAL could not take it")
+        sent.append(events)
+    c = CommitCheck(db, submit, deadline=0.0, tick=0.001)
+    db.rows["t:1"] = row(1, 1, n=1)
+    c.note("t", "UPDATE", row(1, 2, n=2))
+    task = asyncio.create_task(c.run())
+    try:
+        for _ in range(400):
+            if sent:
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+    # the first submit failed: nothing counted, the same correction sent on a later round
+    assert [[e["op"] for e in b] for b in sent] == [["DELETE", "CREATE"]]
+    assert c.corrected == 1
