@@ -48,7 +48,7 @@ from tests.engine.judge import (
     rewrite_auth,
 )
 from tests.integration.test_scheduler_process import launch, write_config
-from tests.support.procs import DbHost, ManagedProcess, free_port, start_db_host
+from tests.support.procs import DbHost, ManagedProcess, free_port, start_http_events_host
 from tests.support.ssp_stack import Ssp, app_write, apply_schema, root_db, start_ssp, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "edges_seeds.json"
@@ -148,8 +148,7 @@ def _start(tmp: Path, host: DbHost, deployment: str, ref_mode: str) -> Iterator[
     http = deployment == "scheduler-http"
     own_host = None
     if http:
-        own_host = host = start_db_host(tmp / "nodehost", engine="node",
-                                        extra_args=["--allow-net", "127.0.0.1"])
+        own_host = host = start_http_events_host(tmp / "nodehost")
     asyncio.run(_define(host, name))
     # no reconciler: every repair must come from the exact path
     env = {"SVC_SSP_REF_MODE": ref_mode, "SVC_SSP_RECONCILE_MS": "0"}

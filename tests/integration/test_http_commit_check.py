@@ -23,7 +23,7 @@ import pytest
 
 from dbclient import Database, DbQueryError
 from tests.integration.test_scheduler_process import launch, write_config
-from tests.support.procs import DbHost, free_port, start_db_host
+from tests.support.procs import DbHost, free_port, http_events_host
 from tests.support.ssp_stack import (
     Ssp,
     app_write,
@@ -48,12 +48,8 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def node_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    host = start_db_host(tmp_path_factory.mktemp("nodehost"), engine="node",
-                         extra_args=["--allow-net", "127.0.0.1"])
-    try:
+    with http_events_host(tmp_path_factory.mktemp("nodehost")) as host:
         yield host
-    finally:
-        host.process.stop()
 
 
 def _define(host: DbHost, name: str) -> None:

@@ -23,18 +23,21 @@ import pytest
 
 from tests.integration.test_scheduler_process import launch, write_config
 from tests.support import proctable
-from tests.support.procs import ROOT, DbHost, base_env, free_port, start_db_host
+from tests.support.procs import (
+    ROOT,
+    DbHost,
+    base_env,
+    free_port,
+    http_events_host,
+    start_db_host,
+)
 from tests.support.ssp_stack import app_write, apply_schema, edges, root_db, start_ssp, wait_for
 
 
 @pytest.fixture(scope="module")
 def node_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DbHost]:
-    host = start_db_host(tmp_path_factory.mktemp("nodehost"), engine="node",
-                         extra_args=["--allow-net", "127.0.0.1"])
-    try:
+    with http_events_host(tmp_path_factory.mktemp("nodehost")) as host:
         yield host
-    finally:
-        host.process.stop()
 
 
 async def members_are(root: Any, table: str, key: str, want: set[str]) -> bool:

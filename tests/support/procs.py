@@ -6,6 +6,7 @@ test's tmp dir (shown when it fails to start), and is always stopped: SIGTERM, t
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -267,3 +269,19 @@ def start_db_host(
     if wait:
         mp.wait_http(f"{host.http_url}/health")
     return host
+
+
+def start_http_events_host(tmp: Path) -> DbHost:
+    """A host on SurrealDB's Node build whose events may `http::post` to loopback services:
+    what transport http needs (the embedded build has no `http::*` functions)."""
+    return start_db_host(tmp, engine="node", extra_args=["--allow-net", "127.0.0.1"])
+
+
+@contextlib.contextmanager
+def http_events_host(tmp: Path) -> Iterator[DbHost]:
+    """:func:`start_http_events_host`, stopped on leaving."""
+    host = start_http_events_host(tmp)
+    try:
+        yield host
+    finally:
+        host.process.stop()
