@@ -212,8 +212,9 @@ async def test_a_transaction_that_commits_after_the_deadline_is_followed(
         stack: Stack, root: Database) -> None:
     await view(stack, root, "late")
     before = await commit_check(stack)
-    # the event posts at once; the commit comes 2 s later, after the check's 0.5 s deadline
-    await root.query("BEGIN; UPDATE thread:2 SET score = 8; sleep(2s); COMMIT;")
+    # the event posts at once; the commit comes 3 s later, well after the check's 0.5 s
+    # deadline (the check undoes the change first, then follows the commit)
+    await root.query("BEGIN; UPDATE thread:2 SET score = 8; sleep(3s); COMMIT;")
     assert await converged(stack, root, "late") == {"thread:1", "thread:2"}
     after = await commit_check(stack)
     assert after["late_commits"] >= before["late_commits"] + 1, after
