@@ -242,10 +242,12 @@ class Introspection:
     """The read-only routes over the hub's state."""
 
     def __init__(self, state: HubState, version: str,
-                 reconcile: ReconcileStats | None = None) -> None:
+                 reconcile: ReconcileStats | None = None,
+                 visibility: Any = None) -> None:
         self.state = state
         self.version = version
         self.reconcile = reconcile or ReconcileStats()
+        self.visibility = visibility  # ssp.hub.visibility.Visibility (its counters)
 
     async def health(self, req: dict[str, Any]) -> dict[str, Any]:
         s = self.state
@@ -255,8 +257,6 @@ class Introspection:
             body["db"] = {"status": "stalled", "consecutive_timeouts": timeouts}
         if s.backend_health.configured:
             body["backends"] = s.backend_health.summary()
-        if s.commits is not None:
-            body["commit_check"] = s.commits.status()
         return reply(200 if s.status == "ready" else 503, body)
 
     async def version_route(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -373,6 +373,11 @@ class Introspection:
                             "unlogged_cascades": s.publisher.unlogged_cascades},
             "reaper": s.publisher.reaper.figures() if s.publisher.reaper else None,
             "reconcile": self.reconcile.as_dict(),
+            # transport http: commit-visibility waits, and (standalone) the commit check
+            "visibility": ({"fallbacks": self.visibility.fallbacks,
+                            "superseded": self.visibility.superseded}
+                           if self.visibility is not None else None),
+            "commit_check": s.commits.status() if s.commits is not None else None,
             "ingested": s.ingested,
             # the interpreter's live blocks beside the process's RSS: a heap that stays flat
             # while RSS grows is the allocator's, not a structure's

@@ -78,7 +78,8 @@ class Hub(HubState):
             self.row_requests = RowRequests(self, self.registry)
             self.admission.row_requests = self.row_requests
         self.reconciler = Reconciler(self)
-        self.introspection = Introspection(self, VERSION, self.reconciler.stats)
+        self.introspection = Introspection(self, VERSION, self.reconciler.stats,
+                                           self.visibility)
         self.backups = Backups(self, SspTarget(self, self.loading, self.snapshot, self.tail))
         self.crdt = CrdtFields(self.db, cfg.crdt_fields, cfg.crdt_cache_size)
         self.handlers = routes.bind(self, {

@@ -110,9 +110,10 @@ async def _get(url: str) -> Any:
 
 
 async def commit_check(stack: Stack) -> dict[str, Any]:
-    """The `commit_check` object of the /health of whoever takes the events."""
-    if stack.scheduler_url is None:
-        r = await stack.ssp.call("GET /health")
+    """The commit check's counters of whoever takes the events (the scheduler's /health, a
+    standalone SSP's /debug/memory)."""
+    if stack.scheduler_url is None:  # (the SSP's public /health is the spec's alone)
+        r = await stack.ssp.call("GET /debug/memory")
         return dict(r["body"]["commit_check"])
     return dict((await _get(stack.scheduler_url + "/health"))["commit_check"])
 
