@@ -524,8 +524,9 @@ def _member_key(out: Any) -> str | None:
 class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
-    __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "extra", "limit", "pairs", "par", "parents", "reads", "rk", "start", "value")
+    __slots__ = ("attached", "cut", "dirty", "ents", "group", "hi", "key", "lo", "medit",
+                 "members", "extra", "limit", "pairs", "par", "parents", "reads", "rk", "rows",
+                 "start", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -560,12 +561,29 @@ class Win:
         self.reads: tuple[set[str], list[Any]] | None = None
         self.extra: dict[str, Any] = {}  # the rows of VALUE subqueries its rows show
         self.rk: Any = None  # its place among the residual-bound windows (Group.rkeys)
+        # a window kept row by row (Join._rowwise: rows that are not flat outputs, no
+        # residual, no START): row id -> (what its output read, the VALUE rows it shows),
+        # each row registered in Deps on its own (reader: this window, the row's id), so a
+        # change marks only the rows that read it (``dirty``: projected again at the next
+        # read, Join._redo) and an inner write projects only its own row (Join._edit_rows)
+        self.rows: dict[str, tuple[Any, Any]] | None = None
+        self.dirty: set[str] | None = None
 
-    def stale(self, mark: Any) -> None:
-        """Something the rows read changed (engine.flush.Pending.mark): detach the window
-        and mark its parents, whose next read computes it again."""
-        g = self.group
-        g.join.detach(g, self)
+    def stale(self, mark: Any, row: str = "") -> None:
+        """Something the rows read changed (engine.flush.Pending.mark; ``row``: the row
+        that read it): a window kept row by row notes that row, to project it again at its
+        next read (Join._redo); any other is detached. Its parents are marked, whose next
+        read computes it again."""
+        rows = self.rows
+        if rows is not None and row in rows:
+            d = self.dirty
+            if d is None:
+                self.dirty = {row}
+            else:
+                d.add(row)
+        else:
+            g = self.group
+            g.join.detach(g, self)
         for proj, rid in list(self.parents):
             mark(proj, rid, self)
 
@@ -658,8 +676,8 @@ class Group:
 class Join:
     """A subquery plan's join state for one value of the slots it reads."""
 
-    __slots__ = ("S", "built", "edited", "groups", "lreads", "plan", "reached", "sliced", "spec",
-                 "store", "table", "tested", "walked")
+    __slots__ = ("S", "built", "edited", "groups", "lreads", "plan", "projected", "reached",
+                 "sliced", "spec", "store", "table", "tested", "walked")
 
     def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
         self.plan = plan
@@ -679,6 +697,7 @@ class Join:
         self.sliced = 0
         self.walked = 0
         self.tested = 0  # windows a write tested (bounds, cut, residual)
+        self.projected = 0  # window rows projected that are not flat outputs
 
     # -- keys -------------------------------------------------------------------------
     def row_key(self, row: dict[str, Any]) -> Any:
@@ -734,6 +753,8 @@ class Join:
             for w in g.wins.values():
                 w.parents = {}
                 w.reads = None  # the engine's dependency indexes are cleared with it
+                w.rows = None
+                w.dirty = None
             g.wins = {}
             g.bwins = []
             g.rkeys = []
@@ -804,6 +825,9 @@ class Join:
         lo, hi, wk = self._window_key(S, par, cx)
         w = g.wins.get(wk)
         if w is not None and w.value is not None:
+            if w.dirty and not self._redo(w):
+                self.detach(g, w)
+                return self.run(S, par, cx)
             if w.extra:
                 _merge_extra(cx, w.extra)
             cx.subs.append(w)
@@ -812,6 +836,20 @@ class Join:
             return w.value
         t = self.store.table(self.table)
         spec = self.spec
+        if self._rowwise(start):
+            ids, cut, _ = self._slice(g, lo, hi, 0, limit, t.rows, S, par)
+            if w is None:
+                w = Win(g, wk, lo, hi)
+                self._attach(g, w)
+            w.cut = cut
+            w.limit = limit
+            self._fill_rows(w, ids, t.rows, g.prev.pop(wk, None) if g.prev else None)
+            if w.extra:
+                _merge_extra(cx, w.extra)
+            cx.subs.append(w)
+            value = w.value
+            assert value is not None
+            return value
         paged = (start > 0 and plan.flat is not None and not plan.value
                  and (spec.resid is None or spec.rtest))
         if paged:
@@ -876,6 +914,17 @@ class Join:
 
     def _unwatch(self, w: Win) -> None:
         """Drop what window ``w``'s rows read from the dependency indexes."""
+        rows = w.rows
+        if rows is not None:
+            w.rows = None
+            w.dirty = None
+            w.value = None
+            w.ents = None
+            deps = self.store.deps
+            for rid, st in rows.items():
+                if st[0] is not None:
+                    deps.set_proj(w, rid, st[0], None)
+            return
         reads = w.reads
         if reads is None:
             return
@@ -955,11 +1004,176 @@ class Join:
             return value, wcx
         if wcx is None:
             wcx = Cx(self.store)
+        self.projected += len(ids)
         if plan.value:
             pairs = [(e[-1], plan.project(self.store, S, rows[e[-1]], wcx)) for e in ids]
             cx.last = [[p] for p in pairs]
             return [v for _, v in pairs], wcx
         return [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids], wcx
+
+    # -- windows kept row by row ------------------------------------------------------------
+    def _rowwise(self, start: int) -> bool:
+        """Whether a window is kept row by row (Win.rows): its rows are not flat outputs
+        (they read other records, nested subqueries or compute expressions), it has no
+        residual (its rows are the group's between the bounds, so an inner write changes
+        the window where its entry stands), no START and no VALUE rows of its own, and the
+        store has an engine's dependency indexes to register each row's reads in."""
+        plan = self.plan
+        return (start == 0 and plan.flat is None and not plan.value and not plan.split
+                and self.spec.resid is None and self.store.deps is not None)
+
+    def _row_out(self, rid: str, row: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """An inner row's output, what it read (None: nothing) and the VALUE rows it shows
+        (None: none), each in its own context."""
+        rcx = Cx(self.store)
+        self.projected += 1
+        o = self.plan.project(self.store, self.S, row, rcx)
+        d = (rcx.reads, rcx.subs) if rcx.reads or rcx.subs else None
+        return o, d, (rcx.extra or None)
+
+    def _set_row(self, w: Win, rid: str, d: Any, x: Any) -> None:
+        """Register what row ``rid`` of ``w`` read now (replacing what it read before)."""
+        rows = w.rows
+        assert rows is not None
+        old = rows.get(rid)
+        od = old[0] if old is not None else None
+        if od is not None or d is not None:
+            self.store.deps.set_proj(w, rid, od, d)
+        rows[rid] = (d, x)
+
+    def _unset_row(self, w: Win, rid: str) -> None:
+        rows = w.rows
+        assert rows is not None
+        old = rows.pop(rid, None)
+        if old is not None and old[0] is not None:
+            self.store.deps.set_proj(w, rid, old[0], None)
+
+    def _extras(self, w: Win) -> None:
+        """The VALUE rows the window's rows show, merged in row order (the first wins, as
+        one context shared by the rows would keep them)."""
+        rows = w.rows
+        assert rows is not None and w.ents is not None
+        extra: dict[str, Any] = {}
+        for e in w.ents:
+            x = rows[e[-1]][1]
+            if x:
+                for m, v in x.items():
+                    if m not in extra:
+                        extra[m] = v
+        w.extra = extra
+
+    def _fill_rows(self, w: Win, ids: list[Any], rows_of: dict[str, Any],
+                   old: list[Any] | None) -> None:
+        """Compute window ``w`` row by row from its entries ``ids``; ``old``: the value of
+        the window it replaces (its unchanged outputs are kept, see _reuse)."""
+        if w.rows is not None:
+            self._unwatch(w)
+        w.rows = {}
+        w.dirty = None
+        value = []
+        for e in ids:
+            rid = e[-1]
+            o, d, x = self._row_out(rid, rows_of[rid])
+            self._set_row(w, rid, d, x)
+            value.append(o)
+        if old is not None:
+            value = _reuse(value, old)
+        w.ents = list(ids)
+        w.value = value
+        w.members = None
+        w.medit = False
+        self._extras(w)
+
+    def _redo(self, w: Win) -> bool:
+        """Project again the rows of ``w`` whose reads changed (Win.stale); the window's
+        value is a new list only when some output changed. False when a row is gone (the
+        window is computed again)."""
+        dirty = w.dirty
+        w.dirty = None
+        ents = w.ents
+        value = w.value
+        if not dirty or ents is None or value is None:
+            return True
+        rows_of = self.store.table(self.table).rows
+        new: list[Any] | None = None
+        for j, e in enumerate(ents):
+            rid = e[-1]
+            if rid not in dirty:
+                continue
+            row = rows_of.get(rid)
+            if row is None:
+                return False
+            o, d, x = self._row_out(rid, row)
+            self._set_row(w, rid, d, x)
+            if not same(o, value[j]):
+                if new is None:
+                    new = list(value)
+                new[j] = o
+        if new is not None:
+            w.value = new
+            w.members = None
+            self._extras(w)
+        return True
+
+    def _edit_rows(self, w: Win, e: Any) -> bool | None:
+        """An inner write at entry ``e`` reached window ``w`` (kept row by row): its
+        entries taken again from the group (one bisection and a slice: no residual), the
+        written row projected again, rows that entered projected and rows that left
+        unregistered; the others keep their outputs. True when the value changed (a new
+        list), False when it did not (its parents are not marked), None when the group is
+        gone (the window is detached)."""
+        g = w.group
+        entries = g.entries
+        old = w.ents
+        value = w.value
+        rows = w.rows
+        if entries is None or old is None or value is None or rows is None:
+            return None
+        a = bisect_left(entries, w.lo) if w.lo is not None else 0
+        b = bisect_left(entries, w.hi) if w.hi is not None else len(entries)
+        limit = w.limit
+        if limit is not None and a + limit <= b:
+            ids = entries[a:a + limit]
+            cut: Any = ids[-1]
+        else:
+            ids = entries[a:b]
+            cut = w.hi
+        self.sliced += len(ids)
+        me = e[-1]
+        pos = {x[-1]: j for j, x in enumerate(old)}
+        rows_of = self.store.table(self.table).rows
+        dirty = w.dirty
+        new: list[Any] = []
+        moved = len(ids) != len(old)
+        for k, x in enumerate(ids):
+            rid = x[-1]
+            j = pos.pop(rid, None)
+            if j is not None and rid != me:
+                new.append(value[j])
+                if j != k:
+                    moved = True
+                continue
+            o, d, xt = self._row_out(rid, rows_of[rid])
+            self._set_row(w, rid, d, xt)
+            if dirty is not None:
+                dirty.discard(rid)
+            if j is not None and j == k and same(o, value[j]):
+                o = value[j]
+            else:
+                moved = True
+            new.append(o)
+        for rid in pos:
+            self._unset_row(w, rid)
+            moved = True
+        w.ents = ids
+        w.cut = cut
+        self.edited += 1
+        if not moved:
+            return False
+        w.value = new
+        w.members = None
+        self._extras(w)
+        return True
 
     def adopt(self, par: Any, ents: list[Any], value: list[Any]) -> Win:
         """The window a lazy row shows (engine.lazy): its children's entries in order and
@@ -1018,7 +1232,7 @@ class Join:
         if not w.attached:
             return
         w.attached = False
-        if w.reads is not None:
+        if w.reads is not None or w.rows is not None:
             if w.value is not None and not self.plan.value:
                 # its rows' outputs, for the window computed again in its place (_reuse)
                 g.prev[w.key] = w.value
@@ -1270,8 +1484,14 @@ class Join:
                 j -= 1
         self.reached += len(hit)
         for w in hit:
-            if w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
-                                      else self._edit(w, e, rows, op)):
+            if w.rows is not None:
+                moved = self._edit_rows(w, e)
+                if moved is None:
+                    self.detach(g, w)
+                elif not moved:
+                    continue  # the same rows and outputs: its parents keep their value
+            elif w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
+                                        else self._edit(w, e, rows, op)):
                 self.detach(g, w)
             for proj, rid in list(w.parents):
                 mark(proj, rid, w)
