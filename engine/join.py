@@ -562,10 +562,11 @@ class Win:
         self.extra: dict[str, Any] = {}  # the rows of VALUE subqueries its rows show
         self.rk: Any = None  # its place among the residual-bound windows (Group.rkeys)
         # a window kept row by row (Join._rowwise: rows that are not flat outputs, no
-        # residual, no START): row id -> (what its output read, the VALUE rows it shows),
-        # each row registered in Deps on its own (reader: this window, the row's id), so a
-        # change marks only the rows that read it (``dirty``: projected again at the next
-        # read, Join._redo) and an inner write projects only its own row (Join._edit_rows)
+        # residual or one reading only the rows and the parent, no START): row id -> (what
+        # its output read, the VALUE rows it shows), each row registered in Deps on its own
+        # (reader: this window, the row's id), so a change marks only the rows that read it
+        # (``dirty``: projected again at the next read, Join._redo) and an inner write
+        # projects only its own row (Join._edit_rows)
         self.rows: dict[str, tuple[Any, Any]] | None = None
         self.dirty: set[str] | None = None
 
@@ -836,20 +837,29 @@ class Join:
             return w.value
         t = self.store.table(self.table)
         spec = self.spec
+        pre: tuple[list[Any], Any, Cx | None] | None = None
         if self._rowwise(start):
-            ids, cut, _ = self._slice(g, lo, hi, 0, limit, t.rows, S, par)
-            if w is None:
-                w = Win(g, wk, lo, hi)
-                self._attach(g, w)
-            w.cut = cut
-            w.limit = limit
-            self._fill_rows(w, ids, t.rows, g.prev.pop(wk, None) if g.prev else None)
-            if w.extra:
-                _merge_extra(cx, w.extra)
-            cx.subs.append(w)
-            value = w.value
-            assert value is not None
-            return value
+            pre = self._slice(g, lo, hi, 0, limit, t.rows, S, par)
+            rcx = pre[2]
+            if rcx is None or not (rcx.reads or rcx.subs or rcx.extra):
+                # kept row by row (the residual, if any, read only the rows and the parent)
+                if w is None:
+                    w = Win(g, wk, lo, hi)
+                    if spec.rtest:
+                        w.par = par
+                    self._attach(g, w)
+                if spec.rtest:
+                    w.par = par
+                w.cut = pre[1]
+                w.limit = limit
+                self._fill_rows(w, pre[0], t.rows,
+                                g.prev.pop(wk, None) if g.prev else None)
+                if w.extra:
+                    _merge_extra(cx, w.extra)
+                cx.subs.append(w)
+                value = w.value
+                assert value is not None
+                return value
         paged = (start > 0 and plan.flat is not None and not plan.value
                  and (spec.resid is None or spec.rtest))
         if paged:
@@ -858,6 +868,8 @@ class Join:
             pids, cut, wcx = self._slice(g, lo, hi, 0, None if limit is None else start + limit,
                                          t.rows, S, par)
             ids = pids[start:]
+        elif pre is not None:
+            ids, cut, wcx = pre
         else:
             ids, cut, wcx = self._slice(g, lo, hi, start, limit, t.rows, S, par)
         value, wcx = self._outputs(ids, t, S, cx, wcx)
@@ -1014,13 +1026,16 @@ class Join:
     # -- windows kept row by row ------------------------------------------------------------
     def _rowwise(self, start: int) -> bool:
         """Whether a window is kept row by row (Win.rows): its rows are not flat outputs
-        (they read other records, nested subqueries or compute expressions), it has no
-        residual (its rows are the group's between the bounds, so an inner write changes
-        the window where its entry stands), no START and no VALUE rows of its own, and the
-        store has an engine's dependency indexes to register each row's reads in."""
+        (they read other records, nested subqueries or compute expressions), its residual
+        (if any) reads fields of ``$parent`` without following a link from it (what rows
+        it holds then depends on the rows alone: an inner write changes it where its entry
+        stands; a residual that reads another record is found while slicing, and that
+        window is computed as before), no START and no VALUE rows of its own, and the store
+        has an engine's dependency indexes to register each row's reads in."""
         plan = self.plan
+        spec = self.spec
         return (start == 0 and plan.flat is None and not plan.value and not plan.split
-                and self.spec.resid is None and self.store.deps is not None)
+                and (spec.resid is None or spec.rtest) and self.store.deps is not None)
 
     def _row_out(self, rid: str, row: dict[str, Any]) -> tuple[Any, Any, Any]:
         """An inner row's output, what it read (None: nothing) and the VALUE rows it shows
@@ -1117,7 +1132,8 @@ class Join:
 
     def _edit_rows(self, w: Win, e: Any) -> bool | None:
         """An inner write at entry ``e`` reached window ``w`` (kept row by row): its
-        entries taken again from the group (one bisection and a slice: no residual), the
+        entries taken again from the group (one bisection and a slice, the residual asked
+        of each entry up to the limit when there is one), the
         written row projected again, rows that entered projected and rows that left
         unregistered; the others keep their outputs. True when the value changed (a new
         list), False when it did not (its parents are not marked), None when the group is
@@ -1132,16 +1148,31 @@ class Join:
         a = bisect_left(entries, w.lo) if w.lo is not None else 0
         b = bisect_left(entries, w.hi) if w.hi is not None else len(entries)
         limit = w.limit
-        if limit is not None and a + limit <= b:
-            ids = entries[a:a + limit]
-            cut: Any = ids[-1]
+        rows_of = self.store.table(self.table).rows
+        cut: Any = w.hi
+        if self.spec.resid is None:
+            if limit is not None and a + limit <= b:
+                ids = entries[a:a + limit]
+                cut = ids[-1]
+            else:
+                ids = entries[a:b]
+            self.sliced += len(ids)
         else:
-            ids = entries[a:b]
-            cut = w.hi
-        self.sliced += len(ids)
+            # the residual asked of the rows between the bounds, for the window's parent
+            ids = []
+            for i in range(a, b):
+                x = entries[i]
+                self.sliced += 1
+                ok = self._passes(w, rows_of[x[-1]])
+                if ok is None:
+                    return None
+                if ok:
+                    ids.append(x)
+                    if limit is not None and len(ids) == limit:
+                        cut = x
+                        break
         me = e[-1]
         pos = {x[-1]: j for j, x in enumerate(old)}
-        rows_of = self.store.table(self.table).rows
         dirty = w.dirty
         new: list[Any] = []
         moved = len(ids) != len(old)

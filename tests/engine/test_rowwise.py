@@ -108,6 +108,21 @@ ROWWISE_SHAPES = [
     ("SELECT id, (SELECT id, votes, (SELECT id, age FROM user ORDER BY age DESC LIMIT 1) AS u "
      "FROM comment WHERE thread = $parent.id ORDER BY votes LIMIT 2) AS nest FROM thread "
      "WHERE score > $c"),
+    # residuals reading fields of $parent: a bound on another field than the order, an
+    # inequality, one through a link from the inner row (computed as before), and rows
+    # holding VALUE rows of a nested correlated subquery (bench_mixes seed 61002 S05)
+    ("SELECT id, score, (SELECT id, score, created_at, author.name AS an FROM thread WHERE "
+     "status = $parent.status AND score > $parent.score ORDER BY created_at LIMIT 2) AS later "
+     "FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, votes, author.name AS an FROM comment WHERE thread = $parent.id "
+     "AND votes != $parent.score ORDER BY votes, id LIMIT 3) AS cs FROM thread "
+     "WHERE score <= $c"),
+    ("SELECT id, (SELECT id, votes, thread.title AS tt FROM comment WHERE author.age > "
+     "$parent.score ORDER BY votes, id LIMIT 2) AS older FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT id, created_at, (SELECT VALUE author FROM comment WHERE thread = "
+     "$parent.id AND votes >= 1 ORDER BY created_at DESC LIMIT 3) AS who FROM thread WHERE "
+     "status = $parent.status AND score > $parent.score ORDER BY created_at LIMIT 3) AS up "
+     "FROM thread WHERE score > $c"),
 ]
 
 
