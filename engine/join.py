@@ -1130,10 +1130,11 @@ class Join:
             self._extras(w)
         return True
 
-    def _edit_rows(self, w: Win, e: Any) -> bool | None:
-        """An inner write at entry ``e`` reached window ``w`` (kept row by row): its
-        entries taken again from the group (one bisection and a slice, the residual asked
-        of each entry up to the limit when there is one), the
+    def _edit_rows(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool | None:
+        """An inner write at entry ``e`` reached window ``w`` (kept row by row). A row that
+        kept its entry and the residual's answer (STAY, KEEP) costs its own projection.
+        Otherwise the window's entries are taken again from the group (one bisection and a
+        slice, the residual asked of each entry up to the limit when there is one), the
         written row projected again, rows that entered projected and rows that left
         unregistered; the others keep their outputs. True when the value changed (a new
         list), False when it did not (its parents are not marked), None when the group is
@@ -1142,9 +1143,36 @@ class Join:
         entries = g.entries
         old = w.ents
         value = w.value
-        rows = w.rows
-        if entries is None or old is None or value is None or rows is None:
+        if entries is None or old is None or value is None or w.rows is None:
             return None
+        if op == STAY or op == KEEP:
+            # the row kept its entry: when the residual's answer for it is the one the
+            # window shows (held and passes, or neither), the window holds the same rows
+            # and only the row's own output may have changed
+            j = bisect_left(old, e)
+            held = j < len(old) and old[j] == e
+            row = rows[-1]
+            ok = self._passes(w, row) if row is not None else False
+            if ok is None:
+                return None
+            if held == ok:
+                self.edited += 1
+                if not held:
+                    return False
+                assert row is not None
+                rid = e[-1]
+                o, d, xt = self._row_out(rid, row)
+                self._set_row(w, rid, d, xt)
+                if w.dirty is not None:
+                    w.dirty.discard(rid)
+                if same(o, value[j]):
+                    return False
+                one = list(value)
+                one[j] = o
+                w.value = one
+                w.members = None
+                self._extras(w)
+                return True
         a = bisect_left(entries, w.lo) if w.lo is not None else 0
         b = bisect_left(entries, w.hi) if w.hi is not None else len(entries)
         limit = w.limit
@@ -1159,37 +1187,43 @@ class Join:
             self.sliced += len(ids)
         else:
             # the residual asked of the rows between the bounds, for the window's parent
+            # (one context for all: a residual that read another record gives the window up)
+            resid = self.spec.resid
+            par = w.par
+            if par is None:
+                return None
+            S = self.S
+            rcx = Cx(self.store)
             ids = []
             for i in range(a, b):
                 x = entries[i]
                 self.sliced += 1
-                ok = self._passes(w, rows_of[x[-1]])
-                if ok is None:
-                    return None
-                if ok:
+                if resid(rows_of[x[-1]], S, par, rcx):
                     ids.append(x)
                     if limit is not None and len(ids) == limit:
                         cut = x
                         break
+            if rcx.reads or rcx.subs or rcx.extra:
+                return None
         me = e[-1]
-        pos = {x[-1]: j for j, x in enumerate(old)}
+        pos: dict[str, int] = {x[-1]: i for i, x in enumerate(old)}
         dirty = w.dirty
         new: list[Any] = []
         moved = len(ids) != len(old)
         for k, x in enumerate(ids):
             rid = x[-1]
-            j = pos.pop(rid, None)
-            if j is not None and rid != me:
-                new.append(value[j])
-                if j != k:
+            was = pos.pop(rid, None)
+            if was is not None and rid != me:
+                new.append(value[was])
+                if was != k:
                     moved = True
                 continue
             o, d, xt = self._row_out(rid, rows_of[rid])
             self._set_row(w, rid, d, xt)
             if dirty is not None:
                 dirty.discard(rid)
-            if j is not None and j == k and same(o, value[j]):
-                o = value[j]
+            if was is not None and was == k and same(o, value[was]):
+                o = value[was]
             else:
                 moved = True
             new.append(o)
@@ -1516,7 +1550,7 @@ class Join:
         self.reached += len(hit)
         for w in hit:
             if w.rows is not None:
-                moved = self._edit_rows(w, e)
+                moved = self._edit_rows(w, e, rows, op)
                 if moved is None:
                     self.detach(g, w)
                 elif not moved:

@@ -35,12 +35,18 @@ def _projected(e: Any) -> int:
     return sum(j.projected for js in e.store.joins.values() for j in js)
 
 
+def _sliced(e: Any) -> int:
+    """Group entries the engine's join windows took so far."""
+    return sum(j.sliced for js in e.store.joins.values() for j in js)
+
+
 def _changes(d: dict[str, Any]) -> int:
     return sum(len(x.added) + len(x.removed) + len(x.updated) for x in d.values())
 
 
-def _work(peers: int) -> list[tuple[int, int, int]]:
-    """(window rows projected, parent items evaluated, view-row changes) for three writes
+def _work(peers: int) -> list[tuple[int, int, int, int]]:
+    """(window rows projected, parent items evaluated, view-row changes, group entries
+    sliced) for three writes
     to a category of ``peers`` threads, each thread with its top-2 comments, the category's
     window shown by 3 parents: a field no view shows, a title, a vote moving a top-2."""
     view_engine, _ = engine_api()
@@ -55,9 +61,9 @@ def _work(peers: int) -> list[tuple[int, int, int]]:
     out = []
 
     def step(table: str, rid: str, row: dict[str, Any]) -> dict[str, Any]:
-        p, v = _projected(e), proj.evals
+        p, v, s = _projected(e), proj.evals, _sliced(e)
         d = e.ingest(table, "UPDATE", rid, row)
-        out.append((_projected(e) - p, proj.evals - v, _changes(d)))
+        out.append((_projected(e) - p, proj.evals - v, _changes(d), _sliced(e) - s))
         return d
 
     step("thread", "thread:7", {"id": RecordID("thread", 7), "category": "a", "score": 7,
@@ -80,12 +86,14 @@ def test_a_write_projects_again_only_the_window_rows_it_changes() -> None:
     # a write to a field no view shows projects its own row and marks no parent; a title
     # projects its row and re-projects the 3 parents; a vote projects the one row whose
     # nested top-2 moved. The old code projected the whole category (20 / 400 rows, each
-    # with its nested window) and re-projected the 3 parents on every one of these writes
+    # with its nested window) and re-projected the 3 parents on every one of these writes.
+    # A thread keeping its place takes no entry from the group
     small = _work(20)
     big = _work(400)
     assert small == big
-    assert [p for p, _, _ in big] == [1, 1, 1]
-    assert [v for _, v, _ in big] == [0, 3, 3]
+    assert [p for p, _, _, _ in big] == [1, 1, 1]
+    assert [v for _, v, _, _ in big] == [0, 3, 3]
+    assert [s for _, _, _, s in big] == [0, 0, 0]
     assert big[0][2] == 0
 
 
