@@ -67,9 +67,13 @@ follows a record link.
 A window whose rows read other records (``seller.karma``, a nested lookup or subquery, a
 residual through a link) is cached too, computed once for all its parents: what its rows read
 is registered in the engine's :class:`engine.deps.Deps` with the window itself as the reader,
-not with each parent. A change to one of those records (or nested windows) marks the window
-as it would mark a parent (``engine.flush.Pending.mark``): :meth:`Win.stale` detaches it and
-marks its parents, whose next read computes it again once.
+not with each parent. When its rows are not flat outputs, it has no START and its residual (if
+any) reads only the rows and fields of ``$parent``, it is kept **row by row**
+(:meth:`Join._rowwise`, ``Win.rows``): each row registers what it read under its own id, a
+change to one of those records marks that row (:meth:`Win.stale`, projected again at the next
+read: :meth:`Join._redo`), an inner write projects only its own row (:meth:`Join._edit_rows`),
+and a window whose outputs stayed the same marks no parent. Any other such window is detached
+by :meth:`Win.stale` and its parents marked, whose next read computes it again once.
 """
 
 from __future__ import annotations
