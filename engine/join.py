@@ -1050,8 +1050,10 @@ class Join:
         d = (rcx.reads, rcx.subs) if rcx.reads or rcx.subs else None
         return o, d, (rcx.extra or None)
 
-    def _set_row(self, w: Win, rid: str, d: Any, x: Any) -> None:
-        """Register what row ``rid`` of ``w`` read now (replacing what it read before)."""
+    def _set_row(self, w: Win, rid: str, d: Any, x: Any) -> bool:
+        """Register what row ``rid`` of ``w`` read now (replacing what it read before);
+        whether the VALUE rows it shows changed (a VALUE subquery may show the same values
+        from other rows: the output is the same, its members are not)."""
         rows = w.rows
         assert rows is not None
         old = rows.get(rid)
@@ -1059,6 +1061,15 @@ class Join:
         if od is not None or d is not None:
             self.store.deps.set_proj(w, rid, od, d)
         rows[rid] = (d, x)
+        ox = old[1] if old is not None else None
+        if ox is None or x is None:
+            return ox is not x
+        if ox.keys() != x.keys():
+            return True
+        for m, v in x.items():
+            if not same(v, ox[m]):
+                return True
+        return False
 
     def _unset_row(self, w: Win, rid: str) -> None:
         rows = w.rows
@@ -1115,6 +1126,7 @@ class Join:
             return True
         rows_of = self.store.table(self.table).rows
         new: list[Any] | None = None
+        xmoved = False
         for j, e in enumerate(ents):
             rid = e[-1]
             if rid not in dirty:
@@ -1123,7 +1135,8 @@ class Join:
             if row is None:
                 return False
             o, d, x = self._row_out(rid, row)
-            self._set_row(w, rid, d, x)
+            if self._set_row(w, rid, d, x):
+                xmoved = True
             if not same(o, value[j]):
                 if new is None:
                     new = list(value)
@@ -1131,6 +1144,7 @@ class Join:
         if new is not None:
             w.value = new
             w.members = None
+        if new is not None or xmoved:
             self._extras(w)
         return True
 
@@ -1166,11 +1180,14 @@ class Join:
                 assert row is not None
                 rid = e[-1]
                 o, d, xt = self._row_out(rid, row)
-                self._set_row(w, rid, d, xt)
+                xmoved = self._set_row(w, rid, d, xt)
                 if w.dirty is not None:
                     w.dirty.discard(rid)
                 if same(o, value[j]):
-                    return False
+                    if not xmoved:
+                        return False
+                    self._extras(w)  # the same output showing other VALUE rows
+                    return True
                 one = list(value)
                 one[j] = o
                 w.value = one
@@ -1214,6 +1231,7 @@ class Join:
         dirty = w.dirty
         new: list[Any] = []
         moved = len(ids) != len(old)
+        xmoved = False
         for k, x in enumerate(ids):
             rid = x[-1]
             was = pos.pop(rid, None)
@@ -1223,7 +1241,8 @@ class Join:
                     moved = True
                 continue
             o, d, xt = self._row_out(rid, rows_of[rid])
-            self._set_row(w, rid, d, xt)
+            if self._set_row(w, rid, d, xt):
+                xmoved = True
             if dirty is not None:
                 dirty.discard(rid)
             if was is not None and was == k and same(o, value[was]):
@@ -1238,7 +1257,10 @@ class Join:
         w.cut = cut
         self.edited += 1
         if not moved:
-            return False
+            if not xmoved:
+                return False
+            self._extras(w)  # the same outputs showing other VALUE rows
+            return True
         w.value = new
         w.members = None
         self._extras(w)
