@@ -167,3 +167,23 @@ def test_a_row_showing_the_same_values_from_other_value_rows_moves_its_members()
                 note="same values, other VALUE rows", check_updated=True)
     mismatch = run_case(case, check_updated=True)
     assert mismatch is None, f"{mismatch}\n{dump_case(case)}"
+
+
+def test_a_value_row_showing_none_that_takes_another_ones_place_is_a_member() -> None:
+    # comment:4 (no votes) enters a thread whose top-2 VALUE votes showed comment:13 (no
+    # votes) second: the value [2.5, NONE] stays, the member moves from comment:13 to
+    # comment:4 (ties on NONE go by id, as SurrealDB scans). The old comparison of the item's
+    # member trees took a member shown as NONE for an absent key and kept comment:13
+    # (found by a random case: seed 99303 of the nested shape)
+    view_engine, _ = engine_api()
+    e = view_engine()
+    t = RecordID("thread", "x")
+    e.load("thread", [{"id": t}])
+    e.load("comment", [{"id": RecordID("comment", 1), "thread": t, "votes": 2.5},
+                       {"id": RecordID("comment", 13), "thread": t},
+                       {"id": RecordID("comment", 4), "thread": RecordID("thread", 1)}])
+    e.register("v", "SELECT id, (SELECT VALUE votes FROM comment WHERE thread = $parent.id "
+               "ORDER BY votes DESC LIMIT 2) AS vs FROM thread", {})
+    d = e.ingest("comment", "UPDATE", "comment:4", {"id": RecordID("comment", 4), "thread": t})
+    assert d["v"].added == {"comment:4"} and d["v"].removed == {"comment:13"}
+    assert sorted(e.members("v")) == ["comment:1", "comment:4", "thread:x"]
