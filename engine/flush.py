@@ -65,10 +65,11 @@ class Pending:
 
     def mark(self, proj: Any, rid: str, token: Any) -> None:
         """A projected row read ``token``, which changed: re-examine it at the flush. The
-        reader may be a join window cached with what its rows read (engine.join.Win): it is
-        detached and marks its own parents."""
+        reader may be a join window cached with what its rows read (engine.join.Win): it
+        notes the row ``rid`` of it that read the token (or is detached) and marks its own
+        parents."""
         if type(proj) is not Proj:
-            proj.stale(self.mark)
+            proj.stale(self.mark, rid)
             return
         p: Proj = proj  # typed: the compiled engine calls Proj.mark natively
         p.mark(rid, token)

@@ -67,9 +67,13 @@ follows a record link.
 A window whose rows read other records (``seller.karma``, a nested lookup or subquery, a
 residual through a link) is cached too, computed once for all its parents: what its rows read
 is registered in the engine's :class:`engine.deps.Deps` with the window itself as the reader,
-not with each parent. A change to one of those records (or nested windows) marks the window
-as it would mark a parent (``engine.flush.Pending.mark``): :meth:`Win.stale` detaches it and
-marks its parents, whose next read computes it again once.
+not with each parent. When its rows are not flat outputs, it has no START and its residual (if
+any) reads only the rows and fields of ``$parent``, it is kept **row by row**
+(:meth:`Join._rowwise`, ``Win.rows``): each row registers what it read under its own id, a
+change to one of those records marks that row (:meth:`Win.stale`, projected again at the next
+read: :meth:`Join._redo`), an inner write projects only its own row (:meth:`Join._edit_rows`),
+and a window whose outputs stayed the same marks no parent. Any other such window is detached
+by :meth:`Win.stale` and its parents marked, whose next read computes it again once.
 """
 
 from __future__ import annotations
@@ -524,8 +528,9 @@ def _member_key(out: Any) -> str | None:
 class Win:
     """One window of a group: the rows some parents see, its cut, the parents."""
 
-    __slots__ = ("attached", "cut", "ents", "group", "hi", "key", "lo", "medit", "members",
-                 "extra", "limit", "pairs", "par", "parents", "reads", "rk", "start", "value")
+    __slots__ = ("attached", "cut", "dirty", "ents", "group", "hi", "key", "lo", "medit",
+                 "members", "extra", "limit", "pairs", "par", "parents", "reads", "rk", "rows",
+                 "start", "value")
 
     def __init__(self, group: Group, key: Any, lo: Any, hi: Any) -> None:
         self.group = group
@@ -560,12 +565,30 @@ class Win:
         self.reads: tuple[set[str], list[Any]] | None = None
         self.extra: dict[str, Any] = {}  # the rows of VALUE subqueries its rows show
         self.rk: Any = None  # its place among the residual-bound windows (Group.rkeys)
+        # a window kept row by row (Join._rowwise: rows that are not flat outputs, no
+        # residual or one reading only the rows and the parent, no START): row id -> (what
+        # its output read, the VALUE rows it shows), each row registered in Deps on its own
+        # (reader: this window, the row's id), so a change marks only the rows that read it
+        # (``dirty``: projected again at the next read, Join._redo) and an inner write
+        # projects only its own row (Join._edit_rows)
+        self.rows: dict[str, tuple[Any, Any]] | None = None
+        self.dirty: set[str] | None = None
 
-    def stale(self, mark: Any) -> None:
-        """Something the rows read changed (engine.flush.Pending.mark): detach the window
-        and mark its parents, whose next read computes it again."""
-        g = self.group
-        g.join.detach(g, self)
+    def stale(self, mark: Any, row: str = "") -> None:
+        """Something the rows read changed (engine.flush.Pending.mark; ``row``: the row
+        that read it): a window kept row by row notes that row, to project it again at its
+        next read (Join._redo); any other is detached. Its parents are marked, whose next
+        read computes it again."""
+        rows = self.rows
+        if rows is not None and row in rows:
+            d = self.dirty
+            if d is None:
+                self.dirty = {row}
+            else:
+                d.add(row)
+        else:
+            g = self.group
+            g.join.detach(g, self)
         for proj, rid in list(self.parents):
             mark(proj, rid, self)
 
@@ -658,8 +681,8 @@ class Group:
 class Join:
     """A subquery plan's join state for one value of the slots it reads."""
 
-    __slots__ = ("S", "built", "edited", "groups", "lreads", "plan", "reached", "sliced", "spec",
-                 "store", "table", "tested", "walked")
+    __slots__ = ("S", "built", "edited", "groups", "lreads", "plan", "projected", "reached",
+                 "sliced", "spec", "store", "table", "tested", "walked")
 
     def __init__(self, plan: Any, spec: JoinSpec, S: tuple[Any, ...], store: Any) -> None:
         self.plan = plan
@@ -679,6 +702,7 @@ class Join:
         self.sliced = 0
         self.walked = 0
         self.tested = 0  # windows a write tested (bounds, cut, residual)
+        self.projected = 0  # window rows projected that are not flat outputs
 
     # -- keys -------------------------------------------------------------------------
     def row_key(self, row: dict[str, Any]) -> Any:
@@ -734,6 +758,8 @@ class Join:
             for w in g.wins.values():
                 w.parents = {}
                 w.reads = None  # the engine's dependency indexes are cleared with it
+                w.rows = None
+                w.dirty = None
             g.wins = {}
             g.bwins = []
             g.rkeys = []
@@ -804,6 +830,9 @@ class Join:
         lo, hi, wk = self._window_key(S, par, cx)
         w = g.wins.get(wk)
         if w is not None and w.value is not None:
+            if w.dirty and not self._redo(w):
+                self.detach(g, w)
+                return self.run(S, par, cx)
             if w.extra:
                 _merge_extra(cx, w.extra)
             cx.subs.append(w)
@@ -812,6 +841,29 @@ class Join:
             return w.value
         t = self.store.table(self.table)
         spec = self.spec
+        pre: tuple[list[Any], Any, Cx | None] | None = None
+        if self._rowwise(start):
+            pre = self._slice(g, lo, hi, 0, limit, t.rows, S, par)
+            rcx = pre[2]
+            if rcx is None or not (rcx.reads or rcx.subs or rcx.extra):
+                # kept row by row (the residual, if any, read only the rows and the parent)
+                if w is None:
+                    w = Win(g, wk, lo, hi)
+                    if spec.rtest:
+                        w.par = par
+                    self._attach(g, w)
+                if spec.rtest:
+                    w.par = par
+                w.cut = pre[1]
+                w.limit = limit
+                self._fill_rows(w, pre[0], t.rows,
+                                g.prev.pop(wk, None) if g.prev else None)
+                if w.extra:
+                    _merge_extra(cx, w.extra)
+                cx.subs.append(w)
+                value = w.value
+                assert value is not None
+                return value
         paged = (start > 0 and plan.flat is not None and not plan.value
                  and (spec.resid is None or spec.rtest))
         if paged:
@@ -820,6 +872,8 @@ class Join:
             pids, cut, wcx = self._slice(g, lo, hi, 0, None if limit is None else start + limit,
                                          t.rows, S, par)
             ids = pids[start:]
+        elif pre is not None:
+            ids, cut, wcx = pre
         else:
             ids, cut, wcx = self._slice(g, lo, hi, start, limit, t.rows, S, par)
         value, wcx = self._outputs(ids, t, S, cx, wcx)
@@ -876,6 +930,17 @@ class Join:
 
     def _unwatch(self, w: Win) -> None:
         """Drop what window ``w``'s rows read from the dependency indexes."""
+        rows = w.rows
+        if rows is not None:
+            w.rows = None
+            w.dirty = None
+            w.value = None
+            w.ents = None
+            deps = self.store.deps
+            for rid, st in rows.items():
+                if st[0] is not None:
+                    deps.set_proj(w, rid, st[0], None)
+            return
         reads = w.reads
         if reads is None:
             return
@@ -955,11 +1020,251 @@ class Join:
             return value, wcx
         if wcx is None:
             wcx = Cx(self.store)
+        self.projected += len(ids)
         if plan.value:
             pairs = [(e[-1], plan.project(self.store, S, rows[e[-1]], wcx)) for e in ids]
             cx.last = [[p] for p in pairs]
             return [v for _, v in pairs], wcx
         return [plan.project(self.store, S, rows[e[-1]], wcx) for e in ids], wcx
+
+    # -- windows kept row by row ------------------------------------------------------------
+    def _rowwise(self, start: int) -> bool:
+        """Whether a window is kept row by row (Win.rows): its rows are not flat outputs
+        (they read other records, nested subqueries or compute expressions), its residual
+        (if any) reads fields of ``$parent`` without following a link from it (what rows
+        it holds then depends on the rows alone: an inner write changes it where its entry
+        stands; a residual that reads another record is found while slicing, and that
+        window is computed as before), no START and no VALUE rows of its own, and the store
+        has an engine's dependency indexes to register each row's reads in."""
+        plan = self.plan
+        spec = self.spec
+        return (start == 0 and plan.flat is None and not plan.value and not plan.split
+                and (spec.resid is None or spec.rtest) and self.store.deps is not None)
+
+    def _row_out(self, rid: str, row: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """An inner row's output, what it read (None: nothing) and the VALUE rows it shows
+        (None: none), each in its own context."""
+        rcx = Cx(self.store)
+        self.projected += 1
+        o = self.plan.project(self.store, self.S, row, rcx)
+        d = (rcx.reads, rcx.subs) if rcx.reads or rcx.subs else None
+        return o, d, (rcx.extra or None)
+
+    def _set_row(self, w: Win, rid: str, d: Any, x: Any) -> bool:
+        """Register what row ``rid`` of ``w`` read now (replacing what it read before);
+        whether the VALUE rows it shows changed (a VALUE subquery may show the same values
+        from other rows: the output is the same, its members are not)."""
+        rows = w.rows
+        assert rows is not None
+        old = rows.get(rid)
+        od = old[0] if old is not None else None
+        if od is not None or d is not None:
+            self.store.deps.set_proj(w, rid, od, d)
+        rows[rid] = (d, x)
+        ox = old[1] if old is not None else None
+        if ox is None or x is None:
+            return ox is not x
+        if ox.keys() != x.keys():
+            return True
+        for m, v in x.items():
+            if not same(v, ox[m]):
+                return True
+        return False
+
+    def _unset_row(self, w: Win, rid: str) -> None:
+        rows = w.rows
+        assert rows is not None
+        old = rows.pop(rid, None)
+        if old is not None and old[0] is not None:
+            self.store.deps.set_proj(w, rid, old[0], None)
+
+    def _extras(self, w: Win) -> None:
+        """The VALUE rows the window's rows show, merged in row order (the first wins, as
+        one context shared by the rows would keep them)."""
+        rows = w.rows
+        assert rows is not None and w.ents is not None
+        extra: dict[str, Any] = {}
+        for e in w.ents:
+            x = rows[e[-1]][1]
+            if x:
+                for m, v in x.items():
+                    if m not in extra:
+                        extra[m] = v
+        w.extra = extra
+
+    def _fill_rows(self, w: Win, ids: list[Any], rows_of: dict[str, Any],
+                   old: list[Any] | None) -> None:
+        """Compute window ``w`` row by row from its entries ``ids``; ``old``: the value of
+        the window it replaces (its unchanged outputs are kept, see _reuse)."""
+        if w.rows is not None:
+            self._unwatch(w)
+        w.rows = {}
+        w.dirty = None
+        value = []
+        for e in ids:
+            rid = e[-1]
+            o, d, x = self._row_out(rid, rows_of[rid])
+            self._set_row(w, rid, d, x)
+            value.append(o)
+        if old is not None:
+            value = _reuse(value, old)
+        w.ents = list(ids)
+        w.value = value
+        w.members = None
+        w.medit = False
+        self._extras(w)
+
+    def _redo(self, w: Win) -> bool:
+        """Project again the rows of ``w`` whose reads changed (Win.stale); the window's
+        value is a new list only when some output changed. False when a row is gone (the
+        window is computed again)."""
+        dirty = w.dirty
+        w.dirty = None
+        ents = w.ents
+        value = w.value
+        if not dirty or ents is None or value is None:
+            return True
+        rows_of = self.store.table(self.table).rows
+        new: list[Any] | None = None
+        xmoved = False
+        for j, e in enumerate(ents):
+            rid = e[-1]
+            if rid not in dirty:
+                continue
+            row = rows_of.get(rid)
+            if row is None:
+                return False
+            o, d, x = self._row_out(rid, row)
+            if self._set_row(w, rid, d, x):
+                xmoved = True
+            if not same(o, value[j]):
+                if new is None:
+                    new = list(value)
+                new[j] = o
+        if new is not None:
+            w.value = new
+            w.members = None
+        if new is not None or xmoved:
+            self._extras(w)
+        return True
+
+    def _edit_rows(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool | None:
+        """An inner write at entry ``e`` reached window ``w`` (kept row by row). A row that
+        kept its entry and the residual's answer (STAY, KEEP) costs its own projection.
+        Otherwise the window's entries are taken again from the group (one bisection and a
+        slice, the residual asked of each entry up to the limit when there is one), the
+        written row projected again, rows that entered projected and rows that left
+        unregistered; the others keep their outputs. True when the value changed (a new
+        list), False when it did not (its parents are not marked), None when the group is
+        gone (the window is detached)."""
+        g = w.group
+        entries = g.entries
+        old = w.ents
+        value = w.value
+        if entries is None or old is None or value is None or w.rows is None:
+            return None
+        if op == STAY or op == KEEP:
+            # the row kept its entry: when the residual's answer for it is the one the
+            # window shows (held and passes, or neither), the window holds the same rows
+            # and only the row's own output may have changed
+            j = bisect_left(old, e)
+            held = j < len(old) and old[j] == e
+            row = rows[-1]
+            ok = self._passes(w, row) if row is not None else False
+            if ok is None:
+                return None
+            if held == ok:
+                self.edited += 1
+                if not held:
+                    return False
+                assert row is not None
+                rid = e[-1]
+                o, d, xt = self._row_out(rid, row)
+                xmoved = self._set_row(w, rid, d, xt)
+                if w.dirty is not None:
+                    w.dirty.discard(rid)
+                if same(o, value[j]):
+                    if not xmoved:
+                        return False
+                    self._extras(w)  # the same output showing other VALUE rows
+                    return True
+                one = list(value)
+                one[j] = o
+                w.value = one
+                w.members = None
+                self._extras(w)
+                return True
+        a = bisect_left(entries, w.lo) if w.lo is not None else 0
+        b = bisect_left(entries, w.hi) if w.hi is not None else len(entries)
+        limit = w.limit
+        rows_of = self.store.table(self.table).rows
+        cut: Any = w.hi
+        if self.spec.resid is None:
+            if limit is not None and a + limit <= b:
+                ids = entries[a:a + limit]
+                cut = ids[-1]
+            else:
+                ids = entries[a:b]
+            self.sliced += len(ids)
+        else:
+            # the residual asked of the rows between the bounds, for the window's parent
+            # (one context for all: a residual that read another record gives the window up)
+            resid = self.spec.resid
+            par = w.par
+            if par is None:
+                return None
+            S = self.S
+            rcx = Cx(self.store)
+            ids = []
+            for i in range(a, b):
+                x = entries[i]
+                self.sliced += 1
+                if resid(rows_of[x[-1]], S, par, rcx):
+                    ids.append(x)
+                    if limit is not None and len(ids) == limit:
+                        cut = x
+                        break
+            if rcx.reads or rcx.subs or rcx.extra:
+                return None
+        me = e[-1]
+        pos: dict[str, int] = {x[-1]: i for i, x in enumerate(old)}
+        dirty = w.dirty
+        new: list[Any] = []
+        moved = len(ids) != len(old)
+        xmoved = False
+        for k, x in enumerate(ids):
+            rid = x[-1]
+            was = pos.pop(rid, None)
+            if was is not None and rid != me:
+                new.append(value[was])
+                if was != k:
+                    moved = True
+                continue
+            o, d, xt = self._row_out(rid, rows_of[rid])
+            if self._set_row(w, rid, d, xt):
+                xmoved = True
+            if dirty is not None:
+                dirty.discard(rid)
+            if was is not None and was == k and same(o, value[was]):
+                o = value[was]
+            else:
+                moved = True
+            new.append(o)
+        for rid in pos:
+            self._unset_row(w, rid)
+            moved = True
+        w.ents = ids
+        w.cut = cut
+        self.edited += 1
+        if not moved:
+            if not xmoved:
+                return False
+            self._extras(w)  # the same outputs showing other VALUE rows
+            return True
+        w.value = new
+        w.members = None
+        self._extras(w)
+        return True
 
     def adopt(self, par: Any, ents: list[Any], value: list[Any]) -> Win:
         """The window a lazy row shows (engine.lazy): its children's entries in order and
@@ -1018,7 +1323,7 @@ class Join:
         if not w.attached:
             return
         w.attached = False
-        if w.reads is not None:
+        if w.reads is not None or w.rows is not None:
             if w.value is not None and not self.plan.value:
                 # its rows' outputs, for the window computed again in its place (_reuse)
                 g.prev[w.key] = w.value
@@ -1270,8 +1575,14 @@ class Join:
                 j -= 1
         self.reached += len(hit)
         for w in hit:
-            if w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
-                                      else self._edit(w, e, rows, op)):
+            if w.rows is not None:
+                moved = self._edit_rows(w, e, rows, op)
+                if moved is None:
+                    self.detach(g, w)
+                elif not moved:
+                    continue  # the same rows and outputs: its parents keep their value
+            elif w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
+                                        else self._edit(w, e, rows, op)):
                 self.detach(g, w)
             for proj, rid in list(w.parents):
                 mark(proj, rid, w)

@@ -744,7 +744,7 @@ class Proj:
                     sh.changed = changed
                 if changed or plan.item_extra[i]:
                     t = sh.tree
-                    if changed or not same(t, itrees[i]):
+                    if changed or not _same_tree(t, itrees[i]):
                         vals[i] = v
                         itrees[i] = t
                         moved = True
@@ -760,7 +760,7 @@ class Proj:
             if changed or plan.item_extra[i]:
                 # a VALUE subquery may show the same values from other rows
                 t = None if plan.quiet[i] else _item_tree(v, keyed, icx)
-                if changed or not same(t, itrees[i]):
+                if changed or not _same_tree(t, itrees[i]):
                     vals[i] = v
                     itrees[i] = t
                     moved = True
@@ -934,6 +934,23 @@ class _Shared:
         self.tree = tree
         self.old: Any = _ABSENT
         self.changed = True
+
+
+def _same_tree(a: Any, b: Any) -> bool:
+    """Whether two item trees hold the same members with the same contents. Unlike
+    ``same`` (an output's key holding NONE is a key the client does not see), a member
+    shown as NONE is still a member: a VALUE row showing NONE that takes the place of
+    another showing NONE changes the members, not the value."""
+    if a is b:
+        return True
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is tuple:
+        return _same_tree(a[0], b[0]) and _same_tree(a[1], b[1])
+    if ta is dict and a.keys() != b.keys():
+        return False
+    return same(a, b)
 
 
 def _members_of(v: Any) -> dict[str, Any] | None:

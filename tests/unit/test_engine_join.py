@@ -398,29 +398,35 @@ def _seller_mix(n: int, parents: int) -> ViewEngine:
     return e
 
 
-def _cost_of_linked_writes(n: int, parents: int) -> tuple[int, int]:
-    """Entries sliced into windows by a write to a product of the group and by one to a
-    seller its rows read."""
+def _cost_of_linked_writes(n: int, parents: int) -> tuple[int, int, int, int]:
+    """Entries sliced into windows and window rows projected, by a write to a product of
+    the group and by one to a seller its rows read."""
     e = _seller_mix(n, parents)
     (j,) = _joins(e, "product")
-    s0 = j.sliced
+    s0, p0 = j.sliced, j.projected
     d = e.ingest("product", "UPDATE", f"product:{n - 1}",
                  {"id": RecordID("product", n - 1), "brand": "x", "stock": -1,
                   "seller": RecordID("user", 3), "category": "b"})
     assert f"product:{n - 1}" in d["v"].updated  # the parents show it with its new stock
-    s1 = j.sliced
+    s1, p1 = j.sliced, j.projected
     d = e.ingest("user", "UPDATE", "user:3", {"id": RecordID("user", 3), "karma": 99})
     assert "user:3" in d["v"].updated
-    return s1 - s0, j.sliced - s1
+    return s1 - s0, j.sliced - s1, p1 - p0, j.projected - p1
 
 
 def test_a_window_whose_rows_read_other_records_is_computed_once_per_change() -> None:
-    # the group's window is computed again once for all its parents, whether 5 or 40 read
-    # it: a product written, a seller its rows show written (the old code computed it again
-    # for each parent: 5 x 120 against 40 x 120)
+    # the group's window (kept row by row: engine.join.Win.rows) is edited once for all its
+    # parents, whether 5 or 40 read it: a product written is sliced where it left and where
+    # it entered (2 x 120 entries, no residual to test) and only its own row is projected
+    # again; a seller written projects the 13 rows that show it and slices nothing. The old
+    # code computed it again for each parent (5 x 120 against 40 x 120), then once for all
+    # of them (120 entries sliced and 120 rows projected per write)
     few = _cost_of_linked_writes(120, 5)
     many = _cost_of_linked_writes(120, 40)
-    assert few == many == (120, 120)
+    assert few == many
+    sliced_product, sliced_seller, projected_product, projected_seller = many
+    assert sliced_product <= 2 * 120 and sliced_seller == 0
+    assert projected_product == 1 and projected_seller == 13
 
 
 def test_a_window_whose_rows_read_no_written_record_stays_cached() -> None:
