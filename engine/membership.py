@@ -21,6 +21,7 @@ from engine.lazy import bulk
 from engine.linkscan import link_candidates
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
+from engine.rangescan import range_filter, range_rows
 from engine.store import Store, ikey
 from engine.values import NONE
 
@@ -80,6 +81,37 @@ def member_candidates(store: Store, mat: Mat) -> set[str] | None:
         if s:
             out.update(s)
     return out
+
+
+def range_narrow(store: Store, mat: Mat, cands: Iterable[str] | None
+                 ) -> Iterable[str] | None:
+    """``cands`` (None: every row) kept to a superset of the rows passing the
+    materialisation's range conjuncts on one field of the row (``votes >= $lo AND votes <
+    $hi``: ``circuit.analyse``; None or ``cands`` as they are: there is none or a constant
+    is no number). Every row: from the table's equality index in key order
+    (engine.rangescan), unless that keeps most rows; given candidates: each one's value
+    tested (an exact int only; anything else stays). A row left out fails a conjunct on
+    its own field: no write but its own (which requalifies it) can make it pass, so it
+    needs no reads registered, even when the WHERE clause follows links."""
+    circuit = mat.circuit
+    field = circuit.rfield
+    if field is None:
+        return cands
+    bounds = [(b[1], mat.S[b[0]]) for b in (circuit.lo, circuit.hi) if b is not None]
+    if not bounds:
+        return cands
+    if cands is None:
+        return range_rows(store.table(circuit.table), field, bounds)
+    return range_filter(circuit.rows, cands, field, bounds)
+
+
+def _narrow(cands: Iterable[str] | None, by: set[str] | None) -> Iterable[str] | None:
+    """``cands`` (None: every row) kept to those in ``by`` (None: no narrowing)."""
+    if by is None:
+        return cands
+    if cands is None:
+        return by
+    return [r for r in cands if r in by]
 
 
 def shown(store: Store, mat: Mat) -> Iterable[str]:
@@ -170,8 +202,9 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
             # point at it from the index (engine.core, "_hops"); with longer paths each
             # row's reads are registered while it is evaluated, so none may be skipped.
             linked = link_candidates(store, circuit.table, plan.q.where, mat.S)
-            if linked is not None:
-                cands = linked if cands is None else [r for r in cands if r in linked]
+            cands = _narrow(cands, linked)
+        if not mat.order.built:
+            cands = range_narrow(store, mat, cands)
         if cands is None:
             cands = rows.keys()
         window.build(mat, cands, rows, store, deps)
@@ -181,6 +214,7 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
         if circuit.agg is not None:
             fill_groups(store, mat, mat.visible)
         return None
+    cands = range_narrow(store, mat, cands)
     if cands is None:
         cands = rows.keys()
     pred = plan.pred
