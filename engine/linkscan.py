@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.matindex import FLIP, RANGE_OPS
-from engine.rangescan import range_filter, range_rows
+from engine.rangescan import number, range_filter, range_rows
 from engine.store import Store, TableStore, ikey, rid_text
 from engine.syntax import conjuncts
 from engine.values import NONE, RecordID
@@ -126,7 +126,8 @@ def _passing(lt: TableStore, conds: list[tuple[str, str, Any]]) -> Any:
             got = _equal(lt, field, op, value)
         elif best is not None and len(best) * 4 < len(lt.rows):
             # few records already: testing each costs less than the range's set
-            best = range_filter(lt.rows, best, field, [(op, value)])
+            if number(value):
+                best = range_filter(lt.rows, best, field, [(op, value, None)])
             continue
         else:
             got = range_rows(lt, field, [(op, value)])

@@ -21,7 +21,7 @@ from engine.lazy import bulk
 from engine.linkscan import link_candidates
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
-from engine.rangescan import range_filter, range_rows
+from engine.rangescan import index_bounds, own_conditions, range_filter, range_rows
 from engine.store import Store, ikey
 from engine.values import NONE
 
@@ -86,23 +86,31 @@ def member_candidates(store: Store, mat: Mat) -> set[str] | None:
 def range_narrow(store: Store, mat: Mat, cands: Iterable[str] | None
                  ) -> Iterable[str] | None:
     """``cands`` (None: every row) kept to a superset of the rows passing the
-    materialisation's range conjuncts on one field of the row (``votes >= $lo AND votes <
-    $hi``: ``circuit.analyse``; None or ``cands`` as they are: there is none or a constant
-    is no number). Every row: from the table's equality index in key order
-    (engine.rangescan), unless that keeps most rows; given candidates: each one's value
-    tested (an exact int only; anything else stays). A row left out fails a conjunct on
-    its own field: no write but its own (which requalifies it) can make it pass, so it
+    materialisation's range conjuncts on fields of the row (``votes >= $lo AND votes <
+    $hi``, ``total * 2 > $x``: engine.rangescan; ``cands`` as they are: there is none).
+    Every row: from a field's equality index in key order, unless that keeps most rows;
+    then (or given candidates) each one's values tested. A row left out fails a conjunct
+    on its own field: no write but its own (which requalifies it) can make it pass, so it
     needs no reads registered, even when the WHERE clause follows links."""
     circuit = mat.circuit
-    field = circuit.rfield
-    if field is None:
+    conds = own_conditions(circuit.plan.q.where, mat.S)
+    if not conds:
         return cands
-    bounds = [(b[1], mat.S[b[0]]) for b in (circuit.lo, circuit.hi) if b is not None]
-    if not bounds:
-        return cands
+    rest = list(conds.items())
     if cands is None:
-        return range_rows(store.table(circuit.table), field, bounds)
-    return range_filter(circuit.rows, cands, field, bounds)
+        ts = store.table(circuit.table)
+        for n, (field, fc) in enumerate(rest):
+            got = range_rows(ts, field, index_bounds(fc))
+            if got is not None:
+                cands = got
+                if all(k is None for _, _, k in fc):
+                    del rest[n]  # else the products are tested too (the bounds widened)
+                break
+        else:
+            return None  # most rows pass each: the predicate decides, row by row
+    for field, fc in rest:
+        cands = range_filter(circuit.rows, cands, field, fc)
+    return cands
 
 
 def _narrow(cands: Iterable[str] | None, by: set[str] | None) -> Iterable[str] | None:

@@ -24,7 +24,9 @@ import math
 from bisect import bisect_left, bisect_right
 from typing import Any
 
+from engine.matindex import FLIP, RANGE_OPS
 from engine.store import TableStore
+from engine.syntax import conjuncts
 
 # a range giving more than this share of the table's rows is not worth a set: the caller
 # scans in the table's order instead
@@ -98,25 +100,79 @@ def range_rows(ts: TableStore, field: str, bounds: list[tuple[str, Any]],
 
 _EXACT = 2**53
 
+#: a range condition on one field of the row: (operator seen from the field, constant,
+#: factor: ``field * factor <op> constant``, None for the field itself)
+Cond = tuple[str, Any, Any]
+
+
+def number(c: Any) -> bool:
+    """Whether ``c`` is a number the conditions can use (exact ints, finite floats)."""
+    tc = type(c)
+    return (tc is int or tc is float) and -_EXACT < c < _EXACT  # NaN fails the test too
+
+
+def own_conditions(where: Any, S: tuple[Any, ...]) -> dict[str, list[Cond]]:
+    """The top-level conjuncts ``field <op> $c`` and ``field * $k <op> $c`` (either side,
+    ``$k * field`` too) of a WHERE clause with numbers for constants and positive factors,
+    by field (the generator's and apps' ``total * 2 > $x`` among them)."""
+    out: dict[str, list[Cond]] = {}
+    for c in conjuncts(where):
+        if c[0] != "cmp" or c[1] not in RANGE_OPS:
+            continue
+        op0: str = c[1]
+        for side, other, op in ((c[2], c[3], op0), (c[3], c[2], FLIP[op0])):
+            if other[0] != "slot" or not number(S[other[1]]):
+                continue
+            field, k = _operand(side, S)
+            if field is not None:
+                out.setdefault(field, []).append((op, S[other[1]], k))
+                break
+    return out
+
+
+def _operand(e: Any, S: tuple[Any, ...]) -> tuple[str | None, Any]:
+    """(the field ``e`` reads, its factor or None) for ``field``, ``field * $k``, ``$k *
+    field`` with ``$k`` a positive number; (None, None) for anything else."""
+    if e[0] == "field" and len(e[1]) == 1:
+        return e[1][0], None
+    if e[0] == "arith" and e[1] == "*":
+        for f, k in ((e[2], e[3]), (e[3], e[2])):
+            if (f[0] == "field" and len(f[1]) == 1 and k[0] == "slot" and number(S[k[1]])
+                    and S[k[1]] > 0):
+                return f[1][0], S[k[1]]
+    return None, None
+
+
+def index_bounds(conds: list[Cond]) -> list[tuple[str, Any]]:
+    """Bounds on the field itself implied by ``conds`` (a factor's quotient widened by one
+    either way: float division may round)."""
+    out: list[tuple[str, Any]] = []
+    for op, c, k in conds:
+        if k is None:
+            out.append((op, c))
+        elif op == ">" or op == ">=":
+            out.append((">=", math.floor(c / k) - 1))
+        else:
+            out.append(("<=", math.ceil(c / k) + 1))
+    return out
+
 
 def range_filter(rows: dict[str, dict[str, Any]], rids: Any, field: str,
-                 bounds: list[tuple[str, Any]]) -> Any:
-    """The ids of ``rids`` whose row's ``field`` may pass every ``(op, constant)`` of
-    ``bounds``: each value tested, when both are exact ints or the constant a float (any
-    other value stays: a superset); ``rids`` itself when a constant is no finite number.
-    For candidates already few (an index gave them), where building the range's set would
-    cost more than testing them."""
-    for _, c in bounds:
-        tc = type(c)
-        if (tc is not int and tc is not float) or not -_EXACT < c < _EXACT:
-            return rids  # NaN fails the test too
+                 conds: list[Cond]) -> Any:
+    """The ids of ``rids`` whose row's ``field`` may pass every condition: each value
+    tested when it is an exact int (and its product too; any other value stays: a
+    superset). For candidates already few (an index gave them), where building the
+    range's set would cost more than testing them."""
     keep = []
     for rid in rids:
         v = rows[rid].get(field)
         if type(v) is int and -_EXACT < v < _EXACT:
-            for op, c in bounds:
-                if not (v < c if op == "<" else v <= c if op == "<=" else v > c if op == ">"
-                        else v >= c):
+            for op, c, k in conds:
+                x = v if k is None else v * k
+                if not -_EXACT < x < _EXACT:
+                    continue  # SurrealDB and Python may round the product apart
+                if not (x < c if op == "<" else x <= c if op == "<=" else x > c if op == ">"
+                        else x >= c):
                     break
             else:
                 keep.append(rid)

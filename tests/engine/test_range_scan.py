@@ -26,6 +26,10 @@ VIEWS = [
     "SELECT id, votes FROM comment WHERE votes >= $p2 AND votes < $p3",
     # the constant on the left, a strict bound through the link
     "SELECT id FROM comment WHERE $p0 >= thread.score AND thread.score > $p2",
+    # products with factors (a float one too), two fields of the row, a link
+    "SELECT id, votes FROM comment WHERE votes * 2 > $p2 AND 3 * votes <= $p3 AND "
+    "thread.score < $p0 ORDER BY votes DESC, id LIMIT 4",
+    "SELECT id FROM comment WHERE votes * 2.5 >= $p2 AND id > 3 AND votes < 4",
 ]
 
 PARAMS: list[dict[str, Any]] = [
@@ -35,6 +39,7 @@ PARAMS: list[dict[str, Any]] = [
     {"p0": 9, "p1": ["a", None], "p2": 1.5, "p3": 2.5},
     {"p0": "5", "p1": ["c"], "p2": None, "p3": "x"},  # no number: every row stays
     {"p0": 2**60, "p1": ["a", "b", "c"], "p2": -(2**60), "p3": 2**60},
+    {"p0": 7, "p1": ["b"], "p2": 4.5, "p3": 9.0},
 ]
 
 
@@ -181,3 +186,17 @@ def test_a_range_through_a_link_evaluates_only_the_rows_linking_to_records_in_it
     circuit = mat.circuit
     cands = link_candidates(eng.store, "comment", circuit.plan.q.where, mat.S)
     assert cands is not None and len(cands) == 2 * 4 * 20  # scores 0 and 1
+
+
+def test_a_product_range_evaluates_only_the_rows_in_it() -> None:
+    """``votes * 2 > $x AND votes * 2 <= $y`` (the generator's where-expr) over 8,000
+    comments: the candidates are the rows whose votes pass, 80 of them."""
+    from engine.membership import range_narrow
+
+    eng = _big()
+    q = ("SELECT id, votes FROM comment WHERE votes * 2 > $x AND 2 * votes <= $y "
+         "ORDER BY votes DESC, id LIMIT 5")
+    eng.register("v", q, {"x": 19, "y": 39})  # votes 10 to 19
+    cands = range_narrow(eng.store, eng.views["v"], None)
+    assert cands is not None and len(list(cands)) == 80
+    assert [r["votes"] for r in eng.result("v")] == [19] * 5
