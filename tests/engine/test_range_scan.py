@@ -30,6 +30,9 @@ VIEWS = [
     "SELECT id, votes FROM comment WHERE votes * 2 > $p2 AND 3 * votes <= $p3 AND "
     "thread.score < $p0 ORDER BY votes DESC, id LIMIT 4",
     "SELECT id FROM comment WHERE votes * 2.5 >= $p2 AND id > 3 AND votes < 4",
+    # a grouped shape: its groups are filled from the narrowed rows
+    "SELECT count() AS n, math::max(votes) AS top FROM comment WHERE votes * 2 >= $p2 AND "
+    "votes < $p3 GROUP ALL",
 ]
 
 PARAMS: list[dict[str, Any]] = [
