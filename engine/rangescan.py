@@ -33,12 +33,16 @@ from engine.syntax import conjuncts
 MAX_SHARE = 0.5
 
 
-def _sorted(ts: TableStore, field: str) -> tuple[list[int], list[int], list[Any]]:
+def _sorted(ts: TableStore, field: str) -> tuple[list[int], list[int], list[Any]] | None:
     """(the int keys of ``field``'s index in order, the rows under the keys before each
-    position, the other keys)."""
+    position, the other keys; the last of ``before`` counts the rows under an int key).
+    None when the field holds mostly other values (prices with cents): no index is
+    built for it."""
     kept = ts.ranges.get(field)
     if kept is not None and kept[0] == ts.writes:
         return kept[1], kept[2], kept[3]
+    if field not in ts.indexes and not _mostly_ints(ts, field):
+        return None  # an index of such a field would narrow little and cost a set a row
     idx = ts.index(field)
     ints: list[int] = []
     others: list[Any] = []
@@ -55,6 +59,18 @@ def _sorted(ts: TableStore, field: str) -> tuple[list[int], list[int], list[Any]
         before[i + 1] = n
     ts.ranges[field] = (ts.writes, ints, before, others)
     return ints, before, others
+
+
+def _mostly_ints(ts: TableStore, field: str) -> bool:
+    """Whether most of the first 64 rows hold an int in ``field``."""
+    n = ints = 0
+    for row in ts.rows.values():
+        n += 1
+        if type(row.get(field)) is int:
+            ints += 1
+        if n == 64:
+            break
+    return ints * 2 > n
 
 
 def _span(ints: list[int], op: str, c: int | float) -> tuple[int, int]:
@@ -77,14 +93,16 @@ def range_rows(ts: TableStore, field: str, bounds: list[tuple[str, Any]],
         tc = type(c)
         if (tc is not int and tc is not float) or (tc is float and not math.isfinite(c)):
             return None
-    ints, before, others = _sorted(ts, field)
+    found = _sorted(ts, field)
+    if found is None:
+        return None
+    ints, before, others = found
     lo_i, hi_i = 0, len(ints)
     for op, c in bounds:
         i, j = _span(ints, op, c)
         lo_i, hi_i = max(lo_i, i), min(hi_i, j)
     idx = ts.index(field)
-    n_other = sum(len(idx[k]) for k in others)
-    n = n_other + (before[hi_i] - before[lo_i] if hi_i > lo_i else 0)
+    n = len(ts.rows) - before[-1] + (before[hi_i] - before[lo_i] if hi_i > lo_i else 0)
     cap = len(ts.rows) * MAX_SHARE
     if most is not None:
         cap = min(cap, most)
