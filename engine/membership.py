@@ -102,7 +102,10 @@ def range_narrow(store: Store, mat: Mat, cands: Iterable[str] | None
         for n, (field, fc) in enumerate(rest):
             got = range_rows(ts, field, index_bounds(fc))
             if got is not None:
-                cands = got
+                # many of the rows: read in the table's order, as a scan reads them (see
+                # `build`: a set's order scatters the reads)
+                cands = got if len(got) * 8 < len(circuit.rows) else [
+                    r for r in circuit.rows if r in got]
                 if all(k is None for _, _, k in fc):
                     del rest[n]  # else the products are tested too (the bounds widened)
                 break
