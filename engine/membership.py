@@ -106,8 +106,9 @@ def range_narrow(store: Store, mat: Mat, cands: Iterable[str] | None
                 # `build`: a set's order scatters the reads)
                 cands = got if len(got) * 8 < len(circuit.rows) else [
                     r for r in circuit.rows if r in got]
-                if all(k is None for _, _, k in fc):
-                    del rest[n]  # else the products are tested too (the bounds widened)
+                # (a product's bounds were widened by one: the predicate tests the few
+                # rows at the edges, cheaper than testing every candidate here)
+                del rest[n]
                 break
         else:
             return None  # most rows pass each: the predicate decides, row by row
