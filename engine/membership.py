@@ -21,6 +21,7 @@ from engine.lazy import bulk
 from engine.linkscan import link_candidates
 from engine.plan import Cx
 from engine.proj import NOLINKS, Proj
+from engine.rangescan import index_bounds, own_conditions, range_filter, range_rows
 from engine.store import Store, ikey
 from engine.values import NONE
 
@@ -80,6 +81,49 @@ def member_candidates(store: Store, mat: Mat) -> set[str] | None:
         if s:
             out.update(s)
     return out
+
+
+def range_narrow(store: Store, mat: Mat, cands: Iterable[str] | None
+                 ) -> Iterable[str] | None:
+    """``cands`` (None: every row) kept to a superset of the rows passing the
+    materialisation's range conjuncts on fields of the row (``votes >= $lo AND votes <
+    $hi``, ``total * 2 > $x``: engine.rangescan; ``cands`` as they are: there is none).
+    Every row: from a field's equality index in key order, unless that keeps most rows;
+    then (or given candidates) each one's values tested. A row left out fails a conjunct
+    on its own field: no write but its own (which requalifies it) can make it pass, so it
+    needs no reads registered, even when the WHERE clause follows links."""
+    circuit = mat.circuit
+    conds = own_conditions(circuit.plan.q.where, mat.S)
+    if not conds:
+        return cands
+    rest = list(conds.items())
+    if cands is None:
+        ts = store.table(circuit.table)
+        for n, (field, fc) in enumerate(rest):
+            got = range_rows(ts, field, index_bounds(fc))
+            if got is not None:
+                # many of the rows: read in the table's order, as a scan reads them (see
+                # `build`: a set's order scatters the reads)
+                cands = got if len(got) * 8 < len(circuit.rows) else [
+                    r for r in circuit.rows if r in got]
+                # (a product's bounds were widened by one: the predicate tests the few
+                # rows at the edges, cheaper than testing every candidate here)
+                del rest[n]
+                break
+        else:
+            return None  # most rows pass each: the predicate decides, row by row
+    for field, fc in rest:
+        cands = range_filter(circuit.rows, cands, field, fc)
+    return cands
+
+
+def _narrow(cands: Iterable[str] | None, by: set[str] | None) -> Iterable[str] | None:
+    """``cands`` (None: every row) kept to those in ``by`` (None: no narrowing)."""
+    if by is None:
+        return cands
+    if cands is None:
+        return by
+    return [r for r in cands if r in by]
 
 
 def shown(store: Store, mat: Mat) -> Iterable[str]:
@@ -170,8 +214,9 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
             # point at it from the index (engine.core, "_hops"); with longer paths each
             # row's reads are registered while it is evaluated, so none may be skipped.
             linked = link_candidates(store, circuit.table, plan.q.where, mat.S)
-            if linked is not None:
-                cands = linked if cands is None else [r for r in cands if r in linked]
+            cands = _narrow(cands, linked)
+        if not mat.order.built:
+            cands = range_narrow(store, mat, cands)
         if cands is None:
             cands = rows.keys()
         window.build(mat, cands, rows, store, deps)
@@ -181,6 +226,7 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
         if circuit.agg is not None:
             fill_groups(store, mat, mat.visible)
         return None
+    cands = range_narrow(store, mat, cands)
     if cands is None:
         cands = rows.keys()
     pred = plan.pred

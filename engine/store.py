@@ -133,8 +133,8 @@ class ElementIndex:
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("caches", "changed", "cols", "elements", "indexes", "links", "name", "rows",
-                 "writes")
+    __slots__ = ("caches", "changed", "cols", "elements", "indexes", "links", "name", "ranges",
+                 "rows", "writes")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -153,7 +153,12 @@ class TableStore:
         # this stays the same (engine.linkscan)
         self.writes = 0
         # link field -> (writes then, the tables its plain links name, its other index keys)
-        self.links: dict[str, tuple[int, list[str], list[Any]]] = {}
+        # (and link field + "\0dangling" -> (its version, [], the rows whose link names no
+        # record))
+        self.links: dict[str, tuple[Any, list[str], list[Any]]] = {}
+        # field -> (writes then, its index's int keys in order, the rows before each, its
+        # other keys): range conjuncts of new views (engine.rangescan)
+        self.ranges: dict[str, tuple[int, list[int], list[int], list[Any]]] = {}
 
     def cache(self) -> RowCache:
         """A new row cache over this table (kept while the caller holds it)."""
