@@ -15,7 +15,8 @@ publication leaves the database time, so the edge tables converge to "one row pe
 
 - it runs while no flush is in flight and publication is not falling behind (the oldest
   pending mark younger than the throttle window), one transaction at a time, sized to take
-  about `TARGET_SECS` (the number of edges adapts to the measured cost per edge), and rests as
+  about `TARGET_SECS` (the number of edges adapts to the measured cost per edge, but is at
+  least `MIN_PER_TXN`: a loaded database's wait is paid per request), and rests as
   long as the transaction took before the next one: at most about half of one database worker;
 - under a steady load publication is never quiet, and a reaper that waited for quiet would let
   retired edges (rows in the database) pile up for as long as the load lasts. So it also takes
@@ -74,6 +75,13 @@ REAP = "DELETE $ids WHERE removed = true RETURN NONE"
 REFILL = "SELECT id, in FROM {table} WHERE removed = true LIMIT $n"
 TARGET_SECS = 0.025  # one reap transaction
 MAX_PER_TXN = 500
+# The fewest edges one reap transaction takes when that many are queued. The cost per edge is
+# measured as the transaction's wall time over its edges, and in a loaded database most of
+# that time is the request's wait, whatever its size: issue 31's soak measured 45-156 ms "per
+# edge", so each transaction took ONE edge, ~10 requests a second for ~6 edges a second. The
+# wait is paid per request, so a floor makes it per batch; the rest after a transaction still
+# scales with how long it took, so the reaper's share of the database's time is unchanged.
+MIN_PER_TXN = 20
 MAX_QUEUED = 20_000  # edges in memory (~2.4 MB); more wait in the database (docstring)
 REFILL_ROWS = 2_000
 IDLE_POLL_SECS = 0.02
@@ -259,7 +267,7 @@ class EdgeReaper:
     async def reap_once(self) -> float:
         """One reap transaction over the oldest queued edges whose views no flush holds;
         returns how long it took (0 when nothing could be taken)."""
-        want = max(1, min(MAX_PER_TXN, int(TARGET_SECS / self._per_edge)))
+        want = max(MIN_PER_TXN, min(MAX_PER_TXN, int(TARGET_SECS / self._per_edge)))
         views: set[str] = set()
         ids: list[RecordID] = []
         taken: list[tuple[str, list[str]]] = []  # (view, its members taken)

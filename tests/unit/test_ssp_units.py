@@ -29,7 +29,7 @@ from ssp.publisher import (
     Teardown,
     logs_cascaded_deletes,
 )
-from ssp.reaper import REAP, EdgeReaper
+from ssp.reaper import MIN_PER_TXN, REAP, EdgeReaper
 from ssp.shards import shard_of
 from tests.support.fakedb import FakeDb
 
@@ -352,6 +352,20 @@ async def test_views_take_turns_in_the_reaper_so_a_busy_view_starves_none() -> N
     second = db.transactions[1][0][1]["ids"]
     assert _edges("b", "e", range(1))[0] in second, second
     assert reaper.figures()["queued"] == 101 - sum(len(t[0][1]["ids"]) for t in db.transactions)
+
+
+async def test_a_slow_database_does_not_shrink_reap_transactions_to_one_edge() -> None:
+    # The reaper sizes a transaction by its measured time per edge, and a loaded database's
+    # wait is most of a request's time: 60 ms for 25 edges read as 2.4 ms an edge, so the next
+    # transaction took 10, then 1 (issue 31's soak: ~10 one-edge DELETE requests a second).
+    # What is queued goes in batches of at least MIN_PER_TXN however slow the answers come.
+    db = FakeDb(delay=0.06)
+    reaper = EdgeReaper(db, _BusyPublication())
+    reaper.add("query:a", _edges("a", "e", range(25 + 2 * MIN_PER_TXN)))
+    for _ in range(3):
+        await reaper.reap_once()
+    sizes = [len(t[0][1]["ids"]) for t in db.transactions]
+    assert sizes == [max(MIN_PER_TXN, 25)] + [MIN_PER_TXN] * 2, sizes
 
 
 async def test_an_edge_retired_into_a_table_while_its_refill_reads_it_is_not_forgotten() -> None:
