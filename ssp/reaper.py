@@ -13,15 +13,20 @@ events/s: ~11 a second, against ~300 a second whose row was deleted, edges the b
 leaves in the database unless run with `--app-deletes`). The reaper deletes them while
 publication leaves the database time, so the edge tables converge to "one row per member":
 
-- it runs while no flush is in flight and publication is not falling behind (the oldest
-  pending mark younger than the throttle window), one transaction at a time, sized to take
+- it runs while no flush is in flight and publication has nothing to write, one
+  transaction at a time, sized to take
   about `TARGET_SECS` (the number of edges adapts to the measured cost per edge, but is at
   least `MIN_PER_TXN`: a loaded database's wait is paid per request), and rests as
   long as the transaction took before the next one: at most about half of one database worker;
 - under a steady load publication is never quiet, and a reaper that waited for quiet would let
   retired edges (rows in the database) pile up for as long as the load lasts. So it also takes
   a guaranteed share, `BUSY_SHARE` of the time, while publication is busy: after such a
-  transaction it rests (1 - share) / share times as long as the transaction took;
+  transaction it rests (1 - share) / share times as long as the transaction took. Busy means
+  a flush in flight or any mark pending: "no pending mark older than the throttle window"
+  (`Publisher.quiet`, the reconciler's test) held most of the time in issue 31's steady soak,
+  and there the reaper took half the time for DELETEs, the dearest request the host serves
+  (`loadtests/probe_host_costs.py`, engine CPU with 200 edge tables: ~2.8 ms a request plus
+  ~1.4 ms an edge, against ~0.4 ms for an application's single-row UPDATE);
 - `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
   RELATE cleared `removed`) stays; the views of the edges it deletes are held
   (`Publisher.claim`) so no flush writes them during its transaction;
@@ -63,6 +68,9 @@ class Publication(Protocol):
 
     def quiet(self) -> bool: ...
 
+    @property
+    def pending(self) -> bool: ...
+
     def claim(self, view_id: str) -> bool: ...
 
     async def unclaim(self, view_ids: Iterable[str]) -> None: ...
@@ -85,7 +93,7 @@ MIN_PER_TXN = 20
 MAX_QUEUED = 20_000  # edges in memory (~2.4 MB); more wait in the database (docstring)
 REFILL_ROWS = 2_000
 IDLE_POLL_SECS = 0.02
-BUSY_SHARE = 0.1  # of the time the reaper takes while publication is busy (docstring)
+BUSY_SHARE = 0.05  # of the time the reaper takes while publication is busy (docstring)
 
 
 @dataclass
@@ -199,7 +207,7 @@ class EdgeReaper:
             if not self._queue and not self.overflow:
                 self._wake.clear()
                 await self._wake.wait()
-            quiet = self.publisher.quiet()
+            quiet = self.publisher.quiet() and not self.publisher.pending
             if not quiet and time.monotonic() < busy_turn:
                 await asyncio.sleep(IDLE_POLL_SECS)
                 continue

@@ -309,6 +309,10 @@ class _BusyPublication:
     def quiet(self) -> bool:
         return False
 
+    @property
+    def pending(self) -> bool:
+        return True
+
     def claim(self, view_id: str) -> bool:
         return True
 
@@ -334,6 +338,36 @@ async def test_the_reaper_takes_its_share_while_publication_is_never_quiet() -> 
     figures = reaper.figures()
     assert figures["queued"] == 0 and figures["reaped"] == 3, figures
     assert figures["busy_transactions"] >= 1 and db.transactions[0][0][0] == REAP
+
+
+class _SteadyPublication(_BusyPublication):
+    """A steady load as issue 31's soak shows it to the reaper: no flush in flight and no mark
+    older than the throttle window (`Publisher.quiet`), but marks always pending."""
+
+    def quiet(self) -> bool:
+        return True
+
+
+async def test_the_reaper_takes_only_its_busy_share_while_marks_are_pending() -> None:
+    # `quiet` alone held most of the time under the soak's steady load, and the reaper then
+    # rested only as long as its DELETE took: half of the time for the host's dearest request.
+    done = asyncio.Event()
+
+    class SignallingDb(FakeDb):
+        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+            out = await super().transaction(stmts)
+            done.set()
+            return out
+    reaper = EdgeReaper(SignallingDb(), _SteadyPublication())
+    reaper.add("query:v", _edges("v", "e", range(3)))
+    task = asyncio.create_task(reaper.run())
+    try:
+        await asyncio.wait_for(done.wait(), timeout=10)
+        await asyncio.sleep(0)  # (the loop books the transaction right after it returns)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert reaper.figures()["busy_transactions"] == 1, reaper.figures()
 
 
 def _edges(view: str, table: str, keys: range) -> list[RecordID]:
