@@ -13,7 +13,7 @@ events/s: ~11 a second, against ~300 a second whose row was deleted, edges the b
 leaves in the database unless run with `--app-deletes`). The reaper deletes them while
 publication leaves the database time, so the edge tables converge to "one row per member":
 
-- it runs while no flush is in flight and publication has nothing to write, one
+- it runs while publication is idle (nothing to write, no flush for `IDLE_AFTER_SECS`), one
   transaction at a time, sized to take
   about `TARGET_SECS` (the number of edges adapts to the measured cost per edge, but is at
   least `MIN_PER_TXN`: a loaded database's wait is paid per request), and rests as
@@ -22,9 +22,11 @@ publication leaves the database time, so the edge tables converge to "one row pe
   retired edges (rows in the database) pile up for as long as the load lasts. So it also takes
   a guaranteed share, `BUSY_SHARE` of the time, while publication is busy: after such a
   transaction it rests (1 - share) / share times as long as the transaction took. Busy means
-  a flush in flight or any mark pending: "no pending mark older than the throttle window"
-  (`Publisher.quiet`, the reconciler's test) held most of the time in issue 31's steady soak,
-  and there the reaper took half the time for DELETEs, the dearest request the host serves
+  a flush in flight, any mark pending or a flush ended less than `IDLE_AFTER_SECS` ago: "no
+  pending mark older than the throttle window" (`Publisher.quiet`, the reconciler's test) and
+  even "nothing pending" held most of the time in issue 31's steady soak (marks come in
+  batches, a flush takes them all), and there the reaper took half the time for DELETEs,
+  the dearest request the host serves
   (`loadtests/probe_host_costs.py`, engine CPU with 200 edge tables: ~2.8 ms a request plus
   ~1.4 ms an edge, against ~0.4 ms for an application's single-row UPDATE);
 - `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
@@ -66,6 +68,8 @@ class Publication(Protocol):
 
     dropped: set[str]
 
+    last_flush: float  # monotonic time the last flush with statements ended
+
     def quiet(self) -> bool: ...
 
     @property
@@ -94,6 +98,7 @@ MAX_QUEUED = 20_000  # edges in memory (~2.4 MB); more wait in the database (doc
 REFILL_ROWS = 2_000
 IDLE_POLL_SECS = 0.02
 BUSY_SHARE = 0.05  # of the time the reaper takes while publication is busy (docstring)
+IDLE_AFTER_SECS = 1.0  # publication is idle this long after its last flush (docstring)
 
 
 @dataclass
@@ -207,7 +212,9 @@ class EdgeReaper:
             if not self._queue and not self.overflow:
                 self._wake.clear()
                 await self._wake.wait()
-            quiet = self.publisher.quiet() and not self.publisher.pending
+            pub = self.publisher
+            quiet = (pub.quiet() and not pub.pending
+                     and time.monotonic() - pub.last_flush >= IDLE_AFTER_SECS)
             if not quiet and time.monotonic() < busy_turn:
                 await asyncio.sleep(IDLE_POLL_SECS)
                 continue
