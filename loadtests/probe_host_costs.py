@@ -121,6 +121,10 @@ def prepare(eng: Engine, tables: int, posts: int) -> None:
     eng.run("CREATE $v SET state = 'ready'", {"v": VIEW})
 
 
+def _updater(eng: Engine, text: str, rng: random.Random, posts: int) -> Callable[[], object]:
+    return lambda: eng.run(text, {"k": rng.randrange(posts), "d": rng.randrange(1, 30)})
+
+
 def edge_rows(members: list[int], rv: int) -> list[list[Any]]:
     return [[TABLE, VIEW, RecordID("post", m), rv] for m in members]
 
@@ -183,6 +187,16 @@ def main(argv: list[str] | None = None) -> int:
 
     small = max(20, n // 4)
     results.append(("app UPDATE (1 row, no transaction)", cpu_us(app_update, n * 5), 0.0))
+    # the same UPDATE on tables without the service's hooks: what `svc schema apply` adds
+    for table, ddl in (("bare", "DEFINE TABLE bare SCHEMALESS"),
+                       ("fed", "DEFINE TABLE fed SCHEMALESS CHANGEFEED 1h INCLUDE ORIGINAL")):
+        eng.run(ddl)
+        eng.run(f"FOR $i IN 0..$n {{ CREATE type::record('{table}', $i) SET score = $i % 100 }}",
+                {"n": args.posts})
+        text = APP_UPDATE.replace("'post'", f"'{table}'")
+        what = "a feed only" if table == "fed" else "no feed, no hook"
+        results.append((f"  (the same on a table with {what})", cpu_us(
+            _updater(eng, text, rng, args.posts), n * 5), 0.0))
     for name, make in (("flush: RELATE upsert of existing edges", upsert),
                        ("metrics: UPSERT CONTENT rows", metrics)):
         one = cpu_us(make(1), small)

@@ -26,9 +26,11 @@ publication leaves the database time, so the edge tables converge to "one row pe
   pending mark older than the throttle window" (`Publisher.quiet`, the reconciler's test) and
   even "nothing pending" held most of the time in issue 31's steady soak (marks come in
   batches, a flush takes them all), and there the reaper took half the time for DELETEs,
-  the dearest request the host serves
-  (`loadtests/probe_host_costs.py`, engine CPU with 200 edge tables: ~2.8 ms a request plus
-  ~1.4 ms an edge, against ~0.4 ms for an application's single-row UPDATE);
+  the dearest request the host serves (`loadtests/probe_host_costs.py`, engine CPU with 200
+  edge tables: ~2.8 ms a request plus ~1.4 ms an edge, against ~0.4 ms for an application's
+  single-row UPDATE). A transaction slower than `SLOW_SECS` counts as busy too: publication
+  may be idle between two batches from the scheduler while the application keeps the
+  database loaded (the soak: 250-390 ms for 20 edges, against ~30 ms unloaded);
 - `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
   RELATE cleared `removed`) stays; the views of the edges it deletes are held
   (`Publisher.claim`) so no flush writes them during its transaction;
@@ -99,6 +101,9 @@ REFILL_ROWS = 2_000
 IDLE_POLL_SECS = 0.02
 BUSY_SHARE = 0.05  # of the time the reaper takes while publication is busy (docstring)
 IDLE_AFTER_SECS = 1.0  # publication is idle this long after its last flush (docstring)
+# A reap transaction slower than this says the database is loaded (docstring): twice the time
+# the reaper aims at, which MIN_PER_TXN edges take on an unloaded host with ~200 edge tables.
+SLOW_SECS = 2 * TARGET_SECS
 
 
 @dataclass
@@ -206,6 +211,7 @@ class EdgeReaper:
     async def run(self) -> None:
         """Reap forever (the publisher's `start` runs it, `stop` cancels it)."""
         busy_turn = 0.0  # monotonic time of the next transaction taken while busy
+        slow = False  # the last transaction took longer than SLOW_SECS
         while True:
             if not self._scanned:
                 await self.scan_tables()
@@ -215,11 +221,12 @@ class EdgeReaper:
             pub = self.publisher
             quiet = (pub.quiet() and not pub.pending
                      and time.monotonic() - pub.last_flush >= IDLE_AFTER_SECS)
-            if not quiet and time.monotonic() < busy_turn:
+            if (slow or not quiet) and time.monotonic() < busy_turn:
                 await asyncio.sleep(IDLE_POLL_SECS)
                 continue
             took = await self.reap_once() if self._queue else await self.refill_once()
-            if quiet:
+            slow = took > SLOW_SECS
+            if quiet and not slow:
                 # Rest as long as the transaction took: the database's other writers
                 # (flushes, the application) keep at least half of its time.
                 await asyncio.sleep(max(took, IDLE_POLL_SECS))

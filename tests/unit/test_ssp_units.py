@@ -30,7 +30,7 @@ from ssp.publisher import (
     Teardown,
     logs_cascaded_deletes,
 )
-from ssp.reaper import MIN_PER_TXN, REAP, EdgeReaper
+from ssp.reaper import MIN_PER_TXN, REAP, SLOW_SECS, EdgeReaper
 from ssp.shards import shard_of
 from tests.support.fakedb import FakeDb
 
@@ -371,6 +371,36 @@ async def test_the_reaper_takes_only_its_busy_share_while_flushes_keep_coming() 
     try:
         await asyncio.wait_for(done.wait(), timeout=10)
         await asyncio.sleep(0)  # (the loop books the transaction right after it returns)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert reaper.figures()["busy_transactions"] == 1, reaper.figures()
+
+
+class _IdlePublication(_SteadyPublication):
+    """Publication with nothing to do for a while (the scheduler's next batch is not in)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_flush = 0.0
+
+
+async def test_a_slow_reap_transaction_counts_as_busy_while_publication_is_idle() -> None:
+    # Between two batches from the scheduler the publisher is idle while the application
+    # keeps the database loaded: a reap transaction slower than SLOW_SECS says so.
+    done = asyncio.Event()
+
+    class SlowDb(FakeDb):
+        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+            out = await super().transaction(stmts)
+            done.set()
+            return out
+    reaper = EdgeReaper(SlowDb(delay=SLOW_SECS + 0.01), _IdlePublication())
+    reaper.add("query:v", _edges("v", "e", range(3)))
+    task = asyncio.create_task(reaper.run())
+    try:
+        await asyncio.wait_for(done.wait(), timeout=10)
+        await asyncio.sleep(0)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
