@@ -329,8 +329,6 @@ class Publisher:
         self.pending_ops = 0
         self.flushers = flushers
         self._inflight: set[str] = set()  # views held by a running flush or by `hold`
-        # monotonic time the last flush with statements ended (the reaper's test of a steady load)
-        self.last_flush = 0.0
         self._changed = asyncio.Condition()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -561,8 +559,6 @@ class Publisher:
         try:
             return await self._commit(batch)
         finally:
-            if batch.stmts:
-                self.last_flush = time.monotonic()
             async with self._changed:
                 self._inflight.difference_update(batch.views)
                 self._changed.notify_all()

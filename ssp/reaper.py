@@ -13,24 +13,14 @@ events/s: ~11 a second, against ~300 a second whose row was deleted, edges the b
 leaves in the database unless run with `--app-deletes`). The reaper deletes them while
 publication leaves the database time, so the edge tables converge to "one row per member":
 
-- it runs while publication is idle (nothing to write, no flush for `IDLE_AFTER_SECS`), one
-  transaction at a time, sized to take
-  about `TARGET_SECS` (the number of edges adapts to the measured cost per edge, but is at
-  least `MIN_PER_TXN`: a loaded database's wait is paid per request), and rests as
+- it runs while no flush is in flight and publication is not falling behind (the oldest
+  pending mark younger than the throttle window), one transaction at a time, sized to take
+  about `TARGET_SECS` (the number of edges adapts to the measured cost per edge), and rests as
   long as the transaction took before the next one: at most about half of one database worker;
 - under a steady load publication is never quiet, and a reaper that waited for quiet would let
   retired edges (rows in the database) pile up for as long as the load lasts. So it also takes
   a guaranteed share, `BUSY_SHARE` of the time, while publication is busy: after such a
-  transaction it rests (1 - share) / share times as long as the transaction took. Busy means
-  a flush in flight, any mark pending or a flush ended less than `IDLE_AFTER_SECS` ago: "no
-  pending mark older than the throttle window" (`Publisher.quiet`, the reconciler's test) and
-  even "nothing pending" held most of the time in issue 31's steady soak (marks come in
-  batches, a flush takes them all), and there the reaper took half the time for DELETEs,
-  the dearest request the host serves (`loadtests/probe_host_costs.py`, engine CPU with 200
-  edge tables: ~2.8 ms a request plus ~1.4 ms an edge, against ~0.4 ms for an application's
-  single-row UPDATE). A transaction slower than `SLOW_SECS` counts as busy too: publication
-  may be idle between two batches from the scheduler while the application keeps the
-  database loaded (the soak: 250-390 ms for 20 edges, against ~30 ms unloaded);
+  transaction it rests (1 - share) / share times as long as the transaction took;
 - `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
   RELATE cleared `removed`) stays; the views of the edges it deletes are held
   (`Publisher.claim`) so no flush writes them during its transaction;
@@ -70,12 +60,7 @@ class Publication(Protocol):
 
     dropped: set[str]
 
-    last_flush: float  # monotonic time the last flush with statements ended
-
     def quiet(self) -> bool: ...
-
-    @property
-    def pending(self) -> bool: ...
 
     def claim(self, view_id: str) -> bool: ...
 
@@ -89,21 +74,10 @@ REAP = "DELETE $ids WHERE removed = true RETURN NONE"
 REFILL = "SELECT id, in FROM {table} WHERE removed = true LIMIT $n"
 TARGET_SECS = 0.025  # one reap transaction
 MAX_PER_TXN = 500
-# The fewest edges one reap transaction takes when that many are queued. The cost per edge is
-# measured as the transaction's wall time over its edges, and in a loaded database most of
-# that time is the request's wait, whatever its size: issue 31's soak measured 45-156 ms "per
-# edge", so each transaction took ONE edge, ~10 requests a second for ~6 edges a second. The
-# wait is paid per request, so a floor makes it per batch; the rest after a transaction still
-# scales with how long it took, so the reaper's share of the database's time is unchanged.
-MIN_PER_TXN = 20
 MAX_QUEUED = 20_000  # edges in memory (~2.4 MB); more wait in the database (docstring)
 REFILL_ROWS = 2_000
 IDLE_POLL_SECS = 0.02
-BUSY_SHARE = 0.05  # of the time the reaper takes while publication is busy (docstring)
-IDLE_AFTER_SECS = 1.0  # publication is idle this long after its last flush (docstring)
-# A reap transaction slower than this says the database is loaded (docstring): twice the time
-# the reaper aims at, which MIN_PER_TXN edges take on an unloaded host with ~200 edge tables.
-SLOW_SECS = 2 * TARGET_SECS
+BUSY_SHARE = 0.1  # of the time the reaper takes while publication is busy (docstring)
 
 
 @dataclass
@@ -211,22 +185,18 @@ class EdgeReaper:
     async def run(self) -> None:
         """Reap forever (the publisher's `start` runs it, `stop` cancels it)."""
         busy_turn = 0.0  # monotonic time of the next transaction taken while busy
-        slow = False  # the last transaction took longer than SLOW_SECS
         while True:
             if not self._scanned:
                 await self.scan_tables()
             if not self._queue and not self.overflow:
                 self._wake.clear()
                 await self._wake.wait()
-            pub = self.publisher
-            quiet = (pub.quiet() and not pub.pending
-                     and time.monotonic() - pub.last_flush >= IDLE_AFTER_SECS)
-            if (slow or not quiet) and time.monotonic() < busy_turn:
+            quiet = self.publisher.quiet()
+            if not quiet and time.monotonic() < busy_turn:
                 await asyncio.sleep(IDLE_POLL_SECS)
                 continue
             took = await self.reap_once() if self._queue else await self.refill_once()
-            slow = took > SLOW_SECS
-            if quiet and not slow:
+            if quiet:
                 # Rest as long as the transaction took: the database's other writers
                 # (flushes, the application) keep at least half of its time.
                 await asyncio.sleep(max(took, IDLE_POLL_SECS))
@@ -289,7 +259,7 @@ class EdgeReaper:
     async def reap_once(self) -> float:
         """One reap transaction over the oldest queued edges whose views no flush holds;
         returns how long it took (0 when nothing could be taken)."""
-        want = max(MIN_PER_TXN, min(MAX_PER_TXN, int(TARGET_SECS / self._per_edge)))
+        want = max(1, min(MAX_PER_TXN, int(TARGET_SECS / self._per_edge)))
         views: set[str] = set()
         ids: list[RecordID] = []
         taken: list[tuple[str, list[str]]] = []  # (view, its members taken)

@@ -4,7 +4,6 @@ admission (slots, pending operations) and the publisher's coalescing and retry r
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +29,7 @@ from ssp.publisher import (
     Teardown,
     logs_cascaded_deletes,
 )
-from ssp.reaper import MIN_PER_TXN, REAP, SLOW_SECS, EdgeReaper
+from ssp.reaper import REAP, EdgeReaper
 from ssp.shards import shard_of
 from tests.support.fakedb import FakeDb
 
@@ -306,14 +305,9 @@ class _BusyPublication:
 
     def __init__(self) -> None:
         self.dropped: set[str] = set()
-        self.last_flush = time.monotonic()
 
     def quiet(self) -> bool:
         return False
-
-    @property
-    def pending(self) -> bool:
-        return True
 
     def claim(self, view_id: str) -> bool:
         return True
@@ -342,71 +336,6 @@ async def test_the_reaper_takes_its_share_while_publication_is_never_quiet() -> 
     assert figures["busy_transactions"] >= 1 and db.transactions[0][0][0] == REAP
 
 
-class _SteadyPublication(_BusyPublication):
-    """A steady load as issue 31's soak shows it to the reaper between two flushes: no flush
-    in flight, no mark pending (a flush took them all), but a flush ended just now."""
-
-    def quiet(self) -> bool:
-        return True
-
-    @property
-    def pending(self) -> bool:
-        return False
-
-
-async def test_the_reaper_takes_only_its_busy_share_while_flushes_keep_coming() -> None:
-    # `quiet` (and even "nothing pending") held most of the time under the soak's steady load,
-    # and the reaper then rested only as long as its DELETE took: half of the time for the
-    # host's dearest request.
-    done = asyncio.Event()
-
-    class SignallingDb(FakeDb):
-        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
-            out = await super().transaction(stmts)
-            done.set()
-            return out
-    reaper = EdgeReaper(SignallingDb(), _SteadyPublication())
-    reaper.add("query:v", _edges("v", "e", range(3)))
-    task = asyncio.create_task(reaper.run())
-    try:
-        await asyncio.wait_for(done.wait(), timeout=10)
-        await asyncio.sleep(0)  # (the loop books the transaction right after it returns)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    assert reaper.figures()["busy_transactions"] == 1, reaper.figures()
-
-
-class _IdlePublication(_SteadyPublication):
-    """Publication with nothing to do for a while (the scheduler's next batch is not in)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last_flush = 0.0
-
-
-async def test_a_slow_reap_transaction_counts_as_busy_while_publication_is_idle() -> None:
-    # Between two batches from the scheduler the publisher is idle while the application
-    # keeps the database loaded: a reap transaction slower than SLOW_SECS says so.
-    done = asyncio.Event()
-
-    class SlowDb(FakeDb):
-        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
-            out = await super().transaction(stmts)
-            done.set()
-            return out
-    reaper = EdgeReaper(SlowDb(delay=SLOW_SECS + 0.01), _IdlePublication())
-    reaper.add("query:v", _edges("v", "e", range(3)))
-    task = asyncio.create_task(reaper.run())
-    try:
-        await asyncio.wait_for(done.wait(), timeout=10)
-        await asyncio.sleep(0)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    assert reaper.figures()["busy_transactions"] == 1, reaper.figures()
-
-
 def _edges(view: str, table: str, keys: range) -> list[RecordID]:
     return [RecordID(table, [RecordID("_00_query", view), RecordID("post", i)]) for i in keys]
 
@@ -423,20 +352,6 @@ async def test_views_take_turns_in_the_reaper_so_a_busy_view_starves_none() -> N
     second = db.transactions[1][0][1]["ids"]
     assert _edges("b", "e", range(1))[0] in second, second
     assert reaper.figures()["queued"] == 101 - sum(len(t[0][1]["ids"]) for t in db.transactions)
-
-
-async def test_a_slow_database_does_not_shrink_reap_transactions_to_one_edge() -> None:
-    # The reaper sizes a transaction by its measured time per edge, and a loaded database's
-    # wait is most of a request's time: 60 ms for 25 edges read as 2.4 ms an edge, so the next
-    # transaction took 10, then 1 (issue 31's soak: ~10 one-edge DELETE requests a second).
-    # What is queued goes in batches of at least MIN_PER_TXN however slow the answers come.
-    db = FakeDb(delay=0.06)
-    reaper = EdgeReaper(db, _BusyPublication())
-    reaper.add("query:a", _edges("a", "e", range(25 + 2 * MIN_PER_TXN)))
-    for _ in range(3):
-        await reaper.reap_once()
-    sizes = [len(t[0][1]["ids"]) for t in db.transactions]
-    assert sizes == [max(MIN_PER_TXN, 25)] + [MIN_PER_TXN] * 2, sizes
 
 
 async def test_an_edge_retired_into_a_table_while_its_refill_reads_it_is_not_forgotten() -> None:
