@@ -706,3 +706,42 @@ def make_case(seed: int, views: int = 5, writes: int = 25) -> Case:
     rows = make_rows(r)
     return Case(rows=rows, views=[make_view(r) for _ in range(views)],
                 writes=make_writes(r, rows, writes), note=f"seed {seed}")
+
+
+def parametrised_case(surql: str, r: random.Random, note: str, views: int = 3,
+                      writes: int = 40) -> Case:
+    """`views` views of `surql` (random `$c`, `$a` and, when it names one, `$s`) over random
+    rows, then `writes` random writes: the random-write differential case of a view shape."""
+    rows = make_rows(r)
+    made = []
+    for _ in range(views):
+        params: dict[str, Any] = {"c": r.choice([-100, *NUMBERS]), "a": r.choice(NUMBERS)}
+        if "$s" in surql:
+            params["s"] = r.sample(STATUSES, 2)
+        made.append(View(surql, params))
+    return Case(rows=rows, views=made, writes=make_writes(r, rows, writes), note=note,
+                check_updated=True)
+
+
+def linked_rows_and_writes(r: random.Random, thread: Any, comment: Any, comments: int,
+                           writes: int = 40) -> tuple[dict[str, list[dict[str, Any]]],
+                                                     list[Event]]:
+    """Rows thread:0-5 and comment:0-(comments - 1) made by `thread(i)` / `comment(i)`, then
+    `writes` random writes: creates of ids up to 7 / comments + 2, updates, deletes (15% of
+    the writes to an existing row), so links may point at rows that come and go."""
+    rows = {"thread": [thread(i) for i in range(6)],
+            "comment": [comment(i) for i in range(comments)]}
+    present = {("thread", i) for i in range(6)} | {("comment", i) for i in range(comments)}
+    out: list[Event] = []
+    for _ in range(writes):
+        table = "thread" if r.random() < 0.5 else "comment"
+        i = r.randint(0, 7 if table == "thread" else comments + 2)
+        key = (table, i)
+        if key in present and r.random() < 0.15:
+            out.append((table, "DELETE", RecordID(table, i), None))
+            present.discard(key)
+            continue
+        row = thread(i) if table == "thread" else comment(i)
+        out.append((table, "UPDATE" if key in present else "CREATE", RecordID(table, i), row))
+        present.add(key)
+    return rows, out

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from surrealdb import RecordID
 
-from tests.engine.codec import Case, View, dump_case
-from tests.engine.gen import NUMBERS, STATUSES, make_rows, make_writes
+from tests.engine.codec import dump_case
+from tests.engine.gen import parametrised_case
 from tests.engine.runner import engine_api, run_case
 
 UNCORRELATED = ("(SELECT id, votes FROM comment WHERE votes >= $a ORDER BY votes DESC, id "
@@ -311,17 +311,8 @@ FANOUT_SHAPES = [
 @pytest.mark.parametrize("shape", range(len(FANOUT_SHAPES)))
 def test_uncorrelated_subqueries_under_random_writes_agree_with_surrealdb(shape: int,
                                                                           seed: int) -> None:
-    surql = FANOUT_SHAPES[shape]
-    r = random.Random(74_000 + 10 * shape + seed)
-    rows = make_rows(r)
-    views = []
-    for _ in range(3):
-        params: dict[str, Any] = {"c": r.choice([-100, *NUMBERS]), "a": r.choice(NUMBERS)}
-        if "$s" in surql:
-            params["s"] = r.sample(STATUSES, 2)
-        views.append(View(surql, params))
-    case = Case(rows=rows, views=views, writes=make_writes(r, rows, 40),
-                note=f"fan-out shape {shape} seed {seed}", check_updated=True)
+    case = parametrised_case(FANOUT_SHAPES[shape], random.Random(74_000 + 10 * shape + seed),
+                             f"fan-out shape {shape} seed {seed}")
     mismatch = run_case(case, check_updated=True)
     assert mismatch is None, f"{mismatch}\n{dump_case(case)}"
 

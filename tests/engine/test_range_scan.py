@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from surrealdb import RecordID
 
-from tests.engine.codec import Case, Event, View
+from tests.engine.codec import Case, View
+from tests.engine.gen import linked_rows_and_writes
 from tests.engine.runner import engine_api, run_case
 
 VIEWS = [
@@ -87,20 +88,7 @@ def _case(seed: int, surql: str) -> Case:
             row["thread"] = [RecordID("thread", r.randint(0, 5))]
         return row
 
-    rows = {"thread": [thread(i) for i in range(6)], "comment": [comment(i) for i in range(16)]}
-    present = {("thread", i) for i in range(6)} | {("comment", i) for i in range(16)}
-    writes: list[Event] = []
-    for _ in range(40):
-        table = "thread" if r.random() < 0.5 else "comment"
-        i = r.randint(0, 7 if table == "thread" else 18)
-        key = (table, i)
-        if key in present and r.random() < 0.15:
-            writes.append((table, "DELETE", RecordID(table, i), None))
-            present.discard(key)
-            continue
-        row = thread(i) if table == "thread" else comment(i)
-        writes.append((table, "UPDATE" if key in present else "CREATE", RecordID(table, i), row))
-        present.add(key)
+    rows, writes = linked_rows_and_writes(r, thread, comment, 16)
     return Case(rows=rows, views=[View(surql, dict(p)) for p in PARAMS], writes=writes,
                 note=f"range {seed}: {surql}", check_updated=True)
 

@@ -22,7 +22,7 @@ import pytest
 from surrealdb import RecordID
 
 from tests.engine.codec import Case, View, dump_case
-from tests.engine.gen import NUMBERS, STATUSES, make_rows, make_writes
+from tests.engine.gen import NUMBERS, make_rows, make_writes, parametrised_case
 from tests.engine.runner import engine_api, run_case
 
 PEERS = ("SELECT id, (SELECT id, title, (SELECT id, votes FROM comment WHERE thread = "
@@ -138,17 +138,8 @@ ROWWISE_SHAPES = [
 @pytest.mark.parametrize("shape", range(len(ROWWISE_SHAPES)))
 def test_rowwise_windows_under_random_writes_agree_with_surrealdb(shape: int,
                                                                   seed: int) -> None:
-    surql = ROWWISE_SHAPES[shape]
-    r = random.Random(33_130 + 10 * shape + seed)
-    rows = make_rows(r)
-    views = []
-    for _ in range(3):
-        params: dict[str, Any] = {"c": r.choice([-100, *NUMBERS]), "a": r.choice(NUMBERS)}
-        if "$s" in surql:
-            params["s"] = r.sample(STATUSES, 2)
-        views.append(View(surql, params))
-    case = Case(rows=rows, views=views, writes=make_writes(r, rows, 40),
-                note=f"rowwise shape {shape} seed {seed}", check_updated=True)
+    case = parametrised_case(ROWWISE_SHAPES[shape], random.Random(33_130 + 10 * shape + seed),
+                             f"rowwise shape {shape} seed {seed}")
     mismatch = run_case(case, check_updated=True)
     assert mismatch is None, f"{mismatch}\n{dump_case(case)}"
 
