@@ -53,11 +53,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from surrealdb import RecordID  # noqa: E402
-from surrealdb_embedded import SyncEmbeddedDB  # noqa: E402
 
-from dbclient.cbor import decode, encode  # noqa: E402
 from dbclient.database import build_transaction  # noqa: E402
 from dbhost.live import now_versionstamp  # noqa: E402
+from loadtests.probe_host_storage import Engine as StorageEngine  # noqa: E402
 from ssp.publisher import RETIRE, UPSERT_FLAT  # noqa: E402
 from ssp.reaper import REAP  # noqa: E402
 from ssp.viewmetrics import DEFINE as METRICS_DEFINE  # noqa: E402
@@ -70,30 +69,13 @@ EDGE_TABLE = ("DEFINE TABLE IF NOT EXISTS {t} TYPE RELATION SCHEMALESS CHANGEFEE
               "FOR create, update, delete NONE")
 TABLE = "_00_list_ref_user_u0"
 VIEW = RecordID("_00_query", "v0")
-_ids = itertools.count()
 
 
-class Engine:
-    """One embedded engine on `mem://`, database t/t."""
+class Engine(StorageEngine):
+    """One embedded engine on `mem://`, database t/t (`probe_host_storage.Engine`)."""
 
     def __init__(self) -> None:
-        self.db = SyncEmbeddedDB("mem://")
-        self.db.connect()
-        self.call("use", ["t", "t"])
-
-    def call(self, method: str, params: list[Any]) -> Any:
-        reply = decode(self.db.execute(encode({"id": next(_ids), "method": method,
-                                               "params": params})))
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return reply["result"]
-
-    def run(self, text: str, params: dict[str, Any] | None = None) -> list[Any]:
-        out = self.call("query", [text, params or {}])
-        for st in out:
-            if st["status"] != "OK":
-                raise RuntimeError(str(st["result"])[:300])
-        return [st["result"] for st in out]
+        super().__init__("mem://")
 
     def txn(self, stmts: list[tuple[str, dict[str, Any] | None]]) -> list[Any]:
         sql, merged = build_transaction(stmts)
