@@ -47,8 +47,7 @@ from typing import Any
 from surrealdb import RecordID
 
 from dbclient.errors import DbError
-from engine.hashing import bytes_hash
-from engine.value_bytes import canonical_bytes
+from engine.hashing import bytes_hash, row_hash
 from engine.values import NONE, parse_record_id, record_id_text
 from engine.versions import rv_is_stale
 
@@ -81,7 +80,7 @@ def applies_to(table: str, record: Any) -> bool:
 
 def digest(row: Mapping[str, Any] | None) -> int:
     """The canonical bytes' hash of a row, `ABSENT` for none."""
-    return ABSENT if row is None else bytes_hash(canonical_bytes(row))
+    return ABSENT if row is None else row_hash(row)
 
 
 @dataclass

@@ -1194,38 +1194,14 @@ class Join:
                 w.members = None
                 self._extras(w)
                 return True
-        a = bisect_left(entries, w.lo) if w.lo is not None else 0
-        b = bisect_left(entries, w.hi) if w.hi is not None else len(entries)
-        limit = w.limit
         rows_of = self.store.table(self.table).rows
-        cut: Any = w.hi
-        if self.spec.resid is None:
-            if limit is not None and a + limit <= b:
-                ids = entries[a:a + limit]
-                cut = ids[-1]
-            else:
-                ids = entries[a:b]
-            self.sliced += len(ids)
-        else:
-            # the residual asked of the rows between the bounds, for the window's parent
-            # (one context for all: a residual that read another record gives the window up)
-            resid = self.spec.resid
-            par = w.par
-            if par is None:
-                return None
-            S = self.S
-            rcx = Cx(self.store)
-            ids = []
-            for i in range(a, b):
-                x = entries[i]
-                self.sliced += 1
-                if resid(rows_of[x[-1]], S, par, rcx):
-                    ids.append(x)
-                    if limit is not None and len(ids) == limit:
-                        cut = x
-                        break
-            if rcx.reads or rcx.subs or rcx.extra:
-                return None
+        if self.spec.resid is not None and w.par is None:
+            return None
+        # the residual asked of the rows between the bounds, for the window's parent (one
+        # context for all: a residual that read another record gives the window up)
+        ids, cut, rcx = self._slice(g, w.lo, w.hi, 0, w.limit, rows_of, self.S, w.par)
+        if rcx is not None and (rcx.reads or rcx.subs or rcx.extra):
+            return None
         me = e[-1]
         pos: dict[str, int] = {x[-1]: i for i, x in enumerate(old)}
         dirty = w.dirty

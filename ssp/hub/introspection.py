@@ -30,6 +30,7 @@ from ssp.shards import ShardDown, ShardError
 
 if TYPE_CHECKING:
     from ssp.hub.state import HubState
+    from ssp.hub.visibility import Visibility
 
 
 #: Frames per traced allocation once tracing starts (`start_hub_tracing`); 0: never.
@@ -243,11 +244,11 @@ class Introspection:
 
     def __init__(self, state: HubState, version: str,
                  reconcile: ReconcileStats | None = None,
-                 visibility: Any = None) -> None:
+                 visibility: Visibility | None = None) -> None:
         self.state = state
         self.version = version
         self.reconcile = reconcile or ReconcileStats()
-        self.visibility = visibility  # ssp.hub.visibility.Visibility (its counters)
+        self.visibility = visibility  # its counters
 
     async def health(self, req: dict[str, Any]) -> dict[str, Any]:
         s = self.state
