@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import decimal
 import io
+from collections.abc import Iterator, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -161,8 +162,104 @@ def _tag_hook(tag: Any, immutable: bool) -> Any:
 
 
 def decode(data: bytes) -> Any:
-    """One value in SurrealDB's CBOR dialect (what the SDK's decoder returns)."""
+    """One value in SurrealDB's CBOR dialect (what the SDK's decoder returns).
+
+    A query reply holding `SHOW CHANGES` sets comes back with each set's `changes` as a
+    :class:`LazyChanges` (see there); every other value is decoded whole."""
+    if _FEED_KEY in data:
+        reply = _decode_feed_reply(data)
+        if reply is not None:
+            return reply
     return cbor2.loads(data, tag_hook=_tag_hook)
+
+
+# The text key every `SHOW CHANGES` set carries, as CBOR writes it (a 12-byte text string):
+# a reply without these bytes holds no change set. A reply with them that is not one (the
+# word in application data) is decoded whole, after one wasted shallow decode.
+_FEED_KEY = b"\x6cversionstamp"
+_SET_KEYS = frozenset(("versionstamp", "changes"))
+# What a change holds (core 3.2.4: a CREATE `update`, an UPDATE `current` + `update` patches
+# with INCLUDE ORIGINAL, a DELETE `delete`, a table definition `define_table`). A kind this
+# list does not know makes the reply decode whole: slower, never wrong.
+_CHANGE_KINDS = frozenset(("update", "current", "delete", "define_table"))
+
+
+class LazyChanges(Sequence[Any]):
+    """One `SHOW CHANGES` set's changes, decoded shallowly (:func:`decode_shallow`) and built
+    into SDK values only when read.
+
+    Why: a database-wide feed read returns every table's changes, and a reader keeps a few
+    tables' (the scheduler's tail: the synced tables, not the edge tables the SSPs write, which
+    are most of the feed under load). Building every change's record ids and values was ~70%
+    of the scheduler's time in issue 31's soak. A reader that knows this class splits `raw` by
+    table (`dbclient.feed.split_by_table(..., shallow=True)`) and builds only what it keeps
+    (:func:`materialize`); any other reader sees the plain list :func:`decode` would return."""
+
+    __slots__ = ("raw", "_built")
+
+    def __init__(self, raw: Sequence[Any]) -> None:
+        self.raw = raw
+        self._built: list[Any] | None = None
+
+    def built(self) -> list[Any]:
+        """Every change as :func:`decode` returns it (built once)."""
+        if self._built is None:
+            self._built = [materialize(c) for c in self.raw]
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.built()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.built())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyChanges):
+            other = other.built()
+        return self.built() == other
+
+    __hash__ = None  # type: ignore[assignment]  # a list-like value: unhashable, as a list is
+
+    def __repr__(self) -> str:
+        return repr(self.built())
+
+
+def _is_change_set(value: Any) -> bool:
+    """Whether a shallowly decoded value has the shape of a change set and nothing else (an
+    application's row that only looks like one would be a surprise to its reader)."""
+    if type(value) is not dict or value.keys() != _SET_KEYS:
+        return False
+    changes = value["changes"]
+    return (type(value["versionstamp"]) is int and type(changes) is list
+            and all(type(c) is dict and c and c.keys() <= _CHANGE_KINDS for c in changes))
+
+
+def _decode_feed_reply(data: bytes) -> dict[str, Any] | None:
+    """A query reply whose statements include `SHOW CHANGES` sets, with each set's changes
+    left lazy; None when `data` is not such a reply."""
+    raw = cbor2.loads(data)
+    if type(raw) is not dict or type(raw.get("result")) is not list:
+        return None
+    statements: list[Any] = []
+    found = False
+    for st in raw["result"]:
+        sets = st.get("result") if type(st) is dict else None
+        if type(sets) is list and sets and all(_is_change_set(s) for s in sets):
+            found = True
+            out = {k: materialize(v) for k, v in st.items() if k != "result"}
+            out["result"] = [{"versionstamp": materialize(s["versionstamp"]),
+                              "changes": LazyChanges(s["changes"])} for s in sets]
+            statements.append(out)
+        else:
+            statements.append(materialize(st))
+    if not found:
+        return None
+    reply = {k: materialize(v) for k, v in raw.items() if k != "result"}
+    reply["result"] = statements
+    return reply
 
 
 def decoder(fp: Any) -> Any:

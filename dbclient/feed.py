@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from cbor2 import CBORTag
 from surrealdb import RecordID
 
-from dbclient.cbor import TAG_RECORD_ID
+from dbclient.cbor import TAG_RECORD_ID, LazyChanges, materialize
 from engine.values import record_id_text
 
 if TYPE_CHECKING:
@@ -187,7 +187,13 @@ async def read_round(db: Database, cursors: Mapping[str, int],
         for s in got:
             vs = int(s["versionstamp"])
             last = vs
-            by_table = split_by_table(s.get("changes") or [])
+            changes_of = s.get("changes") or []
+            # Changes decoded lazily (`dbclient.cbor.LazyChanges`) are split while still
+            # shallow, and only the kept tables' are built: most of a busy feed is other
+            # tables' (the SSPs' edges).
+            lazy = isinstance(changes_of, LazyChanges)
+            by_table = (split_by_table(changes_of.raw, shallow=True)
+                        if isinstance(changes_of, LazyChanges) else split_by_table(changes_of))
             entries += len(by_table)
             for table, changes in by_table.items():
                 floor = floors.get(table)
@@ -196,6 +202,8 @@ async def read_round(db: Database, cursors: Mapping[str, int],
                 if vs in (seen.get(table) or ()):
                     continue
                 taken.add((vs, table))
+                if lazy:
+                    changes = [materialize(c) for c in changes]
                 out.sets.append((vs, table, {"versionstamp": vs, "changes": changes}))
         if last is not None:
             out.horizon = last
