@@ -155,7 +155,8 @@ def split_by_table(changes: Iterable[Mapping[str, Any]], *,
 async def read_round(db: Database, cursors: Mapping[str, int],
                      seen: Mapping[str, Iterable[int] | set[int]], *, limit: int,
                      overlap_vs: int, page: int = ENGINE_PAGE_MAX,
-                     min_vs: int = 0, floors: Mapping[str, int] | None = None) -> FeedRound:
+                     min_vs: int = 0, floors: Mapping[str, int] | None = None,
+                     ceilings: Mapping[str, int] | None = None) -> FeedRound:
     """Read the database's feed from the lowest `cursors[t] - overlap_vs`; return the sets of
     the tables in `cursors` not read before, in commit order (versionstamp, then table).
 
@@ -169,7 +170,9 @@ async def read_round(db: Database, cursors: Mapping[str, int],
     overlap does not reach back past a restore, see `FeedCursor.reset`).
 
     `floors` (table -> lowest versionstamp to read) replaces `cursors[t] - overlap_vs` when
-    given (`FeedCursor`'s short reads and sweeps).
+    given (`FeedCursor`'s short reads and sweeps). `ceilings` (table -> highest versionstamp
+    to take) bounds a read that need not reach the end of the feed (`FeedCursor.sweep_read`):
+    paging stops once every table's ceiling was passed.
     """
     page = max(1, min(page, ENGINE_PAGE_MAX))
     out = FeedRound()
@@ -199,6 +202,8 @@ async def read_round(db: Database, cursors: Mapping[str, int],
                 floor = floors.get(table)
                 if floor is None or vs < floor or (vs, table) in taken:
                     continue
+                if ceilings is not None and vs > ceilings.get(table, vs):
+                    continue
                 if vs in (seen.get(table) or ()):
                     continue
                 taken.add((vs, table))
@@ -211,6 +216,8 @@ async def read_round(db: Database, cursors: Mapping[str, int],
                 out.first_page = last
         if last is None or entries < page:
             return out  # the scan reached the end of the feed
+        if ceilings is not None and last > max(ceilings.values(), default=last):
+            return out  # past every ceiling: what lies beyond is not this read's
         if last == since:
             # One transaction with at least a page of entries: SHOW CHANGES cannot page inside
             # a versionstamp, so the entries past the page are out of reach. Skip it loudly.
@@ -375,8 +382,12 @@ class FeedCursor:
         self.marks = {}
         self.floor = base if floor else 0
 
-    async def read(self, db: Database, tables: Iterable[str] | None = None) -> FeedRound:
-        """The next round of `tables` (default: every table with a cursor); moves nothing."""
+    async def read(self, db: Database, tables: Iterable[str] | None = None, *,
+                   sweeps: bool = True) -> FeedRound:
+        """The next round of `tables` (default: every table with a cursor); moves nothing.
+
+        `sweeps=False`: the read never sweeps a table that has a mark; the caller sweeps apart
+        (:meth:`sweep_read`), so that a sweep's long read does not hold up new changes."""
         names = list(self.cursors) if tables is None else list(tables)
         cursors = {t: self.at(t) for t in names}
         if not self.sweeping:
@@ -384,8 +395,9 @@ class FeedCursor:
                                     overlap_vs=self.overlap_vs, min_vs=self.floor)
         window = self.window
         began = self._clock()
-        sweep = (any(window.sparse(c, self._prev.get(t, c)) for t, c in cursors.items())
-                 or began - self._swept_at >= window.sweep_secs)
+        sweep = sweeps and (
+            any(window.sparse(c, self._prev.get(t, c)) for t, c in cursors.items())
+            or began - self._swept_at >= window.sweep_secs)
         floors: dict[str, int] = {}
         swept: list[str] = []
         for t, c in cursors.items():
@@ -399,6 +411,56 @@ class FeedCursor:
         if sweep:
             rnd.swept_at = began
         return rnd
+
+    async def sweep_read(self, db: Database, tables: Iterable[str] | None = None) -> FeedRound:
+        """A sweep on its own: each marked table's window, from its mark (or cursor, if lower)
+        minus the overlap up to its cursor now, for sets not seen; moves nothing.
+
+        For a reader whose short reads go on meanwhile (`read(..., sweeps=False)`): what lies
+        above the cursors is theirs, and the argument of `SweepWindow` holds with the sweep
+        ending at the cursor it began with (a late commit that showed before the sweep began
+        lies below that cursor). A table without a mark is left to the short reads, which
+        read its whole window first. Absorb the result with :meth:`absorb_sweep`, after
+        dropping what became seen meanwhile (:meth:`unseen`)."""
+        names = list(self.cursors) if tables is None else list(tables)
+        window = self.window
+        began = self._clock()
+        floors: dict[str, int] = {}
+        ceilings: dict[str, int] = {}
+        for t in names:
+            mark = self.marks.get(t)
+            if mark is None or t not in self.cursors:
+                continue
+            floors[t], _ = window.start(self.cursors[t], mark, True)
+            ceilings[t] = self.cursors[t]
+        if not floors:
+            rnd = FeedRound(swept_at=began)
+            return rnd
+        rnd = await read_round(db, dict(ceilings), self.seen, limit=1 << 30,
+                               overlap_vs=self.overlap_vs, min_vs=self.floor, floors=floors,
+                               ceilings=ceilings)
+        rnd.marks = dict(ceilings)
+        rnd.swept_at = began
+        rnd.horizon = None  # a sweep moves no cursor
+        return rnd
+
+    def unseen(self, rnd: FeedRound) -> list[tuple[int, str, dict[str, Any]]]:
+        """`rnd`'s sets that are not seen (yet) and whose table is still followed."""
+        return [(vs, t, s) for vs, t, s in rnd.sets
+                if t in self.cursors and vs not in self.seen.get(t, ())]
+
+    def absorb_sweep(self, rnd: FeedRound, taken: Iterable[tuple[int, str, Any]]) -> None:
+        """Absorb a sweep once the sets it `taken` were handed on: they are seen, and each
+        swept table's mark moves to the cursor the sweep began with."""
+        for vs, table, _s in taken:
+            if table in self.cursors:
+                self.seen.setdefault(table, set()).add(vs)
+        for table, mark in rnd.marks.items():
+            if table in self.cursors:
+                self.marks[table] = max(mark, self.marks.get(table, mark))
+        if rnd.swept_at is not None:
+            self._swept_at = rnd.swept_at
+        trim_seen(self.seen, self.cursors, self.overlap_vs, self.marks)
 
     def advance(self, rnd: FeedRound, tables: Iterable[str] | None = None) -> None:
         """Absorb `rnd` (read for `tables`, default every table with a cursor): call only

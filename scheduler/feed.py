@@ -53,9 +53,9 @@ __all__ = ["ChangefeedTail", "disabled_status"]
 
 FEED_LIMIT = 1000  # new change sets per round (the engine pages 1000 feed entries per read)
 FEED_OVERLAP_VS = 2000 << 16  # a commit visible up to 2 s late is not lost
-# Each read re-reads only 100 ms; once a second a read sweeps the whole window from where
-# the last sweep began (dbclient.feed.SweepWindow): a commit more than 100 ms late comes at
-# most a second later. Re-reading the whole window on every doorbell cost the host ~250 KB a
+# Each read re-reads only 100 ms; once a second a sweep (its own task, `_sweep_loop`)
+# re-reads the whole window from where the last sweep began (dbclient.feed.SweepWindow): a
+# commit more than 100 ms late comes at most a second later. Re-reading the whole window on every doorbell cost the host ~250 KB a
 # read at 500 writes/s (issue 31).
 FEED_SHORT_VS = 100 << 16
 FEED_SWEEP_SECS = 1.0
@@ -128,7 +128,10 @@ class ChangefeedTail:
         self._gap_called_at = float("-inf")
         self._gap_handled = False
         self._lock = asyncio.Lock()
-        self._sweep_owed = False  # the last round was a short read (`_run`)
+        self._sweep_owed = False  # short reads ran since the last sweep (`_sweep_loop`)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._gen = 0  # bumped by `reset`: a sweep read before it is dropped
+        self.sweeps = 0
         self._load()
 
     # ------------------------------------------------------------------ state file
@@ -167,6 +170,9 @@ class ChangefeedTail:
         if self._task is None or self._task.done():
             self._last_ok = time.monotonic()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="changefeed")
+        if self.cursor.sweeping and (self._sweeper is None or self._sweeper.done()):
+            self._sweeper = asyncio.get_running_loop().create_task(
+                self._sweep_loop(), name="changefeed-sweep")
 
     async def stop(self) -> None:
         """Stop the loop and the doorbell; the cursor file keeps the position.
@@ -176,6 +182,9 @@ class ChangefeedTail:
         (``dbclient.tasks``); a bare ``await task`` waited forever, and a restore's
         ``hold_for_restore`` with it. A cancel of the caller is not swallowed."""
         task, self._task = self._task, None
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            await stop_loops(sweeper)
         if task is not None:
             await stop_loops(task)
             # The cursor in memory holds exactly what was submitted (it advances only after a
@@ -203,6 +212,7 @@ class ChangefeedTail:
         """Restart every cursor at `since_ms` (the start of a re-clone) and clear the gap; with
         `floor` (after a restore) the re-read overlap never reaches below it (FeedCursor.reset)."""
         async with self._lock:
+            self._gen += 1
             self.cursor.reset(since_ms << 16, floor=floor)
             self.synced_ms = since_ms
             self.gap = False
@@ -249,12 +259,57 @@ class ChangefeedTail:
                 except Exception as e:  # a submit failure: retried from the same cursor
                     self.last_error = f"changefeed round failed: {type(e).__name__}: {e}"
                     log.exception("changefeed round failed")
-            # After reads that were not sweeps, a sweep is owed: a commit more than the short
-            # re-read late is found only by one, and a quiet feed rings no doorbell for it.
-            wait = min(self.poll_secs, FEED_SWEEP_SECS) if self._sweep_owed else self.poll_secs
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await asyncio.wait_for(self._wake.wait(), self.poll_secs)
             self._wake.clear()
+
+    async def _sweep_loop(self) -> None:
+        """Sweeps apart from the short reads (`dbclient.feed.FeedCursor.sweep_read`).
+
+        A sweep re-reads the whole re-read window (2 s of every table's feed, the SSPs' edges
+        included) to find commits that showed late. Done inside the tail's rounds, it held up
+        every new change behind it: in issue 31's soak the sweeps took 64% of the tail's time
+        under load and a change waited 2.8 s (p50) to be submitted. Here the short reads go on
+        while a sweep reads; only its submit takes the tail's lock. A sweep is owed after
+        short reads (a commit more than the short re-read late is found only by one, and a
+        quiet feed rings no doorbell for it) and runs at most every `sweep_secs`."""
+        while True:
+            await asyncio.sleep(self.cursor.sweep_secs)
+            if self.gap or not self._sweep_owed:
+                continue
+            try:
+                await self.sweep()
+            except DbError as e:
+                self._sweep_owed = True
+                log.warning("changefeed sweep failed: %s", e)
+            except Exception:  # a submit failure: the sweep runs again
+                self._sweep_owed = True
+                log.exception("changefeed sweep failed")
+
+    async def sweep(self) -> int:
+        """One sweep of every followed table's window; returns the (late) events submitted."""
+        gen = self._gen
+        tables = list(self._tables)
+        self._sweep_owed = False
+        rnd = await self.cursor.sweep_read(self.db, tables)
+        async with self._lock:
+            if gen != self._gen or self.gap:
+                return 0  # the cursor was reset meanwhile: this sweep read the old one
+            fresh = self.cursor.unseen(rnd)
+            events: list[Event] = []
+            for _vs, table, s in fresh:
+                for ch in s.get("changes") or []:
+                    ev = feed_change(table, ch)
+                    if ev is not None:
+                        events.append(_event(*ev))
+            if events:
+                await self._submit(events)
+                self._records.append((time.monotonic(), len(events)))
+            self.cursor.absorb_sweep(rnd, fresh)
+            self.sweeps += 1
+            if fresh:
+                await self._persist()
+            return len(events)
 
     async def _ensure_doorbell(self) -> None:
         if self.doorbell_table is None or self._live is not None:
@@ -328,7 +383,7 @@ class ChangefeedTail:
             return total
 
     async def _round(self, tables: list[str]) -> tuple[bool, int]:
-        rnd = await self.cursor.read(self.db, tables)
+        rnd = await self.cursor.read(self.db, tables, sweeps=False)
         events: list[Event] = []
         for _vs, table, s in rnd.sets:
             for ch in s.get("changes") or []:
@@ -340,7 +395,7 @@ class ChangefeedTail:
             self._records.append((time.monotonic(), len(events)))
         # Only now: a submit that failed above leaves the round to be read again.
         self.cursor.advance(rnd, tables)
-        self._sweep_owed = self.cursor.sweeping and rnd.swept_at is None
+        self._sweep_owed = self.cursor.sweeping
         if rnd.oversized:
             self.oversized += len(rnd.oversized)
             self._round_note = (f"{self.oversized} transaction(s) held more changefeed entries "

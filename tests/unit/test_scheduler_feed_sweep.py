@@ -70,6 +70,70 @@ async def test_a_late_commit_on_a_quiet_feed_arrives_at_the_owed_sweep(tmp_path:
         await tail.stop()
 
 
+class SlowSweepDb(SimDb):
+    """A read of the tail's sweep task waits for `release`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.sweeping = asyncio.Event()
+
+    async def changes(self, table: str | None, since: int, limit: int = 1000) -> list[Any]:
+        task = asyncio.current_task()
+        if task is not None and task.get_name() == "changefeed-sweep":
+            self.sweeping.set()
+            await self.release.wait()
+        return await super().changes(table, since, limit)
+
+
+async def test_new_changes_arrive_while_a_sweep_is_still_reading(tmp_path: Path) -> None:
+    """Issue 31: a sweep re-reads 2 s of every table's feed; under load that read took over a
+    second, and new changes waited behind it. Now the sweep reads apart from the short reads:
+    a change committed while a sweep hangs arrives at once, and the late commit the sweep
+    was for arrives when it ends, once."""
+    db = SlowSweepDb()
+    got: list[str] = []
+    arrived = asyncio.Event()
+
+    async def submit(events: list[dict[str, Any]]) -> list[int]:
+        got.extend(e["id"] for e in events)
+        arrived.set()
+        return list(range(len(events)))
+
+    async def tables() -> list[str]:
+        return ["t"]
+
+    db.release.set()  # the first read reads the whole window (it marks the table)
+    db.show("zero")
+    tail = ChangefeedTail(db, submit, tmp_path / "cursor.json", tables,  # type: ignore[arg-type]
+                          poll_secs=60.0, doorbell_table=None)
+    await tail.start()
+    try:
+        await asyncio.wait_for(_until(lambda: "t:zero" in got), 10)
+        await asyncio.wait_for(_until(lambda: tail.sweeps >= 1 or not tail._sweep_owed), 10)
+        db.release.clear()
+        db.sweeping.clear()
+        db.show("first")
+        tail.wake()
+        await asyncio.wait_for(arrived.wait(), 10)
+        arrived.clear()
+        db.show("late", ms_ago=500)  # only a sweep finds it
+        await asyncio.wait_for(db.sweeping.wait(), 5 * feed_mod.FEED_SWEEP_SECS)
+        for key in ("during1", "during2"):  # the sweep hangs; new changes still come
+            db.show(key)
+            tail.wake()
+            await asyncio.wait_for(_until(lambda k=key: f"t:{k}" in got), 10)
+        assert "t:late" not in got
+        db.release.set()
+        await asyncio.wait_for(_until(lambda: "t:late" in got), 10)
+        await asyncio.wait_for(_until(lambda: tail.sweeps >= 2), 10)
+        assert sorted(got) == sorted(["t:zero", "t:first", "t:during1", "t:during2",
+                                      "t:late"])
+    finally:
+        db.release.set()
+        await tail.stop()
+
+
 async def _until(pred: Any) -> None:
     while not pred():
         await asyncio.sleep(0.01)
