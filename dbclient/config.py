@@ -94,6 +94,13 @@ def _redacted(raw: str) -> str:
     return raw
 
 
+# The session variable a connection of the view service sets when it opens (`DbConfig.lane`):
+# the database host lets the service's requests into its engine ahead of the application's
+# (`dbhost.admission`). Any other server keeps it as an unused variable.
+LANE_VARIABLE = "_00_lane"
+SERVICE_LANE = "service"
+
+
 @dataclass(frozen=True)
 class DbConfig:
     """How to reach and sign in to the database. Built once per process by the entry point."""
@@ -104,6 +111,9 @@ class DbConfig:
     namespace: str = DEFAULT_NAMESPACE
     database: str = DEFAULT_DATABASE
     timeout_secs: float = DEFAULT_TIMEOUT_SECS
+    # `SERVICE_LANE` for the scheduler's and the SSPs' connections (set by their config
+    # loaders); None for everyone else.
+    lane: str | None = None
 
     @property
     def ws_url(self) -> str:

@@ -28,7 +28,7 @@ from uuid import UUID
 from surrealdb import AsyncWsSurrealConnection, ServerError, SurrealError
 from websockets.exceptions import WebSocketException
 
-from dbclient.config import DbConfig
+from dbclient.config import LANE_VARIABLE, DbConfig
 from dbclient.errors import DbAuthError, DbConnectionError, DbError, DbQueryError, DbTimeout
 from dbclient.sql import (
     build_transaction,
@@ -203,6 +203,9 @@ class Database:
                 conn.signin({"username": cfg.user, "password": cfg.password}), remaining)
             remaining = max(0.05, deadline - time.monotonic())
             await asyncio.wait_for(conn.use(cfg.namespace, cfg.database), remaining)
+            if cfg.lane is not None:
+                remaining = max(0.05, deadline - time.monotonic())
+                await asyncio.wait_for(conn.let(LANE_VARIABLE, cfg.lane), remaining)
         except ServerError as e:
             await _close_quietly(conn)
             # The engine's message names the reason; it never contains the password.

@@ -30,7 +30,8 @@ async def serve(config: HostConfig, scratch: Path | None = None) -> int:
     """Open the engine, create the root user, serve until a stop signal; returns the exit code.
     `scratch`: the memory-only host's scratch directory (`dbhost.scratch`)."""
     url = config.engine_url(scratch)
-    engine = Engine(url, node=config.engine == "node", allow_net=config.allow_net)
+    engine = Engine(url, node=config.engine == "node", allow_net=config.allow_net,
+                    max_inflight=config.max_inflight)
     try:
         await engine.start()
     except Exception as exc:  # noqa: BLE001 - the engine raises its own types for storage

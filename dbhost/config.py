@@ -12,6 +12,10 @@ from ipc.envvars import host_port
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 DEFAULT_POLL_INTERVAL_MS = 100
+# Ordinary requests inside the engine at once (`dbhost.admission`): enough to keep the
+# engine's worker threads busy, few enough that the service's requests are not stuck behind
+# an application's hundred in-flight writes.
+DEFAULT_MAX_INFLIGHT = 8
 ENGINES = ("embedded", "node")
 
 
@@ -34,6 +38,7 @@ class HostConfig:
     log_level: str
     engine: str = "embedded"  # or "node": SurrealDB's Node build (`dbhost.nodeengine`)
     allow_net: tuple[str, ...] = ()  # network targets the node engine's http::* may reach
+    max_inflight: int = DEFAULT_MAX_INFLIGHT  # 0: no limit (`dbhost.admission`)
 
     def engine_url(self, scratch: Path | None = None) -> str:
         """The embedded engine's storage URL: `--path` DIR, else the scratch directory
@@ -56,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
                     "own RPC protocol (WebSocket /rpc with CBOR frames, HTTP POST /rpc).",
         epilog="Environment: SVC_DB_USER and SVC_DB_PASS (root user created on first start; "
                "required unless --insecure-default-root), SVC_DB_MAX_FRAME_BYTES, "
-               "SVC_DB_LIVE_POLL_MS, SVC_DB_LOG_LEVEL, SVC_DB_ENGINE, SVC_DB_ALLOW_NET.",
+               "SVC_DB_LIVE_POLL_MS, SVC_DB_LOG_LEVEL, SVC_DB_ENGINE, SVC_DB_ALLOW_NET, "
+               "SVC_DB_MAX_INFLIGHT.",
     )
     p.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT to listen on")
     where = p.add_mutually_exclusive_group()
@@ -69,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--live-poll-ms", type=int, default=None,
                    help="changefeed poll interval for LIVE queries, a fallback for writes that "
                         f"do not pass through this host (default {DEFAULT_POLL_INTERVAL_MS})")
+    p.add_argument("--max-inflight", type=int, default=None,
+                   help="ordinary requests inside the engine at once; the view service's "
+                        "connections go first (0: no limit; default "
+                        f"{DEFAULT_MAX_INFLIGHT})")
     p.add_argument("--insecure-default-root", action="store_true",
                    help="development only: without SVC_DB_USER/SVC_DB_PASS use root/root")
     p.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
@@ -117,6 +127,16 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> HostConfig:
                  else env.get("SVC_DB_MAX_FRAME_BYTES", DEFAULT_MAX_FRAME_BYTES))
     poll = (args.live_poll_ms if args.live_poll_ms is not None
             else env.get("SVC_DB_LIVE_POLL_MS", DEFAULT_POLL_INTERVAL_MS))
+    inflight_raw = (args.max_inflight if args.max_inflight is not None
+                    else env.get("SVC_DB_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT))
+    try:
+        max_inflight = int(inflight_raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"SVC_DB_MAX_INFLIGHT (--max-inflight) must be an integer, "
+                          f"got {inflight_raw!r}") from None
+    if max_inflight < 0:
+        raise ConfigError(f"SVC_DB_MAX_INFLIGHT (--max-inflight) must be 0 (no limit) or "
+                          f"more, got {max_inflight}")
     path = args.path.resolve() if args.path is not None else None
     engine = args.engine or env.get("SVC_DB_ENGINE", "") or "embedded"
     if engine not in ENGINES:
@@ -138,4 +158,5 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> HostConfig:
         log_level=(args.log_level or env.get("SVC_DB_LOG_LEVEL", "INFO")).upper(),
         engine=engine,
         allow_net=allow_net,
+        max_inflight=max_inflight,
     )

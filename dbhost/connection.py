@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from dbclient.cbor import decode, encode
+from dbclient.config import LANE_VARIABLE, SERVICE_LANE
 from dbhost.engine import Engine
 from dbhost.frames import (
     INVALID_PARAMS,
@@ -45,6 +46,9 @@ class RpcConnection:
         self.session = ""
         self.client_sessions: dict[str, str] = {}
         self.closed = False
+        # The view service's lane (`dbhost.admission`): declared by `let _00_lane = 'service'`,
+        # as `dbclient.Database` does for the scheduler's and the SSPs' connections.
+        self.service = False
 
     async def push(self, frame: bytes) -> None:
         """Push an id-less notification frame, ignoring a connection that is going away."""
@@ -102,11 +106,21 @@ class RpcConnection:
         if m == "reset":
             # SurrealDB's reset also ends the session's live queries.
             await self.live.kill_session(self, sid)
+        if m == "let":
+            self._note_lane(req)
         reply = await self.engine.execute(with_session(req, sid), (req.id, m, sid),
-                                          req.query_text() if m == "query" else None)
+                                          req.query_text() if m == "query" else None,
+                                          service=self.service)
         if m in WRITE_METHODS:
             self.live.wake()
         return restore_session(reply, sid, req.session)
+
+    def _note_lane(self, req: Request) -> None:
+        """`let _00_lane = 'service'` puts the connection in the service's lane (any other
+        value takes it out); the variable still reaches the engine, as any `let` does."""
+        p = req.shallow.get("params")
+        if isinstance(p, list) and len(p) == 2 and p[0] == LANE_VARIABLE:
+            self.service = p[1] == SERVICE_LANE
 
     def _reply(self, req: Request, result: Any) -> bytes:
         if req.session is None:

@@ -11,6 +11,7 @@ from typing import Any
 from surrealdb_embedded import AsyncEmbeddedDB
 
 from dbclient.cbor import decode, decode_shallow, encode
+from dbhost.admission import Admission
 from dbhost.frames import INVALID_PARAMS, RpcError
 from dbhost.nodeengine import Head, NodeEngineProcess
 from dbhost.stats import StatementStats
@@ -51,7 +52,7 @@ class Engine:
     """One embedded engine; the default (owner) session belongs to the host alone."""
 
     def __init__(self, url: str, *, node: bool = False,
-                 allow_net: tuple[str, ...] = ()) -> None:
+                 allow_net: tuple[str, ...] = (), max_inflight: int = 0) -> None:
         self.url = url
         # Both builds take and return the same CBOR frames (`dbhost.nodeengine`).
         self._db: AsyncEmbeddedDB | NodeEngineProcess = (
@@ -59,6 +60,8 @@ class Engine:
         self._ids = itertools.count(1)
         self.version = "unknown"
         self.stats = StatementStats()  # `GET /debug/statements`
+        # ordinary requests inside the engine at once; the service lane first (`dbhost.admission`)
+        self.admission = Admission(max_inflight)
 
     async def start(self) -> None:
         """Open the storage; raises when it cannot (for instance a locked directory)."""
@@ -70,18 +73,19 @@ class Engine:
         await self._db.close()
 
     async def execute(self, frame: bytes, head: Head | None = None,
-                      text: str | None = None) -> bytes:
+                      text: str | None = None, service: bool = False) -> bytes:
         """Pass an encoded request through; the reply comes back encoded. `head` is the
         request's (id, method, engine session) when the caller has read them: the Node
         build's process needs them and need not decode the frame again. `text` is a `query`
-        request's text, for the statement counters (`dbhost.stats`).
+        request's text, for the statement counters (`dbhost.stats`). `service`: the request
+        came on a connection of the view service's lane (`dbhost.admission`).
 
         The engine raises (instead of answering) when it cannot decode a request's values,
         e.g. an integer beyond 64 bits or an unknown CBOR tag: that becomes an RPC error
         reply, so the client is answered rather than left waiting for its timeout.
         """
         try:
-            result = await self._execute(frame, head, text)
+            result = await self._execute(frame, head, text, service=service)
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"the engine could not decode the request: {exc}") from None
         return result
@@ -120,10 +124,21 @@ class Engine:
         return await self._execute(encode(req), (req["id"], method, session), text, own=True)
 
     async def _execute(self, frame: bytes, head: Head | None, text: str | None,
-                       own: bool = False) -> bytes:
+                       own: bool = False, service: bool = False) -> bytes:
         """One frame through the engine, timed for the statement counters; only the Node
         build's process takes the `head`. `own`: the host's own request (its LIVE feed reads
-        and checks), counted apart from the clients' requests of the same text."""
+        and checks), counted apart from the clients' requests of the same text; it goes in
+        at once, as the service lane's do (`dbhost.admission`)."""
+        admission = self.admission
+        lane = own or service
+        await admission.enter(lane)
+        try:
+            return await self._timed(frame, head, text, own)
+        finally:
+            admission.leave(lane)
+
+    async def _timed(self, frame: bytes, head: Head | None, text: str | None,
+                     own: bool) -> bytes:
         db = self._db
         stats = self.stats
         method = head[1] if head is not None else "?"

@@ -135,7 +135,8 @@ class DbHostServer:
             connections=self.connections, live_queries=self.live.count(),
             live_feeds=len(self.live.feeds), live_late_sets=self.live.late_sets,
             live_late_by_ms=self.live.late_report(),
-            statement_shapes=self.engine.stats.shape_count))
+            statement_shapes=self.engine.stats.shape_count,
+            admission=self.engine.admission.snapshot()))
 
     def _root_only(self, request: web.Request) -> web.Response | None:
         """None for a request with the root user's credentials (HTTP Basic, compared in

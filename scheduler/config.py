@@ -24,6 +24,7 @@ backend environments) never appear in ``repr`` or in error messages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
-from dbclient.config import DbConfig
+from dbclient.config import SERVICE_LANE, DbConfig
 from ipc import otel
 from ipc.envvars import env_bool, env_int
 from ipc.http import SERVER_KEEPALIVE_SECS
@@ -401,7 +402,8 @@ def _db_config(yaml_db: Mapping[str, Any], env: Mapping[str, str]) -> DbConfig:
     if not merged.get("SVC_DB_URL", "").strip():
         raise ConfigError("the database URL is not set: give db.url in the YAML or SVC_DB_URL")
     try:
-        return DbConfig.from_env(merged)
+        # the scheduler's connections are the service's lane (`dbhost.admission`)
+        return dataclasses.replace(DbConfig.from_env(merged), lane=SERVICE_LANE)
     except ValueError as e:
         # DbConfig's messages name the problem without the password.
         raise ConfigError(f"database settings: {e}") from None

@@ -7,6 +7,7 @@ and are marked "ours" below.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backup.config import ObjectStoreConfig, objstore_from_env, pause_from_env
-from dbclient.config import DbConfig
+from dbclient.config import SERVICE_LANE, DbConfig
 from ipc.envvars import env_bool, env_int, env_json, host_port
 from ipc.http import SERVER_KEEPALIVE_SECS
 from ipc.otel import OtelConfigError, metrics_exporters
@@ -244,7 +245,8 @@ class SspConfig:
         host, port = host_port(env.get("SVC_SSP_LISTEN_ADDR", ""), "SVC_SSP_LISTEN_ADDR",
                                default_port=8667, default_host="0.0.0.0", error=ConfigError)
         try:
-            db = DbConfig.from_env(env)
+            # the SSP's connections are the service's lane (`dbhost.admission`)
+            db = dataclasses.replace(DbConfig.from_env(env), lane=SERVICE_LANE)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         jobs_raw = env_json(env, "SVC_JOB_CONFIG", {"job_tables": {}}, error=ConfigError)

@@ -109,3 +109,14 @@ def test_the_memtable_size_follows_the_engines_tiers_of_machine_memory() -> None
                                             16 * gib, 64 * gib - 1, 64 * gib)] == [
         64 * mib, 128 * mib, 128 * mib, 256 * mib, 256 * mib, gib, gib, 4 * gib]
     assert memtable_bytes() in {64 * mib, 128 * mib, 256 * mib, gib, 4 * gib}
+
+
+def test_max_inflight_from_env_and_flag_wins_and_bad_values_are_refused() -> None:
+    from dbhost.config import DEFAULT_MAX_INFLIGHT
+    assert load_config([], CREDS).max_inflight == DEFAULT_MAX_INFLIGHT
+    assert load_config([], {**CREDS, "SVC_DB_MAX_INFLIGHT": "0"}).max_inflight == 0
+    assert load_config(["--max-inflight", "3"],
+                       {**CREDS, "SVC_DB_MAX_INFLIGHT": "5"}).max_inflight == 3
+    for bad in ("-1", "many", "2.5"):
+        with pytest.raises(ConfigError, match="SVC_DB_MAX_INFLIGHT"):
+            load_config([], {**CREDS, "SVC_DB_MAX_INFLIGHT": bad})
