@@ -42,6 +42,13 @@ Behaviour
       system temp dir, nothing fsynced) removed when the host stops, or by the next host after
       a kill -9; not the engine's ``mem://``, which keeps every version of every key and
       ~1 KB per write transaction forever (``dbhost.scratch``).
+    * Admission (``dbhost.admission``): at most ``--max-inflight`` (``SVC_DB_MAX_INFLIGHT``,
+      default 8, 0 = no limit) ordinary requests inside the engine at once; the rest wait
+      in the host in arrival order. A connection that ran ``let _00_lane = 'service'`` (the
+      scheduler's and the SSPs', ``dbclient.DbConfig.lane``) and the host's own LIVE feed
+      reads go in at once and take no slot, so the view service's flushes and feed reads
+      do not queue behind an application's hundred in-flight writes. ``GET /debug/memory``
+      shows the counters (``admission``).
     * The embedded engine never collects changefeed entries past their retention (the
       server's background task that does is not in the embedded build): they stay on disk
       (or, with ``mem://``, in memory) for the life of the data.
