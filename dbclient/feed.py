@@ -195,8 +195,8 @@ async def read_round(db: Database, cursors: Mapping[str, int],
             # shallow, and only the kept tables' are built: most of a busy feed is other
             # tables' (the SSPs' edges).
             lazy = isinstance(changes_of, LazyChanges)
-            by_table = (split_by_table(changes_of.raw, shallow=True)
-                        if isinstance(changes_of, LazyChanges) else split_by_table(changes_of))
+            by_table = split_by_table(changes_of.raw if lazy else changes_of,  # type: ignore[union-attr]
+                                      shallow=lazy)
             entries += len(by_table)
             for table, changes in by_table.items():
                 floor = floors.get(table)
@@ -434,8 +434,7 @@ class FeedCursor:
             floors[t], _ = window.start(self.cursors[t], mark, True)
             ceilings[t] = self.cursors[t]
         if not floors:
-            rnd = FeedRound(swept_at=began)
-            return rnd
+            return FeedRound(swept_at=began)
         rnd = await read_round(db, dict(ceilings), self.seen, limit=1 << 30,
                                overlap_vs=self.overlap_vs, min_vs=self.floor, floors=floors,
                                ceilings=ceilings)
