@@ -8,6 +8,7 @@ shows a late commit only by chance)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,44 @@ async def test_new_changes_arrive_while_a_sweep_is_still_reading(tmp_path: Path)
     finally:
         db.release.set()
         await tail.stop()
+
+
+async def test_the_cursor_file_is_written_at_most_every_persist_interval(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A round per change no longer writes (fsync, rename) the cursor file per round: at most
+    every `CURSOR_PERSIST_SECS` while changes flow, and the last position when it stops."""
+    writes: list[float] = []
+    real = feed_mod._atomic_write
+
+    def counted(path: Path, text: str) -> None:
+        writes.append(time.monotonic())
+        real(path, text)
+
+    monkeypatch.setattr(feed_mod, "_atomic_write", counted)
+    db = SimDb()
+    got: list[str] = []
+
+    async def submit(events: list[dict[str, Any]]) -> list[int]:
+        got.extend(e["id"] for e in events)
+        return list(range(len(events)))
+
+    async def tables() -> list[str]:
+        return ["t"]
+
+    tail = ChangefeedTail(db, submit, tmp_path / "cursor.json", tables,  # type: ignore[arg-type]
+                          poll_secs=60.0, doorbell_table=None)
+    began = time.monotonic()
+    for i in range(60):
+        db.show(f"k{i}")
+        assert await tail.catch_up() == 1
+    elapsed = time.monotonic() - began
+    assert len(got) == 60
+    assert 1 <= len(writes) <= 2 + elapsed / feed_mod.CURSOR_PERSIST_SECS
+    assert len(writes) < 60
+    await tail.start()
+    await tail.stop()  # the stop writes the last position
+    saved = json.loads((tmp_path / "cursor.json").read_text())
+    assert saved["cursors"]["t"] == tail.cursor.cursors["t"]
 
 
 async def _until(pred: Any) -> None:
