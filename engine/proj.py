@@ -573,8 +573,10 @@ class Proj:
             if v is ov and nt is old_trees[j]:
                 continue
             ot = old_trees[j]
-            if ikeys[j] is None or type(nt) is tuple or type(ot) is tuple or v is ov:
+            if ikeys[j] is None or v is ov:
                 return None
+            if type(nt) is tuple and nt[0] and not nt[1].keys().isdisjoint(nt[0]):
+                return None  # a VALUE row the item also shows as a dict: two places
             ck = (id(ov), id(v))
             got = self.pcache.get(ck)
             if got is None:
@@ -997,7 +999,8 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
     as a list of tags, is walked where it stands). Same visiting order as ``tree_members``:
     the output itself, then its values in key order, a later visit overwriting an earlier
     one. Also the members counted per place they come from: the tree's size when no
-    member comes from two places (-1 with VALUE rows: never patched, see Proj._patch)."""
+    member comes from two places (-1 when a VALUE row is also shown by a dict or by another
+    VALUE subquery: never patched, see Proj._patch)."""
     tree: dict[str, Any] = {}
     parts = 0
     i = out.get("id")
@@ -1014,6 +1017,7 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
                 if type(t) is tuple:  # a VALUE subquery's rows, even when it shows `[0]`
                     if t[0]:
                         tree.update(t[0])
+                        parts += len(t[0])
                     if extras is None:
                         extras = [t[1]]
                     else:
@@ -1030,11 +1034,16 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
                 tree.update(acc)
                 parts += len(acc)
     if extras is not None:
-        parts = -1
+        two = False
         for extra in extras:  # after every dict: a dict's content wins (see _item_tree)
             for m, x in extra.items():
                 if m not in tree:
                     tree[m] = x
+                    parts += 1
+                else:
+                    two = True
+        if two:
+            parts = -1
     return tree, parts
 
 
@@ -1043,15 +1052,27 @@ def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
     """An item's members before (from its old value: a window's member tree is edited in
     place, so the old one is gone), and those that entered, left, or stayed as another
     object, those of them with another content; and how many members were walked. ``ot`` /
-    ``nt``: the item's trees (None: the value holds no member)."""
+    ``nt``: the item's trees (None: the value holds no member; a tuple: its dict members
+    and the rows of its VALUE subqueries, see ``_item_tree``, built for that value alone
+    and never edited, so the old one is still whole)."""
     if type(ot) is dict and type(nt) is dict and type(v) is list:
         got = _logged(ov, v)
         if got is not None:
             return got
     olds: dict[str, Any] = {}
-    if ot is not None:
+    if type(ot) is tuple:
+        olds.update(ot[1])
+        if ot[0]:
+            olds.update(ot[0])  # a dict's content wins, as in _tree_of
+    elif ot is not None:
         tree_members(ov, olds)
-    news: dict[str, Any] = nt if nt is not None else {}
+    news: dict[str, Any]
+    if type(nt) is tuple:
+        news = dict(nt[1])
+        if nt[0]:
+            news.update(nt[0])
+    else:
+        news = nt if nt is not None else {}
     entered: dict[str, Any] = {}
     other: dict[str, Any] = {}
     changed: list[str] = []

@@ -164,6 +164,36 @@ def test_a_window_edit_costs_its_changed_members_per_parent_not_the_window() -> 
     assert big == small <= 2
 
 
+def _value_window_per_write(parents: int, window: int) -> tuple[int, int, Any]:
+    """(members walked, rows patched, the view's delta) for one write moving one row out of
+    an uncorrelated VALUE window of ``window`` rows shown by ``parents`` parent rows."""
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(window)])
+    e.register("v", "SELECT id, score, (SELECT VALUE votes FROM comment WHERE votes >= $a "
+               "ORDER BY votes DESC) AS top FROM thread WHERE score >= $c", {"c": 0, "a": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    walked, patched = proj.walked, proj.patched
+    d = e.ingest("comment", "UPDATE", "comment:1", {"id": RecordID("comment", 1), "votes": -1})
+    assert e.result("v")[0]["top"] == list(range(window - 1, 1, -1)) + [0]
+    return proj.walked - walked, proj.patched - patched, d["v"]
+
+
+def test_a_value_window_change_is_patched_into_each_parent() -> None:
+    # A VALUE subquery's rows are members of each parent (the comment whose votes it shows).
+    # Its parents are patched by the members that moved, found once for all of them; the
+    # old code assembled each parent again and walked its whole tree twice (tree, diff):
+    # 0 patched, 2 x 40 x 21 members for a window of 20
+    small_walked, small_patched, d = _value_window_per_write(40, 20)
+    assert d.removed == {"comment:1"} and not d.added
+    assert d.updated == {f"thread:{i}" for i in range(40)}
+    big_walked, big_patched, _ = _value_window_per_write(40, 400)
+    assert small_patched == big_patched == 40
+    assert small_walked <= 2 * 20 + 2 and big_walked <= 2 * 400 + 2  # the window once
+
+
 def _counted_per_write(parents: int, window: int) -> int:
     """Members the view's counted delta visits for one write moving one row out of an
     uncorrelated window of ``window`` rows shown by ``parents`` parent rows (the window's rows
@@ -304,6 +334,19 @@ FANOUT_SHAPES = [
     ("SELECT id, (SELECT id, votes FROM comment WHERE votes >= $a) AS cs, (SELECT id, score "
      "FROM thread WHERE score > $parent.score ORDER BY score LIMIT 3) AS up FROM thread "
      "WHERE score > $c"),
+    # VALUE rows patched into their parents (Proj._patch with an item's VALUE rows): values
+    # that tie, NONE and NULL among them, correlated and uncorrelated, beside a dict window
+    # showing the same rows (two places: assembled again), of the parent's own table
+    ("SELECT id, title, (SELECT VALUE votes FROM comment WHERE votes >= $a ORDER BY "
+     "created_at DESC LIMIT 3) AS s FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT VALUE status FROM thread ORDER BY score DESC LIMIT 2) AS st, "
+     "(SELECT VALUE votes FROM comment WHERE thread = $parent.id ORDER BY votes DESC "
+     "LIMIT 2) AS mine FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT VALUE votes FROM comment ORDER BY votes LIMIT 2) AS a, "
+     "(SELECT id, votes FROM comment ORDER BY votes LIMIT 2) AS b FROM thread WHERE score > $c"),
+    ("SELECT *, (SELECT VALUE body FROM comment WHERE votes >= $a ORDER BY votes DESC, id "
+     "LIMIT 3) AS bodies, (SELECT VALUE votes FROM comment ORDER BY id LIMIT 1)[0] AS first "
+     "FROM thread WHERE score <= $c"),
 ]
 
 
