@@ -194,6 +194,30 @@ def test_a_value_window_change_is_patched_into_each_parent() -> None:
     assert small_walked <= 2 * 20 + 2 and big_walked <= 2 * 400 + 2  # the window once
 
 
+def test_a_value_window_changed_by_a_write_keeps_its_parents_registered() -> None:
+    # A VALUE window is not edited in place: a write reaching it computes it again at its
+    # next read. It is computed into the same window object (Join._reset), so its parents
+    # keep their registered dependencies; the old code detached it and made a new one, and
+    # every parent moved its registration from the old window to the new one.
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(30)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(10)])
+    e.register("v", "SELECT id, (SELECT VALUE votes FROM comment ORDER BY votes DESC LIMIT 2) "
+               "AS top FROM thread WHERE score >= $c", {"c": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    before = {rid: list(proj.pdeps[rid][1]) for rid in proj.outs}
+    d = e.ingest("comment", "UPDATE", "comment:3", {"id": RecordID("comment", 3), "votes": 50})
+    assert d["v"].added == {"comment:3"} and d["v"].removed == {"comment:8"}
+    assert all(row["top"] == [50, 9] for row in e.result("v"))
+    after = {rid: list(proj.pdeps[rid][1]) for rid in proj.outs}
+    assert before.keys() == after.keys()
+    for rid, toks in before.items():
+        assert len(toks) == len(after[rid]) and all(
+            a is b for a, b in zip(toks, after[rid])), rid
+
+
 def _counted_per_write(parents: int, window: int) -> int:
     """Members the view's counted delta visits for one write moving one row out of an
     uncorrelated window of ``window`` rows shown by ``parents`` parent rows (the window's rows
