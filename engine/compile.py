@@ -83,9 +83,9 @@ def traverse(row: dict[str, Any], hops: tuple[tuple[str, str, str | None], ...],
     subquery scans ``(edge table, in|out, key)`` and as tokens (engine.core requalifies
     the rows of views whose condition traversed a changed edge).
 
-    A hop's edges from one record are kept on the edge table (``TableStore.hops``) until the
-    table is written: a parent projected again because a record at the far end changed (a
-    liked thread's title) reads them instead of sorting the record's edges again."""
+    A hop's edges from one record are kept on the edge table (``TableStore.hops``) until an
+    edge at that record is written: a parent projected again because a record at the far
+    end changed (a liked thread's title) reads them instead of sorting its edges again."""
     start = row.get("id", NONE)
     if type(start) is not RecordID:
         return []
@@ -94,11 +94,9 @@ def traverse(row: dict[str, Any], hops: tuple[tuple[str, str, str | None], ...],
     for arrow, edge, target in hops:
         near, far = ("in", "out") if arrow == "->" else ("out", "in")
         t = store.table(edge)
-        kept = t.hops.get(near)
-        if kept is None or kept[0] != t.writes:
-            kept = (t.writes, {})
-            t.hops[near] = kept
-        memo = kept[1]
+        memo = t.hops.get(near)
+        if memo is None:
+            memo = t.hops[near] = {}
         found: list[Any] = []
         for r in current:
             key = ikey(r)
