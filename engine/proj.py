@@ -620,8 +620,9 @@ class Proj:
                 return None  # the row's own member shows another dict (its own window)
             t1[me] = out
             updated = updated | {me}
-        if len(step.parts) > 1 and len(t1) != len(t0) + len(step.added) - len(step.removed):
-            return None  # two items' members met
+        if len(step.parts) > 1 and \
+                len(t1) != len(t0) + len(step.ladded) - len(step.lremoved):
+            return None  # two items' members met (counted with repeats: not the sets)
         added = step.added
         removed = step.removed
         if added or removed:

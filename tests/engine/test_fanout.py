@@ -218,6 +218,32 @@ def test_a_value_window_changed_by_a_write_keeps_its_parents_registered() -> Non
             a is b for a, b in zip(toks, after[rid])), rid
 
 
+def test_a_member_entering_two_windows_of_a_parent_at_once_stays_while_one_holds_it() -> None:
+    # comment:9 enters thread:1's own top-2 and the top-2 of all comments in one write: the
+    # parent then shows it from two places and cannot be patched (a patch would hold it
+    # once, and drop it when it leaves one of the two windows)
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(3)])
+    # thread:1 holds comment:0 and 1; the top-2 of all (comment:5, 4) are thread:2's
+    e.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", 1 + (i > 1)),
+                        "votes": i} for i in range(6)])
+    e.register("v", "SELECT id, (SELECT id, votes FROM comment WHERE thread = $parent.id "
+               "ORDER BY votes DESC LIMIT 2) AS mine, (SELECT id, votes FROM comment ORDER BY "
+               "votes DESC, id LIMIT 2) AS all_top FROM thread", {})
+    e.ingest("comment", "CREATE", "comment:9", {"id": RecordID("comment", 9),
+                                                "thread": RecordID("thread", 1), "votes": 50})
+    assert "comment:9" in e.members("v")
+    # two comments above it push it out of the top-2 of all; thread:1 still shows it
+    for i in (10, 11):
+        e.ingest("comment", "CREATE", f"comment:{i}", {"id": RecordID("comment", i),
+                                                      "thread": RecordID("thread", 2),
+                                                      "votes": 100 + i})
+    assert "comment:9" in e.members("v")
+    row = next(r for r in e.result("v") if r["id"] == RecordID("thread", 1))
+    assert row["mine"][0]["id"] == RecordID("comment", 9)
+
+
 def _counted_per_write(parents: int, window: int) -> int:
     """Members the view's counted delta visits for one write moving one row out of an
     uncorrelated window of ``window`` rows shown by ``parents`` parent rows (the window's rows
