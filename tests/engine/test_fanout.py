@@ -244,6 +244,28 @@ def test_a_member_entering_two_windows_of_a_parent_at_once_stays_while_one_holds
     assert row["mine"][0]["id"] == RecordID("comment", 9)
 
 
+def test_a_row_a_value_subquery_starts_showing_is_not_updated_when_its_output_stays() -> None:
+    # thread:3 takes thread:1's place among the top-2 statuses (both show "x"): every
+    # output stays the same. thread:3 is a row of the view, shown as its own dict; what
+    # the other rows' VALUE subquery shows of it (its status) is not its content. On main
+    # the view's counted delta took thread:3's content before from another row's tree
+    # (the string) and after from its own (the dict), and named it updated.
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", 1), "score": 5, "status": "x"},
+                      {"id": RecordID("thread", 2), "score": 9, "status": "y"},
+                      {"id": RecordID("thread", 3), "score": 1, "status": "x"}])
+    e.register("v", "SELECT id, (SELECT VALUE status FROM thread ORDER BY score DESC LIMIT 2) "
+               "AS st FROM thread", {})
+    d = e.ingest("thread", "UPDATE", "thread:3",
+                 {"id": RecordID("thread", 3), "score": 7, "status": "x"})
+    assert "v" not in d
+    d = e.ingest("thread", "UPDATE", "thread:3",
+                 {"id": RecordID("thread", 3), "score": 8, "status": "w"})
+    assert d["v"].updated == {"thread:1", "thread:2", "thread:3"}
+    assert [r["st"] for r in e.result("v")] == [["y", "w"]] * 3
+
+
 def _counted_per_write(parents: int, window: int) -> int:
     """Members the view's counted delta visits for one write moving one row out of an
     uncorrelated window of ``window`` rows shown by ``parents`` parent rows (the window's rows
