@@ -81,7 +81,11 @@ def traverse(row: dict[str, Any], hops: tuple[tuple[str, str, str | None], ...],
     index order), then their other end when it is in the target table. An edge is a row of
     the edge table with record links ``in`` and ``out``. Reads are recorded in ``cx`` as
     subquery scans ``(edge table, in|out, key)`` and as tokens (engine.core requalifies
-    the rows of views whose condition traversed a changed edge)."""
+    the rows of views whose condition traversed a changed edge).
+
+    A hop's edges from one record are kept on the edge table (``TableStore.hops``) until an
+    edge at that record is written: a parent projected again because a record at the far
+    end changed (a liked thread's title) reads them instead of sorting its edges again."""
     start = row.get("id", NONE)
     if type(start) is not RecordID:
         return []
@@ -90,33 +94,51 @@ def traverse(row: dict[str, Any], hops: tuple[tuple[str, str, str | None], ...],
     for arrow, edge, target in hops:
         near, far = ("in", "out") if arrow == "->" else ("out", "in")
         t = store.table(edge)
-        index = t.index(near)
-        rows = t.rows
+        memo = t.hops.get(near)
+        if memo is None:
+            memo = t.hops[near] = {}
         found: list[Any] = []
         for r in current:
             key = ikey(r)
             cx.subs.append((edge, near, key))
             cx.reads.add(graph_token(edge, near, key))
-            edges = []
-            for eid in index.get(key, ()):
-                e = rows[eid]
-                other = e.get(near)
-                if type(other) is RecordID and V.equals(other, r) and \
-                        type(e.get(far)) is RecordID:
-                    edges.append((V.sort_key(e["id"]), e))
-            edges.sort(key=_first)
-            for _k, e in edges:
+            got = memo.get(key)
+            if got is not None and (got[0] is r or V.equals(got[0], r)):
+                pairs = got[1]
+            else:
+                pairs = _edges(t, near, far, key, r)
+                memo[key] = (r, pairs)
+            for eid, o in pairs:
                 if target is None:
-                    found.append(e["id"])
-                else:
-                    o = e[far]
-                    if target == "?" or o.table_name == target:
-                        found.append(o)
+                    found.append(eid)
+                elif target == "?" or o.table_name == target:
+                    found.append(o)
         current = found
     return current
 
 
-def _first(pair: tuple[Any, Any]) -> Any:
+#: edges read by ``_edges`` over the process's life (a work count the tests read)
+EDGES_READ = [0]
+
+
+def _edges(t: Any, near: str, far: str, key: Any, r: Any) -> list[tuple[Any, Any]]:
+    """(edge id, other end) of the edges of table ``t`` whose ``near`` end is ``r`` (its
+    index key ``key``) and whose other end is a record, in edge id order."""
+    rows = t.rows
+    edges = []
+    ids = t.index(near).get(key, ())
+    EDGES_READ[0] += len(ids)
+    for eid in ids:
+        e = rows[eid]
+        other = e.get(near)
+        o = e.get(far)
+        if type(other) is RecordID and V.equals(other, r) and type(o) is RecordID:
+            edges.append((V.sort_key(e["id"]), e["id"], o))
+    edges.sort(key=_first)
+    return [(x[1], x[2]) for x in edges]
+
+
+def _first(pair: tuple[Any, ...]) -> Any:
     return pair[0]
 
 

@@ -364,11 +364,13 @@ def counted_delta(
             hit1 = hit0 if t1 is t0 else _held(t1, shared)
             # (the sets' intersections walk the smaller side)
             COUNTED[0] += min(len(t0), len(shared)) + min(len(t1), len(shared))
-            if rid in alone and rid in touched:
-                # the row itself, held by no other row: its content, never a count
-                if rid in t0 and rid not in c0:
+            if rid in touched:
+                # the row itself: its content is its own output (a dict wins over what a
+                # VALUE subquery of another row shows of it: that row's status, a string),
+                # so it is taken from its own tree whatever row came first
+                if rid in t0:
                     c0[rid] = t0[rid]
-                if rid in t1 and rid not in c1:
+                if rid in t1:
                     c1[rid] = t1[rid]
             for m in hit0:
                 if m != rid:

@@ -1326,6 +1326,25 @@ class Join:
                     break
                 i += 1
 
+    def _reset(self, g: Group, w: Win) -> None:
+        """A write changed window ``w``, which cannot be edited in place (a VALUE window, a
+        window whose rows read other records): its value is computed again at its next
+        read, into the same object. Its parents then keep the same token, so the write
+        costs each of them no dependency move (a detached window was replaced by a new
+        one, which every parent registered with and the old one dropped)."""
+        if w.value is None:
+            return  # reset already (another write of the batch), or never cached
+        if w.reads is not None:
+            if not self.plan.value:
+                # its rows' outputs, for the value computed again (_reuse)
+                g.prev[w.key] = w.value
+            self._unwatch(w)  # what the rows read is registered again by the next read
+        w.value = None
+        w.members = None
+        w.pairs = None
+        w.ents = None
+        w.extra = {}
+
     # -- writes -----------------------------------------------------------------------
     def _find(self, rid: str, row: dict[str, Any] | None, fresh: bool) -> Any:
         """(group, entry or None when the row does not qualify) of an inner row, or None
@@ -1559,7 +1578,7 @@ class Join:
                     continue  # the same rows and outputs: its parents keep their value
             elif w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
                                         else self._edit(w, e, rows, op)):
-                self.detach(g, w)
+                self._reset(g, w)
             for proj, rid in list(w.parents):
                 mark(proj, rid, w)
 

@@ -47,7 +47,7 @@ class Proj:
 
     __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "iconst", "ikeys", "istate",
                  "key", "lazy", "multi", "multi0", "nmats", "outs", "overlap", "own", "own0",
-                 "patched", "pcache", "pdeps", "plan", "prev", "ptree", "recs", "refs", "sdeps",
+                 "patched", "pcache", "pdeps", "plan", "prev", "psteps", "ptree", "recs", "refs", "sdeps",
                  "shared", "spec", "store", "trees", "uniform", "vdiff", "vkeys", "vmoved", "walked")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
@@ -120,6 +120,8 @@ class Proj:
         # during `process`: (old value, new value) of an item -> its member changes, shared
         # by the rows showing the same window before and after
         self.pcache: dict[tuple[int, int], Any] = {}
+        # during `process`: the item changes of a patched row -> what they do to a row
+        self.psteps: dict[tuple[Any, ...], _Step] = {}
         self.ptree: Any = None  # the tree whose owners _patch moved already (_install)
         # work counts the tests read: members walked building and diffing trees, and rows
         # patched instead of projected again
@@ -553,11 +555,13 @@ class Proj:
         """The new output and tree of a row whose item values moved while the row did not,
         from the old ones: each moved item's key set again, and its members that left,
         entered or changed applied to a copy of the tree; the row's diff is known from them
-        (``vdiff``). The items' member changes are found once per (old, new) value, shared by
-        every row that showed the same window. Costs the changed members, not the windows
-        (a parent of a 5,000-row window that gained one row walked 5,000 members three
-        times: its tree, its owners and its diff). None when the tree cannot be patched
-        (members from two places, VALUE rows): the row is assembled again."""
+        (``vdiff``). The items' member changes are found once per (old, new) value, and
+        what they do to a row (a ``_Step``) once per set of such changes, shared by every
+        row that showed the same windows: a row then costs its own copies and checks.
+        Costs the changed members, not the windows (a parent of a 5,000-row window that
+        gained one row walked 5,000 members three times: its tree, its owners and its
+        diff). None when the tree cannot be patched (members from two places): the row is
+        assembled again."""
         t0 = self.trees.get(rid)
         old_out = self.outs.get(rid)
         if type(t0) is not dict or type(old_out) is not dict or rid in self.overlap:
@@ -565,69 +569,70 @@ class Proj:
         ikeys = self.ikeys
         assert ikeys is not None
         old_vals, old_trees = state[0], state[2]
-        changes: list[Any] = []
+        sig: list[Any] = []
         for j in range(len(vals)):
             v = vals[j]
             ov = old_vals[j]
             nt = itrees[j]
             if v is ov and nt is old_trees[j]:
                 continue
-            ot = old_trees[j]
-            if ikeys[j] is None or type(nt) is tuple or type(ot) is tuple or v is ov:
+            if ikeys[j] is None or v is ov:
                 return None
+            if type(nt) is tuple and nt[0] and not nt[1].keys().isdisjoint(nt[0]):
+                return None  # a VALUE row the item also shows as a dict: two places
             ck = (id(ov), id(v))
-            got = self.pcache.get(ck)
-            if got is None:
+            if ck not in self.pcache:
                 # the cache holds both values: their ids are theirs until the flush ends (a
                 # parent's old value is freed once it is replaced, and its id reused)
-                ch = _member_changes(ov, v, ot, nt)
+                ch = _member_changes(ov, v, old_trees[j], nt)
                 self.pcache[ck] = (ch, ov, v)
                 self.walked += ch[5]
-            else:
-                ch = got[0]
-            changes.append((j, ch))
+            sig.append((j, ck))
+        key = tuple(sig)
+        step = self.psteps.get(key)
+        if step is None:
+            step = self.psteps[key] = _Step(
+                [(ikeys[j], vals[j], self.pcache[ck][0]) for j, ck in sig])
         out = dict(old_out)
+        for k, v in step.sets:
+            out[k] = v
         t1 = dict(t0)
-        added: list[str] = []
-        removed: list[str] = []
-        updated: list[str] = []
+        for olds, entered, left, other in step.parts:
+            for m in left:
+                if t0.get(m) is not olds[m]:
+                    return None
+                del t1[m]
+            for m in entered:
+                if m in t0:
+                    return None  # also held elsewhere (or by another moved item)
+            t1.update(entered)
+            for m in other:
+                if t0.get(m) is not olds[m]:
+                    return None
+            t1.update(other)
         i = out.get("id")
+        updated = step.updated
         if type(i) is RecordID:
             # a tree keys an output by its own id's text: finding the output at ``rid`` names
             # it without building that text again
             me = rid if t0.get(rid) is old_out else rid_text(i)
             if t0.get(me) is not old_out:
                 return None  # the row's own member shows another dict (its own window)
-            updated.append(me)
-        else:
-            me = None
-        for j, (olds, entered, left, other, changed, _) in changes:
-            out[ikeys[j]] = vals[j]
-            for m in left:
-                if t0.get(m) is not olds[m]:
-                    return None
-                del t1[m]
-            for m, o in entered.items():
-                if m in t0:
-                    return None  # also held elsewhere (or by another moved item)
-                t1[m] = o
-            for m, o in other.items():
-                if t0.get(m) is not olds[m]:
-                    return None
-                t1[m] = o
-            added.extend(entered)
-            removed.extend(left)
-            updated.extend(changed)
-        if me is not None:
             t1[me] = out
-        if len(changes) > 1 and len(t1) != len(t0) + len(added) - len(removed):
-            return None  # two items' members met
+            updated = updated | {me}
+        if len(step.parts) > 1 and \
+                len(t1) != len(t0) + len(step.ladded) - len(step.lremoved):
+            return None  # two items' members met (counted with repeats: not the sets)
+        added = step.added
+        removed = step.removed
         if added or removed:
-            self._move_owners(rid, [m for m in removed if m != rid],
-                              [m for m in added if m != rid])
+            if rid in added or rid in removed:
+                self._move_owners(rid, [m for m in removed if m != rid],
+                                  [m for m in added if m != rid])
+            else:
+                self._move_owners(rid, step.lremoved, step.ladded)
         self.ptree = t1
-        self.vdiff[rid] = (frozenset(added) if added else EMPTY,
-                           frozenset(removed) if removed else EMPTY, frozenset(updated))
+        self.vdiff[rid] = (added, removed, updated)
         self.patched += 1
         return out, t1
 
@@ -892,6 +897,7 @@ class Proj:
             self.shared = None  # valid for this flush only
             if self.pcache:
                 self.pcache = {}
+                self.psteps = {}
             self.ptree = None
         # cleanness needs every owner change of the flush: decided once all rows moved
         vmoved = self.vmoved
@@ -934,6 +940,35 @@ class _Shared:
         self.tree = tree
         self.old: Any = _ABSENT
         self.changed = True
+
+
+class _Step:
+    """What the member changes of a row's moved items do to any row showing them (see
+    Proj._patch): the output keys set again, per item its members before, entered, left
+    and stayed as other objects, and the row's diff without the row itself. Built once per
+    flush and set of changes, shared by the rows of one window."""
+
+    __slots__ = ("added", "ladded", "lremoved", "parts", "removed", "sets", "updated")
+
+    def __init__(self, changes: list[tuple[str | None, Any, Any]]) -> None:
+        self.sets: list[tuple[str, Any]] = []
+        self.parts: list[tuple[dict[str, Any], dict[str, Any], list[str], dict[str, Any]]] = []
+        ladded: list[str] = []
+        lremoved: list[str] = []
+        upd: list[str] = []
+        for k, v, ch in changes:
+            assert k is not None
+            olds, entered, left, other, changed, _ = ch
+            self.sets.append((k, v))
+            self.parts.append((olds, entered, left, other))
+            ladded.extend(entered)
+            lremoved.extend(left)
+            upd.extend(changed)
+        self.ladded = ladded
+        self.lremoved = lremoved
+        self.added: frozenset[str] = frozenset(ladded) if ladded else EMPTY
+        self.removed: frozenset[str] = frozenset(lremoved) if lremoved else EMPTY
+        self.updated: frozenset[str] = frozenset(upd) if upd else EMPTY
 
 
 def _same_tree(a: Any, b: Any) -> bool:
@@ -997,7 +1032,8 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
     as a list of tags, is walked where it stands). Same visiting order as ``tree_members``:
     the output itself, then its values in key order, a later visit overwriting an earlier
     one. Also the members counted per place they come from: the tree's size when no
-    member comes from two places (-1 with VALUE rows: never patched, see Proj._patch)."""
+    member comes from two places (-1 when a VALUE row is also shown by a dict or by another
+    VALUE subquery: never patched, see Proj._patch)."""
     tree: dict[str, Any] = {}
     parts = 0
     i = out.get("id")
@@ -1014,6 +1050,7 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
                 if type(t) is tuple:  # a VALUE subquery's rows, even when it shows `[0]`
                     if t[0]:
                         tree.update(t[0])
+                        parts += len(t[0])
                     if extras is None:
                         extras = [t[1]]
                     else:
@@ -1030,11 +1067,16 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
                 tree.update(acc)
                 parts += len(acc)
     if extras is not None:
-        parts = -1
+        two = False
         for extra in extras:  # after every dict: a dict's content wins (see _item_tree)
             for m, x in extra.items():
                 if m not in tree:
                     tree[m] = x
+                    parts += 1
+                else:
+                    two = True
+        if two:
+            parts = -1
     return tree, parts
 
 
@@ -1043,15 +1085,27 @@ def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
     """An item's members before (from its old value: a window's member tree is edited in
     place, so the old one is gone), and those that entered, left, or stayed as another
     object, those of them with another content; and how many members were walked. ``ot`` /
-    ``nt``: the item's trees (None: the value holds no member)."""
+    ``nt``: the item's trees (None: the value holds no member; a tuple: its dict members
+    and the rows of its VALUE subqueries, see ``_item_tree``, built for that value alone
+    and never edited, so the old one is still whole)."""
     if type(ot) is dict and type(nt) is dict and type(v) is list:
         got = _logged(ov, v)
         if got is not None:
             return got
     olds: dict[str, Any] = {}
-    if ot is not None:
+    if type(ot) is tuple:
+        olds.update(ot[1])
+        if ot[0]:
+            olds.update(ot[0])  # a dict's content wins, as in _tree_of
+    elif ot is not None:
         tree_members(ov, olds)
-    news: dict[str, Any] = nt if nt is not None else {}
+    news: dict[str, Any]
+    if type(nt) is tuple:
+        news = dict(nt[1])
+        if nt[0]:
+            news.update(nt[0])
+    else:
+        news = nt if nt is not None else {}
     entered: dict[str, Any] = {}
     other: dict[str, Any] = {}
     changed: list[str] = []

@@ -133,8 +133,8 @@ class ElementIndex:
 class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
-    __slots__ = ("caches", "changed", "cols", "elements", "indexes", "links", "name", "ranges",
-                 "rows", "writes")
+    __slots__ = ("caches", "changed", "cols", "elements", "hops", "indexes", "links", "name",
+                 "ranges", "rows", "writes")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -159,6 +159,10 @@ class TableStore:
         # field -> (writes then, its index's int keys in order, the rows before each, its
         # other keys): range conjuncts of new views (engine.rangescan)
         self.ranges: dict[str, tuple[int, list[int], list[int], list[Any]]] = {}
+        # an edge table's graph hops by its `in` or `out` field -> key -> (the record the hop
+        # left from, (edge id, other end) of its edges in edge id order), dropped for the
+        # keys of each edge written (engine.compile.traverse)
+        self.hops: dict[str, dict[Any, tuple[Any, list[tuple[Any, Any]]]]] = {}
 
     def cache(self) -> RowCache:
         """A new row cache over this table (kept while the caller holds it)."""
@@ -192,6 +196,11 @@ class TableStore:
             if old is not None:
                 ex.remove(rid, old.get(field, NONE))
             ex.add(rid, row.get(field, NONE))
+        if self.hops:
+            for field, memo in self.hops.items():
+                if old is not None:
+                    memo.pop(ikey(old.get(field, NONE)), None)
+                memo.pop(ikey(row.get(field, NONE)), None)
         return old
 
     def delete(self, rid: str) -> dict[str, Any] | None:
@@ -216,6 +225,9 @@ class TableStore:
                     del idx[ok]
         for field, ex in self.elements.items():
             ex.remove(rid, old.get(field, NONE))
+        if self.hops:
+            for field, memo in self.hops.items():
+                memo.pop(ikey(old.get(field, NONE)), None)
         return old
 
     def element_index(self, field: str) -> ElementIndex:

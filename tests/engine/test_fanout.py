@@ -164,6 +164,108 @@ def test_a_window_edit_costs_its_changed_members_per_parent_not_the_window() -> 
     assert big == small <= 2
 
 
+def _value_window_per_write(parents: int, window: int) -> tuple[int, int, Any]:
+    """(members walked, rows patched, the view's delta) for one write moving one row out of
+    an uncorrelated VALUE window of ``window`` rows shown by ``parents`` parent rows."""
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(parents)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(window)])
+    e.register("v", "SELECT id, score, (SELECT VALUE votes FROM comment WHERE votes >= $a "
+               "ORDER BY votes DESC) AS top FROM thread WHERE score >= $c", {"c": 0, "a": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    walked, patched = proj.walked, proj.patched
+    d = e.ingest("comment", "UPDATE", "comment:1", {"id": RecordID("comment", 1), "votes": -1})
+    assert e.result("v")[0]["top"] == list(range(window - 1, 1, -1)) + [0]
+    return proj.walked - walked, proj.patched - patched, d["v"]
+
+
+def test_a_value_window_change_is_patched_into_each_parent() -> None:
+    # A VALUE subquery's rows are members of each parent (the comment whose votes it shows).
+    # Its parents are patched by the members that moved, found once for all of them; the
+    # old code assembled each parent again and walked its whole tree twice (tree, diff):
+    # 0 patched, 2 x 40 x 21 members for a window of 20
+    small_walked, small_patched, d = _value_window_per_write(40, 20)
+    assert d.removed == {"comment:1"} and not d.added
+    assert d.updated == {f"thread:{i}" for i in range(40)}
+    big_walked, big_patched, _ = _value_window_per_write(40, 400)
+    assert small_patched == big_patched == 40
+    assert small_walked <= 2 * 20 + 2 and big_walked <= 2 * 400 + 2  # the window once
+
+
+def test_a_value_window_changed_by_a_write_keeps_its_parents_registered() -> None:
+    # A VALUE window is not edited in place: a write reaching it computes it again at its
+    # next read. It is computed into the same window object (Join._reset), so its parents
+    # keep their registered dependencies; the old code detached it and made a new one, and
+    # every parent moved its registration from the old window to the new one.
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(30)])
+    e.load("comment", [{"id": RecordID("comment", i), "votes": i} for i in range(10)])
+    e.register("v", "SELECT id, (SELECT VALUE votes FROM comment ORDER BY votes DESC LIMIT 2) "
+               "AS top FROM thread WHERE score >= $c", {"c": 0})
+    (circuit,) = e.circuits.values()
+    (proj,) = circuit.projs.values()
+    before = {rid: list(proj.pdeps[rid][1]) for rid in proj.outs}
+    d = e.ingest("comment", "UPDATE", "comment:3", {"id": RecordID("comment", 3), "votes": 50})
+    assert d["v"].added == {"comment:3"} and d["v"].removed == {"comment:8"}
+    assert all(row["top"] == [50, 9] for row in e.result("v"))
+    after = {rid: list(proj.pdeps[rid][1]) for rid in proj.outs}
+    assert before.keys() == after.keys()
+    for rid, toks in before.items():
+        assert len(toks) == len(after[rid]) and all(
+            a is b for a, b in zip(toks, after[rid])), rid
+
+
+def test_a_member_entering_two_windows_of_a_parent_at_once_stays_while_one_holds_it() -> None:
+    # comment:9 enters thread:1's own top-2 and the top-2 of all comments in one write: the
+    # parent then shows it from two places and cannot be patched (a patch would hold it
+    # once, and drop it when it leaves one of the two windows)
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", i), "score": i} for i in range(3)])
+    # thread:1 holds comment:0 and 1; the top-2 of all (comment:5, 4) are thread:2's
+    e.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", 1 + (i > 1)),
+                        "votes": i} for i in range(6)])
+    e.register("v", "SELECT id, (SELECT id, votes FROM comment WHERE thread = $parent.id "
+               "ORDER BY votes DESC LIMIT 2) AS mine, (SELECT id, votes FROM comment ORDER BY "
+               "votes DESC, id LIMIT 2) AS all_top FROM thread", {})
+    e.ingest("comment", "CREATE", "comment:9", {"id": RecordID("comment", 9),
+                                                "thread": RecordID("thread", 1), "votes": 50})
+    assert "comment:9" in e.members("v")
+    # two comments above it push it out of the top-2 of all; thread:1 still shows it
+    for i in (10, 11):
+        e.ingest("comment", "CREATE", f"comment:{i}", {"id": RecordID("comment", i),
+                                                      "thread": RecordID("thread", 2),
+                                                      "votes": 100 + i})
+    assert "comment:9" in e.members("v")
+    row = next(r for r in e.result("v") if r["id"] == RecordID("thread", 1))
+    assert row["mine"][0]["id"] == RecordID("comment", 9)
+
+
+def test_a_row_a_value_subquery_starts_showing_is_not_updated_when_its_output_stays() -> None:
+    # thread:3 takes thread:1's place among the top-2 statuses (both show "x"): every
+    # output stays the same. thread:3 is a row of the view, shown as its own dict; what
+    # the other rows' VALUE subquery shows of it (its status) is not its content. On main
+    # the view's counted delta took thread:3's content before from another row's tree
+    # (the string) and after from its own (the dict), and named it updated.
+    view_engine, _ = engine_api()
+    e = view_engine()
+    e.load("thread", [{"id": RecordID("thread", 1), "score": 5, "status": "x"},
+                      {"id": RecordID("thread", 2), "score": 9, "status": "y"},
+                      {"id": RecordID("thread", 3), "score": 1, "status": "x"}])
+    e.register("v", "SELECT id, (SELECT VALUE status FROM thread ORDER BY score DESC LIMIT 2) "
+               "AS st FROM thread", {})
+    d = e.ingest("thread", "UPDATE", "thread:3",
+                 {"id": RecordID("thread", 3), "score": 7, "status": "x"})
+    assert "v" not in d
+    d = e.ingest("thread", "UPDATE", "thread:3",
+                 {"id": RecordID("thread", 3), "score": 8, "status": "w"})
+    assert d["v"].updated == {"thread:1", "thread:2", "thread:3"}
+    assert [r["st"] for r in e.result("v")] == [["y", "w"]] * 3
+
+
 def _counted_per_write(parents: int, window: int) -> int:
     """Members the view's counted delta visits for one write moving one row out of an
     uncorrelated window of ``window`` rows shown by ``parents`` parent rows (the window's rows
@@ -304,6 +406,19 @@ FANOUT_SHAPES = [
     ("SELECT id, (SELECT id, votes FROM comment WHERE votes >= $a) AS cs, (SELECT id, score "
      "FROM thread WHERE score > $parent.score ORDER BY score LIMIT 3) AS up FROM thread "
      "WHERE score > $c"),
+    # VALUE rows patched into their parents (Proj._patch with an item's VALUE rows): values
+    # that tie, NONE and NULL among them, correlated and uncorrelated, beside a dict window
+    # showing the same rows (two places: assembled again), of the parent's own table
+    ("SELECT id, title, (SELECT VALUE votes FROM comment WHERE votes >= $a ORDER BY "
+     "created_at DESC LIMIT 3) AS s FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT VALUE status FROM thread ORDER BY score DESC LIMIT 2) AS st, "
+     "(SELECT VALUE votes FROM comment WHERE thread = $parent.id ORDER BY votes DESC "
+     "LIMIT 2) AS mine FROM thread WHERE score > $c"),
+    ("SELECT id, (SELECT VALUE votes FROM comment ORDER BY votes LIMIT 2) AS a, "
+     "(SELECT id, votes FROM comment ORDER BY votes LIMIT 2) AS b FROM thread WHERE score > $c"),
+    ("SELECT *, (SELECT VALUE body FROM comment WHERE votes >= $a ORDER BY votes DESC, id "
+     "LIMIT 3) AS bodies, (SELECT VALUE votes FROM comment ORDER BY id LIMIT 1)[0] AS first "
+     "FROM thread WHERE score <= $c"),
 ]
 
 
