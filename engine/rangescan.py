@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from datetime import datetime
 from typing import Any
 
 from engine.matindex import FLIP, RANGE_OPS
@@ -197,3 +198,45 @@ def range_filter(rows: dict[str, dict[str, Any]], rids: Any, field: str,
         else:
             keep.append(rid)
     return keep
+
+
+# Kinds of sort values a new window can walk in order from the field's equality index
+# (engine.window, "walk"): within one kind the index keys order as the window's entries do
+# (exact ints numerically, strings by code point, datetimes with a zone by instant), and
+# every row under a key holds a value equal to it.
+WALK_INT = 0
+WALK_STR = 1
+WALK_DATETIME = 2
+
+
+def walk_kind(v: Any) -> int:
+    """The walk kind of an index key (or of a value), -1 for any other: floats and
+    decimals with a fraction, huge ints, NaN's key, datetimes without a zone, NONE, ..."""
+    t = type(v)
+    if t is int:
+        return WALK_INT if -_EXACT < v < _EXACT else -1
+    if t is str:
+        # ikey gives NaN this string key: its rows are evaluated with the other kinds
+        return WALK_STR if v != "\0nan" else -1
+    if t is datetime:
+        return WALK_DATETIME if v.tzinfo is not None else -1
+    return -1
+
+
+def walk_keys(ts: TableStore, field: str, kind: int) -> tuple[list[Any], list[Any]]:
+    """(the keys of ``field``'s equality index of walk kind ``kind``, ascending; its other
+    keys), kept until the table's next write (views registered one after the other share
+    them)."""
+    kept = ts.walks.get((field, kind))
+    if kept is not None and kept[0] == ts.writes:
+        return kept[1], kept[2]
+    keys: list[Any] = []
+    others: list[Any] = []
+    for k in ts.index(field):
+        if walk_kind(k) == kind:
+            keys.append(k)
+        else:
+            others.append(k)
+    keys.sort()
+    ts.walks[(field, kind)] = (ts.writes, keys, others)
+    return keys, others

@@ -134,7 +134,7 @@ class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
     __slots__ = ("caches", "changed", "cols", "elements", "indexes", "links", "name", "ranges",
-                 "rows", "writes")
+                 "rows", "walks", "writes")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -159,6 +159,9 @@ class TableStore:
         # field -> (writes then, its index's int keys in order, the rows before each, its
         # other keys): range conjuncts of new views (engine.rangescan)
         self.ranges: dict[str, tuple[int, list[int], list[int], list[Any]]] = {}
+        # (field, kind) -> (writes then, its index's keys of that kind in order, its other
+        # keys): the sort key a new window walks (engine.rangescan.walk_keys)
+        self.walks: dict[tuple[str, int], tuple[int, list[Any], list[Any]]] = {}
 
     def cache(self) -> RowCache:
         """A new row cache over this table (kept while the caller holds it)."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from engine.circuit import Order, WMat
 from engine.cx import NOLINKS, Cx
+from engine.rangescan import walk_keys, walk_kind
 from engine.values import NONE
 
 
@@ -53,9 +54,11 @@ def hide(mat: WMat, rid: str) -> None:
     mat.proj.ref(rid, -1)
 
 
-def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, deps: Any) -> None:
+def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, deps: Any,
+          wide: bool = False) -> None:
     """Fill a new explicit materialisation from the stored rows (registration): its order's
-    qualifying set unless another page of the same filter built it, then its window."""
+    qualifying set unless another page of the same filter built it, then its window.
+    ``wide``: the candidates are most of the table (the order may be walked instead)."""
     order = mat.order
     circuit = mat.circuit
     plan = circuit.plan
@@ -93,10 +96,23 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
                     cx.reads = set()
         else:
             entry = circuit.entry
-            for rid in cands:
-                row = rows[rid]
-                if pred(row, S, NONE, NOLINKS):
-                    entries[rid] = entry(rid, row)
+            walk = _walk_spec(order, wide)
+            if walk is not None:
+                # the rows under keys of another kind now, the others in key order as far
+                # as the windows reach (`fill`): entries only for the rows walked
+                order.walk = walk
+                ts = store.table(plan.table)
+                idx = ts.index(walk[0])
+                for k in walk_keys(ts, walk[0], walk[1])[1]:
+                    for rid in idx[k]:
+                        row = rows[rid]
+                        if pred(row, S, NONE, NOLINKS):
+                            entries[rid] = entry(rid, row)
+            else:
+                for rid in cands:
+                    row = rows[rid]
+                    if pred(row, S, NONE, NOLINKS):
+                        entries[rid] = entry(rid, row)
     if plan.ordered:
         need = _need(order)
         if not order.built_head or (not order.full and (
@@ -272,16 +288,81 @@ def _need(order: Order) -> int | None:
 
 def fill(order: Order) -> None:
     """Build the head from every entry: all of them in order when they are few or a window
-    has no end, else the smallest ``_cap(need)``."""
+    has no end, else the smallest ``_cap(need)`` (walking the order first as far as they
+    reach, while it has rows not evaluated)."""
     entries = order.entries
     need = order.need
-    if need is None or len(entries) <= _cap(need):
-        order.head = sorted(entries.values())
-        order.full = True
-    else:
+    if order.walk is not None:
+        _walk(order, None if need is None else _cap(need))
+    if need is not None and (order.walk is not None or len(entries) > _cap(need)):
         order.head = heapq.nsmallest(_cap(need), entries.values())
         order.full = False
+    else:
+        order.head = sorted(entries.values())
+        order.full = True
     order.built_head = True
+
+
+def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
+    """How a new order can be walked (None: every candidate is evaluated): by its first
+    ORDER BY key, a field of the row, when its windows end, the table is large against
+    them, the filter reads the row alone and most rows are candidates (a narrow index
+    lookup is cheaper), and the table's first row holds a value of a walk kind there."""
+    plan = order.circuit.plan
+    field = plan.first_source
+    if not wide or plan.qlinks or plan.semis or field is None or field == "id":
+        return None
+    need = _need(order)
+    rows = order.circuit.rows
+    if need is None or len(rows) < 4 * _cap(need):
+        return None
+    for row in rows.values():
+        kind = walk_kind(row.get(field, NONE))
+        if kind < 0:
+            return None
+        return field, kind, bool(plan.q.order[0][1])
+    return None
+
+
+def _walk(order: Order, cap: int | None) -> None:
+    """Evaluate the rows not evaluated yet in the order of the walked field's index keys,
+    until ``cap`` qualifying rows (None: all) are known under the keys walked so far.
+
+    The head is then right: its last entry is at most the ``cap``-th of those, and every
+    row not evaluated is under a later key of the same kind, so its entry (were it to
+    qualify) comes after. A row the walk skips was evaluated before (at registration under
+    a key of another kind, or walked, or written since: `requalify` evaluates every write)
+    and qualifies exactly when it has an entry."""
+    walk = order.walk
+    assert walk is not None
+    field, kind, desc = walk
+    circuit = order.circuit
+    ts = circuit.store.table(circuit.table)
+    idx = ts.index(field)
+    keys = walk_keys(ts, field, kind)[0]
+    rows = circuit.rows
+    entries = order.entries
+    pred = circuit.plan.pred
+    entry = circuit.entry
+    S = order.S
+    cut = order.cut
+    n = 0
+    for k in (reversed(keys) if desc else keys):
+        beyond = cut is None or (k < cut if desc else k > cut)
+        for rid in idx[k]:
+            if rid in entries:
+                n += 1
+            elif beyond:
+                row = rows[rid]
+                if pred(row, S, NONE, NOLINKS):
+                    entries[rid] = entry(rid, row)
+                    n += 1
+        if beyond:
+            order.cut = k
+        if cap is not None and n >= cap:
+            return
+    order.walk = None  # every row has been evaluated
+    order.cut = None
 
 
 def rewindow(mat: WMat) -> None:
