@@ -67,7 +67,13 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
         S = order.S
         pred = plan.pred
         entries = order.entries
-        if plan.qkeyed:
+        walk = _walk_spec(order, wide)
+        if walk is not None:
+            # the rows the walk would not reach in key order now, the others as far as the
+            # windows reach (`fill`): entries only for the rows walked
+            order.walk = walk
+            _walk_start(order, store, deps)
+        elif plan.qkeyed:
             # reads only semi-join sets keyed by fields of the row and links one hop away:
             # the order is told by the sets and the hop fields' index (no read registered
             # per row unless a hop field holds an array), entries are the shape's shared ones
@@ -96,23 +102,10 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
                     cx.reads = set()
         else:
             entry = circuit.entry
-            walk = _walk_spec(order, wide)
-            if walk is not None:
-                # the rows under keys of another kind now, the others in key order as far
-                # as the windows reach (`fill`): entries only for the rows walked
-                order.walk = walk
-                ts = store.table(plan.table)
-                idx = ts.index(walk[0])
-                for k in walk_keys(ts, walk[0], walk[1])[1]:
-                    for rid in idx[k]:
-                        row = rows[rid]
-                        if pred(row, S, NONE, NOLINKS):
-                            entries[rid] = entry(rid, row)
-            else:
-                for rid in cands:
-                    row = rows[rid]
-                    if pred(row, S, NONE, NOLINKS):
-                        entries[rid] = entry(rid, row)
+            for rid in cands:
+                row = rows[rid]
+                if pred(row, S, NONE, NOLINKS):
+                    entries[rid] = entry(rid, row)
     if plan.ordered:
         need = _need(order)
         if not order.built_head or (not order.full and (
@@ -310,7 +303,12 @@ def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
     lookup is cheaper), and the table's first row holds a value of a walk kind there."""
     plan = order.circuit.plan
     field = plan.first_source
-    if not wide or plan.qlinks or plan.semis or field is None or field == "id":
+    if not wide or plan.semis or field is None or field == "id":
+        return None
+    if plan.qlinks and (plan.qkeyed or plan.qhop is None or not plan.row_entries):
+        # a WHERE through links longer than one hop registers each row's reads while it
+        # is evaluated: no row may be left for later (one hop: a write to the linked
+        # record requalifies the rows holding its link, from the index, engine.write)
         return None
     need = _need(order)
     rows = order.circuit.rows
@@ -337,14 +335,13 @@ def _walk(order: Order, cap: int | None) -> None:
     assert walk is not None
     field, kind, desc = walk
     circuit = order.circuit
+    deps = circuit.deps
     ts = circuit.store.table(circuit.table)
     idx = ts.index(field)
     keys = walk_keys(ts, field, kind)[0]
     rows = circuit.rows
     entries = order.entries
-    pred = circuit.plan.pred
-    entry = circuit.entry
-    S = order.S
+    cx = Cx(circuit.store) if circuit.plan.qlinks else None
     cut = order.cut
     n = 0
     for k in (reversed(keys) if desc else keys):
@@ -352,17 +349,61 @@ def _walk(order: Order, cap: int | None) -> None:
         for rid in idx[k]:
             if rid in entries:
                 n += 1
-            elif beyond:
-                row = rows[rid]
-                if pred(row, S, NONE, NOLINKS):
-                    entries[rid] = entry(rid, row)
-                    n += 1
+            elif beyond and _qualify(order, rid, rows[rid], cx, deps):
+                n += 1
         if beyond:
             order.cut = k
         if cap is not None and n >= cap:
             return
     order.walk = None  # every row has been evaluated
     order.cut = None
+
+
+def _walk_start(order: Order, store: Any, deps: Any) -> None:
+    """Evaluate the rows of a new walked order that its walk would not reach in key order:
+    those under index keys of another kind, and (a WHERE through one-hop links) those whose
+    link fields hold arrays, whose reads are registered row by row."""
+    walk = order.walk
+    assert walk is not None
+    circuit = order.circuit
+    plan = circuit.plan
+    ts = store.table(circuit.table)
+    rows = circuit.rows
+    idx = ts.index(walk[0])
+    cx = Cx(store) if plan.qlinks else None
+    for k in walk_keys(ts, walk[0], walk[1])[1]:
+        for rid in idx[k]:
+            _qualify(order, rid, rows[rid], cx, deps)
+    hop = plan.qhop
+    if cx is not None and hop is not None:
+        for f in hop:
+            for k, rids in ts.index(f).items():
+                if type(k) is tuple and k[0] == "\0a":  # ikey of an array
+                    for rid in rids:
+                        _qualify(order, rid, rows[rid], cx, deps)
+
+
+def _qualify(order: Order, rid: str, row: dict[str, Any], cx: Cx | None, deps: Any) -> bool:
+    """Evaluate one row for a walked order (``cx`` None: the WHERE reads the row alone):
+    its entry when it qualifies (True); the links a one-hop predicate read are registered
+    when the row's link fields hold arrays (others are found from the index)."""
+    circuit = order.circuit
+    plan = circuit.plan
+    if cx is None:
+        if plan.pred(row, order.S, NONE, NOLINKS):
+            order.entries[rid] = circuit.entry(rid, row)
+            return True
+        return False
+    ok = False
+    if plan.pred(row, order.S, NONE, cx):
+        order.entries[rid] = plan.entry(row, rid, cx)
+        ok = True
+    if cx.reads:
+        hop = plan.qhop
+        if hop is None or not covered(row, hop):
+            set_qdeps(order, rid, cx.reads, deps)
+        cx.reads = set()
+    return ok
 
 
 def rewindow(mat: WMat) -> None:

@@ -24,6 +24,11 @@ VIEWS = [
     "SELECT id, k, v FROM comment WHERE v >= $lo ORDER BY k DESC LIMIT 4 START 2",
     "SELECT id, k, v FROM comment WHERE v * 2 > $lo ORDER BY k DESC, v ASC LIMIT 2",
     "SELECT id, k FROM comment WHERE v < $hi AND v >= 0 ORDER BY k ASC, id DESC LIMIT 5",
+    # through one link: a write to a thread requalifies the rows holding its link, walked
+    # or not; rows holding an array of links are evaluated at registration
+    "SELECT id, k FROM comment WHERE thread.score >= $lo AND v >= 0 ORDER BY k LIMIT 3",
+    "SELECT id, k, v FROM comment WHERE thread.score < $hi AND v > 0 ORDER BY k DESC "
+    "LIMIT 2 START 1",
 ]
 PARAMS: list[dict[str, Any]] = [{"lo": 1, "hi": 8}, {"lo": 6, "hi": 2}, {"lo": -1, "hi": 99}]
 
@@ -46,6 +51,12 @@ def _k(r: random.Random, kind: str) -> Any:
 
 def _row(r: random.Random, i: int, kind: str) -> dict[str, Any]:
     row: dict[str, Any] = {"id": RecordID("comment", i), "v": r.randint(0, 9)}
+    x = r.random()
+    # threads 0-7, of which 6 and 7 may not exist; an array, NULL, or none at all
+    row["thread"] = (RecordID("thread", r.randint(0, 7)) if x < 0.85 else
+                     [RecordID("thread", r.randint(0, 5))] if x < 0.9 else None)
+    if x > 0.95:
+        del row["thread"]
     k = _k(r, kind)
     if k != "absent":
         row["k"] = k
@@ -69,7 +80,16 @@ def _case(seed: int, kind: str, surql: str) -> Case:
     rows[0]["k"] = 3 if kind == "int" else "s03" if kind == "str" else _T0
     cur = {i: row for i, row in enumerate(rows)}
     writes: list[Any] = []
+    threads = [{"id": RecordID("thread", t), "score": r.randint(0, 9)} for t in range(6)]
+    tpresent = set(range(6))
     for _ in range(250):
+        if r.random() < 0.1:
+            t = r.randint(0, 7)
+            writes.append(("thread", "UPDATE" if t in tpresent else "CREATE",
+                           RecordID("thread", t),
+                           {"id": RecordID("thread", t), "score": r.randint(0, 9)}))
+            tpresent.add(t)
+            continue
         # most writes hit rows in the heads, so they leave (and refills walk further)
         heads = [i for i, row in cur.items() if _extreme(row, kind) and row["v"] >= 0]
         if heads and r.random() < 0.8:
@@ -88,7 +108,7 @@ def _case(seed: int, kind: str, surql: str) -> Case:
         writes.append(("comment", "UPDATE" if i in cur else "CREATE",
                        RecordID("comment", i), row))
         cur[i] = row
-    return Case(rows={"comment": rows}, views=[View(surql, dict(p)) for p in PARAMS],
+    return Case(rows={"comment": rows, "thread": threads}, views=[View(surql, dict(p)) for p in PARAMS],
                 writes=writes, note=f"walk {seed} {kind}: {surql}", check_updated=True)
 
 
