@@ -87,7 +87,7 @@ class Order:
     row's predicate read."""
 
     __slots__ = ("S", "built", "built_head", "circuit", "cut", "entries", "full", "head", "key",
-                 "mats", "need", "qdeps", "walk")
+                 "mats", "need", "only", "qdeps", "walk")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
@@ -108,6 +108,10 @@ class Order:
         # (in the window's direction) have not all been evaluated; None: every row was
         self.walk: tuple[str, int, bool] | None = None
         self.cut: Any = None
+        # while walked: the rows an index gave as candidates at registration (None: every
+        # row); a row outside them qualifies only after a write reached it, which
+        # evaluated it (engine.window.requalify)
+        self.only: set[str] | None = None
 
 
 class WMat(Mat):

@@ -55,10 +55,11 @@ def hide(mat: WMat, rid: str) -> None:
 
 
 def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, deps: Any,
-          wide: bool = False) -> None:
+          wide: bool = False, every: bool = True) -> None:
     """Fill a new explicit materialisation from the stored rows (registration): its order's
     qualifying set unless another page of the same filter built it, then its window.
-    ``wide``: the candidates are most of the table (the order may be walked instead)."""
+    ``wide``: the candidates are most of the table (the order may be walked instead);
+    ``every``: they are every row (no index narrowed them)."""
     order = mat.order
     circuit = mat.circuit
     plan = circuit.plan
@@ -72,6 +73,8 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
             # the rows the walk would not reach in key order now, the others as far as the
             # windows reach (`fill`): entries only for the rows walked
             order.walk = walk
+            if not every:
+                order.only = cands if isinstance(cands, set) else set(cands)
             _walk_start(order, store, deps)
         elif plan.qkeyed:
             # reads only semi-join sets keyed by fields of the row and links one hop away:
@@ -343,13 +346,15 @@ def _walk(order: Order, cap: int | None) -> None:
     entries = order.entries
     cx = Cx(circuit.store) if circuit.plan.qlinks else None
     cut = order.cut
+    only = order.only
     n = 0
     for k in (reversed(keys) if desc else keys):
         beyond = cut is None or (k < cut if desc else k > cut)
         for rid in idx[k]:
             if rid in entries:
                 n += 1
-            elif beyond and _qualify(order, rid, rows[rid], cx, deps):
+            elif beyond and (only is None or rid in only) and _qualify(
+                    order, rid, rows[rid], cx, deps):
                 n += 1
         if beyond:
             order.cut = k
@@ -357,6 +362,7 @@ def _walk(order: Order, cap: int | None) -> None:
             return
     order.walk = None  # every row has been evaluated
     order.cut = None
+    order.only = None
 
 
 def _walk_start(order: Order, store: Any, deps: Any) -> None:
