@@ -11,6 +11,15 @@
   change re-slices a window only when its position is inside ``[0, start + limit)``, so a
   removal refills from below. Ties break by record id ascending in both directions, as
   SurrealDB's scan order does.
+- **Walks.** A new order over most of a large table (at least four times what its head
+  keeps), ordered first by a field of the row, whose filter reads the row alone or links
+  one hop away, is not evaluated row by row: its rows are walked in the order of that
+  field's equality index keys (:func:`engine.rangescan.walk_keys`: exact ints, strings or
+  datetimes with a zone, as the table's first row holds), a whole key at a time, until the
+  head is full; rows under keys of another kind are evaluated at once. Every row after the
+  walk's ``cut`` that no write reached is left unevaluated: its entry, were it to qualify,
+  is after the head. Removals that empty the head walk on; a write evaluates its row as
+  before. ``order.entries`` then holds the qualifying rows evaluated so far, not all.
 - **Pages.** Materialisations whose slot values differ only in LIMIT/START (pages of one
   list) share one :class:`~engine.circuit.Order`: the qualifying set is kept and re-sorted
   once per change, then each page checks its own window: a page ending before the first
