@@ -14,7 +14,7 @@
 - **Walks.** A new order over most of a large table (at least four times what its head
   keeps), ordered first by a field of the row, whose filter reads the row alone or links
   one hop away, is not evaluated row by row: its rows are walked in the order of that
-  field's equality index keys (:func:`engine.rangescan.walk_keys`: exact ints, strings or
+  field's equality index keys (:func:`engine.rangescan.walk_keys`: numbers, strings or
   datetimes with a zone, as the table's first row holds), a whole key at a time, until the
   head is full; rows under keys of another kind are evaluated at once. Every row after the
   walk's ``cut`` that no write reached is left unevaluated: its entry, were it to qualify,
@@ -357,8 +357,8 @@ def _walk(order: Order, cap: int | None) -> None:
     cut = order.cut
     only = order.only
     n = 0
-    for k in (reversed(keys) if desc else keys):
-        beyond = cut is None or (k < cut if desc else k > cut)
+    for v, k in (reversed(keys) if desc else keys):
+        beyond = cut is None or (v < cut if desc else v > cut)
         for rid in idx[k]:
             if rid in entries:
                 n += 1
@@ -366,7 +366,7 @@ def _walk(order: Order, cap: int | None) -> None:
                     order, rid, rows[rid], cx, deps):
                 n += 1
         if beyond:
-            order.cut = k
+            order.cut = v
         if cap is not None and n >= cap:
             return
     order.walk = None  # every row has been evaluated

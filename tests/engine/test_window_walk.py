@@ -2,8 +2,8 @@
 evaluates rows only as far as its windows reach (engine.window, "walk"); the rest are
 evaluated when removals empty the head, or when they are written. Checked against
 SurrealDB after every random write (values, order, mixed kinds of sort values, NONE vs
-NULL, ties by id), with the walk's kind set by the table's first row (int, string,
-datetime); and the entries a registration makes bounded by what its windows reach."""
+NULL, ties by id), with the walk's kind set by the table's first row (int, float,
+string, datetime); and the entries a registration makes bounded by what its windows reach."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def _k(r: random.Random, kind: str) -> Any:
     x = r.random()
     if x < 0.85:
         n = r.randint(0, 12)
-        return n if kind == "int" else f"s{n:02d}" if kind == "str" else _T0 + timedelta(
-            hours=n)
+        return (n if kind == "int" else n + 0.25 if kind == "float" else f"s{n:02d}"
+                if kind == "str" else _T0 + timedelta(hours=n))
     others: list[Any] = ["absent", None, r.randint(0, 12) + 0.5, float(r.randint(0, 12)),
                          2**60, f"s{r.randint(0, 12):02d}", r.randint(0, 12),
                          _T0 + timedelta(minutes=r.randint(0, 900)), True, [1, 2]]
@@ -68,7 +68,7 @@ def _extreme(row: dict[str, Any], kind: str) -> bool:
     huge ints and strings may come last) or among its first or last values: in the head of
     an ascending or of a descending window."""
     values = [_T0 + timedelta(hours=n) if kind == "datetime" else f"s{n:02d}" if kind == "str"
-              else n for n in (0, 1, 2, 11, 12)]
+              else n + 0.25 if kind == "float" else n for n in (0, 1, 2, 11, 12)]
     k = row.get("k")
     return type(k) is not type(values[0]) or k in values
 
@@ -77,7 +77,8 @@ def _case(seed: int, kind: str, surql: str) -> Case:
     r = random.Random(seed)
     rows = [_row(r, i, kind) for i in range(ROWS)]
     # the first row sets the walk's kind
-    rows[0]["k"] = 3 if kind == "int" else "s03" if kind == "str" else _T0
+    rows[0]["k"] = (3 if kind == "int" else 3.25 if kind == "float" else "s03"
+                    if kind == "str" else _T0)
     cur = {i: row for i, row in enumerate(rows)}
     writes: list[Any] = []
     threads = [{"id": RecordID("thread", t), "score": r.randint(0, 9)} for t in range(6)]
@@ -113,7 +114,7 @@ def _case(seed: int, kind: str, surql: str) -> Case:
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("kind", ["int", "str", "datetime"])
+@pytest.mark.parametrize("kind", ["int", "float", "str", "datetime"])
 @pytest.mark.parametrize("surql", VIEWS)
 def test_walked_windows_agree_with_surrealdb(surql: str, kind: str, seed: int) -> None:
     mismatch = run_case(_case(seed, kind, surql), check_updated=True)
