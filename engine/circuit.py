@@ -86,8 +86,8 @@ class Order:
     the first of them in order (``head``, see engine.window), and the linked records each
     row's predicate read."""
 
-    __slots__ = ("S", "built", "built_head", "circuit", "entries", "full", "head", "key",
-                 "mats", "need", "qdeps")
+    __slots__ = ("S", "built", "built_head", "circuit", "cut", "entries", "full", "head", "key",
+                 "mats", "need", "only", "qdeps", "walk")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
@@ -103,6 +103,15 @@ class Order:
         self.mats: list[WMat] = []
         self.built = False
         self.built_head = False
+        # rows not evaluated yet (engine.window, "walk"): (field, kind, desc) of the first
+        # ORDER BY key while the rows whose key in that field's index lies after ``cut``
+        # (in the window's direction) have not all been evaluated; None: every row was
+        self.walk: tuple[str, int, bool] | None = None
+        self.cut: Any = None
+        # while walked: the rows an index gave as candidates at registration (None: every
+        # row); a row outside them qualifies only after a write reached it, which
+        # evaluated it (engine.window.requalify)
+        self.only: set[str] | None = None
 
 
 class WMat(Mat):

@@ -217,9 +217,13 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
             cands = _narrow(cands, linked)
         if not mat.order.built:
             cands = range_narrow(store, mat, cands)
+        # most of the table: the order may be walked from its sort field's index instead,
+        # evaluating rows only as far as the windows reach (engine.window, "walk")
+        wide = cands is None or (isinstance(cands, (list, set)) and len(cands) * 8 >= len(rows))
+        every = cands is None
         if cands is None:
             cands = rows.keys()
-        window.build(mat, cands, rows, store, deps)
+        window.build(mat, cands, rows, store, deps, wide, every)
         refs = proj.refs
         proj.fill([rid for rid in proj.dirty if rid in refs], rows)
         proj.dirty = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from datetime import datetime
 from typing import Any
 
 from engine.matindex import FLIP, RANGE_OPS
@@ -197,3 +198,71 @@ def range_filter(rows: dict[str, dict[str, Any]], rids: Any, field: str,
         else:
             keep.append(rid)
     return keep
+
+
+# Kinds of sort values a new window can walk in order from the field's equality index
+# (engine.window, "walk"): within one kind the index keys order as the window's entries do
+# (numbers by value, strings by code point, datetimes with a zone by instant), and every row
+# under a key holds a value equal to it.
+WALK_NUMBER = 0
+WALK_STR = 1
+WALK_DATETIME = 2
+
+
+def walk_kind(v: Any) -> int:
+    """The walk kind of a value, -1 for any other: huge ints, NaN, infinities, decimals,
+    datetimes without a zone, NONE, ..."""
+    t = type(v)
+    if t is int:
+        return WALK_NUMBER if -_EXACT < v < _EXACT else -1
+    if t is float:
+        return WALK_NUMBER if math.isfinite(v) else -1
+    if t is str:
+        return WALK_STR
+    if t is datetime:
+        return WALK_DATETIME if v.tzinfo is not None else -1
+    return -1
+
+
+def walk_value(k: Any, kind: int) -> Any:
+    """The value an index key of walk kind ``kind`` orders by (None: the key is of another
+    kind). A float with a fraction is keyed by its sort key (engine.store.ikey), exact
+    when it ends in zeros (a decimal equal to no float does not)."""
+    t = type(k)
+    if kind == WALK_NUMBER:
+        if t is int:
+            return k
+        if (t is tuple and len(k) == 2 and k[0] == "\0n" and type(k[1]) is tuple
+                and len(k[1]) == 5 and k[1][1] == 0 and type(k[1][2]) is float
+                and math.isfinite(k[1][2]) and k[1][3] == 0 and k[1][4] == 0):
+            return k[1][2]
+        return None
+    if kind == WALK_STR:
+        # ikey gives NaN this string key: its rows are evaluated with the other kinds
+        return k if t is str and k != "\0nan" else None
+    return k if t is datetime and k.tzinfo is not None else None
+
+
+def walk_keys(ts: TableStore, field: str, kind: int
+              ) -> tuple[list[tuple[Any, Any]], list[Any]]:
+    """((value, key) of ``field``'s equality index keys of walk kind ``kind``, ascending by
+    value; its other keys), kept until the table's next write (views registered one after
+    the other share them)."""
+    kept = ts.walks.get((field, kind))
+    if kept is not None and kept[0] == ts.writes:
+        return kept[1], kept[2]
+    keys: list[tuple[Any, Any]] = []
+    others: list[Any] = []
+    for k in ts.index(field):
+        v = walk_value(k, kind)
+        if v is None:
+            others.append(k)
+        else:
+            keys.append((v, k))
+    keys.sort(key=_first)  # values are distinct: equal numbers share one key
+    ts.walks[(field, kind)] = (ts.writes, keys, others)
+    return keys, others
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]

@@ -134,7 +134,7 @@ class TableStore:
     """The rows of one table keyed by record-id text, with on-demand equality indexes."""
 
     __slots__ = ("caches", "changed", "cols", "elements", "hops", "indexes", "links", "name",
-                 "ranges", "rows", "writes")
+                 "ranges", "rows", "walks", "writes")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -163,6 +163,9 @@ class TableStore:
         # left from, (edge id, other end) of its edges in edge id order), dropped for the
         # keys of each edge written (engine.compile.traverse)
         self.hops: dict[str, dict[Any, tuple[Any, list[tuple[Any, Any]]]]] = {}
+        # (field, kind) -> (writes then, its index's keys of that kind in order, its other
+        # keys): the sort key a new window walks (engine.rangescan.walk_keys)
+        self.walks: dict[tuple[str, int], tuple[int, list[Any], list[Any]]] = {}
 
     def cache(self) -> RowCache:
         """A new row cache over this table (kept while the caller holds it)."""

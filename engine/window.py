@@ -11,6 +11,15 @@
   change re-slices a window only when its position is inside ``[0, start + limit)``, so a
   removal refills from below. Ties break by record id ascending in both directions, as
   SurrealDB's scan order does.
+- **Walks.** A new order over most of a large table (at least four times what its head
+  keeps), ordered first by a field of the row, whose filter reads the row alone or links
+  one hop away, is not evaluated row by row: its rows are walked in the order of that
+  field's equality index keys (:func:`engine.rangescan.walk_keys`: numbers, strings or
+  datetimes with a zone, as the table's first row holds), a whole key at a time, until the
+  head is full; rows under keys of another kind are evaluated at once. Every row after the
+  walk's ``cut`` that no write reached is left unevaluated: its entry, were it to qualify,
+  is after the head. Removals that empty the head walk on; a write evaluates its row as
+  before. ``order.entries`` then holds the qualifying rows evaluated so far, not all.
 - **Pages.** Materialisations whose slot values differ only in LIMIT/START (pages of one
   list) share one :class:`~engine.circuit.Order`: the qualifying set is kept and re-sorted
   once per change, then each page checks its own window: a page ending before the first
@@ -34,6 +43,7 @@ from typing import Any
 
 from engine.circuit import Order, WMat
 from engine.cx import NOLINKS, Cx
+from engine.rangescan import walk_keys, walk_kind
 from engine.values import NONE
 
 
@@ -53,9 +63,12 @@ def hide(mat: WMat, rid: str) -> None:
     mat.proj.ref(rid, -1)
 
 
-def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, deps: Any) -> None:
+def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, deps: Any,
+          wide: bool = False, every: bool = True) -> None:
     """Fill a new explicit materialisation from the stored rows (registration): its order's
-    qualifying set unless another page of the same filter built it, then its window."""
+    qualifying set unless another page of the same filter built it, then its window.
+    ``wide``: the candidates are most of the table (the order may be walked instead);
+    ``every``: they are every row (no index narrowed them)."""
     order = mat.order
     circuit = mat.circuit
     plan = circuit.plan
@@ -64,7 +77,15 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
         S = order.S
         pred = plan.pred
         entries = order.entries
-        if plan.qkeyed:
+        walk = _walk_spec(order, wide)
+        if walk is not None:
+            # the rows the walk would not reach in key order now, the others as far as the
+            # windows reach (`fill`): entries only for the rows walked
+            order.walk = walk
+            if not every:
+                order.only = cands if isinstance(cands, set) else set(cands)
+            _walk_start(order, store, deps)
+        elif plan.qkeyed:
             # reads only semi-join sets keyed by fields of the row and links one hop away:
             # the order is told by the sets and the hop fields' index (no read registered
             # per row unless a hop field holds an array), entries are the shape's shared ones
@@ -272,16 +293,132 @@ def _need(order: Order) -> int | None:
 
 def fill(order: Order) -> None:
     """Build the head from every entry: all of them in order when they are few or a window
-    has no end, else the smallest ``_cap(need)``."""
+    has no end, else the smallest ``_cap(need)`` (walking the order first as far as they
+    reach, while it has rows not evaluated)."""
     entries = order.entries
     need = order.need
-    if need is None or len(entries) <= _cap(need):
-        order.head = sorted(entries.values())
-        order.full = True
-    else:
+    if order.walk is not None:
+        _walk(order, None if need is None else _cap(need))
+    if need is not None and (order.walk is not None or len(entries) > _cap(need)):
         order.head = heapq.nsmallest(_cap(need), entries.values())
         order.full = False
+    else:
+        order.head = sorted(entries.values())
+        order.full = True
     order.built_head = True
+
+
+def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
+    """How a new order can be walked (None: every candidate is evaluated): by its first
+    ORDER BY key, a field of the row, when its windows end, the table is large against
+    them, the filter reads the row alone and most rows are candidates (a narrow index
+    lookup is cheaper), and the table's first row holds a value of a walk kind there."""
+    plan = order.circuit.plan
+    field = plan.first_source
+    if not wide or plan.semis or field is None or field == "id":
+        return None
+    if plan.qlinks and (plan.qkeyed or plan.qhop is None or not plan.row_entries):
+        # a WHERE through links longer than one hop registers each row's reads while it
+        # is evaluated: no row may be left for later (one hop: a write to the linked
+        # record requalifies the rows holding its link, from the index, engine.write)
+        return None
+    need = _need(order)
+    rows = order.circuit.rows
+    if need is None or len(rows) < 4 * _cap(need):
+        return None
+    for row in rows.values():
+        kind = walk_kind(row.get(field, NONE))
+        if kind < 0:
+            return None
+        return field, kind, bool(plan.q.order[0][1])
+    return None
+
+
+def _walk(order: Order, cap: int | None) -> None:
+    """Evaluate the rows not evaluated yet in the order of the walked field's index keys,
+    until ``cap`` qualifying rows (None: all) are known under the keys walked so far.
+
+    The head is then right: its last entry is at most the ``cap``-th of those, and every
+    row not evaluated is under a later key of the same kind, so its entry (were it to
+    qualify) comes after. A row the walk skips was evaluated before (at registration under
+    a key of another kind, or walked, or written since: `requalify` evaluates every write)
+    and qualifies exactly when it has an entry."""
+    walk = order.walk
+    assert walk is not None
+    field, kind, desc = walk
+    circuit = order.circuit
+    deps = circuit.deps
+    ts = circuit.store.table(circuit.table)
+    idx = ts.index(field)
+    keys = walk_keys(ts, field, kind)[0]
+    rows = circuit.rows
+    entries = order.entries
+    cx = Cx(circuit.store) if circuit.plan.qlinks else None
+    cut = order.cut
+    only = order.only
+    n = 0
+    for v, k in (reversed(keys) if desc else keys):
+        beyond = cut is None or (v < cut if desc else v > cut)
+        for rid in idx[k]:
+            if rid in entries:
+                n += 1
+            elif beyond and (only is None or rid in only) and _qualify(
+                    order, rid, rows[rid], cx, deps):
+                n += 1
+        if beyond:
+            order.cut = v
+        if cap is not None and n >= cap:
+            return
+    order.walk = None  # every row has been evaluated
+    order.cut = None
+    order.only = None
+
+
+def _walk_start(order: Order, store: Any, deps: Any) -> None:
+    """Evaluate the rows of a new walked order that its walk would not reach in key order:
+    those under index keys of another kind, and (a WHERE through one-hop links) those whose
+    link fields hold arrays, whose reads are registered row by row."""
+    walk = order.walk
+    assert walk is not None
+    circuit = order.circuit
+    plan = circuit.plan
+    ts = store.table(circuit.table)
+    rows = circuit.rows
+    idx = ts.index(walk[0])
+    cx = Cx(store) if plan.qlinks else None
+    for k in walk_keys(ts, walk[0], walk[1])[1]:
+        for rid in idx[k]:
+            _qualify(order, rid, rows[rid], cx, deps)
+    hop = plan.qhop
+    if cx is not None and hop is not None:
+        for f in hop:
+            for k, rids in ts.index(f).items():
+                if type(k) is tuple and k[0] == "\0a":  # ikey of an array
+                    for rid in rids:
+                        _qualify(order, rid, rows[rid], cx, deps)
+
+
+def _qualify(order: Order, rid: str, row: dict[str, Any], cx: Cx | None, deps: Any) -> bool:
+    """Evaluate one row for a walked order (``cx`` None: the WHERE reads the row alone):
+    its entry when it qualifies (True); the links a one-hop predicate read are registered
+    when the row's link fields hold arrays (others are found from the index)."""
+    circuit = order.circuit
+    plan = circuit.plan
+    if cx is None:
+        if plan.pred(row, order.S, NONE, NOLINKS):
+            order.entries[rid] = circuit.entry(rid, row)
+            return True
+        return False
+    ok = False
+    if plan.pred(row, order.S, NONE, cx):
+        order.entries[rid] = plan.entry(row, rid, cx)
+        ok = True
+    if cx.reads:
+        hop = plan.qhop
+        if hop is None or not covered(row, hop):
+            set_qdeps(order, rid, cx.reads, deps)
+        cx.reads = set()
+    return ok
 
 
 def rewindow(mat: WMat) -> None:
