@@ -309,20 +309,12 @@ class ChangefeedTail:
             if gen != self._gen or self.gap:
                 return 0  # the cursor was reset meanwhile: this sweep read the old one
             fresh = self.cursor.unseen(rnd)
-            events: list[Event] = []
-            for _vs, table, s in fresh:
-                for ch in s.get("changes") or []:
-                    ev = feed_change(table, ch)
-                    if ev is not None:
-                        events.append(_event(*ev))
-            if events:
-                await self._submit(events)
-                self._records.append((time.monotonic(), len(events)))
+            n = await self._hand_on(fresh)
             self.cursor.absorb_sweep(rnd, fresh)
             self.sweeps += 1
             if fresh:
                 self._dirty = True
-            return len(events)
+            return n
 
     async def _ensure_doorbell(self) -> None:
         if self.doorbell_table is None or self._live is not None:
@@ -398,15 +390,7 @@ class ChangefeedTail:
 
     async def _round(self, tables: list[str]) -> tuple[bool, int]:
         rnd = await self.cursor.read(self.db, tables, sweeps=False)
-        events: list[Event] = []
-        for _vs, table, s in rnd.sets:
-            for ch in s.get("changes") or []:
-                ev = feed_change(table, ch)
-                if ev is not None:
-                    events.append(_event(*ev))
-        if events:
-            await self._submit(events)
-            self._records.append((time.monotonic(), len(events)))
+        n = await self._hand_on(rnd.sets)
         # Only now: a submit that failed above leaves the round to be read again.
         self.cursor.advance(rnd, tables)
         self._sweep_owed = self.cursor.sweeping
@@ -417,7 +401,20 @@ class ChangefeedTail:
                                f"check (last at versionstamp {rnd.oversized[-1]})")
         if rnd.sets:
             self._dirty = True  # written by `catch_up`, at most every CURSOR_PERSIST_SECS
-        return rnd.more, len(events)
+        return rnd.more, n
+
+    async def _hand_on(self, sets: list[tuple[int, str, dict[str, Any]]]) -> int:
+        """Submit the row changes of `sets` (in their order); returns how many."""
+        events: list[Event] = []
+        for _vs, table, s in sets:
+            for ch in s.get("changes") or []:
+                ev = feed_change(table, ch)
+                if ev is not None:
+                    events.append(_event(*ev))
+        if events:
+            await self._submit(events)
+            self._records.append((time.monotonic(), len(events)))
+        return len(events)
 
     async def _current_tables(self) -> list[str]:
         if time.monotonic() - self._tables_at >= TABLES_REFRESH_SECS:

@@ -72,6 +72,19 @@ async def drain(cur: FeedCursor, feed: SimFeed, got: list[str]) -> None:
             return
 
 
+async def late_among_short_reads(cur: FeedCursor, feed: SimFeed, clock: Clock, got: list[str],
+                                 reader: Any) -> None:
+    """A commit that shows 500 ms late among 2 s of commits read every 10 ms by `reader`."""
+    await reader(cur, feed, got)  # the first read reads the whole window and marks it
+    feed.commit("x")
+    clock.ms += 10
+    feed.commit("late", late_ms=500)
+    for _ in range(200):
+        clock.ms += 10
+        feed.commit("y")
+        await reader(cur, feed, got)
+
+
 def cursor(clock: Clock, *, sweeping: bool) -> FeedCursor:
     return FeedCursor((clock.ms - 5000) * MS, limit=50, overlap_vs=WINDOW,
                       short_vs=50 * MS if sweeping else None, sweep_secs=0.5, clock=clock)
@@ -106,14 +119,7 @@ async def test_without_the_sweep_a_late_commit_would_be_lost() -> None:
     cur = cursor(clock, sweeping=True)
     cur.sweep_secs = float("inf")
     got: list[str] = []
-    await drain(cur, feed, got)  # the first read reads the whole window and marks it
-    feed.commit("x")
-    clock.ms += 10
-    feed.commit("late", late_ms=500)
-    for _ in range(200):
-        clock.ms += 10
-        feed.commit("y")
-        await drain(cur, feed, got)
+    await late_among_short_reads(cur, feed, clock, got, drain)
     assert "late" not in got
 
 
@@ -251,14 +257,7 @@ async def test_short_reads_alone_miss_a_late_commit_that_a_sweep_apart_finds() -
     feed = SimFeed(clock)
     cur = cursor(clock, sweeping=True)
     got: list[str] = []
-    await drain_short(cur, feed, got)  # the first read reads the whole window and marks it
-    feed.commit("x")
-    clock.ms += 10
-    feed.commit("late", late_ms=500)
-    for _ in range(200):
-        clock.ms += 10
-        feed.commit("y")
-        await drain_short(cur, feed, got)
+    await late_among_short_reads(cur, feed, clock, got, drain_short)
     assert "late" not in got
     sw = await cur.sweep_read(feed, ["t"])  # type: ignore[arg-type]
     fresh = cur.unseen(sw)

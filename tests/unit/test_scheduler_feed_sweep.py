@@ -40,10 +40,10 @@ class SimDb:
         return {"t": "DEFINE TABLE t TYPE ANY SCHEMALESS CHANGEFEED 1h INCLUDE ORIGINAL"}
 
 
-async def test_a_late_commit_on_a_quiet_feed_arrives_at_the_owed_sweep(tmp_path: Path) -> None:
-    db = SimDb()
-    got: list[str] = []
-    arrived = asyncio.Event()
+def quiet_tail(db: SimDb, tmp_path: Path, got: list[str], arrived: asyncio.Event
+               ) -> ChangefeedTail:
+    """A tail over `db` that hands its events' ids to `got` (and sets `arrived`), with no
+    doorbell and a poll a minute away: only wake-ups and sweeps read."""
 
     async def submit(events: list[dict[str, Any]]) -> list[int]:
         got.extend(e["id"] for e in events)
@@ -53,8 +53,15 @@ async def test_a_late_commit_on_a_quiet_feed_arrives_at_the_owed_sweep(tmp_path:
     async def tables() -> list[str]:
         return ["t"]
 
-    tail = ChangefeedTail(db, submit, tmp_path / "cursor.json", tables,  # type: ignore[arg-type]
+    return ChangefeedTail(db, submit, tmp_path / "cursor.json", tables,  # type: ignore[arg-type]
                           poll_secs=60.0, doorbell_table=None)
+
+
+async def test_a_late_commit_on_a_quiet_feed_arrives_at_the_owed_sweep(tmp_path: Path) -> None:
+    db = SimDb()
+    got: list[str] = []
+    arrived = asyncio.Event()
+    tail = quiet_tail(db, tmp_path, got, arrived)
     await tail.start()
     try:
         await asyncio.wait_for(_until(lambda: tail.rounds >= 1), 10)  # the first read sweeps
@@ -95,19 +102,9 @@ async def test_new_changes_arrive_while_a_sweep_is_still_reading(tmp_path: Path)
     db = SlowSweepDb()
     got: list[str] = []
     arrived = asyncio.Event()
-
-    async def submit(events: list[dict[str, Any]]) -> list[int]:
-        got.extend(e["id"] for e in events)
-        arrived.set()
-        return list(range(len(events)))
-
-    async def tables() -> list[str]:
-        return ["t"]
-
     db.release.set()  # the first read reads the whole window (it marks the table)
     db.show("zero")
-    tail = ChangefeedTail(db, submit, tmp_path / "cursor.json", tables,  # type: ignore[arg-type]
-                          poll_secs=60.0, doorbell_table=None)
+    tail = quiet_tail(db, tmp_path, got, arrived)
     await tail.start()
     try:
         await asyncio.wait_for(_until(lambda: "t:zero" in got), 10)
