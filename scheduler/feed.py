@@ -56,8 +56,8 @@ FEED_LIMIT = 1000  # new change sets per round (the engine pages 1000 feed entri
 FEED_OVERLAP_VS = 2000 << 16  # a commit visible up to 2 s late is not lost
 # Each read re-reads only 100 ms; once a second a sweep (its own task, `_sweep_loop`)
 # re-reads the whole window from where the last sweep began (dbclient.feed.SweepWindow): a
-# commit more than 100 ms late comes at most a second later. Re-reading the whole window on every doorbell cost the host ~250 KB a
-# read at 500 writes/s (issue 31).
+# commit more than 100 ms late comes at most a second later. Re-reading the whole window on
+# every doorbell cost the host ~250 KB a read at 500 writes/s (issue 31).
 FEED_SHORT_VS = 100 << 16
 FEED_SWEEP_SECS = 1.0
 POLL_SECS = 2.0
