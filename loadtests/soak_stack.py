@@ -21,8 +21,12 @@ creates, no deletes, so the data stays the same size and so should every process
 Per window (`--window` seconds) it prints:
 - writes/s the database accepted (paced open loop; below `--rate` means the stack pushed back),
 - write-to-edge latency p50/p99 (ms): a probe flips a probe post in and out of a probe view
-  every 0.5 s and times each flip from its commit to its edge showing (or going) in the probe
-  user's edge table; this covers the changefeed tail, the scheduler, the SSP and publication,
+  every 0.5 s and times each flip from its commit to the LIVE notification that shows its
+  edge arriving (or retired, or deleted) in the probe user's edge table, as a client
+  subscribed to that table hears of it; this covers the changefeed tail, the scheduler, the
+  SSP, publication and the host's LIVE delivery. `poll p99` times the same flips as a reader
+  polling the table every 10 ms sees them; each poll is an ordinary request that waits in the
+  host behind the application's writes, so that figure adds up to one poll's round trip,
 - the SSPs' own publication p99 (hub arrival to edge commit, `/debug/memory`) and backlog
   (unpublished edge operations, the oldest one's age),
 - the retired edges the SSPs' reapers hold in memory (`reaper q`, bounded by
@@ -133,6 +137,7 @@ class Window:
     minute: float
     writes_per_s: float
     e2e: list[float]
+    e2e_poll: list[float]
     ssp_p99: list[float | None]
     backlog: list[int]
     oldest_ms: list[float]
@@ -161,7 +166,8 @@ class Run:
     # views that differed at the end's first read and converged: (id, extra, missing, reads)
     transient: list[tuple[str, set[str], set[str], int]] = field(default_factory=list)
     write_errors: int = 0
-    e2e: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)  # flips heard through LIVE (`prober`)
+    e2e_poll: list[float] = field(default_factory=list)  # flips seen by polling
     probe_timeouts: int = 0
 
     @property
@@ -456,12 +462,31 @@ async def writer(run: Run, stop: asyncio.Event) -> None:
 
 
 async def prober(run: Run, stop: asyncio.Event) -> None:
-    """Flip probe posts in and out of the probe view; time each flip commit -> edge state."""
+    """Flip probe posts in and out of the probe view; time each flip from its commit to its
+    edge state, twice: as a client subscribed to the probe user's edge table hears of it (a
+    LIVE notification, `run.e2e`), and as a reader polling that table every 10 ms sees it
+    (`run.e2e_poll`; each poll is an ordinary request that queues in the host behind the
+    application's writes, so this figure adds up to one poll's round trip)."""
     db = Database(run.db_config())
     await db.connect()
     table = edge_table_of(run, f"user:{PROBE_USER}")
     view = view_record(PROBE_VIEW)
     inside = [False] * PROBE_POSTS
+    # the flip a LIVE notification may settle: (post, state expected, commit time or None)
+    awaited: dict[str, Any] = {"post": None, "inside": False, "t0": None, "heard": None}
+
+    def heard(item: dict[str, Any]) -> None:
+        res = item.get("result")
+        if not isinstance(res, dict) or awaited["post"] is None or awaited["heard"] is not None:
+            return
+        if res.get("out") != awaited["post"] or res.get("in") != view:
+            return
+        action = item.get("action")
+        shown = action in ("CREATE", "UPDATE") and not res.get("removed")
+        if shown == awaited["inside"]:
+            awaited["heard"] = time.monotonic()
+
+    sub = await db.live(table, heard)
     i = 0
     try:
         while not stop.is_set():
@@ -469,22 +494,30 @@ async def prober(run: Run, stop: asyncio.Event) -> None:
             i += 1
             inside[k] = not inside[k]
             rid = RecordID("post", f"probe{k}")
+            awaited.update(post=rid, inside=inside[k], t0=None, heard=None)
             await db.query("UPDATE $p SET category = $c RETURN NONE",
                            {"p": rid, "c": "probe" if inside[k] else "off"})
             t0 = time.monotonic()
             deadline = t0 + 120
+            polled = False
             while time.monotonic() < deadline:
-                rows = await db.query_one(
-                    f"SELECT VALUE out FROM {table} WHERE in = $q AND out = $p AND !removed",
-                    {"q": view, "p": rid})
-                if bool(rows) == inside[k]:
-                    run.e2e.append((time.monotonic() - t0) * 1000)
+                if not polled:
+                    rows = await db.query_one(
+                        f"SELECT VALUE out FROM {table} WHERE in = $q AND out = $p AND !removed",
+                        {"q": view, "p": rid})
+                    if bool(rows) == inside[k]:
+                        run.e2e_poll.append((time.monotonic() - t0) * 1000)
+                        polled = True
+                if polled and awaited["heard"] is not None:
+                    run.e2e.append((max(awaited["heard"], t0) - t0) * 1000)
                     break
                 await asyncio.sleep(0.01)
             else:
                 run.probe_timeouts += 1
             await asyncio.sleep(0.5)
     finally:
+        with contextlib.suppress(DbError):
+            await sub.kill()
         await db.close()
 
 
@@ -571,9 +604,10 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
         mems = await ssp_memory(http, run, reset=True)
         pubs = [m.get("publication") or {} for m in mems]
         e2e, run.e2e = run.e2e, []
+        e2e_poll, run.e2e_poll = run.e2e_poll, []
         w = Window(minute=(now - started) / 60,
                    writes_per_s=(run.writes - last_writes) / max(1e-9, now - last_at),
-                   e2e=e2e,
+                   e2e=e2e, e2e_poll=e2e_poll,
                    ssp_p99=[p.get("latency_p99_ms") for p in pubs],
                    backlog=[int(p.get("pending_operations") or 0) for p in pubs],
                    oldest_ms=[float(p.get("oldest_age_ms") or 0) for p in pubs],
@@ -589,7 +623,8 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
 
 def print_header(run: Run, labels: list[str]) -> None:
     cols = " ".join(f"{lab[-16:]:>16}" for lab in labels)
-    print(f"\n{'min':>5} {'writes/s':>8} {'e2e p50':>8} {'e2e p99':>8} {'ssp p99':>8} "
+    print(f"\n{'min':>5} {'writes/s':>8} {'e2e p50':>8} {'e2e p99':>8} {'poll p99':>8} "
+          f"{'ssp p99':>8} "
           f"{'backlog':>8} {'oldest s':>8} {'reaper q':>8} {'tmp MB':>7} {cols}   (RSS MB)", flush=True)
 
 
@@ -602,6 +637,7 @@ def print_window(run: Run, w: Window) -> None:
     print(f"{w.minute:>5.1f} {w.writes_per_s:>8.0f} "
           f"{e50 if e50 is not None else float('nan'):>8.0f} "
           f"{e99 if e99 is not None else float('nan'):>8.0f} "
+          f"{pct(w.e2e_poll, 0.99) or float('nan'):>8.0f} "
           f"{max(p99s) if p99s else float('nan'):>8.0f} {sum(w.backlog):>8} "
           f"{max(w.oldest_ms) / 1000:>8.1f} {sum(w.queued):>8} {w.tmp_mb:>7.1f} {cols}",
           flush=True)
