@@ -641,6 +641,15 @@ def print_window(run: Run, w: Window) -> None:
           f"{max(p99s) if p99s else float('nan'):>8.0f} {sum(w.backlog):>8} "
           f"{max(w.oldest_ms) / 1000:>8.1f} {sum(w.queued):>8} {w.tmp_mb:>7.1f} {cols}",
           flush=True)
+    pubs = [m.get("publication") or {} for m in w.memory]
+    if any(p.get("transaction_p99_ms") is not None for p in pubs):
+        def ms(v: Any) -> str:
+            return f"{v:.0f}" if isinstance(v, (int, float)) else "-"
+        print("      ssps: change to its transaction p99 "
+              + " / ".join(ms(p.get("queued_p99_ms")) for p in pubs)
+              + " ms; transaction p50 / p99 "
+              + ", ".join(f"{ms(p.get('transaction_p50_ms'))} / {ms(p.get('transaction_p99_ms'))}"
+                          for p in pubs) + " ms", flush=True)
     if w.db_memory:
         print(f"      db: python heap {w.db_memory.get('python_blocks', 0):,} blocks, "
               f"LIVE queries {w.db_memory.get('live_queries')}, feeds "

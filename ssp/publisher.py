@@ -197,6 +197,9 @@ class PublicationFigures:
     failures: int
     latency_p50_ms: float | None
     latency_p99_ms: float | None
+    queued_p99_ms: float | None = None
+    transaction_p50_ms: float | None = None
+    transaction_p99_ms: float | None = None
 
     def heartbeat(self) -> dict[str, Any]:
         """The heartbeat's `publication` object (without `worst_views`)."""
@@ -223,7 +226,16 @@ class PublicationFigures:
             "overload_rejections": self.overload_rejections,
             "latency_p50_ms": self.latency_p50_ms,
             "latency_p99_ms": self.latency_p99_ms,
+            "queued_p99_ms": self.queued_p99_ms,
+            "transaction_p50_ms": self.transaction_p50_ms,
+            "transaction_p99_ms": self.transaction_p99_ms,
         }
+
+
+def _pct(values: Iterable[float], q: float) -> float | None:
+    """The q-quantile of `values` (None when empty), nearest rank below."""
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * q))] if s else None
 
 
 @dataclass(eq=False)
@@ -286,6 +298,17 @@ class PublisherStats:
     last_success_ms: int = 0
     last_error: str = ""
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+    # Where that latency went: per view, arrival of its oldest change to the start of the
+    # transaction that wrote it (the throttle, and waits for busy views or the database
+    # connection); per flush, the transaction's own round trip.
+    queued_ms: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+    transaction_ms: deque[float] = field(default_factory=lambda: deque(maxlen=5_000))
+
+    def clear_latencies(self) -> None:
+        """Start a new latency window (benchmarks measure one phase)."""
+        self.latencies_ms.clear()
+        self.queued_ms.clear()
+        self.transaction_ms.clear()
 
 
 class Publisher:
@@ -438,21 +461,24 @@ class Publisher:
     def figures(self) -> PublicationFigures:
         """The publication's figures now (see `PublicationFigures`)."""
         pending = max(0, self.pending_ops)
-        lat = sorted(self.stats.latencies_ms)
+        st = self.stats
         return PublicationFigures(
             pending_batches=len(self.dirty) + len(self.initial) + len(self.teardowns),
             pending_operations=pending,
             pending_bytes=pending * _OP_BYTES,
             oldest_age_ms=round(self.oldest_age_ms(), 1),
             parked_batches=0,
-            last_success_epoch_ms=self.stats.last_success_ms,
+            last_success_epoch_ms=st.last_success_ms,
             overload_rejections=self.overload_rejections,
             connection_generation=int(getattr(self.db, "reconnects", 0)),
-            flushes=self.stats.flushes,
-            operations=self.stats.operations,
-            failures=self.stats.failures,
-            latency_p50_ms=lat[len(lat) // 2] if lat else None,
-            latency_p99_ms=lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
+            flushes=st.flushes,
+            operations=st.operations,
+            failures=st.failures,
+            latency_p50_ms=_pct(st.latencies_ms, 0.5),
+            latency_p99_ms=_pct(st.latencies_ms, 0.99),
+            queued_p99_ms=_pct(st.queued_ms, 0.99),
+            transaction_p50_ms=_pct(st.transaction_ms, 0.5),
+            transaction_p99_ms=_pct(st.transaction_ms, 0.99),
         )
 
     def worst_views(self, n: int) -> list[dict[str, Any]]:
@@ -748,6 +774,8 @@ class Publisher:
             now = time.monotonic()
             self.telemetry.transaction(began)
             self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)
+            self.stats.queued_ms.extend((began - s) * 1000 for s in b.started)
+            self.stats.transaction_ms.append((now - began) * 1000)
             self.telemetry.published(b.started, now)
             if self.metrics is not None:
                 for vid, since, ops, initial in b.per_view:

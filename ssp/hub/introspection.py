@@ -354,7 +354,7 @@ class Introspection:
         s = self.state
         query = req.get("query") or {}
         if query.get("reset_latency") in ("1", "true"):
-            s.publisher.stats.latencies_ms.clear()  # benchmarks measure one phase
+            s.publisher.stats.clear_latencies()  # benchmarks measure one phase
         objects = str(query.get("objects", ""))
         shards = []
         for sh in s.shards:

@@ -660,3 +660,30 @@ def test_removals_take_the_logged_path_unless_the_release_logs_cascaded_deletes(
     # 3.0.2 logs no changefeed entry for the edges a DELETE takes along (and a DELETE without
     # its row); 3.2.4 does. A release not known to log them takes the logged path.
     assert logs_cascaded_deletes(version) is logged
+
+
+async def test_publication_figures_split_the_latency_into_queue_and_transaction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fake clock: a change arrives at 10.0, its flush begins at 10.25 and its transaction
+    # takes 0.5 s; the figures say where the 0.75 s went.
+    clock = {"now": 10.0}
+    monkeypatch.setattr("ssp.publisher.time.monotonic", lambda: clock["now"])
+
+    class SlowDb(FakeDb):
+        async def transaction(self, stmts: list[tuple[str, Any]]) -> list[Any]:
+            clock["now"] += 0.5
+            return await super().transaction(stmts)
+
+    db = SlowDb()
+    pub = make_pub({"query:v": view({"post:1"})}, db)
+    pub.mark("query:v", ["post:1"], at=10.0)
+    clock["now"] = 10.25
+    await pub.flush()
+    f = pub.figures()
+    assert f.latency_p99_ms == pytest.approx(750)
+    assert f.queued_p99_ms == pytest.approx(250)
+    assert f.transaction_p50_ms == pytest.approx(500) == f.transaction_p99_ms
+    body = f.debug_memory()
+    assert body["queued_p99_ms"] == pytest.approx(250) and body["transaction_p99_ms"]
+    pub.stats.clear_latencies()  # /debug/memory?reset_latency=1
+    assert pub.figures().latency_p99_ms is None and pub.figures().transaction_p99_ms is None
