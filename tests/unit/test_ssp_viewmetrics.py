@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import tracemalloc
+from typing import Any
 
+import pytest
 from surrealdb import RecordID
 
 from ssp.viewmetrics import ViewMetrics
@@ -87,3 +90,39 @@ def test_a_views_figures_stay_the_same_size_under_steady_load() -> None:
     snap = m.snapshot("query:v0")
     assert snap is not None and snap["publish_ms"]["samples"] == 256
     assert snap["publish_ms"]["max"] == 301.25 and snap["updates"] == 301
+
+
+async def test_writes_keep_to_their_share_of_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A metrics write that takes long (the database is busy) pushes the next one out so the
+    writes take at most SHARE of the time; a quick one keeps the interval."""
+    from ssp import viewmetrics
+
+    clock = {"now": 0.0}
+    rests: list[float] = []
+    monkeypatch.setattr(viewmetrics.time, "monotonic", lambda: clock["now"])
+    views = {"query:a": (RecordID("_00_query", "a"), 1)}
+    m = ViewMetrics("ssp-1", 2000, views.get)
+    took = iter([0.05, 3.0, 0.05])
+
+    class TimedDb(FakeDb):
+        async def query(self, sql: str, vars: Any = None, **kw: Any) -> list[Any]:
+            if sql.startswith("FOR"):
+                clock["now"] += next(took)
+            return await super().query(sql, vars, **kw)
+
+    real_sleep = asyncio.sleep
+
+    async def sleep(secs: float) -> None:
+        rests.append(secs)
+        m.observe("query:a", 1.0, 1, False)  # every view changes between writes
+        if len(rests) > 3:
+            raise asyncio.CancelledError
+        await real_sleep(0)
+
+    monkeypatch.setattr(viewmetrics.asyncio, "sleep", sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await m.run(TimedDb())
+    # quick write: the interval; a 3 s write: 27 s of rest (10% of the time); quick again
+    assert rests == [2.0, 2.0, pytest.approx(3.0 * (1 - viewmetrics.SHARE) / viewmetrics.SHARE),
+                     2.0]
+    assert m.writes == 3
