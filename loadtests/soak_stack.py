@@ -650,6 +650,14 @@ def print_window(run: Run, w: Window) -> None:
               + " ms; transaction p50 / p99 "
               + ", ".join(f"{ms(p.get('transaction_p50_ms'))} / {ms(p.get('transaction_p99_ms'))}"
                           for p in pubs) + " ms", flush=True)
+        slow = sorted((t for p in pubs for t in p.get("slowest_transactions") or []),
+                      key=lambda t: -t.get("ms", 0))[:3]
+        if slow:
+            print("      ssps: slowest transactions "
+                  + ", ".join(f"{t['ms']:.0f} ms ({t['operations']} ops, {t['views']} views)"
+                              for t in slow)
+                  + f"; changes held up by the reaper {sum(p.get('reaper_waits') or 0 for p in pubs)}",
+                  flush=True)
     if w.db_memory:
         print(f"      db: python heap {w.db_memory.get('python_blocks', 0):,} blocks, "
               f"LIVE queries {w.db_memory.get('live_queries')}, feeds "

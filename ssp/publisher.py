@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import itertools
 import logging
 import re
@@ -153,6 +154,7 @@ MIN_OPS = 50
 # part of its edges from every changefeed reader (LIVE subscribers included). With
 # `_00_query` and the metrics table this stays well under that.
 MAX_TABLES_PER_FLUSH = 400
+SLOWEST_KEPT = 5  # slowest transactions a latency window reports (`/debug/memory`)
 
 
 class EdgeHooks:
@@ -200,6 +202,8 @@ class PublicationFigures:
     queued_p99_ms: float | None = None
     transaction_p50_ms: float | None = None
     transaction_p99_ms: float | None = None
+    slowest_transactions: list[dict[str, Any]] = field(default_factory=list)
+    reaper_waits: int = 0
 
     def heartbeat(self) -> dict[str, Any]:
         """The heartbeat's `publication` object (without `worst_views`)."""
@@ -229,6 +233,8 @@ class PublicationFigures:
             "queued_p99_ms": self.queued_p99_ms,
             "transaction_p50_ms": self.transaction_p50_ms,
             "transaction_p99_ms": self.transaction_p99_ms,
+            "slowest_transactions": self.slowest_transactions,
+            "reaper_waits": self.reaper_waits,
         }
 
 
@@ -303,12 +309,26 @@ class PublisherStats:
     # connection); per flush, the transaction's own round trip.
     queued_ms: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
     transaction_ms: deque[float] = field(default_factory=lambda: deque(maxlen=5_000))
+    # the slowest transactions of the window, a min-heap of (ms, operations, views)
+    slowest: list[tuple[float, int, int]] = field(default_factory=list)
+    # dirty views a flush passed over because the reaper held them (their changes wait)
+    reaper_waits: int = 0
 
     def clear_latencies(self) -> None:
         """Start a new latency window (benchmarks measure one phase)."""
         self.latencies_ms.clear()
         self.queued_ms.clear()
         self.transaction_ms.clear()
+        self.slowest.clear()
+        self.reaper_waits = 0
+
+    def transaction(self, ms: float, ops: int, views: int) -> None:
+        """One committed transaction took `ms`."""
+        self.transaction_ms.append(ms)
+        if len(self.slowest) < SLOWEST_KEPT:
+            heapq.heappush(self.slowest, (ms, ops, views))
+        elif ms > self.slowest[0][0]:
+            heapq.heapreplace(self.slowest, (ms, ops, views))
 
 
 class Publisher:
@@ -352,6 +372,7 @@ class Publisher:
         self.pending_ops = 0
         self.flushers = flushers
         self._inflight: set[str] = set()  # views held by a running flush or by `hold`
+        self._reaping: set[str] = set()  # those of them the reaper holds (`claim`)
         self._changed = asyncio.Condition()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -438,12 +459,15 @@ class Publisher:
         if view_id in self._inflight:
             return False
         self._inflight.add(view_id)
+        self._reaping.add(view_id)
         return True
 
     async def unclaim(self, view_ids: Iterable[str]) -> None:
         """Release views taken with `claim`."""
         async with self._changed:
-            self._inflight.difference_update(view_ids)
+            ids = set(view_ids)
+            self._inflight.difference_update(ids)
+            self._reaping.difference_update(ids)
             self._changed.notify_all()
         self._kick()
 
@@ -479,6 +503,9 @@ class Publisher:
             queued_p99_ms=_pct(st.queued_ms, 0.99),
             transaction_p50_ms=_pct(st.transaction_ms, 0.5),
             transaction_p99_ms=_pct(st.transaction_ms, 0.99),
+            slowest_transactions=[{"ms": round(ms, 1), "operations": ops, "views": n}
+                                  for ms, ops, n in sorted(st.slowest, reverse=True)],
+            reaper_waits=st.reaper_waits,
         )
 
     def worst_views(self, n: int) -> list[dict[str, Any]]:
@@ -673,6 +700,8 @@ class Publisher:
             if budget <= 0:
                 break
             if vid in busy or vid in b.views:
+                if vid in self._reaping:
+                    self.stats.reaper_waits += 1
                 continue
             view = self._view(vid)
             if view is not None and view.edge_table in self.dropped:
@@ -775,7 +804,7 @@ class Publisher:
             self.telemetry.transaction(began)
             self.stats.latencies_ms.extend((now - s) * 1000 for s in b.started)
             self.stats.queued_ms.extend((began - s) * 1000 for s in b.started)
-            self.stats.transaction_ms.append((now - began) * 1000)
+            self.stats.transaction((now - began) * 1000, b.ops, len(b.views))
             self.telemetry.published(b.started, now)
             if self.metrics is not None:
                 for vid, since, ops, initial in b.per_view:

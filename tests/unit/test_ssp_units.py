@@ -685,5 +685,24 @@ async def test_publication_figures_split_the_latency_into_queue_and_transaction(
     assert f.transaction_p50_ms == pytest.approx(500) == f.transaction_p99_ms
     body = f.debug_memory()
     assert body["queued_p99_ms"] == pytest.approx(250) and body["transaction_p99_ms"]
+    assert body["slowest_transactions"] == [{"ms": 500.0, "operations": 1, "views": 1}]
+    # A view the reaper holds is passed over, and the figures count it.
+    assert pub.claim("query:v")
+    pub.mark("query:v", ["post:1"])
+    assert await pub.flush() == 0 and pub.figures().reaper_waits == 1
+    await pub.unclaim(["query:v"])
+    assert await pub.flush() == 1
     pub.stats.clear_latencies()  # /debug/memory?reset_latency=1
-    assert pub.figures().latency_p99_ms is None and pub.figures().transaction_p99_ms is None
+    f = pub.figures()
+    assert f.latency_p99_ms is None and f.transaction_p99_ms is None
+    assert f.slowest_transactions == [] and f.reaper_waits == 0
+
+
+def test_the_slowest_transactions_of_a_window_are_kept() -> None:
+    from ssp.publisher import SLOWEST_KEPT, PublisherStats
+
+    st = PublisherStats()
+    for i, ms in enumerate([5.0, 90.0, 1.0, 40.0, 300.0, 2.0, 70.0, 8.0]):
+        st.transaction(ms, i, 1)
+    assert sorted(st.slowest, reverse=True)[:3] == [(300.0, 4, 1), (90.0, 1, 1), (70.0, 6, 1)]
+    assert len(st.slowest) == SLOWEST_KEPT and min(st.slowest)[0] == 8.0
