@@ -336,6 +336,8 @@ class FeedCursor:
         self._swept_at = float("-inf")
         self._prev: dict[str, int] = {}  # the cursors the last absorbed round was read from
         self.floor = 0  # nothing below it is read again, even in the overlap (`reset`)
+        # `reset`s so far: a sweep read before one must not be absorbed after it
+        self.resets = 0
 
     @property
     def overlap_vs(self) -> int:
@@ -381,6 +383,7 @@ class FeedCursor:
         self.seen = {}
         self.marks = {}
         self.floor = base if floor else 0
+        self.resets += 1
 
     async def read(self, db: Database, tables: Iterable[str] | None = None, *,
                    sweeps: bool = True) -> FeedRound:

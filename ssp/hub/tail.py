@@ -3,7 +3,13 @@ tables' feeds and `_00_query`'s, read in commit order through `dbclient.feed.Fee
 submitted to the sequencer; a `_00_query` delete unregisters its view, and a row a record
 user created registers one (`ssp.hub.rowrequests`). The cursor advances
 only after the round's events were applied, so nothing read is ever skipped (a round that
-fails is read again; a repeat is harmless: the arena skips stale versions)."""
+fails is read again; a repeat is harmless: the arena skips stale versions).
+
+Each round re-reads only the last 100 ms of the feed (`FEED_SHORT_VS`); a sweep, its own task
+(`_sweep_loop`), re-reads the whole 2 s window at most once a second for commits that became
+visible late (`dbclient.feed.SweepWindow`), and only its hand-on takes the tail's lock, so new
+changes never wait behind it. Before, every round re-read the whole window: at 500 writes/s
+~1,000 changes per read, most of them seen already (`loadtests/probe_tail_reads.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from dbclient import DbError
 from dbclient.feed import feed_change
+from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ssp.naming import QUERY_TABLE, view_id_of
 
@@ -46,6 +53,8 @@ class FeedTail:
         # DELETE after a newer write included); `_started` is when the last catch-up began.
         self._lock = asyncio.Lock()
         self._started = 0.0
+        self._sweep_owed = False  # rounds ran since the last sweep (`_sweep_loop`)
+        self.sweeps = 0
 
     async def run(self) -> None:
         """Follow the feeds, woken by `_00_version` changes (LIVE) or every 2 s."""
@@ -63,16 +72,54 @@ class FeedTail:
                 log.warning("LIVE on %s unavailable (%s); its rows are read every %.0fs",
                             QUERY_TABLE, e, FEED_POLL_SECS)
             self.state.spawn(self.scan_requests(self.requests), "row-requests-scan")
+        sweeper = asyncio.get_running_loop().create_task(self._sweep_loop(),
+                                                         name="changefeed-sweep")
+        try:
+            while True:
+                try:
+                    await self.catch_up()
+                except DbError as e:
+                    log.warning("changefeed read failed: %s", e)
+                except Exception:
+                    log.exception("changefeed round failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), FEED_POLL_SECS)
+                self._wake.clear()
+        finally:
+            await stop_loops(sweeper)
+
+    async def _sweep_loop(self) -> None:
+        """Sweeps apart from the rounds, at most every `sweep_secs`, owed after rounds ran (a
+        commit later than the short re-read is found only by a sweep, and a quiet feed rings
+        no doorbell for it)."""
         while True:
+            await asyncio.sleep(self.state.cursor.sweep_secs)
+            if not self._sweep_owed:
+                continue
             try:
-                await self.catch_up()
+                await self.sweep()
             except DbError as e:
-                log.warning("changefeed read failed: %s", e)
-            except Exception:
-                log.exception("changefeed round failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), FEED_POLL_SECS)
-            self._wake.clear()
+                self._sweep_owed = True
+                log.warning("changefeed sweep failed: %s", e)
+            except Exception:  # an apply failure: the sweep runs again
+                self._sweep_owed = True
+                log.exception("changefeed sweep failed")
+
+    async def sweep(self) -> int:
+        """One sweep of every followed table's window; returns the (late) sets applied."""
+        cursor = self.state.cursor
+        resets = cursor.resets
+        self._sweep_owed = False
+        rnd = await cursor.sweep_read(self.state.db, list(cursor.cursors))
+        async with self._lock:
+            if cursor.resets != resets:
+                return 0  # the cursor was reset meanwhile: this sweep read the old one
+            fresh = cursor.unseen(rnd)
+            requests = await self._apply(fresh)
+            cursor.absorb_sweep(rnd, fresh)
+            self._seen_requests(requests)
+            self.sweeps += 1
+            return len(fresh)
 
     async def scan_requests(self, requests: RowRequests) -> None:
         """The request rows written while this SSP was down (`RowRequests.scan`)."""
@@ -105,14 +152,27 @@ class FeedTail:
 
     async def round(self) -> bool:
         """One round of the database's feed; True when more is waiting."""
-        state = self.state
-        cursor = state.cursor
+        cursor = self.state.cursor
         tables = list(cursor.cursors)
-        rnd = await cursor.read(state.db, tables)
+        rnd = await cursor.read(self.state.db, tables, sweeps=False)
+        self._sweep_owed = True
+        if rnd.oversized:
+            self.oversized += len(rnd.oversized)
+        requests = await self._apply(rnd.sets)
+        # Only now: a round that failed above is read again from the same position.
+        cursor.advance(rnd, [t for t in tables if t in cursor.cursors])
+        self._seen_requests(requests)
+        return rnd.more
+
+    async def _apply(self, sets: list[tuple[int, str, dict[str, Any]]]
+                     ) -> list[tuple[str, Any]]:
+        """Submit the row changes of `sets` (in their order) and unregister the views whose
+        `_00_query` row they delete; returns the request rows they hold (`_seen_requests`,
+        after the cursor moved)."""
         events: list[Event] = []
         deletes: list[tuple[str, int]] = []
         requests: list[tuple[str, Any]] = []
-        for vs, table, s in rnd.sets:
+        for vs, table, s in sets:
             for ch in s.get("changes") or []:
                 ev = feed_change(table, ch)
                 if ev is None:
@@ -124,16 +184,14 @@ class FeedTail:
                         requests.append((view_id_of(parse_record_id(ev[2])), ev[3]))
                     continue
                 events.append(ev)
-        if rnd.oversized:
-            self.oversized += len(rnd.oversized)
         if events:
             await self.sequencer.submit(events)
         for vid, at_ms in deletes:
-            if vid in state.views:
+            if vid in self.state.views:
                 await self.views.unregister(vid, deleted_at_ms=at_ms)
-        # Only now: a round that failed above is read again from the same position.
-        cursor.advance(rnd, [t for t in tables if t in cursor.cursors])
+        return requests
+
+    def _seen_requests(self, requests: list[tuple[str, Any]]) -> None:
         if self.requests is not None:
             for vid, row in requests:  # each reads its row again first (dbclient.viewrows)
                 self.requests.seen(vid, row)
-        return rnd.more
