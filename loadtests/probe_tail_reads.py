@@ -136,6 +136,7 @@ async def main_async(args: argparse.Namespace) -> int:
             cfg = DbConfig.from_env({"SVC_DB_URL": host.ws_url, "SVC_DB_USER": host.user,
                                      "SVC_DB_PASS": host.password, "SVC_DB_NS": "probe",
                                      "SVC_DB_NAME": "tail"})
+            assert host.process.proc is not None
             pid = host.process.proc.pid
             before = FeedCursor(0, limit=hub_state.FEED_LIMIT,
                                 overlap_vs=hub_state.FEED_OVERLAP_VS)
