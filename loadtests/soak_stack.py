@@ -658,6 +658,13 @@ def print_window(run: Run, w: Window) -> None:
                               for t in slow)
                   + f"; changes held up by the reaper {sum(p.get('reaper_waits') or 0 for p in pubs)}",
                   flush=True)
+        reapers = [m.get("reaper") or {} for m in w.memory]
+        if any(reapers):
+            print("      reapers so far: reaped " + " / ".join(str(r.get("reaped", 0)) for r in reapers)
+                  + ", revived before their turn " + " / ".join(str(r.get("revived", 0))
+                                                               for r in reapers)
+                  + ", left to the refill " + " / ".join(str(r.get("overflowed", 0))
+                                                        for r in reapers), flush=True)
     if w.db_memory:
         print(f"      db: python heap {w.db_memory.get('python_blocks', 0):,} blocks, "
               f"LIVE queries {w.db_memory.get('live_queries')}, feeds "

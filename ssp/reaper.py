@@ -93,6 +93,7 @@ class ReaperStats:
     refills: int = 0  # turns that listed an overflowed table's retired rows
     refilled: int = 0  # edges those turns queued
     busy_transactions: int = 0  # taken while publication was busy (its guaranteed share)
+    revived: int = 0  # queued edges a flush wrote again before they were reaped
     us_per_edge: float = 0.0
 
 
@@ -167,6 +168,7 @@ class EdgeReaper:
         for m in members:
             if entry.members.pop(m, 0) != 0:
                 self._count -= 1
+                self.stats.revived += 1
         if not entry.members:
             del self._queue[view_id]
         self.stats.queued = self._count
@@ -180,6 +182,7 @@ class EdgeReaper:
                 "refills": s.refills, "refilled": s.refilled,
                 "reaped": s.reaped, "transactions": s.transactions,
                 "failures": s.failures, "busy_transactions": s.busy_transactions,
+                "revived": s.revived,
                 "us_per_edge": round(self._per_edge * 1e6, 1)}
 
     async def run(self) -> None:

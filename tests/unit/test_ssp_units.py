@@ -262,7 +262,7 @@ async def test_a_member_that_comes_back_takes_its_edge_off_the_reapers_queue() -
     v.members.add("post:2")  # post:2 came back: its edge is upserted (revived)
     pub.mark("query:v", ["post:2"])
     await pub.flush()
-    assert pub.reaper.figures()["queued"] == 1
+    assert pub.reaper.figures()["queued"] == 1 and pub.reaper.figures()["revived"] == 1
     await pub.reaper.reap_once()
     assert db.transactions[-1] == [(REAP, {"ids": [RecordID(
         "_00_list_ref_user_alice", [v.record, RecordID("post", 3)])]})]
