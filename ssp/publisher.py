@@ -451,8 +451,13 @@ class Publisher:
 
     def quiet(self) -> bool:
         """True when no flush or hold is in progress and publication is not falling behind
-        (nothing pending for longer than the throttle window): the reaper's turn."""
+        (nothing pending for longer than the throttle window): the reconciler's turn."""
         return not self._inflight and self.oldest_age_ms() < max(self.throttle, 0.05) * 1000
+
+    def idle(self) -> bool:
+        """True when nothing is pending and no flush or hold is in progress: the reaper may
+        take half the database's time (`ssp.reaper`); under a steady load it is never idle."""
+        return not self._inflight and not self.pending
 
     def claim(self, view_id: str) -> bool:
         """Hold `view_id` for the reaper's transaction unless a flush or a hold has it."""

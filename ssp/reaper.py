@@ -13,14 +13,19 @@ events/s: ~11 a second, against ~300 a second whose row was deleted, edges the b
 leaves in the database unless run with `--app-deletes`). The reaper deletes them while
 publication leaves the database time, so the edge tables converge to "one row per member":
 
-- it runs while no flush is in flight and publication is not falling behind (the oldest
-  pending mark younger than the throttle window), one transaction at a time, sized to take
-  about `TARGET_SECS` (the number of edges adapts to the measured cost per edge), and rests as
-  long as the transaction took before the next one: at most about half of one database worker;
-- under a steady load publication is never quiet, and a reaper that waited for quiet would let
+- it runs while publication is idle (nothing pending, no flush in flight: `Publisher.idle`),
+  one transaction at a time, sized to take about `TARGET_SECS` (the number of edges adapts to
+  the measured cost per edge), and rests as long as the transaction took before the next one:
+  at most about half of one database worker;
+- under a steady load publication is never idle, and a reaper that waited for idle would let
   retired edges (rows in the database) pile up for as long as the load lasts. So it also takes
   a guaranteed share, `BUSY_SHARE` of the time, while publication is busy: after such a
-  transaction it rests (1 - share) / share times as long as the transaction took;
+  transaction it rests (1 - share) / share times as long as the transaction took. (It used to
+  count publication as quiet whenever no flush was in flight and nothing pending had waited
+  longer than the throttle window. Under a steady load that is most of the time between
+  flushes, so in issue 31's soak the reaper held a database worker ~45% of the time, one
+  edge per ~40 ms transaction, each DELETE ~4.6 ms of the engine's CPU with 1,000 edge
+  tables defined, beside the flushes whose latency the soak measures.);
 - `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
   RELATE cleared `removed`) stays; the views of the edges it deletes are held
   (`Publisher.claim`) so no flush writes them during its transaction;
@@ -60,7 +65,7 @@ class Publication(Protocol):
 
     dropped: set[str]
 
-    def quiet(self) -> bool: ...
+    def idle(self) -> bool: ...
 
     def claim(self, view_id: str) -> bool: ...
 
@@ -194,12 +199,12 @@ class EdgeReaper:
             if not self._queue and not self.overflow:
                 self._wake.clear()
                 await self._wake.wait()
-            quiet = self.publisher.quiet()
-            if not quiet and time.monotonic() < busy_turn:
+            idle = self.publisher.idle()
+            if not idle and time.monotonic() < busy_turn:
                 await asyncio.sleep(IDLE_POLL_SECS)
                 continue
             took = await self.reap_once() if self._queue else await self.refill_once()
-            if quiet:
+            if idle:
                 # Rest as long as the transaction took: the database's other writers
                 # (flushes, the application) keep at least half of its time.
                 await asyncio.sleep(max(took, IDLE_POLL_SECS))
