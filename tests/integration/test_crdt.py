@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,24 +64,48 @@ class Env:
             {"r": rid, "f": field})
 
 
-@pytest.fixture
-async def env(host: DbHost, tmp_path: Path) -> AsyncIterator[Env]:
+@pytest.fixture(scope="module")
+def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[str, str, Ssp]]:
+    """One database and SSP for the module's tests on it: starting them was most of each
+    test's time. The tests write records of their own ids, so none sees another's."""
     ns, db = unique_db()
-    root = await root_db(host, ns, db)
-    await root.query(APP_SCHEMA + DOC_SCHEMA)
+
+    async def prepare() -> None:
+        root = await root_db(host, ns, db)
+        try:
+            await root.query(APP_SCHEMA + DOC_SCHEMA)
+        finally:
+            await root.close()
+
+    asyncio.run(prepare())
     apply_schema(host, ns, db)
     # A cache of one document: every test also reads documents back from `_00_crdt`.
-    ssp = start_ssp(tmp_path, host, ns, db, SVC_CRDT_CACHE_SIZE="1",
+    ssp = start_ssp(tmp_path_factory.mktemp("crdt"), host, ns, db, SVC_CRDT_CACHE_SIZE="1",
                     SVC_CRDT_FIELDS=json.dumps({"card": ["notes"]}))
+    try:
+        async def ready() -> None:
+            await ssp.wait_ready()
+            ssp.close_client()  # its socket belongs to this loop; each test opens its own
+
+        asyncio.run(ready())
+        yield ns, db, ssp
+    finally:
+        code = ssp.stop()
+        assert code == 0, ssp.process.log_text()[-3000:]
+
+
+@pytest.fixture
+async def env(host: DbHost, shared: tuple[str, str, Ssp]) -> AsyncIterator[Env]:
+    ns, db, ssp = shared
+    root = await root_db(host, ns, db)
     http = aiohttp.ClientSession()
     try:
-        await ssp.wait_ready()
         yield Env(ssp, root, http)
     finally:
+        ssp.close_client()
         await http.close()
-        code = ssp.stop()
         await root.close()
-        assert code == 0, ssp.process.log_text()[-3000:]
 
 
 def writer(base: bytes | None) -> LoroDoc:
@@ -189,7 +213,8 @@ async def test_bad_updates_get_400_and_change_nothing(env: Env) -> None:
         assert status == 400 and reply["error"] == "invalid", (body, reply)
         row = await env.row("doc:bad")
         assert row["body"] == "kept" and await env.state_rev("doc:bad", "body") == 1, body
-    status, reply = await env.apply({"id": "doc:gone", "field": "body", "update": b64(good)})
+    # (an id no test creates: the module's tests share one database)
+    status, reply = await env.apply({"id": "doc:absent", "field": "body", "update": b64(good)})
     assert status == 404, reply
     # The document the refused updates never reached still takes a good one.
     more = edit(w, lambda t: t.insert(4, "!"))

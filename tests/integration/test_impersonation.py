@@ -10,8 +10,7 @@ import asyncio
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -50,6 +49,9 @@ class Env:
                  http: aiohttp.ClientSession, scheduler_url: str) -> None:
         self.host, self.name, self.ssp, self.root, self.http = host, name, ssp, root, http
         self.scheduler_url = scheduler_url
+        # the module's tests share one namespace: each signs up users of its own
+        tag = uuid.uuid4().hex[:8]
+        self.alice, self.bob = f"alice_{tag}", f"bob_{tag}"
 
     @property
     def ssp_url(self) -> str:
@@ -105,26 +107,57 @@ def apply_schema(host: DbHost, name: str, **env: str) -> str:
     return r.stdout
 
 
-@pytest.fixture
-async def env(host: DbHost, tmp_path: Path) -> AsyncIterator[Env]:
-    name = "imp_" + uuid.uuid4().hex[:10]
+class Stack:
+    """One namespace with the impersonation schema, its SSP and its scheduler, for the
+    module: starting them is most of a test's time. Each test signs up users of its own
+    (`Env.user`), so no test sees another's users, notes, views or sessions."""
+
+    def __init__(self, host: DbHost, name: str, ssp: Ssp, scheduler_url: str) -> None:
+        self.host, self.name, self.ssp, self.scheduler_url = host, name, ssp, scheduler_url
+
+
+async def _define_app(host: DbHost, name: str) -> None:
     root = await root_db(host, name, name)
-    await root.query(APP_SCHEMA + NOTES)
+    try:
+        await root.query(APP_SCHEMA + NOTES)
+    finally:
+        await root.close()
+
+
+@pytest.fixture(scope="module")
+def stack(host: DbHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("imp")
+    name = "imp_" + uuid.uuid4().hex[:10]
+    asyncio.run(_define_app(host, name))
     out = apply_schema(host, name, **IMP_ENV)
     assert "access _00_impersonate: defined" in out
-    ssp = start_ssp(tmp_path, host, name, name, **IMP_ENV)
-    port = free_port()
-    sched = launch(tmp_path, write_config(tmp_path, host, name, port), port, name, **IMP_ENV)
-    http = aiohttp.ClientSession()
+    ssp = start_ssp(tmp, host, name, name, **IMP_ENV)
     try:
-        await ssp.wait_ready()
-        yield Env(host, name, ssp, root, http, sched.url)
+        port = free_port()
+        sched = launch(tmp, write_config(tmp, host, name, port), port, name, **IMP_ENV)
+    except BaseException:
+        ssp.stop()
+        raise
+    try:
+        asyncio.run(ssp.wait_ready())
+        ssp.close_client()  # its client belongs to that loop; each test opens its own
+        yield Stack(host, name, ssp, sched.url)
     finally:
-        await http.close()
         sched.process.stop()
         code = ssp.stop()
-        await root.close()
         assert code == 0, ssp.process.log_text()[-3000:]
+
+
+@pytest.fixture
+async def env(stack: Stack) -> AsyncIterator[Env]:
+    root = await root_db(stack.host, stack.name, stack.name)
+    http = aiohttp.ClientSession()
+    try:
+        yield Env(stack.host, stack.name, stack.ssp, root, http, stack.scheduler_url)
+    finally:
+        stack.ssp.close_client()
+        await http.close()
+        await root.close()
 
 
 async def user_id(root: Database, name: str) -> RecordID:
@@ -140,9 +173,9 @@ async def rows(client: Any, sql: str) -> list[Any]:
 
 async def test_minted_token_sees_exactly_what_the_target_sees_and_stops_when_revoked(
         env: Env) -> None:
-    alice = await record_user(env.host, env.name, env.name, "alice")
-    bob = await record_user(env.host, env.name, env.name, "bob")
-    alice_id, bob_id = await user_id(env.root, "alice"), await user_id(env.root, "bob")
+    alice = await record_user(env.host, env.name, env.name, env.alice)
+    bob = await record_user(env.host, env.name, env.name, env.bob)
+    alice_id, bob_id = await user_id(env.root, env.alice), await user_id(env.root, env.bob)
     await env.root.query("CREATE note:a1 SET owner = $a, t = 'alice 1'; "
                          "CREATE note:a2 SET owner = $a, t = 'alice 2'; "
                          "CREATE note:b1 SET owner = $b, t = 'bob 1'",
@@ -202,10 +235,10 @@ async def test_minted_token_sees_exactly_what_the_target_sees_and_stops_when_rev
 
 
 async def test_expired_session_or_token_stops_authenticating(env: Env) -> None:
-    alice = await record_user(env.host, env.name, env.name, "alice")
-    bob = await record_user(env.host, env.name, env.name, "bob")
+    alice = await record_user(env.host, env.name, env.name, env.alice)
+    bob = await record_user(env.host, env.name, env.name, env.bob)
     await close(alice, bob)
-    alice_id, bob_id = await user_id(env.root, "alice"), await user_id(env.root, "bob")
+    alice_id, bob_id = await user_id(env.root, env.alice), await user_id(env.root, env.bob)
     session, remaining = await env.start_session(bob_id, alice_id)
     token = (await env.mint(env.ssp_url, session, alice_id, bob_id, remaining))["token"]
     assert await env.token_works(token)
@@ -235,10 +268,10 @@ async def test_an_open_impersonation_connection_ends_soon_after_revocation_or_ex
     to 5 minutes after the session was revoked or expired (the access method's session length;
     the engine checks the session row only when a token authenticates). It now ends within
     10 s."""
-    alice = await record_user(env.host, env.name, env.name, "alice")
-    bob = await record_user(env.host, env.name, env.name, "bob")
+    alice = await record_user(env.host, env.name, env.name, env.alice)
+    bob = await record_user(env.host, env.name, env.name, env.bob)
     await close(alice, bob)
-    alice_id, bob_id = await user_id(env.root, "alice"), await user_id(env.root, "bob")
+    alice_id, bob_id = await user_id(env.root, env.alice), await user_id(env.root, env.bob)
     session, remaining = await env.start_session(bob_id, alice_id)
     token = (await env.mint(env.ssp_url, session, alice_id, bob_id, remaining))["token"]
     imp = await env.as_token(token)
@@ -267,11 +300,12 @@ async def test_an_open_impersonation_connection_ends_soon_after_revocation_or_ex
 @pytest.mark.parametrize("which", ["ssp", "scheduler"])
 async def test_routes_check_bearer_body_and_search_users(env: Env, which: str) -> None:
     base = env.ssp_url if which == "ssp" else env.scheduler_url
-    alice = await record_user(env.host, env.name, env.name, "alice")
-    bob = await record_user(env.host, env.name, env.name, "bob")
+    alice = await record_user(env.host, env.name, env.name, env.alice)
+    bob = await record_user(env.host, env.name, env.name, env.bob)
     await close(alice, bob)
-    alice_id, bob_id = await user_id(env.root, "alice"), await user_id(env.root, "bob")
-    await env.root.query("UPSERT _00_admin:⟨x⟩ SET ident = $i", {"i": record_id_text(bob_id)})
+    alice_id, bob_id = await user_id(env.root, env.alice), await user_id(env.root, env.bob)
+    await env.root.query("UPSERT type::record('_00_admin', $k) SET ident = $i",
+                         {"k": env.bob, "i": record_id_text(bob_id)})
     body = {"session": "_00_impersonation:x", "target": record_id_text(alice_id),
             "admin": record_id_text(bob_id), "ttl_secs": 60, "session_remaining_secs": 60}
     status, _ = await env.post(f"{base}/impersonate/mint", body, headers={})
@@ -285,15 +319,22 @@ async def test_routes_check_bearer_body_and_search_users(env: Env, which: str) -
         assert status == 400 and reply["error"] == "invalid", reply
 
     status, found = await env.post(f"{base}/impersonate/users",
-                                   {"table": "user", "fields": ["name"], "search": "ALI"})
+                                   {"table": "user", "fields": ["name"],
+                                    # a part of this test's alice's name, in other case
+                                    "search": env.alice[2:].upper()})
     assert status == 200, found
     assert [(u["id"], u["name"], u["is_admin"]) for u in found] == [
-        (record_id_text(alice_id), "alice", False)]
+        (record_id_text(alice_id), env.alice, False)]
     assert all(set(u) == {"id", "name", "is_admin"} for u in found)  # no password hash
     status, every = await env.post(f"{base}/impersonate/users",
                                    {"table": "user", "fields": ["name"], "limit": 1000})
-    assert status == 200 and {u["name"]: u["is_admin"] for u in every} == {
-        "alice": False, "bob": True}
+    # every user of the namespace (the module's other tests sign up theirs), admins marked
+    roster = set(await env.root.query_one("SELECT VALUE ident FROM _00_admin"))
+    users = await env.root.query_one("SELECT id, name FROM user")
+    expected = {u["name"]: record_id_text(u["id"]) in roster for u in users}
+    assert expected[env.alice] is False and expected[env.bob] is True
+    assert status == 200 and {u["name"]: u["is_admin"] for u in every} == expected
+    assert len(every) == len(users)
     status, one = await env.post(f"{base}/impersonate/users", {"table": "user", "limit": 1})
     assert status == 200 and len(one) == 1
     for bad in ({"table": "user; REMOVE TABLE user"}, {"table": "user", "fields": ["a.b"]},

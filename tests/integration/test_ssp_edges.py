@@ -5,8 +5,8 @@ record user's LIVE subscription on its own edge table."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -32,22 +32,50 @@ from tests.support.ssp_stack import (
 class Stack:
     def __init__(self, host: DbHost, ns: str, db: str, ssp: Ssp, root: Database) -> None:
         self.host, self.ns, self.dbname, self.ssp, self.root = host, ns, db, ssp, root
+        # the module's tests share one database: each signs up users of its own
+        tag = uuid.uuid4().hex[:8]
+        self.alice, self.bob = f"alice_{tag}", f"bob_{tag}"
+
+
+@pytest.fixture(scope="module")
+def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[str, str, Ssp]]:
+    """One database and SSP for the module: starting them was most of each test's time.
+    Tests use users, posts and view ids of their own, and counts relative to what is
+    there."""
+    ns, db = unique_db()
+
+    async def prepare() -> None:
+        root = await root_db(host, ns, db)
+        try:
+            await root.query(APP_SCHEMA)
+        finally:
+            await root.close()
+
+    asyncio.run(prepare())
+    apply_schema(host, ns, db)
+    ssp = start_ssp(tmp_path_factory.mktemp("edges"), host, ns, db)
+    try:
+        async def ready() -> None:
+            await ssp.wait_ready()
+            ssp.close_client()  # its socket belongs to this loop; each test opens its own
+
+        asyncio.run(ready())
+        yield ns, db, ssp
+    finally:
+        code = ssp.stop()
+        assert code == 0, ssp.process.log_text()[-3000:]
 
 
 @pytest.fixture
-async def stack(host: DbHost, tmp_path: Path) -> AsyncIterator[Stack]:
-    ns, db = unique_db()
+async def stack(host: DbHost, shared: tuple[str, str, Ssp]) -> AsyncIterator[Stack]:
+    ns, db, ssp = shared
     root = await root_db(host, ns, db)
-    await root.query(APP_SCHEMA)
-    apply_schema(host, ns, db)
-    ssp = start_ssp(tmp_path, host, ns, db)
     try:
-        await ssp.wait_ready()
         yield Stack(host, ns, db, ssp, root)
     finally:
-        code = ssp.stop()
+        ssp.close_client()
         await root.close()
-        assert code == 0, ssp.process.log_text()[-3000:]
 
 
 async def user_id(root: Database, name: str) -> RecordID:
@@ -64,9 +92,9 @@ def register_body(key: str, surql: str, auth: RecordID | None, **extra: Any) -> 
 
 
 async def test_record_user_sees_edges_appear_and_disappear(stack: Stack) -> None:
-    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
+    alice = await record_user(stack.host, stack.ns, stack.dbname, stack.alice)
     try:
-        alice_id = await user_id(stack.root, "alice")
+        alice_id = await user_id(stack.root, stack.alice)
         r = await stack.ssp.call("POST /view/register", register_body(
             "a1", "SELECT * FROM post WHERE owner = $auth.id", alice_id))
         assert r["status"] == 200, r
@@ -90,13 +118,13 @@ async def test_record_user_sees_edges_appear_and_disappear(stack: Stack) -> None
 
 
 async def test_initial_members_are_published_and_the_row_becomes_ready(stack: Stack) -> None:
-    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
+    alice = await record_user(stack.host, stack.ns, stack.dbname, stack.alice)
     await alice.close()
-    alice_id = await user_id(stack.root, "alice")
+    alice_id = await user_id(stack.root, stack.alice)
     for i in range(5):
         await stack.root.query("CREATE type::record('post', $k) SET owner = $o, title = 't'",
                                {"k": f"x{i}", "o": alice_id})
-    await wait_for(lambda: _info_count(stack, "post", 5), what="posts loaded")
+    await wait_for(lambda: _all_loaded(stack, "post"), what="posts loaded")
     r = await stack.ssp.call("POST /view/register", register_body(
         "init", "SELECT * FROM post WHERE owner = $auth.id ORDER BY id LIMIT 3", alice_id))
     assert r["status"] == 200, r
@@ -119,12 +147,19 @@ async def _info_count(stack: Stack, table: str, n: int) -> bool:
     return bool(r["body"][0]["circuit_tables"].get(table) == n)
 
 
+async def _all_loaded(stack: Stack, table: str) -> bool:
+    """The SSP's circuit holds as many rows of `table` as the database (the module's other
+    tests wrote some too)."""
+    rows = await stack.root.query_one(f"SELECT count() AS n FROM {table} GROUP ALL")
+    return await _info_count(stack, table, rows[0]["n"] if rows else 0)
+
+
 async def test_another_user_never_sees_the_edges(stack: Stack) -> None:
-    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
-    bob = await record_user(stack.host, stack.ns, stack.dbname, "bob")
+    alice = await record_user(stack.host, stack.ns, stack.dbname, stack.alice)
+    bob = await record_user(stack.host, stack.ns, stack.dbname, stack.bob)
     try:
-        alice_id = await user_id(stack.root, "alice")
-        bob_id = await user_id(stack.root, "bob")
+        alice_id = await user_id(stack.root, stack.alice)
+        bob_id = await user_id(stack.root, stack.bob)
         for key, who in (("va", alice_id), ("vb", bob_id)):
             r = await stack.ssp.call("POST /view/register", register_body(
                 key, "SELECT * FROM post WHERE owner = $auth.id", who))
@@ -156,10 +191,10 @@ async def test_another_user_never_sees_the_edges(stack: Stack) -> None:
 
 
 async def test_re_registration_under_another_identity_is_409(stack: Stack) -> None:
-    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
-    await (await record_user(stack.host, stack.ns, stack.dbname, "bob")).close()
-    alice_id = await user_id(stack.root, "alice")
-    bob_id = await user_id(stack.root, "bob")
+    await (await record_user(stack.host, stack.ns, stack.dbname, stack.alice)).close()
+    await (await record_user(stack.host, stack.ns, stack.dbname, stack.bob)).close()
+    alice_id = await user_id(stack.root, stack.alice)
+    bob_id = await user_id(stack.root, stack.bob)
     body = register_body("mine", "SELECT * FROM post WHERE owner = $auth.id", alice_id)
     assert (await stack.ssp.call("POST /view/register", body))["status"] == 200
     r = await stack.ssp.call("POST /view/register", register_body(
@@ -170,8 +205,8 @@ async def test_re_registration_under_another_identity_is_409(stack: Stack) -> No
 
 
 async def test_refused_query_is_400_rejected_before_any_write(stack: Stack) -> None:
-    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
-    alice_id = await user_id(stack.root, "alice")
+    await (await record_user(stack.host, stack.ns, stack.dbname, stack.alice)).close()
+    alice_id = await user_id(stack.root, stack.alice)
     r = await stack.ssp.call("POST /view/register", register_body(
         "bad", "SELECT * FROM post WHERE owner = $auth.id SPLIT title LIMIT 2", alice_id))
     assert r["status"] == 400 and r["body"]["error"] == "rejected", r
@@ -180,10 +215,10 @@ async def test_refused_query_is_400_rejected_before_any_write(stack: Stack) -> N
 
 
 async def test_unregister_removes_edges_and_row(stack: Stack) -> None:
-    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
-    alice_id = await user_id(stack.root, "alice")
+    await (await record_user(stack.host, stack.ns, stack.dbname, stack.alice)).close()
+    alice_id = await user_id(stack.root, stack.alice)
     await stack.root.query("CREATE post:u1 SET owner = $o, title = 't'", {"o": alice_id})
-    await wait_for(lambda: _info_count(stack, "post", 1), what="post loaded")
+    await wait_for(lambda: _all_loaded(stack, "post"), what="post loaded")
     r = await stack.ssp.call("POST /view/register", register_body(
         "gone", "SELECT * FROM post WHERE owner = $auth.id", alice_id))
     assert r["status"] == 200
@@ -200,10 +235,10 @@ async def test_unregister_removes_edges_and_row(stack: Stack) -> None:
 
 
 async def test_deleting_the_query_row_unregisters_the_view(stack: Stack) -> None:
-    await (await record_user(stack.host, stack.ns, stack.dbname, "alice")).close()
-    alice_id = await user_id(stack.root, "alice")
+    await (await record_user(stack.host, stack.ns, stack.dbname, stack.alice)).close()
+    alice_id = await user_id(stack.root, stack.alice)
     await stack.root.query("CREATE post:d1 SET owner = $o, title = 't'", {"o": alice_id})
-    await wait_for(lambda: _info_count(stack, "post", 1), what="post loaded")
+    await wait_for(lambda: _all_loaded(stack, "post"), what="post loaded")
     assert (await stack.ssp.call("POST /view/register", register_body(
         "rowdel", "SELECT * FROM post WHERE owner = $auth.id", alice_id)))["status"] == 200
     table = f"_00_list_ref_user_{alice_id.id}"
@@ -251,9 +286,9 @@ async def test_a_member_that_leaves_is_retired_then_reaped_and_a_live_client_see
     # Mode dedicated (ssp/README.md, "Edge removal"): the flush retires the edge (an UPDATE
     # with `removed: true` the subscriber sees at once), the reaper deletes it afterwards, and
     # a member coming back gets an edge without `removed`.
-    alice = await record_user(stack.host, stack.ns, stack.dbname, "alice")
+    alice = await record_user(stack.host, stack.ns, stack.dbname, stack.alice)
     try:
-        alice_id = await user_id(stack.root, "alice")
+        alice_id = await user_id(stack.root, stack.alice)
         assert (await stack.ssp.call("POST /view/register", register_body(
             "pos", "SELECT * FROM post WHERE owner = $auth.id AND n > 0", alice_id)))[
             "status"] == 200
@@ -264,6 +299,8 @@ async def test_a_member_that_leaves_is_retired_then_reaped_and_a_live_client_see
         note = await asyncio.wait_for(notes.get(), 30)
         assert note["action"] == "CREATE" and note["result"]["out"] == RecordID("post", "r1")
         assert not note["result"].get("removed")
+        # the SSP is the module's: its reaper count is read before, not assumed zero
+        reaped_before = (await stack.ssp.call("GET /debug/memory"))["body"]["reaper"]["reaped"]
         await stack.root.query("UPDATE post:r1 SET n = 0")  # leaves the view
         note = await asyncio.wait_for(notes.get(), 30)
         assert note["action"] == "UPDATE" and note["result"]["removed"] is True
@@ -272,7 +309,7 @@ async def test_a_member_that_leaves_is_retired_then_reaped_and_a_live_client_see
         assert note["action"] == "DELETE" and note["result"]["out"] == RecordID("post", "r1")
         assert await stack.root.query_one(f"SELECT * FROM {table}") == []
         memory = (await stack.ssp.call("GET /debug/memory"))["body"]
-        assert memory["reaper"]["reaped"] >= 1
+        assert memory["reaper"]["reaped"] >= reaped_before + 1
         # the embedded build (3.2.4) logs the edges a DELETE takes along: removals need not
         # write the edge retired first (the Node build's 3.0.2 does not: test_http_transport)
         assert memory["publication"]["unlogged_cascades"] is False
@@ -297,6 +334,12 @@ async def test_retired_edges_do_not_pile_up_while_members_keep_leaving(stack: St
         "erins", "SELECT * FROM post WHERE owner = $auth.id AND n > 0", erin)))[
         "status"] == 200
     table = "_00_list_ref_user_erin"
+
+    async def settled() -> Any:
+        # the module's earlier tests' retired edges reaped: the count is read from here on
+        reaper = (await stack.ssp.call("GET /debug/memory"))["body"]["reaper"]
+        return reaper if reaper["queued"] == 0 else None
+    base = (await wait_for(settled, what="the reaper idle"))["reaped"]
     churned = 0
     for r in range(3):
         moved = [f"post:m{r}_{i}" for i in range(3)]
@@ -315,11 +358,11 @@ async def test_retired_edges_do_not_pile_up_while_members_keep_leaving(stack: St
         await wait_for(lambda: _has_edges(stack, table, "erins", set()),
                        what=f"round {r}: members out")
 
-        async def reaped(want: int = churned) -> bool:
+        async def reaped(want: int = base + churned) -> bool:
             rows = await stack.root.query_one(f"SELECT VALUE id FROM {table}")
             reaper = (await stack.ssp.call("GET /debug/memory"))["body"]["reaper"]
             return not rows and reaper["queued"] == 0 and reaper["reaped"] >= want
         await wait_for(reaped, what=f"round {r}: retired edges reaped")
         reaper = (await stack.ssp.call("GET /debug/memory"))["body"]["reaper"]
-        assert reaper["reaped"] == churned, reaper  # the deleted rows' edges cost nothing
+        assert reaper["reaped"] == base + churned, reaper  # deleted rows' edges cost nothing
         assert reaper["failures"] == 0 and reaper["overflowed"] == 0, reaper

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -59,24 +58,44 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-@pytest.fixture
-async def stack(host: DbHost, tmp_path: Path) -> AsyncIterator[HttpStack]:
+@pytest.fixture(scope="module")
+def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[str, str, Ssp]]:
+    """One database and SSP for the module: starting them was most of each test's time.
+    The tests use users, posts and view ids of their own."""
     ns, db = unique_db()
-    root = await root_db(host, ns, db)
-    await root.query(APP_SCHEMA)
+
+    async def prepare() -> None:
+        root = await root_db(host, ns, db)
+        try:
+            await root.query(APP_SCHEMA)
+        finally:
+            await root.close()
+
+    asyncio.run(prepare())
     # The host cannot run http::post, so the database events are played by the test; the
     # changefeed schema still mirrors every row's version into _00_version.
     apply_schema(host, ns, db, "changefeed")
-    ssp = start_ssp(tmp_path, host, ns, db, SVC_INGEST_TRANSPORT="http", SVC_AUTH_SECRET=SECRET)
+    ssp = start_ssp(tmp_path_factory.mktemp("ingest-http"), host, ns, db,
+                    SVC_INGEST_TRANSPORT="http", SVC_AUTH_SECRET=SECRET)
+    try:
+        ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=60)
+        yield ns, db, ssp
+    finally:
+        code = ssp.stop()
+        assert code == 0, ssp.process.log_text()[-3000:]
+
+
+@pytest.fixture
+async def stack(host: DbHost, shared: tuple[str, str, Ssp]) -> AsyncIterator[HttpStack]:
+    ns, db, ssp = shared
+    root = await root_db(host, ns, db)
     s = HttpStack(host, ns, db, ssp, root)
     try:
-        ssp.process.wait_http(f"{s.base}/health", timeout=60)
         yield s
     finally:
         await s.http.aclose()
-        code = ssp.stop()
         await root.close()
-        assert code == 0, ssp.process.log_text()[-3000:]
 
 
 async def test_ingest_over_http_publishes_edges_a_user_sees_live(stack: HttpStack) -> None:

@@ -39,12 +39,19 @@ def stack(shared_db_host: DbHost, tmp_path_factory: pytest.TempPathFactory
         s.stop()
 
 
-@pytest.fixture
-def wf(stack: WorkflowStack) -> WorkflowStack:
-    """The stack with the workflow tables migrated (`svc migrate`, idempotent)."""
+@pytest.fixture(scope="module")
+def migrated(stack: WorkflowStack) -> WorkflowStack:
+    """The stack with the workflow tables migrated (`svc migrate`, idempotent: after the
+    first test's own migration this run changes nothing). Once for the module: a run is a
+    process start of a few seconds, and no test moves the schema back."""
     r = stack.svc("migrate")
     assert r.returncode == 0, r.stderr
     return stack
+
+
+@pytest.fixture
+def wf(migrated: WorkflowStack) -> WorkflowStack:
+    return migrated
 
 
 def on_demand(workflow: str, **extra: Any) -> dict[str, Any]:
