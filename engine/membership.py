@@ -20,7 +20,7 @@ from engine.deps import Deps
 from engine.lazy import bulk
 from engine.linkscan import link_candidates
 from engine.plan import Cx
-from engine.proj import NOLINKS, Proj
+from engine.proj import Proj
 from engine.rangescan import index_bounds, own_conditions, range_filter, range_rows
 from engine.store import Store, ikey
 from engine.values import NONE
@@ -233,11 +233,9 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
     cands = range_narrow(store, mat, cands)
     if cands is None:
         cands = rows.keys()
-    pred = plan.pred
-    S = mat.S
     outs = proj.outs
     project = proj.project
-    rows_shown = [rid for rid in cands if pred(rows[rid], S, NONE, NOLINKS)]
+    rows_shown = window.passing(plan, cands, rows, mat.S)
     if plan.star_only:
         # SELECT * of flat rows: the row is its own output and only member
         trees = proj.trees

@@ -82,6 +82,8 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
             # the rows the walk would not reach in key order now, the others as far as the
             # windows reach (`fill`): entries only for the rows walked
             order.walk = walk
+            if plan.qkeyed:
+                watch_sets(order, store)  # before any row is evaluated: no read per row
             if not every:
                 order.only = cands if isinstance(cands, set) else set(cands)
             _walk_start(order, store, deps)
@@ -114,10 +116,8 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
                     cx.reads = set()
         else:
             entry = circuit.entry
-            for rid in cands:
-                row = rows[rid]
-                if pred(row, S, NONE, NOLINKS):
-                    entries[rid] = entry(rid, row)
+            for rid in passing(plan, cands, rows, S):
+                entries[rid] = entry(rid, rows[rid])
     if plan.ordered:
         need = _need(order)
         if not order.built_head or (not order.full and (
@@ -275,6 +275,32 @@ def _tell_windows(order: Order, rid: str, q: int, p: int, pending: set[WMat]) ->
 BEYOND = 1 << 62
 
 
+def passing(plan: Any, cands: Iterable[str], rows: dict[str, Any], S: tuple[Any, ...]
+            ) -> list[str]:
+    """The candidates whose row passes a WHERE that reads the row alone, in their order.
+    When it reads one field (``Plan.one_field``), it is evaluated once per string held
+    there: a string is the only value its index key stands for, so its rows answer alike
+    (other values are evaluated row by row: ``1`` and ``1.0`` share a key, not a type)."""
+    pred = plan.pred
+    field = plan.one_field
+    if field is None:
+        return [rid for rid in cands if pred(rows[rid], S, NONE, NOLINKS)]
+    memo: dict[str, bool] = {}
+    out: list[str] = []
+    for rid in cands:
+        row = rows[rid]
+        v = row.get(field)
+        if type(v) is str:
+            ok = memo.get(v)
+            if ok is None:
+                ok = memo[v] = bool(pred(row, S, NONE, NOLINKS))
+        else:
+            ok = bool(pred(row, S, NONE, NOLINKS))
+        if ok:
+            out.append(rid)
+    return out
+
+
 def _cap(need: int) -> int:
     """How many entries a head keeps for windows ending at ``need``."""
     return need + max(need, 32)
@@ -315,9 +341,17 @@ def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
     lookup is cheaper), and the table's first row holds a value of a walk kind there."""
     plan = order.circuit.plan
     field = plan.first_source
-    if not wide or plan.semis or field is None or field == "id":
+    if not wide or field is None or field == "id":
         return None
-    if plan.qlinks and (plan.qkeyed or plan.qhop is None or not plan.row_entries):
+    if plan.qkeyed:
+        # semi-join sets tested with fields of the row (`user IN (SELECT VALUE ...)`): a
+        # key entering or leaving a set requalifies the rows holding it from the index,
+        # evaluated yet or not (engine.write, "_requalify_keyed"), as a write does its row
+        if plan.qhop is not None:
+            return None
+    elif plan.semis:
+        return None  # a set tested otherwise registers its reads row by row
+    elif plan.qlinks and (plan.qhop is None or not plan.row_entries):
         # a WHERE through links longer than one hop registers each row's reads while it
         # is evaluated: no row may be left for later (one hop: a write to the linked
         # record requalifies the rows holding its link, from the index, engine.write)
