@@ -336,6 +336,11 @@ class Plan:
                 self.qhop = _one_hop(q, True)  # None: no path is two segments long
             else:
                 self.qkeyed = False
+        # top-level conjuncts `field IN (SELECT VALUE ...)` of a qkeyed WHERE, with their
+        # semi-join: a new view's candidates are the rows holding the set's keys there (its
+        # table's equality index) when they are few (engine.membership.semi_candidates)
+        self.semi_in: list[tuple[str, Any]] = _semi_in(q.where, self.semis) \
+            if self.qkeyed else []
         self.fetch = q.fetch
         self.items, star_only, simple = _compile_items(q)
         # SELECT VALUE: a row's output is its one item's value (its members: the row itself
@@ -900,6 +905,20 @@ def _field_paths(e: Any, acc: list[tuple[str, ...]], semis: bool = False) -> boo
         elif type(x) is not str:
             return False
     return True
+
+
+def _semi_in(where: Any, semis: list[Any]) -> list[tuple[str, Any]]:
+    """(field, its semi-join) of each top-level conjunct ``field IN (SELECT VALUE ...)``
+    (the row's own field, not negated)."""
+    out: list[tuple[str, Any]] = []
+    for c in conjuncts(where):
+        if (c[0] == "cmp" and c[1] == "inside" and c[2][0] == "field" and len(c[2][1]) == 1
+                and c[3][0] == "subquery"):
+            for spec in semis:
+                if spec.q is c[3][1] and spec.outer == c[2]:
+                    out.append((c[2][1][0], spec))
+                    break
+    return out
 
 
 def _one_field(where: Any) -> str | None:

@@ -4,10 +4,11 @@ at most 50 ms), checked against SurrealDB after random writes and by the work it
 - A WHERE reading one field of the row alone (`string::uppercase(status) = $s`) is
   evaluated once per string held there, not once per row (engine.window.passing); values
   of other kinds (1 and 1.0 share an index key, not a type; NONE, NULL, arrays) row by row.
-- A window over most of a large table whose WHERE tests fields of the row against
-  semi-join sets (`thread IN (SELECT VALUE id FROM thread WHERE ...)`) walks its sort
-  field's index like any walked window (engine.window, "walk"); a key entering or leaving
-  a set requalifies the rows holding it, walked yet or not.
+- A view whose WHERE tests fields of the row against semi-join sets (`thread IN (SELECT
+  VALUE id FROM thread WHERE ...)`) takes as candidates the rows holding the set's keys
+  when they are few (engine.membership.semi_candidates); a window over most of a large
+  table walks its sort field's index like any walked window (engine.window, "walk"). A
+  key entering or leaving a set requalifies the rows holding it, walked yet or not.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ SEMI = [
     "score >= $lo) ORDER BY k LIMIT 3",
     "SELECT id, k, v FROM comment WHERE v >= 0 AND thread IN (SELECT VALUE id FROM thread "
     "WHERE score < $hi) ORDER BY k DESC LIMIT 2 START 1",
+    "SELECT id, v FROM comment WHERE thread IN (SELECT VALUE id FROM thread WHERE "
+    "score >= $lo) AND v > 2",
 ]
 SEMI_PARAMS: list[dict[str, Any]] = [{"lo": 3, "hi": 6}, {"lo": 9, "hi": 1}]
 
@@ -149,3 +152,31 @@ def test_a_wide_semi_join_window_makes_entries_only_as_far_as_it_reaches() -> No
                       "thread WHERE score >= $lo) ORDER BY k LIMIT 10", {"lo": 5})
     assert [r["k"] for r in eng.result("v")] == [5] * 10
     assert len(eng.views["v"].order.entries) < 100
+
+
+def test_a_semi_join_view_of_a_small_set_evaluates_only_its_rows() -> None:
+    """`thread IN (SELECT VALUE id FROM thread WHERE score >= $lo)` over 20,000 rows: a set
+    of one thread evaluates the 200 rows holding it, an empty set none."""
+    view_engine, _ = engine_api()
+    eng = view_engine()
+    _comments(eng, 20_000)
+    q = ("SELECT id, k FROM comment WHERE thread IN (SELECT VALUE id FROM thread WHERE "
+         "score >= $lo) AND k < $k ORDER BY k LIMIT 10")
+    eng.register("a", q, {"lo": 5, "k": 1000})
+    plan = eng.views["a"].circuit.plan
+    calls = [0]
+    pred = plan.pred
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return pred(*args)
+
+    plan.pred = counted
+    eng.register("b", q, {"lo": 99, "k": 1000})
+    assert calls[0] == 0 and eng.result("b") == []
+    eng.load("thread", [{"id": RecordID("thread", 100), "score": 200}])
+    eng.ingest("thread", "UPDATE", "thread:7", {"id": RecordID("thread", 7), "score": 150})
+    calls[0] = 0
+    eng.register("c", q, {"lo": 99, "k": 500})
+    assert calls[0] == 100  # thread 7's rows with k < 500 (7, 107, ... 407: 20 each)
+    assert [r["k"] for r in eng.result("c")] == [7] * 10
