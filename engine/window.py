@@ -12,9 +12,9 @@
   removal refills from below. Ties break by record id ascending in both directions, as
   SurrealDB's scan order does.
 - **Walks.** A new order over most of a large table (at least four times what its head
-  keeps), ordered first by a field of the row, whose filter reads the row alone or links
-  one hop away, is not evaluated row by row: its rows are walked in the order of that
-  field's equality index keys (:func:`engine.rangescan.walk_keys`: numbers, strings or
+  keeps), ordered first by a field of the row, whose filter reads the row alone, links
+  one hop away, or semi-join sets tested with fields of the row, is not evaluated row by
+  row: its rows are walked in the order of that field's equality index keys (:func:`engine.rangescan.walk_keys`: numbers, strings or
   datetimes with a zone, as the table's first row holds), a whole key at a time, until the
   head is full; rows under keys of another kind are evaluated at once. Every row after the
   walk's ``cut`` that no write reached is left unevaluated: its entry, were it to qualify,
@@ -337,8 +337,9 @@ def fill(order: Order) -> None:
 def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
     """How a new order can be walked (None: every candidate is evaluated): by its first
     ORDER BY key, a field of the row, when its windows end, the table is large against
-    them, the filter reads the row alone and most rows are candidates (a narrow index
-    lookup is cheaper), and the table's first row holds a value of a walk kind there."""
+    them, the filter reads the row alone (or one-hop links, or semi-join sets keyed by
+    fields of the row) and most rows are candidates (a narrow index lookup is cheaper),
+    and the table's first row holds a value of a walk kind there."""
     plan = order.circuit.plan
     field = plan.first_source
     if not wide or field is None or field == "id":
