@@ -276,7 +276,7 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
         cands = rows.keys()
     outs = proj.outs
     project = proj.project
-    rows_shown = window.passing(plan, cands, rows, mat.S)
+    rows_shown = window.passing(plan, cands, rows, mat.S, store.table(circuit.table))
     if plan.star_only:
         # SELECT * of flat rows: the row is its own output and only member
         trees = proj.trees
