@@ -305,6 +305,10 @@ class Plan:
         # Rows can move in or out of the qualifying set (or move in the order) when a linked
         # record changes only if the predicate or a sort key follows a link.
         self.qlinks = pred_links or order_links
+        # the one field of the row WHERE reads, when it reads nothing else: rows holding the
+        # same string there qualify alike, so a new view evaluates WHERE once per string
+        # (engine.window.passing; `string::uppercase(status) = $p0` over 50k orders)
+        self.one_field = None if pred_links or self.semis else _one_field(q.where)
         # the row fields through which WHERE / ORDER BY follow links, when every such path is
         # one hop (`author.name`): the records a row's predicate reads are then the links it
         # holds in those fields, found from the table's equality index on each field
@@ -332,6 +336,11 @@ class Plan:
                 self.qhop = _one_hop(q, True)  # None: no path is two segments long
             else:
                 self.qkeyed = False
+        # top-level conjuncts `field IN (SELECT VALUE ...)` of a qkeyed WHERE, with their
+        # semi-join: a new view's candidates are the rows holding the set's keys there (its
+        # table's equality index) when they are few (engine.membership.semi_candidates)
+        self.semi_in: list[tuple[str, Any]] = _semi_in(q.where, self.semis) \
+            if self.qkeyed else []
         self.fetch = q.fetch
         self.items, star_only, simple = _compile_items(q)
         # SELECT VALUE: a row's output is its one item's value (its members: the row itself
@@ -896,6 +905,33 @@ def _field_paths(e: Any, acc: list[tuple[str, ...]], semis: bool = False) -> boo
         elif type(x) is not str:
             return False
     return True
+
+
+def _semi_in(where: Any, semis: list[Any]) -> list[tuple[str, Any]]:
+    """(field, its semi-join) of each top-level conjunct ``field IN (SELECT VALUE ...)``
+    (the row's own field, not negated)."""
+    out: list[tuple[str, Any]] = []
+    for c in conjuncts(where):
+        if (c[0] == "cmp" and c[1] == "inside" and c[2][0] == "field" and len(c[2][1]) == 1
+                and c[3][0] == "subquery"):
+            for spec in semis:
+                if spec.q is c[3][1] and spec.outer == c[2]:
+                    out.append((c[2][1][0], spec))
+                    break
+    return out
+
+
+def _one_field(where: Any) -> str | None:
+    """The one top-level field (not ``id``) a condition reads, when it reads nothing else:
+    no link, ``$parent``, graph step, subquery nor a second field."""
+    paths: list[tuple[str, ...]] = []
+    if where is None or not _field_paths(where, paths) or _reads_parent(where):
+        return None
+    names = set(paths)
+    if len(names) != 1:
+        return None
+    path = names.pop()
+    return path[0] if len(path) == 1 and path[0] != "id" else None
 
 
 def _semi_keyed(e: Any) -> bool:

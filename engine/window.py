@@ -12,9 +12,9 @@
   removal refills from below. Ties break by record id ascending in both directions, as
   SurrealDB's scan order does.
 - **Walks.** A new order over most of a large table (at least four times what its head
-  keeps), ordered first by a field of the row, whose filter reads the row alone or links
-  one hop away, is not evaluated row by row: its rows are walked in the order of that
-  field's equality index keys (:func:`engine.rangescan.walk_keys`: numbers, strings or
+  keeps), ordered first by a field of the row, whose filter reads the row alone, links
+  one hop away, or semi-join sets tested with fields of the row, is not evaluated row by
+  row: its rows are walked in the order of that field's equality index keys (:func:`engine.rangescan.walk_keys`: numbers, strings or
   datetimes with a zone, as the table's first row holds), a whole key at a time, until the
   head is full; rows under keys of another kind are evaluated at once. Every row after the
   walk's ``cut`` that no write reached is left unevaluated: its entry, were it to qualify,
@@ -82,6 +82,8 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
             # the rows the walk would not reach in key order now, the others as far as the
             # windows reach (`fill`): entries only for the rows walked
             order.walk = walk
+            if plan.qkeyed:
+                watch_sets(order, store)  # before any row is evaluated: no read per row
             if not every:
                 order.only = cands if isinstance(cands, set) else set(cands)
             _walk_start(order, store, deps)
@@ -114,10 +116,8 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
                     cx.reads = set()
         else:
             entry = circuit.entry
-            for rid in cands:
-                row = rows[rid]
-                if pred(row, S, NONE, NOLINKS):
-                    entries[rid] = entry(rid, row)
+            for rid in passing(plan, cands, rows, S, store.table(plan.table)):
+                entries[rid] = entry(rid, rows[rid])
     if plan.ordered:
         need = _need(order)
         if not order.built_head or (not order.full and (
@@ -275,6 +275,58 @@ def _tell_windows(order: Order, rid: str, q: int, p: int, pending: set[WMat]) ->
 BEYOND = 1 << 62
 
 
+def passing(plan: Any, cands: Iterable[str], rows: dict[str, Any], S: tuple[Any, ...],
+            ts: Any) -> list[str]:
+    """The candidates whose row passes a WHERE that reads the row alone, in their order.
+    When it reads one field (``Plan.one_field``), it is evaluated once per string held
+    there: a string is the only value its index key stands for, so its rows answer alike
+    (other values are evaluated row by row: ``1`` and ``1.0`` share a key, not a type).
+    With the field's index kept and few keys, the rows are not read at all: the passing
+    keys' buckets make a set the candidates are looked up in (reading 50k scattered rows
+    was most of 66490 S11's registrations); a first view over many rows whose field held
+    few strings keeps that index for the next ones."""
+    pred = plan.pred
+    field = plan.one_field
+    if field is None:
+        return [rid for rid in cands if pred(rows[rid], S, NONE, NOLINKS)]
+    idx = ts.indexes.get(field)
+    if idx is not None and len(idx) <= _FEW_KEYS:
+        keep: set[str] = set()
+        for k, rids in idx.items():
+            if not rids:
+                continue
+            if type(k) is str:
+                if pred(rows[next(iter(rids))], S, NONE, NOLINKS):
+                    keep |= rids
+            else:
+                for rid in rids:
+                    if pred(rows[rid], S, NONE, NOLINKS):
+                        keep.add(rid)
+        return [rid for rid in cands if rid in keep]
+    memo: dict[str, bool] = {}
+    out: list[str] = []
+    n = 0
+    for rid in cands:
+        n += 1
+        row = rows[rid]
+        v = row.get(field)
+        if type(v) is str:
+            ok = memo.get(v)
+            if ok is None:
+                ok = memo[v] = bool(pred(row, S, NONE, NOLINKS))
+        else:
+            ok = bool(pred(row, S, NONE, NOLINKS))
+        if ok:
+            out.append(rid)
+    if idx is None and n >= _MANY_ROWS and len(memo) <= _FEW_KEYS // 2:
+        ts.index(field)
+    return out
+
+
+_FEW_KEYS = 64  # index keys of a one-field WHERE worth one evaluation each
+_MANY_ROWS = 4096  # candidates of a first view worth keeping its field's index for
+
+
 def _cap(need: int) -> int:
     """How many entries a head keeps for windows ending at ``need``."""
     return need + max(need, 32)
@@ -311,13 +363,22 @@ def fill(order: Order) -> None:
 def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
     """How a new order can be walked (None: every candidate is evaluated): by its first
     ORDER BY key, a field of the row, when its windows end, the table is large against
-    them, the filter reads the row alone and most rows are candidates (a narrow index
-    lookup is cheaper), and the table's first row holds a value of a walk kind there."""
+    them, the filter reads the row alone (or one-hop links, or semi-join sets keyed by
+    fields of the row) and most rows are candidates (a narrow index lookup is cheaper),
+    and the table's first row holds a value of a walk kind there."""
     plan = order.circuit.plan
     field = plan.first_source
-    if not wide or plan.semis or field is None or field == "id":
+    if not wide or field is None or field == "id":
         return None
-    if plan.qlinks and (plan.qkeyed or plan.qhop is None or not plan.row_entries):
+    if plan.qkeyed:
+        # semi-join sets tested with fields of the row (`user IN (SELECT VALUE ...)`): a
+        # key entering or leaving a set requalifies the rows holding it from the index,
+        # evaluated yet or not (engine.write, "_requalify_keyed"), as a write does its row
+        if plan.qhop is not None:
+            return None
+    elif plan.semis:
+        return None  # a set tested otherwise registers its reads row by row
+    elif plan.qlinks and (plan.qhop is None or not plan.row_entries):
         # a WHERE through links longer than one hop registers each row's reads while it
         # is evaluated: no row may be left for later (one hop: a write to the linked
         # record requalifies the rows holding its link, from the index, engine.write)
