@@ -198,6 +198,10 @@ class Circuit:
         # (only windows read entries: an implicit shape registers no cache the table would
         # clear on every write)
         self.entry_cache = store.table(self.table).cache() if self.plan.ordered else {}
+        # read record -> the dependencies of a projection item that read that record alone
+        # (`thread.status`): one object for every row and projection group of the shape
+        # reading it (engine.proj._item_deps), not a set and two lists a row and view
+        self.rdeps: dict[str, tuple[set[str], list[Any]]] = {}
 
     # -- materialisations -----------------------------------------------------------------
     def new_mat(self, S: tuple[Any, ...], key: Any) -> Mat:
