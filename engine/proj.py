@@ -1268,8 +1268,10 @@ def _copy(o: Any) -> Any:
     return set(o)
 
 
-#: entries of `Circuit.rdeps` before it is emptied (records read by rows of one shape)
-RDEPS_MAX = 1 << 17
+#: entries of `Circuit.rdeps` before it is emptied. It keeps the records rows of one shape
+#: read, also after no row reads one any more: the bound caps what such stale entries hold
+#: (~400 bytes each) at a fraction of what the rows reading that many records hold anyway
+RDEPS_MAX = 1 << 16
 
 #: `own0`'s value for a member held by more than FEW_OWNERS rows when the flush began
 MANY_OWNERS = "\0many"
