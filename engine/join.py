@@ -539,10 +539,11 @@ class Win:
         self.hi = hi
         self.cut: Any = None
         # (projection group, row) -> how many times its projection read this window
-        # projection group -> parent row -> reads of this window (nested, not keyed by
-        # (group, row) pairs: no tuple a parent, which cost each row of a view beside an
-        # uncorrelated window as much again)
-        self.parents: dict[Any, dict[str, int]] = {}
+        # projection group -> its one parent row reading this window once (a correlated
+        # window: one parent), or parent row -> reads. Not keyed by (group, row) pairs: no
+        # tuple a parent, which cost each row of a view beside an uncorrelated window
+        # about 100 bytes
+        self.parents: dict[Any, Any] = {}
         self.value: list[Any] | None = None
         # SELECT VALUE: (row, value) of each row shown (its members: engine.plan.item_value)
         self.pairs: list[list[tuple[str, Any]]] | None = None
@@ -598,7 +599,14 @@ class Win:
     def readers(self) -> list[tuple[Any, str]]:
         """Every (projection group, row) reading this window (a copy: marking may change
         the registrations)."""
-        return [(proj, rid) for proj, rows in self.parents.items() for rid in rows]
+        out: list[tuple[Any, str]] = []
+        for proj, rows in self.parents.items():
+            if type(rows) is str:
+                out.append((proj, rows))
+            else:
+                for rid in rows:
+                    out.append((proj, rid))
+        return out
 
     def tree(self) -> dict[str, Any]:
         """The members of the window's rows, as ``tree_members(value)`` finds them: kept
@@ -625,9 +633,17 @@ class Win:
 
     def add(self, proj: Any, rid: str) -> None:
         """A parent's projection read this window (engine.deps)."""
-        rows = self.parents.get(proj)
+        parents = self.parents
+        rows = parents.get(proj)
         if rows is None:
-            rows = self.parents[proj] = {}
+            parents[proj] = rid
+            self.group.n += 1
+            return
+        if type(rows) is str:
+            if rows == rid:
+                parents[proj] = {rid: 2}
+                return
+            rows = parents[proj] = {rows: 1}
         n = rows.get(rid)
         if n is None:
             rows[rid] = 1
@@ -640,15 +656,20 @@ class Win:
         rows = self.parents.get(proj)
         if rows is None:
             return
-        n = rows.get(rid)
-        if n is None:
-            return
-        if n > 1:
-            rows[rid] = n - 1
-            return
-        del rows[rid]
-        if not rows:
+        if type(rows) is str:
+            if rows != rid:
+                return
             del self.parents[proj]
+        else:
+            n = rows.get(rid)
+            if n is None:
+                return
+            if n > 1:
+                rows[rid] = n - 1
+                return
+            del rows[rid]
+            if not rows:
+                del self.parents[proj]
         g = self.group
         g.n -= 1
         if not self.parents and self.attached:
