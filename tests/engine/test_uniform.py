@@ -260,3 +260,37 @@ def test_a_linked_record_write_that_keeps_the_read_fields_qualifies_no_row_again
     assert len(d["all"].added) == 20 and len(eng.result("all")) == 120
     top = sorted(eng.result("all"), key=lambda r: (-r["votes"], r["id"].id))[:5]
     assert [r["id"] for r in eng.result("v1")] == [r["id"] for r in top]
+
+
+HOP_ORDERED = ("SELECT id, votes, thread.score AS tsc FROM comment WHERE thread.status = 'open' "
+               "ORDER BY tsc DESC, id LIMIT 3")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_one_hop_order_follows_writes_to_the_linked_records(seed: int) -> None:
+    """A thread write changing only its score keeps every comment's qualification but
+    moves its comments in the order: the shape's hop fields hold both (Circuit.hop_reads)."""
+    mismatch = run_case(_linked_case(seed, HOP_ORDERED), check_updated=True)
+    assert mismatch is None, str(mismatch)
+
+
+def test_the_link_read_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Circuit.rdeps` keeps records no row reads any more until it is emptied at
+    RDEPS_MAX entries; what it shares stays exact after it is emptied."""
+    import engine.proj as proj_module
+
+    monkeypatch.setattr(proj_module, "RDEPS_MAX", 8)
+    view_engine, _ = engine_api()
+    eng = view_engine()
+    eng.load("thread", [{"id": RecordID("thread", i), "score": i, "status": "open"}
+                        for i in range(50)])
+    eng.load("comment", [{"id": RecordID("comment", i), "thread": RecordID("thread", i % 50),
+                          "votes": i % 7} for i in range(200)])
+    eng.register("v", LINKED_SUB, {"p0": 10})
+    circuit = next(iter(eng.circuits.values()))
+    assert 0 < len(circuit.rdeps) <= 8
+    eng.ingest("thread", "UPDATE", "thread:7", {"id": RecordID("thread", 7), "score": 7,
+                                               "status": "closed"})
+    rows = eng.result("v")
+    assert len(rows) == 200 and len(circuit.rdeps) <= 8
+    assert {r["thread_status"] for r in rows if r["thread"] == RecordID("thread", 7)} == {"closed"}
