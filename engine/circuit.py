@@ -23,7 +23,7 @@ from typing import Any
 from engine.aggregate import AggSpec, AggState
 from engine.matindex import FLIP, RANGE_OPS, RangeIndex, bound, exact_key, position, xkey
 from engine.parser import Query
-from engine.plan import expr_fields, grouped_plan
+from engine.plan import _field_paths, expr_fields, grouped_plan
 from engine.proj import NOLINKS, Proj
 from engine.shape import order_key
 from engine.syntax import collect_slots, conjuncts, query_slots
@@ -198,6 +198,15 @@ class Circuit:
         # (only windows read entries: an implicit shape registers no cache the table would
         # clear on every write)
         self.entry_cache = store.table(self.table).cache() if self.plan.ordered else {}
+        # read record -> the dependencies of a projection item that read that record alone
+        # (`thread.status`): one object for every row and projection group of the shape
+        # reading it (engine.proj._item_deps), not a set and two lists a row and view
+        self.rdeps: dict[str, tuple[set[str], list[Any]]] = {}
+        # the fields of the linked records a one-hop WHERE / ORDER BY reads (`category` of
+        # `thread.category IN $list`): a write to a linked record that changes none of them
+        # qualifies no row again (engine.write); None when not all are known
+        self.hop_reads: frozenset[str] | None = (
+            hop_reads(self.plan.q, self.plan.qhop) if self.plan.qhop else None)
 
     # -- materialisations -----------------------------------------------------------------
     def new_mat(self, S: tuple[Any, ...], key: Any) -> Mat:
@@ -554,3 +563,25 @@ def read_fields(q: Query) -> frozenset[str] | None:
 def _sub_fields(sub: Query, acc: set[str]) -> bool:
     # $parent paths anywhere in a subquery (its nested subqueries read their own parent)
     return sub.where is None or expr_fields(sub.where, acc, True)
+
+
+def hop_reads(q: Query, hop: tuple[str, ...]) -> frozenset[str] | None:
+    """The fields of the records linked through ``hop`` that ``q``'s WHERE and ORDER BY read
+    (the second segment of each ``link.field`` path); None when the walk meets a part it does
+    not know (a subquery) or a segment that is no plain field name."""
+    paths: list[tuple[str, ...]] = []
+    if q.where is not None and not _field_paths(q.where, paths):
+        return None
+    for path, _desc in q.order:
+        if not _field_paths(order_key(q, path), paths):
+            return None
+    out: set[str] = set()
+    for p in paths:
+        if len(p) > 2:
+            return None
+        if len(p) == 2 and p[0] in hop:
+            f = p[1]
+            if type(f) is not str or not f.isidentifier():
+                return None
+            out.add(f)
+    return frozenset(out)

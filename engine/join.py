@@ -539,7 +539,11 @@ class Win:
         self.hi = hi
         self.cut: Any = None
         # (projection group, row) -> how many times its projection read this window
-        self.parents: dict[tuple[Any, str], int] = {}
+        # projection group -> its one parent row reading this window once (a correlated
+        # window: one parent), or parent row -> reads. Not keyed by (group, row) pairs: no
+        # tuple a parent, which cost each row of a view beside an uncorrelated window
+        # about 100 bytes
+        self.parents: dict[Any, Any] = {}
         self.value: list[Any] | None = None
         # SELECT VALUE: (row, value) of each row shown (its members: engine.plan.item_value)
         self.pairs: list[list[tuple[str, Any]]] | None = None
@@ -589,8 +593,20 @@ class Win:
         else:
             g = self.group
             g.join.detach(g, self)
-        for proj, rid in list(self.parents):
+        for proj, rid in self.readers():
             mark(proj, rid, self)
+
+    def readers(self) -> list[tuple[Any, str]]:
+        """Every (projection group, row) reading this window (a copy: marking may change
+        the registrations)."""
+        out: list[tuple[Any, str]] = []
+        for proj, rows in self.parents.items():
+            if type(rows) is str:
+                out.append((proj, rows))
+            else:
+                for rid in rows:
+                    out.append((proj, rid))
+        return out
 
     def tree(self) -> dict[str, Any]:
         """The members of the window's rows, as ``tree_members(value)`` finds them: kept
@@ -617,24 +633,43 @@ class Win:
 
     def add(self, proj: Any, rid: str) -> None:
         """A parent's projection read this window (engine.deps)."""
-        k = (proj, rid)
-        n = self.parents.get(k)
+        parents = self.parents
+        rows = parents.get(proj)
+        if rows is None:
+            parents[proj] = rid
+            self.group.n += 1
+            return
+        if type(rows) is str:
+            if rows == rid:
+                parents[proj] = {rid: 2}
+                return
+            rows = parents[proj] = {rows: 1}
+        n = rows.get(rid)
         if n is None:
-            self.parents[k] = 1
+            rows[rid] = 1
             self.group.n += 1
         else:
-            self.parents[k] = n + 1
+            rows[rid] = n + 1
 
     def drop(self, proj: Any, rid: str) -> None:
         """A parent's projection no longer reads this window."""
-        k = (proj, rid)
-        n = self.parents.get(k)
-        if n is None:
+        rows = self.parents.get(proj)
+        if rows is None:
             return
-        if n > 1:
-            self.parents[k] = n - 1
-            return
-        del self.parents[k]
+        if type(rows) is str:
+            if rows != rid:
+                return
+            del self.parents[proj]
+        else:
+            n = rows.get(rid)
+            if n is None:
+                return
+            if n > 1:
+                rows[rid] = n - 1
+                return
+            del rows[rid]
+            if not rows:
+                del self.parents[proj]
         g = self.group
         g.n -= 1
         if not self.parents and self.attached:
@@ -1579,7 +1614,7 @@ class Join:
             elif w.ents is None or not (self._edit_paged(w, e, rows, op) if w.start
                                         else self._edit(w, e, rows, op)):
                 self._reset(g, w)
-            for proj, rid in list(w.parents):
+            for proj, rid in w.readers():
                 mark(proj, rid, w)
 
     def _edit(self, w: Win, e: Any, rows: tuple[Any, ...], op: int) -> bool:

@@ -46,6 +46,7 @@ class Proj:
     """The projected rows of one shape for one value of its projection slots."""
 
     __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "iconst", "ikeys", "istate",
+                 "slast", "tlast",
                  "key", "lazy", "multi", "multi0", "nmats", "outs", "overlap", "own", "own0",
                  "patched", "pcache", "pdeps", "plan", "prev", "psteps", "ptree", "recs", "refs", "sdeps",
                  "shared", "spec", "store", "trees", "uniform", "vdiff", "vkeys", "vmoved", "walked")
@@ -69,6 +70,10 @@ class Proj:
         # them share one pair of lists (``iconst``) instead of a pair each (see _state)
         self.uniform = all(a or b for a, b in zip(self.plan.row_only, self.plan.row_free))
         self.iconst: tuple[Any, list[Any], list[Any]] | None = None
+        # the last member list and subquery-token list a row kept (see _state, _merged):
+        # rows beside the same uncorrelated subqueries keep these very objects, not copies
+        self.tlast: list[Any] = []
+        self.slast: list[Any] = []
         self.pdeps: dict[str, Any] = {}
         self.own: dict[str, Any] = {}
         # members whose presence depends on more than one row (see _multi); usually empty
@@ -109,8 +114,10 @@ class Proj:
             self.ikeys = ik
         # item index -> its output key (None for `*`), when the output holds every item's
         # value at its own key: a uniform row then keeps no list of its values (see _state)
+        # (any group with one key per item: a row's values are then never a list of its
+        # own, which was a third of what a row held beside its output)
         self.vkeys: list[str | None] | None = None
-        if self.ikeys is not None and self.uniform:
+        if self.ikeys is not None:
             self.vkeys = [None if it.kind == "all" else it.out[0] for it in self.plan.q.items]
         # rows whose tree holds a member from two places (their item trees overlap, or
         # show the row itself): never patched, as a member leaving one place may stay
@@ -240,7 +247,8 @@ class Proj:
         if own:
             self.shared = {}
         try:
-            if self.vkeys is not None and not self.plan.star_only and not self.plan.simple:
+            if self.uniform and self.vkeys is not None and not self.plan.star_only and \
+                    not self.plan.simple:
                 self._fill_uniform(rids, rows)
             else:
                 for rid in rids:
@@ -398,7 +406,7 @@ class Proj:
         out = plan.assemble(row, vals)
         assert plan.item_keys is not None
         self._install(rid, out, self._tree(rid, out, plan.item_keys, itrees),
-                      _merge_deps(ideps))
+                      self._merged(ideps))
 
     def end_lazy(self) -> None:
         """Project every lazy row; the group never makes rows lazy again."""
@@ -511,7 +519,7 @@ class Proj:
                 got = self._patch(rid, state, vals, itrees)
                 if got is not None:
                     self.istate[rid] = self._state(vals, ideps, itrees)
-                    return got[0], (_merge_deps(ideps) if dchanged else
+                    return got[0], (self._merged(ideps) if dchanged else
                                     self.pdeps.get(rid)), got[1]
         self.istate[rid] = self._state(vals, ideps, itrees)
         out = plan.assemble(row, vals)
@@ -536,7 +544,7 @@ class Proj:
             # contribution) what it shows
             tree.setdefault(rid, out)
         # every item's dependencies the same objects: the row's registered ones still hold
-        return out, (_merge_deps(ideps) if dchanged else self.pdeps.get(rid)), tree
+        return out, (self._merged(ideps) if dchanged else self.pdeps.get(rid)), tree
 
     def _tree(self, rid: str, out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
               ) -> dict[str, Any]:
@@ -648,7 +656,31 @@ class Proj:
             if self.vkeys is not None:
                 return c  # the values are the output's (_values): one tuple for all rows
             return vals, c[1], c[2]
-        return vals, ideps, itrees
+        if self.vkeys is None:
+            return vals, ideps, itrees
+        # the values are the output's; the member list is most often the last row's again
+        # (only row-free items and link reads without members differ from None)
+        t = self.tlast
+        if _same_objs(t, itrees):
+            itrees = t
+        else:
+            self.tlast = itrees
+        return None, ideps, itrees
+
+    def _merged(self, ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
+        """``_merge_deps``, keeping the last row's list of subquery tokens when it holds the
+        same ones (rows beside the same uncorrelated windows: one list, not one a row)."""
+        d: tuple[set[str], list[Any]] | None = _merge_deps(ideps)
+        if d is None:
+            return None
+        subs = d[1]
+        last = self.slast
+        if subs is last:
+            return d
+        if _same_objs(last, subs):
+            return d[0], last
+        self.slast = subs
+        return d
 
     def _values(self, rid: str, state: Any) -> Any:
         """``state`` with its item values (a uniform row keeps none: they are read back
@@ -693,7 +725,7 @@ class Proj:
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
             vals.append(v)
-            ideps.append((icx.reads, icx.subs) if icx.reads or icx.subs else None)
+            ideps.append(_item_deps(icx, self.circuit.rdeps))
             itrees.append(None if plan.quiet[len(itrees)] else
                           _item_tree(v, keyed, icx))
         return vals, ideps, itrees
@@ -759,7 +791,7 @@ class Proj:
             icx = Cx(store)
             v = plan.item_value(item, store, S, row, icx)
             self.evals += 1
-            ideps[i] = (icx.reads, icx.subs) if icx.reads or icx.subs else None
+            ideps[i] = _item_deps(icx, self.circuit.rdeps)
             dchanged = True
             changed = not same(v, vals[i])
             if changed or plan.item_extra[i]:
@@ -808,7 +840,7 @@ class Proj:
                      ) -> None:
         """Same output; the dependencies may still differ (a scan key, a link read)."""
         self.istate[rid] = self._state(vals, ideps, itrees)
-        deps = _merge_deps(ideps)
+        deps = self._merged(ideps)
         old = self.pdeps.get(rid)
         if old != deps:
             self.deps.set_proj(self, rid, old, deps)
@@ -1160,6 +1192,28 @@ def _logged(ov: Any, v: list[Any]) -> tuple[
     return olds, entered, left, other, changed, len(net)
 
 
+def _item_deps(icx: Cx, shared: dict[str, tuple[set[str], list[Any]]]) -> Any:
+    """An item's dependencies from its evaluation; one read record and no subquery (a link
+    read) gives the shape's one tuple for that record (``Circuit.rdeps``). Nothing changes
+    a dependency tuple or its set and list in place, so rows may share them."""
+    reads = icx.reads
+    subs = icx.subs
+    if subs:
+        return reads, subs
+    if not reads:
+        return None
+    if len(reads) != 1:
+        return reads, subs
+    for r in reads:
+        d = shared.get(r)
+        if d is None:
+            if len(shared) >= RDEPS_MAX:
+                shared.clear()  # only a cache of equal objects: dropping it is safe
+            d = shared[r] = (reads, subs)
+        return d
+    return None
+
+
 def _same_objs(a: list[Any], b: list[Any]) -> bool:
     """Whether two lists hold the same objects, place by place."""
     if len(a) != len(b):
@@ -1182,13 +1236,23 @@ def _merge_deps(ideps: list[Any]) -> tuple[set[str], list[Any]] | None:
             one = d
     else:
         return one
-    reads: set[str] = set()
+    # one item's set of reads is kept as it is (a row reading one link: no copy of it)
+    reads: set[str] | None = None
+    alone = True
     subs: list[Any] = []
     for d in ideps:
         if d is not None:
             if d[0]:
-                reads |= d[0]
+                if reads is None:
+                    reads = d[0]
+                else:
+                    if alone:
+                        reads = set(reads)
+                        alone = False
+                    reads |= d[0]
             subs.extend(d[1])
+    if reads is None:
+        reads = set()
     if not reads and not subs:
         return None
     return reads, subs
@@ -1203,6 +1267,11 @@ def _copy(o: Any) -> Any:
         return MANY_OWNERS
     return set(o)
 
+
+#: entries of `Circuit.rdeps` before it is emptied. It keeps the records rows of one shape
+#: read, also after no row reads one any more: the bound caps what such stale entries hold
+#: (~400 bytes each) at a fraction of what the rows reading that many records hold anyway
+RDEPS_MAX = 1 << 16
 
 #: `own0`'s value for a member held by more than FEW_OWNERS rows when the flush began
 MANY_OWNERS = "\0many"

@@ -81,6 +81,7 @@ class WritePath:
         # explicit shapes whose predicate follows links one hop (Plan.qhop): a write to a
         # record reaches the rows linking to it through the table's index on those fields
         self.hops: list[Circuit] = []
+        self.hop_rows = 0  # rows qualified again through a hop (a work count tests read)
         # table -> the live sets of semi-joins over it (engine.semijoin), and record -> the
         # sets with a row that read it through a link
         self.semis: dict[str, set[InnerSet]] = {}
@@ -218,7 +219,7 @@ class WritePath:
                         if type(v) is RecordID:
                             self._requalify_readers(graph_token(table, end, ikey(v)))
         if self.hops:
-            self._hop_requalify(old if old is not None else new)
+            self._hop_requalify(old, new)
         self.deps.touch_proj(table, text, old, new, pending.mark)
 
     def _requalify_readers(self, token: str) -> None:
@@ -266,9 +267,13 @@ class WritePath:
                 if proj.dirty:
                     self.pending.projs.add(proj)
 
-    def _hop_requalify(self, written: dict[str, Any] | None) -> None:
+    def _hop_requalify(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         """Re-qualify the rows whose one-hop link predicate reads the written record: those
-        holding its link in a field the predicate follows (the table's index on it)."""
+        holding its link in a field the predicate follows (the table's index on it). An
+        update that changes none of the fields a shape reads through the link qualifies none
+        of its rows again (a thread's title changed: its comments are not tested against
+        every view's `thread.category IN $list`)."""
+        written = old if old is not None else new
         if written is None:
             return
         key = ikey(written.get("id"))
@@ -276,6 +281,10 @@ class WritePath:
         for c in self.hops:
             hop = c.plan.qhop
             assert hop is not None
+            fields = c.hop_reads
+            if fields is not None and old is not None and new is not None and all(
+                    same(old.get(f, NONE), new.get(f, NONE)) for f in fields):
+                continue
             t = store.table(c.table)
             rows = t.rows
             reached = False
@@ -288,6 +297,7 @@ class WritePath:
                     row = rows.get(r)
                     if row is None:
                         continue
+                    self.hop_rows += 1
                     for o in _orders(c.lookup(row)[0]):
                         window.requalify(o, r, row, store, deps, pending)
             if reached:

@@ -443,7 +443,7 @@ def _windows(e: Any) -> dict[Any, list[str]]:
         for j in joins:
             for g in j.groups.values():
                 for w in g.wins.values():
-                    out[w.describe()] = sorted(rid for _, rid in w.parents)
+                    out[w.describe()] = sorted(rid for _, rid in w.readers())
     return out
 
 
