@@ -24,6 +24,7 @@ from tests.support.ssp_stack import (
     Ssp,
     apply_schema,
     edges,
+    module_ssp,
     root_db,
     start_ssp,
     unique_db,
@@ -69,30 +70,11 @@ def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[tuple[str, str, Ssp]]:
     """One database and SSP for the module's tests on it: starting them was most of each
     test's time. The tests write records of their own ids, so none sees another's."""
-    ns, db = unique_db()
-
-    async def prepare() -> None:
-        root = await root_db(host, ns, db)
-        try:
-            await root.query(APP_SCHEMA + DOC_SCHEMA)
-        finally:
-            await root.close()
-
-    asyncio.run(prepare())
-    apply_schema(host, ns, db)
     # A cache of one document: every test also reads documents back from `_00_crdt`.
-    ssp = start_ssp(tmp_path_factory.mktemp("crdt"), host, ns, db, SVC_CRDT_CACHE_SIZE="1",
-                    SVC_CRDT_FIELDS=json.dumps({"card": ["notes"]}))
-    try:
-        async def ready() -> None:
-            await ssp.wait_ready()
-            ssp.close_client()  # its socket belongs to this loop; each test opens its own
-
-        asyncio.run(ready())
-        yield ns, db, ssp
-    finally:
-        code = ssp.stop()
-        assert code == 0, ssp.process.log_text()[-3000:]
+    with module_ssp(host, tmp_path_factory.mktemp("crdt"), APP_SCHEMA + DOC_SCHEMA,
+                    SVC_CRDT_CACHE_SIZE="1",
+                    SVC_CRDT_FIELDS=json.dumps({"card": ["notes"]})) as shared:
+        yield shared
 
 
 @pytest.fixture

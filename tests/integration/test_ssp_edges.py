@@ -18,13 +18,11 @@ from tests.support.procs import DbHost
 from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
-    apply_schema,
     edges,
     live_stream,
+    module_ssp,
     record_user,
     root_db,
-    start_ssp,
-    unique_db,
     wait_for,
 )
 
@@ -43,28 +41,8 @@ def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
     """One database and SSP for the module: starting them was most of each test's time.
     Tests use users, posts and view ids of their own, and counts relative to what is
     there."""
-    ns, db = unique_db()
-
-    async def prepare() -> None:
-        root = await root_db(host, ns, db)
-        try:
-            await root.query(APP_SCHEMA)
-        finally:
-            await root.close()
-
-    asyncio.run(prepare())
-    apply_schema(host, ns, db)
-    ssp = start_ssp(tmp_path_factory.mktemp("edges"), host, ns, db)
-    try:
-        async def ready() -> None:
-            await ssp.wait_ready()
-            ssp.close_client()  # its socket belongs to this loop; each test opens its own
-
-        asyncio.run(ready())
-        yield ns, db, ssp
-    finally:
-        code = ssp.stop()
-        assert code == 0, ssp.process.log_text()[-3000:]
+    with module_ssp(host, tmp_path_factory.mktemp("edges"), APP_SCHEMA) as shared:
+        yield shared
 
 
 @pytest.fixture

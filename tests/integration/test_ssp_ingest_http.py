@@ -19,13 +19,11 @@ from tests.support.procs import DbHost
 from tests.support.ssp_stack import (
     APP_SCHEMA,
     Ssp,
-    apply_schema,
     edges,
     live_stream,
+    module_ssp,
     record_user,
     root_db,
-    start_ssp,
-    unique_db,
     wait_for,
 )
 
@@ -63,27 +61,12 @@ def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[tuple[str, str, Ssp]]:
     """One database and SSP for the module: starting them was most of each test's time.
     The tests use users, posts and view ids of their own."""
-    ns, db = unique_db()
-
-    async def prepare() -> None:
-        root = await root_db(host, ns, db)
-        try:
-            await root.query(APP_SCHEMA)
-        finally:
-            await root.close()
-
-    asyncio.run(prepare())
     # The host cannot run http::post, so the database events are played by the test; the
     # changefeed schema still mirrors every row's version into _00_version.
-    apply_schema(host, ns, db, "changefeed")
-    ssp = start_ssp(tmp_path_factory.mktemp("ingest-http"), host, ns, db,
-                    SVC_INGEST_TRANSPORT="http", SVC_AUTH_SECRET=SECRET)
-    try:
-        ssp.process.wait_http(f"http://127.0.0.1:{ssp.port}/health", timeout=60)
-        yield ns, db, ssp
-    finally:
-        code = ssp.stop()
-        assert code == 0, ssp.process.log_text()[-3000:]
+    with module_ssp(host, tmp_path_factory.mktemp("ingest-http"), APP_SCHEMA,
+                    SVC_INGEST_TRANSPORT="http", SVC_AUTH_SECRET=SECRET) as shared:
+        shared[2].process.wait_http(f"http://127.0.0.1:{shared[2].port}/health", timeout=60)
+        yield shared
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ their own."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ from tests.support.ssp_stack import (
     Stack,
     apply_schema,
     edges,
+    module_ssp,
     open_stack,
     root_db,
     start_ssp,
@@ -47,27 +47,9 @@ async def alice(root: Database) -> None:
 def shared(host: DbHost, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[tuple[str, str, Ssp]]:
     """One SSP for the tests that neither restart nor reconfigure it."""
-    ns, db = unique_db()
-
-    async def prepare() -> None:
-        root = await root_db(host, ns, db)
-        await root.query(APP_SCHEMA)
-        apply_schema(host, ns, db)
-        await alice(root)
-        await root.close()
-
-    asyncio.run(prepare())
-    ssp = start_ssp(tmp_path_factory.mktemp("lifecycle"), host, ns, db, **SHARED_ENV)
-    try:
-        async def ready() -> None:
-            await ssp.wait_ready()
-            ssp.close_client()  # its socket belongs to this loop; each test opens its own
-
-        asyncio.run(ready())
-        yield ns, db, ssp
-    finally:
-        code = ssp.stop()
-        assert code == 0, ssp.process.log_text()[-3000:]
+    with module_ssp(host, tmp_path_factory.mktemp("lifecycle"), APP_SCHEMA,
+                    after_schema=alice, **SHARED_ENV) as shared:
+        yield shared
 
 
 @pytest.fixture

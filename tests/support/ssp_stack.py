@@ -8,7 +8,7 @@ import contextlib
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +125,43 @@ def start_ssp(tmp: Path, host: DbHost, ns: str, db: str, root: Path | None = Non
     mp = ManagedProcess("svc-ssp", [sys.executable, "-m", "ssp"], env,
                         tmp / f"svc-ssp-{port}.log", cwd=root).start()
     return Ssp(mp, run_dir, port)
+
+
+@contextlib.contextmanager
+def module_ssp(host: DbHost, tmp: Path, schema: str = "", *, transport: str = "changefeed",
+               after_schema: Callable[[Database], Awaitable[None]] | None = None,
+               **env: str) -> Iterator[tuple[str, str, Ssp]]:
+    """One database of its own (the app's `schema`, then `svc schema apply` with
+    `transport`, then `after_schema` with a root connection) and one SSP on it, ready, for a
+    module's tests (a module-scoped fixture: starting them was most of each test's time).
+    The SSP's hub client is closed before it is handed over (its socket belongs to this
+    set-up's loop; each test opens its own), and the SSP must stop cleanly at the end."""
+    ns, db = unique_db()
+
+    async def prepare(after: bool) -> None:
+        root = await root_db(host, ns, db)
+        try:
+            if not after and schema:
+                await root.query(schema)
+            if after and after_schema is not None:
+                await after_schema(root)
+        finally:
+            await root.close()
+
+    asyncio.run(prepare(False))
+    apply_schema(host, ns, db, transport)
+    asyncio.run(prepare(True))
+    ssp = start_ssp(tmp, host, ns, db, **env)
+    try:
+        async def ready() -> None:
+            await ssp.wait_ready()
+            ssp.close_client()
+
+        asyncio.run(ready())
+        yield ns, db, ssp
+    finally:
+        code = ssp.stop()
+        assert code == 0, ssp.process.log_text()[-3000:]
 
 
 async def root_db(host: DbHost, ns: str, db: str) -> Database:
