@@ -22,10 +22,11 @@ the scheduler's changefeed transport), so it lives here:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from cbor2 import CBORTag
 from surrealdb import RecordID
 
 from dbclient.cbor import TAG_RECORD_ID, LazyChanges, materialize
+from dbclient.errors import DbError
 from engine.values import record_id_text
 
 if TYPE_CHECKING:
@@ -306,6 +308,24 @@ def trim_seen(seen: MutableMapping[str, set[int]], cursors: Mapping[str, int],
         floor = window.low(cursors.get(table, 0), None if marks is None else marks.get(table))
         if any(v < floor for v in vs_set):
             seen[table] = {v for v in vs_set if v >= floor}
+
+
+async def sweep_loop(every: float, due: Callable[[], bool],
+                     sweep: Callable[[], Awaitable[object]]) -> None:
+    """Run `sweep` (a tail's :meth:`FeedCursor.sweep_read` and hand-on, apart from its short
+    reads) at most every `every` seconds, when `due()` says one is owed. A sweep that fails
+    is logged and owed again by `sweep` itself; the loop goes on until cancelled. The
+    scheduler's tail and the standalone SSP's share it (`scheduler.feed`, `ssp.hub.tail`)."""
+    while True:
+        await asyncio.sleep(every)
+        if not due():
+            continue
+        try:
+            await sweep()
+        except DbError as e:
+            log.warning("changefeed sweep failed: %s", e)
+        except Exception:  # a hand-on failure: owed again, the next turn runs it
+            log.exception("changefeed sweep failed")
 
 
 class FeedCursor:

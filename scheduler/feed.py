@@ -42,7 +42,7 @@ from typing import Any
 
 from dbclient import Database, DbError, LiveSubscription
 from dbclient.clock import now_ms
-from dbclient.feed import FeedCursor, feed_change
+from dbclient.feed import FeedCursor, feed_change, sweep_loop
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ipc.statefile import replace_file
@@ -136,7 +136,6 @@ class ChangefeedTail:
         self._lock = asyncio.Lock()
         self._sweep_owed = False  # short reads ran since the last sweep (`_sweep_loop`)
         self._sweeper: asyncio.Task[None] | None = None
-        self._gen = 0  # bumped by `reset`: a sweep read before it is dropped
         self.sweeps = 0
         self._load()
 
@@ -223,7 +222,6 @@ class ChangefeedTail:
         """Restart every cursor at `since_ms` (the start of a re-clone) and clear the gap; with
         `floor` (after a restore) the re-read overlap never reaches below it (FeedCursor.reset)."""
         async with self._lock:
-            self._gen += 1
             self.cursor.reset(since_ms << 16, floor=floor)
             self.synced_ms = since_ms
             self.gap = False
@@ -286,35 +284,29 @@ class ChangefeedTail:
         while a sweep reads; only its submit takes the tail's lock. A sweep is owed after
         short reads (a commit more than the short re-read late is found only by one, and a
         quiet feed rings no doorbell for it) and runs at most every `sweep_secs`."""
-        while True:
-            await asyncio.sleep(self.cursor.sweep_secs)
-            if self.gap or not self._sweep_owed:
-                continue
-            try:
-                await self.sweep()
-            except DbError as e:
-                self._sweep_owed = True
-                log.warning("changefeed sweep failed: %s", e)
-            except Exception:  # a submit failure: the sweep runs again
-                self._sweep_owed = True
-                log.exception("changefeed sweep failed")
+        await sweep_loop(self.cursor.sweep_secs, lambda: self._sweep_owed and not self.gap,
+                         self.sweep)
 
     async def sweep(self) -> int:
         """One sweep of every followed table's window; returns the (late) events submitted."""
-        gen = self._gen
+        resets = self.cursor.resets
         tables = list(self._tables)
         self._sweep_owed = False
-        rnd = await self.cursor.sweep_read(self.db, tables)
-        async with self._lock:
-            if gen != self._gen or self.gap:
-                return 0  # the cursor was reset meanwhile: this sweep read the old one
-            fresh = self.cursor.unseen(rnd)
-            n = await self._hand_on(fresh)
-            self.cursor.absorb_sweep(rnd, fresh)
-            self.sweeps += 1
-            if fresh:
-                self._dirty = True
-            return n
+        try:
+            rnd = await self.cursor.sweep_read(self.db, tables)
+            async with self._lock:
+                if resets != self.cursor.resets or self.gap:
+                    return 0  # the cursor was reset meanwhile: this sweep read the old one
+                fresh = self.cursor.unseen(rnd)
+                n = await self._hand_on(fresh)
+                self.cursor.absorb_sweep(rnd, fresh)
+                self.sweeps += 1
+                if fresh:
+                    self._dirty = True
+                return n
+        except BaseException:
+            self._sweep_owed = True  # the next turn sweeps again
+            raise
 
     async def _ensure_doorbell(self) -> None:
         if self.doorbell_table is None or self._live is not None:

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dbclient import DbError
-from dbclient.feed import feed_change
+from dbclient.feed import feed_change, sweep_loop
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ssp.naming import QUERY_TABLE, view_id_of
@@ -92,34 +92,27 @@ class FeedTail:
         """Sweeps apart from the rounds, at most every `sweep_secs`, owed after rounds ran (a
         commit later than the short re-read is found only by a sweep, and a quiet feed rings
         no doorbell for it)."""
-        while True:
-            await asyncio.sleep(self.state.cursor.sweep_secs)
-            if not self._sweep_owed:
-                continue
-            try:
-                await self.sweep()
-            except DbError as e:
-                self._sweep_owed = True
-                log.warning("changefeed sweep failed: %s", e)
-            except Exception:  # an apply failure: the sweep runs again
-                self._sweep_owed = True
-                log.exception("changefeed sweep failed")
+        await sweep_loop(self.state.cursor.sweep_secs, lambda: self._sweep_owed, self.sweep)
 
     async def sweep(self) -> int:
         """One sweep of every followed table's window; returns the (late) sets applied."""
         cursor = self.state.cursor
         resets = cursor.resets
         self._sweep_owed = False
-        rnd = await cursor.sweep_read(self.state.db, list(cursor.cursors))
-        async with self._lock:
-            if cursor.resets != resets:
-                return 0  # the cursor was reset meanwhile: this sweep read the old one
-            fresh = cursor.unseen(rnd)
-            requests = await self._apply(fresh)
-            cursor.absorb_sweep(rnd, fresh)
-            self._seen_requests(requests)
-            self.sweeps += 1
-            return len(fresh)
+        try:
+            rnd = await cursor.sweep_read(self.state.db, list(cursor.cursors))
+            async with self._lock:
+                if cursor.resets != resets:
+                    return 0  # the cursor was reset meanwhile: this sweep read the old one
+                fresh = cursor.unseen(rnd)
+                requests = await self._apply(fresh)
+                cursor.absorb_sweep(rnd, fresh)
+                self._seen_requests(requests)
+                self.sweeps += 1
+                return len(fresh)
+        except BaseException:
+            self._sweep_owed = True  # the next turn sweeps again
+            raise
 
     async def scan_requests(self, requests: RowRequests) -> None:
         """The request rows written while this SSP was down (`RowRequests.scan`)."""

@@ -13,31 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from surrealdb import RecordID
-
 from scheduler import feed as feed_mod
 from scheduler.feed import ChangefeedTail
-
-MS = 1 << 16
-
-
-class SimDb:
-    """`changes` and `table_definitions` over commits the test makes visible."""
-
-    def __init__(self) -> None:
-        self.visible: list[tuple[int, str]] = []  # (vs, key)
-
-    def show(self, key: str, *, ms_ago: int = 0) -> None:
-        vs = (time.time_ns() // 1_000_000 - ms_ago) * MS + len(self.visible)
-        self.visible.append((vs, key))
-        self.visible.sort()
-
-    async def changes(self, table: str | None, since: int, limit: int = 1000) -> list[Any]:
-        return [{"versionstamp": vs, "changes": [{"update": {"id": RecordID("t", k)}}]}
-                for vs, k in self.visible if vs >= since][:limit]
-
-    async def table_definitions(self) -> dict[str, str]:
-        return {"t": "DEFINE TABLE t TYPE ANY SCHEMALESS CHANGEFEED 1h INCLUDE ORIGINAL"}
+from tests.support.feedsim import SimDb, SlowSweepDb
 
 
 def quiet_tail(db: SimDb, tmp_path: Path, got: list[str], arrived: asyncio.Event
@@ -76,22 +54,6 @@ async def test_a_late_commit_on_a_quiet_feed_arrives_at_the_owed_sweep(tmp_path:
         assert got == ["t:first", "t:late"]
     finally:
         await tail.stop()
-
-
-class SlowSweepDb(SimDb):
-    """A read of the tail's sweep task waits for `release`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = asyncio.Event()
-        self.sweeping = asyncio.Event()
-
-    async def changes(self, table: str | None, since: int, limit: int = 1000) -> list[Any]:
-        task = asyncio.current_task()
-        if task is not None and task.get_name() == "changefeed-sweep":
-            self.sweeping.set()
-            await self.release.wait()
-        return await super().changes(table, since, limit)
 
 
 async def test_new_changes_arrive_while_a_sweep_is_still_reading(tmp_path: Path) -> None:

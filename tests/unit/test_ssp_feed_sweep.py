@@ -15,54 +15,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from surrealdb import RecordID
 
-from dbclient import DbQueryError
 from ssp.hub import state as state_mod
 from ssp.hub import tail as tail_mod
 from ssp.hub.tail import FeedTail
-
-MS = 1 << 16
-
-
-class SimDb:
-    """`changes` over commits the test makes visible; no LIVE (the tail then polls)."""
-
-    def __init__(self) -> None:
-        self.visible: list[tuple[int, str]] = []  # (vs, key)
-        self.reads = 0
-        self.read_sets = 0  # change sets the reads returned (seen ones included)
-
-    def show(self, key: str, *, ms_ago: int = 0) -> None:
-        vs = (time.time_ns() // 1_000_000 - ms_ago) * MS + len(self.visible)
-        self.visible.append((vs, key))
-        self.visible.sort()
-
-    async def changes(self, table: str | None, since: int, limit: int = 1000) -> list[Any]:
-        out = [{"versionstamp": vs, "changes": [{"update": {"id": RecordID("t", k)}}]}
-               for vs, k in self.visible if vs >= since][:limit]
-        self.reads += 1
-        self.read_sets += len(out)
-        return out
-
-    async def live(self, table: str, sink: Any) -> Any:
-        raise DbQueryError("no LIVE here")
-
-
-class SlowSweepDb(SimDb):
-    """A read of the tail's sweep task waits for `release`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = asyncio.Event()
-        self.sweeping = asyncio.Event()
-
-    async def changes(self, table: str | None, since: int, limit: int = 1000) -> list[Any]:
-        task = asyncio.current_task()
-        if task is not None and task.get_name() == "changefeed-sweep":
-            self.sweeping.set()
-            await self.release.wait()
-        return await super().changes(table, since, limit)
+from tests.support.feedsim import MS, SimDb, SlowSweepDb
 
 
 def quiet_tail(db: SimDb, got: list[str], monkeypatch: pytest.MonkeyPatch) -> FeedTail:
