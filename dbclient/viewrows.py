@@ -108,6 +108,30 @@ def too_many(limit: int) -> dict[str, Any]:
                        "(SVC_ROW_VIEWS_PER_USER); close some first"}
 
 
+class Placing:
+    """Row registrations under way, by identity. They count as held: a client that saw its
+    first view registered (its row written by the SSP) may create its next row before the
+    service that placed the first has recorded it, and the limit must still see both."""
+
+    def __init__(self) -> None:
+        self._by: dict[str, set[str]] = {}
+
+    def others(self, who: str | None, view_id: str) -> int:
+        """How many registrations `who` has under way besides `view_id`."""
+        return 0 if who is None else len(self._by.get(who, set()) - {view_id})
+
+    def start(self, who: str | None, view_id: str) -> None:
+        if who is not None:
+            self._by.setdefault(who, set()).add(view_id)
+
+    def done(self, who: str | None, view_id: str) -> None:
+        if who is None or (held := self._by.get(who)) is None:
+            return
+        held.discard(view_id)
+        if not held:
+            del self._by[who]
+
+
 def refusal(status: int, body: Any) -> dict[str, Any]:
     """The `error` value written onto a refused row: the service's `{error, message}` and the
     status `/view/register` would have answered with."""

@@ -13,6 +13,7 @@ import aiohttp
 from dbclient import DbError
 from dbclient.viewrows import (
     REFUSAL_SQL,
+    Placing,
     committed_row,
     identity_of,
     is_request,
@@ -53,6 +54,7 @@ class Delivery:
         self.roster = roster
         self.placement = placement
         self._row_requests: set[str] = set()  # view keys being registered from their rows
+        self._placing = Placing()
 
     def publish(self, seq: int, event: dict[str, Any]) -> None:
         st = self.s
@@ -124,10 +126,15 @@ class Delivery:
                 if who is not None and self.s.tracker.get(view_id) is None:
                     held = len([1 for _vid, entry in self.s.tracker.items()
                                 if identity_of(entry["body"]) == who])
+                    held += self._placing.others(who, view_id)
                 if held >= limit:
                     await self.s.db.query(REFUSAL_SQL, {"q": record, "e": too_many(limit)})
                     return
-                reply = await self.placement.register_view(view_id, body)
+                self._placing.start(who, view_id)
+                try:
+                    reply = await self.placement.register_view(view_id, body)
+                finally:
+                    self._placing.done(who, view_id)
             if reply.status == 200:
                 return
             if reply.status >= 500:

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from dbclient import DbError
 from dbclient.viewrows import (
     REFUSAL_SQL,
+    Placing,
     committed_row,
+    identity_of,
     is_request,
     refusal,
     registration_body,
@@ -37,6 +39,7 @@ class RowRequests:
         self.state = state
         self.registry = registry
         self._inflight: set[str] = set()
+        self._placing = Placing()
         self.registered = 0
         self.refused = 0
 
@@ -72,14 +75,21 @@ class RowRequests:
             if not is_request(row):
                 return
             auth = row.get("auth_id")
+            body = registration_body(view_id, row)
+            who = identity_of(body)
             limit = self.state.cfg.row_views_per_user
             held = 0 if view_id in self.state.views or auth is None else sum(
-                1 for v in self.state.views.values() if v.auth == auth)
+                1 for v in self.state.views.values() if v.auth == auth
+            ) + self._placing.others(who, view_id)
             if held >= limit:
                 self.refused += 1
                 await self.state.db.query(REFUSAL_SQL, {"q": record, "e": too_many(limit)})
                 return
-            out = await self.registry.register({"body": registration_body(view_id, row)})
+            self._placing.start(who, view_id)
+            try:
+                out = await self.registry.register({"body": body})
+            finally:
+                self._placing.done(who, view_id)
             status = int(out.get("status", 500))
             if status == 200:
                 self.registered += 1
