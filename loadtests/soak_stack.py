@@ -147,6 +147,8 @@ class Window:
     memory: list[dict[str, Any]] = field(default_factory=list)  # each SSP's `/debug/memory`
     statements: dict[str, Any] = field(default_factory=dict)  # the host's `/debug/statements`
     db_memory: dict[str, Any] = field(default_factory=dict)  # the host's `/debug/memory`
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per process group
+    seconds: float = 0.0  # the window's length
 
 
 @dataclass
@@ -249,6 +251,29 @@ def _ssp_port(pid: int) -> str:
     except OSError:
         pass
     return str(pid)
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) `pid` has used so far (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def group_cpu(procs: list[Proc], before: dict[int, float]) -> tuple[dict[str, float],
+                                                                    dict[int, float]]:
+    """CPU seconds per label since `before` (per pid), shards and gateway workers summed as
+    in `group_rss`, and the new per-pid totals; the soak's own process is `driver`."""
+    now = {p.pid: cpu_s(p.pid) for p in procs}
+    now[os.getpid()] = time.process_time()
+    out: dict[str, float] = {}
+    for p in [*procs, Proc(os.getpid(), "driver")]:
+        key = p.label.rsplit(" ", 1)[0] + " shards" if " shard " in p.label else p.label
+        out[key] = out.get(key, 0.0) + now[p.pid] - before.get(p.pid, 0.0)
+    return out, now
 
 
 def group_rss(procs: list[Proc]) -> dict[str, float]:
@@ -595,6 +620,7 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
                   started: float, stack_tmp: Path | None) -> None:
     assert run.stack is not None
     last_writes, last_at = run.writes, time.monotonic()
+    _, cpu_before = group_cpu(stack_processes(run.stack.pid), {})
     await ssp_memory(http, run, reset=True)  # start the SSPs' latency windows
     await db_statements(http, run)  # and the host's statement counters
     while not stop.is_set():
@@ -605,13 +631,15 @@ async def sampler(run: Run, http: aiohttp.ClientSession, stop: asyncio.Event,
         pubs = [m.get("publication") or {} for m in mems]
         e2e, run.e2e = run.e2e, []
         e2e_poll, run.e2e_poll = run.e2e_poll, []
+        procs = stack_processes(run.stack.pid)
+        cpu, cpu_before = group_cpu(procs, cpu_before)
         w = Window(minute=(now - started) / 60,
                    writes_per_s=(run.writes - last_writes) / max(1e-9, now - last_at),
                    e2e=e2e, e2e_poll=e2e_poll,
                    ssp_p99=[p.get("latency_p99_ms") for p in pubs],
                    backlog=[int(p.get("pending_operations") or 0) for p in pubs],
                    oldest_ms=[float(p.get("oldest_age_ms") or 0) for p in pubs],
-                   rss=group_rss(stack_processes(run.stack.pid)),
+                   rss=group_rss(procs), cpu=cpu, seconds=now - last_at,
                    tmp_mb=dir_mb(stack_tmp) if stack_tmp else 0.0,
                    queued=[int((m.get("reaper") or {}).get("queued") or 0) for m in mems],
                    memory=mems, statements=await db_statements(http, run),
@@ -665,6 +693,14 @@ def print_window(run: Run, w: Window) -> None:
                                                                for r in reapers)
                   + ", left to the refill " + " / ".join(str(r.get("overflowed", 0))
                                                         for r in reapers), flush=True)
+    if w.cpu and w.seconds > 0:
+        writes = w.writes_per_s * w.seconds
+        print("      cpu, % of a core: " + ", ".join(
+            f"{lab} {100 * sec / w.seconds:.0f}" for lab, sec in sorted(
+                w.cpu.items(), key=lambda kv: -kv[1]))
+              + f"; all {100 * sum(w.cpu.values()) / w.seconds:.0f}"
+              + (f", {1000 * sum(w.cpu.values()) / writes:.2f} ms per write" if writes else ""),
+              flush=True)
     if w.db_memory:
         print(f"      db: python heap {w.db_memory.get('python_blocks', 0):,} blocks, "
               f"LIVE queries {w.db_memory.get('live_queries')}, feeds "
@@ -676,7 +712,7 @@ def print_window(run: Run, w: Window) -> None:
     print_statements(w.statements)
     if run.args.memory_log is not None:
         with run.args.memory_log.open("a") as f:
-            f.write(json.dumps({"minute": round(w.minute, 2), "rss": w.rss,
+            f.write(json.dumps({"minute": round(w.minute, 2), "rss": w.rss, "cpu_s": w.cpu,
                                 "ssps": w.memory, "db_statements": w.statements,
                                 "db_memory": w.db_memory}) + "\n")
 

@@ -27,9 +27,11 @@ def test_changefeed_hooks_replace_http_events_and_vice_versa() -> None:
     cf = "\n".join(synced_table_sql("post", "changefeed", "1h", None))
     assert "REMOVE EVENT IF EXISTS _00_post_mutation ON post" in cf
     assert "DEFINE EVENT OVERWRITE _00_post_version ON post" in cf
+    assert "DEFINE EVENT OVERWRITE _00_post_version_gone ON post" in cf
     assert "http::" not in cf
     http = "\n".join(synced_table_sql("post", "http", "1h", None))
     assert "REMOVE EVENT IF EXISTS _00_post_version ON post" in http
+    assert "REMOVE EVENT IF EXISTS _00_post_version_gone ON post" in http
     assert "DEFINE EVENT OVERWRITE _00_post_mutation ON post" in http
     assert "DEFINE EVENT OVERWRITE _00_post_delete ON post" in http
     assert "CHANGEFEED" not in http
