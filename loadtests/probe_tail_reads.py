@@ -7,7 +7,9 @@ Why (issue 31): the standalone tail (`ssp.hub.tail`) followed its feed with a cu
 re-read the whole re-read window (2 s) on every round, so at 500 writes/s each round, woken by
 the `_00_version` doorbell, brought back ~1,000 change sets it had already seen. The scheduler's
 tail had been changed to read only the last 100 ms each round and to sweep the whole window
-apart, at most once a second (`dbclient.feed.SweepWindow`); the SSP's now does the same.
+apart, at most once a second (`dbclient.feed.SweepWindow`); the SSP's then did the same. Since
+2026-12-01 both read 30 ms a round and sweep every 3 s (`ssp.hub.state.FEED_SHORT_VS`,
+`FEED_SWEEP_SECS`); the middle row is the 100 ms / 1 s setting.
 
 The probe starts a real database host (`python -m dbhost --memory`), writes `--rate` single-row
 UPDATEs a second to a table with a changefeed for `--seconds`, and meanwhile runs the SSP's
@@ -144,6 +146,11 @@ async def main_async(args: argparse.Namespace) -> int:
                 "whole window each round (before)": await one_run(
                     cfg, pid, "t_before", before, args.rate, args.seconds,
                     args.doorbell_ms / 1000),
+                "100 ms rounds, sweeps each 1 s": await one_run(
+                    cfg, pid, "t_mid", FeedCursor(0, limit=hub_state.FEED_LIMIT,
+                                                  overlap_vs=hub_state.FEED_OVERLAP_VS,
+                                                  short_vs=100 << 16, sweep_secs=1.0),
+                    args.rate, args.seconds, args.doorbell_ms / 1000),
                 "short rounds, sweeps apart (now)": await one_run(
                     cfg, pid, "t_now", hub_state.feed_cursor(0), args.rate, args.seconds,
                     args.doorbell_ms / 1000),

@@ -42,10 +42,10 @@ log = logging.getLogger("ssp.hub")
 PIPELINE_DEPTH = 4  # ingest batches sent to the shards before the first reply is handled
 FEED_LIMIT = 1000  # new change sets per feed round (the engine pages 1000 entries per read)
 FEED_OVERLAP_VS = 2000 << 16  # re-read 2 s of the feed: late-visible commits are not lost
-# Each read re-reads only 100 ms of it; a sweep (`ssp.hub.tail`, apart from the reads) re-reads
-# the whole 2 s at most once a second, as the scheduler's tail does (`scheduler.feed`).
-FEED_SHORT_VS = 100 << 16
-FEED_SWEEP_SECS = 1.0
+# Each read re-reads only 30 ms of it; a sweep (`ssp.hub.tail`, apart from the reads) re-reads
+# the whole 2 s every 3 s, as the scheduler's tail does (`scheduler.feed`, which says why).
+FEED_SHORT_VS = 30 << 16
+FEED_SWEEP_SECS = 3.0
 CURSOR_MARGIN_MS = 5000  # cold start: tail from a little before the bootstrap read
 
 
