@@ -372,7 +372,9 @@ class Publisher:
         self.pending_ops = 0
         self.flushers = flushers
         self._inflight: set[str] = set()  # views held by a running flush or by `hold`
-        self._reaping: set[str] = set()  # those of them the reaper holds (`claim`)
+        # view id -> the members whose retired edges the reaper is deleting (`claim`): a flush
+        # leaves those members for later and writes the view's others
+        self._reaping: dict[str, frozenset[str]] = {}
         self._changed = asyncio.Condition()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -436,9 +438,9 @@ class Publisher:
         self.dropped.discard(table)
 
     async def quiesce(self, table: str) -> None:
-        """Wait until no flush or hold has a view whose edges live in `table`."""
+        """Wait until no flush, hold or reap has a view whose edges live in `table`."""
         def idle() -> bool:
-            for vid in self._inflight:
+            for vid in itertools.chain(self._inflight, self._reaping):
                 v = self._view(vid)
                 if v is not None and v.edge_table == table:
                     return False
@@ -459,20 +461,22 @@ class Publisher:
         take half the database's time (`ssp.reaper`); under a steady load it is never idle."""
         return not self._inflight and not self.pending
 
-    def claim(self, view_id: str) -> bool:
-        """Hold `view_id` for the reaper's transaction unless a flush or a hold has it."""
-        if view_id in self._inflight:
+    def claim(self, view_id: str, members: Iterable[str]) -> bool:
+        """Hold `members` of `view_id` (their retired edges) for the reaper's transaction,
+        unless a flush or a hold has the view (or the reaper has it already). Flushes
+        meanwhile write the view's other members and leave these marked: the conflict is the
+        edge, not the view (a view held whole kept each of its changes waiting for a reap
+        transaction, seconds under load: issue 31's `reaper_waits`)."""
+        if view_id in self._inflight or view_id in self._reaping:
             return False
-        self._inflight.add(view_id)
-        self._reaping.add(view_id)
+        self._reaping[view_id] = frozenset(members)
         return True
 
     async def unclaim(self, view_ids: Iterable[str]) -> None:
         """Release views taken with `claim`."""
         async with self._changed:
-            ids = set(view_ids)
-            self._inflight.difference_update(ids)
-            self._reaping.difference_update(ids)
+            for vid in view_ids:
+                self._reaping.pop(vid, None)
             self._changed.notify_all()
         self._kick()
 
@@ -480,7 +484,7 @@ class Publisher:
         """True while the view has work queued or held by a flush (its edges and row may not
         show its members yet)."""
         return (view_id in self.dirty or view_id in self.initial or view_id in self.teardowns
-                or view_id in self._inflight)
+                or view_id in self._inflight or view_id in self._reaping)
 
     @property
     def pending(self) -> bool:
@@ -638,6 +642,7 @@ class Publisher:
         deletes: list[RecordID] = []
         logged: list[list[Any]] = []  # removals to log where the edge is gone (unlogged_cascades)
         busy = self._inflight
+        reaping = self._reaping
         tables: set[str] = set()
 
         def room(table: str) -> bool:
@@ -650,7 +655,7 @@ class Publisher:
         for vid in list(self.teardowns):
             if budget <= 0:
                 break
-            if vid in busy or not room(self.teardowns[vid].edge_table):
+            if vid in busy or vid in reaping or not room(self.teardowns[vid].edge_table):
                 continue
             td = b.teardown[vid] = self.teardowns.pop(vid)
             b.views.add(vid)
@@ -663,7 +668,7 @@ class Publisher:
         for vid in list(self.initial):
             if budget <= 0:
                 break
-            if vid in busy or vid in b.views:
+            if vid in busy or vid in b.views or vid in reaping:
                 continue
             view = self._view(vid)
             if view is not None and view.edge_table in self.dropped:
@@ -705,8 +710,6 @@ class Publisher:
             if budget <= 0:
                 break
             if vid in busy or vid in b.views:
-                if vid in self._reaping:
-                    self.stats.reaper_waits += 1
                 continue
             view = self._view(vid)
             if view is not None and view.edge_table in self.dropped:
@@ -716,9 +719,17 @@ class Publisher:
             if view is not None and not room(view.edge_table):
                 continue
             members = self.dirty[vid]
-            if len(members) > budget:
-                # A big view is split across flushes; the rest stays marked.
-                part = set(itertools.islice(members, budget))
+            held = reaping.get(vid)
+            free = members
+            if held is not None and not held.isdisjoint(members):
+                free = members - held
+                self.stats.reaper_waits += len(members) - len(free)
+                if not free:
+                    continue
+            if len(free) > budget or free is not members:
+                # A big view is split across flushes, and members whose edges the reaper is
+                # deleting wait for the next one; the rest stays marked.
+                part = set(itertools.islice(free, budget))
                 members.difference_update(part)
                 members = part
                 b.started.append(self._since.get(vid, time.monotonic()))

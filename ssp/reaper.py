@@ -27,8 +27,9 @@ publication leaves the database time, so the edge tables converge to "one row pe
   edge per ~40 ms transaction, each DELETE ~4.6 ms of the engine's CPU with 1,000 edge
   tables defined, beside the flushes whose latency the soak measures.);
 - `DELETE $ids WHERE removed = true`: an edge revived meanwhile (its member came back, a
-  RELATE cleared `removed`) stays; the views of the edges it deletes are held
-  (`Publisher.claim`) so no flush writes them during its transaction;
+  RELATE cleared `removed`) stays; the members whose edges it deletes are held
+  (`Publisher.claim`): no flush writes them during its transaction, while their views'
+  other members are written as usual;
 - the queue in memory is compact and bounded: per view, its edge table and its members'
   texts (each edge id is rebuilt at reap time, `ssp.naming.edge_id`), at most `MAX_QUEUED`
   edges, ~90 bytes each (`loadtests/probe_reaper_queue.py`; a dict of whole edge ids took
@@ -67,7 +68,7 @@ class Publication(Protocol):
 
     def idle(self) -> bool: ...
 
-    def claim(self, view_id: str) -> bool: ...
+    def claim(self, view_id: str, members: Iterable[str]) -> bool: ...
 
     async def unclaim(self, view_ids: Iterable[str]) -> None: ...
 
@@ -282,10 +283,10 @@ class EdgeReaper:
                 del self._queue[vid]
                 self._count -= len(entry.members)
                 continue
-            if not claimed(vid):
+            members = list(itertools.islice(entry.members.items(), want - len(ids)))
+            if not claimed(vid, [m for m, _ in members]):
                 continue  # a flush writes this view now: later
             views.add(vid)
-            members = list(itertools.islice(entry.members.items(), want - len(ids)))
             for m, odd in members:
                 ids.append(odd if odd is not None else
                            edge_id(entry.table, entry.record, parse_record_id(m)))
@@ -304,7 +305,7 @@ class EdgeReaper:
         finally:
             await self.publisher.unclaim(views)
         took = time.monotonic() - began
-        # (The views were held: no flush revived or retired their edges meanwhile.)
+        # (The members were held: no flush revived or retired their edges meanwhile.)
         for vid, ms in taken:
             if vid not in self._queue:
                 continue

@@ -296,17 +296,38 @@ async def test_the_reaper_leaves_views_a_flush_holds_and_keeps_edges_a_failure_l
     pub = make_pub(views, db)
     assert pub.reaper is not None
     pub.reaper.add("query:v", [RecordID("e", [v.record, RecordID("post", 1)])])
-    assert pub.claim("query:v")  # a flush holds the view: nothing to reap now
-    assert not pub.quiet() and not pub.idle() and await pub.reaper.reap_once() == 0.0
+    async with pub.hold("query:v"):  # a flush (or a hold) has the view: nothing to reap now
+        assert not pub.quiet() and not pub.idle() and await pub.reaper.reap_once() == 0.0
     assert db.transactions == []
-    await pub.unclaim(["query:v"])
     db.fail = 1
     await pub.reaper.reap_once()  # fails: the edge stays queued, the view is released
     assert pub.reaper.figures()["queued"] == 1 and pub.reaper.figures()["failures"] == 1
-    assert pub.claim("query:v")
+    assert pub.claim("query:v", ["post:1"]) and not pub.claim("query:v", ["post:1"])
     await pub.unclaim(["query:v"])
     await pub.reaper.reap_once()
     assert len(db.transactions) == 1 and pub.reaper.figures()["queued"] == 0
+
+
+async def test_a_flush_writes_a_view_the_reaper_holds_but_not_the_members_it_deletes(
+        ) -> None:
+    # The reaper holds the members whose edges it deletes, not their whole view: the view's
+    # other changes are published meanwhile, the held ones right after its transaction.
+    db = FakeDb()
+    v = view({"post:1", "post:3"})
+    pub = make_pub({"query:v": v}, db)
+    assert pub.claim("query:v", ["post:1"])
+    pub.mark("query:v", ["post:1", "post:2", "post:3"])
+    await pub.flush()
+    [tx] = db.transactions
+    assert [e["out"] for e in upserted(tx)] == [RecordID("post", 3)]
+    assert [r for s, p in tx if s == RETIRE for r in p["ids"]] == [
+        RecordID("_00_list_ref_user_alice", [v.record, RecordID("post", 2)])]
+    assert pub.pending and pub.figures().reaper_waits == 1 and pub.busy("query:v")
+    assert await pub.flush() == 0  # still held: nothing else to write
+    await pub.unclaim(["query:v"])
+    await pub.flush()
+    assert [e["out"] for e in upserted(db.transactions[-1])] == [RecordID("post", 1)]
+    assert not pub.pending and not pub.busy("query:v")
 
 
 class _BusyPublication:
@@ -318,7 +339,7 @@ class _BusyPublication:
     def idle(self) -> bool:
         return False
 
-    def claim(self, view_id: str) -> bool:
+    def claim(self, view_id: str, members: Any) -> bool:
         return True
 
     async def unclaim(self, view_ids: Any) -> None:
@@ -695,8 +716,8 @@ async def test_publication_figures_split_the_latency_into_queue_and_transaction(
     body = f.debug_memory()
     assert body["queued_p99_ms"] == pytest.approx(250) and body["transaction_p99_ms"]
     assert body["slowest_transactions"] == [{"ms": 500.0, "operations": 1, "views": 1}]
-    # A view the reaper holds is passed over, and the figures count it.
-    assert pub.claim("query:v")
+    # A member the reaper holds is passed over, and the figures count it.
+    assert pub.claim("query:v", ["post:1"])
     pub.mark("query:v", ["post:1"])
     assert await pub.flush() == 0 and pub.figures().reaper_waits == 1
     await pub.unclaim(["query:v"])
