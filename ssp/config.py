@@ -155,6 +155,9 @@ class SspConfig:
     arena_segment_mb: int
     memory_limit_mb: int
     register_max_wait_secs: int
+    #: SVC_SSP_REGISTER_RETRY_MAX_MS (ours): the longest wait between registration attempts
+    #: (they start at 200 ms and double)
+    register_retry_max_ms: int
     view_metrics_flush_ms: int
     anon_live_queries: bool
     query_allowlist: str
@@ -315,6 +318,8 @@ class SspConfig:
             arena_segment_mb=_int(env, "SVC_SSP_ARENA_SEGMENT_MB", 64, minimum=1),
             memory_limit_mb=_int(env, "SVC_SSP_MEMORY_LIMIT_MB", 1024, minimum=1),
             register_max_wait_secs=_int(env, "SVC_SSP_REGISTER_MAX_WAIT_SECS", 180, minimum=1),
+            register_retry_max_ms=_int(env, "SVC_SSP_REGISTER_RETRY_MAX_MS", 5000,
+                                       minimum=200),  # ours
             view_metrics_flush_ms=_int(env, "SVC_SSP_VIEW_METRICS_FLUSH_MS", 2000, minimum=1),
             anon_live_queries=_bool(env, "SVC_SSP_ANON_LIVE_QUERIES", False),
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),

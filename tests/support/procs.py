@@ -209,11 +209,16 @@ def base_env(**overrides: str) -> dict[str, str]:
 
     `SVC_SSP_SHARDS=1` unless a test says otherwise: an SSP starts one shard process per CPU
     by default, each loading every table, and the stacks a test starts through `ops/run` or
-    `python -m stack` pass this environment on. A test about several shards asks for them."""
+    `python -m stack` pass this environment on. A test about several shards asks for them.
+
+    `SVC_SSP_REGISTER_RETRY_MAX_MS=500`: an SSP in scheduler mode retries its registration
+    at most 0.5 s apart, not 5 s (the default), so one started while its scheduler is starting
+    or re-cloning (a restore) registers soon after the scheduler takes it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
     env["PYTHONUNBUFFERED"] = "1"
     env["SVC_SSP_VIEW_PERMISSIONS"] = "off"
     env["SVC_SSP_SHARDS"] = "1"
+    env["SVC_SSP_REGISTER_RETRY_MAX_MS"] = "500"
     env.update(overrides)
     return env
 
