@@ -177,6 +177,9 @@ class SspConfig:
     # ours (SVC_SSP_PUBLISH_FLUSHERS): edge transactions in flight at once, on disjoint views
     publish_flushers: int
     gateway_workers: int
+    #: SVC_SSP_GATEWAY_GRACEFUL_SECS (ours): how long the gateway's workers finish what they
+    #: hold on SIGTERM (gunicorn's --graceful-timeout; see gateway/serve.py)
+    gateway_graceful_secs: int
     run_dir: Path
     # Where the ipc sockets whose path in `run_dir` would be too long for a Unix socket
     # address live: a short private directory (never the abstract namespace: it has no file
@@ -341,6 +344,8 @@ class SspConfig:
             publish_flushers=_int(env, "SVC_SSP_PUBLISH_FLUSHERS", 2, minimum=1,
                                   maximum=8),  # ours
             gateway_workers=_int(env, "SVC_SSP_GATEWAY_WORKERS", 1, minimum=1),  # ours
+            gateway_graceful_secs=_int(env, "SVC_SSP_GATEWAY_GRACEFUL_SECS", 5,
+                                       minimum=1),  # ours
             run_dir=run_path,
             ipc_dir=ipc_path,
             run_dir_owned=not run_dir,

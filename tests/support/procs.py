@@ -213,12 +213,18 @@ def base_env(**overrides: str) -> dict[str, str]:
 
     `SVC_SSP_REGISTER_RETRY_MAX_MS=500`: an SSP in scheduler mode retries its registration
     at most 0.5 s apart, not 5 s (the default), so one started while its scheduler is starting
-    or re-cloning (a restore) registers soon after the scheduler takes it."""
+    or re-cloning (a restore) registers soon after the scheduler takes it.
+
+    `SVC_SSP_GATEWAY_GRACEFUL_SECS=1`: an SSP's gateway waits on SIGTERM for every open
+    connection, an idle keep-alive one (the scheduler's, a test's client) included, up to this
+    long; the default 5 s made most SSP stops and relaunches of a run 5 s longer. A test of
+    the gateway's graceful stop sets its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
     env["PYTHONUNBUFFERED"] = "1"
     env["SVC_SSP_VIEW_PERMISSIONS"] = "off"
     env["SVC_SSP_SHARDS"] = "1"
     env["SVC_SSP_REGISTER_RETRY_MAX_MS"] = "500"
+    env["SVC_SSP_GATEWAY_GRACEFUL_SECS"] = "1"
     env.update(overrides)
     return env
 
