@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,7 +36,12 @@ _WORKER_RANGES = (32_768 - _WORKER_PORTS_BASE) // _WORKER_PORTS_SPAN  # 4; more:
 # Ports handed out are this far apart: a service given port p may take the next ones too
 # (`ops/run --ssps 2 --ssp-bind p` serves the second SSP on p + 1).
 _PORT_STRIDE = 10
-_next_port = itertools.count()
+# Each process starts at a random place in its range: the ranges are per worker index, so
+# another run on the machine (gw1 of another checkout, a second `pytest -n 2`) or a process a
+# test starts (loadtests/soak_stack.py under gw1) walks the same range, and starting from the
+# same first port they offered each other the same ports, probed free by both and bound by
+# one (test_soak_smoke: the scheduler's admin port "address already in use").
+_next_port = itertools.count(random.SystemRandom().randrange(_WORKER_PORTS_SPAN // _PORT_STRIDE))
 
 
 def _worker_index() -> int | None:
