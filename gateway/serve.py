@@ -10,9 +10,11 @@ never does (argv is visible to every user): the worker reads `SVC_AUTH_SECRET` i
 - `--no-control-socket`: gunicorn >= 25 otherwise binds `$HOME/.gunicorn/gunicorn.ctl` (or
   `$XDG_RUNTIME_DIR/gunicorn.ctl`), one path shared by every gunicorn of the user, so two SSPs
   (or parallel tests) on a machine would fight over it.
-- `--graceful-timeout 5`: on SIGTERM workers finish in-flight requests; open `GET /logs`
-  streams never finish by themselves, so they are cut after 5 s rather than holding the
-  SSP's shutdown for gunicorn's default 30 s.
+- `--graceful-timeout 5` (`SVC_SSP_GATEWAY_GRACEFUL_SECS`, ours): on SIGTERM workers finish
+  in-flight requests; open `GET /logs` streams never finish by themselves, so they are cut
+  after 5 s rather than holding the SSP's shutdown for gunicorn's default 30 s. The worker
+  waits for an idle keep-alive connection (a client's pooled one) just as long, so a stop
+  while a client holds one takes the whole timeout.
 - `--keep-alive`: idle connections stay open `ipc.http.SERVER_KEEPALIVE_SECS` (or the
   configured `SVC_HTTP_READ_TIMEOUT_SECS`), longer than our clients pool them (gunicorn's 2 s
   default raced the scheduler's reuse of a pooled connection). The hooks also hold a new
@@ -55,9 +57,12 @@ class GatewayConfig(Protocol):
     @property
     def http_read_timeout_secs(self) -> int: ...
 
+    @property
+    def gateway_graceful_secs(self) -> int: ...
+
 
 def gunicorn_argv(
-    cfg: GatewayConfig, *, python: str = sys.executable, graceful_timeout_secs: int = 5, access_log: bool = False
+    cfg: GatewayConfig, *, python: str = sys.executable, access_log: bool = False
 ) -> list[str]:
     """The argv that runs the gateway for `cfg` (environment: the SSP's own, unchanged)."""
     argv = [
@@ -66,7 +71,7 @@ def gunicorn_argv(
         "-w", str(cfg.gateway_workers),
         "-b", bind_address(cfg.listen_host, cfg.listen_port),
         "--no-control-socket",
-        "--graceful-timeout", str(graceful_timeout_secs),
+        "--graceful-timeout", str(cfg.gateway_graceful_secs),
         "--keep-alive", str(cfg.http_read_timeout_secs),
         "-c", HOOKS,
     ]

@@ -155,6 +155,9 @@ class SspConfig:
     arena_segment_mb: int
     memory_limit_mb: int
     register_max_wait_secs: int
+    #: SVC_SSP_REGISTER_RETRY_MAX_MS (ours): the longest wait between registration attempts
+    #: (they start at 200 ms and double)
+    register_retry_max_ms: int
     view_metrics_flush_ms: int
     anon_live_queries: bool
     query_allowlist: str
@@ -174,6 +177,9 @@ class SspConfig:
     # ours (SVC_SSP_PUBLISH_FLUSHERS): edge transactions in flight at once, on disjoint views
     publish_flushers: int
     gateway_workers: int
+    #: SVC_SSP_GATEWAY_GRACEFUL_SECS (ours): how long the gateway's workers finish what they
+    #: hold on SIGTERM (gunicorn's --graceful-timeout; see gateway/serve.py)
+    gateway_graceful_secs: int
     run_dir: Path
     # Where the ipc sockets whose path in `run_dir` would be too long for a Unix socket
     # address live: a short private directory (never the abstract namespace: it has no file
@@ -315,6 +321,8 @@ class SspConfig:
             arena_segment_mb=_int(env, "SVC_SSP_ARENA_SEGMENT_MB", 64, minimum=1),
             memory_limit_mb=_int(env, "SVC_SSP_MEMORY_LIMIT_MB", 1024, minimum=1),
             register_max_wait_secs=_int(env, "SVC_SSP_REGISTER_MAX_WAIT_SECS", 180, minimum=1),
+            register_retry_max_ms=_int(env, "SVC_SSP_REGISTER_RETRY_MAX_MS", 5000,
+                                       minimum=200),  # ours
             view_metrics_flush_ms=_int(env, "SVC_SSP_VIEW_METRICS_FLUSH_MS", 2000, minimum=1),
             anon_live_queries=_bool(env, "SVC_SSP_ANON_LIVE_QUERIES", False),
             query_allowlist=_choice(env, "SVC_SSP_QUERY_ALLOWLIST", "off", ALLOWLIST_MODES),
@@ -336,6 +344,8 @@ class SspConfig:
             publish_flushers=_int(env, "SVC_SSP_PUBLISH_FLUSHERS", 2, minimum=1,
                                   maximum=8),  # ours
             gateway_workers=_int(env, "SVC_SSP_GATEWAY_WORKERS", 1, minimum=1),  # ours
+            gateway_graceful_secs=_int(env, "SVC_SSP_GATEWAY_GRACEFUL_SECS", 5,
+                                       minimum=1),  # ours
             run_dir=run_path,
             ipc_dir=ipc_path,
             run_dir_owned=not run_dir,

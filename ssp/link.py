@@ -72,7 +72,6 @@ EXIT_RESYNC = 4
 EXIT_UNREACHABLE = 5
 EXIT_REFUSED = 6
 INTEGRITY_ATTEMPTS = 3
-REGISTER_BACKOFF_MAX_SECS = 5.0
 HTTP_TIMEOUT_SECS = 30.0
 WORST_VIEWS = 8
 CBOR = "application/cbor"
@@ -308,7 +307,7 @@ class SchedulerLink:
         whether the scheduler replays from there (`warm_accepted`, else `warm_refused`)."""
         cfg = self.hub.cfg
         deadline = time.monotonic() + cfg.register_max_wait_secs
-        backoff = Backoff(0.2, cap=REGISTER_BACKOFF_MAX_SECS)
+        backoff = Backoff(0.2, cap=cfg.register_retry_max_ms / 1000)
         last_status: int | None = None
         last_problem = "no attempt"
         body: dict[str, Any] = {"ssp_id": cfg.ssp_id, "url": self.own_url}

@@ -213,12 +213,11 @@ IMPERSONATE_FUNCTIONS: tuple[str, ...] = (
 #: fixed when the access is defined (an expression there is evaluated once, then): so this
 #: bounds how long a revoked or expired impersonation keeps an already open connection. A
 #: client re-authenticates with its token when the session ends (the token lasts up to 1 h);
-#: each time the AUTHENTICATE block checks the session row again.
-IMPERSONATION_SESSION = "10s"
-
-
-def impersonation_access_sql(key: str) -> str:
-    """DEFINE ACCESS `_00_impersonate` with the HS256 `key` (never log this text)."""
+#: each time the AUTHENTICATE block checks the session row again. `SVC_IMPERSONATION_SESSION`
+#: (ours) sets it (`SchemaSettings.impersonation_session_ms`, default 10 s).
+def impersonation_access_sql(key: str, session_ms: int) -> str:
+    """DEFINE ACCESS `_00_impersonate` with the HS256 `key` and a session of `session_ms`
+    milliseconds (never log this text)."""
     assert "'" not in key and "\\" not in key, "the key is hex"
     return (
         "DEFINE ACCESS OVERWRITE _00_impersonate ON DATABASE TYPE RECORD "
@@ -226,7 +225,7 @@ def impersonation_access_sql(key: str) -> str:
         "AUTHENTICATE { IF !fn::_00_impersonate::active(type::record($token.imp), $auth) "
         "{ THROW 'the impersonation session is revoked, expired or not for this user' }; "
         "RETURN $auth; } "
-        f"DURATION FOR TOKEN 1h, FOR SESSION {IMPERSONATION_SESSION}")
+        f"DURATION FOR TOKEN 1h, FOR SESSION {int(session_ms)}ms")
 
 
 # ---------------------------------------------------------------------- statement builders
@@ -515,7 +514,8 @@ async def apply_schema(db: Database, settings: SchemaSettings) -> ApplyReport:
     # while impersonation is on, so switching it off ends every impersonation token.
     imp: list[tuple[str, dict[str, Any] | None]] = [(f, None) for f in IMPERSONATE_FUNCTIONS]
     if settings.impersonation:
-        imp.append((impersonation_access_sql(signing_key(settings.auth_secret)), None))
+        imp.append((impersonation_access_sql(signing_key(settings.auth_secret),
+                                             settings.impersonation_session_ms), None))
         report.access = "defined"
     else:
         imp.append(("REMOVE ACCESS IF EXISTS _00_impersonate ON DATABASE", None))

@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # the project file's models load only when there is a project
     from project.rootconfig import Project
 
 DEFAULT_RETENTION = "1h"
+#: SVC_IMPERSONATION_SESSION's default (see `svccli.schema.impersonation_access_sql`)
+DEFAULT_IMPERSONATION_SESSION_MS = 10_000
+
 
 class ConfigError(ValueError):
     """Bad configuration: the command exits 2 with this message."""
@@ -54,6 +57,9 @@ class SchemaSettings:
     #: the root project file, when there is one: its backends' outbox schemas are applied
     project: Project | None = field(default=None, repr=False)
     impersonation: bool = False  # SVC_IMPERSONATION: define the `_00_impersonate` access
+    #: SVC_IMPERSONATION_SESSION: the access method's session length in milliseconds (how
+    #: long a connection signed in with an impersonation token stays signed in)
+    impersonation_session_ms: int = DEFAULT_IMPERSONATION_SESSION_MS
 
     @property
     def service_base_url(self) -> str | None:
@@ -134,9 +140,19 @@ def resolve_settings(
     if impersonation and not env.get("SVC_AUTH_SECRET", ""):
         raise ConfigError("SVC_IMPERSONATION=on needs SVC_AUTH_SECRET: the impersonation "
                           "tokens are signed with a key derived from it")
+    session_text = env.get("SVC_IMPERSONATION_SESSION", "").strip()
+    try:
+        session_ms = (duration_ns(session_text) // 1_000_000 if session_text
+                      else DEFAULT_IMPERSONATION_SESSION_MS)
+    except ValueError as e:
+        raise ConfigError(f"SVC_IMPERSONATION_SESSION {session_text!r} is not a duration like "
+                          f"10s or 1m ({e})") from None
+    if session_ms < 1000:
+        raise ConfigError(f"SVC_IMPERSONATION_SESSION {session_text!r} is under 1s")
     return SchemaSettings(
         db=db,
         impersonation=impersonation,
+        impersonation_session_ms=session_ms,
         transport=transport,
         transport_source=source,
         retention=retention,

@@ -221,7 +221,7 @@ def test_sigterm_with_an_open_log_stream_still_stops_gunicorn(tmp_path: Path) ->
             client.stream("GET", "/logs") as stream,
         ):
             assert stream.status_code == 200
-            # graceful timeout 5 s: the worker is stopped even though the stream never ends
+            # graceful timeout (1 s in the tests): the worker stops though the stream never ends
             code = gunicorn.stop(timeout=30)
             # the stream is over (cut or closed): reading it returns instead of blocking
             with contextlib.suppress(httpx.HTTPError):
@@ -250,7 +250,10 @@ async def test_sigterm_wakes_the_worker_at_once_and_a_request_in_flight_is_still
     hub.replies["POST /ingest"] = held
     hub.start()
     port = free_port()
-    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9")
+    # The default graceful timeout (5 s), not the tests' 1 s: the request must be answered
+    # however long this busy machine takes to release it after the stop began.
+    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9",
+                   SVC_SSP_GATEWAY_GRACEFUL_SECS="5")
     cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
     gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log")
     try:

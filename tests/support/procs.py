@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,7 +36,12 @@ _WORKER_RANGES = (32_768 - _WORKER_PORTS_BASE) // _WORKER_PORTS_SPAN  # 4; more:
 # Ports handed out are this far apart: a service given port p may take the next ones too
 # (`ops/run --ssps 2 --ssp-bind p` serves the second SSP on p + 1).
 _PORT_STRIDE = 10
-_next_port = itertools.count()
+# Each process starts at a random place in its range: the ranges are per worker index, so
+# another run on the machine (gw1 of another checkout, a second `pytest -n 2`) or a process a
+# test starts (loadtests/soak_stack.py under gw1) walks the same range, and starting from the
+# same first port they offered each other the same ports, probed free by both and bound by
+# one (test_soak_smoke: the scheduler's admin port "address already in use").
+_next_port = itertools.count(random.SystemRandom().randrange(_WORKER_PORTS_SPAN // _PORT_STRIDE))
 
 
 def _worker_index() -> int | None:
@@ -209,11 +215,22 @@ def base_env(**overrides: str) -> dict[str, str]:
 
     `SVC_SSP_SHARDS=1` unless a test says otherwise: an SSP starts one shard process per CPU
     by default, each loading every table, and the stacks a test starts through `ops/run` or
-    `python -m stack` pass this environment on. A test about several shards asks for them."""
+    `python -m stack` pass this environment on. A test about several shards asks for them.
+
+    `SVC_SSP_REGISTER_RETRY_MAX_MS=500`: an SSP in scheduler mode retries its registration
+    at most 0.5 s apart, not 5 s (the default), so one started while its scheduler is starting
+    or re-cloning (a restore) registers soon after the scheduler takes it.
+
+    `SVC_SSP_GATEWAY_GRACEFUL_SECS=1`: an SSP's gateway waits on SIGTERM for every open
+    connection, an idle keep-alive one (the scheduler's, a test's client) included, up to this
+    long; the default 5 s made most SSP stops and relaunches of a run 5 s longer. A test of
+    the gateway's graceful stop sets its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
     env["PYTHONUNBUFFERED"] = "1"
     env["SVC_SSP_VIEW_PERMISSIONS"] = "off"
     env["SVC_SSP_SHARDS"] = "1"
+    env["SVC_SSP_REGISTER_RETRY_MAX_MS"] = "500"
+    env["SVC_SSP_GATEWAY_GRACEFUL_SECS"] = "1"
     env.update(overrides)
     return env
 

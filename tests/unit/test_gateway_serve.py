@@ -39,6 +39,15 @@ def test_our_clients_drop_pooled_connections_before_our_servers_close_them() -> 
     assert CLIENT_KEEPALIVE_SECS * 2 <= SERVER_KEEPALIVE_SECS
 
 
+def test_graceful_timeout_is_5s_unless_configured() -> None:
+    def graceful(env: dict[str, str]) -> str:
+        argv = gunicorn_argv(SspConfig.from_env({**ENV, **env}))
+        return argv[argv.index("--graceful-timeout") + 1]
+
+    assert graceful({}) == "5"
+    assert graceful({"SVC_SSP_GATEWAY_GRACEFUL_SECS": "1"}) == "1"
+
+
 def test_default_listen_address_is_all_interfaces_on_8667() -> None:
     argv = gunicorn_argv(SspConfig.from_env(ENV))
     assert argv[argv.index("-b") + 1] == "0.0.0.0:8667"

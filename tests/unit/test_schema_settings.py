@@ -121,3 +121,17 @@ def test_retention_flag_is_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="retention"):
         resolve(tmp_path, transport="changefeed", retention="forever")
     assert resolve(tmp_path, transport="changefeed", retention="2h").retention == "2h"
+
+
+def test_impersonation_session_length_defaults_to_10s_and_is_a_duration(tmp_path: Path) -> None:
+    from svccli.schema import impersonation_access_sql
+
+    env = {"SVC_INGEST_TRANSPORT": "changefeed"}
+    assert resolve(tmp_path, env).impersonation_session_ms == 10_000
+    for text, ms in (("2s", 2000), ("1m30s", 90_000), ("1500ms", 1500)):
+        s = resolve(tmp_path, {**env, "SVC_IMPERSONATION_SESSION": text})
+        assert s.impersonation_session_ms == ms
+        assert impersonation_access_sql("ab12", ms).endswith(f"FOR SESSION {ms}ms")
+    for bad in ("soon", "10", "500ms", "2s; REMOVE TABLE user"):
+        with pytest.raises(ConfigError, match="SVC_IMPERSONATION_SESSION"):
+            resolve(tmp_path, {**env, "SVC_IMPERSONATION_SESSION": bad})

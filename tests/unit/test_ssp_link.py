@@ -44,3 +44,44 @@ def test_own_url_from_listen_or_advertise_address() -> None:
 
 def test_standalone_hub_has_no_link() -> None:
     assert Hub(SspConfig.from_env(DB)).link is None
+
+
+async def _register_waits(refusals: int, **env: str) -> list[float]:
+    """The waits between registration attempts against a scheduler (a real HTTP server)
+    that answers 503 `refusals` times, then 202."""
+    from aiohttp import web
+
+    attempts = [0]
+
+    async def register(_: web.Request) -> web.Response:
+        attempts[0] += 1
+        if attempts[0] <= refusals:
+            return web.json_response({"error": "cloning"}, status=503)
+        return web.json_response({"snapshot_seq": 7, "epoch": "e"}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/ssp/register", register)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    waits: list[float] = []
+
+    async def no_wait(secs: float) -> None:
+        waits.append(round(secs, 3))
+
+    link = _link(SVC_SCHEDULER_URL=f"http://127.0.0.1:{port}/", **env)
+    link.sleep = no_wait
+    try:
+        assert await link.register() == 7
+    finally:
+        await link.close()
+        await runner.cleanup()
+    return waits
+
+
+async def test_registration_retries_double_up_to_the_configured_longest_wait() -> None:
+    assert await _register_waits(7) == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert await _register_waits(5, SVC_SSP_REGISTER_RETRY_MAX_MS="500") == [
+        0.2, 0.4, 0.5, 0.5, 0.5]
