@@ -30,7 +30,16 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
-from engine.delta import EMPTY, FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
+from engine.delta import (
+    EMPTY,
+    FEW_OWNERS,
+    NO_TREE,
+    Rec,
+    has_nested,
+    rows_members,
+    same,
+    tree_members,
+)
 from engine.join import EDITS, Win
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan
@@ -1026,7 +1035,10 @@ def _members_of(v: Any) -> dict[str, Any] | None:
     if t is not dict and t is not list:
         return None
     acc: dict[str, Any] = {}
-    tree_members(v, acc)
+    if t is list:
+        rows_members(v, acc)
+    else:
+        tree_members(v, acc)
     return acc
 
 
@@ -1130,7 +1142,10 @@ def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
         if ot[0]:
             olds.update(ot[0])  # a dict's content wins, as in _tree_of
     elif ot is not None:
-        tree_members(ov, olds)
+        if type(ov) is list:
+            rows_members(ov, olds)  # rows that did not change are not walked again
+        else:
+            tree_members(ov, olds)
     news: dict[str, Any]
     if type(nt) is tuple:
         news = dict(nt[1])
