@@ -624,7 +624,7 @@ class Win:
                 if k is None:
                     # a row holding other records (or none): the general walk, not edited
                     m = {}
-                    rows_members(value, m)
+                    rows_members(value, m, self.group.join.store.rmembers)
                     self.medit = False
                     break
                 m[k] = o

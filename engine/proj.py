@@ -410,7 +410,7 @@ class Proj:
             row, ents, value)
         ideps: list[Any] = [None, (set(), [tok])]
         vals: list[Any] = [None, value]
-        itrees: list[Any] = [None, _members_of(value)]
+        itrees: list[Any] = [None, _members_of(value, self.store.rmembers)]
         self.istate[rid] = self._state(vals, ideps, itrees)
         out = plan.assemble(row, vals)
         assert plan.item_keys is not None
@@ -601,7 +601,7 @@ class Proj:
             if ck not in self.pcache:
                 # the cache holds both values: their ids are theirs until the flush ends (a
                 # parent's old value is freed once it is replaced, and its id reused)
-                ch = _member_changes(ov, v, old_trees[j], nt)
+                ch = _member_changes(ov, v, old_trees[j], nt, self.store.rmembers)
                 self.pcache[ck] = (ch, ov, v)
                 self.walked += ch[5]
             sig.append((j, ck))
@@ -825,7 +825,7 @@ class Proj:
                     osubs = d[1] if d is not None else None
                     ow = osubs[-1] if osubs else None
                     if type(ow) is Win and ow.members is t:
-                        kept = _members_of(vals[i])
+                        kept = _members_of(vals[i], store.rmembers)
                         if kept is not None:
                             self.walked += len(kept)
                         itrees[i] = kept
@@ -1029,14 +1029,15 @@ def _same_tree(a: Any, b: Any) -> bool:
     return same(a, b)
 
 
-def _members_of(v: Any) -> dict[str, Any] | None:
+def _members_of(v: Any, cache: dict[int, tuple[Any, dict[str, Any]]]
+                ) -> dict[str, Any] | None:
     """The members inside one item value (None when it cannot hold any)."""
     t = type(v)
     if t is not dict and t is not list:
         return None
     acc: dict[str, Any] = {}
     if t is list:
-        rows_members(v, acc)
+        rows_members(v, acc, cache)
     else:
         tree_members(v, acc)
     return acc
@@ -1063,7 +1064,7 @@ def _item_tree(v: Any, keyed: bool, icx: Cx) -> Any:
                 return w.tree()
     if not keyed:
         return extra if extra else None
-    t = _members_of(v)
+    t = _members_of(v, icx.store.rmembers)
     if extra:
         return (t, extra)
     return t
@@ -1124,7 +1125,8 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
     return tree, parts
 
 
-def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
+def _member_changes(ov: Any, v: Any, ot: Any, nt: Any,
+                    cache: dict[int, tuple[Any, dict[str, Any]]]) -> tuple[
         dict[str, Any], dict[str, Any], list[str], dict[str, Any], list[str], int]:
     """An item's members before (from its old value: a window's member tree is edited in
     place, so the old one is gone), and those that entered, left, or stayed as another
@@ -1143,7 +1145,7 @@ def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
             olds.update(ot[0])  # a dict's content wins, as in _tree_of
     elif ot is not None:
         if type(ov) is list:
-            rows_members(ov, olds)  # rows that did not change are not walked again
+            rows_members(ov, olds, cache)  # rows that did not change: not walked again
         else:
             tree_members(ov, olds)
     news: dict[str, Any]
