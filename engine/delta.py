@@ -452,3 +452,74 @@ def tree_members(out: Any, acc: dict[str, Any]) -> None:
             tv = type(v)
             if tv is dict or tv is list:
                 tree_members(v, acc)
+
+
+#: entries a store's cache of members per row (``Store.rmembers``, see
+#: :func:`rows_members`) holds at most: cleared when full
+ROW_MEMBERS_MAX = 8192
+#: rows holding nested rows that :func:`rows_members` walked (not found in its cache):
+#: a work count the tests read
+ROWS_WALKED = [0]
+
+
+def rows_members(value: list[Any], acc: dict[str, Any],
+                 cache: dict[int, tuple[Any, dict[str, Any]]]) -> None:
+    """``tree_members(value, acc)`` for a list of row outputs (a subquery's rows), each row
+    holding nested rows walked once while it is the same object: a window whose rows hold
+    other rows (each with its own top ten) is walked again by its parents whenever one row
+    changed, and the rows that did not change then cost one dict update each.
+
+    ``cache`` (the engine's ``Store.rmembers``): id of a row, or of a list of rows inside
+    one -> (that object, its members). Outputs and subquery values are never changed in
+    place (a changed row is a new dict, an edited window a new list), so an entry holding
+    its object stays right; at :data:`ROW_MEMBERS_MAX` entries it is cleared."""
+    for o in value:
+        t = type(o)
+        if t is dict:
+            if not has_nested(o):
+                rid = o.get("id")
+                if type(rid) is RecordID:
+                    acc[rid_text(rid)] = o
+                continue
+            got = cache.get(id(o))
+            if got is not None and got[0] is o:
+                acc.update(got[1])
+                continue
+            m = _row_members(o, cache)
+            if len(cache) >= ROW_MEMBERS_MAX:
+                cache.clear()
+            cache[id(o)] = (o, m)
+            acc.update(m)
+        elif t is list:
+            tree_members(o, acc)
+
+
+def _row_members(o: dict[str, Any], cache: dict[int, tuple[Any, dict[str, Any]]]
+                 ) -> dict[str, Any]:
+    """``tree_members(o)`` of a row output, the lists it holds (a nested subquery's rows,
+    the same list object in every row showing that window) walked once while they are the
+    same object (``cache``, see rows_members)."""
+    ROWS_WALKED[0] += 1
+    m: dict[str, Any] = {}
+    rid = o.get("id")
+    if type(rid) is RecordID:
+        m[rid_text(rid)] = o
+    for v in o.values():
+        tv = type(v)
+        if tv is list:
+            if len(v) < 4:
+                tree_members(v, m)  # cheaper walked than looked up
+                continue
+            got = cache.get(id(v))
+            if got is not None and got[0] is v:
+                m.update(got[1])
+                continue
+            lm: dict[str, Any] = {}
+            tree_members(v, lm)
+            if len(cache) >= ROW_MEMBERS_MAX:
+                cache.clear()
+            cache[id(v)] = (v, lm)
+            m.update(lm)
+        elif tv is dict:
+            tree_members(v, m)
+    return m

@@ -86,7 +86,7 @@ from surrealdb import RecordID
 
 from engine.compile import compile_expr, compile_predicate
 from engine.cx import NOLINKS, Cx
-from engine.delta import same, tree_members
+from engine.delta import rows_members, same
 from engine.deps import Readers
 from engine.matindex import FLIP, RANGE_OPS, exact_key, xkey
 from engine.shape import order_source
@@ -624,7 +624,7 @@ class Win:
                 if k is None:
                     # a row holding other records (or none): the general walk, not edited
                     m = {}
-                    tree_members(value, m)
+                    rows_members(value, m, self.group.join.store.rmembers)
                     self.medit = False
                     break
                 m[k] = o

@@ -30,7 +30,16 @@ from typing import Any
 from surrealdb import RecordID
 
 from engine.cx import NOLINKS, Cx
-from engine.delta import EMPTY, FEW_OWNERS, NO_TREE, Rec, has_nested, same, tree_members
+from engine.delta import (
+    EMPTY,
+    FEW_OWNERS,
+    NO_TREE,
+    Rec,
+    has_nested,
+    rows_members,
+    same,
+    tree_members,
+)
 from engine.join import EDITS, Win
 from engine.lazy import Spec, spec_of
 from engine.plan import Plan
@@ -401,7 +410,7 @@ class Proj:
             row, ents, value)
         ideps: list[Any] = [None, (set(), [tok])]
         vals: list[Any] = [None, value]
-        itrees: list[Any] = [None, _members_of(value)]
+        itrees: list[Any] = [None, _members_of(value, self.store.rmembers)]
         self.istate[rid] = self._state(vals, ideps, itrees)
         out = plan.assemble(row, vals)
         assert plan.item_keys is not None
@@ -592,7 +601,7 @@ class Proj:
             if ck not in self.pcache:
                 # the cache holds both values: their ids are theirs until the flush ends (a
                 # parent's old value is freed once it is replaced, and its id reused)
-                ch = _member_changes(ov, v, old_trees[j], nt)
+                ch = _member_changes(ov, v, old_trees[j], nt, self.store.rmembers)
                 self.pcache[ck] = (ch, ov, v)
                 self.walked += ch[5]
             sig.append((j, ck))
@@ -816,7 +825,7 @@ class Proj:
                     osubs = d[1] if d is not None else None
                     ow = osubs[-1] if osubs else None
                     if type(ow) is Win and ow.members is t:
-                        kept = _members_of(vals[i])
+                        kept = _members_of(vals[i], store.rmembers)
                         if kept is not None:
                             self.walked += len(kept)
                         itrees[i] = kept
@@ -1020,13 +1029,17 @@ def _same_tree(a: Any, b: Any) -> bool:
     return same(a, b)
 
 
-def _members_of(v: Any) -> dict[str, Any] | None:
+def _members_of(v: Any, cache: dict[int, tuple[Any, dict[str, Any]]]
+                ) -> dict[str, Any] | None:
     """The members inside one item value (None when it cannot hold any)."""
     t = type(v)
     if t is not dict and t is not list:
         return None
     acc: dict[str, Any] = {}
-    tree_members(v, acc)
+    if t is list:
+        rows_members(v, acc, cache)
+    else:
+        tree_members(v, acc)
     return acc
 
 
@@ -1051,7 +1064,7 @@ def _item_tree(v: Any, keyed: bool, icx: Cx) -> Any:
                 return w.tree()
     if not keyed:
         return extra if extra else None
-    t = _members_of(v)
+    t = _members_of(v, icx.store.rmembers)
     if extra:
         return (t, extra)
     return t
@@ -1112,7 +1125,8 @@ def _tree_of(out: dict[str, Any], keys: dict[str, int], itrees: list[Any]
     return tree, parts
 
 
-def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
+def _member_changes(ov: Any, v: Any, ot: Any, nt: Any,
+                    cache: dict[int, tuple[Any, dict[str, Any]]]) -> tuple[
         dict[str, Any], dict[str, Any], list[str], dict[str, Any], list[str], int]:
     """An item's members before (from its old value: a window's member tree is edited in
     place, so the old one is gone), and those that entered, left, or stayed as another
@@ -1130,7 +1144,10 @@ def _member_changes(ov: Any, v: Any, ot: Any, nt: Any) -> tuple[
         if ot[0]:
             olds.update(ot[0])  # a dict's content wins, as in _tree_of
     elif ot is not None:
-        tree_members(ov, olds)
+        if type(ov) is list:
+            rows_members(ov, olds, cache)  # rows that did not change: not walked again
+        else:
+            tree_members(ov, olds)
     news: dict[str, Any]
     if type(nt) is tuple:
         news = dict(nt[1])

@@ -342,6 +342,9 @@ class Store:
         # the engine's dependency indexes (engine.deps.Deps, set by the engine): a join
         # window whose rows read other records registers them there as its own reader
         self.deps: Any = None
+        # id of a subquery row holding nested rows, or of a list of rows inside one ->
+        # (that object, its members): engine.delta.rows_members, bounded there
+        self.rmembers: dict[int, tuple[Any, dict[str, Any]]] = {}
 
     def table(self, name: str) -> TableStore:
         """The table ``name`` (created empty on first use)."""
