@@ -463,21 +463,18 @@ class _Extreme:
         pos = self.pos
         vals = self.vals
         assert pos is not None and vals is not None and not vals
-        ints = True
-        for rid, c in rows:
-            v = c[pos]
-            t = type(v)
-            if t is int:
-                vals[rid] = v
-            elif t is float or t is Decimal:
-                vals[rid] = v
-                ints = False
+        vals = self.vals = {rid: c[pos] for rid, c in rows}
+        kinds = set(map(type, vals.values()))
+        if not kinds <= _INT:
+            if not kinds <= _NUMBERS:
+                vals = self.vals = {r: v for r, v in vals.items() if type(v) in _NUMBERS}
+            kinds &= _NUMBERS
         if not vals:
             return
-        if ints:
+        if kinds == _INT:
             # equal ints are one value: the best's row is the first of its ties in row order
             top = max(vals.values()) if self.largest else min(vals.values())
-            rid = min((r for r, v in vals.items() if v == top), key=_rid_key)
+            rid = min([r for r, v in vals.items() if v == top], key=_rid_key)
             self.best = (sort_key(top), _rid_key(rid), rid, top)
             return
         best = None
@@ -503,6 +500,8 @@ class _Extreme:
         return entries[entries.bisect_left((top,))][3]
 
 
+_INT = frozenset([int])
+_NUMBERS = frozenset([int, float, Decimal])
 _RID_KEYS: dict[str, Any] = {}  # ids the parser had to read (other keys than plain ints)
 _PLAIN_TABLES: dict[str, bool] = {}  # table name -> whether it needs no escaping
 
@@ -616,9 +615,21 @@ class AggState:
         spec = self.spec
         nk = self.nkeys
         buckets: dict[tuple[Any, ...], list[tuple[str, tuple[Any, ...]]]] = {}
+        if not nk:
+            # GROUP ALL: one bucket, one key variant (no key), built by comprehension
+            names = spec.names
+            rows0 = [(rid, tuple([c.get(n, NONE) for n in names])) for rid, c in shown]
+            self.fills += 1
+            if rows0:
+                g = self.groups[()] = Group(spec)
+                g.n = len(rows0)
+                for a in g.accs:
+                    a.fill(rows0)
+                g.variants[()] = [(), len(rows0)]
+            return
         for rid, contrib in shown:
             c = _values(contrib, spec)
-            gk = tuple(xkey(k) for k in c[:nk]) if nk else ()
+            gk = tuple(xkey(k) for k in c[:nk])
             b = buckets.get(gk)
             if b is None:
                 b = buckets[gk] = []
