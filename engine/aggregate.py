@@ -610,7 +610,7 @@ class AggState:
     def fill(self, shown: Iterable[tuple[str, Any]]) -> None:
         """The groups of a new materialisation from its shown rows (rid, contribution) in
         one pass: the rows bucketed by group, then each group's accumulators built from its
-        bucket (a sort for min/max) and its key variants counted once."""
+        bucket (min/max: their best row, no sort) and its key variants counted once."""
         assert not self.groups
         spec = self.spec
         nk = self.nkeys
