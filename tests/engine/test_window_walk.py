@@ -29,8 +29,16 @@ VIEWS = [
     "SELECT id, k FROM comment WHERE thread.score >= $lo AND v >= 0 ORDER BY k LIMIT 3",
     "SELECT id, k, v FROM comment WHERE thread.score < $hi AND v > 0 ORDER BY k DESC "
     "LIMIT 2 START 1",
+    # an equality or IN through the link keeping many rows (engine.linkscan's candidates
+    # as the walk's rows); without LIMIT the order is not walked
+    "SELECT id, k FROM comment WHERE thread.score IN $set AND v >= 0 ORDER BY k LIMIT 3",
+    "SELECT id, k, v FROM comment WHERE thread.score = $lo AND v > 0 ORDER BY k DESC "
+    "LIMIT 2 START 1",
+    "SELECT id, k FROM comment WHERE thread.score IN $set ORDER BY k, id DESC",
 ]
-PARAMS: list[dict[str, Any]] = [{"lo": 1, "hi": 8}, {"lo": 6, "hi": 2}, {"lo": -1, "hi": 99}]
+PARAMS: list[dict[str, Any]] = [{"lo": 1, "hi": 8, "set": [1, 2, 3, 5, 8]},
+                                {"lo": 6, "hi": 2, "set": [6, 0, 9]},
+                                {"lo": -1, "hi": 99, "set": [4, "x", 7]}]
 
 _T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -52,9 +60,10 @@ def _k(r: random.Random, kind: str) -> Any:
 def _row(r: random.Random, i: int, kind: str) -> dict[str, Any]:
     row: dict[str, Any] = {"id": RecordID("comment", i), "v": r.randint(0, 9)}
     x = r.random()
-    # threads 0-7, of which 6 and 7 may not exist; an array, NULL, or none at all
-    row["thread"] = (RecordID("thread", r.randint(0, 7)) if x < 0.85 else
-                     [RecordID("thread", r.randint(0, 5))] if x < 0.9 else None)
+    # threads 0-7, of which 6 and 7 may not exist; an array, an object, NULL, or none
+    row["thread"] = (RecordID("thread", r.randint(0, 7)) if x < 0.82 else
+                     [RecordID("thread", r.randint(0, 5))] if x < 0.87 else
+                     {"score": r.randint(0, 9)} if x < 0.9 else None)  # an object's field
     if x > 0.95:
         del row["thread"]
     k = _k(r, kind)
@@ -164,3 +173,4 @@ def test_removals_walk_further_and_a_larger_page_too() -> None:
     assert eng.result("a") == fresh.result("a")
     assert eng.result("b") == fresh.result("b")
     assert [r["k"] for r in eng.result("a")] == [950, 950, 950, 900, 900]
+
