@@ -74,6 +74,7 @@ from surrealdb import RecordID  # noqa: E402
 
 from dbclient import Database, DbConfig, DbError  # noqa: E402
 from dbhost import scratch  # noqa: E402
+from loadtests.bench_ssp import cpu_secs  # noqa: E402
 from ssp.naming import edge_table, view_record  # noqa: E402
 from tests.support import lifeline
 from tests.support.procs import free_port, free_ports  # noqa: E402
@@ -253,34 +254,29 @@ def _ssp_port(pid: int) -> str:
     return str(pid)
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) `pid` has used so far (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def group_cpu(procs: list[Proc], before: dict[int, float]) -> tuple[dict[str, float],
                                                                     dict[int, float]]:
     """CPU seconds per label since `before` (per pid), shards and gateway workers summed as
     in `group_rss`, and the new per-pid totals; the soak's own process is `driver`."""
-    now = {p.pid: cpu_s(p.pid) for p in procs}
+    now = {p.pid: cpu_secs(p.pid) for p in procs}
     now[os.getpid()] = time.process_time()
     out: dict[str, float] = {}
     for p in [*procs, Proc(os.getpid(), "driver")]:
-        key = p.label.rsplit(" ", 1)[0] + " shards" if " shard " in p.label else p.label
+        key = group_label(p.label)
         out[key] = out.get(key, 0.0) + now[p.pid] - before.get(p.pid, 0.0)
     return out, now
+
+
+def group_label(label: str) -> str:
+    """The label a process's figures are summed under: one SSP's shards share one."""
+    return label.rsplit(" ", 1)[0] + " shards" if " shard " in label else label
 
 
 def group_rss(procs: list[Proc]) -> dict[str, float]:
     """RSS per label, gateway workers and shards of one SSP summed under one label each."""
     out: dict[str, float] = {}
     for p in procs:
-        key = p.label.rsplit(" ", 1)[0] + " shards" if " shard " in p.label else p.label
+        key = group_label(p.label)
         out[key] = out.get(key, 0.0) + rss_mb(p.pid)
     return out
 
