@@ -34,6 +34,7 @@ from typing import Any
 from backup.dumpformat import DumpError, read_dump
 from backup.schema import SchemaPlan, escape_ident
 from dbclient import SQL_NULL, Database, DbQueryError
+from dbclient.feedfloor import FLOOR_TABLE, floor_now, floor_statements
 from dbclient.tasks import cancel_and_wait
 
 __all__ = ["BATCH_ROWS", "WORKERS", "ImportMismatch", "import_dump"]
@@ -108,7 +109,11 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
     plan = SchemaPlan(schema.get("db") or {}, schema.get("tables") or {}, current)
     if on_wipe is not None:
         on_wipe()
+    floor = floor_now()  # every feed entry of the database being replaced lies below it
     await _ddl(db, plan.wipe())
+    # The floor first: a process that starts while the rows are still coming reads no
+    # change of the replaced database (dbclient.feedfloor).
+    await db.query(*floor_statements(floor, "restore"))
     await _ddl(db, plan.database_level() + plan.table_defs())
 
     queue: asyncio.Queue[tuple[str, list[Any]] | None] = asyncio.Queue(maxsize=workers * 2)
@@ -151,6 +156,8 @@ async def import_dump(db: Database, path: Path, *, batch_rows: int = BATCH_ROWS,
                 continue
             table = str(rec["table"])
             rows = rec["rows"]
+            if table == FLOOR_TABLE:
+                continue  # an older restore's floor: this one wrote its own
             stmt = _INSERT_EDGES if rec.get("edge") else _INSERT
             for i in range(0, len(rows), batch_rows):
                 part = rows[i:i + batch_rows]

@@ -356,6 +356,7 @@ class FeedCursor:
         self._swept_at = float("-inf")
         self._prev: dict[str, int] = {}  # the cursors the last absorbed round was read from
         self.floor = 0  # nothing below it is read again, even in the overlap (`reset`)
+        self.pinned = 0  # the database's feed floor (`pin`): every `reset` keeps it
         # `reset`s so far: a sweep read before one must not be absorbed after it
         self.resets = 0
 
@@ -402,8 +403,20 @@ class FeedCursor:
         self.cursors = {}
         self.seen = {}
         self.marks = {}
-        self.floor = base if floor else 0
+        self.floor = max(base if floor else 0, self.pinned)
         self.resets += 1
+
+    def pin(self, vs: int) -> None:
+        """Never read below `vs` again, across resets: the database's feed floor
+        (`dbclient.feedfloor`), below which the feed describes the database a restore
+        replaced."""
+        self.pinned = max(self.pinned, vs)
+        self.floor = max(self.floor, vs)
+
+    def below(self, vs: int) -> bool:
+        """Whether any followed table's position is below `vs` (a position of the database
+        before the restore that set the floor `vs`)."""
+        return any(c < vs for c in self.cursors.values()) or (not self.cursors and self.base < vs)
 
     async def read(self, db: Database, tables: Iterable[str] | None = None, *,
                    sweeps: bool = True) -> FeedRound:

@@ -43,6 +43,7 @@ from typing import Any
 from dbclient import Database, DbError, LiveSubscription
 from dbclient.clock import now_ms
 from dbclient.feed import FeedCursor, feed_change, sweep_loop
+from dbclient.feedfloor import read_floor
 from dbclient.tasks import stop_loops
 from engine.values import parse_record_id
 from ipc.statefile import replace_file
@@ -141,6 +142,11 @@ class ChangefeedTail:
         self._sweep_owed = False  # short reads ran since the last sweep (`_sweep_loop`)
         self._sweeper: asyncio.Task[None] | None = None
         self.sweeps = 0
+        # The database's feed floor is read at the first catch-up (`_check_floor`); a
+        # position loaded from the file (not made by a clone in this process) below it is
+        # of the database a restore replaced.
+        self._floor_read = False
+        self._saved_position = False
         self._load()
 
     # ------------------------------------------------------------------ state file
@@ -162,6 +168,7 @@ class ChangefeedTail:
             raise ValueError(f"changefeed cursor file {self.state_path} is unreadable: "
                              f"{type(e).__name__}: {e}") from None
         self.synced_ms = int(raw.get("synced_ms", self.cursor.base >> 16))
+        self._saved_position = True
 
     def _state_text(self) -> str:
         return json.dumps({"version": 1, **self.cursor.state(), "synced_ms": self.synced_ms},
@@ -227,6 +234,7 @@ class ChangefeedTail:
         `floor` (after a restore) the re-read overlap never reaches below it (FeedCursor.reset)."""
         async with self._lock:
             self.cursor.reset(since_ms << 16, floor=floor)
+            self._saved_position = False
             self.synced_ms = since_ms
             self.gap = False
             self._gap_handled = False
@@ -350,6 +358,22 @@ class ChangefeedTail:
             self.last_error = f"re-clone after a changefeed gap failed: {type(e).__name__}: {e}"
             log.exception("re-clone after a changefeed gap failed")
 
+    async def _check_floor(self) -> bool:
+        """Pin the cursor to the database's feed floor (`dbclient.feedfloor`); True (a gap:
+        the replica must be cloned again) when the saved position lies below it."""
+        floor = await read_floor(self.db)
+        self._floor_read = True
+        below = bool(floor) and self._saved_position and self.cursor.below(floor)
+        self.cursor.pin(floor)  # kept across the re-clone's reset
+        if below:
+            self.gap = True
+            self.last_error = ("the database was restored after the saved changefeed "
+                               "position (its feed floor is newer)")
+            log.error("%s; the replica must be re-cloned", self.last_error)
+            self._wake.set()
+            return True
+        return False
+
     async def catch_up(self) -> int:
         """Read every feed until nothing new is left; returns the events submitted.
 
@@ -359,6 +383,8 @@ class ChangefeedTail:
             if self.gap:
                 return 0
             started = now_ms()
+            if not self._floor_read and await self._check_floor():
+                return 0
             tables = await self._current_tables()
             retention = await self._retention()
             if retention is not None and started - self.synced_ms > retention:

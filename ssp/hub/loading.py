@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from dbclient import DbError
+from dbclient.feedfloor import read_floor
 from dbclient.fieldtypes import field_kinds, restore_types
 from engine.hashing import bytes_hash
 from engine.values import canonical_bytes, record_id_text, unpack_value
@@ -44,6 +45,15 @@ def syncs_table(name: str, definition: str = "") -> bool:
     return " AS SELECT" not in definition.upper()
 
 
+def _snapshot_below(snap: dict[str, Any], floor: int) -> bool:
+    """Whether a snapshot's feed position lies below the database's feed floor
+    (`dbclient.feedfloor`): its rows are of the database a restore replaced."""
+    cursors = snap.get("cursors")
+    if not floor or not isinstance(cursors, dict):
+        return False
+    return any(isinstance(c, int) and c < floor for c in cursors.values())
+
+
 class Loading:
     """Loads tables into the arena and the shards (see the module docstring)."""
 
@@ -72,6 +82,11 @@ class Loading:
         state.status = "bootstrapping"
         cursor0 = cold_cursor()
         warm = self.snapshot.read()
+        floor = await read_floor(state.db)
+        if warm is not None and _snapshot_below(warm, floor):
+            log.warning("the snapshot is of the database before its last restore: "
+                        "bootstrapping cold")
+            warm = None
         tables = await self.synced_tables()
         state.bootstrap_warnings = []
         if warm is not None:
@@ -83,6 +98,8 @@ class Loading:
                 state.cursor.follow(t, cursor0)
         if QUERY_TABLE not in state.cursor.cursors:
             state.cursor.follow(QUERY_TABLE, cursor0)
+        # A cold cursor starts a few seconds back: never in the feed of a replaced database.
+        state.cursor.pin(floor)
         if warm is not None:
             # Catch up from the snapshot's feed position before views come back.
             await self._catch_up()

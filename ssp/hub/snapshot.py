@@ -63,6 +63,13 @@ class Snapshot:
         if path is None:
             return False
         state = self.state
+        if state.status != "ready":
+            # Only a ready SSP's rows are the database's at its cursors: a bootstrap in
+            # progress holds part of a table, a failed one whatever the error left, and a
+            # restore that failed after the database was replaced holds rows of a database
+            # that is gone (its hold deleted the file). Any file already there stays as it is.
+            log.warning("snapshot not written: the SSP is %s, not ready", state.status)
+            return False
         rows = state.rows
         encoded: dict[str, list[str]] = {}
         ids: dict[str, list[str]] = {}

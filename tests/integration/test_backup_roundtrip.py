@@ -24,6 +24,8 @@ from backup.objstore import ObjectStore
 from backup.schema import escape_ident
 from backup.service import BackupInvalid, BackupService, NoObjectStorage, catalog_key
 from dbclient import Database, DbConfig
+from dbclient.clock import now_ms
+from dbclient.feedfloor import FLOOR_TABLE, read_floor
 from tests.support.objstore import BUCKET, S3Server, running_s3, start_s3
 from tests.support.procs import DbHost
 
@@ -173,13 +175,20 @@ async def test_restore_brings_back_rows_types_edges_schema_and_views(
                        "CREATE extra:1; REMOVE FUNCTION fn::greet; DEFINE PARAM $late VALUE 1")
         assert await content(db) != before
 
+        wiped_after = now_ms() << 16
         r = await svc.start_restore(rec["backup_id"])
         res = await wait_for(svc, "restore", r["restore_id"])
         assert res["stage"] == "done", res
         assert [s["stage"] for s in res["stages"]] == ["queued", "running", "main_db",
                                                        "replica", "done"]
         assert target.calls == ["hold", "rebuild"]
+        # The restore recorded where the replaced database's feed ends (dbclient.feedfloor).
+        floor = await read_floor(db)
+        assert wiped_after <= floor <= now_ms() << 16
         after = await content(db)
+        assert after["tables"].pop(FLOOR_TABLE).startswith(f"DEFINE TABLE {FLOOR_TABLE}")
+        after.pop(f"rows:{FLOOR_TABLE}")
+        after.pop(f"def:{FLOOR_TABLE}")
         for key in before:
             assert after[key] == before[key], key
         assert after.keys() == before.keys()
@@ -188,6 +197,13 @@ async def test_restore_brings_back_rows_types_edges_schema_and_views(
         assert await db.query_one("SELECT VALUE who FROM audit WHERE who = user:later") == [
             RecordID("user", "later")]
         assert (await db.query_one("SELECT VALUE n FROM user_count"))[0] == 31
+
+        # A backup of the restored database holds that floor; restoring it writes its own.
+        again = svc.create_backup(name="second")
+        assert (await wait_for(svc, "backup", again["backup_id"]))["status"] == "done"
+        r = await svc.start_restore(again["backup_id"])
+        assert (await wait_for(svc, "restore", r["restore_id"]))["stage"] == "done"
+        assert await read_floor(db) > floor
     finally:
         await svc.stop()
 
@@ -199,6 +215,8 @@ async def test_a_restore_that_cannot_download_changes_nothing(
     target = Recorder()
     svc = service(db, s3, tmp_path, target)
     await svc.start()
+    # the bucket is there (whichever test ran before on this server): only the object is not
+    ObjectStore(objstore_from_env(s3.env())).ensure_bucket()
     try:
         r = await svc.start_restore("missing", storage_path="proj/missing/dump.cbor.gz")
         res = await wait_for(svc, "restore", r["restore_id"])

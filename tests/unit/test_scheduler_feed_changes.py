@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from surrealdb import RecordID
@@ -98,6 +99,10 @@ def test_the_saved_cursor_is_loaded_and_a_damaged_file_is_refused(tmp_path: Path
 class _NoFeedDb:
     async def table_definitions(self) -> dict[str, str]:
         return {}
+
+    async def query_one(self, sql: str, *a: Any, **kw: Any) -> list[Any]:
+        assert "_00_feed_floor" in sql  # the feed floor (never restored)
+        return []
 
 
 async def test_stop_ends_the_loop_when_the_cancel_lands_as_its_wait_completes(

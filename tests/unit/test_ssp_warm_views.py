@@ -73,3 +73,25 @@ def test_a_checkpoint_deletes_the_views_and_a_clean_wipe_too(tmp_path: Path) -> 
                                wiped=False)
     SchedulerLink(hub).wipe()
     assert not (tmp_path / VIEWS_FILE).exists() and not (tmp_path / "snapshot.json").exists()
+
+
+def test_only_a_ready_ssp_writes_a_snapshot_and_an_older_file_stays(tmp_path: Path) -> None:
+    """A bootstrapping or failed SSP's rows are not the database's at its cursors (a restore
+    that failed after the database was replaced leaves rows of a database that is gone)."""
+    from ssp.hub.snapshot import Snapshot
+
+    rows = SimpleNamespace(tables=lambda: [], entries=lambda t: [])
+    state: Any = SimpleNamespace(
+        cfg=SimpleNamespace(snapshot_dir=tmp_path, ssp_id="s1", arena_dir=None),
+        rows=rows, rv={}, cursor=SimpleNamespace(cursors={"post": 3}), link=None,
+        status="bootstrapping", last_seq=0, views={})
+    snap = Snapshot(state)
+    for status in ("bootstrapping", "failed"):
+        state.status = status
+        assert not snap.write() and not (tmp_path / "snapshot.json").exists()
+    state.status = "ready"
+    assert snap.write()
+    before = (tmp_path / "snapshot.json").read_text()
+    state.status, state.cursor.cursors = "bootstrapping", {"post": 9}
+    assert not snap.write()
+    assert (tmp_path / "snapshot.json").read_text() == before
