@@ -6,6 +6,7 @@ Only hooks live here: gunicorn reads every module-level name that matches one of
 from __future__ import annotations
 
 import signal
+import weakref
 from typing import Any
 
 from ipc.lifeline import die_with_parent
@@ -42,11 +43,32 @@ def guard_first_request() -> None:
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            _OPEN.add(self)
             # HTTP/1 only (an h2c connection still deciding has a timer of its own)
             if not self._closed and getattr(self, "_callback_parser", None) is not None:
                 self._arm_keepalive_timer()
 
     gasgi.ASGIProtocol = GuardedProtocol
+
+
+# The worker's open connections (`GuardedProtocol`), for `close_idle` at SIGTERM.
+_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def close_idle() -> int:
+    """Close every connection that waits for its next request, as its keep-alive timer would
+    (the one armed between requests, `guard_first_request`); returns how many. gunicorn's
+    graceful stop waits for every open connection, an idle pooled one too, so a stop while a
+    client held one took the whole graceful timeout (5 s). A connection whose request is in
+    flight has no timer armed: it finishes, and the worker closes it after its answer because
+    it is no longer alive."""
+    closed = 0
+    for proto in list(_OPEN):
+        if getattr(proto, "_keepalive_handle", None) is not None and not proto._closed:
+            proto._cancel_keepalive_timer()
+            proto._keepalive_timeout()
+            closed += 1
+    return closed
 
 
 def stop_without_delay(worker: Any) -> None:
@@ -70,6 +92,7 @@ def stop_without_delay(worker: Any) -> None:
         in_loop = (worker.alive and len(getattr(worker, "servers", ()))
                    == len(getattr(worker, "sockets", ())) > 0)
         plain()
+        close_idle()
         if not in_loop:
             return
         for task in asyncio.all_tasks(worker.loop):

@@ -12,9 +12,9 @@ never does (argv is visible to every user): the worker reads `SVC_AUTH_SECRET` i
   (or parallel tests) on a machine would fight over it.
 - `--graceful-timeout 5` (`SVC_SSP_GATEWAY_GRACEFUL_SECS`, ours): on SIGTERM workers finish
   in-flight requests; open `GET /logs` streams never finish by themselves, so they are cut
-  after 5 s rather than holding the SSP's shutdown for gunicorn's default 30 s. The worker
-  waits for an idle keep-alive connection (a client's pooled one) just as long, so a stop
-  while a client holds one takes the whole timeout.
+  after 5 s rather than holding the SSP's shutdown for gunicorn's default 30 s. An idle
+  keep-alive connection (a client's pooled one) is closed at once on SIGTERM
+  (`gateway.gunicorn_hooks.close_idle`), so it does not hold the stop for that time.
 - `--keep-alive`: idle connections stay open `ipc.http.SERVER_KEEPALIVE_SECS` (or the
   configured `SVC_HTTP_READ_TIMEOUT_SECS`), longer than our clients pool them (gunicorn's 2 s
   default raced the scheduler's reuse of a pooled connection). The hooks also hold a new

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import shutil
 import sys
 import tempfile
@@ -288,3 +289,54 @@ async def _wait_log(proc: ManagedProcess, text: str, timeout: float = 30.0) -> N
         assert proc.alive(), proc.log_text()[-3000:]
         assert time.monotonic() < deadline, f"no {text!r} in:\n" + proc.log_text()[-3000:]
         await asyncio.sleep(0.05)
+
+
+async def test_sigterm_closes_idle_keep_alive_connections_and_answers_the_busy_one(
+        tmp_path: Path) -> None:
+    # gunicorn's graceful stop waits for every open connection: a client's pooled idle one
+    # held each SSP stop for the whole graceful timeout. The hooks close idle connections at
+    # SIGTERM; one whose request is in flight still gets its answer.
+    run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))
+    hub = FakeHub(f"ipc://{run_dir}/hub.sock")
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held(msg: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        await release.wait()
+        return reply(200, {"accepted": True})
+
+    hub.replies["POST /ingest"] = held
+    hub.start()
+    port = free_port()
+    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9",
+                   SVC_SSP_GATEWAY_GRACEFUL_SECS="30")
+    cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
+    gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log")
+    idle = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        gunicorn.start()
+        await asyncio.to_thread(gunicorn.wait_http, f"http://127.0.0.1:{port}/health")
+        idle.request("GET", "/no-such-route")  # answered, then kept open, idle
+        r0 = idle.getresponse()
+        r0.read()
+        assert r0.status == 404 and not r0.will_close
+        pending = asyncio.create_task(asyncio.to_thread(
+            httpx.post, f"http://127.0.0.1:{port}/ingest", json=INGEST, headers=AUTH, timeout=30))
+        await asyncio.wait_for(entered.wait(), 30)
+        assert gunicorn.proc is not None
+        gunicorn.proc.terminate()
+        await _wait_log(gunicorn, "Waiting for 1 connections to finish")  # the busy one only
+        assert idle.sock is not None
+        assert await asyncio.to_thread(idle.sock.recv, 1) == b""  # the server closed it
+        release.set()
+        r = await asyncio.wait_for(pending, 30)
+        assert (r.status_code, r.json()) == (200, {"accepted": True})
+        code = await asyncio.to_thread(gunicorn.stop, 30)
+        assert code == 0, gunicorn.log_text()[-3000:]
+        assert "Forcing close" not in gunicorn.log_text()
+    finally:
+        idle.close()
+        release.set()
+        gunicorn.stop()
+        await hub.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
