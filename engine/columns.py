@@ -23,13 +23,17 @@ Each value is kept as a tag and a 64-bit number:
   meet an int key (``thread:1.0`` and ``thread:1`` are one record to SurrealDB), so a column
   holding one cannot decide a join on its own;
 - ``CONTAINER`` (-2): an object or an array, which may hold members of its own (a lazy
-  row's children show plain values only, :mod:`engine.lazy`).
+  row's children show plain values only, :mod:`engine.lazy`);
+- ``DATETIME`` (-3): a datetime (``num`` = microseconds since the epoch, UTC; a naive value
+  is read as UTC, as SurrealDB's order does): datetimes order as their numbers, so a sort
+  on a datetime field (``ORDER BY created_at``) is decided on the columns too.
 
 Freed slots hold ``OTHER`` in every column.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
@@ -42,8 +46,11 @@ OTHER = 0
 INT = 1
 UNSURE = -1
 CONTAINER = -2
+DATETIME = -3
 _EXACT = 2**53
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = _EPOCH - datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 _TABLES: dict[str, int] = {}
 _LINK = "\0r"  # the first item of engine.store.ikey's key of a record link
 _NO_ROW: dict[str, Any] = {}  # a freed slot's row: every field NONE
@@ -118,6 +125,10 @@ class Columns:
             if tk is str:
                 return table_code(v.table_name) + 1, self.code(k)
             return UNSURE, 0
+        if t is datetime:
+            if v.tzinfo is None:
+                v = v.replace(tzinfo=UTC)
+            return DATETIME, (v - _EPOCH) // _MICROSECOND
         return OTHER, 0
 
     def add(self, fields: list[str], rows: dict[str, dict[str, Any]],
@@ -512,7 +523,9 @@ def top_per_parent(cols: Columns, link: str, parent_code: int, parents: np.ndarr
         return keys, cand
     parts = [keys]  # most significant first: the parent, then each sort value
     for field, desc in order:
-        if (cols.tags[field][cand] != INT).any():
+        ft = cols.tags[field][cand]
+        # ints, or datetimes (SurrealDB orders numbers before datetimes: a mix is not decided)
+        if (ft != ft[0]).any() or (ft[0] != INT and ft[0] != DATETIME):
             return None
         v = cols.nums[field][cand]
         parts.append(-v if desc else v)

@@ -361,7 +361,7 @@ class ViewEngine:
         parents: dict[str, int] = {}
         keys: dict[str, set[Any]] = {}
         proj = mat.proj
-        if proj.lazy:
+        if proj.lazy and proj.spec is not None:
             # a lazy row scans its subquery's table by its own id (engine.lazy)
             assert proj.spec is not None
             st = proj.spec.sub.table

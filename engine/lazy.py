@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from surrealdb import RecordID
 
-from engine.columns import CONTAINER, group_firsts, table_code, top_per_parent
+from engine.columns import CONTAINER, UNSURE, group_firsts, table_code, top_per_parent
 from engine.plan import Cx, Plan
 from engine.shape import order_source
 from engine.store import ikey
@@ -242,3 +242,182 @@ def child_parent(link: str, parent_table: str, row: dict[str, Any] | None) -> An
     if tk is int or tk is str:
         return v
     return ...
+
+
+# ------------------------------------------------------------------ rows reading links
+#
+# A shape showing fields through record links (``SELECT id, user.name AS who,
+# product.seller.name AS seller FROM order``) projects a row by reading a record per hop and
+# registering each read as a dependency: ~16 us a row compiled, 0.8 s for a view over 50,000
+# orders, while its members are the rows alone. Such rows are kept lazy too (``Proj.lazy``
+# maps each to no children): nothing is stored for them, and a row is projected for real
+# before the first write that can change it, found from the written record through the
+# tables' equality indexes on the link fields, hop by hop back to the row
+# (:func:`reaching`). What the projection may show is checked on the columns first: a row
+# is a member of its view on its own only when no value it shows can hold a record (an
+# object or an array), and every hop's link has a key the index decides (an int or a string).
+
+
+class PathSpec(NamedTuple):
+    """What a lazy shape of link paths reads: each path of two or more segments, the tables
+    its records may sit in at each hop (``levels[j]``: depth ``j + 1``), and the row fields
+    it shows directly (None: ``*``, every field)."""
+
+    paths: list[tuple[str, ...]]
+    own: list[str] | None
+
+
+def path_spec_of(plan: Plan) -> PathSpec | None:
+    """The lazy form of a projection of fields and link paths, or None."""
+    if (plan.fetch or plan.omit or plan.split or plan.value or plan.agg is not None
+            or plan.simple or plan.star_only):
+        return None
+    paths: list[tuple[str, ...]] = []
+    own: list[str] | None = []
+    has_id = False
+    outs: set[tuple[str, ...]] = set()
+    for it in plan.q.items:
+        if it.kind == "all":
+            own = None
+            continue
+        if it.kind != "field" or len(it.out) != 1 or it.out in outs:
+            return None
+        outs.add(it.out)
+        if it.path == ("id",):
+            if it.out != ("id",):
+                return None
+            has_id = True
+        elif it.out == ("id",):
+            return None  # the output's id is not the row's: its member is not the row
+        elif len(it.path) == 1:
+            if own is not None:
+                own.append(it.path[0])
+        else:
+            paths.append(tuple(it.path))
+    if not paths or not has_id:
+        return None
+    return PathSpec(paths, own)
+
+
+def _tables_of(tags: np.ndarray) -> list[str] | None:
+    """The tables the links of a column point into; None when a value is neither a link
+    with an int or string key nor a plain value (an object, an array, an undecidable key)."""
+    if len(tags) == 0:
+        return []
+    if ((tags == UNSURE) | (tags == CONTAINER)).any():
+        return None
+    codes = np.unique(tags[tags >= 2] & ~1).tolist()
+    if not codes:
+        return []
+    names = {c: t for t, c in _table_codes().items()}
+    return [names[c] for c in codes]
+
+
+def _table_codes() -> dict[str, int]:
+    from engine.columns import _TABLES
+    return _TABLES
+
+
+def path_levels(store: Any, table: str, spec: PathSpec) -> list[list[set[str]]] | None:
+    """Per path, the tables of its records at each hop (from the link columns of the tables
+    before it); None when a hop or a shown value cannot be decided on the columns."""
+    out: list[list[set[str]]] = []
+    for path in spec.paths:
+        levels: list[set[str]] = []
+        at = {table}
+        for j, f in enumerate(path):
+            nxt: set[str] = set()
+            last = j == len(path) - 1
+            for t in sorted(at):
+                ts = store.table(t)
+                if not ts.rows:
+                    continue
+                tags = ts.columns([f]).tags[f]
+                if last:
+                    if (tags == CONTAINER).any():
+                        return None  # a shown value may hold records
+                    continue
+                got = _tables_of(tags)
+                if got is None:
+                    return None
+                nxt.update(got)
+            if last:
+                break
+            levels.append(nxt)
+            at = nxt
+        out.append(levels)
+    return out
+
+
+def bulk_paths(proj: Any, shown: list[str]) -> list[str] | None:
+    """Make the rows of ``shown`` not projected yet lazy (a shape of link paths); returns
+    the tables their projections read (to be noted for the write path), or None when the
+    columns cannot decide (the caller projects them)."""
+    spec: PathSpec | None = proj.pspec
+    if spec is None:
+        return None
+    outs = proj.outs
+    lazy = proj.lazy
+    todo = [r for r in shown if r not in outs and r not in lazy]
+    if len(todo) < LAZY_MIN:
+        return None
+    store = proj.store
+    table = proj.plan.table
+    ts = store.table(table)
+    if spec.own is None:
+        rows = ts.rows
+        for rid in todo:
+            if deep(rows[rid], ""):
+                return None
+    elif spec.own:
+        cols = ts.columns(spec.own)
+        for f in spec.own:
+            if (cols.tags[f] == CONTAINER).any():
+                return None
+    levels = path_levels(store, table, spec)
+    if levels is None:
+        return None
+    proj.levels = levels
+    tables = {table}
+    for lv in levels:
+        for at in lv:
+            tables.update(at)
+    empty: tuple[str, ...] = ()
+    for rid in todo:
+        lazy[rid] = empty
+    return sorted(tables)
+
+
+def reaching(proj: Any, table: str, rid_key: Any) -> set[str]:
+    """The rows of ``proj``'s table whose link paths read the record of ``table`` with the
+    index key ``rid_key`` (a superset: index keys may collide)."""
+    spec: PathSpec | None = proj.pspec
+    assert spec is not None
+    store = proj.store
+    ptable = proj.plan.table
+    got: set[str] = set()
+    for path, levels in zip(spec.paths, proj.levels):
+        for k in range(1, len(path)):
+            if table not in levels[k - 1]:
+                continue
+            keys = [rid_key]
+            for j in range(k - 1, 0, -1):
+                nxt: list[Any] = []
+                for t in levels[j - 1]:
+                    ts = store.table(t)
+                    idx = ts.index(path[j])
+                    rows = ts.rows
+                    for key in keys:
+                        for r in idx.get(key, ()):
+                            row = rows.get(r)
+                            if row is not None:
+                                nxt.append(ikey(row["id"]))
+                keys = nxt
+                if not keys:
+                    break
+            idx0 = store.table(ptable).index(path[0])
+            for key in keys:
+                hits = idx0.get(key)
+                if hits:
+                    got.update(hits)
+    return got

@@ -17,7 +17,7 @@ from engine.aggregate import AggState
 from engine.circuit import Mat, WMat
 from engine.delta import has_nested
 from engine.deps import Deps
-from engine.lazy import bulk
+from engine.lazy import bulk, bulk_paths
 from engine.linkscan import link_candidates
 from engine.plan import Cx
 from engine.proj import Proj
@@ -295,6 +295,14 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
             lazy_by_table.setdefault(circuit.table, set()).add(proj)
             lazy_by_table.setdefault(proj.spec.sub.table, set()).add(proj)
         return rows_shown
+    if proj.pspec is not None and circuit.agg is None:
+        tables = bulk_paths(proj, rows_shown)
+        if tables is not None:
+            for t in tables:
+                lazy_by_table.setdefault(t, set()).add(proj)
+            # rows not made lazy (projected before, by another materialisation) stay
+            proj.fill([r for r in rows_shown if r not in proj.lazy], rows)
+            return rows_shown
     proj.fill(rows_shown, rows)
     if circuit.agg is not None:
         fill_groups(store, mat, rows_shown)

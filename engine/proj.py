@@ -41,7 +41,7 @@ from engine.delta import (
     tree_members,
 )
 from engine.join import EDITS, Win
-from engine.lazy import Spec, spec_of
+from engine.lazy import PathSpec, Spec, path_spec_of, spec_of
 from engine.plan import Plan
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE
@@ -56,9 +56,9 @@ class Proj:
 
     __slots__ = ("S", "__weakref__", "circuit", "deps", "dirty", "evals", "iconst", "ikeys", "istate",
                  "slast", "tlast",
-                 "key", "lazy", "multi", "multi0", "nmats", "outs", "overlap", "own", "own0",
+                 "key", "lazy", "levels", "multi", "multi0", "nmats", "outs", "overlap", "own", "own0",
                  "patched", "pcache", "pdeps", "plan", "prev", "psteps", "ptree", "recs", "refs", "sdeps",
-                 "shared", "spec", "store", "trees", "uniform", "vdiff", "vkeys", "vmoved", "walked")
+                 "pspec", "shared", "spec", "store", "trees", "uniform", "vdiff", "vkeys", "vmoved", "walked")
 
     def __init__(self, circuit: Any, S: tuple[Any, ...], key: Any, store: Store,
                  deps: Any) -> None:
@@ -98,6 +98,11 @@ class Proj:
         # rows shown but not projected yet -> the children they show (engine.lazy)
         self.lazy: dict[str, tuple[str, ...]] = {}
         self.spec: Spec | None = None if circuit.explicit else spec_of(self.plan)
+        # the lazy form of a projection of link paths (engine.lazy, "rows reading links"),
+        # and the tables its paths' records sit in at each hop once rows are lazy
+        self.pspec: PathSpec | None = (None if circuit.explicit or self.spec is not None
+                                       else path_spec_of(self.plan))
+        self.levels: list[list[set[str]]] = []
         # during `process`: item index -> the value of a row-free item (Plan.row_free) as
         # computed once for the flush, shared by every row re-projected (see _Shared)
         self.shared: dict[int, _Shared] | None = None
@@ -420,6 +425,7 @@ class Proj:
     def end_lazy(self) -> None:
         """Project every lazy row; the group never makes rows lazy again."""
         self.spec = None
+        self.pspec = None
         rows = self.store.table(self.plan.table).rows
         lazy = self.lazy
         self.lazy = {}

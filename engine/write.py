@@ -25,7 +25,7 @@ from engine.compile import graph_token
 from engine.delta import same
 from engine.deps import Deps
 from engine.flush import Pending
-from engine.lazy import child_parent, deep
+from engine.lazy import child_parent, deep, reaching
 from engine.proj import Proj
 from engine.semijoin import InnerSet
 from engine.store import Store, TableStore, ikey, rid_text
@@ -138,8 +138,21 @@ class WritePath:
                 projs.discard(proj)
                 continue
             spec = proj.spec
-            assert spec is not None  # a group with lazy rows has its lazy form
             ptable = proj.plan.table
+            if spec is None:
+                # rows reading link paths (engine.lazy): the row itself, and the rows whose
+                # paths read the written record
+                if proj.pspec is None:
+                    projs.discard(proj)
+                    continue
+                if ptable == table and text in lazy:
+                    proj.force(text)
+                row = old if old is not None else new
+                if row is not None and lazy:
+                    for hit in reaching(proj, table, ikey(row["id"])):
+                        if hit in proj.lazy:
+                            proj.force(hit)
+                continue
             if ptable == table:
                 if new is not None and deep(new, spec.name):
                     proj.end_lazy()  # its values may hold members: no laziness from now on
