@@ -296,13 +296,9 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
             lazy_by_table.setdefault(proj.spec.sub.table, set()).add(proj)
         return rows_shown
     if proj.pspec is not None and circuit.agg is None:
-        tables = bulk_paths(proj, rows_shown)
-        if tables is not None:
-            for t in tables:
-                lazy_by_table.setdefault(t, set()).add(proj)
-            # rows not made lazy (projected before, by another materialisation) stay
-            proj.fill([r for r in rows_shown if r not in proj.lazy], rows)
-            return rows_shown
+        for t in bulk_paths(proj, rows_shown):
+            lazy_by_table.setdefault(t, set()).add(proj)
+        return rows_shown
     proj.fill(rows_shown, rows)
     if circuit.agg is not None:
         fill_groups(store, mat, rows_shown)

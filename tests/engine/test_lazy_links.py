@@ -28,6 +28,9 @@ JUDGED = [
     "SELECT id, body, author.name AS an, thread.status AS ts FROM comment WHERE votes > $c",
     "SELECT id, title, author.name AS an, author.age AS aa FROM thread",
     "SELECT *, thread.author.name AS an FROM comment",
+    "SELECT id, author, votes FROM comment WHERE votes > $c FETCH author",
+    "SELECT id, body, author.* AS who FROM comment WHERE votes < $c",
+    "SELECT id, thread, author.name AS an FROM comment FETCH thread",
 ]
 
 
@@ -41,14 +44,21 @@ def make_link_case(seed: int) -> Case:
     rows = make_rows(r)
     # the generator's own rows, with plain names and titles on most records so that the
     # columns allow laziness (a shown object projects the group at once)
+    flat = r.random() < 0.7  # records shown whole (FETCH, author.*) hold no object
     for u in rows["user"]:
         if r.random() < 0.9:
             u["name"] = f"u{r.randint(0, 5)}"
+        if flat:
+            for k in [k for k, v in u.items() if isinstance(v, (dict, list))]:
+                del u[k]
     for t in rows["thread"]:
         if r.random() < 0.9:
             t["title"] = f"t{r.randint(0, 5)}"
         if r.random() < 0.8:
             t["author"] = RecordID("user", r.choice([1, 2, 3, 4, 5, 9, "alice"]))
+        if flat:
+            for k in [k for k, v in t.items() if isinstance(v, (dict, list))]:
+                del t[k]
     for c in rows["comment"]:
         if r.random() < 0.8:
             c["thread"] = RecordID("thread", r.choice([1, 2, 3, 4, 5, 6, 8, 77, "x"]))
@@ -90,6 +100,10 @@ SHOP = [
      "WHERE status = $s", {"s": "open"}),
     ("SELECT *, product.name AS pname FROM order WHERE qty > $q", {"q": 2}),
     ("SELECT id, parent.title AS pt, parent.parent.title AS ppt FROM product", {}),
+    ("SELECT id, user, qty FROM order WHERE qty < $q FETCH user", {"q": 3}),
+    ("SELECT id, user, qty FROM order WHERE qty >= $q FETCH user", {"q": 3}),
+    ("SELECT id, product.seller.* AS seller, user.name AS who FROM order", {}),
+    ("SELECT *, parent.* AS up FROM product WHERE category = $c", {"c": "a"}),
 ]
 
 
