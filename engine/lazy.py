@@ -401,7 +401,13 @@ def bulk_paths(proj: Any, shown: list[str]) -> list[str]:
     todo = [r for r in shown if r not in outs and r not in proj.lazy]
     if not todo:
         return []
-    got = _lazy_paths(proj, todo) if len(todo) >= LAZY_MIN else None
+    got: list[str] | None = None
+    if len(todo) >= LAZY_MIN:
+        got = _lazy_paths(proj, todo)
+    elif proj.lazy:
+        # a few more rows of a group already lazy: projecting them would project the lazy
+        # rows holding what they show whole (holders), so they join them, checked row by row
+        got = _lazy_paths(proj, todo, _walked_levels(proj, todo))
     if got is None:
         spec: PathSpec | None = proj.pspec
         rows = proj.store.table(proj.plan.table).rows
@@ -413,11 +419,55 @@ def bulk_paths(proj: Any, shown: list[str]) -> list[str]:
     return got
 
 
-def _lazy_paths(proj: Any, todo: list[str]) -> list[str] | None:
-    """``bulk_paths`` for rows none of which is projected or lazy; None when the columns
-    cannot decide (nothing was done)."""
+def _walked_levels(proj: Any, todo: list[str]) -> list[list[set[str]]] | None:
+    """``path_levels`` for a few rows, read from their own paths (not the whole tables'
+    columns), merged with the group's: None when a row's path meets a value the columns
+    could not decide (an object or array on the way or shown, a link whose key is neither
+    an int nor a string, a record shown whole holding an object or array)."""
     spec: PathSpec | None = proj.pspec
-    if spec is None:
+    if spec is None or len(proj.levels) != len(spec.paths):
+        return None
+    levels = [[set(at) for at in lv] for lv in proj.levels]
+    rows = proj.store.table(proj.plan.table).rows
+    get = proj.store.get
+    for rid in todo:
+        for path, lv in zip(spec.paths, levels):
+            v: Any = rows[rid]
+            n = len(path)
+            for j in range(n):
+                f = path[j]
+                if f == "*":
+                    if deep(v, ""):
+                        return None
+                    break
+                x = v.get(f)
+                tx = type(x)
+                if j == n - 1:
+                    if tx is dict or tx is list or tx is tuple:
+                        return None
+                    break
+                if tx is RecordID:
+                    k = x.id
+                    tk = type(k)
+                    if not (tk is str or (tk is int and -_EXACT < k < _EXACT)):
+                        return None
+                    lv[j].add(x.table_name)
+                    v = get(x.table_name, rid_text(x))
+                    if v is None:
+                        break  # a dangling link: its table is noted, the path ends
+                elif tx is dict or tx is list or tx is tuple:
+                    return None
+                else:
+                    break  # a plain value: the rest of the path is NONE
+    return levels
+
+
+def _lazy_paths(proj: Any, todo: list[str], walked: Any = None) -> list[str] | None:
+    """``bulk_paths`` for rows none of which is projected or lazy (``walked``: their
+    levels from ``_walked_levels``, else from the columns); None when they cannot be
+    decided (nothing was done)."""
+    spec: PathSpec | None = proj.pspec
+    if spec is None or (walked is None and len(todo) < LAZY_MIN):
         return None
     lazy = proj.lazy
     store = proj.store
@@ -437,7 +487,7 @@ def _lazy_paths(proj: Any, todo: list[str]) -> list[str] | None:
                 tv = type(rows[rid].get(f))
                 if tv is dict or tv is list or tv is tuple:
                     return None
-    levels = path_levels(store, table, spec)
+    levels = walked if walked is not None else path_levels(store, table, spec)
     if levels is None:
         return None
     proj.levels = levels

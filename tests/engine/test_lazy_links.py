@@ -290,3 +290,35 @@ def test_a_shown_object_or_an_undecidable_link_keeps_rows_projected(lazy_always:
         (circuit,) = e.circuits.values()
         (proj,) = circuit.projs.values()
         assert not proj.lazy and len(proj.outs) == 6, odd
+
+
+def test_small_views_join_a_lazy_group_and_keep_the_eager_deltas(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # one user with many orders makes the group lazy; the other users' views are small
+    # (under LAZY_MIN rows) and join it row by row, sharing the products they show whole
+    r = random.Random(21)
+    sizes = (30, 80, 900)
+    data = _shop(r, *sizes, True)
+    for o in data["order"][:300]:
+        o["user"] = _uid(0, True)
+    q = "SELECT id, user, product, qty FROM order WHERE user = $u FETCH user, product"
+    view_engine, _ = engine_api()
+    engines = []
+    for lazy_min in (10**9, engine.lazy.LAZY_MIN):
+        monkeypatch.setattr(engine.lazy, "LAZY_MIN", lazy_min)
+        e = view_engine()
+        for table, rs in data.items():
+            e.load(table, [dict(x) for x in rs])
+        for i in range(12):
+            e.register(f"u{i}", q, {"u": _uid(i, True)})
+        engines.append(e)
+    eager, lazy = engines
+    (circuit,) = lazy.circuits.values()
+    (proj,) = circuit.projs.values()
+    assert len(proj.lazy) > 300 and not proj.outs  # the small views' rows are lazy too
+    for i in range(12):
+        assert eager.members(f"u{i}") == lazy.members(f"u{i}")
+    for i, ev in enumerate(_shop_writes(r, *sizes, 400, True)):
+        assert eager.ingest(*ev) == lazy.ingest(*ev), f"write {i} {ev}"
+    for i in range(12):
+        assert eager.result(f"u{i}") == lazy.result(f"u{i}")
