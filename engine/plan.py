@@ -126,6 +126,32 @@ def deref(v: Any, cx: Cx) -> Any:
     return v
 
 
+def walk_all(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
+    """``a.b.*``: the path walked as :func:`engine.compile.walk` walks it, then
+    :func:`link_all` on its value. Where the walk maps over an array, the rest of the idiom,
+    ``.*`` included, applies to each element: an element that is no record, object or array
+    is NONE there (SurrealDB: ``[thread:1, thread:2].author.*`` with one author a duration),
+    while an array the path ends on keeps such elements."""
+    i = 0
+    n = len(path)
+    while i < n:
+        t = type(v)
+        if t is dict:
+            v = v.get(path[i], NONE)
+        elif t is RecordID:
+            target = cx.fetch(v)
+            if target is None:
+                return NONE
+            v = target.get(path[i], NONE)
+        elif t is list or t is tuple:
+            rest = path[i:]
+            return [walk_all(x, rest, cx) for x in v]
+        else:
+            return NONE
+        i += 1
+    return link_all(v, cx)
+
+
 def link_all(v: Any, cx: Cx) -> Any:
     """``path.*``: a record id becomes its row, an object stays, anything else is NONE."""
     t = type(v)
@@ -153,6 +179,11 @@ def _fetch_at(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
     if t is list:
         return [_fetch_at(x, path, cx) for x in v]
     return v
+
+
+def _linkall_getter(path: tuple[str, ...]) -> Callable[[dict[str, Any], Any], Any]:
+    """The value a ``path.*`` item shows for a row (:func:`walk_all`)."""
+    return lambda row, cx: walk_all(row, path, cx)
 
 
 def _first_of(pair: tuple[Any, Any]) -> Any:
@@ -254,7 +285,7 @@ def _compile_items(q: Query) -> tuple[list[tuple[Any, ...]], bool, bool]:
             items.append(("expr", compile_expr(it.expr)[0], it.out))
             simple = False
         elif it.kind == "linkall":
-            items.append(("linkall", compile_value(it.path), it.out))
+            items.append(("linkall", _linkall_getter(it.path), it.out))
             simple = False
         else:
             assert it.sub is not None
@@ -654,7 +685,7 @@ class Plan:
                 else:
                     _set_path(out, out_path, v)
             elif kind == "linkall":
-                v = link_all(item[1](row, cx), cx)
+                v = item[1](row, cx)
                 _set_path(out, item[2], v)
             elif kind == "expr":
                 v = item[1](row, S, NONE, cx)
@@ -680,7 +711,7 @@ class Plan:
         if kind == "field":
             return item[1](row, cx)
         if kind == "linkall":
-            return link_all(item[1](row, cx), cx)
+            return item[1](row, cx)
         if kind == "expr":
             return item[1](row, S, NONE, cx)
         sub: Plan = item[1]
