@@ -260,42 +260,30 @@ def child_parent(link: str, parent_table: str, row: dict[str, Any] | None) -> An
 
 class PathSpec(NamedTuple):
     """What a lazy shape of link paths reads: each path of two or more segments, and the
-    row fields it shows directly (None: ``*``, every field). A path ending in ``*`` shows
-    the whole record it reaches (``FETCH link``, ``link.*``), which is then a member of the
-    row: such records are the lazy row's children (``whole``: those paths without the
-    ``*``)."""
+    row fields it shows directly (None: ``*``, every field)."""
 
     paths: list[tuple[str, ...]]
     own: list[str] | None
-    whole: list[tuple[str, ...]]
 
 
 def path_spec_of(plan: Plan) -> PathSpec | None:
-    """The lazy form of a projection of fields and link paths, or None."""
-    if (plan.omit or plan.split or plan.value or plan.agg is not None
+    """The lazy form of a projection of fields and link paths, or None.
+
+    Not for ``FETCH`` or ``link.*``: the record they show whole is a member several rows
+    hold, and the group counts a member's holders among projected rows only (``Proj.own``),
+    so a row could not be lazy while another holding the same record is projected."""
+    if (plan.fetch or plan.omit or plan.split or plan.value or plan.agg is not None
             or plan.simple or plan.star_only):
         return None
     paths: list[tuple[str, ...]] = []
     own: list[str] | None = []
     has_id = False
+    star = False
     outs: set[tuple[str, ...]] = set()
-    items = plan.q.items
-    star = any(it.kind == "all" for it in items)
-    whole: list[tuple[str, ...]] = []
-    for f in plan.fetch:
-        # FETCH of a field the row shows as it is: the linked record is a member
-        if len(f) != 1 or f == ("id",) or not (star or any(
-                it.kind == "field" and it.path == f and it.out == f for it in items)):
-            return None
-        whole.append(tuple(f))
-    for it in items:
+    for it in plan.q.items:
         if it.kind == "all":
             own = None
-            continue
-        if it.kind == "linkall" and len(it.out) == 1 and it.out != ("id",) and \
-                it.out not in outs:
-            outs.add(it.out)
-            whole.append(tuple(it.path))
+            star = True
             continue
         if it.kind != "field" or len(it.out) != 1 or it.out in outs:
             return None
@@ -311,26 +299,9 @@ def path_spec_of(plan: Plan) -> PathSpec | None:
                 own.append(it.path[0])
         else:
             paths.append(tuple(it.path))
-    if whole and (plan.qlinks or plan.semis or _has_sub(plan.q.where)):
-        # a shared member: rows must enter and leave the view by their own writes only
-        # (see holders)
-        return None
-    paths += [(*w, "*") for w in whole]
     if not paths or not (has_id or star):
         return None
-    return PathSpec(paths, own, whole)
-
-
-def _has_sub(e: Any) -> bool:
-    """Whether a WHERE may read beyond its row: a subquery, a graph path, a record's row
-    (``e.*``) or a field path of more than one segment anywhere in it."""
-    if type(e) is not tuple and type(e) is not list:
-        return False
-    if e and type(e) is tuple and e[0] in ("subquery", "graph", "deref"):
-        return True
-    if e and type(e) is tuple and e[0] == "field" and len(e) > 1 and len(e[1]) > 1:
-        return True
-    return any(_has_sub(x) for x in e)
+    return PathSpec(paths, own)
 
 
 def _tables_of(tags: np.ndarray) -> list[str] | None:
@@ -369,12 +340,6 @@ def path_levels(store: Any, table: str, spec: PathSpec) -> list[list[set[str]]] 
                 ts = store.table(t)
                 if not ts.rows:
                     continue
-                if last and f == "*":
-                    # the whole record is shown (a member): nothing in it may hold another
-                    for row in ts.rows.values():
-                        if deep(row, ""):
-                            return None
-                    continue
                 tags = ts.columns([f]).tags[f]
                 if last:
                     if (tags == CONTAINER).any():
@@ -405,16 +370,13 @@ def bulk_paths(proj: Any, shown: list[str]) -> list[str]:
     if len(todo) >= LAZY_MIN:
         got = _lazy_paths(proj, todo)
     elif proj.lazy:
-        # a few more rows of a group already lazy: projecting them would project the lazy
-        # rows holding what they show whole (holders), so they join them, checked row by row
+        # a few more rows of a group already lazy join it, checked row by row (a pass over
+        # whole tables' columns would cost more than projecting them)
         got = _lazy_paths(proj, todo, _walked_levels(proj, todo))
     if got is None:
-        spec: PathSpec | None = proj.pspec
         rows = proj.store.table(proj.plan.table).rows
         for rid in todo:
             proj.project(rid, rows[rid], None)
-            if spec is not None and spec.whole:
-                holders(proj, children_of(proj.store, spec, rows[rid]))
         return []
     return got
 
@@ -423,7 +385,7 @@ def _walked_levels(proj: Any, todo: list[str]) -> list[list[set[str]]] | None:
     """``path_levels`` for a few rows, read from their own paths (not the whole tables'
     columns), merged with the group's: None when a row's path meets a value the columns
     could not decide (an object or array on the way or shown, a link whose key is neither
-    an int nor a string, a record shown whole holding an object or array)."""
+    an int nor a string)."""
     spec: PathSpec | None = proj.pspec
     if spec is None or len(proj.levels) != len(spec.paths):
         return None
@@ -435,12 +397,7 @@ def _walked_levels(proj: Any, todo: list[str]) -> list[list[set[str]]] | None:
             v: Any = rows[rid]
             n = len(path)
             for j in range(n):
-                f = path[j]
-                if f == "*":
-                    if deep(v, ""):
-                        return None
-                    break
-                x = v.get(f)
+                x = v.get(path[j])
                 tx = type(x)
                 if j == n - 1:
                     if tx is dict or tx is list or tx is tuple:
@@ -495,82 +452,10 @@ def _lazy_paths(proj: Any, todo: list[str], walked: Any = None) -> list[str] | N
     for lv in levels:
         for at in lv:
             tables.update(at)
-    if not spec.whole:
-        empty: tuple[str, ...] = ()
-        for rid in todo:
-            lazy[rid] = empty
-        return sorted(tables)
-    # rows showing whole records: a row holding a record some projected row holds already
-    # is projected (with the lazy rows sharing its records, see holders)
-    owned = proj.own
-    rows = ts.rows
-    eager: list[str] = []
+    empty: tuple[str, ...] = ()
     for rid in todo:
-        kids = children_of(store, spec, rows[rid])
-        if any(k in owned for k in kids):
-            eager.append(rid)
-        else:
-            lazy[rid] = kids
-    for rid in eager:
-        proj.project(rid, rows[rid], None)
-        holders(proj, children_of(store, spec, rows[rid]))
+        lazy[rid] = empty
     return sorted(tables)
-
-
-def children_of(store: Any, spec: PathSpec, row: dict[str, Any] | None) -> tuple[str, ...]:
-    """The records a row of a shape with whole-record paths shows whole (its members
-    beside itself): each path's last record, where it exists."""
-    if row is None:
-        return ()
-    out: list[str] = []
-    get = store.get
-    for path in spec.whole:
-        v: Any = row
-        for f in path:
-            v = v.get(f) if type(v) is dict else None
-            if type(v) is not RecordID:
-                v = None
-                break
-            v = get(v.table_name, rid_text(v))
-            if v is None:
-                break
-        if v is not None:
-            out.append(rid_text(v["id"]))
-    return tuple(out)
-
-
-def holders(proj: Any, kids: tuple[str, ...] | list[str]) -> None:
-    """Project the lazy rows holding any of ``kids`` (and, in turn, those holding theirs).
-
-    A record several rows show whole is a member held by each of them, and the projection
-    group counts its holders among projected rows (``Proj.own``): a member whose holders
-    are partly lazy would look gone when the last projected one lets go. So whenever a row
-    holding a record is projected, every lazy row holding it is too: a record's holders are
-    all projected or all lazy."""
-    store = proj.store
-    lazy = proj.lazy
-    todo = list(kids)
-    tables = sorted({t for levels in proj.levels for at in levels for t in at})
-    while todo and lazy:
-        k = todo.pop()
-        mine = lazy.get(k)
-        if mine is not None:
-            # the record is a lazy row of the group too: a member from two places, which
-            # the group tells apart only for projected rows (Proj.multi)
-            proj.force(k, False)
-            todo.extend(mine)
-        row = None
-        for table in tables:  # the record's table (a table name may hold a colon)
-            row = store.get(table, k)
-            if row is not None:
-                break
-        if row is None:
-            continue
-        for r in reaching(proj, row["id"].table_name, ikey(row["id"])):
-            got = lazy.get(r)
-            if got is not None:
-                proj.force(r, False)  # its own records join the list instead
-                todo.extend(got)
 
 
 def reaching(proj: Any, table: str, rid_key: Any) -> set[str]:

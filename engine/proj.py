@@ -41,7 +41,7 @@ from engine.delta import (
     tree_members,
 )
 from engine.join import EDITS, Win
-from engine.lazy import PathSpec, Spec, holders, path_spec_of, spec_of
+from engine.lazy import PathSpec, Spec, path_spec_of, spec_of
 from engine.plan import Plan
 from engine.store import Store, ikey, rid_text
 from engine.values import NONE
@@ -371,7 +371,7 @@ class Proj:
                 else:
                     self.pdeps[rid] = deps
 
-    def force(self, rid: str, cascade: bool = True) -> None:
+    def force(self, rid: str) -> None:
         """Project a lazy row (engine.lazy): a write is about to change what it reads.
 
         Nothing the row reads changed since it became lazy, so its children are still the
@@ -384,8 +384,6 @@ class Proj:
         spec = self.spec
         if spec is None:
             self.project(rid, row, None)
-            if children and cascade:
-                holders(self, children)  # rows sharing a record it shows whole
             return
         sub = spec.sub
         t = self.store.table(sub.table)

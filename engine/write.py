@@ -25,7 +25,7 @@ from engine.compile import graph_token
 from engine.delta import same
 from engine.deps import Deps
 from engine.flush import Pending
-from engine.lazy import child_parent, children_of, deep, holders, reaching
+from engine.lazy import child_parent, deep, reaching
 from engine.proj import Proj
 from engine.semijoin import InnerSet
 from engine.store import Store, TableStore, ikey, rid_text
@@ -145,12 +145,8 @@ class WritePath:
                 if proj.pspec is None:
                     projs.discard(proj)
                     continue
-                if ptable == table:
-                    if text in lazy:
-                        proj.force(text)
-                    if proj.pspec.whole:
-                        # the row will show these records whole: their lazy holders first
-                        holders(proj, children_of(self.store, proj.pspec, new))
+                if ptable == table and text in lazy:
+                    proj.force(text)
                 row = old if old is not None else new
                 if row is not None and lazy:
                     for hit in reaching(proj, table, ikey(row["id"])):
