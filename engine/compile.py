@@ -27,11 +27,14 @@ class Resolver(Protocol):
     def fetch(self, rid: RecordID) -> dict[str, Any] | None: ...
 
 
-def walk(v: Any, path: tuple[str, ...], cx: Resolver) -> Any:
+def walk(v: Any, path: tuple[str, ...], cx: Resolver,
+         end: Callable[[Any, Any], Any] | None = None) -> Any:
     """SurrealDB field path semantics with record links followed (and recorded) through ``cx``.
 
     A field of an array maps over its elements; a field of a record id reads the linked row
-    (NONE when it does not exist); a field of anything else is NONE.
+    (NONE when it does not exist); a field of anything else is NONE. ``end`` (the rest of
+    the idiom after the path, ``.*``) applies to the value the path reaches, or to each
+    element's where the walk maps over an array.
     """
     i = 0
     n = len(path)
@@ -46,11 +49,11 @@ def walk(v: Any, path: tuple[str, ...], cx: Resolver) -> Any:
             v = target.get(path[i], NONE)
         elif t is list or t is tuple:
             rest = path[i:]
-            return [walk(x, rest, cx) for x in v]
+            return [walk(x, rest, cx, end) for x in v]
         else:
             return NONE
         i += 1
-    return v
+    return v if end is None else end(v, cx)
 
 
 def deref(v: Any, cx: Any) -> Any:

@@ -126,32 +126,6 @@ def deref(v: Any, cx: Cx) -> Any:
     return v
 
 
-def walk_all(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
-    """``a.b.*``: the path walked as :func:`engine.compile.walk` walks it, then
-    :func:`link_all` on its value. Where the walk maps over an array, the rest of the idiom,
-    ``.*`` included, applies to each element: an element that is no record, object or array
-    is NONE there (SurrealDB: ``[thread:1, thread:2].author.*`` with one author a duration),
-    while an array the path ends on keeps such elements."""
-    i = 0
-    n = len(path)
-    while i < n:
-        t = type(v)
-        if t is dict:
-            v = v.get(path[i], NONE)
-        elif t is RecordID:
-            target = cx.fetch(v)
-            if target is None:
-                return NONE
-            v = target.get(path[i], NONE)
-        elif t is list or t is tuple:
-            rest = path[i:]
-            return [walk_all(x, rest, cx) for x in v]
-        else:
-            return NONE
-        i += 1
-    return link_all(v, cx)
-
-
 def link_all(v: Any, cx: Cx) -> Any:
     """``path.*``: a record id becomes its row, an object stays, anything else is NONE."""
     t = type(v)
@@ -182,8 +156,11 @@ def _fetch_at(v: Any, path: tuple[str, ...], cx: Cx) -> Any:
 
 
 def _linkall_getter(path: tuple[str, ...]) -> Callable[[dict[str, Any], Any], Any]:
-    """The value a ``path.*`` item shows for a row (:func:`walk_all`)."""
-    return lambda row, cx: walk_all(row, path, cx)
+    """The value a ``path.*`` item shows for a row: the path walked, then :func:`link_all`.
+    Where the walk maps over an array, ``.*`` applies to each element: an element that is
+    no record, object or array is NONE there (SurrealDB: ``[thread:1, thread:2].author.*``
+    with one author a duration), while an array the path ends on keeps such elements."""
+    return lambda row, cx: walk(row, path, cx, link_all)
 
 
 def _first_of(pair: tuple[Any, Any]) -> Any:

@@ -107,34 +107,60 @@ def test_lazy_rows_ranked_by_a_datetime_agree_with_surrealdb(seed: int,
     e.register("probe", case.views[0].surql, case.views[0].params)
     # the datetimes are decided on the columns: the rows are lazy
     assert any(p.lazy for c in e.circuits.values() for p in c.projs.values())
-    mismatch = run_case(case, check_updated=True)
-    assert mismatch is None, f"seed {seed}: {mismatch}\n{dump_case(case)}"
+    judge(case, seed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(81_000, 81_030))
 def test_lazy_rows_agree_with_surrealdb(seed: int, lazy_always: None) -> None:
     case = make_lazy_case(seed)
+    judge(case, seed)
+
+
+def judge(case: Case, seed: int) -> None:
+    """SurrealDB's answers after every write of ``case`` equal the engine's."""
     mismatch = run_case(case, check_updated=True)
     assert mismatch is None, f"seed {seed}: {mismatch}\n{dump_case(case)}"
 
 
-def test_the_lazy_case_generator_makes_rows_lazy(lazy_always: None) -> None:
-    # the SurrealDB cases above are about laziness only if registration leaves rows lazy
+def cases_with_lazy_rows(cases: list[Case]) -> int:
+    """How many of ``cases`` leave some row lazy once their views are registered (the
+    SurrealDB-judged cases are about laziness only if registration leaves rows lazy)."""
     view_engine, _ = engine_api()
     lazy_cases = 0
-    for seed in range(81_000, 81_030):
-        case = make_lazy_case(seed)
+    for case in cases:
         e = view_engine()
         for table, rs in case.rows.items():
             e.load(table, rs)
         for i, v in enumerate(case.views):
             e.register(f"v{i}", v.surql, v.params)
         lazy_cases += any(p.lazy for c in e.circuits.values() for p in c.projs.values())
-    assert lazy_cases >= 25
+    return lazy_cases
+
+
+def test_the_lazy_case_generator_makes_rows_lazy(lazy_always: None) -> None:
+    assert cases_with_lazy_rows([make_lazy_case(s) for s in range(81_000, 81_030)]) >= 25
 
 
 # ------------------------------------------------------------------ lazy against eager
+
+
+def eager_and_lazy(data: dict[str, list[dict[str, Any]]],
+                   views: list[tuple[str, str, dict[str, Any]]],
+                   monkeypatch: pytest.MonkeyPatch, lazy_min: int = 1) -> tuple[Any, Any]:
+    """Two engines over the same rows and views: one never lazy, one lazy from
+    ``lazy_min`` rows on."""
+    view_engine, _ = engine_api()
+    pair = []
+    for least in (10**9, lazy_min):
+        monkeypatch.setattr(engine.lazy, "LAZY_MIN", least)
+        e = view_engine()
+        for table, rs in data.items():
+            e.load(table, [dict(x) for x in rs])
+        for name, q, params in views:
+            e.register(name, q, params)
+        pair.append(e)
+    return pair[0], pair[1]
 
 
 def _t(i: int, mixed: bool) -> RecordID:
@@ -189,18 +215,9 @@ def _writes(r: random.Random, threads: int, comments: int, n: int,
 
 def _engines(r: random.Random, threads: int, comments: int, constants: list[int],
              monkeypatch: pytest.MonkeyPatch, mixed: bool = False) -> tuple[Any, Any]:
-    view_engine, _ = engine_api()
-    data = _big_data(r, threads, comments, mixed)
-    pair = []
-    for lazy_min in (10**9, 1):
-        monkeypatch.setattr(engine.lazy, "LAZY_MIN", lazy_min)
-        e = view_engine()
-        for table, rs in data.items():
-            e.load(table, [dict(x) for x in rs])
-        for c in constants:
-            e.register(f"v{c}", LARGE.format(k=3), {"c": c})
-        pair.append(e)
-    eager, lazy = pair
+    eager, lazy = eager_and_lazy(
+        _big_data(r, threads, comments, mixed),
+        [(f"v{c}", LARGE.format(k=3), {"c": c}) for c in constants], monkeypatch)
     for c in constants:
         assert eager.members(f"v{c}") == lazy.members(f"v{c}")
     return eager, lazy

@@ -22,6 +22,7 @@ from engine.values import record_id_text
 from tests.engine.codec import Case, View, dump_case
 from tests.engine.gen import make_rows, make_writes
 from tests.engine.runner import engine_api, run_case
+from tests.engine.test_lazy import cases_with_lazy_rows, eager_and_lazy, judge
 
 JUDGED = [
     "SELECT id, thread.title AS tt, thread.author.name AS an FROM comment",
@@ -70,23 +71,11 @@ def make_link_case(seed: int) -> Case:
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(83_000, 83_030))
 def test_link_path_rows_agree_with_surrealdb(seed: int, lazy_always: None) -> None:
-    case = make_link_case(seed)
-    mismatch = run_case(case, check_updated=True)
-    assert mismatch is None, f"seed {seed}: {mismatch}\n{dump_case(case)}"
+    judge(make_link_case(seed), seed)
 
 
 def test_the_link_case_generator_makes_rows_lazy(lazy_always: None) -> None:
-    view_engine, _ = engine_api()
-    lazy_cases = 0
-    for seed in range(83_000, 83_030):
-        case = make_link_case(seed)
-        e = view_engine()
-        for table, rs in case.rows.items():
-            e.load(table, rs)
-        for i, v in enumerate(case.views):
-            e.register(f"v{i}", v.surql, v.params)
-        lazy_cases += any(p.lazy for c in e.circuits.values() for p in c.projs.values())
-    assert lazy_cases >= 15
+    assert cases_with_lazy_rows([make_link_case(s) for s in range(83_000, 83_030)]) >= 15
 
 
 # ------------------------------------------------------------------ lazy against eager
@@ -177,18 +166,8 @@ def _shop_writes(r: random.Random, users: int, products: int, orders: int, n: in
 
 def _pair(r: random.Random, monkeypatch: pytest.MonkeyPatch, mixed: bool,
           sizes: tuple[int, int, int]) -> tuple[Any, Any]:
-    view_engine, _ = engine_api()
-    data = _shop(r, *sizes, mixed)
-    pair = []
-    for lazy_min in (10**9, 1):
-        monkeypatch.setattr(engine.lazy, "LAZY_MIN", lazy_min)
-        e = view_engine()
-        for table, rs in data.items():
-            e.load(table, [dict(x) for x in rs])
-        for i, (q, p) in enumerate(SHOP):
-            e.register(f"v{i}", q, p)
-        pair.append(e)
-    eager, lazy = pair
+    eager, lazy = eager_and_lazy(_shop(r, *sizes, mixed),
+                                 [(f"v{i}", q, p) for i, (q, p) in enumerate(SHOP)], monkeypatch)
     for i in range(len(SHOP)):
         assert eager.members(f"v{i}") == lazy.members(f"v{i}")
     return eager, lazy
@@ -301,17 +280,8 @@ def test_small_views_join_a_lazy_group_and_keep_the_eager_deltas(
     for o in data["order"][:300]:
         o["user"] = _uid(0, True)
     q = "SELECT id, qty, user.name AS who, product.seller.name AS sname FROM order WHERE user = $u"
-    view_engine, _ = engine_api()
-    engines = []
-    for lazy_min in (10**9, engine.lazy.LAZY_MIN):
-        monkeypatch.setattr(engine.lazy, "LAZY_MIN", lazy_min)
-        e = view_engine()
-        for table, rs in data.items():
-            e.load(table, [dict(x) for x in rs])
-        for i in range(12):
-            e.register(f"u{i}", q, {"u": _uid(i, True)})
-        engines.append(e)
-    eager, lazy = engines
+    eager, lazy = eager_and_lazy(data, [(f"u{i}", q, {"u": _uid(i, True)}) for i in range(12)],
+                                 monkeypatch, engine.lazy.LAZY_MIN)
     (circuit,) = lazy.circuits.values()
     (proj,) = circuit.projs.values()
     assert len(proj.lazy) > 300 and not proj.outs  # the small views' rows are lazy too

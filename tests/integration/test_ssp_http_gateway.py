@@ -235,10 +235,31 @@ def test_sigterm_with_an_open_log_stream_still_stops_gunicorn(tmp_path: Path) ->
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-async def test_sigterm_wakes_the_worker_at_once_and_a_request_in_flight_is_still_answered(
-        tmp_path: Path) -> None:
-    # gateway.gunicorn_hooks.stop_without_delay cancels the worker's heartbeat sleep on
-    # SIGTERM: its graceful stop must still let a request that is already in flight finish.
+@dataclass
+class _Held:
+    """A gunicorn gateway whose hub holds `POST /ingest` until `release` is set."""
+
+    gunicorn: ManagedProcess
+    port: int
+    entered: asyncio.Event
+    release: asyncio.Event
+
+    def post_ingest(self) -> asyncio.Task[Any]:
+        """Send an ingest request from a thread; the task ends with its response."""
+        return asyncio.create_task(asyncio.to_thread(
+            httpx.post, f"http://127.0.0.1:{self.port}/ingest", json=INGEST, headers=AUTH,
+            timeout=30))
+
+    async def stopped_cleanly(self) -> str:
+        """Wait for the master to exit 0; its log."""
+        code = await asyncio.to_thread(self.gunicorn.stop, 30)
+        log = self.gunicorn.log_text()
+        assert code == 0, log[-3000:]
+        return log
+
+
+@contextlib.asynccontextmanager
+async def _held_gateway(tmp_path: Path, graceful_secs: str) -> Any:
     run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))
     hub = FakeHub(f"ipc://{run_dir}/hub.sock")
     entered, release = asyncio.Event(), asyncio.Event()
@@ -251,36 +272,40 @@ async def test_sigterm_wakes_the_worker_at_once_and_a_request_in_flight_is_still
     hub.replies["POST /ingest"] = held
     hub.start()
     port = free_port()
-    # The default graceful timeout (5 s), not the tests' 1 s: the request must be answered
-    # however long this busy machine takes to release it after the stop began.
-    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9",
-                   SVC_SSP_GATEWAY_GRACEFUL_SECS="5")
+    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir),
+                   SVC_DB_URL="ws://127.0.0.1:9", SVC_SSP_GATEWAY_GRACEFUL_SECS=graceful_secs)
     cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
     gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log")
     try:
         gunicorn.start()
         await asyncio.to_thread(gunicorn.wait_http, f"http://127.0.0.1:{port}/health")
-        url = f"http://127.0.0.1:{port}/ingest"
-        pending = asyncio.create_task(asyncio.to_thread(
-            httpx.post, url, json=INGEST, headers=AUTH, timeout=30))
-        await asyncio.wait_for(entered.wait(), 30)  # the request is inside the gateway
-        assert gunicorn.proc is not None
-        gunicorn.proc.terminate()
-        # the worker begins its graceful stop at once (it used to notice a second later) ...
-        await _wait_log(gunicorn, "Worker shutting down")
-        assert not pending.done()
-        # ... and still answers what it had accepted before it exits
-        release.set()
-        r = await asyncio.wait_for(pending, 30)
-        assert (r.status_code, r.json()) == (200, {"accepted": True})
-        code = await asyncio.to_thread(gunicorn.stop, 30)
-        assert code == 0, gunicorn.log_text()[-3000:]
-        assert "Traceback" not in gunicorn.log_text()
+        yield _Held(gunicorn, port, entered, release)
     finally:
         release.set()
         gunicorn.stop()
         await hub.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def test_sigterm_wakes_the_worker_at_once_and_a_request_in_flight_is_still_answered(
+        tmp_path: Path) -> None:
+    # gateway.gunicorn_hooks.stop_without_delay cancels the worker's heartbeat sleep on
+    # SIGTERM: its graceful stop must still let a request that is already in flight finish.
+    # The default graceful timeout (5 s), not the tests' 1 s: the request must be answered
+    # however long this busy machine takes to release it after the stop began.
+    async with _held_gateway(tmp_path, "5") as g:
+        pending = g.post_ingest()
+        await asyncio.wait_for(g.entered.wait(), 30)  # the request is inside the gateway
+        assert g.gunicorn.proc is not None
+        g.gunicorn.proc.terminate()
+        # the worker begins its graceful stop at once (it used to notice a second later) ...
+        await _wait_log(g.gunicorn, "Worker shutting down")
+        assert not pending.done()
+        # ... and still answers what it had accepted before it exits
+        g.release.set()
+        r = await asyncio.wait_for(pending, 30)
+        assert (r.status_code, r.json()) == (200, {"accepted": True})
+        assert "Traceback" not in await g.stopped_cleanly()
 
 
 async def _wait_log(proc: ManagedProcess, text: str, timeout: float = 30.0) -> None:
@@ -296,47 +321,23 @@ async def test_sigterm_closes_idle_keep_alive_connections_and_answers_the_busy_o
     # gunicorn's graceful stop waits for every open connection: a client's pooled idle one
     # held each SSP stop for the whole graceful timeout. The hooks close idle connections at
     # SIGTERM; one whose request is in flight still gets its answer.
-    run_dir = Path(tempfile.mkdtemp(prefix="gw-it-"))
-    hub = FakeHub(f"ipc://{run_dir}/hub.sock")
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def held(msg: dict[str, Any]) -> dict[str, Any]:
-        entered.set()
-        await release.wait()
-        return reply(200, {"accepted": True})
-
-    hub.replies["POST /ingest"] = held
-    hub.start()
-    port = free_port()
-    env = base_env(SVC_AUTH_SECRET=SECRET, SVC_SSP_RUN_DIR=str(run_dir), SVC_DB_URL="ws://127.0.0.1:9",
-                   SVC_SSP_GATEWAY_GRACEFUL_SECS="30")
-    cfg = SspConfig.from_env({**env, "SVC_SSP_LISTEN_ADDR": f"127.0.0.1:{port}"})
-    gunicorn = ManagedProcess("gunicorn", gunicorn_argv(cfg), env, tmp_path / "gunicorn.log")
-    idle = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        gunicorn.start()
-        await asyncio.to_thread(gunicorn.wait_http, f"http://127.0.0.1:{port}/health")
-        idle.request("GET", "/no-such-route")  # answered, then kept open, idle
-        r0 = idle.getresponse()
-        r0.read()
-        assert r0.status == 404 and not r0.will_close
-        pending = asyncio.create_task(asyncio.to_thread(
-            httpx.post, f"http://127.0.0.1:{port}/ingest", json=INGEST, headers=AUTH, timeout=30))
-        await asyncio.wait_for(entered.wait(), 30)
-        assert gunicorn.proc is not None
-        gunicorn.proc.terminate()
-        await _wait_log(gunicorn, "Waiting for 1 connections to finish")  # the busy one only
-        assert idle.sock is not None
-        assert await asyncio.to_thread(idle.sock.recv, 1) == b""  # the server closed it
-        release.set()
-        r = await asyncio.wait_for(pending, 30)
-        assert (r.status_code, r.json()) == (200, {"accepted": True})
-        code = await asyncio.to_thread(gunicorn.stop, 30)
-        assert code == 0, gunicorn.log_text()[-3000:]
-        assert "Forcing close" not in gunicorn.log_text()
-    finally:
-        idle.close()
-        release.set()
-        gunicorn.stop()
-        await hub.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)
+    async with _held_gateway(tmp_path, "30") as g:
+        idle = http.client.HTTPConnection("127.0.0.1", g.port, timeout=30)
+        try:
+            idle.request("GET", "/no-such-route")  # answered, then kept open, idle
+            r0 = idle.getresponse()
+            r0.read()
+            assert r0.status == 404 and not r0.will_close
+            pending = g.post_ingest()
+            await asyncio.wait_for(g.entered.wait(), 30)
+            assert g.gunicorn.proc is not None
+            g.gunicorn.proc.terminate()
+            await _wait_log(g.gunicorn, "Waiting for 1 connections to finish")  # the busy one
+            assert idle.sock is not None
+            assert await asyncio.to_thread(idle.sock.recv, 1) == b""  # the server closed it
+            g.release.set()
+            r = await asyncio.wait_for(pending, 30)
+            assert (r.status_code, r.json()) == (200, {"accepted": True})
+            assert "Forcing close" not in await g.stopped_cleanly()
+        finally:
+            idle.close()
