@@ -609,16 +609,21 @@ class AggState:
 
     def fill(self, shown: Iterable[tuple[str, Any]]) -> None:
         """The groups of a new materialisation from its shown rows (rid, contribution) in
-        one pass: the rows bucketed by group, then each group's accumulators built from its
-        bucket (min/max: their best row, no sort) and its key variants counted once."""
+        one pass (:meth:`fill_values`)."""
+        spec = self.spec
+        self.fill_values([(rid, _values(c, spec)) for rid, c in shown])
+
+    def fill_values(self, shown: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """:meth:`fill` from contributions as tuples (``AggSpec.names`` order): the rows
+        bucketed by group, then each group's accumulators built from its bucket (min/max:
+        their best row, no sort) and its key variants counted once."""
         assert not self.groups
         spec = self.spec
         nk = self.nkeys
         buckets: dict[tuple[Any, ...], list[tuple[str, tuple[Any, ...]]]] = {}
         if not nk:
-            # GROUP ALL: one bucket, one key variant (no key), built by comprehension
-            names = spec.names
-            rows0 = [(rid, tuple([c.get(n, NONE) for n in names])) for rid, c in shown]
+            # GROUP ALL: one bucket, one key variant (no key)
+            rows0 = shown
             self.fills += 1
             if rows0:
                 g = self.groups[()] = Group(spec)
@@ -627,8 +632,7 @@ class AggState:
                     a.fill(rows0)
                 g.variants[()] = [(), len(rows0)]
             return
-        for rid, contrib in shown:
-            c = _values(contrib, spec)
+        for rid, c in shown:
             gk = tuple(xkey(k) for k in c[:nk])
             b = buckets.get(gk)
             if b is None:

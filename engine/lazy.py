@@ -272,9 +272,11 @@ def path_spec_of(plan: Plan) -> PathSpec | None:
     Not for ``FETCH`` or ``link.*``: the record they show whole is a member several rows
     hold, and the group counts a member's holders among projected rows only (``Proj.own``),
     so a row could not be lazy while another holding the same record is projected."""
-    if (plan.fetch or plan.omit or plan.split or plan.value or plan.agg is not None
-            or plan.simple or plan.star_only):
+    if (plan.fetch or plan.omit or plan.split or plan.value or plan.simple
+            or plan.star_only):
         return None
+    if plan.agg is not None:
+        return _grouped_spec(plan)
     paths: list[tuple[str, ...]] = []
     own: list[str] | None = []
     has_id = False
@@ -302,6 +304,25 @@ def path_spec_of(plan: Plan) -> PathSpec | None:
     if not paths or not (has_id or star):
         return None
     return PathSpec(paths, own)
+
+
+def _grouped_spec(plan: Plan) -> PathSpec | None:
+    """The lazy form of a grouped shape's row-level query (engine.aggregate.row_query) when
+    each key and aggregate argument is a field of the row itself: a row's contribution is
+    then its fields as stored (:func:`contribution`), and its only member is the row
+    (``Plan.self_member``) once no shown value is an object or array (checked as for link
+    paths). Keys or arguments computed or read through links stay eager."""
+    own: list[str] = []
+    for it in plan.q.items:
+        if it.kind != "field" or len(it.path) != 1 or len(it.out) != 1:
+            return None
+        own.append(it.path[0])
+    return PathSpec([], own)
+
+
+def contribution_fields(plan: Plan) -> list[tuple[str, str]]:
+    """(output name, row field) of each item of a lazy grouped shape's row-level query."""
+    return [(it.out[0], it.path[0]) for it in plan.q.items]
 
 
 def _tables_of(tags: np.ndarray) -> list[str] | None:
@@ -440,10 +461,9 @@ def _lazy_paths(proj: Any, todo: list[str], walked: Any = None) -> list[str] | N
         # table, created_at over 100k comments, cost a small view ~60 ms)
         rows = ts.rows
         for f in spec.own:
-            for rid in todo:
-                tv = type(rows[rid].get(f))
-                if tv is dict or tv is list or tv is tuple:
-                    return None
+            kinds = {type(rows[rid].get(f)) for rid in todo}
+            if dict in kinds or list in kinds or tuple in kinds:
+                return None
     levels = walked if walked is not None else path_levels(store, table, spec)
     if levels is None:
         return None
@@ -453,8 +473,7 @@ def _lazy_paths(proj: Any, todo: list[str], walked: Any = None) -> list[str] | N
         for at in lv:
             tables.update(at)
     empty: tuple[str, ...] = ()
-    for rid in todo:
-        lazy[rid] = empty
+    lazy.update(dict.fromkeys(todo, empty))
     return sorted(tables)
 
 

@@ -17,7 +17,7 @@ from engine.aggregate import AggState
 from engine.circuit import Mat, WMat
 from engine.delta import has_nested
 from engine.deps import Deps
-from engine.lazy import bulk, bulk_paths
+from engine.lazy import bulk, bulk_paths, contribution_fields
 from engine.linkscan import link_candidates
 from engine.plan import Cx
 from engine.proj import Proj
@@ -184,11 +184,15 @@ def shown(store: Store, mat: Mat) -> Iterable[str]:
 def members(store: Store, mat: Mat, rows_shown: Iterable[str] | None = None) -> set[str]:
     """The record ids in a materialisation's result tree (its rows and what they nest)."""
     proj = mat.proj
+    lazy = proj.lazy
+    if lazy and not proj.outs and proj.spec is None:
+        # every shown row lazy, reading links or grouped (engine.lazy): each is its own
+        # only member
+        return set(shown(store, mat) if rows_shown is None else rows_shown)
     trees = proj.trees
     tree = proj.tree
     out: set[str] = set()
     flat: list[str] = []
-    lazy = proj.lazy
     for rid in shown(store, mat) if rows_shown is None else rows_shown:
         kids = lazy.get(rid) if lazy else None
         if kids is not None:
@@ -295,9 +299,11 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
             lazy_by_table.setdefault(circuit.table, set()).add(proj)
             lazy_by_table.setdefault(proj.spec.sub.table, set()).add(proj)
         return rows_shown
-    if proj.pspec is not None and circuit.agg is None:
+    if proj.pspec is not None:
         for t in bulk_paths(proj, rows_shown):
             lazy_by_table.setdefault(t, set()).add(proj)
+        if circuit.agg is not None:
+            fill_groups(store, mat, rows_shown)
         return rows_shown
     proj.fill(rows_shown, rows)
     if circuit.agg is not None:
@@ -310,10 +316,42 @@ def fill_groups(store: Store, mat: Mat, rows_shown: Iterable[str]) -> None:
     contributions (engine.aggregate)."""
     spec = mat.circuit.agg
     assert spec is not None
-    outs = mat.proj.outs
+    proj = mat.proj
+    outs = proj.outs
+    if proj.pspec is None:
+        def rows_of() -> list[tuple[str, Any]]:
+            return [(r, outs[r]) for r in shown(store, mat)]
 
-    def rows_of() -> list[tuple[str, Any]]:
-        return [(r, outs[r]) for r in shown(store, mat)]
+        state = mat.agg = AggState(spec, rows_of)
+        state.fill((rid, outs[rid]) for rid in rows_shown)
+        return
+    # rows may be lazy (engine.lazy, grouped shapes): a lazy row's contribution is its
+    # fields as stored, read without projecting it
+    rows = mat.circuit.rows
+    fields = contribution_fields(proj.plan)
 
-    state = mat.agg = AggState(spec, rows_of)
-    state.fill((rid, outs[rid]) for rid in rows_shown)
+    def contrib(rid: str) -> Any:
+        out = outs.get(rid)
+        if out is not None:
+            return out
+        row = rows[rid]
+        return {name: row.get(f, NONE) for name, f in fields}
+
+    def lazy_rows_of() -> list[tuple[str, Any]]:
+        return [(r, contrib(r)) for r in shown(store, mat)]
+
+    state = mat.agg = AggState(spec, lazy_rows_of)
+    if not proj.outs:
+        # every row lazy (a new group): the contributions as tuples, straight from the rows
+        cols = [f for _, f in fields]
+        pos = {name: i for i, (name, _) in enumerate(fields)}
+        order = [pos.get(n) for n in spec.names]
+        if order == list(range(len(cols))) and len(order) == len(cols):
+            if len(cols) == 1:
+                f0 = cols[0]
+                state.fill_values([(rid, (rows[rid].get(f0, NONE),)) for rid in rows_shown])
+            else:
+                state.fill_values([(rid, tuple([rows[rid].get(f, NONE) for f in cols]))
+                                   for rid in rows_shown])
+            return
+    state.fill((rid, contrib(rid)) for rid in rows_shown)
