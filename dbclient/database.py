@@ -8,7 +8,11 @@ Failure policy:
 - every call is bounded by `DbConfig.timeout_secs` and raises `DbTimeout`; consecutive timeouts
   are counted in `consecutive_timeouts` (reset by the first successful call) for `/health`;
 - a dead connection is replaced on the next call (signin + use re-applied) with capped,
-  jittered exponential backoff between attempts, so a down database is not hammered;
+  jittered exponential backoff between attempts, so a down database is not hammered; one
+  attempt (socket, sign-in, use) is given at least `CONNECT_FLOOR_SECS` however short the
+  call's timeout: SurrealDB checks a password with argon2 at every sign-in (a CPU-bound
+  step of the server's, longer on a loaded machine), and an attempt abandoned half way
+  still costs the server that work, so a per-call timeout below it never connects;
 - a call that fails because the connection died is retried once only when it is a read:
   `keyset_pages`, `tables`, `table_info`, `table_definitions`, `changes`, and `query(...,
   idempotent=True)`. Writes and `transaction` are never retried: the request may have
@@ -41,6 +45,9 @@ from dbclient.sql import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: the least time one connection attempt (socket, sign-in, use) is given (module docstring)
+CONNECT_FLOOR_SECS = 5.0
 
 # Engine messages that only echo an earlier failure inside the same transaction.
 _KNOCK_ON_ERRORS = (
@@ -156,7 +163,7 @@ class Database:
                         f"({self._failed_attempts} failed attempts, backing off)")
                 await asyncio.sleep(wait)
             try:
-                conn = await self._open(deadline)
+                conn = await self._open(max(deadline, time.monotonic() + CONNECT_FLOOR_SECS))
             except DbAuthError:
                 # Refused credentials are not retried within a call, but the next call waits
                 # out the backoff too, so a wrong password does not hammer the server.
@@ -236,13 +243,16 @@ class Database:
     ) -> T:
         """Run `op` on a live connection under the per-call timeout.
 
-        The timeout covers reconnecting too, so a caller never waits longer than
-        `timeout_secs` per attempt.
+        Waiting for another caller's reconnect or for the backoff counts against the
+        timeout; a connection attempt of this call's own is given at least
+        `CONNECT_FLOOR_SECS`, and the call then gets `timeout_secs` of its own.
         """
         attempts = 2 if retry_on_drop else 1
         for attempt in range(attempts):
+            conn = await self._ensure_connection(time.monotonic() + self.config.timeout_secs)
+            # the call's own time starts once it has a connection (opening one may take
+            # longer than the timeout: CONNECT_FLOOR_SECS)
             deadline = time.monotonic() + self.config.timeout_secs
-            conn = await self._ensure_connection(deadline)
             try:
                 result = await asyncio.wait_for(
                     _guard(conn, op(conn)), max(0.001, deadline - time.monotonic()))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -208,6 +210,31 @@ async def test_nothing_listening_is_a_connection_error_after_the_timeout() -> No
     with pytest.raises(DbConnectionError, match=str(port)):
         await db.query("RETURN 1")
     await db.close()
+
+
+async def test_a_sign_in_slower_than_the_call_timeout_still_connects(tmp_path: Path) -> None:
+    """A connection attempt is given CONNECT_FLOOR_SECS however short the per-call timeout:
+    on a loaded machine the server's sign-in (argon2) alone can outlast a 0.3 s timeout, and
+    an SSP configured so would never connect (each abandoned attempt costing the server the
+    same work again)."""
+    host = start_db_host(tmp_path, memory=True)
+    pid = host.process.proc.pid  # type: ignore[union-attr]
+    db = Database(config_for(host, timeout=0.3))
+    try:
+        os.kill(pid, signal.SIGSTOP)  # the socket is accepted, nothing answers for 1 s
+        try:
+            call = asyncio.ensure_future(db.query_one("RETURN 5"))
+            await asyncio.sleep(1.0)
+            assert not call.done()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert await call == 5
+        # once connected, the call timeout is the call's again
+        with pytest.raises(DbTimeout):
+            await db.query("SLEEP 2s")
+    finally:
+        await db.close()
+        host.process.stop()
 
 
 async def test_concurrent_calls_share_one_connection(db: Database) -> None:
