@@ -479,7 +479,7 @@ def fuzz_scheduler(tmp_path_factory: pytest.TempPathFactory,
 
 
 @settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(route=st.sampled_from(ROUTES), body=json_values | st.binary(max_size=40))
 def test_bad_input_is_never_a_500(fuzz_scheduler: SchedulerProc, route: str,
                                   body: Any) -> None:
