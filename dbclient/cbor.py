@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import decimal
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -145,6 +145,14 @@ def encode(obj: Any) -> bytes:
     return cbor2.dumps(
         obj, default=_sdk_default, timezone=UTC, encoders=_ENCODERS  # type: ignore[arg-type]
     )
+
+
+def encode_with(obj: Any, encoders: Mapping[type, Callable[[Any, Any], None]]) -> bytes:
+    """:func:`encode` with some types written otherwise (``encoders``: type -> writer, as
+    cbor2 takes them): the differential tests' judge sends ``None`` as NULL, for one."""
+    return cbor2.dumps(
+        obj, default=_sdk_default, timezone=UTC,  # type: ignore[arg-type]
+        encoders={**_ENCODERS, **encoders})
 
 
 def _thaw(value: Any) -> Any:
