@@ -568,7 +568,7 @@ class AggState:
         self.spec = spec
         self.nkeys = len(spec.keys)
         self.groups: dict[tuple[Any, ...], Group] = {}
-        # the materialisation's shown rows with their contributions, read only to choose
+        # the materialisation's shown rows with their contributions (as tuples), read only to choose
         # the key shown by a group whose equal keys differ in kind
         self.rows_of = rows_of
         self.fills = 0  # bulk fills (fill): a test counts them
@@ -660,8 +660,7 @@ class AggState:
         """The key values of the group's first row in row order (a scan of the shown rows:
         only for groups whose equal keys differ in kind)."""
         best = None
-        for rid, contrib in self.rows_of():
-            c = _values(contrib, self.spec)
+        for rid, c in self.rows_of():
             keys = c[:self.nkeys]
             if tuple(xkey(k) for k in keys) != gk:
                 continue

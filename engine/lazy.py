@@ -309,7 +309,7 @@ def path_spec_of(plan: Plan) -> PathSpec | None:
 def _grouped_spec(plan: Plan) -> PathSpec | None:
     """The lazy form of a grouped shape's row-level query (engine.aggregate.row_query) when
     each key and aggregate argument is a field of the row itself: a row's contribution is
-    then its fields as stored (:func:`contribution`), and its only member is the row
+    then its fields as stored (``membership.fill_groups``), and its only member is the row
     (``Plan.self_member``) once no shown value is an object or array (checked as for link
     paths). Keys or arguments computed or read through links stay eager."""
     own: list[str] = []
@@ -318,11 +318,6 @@ def _grouped_spec(plan: Plan) -> PathSpec | None:
             return None
         own.append(it.path[0])
     return PathSpec([], own)
-
-
-def contribution_fields(plan: Plan) -> list[tuple[str, str]]:
-    """(output name, row field) of each item of a lazy grouped shape's row-level query."""
-    return [(it.out[0], it.path[0]) for it in plan.q.items]
 
 
 def _tables_of(tags: np.ndarray) -> list[str] | None:

@@ -13,11 +13,11 @@ from itertools import chain
 from typing import Any
 
 from engine import window
-from engine.aggregate import AggState
+from engine.aggregate import AggState, _values
 from engine.circuit import Mat, WMat
 from engine.delta import has_nested
 from engine.deps import Deps
-from engine.lazy import bulk, bulk_paths, contribution_fields
+from engine.lazy import bulk, bulk_paths
 from engine.linkscan import link_candidates
 from engine.plan import Cx
 from engine.proj import Proj
@@ -313,45 +313,22 @@ def build(store: Store, deps: Deps, lazy_by_table: dict[str, set[Proj]], mat: Ma
 
 def fill_groups(store: Store, mat: Mat, rows_shown: Iterable[str]) -> None:
     """The groups of a new materialisation of a grouped shape, from its rows'
-    contributions (engine.aggregate)."""
+    contributions (engine.aggregate). A lazy row's contribution is its fields as stored:
+    the row-level query's items are those fields, in ``AggSpec.names`` order
+    (engine.lazy, grouped shapes)."""
     spec = mat.circuit.agg
     assert spec is not None
-    proj = mat.proj
-    outs = proj.outs
-    if proj.pspec is None:
-        def rows_of() -> list[tuple[str, Any]]:
-            return [(r, outs[r]) for r in shown(store, mat)]
-
-        state = mat.agg = AggState(spec, rows_of)
-        state.fill((rid, outs[rid]) for rid in rows_shown)
-        return
-    # rows may be lazy (engine.lazy, grouped shapes): a lazy row's contribution is its
-    # fields as stored, read without projecting it
+    outs = mat.proj.outs
     rows = mat.circuit.rows
-    fields = contribution_fields(proj.plan)
+    pspec = mat.proj.pspec
+    fields = (pspec.own or []) if pspec is not None and spec.names else []
 
-    def contrib(rid: str) -> Any:
+    def contrib(rid: str) -> tuple[Any, ...]:
         out = outs.get(rid)
         if out is not None:
-            return out
+            return _values(out, spec)
         row = rows[rid]
-        return {name: row.get(f, NONE) for name, f in fields}
+        return tuple([row.get(f, NONE) for f in fields])
 
-    def lazy_rows_of() -> list[tuple[str, Any]]:
-        return [(r, contrib(r)) for r in shown(store, mat)]
-
-    state = mat.agg = AggState(spec, lazy_rows_of)
-    if not proj.outs:
-        # every row lazy (a new group): the contributions as tuples, straight from the rows
-        cols = [f for _, f in fields]
-        pos = {name: i for i, (name, _) in enumerate(fields)}
-        order = [pos.get(n) for n in spec.names]
-        if order == list(range(len(cols))) and len(order) == len(cols):
-            if len(cols) == 1:
-                f0 = cols[0]
-                state.fill_values([(rid, (rows[rid].get(f0, NONE),)) for rid in rows_shown])
-            else:
-                state.fill_values([(rid, tuple([rows[rid].get(f, NONE) for f in cols]))
-                                   for rid in rows_shown])
-            return
-    state.fill((rid, contrib(rid)) for rid in rows_shown)
+    state = mat.agg = AggState(spec, lambda: [(r, contrib(r)) for r in shown(store, mat)])
+    state.fill_values([(rid, contrib(rid)) for rid in rows_shown])

@@ -20,7 +20,7 @@ from typing import Any
 
 from surrealdb import RecordID
 
-from engine.aggregate import AggSpec, AggState, row_query
+from engine.aggregate import AggSpec, AggState, _values, row_query
 from engine.compile import compile_expr, compile_predicate, compile_value, walk
 from engine.cx import Cx
 from engine.join import Join, JoinSpec, join_spec
@@ -735,7 +735,7 @@ class Plan:
             row = rows.get(rid)
             if row is not None and (test is None or test(row, S, par, cx)):
                 contribs.append((rid, self.project(store, S, row, cx)))
-        state = AggState(spec, lambda: contribs)
+        state = AggState(spec, lambda: [(rid, _values(c, spec)) for rid, c in contribs])
         for rid, c in contribs:
             state.move(rid, None, c)
         out = spec.rows_grouped(state, S)
