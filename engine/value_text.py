@@ -77,6 +77,23 @@ def _plain_decimal_text(d: Decimal) -> str:
     return text
 
 
+def _shortest_digits(f: float) -> Decimal:
+    """The shortest decimal that reads back as ``f``, as Rust prints it. Python's repr and
+    Rust agree except when the float lies exactly halfway between two shortest candidates
+    (2**49 + 0.25: 562949953421312.2 and .3 both read back): repr takes the even last digit,
+    Rust the one farther from zero (SurrealDB prints 562949953421312.3f)."""
+    d = Decimal(repr(f))
+    exact = Decimal(f)
+    gap = exact - d
+    if not gap:
+        return d
+    step = Decimal(1).scaleb(d.as_tuple().exponent)
+    if abs(gap) * 2 != step or abs(exact) < abs(d):
+        return d
+    other = d + step if gap > 0 else d - step
+    return other if float(other) == f else d
+
+
 def _format_float(f: float) -> str:
     if math.isnan(f):
         return "NaN"
@@ -84,8 +101,8 @@ def _format_float(f: float) -> str:
         return "Infinity"
     if f == -math.inf:
         return "-Infinity"
-    # The shortest round-tripping digits (repr), written out without an exponent.
-    text = _plain_decimal_text(Decimal(repr(f)))
+    # The shortest round-tripping digits, written out without an exponent.
+    text = _plain_decimal_text(_shortest_digits(f))
     if text == "0" and math.copysign(1.0, f) < 0:
         text = "-0"
     return text + "f"
