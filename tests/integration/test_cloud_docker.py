@@ -726,7 +726,14 @@ def test_the_local_executor_with_a_daemon_runs_a_whole_deployment(
     try:
         done = wait_until(resumed, 240, "the deployment resumed on the local executor")
     except AssertionError:
-        raise AssertionError(json.dumps(project.get(dep["version"]))[:3000]) from None
+        got = project.get(dep["version"])
+        role = (got["deployment"].get("error") or {}).get("role")
+        # the failed role's own first lines (its error's last_lines are only the tail, and
+        # a traceback can fill them: CI once saw a scheduler exit 3 with no cause in them)
+        lines = c.ok("GET", f"{project.base}/deployments/{dep['version']}/logs", project.s,
+                     params={"limit": 500, **({"instance": role} if role else {})})["lines"]
+        raise AssertionError(json.dumps(got)[:3000] + "\n" + "\n".join(
+            f"{ln.get('role')} {ln.get('text')}" for ln in lines)[-6000:]) from None
     by_role = {i["role"]: i for i in done["instances"] if i["status"] == "healthy"}
     assert [b.labels["svc.instance"] for b in app_boxes(dockerd, project, "app-box")] == \
         [by_role["app-box"]["id"]]
