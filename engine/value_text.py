@@ -87,7 +87,7 @@ def _shortest_digits(f: float) -> Decimal:
     gap = exact - d
     if not gap:
         return d
-    step = Decimal(1).scaleb(d.as_tuple().exponent)
+    step = Decimal(1).scaleb(int(d.as_tuple().exponent))
     if abs(gap) * 2 != step or abs(exact) < abs(d):
         return d
     other = d + step if gap > 0 else d - step

@@ -71,7 +71,7 @@ def _halfway_floats() -> list[float]:
         for k in range(1, 40):
             f = 2.0**e + k * 2.0 ** (e - 52)
             d = Decimal(repr(f))
-            step = Decimal(1).scaleb(d.as_tuple().exponent)
+            step = Decimal(1).scaleb(int(d.as_tuple().exponent))
             if abs(Decimal(f) - d) * 2 == step:
                 out += [f, -f]
     return out
