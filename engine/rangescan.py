@@ -25,6 +25,8 @@ from bisect import bisect_left, bisect_right
 from datetime import datetime
 from typing import Any
 
+from surrealdb import RecordID
+
 from engine.matindex import FLIP, RANGE_OPS
 from engine.store import TableStore
 from engine.syntax import conjuncts
@@ -261,6 +263,28 @@ def walk_keys(ts: TableStore, field: str, kind: int
             keys.append((v, k))
     keys.sort(key=_first)  # values are distinct: equal numbers share one key
     ts.walks[(field, kind)] = (ts.writes, keys, others)
+    return keys, others
+
+
+def walk_ids(ts: TableStore, kind: int) -> tuple[list[tuple[Any, Any]], list[Any]]:
+    """As :func:`walk_keys` for the record ids (ORDER BY id): (the walk value of the id's
+    key, the row's id text) for the rows whose key is of walk kind ``kind``, ascending by
+    key (keys are distinct: one row each); the other rows' id texts. Record ids of one
+    table order by their keys: numbers as numbers, strings as strings (engine.value_order)."""
+    kept = ts.walks.get(("id", kind))
+    if kept is not None and kept[0] == ts.writes:
+        return kept[1], kept[2]
+    keys: list[tuple[Any, Any]] = []
+    others: list[Any] = []
+    for rid, row in ts.rows.items():
+        r = row.get("id")
+        v = walk_value(r.id, kind) if type(r) is RecordID else None
+        if v is None:
+            others.append(rid)
+        else:
+            keys.append((v, rid))
+    keys.sort(key=_first)
+    ts.walks[("id", kind)] = (ts.writes, keys, others)
     return keys, others
 
 

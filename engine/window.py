@@ -16,7 +16,10 @@
   one hop away, or semi-join sets tested with fields of the row, is not evaluated row by
   row: its rows are walked in the order of that field's equality index keys (:func:`engine.rangescan.walk_keys`: numbers, strings or
   datetimes with a zone, as the table's first row holds), a whole key at a time, until the
-  head is full; rows under keys of another kind are evaluated at once. Every row after the
+  head is full; rows under keys of another kind are evaluated at once. ``ORDER BY id``
+  (the latest rows) walks the keys of the record ids, one row each
+  (:func:`engine.rangescan.walk_ids`: a table's ids order by their keys, numbers as numbers,
+  strings as strings). Every row after the
   walk's ``cut`` that no write reached is left unevaluated: its entry, were it to qualify,
   is after the head. Removals that empty the head walk on; a write evaluates its row as
   before. ``order.entries`` then holds the qualifying rows evaluated so far, not all.
@@ -41,9 +44,11 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
+from surrealdb import RecordID
+
 from engine.circuit import Order, WMat
 from engine.cx import NOLINKS, Cx
-from engine.rangescan import walk_keys, walk_kind
+from engine.rangescan import walk_ids, walk_keys, walk_kind
 from engine.values import NONE
 
 
@@ -370,7 +375,7 @@ def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
     and the table's first row holds a value of a walk kind there."""
     plan = order.circuit.plan
     field = plan.first_source
-    if not wide or field is None or field == "id":
+    if not wide or field is None:
         return None
     if plan.qkeyed:
         # semi-join sets tested with fields of the row (`user IN (SELECT VALUE ...)`): a
@@ -390,7 +395,11 @@ def _walk_spec(order: Order, wide: bool) -> tuple[str, int, bool] | None:
     if need is None or len(rows) < 4 * _cap(need):
         return None
     for row in rows.values():
-        kind = walk_kind(row.get(field, NONE))
+        v = row.get(field, NONE)
+        if field == "id":
+            # ORDER BY id ("the latest"): walked by the keys of the record ids
+            v = v.id if type(v) is RecordID else NONE
+        kind = walk_kind(v)
         if kind < 0:
             return None
         return field, kind, bool(plan.q.order[0][1])
@@ -412,8 +421,12 @@ def _walk(order: Order, cap: int | None) -> None:
     circuit = order.circuit
     deps = circuit.deps
     ts = circuit.store.table(circuit.table)
-    idx = ts.index(field)
-    keys = walk_keys(ts, field, kind)[0]
+    if field == "id":
+        idx: Any = _ONE_ROW
+        keys = walk_ids(ts, kind)[0]
+    else:
+        idx = ts.index(field)
+        keys = walk_keys(ts, field, kind)[0]
     rows = circuit.rows
     entries = order.entries
     cx = Cx(circuit.store) if circuit.plan.qlinks else None
@@ -437,6 +450,16 @@ def _walk(order: Order, cap: int | None) -> None:
     order.only = None
 
 
+class _OneRow:
+    """The "index" of an id walk: each key (a row's id text) stands for its row alone."""
+
+    def __getitem__(self, rid: str) -> tuple[str]:
+        return (rid,)
+
+
+_ONE_ROW = _OneRow()
+
+
 def _walk_start(order: Order, store: Any, deps: Any) -> None:
     """Evaluate the rows of a new walked order that its walk would not reach in key order:
     those under index keys of another kind, and (a WHERE through one-hop links) those whose
@@ -447,11 +470,15 @@ def _walk_start(order: Order, store: Any, deps: Any) -> None:
     plan = circuit.plan
     ts = store.table(circuit.table)
     rows = circuit.rows
-    idx = ts.index(walk[0])
     cx = Cx(store) if plan.qlinks else None
-    for k in walk_keys(ts, walk[0], walk[1])[1]:
-        for rid in idx[k]:
+    if walk[0] == "id":
+        for rid in walk_ids(ts, walk[1])[1]:
             _qualify(order, rid, rows[rid], cx, deps)
+    else:
+        idx = ts.index(walk[0])
+        for k in walk_keys(ts, walk[0], walk[1])[1]:
+            for rid in idx[k]:
+                _qualify(order, rid, rows[rid], cx, deps)
     hop = plan.qhop
     if cx is not None and hop is not None:
         for f in hop:
