@@ -294,6 +294,15 @@ class _Gen:
         """``x IN (SELECT VALUE ...)``: a lookup in the inner query's live set."""
         if self.semis is None or self.make_semi is None:
             raise QueryRejected(_SUBQUERY_FORMS)
+        # The same subquery compiled again (a plan compiles its WHERE whole and, without the
+        # equality its index looks up, as the residual) tests the same set: one spec, one
+        # set built and maintained, not one per compilation (two 20k-row builds per view of
+        # bench_mixes seed 101 S03, and two updates per write of the inner table)
+        for i, old in enumerate(self.semis):
+            if old.q is q and old.outer is x:
+                self.uses_links = True
+                test = f"SJ[{i}].contains(S, {self.value(x)}, cx)"
+                return f"(not {test})" if negate else test
         spec = self.make_semi(q)
         spec.outer = x  # what the outer row tests (engine.plan: sets keyed by a row field)
         self.semis.append(spec)

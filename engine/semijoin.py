@@ -202,13 +202,31 @@ class InnerSet:
         return k
 
     def build(self) -> None:
+        """Every inner row evaluated once (a new set): as :meth:`_value_key` row by row, with
+        one context while rows read nothing through links (a new set has no reads to move:
+        only the rows that read records are noted)."""
         counts = self.counts
         mine = self.rows
-        for rid, row in self.store.table(self.spec.table).rows.items():
-            k = self._value_key(rid, row)
-            if k is not _ABSENT:
+        spec = self.spec
+        S = self.S
+        pred = spec.pred
+        value = spec.value
+        ikeys = self.ikeys
+        store = self.store
+        note = self.readers.note
+        cx = Cx(store)
+        for rid, row in store.table(spec.table).rows.items():
+            if pred(row, S, NONE, cx):
+                v = value(row, S, NONE, cx)
+                k = xkey(v)
+                if type(k) is not str and not _plain_link(k) and k not in ikeys:
+                    ikeys[k] = ikey(v)
                 mine[rid] = k
                 counts[k] = counts.get(k, 0) + 1
+            if cx.reads or cx.subs or cx.extra or cx.last:
+                if cx.reads:
+                    note(rid, frozenset(cx.reads))
+                cx = Cx(store)
 
     def reread(self, text: str, flipped: Flipped) -> None:
         """The record ``text`` changed: evaluate again the inner rows that read it."""

@@ -77,6 +77,12 @@ VIEWS = [
     "(SELECT VALUE id FROM user WHERE active = true) ORDER BY score DESC LIMIT 2",
     "SELECT id FROM thread WHERE author.active = true AND author NOT IN (SELECT VALUE team "
     "FROM user)",
+    # an equality the index looks up beside the set: the WHERE compiled whole and as the
+    # residual, both testing the one set
+    "SELECT id, score FROM thread WHERE author = user:1 AND id IN (SELECT VALUE thread FROM "
+    "comment WHERE votes > 2)",
+    "SELECT id FROM thread WHERE author = user:9 AND author NOT IN (SELECT VALUE id FROM user "
+    "WHERE active = false) ORDER BY id DESC LIMIT 1",
 ]
 
 
@@ -93,6 +99,31 @@ def test_views_with_different_inner_parameters_keep_their_own_sets() -> None:
     case = Case(rows=ROWS, views=views, writes=WRITES, note="params")
     mismatch = run_case(case)
     assert mismatch is None, str(mismatch)
+
+
+def test_a_where_compiled_twice_tests_one_set_per_subquery() -> None:
+    """A WHERE whose equality the index looks up is compiled whole and, without it, as the
+    residual: both test the subquery's one set, built once at registration and moved once
+    per inner write (each compilation kept its own set before: two builds over the inner
+    table per view, two updates per write)."""
+    from engine.semijoin import InnerSet
+
+    view_engine, _ = engine_api()
+    eng = view_engine()
+    eng.load("user", [_u(i, active=i % 2 == 0) for i in range(200)])
+    eng.load("thread", [_t(i, author=RecordID("user", i % 200), status=["open", "closed"][i % 2])
+                        for i in range(2_000)])
+    q = ("SELECT id FROM thread WHERE status = 'open' AND author IN (SELECT VALUE id FROM user "
+         "WHERE active = true)")
+    assert len(eng.register("v", q, {})) == 1_000
+    semis = eng.views["v"].circuit.plan.all_semis()
+    assert len(semis) == 1 and len(semis[0].sets) == 1
+    [inner] = semis[0].sets.values()
+    assert isinstance(inner, InnerSet) and len(inner.rows) == 100
+    d = eng.ingest("user", "UPDATE", "user:3", _u(3, active=True))
+    assert "v" not in (d or {}) and len(inner.rows) == 101  # user:3's threads are closed
+    d = eng.ingest("user", "UPDATE", "user:2", _u(2, active=False))
+    assert len(d["v"].removed) == 10 and len(inner.rows) == 100
 
 
 def test_an_inner_write_requalifies_only_the_rows_whose_value_flipped() -> None:
