@@ -825,7 +825,10 @@ class Join:
             cands = t.index(spec.build[0]).get(ikey(spec.build[1](None, S, NONE, NOLINKS)), ())
         else:
             cands = rows.keys()
-        keyed = bool(spec.kfields)
+        # the index bucket of a string holds exactly the rows holding that string (only NaN
+        # shares a string key, "\0nan"): their group key is the group's, not checked per row
+        keyed = bool(spec.kfields) and not (
+            len(spec.kfields) == 1 and type(g.pv) is str and g.pv != "\0nan")
         inner = spec.inner
         linner = spec.linner
         ecache = plan.row_caches(t)[0]
