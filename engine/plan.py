@@ -85,9 +85,32 @@ def desc_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
     if r == _R_DATETIME:
         # Exact: whole microseconds since the epoch, negated.
         return (-r, -((k[1] - _EPOCH) // _MICRO))
+    if r == _R_RECORD:
+        # (ORDER BY id DESC, a link DESC) plain tuples too, compared in C: the table's name
+        # reversed once per name, then the key's kind, then an int key negated (other keys,
+        # compared only with keys of their own kind, wrapped)
+        idk = k[2]
+        if type(idk[1]) is int:
+            return (-r, _desc_name(k[1]), -idk[0], -idk[1])
+        return (-r, _desc_name(k[1]), -idk[0], Desc(idk[1:]))
     if len(k) == 1:
         return (-r,)
     return (-r, Desc(k[1:]))
+
+
+_DESC_NAMES: dict[str, tuple[int, ...]] = {}
+
+
+def _desc_name(name: str) -> tuple[int, ...]:
+    """A table name's place in descending order as a tuple of ints (kept per name): its code
+    points negated, then 1, which is above them all, so a name comes after the longer names
+    it begins (``b`` > ``ab`` > ``a``, descending: ``b``, ``ab``, ``a``)."""
+    t = _DESC_NAMES.get(name)
+    if t is None:
+        if len(_DESC_NAMES) >= 10_000:
+            _DESC_NAMES.clear()
+        t = _DESC_NAMES[name] = (*[-ord(c) for c in name], 1)
+    return t
 
 
 def _eq_candidate(where: Expr | None) -> tuple[str, Expr] | None:
