@@ -319,11 +319,8 @@ def counted_delta(
     # content stay, so it is not walked (a row whose subquery window gained one of its 5,000
     # rows costs that one member, not the 5,000).
     touched: set[str] = set()
-    alone: set[str] = set()
     for rid, was, now in ents:
         r = rec(rid)
-        if r.alone:
-            alone.add(rid)
         if was and now:
             if r.t0 is not r.t1:
                 a, rm, u = r.diff()
@@ -335,11 +332,6 @@ def counted_delta(
                 touched.update(r.t0)
             if now:
                 touched.update(r.t1)
-    # The touched members other rows may hold: a row held by no other row is touched when
-    # its own content changed, and only its own entry can name it. Left out, a write that
-    # changes every parent of a shared window costs each parent the window's changes, not
-    # every other changed parent (their ids were all touched: the changed rows squared).
-    shared = touched - alone if alone else touched
     d: dict[str, int] = {}
     c0: dict[str, Any] = {}  # a content of each member before, from an entry row
     c1: dict[str, Any] = {}
@@ -357,13 +349,6 @@ def counted_delta(
             if u:
                 upd.update(u)
         if was and now:
-            # only the touched members the row holds, found in C from the smaller side: a
-            # member outside every diff moves nothing (its count nets to zero, its content
-            # is the same before and after)
-            hit0 = _held(t0, shared)
-            hit1 = hit0 if t1 is t0 else _held(t1, shared)
-            # (the sets' intersections walk the smaller side)
-            COUNTED[0] += min(len(t0), len(shared)) + min(len(t1), len(shared))
             if rid in touched:
                 # the row itself: its content is its own output (a dict wins over what a
                 # VALUE subquery of another row shows of it: that row's status, a string),
@@ -372,14 +357,30 @@ def counted_delta(
                     c0[rid] = t0[rid]
                 if rid in t1:
                     c1[rid] = t1[rid]
-            for m in hit0:
+            if t1 is t0:
+                continue
+            # only the members of the row's own diff: any other member it holds, it holds
+            # before and after with the same content (its count nets to zero; a member whose
+            # content changed is in the diff of each row showing it, so in `upd`). Walking
+            # the members other entries touched instead made a batch cost each row shown
+            # throughout the batch's whole touched set (issue 33: batches 0.85x as fast)
+            a, rm, u = r.diff()
+            COUNTED[0] += len(a) + len(rm) + len(u)
+            for m in rm:
                 if m != rid:
                     d[m] = d.get(m, 0) - 1
                 if m not in c0:
                     c0[m] = t0[m]
-            for m in hit1:
+            for m in a:
                 if m != rid:
                     d[m] = d.get(m, 0) + 1
+                if m not in c1:
+                    c1[m] = t1[m]
+            for m in u:
+                if m not in d:
+                    d[m] = 0  # named as updated by the loop below (it is in `upd`)
+                if m not in c0:
+                    c0[m] = t0[m]
                 if m not in c1:
                     c1[m] = t1[m]
             continue
