@@ -39,6 +39,7 @@ from ipc.lifeline import lifeline_argv
 log = logging.getLogger("cloud.executor")
 
 __all__ = ["Executor", "ExecutorError", "Handle", "LocalExecutor", "LogSink", "Role", "free_port",
+           "reserve_port",
            "probe_health"]
 
 #: called with (stream, line) for each line an instance writes; stream is stdout or stderr
@@ -137,10 +138,37 @@ class Executor(Protocol):
         left that the executor can find by itself (labels); how many."""
 
 
+#: how long a port this process handed out is not handed out again: a plan probes each of
+#: its ports (a stack's database, scheduler, admin, SSPs, its apps) and closes the probe, and
+#: the kernel may give the same port to the next probe; the second process to bind it fails
+#: (a scheduler exits 3 before it is healthy). Minutes: a role starts within them.
+PORT_RESERVE_SECS = 300.0
+_handed_out: dict[int, float] = {}  # port -> when (monotonic)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port free now and not handed out by this process in the last
+    ``PORT_RESERVE_SECS``."""
+    now = time.monotonic()
+    for p in [p for p, at in _handed_out.items() if now - at > PORT_RESERVE_SECS]:
+        del _handed_out[p]
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out[port] = now
+            return port
+    raise ExecutorError("no free loopback port that was not just handed out")
+
+
+def reserve_port(port: int) -> bool:
+    """Hand out ``port`` too (a service's next ports, beside the one ``free_port`` gave):
+    False when this process handed it out lately."""
+    if port in _handed_out:
+        return False
+    _handed_out[port] = time.monotonic()
+    return True
 
 
 def probe_health(url: str) -> tuple[int, bytes] | None:

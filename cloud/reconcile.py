@@ -54,7 +54,15 @@ from apps import sweep
 from cloud.approles import SETTLE_SECS, AppPlanError, describe, needs_containers, plan_app_roles
 from cloud.backupfwd import seal_admin_password
 from cloud.deployments import IN_FLIGHT, Deployments, level_of, link_hash
-from cloud.executor import Executor, ExecutorError, Handle, LocalExecutor, Role, free_port
+from cloud.executor import (
+    Executor,
+    ExecutorError,
+    Handle,
+    LocalExecutor,
+    Role,
+    free_port,
+    reserve_port,
+)
 from cloud.imagebuild import BuildFailed, ImageBuild
 from cloud.secret import Secret
 from cloud.store import Store, new_id, now, rid, row_id
@@ -165,15 +173,16 @@ def _consecutive_ports(n: int) -> int:
     """A first port with ``n`` free ports from it (SSPs bind consecutive ports)."""
     for _ in range(50):
         base = free_port()
-        ok = True
+        ok = base + n < 65536
         for p in range(base + 1, base + n):
+            if not ok:
+                break
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", p))
                 except OSError:
                     ok = False
-                    break
-        if ok and base + n < 65536:
+        if ok and all(reserve_port(p) for p in range(base + 1, base + n)):
             return base
     raise Failed(f"no {n} consecutive free loopback ports")
 
