@@ -173,15 +173,16 @@ def _consecutive_ports(n: int) -> int:
     """A first port with ``n`` free ports from it (SSPs bind consecutive ports)."""
     for _ in range(50):
         base = free_port()
-        ok = base + n < 65536
+        if base + n >= 65536:
+            continue
+        ok = True
         for p in range(base + 1, base + n):
-            if not ok:
-                break
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", p))
                 except OSError:
                     ok = False
+                    break
         if ok and all(reserve_port(p) for p in range(base + 1, base + n)):
             return base
     raise Failed(f"no {n} consecutive free loopback ports")

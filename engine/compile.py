@@ -298,16 +298,15 @@ class _Gen:
         # equality its index looks up, as the residual) tests the same set: one spec, one
         # set built and maintained, not one per compilation (two 20k-row builds per view of
         # bench_mixes seed 101 S03, and two updates per write of the inner table)
-        for i, old in enumerate(self.semis):
-            if old.q is q and old.outer is x:
-                self.uses_links = True
-                test = f"SJ[{i}].contains(S, {self.value(x)}, cx)"
-                return f"(not {test})" if negate else test
-        spec = self.make_semi(q)
-        spec.outer = x  # what the outer row tests (engine.plan: sets keyed by a row field)
-        self.semis.append(spec)
+        i = next((i for i, old in enumerate(self.semis) if old.q is q and old.outer is x),
+                 None)
+        if i is None:
+            spec = self.make_semi(q)
+            spec.outer = x  # what the outer row tests (engine.plan: sets keyed by a row field)
+            self.semis.append(spec)
+            i = len(self.semis) - 1
         self.uses_links = True  # the row's qualification reads the set (engine.semijoin)
-        test = f"SJ[{len(self.semis) - 1}].contains(S, {self.value(x)}, cx)"
+        test = f"SJ[{i}].contains(S, {self.value(x)}, cx)"
         return f"(not {test})" if negate else test
 
 

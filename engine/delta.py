@@ -123,7 +123,7 @@ class Rec:
     """One projected row across a flush: its tree before (``t0``) and after (``t1``); an empty
     tree when the row was not (or is no longer) projected."""
 
-    __slots__ = ("_cache", "_diff", "alone", "clean", "hint", "rid", "t0", "t1")
+    __slots__ = ("_cache", "_diff", "clean", "hint", "rid", "t0", "t1")
 
     def __init__(self, rid: str, t0: dict[str, Any], t1: dict[str, Any], clean: bool) -> None:
         self.rid = rid
@@ -135,9 +135,6 @@ class Rec:
         # (output before, output after) when the projection knows they differ (an item's
         # value at its own key changed): the row's content is then not compared again
         self.hint: tuple[Any, Any] | None = None
-        # no other row's tree held the row itself before the flush or holds it now (the
-        # projection knows from its owners): only this row can name it (counted_delta)
-        self.alone = False
 
     def diff(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
         """(members only after, members only before, members in both whose content changed)."""
@@ -343,12 +340,6 @@ def counted_delta(
         t0 = r.t0 if was else NO_TREE
         t1 = r.t1 if now else NO_TREE
         if was and now:
-            # the row's own diff names its members whose content changed (computed once per
-            # row, shared by every view): no member compared again here
-            u = r.diff()[2]
-            if u:
-                upd.update(u)
-        if was and now:
             if rid in touched:
                 # the row itself: its content is its own output (a dict wins over what a
                 # VALUE subquery of another row shows of it: that row's status, a string),
@@ -363,8 +354,12 @@ def counted_delta(
             # before and after with the same content (its count nets to zero; a member whose
             # content changed is in the diff of each row showing it, so in `upd`). Walking
             # the members other entries touched instead made a batch cost each row shown
-            # throughout the batch's whole touched set (issue 33: batches 0.85x as fast)
+            # throughout the batch's whole touched set (issue 33: batches 0.85x as fast).
+            # The diff, computed once per row and shared by every view, also names the
+            # members whose content changed: no member compared again here.
             a, rm, u = r.diff()
+            if u:
+                upd.update(u)
             COUNTED[0] += len(a) + len(rm) + len(u)
             for m in rm:
                 if m != rid:
@@ -427,14 +422,6 @@ def counted_delta(
     if added or removed or updated:
         return ViewDelta(frozenset(added), frozenset(removed), frozenset(updated))
     return None
-
-
-def _held(tree: dict[str, Any], ms: set[str]) -> list[str]:
-    """The members of ``ms`` that ``tree`` holds, walking the smaller side (a row whose
-    shared window moved by one row asks one member, without building a set)."""
-    if len(ms) <= len(tree):
-        return [m for m in ms if m in tree]
-    return [m for m in tree if m in ms]
 
 
 def tree_members(out: Any, acc: dict[str, Any]) -> None:

@@ -167,7 +167,6 @@ class Proj:
         if r is None:
             t = self.tree(rid)
             r = Rec(rid, t, t, self._clean(rid, t, t))
-            r.alone = self._alone(rid)
             self.recs[rid] = r
         return r
 
@@ -204,11 +203,6 @@ class Proj:
         if type(o) is str:
             return [o]
         return list(o)
-
-    def _alone(self, rid: str) -> bool:
-        """Whether no other row's tree held ``rid`` when the flush began or holds it now."""
-        own0 = self.own0
-        return rid not in self.own and not (own0 and own0.get(rid) is not None)
 
     def _clean(self, rid: str, t0: dict[str, Any], t1: dict[str, Any]) -> bool:
         """Whether ``rid`` alone holds every member of its trees, before and after."""
@@ -951,7 +945,6 @@ class Proj:
         vdiff = self.vdiff
         for rid, t0, t1 in pending:
             r = recs[rid] = Rec(rid, t0, t1, self._clean(rid, t0, t1))
-            r.alone = self._alone(rid)
             if vdiff:
                 got = vdiff.get(rid)
                 if got is not None:

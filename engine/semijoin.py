@@ -189,15 +189,20 @@ class InnerSet:
             return k
         return self.ikeys[k]
 
-    def _value_key(self, rid: str, row: dict[str, Any] | None) -> Any:
+    def _key(self, row: dict[str, Any], cx: Cx) -> Any:
+        """The set key of an inner row's value (_ABSENT: the row is not in the set)."""
         spec = self.spec
+        if not spec.pred(row, self.S, NONE, cx):
+            return _ABSENT
+        v = spec.value(row, self.S, NONE, cx)
+        k = xkey(v)
+        if type(k) is not str and not _plain_link(k) and k not in self.ikeys:
+            self.ikeys[k] = ikey(v)
+        return k
+
+    def _value_key(self, rid: str, row: dict[str, Any] | None) -> Any:
         cx = Cx(self.store)
-        k = _ABSENT
-        if row is not None and spec.pred(row, self.S, NONE, cx):
-            v = spec.value(row, self.S, NONE, cx)
-            k = xkey(v)
-            if type(k) is not str and not _plain_link(k) and k not in self.ikeys:
-                self.ikeys[k] = ikey(v)
+        k = _ABSENT if row is None else self._key(row, cx)
         self.readers.note(rid, frozenset(cx.reads))
         return k
 
@@ -207,20 +212,12 @@ class InnerSet:
         only the rows that read records are noted)."""
         counts = self.counts
         mine = self.rows
-        spec = self.spec
-        S = self.S
-        pred = spec.pred
-        value = spec.value
-        ikeys = self.ikeys
         store = self.store
         note = self.readers.note
         cx = Cx(store)
-        for rid, row in store.table(spec.table).rows.items():
-            if pred(row, S, NONE, cx):
-                v = value(row, S, NONE, cx)
-                k = xkey(v)
-                if type(k) is not str and not _plain_link(k) and k not in ikeys:
-                    ikeys[k] = ikey(v)
+        for rid, row in store.table(self.spec.table).rows.items():
+            k = self._key(row, cx)
+            if k is not _ABSENT:
                 mine[rid] = k
                 counts[k] = counts.get(k, 0) + 1
             if cx.reads or cx.subs or cx.extra or cx.last:

@@ -420,13 +420,7 @@ def _walk(order: Order, cap: int | None) -> None:
     field, kind, desc = walk
     circuit = order.circuit
     deps = circuit.deps
-    ts = circuit.store.table(circuit.table)
-    if field == "id":
-        idx: Any = _ONE_ROW
-        keys = walk_ids(ts, kind)[0]
-    else:
-        idx = ts.index(field)
-        keys = walk_keys(ts, field, kind)[0]
+    idx, keys, _ = _walk_source(circuit.store.table(circuit.table), field, kind)
     rows = circuit.rows
     entries = order.entries
     cx = Cx(circuit.store) if circuit.plan.qlinks else None
@@ -460,6 +454,16 @@ class _OneRow:
 _ONE_ROW = _OneRow()
 
 
+def _walk_source(ts: Any, field: str, kind: int) -> tuple[Any, list[Any], list[Any]]:
+    """A walk's index (key -> its rows), its keys of kind ``kind`` in order with their walk
+    values, and its other keys: the field's equality index, or for ``id`` one key per row."""
+    if field == "id":
+        keys, others = walk_ids(ts, kind)
+        return _ONE_ROW, keys, others
+    keys, others = walk_keys(ts, field, kind)
+    return ts.index(field), keys, others
+
+
 def _walk_start(order: Order, store: Any, deps: Any) -> None:
     """Evaluate the rows of a new walked order that its walk would not reach in key order:
     those under index keys of another kind, and (a WHERE through one-hop links) those whose
@@ -471,14 +475,10 @@ def _walk_start(order: Order, store: Any, deps: Any) -> None:
     ts = store.table(circuit.table)
     rows = circuit.rows
     cx = Cx(store) if plan.qlinks else None
-    if walk[0] == "id":
-        for rid in walk_ids(ts, walk[1])[1]:
+    idx, _, others = _walk_source(ts, walk[0], walk[1])
+    for k in others:
+        for rid in idx[k]:
             _qualify(order, rid, rows[rid], cx, deps)
-    else:
-        idx = ts.index(walk[0])
-        for k in walk_keys(ts, walk[0], walk[1])[1]:
-            for rid in idx[k]:
-                _qualify(order, rid, rows[rid], cx, deps)
     hop = plan.qhop
     if cx is not None and hop is not None:
         for f in hop:
