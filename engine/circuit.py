@@ -87,7 +87,7 @@ class Order:
     row's predicate read."""
 
     __slots__ = ("S", "built", "built_head", "circuit", "cut", "entries", "full", "head", "key",
-                 "mats", "need", "only", "qdeps", "walk")
+                 "mats", "need", "only", "qdeps", "tcut", "walk")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
@@ -108,6 +108,9 @@ class Order:
         # (in the window's direction) have not all been evaluated; None: every row was
         self.walk: tuple[str, int, bool] | None = None
         self.cut: Any = None
+        # the key at ``cut`` walked part way, in entry order: the last entry evaluated there
+        # (every entry of that key up to it was; None: the whole key was)
+        self.tcut: Any = None
         # while walked: the rows an index gave as candidates at registration (None: every
         # row); a row outside them qualifies only after a write reached it, which
         # evaluated it (engine.window.requalify)
@@ -198,6 +201,10 @@ class Circuit:
         # (only windows read entries: an implicit shape registers no cache the table would
         # clear on every write)
         self.entry_cache = store.table(self.table).cache() if self.plan.ordered else {}
+        # a walked index key's rows in entry order, kept until the table's next write
+        # (engine.window, "_walk"): the windows of the shape stop part way through a key
+        # that holds many rows (`ORDER BY qty LIMIT 10` over 50k orders of 5 quantities)
+        self.key_orders: dict[Any, tuple[int, list[Any]]] = {}
         # read record -> the dependencies of a projection item that read that record alone
         # (`thread.status`): one object for every row and projection group of the shape
         # reading it (engine.proj._item_deps), not a set and two lists a row and view
