@@ -33,7 +33,8 @@ from engine.errors import QueryRejected
 from engine.matindex import _LINK, exact_key, xkey
 from engine.parser import Query
 from engine.store import _EXACT, ikey
-from engine.syntax import collect_slots
+from engine.rangescan import index_bounds, own_conditions, range_rows
+from engine.syntax import collect_slots, conjuncts
 from engine.values import NONE
 
 _IDS = count(1)
@@ -207,15 +208,22 @@ class InnerSet:
         return k
 
     def build(self) -> None:
-        """Every inner row evaluated once (a new set): as :meth:`_value_key` row by row, with
-        one context while rows read nothing through links (a new set has no reads to move:
-        only the rows that read records are noted)."""
+        """Every inner row that may pass evaluated once (a new set): as :meth:`_value_key`
+        row by row, with one context while rows read nothing through links (a new set has
+        no reads to move: only the rows that read records are noted). The rows failing a
+        range or string equality on a field of their own (``karma >= $lo AND karma < $hi``,
+        ``status = $s``) are not evaluated: only a write to such a row, which evaluates it
+        (:meth:`update`), can bring it in, so it needs no reads noted either."""
         counts = self.counts
         mine = self.rows
         store = self.store
         note = self.readers.note
         cx = Cx(store)
-        for rid, row in store.table(self.spec.table).rows.items():
+        ts = store.table(self.spec.table)
+        rows = ts.rows
+        cands = _candidates(ts, self.spec.q.where, self.S)
+        for rid in rows if cands is None else cands:
+            row = rows[rid]
             k = self._key(row, cx)
             if k is not _ABSENT:
                 mine[rid] = k
@@ -260,6 +268,24 @@ class InnerSet:
 
 
 _ABSENT: Any = object()
+
+
+def _candidates(ts: Any, where: Any, S: tuple[Any, ...]) -> Any:
+    """A superset of the rows of ``ts`` passing ``where``, from the table's indexes (None:
+    no conjunct narrows them to under half the table): a string equality ``field = $s``,
+    else the range conjuncts of one field (engine.rangescan)."""
+    for c in conjuncts(where):
+        if c[0] != "cmp" or c[1] != "=":
+            continue
+        for a, b in ((c[2], c[3]), (c[3], c[2])):
+            if a[0] == "field" and len(a[1]) == 1 and b[0] == "slot" and type(S[b[1]]) is str:
+                # (a string's index key is the string: engine.store.ikey)
+                return ts.index(a[1][0]).get(S[b[1]], ())
+    for field, fc in own_conditions(where, S).items():
+        got = range_rows(ts, field, index_bounds(fc))
+        if got is not None:
+            return got
+    return None
 
 #: what a set tells when a value enters or leaves it: (the set, the value's key, its token)
 Flipped = Callable[[InnerSet, Any, str], None]
