@@ -87,7 +87,7 @@ class Order:
     row's predicate read."""
 
     __slots__ = ("S", "built", "built_head", "circuit", "cut", "entries", "full", "head", "key",
-                 "mats", "need", "only", "qdeps", "tcut", "walk")
+                 "born", "mats", "need", "only", "qdeps", "tcut", "walk")
 
     def __init__(self, circuit: Circuit, S: tuple[Any, ...], key: Any) -> None:
         self.circuit = circuit
@@ -111,6 +111,9 @@ class Order:
         # the key at ``cut`` walked part way, in entry order: the last entry evaluated there
         # (every entry of that key up to it was; None: the whole key was)
         self.tcut: Any = None
+        # the table's writes when the walk began: a walk list made since holds every row
+        # the order has not evaluated (engine.rangescan.walk_keys)
+        self.born = 0
         # while walked: the rows an index gave as candidates at registration (None: every
         # row); a row outside them qualifies only after a write reached it, which
         # evaluated it (engine.window.requalify)

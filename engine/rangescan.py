@@ -245,13 +245,19 @@ def walk_value(k: Any, kind: int) -> Any:
     return k if t is datetime and k.tzinfo is not None else None
 
 
-def walk_keys(ts: TableStore, field: str, kind: int
+def walk_keys(ts: TableStore, field: str, kind: int, born: int
               ) -> tuple[list[tuple[Any, Any]], list[Any]]:
     """((value, key) of ``field``'s equality index keys of walk kind ``kind``, ascending by
-    value; its other keys), kept until the table's next write (views registered one after
-    the other share them)."""
+    value; its other keys) for an order made when the table had seen ``born`` writes.
+
+    Kept across writes (views registered one after the other share them, and a window
+    refilled after writes does not sort them again): a list made at or after ``born`` holds
+    every key the order has not seen written. A key added since holds only rows written
+    since, which the order evaluated (engine.window.requalify); a key emptied since finds
+    no rows. Made again for an older order, or once the table has seen more writes since
+    than the list has keys (:func:`_stale`)."""
     kept = ts.walks.get((field, kind))
-    if kept is not None and kept[0] == ts.writes:
+    if kept is not None and not _stale(ts, kept, born):
         return kept[1], kept[2]
     keys: list[tuple[Any, Any]] = []
     others: list[Any] = []
@@ -266,13 +272,16 @@ def walk_keys(ts: TableStore, field: str, kind: int
     return keys, others
 
 
-def walk_ids(ts: TableStore, kind: int) -> tuple[list[tuple[Any, Any]], list[Any]]:
+def walk_ids(ts: TableStore, kind: int, born: int) -> tuple[list[tuple[Any, Any]], list[Any]]:
     """As :func:`walk_keys` for the record ids (ORDER BY id): (the walk value of the id's
     key, the row's id text) for the rows whose key is of walk kind ``kind``, ascending by
     key (keys are distinct: one row each); the other rows' id texts. Record ids of one
-    table order by their keys: numbers as numbers, strings as strings (engine.value_order)."""
+    table order by their keys: numbers as numbers, strings as strings (engine.value_order).
+    Kept as :func:`walk_keys` keeps its lists: a row created since was evaluated, a row
+    deleted since is no longer in the table (100k comments sorted again on each refill of
+    a `ORDER BY id DESC LIMIT 10` window cost 50-100 ms a write)."""
     kept = ts.walks.get(("id", kind))
-    if kept is not None and kept[0] == ts.writes:
+    if kept is not None and not _stale(ts, kept, born):
         return kept[1], kept[2]
     keys: list[tuple[Any, Any]] = []
     others: list[Any] = []
@@ -286,6 +295,17 @@ def walk_ids(ts: TableStore, kind: int) -> tuple[list[tuple[Any, Any]], list[Any
     keys.sort(key=_first)
     ts.walks[("id", kind)] = (ts.writes, keys, others)
     return keys, others
+
+
+def _stale(ts: TableStore, kept: tuple[int, list[Any], list[Any]], born: int) -> bool:
+    """Whether a kept walk list was made before an order was (it may miss keys of rows
+    written in between, which that order never evaluated), or the table has seen more
+    writes since it was made than it has entries (made again, amortised)."""
+    made = kept[0]
+    return made < born or ts.writes - made > max(_STALE_MIN, len(kept[1]) + len(kept[2]))
+
+
+_STALE_MIN = 64  # writes a walk list outlives at least
 
 
 def _first(pair: tuple[Any, Any]) -> Any:

@@ -87,6 +87,7 @@ def build(mat: WMat, cands: Iterable[str], rows: dict[str, Any], store: Any, dep
             # the rows the walk would not reach in key order now, the others as far as the
             # windows reach (`fill`): entries only for the rows walked
             order.walk = walk
+            order.born = store.table(plan.table).writes
             if plan.qkeyed:
                 watch_sets(order, store)  # before any row is evaluated: no read per row
             if not every:
@@ -414,7 +415,9 @@ def _walk(order: Order, cap: int | None) -> None:
     row not evaluated is under a later key of the same kind, so its entry (were it to
     qualify) comes after. A row the walk skips was evaluated before (at registration under
     a key of another kind, or walked, or written since: `requalify` evaluates every write)
-    and qualifies exactly when it has an entry.
+    and qualifies exactly when it has an entry. The lists walked may be older than the
+    last writes (engine.rangescan.walk_keys): never older than the order, so what they
+    miss was written since and evaluated, and what they hold that is gone is skipped.
 
     A key holding many rows (`ORDER BY qty LIMIT 10`, five quantities over 50k orders) is
     walked in entry order when entries read the row alone (:func:`_key_order`), and the
@@ -426,7 +429,7 @@ def _walk(order: Order, cap: int | None) -> None:
     circuit = order.circuit
     deps = circuit.deps
     ts = circuit.store.table(circuit.table)
-    idx, keys, _ = _walk_source(ts, field, kind)
+    idx, keys, _ = _walk_source(ts, field, kind, order.born)
     rows = circuit.rows
     entries = order.entries
     cx = Cx(circuit.store) if circuit.plan.qlinks else None
@@ -438,28 +441,12 @@ def _walk(order: Order, cap: int | None) -> None:
     for v, k in (reversed(keys) if desc else keys):
         beyond = cut is None or (v < cut if desc else v > cut)
         partial = not beyond and tcut is not None and v == cut  # walked part way
-        rids = idx[k]
+        rids = idx.get(k)
+        if not rids:
+            continue  # emptied since the list was made
         if in_order and len(rids) > _IN_ORDER and (beyond or partial):
             assert cap is not None
-            ents = _key_order(circuit, ts, k, rids)
-            start = bisect_right(ents, tcut) if partial else 0
-            for i in range(start):
-                if ents[i][-1] in entries:
-                    n += 1
-            for i in range(start, len(ents)):
-                e = ents[i]
-                rid = e[-1]
-                if rid in entries:
-                    n += 1
-                elif (only is None or rid in only) and _qualify(order, rid, rows[rid], cx,
-                                                                 deps):
-                    n += 1
-                if n >= cap and i + 1 < len(ents):
-                    order.cut = v
-                    order.tcut = e
-                    return
-            order.cut = v
-            order.tcut = None
+            n = _walk_in_order(order, k, v, rids, tcut if partial else None, n, cap, cx)
             if n >= cap:
                 return
             continue
@@ -469,9 +456,10 @@ def _walk(order: Order, cap: int | None) -> None:
         for rid in rids:
             if rid in entries:
                 n += 1
-            elif beyond and (only is None or rid in only) and _qualify(
-                    order, rid, rows[rid], cx, deps):
-                n += 1
+            elif beyond and (only is None or rid in only):
+                row = rows.get(rid)
+                if row is not None and _qualify(order, rid, row, cx, deps):
+                    n += 1
         if beyond:
             order.cut = v
             order.tcut = None
@@ -483,16 +471,59 @@ def _walk(order: Order, cap: int | None) -> None:
     order.only = None
 
 
+def _walk_in_order(order: Order, k: Any, v: Any, rids: set[str], tcut: Any, n: int,
+                   cap: int, cx: Cx | None) -> int:
+    """:func:`_walk` through one key's rows in entry order, from after ``tcut`` (None: the
+    first), until ``cap`` qualifying rows are known (``n`` so far, returned). An entry of
+    the list that is no longer its row's (the row was written since the list was made, and
+    evaluated then) is neither counted nor evaluated here."""
+    circuit = order.circuit
+    rows = circuit.rows
+    entries = order.entries
+    entry = circuit.entry
+    only = order.only
+    deps = circuit.deps
+    ents = _key_order(circuit, k, rids, order.born)
+    start = bisect_right(ents, tcut) if tcut is not None else 0
+    for i in range(start):
+        e = ents[i]
+        if entries.get(e[-1]) == e:
+            n += 1
+    last = len(ents) - 1
+    for i in range(start, len(ents)):
+        e = ents[i]
+        rid = e[-1]
+        got = entries.get(rid)
+        if got is not None:
+            if got == e:
+                n += 1
+        elif only is None or rid in only:
+            row = rows.get(rid)
+            if row is not None and entry(rid, row) == e and _qualify(order, rid, row, cx, deps):
+                n += 1
+        if n >= cap and i < last:
+            order.cut = v
+            order.tcut = e
+            return n
+    order.cut = v
+    order.tcut = None
+    return n
+
+
 _IN_ORDER = 64  # rows of an index key worth walking in entry order
 
 
-def _key_order(circuit: Any, ts: Any, k: Any, rids: set[str]) -> list[Any]:
-    """The sort entries of the rows under index key ``k``, ascending (shared by the shape's
-    windows until the table's next write). Rows under one key share their first ORDER BY
-    value (equal values share a key), so their entries order by the keys after it and the
-    record id, as the windows order them."""
+def _key_order(circuit: Any, k: Any, rids: set[str], born: int) -> list[Any]:
+    """The sort entries of the rows under index key ``k``, ascending, for an order made
+    when the table had seen ``born`` writes (shared by the shape's windows, kept across
+    writes as engine.rangescan.walk_keys keeps its lists; an entry may be stale there).
+    Rows under one key share their first ORDER BY value (equal values share a key), so
+    their entries order by the keys after it and the record id, as the windows order
+    them."""
+    ts = circuit.store.table(circuit.table)
     kept = circuit.key_orders.get(k)
-    if kept is not None and kept[0] == ts.writes:
+    if kept is not None and kept[0] >= born and ts.writes - kept[0] <= max(
+            _IN_ORDER, len(kept[1]), len(rids)):
         return kept[1]
     if kept is None and len(circuit.key_orders) >= _KEY_ORDERS:
         circuit.key_orders.clear()
@@ -509,20 +540,22 @@ _KEY_ORDERS = 256  # keys whose orders a shape keeps at most
 class _OneRow:
     """The "index" of an id walk: each key (a row's id text) stands for its row alone."""
 
-    def __getitem__(self, rid: str) -> tuple[str]:
+    def get(self, rid: str) -> tuple[str]:
         return (rid,)
 
 
 _ONE_ROW = _OneRow()
 
 
-def _walk_source(ts: Any, field: str, kind: int) -> tuple[Any, list[Any], list[Any]]:
+def _walk_source(ts: Any, field: str, kind: int, born: int
+                 ) -> tuple[Any, list[Any], list[Any]]:
     """A walk's index (key -> its rows), its keys of kind ``kind`` in order with their walk
-    values, and its other keys: the field's equality index, or for ``id`` one key per row."""
+    values, and its other keys: the field's equality index, or for ``id`` one key per row
+    (lists made at or after ``born``, the order's birth: engine.rangescan.walk_keys)."""
     if field == "id":
-        keys, others = walk_ids(ts, kind)
+        keys, others = walk_ids(ts, kind, born)
         return _ONE_ROW, keys, others
-    keys, others = walk_keys(ts, field, kind)
+    keys, others = walk_keys(ts, field, kind, born)
     return ts.index(field), keys, others
 
 
@@ -537,10 +570,12 @@ def _walk_start(order: Order, store: Any, deps: Any) -> None:
     ts = store.table(circuit.table)
     rows = circuit.rows
     cx = Cx(store) if plan.qlinks else None
-    idx, _, others = _walk_source(ts, walk[0], walk[1])
+    idx, _, others = _walk_source(ts, walk[0], walk[1], order.born)
     for k in others:
-        for rid in idx[k]:
-            _qualify(order, rid, rows[rid], cx, deps)
+        for rid in idx.get(k) or ():
+            row = rows.get(rid)
+            if row is not None:
+                _qualify(order, rid, row, cx, deps)
     hop = plan.qhop
     if cx is not None and hop is not None:
         for f in hop:
