@@ -633,7 +633,11 @@ class AggState:
                 g.variants[()] = [(), len(rows0)]
             return
         for rid, c in shown:
-            gk = tuple(xkey(k) for k in c[:nk])
+            if nk == 1:
+                k = c[0]
+                gk = (k,) if type(k) is str else (xkey(k),)  # (xkey of a string is itself)
+            else:
+                gk = tuple([xkey(k) for k in c[:nk]])
             b = buckets.get(gk)
             if b is None:
                 b = buckets[gk] = []
@@ -645,6 +649,13 @@ class AggState:
             for a in g.accs:
                 a.fill(rows)
             variants = g.variants
+            if nk == 1 and type(gk[0]) is str:
+                # (`GROUP BY status`) a string key holds equal strings only (no other kind's
+                # xkey is a string): one variant, the string
+                keys = rows[0][1][:1]
+                variants[(_exact(gk[0]),)] = [keys, len(rows)]
+                g.key = keys
+                continue
             for _, c in rows:
                 keys = c[:nk]
                 exact = tuple(_exact(k) for k in keys)
