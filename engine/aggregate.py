@@ -562,7 +562,7 @@ class Group:
 class AggState:
     """The groups of one materialisation."""
 
-    __slots__ = ("fills", "groups", "nkeys", "rows_of", "spec")
+    __slots__ = ("fills", "groups", "moved", "nkeys", "rows_of", "spec")
 
     def __init__(self, spec: AggSpec, rows_of: Callable[[], Any]) -> None:
         self.spec = spec
@@ -572,9 +572,11 @@ class AggState:
         # the key shown by a group whose equal keys differ in kind
         self.rows_of = rows_of
         self.fills = 0  # bulk fills (fill): a test counts them
+        self.moved = 0  # contributions moved (move): tests count them
 
     def move(self, rid: str, old: Any, new: Any) -> None:
         """A row's contribution went from ``old`` to ``new`` (None: not shown)."""
+        self.moved += 1
         if old is not None:
             self._apply(rid, _values(old, self.spec), -1)
         if new is not None:
@@ -632,6 +634,7 @@ class AggState:
                     a.fill(rows0)
                 g.variants[()] = [(), len(rows0)]
             return
+        gk: tuple[Any, ...]
         for rid, c in shown:
             if nk == 1:
                 k = c[0]

@@ -34,7 +34,8 @@ from pathlib import Path
 
 MODULES = ("circuit", "columns", "core", "cx", "delta", "deps", "flush", "join", "lazy", "matindex",
            "membership", "plan", "proj", "store",
-           "value_ops", "value_order", "value_text", "values", "window", "write")
+           "value_ops", "value_order", "value_text", "values", "window", "write",
+           "aggregate", "functions")
 GROUP = "engine_native"
 _SRC = Path(__file__).resolve().parent
 

@@ -32,8 +32,8 @@ from engine.deps import Readers
 from engine.errors import QueryRejected
 from engine.matindex import _LINK, exact_key, xkey
 from engine.parser import Query
-from engine.store import _EXACT, ikey
 from engine.rangescan import index_bounds, own_conditions, range_rows
+from engine.store import _EXACT, ikey
 from engine.syntax import collect_slots, conjuncts
 from engine.values import NONE
 

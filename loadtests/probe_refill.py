@@ -125,7 +125,7 @@ def _naive(rows: dict[int, dict[str, Any]], writes: list[Any],
         for op, rid, row in writes[:n]:
             j.write("comment", op, rid, row)
             t = time.process_time()
-            for vid, q, p in views[:2]:
+            for _vid, q, p in views[:2]:
                 j.query(q, p)
             spent += time.process_time() - t
         return 1e3 * spent / n * (len(views) / 2)

@@ -184,11 +184,11 @@ def test_a_semi_join_view_of_a_small_set_evaluates_only_its_rows() -> None:
     assert [r["k"] for r in eng.result("c")] == [7] * 10
 
 
-def test_many_link_candidates_meet_a_range_by_its_index(monkeypatch: Any) -> None:
+def test_many_link_candidates_meet_a_range_by_its_index() -> None:
     """`thread.category IN $cats AND votes >= 10 AND votes < 12` over 20,000 rows: the
     10,000 rows of the linked threads meet the votes range by the field's index, not by a
     test of each (rangescan.range_filter); the view shows what a scan shows."""
-    from engine import membership
+    from engine import rangescan
 
     view_engine, _ = engine_api()
     eng = view_engine()
@@ -196,18 +196,12 @@ def test_many_link_candidates_meet_a_range_by_its_index(monkeypatch: Any) -> Non
                         for t in range(100)])
     eng.load("comment", [{"id": RecordID("comment", i), "votes": i % 50,
                           "thread": RecordID("thread", i % 100)} for i in range(20_000)])
-    tested: list[int] = []
-    real = membership.range_filter
-
-    def counted(rows: Any, rids: Any, field: str, conds: Any) -> Any:
-        rids = list(rids)
-        tested.append(len(rids))
-        return real(rows, rids, field, conds)
-
-    monkeypatch.setattr(membership, "range_filter", counted)
+    # (counted by the module itself: a compiled caller does not see a stand-in put in
+    # its place, which left this bound untested)
+    rangescan.FILTERED[0] = 0
     eng.register("v", "SELECT id FROM comment WHERE thread.category IN $cats AND "
                       "votes >= $lo AND votes < $hi", {"cats": ["a"], "lo": 10, "hi": 12})
-    assert max(tested, default=0) <= 2048
+    assert rangescan.FILTERED[0] <= 2048
     want = {f"comment:{i}" for i in range(20_000) if i % 2 == 0 and 10 <= i % 50 < 12}
     assert {str(r["id"]) for r in eng.result("v")} == want and len(want) == 400
 
