@@ -674,6 +674,21 @@ def make_writes(r: random.Random, rows: dict[str, list[dict[str, Any]]], n: int)
     return events
 
 
+def write_row(r: random.Random, table: str, live: dict[Any, dict[str, Any]], i: Any,
+              make: Any, p_delete: float) -> Event:
+    """One random write to row ``i`` of a table without edges: a DELETE with ``p_delete``
+    when the row exists, else an UPDATE (or a CREATE) of ``make(i)``; ``live`` (id -> row)
+    follows it."""
+    rid = RecordID(table, i)
+    if p_delete and i in live and r.random() < p_delete:
+        del live[i]
+        return (table, "DELETE", rid, None)
+    row = make(i)
+    op = "UPDATE" if i in live else "CREATE"
+    live[i] = row
+    return (table, op, rid, row)
+
+
 def make_family_case(seed: int, views: int = 6, writes: int = 30) -> Case:
     """Many views of ONE shape with different parameter values (the engine shares circuits
     between them and dispatches changes by parameter value: that path must be exact too)."""

@@ -15,6 +15,7 @@ import pytest
 from surrealdb import RecordID
 
 from tests.engine.codec import Case, View
+from tests.engine.gen import write_row
 from tests.engine.runner import engine_api, run_case
 
 
@@ -157,15 +158,7 @@ def _scored_case(seed: int) -> Case:
     writes: list[Any] = []
     live = dict(threads)
     for _ in range(40):
-        i = r.randrange(1, 36)
-        if i in live and r.random() < 0.25:
-            writes.append(("thread", "DELETE", RecordID("thread", i), None))
-            del live[i]
-        else:
-            new = row(i)
-            writes.append(("thread", "UPDATE" if i in live else "CREATE",
-                           RecordID("thread", i), new))
-            live[i] = new
+        writes.append(write_row(r, "thread", live, r.randrange(1, 36), row, 0.25))
     views = [View(q, {}) for q in (
         "SELECT status, count() AS n, math::min(score) AS lo, math::max(score) AS hi "
         "FROM thread GROUP BY status",

@@ -13,6 +13,7 @@ import pytest
 from surrealdb import RecordID
 
 from tests.engine.codec import Case, View
+from tests.engine.gen import write_row
 from tests.engine.runner import engine_api, run_case, traced_bytes_per_row_and_view
 
 
@@ -189,26 +190,20 @@ def _narrow_case(seed: int, surql: str) -> Case:
                for i in range(50)}
     rows = {"user": list(users.values()), "thread": list(threads.values())}
     writes: list[Any] = []
+    def next_user(i: int) -> dict[str, Any]:
+        u = user(i)
+        if i < 5 and r.random() < 0.5:  # a team turns active or back
+            u = {**users.get(i, u), "active": not users.get(i, u).get("active")}
+        return u
+
+    def next_thread(i: int) -> dict[str, Any]:
+        return _t(i, author=RecordID("user", r.randint(0, 90)), score=r.randint(0, 50))
+
     for _ in range(60):
-        x = r.random()
-        if x < 0.6:
-            i = r.randint(0, 90)
-            if i in users and r.random() < 0.15:
-                writes.append(("user", "DELETE", RecordID("user", i), None))
-                del users[i]
-            else:
-                u = user(i)
-                if i < 5 and r.random() < 0.5:  # a team turns active or back
-                    u = {**users.get(i, u), "active": not users.get(i, u).get("active")}
-                writes.append(("user", "UPDATE" if i in users else "CREATE",
-                               RecordID("user", i), u))
-                users[i] = u
+        if r.random() < 0.6:
+            writes.append(write_row(r, "user", users, r.randint(0, 90), next_user, 0.15))
         else:
-            i = r.randint(0, 60)
-            t = _t(i, author=RecordID("user", r.randint(0, 90)), score=r.randint(0, 50))
-            writes.append(("thread", "UPDATE" if i in threads else "CREATE",
-                           RecordID("thread", i), t))
-            threads[i] = t
+            writes.append(write_row(r, "thread", threads, r.randint(0, 60), next_thread, 0))
     views = [View(surql, p) for p in ({"lo": 10, "hi": 14, "s": "ok"},
                                       {"lo": 0, "hi": 29, "s": "new"},
                                       {"lo": 25, "hi": 3, "s": "nobody"})]
