@@ -86,7 +86,9 @@ def _default(encoder: CBOREncoder, obj: Any) -> None:
         encoder.write(b"\xc6\xf6")
         return
     if isinstance(obj, Duration):
-        secs, nanos = obj.get_seconds_and_nano()
+        # (exactly: the SDK's get_seconds_and_nano divides in floats, and past 2**53 ns it
+        # gives 31250000 s and -1 ns for 31,249,999.999999999 s)
+        secs, nanos = divmod(int(obj.elapsed), 1_000_000_000)
         encoder.encode(sdk_cbor.CBORTag(_TAG_DURATION_COMPACT, [secs, nanos]))
         return
     sdk_cbor.default_encoder(encoder, obj)
