@@ -204,9 +204,10 @@ class Circuit:
         # (only windows read entries: an implicit shape registers no cache the table would
         # clear on every write)
         self.entry_cache = store.table(self.table).cache() if self.plan.ordered else {}
-        # a walked index key's rows in entry order, kept until the table's next write
-        # (engine.window, "_walk"): the windows of the shape stop part way through a key
-        # that holds many rows (`ORDER BY qty LIMIT 10` over 50k orders of 5 quantities)
+        # a walked index key's rows in entry order, kept across writes as every walk list
+        # is (engine.rangescan.stale; engine.window._key_order): the windows of the shape
+        # stop part way through a key that holds many rows (`ORDER BY qty LIMIT 10` over
+        # 50k orders of 5 quantities)
         self.key_orders: dict[Any, tuple[int, list[Any]]] = {}
         # read record -> the dependencies of a projection item that read that record alone
         # (`thread.status`): one object for every row and projection group of the shape

@@ -264,9 +264,9 @@ def walk_keys(ts: TableStore, field: str, kind: int, born: int
     every key the order has not seen written. A key added since holds only rows written
     since, which the order evaluated (engine.window.requalify); a key emptied since finds
     no rows. Made again for an older order, or once the table has seen more writes since
-    than the list has keys (:func:`_stale`)."""
+    than the list has keys (:func:`stale`)."""
     kept = ts.walks.get((field, kind))
-    if kept is not None and not _stale(ts, kept, born):
+    if kept is not None and not stale(ts, kept[0], len(kept[1]) + len(kept[2]), born):
         return kept[1], kept[2]
     keys: list[tuple[Any, Any]] = []
     others: list[Any] = []
@@ -290,7 +290,7 @@ def walk_ids(ts: TableStore, kind: int, born: int) -> tuple[list[tuple[Any, Any]
     deleted since is no longer in the table (100k comments sorted again on each refill of
     a `ORDER BY id DESC LIMIT 10` window cost 50-100 ms a write)."""
     kept = ts.walks.get(("id", kind))
-    if kept is not None and not _stale(ts, kept, born):
+    if kept is not None and not stale(ts, kept[0], len(kept[1]) + len(kept[2]), born):
         return kept[1], kept[2]
     keys: list[tuple[Any, Any]] = []
     others: list[Any] = []
@@ -306,12 +306,13 @@ def walk_ids(ts: TableStore, kind: int, born: int) -> tuple[list[tuple[Any, Any]
     return keys, others
 
 
-def _stale(ts: TableStore, kept: tuple[int, list[Any], list[Any]], born: int) -> bool:
-    """Whether a kept walk list was made before an order was (it may miss keys of rows
-    written in between, which that order never evaluated), or the table has seen more
-    writes since it was made than it has entries (made again, amortised)."""
-    made = kept[0]
-    return made < born or ts.writes - made > max(_STALE_MIN, len(kept[1]) + len(kept[2]))
+def stale(ts: TableStore, made: int, size: int, born: int) -> bool:
+    """Whether a walk list of ``size`` entries made when the table had seen ``made`` writes
+    is too old for an order born at ``born`` writes: made before the order (it may miss
+    rows written in between, which that order never evaluated), or the table has seen more
+    writes since than the list has entries (made again, amortised). The rule of every
+    list a walk reads (:func:`walk_keys`, :func:`walk_ids`, engine.window._key_order)."""
+    return made < born or ts.writes - made > max(_STALE_MIN, size)
 
 
 _STALE_MIN = 64  # writes a walk list outlives at least

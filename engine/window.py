@@ -48,7 +48,7 @@ from surrealdb import RecordID
 
 from engine.circuit import Order, WMat
 from engine.cx import NOLINKS, Cx
-from engine.rangescan import walk_ids, walk_keys, walk_kind
+from engine.rangescan import stale, walk_ids, walk_keys, walk_kind
 from engine.values import NONE
 
 
@@ -522,8 +522,7 @@ def _key_order(circuit: Any, k: Any, rids: set[str], born: int) -> list[Any]:
     them."""
     ts = circuit.store.table(circuit.table)
     kept = circuit.key_orders.get(k)
-    if kept is not None and kept[0] >= born and ts.writes - kept[0] <= max(
-            _IN_ORDER, len(kept[1]), len(rids)):
+    if kept is not None and not stale(ts, kept[0], len(kept[1]), born):
         return kept[1]
     if kept is None and len(circuit.key_orders) >= _KEY_ORDERS:
         circuit.key_orders.clear()
